@@ -1,0 +1,3 @@
+"""火拼雙扣 match engine: the pure rules, the event-sourced match, the stores."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,66 @@
+"""The ``shuangkou`` command line.
+
+Each sub-command lives in its own module under ``engine.cli`` and defines
+``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only
+when their command runs, so ``shuangkou classify`` stays fast.
+Exit codes: 0 success, 1 a check failed, 2 bad input (one readable line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "classify": ("engine.cli.classify", "print the reading of some cards as JSON"),
+    "run-script": ("engine.cli.run_script", "run a scripted match (JSON) and print its events and result"),
+    "replay": ("engine.cli.replay", "rebuild a stored match from its events, print it, check it"),
+    "simulate": ("engine.cli.simulate", "many bot matches through the full pipeline, with a summary"),
+    "play": ("engine.cli.play", "play a match against the bot in the terminal"),
+    "serve": ("engine.cli.serve", "run the command service and projections on real Redis"),
+    "config": ("engine.cli.config_cmd", "check an operator config file"),
+}
+
+
+class CliError(Exception):
+    """Bad input on the command line: printed as one line, exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shuangkou", description="火拼雙扣 match engine")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            p.set_defaults(_missing=True)
+            continue
+        module.add_arguments(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_missing", False):
+        print(f"shuangkou: the {args.command!r} command is not available in this build", file=sys.stderr)
+        return 2
+    module = importlib.import_module(args._module)
+    try:
+        return int(module.run(args) or 0)
+    except CliError as exc:
+        print(f"shuangkou {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""Commands: what gateways, timers and tools ask of a match.
+
+Frozen pydantic models with a ``type`` tag; every command carries
+``command_id`` (idempotency: a retried command id appends nothing new) and
+``match_id``.  ``decide`` turns a command into events or a :class:`Rejected`.
+Cards travel as physical ids; gateways may send notation text, which
+:func:`parse_command` reads with ``parse_cards``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+import msgpack
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from engine.cards import CardNotationError, parse_tokens
+from engine.errors import BadCommand
+
+MAX_COMMAND_BYTES = 64 * 1024
+
+
+class CommandBase(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command_id: str = Field(min_length=1, max_length=200)
+    match_id: str = Field(min_length=1, max_length=200)
+
+
+class CreateMatch(CommandBase):
+    type: Literal["CreateMatch"] = "CreateMatch"
+    config: dict[str, Any] = Field(description="full RoomConfig record (RoomConfig.to_record())")
+
+
+class Sit(CommandBase):
+    """Seat a player with the balance (points or coins) the ledger holds for them."""
+
+    type: Literal["Sit"] = "Sit"
+    player: str = Field(min_length=1, max_length=100)
+    balance: int = 0
+
+
+class Leave(CommandBase):
+    """A seated player leaves before the deal."""
+
+    type: Literal["Leave"] = "Leave"
+    player: str
+
+
+class Ready(CommandBase):
+    type: Literal["Ready"] = "Ready"
+    player: str
+
+
+class Deal(CommandBase):
+    """Deal the hands: from ``ctx.deck`` (shuffled outside decide), or a fixed deal.
+
+    A fixed deal (tests, scripts) gives 1–27 cards a hand and the leading seat.
+    """
+
+    type: Literal["Deal"] = "Deal"
+    hands: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    first: int | None = Field(None, ge=0, le=1)
+
+
+class Play(CommandBase):
+    """Play cards, given either as physical ids (``cards``) or as notation
+    (``text``, e.g. ``"3 3"`` or ``"10H 10S"``) that ``decide`` matches against
+    the player's hand (lowest ids of each rank, suits respected when given).
+    ``reading_kind``/``reading_rank`` optionally name the reading when the cards
+    allow several (R-4.6); otherwise the engine chooses."""
+
+    type: Literal["Play"] = "Play"
+    player: str
+    cards: tuple[int, ...] | None = Field(None, min_length=1, max_length=27)
+    text: str | None = Field(None, min_length=1, max_length=400)
+    reading_kind: str | None = None
+    reading_rank: str | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Play:
+        if (self.cards is None) == (self.text is None):
+            raise ValueError("give exactly one of cards (ids) or text (card notation)")
+        if self.text is not None:
+            try:
+                parse_tokens(self.text)
+            except CardNotationError as exc:
+                raise ValueError(str(exc)) from None
+        return self
+
+
+class Pass(CommandBase):
+    type: Literal["Pass"] = "Pass"
+    player: str
+
+
+class TurnTimeout(CommandBase):
+    """The turn clock ran out (R-13.1); stale unless ``version`` is the match's version."""
+
+    type: Literal["TurnTimeout"] = "TurnTimeout"
+    version: int
+
+
+class TrusteeAct(CommandBase):
+    """The system plays for a trusteed player (R-13.3); stale unless ``version`` matches."""
+
+    type: Literal["TrusteeAct"] = "TrusteeAct"
+    version: int
+
+
+class ReadyTimeout(CommandBase):
+    """The ready clock ran out (R-13.2): unready seated players are removed."""
+
+    type: Literal["ReadyTimeout"] = "ReadyTimeout"
+    version: int
+
+
+class RequestTrustee(CommandBase):
+    type: Literal["RequestTrustee"] = "RequestTrustee"
+    player: str
+
+
+class CancelTrustee(CommandBase):
+    type: Literal["CancelTrustee"] = "CancelTrustee"
+    player: str
+
+
+class Disconnect(CommandBase):
+    type: Literal["Disconnect"] = "Disconnect"
+    player: str
+
+
+class Reconnect(CommandBase):
+    type: Literal["Reconnect"] = "Reconnect"
+    player: str
+
+
+class Escape(CommandBase):
+    type: Literal["Escape"] = "Escape"
+    player: str
+
+
+Command = Annotated[
+    Union[CreateMatch, Sit, Leave, Ready, Deal, Play, Pass, TurnTimeout, TrusteeAct, ReadyTimeout,
+          RequestTrustee, CancelTrustee, Disconnect, Reconnect, Escape],
+    Field(discriminator="type"),
+]
+_COMMAND_ADAPTER: TypeAdapter[Any] = TypeAdapter(Command)
+
+
+def parse_command(data: dict[str, Any]) -> CommandBase:
+    """Validate a command from plain data; a problem is a :class:`BadCommand` naming it."""
+    try:
+        return _COMMAND_ADAPTER.validate_python(data)  # type: ignore[no-any-return]
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            path = ".".join(str(p) for p in err["loc"]) or "(command)"
+            problems.append(f"{path}: {err['msg']}")
+        raise BadCommand("bad command: " + "; ".join(problems[:5])) from None
+
+
+def encode_command(cmd: CommandBase) -> bytes:
+    return msgpack.packb(cmd.model_dump(mode="python"), use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def decode_command(data: bytes) -> CommandBase:
+    if len(data) > MAX_COMMAND_BYTES:
+        raise BadCommand(f"command too large: {len(data)} bytes (limit {MAX_COMMAND_BYTES})")
+    try:
+        raw = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:
+        raise BadCommand(f"command is not msgpack: {exc}") from None
+    if not isinstance(raw, dict):
+        raise BadCommand("a command must be a map")
+    return parse_command(raw)

@@ -1,0 +1,219 @@
+"""The event catalogue of a match (DESIGN.md "Event sourcing") and its msgpack codec.
+
+Every event is a frozen pydantic model with a ``type`` tag and the envelope
+fields ``match_id``, ``seq`` (1, 2, 3… within the match), ``ts`` (milliseconds
+since the epoch, read from the decide context — never from a clock here),
+``command_id`` (the command that caused it) and ``v`` (schema version).
+
+>>> e = PlayerReady(match_id="m1", seq=3, ts=1000, command_id="c3", player="a")
+>>> decode_event(encode_event(e)) == e
+True
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+import msgpack
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from engine.combo import Combo
+
+SCHEMA_VERSION = 1
+
+Actor = Literal["player", "timeout", "trustee"]
+PassActor = Literal["player", "auto", "timeout", "trustee"]
+TrusteeReason = Literal["timeouts", "requested", "disconnect", "escape"]
+TrusteeEndReason = Literal["cancelled", "reconnected"]
+Kou = Literal["flat", "single", "double", "escape"]
+
+
+class EventBase(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    match_id: str
+    seq: int = Field(ge=1)
+    ts: int = Field(ge=0, description="milliseconds since the epoch, from the decide context")
+    command_id: str
+    v: int = SCHEMA_VERSION
+
+
+class Reading(BaseModel):
+    """A :class:`engine.combo.Combo` as event data (the reading chosen for a play)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str
+    top: int
+    size: int
+    counts: tuple[int, ...]
+    xiang: int | None = None
+    chain: int | None = None
+    m: int | None = None
+    regular: bool | None = None
+    jokers_as: tuple[int, ...] = ()
+    bomb_sizes: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, c: Combo) -> Reading:
+        return cls(kind=c.kind, top=c.top, size=c.size, counts=c.counts, xiang=c.xiang,
+                   chain=c.chain, m=c.m, regular=c.regular, jokers_as=c.jokers_as,
+                   bomb_sizes=c.bomb_sizes)
+
+    def combo(self) -> Combo:
+        return Combo(kind=self.kind, top=self.top, size=self.size, counts=tuple(self.counts),  # type: ignore[arg-type]
+                     xiang=self.xiang, chain=self.chain, m=self.m, regular=self.regular,
+                     jokers_as=tuple(self.jokers_as), bomb_sizes=tuple(self.bomb_sizes))
+
+
+class MatchCreated(EventBase):
+    """First event: the full room config the match runs under (R-11.3)."""
+
+    type: Literal["MatchCreated"] = "MatchCreated"
+    config: dict[str, Any]
+
+
+class PlayerSeated(EventBase):
+    type: Literal["PlayerSeated"] = "PlayerSeated"
+    player: str
+    seat: int = Field(ge=0, le=1)
+    balance: int = Field(description="points or coins held when seated (the room's mode)")
+    level: int
+    base: int = Field(description="the base score X of the player's level (R-11)")
+
+
+class PlayerReady(EventBase):
+    type: Literal["PlayerReady"] = "PlayerReady"
+    player: str
+
+
+class PlayerRemoved(EventBase):
+    """A seated player leaves before the deal (R-13.2 ready timer, or by request)."""
+
+    type: Literal["PlayerRemoved"] = "PlayerRemoved"
+    player: str
+    reason: Literal["not_ready", "left"]
+
+
+class HandDealt(EventBase):
+    """Both hands, the 54 set-aside cards, the lead card and the first player (R-1.3, R-1.4)."""
+
+    type: Literal["HandDealt"] = "HandDealt"
+    hands: tuple[tuple[int, ...], tuple[int, ...]]
+    set_aside: tuple[int, ...]
+    lead_card: int | None = Field(description="the physical card that picked the leader; None for a fixed deal naming the leader")
+    first: int = Field(ge=0, le=1, description="seat that leads the first trick")
+
+
+class CardsPlayed(EventBase):
+    type: Literal["CardsPlayed"] = "CardsPlayed"
+    player: str
+    cards: tuple[int, ...]
+    reading: Reading
+    by: Actor = "player"
+
+
+class Passed(EventBase):
+    type: Literal["Passed"] = "Passed"
+    player: str
+    by: PassActor = "player"
+
+
+class TurnTimedOut(EventBase):
+    """R-13.1: the turn clock ran out; ``count`` is this player's running total."""
+
+    type: Literal["TurnTimedOut"] = "TurnTimedOut"
+    player: str
+    count: int = Field(ge=1)
+    notice_zh: str
+    notice_en: str
+
+
+class TrusteeshipStarted(EventBase):
+    type: Literal["TrusteeshipStarted"] = "TrusteeshipStarted"
+    player: str
+    reason: TrusteeReason
+
+
+class TrusteeshipEnded(EventBase):
+    type: Literal["TrusteeshipEnded"] = "TrusteeshipEnded"
+    player: str
+    reason: TrusteeEndReason
+
+
+class PlayerDisconnected(EventBase):
+    type: Literal["PlayerDisconnected"] = "PlayerDisconnected"
+    player: str
+
+
+class PlayerReconnected(EventBase):
+    type: Literal["PlayerReconnected"] = "PlayerReconnected"
+    player: str
+
+
+class PlayerEscaped(EventBase):
+    """R-12: the player left a running match; ``policy`` is the room's escape policy."""
+
+    type: Literal["PlayerEscaped"] = "PlayerEscaped"
+    player: str
+    policy: Literal["trustee", "forfeit"]
+
+
+class MatchFinished(EventBase):
+    """The match is over: a hand emptied (R-6.3) or an escape forfeit (R-12.1)."""
+
+    type: Literal["MatchFinished"] = "MatchFinished"
+    winner: str
+    loser: str
+    cards_left: dict[str, int]
+    kou: Kou
+    reason: Literal["out", "escape"]
+
+
+Event = Annotated[
+    Union[
+        MatchCreated, PlayerSeated, PlayerReady, PlayerRemoved, HandDealt, CardsPlayed, Passed,
+        TurnTimedOut, TrusteeshipStarted, TrusteeshipEnded, PlayerDisconnected,
+        PlayerReconnected, PlayerEscaped, MatchFinished,
+    ],
+    Field(discriminator="type"),
+]
+EVENT_TYPES: tuple[type[EventBase], ...] = (
+    MatchCreated, PlayerSeated, PlayerReady, PlayerRemoved, HandDealt, CardsPlayed, Passed,
+    TurnTimedOut, TrusteeshipStarted, TrusteeshipEnded, PlayerDisconnected,
+    PlayerReconnected, PlayerEscaped, MatchFinished,
+)
+_EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)
+
+
+class EventDecodeError(ValueError):
+    """Stored bytes are not a valid event of a known schema version."""
+
+
+def event_to_dict(event: EventBase) -> dict[str, Any]:
+    return event.model_dump(mode="python")
+
+
+def event_from_dict(data: dict[str, Any]) -> EventBase:
+    v = data.get("v", SCHEMA_VERSION)
+    if v != SCHEMA_VERSION:
+        raise EventDecodeError(f"event schema version {v} is not supported (this build reads {SCHEMA_VERSION})")
+    try:
+        return _EVENT_ADAPTER.validate_python(data)  # type: ignore[no-any-return]
+    except Exception as exc:  # pydantic.ValidationError and friends
+        raise EventDecodeError(f"not a valid event: {exc}") from None
+
+
+def encode_event(event: EventBase) -> bytes:
+    """msgpack bytes of an event (round-trips through :func:`decode_event`)."""
+    return msgpack.packb(event_to_dict(event), use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def decode_event(data: bytes) -> EventBase:
+    try:
+        raw = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:
+        raise EventDecodeError(f"not msgpack: {exc}") from None
+    if not isinstance(raw, dict):
+        raise EventDecodeError("an event must be a map")
+    return event_from_dict(raw)

@@ -1,0 +1,1 @@
+"""Read models built from match events: settlement, ledger, views, metrics."""

@@ -1,0 +1,1 @@
+"""dramatiq actors: turn and ready timers, trusteeship, the deadline sweeper."""
