@@ -66,6 +66,8 @@ class Combo:
             "xiang": self.xiang,
             "chain": self.chain,
             "regular": self.regular,
+            "m": self.m,
+            "bomb_sizes": list(self.bomb_sizes) if self.bomb_sizes else None,
             "jokers_as": [RANK_LABELS[r] for r in self.jokers_as],
         }
 

@@ -1,0 +1,76 @@
+"""``shuangkou classify CARDS...``: print the reading of some cards as JSON (R-3, R-4).
+
+* default: the best reading (R-4.6);
+* ``--beat "4 5 6 7 8"``: the largest reading that beats that play (R-4.6, R-5);
+* ``--all``: every reading, best first.
+
+Output is one JSON object: ``Combo.to_json()`` plus ``"cards"`` (the ranks
+played) and ``"describe"``.  No reading (or none that beats) prints
+``"kind": null`` and exits 1; ``--all`` prints ``{"cards": ..., "readings": [...]}``
+and exits 1 when the list is empty.  A bad card token exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+# engine.combos is imported in run(): build_parser imports every command module.
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("cards", nargs="+", help='cards in notation, e.g. 3 4 5 6 BJ (or one quoted string)')
+    parser.add_argument("--beat", metavar="CARDS", help="the previous play: print the largest reading that beats it")
+    parser.add_argument("--all", action="store_true", help="print every reading, best first")
+    parser.add_argument("--heavenly", choices=("top", "bottom"), default="top",
+                        help="position of the heavenly bomb among 7-xiang bombs (R-3.9)")
+
+
+def _reading(combo, cards_text: str) -> dict[str, object]:
+    data: dict[str, object] = {"cards": cards_text}
+    data.update(combo.to_json())
+    if combo.kind == "chain_bomb":  # which bomb the extra jokers joined
+        data["m"] = combo.m
+        data["bomb_sizes"] = list(combo.bomb_sizes)
+    data["describe"] = combo.describe()
+    return data
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.cards import CardNotationError, format_ranks, parse_cards
+    from engine.cli import CliError
+    from engine.combos import classify, interpretations
+
+    try:
+        cards = parse_cards(" ".join(args.cards))
+        beat_cards = parse_cards(args.beat) if args.beat is not None else None
+    except CardNotationError as exc:
+        raise CliError(str(exc)) from None
+    if not cards:
+        raise CliError("no cards given")
+    text = format_ranks(cards)
+
+    beat = None
+    if beat_cards is not None:
+        beat = classify(beat_cards, heavenly=args.heavenly)
+        if beat is None:
+            raise CliError(f"--beat {args.beat!r} is not a combination")
+
+    if args.all:
+        readings = interpretations(cards, heavenly=args.heavenly)
+        print(json.dumps({"cards": text, "readings": [_reading(c, text) for c in readings]},
+                         ensure_ascii=False))
+        return 0 if readings else 1
+
+    combo = classify(cards, beat=beat, heavenly=args.heavenly)
+    if combo is None:
+        out: dict[str, object] = {"cards": text, "kind": None}
+        if beat is not None:
+            out["beat"] = _reading(beat, format_ranks(beat_cards or []))
+        print(json.dumps(out, ensure_ascii=False))
+        return 1
+    out = _reading(combo, text)
+    if beat is not None:
+        out["beat"] = _reading(beat, format_ranks(beat_cards or []))
+    print(json.dumps(out, ensure_ascii=False))
+    return 0
