@@ -21,6 +21,16 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 XIANGS = tuple(range(4, 13))
 
 
+def _raise(problems: list[tuple[str, str]]) -> None:
+    """Raise one ValueError carrying several problems, each with a sub-path.
+
+    Lines look like ``@<sub-path>: <message>``; :func:`_problems` joins the
+    sub-path onto the location pydantic reports for the validator.
+    """
+    if problems:
+        raise ValueError("\n".join(f"@{sub}: {msg}" for sub, msg in problems))
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -36,8 +46,20 @@ class KouConfig(_Strict):
 
     @model_validator(mode="after")
     def _thresholds(self) -> KouConfig:
-        if not 1 < self.single_from < self.double_from <= 27:
-            raise ValueError("need 1 < single_from < double_from <= 27")
+        problems = []
+        if not 1 < self.single_from <= 27:
+            problems.append(("single_from", f"must be 2..27 (a flat kou needs at least 1 card left, "
+                                            f"a hand holds 27), got {self.single_from}"))
+        if not 1 < self.double_from <= 27:
+            problems.append(("double_from", f"must be 2..27 (a hand holds 27 cards), got {self.double_from}"))
+        if not problems and self.single_from >= self.double_from:
+            problems.append(("double_from", f"must be greater than single_from ({self.single_from}), "
+                                            f"got {self.double_from}"))
+        if not self.flat <= self.single <= self.double:
+            problems.append(("single" if self.flat > self.single else "double",
+                             f"kou multipliers must not decrease flat <= single <= double "
+                             f"(R-7.2), got {self.flat}, {self.single}, {self.double}"))
+        _raise(problems)
         return self
 
     def kou_of(self, cards_left: int) -> Literal["flat", "single", "double"]:
@@ -82,25 +104,47 @@ class RoomConfig(_Strict):
 
     @field_validator("contribution", "doubling")
     @classmethod
-    def _full_table(cls, table: dict[int, int]) -> dict[int, int]:
-        missing = [x for x in XIANGS if x not in table]
-        if missing:
-            raise ValueError(f"missing rows for xiang {missing} (need every xiang 4..12)")
-        extra = sorted(x for x in table if x not in XIANGS)
-        if extra:
-            raise ValueError(f"rows for xiang {extra} do not exist (xiang is 4..12)")
-        negative = sorted(x for x, v in table.items() if v < 0)
-        if negative:
-            raise ValueError(f"negative multiplier at xiang {negative}")
+    def _full_table(cls, table: dict[int, int], info: Any) -> dict[int, int]:
+        problems = []
+        for x in XIANGS:
+            if x not in table:
+                problems.append((str(x), "missing row (every xiang 4..12 needs a row)"))
+        for x in sorted(table):
+            if x not in XIANGS:
+                problems.append((str(x), "no such xiang (rows are 4..12)"))
+        floor = 1 if info.field_name == "doubling" else 0
+        for x, v in sorted(table.items()):
+            if v < floor:
+                what = "negative multiplier" if v < 0 else "a doubling multiplier must be at least 1 (1 = no doubling)"
+                problems.append((str(x), f"{what}, got {v}"))
+        rows = [(x, table[x]) for x in XIANGS if x in table]
+        for (x0, v0), (x1, v1) in zip(rows, rows[1:]):
+            if v1 < v0 and v0 >= floor and v1 >= floor:
+                problems.append((str(x1), f"must not be below the {x0}-xiang row ({v1} < {v0}): "
+                                          "a stronger bomb never pays less (R-8.3 takes the largest xiang)"))
+        _raise(problems)
         return dict(sorted(table.items()))
 
     @field_validator("levels")
     @classmethod
     def _ascending(cls, levels: tuple[Level, ...]) -> tuple[Level, ...]:
-        for lo, hi in zip(levels, levels[1:]):
-            if not (lo.level < hi.level and lo.need < hi.need):
-                raise ValueError(f"levels must ascend in level and need (at level {hi.level})")
+        problems = []
+        for i, (lo, hi) in enumerate(zip(levels, levels[1:]), start=1):
+            if lo.level >= hi.level:
+                problems.append((f"[{i}].level", f"levels must ascend: level {hi.level} after level {lo.level}"))
+            if lo.need >= hi.need:
+                problems.append((f"[{i}].need", f"need must ascend: {hi.need} at level {hi.level} "
+                                                f"is not above {lo.need} at level {lo.level}"))
+        _raise(problems)
         return levels
+
+    @model_validator(mode="after")
+    def _new_players_can_sit(self) -> RoomConfig:
+        # R-11: a new points player holds 0 points and must have a level (and a base X).
+        if self.mode == "points" and self.levels and self.levels[0].need > 0:
+            _raise([("levels[0].need", f"a points room's first level must need 0 points "
+                                       f"(a new player holds 0), got {self.levels[0].need}")])
+        return self
 
     def level_of(self, balance: int) -> Level | None:
         """The highest level whose need the balance meets, or None (R-11.1)."""
@@ -129,14 +173,47 @@ class ConfigError(ValueError):
         super().__init__(f"{source}: " + "; ".join(problems))
 
 
+def _join(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if part == "[key]":
+            continue
+        if isinstance(part, int) and out == "levels":
+            out += f"[{part}]"
+        elif out:
+            out += f".{part}"
+        else:
+            out = str(part)
+    return out
+
+
 def _problems(exc: ValidationError) -> list[str]:
+    """Every problem of a validation error as ``key.path: message`` lines."""
     out = []
     for err in exc.errors():
-        path = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        loc = tuple(err["loc"])
+        path = _join(loc)
+        kind = err["type"]
+        if kind == "value_error":
+            text = str(err.get("ctx", {}).get("error", err["msg"]))
+            for line in text.splitlines():
+                if line.startswith("@"):
+                    sub, _, msg = line[1:].partition(": ")
+                    full = path + sub if sub.startswith("[") else (f"{path}.{sub}" if path else sub)
+                    out.append(f"{full}: {msg}")
+                else:
+                    out.append(f"{path or '(top level)'}: {line}")
+            continue
         msg = err["msg"]
-        if err["type"] == "extra_forbidden":
+        if kind == "extra_forbidden":
             msg = "unknown key"
-        out.append(f"{path}: {msg}")
+        elif kind == "missing":
+            msg = "missing (this key is required)"
+        elif "[key]" in loc:
+            msg = "not an xiang number (rows are 4..12)"
+        elif "input" in err and not isinstance(err["input"], (dict, list, tuple)):
+            msg = f"{msg} (got {err['input']!r})"
+        out.append(f"{path or '(top level)'}: {msg}")
     return out
 
 
@@ -152,15 +229,26 @@ def load_config(name_or_path: str | Path) -> RoomConfig:
     """Load and validate a room config; raises :class:`ConfigError` listing every problem."""
     path = resolve_config_path(name_or_path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(str(path), ["file not found"]) from None
+        raise ConfigError(str(path), ["(file): file not found"]) from None
+    except IsADirectoryError:
+        raise ConfigError(str(path), ["(file): is a directory, not a TOML file"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [f"(file): not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
+    except OSError as exc:
+        raise ConfigError(str(path), [f"(file): cannot read: {exc.strerror or exc}"]) from None
+    try:
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(path), [f"not valid TOML: {exc}"]) from None
+        raise ConfigError(str(path), [f"(file): not valid TOML: {exc}"]) from None
     return parse_config(raw, str(path))
 
 
 def parse_config(raw: dict[str, Any], source: str = "config") -> RoomConfig:
+    """Validate already-parsed data (a TOML table); raises :class:`ConfigError`."""
+    if not isinstance(raw, dict):
+        raise ConfigError(source, [f"(top level): must be a table of keys, got {type(raw).__name__}"])
     raw = dict(raw)
     for table in ("contribution", "doubling"):
         if isinstance(raw.get(table), dict):

@@ -1,0 +1,226 @@
+"""Ledger contract (in-memory and Redis) and the projection runner: exactly once under
+redelivery and crashes (DESIGN.md "Projections"; R-8, R-11, R-12.3)."""
+
+from __future__ import annotations
+
+import itertools
+
+import fakeredis
+import pytest
+
+from engine.combos import classify
+from engine.config import load_config
+from engine.events import (
+    CardsPlayed,
+    HandDealt,
+    MatchCreated,
+    MatchFinished,
+    PlayerEscaped,
+    PlayerSeated,
+    Reading,
+)
+from engine.store.memory import InMemoryEventStore
+from engine.store.redis_store import RedisEventStore
+from projections.ledger import InMemoryLedger, RedisLedger
+from projections.runner import MemoryFeed, ProjectionRunner, RedisFeed, project_match
+from projections.settlement import settle
+
+POINTS = load_config("points")
+WEALTH = load_config("wealth")
+
+
+def match_events(match_id, mode="points", bombs=(), escape=None, left=8, finished=True,
+                 seats=((2, 10, 150), (2, 10, 150))):
+    """A short match: created, two seats, a deal, a's bombs, then the finish (a wins, or b escapes)."""
+    cfg = POINTS if mode == "points" else WEALTH
+    seq = itertools.count(1)
+    env = lambda: {"match_id": match_id, "seq": next(seq), "ts": 1, "command_id": f"c-{match_id}"}  # noqa: E731
+    ev = [MatchCreated(**env(), config=cfg.to_record())]
+    for i, (pid, (level, base, balance)) in enumerate(zip("ab", seats)):
+        ev.append(PlayerSeated(**env(), player=pid, seat=i, balance=balance, level=level, base=base))
+    ev.append(HandDealt(**env(), hands=((0,), (1,)), set_aside=(), lead_card=None, first=0))
+    for cards in bombs:
+        ev.append(CardsPlayed(**env(), player="a", cards=(), reading=Reading.of(classify(cards))))
+    if escape:
+        ev.append(PlayerEscaped(**env(), player=escape, policy="forfeit"))
+    if finished:
+        if escape:
+            ev.append(MatchFinished(**env(), winner="a", loser="b", cards_left={"a": 5, "b": 5},
+                                    kou="escape", reason="escape"))
+        else:
+            ev.append(MatchFinished(**env(), winner="a", loser="b", cards_left={"a": 0, "b": left},
+                                    kou=cfg.kou.kou_of(left), reason="out"))
+    return ev
+
+
+# ---- the Ledger contract -------------------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "redis"])
+def ledger(request):
+    if request.param == "memory":
+        return InMemoryLedger()
+    return RedisLedger(fakeredis.FakeRedis())
+
+
+def test_empty_ledger(ledger):
+    assert ledger.balance("a", "points") == 0 and ledger.burned_total("wealth") == 0
+    assert ledger.settlement("m") is None and not ledger.is_settled("m") and list(ledger.settled_matches()) == []
+
+
+def test_apply_once(ledger):
+    """R-8.6: 10·2·8 + 10·4 = 200 moves b → a, once."""
+    s = settle(match_events("m1", bombs=["7 7 7 7 7 7 7"]))
+    assert ledger.apply_settlement("m1", s) is True
+    assert ledger.apply_settlement("m1", s) is False
+    assert ledger.apply_settlement("m1", s, "points") is False
+    assert (ledger.balance("a", "points"), ledger.balance("b", "points")) == (200, -200)
+    assert ledger.balance("a", "wealth") == 0                      # modes are separate
+    assert ledger.settlement("m1") == s and ledger.is_settled("m1")
+    assert list(ledger.settled_matches()) == ["m1"]
+
+
+def test_burned_is_counted_once(ledger):
+    """R-12.3: the 30% that goes to no one."""
+    s = settle(match_events("m2", mode="wealth", bombs=["6 6 6 6 6 6"], escape="b",
+                            seats=((5, 1000, 600_000), (5, 1000, 600_000))))
+    # 12·1000 + 1000·2 + 1000·2 = 16000; a receives 11200; 4800 burned
+    assert s.scores == {"b": -16000, "a": 11200} and s.burned == 4800
+    for _ in range(3):
+        ledger.apply_settlement("m2", s)
+    assert ledger.burned_total("wealth") == 4800 and ledger.burned_total("points") == 0
+    assert ledger.balance("a", "wealth") + ledger.balance("b", "wealth") + ledger.burned_total("wealth") == 0
+
+
+def test_grants_and_levels(ledger):
+    """R-11: later matches read levels from the ledger; R-11.1 below the lowest wealth level → None."""
+    assert ledger.level_for("new", WEALTH) is None
+    assert ledger.level_for("new", POINTS).level == 0
+    assert ledger.grant("p", "wealth", 1500, "deposit-1") is True
+    assert ledger.grant("p", "wealth", 1500, "deposit-1") is False
+    assert ledger.balance("p", "wealth") == 1500 and ledger.level_for("p", WEALTH).base == 10
+    ledger.grant("q", "points", -30, "adjust-1")
+    assert ledger.level_for("q", POINTS).level == 0                # decision: negative points sit at level 0
+    assert ledger.grant("q", "points", 250, "adjust-2") and ledger.level_for("q", POINTS).base == 20
+
+
+def test_bad_mode(ledger):
+    with pytest.raises(ValueError):
+        ledger.balance("a", "coins")
+
+
+# ---- the runner ----------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "redis"])
+def rig(request):
+    """(store, ledger, make_feed(consumer)) over one backend."""
+    if request.param == "memory":
+        store = InMemoryEventStore(buckets=4)
+        cursors: dict[int, str] = {}
+        return store, InMemoryLedger(), lambda consumer="x", **kw: MemoryFeed(store, cursors)
+    client = fakeredis.FakeRedis()
+    store = RedisEventStore(client, buckets=4)
+    return store, RedisLedger(client), lambda consumer="ledger-1", **kw: RedisFeed(
+        client, consumer=consumer, buckets=4, **kw)
+
+
+def append(store, events, per_command=2):
+    """Append in several commands (several feed messages per match)."""
+    v = 0
+    for i in range(0, len(events), per_command):
+        chunk = events[i:i + per_command]
+        store.append(chunk[0].match_id, v, f"cmd-{chunk[0].match_id}-{i}", chunk, None)
+        v += len(chunk)
+
+
+def totals(ledger, *players, mode="points"):
+    return tuple(ledger.balance(p, mode) for p in players)
+
+
+def test_runner_settles_finished_matches_once(rig):
+    store, ledger, feed = rig
+    append(store, match_events("m1", bombs=["7 7 7 7 7 7 7"]))
+    append(store, match_events("m2", finished=False))
+    append(store, match_events("m3", left=12))                      # 10·4·1 = 40
+    seen = []
+    runner = ProjectionRunner(store, ledger, feed(), on_settled=lambda s, applied: seen.append((s.match_id, applied)))
+    assert runner.drain() > 3
+    assert sorted(seen) == [("m1", True), ("m3", True)]
+    assert totals(ledger, "a", "b") == (240, -240)
+    assert ledger.settlement("m1").scores == {"a": 200, "b": -200} and ledger.settlement("m2") is None
+    assert runner.run_once() == 0                                   # everything acked
+
+
+def test_redelivery_changes_nothing(rig):
+    """The same message handled twice (at-least-once delivery): the ledger marker stops the second."""
+    store, ledger, feed = rig
+    append(store, match_events("m1", bombs=["8 8 8 8 8 8 8 8"]))
+    f = feed()
+    runner = ProjectionRunner(store, ledger, f)
+    batch = f.read()
+    for d in batch + batch:
+        runner.process(d)
+    for d in batch:
+        f.ack(d)
+    assert totals(ledger, "a", "b") == (400, -400)                   # 10·2·16 + 10·8
+
+
+def test_crash_after_apply_before_ack(rig):
+    """Crash between applying and acking: the message is redelivered and changes nothing."""
+    store, ledger, feed = rig
+    append(store, match_events("m1", bombs=["7 7 7 7 7 7 7"]))
+    crashed = ProjectionRunner(store, ledger, feed())
+    for d in crashed.feed.read():                                   # read + apply, never ack
+        crashed.process(d)
+    assert totals(ledger, "a", "b") == (200, -200)
+    seen = []
+    restarted = ProjectionRunner(store, ledger, feed(), on_settled=lambda s, applied: seen.append(applied))
+    assert restarted.drain() > 0                                     # redelivered
+    assert seen == [False] and totals(ledger, "a", "b") == (200, -200)
+    assert restarted.run_once() == 0
+
+
+def test_crash_after_read_before_apply(rig):
+    """Crash between reading and applying: redelivered, applied exactly once."""
+    store, ledger, feed = rig
+    append(store, match_events("m1", bombs=["7 7 7 7 7 7 7"]))
+    assert feed().read()                                             # read, then "crash"
+    assert totals(ledger, "a", "b") == (0, 0)
+    restarted = ProjectionRunner(store, ledger, feed())
+    restarted.drain()
+    restarted.drain()
+    assert totals(ledger, "a", "b") == (200, -200)
+
+
+def test_messages_after_the_finish_are_harmless(rig):
+    """A finished match's messages arriving later again (e.g. a replayed feed) change nothing."""
+    store, ledger, feed = rig
+    append(store, match_events("m1", left=7))
+    ProjectionRunner(store, ledger, feed()).drain()
+    ProjectionRunner(store, ledger, feed()).drain()
+    assert totals(ledger, "a", "b") == (20, -20)
+
+
+def test_redis_other_consumer_claims_stale_pending():
+    """A consumer that died with messages pending: another consumer claims them (XAUTOCLAIM)."""
+    client = fakeredis.FakeRedis()
+    store, ledger = RedisEventStore(client, buckets=4), RedisLedger(client)
+    append(store, match_events("m1", bombs=["7 7 7 7 7 7 7"]))
+    dead = RedisFeed(client, consumer="dead", buckets=4)
+    assert dead.read()                                               # pending on "dead", never acked
+    other = ProjectionRunner(store, ledger, RedisFeed(client, consumer="live", buckets=4, claim_idle_ms=0))
+    assert other.drain() > 0
+    assert totals(ledger, "a", "b") == (200, -200)
+    for b in range(4):
+        assert client.xpending("sk:{b%d}:feed" % b, "sk-projections")["pending"] == 0
+
+
+def test_project_match_directly():
+    """Embedded use without a feed: settle + apply, idempotent."""
+    ledger = InMemoryLedger()
+    ev = match_events("m9", bombs=["SJ SJ BJ"], left=12)             # 10·4·4 + 10·2 = 180
+    assert project_match(ev, ledger).scores == {"a": 180, "b": -180}
+    project_match(ev, ledger)
+    assert totals(ledger, "a", "b") == (180, -180)
+    assert project_match(match_events("m10", finished=False), ledger) is None
