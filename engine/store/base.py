@@ -1,9 +1,13 @@
 """The event store contract: one interface, an in-memory and a Redis Streams
 implementation, one contract test suite (tests/test_store_contract.py).
 
-An append is atomic: it checks the expected version and the command id, adds
+An append is atomic: it checks the command id and the expected version, adds
 the events, adds a notification to the match's bucket feed and records the
 match's next deadline (or clears it) — all or nothing.
+
+Matches are spread over ``buckets`` (``bucket_of(match_id)``); each bucket has
+a feed (one :class:`FeedEntry` per append that added events) that projections
+follow, and a deadline index that the sweeper reads.
 """
 
 from __future__ import annotations
@@ -44,9 +48,31 @@ class Deadline:
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    version: int  # the match version after the append
+    """What an append did.
+
+    On a duplicate command id nothing is appended and the *original* result
+    comes back: ``version`` is the version right after that command's append
+    (not necessarily the match's current version) and ``events`` are the
+    stored events of that command.
+    """
+
+    version: int  # the match version after the append (after the original append on a duplicate)
     duplicate: bool  # the command id was already applied: nothing was appended
     events: tuple[EventBase, ...]  # the events of that command (the stored ones on a duplicate)
+
+
+@dataclass(frozen=True, slots=True)
+class FeedEntry:
+    """One notification of a bucket feed: events ``first``..``last`` of ``match_id`` were appended.
+
+    ``id`` is the feed position (a Redis stream id ``"<ms>-<n>"``; the memory
+    store uses ``"<n>-0"``); pass it back as ``after`` to read on.
+    """
+
+    id: str
+    match_id: str
+    first: int
+    last: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,16 +81,44 @@ class Snapshot:
     state: bytes  # codec of the state module (engine.state.encode_state)
 
 
+def check_append(match_id: str, expected_version: int, command_id: str,
+                 events: Sequence[EventBase], deadline: Deadline | None) -> None:
+    """Argument checks shared by every implementation (a caller bug -> ValueError)."""
+    if not match_id:
+        raise ValueError("match_id must not be empty")
+    if not command_id:
+        raise ValueError("command_id must not be empty")
+    if expected_version < 0:
+        raise ValueError(f"expected_version must be >= 0, got {expected_version}")
+    for i, event in enumerate(events):
+        if event.match_id != match_id:
+            raise ValueError(f"event {i} belongs to match {event.match_id!r}, not {match_id!r}")
+        if event.seq != expected_version + 1 + i:
+            raise ValueError(f"event {i} has seq {event.seq}, expected {expected_version + 1 + i}")
+    if deadline is not None and deadline.match_id != match_id:
+        raise ValueError(f"deadline is for match {deadline.match_id!r}, not {match_id!r}")
+
+
 class EventStore(ABC):
     """Append-only per-match event streams plus feed, deadlines and snapshots."""
+
+    #: number of buckets matches are spread over (feeds and deadline indexes are per bucket)
+    buckets: int
 
     @abstractmethod
     def append(self, match_id: str, expected_version: int, command_id: str,
                events: Sequence[EventBase], deadline: Deadline | None) -> AppendResult:
         """Append ``events`` (seq expected_version+1 …) if the stream is at
-        ``expected_version``; a command id seen before returns its original
-        result with ``duplicate=True``; else raise :class:`WrongVersion`.
-        ``deadline`` replaces the match's recorded deadline (None clears it)."""
+        ``expected_version``; a command id seen before (for this match) returns
+        its original result with ``duplicate=True`` and changes nothing — this is
+        checked *before* the version, so a retry with a stale expected version
+        is still recognised; else raise :class:`WrongVersion`.
+        ``deadline`` replaces the match's recorded deadline (None clears it).
+
+        ``events`` may be empty: the command id is then recorded and the
+        deadline set, but no feed notification is written.  Events must carry
+        this match id and consecutive seqs from ``expected_version + 1``
+        (ValueError otherwise)."""
 
     @abstractmethod
     def load(self, match_id: str, after: int = 0) -> list[EventBase]:
@@ -87,7 +141,19 @@ class EventStore(ABC):
         """The match's recorded deadline, if any."""
 
     @abstractmethod
-    def save_snapshot(self, match_id: str, snapshot: Snapshot) -> None: ...
+    def save_snapshot(self, match_id: str, snapshot: Snapshot) -> None:
+        """Store ``snapshot`` as the match's snapshot (replaces the previous one)."""
 
     @abstractmethod
-    def load_snapshot(self, match_id: str) -> Snapshot | None: ...
+    def load_snapshot(self, match_id: str) -> Snapshot | None:
+        """The match's latest saved snapshot; replay ``load(match_id, after=snapshot.version)`` on top."""
+
+    @abstractmethod
+    def bucket_of(self, match_id: str) -> int:
+        """The bucket (0 … ``buckets``-1) a match's feed notifications and deadline go to."""
+
+    @abstractmethod
+    def read_feed(self, bucket: int, after: str = "0-0", count: int = 1000) -> list[FeedEntry]:
+        """Feed notifications of ``bucket`` after position ``after``, oldest first.
+        Feeds are capped (old notifications may be trimmed): they say *what* changed;
+        the events themselves are always in the match stream."""

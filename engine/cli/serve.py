@@ -1,0 +1,184 @@
+"""``shuangkou serve``: the engine as a long-running process on real Redis.
+
+One process runs
+
+* the command gateway loop (:class:`engine.gateway.CommandGateway`): reads the
+  inbox with the consumer group ``sk-service``, decides, appends, publishes
+  per-player updates; idle pending messages of dead consumers are reclaimed
+  (XAUTOCLAIM);
+* the projection runner (:class:`projections.runner.ProjectionRunner`): the
+  bucket feeds → settlement → ledger, consumer group ``sk-projections``;
+* timers: with ``--broker-url`` (or ``SK_BROKER_URL``) each commit schedules a
+  dramatiq message on that broker, fired by ``dramatiq workers.actors``
+  processes; without one, an in-process dramatiq worker (StubBroker) and the
+  deadline sweeper fire them here (a one-process deployment);
+* ``/metrics`` on ``--metrics-port`` (projections.metrics).
+
+Several serve processes share the work through the consumer groups: give
+each a distinct ``--consumer`` (default ``<hostname>-<pid>``; keep it stable
+across restarts of one replica so it finishes its own pending messages first).
+
+SIGTERM / SIGINT: the message in hand is finished and acknowledged, the rest
+stay pending (another consumer or this one after a restart takes them), then
+the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--redis", metavar="URL", default=os.environ.get("SK_REDIS_URL"),
+                        help="the event store's Redis (default $SK_REDIS_URL)")
+    parser.add_argument("--broker-url", metavar="URL", default=None,
+                        help="dramatiq's Redis for timer messages (default $SK_BROKER_URL; "
+                             "none: timers run in this process)")
+    parser.add_argument("--metrics-port", type=int, default=None, metavar="P",
+                        help="serve Prometheus /metrics on this port (0: pick a free one; default: off)")
+    parser.add_argument("--metrics-addr", default="0.0.0.0", help="address for /metrics (default 0.0.0.0)")
+    parser.add_argument("--consumer", default=None,
+                        help="consumer name in the groups (default <hostname>-<pid>)")
+    parser.add_argument("--no-projections", action="store_true", help="do not run the projection runner here")
+    parser.add_argument("--batch", type=int, default=10, help="inbox messages read per call (default 10)")
+    parser.add_argument("--log-level", default=os.environ.get("SK_LOG_LEVEL", "INFO"))
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+    import random
+    import signal
+    import sys
+    import threading
+
+    import redis
+
+    from engine.cli import CliError
+
+    if not args.redis:
+        raise CliError("--redis URL is required (or set SK_REDIS_URL)")
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    log = logging.getLogger("shuangkou.serve")
+
+    from engine.gateway import CommandGateway
+    from engine.store import keys
+    from engine.store.redis_store import RedisEventStore
+    from projections import metrics
+    from workers.clock import SystemClock
+
+    consumer = args.consumer or f"{socket.gethostname()}-{os.getpid()}"
+    client = redis.Redis.from_url(args.redis)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise CliError(f"cannot reach {args.redis}: {exc}") from None
+    raw_store = RedisEventStore(client)
+    check = getattr(raw_store, "check_layout", None)
+    if check is not None:
+        check()
+    store = metrics.InstrumentedStore(raw_store)
+    clock = SystemClock()
+    rng = random.SystemRandom()  # R-1.5: unpredictable deals in production
+
+    broker_url = args.broker_url or os.environ.get("SK_BROKER_URL") or None
+    timers = None
+    broker_client = None
+    if broker_url:
+        from workers.broker import setup_broker
+        from workers.runtime import make_service
+        from workers.scheduler import DeadlineScheduler
+
+        setup_broker(broker_url)
+        import workers.actors  # noqa: F401  (declares fire_deadline on the broker)
+
+        scheduler = DeadlineScheduler(clock)
+        service, hooked = make_service(store, clock, rng, on_commit=scheduler.on_commit)
+        if not hooked:
+            raise CliError("engine.service.MatchService has no on_commit hook: timers cannot be scheduled")
+        broker_client = redis.Redis.from_url(broker_url)
+    else:
+        from workers.embedded import EmbeddedTimers
+
+        timers = EmbeddedTimers(store, clock=clock, rng=rng)
+        service = timers.service
+    isvc = metrics.InstrumentedService(service, store=store, clock=clock)
+    if timers is not None:
+        timers.runtime.service = isvc  # in-process timer fires are measured too
+
+    gateway = CommandGateway(client, isvc, consumer)
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+
+    runner = None
+    if not args.no_projections:
+        from projections.ledger import RedisLedger
+        from projections.runner import ProjectionRunner, RedisFeed
+
+        def settled(s, applied: bool) -> None:
+            metrics.observe_projection_applied("ledger")
+            if applied:
+                metrics.observe_settlement(s.scores, s.mode)
+
+        runner = ProjectionRunner(raw_store, RedisLedger(client), RedisFeed(client, consumer=consumer),
+                                  on_settled=settled)
+        t = threading.Thread(target=runner.run_forever, args=(stop,), name="projections", daemon=True)
+        threads.append(t)
+
+    def watch_dead_letters() -> None:
+        seen_inbox = seen_feed = 0
+        while not stop.wait(1.0):
+            dead = gateway.stats.dead
+            if dead > seen_inbox:
+                metrics.observe_dead_letter("inbox", dead - seen_inbox)
+                seen_inbox = dead
+            if runner is not None and len(runner.errors) > seen_feed:
+                metrics.observe_dead_letter("feed", len(runner.errors) - seen_feed)
+                seen_feed = len(runner.errors)
+
+    threads.append(threading.Thread(target=watch_dead_letters, name="dead-letters", daemon=True))
+
+    server = None
+    if args.metrics_port is not None:
+        buckets = getattr(raw_store, "buckets", keys.DEFAULT_BUCKETS)
+        feeds = [keys.feed_key(b) for b in range(buckets)] + [keys.INBOX]
+        extra = [metrics.FeedLagCollector(client, feeds)]
+        if broker_client is not None:
+            extra.append(metrics.DeadLetterQueueCollector(broker_client, queues=("sk-timers",),
+                                                          namespace="sk-dramatiq"))
+        server, _ = metrics.start_metrics_server(args.metrics_port, addr=args.metrics_addr,
+                                                 extra_collectors=extra)
+        log.info("metrics on http://%s:%d/metrics", args.metrics_addr, server.server_port)
+        # machine-readable line for scripts and tests that pass --metrics-port 0
+        print(f"metrics-port {server.server_port}", flush=True)
+
+    def on_signal(signum, _frame) -> None:
+        log.info("signal %s: finishing the message in hand, then stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    for t in threads:
+        t.start()
+    log.info("serving: consumer %s, inbox %s (group %s), timers %s, projections %s", consumer,
+             gateway.inbox, gateway.group, "dramatiq " + broker_url.split("@")[-1] if broker_url else "in-process",
+             "on" if runner is not None else "off")
+    print(f"ready consumer={consumer}", flush=True)
+    try:
+        gateway.run(stop, block_ms=500, count=args.batch, reclaim_every_s=15.0, min_idle_ms=30_000)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+        if timers is not None:
+            timers.stop()
+        if server is not None:
+            server.shutdown()
+        metrics.mark_process_dead()
+        s = gateway.stats
+        log.info("stopped: %d messages handled (%d accepted, %d rejected, %d duplicates, %d dead)",
+                 s.processed, s.accepted, s.rejected, s.duplicates, s.dead)
+    return 0

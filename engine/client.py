@@ -1,0 +1,177 @@
+"""A gateway's side of the command protocol (docs/PROTOCOL.md), in Python.
+
+>>> import fakeredis
+>>> client = GatewayClient(fakeredis.FakeRedis())
+>>> sent = client.play("m1", "alice", "3 3")
+>>> sent.command.type, sent.command.text
+('Play', '3 3')
+
+:meth:`GatewayClient.send` XADDs a command to the inbox; the helpers build the
+command with a fresh ``command_id`` (uuid4).  Keep the command and re-send it
+unchanged to retry: the same command id is applied at most once.
+:meth:`GatewayClient.updates` reads a player's outbound stream.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import msgpack
+
+from engine.commands import (
+    CancelTrustee,
+    CommandBase,
+    CreateMatch,
+    Deal,
+    Disconnect,
+    Escape,
+    Leave,
+    Pass,
+    Play,
+    Ready,
+    Reconnect,
+    RequestTrustee,
+    Sit,
+    encode_command,
+)
+from engine.store import keys
+from engine.store.redis_store import stream_replies
+
+
+def new_command_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Sent(NamedTuple):
+    command: CommandBase
+    stream_id: str  # the inbox entry id
+
+    @property
+    def command_id(self) -> str:
+        return self.command.command_id
+
+
+def _s(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class OutMessage:
+    """One entry of a player's outbound stream (or of a reply stream)."""
+
+    id: str  # stream entry id: pass the last one back as ``last_id``
+    kind: str  # update | rejected (outbound); accepted | duplicate | rejected | dead (replies)
+    match_id: str
+    command_id: str
+    version: int | None = None
+    code: str | None = None
+    reason: str | None = None
+    body: dict[str, Any] = field(default_factory=dict)  # update: match_id, command_id, version, duplicate, events, view
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        return list(self.body.get("events", ()))
+
+    @property
+    def view(self) -> dict[str, Any] | None:
+        return self.body.get("view")
+
+    @classmethod
+    def parse(cls, entry_id: Any, fields: dict) -> OutMessage:
+        f = {_s(k): v for k, v in fields.items()}
+        body = msgpack.unpackb(f["body"], raw=False, strict_map_key=False) if "body" in f else {}
+        version = f.get("version")
+        return cls(id=_s(entry_id), kind=_s(f.get("kind", b"")), match_id=_s(f.get("match", b"")),
+                   command_id=_s(f.get("command_id", b"")),
+                   version=None if version is None else int(version),
+                   code=None if "code" not in f else _s(f["code"]),
+                   reason=None if "reason" not in f else _s(f["reason"]), body=body)
+
+
+class GatewayClient:
+    """Publish commands to the inbox and read players' updates.
+
+    ``reply_to``: a stream named ``sk:reply:…`` where the service reports the
+    fate of each command this client sends (accepted / duplicate / rejected / dead).
+    """
+
+    def __init__(self, redis_client: Any, inbox: str = keys.INBOX, reply_to: str | None = None):
+        if reply_to is not None and not reply_to.startswith(keys.REPLY_PREFIX):
+            raise ValueError(f"reply streams must be named {keys.REPLY_PREFIX}…")
+        self.redis = redis_client
+        self.inbox = inbox
+        self.reply_to = reply_to
+
+    # -- sending --------------------------------------------------------------------------
+    def send(self, command: CommandBase) -> str:
+        """XADD the command (field ``c`` = msgpack) to the inbox; returns the inbox entry id."""
+        fields: dict[str, Any] = {"c": encode_command(command)}
+        if self.reply_to is not None:
+            fields["reply_to"] = self.reply_to
+        return _s(self.redis.xadd(self.inbox, fields))
+
+    def _send(self, cls: type[CommandBase], match_id: str, command_id: str | None, **data: Any) -> Sent:
+        command = cls(command_id=command_id or new_command_id(), match_id=match_id, **data)
+        return Sent(command, self.send(command))
+
+    def create_match(self, match_id: str, config: dict[str, Any], command_id: str | None = None) -> Sent:
+        return self._send(CreateMatch, match_id, command_id, config=config)
+
+    def sit(self, match_id: str, player: str, balance: int = 0, command_id: str | None = None) -> Sent:
+        return self._send(Sit, match_id, command_id, player=player, balance=balance)
+
+    def leave(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
+        return self._send(Leave, match_id, command_id, player=player)
+
+    def ready(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
+        return self._send(Ready, match_id, command_id, player=player)
+
+    def deal(self, match_id: str, hands: Any = None, first: int | None = None,
+             command_id: str | None = None) -> Sent:
+        return self._send(Deal, match_id, command_id, hands=hands, first=first)
+
+    def play(self, match_id: str, player: str, text: str | None = None, *, cards: Any = None,
+             reading_kind: str | None = None, reading_rank: str | None = None,
+             command_id: str | None = None) -> Sent:
+        """Play cards as notation text (``"3 3"``, ``"10H 10S"``) or as card ids (``cards=``)."""
+        return self._send(Play, match_id, command_id, player=player, text=text,
+                          cards=None if cards is None else tuple(cards),
+                          reading_kind=reading_kind, reading_rank=reading_rank)
+
+    def pass_(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
+        return self._send(Pass, match_id, command_id, player=player)
+
+    def request_trustee(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
+        return self._send(RequestTrustee, match_id, command_id, player=player)
+
+    def cancel_trustee(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
+        return self._send(CancelTrustee, match_id, command_id, player=player)
+
+    def disconnect(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
+        return self._send(Disconnect, match_id, command_id, player=player)
+
+    def reconnect(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
+        return self._send(Reconnect, match_id, command_id, player=player)
+
+    def escape(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
+        return self._send(Escape, match_id, command_id, player=player)
+
+    # -- reading --------------------------------------------------------------------------
+    def _read(self, stream: str, last_id: str, block_ms: int | None, count: int) -> list[OutMessage]:
+        reply = self.redis.xread({stream: last_id}, count=count, block=block_ms)
+        return [OutMessage.parse(entry_id, fields) for _, entries in stream_replies(reply)
+                for entry_id, fields in entries]
+
+    def updates(self, player: str, last_id: str = "0", block_ms: int | None = None,
+                count: int = 100) -> list[OutMessage]:
+        """Entries of ``sk:out:<player>`` after ``last_id`` ("0": from the start, "$": only new
+        ones), waiting up to ``block_ms`` for the first one (None: do not wait)."""
+        return self._read(keys.outbox_key(player), last_id, block_ms, count)
+
+    def replies(self, last_id: str = "0", block_ms: int | None = None, count: int = 100) -> list[OutMessage]:
+        """Entries of this client's ``reply_to`` stream after ``last_id``."""
+        if self.reply_to is None:
+            raise ValueError("this client has no reply_to stream")
+        return self._read(self.reply_to, last_id, block_ms, count)

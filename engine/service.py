@@ -1,0 +1,144 @@
+"""The command service: load a match, decide, append -- with retries.
+
+:class:`MatchService` is the only place where the pure domain meets the
+world: it reads the clock and the random source (for a deal), builds the
+:class:`engine.decide.Context`, and appends the decided events to the
+:class:`engine.store.base.EventStore` together with the new state's deadline.
+
+* Idempotency: a command id the store has already seen returns the stored
+  events with ``duplicate=True`` (whether the retry would now be accepted or
+  refused), and nothing is appended.
+* Optimistic concurrency: on :class:`WrongVersion` (another writer appended
+  since the load) the service reloads and decides again, up to ``retries``
+  times; after that the :class:`WrongVersion` propagates (the caller -- the
+  inbox consumer -- redelivers the command).
+* Snapshots: every ``snapshot_every`` events the new state is saved
+  (:func:`engine.state.encode_state`); loading reads the snapshot and the
+  tail of the stream after it.
+* A :class:`Rejected` never raises: it comes back in the :class:`Outcome`.
+* ``on_commit(outcome)`` is called after each append of new events (the
+  deadline scheduler of ``workers`` hooks in here).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.cards import DECK_SIZE, RandomSource, shuffled_deck
+from engine.commands import CommandBase, Deal, Ready
+from engine.decide import DEALT, Context, decide
+from engine.errors import Rejected
+from engine.events import EventBase
+from engine.replay import replay
+from engine.state import MatchState, decode_state, encode_state
+from engine.store.base import EventStore, Snapshot, WrongVersion
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one command did."""
+
+    events: tuple[EventBase, ...]  # appended now, or the stored ones of a duplicate command id
+    state: MatchState  # the match after the command (unchanged on a rejection)
+    rejection: Rejected | None = None
+    duplicate: bool = False
+    attempts: int = field(default=1, compare=False)
+
+    @property
+    def accepted(self) -> bool:
+        return self.rejection is None
+
+
+class MatchService:
+    def __init__(self, store: EventStore, clock: Callable[[], int], rng: RandomSource,
+                 snapshot_every: int = 50, retries: int = 5, deal_on_ready: bool = True,
+                 on_commit: Callable[[Outcome], None] | None = None):
+        self.store = store
+        self.clock = clock
+        self.rng = rng
+        self.snapshot_every = snapshot_every
+        self.retries = retries
+        #: give decide a shuffled deck with Ready so the second Ready deals at once;
+        #: scripts with a fixed deal turn this off and send Deal themselves
+        self.deal_on_ready = deal_on_ready
+        #: called with each freshly appended Outcome (not on rejections or duplicates);
+        #: the timer workers use it to schedule the new state's deadline
+        #: (workers/scheduler.py); a failure in it is logged, never undoes the commit
+        self.on_commit = on_commit
+
+    # -- loading ----------------------------------------------------------------
+    def load_state(self, match_id: str) -> MatchState:
+        """Snapshot (if any) + the events after it."""
+        base = None
+        snap = self.store.load_snapshot(match_id)
+        if snap is not None:
+            try:
+                base = decode_state(snap.state)
+            except Exception:  # an unreadable snapshot: fall back to the full stream
+                base = None
+        after = base.version if base is not None else 0
+        tail = self.store.load(match_id, after=after)
+        return replay(tail, base, match_id=match_id)
+
+    # -- commands ---------------------------------------------------------------
+    def _context(self, command: CommandBase) -> Context:
+        now = int(self.clock())
+        wants_deck = isinstance(command, Deal) and command.hands is None
+        wants_deck = wants_deck or (isinstance(command, Ready) and self.deal_on_ready)
+        if not wants_deck:
+            return Context(now_ms=now)
+        deck = tuple(shuffled_deck(self.rng))
+        randrange = getattr(self.rng, "randrange", None)
+        if randrange is not None:
+            lead = int(randrange(DEALT))
+        else:  # the RandomSource protocol only promises shuffle
+            idx = list(range(DEALT))
+            self.rng.shuffle(idx)
+            lead = idx[0]
+        assert len(deck) == 2 * DECK_SIZE
+        return Context(now_ms=now, deck=deck, lead_index=lead)
+
+    def _stored_events_of(self, match_id: str, command_id: str) -> tuple[EventBase, ...]:
+        return tuple(e for e in self.store.load(match_id) if e.command_id == command_id)
+
+    def execute(self, command: CommandBase) -> Outcome:
+        mid = command.match_id
+        last_exc: WrongVersion | None = None
+        for attempt in range(1, self.retries + 1):
+            state = self.load_state(mid)
+            try:
+                events = decide(state, command, self._context(command))
+            except Rejected as rej:
+                # a retried command id whose events are stored is a duplicate, not a refusal
+                stored = self._stored_events_of(mid, command.command_id) if state.version else ()
+                if stored:
+                    return Outcome(stored, state, None, True, attempt)
+                return Outcome((), state, rej, False, attempt)
+            new_state = replay(events, state)
+            try:
+                result = self.store.append(mid, state.version, command.command_id, events,
+                                           new_state.deadline())
+            except WrongVersion as exc:
+                last_exc = exc
+                continue
+            if result.duplicate:
+                return Outcome(tuple(result.events), self.load_state(mid), None, True, attempt)
+            self._maybe_snapshot(state, new_state)
+            outcome = Outcome(tuple(events), new_state, None, False, attempt)
+            if self.on_commit is not None:
+                try:
+                    self.on_commit(outcome)
+                except Exception:  # the deadline sweeper re-fires what a failed hook missed
+                    _log.exception("on_commit hook failed for match %s", mid)
+            return outcome
+        assert last_exc is not None
+        raise last_exc
+
+    def _maybe_snapshot(self, old: MatchState, new: MatchState) -> None:
+        n = self.snapshot_every
+        if n > 0 and new.version // n > old.version // n:
+            self.store.save_snapshot(new.match_id, Snapshot(version=new.version, state=encode_state(new)))

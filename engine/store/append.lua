@@ -1,0 +1,64 @@
+-- Atomic append of one command's events to a match (engine/store/redis_store.py).
+--
+-- All keys share the bucket hash tag {bN}, so this script is atomic on Redis Cluster.
+-- KEYS[1]  sk:{bN}:m:<match>:events    stream, entry id "<seq>-1", field e = msgpack event
+-- KEYS[2]  sk:{bN}:m:<match>:cmds      hash   command id -> "<first>-<last>"
+-- KEYS[3]  sk:{bN}:feed                stream fields match, from, to
+-- KEYS[4]  sk:{bN}:deadlines           zset   match id scored by at_ms
+-- KEYS[5]  sk:{bN}:deadline_info       hash   match id -> "<version>|<kind>|<at_ms>"
+-- KEYS[6]  sk:{bN}:matches             set    match ids of the bucket
+-- ARGV[1]  match id
+-- ARGV[2]  expected version (seq of the last event the caller saw; 0 = new match)
+-- ARGV[3]  command id
+-- ARGV[4]  feed cap (approximate MAXLEN of the feed stream)
+-- ARGV[5]  deadline at_ms, or "" to clear the match's deadline
+-- ARGV[6]  deadline info "<version>|<kind>|<at_ms>" (ignored when ARGV[5] is "")
+-- ARGV[7…] the events' msgpack payloads, seq expected+1, expected+2, …
+--
+-- Replies:
+--   {"ok", version}           appended; version = seq of the last event now
+--   {"dup", first, last}      the command id was applied before: nothing changed;
+--                             its events are seqs first..last (first > last: none)
+--   error "WRONGVERSION <actual>"  the stream is not at the expected version
+--
+-- Every check happens before the first write (a Lua error does not roll back
+-- earlier writes), and XADD with explicit ids "<seq>-1" refuses a stale writer
+-- on its own as a second line of defence.
+
+local seen = redis.call('HGET', KEYS[2], ARGV[3])
+if seen then
+  local dash = string.find(seen, '-', 1, true)
+  return {'dup', tonumber(string.sub(seen, 1, dash - 1)), tonumber(string.sub(seen, dash + 1))}
+end
+
+-- Seqs run 1, 2, 3… with no gap and the stream is never trimmed, so its length
+-- is its version (XLEN is O(1); XREVRANGE costs several times more).  Should
+-- the stream ever be tampered with (XDEL), the explicit ids below still refuse
+-- to write at or below the last entry, before anything else is written.
+local expected = tonumber(ARGV[2])
+local actual = redis.call('XLEN', KEYS[1])
+if actual ~= expected then
+  return redis.error_reply('WRONGVERSION ' .. actual)
+end
+
+local n = #ARGV - 6
+for i = 1, n do
+  redis.call('XADD', KEYS[1], (expected + i) .. '-1', 'e', ARGV[6 + i])
+end
+local version = expected + n
+redis.call('HSET', KEYS[2], ARGV[3], (expected + 1) .. '-' .. version)
+if n > 0 then
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*',
+             'match', ARGV[1], 'from', expected + 1, 'to', version)
+end
+if ARGV[5] == '' then
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  redis.call('HDEL', KEYS[5], ARGV[1])
+else
+  redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
+  redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
+end
+if expected == 0 then
+  redis.call('SADD', KEYS[6], ARGV[1])  -- a match joins its bucket's set on its first append
+end
+return {'ok', version}

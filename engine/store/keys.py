@@ -1,0 +1,111 @@
+"""Redis key layout of the event store and the command gateway (docs/PROTOCOL.md, "Key layout").
+
+Every match belongs to one *bucket*: ``bucket = crc32(match_id) % buckets``
+(default 16 buckets).  The append script touches the match's own keys **and**
+its bucket's feed, deadline set and match set in one call, so on Redis Cluster
+all of them must hash to one slot: the hash tag of every key is the bucket tag
+``{b<N>}``, never the match id.
+
+==========================================  ======  =============================================
+key                                         type    holds
+==========================================  ======  =============================================
+``sk:{b<N>}:m:<match_id>:events``           stream  the match's events, entry id ``<seq>-1``,
+                                                    field ``e`` = msgpack of the event
+``sk:{b<N>}:m:<match_id>:cmds``             hash    command id -> ``"<first>-<last>"`` seq range
+                                                    (``first = last + 1`` for a command that
+                                                    appended no events)
+``sk:{b<N>}:m:<match_id>:snap``             string  msgpack ``[version, state bytes]``
+``sk:{b<N>}:feed``                          stream  one entry per append: ``match``, ``from``,
+                                                    ``to`` (seqs), capped ``MAXLEN ~``
+``sk:{b<N>}:deadlines``                     zset    member match id, score ``at_ms``
+``sk:{b<N>}:deadline_info``                 hash    match id -> ``"<version>|<kind>|<at_ms>"``
+``sk:{b<N>}:matches``                       set     ids of the bucket's matches
+``sk:inbox``                                stream  commands from gateways (consumer group
+                                                    ``sk-service``); NOT hash-tagged: on a
+                                                    Cluster the inbox lives on one node
+``sk:out:<player_id>``                      stream  per-player updates and rejections
+``sk:dead``                                 stream  dead letters (raw message + reason)
+``sk:reply:<anything>``                     stream  optional per-gateway replies (``reply_to``)
+==========================================  ======  =============================================
+
+The bucket count is part of the layout: every process of one deployment must
+use the same count (changing it would send a match's appends to another bucket
+than its history). The first store to touch a Redis records it under
+``sk:layout`` and later stores with a different count refuse to start
+(:meth:`engine.store.redis_store.RedisEventStore.check_layout`).
+
+A match id containing ``{`` or ``}`` is harmless: Redis uses the *first*
+``{…}`` of a key as its hash tag, which is always the bucket tag here.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+PREFIX = "sk"
+DEFAULT_BUCKETS = 16
+
+INBOX = f"{PREFIX}:inbox"
+SERVICE_GROUP = "sk-service"
+DEAD_LETTERS = f"{PREFIX}:dead"
+REPLY_PREFIX = f"{PREFIX}:reply:"
+LAYOUT = f"{PREFIX}:layout"
+
+
+def bucket_of(match_id: str, buckets: int = DEFAULT_BUCKETS) -> int:
+    """The bucket of a match: crc32 of its UTF-8 id modulo the bucket count."""
+    return zlib.crc32(match_id.encode("utf-8")) % buckets
+
+
+def bucket_tag(bucket: int) -> str:
+    """The Cluster hash tag of a bucket, e.g. ``{b7}``."""
+    return "{b%d}" % bucket
+
+
+def _match_prefix(match_id: str, bucket: int) -> str:
+    return f"{PREFIX}:{{b{bucket}}}:m:{match_id}"
+
+
+def events_key(match_id: str, bucket: int) -> str:
+    return _match_prefix(match_id, bucket) + ":events"
+
+
+def commands_key(match_id: str, bucket: int) -> str:
+    return _match_prefix(match_id, bucket) + ":cmds"
+
+
+def snapshot_key(match_id: str, bucket: int) -> str:
+    return _match_prefix(match_id, bucket) + ":snap"
+
+
+def feed_key(bucket: int) -> str:
+    return f"{PREFIX}:{{b{bucket}}}:feed"
+
+
+def deadlines_key(bucket: int) -> str:
+    return f"{PREFIX}:{{b{bucket}}}:deadlines"
+
+
+def deadline_info_key(bucket: int) -> str:
+    return f"{PREFIX}:{{b{bucket}}}:deadline_info"
+
+
+def matches_key(bucket: int) -> str:
+    return f"{PREFIX}:{{b{bucket}}}:matches"
+
+
+def outbox_key(player_id: str) -> str:
+    """The outbound stream of one player (updates and rejections)."""
+    return f"{PREFIX}:out:{player_id}"
+
+
+def entry_id(seq: int) -> str:
+    """Stream entry id of the event with sequence number ``seq``."""
+    return f"{seq}-1"
+
+
+def seq_of(entry: bytes | str) -> int:
+    """Sequence number of an event stream entry id (``b"12-1"`` -> 12)."""
+    if isinstance(entry, bytes):
+        entry = entry.decode()
+    return int(entry.split("-", 1)[0])

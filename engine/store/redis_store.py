@@ -1,0 +1,243 @@
+"""Redis Streams event store (DESIGN.md "Redis layout"; key layout in :mod:`engine.store.keys`).
+
+One stream per match (entry id ``<seq>-1``, field ``e`` = msgpack event); the
+append is one Lua script (``append.lua``) that checks the command id and the
+expected version, XADDs the events, notifies the bucket feed, sets or clears
+the deadline and records the command id.  Every key one call touches shares
+the bucket hash tag, so it works unchanged on Redis Cluster (give it a
+``redis.cluster.RedisCluster`` client).  Works on fakeredis with Lua too.
+
+The client must return bytes (``decode_responses=False``, the default).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import msgpack
+import redis
+
+from engine.events import EventBase, decode_event, encode_event
+from engine.store import keys
+from engine.store.base import (
+    AppendResult,
+    Deadline,
+    EventStore,
+    FeedEntry,
+    Snapshot,
+    WrongVersion,
+    check_append,
+)
+
+PAGE = 500
+
+
+def _is_entry(item: Any) -> bool:
+    return isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], (bytes, str))
+
+
+def stream_replies(reply: Any) -> list[tuple[Any, list[tuple[Any, Any]]]]:
+    """XREAD/XREADGROUP replies as ``[(stream, [(id, fields), …]), …]`` whatever the
+    protocol: RESP2 gives ``[[stream, entries]]``, redis-py's RESP3 parser
+    ``{stream: [entries]}`` (wrapped once more), its unified parser ``{stream: entries}``."""
+    if not reply:
+        return []
+    items = reply.items() if isinstance(reply, dict) else reply
+    out = []
+    for stream, entries in items:
+        if entries and not _is_entry(entries[0]) and isinstance(entries[0], (list, tuple)):
+            entries = entries[0]
+        out.append((stream, [(e[0], e[1]) for e in entries if e is not None]))
+    return out
+
+
+class LayoutMismatch(RuntimeError):
+    """This Redis holds a store laid out with another bucket count."""
+
+
+def _load_script(name: str) -> str:
+    return importlib.resources.files("engine.store").joinpath(name).read_text(encoding="utf-8")
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _parse_info(match_id: str, raw: bytes | str) -> Deadline:
+    version, kind, at_ms = _s(raw).split("|")
+    return Deadline(match_id=match_id, version=int(version), at_ms=int(at_ms), kind=kind)  # type: ignore[arg-type]
+
+
+class RedisEventStore(EventStore):
+    def __init__(self, client: Any, buckets: int = keys.DEFAULT_BUCKETS,
+                 feed_maxlen: int = 100_000, page: int = PAGE):
+        """``client``: a ``redis.Redis`` (or fakeredis, or ``RedisCluster``) returning bytes."""
+        if buckets < 1:
+            raise ValueError("buckets must be >= 1")
+        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        if kwargs.get("decode_responses"):
+            raise ValueError("RedisEventStore needs a client with decode_responses=False (events are bytes)")
+        self.client = client
+        self.buckets = buckets
+        self.feed_maxlen = feed_maxlen
+        self._feed_cap = str(feed_maxlen)
+        self.page = page
+        self._append = client.register_script(_load_script("append.lua"))
+        # per-match key cache: building 6 key strings per append is measurable
+        self._keys: dict[str, tuple[int, list[bytes]]] = {}
+
+    @classmethod
+    def from_url(cls, url: str, buckets: int = keys.DEFAULT_BUCKETS, **kwargs: Any) -> RedisEventStore:
+        """A store on ``redis://…`` (``rediss://``, ``unix://`` too); checks the bucket layout."""
+        store = cls(redis.Redis.from_url(url), buckets=buckets, **kwargs)
+        store.check_layout()
+        return store
+
+    def check_layout(self) -> None:
+        """Record this store's bucket count in Redis, or refuse a different recorded one."""
+        wanted = f"buckets={self.buckets}"
+        self.client.set(keys.LAYOUT, wanted, nx=True)
+        found = _s(self.client.get(keys.LAYOUT) or b"")
+        if found != wanted:
+            raise LayoutMismatch(f"this Redis is laid out with {found!r}, this store uses {wanted!r}")
+
+    # -- keys ---------------------------------------------------------------------------
+    def bucket_of(self, match_id: str) -> int:
+        return keys.bucket_of(match_id, self.buckets)
+
+    def _match_keys(self, match_id: str) -> tuple[int, list[bytes]]:
+        cached = self._keys.get(match_id)
+        if cached is None:
+            b = self.bucket_of(match_id)
+            cached = (b, [k.encode("utf-8") for k in (
+                keys.events_key(match_id, b), keys.commands_key(match_id, b), keys.feed_key(b),
+                keys.deadlines_key(b), keys.deadline_info_key(b), keys.matches_key(b))])
+            if len(self._keys) > 10_000:
+                self._keys.clear()
+            self._keys[match_id] = cached
+        return cached
+
+    # -- EventStore ---------------------------------------------------------------------
+    def append(self, match_id: str, expected_version: int, command_id: str,
+               events: Sequence[EventBase], deadline: Deadline | None) -> AppendResult:
+        check_append(match_id, expected_version, command_id, events, deadline)
+        return self.append_encoded(match_id, expected_version, command_id,
+                                   [encode_event(e) for e in events], deadline, events)
+
+    def append_encoded(self, match_id: str, expected_version: int, command_id: str,
+                       payloads: Sequence[bytes], deadline: Deadline | None,
+                       events: Sequence[EventBase] | None = None) -> AppendResult:
+        """:meth:`append` with the events already msgpack-encoded (``encode_event``).
+
+        No argument checks beyond what the script does; ``events`` (the decoded
+        payloads) is only used for the result (decoded from ``payloads`` if None).
+        """
+        _, ks = self._match_keys(match_id)
+        if deadline is None:
+            at, info = "", ""
+        else:
+            at = str(deadline.at_ms)
+            info = f"{deadline.version}|{deadline.kind}|{deadline.at_ms}"
+        try:
+            reply = self._append(keys=ks, args=[match_id, str(expected_version), command_id,
+                                                self._feed_cap, at, info, *payloads])
+        except redis.ResponseError as exc:
+            msg = str(exc)
+            if "WRONGVERSION" in msg:
+                actual = int(msg.rsplit(" ", 1)[-1])
+                raise WrongVersion(match_id, expected_version, actual) from None
+            raise
+        tag = _s(reply[0])
+        if tag == "ok":
+            if events is None:
+                events = [decode_event(p) for p in payloads]
+            return AppendResult(version=int(reply[1]), duplicate=False, events=tuple(events))
+        first, last = int(reply[1]), int(reply[2])
+        stored = self._range(match_id, first, last) if last >= first else []
+        return AppendResult(version=last, duplicate=True, events=tuple(stored))
+
+    def _range(self, match_id: str, first: int, last: int | None) -> list[EventBase]:
+        """Events with first <= seq <= last (last None: to the end), paged."""
+        _, ks = self._match_keys(match_id)
+        end = "+" if last is None else keys.entry_id(last)
+        out: list[EventBase] = []
+        start = f"{first}-0"
+        while True:
+            page = self.client.xrange(ks[0], min=start, max=end, count=self.page)
+            for entry_id, fields in page:
+                out.append(decode_event(fields[b"e"]))
+            if len(page) < self.page:
+                return out
+            start = f"{keys.seq_of(page[-1][0]) + 1}-0"
+
+    def load(self, match_id: str, after: int = 0) -> list[EventBase]:
+        if after < 0:
+            raise ValueError("after must be >= 0")
+        return self._range(match_id, after + 1, None)
+
+    def version(self, match_id: str) -> int:
+        _, ks = self._match_keys(match_id)
+        last = self.client.xrevrange(ks[0], max="+", min="-", count=1)
+        return keys.seq_of(last[0][0]) if last else 0
+
+    def match_ids(self) -> Iterator[str]:
+        for b in range(self.buckets):
+            for member in self.client.sscan_iter(keys.matches_key(b), count=500):
+                yield _s(member)
+
+    def due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
+        pipe = self.client.pipeline(transaction=False)
+        for b in range(self.buckets):
+            pipe.zrangebyscore(keys.deadlines_key(b), "-inf", now_ms, start=0, num=limit)
+        members = pipe.execute()
+        pipe = self.client.pipeline(transaction=False)
+        asked: list[list[str]] = []
+        for b, ms in enumerate(members):
+            if ms:
+                ids = [_s(m) for m in ms]
+                asked.append(ids)
+                pipe.hmget(keys.deadline_info_key(b), ids)
+        if not asked:
+            return []
+        due: list[Deadline] = []
+        for ids, infos in zip(asked, pipe.execute()):
+            for match_id, raw in zip(ids, infos):
+                # the hash is the truth: a deadline replaced or cleared between the
+                # two reads shows up here as a later at_ms or as nothing
+                if raw is None:
+                    continue
+                d = _parse_info(match_id, raw)
+                if d.at_ms <= now_ms:
+                    due.append(d)
+        due.sort(key=lambda d: (d.at_ms, d.match_id.encode("utf-8")))
+        return due[:limit]
+
+    def deadline(self, match_id: str) -> Deadline | None:
+        b = self.bucket_of(match_id)
+        raw = self.client.hget(keys.deadline_info_key(b), match_id)
+        return None if raw is None else _parse_info(match_id, raw)
+
+    def save_snapshot(self, match_id: str, snapshot: Snapshot) -> None:
+        b = self.bucket_of(match_id)
+        self.client.set(keys.snapshot_key(match_id, b),
+                        msgpack.packb([snapshot.version, snapshot.state], use_bin_type=True))
+
+    def load_snapshot(self, match_id: str) -> Snapshot | None:
+        b = self.bucket_of(match_id)
+        raw = self.client.get(keys.snapshot_key(match_id, b))
+        if raw is None:
+            return None
+        version, state = msgpack.unpackb(raw, raw=False)
+        return Snapshot(version=int(version), state=bytes(state))
+
+    def read_feed(self, bucket: int, after: str = "0-0", count: int = 1000) -> list[FeedEntry]:
+        # exclusive start "(id" needs Redis >= 6.2; XREAD is exclusive on every version
+        reply = self.client.xread({keys.feed_key(bucket): after}, count=count)
+        out: list[FeedEntry] = []
+        for _stream, entries in stream_replies(reply):
+            for entry_id, f in entries:
+                out.append(FeedEntry(id=_s(entry_id), match_id=_s(f[b"match"]),
+                                     first=int(f[b"from"]), last=int(f[b"to"])))
+        return out

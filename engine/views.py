@@ -1,0 +1,124 @@
+"""What one player (or a spectator) may see of a match.
+
+:func:`view_for` builds a player's view of a :class:`MatchState`: their own
+hand (ids and notation), the opponent's card *count* only, the table and the
+play to beat, whose turn it is and the deadline, timeouts and trusteeship,
+each player's standing contribution (R-8.5 "instant"), the phase and the
+result when finished.  The opponent's cards and the set-aside cards never
+appear (R-1.3); a spectator (``player=None``) sees no hand at all.
+
+:func:`redact_event` is the same rule for a single event (what the gateway
+may forward to a player): HandDealt keeps only the receiver's own hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.cards import format_cards, format_ranks, sort_cards
+from engine.events import EventBase, HandDealt, event_to_dict
+from engine.state import MatchState
+
+
+def _standing(state: MatchState) -> dict[str, dict[str, Any]]:
+    """R-8.5: each player's effective xiang, multiplier c and net X·(c_me − c_opp) so far."""
+    from projections.scoring import contribution_of, effective_xiang
+
+    cfg = state.config
+    seats = [s for s in state.seats if s is not None]
+    if cfg is None or not seats:
+        return {}
+    base = min(s.base for s in seats)  # R-8.2: the lower level's base
+    info = {}
+    for s in seats:
+        x = effective_xiang(list(s.bombs), cfg)
+        info[s.player] = {"xiang": x.xiang, "source": x.source, "c": contribution_of(x.xiang, cfg)}
+    for s in seats:
+        others = [info[o.player]["c"] for o in seats if o.player != s.player]
+        info[s.player]["net"] = base * (info[s.player]["c"] - (others[0] if others else 0))
+    return info
+
+
+def view_for(state: MatchState, player: str | None) -> dict[str, Any]:
+    """The view of ``player`` (None: a spectator).  Never holds an opponent card id."""
+    me = state.seat_of(player) if player is not None else None
+    seats_out = []
+    for i, s in enumerate(state.seats):
+        if s is None:
+            seats_out.append(None)
+            continue
+        entry: dict[str, Any] = {
+            "seat": i, "player": s.player, "level": s.level, "base": s.base,
+            "ready": s.ready, "cards_left": len(s.hand), "timeouts": s.timeouts,
+            "trustee": s.trustee, "connected": s.connected, "escaped": s.escaped,
+            "plays": s.plays, "bombs": [b.describe() for b in s.bombs],
+        }
+        seats_out.append(entry)
+    out: dict[str, Any] = {
+        "match_id": state.match_id,
+        "version": state.version,
+        "phase": state.phase,
+        "mode": state.config.mode if state.config else None,
+        "you": player if me is not None else None,
+        "seats": seats_out,
+        "turn": state.current_player,
+        "your_turn": me is not None and state.phase == "playing" and state.turn == me,
+        "leading": state.phase == "playing" and state.to_beat is None,
+        "trick": state.trick,
+        "table_count": len(state.table),
+        "table": format_cards(state.table) if state.table else "",
+        "table_ids": list(state.table),
+    }
+    if state.to_beat is not None:
+        lp = state.to_beat
+        out["last_play"] = {"player": state.seat(lp.seat).player, "cards": list(lp.cards),
+                            "text": format_ranks(lp.cards), "reading": lp.combo.to_json(),
+                            "describe": lp.combo.describe()}
+    else:
+        out["last_play"] = None
+    d = state.deadline()
+    out["deadline"] = None if d is None else {"at_ms": d.at_ms, "kind": d.kind, "version": d.version}
+    out["contribution"] = _standing(state)
+    if me is not None:
+        hand = sort_cards(state.seat(me).hand)
+        out["hand"] = {"ids": hand, "text": format_cards(hand)}
+        opp = state.seats[1 - me]
+        out["opponent"] = None if opp is None else {"player": opp.player, "cards_left": len(opp.hand)}
+    else:
+        out["hand"] = None
+    if state.finished is not None:
+        f = state.finished
+        out["result"] = {"winner": f.winner, "loser": f.loser, "kou": f.kou, "reason": f.reason,
+                         "cards_left": dict(f.cards_left)}
+    else:
+        out["result"] = None
+    return out
+
+
+def redact_event(event: EventBase, player: str | None, seat: int | None = None,
+                 state: MatchState | None = None) -> dict[str, Any]:
+    """The event as ``player`` may see it (plain data).
+
+    HandDealt keeps only the receiver's own hand (the other is replaced by its
+    card count) and never the set-aside cards or the lead card when the lead
+    card is not the receiver's own; ``seat`` is the receiver's seat (needed
+    for HandDealt; None = spectator: no hands) -- or give ``state`` (any state
+    of the match after the seating) and it is looked up from ``player``.
+    Every other event is public (played cards are shown face up on the table).
+    """
+    if seat is None and state is not None and player is not None:
+        seat = state.seat_of(player)
+    if player is None:
+        seat = None
+    data = event_to_dict(event)
+    if isinstance(event, HandDealt):
+        hands: list[Any] = []
+        for i, h in enumerate(event.hands):
+            hands.append(list(h) if (seat is not None and i == seat) else None)
+        data["hands"] = hands
+        data["hand_sizes"] = [len(h) for h in event.hands]
+        data["set_aside"] = None
+        data["set_aside_count"] = len(event.set_aside)
+        if event.lead_card is not None and not (seat is not None and event.lead_card in event.hands[seat]):
+            data["lead_card"] = None
+    return data

@@ -1,0 +1,494 @@
+"""Prometheus metrics of the match engine: what an operator's dashboard and
+alerts need (deploy/grafana/dashboard.json, deploy/alerts.yml).
+
+Instrumentation is one call per handled command::
+
+    outcome = service.execute(cmd)
+    observe_outcome(outcome, "points")       # counters from the outcome's events
+
+or, from the outside, wrap the objects once (no change to the service)::
+
+    service = MatchService(InstrumentedStore(store), clock, rng)
+    service = InstrumentedService(service, store=store, clock=clock)
+
+Every metric lives in :data:`REGISTRY` (this module's registry; the process /
+platform / GC collectors are added to it too).  :func:`start_metrics_server`
+serves it over HTTP; when ``PROMETHEUS_MULTIPROC_DIR`` is set (several
+processes on one host, e.g. dramatiq worker processes, or gunicorn-style
+forks) it serves a :class:`prometheus_client.multiprocess.MultiProcessCollector`
+over that directory instead, so every process's counters add up.
+
+dramatiq's own metrics: ``dramatiq.middleware.Prometheus`` is *not* in
+dramatiq's default middleware; the broker set-up must add it.  It then, in every
+worker process, sets ``PROMETHEUS_MULTIPROC_DIR`` to ``$dramatiq_prom_db``
+(default ``/tmp/dramatiq-prometheus``), records ``dramatiq_*`` metrics
+(:data:`DRAMATIQ_METRICS`) and forks an exposition server on
+``$dramatiq_prom_host:$dramatiq_prom_port`` (default ``0.0.0.0:9191``) that serves
+the whole directory.  prometheus-client picks its value class when it is first
+imported, which in a worker happens (through this module) *before* the
+middleware sets the variable — so set ``PROMETHEUS_MULTIPROC_DIR`` and
+``dramatiq_prom_db`` to the same directory in the worker's environment and the
+engine metrics observed in worker processes (timer lateness, trustee plays…)
+appear on port 9191 beside ``dramatiq_*``.  docs/OPERATIONS.md has the details.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+NAMESPACE = "shuangkou"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+if not (os.environ.get(MULTIPROC_ENV) or os.environ.get("prometheus_multiproc_dir")):
+    # In multiprocess mode the per-process collectors make no sense (the
+    # multiprocess collector reads the files of every process instead).
+    ProcessCollector(registry=REGISTRY)
+    PlatformCollector(registry=REGISTRY)
+    GCCollector(registry=REGISTRY)
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+_TRANSFER_BUCKETS = (0, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 25_000, 100_000, 1_000_000)
+
+# --- match life ------------------------------------------------------------
+MATCHES_CREATED = Counter("shuangkou_matches_created", "Matches created (MatchCreated).",
+                          ["config"], registry=REGISTRY)
+MATCHES_STARTED = Counter("shuangkou_matches_started", "Matches dealt and under way (HandDealt).",
+                          ["config"], registry=REGISTRY)
+MATCHES_FINISHED = Counter("shuangkou_matches_finished",
+                           "Matches finished (MatchFinished), by kou (flat/single/double/escape) and reason (out/escape).",
+                           ["config", "kou", "reason"], registry=REGISTRY)
+PLAYS = Counter("shuangkou_plays", "Cards played, by who acted (player/timeout/trustee).",
+                ["config", "by"], registry=REGISTRY)
+PASSES = Counter("shuangkou_passes", "Passes, by who acted (player/auto/timeout/trustee).",
+                 ["config", "by"], registry=REGISTRY)
+BOMBS = Counter("shuangkou_bombs", "Bombs played, by xiang (R-3.7..R-3.10) and kind.",
+                ["config", "xiang", "kind"], registry=REGISTRY)
+TIMEOUTS = Counter("shuangkou_turn_timeouts", "Turn clocks that ran out (TurnTimedOut, R-13.1).",
+                   ["config"], registry=REGISTRY)
+TRUSTEESHIPS = Counter("shuangkou_trusteeships", "Trusteeships started, by reason (timeouts/requested/disconnect/escape).",
+                       ["config", "reason"], registry=REGISTRY)
+TRUSTEESHIPS_ENDED = Counter("shuangkou_trusteeships_ended", "Trusteeships ended, by reason (cancelled/reconnected).",
+                             ["config", "reason"], registry=REGISTRY)
+DISCONNECTS = Counter("shuangkou_disconnects", "Players disconnected (R-13.4).", ["config"], registry=REGISTRY)
+RECONNECTS = Counter("shuangkou_reconnects", "Players reconnected.", ["config"], registry=REGISTRY)
+ESCAPES = Counter("shuangkou_escapes", "Players who escaped a running match, by escape policy (R-12).",
+                  ["config", "policy"], registry=REGISTRY)
+PLAYERS_REMOVED = Counter("shuangkou_players_removed", "Seated players removed before the deal (not_ready/left).",
+                          ["config", "reason"], registry=REGISTRY)
+SCORE_TRANSFER = Histogram("shuangkou_score_transfer", "Points or coins the winner gained in a settled match.",
+                           ["config"], buckets=_TRANSFER_BUCKETS, registry=REGISTRY)
+
+# --- command handling ------------------------------------------------------
+COMMANDS = Counter("shuangkou_commands", "Commands handled, by type and result (ok/rejected/duplicate/error).",
+                   ["command", "result"], registry=REGISTRY)
+REJECTIONS = Counter("shuangkou_rejections", "Commands rejected, by rejection code (engine.errors).",
+                     ["config", "code"], registry=REGISTRY)
+COMMAND_LATENCY = Histogram("shuangkou_command_duration_seconds",
+                            "Time to handle one command (load, decide, append).",
+                            ["command"], buckets=_LATENCY_BUCKETS, registry=REGISTRY)
+COMMANDS_INPROGRESS = Gauge("shuangkou_commands_inprogress", "Commands being handled right now.",
+                            registry=REGISTRY, multiprocess_mode="livesum")
+APPEND_LATENCY = Histogram("shuangkou_append_duration_seconds", "Time of one event-store append (the Lua script).",
+                           buckets=_LATENCY_BUCKETS, registry=REGISTRY)
+APPEND_CONFLICTS = Counter("shuangkou_append_conflicts", "Appends refused for a stale expected version (WrongVersion).",
+                           registry=REGISTRY)
+EVENTS_APPENDED = Counter("shuangkou_events_appended", "Events appended to match streams.", registry=REGISTRY)
+
+# --- timers, projections, dead letters -------------------------------------
+TIMER_LATENESS = Histogram("shuangkou_timer_lateness_seconds",
+                           "How late a timer command ran after its deadline, by kind (turn/trustee/ready).",
+                           ["kind"], buckets=_LATENESS_BUCKETS, registry=REGISTRY)
+TIMERS_STALE = Counter("shuangkou_timers_stale", "Timer messages that found the match moved on (did nothing).",
+                       ["kind"], registry=REGISTRY)
+PROJECTION_EVENTS = Counter("shuangkou_projection_events", "Feed entries applied by a projection.",
+                            ["projection"], registry=REGISTRY)
+DEAD_LETTERS = Counter("shuangkou_dead_letters",
+                       "Messages given up on (source: inbox = gateway inbox, feed = projection feed, "
+                       "dramatiq = an actor's message).",
+                       ["source"], registry=REGISTRY)
+
+# Names of the collector-made gauges (FeedLagCollector, DeadLetterQueueCollector).
+PROJECTION_LAG = "shuangkou_projection_lag_events"
+PROJECTION_PENDING = "shuangkou_projection_pending_messages"
+DEAD_LETTER_QUEUE = "shuangkou_dead_letter_queue_messages"
+
+#: Metrics recorded by ``dramatiq.middleware.Prometheus`` (served by the
+#: worker's exposition server, not by :data:`REGISTRY`).
+DRAMATIQ_METRICS: dict[str, str] = {
+    "dramatiq_messages_total": "counter",
+    "dramatiq_message_errors_total": "counter",
+    "dramatiq_message_retries_total": "counter",
+    "dramatiq_message_rejects_total": "counter",  # dead-lettered
+    "dramatiq_messages_inprogress": "gauge",
+    "dramatiq_delayed_messages_inprogress": "gauge",
+    "dramatiq_message_duration_milliseconds": "histogram",
+}
+
+_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "summary": ("_count", "_sum", "_created", ""),
+}
+
+
+def exposed_names() -> set[str]:
+    """Every sample name a scrape of this module's metrics (and dramatiq's) can show.
+
+    Used by tests/test_deploy_files.py: alerts and the dashboard may only use these.
+    """
+    names: set[str] = set()
+    for metric in REGISTRY.collect():
+        for suffix in _SUFFIXES.get(metric.type, ("",)):
+            names.add(metric.name + suffix)
+        for sample in metric.samples:
+            names.add(sample.name)
+    names |= {PROJECTION_LAG, PROJECTION_PENDING, DEAD_LETTER_QUEUE}
+    for name, kind in DRAMATIQ_METRICS.items():
+        base = name[: -len("_total")] if kind == "counter" else name
+        for suffix in _SUFFIXES[kind]:
+            names.add(base + suffix)
+    return names
+
+
+# --- observing outcomes ----------------------------------------------------
+
+def _config_name_of(outcome: Any) -> str | None:
+    state = getattr(outcome, "state", None)
+    for holder in (state, getattr(state, "config", None)):
+        if holder is None:
+            continue
+        name = getattr(holder, "config_name", None) or (
+            getattr(holder, "name", None) if holder is not state else None)
+        if isinstance(name, str) and name:
+            return name
+    cfg = getattr(state, "config", None)
+    if isinstance(cfg, dict) and isinstance(cfg.get("name"), str):
+        return cfg["name"]
+    for ev in getattr(outcome, "events", ()) or ():
+        if getattr(ev, "type", None) == "MatchCreated":
+            name = ev.config.get("name")
+            if isinstance(name, str):
+                return name
+    return None
+
+
+def observe_events(events: Iterable[Any], config_name: str) -> None:
+    """Update the counters from newly appended events of one match."""
+    cfg = config_name
+    for ev in events:
+        kind = getattr(ev, "type", type(ev).__name__)
+        if kind == "MatchCreated":
+            MATCHES_CREATED.labels(cfg).inc()
+        elif kind == "HandDealt":
+            MATCHES_STARTED.labels(cfg).inc()
+        elif kind == "CardsPlayed":
+            PLAYS.labels(cfg, ev.by).inc()
+            xiang = getattr(ev.reading, "xiang", None)
+            if xiang is not None:
+                BOMBS.labels(cfg, str(xiang), ev.reading.kind).inc()
+        elif kind == "Passed":
+            PASSES.labels(cfg, ev.by).inc()
+        elif kind == "TurnTimedOut":
+            TIMEOUTS.labels(cfg).inc()
+        elif kind == "TrusteeshipStarted":
+            TRUSTEESHIPS.labels(cfg, ev.reason).inc()
+        elif kind == "TrusteeshipEnded":
+            TRUSTEESHIPS_ENDED.labels(cfg, ev.reason).inc()
+        elif kind == "PlayerDisconnected":
+            DISCONNECTS.labels(cfg).inc()
+        elif kind == "PlayerReconnected":
+            RECONNECTS.labels(cfg).inc()
+        elif kind == "PlayerEscaped":
+            ESCAPES.labels(cfg, ev.policy).inc()
+        elif kind == "PlayerRemoved":
+            PLAYERS_REMOVED.labels(cfg, ev.reason).inc()
+        elif kind == "MatchFinished":
+            MATCHES_FINISHED.labels(cfg, ev.kou, ev.reason).inc()
+
+
+def observe_outcome(outcome: Any, config_name: str | None = None) -> None:
+    """Count what one ``MatchService.execute`` outcome did.
+
+    A duplicate (retried command id) counts nothing again; a rejection counts
+    under its code.  ``config_name`` labels the room type; when None it is read
+    from the outcome's state (or its MatchCreated event), else ``"unknown"``.
+    """
+    cfg = config_name or _config_name_of(outcome) or "unknown"
+    if getattr(outcome, "duplicate", False):
+        return
+    rejection = getattr(outcome, "rejection", None)
+    if rejection is not None:
+        REJECTIONS.labels(cfg, getattr(rejection, "code", "rejected")).inc()
+        return
+    events = list(getattr(outcome, "events", ()) or ())
+    EVENTS_APPENDED.inc(len(events))
+    observe_events(events, cfg)
+
+
+def observe_settlement(scores: dict[str, int] | None, config_name: str) -> None:
+    """Record the winner's gain of one settled match (``settle(events)`` scores)."""
+    if scores:
+        SCORE_TRANSFER.labels(config_name).observe(max(0, max(scores.values())))
+
+
+def observe_timer_lateness(kind: str, seconds: float) -> None:
+    TIMER_LATENESS.labels(kind).observe(max(0.0, seconds))
+
+
+def observe_dead_letter(source: str, n: int = 1) -> None:
+    DEAD_LETTERS.labels(source).inc(n)
+
+
+def observe_projection_applied(projection: str, n: int = 1) -> None:
+    PROJECTION_EVENTS.labels(projection).inc(n)
+
+
+# --- instrumenting from the outside ----------------------------------------
+
+_TIMER_KINDS = {"TurnTimeout": "turn", "TrusteeAct": "trustee", "ReadyTimeout": "ready"}
+
+
+class InstrumentedService:
+    """Wraps a ``MatchService``: times each command, counts its outcome, and
+    for timer commands (TurnTimeout/TrusteeAct/ReadyTimeout) measures how late
+    they ran against the deadline recorded in the store.
+
+    Everything else is delegated, so it can stand wherever the service does.
+    """
+
+    def __init__(self, service: Any, *, store: Any = None, clock: Callable[[], int] | None = None,
+                 config_name: str | None = None):
+        self._service = service
+        self._store = store if store is not None else getattr(service, "store", None)
+        self._clock = clock
+        self._config_name = config_name
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._service, name)
+
+    def _now_ms(self) -> int:
+        clock = self._clock or getattr(self._service, "clock", None)
+        if clock is not None:
+            try:
+                value = clock() if callable(clock) else clock.now_ms()
+                return int(value)
+            except Exception:
+                pass
+        return int(time.time() * 1000)
+
+    def execute(self, cmd: Any) -> Any:
+        ctype = getattr(cmd, "type", type(cmd).__name__)
+        timer_kind = _TIMER_KINDS.get(ctype)
+        deadline = None
+        if timer_kind is not None and self._store is not None:
+            try:
+                deadline = self._store.deadline(cmd.match_id)
+            except Exception:
+                deadline = None
+        COMMANDS_INPROGRESS.inc()
+        t0 = time.perf_counter()
+        try:
+            outcome = self._service.execute(cmd)
+        except Exception:
+            COMMANDS.labels(ctype, "error").inc()
+            raise
+        finally:
+            COMMAND_LATENCY.labels(ctype).observe(time.perf_counter() - t0)
+            COMMANDS_INPROGRESS.dec()
+        if getattr(outcome, "duplicate", False):
+            result = "duplicate"
+        elif getattr(outcome, "rejection", None) is not None:
+            result = "rejected"
+        else:
+            result = "ok"
+        COMMANDS.labels(ctype, result).inc()
+        if timer_kind is not None:
+            if deadline is not None and getattr(deadline, "version", None) == getattr(cmd, "version", None):
+                observe_timer_lateness(timer_kind, (self._now_ms() - deadline.at_ms) / 1000.0)
+            if result == "rejected" and getattr(outcome.rejection, "code", "") == "stale":
+                TIMERS_STALE.labels(timer_kind).inc()
+        observe_outcome(outcome, self._config_name)
+        return outcome
+
+
+class InstrumentedStore:
+    """Wraps an ``EventStore``: times ``append`` and counts version conflicts."""
+
+    def __init__(self, store: Any):
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    @property
+    def inner(self) -> Any:
+        return self._store
+
+    def append(self, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return self._store.append(*args, **kwargs)
+        except Exception as exc:
+            if type(exc).__name__ == "WrongVersion":
+                APPEND_CONFLICTS.inc()
+            raise
+        finally:
+            APPEND_LATENCY.observe(time.perf_counter() - t0)
+
+
+# --- collectors read at scrape time ----------------------------------------
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class FeedLagCollector(Collector):
+    """``shuangkou_projection_lag_events{feed,group}``: feed entries not yet
+    delivered to a projection's consumer group (XINFO GROUPS ``lag``; Redis ≥ 7,
+    falls back to entries after ``last-delivered-id``), plus
+    ``shuangkou_projection_pending_messages`` (delivered, not acknowledged).
+
+    ``feeds`` returns the feed stream keys (e.g. every bucket's feed) and
+    ``client_for(key)`` the Redis client holding one (a cluster client is fine).
+    """
+
+    def __init__(self, client: Any, feeds: Callable[[], Sequence[str]] | Sequence[str],
+                 groups: Sequence[str] | None = None):
+        self._client = client
+        self._feeds = feeds
+        self._groups = set(groups) if groups else None
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def _lag(self, key: str, info: dict[str, Any]) -> int:
+        lag = info.get("lag")
+        if lag is not None:
+            return int(lag)
+        last = _s(info.get("last-delivered-id", "0-0"))
+        try:
+            return len(self._client.xrange(key, min="(" + last, max="+", count=100_000))
+        except Exception:
+            return 0
+
+    def collect(self) -> Iterator[Any]:
+        lag = GaugeMetricFamily(PROJECTION_LAG, "Feed entries not yet read by a projection group.",
+                                labels=["feed", "group"])
+        pending = GaugeMetricFamily(PROJECTION_PENDING, "Feed entries read but not acknowledged.",
+                                    labels=["feed", "group"])
+        feeds = self._feeds() if callable(self._feeds) else self._feeds
+        for key in feeds:
+            try:
+                groups = self._client.xinfo_groups(key)
+            except Exception:
+                continue
+            for g in groups:
+                info = {_s(k): v for k, v in g.items()}
+                name = _s(info.get("name", ""))
+                if self._groups is not None and name not in self._groups:
+                    continue
+                lag.add_metric([key, name], self._lag(key, info))
+                pending.add_metric([key, name], int(info.get("pending", 0) or 0))
+        yield lag
+        yield pending
+
+
+class DeadLetterQueueCollector(Collector):
+    """``shuangkou_dead_letter_queue_messages{queue}``: messages in dramatiq's
+    dead-letter sets (``{namespace}:{queue}.XQ`` on the broker's Redis)."""
+
+    def __init__(self, client: Any, queues: Sequence[str] = ("default",), namespace: str = "dramatiq"):
+        self._client = client
+        self._queues = tuple(queues)
+        self._namespace = namespace
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        g = GaugeMetricFamily(DEAD_LETTER_QUEUE, "Messages in dramatiq's dead-letter queue.", labels=["queue"])
+        for q in self._queues:
+            try:
+                n = int(self._client.zcard(f"{self._namespace}:{q}.XQ"))
+            except Exception:
+                continue
+            g.add_metric([q], n)
+        yield g
+
+
+# --- exposition --------------------------------------------------------------
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get(MULTIPROC_ENV) or os.environ.get("prometheus_multiproc_dir") or None
+
+
+def serving_registry(extra_collectors: Iterable[Collector] = ()) -> CollectorRegistry:
+    """The registry to expose: :data:`REGISTRY`, or in multiprocess mode a
+    registry reading every process's files; ``extra_collectors`` (scrape-time
+    gauges such as :class:`FeedLagCollector`) are added to it."""
+    mp = multiprocess_dir()
+    if mp:
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=mp)
+    else:
+        registry = REGISTRY
+    for c in extra_collectors:
+        try:
+            registry.register(c)
+        except ValueError:  # already registered (a second server in one process)
+            pass
+    return registry
+
+
+def start_metrics_server(port: int, addr: str = "0.0.0.0",
+                         extra_collectors: Iterable[Collector] = ()) -> tuple[Any, Any]:
+    """Serve ``/metrics`` on ``addr:port`` in a daemon thread; returns
+    ``(server, thread)`` (``server.shutdown()`` stops it).  Port 0 picks a free
+    port: read it from ``server.server_port``."""
+    from prometheus_client import start_http_server
+
+    registry = serving_registry(extra_collectors)
+    return start_http_server(port, addr=addr, registry=registry)
+
+
+def mark_process_dead(pid: int | None = None) -> None:
+    """Multiprocess mode: drop a finished process's live gauges (call at exit)."""
+    mp = multiprocess_dir()
+    if mp:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid or os.getpid(), mp)
+
+
+def generate_latest(extra_collectors: Iterable[Collector] = ()) -> bytes:
+    from prometheus_client import generate_latest as _gen
+
+    return _gen(serving_registry(extra_collectors))
+
+
+__all__ = [
+    "REGISTRY", "DRAMATIQ_METRICS", "observe_outcome", "observe_events", "observe_settlement",
+    "observe_timer_lateness", "observe_dead_letter", "observe_projection_applied",
+    "InstrumentedService", "InstrumentedStore", "FeedLagCollector", "DeadLetterQueueCollector",
+    "start_metrics_server", "serving_registry", "mark_process_dead", "exposed_names", "generate_latest",
+]

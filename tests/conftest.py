@@ -1,0 +1,152 @@
+"""Shared fixtures (keep this file generic: other suites add their own fixtures here).
+
+Redis:
+- ``fake_redis`` / ``fake_redis_store``: a fresh fakeredis server (with Lua) per test.
+- ``redis_server``: a real Redis for the whole session — ``REDIS_URL`` if set,
+  else a ``redis-server`` started on a free loopback port (no persistence) and
+  stopped at the end.  Without either, tests using it FAIL with a clear message,
+  unless ``SK_ALLOW_NO_REDIS=1`` (then they are skipped).  Mark such tests
+  ``@pytest.mark.redis``.
+- ``real_redis`` / ``real_redis_store``: a client on that server, flushed before each test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+
+# -- stores ---------------------------------------------------------------------------------
+@pytest.fixture
+def memory_store():
+    from engine.store.memory import InMemoryEventStore
+
+    return InMemoryEventStore()
+
+
+@pytest.fixture
+def fake_redis():
+    import fakeredis
+
+    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def fake_redis_store(fake_redis):
+    from engine.store.redis_store import RedisEventStore
+
+    return RedisEventStore(fake_redis)
+
+
+# -- a real redis-server ---------------------------------------------------------------------
+@dataclass
+class RedisServer:
+    url: str
+    process: subprocess.Popen | None  # None when REDIS_URL points at an external server
+
+    def client(self, **kwargs):
+        import redis
+
+        return redis.Redis.from_url(self.url, **kwargs)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_redis_server(binary: str = "redis-server", timeout: float = 10.0) -> tuple[subprocess.Popen, str, str]:
+    """Start a throw-away redis-server on a free loopback port; returns (process, url, workdir).
+
+    Also used by bench/store.py.  Tries a few ports (another process may grab
+    the free port between the probe and the bind).
+    """
+    import redis
+
+    path = shutil.which(binary)
+    if path is None:
+        raise FileNotFoundError(f"{binary} not found on PATH")
+    last_error = ""
+    for _attempt in range(5):
+        port = _free_port()
+        workdir = tempfile.mkdtemp(prefix="sk-redis-")
+        proc = subprocess.Popen(
+            [path, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", workdir, "--daemonize", "no", "--loglevel", "warning"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        url = f"redis://127.0.0.1:{port}/0"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                last_error = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+                break
+            try:
+                client = redis.Redis.from_url(url, socket_connect_timeout=0.2)
+                if client.ping():
+                    client.close()
+                    return proc, url, workdir
+            except redis.ConnectionError:
+                time.sleep(0.02)
+        else:
+            proc.kill()
+            last_error = "did not answer PING in time"
+        shutil.rmtree(workdir, ignore_errors=True)
+    raise RuntimeError(f"could not start {binary}: {last_error}")
+
+
+def stop_redis_server(proc: subprocess.Popen, workdir: str | None = None) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stdout:
+        proc.stdout.close()
+    if workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield RedisServer(url=url, process=None)
+        return
+    if shutil.which("redis-server") is None:
+        msg = ("these tests need a real Redis: set REDIS_URL, or install redis-server "
+               "(apt-get install redis-server); set SK_ALLOW_NO_REDIS=1 to skip them instead")
+        if os.environ.get("SK_ALLOW_NO_REDIS") == "1":
+            pytest.skip(msg)
+        pytest.fail(msg, pytrace=False)
+    proc, url, workdir = start_redis_server()
+    try:
+        yield RedisServer(url=url, process=proc)
+    finally:
+        stop_redis_server(proc, workdir)
+
+
+@pytest.fixture
+def real_redis(redis_server):
+    client = redis_server.client()
+    client.flushdb()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def real_redis_store(real_redis):
+    from engine.store.redis_store import RedisEventStore
+
+    return RedisEventStore(real_redis)

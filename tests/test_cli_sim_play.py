@@ -1,0 +1,79 @@
+"""shuangkou simulate (embedded) and shuangkou play (piped stdin), as subprocesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def _run(args, stdin=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "engine", *args], input=stdin, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_simulate_embedded_prints_summary_and_exits_0():
+    out = _run(["simulate", "-n", "20", "--seed", "7", "--no-progress"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    for needle in ("matches/s", "kou", "bombs by xiang", "score transfer", "20/20 matches replay",
+                   "0 mismatches"):
+        assert needle in text, needle
+
+
+def test_simulate_json_with_escapes_and_timeouts():
+    out = _run(["simulate", "-n", "20", "--seed", "3", "--config", "wealth", "--escape-rate", "0.5",
+                "--timeout-rate", "0.2", "--json"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    data = json.loads(out.stdout)
+    assert data["finished"] == 20 and data["replayed_ok"] == 20 and data["ledger_checked"] == 20
+    assert data["mismatches"] == [] and data["errors"] == []
+    assert sum(data["kou"].values()) == 20
+    assert data["timeouts"] > 0 and sum(data["escapes"].values()) > 0
+    assert data["kou"].get("escape", 0) > 0  # wealth room: escape policy forfeit
+
+
+def test_simulate_is_reproducible_with_a_seed():
+    a = json.loads(_run(["simulate", "-n", "5", "--seed", "11", "--json"]).stdout)
+    b = json.loads(_run(["simulate", "-n", "5", "--seed", "11", "--json"]).stdout)
+    for key in ("kou", "bombs_per_match", "transfer", "events"):
+        assert a[key] == b[key], key
+
+
+def test_simulate_bad_options_exit_2():
+    assert _run(["simulate", "-n", "0"]).returncode == 2
+    assert _run(["simulate", "--timeout-rate", "2"]).returncode == 2
+    assert _run(["simulate", "--config", "/nonexistent.toml"]).returncode == 2
+
+
+def test_play_piped_until_the_match_ends():
+    out = _run(["play", "--seed", "3"], stdin="help\nhint\n" + "auto\n" * 300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Your hand (27)" in out.stdout
+    assert "Settlement" in out.stdout
+    assert "wins" in out.stdout
+
+
+def test_play_shows_rejections_and_exits_cleanly_on_eof():
+    out = _run(["play", "--seed", "1"], stdin="3\nfoo\n2 2 2 2 2 2\npass\n")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "you play 3" in out.stdout
+    assert "bad card token 'foo'" in out.stdout
+    assert "Not accepted" in out.stdout and "does not hold" in out.stdout
+    assert "end of input" in out.stdout
+
+
+def test_play_quit_is_an_escape_and_settles():
+    out = _run(["play", "--seed", "1", "--config", "wealth"], stdin="quit\n")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "escaped" in out.stdout and "Settlement" in out.stdout and "kou escape" in out.stdout
+
+
+@pytest.mark.parametrize("line", ["pass"])
+def test_play_cannot_pass_when_leading(line):
+    # seed 1: you lead the first trick
+    out = _run(["play", "--seed", "1"], stdin=f"{line}\n")
+    assert out.returncode == 0
+    assert "Not accepted" in out.stdout

@@ -1,0 +1,380 @@
+"""The inbox consumer (engine/gateway.py) and the gateway client (engine/client.py),
+on fakeredis and on a real redis-server, with the real MatchService (and fakes where a
+failure must be provoked)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import msgpack
+import pytest
+
+from engine.cards import seeded_random
+from engine.client import GatewayClient, OutMessage
+from engine.commands import MAX_COMMAND_BYTES, Pass, Play, encode_command
+from engine.config import load_config
+from engine.gateway import INTERNAL_ERROR, CommandGateway
+from engine.service import MatchService
+from engine.store import keys
+from engine.store.base import WrongVersion
+from engine.store.redis_store import RedisEventStore
+
+CONFIG = load_config("points").to_record()
+
+
+@pytest.fixture(params=["fakeredis", pytest.param("redis", marks=pytest.mark.redis)])
+def r(request):
+    return request.getfixturevalue({"fakeredis": "fake_redis", "redis": "real_redis"}[request.param])
+
+
+def make_service(r) -> MatchService:
+    return MatchService(RedisEventStore(r), clock=lambda: 1_000_000, rng=seeded_random(7))
+
+
+@pytest.fixture
+def rig(r):
+    service = make_service(r)
+    return r, service, CommandGateway(r, service, "w1"), GatewayClient(r)
+
+
+def drain(gw: CommandGateway) -> int:
+    total = 0
+    while (n := gw.run_once(block_ms=None, count=50)):
+        total += n
+    return total
+
+
+def start_match(client: GatewayClient, gw: CommandGateway, match_id: str = "m1") -> None:
+    client.create_match(match_id, CONFIG)
+    client.sit(match_id, "alice", balance=10_000)
+    client.sit(match_id, "bob", balance=10_000)
+    client.ready(match_id, "alice")
+    client.ready(match_id, "bob")
+    assert drain(gw) == 5
+
+
+def dead_letters(r) -> list[dict]:
+    return [{k.decode(): v for k, v in f.items()} for _, f in r.xrange(keys.DEAD_LETTERS)]
+
+
+# -- the happy path -----------------------------------------------------------------------------
+def test_full_flow_updates_are_redacted(rig):
+    r, service, gw, client = rig
+    start_match(client, gw)
+    ups = {p: client.updates(p) for p in ("alice", "bob")}
+    for p, msgs in ups.items():
+        assert all(m.kind == "update" for m in msgs)
+        assert [m.version for m in msgs][-1] == 6  # created, 2 seated, 2 ready, dealt
+    dealt_a = ups["alice"][-1].events[-1]
+    dealt_b = ups["bob"][-1].events[-1]
+    assert dealt_a["type"] == dealt_b["type"] == "HandDealt"
+    assert dealt_a["hands"][1] is None and len(dealt_a["hands"][0]) == 27
+    assert dealt_b["hands"][0] is None and len(dealt_b["hands"][1]) == 27
+    assert dealt_a["set_aside"] is None
+    view_a = ups["alice"][-1].view
+    state = service.load_state("m1")
+    assert sorted(view_a["hand"]["ids"]) == sorted(state.seat(0).hand)
+    bob_cards = set(state.seat(1).hand)
+    assert not bob_cards & set(view_a["hand"]["ids"])
+
+    # the player on turn plays their lowest single; both hear of it
+    on_turn = state.current_player
+    other = "bob" if on_turn == "alice" else "alice"
+    last = {p: ups[p][-1].id for p in ups}
+    card = client.updates(on_turn)[-1].view["hand"]["ids"][0]
+    sent = client.play("m1", on_turn, cards=[card])
+    assert gw.run_once(block_ms=None) == 1
+    for p in (on_turn, other):
+        [msg] = client.updates(p, last_id=last[p])
+        assert (msg.kind, msg.command_id, msg.version) == ("update", sent.command_id, 7)
+        assert msg.events[0]["type"] == "CardsPlayed" and list(msg.events[0]["cards"]) == [card]
+        assert msg.body["duplicate"] is False
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
+    assert gw.stats.accepted == 6
+
+
+def test_rejection_goes_to_the_player_with_code_and_reason(rig):
+    r, service, gw, client = rig
+    start_match(client, gw)
+    state = service.load_state("m1")
+    waiting = "bob" if state.current_player == "alice" else "alice"
+    before = client.updates(waiting)[-1].id
+    sent = client.pass_("m1", waiting)
+    assert gw.run_once(block_ms=None) == 1
+    [msg] = client.updates(waiting, last_id=before)
+    assert (msg.kind, msg.code, msg.command_id, msg.match_id) == ("rejected", "not_your_turn", sent.command_id, "m1")
+    assert msg.reason
+    assert service.load_state("m1").version == 6
+    assert gw.stats.rejected == 1
+
+
+def test_reply_to_stream(r):
+    gw = CommandGateway(r, make_service(r), "w1")
+    client = GatewayClient(r, reply_to="sk:reply:gw-a")
+    ok = client.create_match("m1", CONFIG)
+    bad = client.sit("nope", "alice")
+    client.send(Play(command_id="x", match_id="m1", player="zed", text="3"))
+    drain(gw)
+    replies = client.replies()
+    assert [(m.kind, m.command_id) for m in replies] == [
+        ("accepted", ok.command_id), ("rejected", bad.command_id), ("rejected", "x")]
+    assert replies[1].code == "unknown_match"
+    # only sk:reply:… streams are written
+    r.xadd(keys.INBOX, {"c": encode_command(Pass(command_id="p", match_id="m1", player="a")),
+                        "reply_to": "sk:{b1}:feed"})
+    drain(gw)
+    assert r.xlen("sk:{b1}:feed") == 0
+    with pytest.raises(ValueError):
+        GatewayClient(r, reply_to="elsewhere")
+
+
+def test_json_commands_are_accepted(rig):
+    r, service, gw, client = rig
+    r.xadd(keys.INBOX, {"j": json.dumps({"type": "CreateMatch", "command_id": "j1", "match_id": "mj",
+                                         "config": CONFIG})})
+    r.xadd(keys.INBOX, {"j": json.dumps({"type": "Sit", "command_id": "j2", "match_id": "mj",
+                                         "player": "alice", "balance": 500})})
+    assert drain(gw) == 2
+    assert service.load_state("mj").version == 2
+    assert client.updates("alice")[-1].view["seats"][0]["player"] == "alice"
+
+
+# -- idempotency and redelivery -------------------------------------------------------------------
+def test_duplicate_command_appends_nothing_and_republishes(rig):
+    r, service, gw, client = rig
+    sent = client.create_match("m1", CONFIG)
+    client.send(sent.command)  # a gateway retry
+    sit = client.sit("m1", "alice")
+    client.send(sit.command)
+    assert drain(gw) == 4
+    assert service.store.version("m1") == 2
+    msgs = client.updates("alice")
+    assert [(m.command_id, m.version, m.body["duplicate"]) for m in msgs] == [
+        (sit.command_id, 2, False), (sit.command_id, 2, True)]
+    assert gw.stats.duplicates == 2
+
+
+def test_crash_leaves_message_pending_then_reclaim(r):
+    service = make_service(r)
+    client = GatewayClient(r)
+
+    class Crash(BaseException):
+        pass
+
+    class CrashAfterExecute:
+        def execute(self, command):
+            service.execute(command)
+            raise Crash
+
+    dying = CommandGateway(r, CrashAfterExecute(), "dying")
+    created = client.create_match("m1", CONFIG)
+    with pytest.raises(Crash):
+        dying.run_once(block_ms=None, count=1)
+    pending = r.xpending(keys.INBOX, keys.SERVICE_GROUP)
+    assert pending["pending"] == 1
+    assert service.store.version("m1") == 1  # the event was appended before the crash
+
+    live = CommandGateway(r, service, "live")
+    assert live.reclaim(min_idle_ms=0) == 1
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
+    assert service.store.version("m1") == 1  # nothing appended twice
+    assert live.stats.duplicates == 1
+    # the dying consumer, restarted under its name, has nothing left to do
+    assert CommandGateway(r, service, "dying").run_once(block_ms=None) == 0
+    assert created.command_id
+
+
+def test_restarted_consumer_finishes_its_own_pending_first(r):
+    service = make_service(r)
+    client = GatewayClient(r)
+    client.create_match("m1", CONFIG)
+    client.sit("m1", "alice")
+    # a consumer reads both and dies without handling them
+    _group(r)
+    r.xreadgroup(keys.SERVICE_GROUP, "w1", {keys.INBOX: ">"}, count=10)
+    client.sit("m1", "bob")
+    gw = CommandGateway(r, service, "w1")  # same name: its backlog first, then new messages
+    assert gw.run_once(block_ms=None, count=10) == 2
+    assert gw.run_once(block_ms=None, count=10) == 1
+    assert service.store.version("m1") == 3
+
+
+def _group(r) -> None:
+    """Create the service group the way CommandGateway does (before any gateway exists)."""
+    try:
+        r.xgroup_create(keys.INBOX, keys.SERVICE_GROUP, id="0", mkstream=True)
+    except Exception as exc:
+        assert "BUSYGROUP" in str(exc)
+
+
+def test_too_many_deliveries_go_to_dead_letters(r):
+    service = make_service(r)
+    client = GatewayClient(r)
+    _group(r)
+    client.create_match("m1", CONFIG)
+    r.xreadgroup(keys.SERVICE_GROUP, "ghost", {keys.INBOX: ">"}, count=10)
+    gw = CommandGateway(r, service, "w1", max_deliveries=2)
+    for _ in range(2):  # each XAUTOCLAIM is one more delivery: 2, 3
+        r.xautoclaim(keys.INBOX, keys.SERVICE_GROUP, "ghost", 0, start_id="0-0")
+    assert gw.reclaim(min_idle_ms=0) == 1
+    [dead] = dead_letters(r)
+    assert b"delivered" in dead["dead_reason"]
+    assert service.store.version("m1") == 0
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
+
+
+def test_wrong_version_leaves_message_pending(r):
+    class Busy:
+        def execute(self, command):
+            raise WrongVersion(command.match_id, 1, 2)
+
+    client = GatewayClient(r)
+    gw = CommandGateway(r, Busy(), "w1")
+    client.create_match("m1", CONFIG)
+    assert gw.run_once(block_ms=None) == 0
+    assert gw.stats.retried == 1
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 1
+    gw.service = make_service(r)
+    assert gw.run_once(block_ms=None) == 1  # its own backlog is read again
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
+
+
+# -- malformed input never stops the loop ------------------------------------------------------
+def test_malformed_messages_are_dead_lettered_and_the_loop_goes_on(rig):
+    r, service, gw, client = rig
+    r.xadd(keys.INBOX, {"c": b"\xc1 not msgpack"})
+    r.xadd(keys.INBOX, {"other": b"no command field"})
+    r.xadd(keys.INBOX, {"c": msgpack.packb({"type": "Fly", "command_id": "f1", "match_id": "m1",
+                                            "player": "alice"})})
+    r.xadd(keys.INBOX, {"c": msgpack.packb({"type": "Play", "command_id": "f2", "match_id": "m1",
+                                            "player": "bob", "text": "3 ZZ"})})
+    r.xadd(keys.INBOX, {"c": msgpack.packb([1, 2, 3])})
+    r.xadd(keys.INBOX, {"j": b"{not json"})
+    big = msgpack.packb({"type": "Sit", "command_id": "f3", "match_id": "m1", "player": "carol",
+                         "pad": "x" * (MAX_COMMAND_BYTES + 10)})
+    r.xadd(keys.INBOX, {"c": big})
+    ok = client.create_match("m1", CONFIG)
+    assert gw.run_once(block_ms=None, count=100) == 8
+    dead = dead_letters(r)
+    assert len(dead) == 7
+    reasons = [d["dead_reason"].decode() for d in dead]
+    assert "not msgpack" in reasons[0]
+    assert "no command" in reasons[1]
+    assert "type" in reasons[2]
+    assert "ZZ" in reasons[3]
+    assert "must be a map" in reasons[4]
+    assert "not JSON" in reasons[5]
+    assert "too large" in reasons[6]
+    assert dead[6].get("truncated") == b"1" and len(dead[6]["c"]) == MAX_COMMAND_BYTES
+    assert dead[0]["c"] == b"\xc1 not msgpack" and dead[0]["dead_code"] == b"bad_command"
+    # senders that can be identified hear why
+    [fly] = client.updates("alice")
+    assert (fly.kind, fly.code, fly.command_id) == ("rejected", "bad_command", "f1")
+    [bad_play] = client.updates("bob")
+    assert bad_play.command_id == "f2" and "ZZ" in bad_play.reason
+    [too_big] = client.updates("carol")
+    assert too_big.code == "bad_command" and "too large" in too_big.reason
+    assert service.store.version("m1") == 1 and ok.command_id
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
+
+
+def test_engine_crash_is_dead_lettered_with_internal_error(r):
+    class Buggy:
+        def execute(self, command):
+            raise ZeroDivisionError("oops")
+
+    client = GatewayClient(r)
+    gw = CommandGateway(r, Buggy(), "w1")
+    sent = client.sit("m1", "alice")
+    assert gw.run_once(block_ms=None) == 1
+    [dead] = dead_letters(r)
+    assert b"ZeroDivisionError" in dead["dead_reason"] and dead["dead_code"] == INTERNAL_ERROR.encode()
+    [msg] = client.updates("alice")
+    assert (msg.kind, msg.code, msg.command_id) == ("rejected", INTERNAL_ERROR, sent.command_id)
+
+
+def test_trimmed_pending_message(r):
+    _group(r)
+    client = GatewayClient(r)
+    sent = client.create_match("m1", CONFIG)
+    r.xreadgroup(keys.SERVICE_GROUP, "w1", {keys.INBOX: ">"}, count=10)
+    r.xdel(keys.INBOX, sent.stream_id)
+    gw = CommandGateway(r, make_service(r), "w1")
+    gw.run_once(block_ms=None)
+    gw.reclaim(min_idle_ms=0)
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
+
+
+# -- the loop ---------------------------------------------------------------------------------
+def test_run_until_stopped(rig):
+    r, service, gw, client = rig
+    stop = threading.Event()
+    thread = threading.Thread(target=gw.run, args=(stop,), kwargs={"block_ms": 50})
+    thread.start()
+    try:
+        start_at = time.monotonic()
+        client.create_match("m1", CONFIG)
+        client.sit("m1", "alice")
+        msgs: list[OutMessage] = []
+        while not msgs and time.monotonic() - start_at < 5:
+            msgs = client.updates("alice", block_ms=100)
+        assert msgs and msgs[0].version == 2
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert gw.stats.processed == 2
+
+
+def test_stop_finishes_the_message_in_hand(rig):
+    r, service, gw, client = rig
+    stop = threading.Event()
+
+    class StopAfterFirst:
+        def execute(self, command):
+            stop.set()  # a signal arrives while the first message is being handled
+            return service.execute(command)
+
+    gw.service = StopAfterFirst()
+    client.create_match("m1", CONFIG)
+    client.sit("m1", "alice")
+    client.sit("m1", "bob")
+    assert gw.run_once(block_ms=None, count=10, stop=stop) == 1
+    assert service.store.version("m1") == 1
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 2  # left for the next run
+    gw.service = service
+    assert drain(gw) == 2
+    assert service.store.version("m1") == 3
+
+
+def test_trim_inbox_keeps_what_is_not_handled(rig):
+    r, service, gw, client = rig
+    client.create_match("m1", CONFIG)
+    client.sit("m1", "alice")
+    assert gw.run_once(block_ms=None, count=1) == 1  # only the first was delivered and handled
+    client.sit("m1", "bob")
+    assert gw.trim_inbox() == 1
+    assert r.xlen(keys.INBOX) == 2
+    # a delivered but unacknowledged message is kept
+    r.xreadgroup(keys.SERVICE_GROUP, "ghost", {keys.INBOX: ">"}, count=1)
+    assert gw.trim_inbox() == 0
+    assert drain(gw) == 1
+    assert r.xlen(keys.INBOX) == 2
+    assert gw.reclaim(min_idle_ms=0) == 1
+    assert gw.trim_inbox() == 2
+    assert r.xlen(keys.INBOX) == 0
+
+
+def test_client_helpers_build_valid_commands(fake_redis):
+    client = GatewayClient(fake_redis)
+    sends = [client.create_match("m", {}), client.sit("m", "a", 5), client.leave("m", "a"),
+             client.ready("m", "a"), client.deal("m"), client.play("m", "a", "3 3"),
+             client.play("m", "a", cards=[1, 2]), client.pass_("m", "a"), client.request_trustee("m", "a"),
+             client.cancel_trustee("m", "a"), client.disconnect("m", "a"), client.reconnect("m", "a"),
+             client.escape("m", "a")]
+    assert len({s.command_id for s in sends}) == len(sends)
+    assert fake_redis.xlen(keys.INBOX) == len(sends)
+    with pytest.raises(Exception):
+        client.play("m", "a")  # neither text nor cards

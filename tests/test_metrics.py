@@ -1,0 +1,233 @@
+"""projections.metrics: observe_outcome counts, wrappers, collectors, exposition."""
+
+from __future__ import annotations
+
+import urllib.request
+from types import SimpleNamespace
+
+import pytest
+
+from engine.combo import Combo
+from engine.config import load_config
+from engine.errors import DoesNotBeat, StaleCommand
+from engine.events import (
+    CardsPlayed,
+    HandDealt,
+    MatchCreated,
+    MatchFinished,
+    Passed,
+    PlayerDisconnected,
+    PlayerEscaped,
+    Reading,
+    TrusteeshipStarted,
+    TurnTimedOut,
+)
+from projections import metrics as m
+
+CFG = "points-test"
+
+
+def val(name: str, **labels: str) -> float:
+    v = m.REGISTRY.get_sample_value(name, labels)
+    return 0.0 if v is None else v
+
+
+def _env(seq: int) -> dict:
+    return {"match_id": "mx", "seq": seq, "ts": 1000 + seq, "command_id": f"c{seq}"}
+
+
+def _bomb(xiang: int) -> Reading:
+    size = xiang
+    counts = [0] * 15
+    counts[3] = size
+    return Reading.of(Combo("bomb", 3, size, tuple(counts), xiang=xiang))
+
+
+def _single() -> Reading:
+    counts = [0] * 15
+    counts[0] = 1
+    return Reading.of(Combo("single", 0, 1, tuple(counts)))
+
+
+def outcome(events=(), rejection=None, duplicate=False, state=None):
+    return SimpleNamespace(events=list(events), rejection=rejection, duplicate=duplicate, state=state)
+
+
+def test_observe_outcome_counts_each_event_kind():
+    before = {
+        "created": val("shuangkou_matches_created_total", config=CFG),
+        "started": val("shuangkou_matches_started_total", config=CFG),
+        "fin": val("shuangkou_matches_finished_total", config=CFG, kou="double", reason="out"),
+        "bomb6": val("shuangkou_bombs_total", config=CFG, xiang="6", kind="bomb"),
+        "bomb4": val("shuangkou_bombs_total", config=CFG, xiang="4", kind="bomb"),
+        "to": val("shuangkou_turn_timeouts_total", config=CFG),
+        "tr": val("shuangkou_trusteeships_total", config=CFG, reason="timeouts"),
+        "dc": val("shuangkou_disconnects_total", config=CFG),
+        "esc": val("shuangkou_escapes_total", config=CFG, policy="forfeit"),
+        "plays": val("shuangkou_plays_total", config=CFG, by="player"),
+        "tplays": val("shuangkou_plays_total", config=CFG, by="timeout"),
+        "passes": val("shuangkou_passes_total", config=CFG, by="auto"),
+        "events": val("shuangkou_events_appended_total"),
+    }
+    cfg = load_config("points").to_record()
+    evs = [
+        MatchCreated(**_env(1), config=cfg),
+        HandDealt(**_env(2), hands=((1,), (2,)), set_aside=(), lead_card=None, first=0),
+        CardsPlayed(**_env(3), player="a", cards=(12, 13, 14, 15, 66, 67), reading=_bomb(6)),
+        CardsPlayed(**_env(4), player="b", cards=(0,), reading=_single(), by="timeout"),
+        CardsPlayed(**_env(5), player="a", cards=(16, 17, 18, 19), reading=_bomb(4)),
+        Passed(**_env(6), player="b", by="auto"),
+        TurnTimedOut(**_env(7), player="b", count=3, notice_zh="x", notice_en="x"),
+        TrusteeshipStarted(**_env(8), player="b", reason="timeouts"),
+        PlayerDisconnected(**_env(9), player="b"),
+        PlayerEscaped(**_env(10), player="b", policy="forfeit"),
+        MatchFinished(**_env(11), winner="a", loser="b", cards_left={"a": 0, "b": 14}, kou="double", reason="out"),
+    ]
+    m.observe_outcome(outcome(evs), CFG)
+    assert val("shuangkou_matches_created_total", config=CFG) == before["created"] + 1
+    assert val("shuangkou_matches_started_total", config=CFG) == before["started"] + 1
+    assert val("shuangkou_matches_finished_total", config=CFG, kou="double", reason="out") == before["fin"] + 1
+    assert val("shuangkou_bombs_total", config=CFG, xiang="6", kind="bomb") == before["bomb6"] + 1
+    assert val("shuangkou_bombs_total", config=CFG, xiang="4", kind="bomb") == before["bomb4"] + 1
+    assert val("shuangkou_turn_timeouts_total", config=CFG) == before["to"] + 1
+    assert val("shuangkou_trusteeships_total", config=CFG, reason="timeouts") == before["tr"] + 1
+    assert val("shuangkou_disconnects_total", config=CFG) == before["dc"] + 1
+    assert val("shuangkou_escapes_total", config=CFG, policy="forfeit") == before["esc"] + 1
+    assert val("shuangkou_plays_total", config=CFG, by="player") == before["plays"] + 2
+    assert val("shuangkou_plays_total", config=CFG, by="timeout") == before["tplays"] + 1
+    assert val("shuangkou_passes_total", config=CFG, by="auto") == before["passes"] + 1
+    assert val("shuangkou_events_appended_total") == before["events"] + len(evs)
+
+
+def test_duplicates_count_nothing_and_rejections_count_their_code():
+    fin = val("shuangkou_matches_finished_total", config=CFG, kou="flat", reason="out")
+    rej = val("shuangkou_rejections_total", config=CFG, code="does_not_beat")
+    ev = MatchFinished(**_env(9), winner="a", loser="b", cards_left={"a": 0, "b": 2}, kou="flat", reason="out")
+    m.observe_outcome(outcome([ev], duplicate=True), CFG)
+    assert val("shuangkou_matches_finished_total", config=CFG, kou="flat", reason="out") == fin
+    m.observe_outcome(outcome(rejection=DoesNotBeat("3 does not beat 4")), CFG)
+    m.observe_outcome(outcome(rejection=DoesNotBeat("3 does not beat 4")), CFG)
+    assert val("shuangkou_rejections_total", config=CFG, code="does_not_beat") == rej + 2
+
+
+def test_config_name_read_from_state_when_not_given():
+    state = SimpleNamespace(config=load_config("wealth"))
+    before = val("shuangkou_disconnects_total", config="wealth")
+    m.observe_outcome(outcome([PlayerDisconnected(**_env(4), player="a")], state=state))
+    assert val("shuangkou_disconnects_total", config="wealth") == before + 1
+
+
+class _FakeService:
+    def __init__(self, result):
+        self.result = result
+        self.calls = 0
+
+    def execute(self, cmd):
+        self.calls += 1
+        return self.result
+
+
+def test_instrumented_service_times_and_measures_timer_lateness():
+    from engine.commands import TurnTimeout
+    from engine.store.base import Deadline
+
+    store = SimpleNamespace(deadline=lambda mid: Deadline(mid, 7, at_ms=10_000, kind="turn"))
+    svc = m.InstrumentedService(_FakeService(outcome([PlayerDisconnected(**_env(8), player="a")])),
+                                store=store, clock=lambda: 12_500, config_name=CFG)
+    n = val("shuangkou_command_duration_seconds_count", command="TurnTimeout")
+    late_n = val("shuangkou_timer_lateness_seconds_count", kind="turn")
+    late_sum = val("shuangkou_timer_lateness_seconds_sum", kind="turn")
+    ok = val("shuangkou_commands_total", command="TurnTimeout", result="ok")
+    svc.execute(TurnTimeout(command_id="t1", match_id="mx", version=7))
+    assert val("shuangkou_command_duration_seconds_count", command="TurnTimeout") == n + 1
+    assert val("shuangkou_commands_total", command="TurnTimeout", result="ok") == ok + 1
+    assert val("shuangkou_timer_lateness_seconds_count", kind="turn") == late_n + 1
+    assert val("shuangkou_timer_lateness_seconds_sum", kind="turn") == pytest.approx(late_sum + 2.5)
+    # a stale timer (version moved on): no lateness, counted as stale
+    stale = val("shuangkou_timers_stale_total", kind="turn")
+    svc2 = m.InstrumentedService(_FakeService(outcome(rejection=StaleCommand("moved on"))),
+                                 store=store, clock=lambda: 12_500, config_name=CFG)
+    svc2.execute(TurnTimeout(command_id="t2", match_id="mx", version=3))
+    assert val("shuangkou_timer_lateness_seconds_count", kind="turn") == late_n + 1
+    assert val("shuangkou_timers_stale_total", kind="turn") == stale + 1
+    # delegation
+    assert svc.calls == 1 and svc.result is not None
+
+
+def test_instrumented_store_counts_appends_and_conflicts():
+    from engine.store.base import WrongVersion
+
+    class S:
+        def append(self, *a, **k):
+            if k.get("fail"):
+                raise WrongVersion("m", 1, 2)
+            return "ok"
+
+        def version(self, mid):
+            return 3
+
+    st = m.InstrumentedStore(S())
+    n = val("shuangkou_append_duration_seconds_count")
+    c = val("shuangkou_append_conflicts_total")
+    assert st.append("m", 0) == "ok"
+    with pytest.raises(WrongVersion):
+        st.append("m", 0, fail=True)
+    assert st.version("m") == 3
+    assert val("shuangkou_append_duration_seconds_count") == n + 2
+    assert val("shuangkou_append_conflicts_total") == c + 1
+
+
+def test_feed_lag_and_dead_letter_collectors_with_fakeredis():
+    import fakeredis
+    from prometheus_client import CollectorRegistry
+
+    r = fakeredis.FakeRedis()
+    for i in range(5):
+        r.xadd("feed:0", {"i": i})
+    r.xgroup_create("feed:0", "proj", id="0")
+    r.xreadgroup("proj", "c1", {"feed:0": ">"}, count=2)
+    r.zadd("dramatiq:default.XQ", {"a": 1, "b": 2})
+    reg = CollectorRegistry()
+    reg.register(m.FeedLagCollector(r, ["feed:0"]))
+    reg.register(m.DeadLetterQueueCollector(r))
+    assert reg.get_sample_value(m.PROJECTION_LAG, {"feed": "feed:0", "group": "proj"}) == 3
+    assert reg.get_sample_value(m.PROJECTION_PENDING, {"feed": "feed:0", "group": "proj"}) == 2
+    assert reg.get_sample_value(m.DEAD_LETTER_QUEUE, {"queue": "default"}) == 2
+
+
+def test_metrics_server_serves_the_registry():
+    server, thread = m.start_metrics_server(0, addr="127.0.0.1")
+    try:
+        port = server.server_port
+        m.observe_dead_letter("inbox")
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert "shuangkou_dead_letters_total" in body
+        assert "shuangkou_command_duration_seconds_bucket" in body
+    finally:
+        server.shutdown()
+
+
+def test_multiprocess_mode_sums_processes(tmp_path):
+    """Two processes writing to PROMETHEUS_MULTIPROC_DIR add up on one scrape."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    code = ("from projections import metrics as m\n"
+            "m.observe_dead_letter('feed', 2)\n")
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+    scrape = ("from projections import metrics as m\n"
+              "print(m.generate_latest().decode())\n")
+    out = subprocess.run([sys.executable, "-c", scrape], env=env, check=True, timeout=60,
+                         capture_output=True, text=True).stdout
+    line = [ln for ln in out.splitlines() if ln.startswith('shuangkou_dead_letters_total{source="feed"}')]
+    assert line and float(line[0].split()[-1]) == 4.0
+
+
+def test_exposed_names_cover_dramatiq_middleware():
+    names = m.exposed_names()
+    assert "dramatiq_message_rejects_total" in names
+    assert "dramatiq_message_duration_milliseconds_bucket" in names
+    assert "shuangkou_projection_lag_events" in names

@@ -1,0 +1,122 @@
+"""Redis-specific behaviour of RedisEventStore: key layout, slots, script details (fakeredis and real Redis)."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+import redis
+from redis.cluster import key_slot
+
+from engine.events import PlayerReady, decode_event
+from engine.store import keys
+from engine.store.base import Deadline, Snapshot, WrongVersion
+from engine.store.redis_store import LayoutMismatch, RedisEventStore
+
+
+@pytest.fixture(params=["fakeredis", pytest.param("redis", marks=pytest.mark.redis)])
+def client(request):
+    return request.getfixturevalue({"fakeredis": "fake_redis", "redis": "real_redis"}[request.param])
+
+
+def ready(match_id: str, seq: int, cmd: str = "c") -> PlayerReady:
+    return PlayerReady(match_id=match_id, seq=seq, ts=seq, command_id=cmd, player="a")
+
+
+def test_key_layout_and_one_slot_per_bucket(client):
+    store = RedisEventStore(client)
+    store.append("m1", 0, "c1", [ready("m1", 1), ready("m1", 2)], Deadline("m1", 2, 99, "turn"))
+    store.save_snapshot("m1", Snapshot(2, b"s"))
+    b = keys.bucket_of("m1")
+    assert b == store.bucket_of("m1")
+    expected = {f"sk:{{b{b}}}:m:m1:events", f"sk:{{b{b}}}:m:m1:cmds", f"sk:{{b{b}}}:m:m1:snap",
+                f"sk:{{b{b}}}:feed", f"sk:{{b{b}}}:deadlines", f"sk:{{b{b}}}:deadline_info",
+                f"sk:{{b{b}}}:matches"}
+    assert {k.decode() for k in client.keys("*")} == expected
+    assert len({key_slot(k.encode()) for k in expected}) == 1  # one Lua call = one Cluster slot
+    assert key_slot(keys.events_key("有{括}號", 3).encode()) == key_slot(keys.feed_key(3).encode())
+
+
+def test_entries_are_seq_ids_with_msgpack_field(client):
+    store = RedisEventStore(client)
+    events = [ready("m1", 1), ready("m1", 2)]
+    store.append("m1", 0, "c1", events, None)
+    entries = client.xrange(keys.events_key("m1", keys.bucket_of("m1")))
+    assert [e[0] for e in entries] == [b"1-1", b"2-1"]
+    assert [decode_event(e[1][b"e"]) for e in entries] == events
+    assert client.hgetall(keys.commands_key("m1", keys.bucket_of("m1"))) == {b"c1": b"1-2"}
+    # a stale writer going around the script is refused by XADD itself
+    with pytest.raises(redis.ResponseError):
+        client.xadd(keys.events_key("m1", keys.bucket_of("m1")), {"e": b"x"}, id="2-1")
+
+
+def test_two_store_objects_share_one_redis(client):
+    a, b = RedisEventStore(client), RedisEventStore(client)
+    a.append("m1", 0, "c1", [ready("m1", 1)], None)
+    with pytest.raises(WrongVersion):
+        b.append("m1", 0, "c2", [ready("m1", 1)], None)
+    assert b.append("m1", 0, "c1", [ready("m1", 1)], None).duplicate
+    assert b.version("m1") == 1
+
+
+def test_deadline_info_and_feed_fields(client):
+    store = RedisEventStore(client)
+    store.append("m1", 0, "c1", [ready("m1", 1)], Deadline("m1", 1, 1234, "trustee"))
+    b = keys.bucket_of("m1")
+    assert client.zscore(keys.deadlines_key(b), "m1") == 1234
+    assert client.hget(keys.deadline_info_key(b), "m1") == b"1|trustee|1234"
+    [(_, fields)] = client.xrange(keys.feed_key(b))
+    assert fields == {b"match": b"m1", b"from": b"1", b"to": b"1"}
+    raw = client.get(keys.snapshot_key("m1", b))
+    assert raw is None
+    store.save_snapshot("m1", Snapshot(1, b"\xff"))
+    assert msgpack.unpackb(client.get(keys.snapshot_key("m1", b))) == [1, b"\xff"]
+
+
+def test_feed_is_capped(client):
+    store = RedisEventStore(client, buckets=1, feed_maxlen=50)
+    for i in range(600):
+        store.append(f"m{i}", 0, "c", [ready(f"m{i}", 1)], None)
+    length = client.xlen(keys.feed_key(0))
+    assert length < 600
+    assert length >= 50  # MAXLEN ~ trims whole macro nodes only: at least the cap stays
+    assert store.read_feed(0, count=10_000)[-1].match_id == "m599"
+
+
+def test_decode_responses_client_is_refused():
+    import fakeredis
+
+    with pytest.raises(ValueError, match="decode_responses"):
+        RedisEventStore(fakeredis.FakeRedis(server=fakeredis.FakeServer(), decode_responses=True))
+
+
+def test_layout_check(client):
+    RedisEventStore(client, buckets=16).check_layout()
+    RedisEventStore(client, buckets=16).check_layout()
+    with pytest.raises(LayoutMismatch):
+        RedisEventStore(client, buckets=32).check_layout()
+
+
+@pytest.mark.redis
+def test_from_url_and_script_flush(redis_server, real_redis):
+    store = RedisEventStore.from_url(redis_server.url)
+    store.append("m1", 0, "c1", [ready("m1", 1)], None)
+    real_redis.script_flush()  # EVALSHA -> NOSCRIPT -> the script is loaded again
+    store.append("m1", 1, "c2", [ready("m1", 2)], None)
+    assert store.version("m1") == 2
+
+
+@pytest.mark.redis
+def test_resp3_client(redis_server, real_redis):
+    client = redis_server.client(protocol=3)
+    try:
+        store = RedisEventStore(client)
+        store.append("m1", 0, "c1", [ready("m1", 1)], Deadline("m1", 1, 5, "turn"))
+        assert store.append("m1", 0, "c1", [ready("m1", 1)], None).duplicate
+        with pytest.raises(WrongVersion):
+            store.append("m1", 0, "c2", [ready("m1", 1)], None)
+        assert store.load("m1") == [ready("m1", 1)]
+        assert [e.match_id for e in store.read_feed(store.bucket_of("m1"))] == ["m1"]
+        assert store.due_deadlines(10) == [Deadline("m1", 1, 5, "turn")]
+        assert list(store.match_ids()) == ["m1"]
+    finally:
+        client.close()

@@ -1,0 +1,188 @@
+"""run-script on every example, bad scripts (exit 2), and replay of run-script output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.cli import main
+from engine.replay import check_stream
+from engine.script import ScriptError, run_script
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.json"))
+
+
+def run_json(path: Path, capsys) -> dict:
+    assert main(["run-script", str(path), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_there_are_examples() -> None:
+    names = {p.stem for p in EXAMPLES}
+    assert {"normal_win", "bomb_battle", "auto_pass_chain", "bad_inputs", "timeouts_trustee",
+            "escape_forfeit"} <= names
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_gives_the_expected_result(path: Path, capsys) -> None:
+    expect = json.loads(path.read_text())["expect"]
+    out = run_json(path, capsys)
+    assert set(out) == {"events", "rejections", "result"}
+    assert out["result"]["winner"] == expect["winner"]
+    assert out["result"]["kou"] == expect["kou"]
+    assert [r["index"] for r in out["rejections"]] == expect["rejections"]
+    assert all(r["reason"] for r in out["rejections"])
+    if out["result"]["winner"] is not None and out["result"]["kou"] != "escape":
+        assert sum(out["result"]["scores"].values()) == 0  # R-8.6 zero-sum
+    from engine.events import event_from_dict
+
+    events = [event_from_dict(e) for e in out["events"]]
+    assert check_stream(events) == []
+
+
+def test_example_specifics(capsys) -> None:
+    out = run_json(ROOT / "examples" / "auto_pass_chain.json", capsys)
+    assert [e["by"] for e in out["events"] if e["type"] == "Passed"] == ["auto"] * 3  # R-6.4
+    out = run_json(ROOT / "examples" / "timeouts_trustee.json", capsys)
+    timed = [e for e in out["events"] if e["type"] == "TurnTimedOut"]
+    assert [e["count"] for e in timed] == [1, 2, 3]
+    assert any(e["type"] == "TrusteeshipStarted" and e["reason"] == "timeouts" for e in out["events"])
+    assert any(e["type"] == "CardsPlayed" and e["by"] == "trustee" for e in out["events"])
+    out = run_json(ROOT / "examples" / "bomb_battle.json", capsys)
+    kinds = [e["reading"]["kind"] for e in out["events"] if e["type"] == "CardsPlayed"]
+    assert kinds == ["single", "three_jokers", "chain_bomb", "bomb", "single"]
+
+
+def test_text_output_is_a_play_by_play(capsys) -> None:
+    assert main(["run-script", str(ROOT / "examples" / "normal_win.json")]) == 0
+    text = capsys.readouterr().out
+    assert "a plays 5 6 7 8 9 -- straight to 9 (5 cards)" in text
+    assert "b passes [auto]" in text and "result: a wins, kou single" in text
+
+
+def test_cli_entry_point_subprocess() -> None:
+    p = subprocess.run([sys.executable, "-m", "engine", "run-script", str(ROOT / "examples" / "escape_forfeit.json"),
+                        "--json"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["result"]["kou"] == "escape"
+
+
+BAD = [
+    ({"players": [{"id": "a"}, {"id": "b"}], "actions": [], "seed": 1}, "missing key 'config'"),
+    ({"config": "points", "actions": [], "seed": 1}, "missing key 'players'"),
+    ({"config": "points", "players": [{"id": "a"}], "actions": [], "seed": 1}, "exactly 2"),
+    ({"config": "nope", "players": [{"id": "a"}, {"id": "b"}], "actions": [], "seed": 1}, "unknown or bad config"),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "actions": []}, "seed"),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "actions": [],
+      "deal": {"hands": ["3 X", "4"]}}, "bad card token"),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "seed": 1,
+      "actions": [{"player": "a", "play": "3 Z"}]}, "bad card token"),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "seed": 1,
+      "actions": [{"player": "a", "dance": True}]}, "exactly one of"),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "seed": 1, "actions": [], "bogus": 1}, "unknown keys"),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "actions": [],
+      "deal": {"hands": ["3 3 3 3 3 3 3 3", "3"]}}, "too many 3"),
+    ({"config": "wealth", "players": [{"id": "a", "points": 500}, {"id": "b", "coins": 500}], "seed": 1,
+      "actions": []}, "is a wealth room"),
+]
+
+
+@pytest.mark.parametrize("script, needle", BAD, ids=[n for _, n in BAD])
+def test_bad_scripts_exit_2_with_one_line(script, needle, tmp_path, capsys) -> None:
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(script))
+    assert main(["run-script", str(f), "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err
+
+
+def test_missing_and_invalid_files_exit_2(tmp_path, capsys) -> None:
+    assert main(["run-script", str(tmp_path / "none.json")]) == 2
+    f = tmp_path / "x.json"
+    f.write_text("{not json")
+    assert main(["run-script", str(f)]) == 2
+
+
+def test_wealth_player_below_the_lowest_level_is_a_bad_script(tmp_path, capsys) -> None:  # R-11.1
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"config": "wealth", "players": [{"id": "a", "coins": 5}, {"id": "b", "coins": 500}],
+                             "seed": 1, "actions": []}))
+    assert main(["run-script", str(f)]) == 2
+    assert "R-11.1" in capsys.readouterr().err
+
+
+def test_seeded_script_is_deterministic_and_unfinished_result_has_no_scores() -> None:
+    script = {"config": "points", "players": [{"id": "a"}, {"id": "b"}], "seed": 42,
+              "actions": [{"player": "a", "timeout": True}, {"player": "b", "timeout": True}]}
+    r1, r2 = run_script(script), run_script(script)
+    assert [e.model_dump() for e in r1.events] == [e.model_dump() for e in r2.events]
+    assert r1.result["winner"] is None and r1.result["scores"] == {}
+    assert sum(r1.result["cards_left"].values()) <= 54
+    dealt = [e for e in r1.events if e.type == "HandDealt"][0]
+    assert dealt.lead_card in dealt.hands[dealt.first]  # R-1.4
+    # exactly one of the two timeouts is for the player on turn
+    assert len(r1.rejections) <= 1
+
+
+def test_script_with_all_trustee_players_runs_to_the_end() -> None:
+    script = {"config": "points", "players": [{"id": "a"}, {"id": "b"}], "seed": 7,
+              "actions": [{"player": "a", "trustee": True}, {"player": "b", "trustee": True}]}
+    out = run_script(script)
+    assert out.state.phase == "finished" and out.result["winner"] in ("a", "b")
+
+
+def test_replay_cli_checks_run_script_output(tmp_path, capsys) -> None:
+    out = run_json(ROOT / "examples" / "bomb_battle.json", capsys)
+    f = tmp_path / "events.json"
+    f.write_text(json.dumps(out))
+    assert main(["replay", "script", "--events", str(f)]) == 0
+    text = capsys.readouterr().out
+    assert "b plays 8 8 8 8 8 8 8" in text and "check: ok" in text
+    assert main(["replay", "--events", str(f), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["problems"] == [] and rep["result"]["winner"] == "b"
+    # tamper: a card played that the player never held
+    played = [e for e in out["events"] if e["type"] == "CardsPlayed"][0]
+    played["cards"] = [107]
+    f.write_text(json.dumps(out))
+    assert main(["replay", "script", "--events", str(f)]) == 1
+    assert "problem" in capsys.readouterr().out
+    # tamper: a gap in the sequence
+    del out["events"][7]
+    f.write_text(json.dumps(out))
+    assert main(["replay", "script", "--events", str(f), "--json"]) == 1
+    assert any("expected seq" in p for p in json.loads(capsys.readouterr().out)["problems"])
+
+
+def test_replay_cli_needs_a_source(capsys) -> None:
+    assert main(["replay", "m1"]) == 2
+
+
+def test_run_script_raises_script_error_directly() -> None:
+    with pytest.raises(ScriptError):
+        run_script({"config": "points"})
+
+
+def test_replay_cli_on_a_redis_store_checks_every_match(monkeypatch, capsys) -> None:
+    import fakeredis
+
+    from engine.store.redis_store import RedisEventStore
+    from tests.strategies import MatchSpec, play_match
+
+    store = RedisEventStore(fakeredis.FakeRedis(server=fakeredis.FakeServer()))
+    for n in range(3):
+        run = play_match(MatchSpec(seed=n, chaos=0.1), match_id=f"m{n}")
+        for e in run.store.load(f"m{n}"):
+            store.append(f"m{n}", e.seq - 1, f"copy{e.seq}", [e], None)
+    monkeypatch.setattr(RedisEventStore, "from_url", classmethod(lambda cls, url, **kw: store))
+    assert main(["replay", "--redis", "redis://x", "--all"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sorted(line.split(":")[0] for line in lines) == ["m0", "m1", "m2"]
+    assert main(["replay", "m1", "--redis", "redis://x", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["problems"] == []
+    assert main(["replay", "nope", "--redis", "redis://x"]) == 1

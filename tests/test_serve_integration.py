@@ -1,0 +1,212 @@
+"""End to end on a real redis-server: `shuangkou serve` + a dramatiq worker process
+(with dramatiq's Prometheus middleware, deploy/dramatiq_prometheus.py), matches
+played through GatewayClient, /metrics scraped over HTTP and compared with the
+stored events; SIGTERM stops serve with exit code 0."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.redis, pytest.mark.worker]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _scrape(port: int) -> dict[str, float]:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out: dict[str, float] = {}
+    for line in body.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name_labels, _, value = line.rpartition(" ")
+        out[name_labels] = out.get(name_labels, 0.0) + float(value)
+    return out
+
+
+def _sum(samples: dict[str, float], name: str, **labels: str) -> float:
+    total = 0.0
+    for key, v in samples.items():
+        base, _, rest = key.partition("{")
+        if base != name:
+            continue
+        if all(f'{k}="{val}"' in rest for k, val in labels.items()):
+            total += v
+    return total
+
+
+@pytest.fixture
+def stack(redis_server, tmp_path):
+    import redis
+
+    base = redis_server.url.rsplit("/", 1)[0]
+    store_url, broker_url = f"{base}/0", f"{base}/1"
+    for url in (store_url, broker_url):
+        redis.Redis.from_url(url).flushdb()
+    env = dict(os.environ, SK_REDIS_URL=store_url, SK_BROKER_URL=broker_url, PYTHONUNBUFFERED="1",
+               SK_SWEEP_INTERVAL_MS="200")
+    serve = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--redis", store_url, "--broker-url",
+                              broker_url, "--metrics-port", "0", "--metrics-addr", "127.0.0.1",
+                              "--consumer", "it-1"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    mp = tmp_path / "prom"
+    mp.mkdir()
+    wport = _free_port()
+    wenv = dict(env, PROMETHEUS_MULTIPROC_DIR=str(mp), dramatiq_prom_db=str(mp), dramatiq_prom_port=str(wport),
+                dramatiq_prom_host="127.0.0.1")
+    worker = subprocess.Popen(["dramatiq", "--processes", "1", "--threads", "2",
+                               "dramatiq_prometheus", "workers.actors", "--path", str(ROOT / "deploy")], cwd=ROOT, env=wenv,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        end = time.monotonic() + 30
+        while port is None and time.monotonic() < end:
+            line = serve.stdout.readline()
+            if not line:
+                if serve.poll() is not None:
+                    raise AssertionError("serve exited: " + serve.stderr.read())
+                continue
+            if line.startswith("metrics-port "):
+                port = int(line.split()[1])
+        assert port, "serve did not report its metrics port"
+        end = time.monotonic() + 30
+        while True:  # the worker's exposition server
+            try:
+                _scrape(wport)
+                break
+            except OSError:
+                if time.monotonic() > end or worker.poll() is not None:
+                    raise AssertionError("worker metrics never came up: " + (worker.stderr.read() if worker.poll() is not None else ""))
+                time.sleep(0.2)
+        yield {"store_url": store_url, "serve": serve, "worker": worker, "port": port, "wport": wport}
+    finally:
+        for p in (serve, worker):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in (serve, worker):
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _play(store_url: str, n: int, timeout_every: int) -> list[str]:
+    """n matches through the inbox; every `timeout_every`-th turn the bot lets the clock run out."""
+    import random
+
+    import redis
+
+    from engine.bot import Bot
+    from engine.client import GatewayClient
+    from engine.config import load_config
+    from engine.service import MatchService
+    from engine.store.redis_store import RedisEventStore
+
+    client = redis.Redis.from_url(store_url)
+    gw = GatewayClient(client, reply_to="sk:reply:it")
+    reader = MatchService(RedisEventStore(client), lambda: int(time.time() * 1000), random.Random(0))
+    cfg = load_config("points").model_copy(update={"turn_seconds": 0.3, "trustee_delay_seconds": 0.05})
+    bot = Bot("greedy", random.Random(5))
+    last = "0"
+
+    def send(sent) -> None:
+        nonlocal last
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            for msg in gw.replies(last, block_ms=1000):
+                last = msg.id
+                if msg.command_id == sent.command_id:
+                    return
+        raise AssertionError(f"no reply to {sent.command}")
+
+    ids = []
+    for m in range(n):
+        mid = f"it-{m}"
+        ids.append(mid)
+        send(gw.create_match(mid, cfg.to_record()))
+        send(gw.sit(mid, "a", 100))
+        send(gw.sit(mid, "b", 100))
+        send(gw.ready(mid, "a"))
+        send(gw.ready(mid, "b"))
+        if m == n - 1:
+            send(gw.escape(mid, "b"))  # points room: forfeit
+        turn = 0
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            st = reader.load_state(mid)
+            if st.phase == "finished":
+                break
+            seat = st.seat(st.turn)
+            turn += 1
+            if seat.trusteed or turn % timeout_every == 0:
+                v = st.version
+                while reader.load_state(mid).version == v and time.monotonic() < end:
+                    time.sleep(0.02)
+                continue
+            play = bot.choose(st, seat.player)
+            if play is None:
+                send(gw.pass_(mid, seat.player))
+            else:
+                send(gw.play(mid, seat.player, cards=play.cards))
+        assert reader.load_state(mid).phase == "finished", mid
+    return ids
+
+
+def test_serve_and_worker_metrics_match_what_happened(stack):
+    import redis
+
+    from engine.events import MatchFinished, TurnTimedOut
+    from engine.store.redis_store import RedisEventStore
+
+    ids = _play(stack["store_url"], n=4, timeout_every=7)
+    store = RedisEventStore(redis.Redis.from_url(stack["store_url"]))
+    finished = timeouts = 0
+    kous: dict[str, int] = {}
+    for mid in ids:
+        for e in store.load(mid):
+            if isinstance(e, MatchFinished):
+                finished += 1
+                kous[e.kou] = kous.get(e.kou, 0) + 1
+            elif isinstance(e, TurnTimedOut):
+                timeouts += 1
+    assert finished == 4 and timeouts > 0
+
+    time.sleep(1.0)  # the ledger projection and the worker's counters settle
+    serve_m = _scrape(stack["port"])
+    worker_m = _scrape(stack["wport"])
+
+    def both(name, **labels):
+        return _sum(serve_m, name, **labels) + _sum(worker_m, name, **labels)
+
+    assert both("shuangkou_matches_created_total") == 4
+    assert both("shuangkou_matches_started_total") == 4
+    assert both("shuangkou_matches_finished_total") == 4
+    for kou, n in kous.items():
+        assert both("shuangkou_matches_finished_total", kou=kou) == n
+    assert both("shuangkou_turn_timeouts_total") == timeouts
+    assert _sum(worker_m, "shuangkou_turn_timeouts_total") == timeouts  # timers fire in the worker
+    assert both("shuangkou_escapes_total", policy="forfeit") == 1
+    assert _sum(worker_m, "shuangkou_timer_lateness_seconds_count", kind="turn") >= timeouts
+    assert _sum(serve_m, "shuangkou_command_duration_seconds_count") > 0
+    assert _sum(serve_m, "shuangkou_append_duration_seconds_count") > 0
+    assert _sum(serve_m, "shuangkou_projection_events_total", projection="ledger") >= 4
+    assert _sum(serve_m, "shuangkou_projection_lag_events") == 0
+    assert _sum(worker_m, "dramatiq_messages_total", actor_name="fire_deadline") >= timeouts
+
+    serve = stack["serve"]
+    serve.send_signal(signal.SIGTERM)
+    assert serve.wait(timeout=20) == 0, serve.stderr.read()

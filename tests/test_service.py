@@ -1,0 +1,179 @@
+"""MatchService: idempotent command ids, WrongVersion retries, snapshots, deadlines."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.cards import seeded_random
+from engine.commands import CreateMatch, Disconnect, Play, Ready, Reconnect, Sit
+from engine.config import load_config
+from engine.errors import NotInHand, NotYourTurn, WrongPhase
+from engine.replay import replay
+from engine.service import MatchService
+from engine.store.base import WrongVersion
+from engine.store.memory import InMemoryEventStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        self.now += 1000
+        return self.now
+
+
+def new_service(store=None, seed=1, **kw) -> MatchService:
+    return MatchService(store or InMemoryEventStore(), Clock(), seeded_random(seed), **kw)
+
+
+def started(svc: MatchService, mid: str = "m") -> None:
+    for c in (CreateMatch(command_id="c1", match_id=mid, config=load_config("points").to_record()),
+              Sit(command_id="c2", match_id=mid, player="a"), Sit(command_id="c3", match_id=mid, player="b"),
+              Ready(command_id="c4", match_id=mid, player="a"), Ready(command_id="c5", match_id=mid, player="b")):
+        out = svc.execute(c)
+        assert out.rejection is None, out.rejection
+
+
+def test_second_ready_deals_with_the_services_shuffle() -> None:
+    s1, s2 = new_service(seed=9), new_service(seed=9)
+    started(s1)
+    started(s2)
+    d1 = s1.store.load("m")[-1]
+    d2 = s2.store.load("m")[-1]
+    assert d1.type == "HandDealt" and d1.hands == d2.hands and d1.lead_card == d2.lead_card
+    st = s1.load_state("m")
+    assert st.phase == "playing" and s1.store.deadline("m") == st.deadline()
+
+
+def test_rejection_is_returned_not_raised_and_appends_nothing() -> None:
+    svc = new_service()
+    started(svc)
+    v = svc.store.version("m")
+    out = svc.execute(Sit(command_id="x", match_id="m", player="c"))
+    assert isinstance(out.rejection, WrongPhase) and out.events == () and not out.duplicate
+    assert svc.store.version("m") == v and out.state == svc.load_state("m")
+
+
+def test_duplicate_command_id_returns_the_stored_events() -> None:
+    svc = new_service()
+    started(svc)
+    v = svc.store.version("m")
+    again = svc.execute(Sit(command_id="c2", match_id="m", player="a"))  # decide would refuse now
+    assert again.duplicate and again.rejection is None
+    assert [e.type for e in again.events] == ["PlayerSeated"] and again.events[0].seq == 2
+    assert svc.store.version("m") == v
+    st = svc.load_state("m")
+    player = st.current_player
+    other = "b" if player == "a" else "a"
+    card = st.seat(st.turn).hand[0]
+    first = svc.execute(Play(command_id="p1", match_id="m", player=player, cards=(card,)))
+    assert first.rejection is None
+    second = svc.execute(Play(command_id="p1", match_id="m", player=player, cards=(card,)))
+    assert second.duplicate and second.events == first.events
+    # a duplicate that decide would accept again is recognised by the store
+    svc.execute(Disconnect(command_id="d1", match_id="m", player=other))
+    svc.execute(Reconnect(command_id="r1", match_id="m", player=other))
+    v = svc.store.version("m")
+    dup = svc.execute(Disconnect(command_id="d1", match_id="m", player=other))
+    assert dup.duplicate and dup.events[0].type == "PlayerDisconnected" and svc.store.version("m") == v
+    # an unknown command id on a refused command is a plain rejection
+    out = svc.execute(Play(command_id="p9", match_id="m", player="zz", cards=(card,)))
+    assert out.rejection is not None and not out.duplicate
+
+
+class RacingStore(InMemoryEventStore):
+    """Lets a concurrent writer append just before this service's first append(s)."""
+
+    def __init__(self, races: int) -> None:
+        super().__init__()
+        self.races = races
+        self.on_race = None
+
+    def append(self, match_id, expected_version, command_id, events, deadline):
+        if self.races > 0 and self.on_race is not None:
+            self.races -= 1
+            self.on_race()
+        return super().append(match_id, expected_version, command_id, events, deadline)
+
+
+def test_wrong_version_is_retried_after_a_concurrent_append() -> None:
+    store = RacingStore(races=0)
+    svc = new_service(store)
+    started(svc)
+    other = new_service(store, seed=2)
+    st = svc.load_state("m")
+    player = st.current_player
+    opp = "b" if player == "a" else "a"
+    n = iter(range(100))
+    store.on_race = lambda: other.execute(Disconnect(command_id=f"race{next(n)}", match_id="m", player=opp))
+    store.races = 1
+    card = st.seat(st.turn).hand[0]
+    out = svc.execute(Play(command_id="p1", match_id="m", player=player, cards=(card,)))
+    assert out.rejection is None and out.attempts == 2
+    events = store.load("m")
+    assert [e.type for e in events[-len(out.events) - 2:]][:2] == ["PlayerDisconnected", "TrusteeshipStarted"]
+    assert out.events[0].seq == st.version + 3
+    assert replay(events) == out.state
+
+
+def test_a_concurrent_append_can_turn_an_accepted_command_into_a_rejection() -> None:
+    store = RacingStore(races=0)
+    svc = new_service(store)
+    started(svc)
+    st = svc.load_state("m")
+    player = st.current_player
+    card = st.seat(st.turn).hand[0]
+    rival = new_service(store, seed=3)
+    store.on_race = lambda: rival.execute(Play(command_id="rival", match_id="m", player=player, cards=(card,)))
+    store.races = 1
+    out = svc.execute(Play(command_id="mine", match_id="m", player=player, cards=(card,)))
+    assert isinstance(out.rejection, (NotYourTurn, NotInHand)) and out.attempts == 2
+    assert [e.command_id for e in store.load("m")[st.version:]] == ["rival"] * (store.version("m") - st.version)
+
+
+def test_retries_are_bounded() -> None:
+    class AlwaysStale(InMemoryEventStore):
+        def append(self, match_id, expected_version, command_id, events, deadline):
+            raise WrongVersion(match_id, expected_version, expected_version + 1)
+
+    svc = new_service(AlwaysStale(), retries=3)
+    with pytest.raises(WrongVersion):
+        svc.execute(CreateMatch(command_id="c1", match_id="m", config=load_config("points").to_record()))
+
+
+def test_snapshots_are_saved_and_used() -> None:
+    svc = new_service(snapshot_every=3)
+    started(svc)
+    snap = svc.store.load_snapshot("m")
+    assert snap is not None and snap.version == 6  # saved when the version crossed 3 and 6
+    assert svc.load_state("m") == replay(svc.store.load("m"))
+
+
+def test_unreadable_snapshot_falls_back_to_the_stream() -> None:
+    from engine.store.base import Snapshot
+
+    svc = new_service(snapshot_every=1000)
+    started(svc)
+    svc.store.save_snapshot("m", Snapshot(version=3, state=b"\x00garbage"))
+    assert svc.load_state("m") == replay(svc.store.load("m"))
+
+
+def test_on_commit_hook_sees_fresh_commits_only() -> None:
+    seen = []
+    svc = new_service(on_commit=seen.append)
+    started(svc)
+    assert len(seen) == 5 and all(o.rejection is None and not o.duplicate for o in seen)
+    svc.execute(Sit(command_id="c2", match_id="m", player="a"))  # duplicate
+    svc.execute(Sit(command_id="zz", match_id="m", player="q"))  # rejection
+    assert len(seen) == 5
+    assert seen[-1].state.deadline() == svc.store.deadline("m")
+
+
+def test_a_failing_hook_does_not_undo_the_commit() -> None:
+    def boom(outcome):
+        raise RuntimeError("scheduler down")
+
+    svc = new_service(on_commit=boom)
+    out = svc.execute(CreateMatch(command_id="c1", match_id="m", config=load_config("points").to_record()))
+    assert out.rejection is None and svc.store.version("m") == 1

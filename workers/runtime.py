@@ -1,0 +1,284 @@
+"""What the timer actors run against: the event store, the command service,
+the clock and the deadline scheduler.
+
+A worker process builds it lazily from the environment (``SK_REDIS_URL`` →
+:class:`engine.store.redis_store.RedisEventStore`, the system clock,
+``SK_BROKER_URL`` for the messages it schedules); the embedded default
+(:mod:`workers.embedded`) installs its own with :func:`install`.
+
+:func:`fire` is the one way a deadline is acted on — by the ``fire_deadline``
+actor and by the sweeper alike.  It builds the timer command with an id
+derived from (match id, version, kind) and runs it through
+``MatchService.execute``, exactly like a player's command: a second firing
+of the same deadline is a duplicate by command id, a firing for an older
+version is refused by ``decide`` as stale, and both are no-ops.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from engine.commands import CommandBase, ReadyTimeout, TrusteeAct, TurnTimeout
+from engine.errors import Rejected, StaleCommand
+from engine.store.base import DeadlineKind, EventStore, WrongVersion
+from workers.clock import SystemClock, read_ms
+
+log = logging.getLogger("workers.timers")
+
+STORE_URL_ENV = "SK_REDIS_URL"
+GRACE_ENV = "SK_SWEEP_GRACE_MS"
+DEFAULT_GRACE_MS = 2_000
+
+FireResult = Literal["committed", "duplicate", "stale", "rejected", "conflict"]
+
+_COMMANDS: dict[str, type[CommandBase]] = {
+    "turn": TurnTimeout,
+    "trustee": TrusteeAct,
+    "ready": ReadyTimeout,
+}
+
+
+def timer_command_id(match_id: str, version: int, kind: str) -> str:
+    """The id of the timer command for one deadline: the same for every firing of it."""
+    return f"timer:{kind}:{version}:{match_id}"
+
+
+def timer_command(match_id: str, version: int, kind: DeadlineKind | str) -> CommandBase:
+    try:
+        cls = _COMMANDS[kind]
+    except KeyError:
+        raise ValueError(f"unknown deadline kind {kind!r} (turn, trustee or ready)") from None
+    return cls(command_id=timer_command_id(match_id, version, kind), match_id=match_id,
+               version=int(version))
+
+
+def make_service(store: EventStore, clock: Any, rng: Any = None,
+                 on_commit: Callable[[Any], None] | None = None, *, cache_size: int = 20_000,
+                 **kwargs: Any) -> tuple[Any, bool]:
+    """A :class:`CachingMatchService` with ``on_commit`` when the service takes one.
+
+    Returns ``(service, hooked)``; when the service has no hook the caller
+    must hand each outcome to the scheduler itself.
+    """
+    if rng is None:
+        rng = random.Random()
+    cls = caching_service_class()
+    params = inspect.signature(cls.__mro__[1]).parameters
+    if on_commit is not None and "on_commit" in params:
+        return cls(store, clock, rng, on_commit=on_commit, cache_size=cache_size, **kwargs), True
+    return cls(store, clock, rng, cache_size=cache_size, **kwargs), False
+
+
+_CACHING_CLASS: Any = None
+
+
+def caching_service_class() -> Any:
+    """``MatchService`` with a per-process cache of match states.
+
+    A timer worker loads the same matches over and over; folding a match
+    from its last snapshot costs ~1 ms of Python per command.  The cache keeps
+    the newest state seen per match (states are immutable values) and, on each
+    load, still reads the stream *after* the cached version and applies it, so
+    a cached state is never served stale: other writers (the gateway, other
+    workers) are always caught up with.  Bounded LRU.
+    """
+    global _CACHING_CLASS
+    if _CACHING_CLASS is not None:
+        return _CACHING_CLASS
+    from collections import OrderedDict
+
+    from engine.replay import replay
+    from engine.service import MatchService
+
+    class CachingMatchService(MatchService):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, cache_size: int = 20_000, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.cache_size = cache_size
+            self._cache: OrderedDict[str, Any] = OrderedDict()
+            self._cache_lock = threading.Lock()
+
+        def _remember(self, state: Any) -> None:
+            if self.cache_size <= 0 or state.version == 0:
+                return
+            with self._cache_lock:
+                old = self._cache.get(state.match_id)
+                if old is None or old.version <= state.version:
+                    self._cache[state.match_id] = state
+                self._cache.move_to_end(state.match_id)
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+
+        def load_state(self, match_id: str) -> Any:
+            with self._cache_lock:
+                cached = self._cache.get(match_id)
+            if cached is None:
+                state = super().load_state(match_id)
+            else:
+                tail = self.store.load(match_id, after=cached.version)
+                state = replay(tail, cached) if tail else cached
+            self._remember(state)
+            return state
+
+        def execute(self, command: Any) -> Any:
+            outcome = super().execute(command)
+            if outcome.rejection is None:
+                self._remember(outcome.state)
+            return outcome
+
+    _CACHING_CLASS = CachingMatchService
+    return _CACHING_CLASS
+
+
+@dataclass
+class Runtime:
+    store: EventStore
+    service: Any  # engine.service.MatchService
+    clock: Any
+    scheduler: Any  # workers.scheduler.DeadlineScheduler
+    service_schedules: bool = True  # the service's on_commit hook already schedules
+    grace_ms: int = DEFAULT_GRACE_MS
+    #: called with (command, outcome) after a timer command committed: tells the
+    #: players (their ``sk:out:<player>`` streams, as the gateway does for their own commands)
+    publish: Callable[[CommandBase, Any], None] | None = None
+    stats: dict[str, int] = field(default_factory=dict)
+    _stats_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def now_ms(self) -> int:
+        return read_ms(self.clock)
+
+    def count(self, key: str) -> None:
+        with self._stats_lock:
+            self.stats[key] = self.stats.get(key, 0) + 1
+
+
+_runtime: Runtime | None = None
+_lock = threading.Lock()
+
+
+def install(rt: Runtime) -> Runtime:
+    global _runtime
+    with _lock:
+        _runtime = rt
+    return rt
+
+
+def uninstall(rt: Runtime | None = None) -> None:
+    global _runtime
+    with _lock:
+        if rt is None or _runtime is rt:
+            _runtime = None
+
+
+def current() -> Runtime:
+    """The installed runtime, built from the environment on first use."""
+    global _runtime
+    rt = _runtime
+    if rt is not None:
+        return rt
+    with _lock:
+        if _runtime is None:
+            _runtime = from_env()
+        return _runtime
+
+
+def from_env() -> Runtime:
+    url = os.environ.get(STORE_URL_ENV)
+    if not url:
+        raise RuntimeError(
+            f"{STORE_URL_ENV} is not set: a timer worker process needs the event store's Redis URL "
+            "(the embedded default installs its own runtime with workers.embedded)")
+    from engine.store.redis_store import RedisEventStore
+    from workers.scheduler import DeadlineScheduler
+
+    store = RedisEventStore.from_url(url)
+    clock = SystemClock()
+    scheduler = DeadlineScheduler(clock)
+    service, hooked = make_service(store, clock, None, on_commit=scheduler.on_commit,
+                                   cache_size=int(os.environ.get("SK_STATE_CACHE", 20_000)))
+    grace = int(os.environ.get(GRACE_ENV, DEFAULT_GRACE_MS))
+    log.info("timer runtime: store %s, grace %d ms", url.split("@")[-1], grace)
+    publish = None if os.environ.get("SK_TIMERS_PUBLISH", "1") == "0" else gateway_publisher(store.client)
+    return Runtime(store=store, service=service, clock=clock, scheduler=scheduler,
+                   service_schedules=hooked, grace_ms=grace, publish=publish)
+
+
+def gateway_publisher(client: Any) -> Callable[[CommandBase, Any], None] | None:
+    """Publish a timer outcome to the players' outbound streams exactly as the
+    command gateway publishes a player's command (per-player redacted events +
+    the player's full view): a timeout notice, a trustee play, a removal reaches
+    the players although no gateway handled a command.  None if the gateway
+    module is not available."""
+    try:
+        from engine.gateway import CommandGateway
+    except ImportError:  # pragma: no cover
+        return None
+    gw = CommandGateway(client, service=None, consumer="sk-timers")
+    public = getattr(gw, "publish", None)
+    if callable(public):
+        return lambda command, outcome: public(command, outcome)
+    return lambda command, outcome: gw._publish(command, outcome, None, None)
+
+
+def fire(match_id: str, version: int, kind: str, rt: Runtime | None = None,
+         source: str = "message") -> FireResult:
+    """Act on one deadline (idempotent; see the module docstring)."""
+    rt = rt or current()
+    cmd = timer_command(match_id, version, kind)
+    # Cheap pre-check: a deadline whose version the match has left is a no-op
+    # (stale, or this very command already applied: a duplicate).  Skipping
+    # ``execute`` here spares the service's full-stream duplicate lookup, which
+    # matters when a backlog makes the sweeper and late messages overlap.
+    try:
+        current_version = rt.service.load_state(match_id).version
+    except Exception:
+        current_version = None
+    if current_version is not None and current_version != int(version):
+        log.debug("%s %s v%d (%s): stale or duplicate, the match is at v%d",
+                  kind, match_id, version, source, current_version)
+        rt.count("stale")
+        return "stale"
+    try:
+        outcome = rt.service.execute(cmd)
+    except WrongVersion as exc:
+        # another writer appended between our load and append: this deadline is stale now
+        log.debug("%s %s v%d (%s): conflict, %s", kind, match_id, version, source, exc)
+        rt.count("conflict")
+        return "conflict"
+    except StaleCommand as exc:
+        log.debug("%s %s v%d (%s): stale, %s", kind, match_id, version, source, exc)
+        rt.count("stale")
+        return "stale"
+    except Rejected as exc:
+        log.info("%s %s v%d (%s): refused (%s) %s", kind, match_id, version, source, exc.code, exc)
+        rt.count("rejected")
+        return "rejected"
+    rejection = getattr(outcome, "rejection", None)
+    if rejection is not None:
+        if isinstance(rejection, StaleCommand) or getattr(rejection, "code", None) == "stale":
+            log.debug("%s %s v%d (%s): stale, %s", kind, match_id, version, source, rejection)
+            rt.count("stale")
+            return "stale"
+        log.info("%s %s v%d (%s): refused %s", kind, match_id, version, source, rejection)
+        rt.count("rejected")
+        return "rejected"
+    if getattr(outcome, "duplicate", False):
+        log.debug("%s %s v%d (%s): duplicate, already handled", kind, match_id, version, source)
+        rt.count("duplicate")
+        return "duplicate"
+    if not rt.service_schedules:
+        rt.scheduler.on_commit(outcome)
+    if rt.publish is not None:
+        try:
+            rt.publish(cmd, outcome)
+        except Exception:  # the events are stored; the next update carries the full view
+            log.exception("%s %s v%d: could not publish the outcome", kind, match_id, version)
+    rt.count("committed")
+    rt.count(f"committed_{source}")
+    return "committed"
