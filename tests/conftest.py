@@ -7,7 +7,8 @@ Redis:
   stopped at the end.  Without either, tests using it FAIL with a clear message,
   unless ``SK_ALLOW_NO_REDIS=1`` (then they are skipped).  Mark such tests
   ``@pytest.mark.redis``.
-- ``real_redis`` / ``real_redis_store``: a client on that server, flushed before each test.
+- ``real_redis`` / ``real_redis_store``: a client on that server, flushed before each test
+  (so a ``REDIS_URL`` must point at a scratch database: FLUSHDB runs on it).
 """
 
 from __future__ import annotations

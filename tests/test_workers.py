@@ -27,7 +27,6 @@ from engine.commands import (
     Deal,
     Disconnect,
     Escape,
-    Pass,
     Play,
     Ready,
     Reconnect,

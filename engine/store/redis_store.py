@@ -82,7 +82,6 @@ class RedisEventStore(EventStore):
         self.client = client
         self.buckets = buckets
         self.feed_maxlen = feed_maxlen
-        self._feed_cap = str(feed_maxlen)
         self.page = page
         self._append = client.register_script(_load_script("append.lua"))
         # per-match key cache: building 6 key strings per append is measurable
@@ -142,7 +141,7 @@ class RedisEventStore(EventStore):
             info = f"{deadline.version}|{deadline.kind}|{deadline.at_ms}"
         try:
             reply = self._append(keys=ks, args=[match_id, str(expected_version), command_id,
-                                                self._feed_cap, at, info, *payloads])
+                                                str(self.feed_maxlen), at, info, *payloads])
         except redis.ResponseError as exc:
             msg = str(exc)
             if "WRONGVERSION" in msg:
