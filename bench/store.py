@@ -157,8 +157,9 @@ def interleaved(client: redis.Redis, workloads: dict[str, object], ops: int,
     """Per workload: (events/s wall clock, client CPU µs/call, server CPU µs/call).
 
     The workloads run in alternating chunks so that a busy machine slows them
-    all alike; the CPU figures (this process + the redis-server process) do not
-    depend on how busy the machine is.  A "call" is one round trip."""
+    all alike (the ratios are what matters; absolute rates swing with the load
+    of a shared machine, and CPU times inflate under contention too).  A
+    "call" is one round trip."""
     done = {k: 0 for k in workloads}
     calls = {k: 0 for k in workloads}
     secs = {k: 0.0 for k in workloads}
@@ -349,7 +350,7 @@ def main() -> None:
               f"runs: {', '.join(f'{x:.0%}' for x in ratios)})")
         cpu_raw, cpu_full = sum(med_cpu["raw"]), sum(med_cpu["full1"])
         print(f"  CPU per call (client+server): raw XADD {cpu_raw:.1f} µs, full append {cpu_full:.1f} µs"
-              f" -> CPU-bound ratio {cpu_raw / cpu_full:.1%} (does not depend on other load)")
+              f" -> CPU-bound ratio {cpu_raw / cpu_full:.1%}")
         rb = redis_benchmark(url, ops * 5, len(payload))
         if rb is not None:
             print(f"  redis-benchmark XADD -c 1 (C client, no Python)        {rb:>10,.0f}")
