@@ -50,10 +50,37 @@ def fake_redis_store(fake_redis):
 
 
 # -- a real redis-server ---------------------------------------------------------------------
+DBS_PER_WORKER = 8
+
+
+def _worker_index() -> int:
+    """0 without pytest-xdist, N for worker ``gwN``: each worker gets its own databases."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
+
+
+def _with_db(url: str, db: int) -> str:
+    base, _, last = url.rpartition("/")
+    return f"{base}/{db}" if last.isdigit() else f"{url.rstrip('/')}/{db}"
+
+
 @dataclass
 class RedisServer:
-    url: str
+    """A real redis-server.  ``url`` points at this test process's first database;
+    ``db_url(k)`` at its k-th (0 <= k < 8), so parallel pytest-xdist workers
+    sharing one server (``REDIS_URL``) never flush each other's data."""
+
+    base_url: str
     process: subprocess.Popen | None  # None when REDIS_URL points at an external server
+
+    def db_url(self, k: int) -> str:
+        if not 0 <= k < DBS_PER_WORKER:
+            raise ValueError(f"database {k} out of this worker's range 0..{DBS_PER_WORKER - 1}")
+        return _with_db(self.base_url, _worker_index() * DBS_PER_WORKER + k)
+
+    @property
+    def url(self) -> str:
+        return self.db_url(0)
 
     def client(self, **kwargs):
         import redis
@@ -84,6 +111,7 @@ def start_redis_server(binary: str = "redis-server", timeout: float = 10.0) -> t
         workdir = tempfile.mkdtemp(prefix="sk-redis-")
         proc = subprocess.Popen(
             [path, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--databases", "64",
              "--dir", workdir, "--daemonize", "no", "--loglevel", "warning"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         url = f"redis://127.0.0.1:{port}/0"
@@ -123,7 +151,7 @@ def stop_redis_server(proc: subprocess.Popen, workdir: str | None = None) -> Non
 def redis_server() -> Iterator[RedisServer]:
     url = os.environ.get("REDIS_URL")
     if url:
-        yield RedisServer(url=url, process=None)
+        yield RedisServer(base_url=url, process=None)
         return
     if shutil.which("redis-server") is None:
         msg = ("these tests need a real Redis: set REDIS_URL, or install redis-server "
@@ -133,7 +161,7 @@ def redis_server() -> Iterator[RedisServer]:
         pytest.fail(msg, pytrace=False)
     proc, url, workdir = start_redis_server()
     try:
-        yield RedisServer(url=url, process=proc)
+        yield RedisServer(base_url=url, process=proc)
     finally:
         stop_redis_server(proc, workdir)
 

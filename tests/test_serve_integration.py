@@ -53,8 +53,7 @@ def _sum(samples: dict[str, float], name: str, **labels: str) -> float:
 def stack(redis_server, tmp_path):
     import redis
 
-    base = redis_server.url.rsplit("/", 1)[0]
-    store_url, broker_url = f"{base}/0", f"{base}/1"
+    store_url, broker_url = redis_server.db_url(0), redis_server.db_url(1)
     for url in (store_url, broker_url):
         redis.Redis.from_url(url).flushdb()
     env = dict(os.environ, SK_REDIS_URL=store_url, SK_BROKER_URL=broker_url, PYTHONUNBUFFERED="1",

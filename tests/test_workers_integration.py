@@ -40,15 +40,11 @@ STORE_DB = 4
 BROKER_DB = 5
 
 
-def _url(base: str, db: int) -> str:
-    return base.rsplit("/", 1)[0] + f"/{db}"
-
-
 @pytest.fixture
 def urls(redis_server):
     import redis
 
-    store_url, broker_url = _url(redis_server.url, STORE_DB), _url(redis_server.url, BROKER_DB)
+    store_url, broker_url = redis_server.db_url(STORE_DB), redis_server.db_url(BROKER_DB)
     for u in (store_url, broker_url):
         c = redis.Redis.from_url(u)
         c.flushdb()
