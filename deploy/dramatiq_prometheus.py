@@ -1,43 +1,40 @@
-"""dramatiq entry point for the worker containers: the project's actors plus
-dramatiq's Prometheus middleware (not in dramatiq's default middleware).
+"""dramatiq entry point for the worker containers: the project's actors with the
+engine's metrics around the timer runtime.
 
-    dramatiq dramatiq_prometheus workers.actors --path /app/deploy
+    SK_DRAMATIQ_PROMETHEUS=1 dramatiq dramatiq_prometheus workers.actors --path /app/deploy
 
-dramatiq imports this module as the "broker" argument: it imports
-``workers.actors`` (which installs the broker from ``SK_BROKER_URL``) and adds
-``dramatiq.middleware.Prometheus`` to that broker.  Every worker process then
-records ``dramatiq_*`` metrics in ``$dramatiq_prom_db`` and the main process
-serves that directory on ``$dramatiq_prom_port`` (9191).  Set
-``PROMETHEUS_MULTIPROC_DIR`` to the same directory so the engine's own metrics
-observed in workers (projections.metrics) are served there too.
+dramatiq imports this module as the "broker" argument.  It
+
+* imports ``workers.actors``, which installs the broker from ``SK_BROKER_URL``;
+  with ``SK_DRAMATIQ_PROMETHEUS=1`` that broker carries dramatiq's Prometheus
+  middleware (workers/broker.py), so every worker process records
+  ``dramatiq_*`` metrics in ``$dramatiq_prom_db`` and the main process serves
+  that directory on ``$dramatiq_prom_port`` (9191);
+* registers :func:`projections.metrics.instrument_runtime` with
+  :func:`workers.runtime.on_build`, so the runtime each worker process builds
+  records the engine metrics (timer lateness, command latency, counts of what
+  the timers did).  Set ``PROMETHEUS_MULTIPROC_DIR`` to the same directory as
+  ``dramatiq_prom_db`` so they are served on 9191 too.
+
 See docs/OPERATIONS.md, "Metrics".
 """
 
 from __future__ import annotations
 
+import logging
+
 import dramatiq
-from dramatiq.middleware.prometheus import Prometheus
 
 import workers.actors  # noqa: F401  (declares the actors, installs the broker)
+from projections.metrics import instrument_runtime
+from workers import runtime
+from workers.broker import PROMETHEUS_ENV, prometheus_from_env
 
-from projections.metrics import InstrumentedService, InstrumentedStore
-from workers import runtime as _runtime
-
-_from_env = _runtime.from_env
-
-
-def _instrumented_from_env():
-    """The worker runtime, with the engine metrics wrapped around its service
-    (timer lateness, command latency, counts of what the timers did)."""
-    rt = _from_env()
-    rt.store = InstrumentedStore(rt.store)
-    rt.service.store = rt.store
-    rt.service = InstrumentedService(rt.service, store=rt.store, clock=rt.clock)
-    return rt
-
-
-_runtime.from_env = _instrumented_from_env
+runtime.on_build(instrument_runtime)
 
 broker = dramatiq.get_broker()
-if not any(isinstance(m, Prometheus) for m in broker.middleware):
-    broker.add_middleware(Prometheus())
+
+if not prometheus_from_env():
+    logging.getLogger(__name__).warning(
+        "%s is not set: no dramatiq_* metrics (set %s=1 for dramatiq's Prometheus middleware)",
+        PROMETHEUS_ENV, PROMETHEUS_ENV)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import msgpack
@@ -90,6 +91,16 @@ class OutMessage:
                    reason=None if "reason" not in f else _s(f["reason"]), body=body)
 
 
+def _player_command(cls: type[CommandBase]) -> Callable[..., Sent]:
+    """A GatewayClient method sending ``cls(match_id, player)`` (with a fresh command id)."""
+
+    def send(self: GatewayClient, match_id: str, player: str, command_id: str | None = None) -> Sent:
+        return self._send(cls, match_id, command_id, player=player)
+
+    send.__doc__ = f"Send a {cls.__name__} command for ``player`` in ``match_id``."
+    return send
+
+
 class GatewayClient:
     """Publish commands to the inbox and read players' updates.
 
@@ -122,12 +133,6 @@ class GatewayClient:
     def sit(self, match_id: str, player: str, balance: int = 0, command_id: str | None = None) -> Sent:
         return self._send(Sit, match_id, command_id, player=player, balance=balance)
 
-    def leave(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
-        return self._send(Leave, match_id, command_id, player=player)
-
-    def ready(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
-        return self._send(Ready, match_id, command_id, player=player)
-
     def deal(self, match_id: str, hands: Any = None, first: int | None = None,
              command_id: str | None = None) -> Sent:
         return self._send(Deal, match_id, command_id, hands=hands, first=first)
@@ -140,23 +145,15 @@ class GatewayClient:
                           cards=None if cards is None else tuple(cards),
                           reading_kind=reading_kind, reading_rank=reading_rank)
 
-    def pass_(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
-        return self._send(Pass, match_id, command_id, player=player)
-
-    def request_trustee(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
-        return self._send(RequestTrustee, match_id, command_id, player=player)
-
-    def cancel_trustee(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
-        return self._send(CancelTrustee, match_id, command_id, player=player)
-
-    def disconnect(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
-        return self._send(Disconnect, match_id, command_id, player=player)
-
-    def reconnect(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
-        return self._send(Reconnect, match_id, command_id, player=player)
-
-    def escape(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
-        return self._send(Escape, match_id, command_id, player=player)
+    # the commands that carry only a player: one shape, one definition (_player_command)
+    leave = _player_command(Leave)
+    ready = _player_command(Ready)
+    pass_ = _player_command(Pass)
+    request_trustee = _player_command(RequestTrustee)
+    cancel_trustee = _player_command(CancelTrustee)
+    disconnect = _player_command(Disconnect)
+    reconnect = _player_command(Reconnect)
+    escape = _player_command(Escape)
 
     # -- reading --------------------------------------------------------------------------
     def _read(self, stream: str, last_id: str, block_ms: int | None, count: int) -> list[OutMessage]:

@@ -30,7 +30,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgpack
@@ -40,7 +40,7 @@ from engine.commands import MAX_COMMAND_BYTES, CommandBase, decode_command, pars
 from engine.errors import BadCommand, Rejected
 from engine.store import keys
 from engine.store.base import WrongVersion
-from engine.store.redis_store import stream_replies
+from engine.store.redis_store import ensure_group, stream_replies
 
 log = logging.getLogger("shuangkou.gateway")
 
@@ -99,13 +99,15 @@ class CommandGateway:
     ``execute(command) -> Outcome``; Outcome has ``events``, ``state``,
     ``rejection``, ``duplicate``).  Consumer names must be stable across
     restarts of one worker (e.g. ``host-1``): a restarted consumer first
-    finishes its own pending messages.
+    finishes its own pending messages.  ``service`` may be None for a
+    publish-only gateway (:meth:`publish`, used by the timer workers).
     """
 
     def __init__(self, redis_client: Any, service: Any, consumer: str, *,
                  inbox: str = keys.INBOX, group: str = keys.SERVICE_GROUP,
                  outbox_maxlen: int = 1000, dead_maxlen: int = 100_000,
-                 max_deliveries: int = 5):
+                 max_deliveries: int = 5,
+                 on_dead: Callable[[str, str], None] | None = None):
         self.redis = redis_client
         self.service = service
         self.consumer = consumer
@@ -114,6 +116,9 @@ class CommandGateway:
         self.outbox_maxlen = outbox_maxlen
         self.dead_maxlen = dead_maxlen
         self.max_deliveries = max_deliveries
+        #: called with (code, reason) each time a message is dead-lettered (e.g. to count it
+        #: in a metric); an exception in it is logged and never stops the loop
+        self.on_dead = on_dead
         self.stats = GatewayStats()
         self._backlog = True  # read our own pending entries (id 0) before new ones
         self.ensure_group()
@@ -121,11 +126,7 @@ class CommandGateway:
     # -- setup ----------------------------------------------------------------------------
     def ensure_group(self) -> None:
         """Create the consumer group (and the inbox) if missing; from the start of the inbox."""
-        try:
-            self.redis.xgroup_create(self.inbox, self.group, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        ensure_group(self.redis, self.inbox, self.group)
 
     # -- reading --------------------------------------------------------------------------
     def _read(self, block_ms: int | None, count: int) -> list[tuple[Any, dict]]:
@@ -204,7 +205,9 @@ class CommandGateway:
 
         Every ``reclaim_every_s`` it reclaims idle pending messages, every
         ``trim_every_s`` it trims the inbox below what every group has handled.
-        Redis outages are waited out with a capped back-off.
+        Redis outages are waited out with a capped back-off; any other failure
+        of a round is logged and retried the same way (the loop never dies on
+        one message: :meth:`handle` dead-letters what it cannot process).
         """
         next_reclaim = time.monotonic() + reclaim_every_s
         next_trim = time.monotonic() + trim_every_s
@@ -225,6 +228,11 @@ class CommandGateway:
                 self._backlog = True
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
+            except Exception:
+                log.exception("the gateway loop failed (retrying in %.2fs)", backoff)
+                self._backlog = True
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
 
     def trim_inbox(self) -> int:
         """XTRIM MINID the inbox below the oldest entry some group still needs; returns entries removed."""
@@ -237,16 +245,12 @@ class CommandGateway:
             nonlocal floor
             floor = pos if floor is None or pos < floor else floor
 
-        def parse(entry_id: Any) -> tuple[int, int]:
-            ms, _, n = _s(entry_id).partition("-")
-            return int(ms), int(n or 0)
-
         for g in groups:
-            ms, n = parse(g["last-delivered-id"])
+            ms, n = keys.stream_pos(g["last-delivered-id"])
             lower((ms, n + 1))  # everything up to the last delivered entry was handed out …
             pending = self.redis.xpending(self.inbox, g["name"])
             if pending and pending.get("pending"):
-                lower(parse(pending["min"]))  # … and is handled unless still pending
+                lower(keys.stream_pos(pending["min"]))  # … and is handled unless still pending
         if floor is None:
             return 0
         # MINID removes the entries with an id below the floor
@@ -292,7 +296,7 @@ class CommandGateway:
             self._ack(msg_id)
             return True
         try:
-            self._publish(command, outcome, reply_to, msg_id)
+            self.publish(command, outcome, reply_to, msg_id)
         except redis.RedisError:
             self.stats.retried += 1
             self._backlog = True
@@ -348,7 +352,12 @@ class CommandGateway:
                 players.append(p)
         return players
 
-    def _publish(self, command: CommandBase, outcome: Any, reply_to: str | None, msg_id: Any) -> None:
+    def publish(self, command: CommandBase, outcome: Any, reply_to: str | None = None,
+                msg_id: Any = None) -> None:
+        """Publish one command's outcome: per-player ``update`` entries (each player's
+        redacted events and view) or the sender's ``rejected`` entry, and the
+        ``reply_to`` report when given.  The timer workers call this for the
+        commands they run (no inbox message: ``reply_to`` and ``msg_id`` None)."""
         from engine.views import redact_event, view_for
 
         pipe = self.redis.pipeline(transaction=False)
@@ -388,7 +397,7 @@ class CommandGateway:
                     n += 1
         if reply_to is not None:
             reply = {"kind": status, "match": match_id, "command_id": cmd_id, "version": version,
-                     "inbox_id": msg_id}
+                     "inbox_id": msg_id if msg_id is not None else ""}
             if rejection is not None:
                 reply["code"] = rejection.code
                 reply["reason"] = rejection.reason
@@ -408,6 +417,11 @@ class CommandGateway:
         """Dead-letter the raw message with its reason; tell the sender when it is identifiable."""
         self.stats.dead += 1
         log.warning("inbox %s dead-lettered: %s", _s(msg_id), reason)
+        if self.on_dead is not None:
+            try:
+                self.on_dead(code, reason)
+            except Exception:
+                log.exception("the on_dead callback failed")
         dead: dict[str, Any] = {}
         for k, v in fields.items():
             if isinstance(v, (bytes, str)) and len(v) > MAX_COMMAND_BYTES:

@@ -190,38 +190,36 @@ def _config_name_of(outcome: Any) -> str | None:
     return None
 
 
+#: event type -> (counter, the event's attributes that label it after the config name)
+_EVENT_COUNTERS: dict[str, tuple[Counter, tuple[str, ...]]] = {
+    "MatchCreated": (MATCHES_CREATED, ()),
+    "HandDealt": (MATCHES_STARTED, ()),
+    "CardsPlayed": (PLAYS, ("by",)),
+    "Passed": (PASSES, ("by",)),
+    "TurnTimedOut": (TIMEOUTS, ()),
+    "TrusteeshipStarted": (TRUSTEESHIPS, ("reason",)),
+    "TrusteeshipEnded": (TRUSTEESHIPS_ENDED, ("reason",)),
+    "PlayerDisconnected": (DISCONNECTS, ()),
+    "PlayerReconnected": (RECONNECTS, ()),
+    "PlayerEscaped": (ESCAPES, ("policy",)),
+    "PlayerRemoved": (PLAYERS_REMOVED, ("reason",)),
+    "MatchFinished": (MATCHES_FINISHED, ("kou", "reason")),
+}
+
+
 def observe_events(events: Iterable[Any], config_name: str) -> None:
     """Update the counters from newly appended events of one match."""
-    cfg = config_name
     for ev in events:
         kind = getattr(ev, "type", type(ev).__name__)
-        if kind == "MatchCreated":
-            MATCHES_CREATED.labels(cfg).inc()
-        elif kind == "HandDealt":
-            MATCHES_STARTED.labels(cfg).inc()
-        elif kind == "CardsPlayed":
-            PLAYS.labels(cfg, ev.by).inc()
+        counted = _EVENT_COUNTERS.get(kind)
+        if counted is None:
+            continue
+        counter, attrs = counted
+        counter.labels(config_name, *(getattr(ev, a) for a in attrs)).inc()
+        if kind == "CardsPlayed":
             xiang = getattr(ev.reading, "xiang", None)
             if xiang is not None:
-                BOMBS.labels(cfg, str(xiang), ev.reading.kind).inc()
-        elif kind == "Passed":
-            PASSES.labels(cfg, ev.by).inc()
-        elif kind == "TurnTimedOut":
-            TIMEOUTS.labels(cfg).inc()
-        elif kind == "TrusteeshipStarted":
-            TRUSTEESHIPS.labels(cfg, ev.reason).inc()
-        elif kind == "TrusteeshipEnded":
-            TRUSTEESHIPS_ENDED.labels(cfg, ev.reason).inc()
-        elif kind == "PlayerDisconnected":
-            DISCONNECTS.labels(cfg).inc()
-        elif kind == "PlayerReconnected":
-            RECONNECTS.labels(cfg).inc()
-        elif kind == "PlayerEscaped":
-            ESCAPES.labels(cfg, ev.policy).inc()
-        elif kind == "PlayerRemoved":
-            PLAYERS_REMOVED.labels(cfg, ev.reason).inc()
-        elif kind == "MatchFinished":
-            MATCHES_FINISHED.labels(cfg, ev.kou, ev.reason).inc()
+                BOMBS.labels(config_name, str(xiang), ev.reading.kind).inc()
 
 
 def observe_outcome(outcome: Any, config_name: str | None = None) -> None:
@@ -327,6 +325,24 @@ class InstrumentedService:
                 TIMERS_STALE.labels(timer_kind).inc()
         observe_outcome(outcome, self._config_name)
         return outcome
+
+
+def instrument_runtime(rt: Any) -> Any:
+    """Wrap a timer worker's runtime (:class:`workers.runtime.Runtime`) in the engine
+    metrics: its store in :class:`InstrumentedStore`, its service in
+    :class:`InstrumentedService` (timer lateness, command latency, counts).
+
+    Register it with ``workers.runtime.on_build(instrument_runtime)`` (what
+    deploy/dramatiq_prometheus.py does); idempotent.
+    """
+    if isinstance(rt.service, InstrumentedService):
+        return rt
+    if not isinstance(rt.store, InstrumentedStore):
+        rt.store = InstrumentedStore(rt.store)
+    if hasattr(rt.service, "store"):
+        rt.service.store = rt.store
+    rt.service = InstrumentedService(rt.service, store=rt.store, clock=rt.clock)
+    return rt
 
 
 class InstrumentedStore:
@@ -489,6 +505,6 @@ def generate_latest(extra_collectors: Iterable[Collector] = ()) -> bytes:
 __all__ = [
     "REGISTRY", "DRAMATIQ_METRICS", "observe_outcome", "observe_events", "observe_settlement",
     "observe_timer_lateness", "observe_dead_letter", "observe_projection_applied",
-    "InstrumentedService", "InstrumentedStore", "FeedLagCollector", "DeadLetterQueueCollector",
+    "InstrumentedService", "InstrumentedStore", "instrument_runtime", "FeedLagCollector", "DeadLetterQueueCollector",
     "start_metrics_server", "serving_registry", "mark_process_dead", "exposed_names", "generate_latest",
 ]

@@ -69,11 +69,6 @@ class Feed(ABC):
     def ack(self, delivery: Delivery) -> None: ...
 
 
-def _pos(entry_id: str) -> tuple[int, int]:
-    ms, _, n = entry_id.partition("-")
-    return int(ms), int(n or 0)
-
-
 class MemoryFeed(Feed):
     """Feed of an in-memory store.  ``cursors`` (bucket → last acked id) may be
     shared with a later MemoryFeed to model a restart: everything not acked
@@ -94,7 +89,7 @@ class MemoryFeed(Feed):
 
     def ack(self, delivery: Delivery) -> None:
         cur = self.cursors.get(delivery.bucket, "0-0")
-        if _pos(delivery.entry.id) > _pos(cur):
+        if keys.stream_pos(delivery.entry.id) > keys.stream_pos(cur):
             self.cursors[delivery.bucket] = delivery.entry.id
 
 
@@ -116,14 +111,10 @@ class RedisFeed(Feed):
 
     def ensure_groups(self) -> None:
         """Create the group on every bucket feed (from the start: replaying is harmless)."""
-        import redis
+        from engine.store.redis_store import ensure_group
 
         for b in range(self.buckets):
-            try:
-                self.client.xgroup_create(keys.feed_key(b), self.group, id="0", mkstream=True)
-            except redis.ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+            ensure_group(self.client, keys.feed_key(b), self.group)
         self._ready = True
 
     def _parse(self, bucket: int, reply: Any, out: list[Delivery], empty: list[str]) -> None:
@@ -178,15 +169,40 @@ def project_match(events: Sequence[EventBase], ledger: Ledger) -> Settlement | N
     return s
 
 
+def _transient(exc: BaseException) -> bool:
+    """A failure worth retrying (the store's Redis is down or busy), not one of the message."""
+    try:
+        import redis
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, (redis.RedisError, OSError))
+
+
 @dataclass
 class ProjectionRunner:
-    """Feed → settle → ledger, acknowledging each message after it is applied."""
+    """Feed → settle → ledger, acknowledging each message after it is applied.
+
+    A message that cannot be projected (the match cannot be settled, its events
+    cannot be read, a bug) is recorded in :attr:`errors` (and passed to
+    ``on_error(match_id, reason)``) and acknowledged: it must not block the feed.
+    A Redis failure is transient: it propagates and the message stays pending.
+    """
 
     store: EventStore
     ledger: Ledger
     feed: Feed
     on_settled: Callable[[Settlement, bool], None] | None = None
     errors: list[tuple[str, str]] = field(default_factory=list)
+    on_error: Callable[[str, str], None] | None = None
+
+    def _error(self, match_id: str, reason: str) -> None:
+        log.error("match %s cannot be projected: %s", match_id, reason)
+        self.errors.append((match_id, reason))
+        if self.on_error is not None:
+            try:
+                self.on_error(match_id, reason)
+            except Exception:
+                log.exception("the on_error callback failed")
 
     def process(self, d: Delivery) -> Settlement | None:
         """Handle one message (without acking it).  Returns the settlement when
@@ -199,8 +215,7 @@ class ProjectionRunner:
             s = settle(self.store.load(match_id))
         except SettlementError as exc:
             # a match that cannot be settled would block the feed forever: record it and move on
-            log.error("match %s cannot be settled: %s", match_id, exc)
-            self.errors.append((match_id, str(exc)))
+            self._error(match_id, str(exc))
             return None
         if s is None:
             return None
@@ -213,7 +228,13 @@ class ProjectionRunner:
         """Process and acknowledge what the feed has now; the number of messages handled."""
         batch = self.feed.read(count)
         for d in batch:
-            self.process(d)
+            try:
+                self.process(d)
+            except Exception as exc:
+                if _transient(exc):
+                    raise  # left pending: redelivered once the store answers again
+                log.exception("feed entry %s of match %s failed", d.entry.id, d.entry.match_id)
+                self._error(d.entry.match_id, f"{type(exc).__name__}: {exc}")
             self.feed.ack(d)
         return len(batch)
 

@@ -42,10 +42,42 @@ def test_simulate_is_reproducible_with_a_seed():
         assert a[key] == b[key], key
 
 
-def test_simulate_bad_options_exit_2():
-    assert _run(["simulate", "-n", "0"]).returncode == 2
-    assert _run(["simulate", "--timeout-rate", "2"]).returncode == 2
-    assert _run(["simulate", "--config", "/nonexistent.toml"]).returncode == 2
+BAD_SIMULATE = [
+    (["-n", "0"], "-n must be at least 1"),
+    (["-n", "-3"], "-n must be at least 1"),
+    (["--timeout-rate", "2"], "--timeout-rate must be between 0 and 1"),
+    (["--config", "/nonexistent.toml"], "file not found"),
+    (["--concurrency", "0"], "--concurrency must be at least 1"),
+    (["--service-threads", "-1"], "--service-threads must be at least 1"),
+    (["--turn-seconds", "-1"], "--turn-seconds must be above 0"),
+    (["--turn-seconds", "nan"], "--turn-seconds must be above 0"),
+    (["--redis", "not-a-url"], "is not a Redis URL"),
+    (["--redis", "redis://127.0.0.1:1/0"], "cannot reach redis://127.0.0.1:1/0"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_SIMULATE, ids=[" ".join(a) for a, _ in BAD_SIMULATE])
+def test_simulate_bad_options_exit_2(args, message):
+    """Bad options: exit 2 with one readable line, never a traceback."""
+    out = _run(["simulate", "-n", "1", *args] if "-n" not in args else ["simulate", *args])
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+BAD_SERVE = [
+    (["--redis", "not-a-url"], "is not a Redis URL"),
+    (["--redis", "redis://127.0.0.1:1/0"], "cannot reach redis://127.0.0.1:1/0"),
+    (["--redis", "redis://127.0.0.1:1/0", "--batch", "0"], "--batch must be at least 1"),
+    (["--redis", "redis://127.0.0.1:1/0", "--metrics-port", "70000"], "--metrics-port must be 0..65535"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_SERVE, ids=[" ".join(a) for a, _ in BAD_SERVE])
+def test_serve_bad_options_exit_2(args, message):
+    out = _run(["serve", *args], timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and "Traceback" not in out.stderr
 
 
 def test_play_piped_until_the_match_ends():

@@ -67,6 +67,11 @@ def test_compose_file_has_the_stack():
     assert worker["deploy"]["replicas"] >= 2
     env = worker["environment"]
     assert env["PROMETHEUS_MULTIPROC_DIR"] == env["dramatiq_prom_db"]
+    # dramatiq's Prometheus middleware is switched on by the broker set-up (workers/broker.py)
+    from workers.broker import PROMETHEUS_ENV
+
+    assert str(env[PROMETHEUS_ENV]) == "1"
+    assert worker["command"].index("dramatiq_prometheus") < worker["command"].index("workers.actors")
     # every file the compose file mounts exists
     for svc in services.values():
         for vol in svc.get("volumes", []):

@@ -378,3 +378,65 @@ def test_client_helpers_build_valid_commands(fake_redis):
     assert fake_redis.xlen(keys.INBOX) == len(sends)
     with pytest.raises(Exception):
         client.play("m", "a")  # neither text nor cards
+
+
+# -- hooks ------------------------------------------------------------------------------------
+def test_on_dead_is_called_with_code_and_reason(r):
+    """serve counts dead letters through on_dead (no polling of gateway.stats); a failing
+    callback never stops the gateway."""
+    seen: list[tuple[str, str]] = []
+
+    def on_dead(code, reason):
+        seen.append((code, reason))
+        raise RuntimeError("a broken metrics hook")
+
+    gw = CommandGateway(r, make_service(r), "w1", on_dead=on_dead)
+    r.xadd(keys.INBOX, {"c": b"\xc1 not msgpack"})
+    r.xadd(keys.INBOX, {"j": b"{not json"})
+    assert gw.run_once(block_ms=None, count=10) == 2
+    assert [c for c, _ in seen] == ["bad_command", "bad_command"]
+    assert "not msgpack" in seen[0][1] and "not JSON" in seen[1][1]
+    assert gw.stats.dead == 2 and len(dead_letters(r)) == 2
+
+
+def test_publish_is_public_for_commands_without_an_inbox_message(r):
+    """The timer workers publish the outcome of the commands they run themselves."""
+    from engine.commands import CreateMatch, Sit
+
+    service = make_service(r)
+    service.execute(CreateMatch(command_id="c0", match_id="m1", config=CONFIG))
+    cmd = Sit(command_id="c1", match_id="m1", player="alice", balance=0)
+    outcome = service.execute(cmd)
+    publisher = CommandGateway(r, None, "sk-timers")
+    publisher.publish(cmd, outcome)
+    [msg] = GatewayClient(r).updates("alice")
+    assert (msg.kind, msg.command_id, msg.version) == ("update", "c1", 2)
+    assert publisher.stats.published == 1
+
+
+def test_the_loop_survives_an_unexpected_error(rig, monkeypatch):
+    """Not only Redis errors: any failure of a round is logged and the loop goes on."""
+    r, service, gw, client = rig
+    real = gw.run_once
+    failures = []
+
+    def flaky(*args, **kwargs):
+        if not failures:
+            failures.append(1)
+            raise KeyError("a bug in one round")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gw, "run_once", flaky)
+    stop = threading.Event()
+    thread = threading.Thread(target=gw.run, args=(stop,), kwargs={"block_ms": 50})
+    thread.start()
+    try:
+        client.create_match("m1", CONFIG)
+        end = time.monotonic() + 10
+        while gw.stats.processed < 1 and time.monotonic() < end:
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert failures == [1] and gw.stats.processed == 1

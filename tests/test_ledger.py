@@ -224,3 +224,64 @@ def test_project_match_directly():
     project_match(ev, ledger)
     assert totals(ledger, "a", "b") == (180, -180)
     assert project_match(match_events("m10", finished=False), ledger) is None
+
+
+def test_unsettleable_match_is_recorded_and_does_not_block_the_feed(rig):
+    """A finished match without its seats cannot be settled (SettlementError): recorded
+    with on_error, acknowledged, and the matches after it are still settled."""
+    store, ledger, feed = rig
+    broken = [e for e in match_events("bad") if not isinstance(e, PlayerSeated)]
+    for n, e in enumerate(broken, start=1):
+        broken[n - 1] = e.model_copy(update={"seq": n})
+    append(store, broken)
+    append(store, match_events("m1", left=7))
+    reported = []
+    runner = ProjectionRunner(store, ledger, feed(), on_error=lambda m, why: reported.append(m))
+    runner.drain()
+    assert [m for m, _ in runner.errors] == ["bad"] and reported == ["bad"]
+    assert totals(ledger, "a", "b") == (20, -20)
+    assert runner.run_once() == 0                                   # the bad message was acked too
+
+
+class _Exploding:
+    """A store whose load of one match fails the way a bug or a corrupt event would."""
+
+    def __init__(self, store, bad, exc):
+        self._store, self._bad, self._exc = store, bad, exc
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def load(self, match_id, after=0):
+        if match_id == self._bad:
+            raise self._exc
+        return self._store.load(match_id, after)
+
+
+def test_a_message_that_crashes_the_projection_is_dead_lettered(rig):
+    """Bad input never wedges the runner: a non-transient failure on one message is
+    recorded and acknowledged; the next message is handled."""
+    store, ledger, feed = rig
+    append(store, match_events("boom", left=7))
+    append(store, match_events("m1", left=12))
+    runner = ProjectionRunner(_Exploding(store, "boom", ValueError("corrupt event")), ledger, feed())
+    runner.drain()
+    assert runner.errors and {m for m, _ in runner.errors} == {"boom"}
+    assert "ValueError: corrupt event" in runner.errors[0][1]
+    assert totals(ledger, "a", "b") == (40, -40)
+    assert runner.run_once() == 0
+
+
+def test_a_redis_failure_leaves_the_message_pending(rig):
+    """A Redis error is transient: it propagates, nothing is acked, a later run applies it."""
+    import redis
+
+    store, ledger, feed = rig
+    append(store, match_events("m1", left=7))
+    f = feed()
+    failing = ProjectionRunner(_Exploding(store, "m1", redis.ConnectionError("down")), ledger, f)
+    with pytest.raises(redis.ConnectionError):
+        failing.drain()
+    assert failing.errors == [] and totals(ledger, "a", "b") == (0, 0)
+    ProjectionRunner(store, ledger, f).drain()
+    assert totals(ledger, "a", "b") == (20, -20)

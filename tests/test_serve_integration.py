@@ -49,58 +49,98 @@ def _sum(samples: dict[str, float], name: str, **labels: str) -> float:
     return total
 
 
+def _tail(path: Path) -> str:
+    return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+
+def _wait_for(check, timeout_s: float, what: str, logs: tuple[Path, ...] = ()):
+    """Poll ``check()`` (every 0.1 s) until it returns a true value; fail after ``timeout_s``."""
+    end = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > end:
+            pytest.fail(f"{what} (waited {timeout_s}s)\n" + "\n".join(f"--- {p.name}:\n{_tail(p)}" for p in logs))
+        time.sleep(0.1)
+
+
+def _stop_group(proc: subprocess.Popen, timeout_s: float = 20) -> None:
+    """SIGTERM the process group (dramatiq's worker processes and exposition server
+    too); SIGKILL it when it does not stop in time.  Never leaves a process behind."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # stragglers of the group, if any
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=10)
+
+
 @pytest.fixture
 def stack(redis_server, tmp_path):
     import redis
 
     store_url, broker_url = redis_server.db_url(0), redis_server.db_url(1)
     for url in (store_url, broker_url):
-        redis.Redis.from_url(url).flushdb()
+        with redis.Redis.from_url(url) as c:
+            c.flushdb()
     env = dict(os.environ, SK_REDIS_URL=store_url, SK_BROKER_URL=broker_url, PYTHONUNBUFFERED="1",
                SK_SWEEP_INTERVAL_MS="200")
-    serve = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--redis", store_url, "--broker-url",
-                              broker_url, "--metrics-port", "0", "--metrics-addr", "127.0.0.1",
-                              "--consumer", "it-1"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    mp = tmp_path / "prom"
-    mp.mkdir()
-    wport = _free_port()
-    wenv = dict(env, PROMETHEUS_MULTIPROC_DIR=str(mp), dramatiq_prom_db=str(mp), dramatiq_prom_port=str(wport),
-                dramatiq_prom_host="127.0.0.1")
-    worker = subprocess.Popen(["dramatiq", "--processes", "1", "--threads", "2",
-                               "dramatiq_prometheus", "workers.actors", "--path", str(ROOT / "deploy")], cwd=ROOT, env=wenv,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # stdout/stderr go to files: a pipe nobody reads fills up and blocks a chatty process
+    serve_out, serve_err, worker_log = tmp_path / "serve.out", tmp_path / "serve.err", tmp_path / "worker.log"
+    logs = (serve_err, worker_log)
+    procs: list[subprocess.Popen] = []
+    files = [open(serve_out, "wb"), open(serve_err, "wb"), open(worker_log, "wb")]
     try:
-        port = None
-        end = time.monotonic() + 30
-        while port is None and time.monotonic() < end:
-            line = serve.stdout.readline()
-            if not line:
-                if serve.poll() is not None:
-                    raise AssertionError("serve exited: " + serve.stderr.read())
-                continue
-            if line.startswith("metrics-port "):
-                port = int(line.split()[1])
-        assert port, "serve did not report its metrics port"
-        end = time.monotonic() + 30
-        while True:  # the worker's exposition server
+        serve = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--redis", store_url, "--broker-url",
+                                  broker_url, "--metrics-port", "0", "--metrics-addr", "127.0.0.1",
+                                  "--consumer", "it-1"], cwd=ROOT, env=env, stdout=files[0], stderr=files[1],
+                                 start_new_session=True)
+        procs.append(serve)
+        mp = tmp_path / "prom"
+        mp.mkdir()
+        wport = _free_port()
+        wenv = dict(env, SK_DRAMATIQ_PROMETHEUS="1", PROMETHEUS_MULTIPROC_DIR=str(mp), dramatiq_prom_db=str(mp),
+                    dramatiq_prom_port=str(wport), dramatiq_prom_host="127.0.0.1")
+        worker = subprocess.Popen([sys.executable, "-m", "dramatiq", "--processes", "1", "--threads", "2",
+                                   "dramatiq_prometheus", "workers.actors", "--path", str(ROOT / "deploy")],
+                                  cwd=ROOT, env=wenv, stdout=files[2], stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        procs.append(worker)
+
+        def serve_port() -> int | None:
+            assert serve.poll() is None, "serve exited:\n" + _tail(serve_err)
+            for line in serve_out.read_text(errors="replace").splitlines():
+                if line.startswith("metrics-port "):
+                    return int(line.split()[1])
+            return None
+
+        port = _wait_for(serve_port, 60, "serve did not report its metrics port", logs)
+
+        def worker_up() -> bool:
+            assert worker.poll() is None, "the worker exited:\n" + _tail(worker_log)
             try:
                 _scrape(wport)
-                break
+                return True
             except OSError:
-                if time.monotonic() > end or worker.poll() is not None:
-                    raise AssertionError("worker metrics never came up: " + (worker.stderr.read() if worker.poll() is not None else ""))
-                time.sleep(0.2)
-        yield {"store_url": store_url, "serve": serve, "worker": worker, "port": port, "wport": wport}
+                return False
+
+        _wait_for(worker_up, 60, "the worker's metrics never came up", logs)
+        yield {"store_url": store_url, "serve": serve, "worker": worker, "port": port, "wport": wport,
+               "logs": logs}
     finally:
-        for p in (serve, worker):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in (serve, worker):
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        for p in procs:
+            _stop_group(p)
+        for f in files:
+            f.close()
 
 
 def _play(store_url: str, n: int, timeout_every: int) -> list[str]:
@@ -184,12 +224,22 @@ def test_serve_and_worker_metrics_match_what_happened(stack):
                 timeouts += 1
     assert finished == 4 and timeouts > 0
 
-    time.sleep(1.0)  # the ledger projection and the worker's counters settle
-    serve_m = _scrape(stack["port"])
-    worker_m = _scrape(stack["wport"])
+    serve_m: dict[str, float] = {}
+    worker_m: dict[str, float] = {}
 
     def both(name, **labels):
         return _sum(serve_m, name, **labels) + _sum(worker_m, name, **labels)
+
+    def settled() -> bool:
+        """The ledger projection has caught up and every process has counted the matches."""
+        nonlocal serve_m, worker_m
+        serve_m, worker_m = _scrape(stack["port"]), _scrape(stack["wport"])
+        return (both("shuangkou_matches_finished_total") >= 4
+                and _sum(serve_m, "shuangkou_projection_events_total", projection="ledger") >= 4
+                and _sum(serve_m, "shuangkou_projection_lag_events") == 0
+                and _sum(worker_m, "dramatiq_messages_total", actor_name="fire_deadline") >= timeouts)
+
+    _wait_for(settled, 30, "the metrics did not catch up with the stored events", stack["logs"])
 
     assert both("shuangkou_matches_created_total") == 4
     assert both("shuangkou_matches_started_total") == 4
@@ -208,4 +258,4 @@ def test_serve_and_worker_metrics_match_what_happened(stack):
 
     serve = stack["serve"]
     serve.send_signal(signal.SIGTERM)
-    assert serve.wait(timeout=20) == 0, serve.stderr.read()
+    assert serve.wait(timeout=30) == 0, _tail(stack["logs"][0])

@@ -141,6 +141,56 @@ def test_stub_broker_middleware_never_drops_delayed_timers():
     assert not fire_deadline.options.get("max_age")
 
 
+def test_dramatiq_prometheus_middleware_is_opt_in(monkeypatch, fake_redis):
+    """SK_DRAMATIQ_PROMETHEUS=1 adds dramatiq's Prometheus middleware to a Redis broker
+    (the worker containers set it; deploy/compose.yaml); off by default, never on a StubBroker."""
+    from dramatiq.brokers.redis import RedisBroker
+    from dramatiq.middleware.prometheus import Prometheus
+
+    from workers.broker import PROMETHEUS_ENV, make_broker
+
+    def has_prometheus(broker):
+        return any(isinstance(m, Prometheus) for m in broker.middleware)
+
+    monkeypatch.delenv(PROMETHEUS_ENV, raising=False)
+    off = make_broker("redis://127.0.0.1:1/0")
+    assert isinstance(off, RedisBroker) and not has_prometheus(off)
+    monkeypatch.setenv(PROMETHEUS_ENV, "1")
+    on = make_broker("redis://127.0.0.1:1/0")
+    assert has_prometheus(on)
+    assert not has_prometheus(make_broker(None))  # the in-process StubBroker
+    assert not has_prometheus(make_broker("redis://127.0.0.1:1/0", prometheus=False))
+    for b in (off, on):
+        b.client.close()
+
+
+def test_runtime_build_hooks_wrap_the_worker_runtime(monkeypatch, fake_redis):
+    """workers.runtime.on_build: deploy/dramatiq_prometheus.py wraps the timer runtime in the
+    engine metrics through it (no replacing of runtime.from_env)."""
+    from engine.store.redis_store import RedisEventStore
+    from projections.metrics import InstrumentedService, InstrumentedStore, instrument_runtime
+    from workers import runtime
+
+    monkeypatch.setattr(RedisEventStore, "from_url", classmethod(lambda cls, url, **kw: cls(fake_redis)))
+    monkeypatch.setenv(runtime.STORE_URL_ENV, "redis://example.invalid/0")
+    monkeypatch.setenv("SK_TIMERS_PUBLISH", "0")
+    seen = []
+    hook = runtime.on_build(lambda rt: seen.append(rt))
+    runtime.on_build(instrument_runtime)
+    runtime.on_build(instrument_runtime)  # registering twice changes nothing
+    try:
+        rt = runtime.from_env()
+    finally:
+        runtime.remove_build_hook(hook)
+        runtime.remove_build_hook(instrument_runtime)
+    assert seen == [rt]
+    assert isinstance(rt.store, InstrumentedStore) and isinstance(rt.service, InstrumentedService)
+    assert rt.service.store is rt.store  # the service appends through the instrumented store
+    assert instrument_runtime(rt).service is rt.service  # idempotent
+    plain = runtime.from_env()  # hooks removed: nothing wrapped
+    assert not isinstance(plain.service, InstrumentedService)
+
+
 def test_scheduler_delay_is_deadline_minus_now_never_negative(clock):
     sent = []
     s = DeadlineScheduler(clock, lambda d, delay: sent.append((d, delay)))

@@ -21,6 +21,9 @@ Middleware, chosen for timer messages:
 * ``Retries``: few and fast (3 retries, 100 ms – 1 s backoff).  A timer that
   keeps failing is picked up by the deadline sweeper anyway; twenty retries
   with dramatiq's default 15 s minimum backoff would only fire far too late.
+* ``Prometheus`` (dramatiq's ``dramatiq_*`` metrics and their exposition
+  server, not in dramatiq's default middleware): opt in with
+  ``SK_DRAMATIQ_PROMETHEUS=1`` (Redis brokers only; docs/OPERATIONS.md "Metrics").
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ log = logging.getLogger(__name__)
 
 BROKER_URL_ENV = "SK_BROKER_URL"
 STORE_URL_ENV = "SK_REDIS_URL"
+PROMETHEUS_ENV = "SK_DRAMATIQ_PROMETHEUS"
 
 MAX_RETRIES = 3
 MIN_BACKOFF_MS = 100
@@ -57,8 +61,13 @@ TIME_LIMIT_MS = 30_000
 HEARTBEAT_TIMEOUT_MS = 15_000
 
 
-def timer_middleware() -> list[Middleware]:
-    return [
+def prometheus_from_env() -> bool:
+    """``SK_DRAMATIQ_PROMETHEUS`` set to 1 / true / yes / on."""
+    return os.environ.get(PROMETHEUS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def timer_middleware(prometheus: bool = False) -> list[Middleware]:
+    middleware: list[Middleware] = [
         AgeLimit(max_age=None),
         TimeLimit(time_limit=TIME_LIMIT_MS, interval=1000),
         ShutdownNotifications(),
@@ -66,14 +75,26 @@ def timer_middleware() -> list[Middleware]:
         Pipelines(),
         Retries(max_retries=MAX_RETRIES, min_backoff=MIN_BACKOFF_MS, max_backoff=MAX_BACKOFF_MS),
     ]
+    if prometheus:
+        # imported only when asked for: the module creates $dramatiq_prom_db on import
+        from dramatiq.middleware.prometheus import Prometheus
+
+        middleware.append(Prometheus())
+    return middleware
 
 
-def make_broker(url: str | None) -> Broker:
-    """A new broker (not installed as dramatiq's global one)."""
+def make_broker(url: str | None, *, prometheus: bool | None = None) -> Broker:
+    """A new broker (not installed as dramatiq's global one).
+
+    ``prometheus`` (None: ``SK_DRAMATIQ_PROMETHEUS``) adds dramatiq's Prometheus
+    middleware to a Redis broker; a StubBroker (in-process) never gets it.
+    """
     if url:
         from dramatiq.brokers.redis import RedisBroker
 
-        return RedisBroker(url=url, middleware=timer_middleware(), namespace="sk-dramatiq",
+        if prometheus is None:
+            prometheus = prometheus_from_env()
+        return RedisBroker(url=url, middleware=timer_middleware(prometheus), namespace="sk-dramatiq",
                            heartbeat_timeout=HEARTBEAT_TIMEOUT_MS)
     return StubBroker(middleware=timer_middleware())
 

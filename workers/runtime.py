@@ -161,6 +161,26 @@ class Runtime:
 _runtime: Runtime | None = None
 _lock = threading.Lock()
 
+RuntimeHook = Callable[[Runtime], "Runtime | None"]
+_build_hooks: list[RuntimeHook] = []
+
+
+def on_build(hook: RuntimeHook) -> RuntimeHook:
+    """Register ``hook(runtime)``, run on every runtime :func:`from_env` builds before it
+    is used (e.g. to wrap the store and service for metrics: deploy/dramatiq_prometheus.py).
+    A hook may change the runtime in place or return a replacement.  Registering the
+    same hook twice has no effect.  Usable as a decorator."""
+    with _lock:
+        if hook not in _build_hooks:
+            _build_hooks.append(hook)
+    return hook
+
+
+def remove_build_hook(hook: RuntimeHook) -> None:
+    with _lock:
+        if hook in _build_hooks:
+            _build_hooks.remove(hook)
+
 
 def install(rt: Runtime) -> Runtime:
     global _runtime
@@ -205,8 +225,11 @@ def from_env() -> Runtime:
     grace = int(os.environ.get(GRACE_ENV, DEFAULT_GRACE_MS))
     log.info("timer runtime: store %s, grace %d ms", url.split("@")[-1], grace)
     publish = None if os.environ.get("SK_TIMERS_PUBLISH", "1") == "0" else gateway_publisher(store.client)
-    return Runtime(store=store, service=service, clock=clock, scheduler=scheduler,
-                   service_schedules=hooked, grace_ms=grace, publish=publish)
+    rt = Runtime(store=store, service=service, clock=clock, scheduler=scheduler,
+                 service_schedules=hooked, grace_ms=grace, publish=publish)
+    for hook in list(_build_hooks):
+        rt = hook(rt) or rt
+    return rt
 
 
 def gateway_publisher(client: Any) -> Callable[[CommandBase, Any], None] | None:
@@ -220,10 +243,7 @@ def gateway_publisher(client: Any) -> Callable[[CommandBase, Any], None] | None:
     except ImportError:  # pragma: no cover
         return None
     gw = CommandGateway(client, service=None, consumer="sk-timers")
-    public = getattr(gw, "publish", None)
-    if callable(public):
-        return lambda command, outcome: public(command, outcome)
-    return lambda command, outcome: gw._publish(command, outcome, None, None)
+    return lambda command, outcome: gw.publish(command, outcome)
 
 
 def fire(match_id: str, version: int, kind: str, rt: Runtime | None = None,

@@ -46,6 +46,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default=os.environ.get("SK_LOG_LEVEL", "INFO"))
 
 
+def connect_redis(url: str, option: str):
+    """A Redis client for ``url`` that answered PING; a readable CliError otherwise."""
+    import redis
+
+    from engine.cli import CliError
+
+    try:
+        client = redis.Redis.from_url(url)
+    except ValueError as exc:
+        raise CliError(f"{option} {url!r} is not a Redis URL: {exc}") from None
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise CliError(f"cannot reach {url}: {exc}") from None
+    return client
+
+
 def run(args: argparse.Namespace) -> int:
     import logging
     import random
@@ -53,12 +70,14 @@ def run(args: argparse.Namespace) -> int:
     import sys
     import threading
 
-    import redis
-
     from engine.cli import CliError
 
     if not args.redis:
         raise CliError("--redis URL is required (or set SK_REDIS_URL)")
+    if args.batch < 1:
+        raise CliError(f"--batch must be at least 1, got {args.batch}")
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        raise CliError(f"--metrics-port must be 0..65535, got {args.metrics_port}")
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     log = logging.getLogger("shuangkou.serve")
@@ -70,11 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from workers.clock import SystemClock
 
     consumer = args.consumer or f"{socket.gethostname()}-{os.getpid()}"
-    client = redis.Redis.from_url(args.redis)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        raise CliError(f"cannot reach {args.redis}: {exc}") from None
+    client = connect_redis(args.redis, "--redis")
     raw_store = RedisEventStore(client)
     check = getattr(raw_store, "check_layout", None)
     if check is not None:
@@ -91,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         from workers.runtime import make_service
         from workers.scheduler import DeadlineScheduler
 
+        broker_client = connect_redis(broker_url, "--broker-url")  # a readable error, not dramatiq's
         setup_broker(broker_url)
         import workers.actors  # noqa: F401  (declares fire_deadline on the broker)
 
@@ -98,7 +114,6 @@ def run(args: argparse.Namespace) -> int:
         service, hooked = make_service(store, clock, rng, on_commit=scheduler.on_commit)
         if not hooked:
             raise CliError("engine.service.MatchService has no on_commit hook: timers cannot be scheduled")
-        broker_client = redis.Redis.from_url(broker_url)
     else:
         from workers.embedded import EmbeddedTimers
 
@@ -108,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
     if timers is not None:
         timers.runtime.service = isvc  # in-process timer fires are measured too
 
-    gateway = CommandGateway(client, isvc, consumer)
+    gateway = CommandGateway(client, isvc, consumer,
+                             on_dead=lambda _code, _reason: metrics.observe_dead_letter("inbox"))
     stop = threading.Event()
     threads: list[threading.Thread] = []
 
@@ -123,22 +139,10 @@ def run(args: argparse.Namespace) -> int:
                 metrics.observe_settlement(s.scores, s.mode)
 
         runner = ProjectionRunner(raw_store, RedisLedger(client), RedisFeed(client, consumer=consumer),
-                                  on_settled=settled)
+                                  on_settled=settled,
+                                  on_error=lambda _match, _reason: metrics.observe_dead_letter("feed"))
         t = threading.Thread(target=runner.run_forever, args=(stop,), name="projections", daemon=True)
         threads.append(t)
-
-    def watch_dead_letters() -> None:
-        seen_inbox = seen_feed = 0
-        while not stop.wait(1.0):
-            dead = gateway.stats.dead
-            if dead > seen_inbox:
-                metrics.observe_dead_letter("inbox", dead - seen_inbox)
-                seen_inbox = dead
-            if runner is not None and len(runner.errors) > seen_feed:
-                metrics.observe_dead_letter("feed", len(runner.errors) - seen_feed)
-                seen_feed = len(runner.errors)
-
-    threads.append(threading.Thread(target=watch_dead_letters, name="dead-letters", daemon=True))
 
     server = None
     if args.metrics_port is not None:
@@ -148,8 +152,12 @@ def run(args: argparse.Namespace) -> int:
         if broker_client is not None:
             extra.append(metrics.DeadLetterQueueCollector(broker_client, queues=("sk-timers",),
                                                           namespace="sk-dramatiq"))
-        server, _ = metrics.start_metrics_server(args.metrics_port, addr=args.metrics_addr,
-                                                 extra_collectors=extra)
+        try:
+            server, _ = metrics.start_metrics_server(args.metrics_port, addr=args.metrics_addr,
+                                                     extra_collectors=extra)
+        except OSError as exc:
+            raise CliError(f"cannot serve /metrics on {args.metrics_addr}:{args.metrics_port}: "
+                           f"{exc.strerror or exc}") from None
         log.info("metrics on http://%s:%d/metrics", args.metrics_addr, server.server_port)
         # machine-readable line for scripts and tests that pass --metrics-port 0
         print(f"metrics-port {server.server_port}", flush=True)

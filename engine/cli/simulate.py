@@ -72,6 +72,12 @@ def run(args: argparse.Namespace) -> int:
         v = getattr(args, name)
         if not 0.0 <= v <= 1.0:
             raise CliError(f"--{name.replace('_', '-')} must be between 0 and 1")
+    for name in ("concurrency", "service_threads"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise CliError(f"--{name.replace('_', '-')} must be at least 1, got {v}")
+    if args.turn_seconds is not None and not args.turn_seconds > 0:  # (NaN too)
+        raise CliError(f"--turn-seconds must be above 0, got {args.turn_seconds}")
     if args.external and not args.redis:
         raise CliError("--external needs --redis")
     try:
@@ -80,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     if args.turn_seconds is not None:
         config = config.model_copy(update={"turn_seconds": float(args.turn_seconds)})
+    if args.redis:
+        from engine.cli.serve import connect_redis
+
+        connect_redis(args.redis, "--redis").close()  # a readable error, not a traceback mid-run
 
     sim = Simulation(config, n=args.matches, redis_url=args.redis, seed=args.seed, bot=args.bot,
                      escape_rate=args.escape_rate, timeout_rate=args.timeout_rate,

@@ -109,3 +109,11 @@ def seq_of(entry: bytes | str) -> int:
     if isinstance(entry, bytes):
         entry = entry.decode()
     return int(entry.split("-", 1)[0])
+
+
+def stream_pos(entry: bytes | str) -> tuple[int, int]:
+    """A stream entry id as a comparable ``(ms, n)`` pair (``"17-3"`` -> (17, 3); ``"17"`` -> (17, 0))."""
+    if isinstance(entry, bytes):
+        entry = entry.decode()
+    ms, _, n = entry.partition("-")
+    return int(ms), int(n or 0)

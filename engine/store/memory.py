@@ -24,11 +24,6 @@ from engine.store.base import (
 )
 
 
-def _feed_pos(entry_id: str) -> tuple[int, int]:
-    ms, _, n = entry_id.partition("-")
-    return int(ms), int(n or 0)
-
-
 class InMemoryEventStore(EventStore):
     def __init__(self, buckets: int = keys.DEFAULT_BUCKETS, feed_maxlen: int = 100_000):
         if buckets < 1:
@@ -112,7 +107,7 @@ class InMemoryEventStore(EventStore):
             return self._snapshots.get(match_id)
 
     def read_feed(self, bucket: int, after: str = "0-0", count: int = 1000) -> list[FeedEntry]:
-        pos = _feed_pos(after)
+        pos = keys.stream_pos(after)
         with self._lock:
             feed = list(self._feeds.get(bucket, ()))
-        return [e for e in feed if _feed_pos(e.id) > pos][:count]
+        return [e for e in feed if keys.stream_pos(e.id) > pos][:count]

@@ -57,6 +57,18 @@ class LayoutMismatch(RuntimeError):
     """This Redis holds a store laid out with another bucket count."""
 
 
+def ensure_group(client: Any, stream: str, group: str) -> bool:
+    """Create consumer group ``group`` on ``stream`` (and the stream) reading from its start;
+    False when the group already existed."""
+    try:
+        client.xgroup_create(stream, group, id="0", mkstream=True)
+    except redis.ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+        return False
+    return True
+
+
 def _load_script(name: str) -> str:
     return importlib.resources.files("engine.store").joinpath(name).read_text(encoding="utf-8")
 
