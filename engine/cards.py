@@ -213,6 +213,22 @@ def format_ranks(cards: Iterable[Card]) -> str:
     return format_cards(sort_cards(cards), suits=False)
 
 
+def format_ranks_lenient(cards: Iterable[object]) -> str:
+    """:func:`format_ranks` for cards read from an untrusted stream (audits,
+    play-by-play): anything that is no card id 0..107 shows as ``#value``
+    after the real cards instead of raising.
+
+    >>> format_ranks_lenient([53, 500, 0, -1])
+    '3 BJ #500 #-1'
+    """
+    def is_card(c: object) -> bool:
+        return isinstance(c, int) and not isinstance(c, bool) and 0 <= c < NUM_CARDS
+
+    cards = list(cards)
+    good = format_ranks(c for c in cards if is_card(c))  # type: ignore[misc]
+    return " ".join([good] * bool(good) + [f"#{c}" for c in cards if not is_card(c)])
+
+
 def counts_of(cards: Iterable[Card]) -> tuple[int, ...]:
     """Rank-count vector (15 entries: 3..2, SJ, BJ).
 

@@ -269,11 +269,5 @@ def classify(
     >>> c.kind, c.rank, [RANK_LABELS[r] for r in c.jokers_as]
     ('straight', 'J', ['9', '10', 'J'])
     """
-    readings = interpretations_for_counts(counts_for(cards), heavenly)
-    if beat is None:
-        return readings[0] if readings else None
-    for r in readings:
-        if beats(r, beat, heavenly):
-            return r
-    return None
+    return classify_counts(counts_for(cards), beat, heavenly)
 

@@ -212,9 +212,14 @@ def _seated(state: MatchState, player: str) -> int:
     return i
 
 
-def _playing_seat(state: MatchState, player: str) -> int:
+def _seat_in_open_match(state: MatchState, player: str) -> int:
+    """The player's seat in a match not yet over (any phase after the creation)."""
     _not_over(state)
-    i = _seated(state, player)
+    return _seated(state, player)
+
+
+def _playing_seat(state: MatchState, player: str) -> int:
+    i = _seat_in_open_match(state, player)
     if state.phase != "playing":
         raise WrongPhase(f"the cards have not been dealt yet (phase {state.phase})")
     return i
@@ -365,8 +370,7 @@ def _sit(b: _Builder, c: Sit) -> None:
 
 def _leave(b: _Builder, c: Leave) -> None:
     s = b.state
-    _not_over(s)
-    _seated(s, c.player)
+    _seat_in_open_match(s, c.player)
     if s.phase != "seating":
         raise WrongPhase(f"{c.player} cannot leave a running match; leaving now is an escape (R-12)")
     b.emit(PlayerRemoved, player=c.player, reason="left")
@@ -374,8 +378,7 @@ def _leave(b: _Builder, c: Leave) -> None:
 
 def _ready(b: _Builder, c: Ready) -> None:
     s = b.state
-    _not_over(s)
-    i = _seated(s, c.player)
+    i = _seat_in_open_match(s, c.player)
     if s.phase != "seating":
         raise WrongPhase("the cards have already been dealt")
     if s.seat(i).ready:
@@ -453,6 +456,8 @@ def _play_cmd(b: _Builder, c: Play) -> None:
             resolved = resolve_in_hand(c.text, s.seat(i).hand)
         except CardNotationError as exc:
             raise BadCommand(str(exc)) from None
+        if resolved == []:
+            raise BadCommand(f"{c.player}'s play names no cards")
         if resolved is None:
             raise NotInHand(f"{c.player} does not hold {c.text.strip()} "
                             f"(hand: {format_ranks(s.seat(i).hand)})")
@@ -541,8 +546,7 @@ def _cancel_trustee(b: _Builder, c: CancelTrustee) -> None:
 
 def _disconnect(b: _Builder, c: Disconnect) -> None:
     s = b.state
-    _not_over(s)
-    i = _seated(s, c.player)
+    i = _seat_in_open_match(s, c.player)
     seat = s.seat(i)
     if seat.escaped:
         raise NotAllowed(f"{c.player} escaped from this match")
@@ -555,8 +559,7 @@ def _disconnect(b: _Builder, c: Disconnect) -> None:
 
 def _reconnect(b: _Builder, c: Reconnect) -> None:
     s = b.state
-    _not_over(s)
-    i = _seated(s, c.player)
+    i = _seat_in_open_match(s, c.player)
     seat = s.seat(i)
     if seat.escaped:
         raise NotAllowed(f"{c.player} escaped from this match and cannot come back (R-12.1)")
@@ -569,8 +572,7 @@ def _reconnect(b: _Builder, c: Reconnect) -> None:
 
 def _escape(b: _Builder, c: Escape) -> None:
     s = b.state
-    _not_over(s)
-    i = _seated(s, c.player)
+    i = _seat_in_open_match(s, c.player)
     if s.phase == "seating":
         b.emit(PlayerRemoved, player=c.player, reason="left")  # nothing dealt: a plain leave
         return

@@ -9,15 +9,17 @@ every step) and the rules of each play (the cards were in the player's hand,
 it was their turn, the recorded reading is a reading of those cards (R-3,
 R-4) and beats the play in front of it (R-5), passes only when following
 (R-6.1), a finish by emptying a hand (R-6.3) with the right cards left and
-kou (R-7)).
+kou (R-7)).  A stream is untrusted input here: a card id that is no card, a
+recorded reading that is no reading, an event ``apply`` cannot take are
+reported as problems, never raised.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from engine.cards import NUM_CARDS, format_ranks
-from engine.combo import beats
+from engine.cards import NUM_CARDS, format_ranks_lenient
+from engine.combo import Combo, beats
 from engine.events import CardsPlayed, EventBase, HandDealt, MatchCreated, MatchFinished, Passed
 from engine.evolve import apply
 from engine.state import MatchState
@@ -64,7 +66,8 @@ def check_stream(events: Sequence[EventBase]) -> list[str]:
         try:
             state = apply(state, e)
         except Exception as exc:  # apply never fails on decide's events: report it
-            problems.append(f"{where}: apply failed: {exc!r}")
+            why = "; ".join(x.strip() for x in str(exc).splitlines() if x.strip()) or repr(exc)
+            problems.append(f"{where}: apply failed: {type(exc).__name__}: {why}")
             break
         if state.phase in ("playing", "finished"):
             problems.extend(f"{where}: {p}" for p in _card_problems(state))
@@ -80,16 +83,24 @@ def _card_problems(state: MatchState) -> list[str]:
     seen: set[int] = set()
     dup = sorted({c for c in allc if c in seen or seen.add(c)})  # type: ignore[func-returns-value]
     if dup:
-        out.append(f"cards counted twice: {format_ranks(dup)}")
+        out.append(f"cards counted twice: {format_ranks_lenient(dup)}")
     bad = [c for c in allc if not 0 <= c < NUM_CARDS]
     if bad:
         out.append(f"invalid card ids {bad}")
     return out
 
 
-def _rule_problems(state: MatchState, e: EventBase) -> list[str]:
+def _readings(cards: Sequence[int], state: MatchState) -> list[Combo]:
+    """The readings of recorded cards (none when an id is no card)."""
     from engine.combos import interpretations  # light import path for the CLI
 
+    try:
+        return interpretations(list(cards), heavenly=state.heavenly)
+    except ValueError:
+        return []
+
+
+def _rule_problems(state: MatchState, e: EventBase) -> list[str]:
     out: list[str] = []
     if isinstance(e, HandDealt):
         if state.phase != "seating":
@@ -109,16 +120,19 @@ def _rule_problems(state: MatchState, e: EventBase) -> list[str]:
                 out.append(f"{e.player!r} passed while leading (R-6.1)")
             return out
         hand = set(state.seat(i).hand)
+        text = format_ranks_lenient(e.cards)
         missing = [c for c in e.cards if c not in hand]
         if missing or len(set(e.cards)) != len(e.cards):
-            out.append(f"{e.player!r} played cards not in hand: {format_ranks(missing) or 'duplicates'}")
+            out.append(f"{e.player!r} played cards not in hand: {format_ranks_lenient(missing) or 'duplicates'}")
         combo = e.reading.combo()
-        if combo not in interpretations(list(e.cards), heavenly=state.heavenly):
-            out.append(f"reading {combo.describe()} is not a reading of {format_ranks(e.cards)} (R-3, R-4)")
+        if combo not in _readings(e.cards, state):
+            out.append(f"reading {combo.describe()} is not a reading of {text} (R-3, R-4)")
+            return out  # R-5 compares readings only
         prev = state.to_beat
-        if prev is not None and not beats(combo, prev.combo, state.heavenly):
-            out.append(f"{format_ranks(e.cards)} ({combo.describe()}) does not beat "
-                       f"{format_ranks(prev.cards)} ({prev.combo.describe()}) (R-5)")
+        if (prev is not None and prev.combo in _readings(prev.cards, state)
+                and not beats(combo, prev.combo, state.heavenly)):
+            out.append(f"{text} ({combo.describe()}) does not beat "
+                       f"{format_ranks_lenient(prev.cards)} ({prev.combo.describe()}) (R-5)")
     elif isinstance(e, MatchFinished):
         if state.phase != "playing":
             out.append(f"finish in phase {state.phase}")

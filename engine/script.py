@@ -38,12 +38,12 @@ A malformed script raises :class:`ScriptError` (one readable line).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.cards import CardNotationError, format_ranks, parse_cards, parse_tokens
+from engine.cards import CardNotationError, format_ranks_lenient, parse_cards, parse_tokens
 from engine.commands import (
     CancelTrustee,
     CommandBase,
@@ -62,7 +62,23 @@ from engine.commands import (
     TurnTimeout,
 )
 from engine.config import ConfigError, RoomConfig, load_config, parse_config
-from engine.events import EventBase
+from engine.events import (
+    CardsPlayed,
+    EventBase,
+    HandDealt,
+    MatchCreated,
+    MatchFinished,
+    Passed,
+    PlayerDisconnected,
+    PlayerEscaped,
+    PlayerReady,
+    PlayerReconnected,
+    PlayerRemoved,
+    PlayerSeated,
+    TrusteeshipEnded,
+    TrusteeshipStarted,
+    TurnTimedOut,
+)
 from engine.state import MatchState
 
 START_MS = 1_700_000_000_000
@@ -188,6 +204,8 @@ def _deal(data: dict[str, Any]) -> tuple[tuple[tuple[int, ...], tuple[int, ...]]
         return None
     if not isinstance(deal, dict) or not isinstance(deal.get("hands"), list) or len(deal["hands"]) != 2:
         raise ScriptError('"deal" needs "hands": [cards of player 1, cards of player 2]')
+    if set(deal) - {"hands", "first"}:
+        raise ScriptError(f'deal: unknown keys {sorted(set(deal) - {"hands", "first"})} (it has "hands", "first")')
     t0 = _tokens(deal["hands"][0], "deal.hands[0]")
     t1 = _tokens(deal["hands"][1], "deal.hands[1]")
     try:
@@ -195,12 +213,12 @@ def _deal(data: dict[str, Any]) -> tuple[tuple[tuple[int, ...], tuple[int, ...]]
     except CardNotationError as exc:
         raise ScriptError(f"deal: {exc}") from None
     first = deal.get("first", 0)
-    if first not in (0, 1):
+    if isinstance(first, bool) or first not in (0, 1):
         raise ScriptError('deal.first must be 0 or 1 (the seat that leads)')
     return (tuple(ids[:len(t0)]), tuple(ids[len(t0):])), first
 
 
-def _check_actions(data: dict[str, Any], names: Sequence[str]) -> list[dict[str, Any]]:
+def _check_actions(data: dict[str, Any]) -> list[dict[str, Any]]:
     actions = data.get("actions")
     if not isinstance(actions, list):
         raise ScriptError('"actions" must be a list')
@@ -210,11 +228,20 @@ def _check_actions(data: dict[str, Any], names: Sequence[str]) -> list[dict[str,
         kinds = [k for k in ACTION_KINDS if k in a]
         if len(kinds) != 1:
             raise ScriptError(f"actions[{i}] needs exactly one of {', '.join(ACTION_KINDS)}")
-        extra = set(a) - {"player", kinds[0], "reading", "note"}
+        kind = kinds[0]
+        extra = set(a) - {"player", kind, "note"} - ({"reading"} if kind == "play" else set())
         if extra:
             raise ScriptError(f"actions[{i}]: unknown keys {sorted(extra)}")
-        if kinds[0] == "play":
-            _tokens(a["play"], f"actions[{i}].play")
+        if kind == "play":
+            if not _tokens(a["play"], f"actions[{i}].play"):
+                raise ScriptError(f"actions[{i}].play names no cards")
+            if "reading" in a and not (isinstance(a["reading"], str) and 1 <= len(a["reading"].split()) <= 2):
+                raise ScriptError(f'actions[{i}].reading must be "kind" or "kind rank", e.g. "straight 9"')
+        elif kind == "trustee":
+            if not isinstance(a["trustee"], bool):
+                raise ScriptError(f"actions[{i}].trustee must be true (request) or false (cancel)")
+        elif a[kind] is not True:
+            raise ScriptError(f'actions[{i}]: write "{kind}": true')
     return actions
 
 
@@ -226,6 +253,11 @@ def check_script(data: dict[str, Any]) -> None:
     for key in ("config", "players", "actions"):
         if key not in data:
             raise ScriptError(f"missing key {key!r}")
+    seed = data.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, str))):
+        raise ScriptError('"seed" must be an integer or a string')
+    if "match_id" in data and not (isinstance(data["match_id"], str) and data["match_id"]):
+        raise ScriptError('"match_id" must be a non-empty string')
 
 
 # ---- running --------------------------------------------------------------------
@@ -273,8 +305,8 @@ def run_script(data: dict[str, Any], base_dir: str | Path | None = None) -> Scri
     cfg = _config_of(data["config"], Path(base_dir) if base_dir is not None else None)
     players = _players(data, cfg)
     deal = _deal(data)
-    actions = _check_actions(data, [p for p, _ in players])
-    match_id = str(data.get("match_id") or "script")
+    actions = _check_actions(data)
+    match_id = data.get("match_id", "script")
 
     r = _Runner(cfg, match_id, data.get("seed"), fixed=deal is not None)
     setup: list[tuple[type[CommandBase], dict[str, Any]]] = [(CreateMatch, {"config": cfg.to_record()})]
@@ -306,11 +338,7 @@ def _action(r: _Runner, a: dict[str, Any]) -> str | None:
     p = a["player"]
     if "play" in a:
         text = " ".join(_tokens(a["play"], "play"))
-        kind = rank = None
-        if isinstance(a.get("reading"), str) and a["reading"].split():
-            parts = a["reading"].split()
-            kind = parts[0]
-            rank = parts[1] if len(parts) > 1 else None
+        kind, rank, *_ = [*a.get("reading", "").split(), None, None]
         return r.run(Play, player=p, text=text, reading_kind=kind, reading_rank=rank)
     if "pass" in a:
         return r.run(Pass, player=p)
@@ -356,56 +384,46 @@ def result_of(events: Sequence[EventBase], state: MatchState) -> dict[str, Any]:
 # ---- play by play ---------------------------------------------------------------
 
 def narrate(events: Sequence[EventBase]) -> list[str]:
-    """One readable line per event, cards in notation."""
-    from engine.events import (
-        CardsPlayed, HandDealt, MatchCreated, MatchFinished, Passed, PlayerDisconnected,
-        PlayerEscaped, PlayerReady, PlayerReconnected, PlayerRemoved, PlayerSeated,
-        TrusteeshipEnded, TrusteeshipStarted, TurnTimedOut,
-    )
-
+    """One readable line per event, cards in notation (ids that are no card as ``#id``)."""
     seats: dict[int, str] = {}
-    lines = []
-    for e in events:
-        head = f"#{e.seq:<3} "
-        if isinstance(e, MatchCreated):
-            line = f"match {e.match_id} created ({e.config.get('mode')} room {e.config.get('name')!r})"
-        elif isinstance(e, PlayerSeated):
-            seats[e.seat] = e.player
-            line = f"{e.player} sits in seat {e.seat} (balance {e.balance}, level {e.level}, base {e.base})"
-        elif isinstance(e, PlayerReady):
-            line = f"{e.player} is ready"
-        elif isinstance(e, PlayerRemoved):
-            line = f"{e.player} is removed ({e.reason})"
-        elif isinstance(e, HandDealt):
-            parts = [f"{seats.get(i, f'seat {i}')}: {format_ranks(h)}" for i, h in enumerate(e.hands)]
-            lead = f", lead card {format_ranks([e.lead_card])}" if e.lead_card is not None else ""
-            line = ("deal -- " + " | ".join(parts) +
-                    f" -- {seats.get(e.first, f'seat {e.first}')} leads{lead}")
-        elif isinstance(e, CardsPlayed):
-            by = "" if e.by == "player" else f" [{e.by}]"
-            line = f"{e.player} plays {format_ranks(e.cards)} -- {e.reading.combo().describe()}{by}"
-        elif isinstance(e, Passed):
-            by = "" if e.by == "player" else f" [{e.by}]"
-            line = f"{e.player} passes{by}"
-        elif isinstance(e, TurnTimedOut):
-            line = f"{e.player} timed out ({e.count}): {e.notice_zh}"
-        elif isinstance(e, TrusteeshipStarted):
-            line = f"{e.player} is now in trusteeship ({e.reason})"
-        elif isinstance(e, TrusteeshipEnded):
-            line = f"{e.player} takes control back ({e.reason})"
-        elif isinstance(e, PlayerDisconnected):
-            line = f"{e.player} disconnected"
-        elif isinstance(e, PlayerReconnected):
-            line = f"{e.player} reconnected"
-        elif isinstance(e, PlayerEscaped):
-            line = f"{e.player} escaped (policy {e.policy})"
-        elif isinstance(e, MatchFinished):
-            left = ", ".join(f"{p} {n}" for p, n in e.cards_left.items())
-            line = f"{e.winner} wins ({e.reason}); kou {e.kou}; cards left: {left}"
-        else:
-            line = e.__class__.__name__
-        lines.append(head + line)
-    return lines
+
+    def name(i: int) -> str:
+        return seats.get(i, f"seat {i}")
+
+    def by(e: Any) -> str:
+        return "" if e.by == "player" else f" [{e.by}]"
+
+    def seated(e: PlayerSeated) -> str:
+        seats[e.seat] = e.player
+        return f"{e.player} sits in seat {e.seat} (balance {e.balance}, level {e.level}, base {e.base})"
+
+    def dealt(e: HandDealt) -> str:
+        hands = " | ".join(f"{name(i)}: {format_ranks_lenient(h)}" for i, h in enumerate(e.hands))
+        lead = "" if e.lead_card is None else f", lead card {format_ranks_lenient([e.lead_card])}"
+        return f"deal -- {hands} -- {name(e.first)} leads{lead}"
+
+    def finished(e: MatchFinished) -> str:
+        left = ", ".join(f"{p} {n}" for p, n in e.cards_left.items())
+        return f"{e.winner} wins ({e.reason}); kou {e.kou}; cards left: {left}"
+
+    line_of: dict[type, Callable[[Any], str]] = {
+        MatchCreated: lambda e: f"match {e.match_id} created ({e.config.get('mode')} room {e.config.get('name')!r})",
+        PlayerSeated: seated,
+        PlayerReady: lambda e: f"{e.player} is ready",
+        PlayerRemoved: lambda e: f"{e.player} is removed ({e.reason})",
+        HandDealt: dealt,
+        CardsPlayed: lambda e: (f"{e.player} plays {format_ranks_lenient(e.cards)} -- "
+                                f"{e.reading.combo().describe()}{by(e)}"),
+        Passed: lambda e: f"{e.player} passes{by(e)}",
+        TurnTimedOut: lambda e: f"{e.player} timed out ({e.count}): {e.notice_zh}",
+        TrusteeshipStarted: lambda e: f"{e.player} is now in trusteeship ({e.reason})",
+        TrusteeshipEnded: lambda e: f"{e.player} takes control back ({e.reason})",
+        PlayerDisconnected: lambda e: f"{e.player} disconnected",
+        PlayerReconnected: lambda e: f"{e.player} reconnected",
+        PlayerEscaped: lambda e: f"{e.player} escaped (policy {e.policy})",
+        MatchFinished: finished,
+    }
+    return [f"#{e.seq:<3} " + line_of.get(type(e), lambda e: type(e).__name__)(e) for e in events]
 
 
 def format_result(result: dict[str, Any]) -> str:

@@ -103,6 +103,9 @@ class MatchService:
         return Context(now_ms=now, deck=deck, lead_index=lead)
 
     def _stored_events_of(self, match_id: str, command_id: str) -> tuple[EventBase, ...]:
+        # The EventStore interface has no command-id lookup (the store checks ids only
+        # inside append, and an empty append would record the refused id), so a
+        # refusal scans the stream; accepted commands never get here.
         return tuple(e for e in self.store.load(match_id) if e.command_id == command_id)
 
     def execute(self, command: CommandBase) -> Outcome:

@@ -255,6 +255,7 @@ def test_ready_clock_restarts_when_a_player_sits() -> None:
     ("a", {"text": "3 3 4 4 SJ"}, NotACombination, "not a combination"),  # R-4.5
     ("z", {"text": "3"}, NotSeated, "not seated"),
     ("a", {"text": "3 3", "reading_kind": "straight"}, NotACombination, "cannot be read as straight"),
+    ("a", {"text": " , "}, BadCommand, "a's play names no cards"),
 ])
 def test_play_refusals_when_leading(player, kw, exc, needle) -> None:
     m = dealt("3 3 4 4 5 SJ", "9 10 J")
@@ -420,10 +421,33 @@ def test_trustee_act_for_a_player_not_in_trusteeship_is_stale() -> None:
     assert isinstance(m.no(TrusteeAct, version=m.state.version), StaleCommand)
 
 
-def test_trustee_passes_when_nothing_beats_is_an_auto_pass_first() -> None:
-    m = dealt("2 3", "4 5")
+def test_a_player_who_cannot_beat_is_auto_passed_before_any_clock() -> None:  # R-6.4, R-6.2
+    m = dealt("2 3", "4 5", timeouts_before_trustee=1)
+    m.do(RequestTrustee, player="b")
     ev = m.do(Play, player="a", text="2")
-    assert types(ev) == ["CardsPlayed", "Passed"] and ev[1].by == "auto"
+    assert [(e.type, e.player, getattr(e, "by", None)) for e in ev] == [
+        ("CardsPlayed", "a", "player"), ("Passed", "b", "auto")]  # no timer, no trustee move
+    assert m.state.turn == 0 and m.state.to_beat is None and m.state.trick == 2
+    assert m.state.deadline().kind == "turn" and m.state.seat(1).timeouts == 0
+
+
+@pytest.mark.parametrize("how, by", [("timeout", "timeout"), ("trustee", "trustee")])
+def test_system_move_passes_when_nothing_beats(how, by) -> None:  # R-13.3 "if nothing beats, it passes"
+    """decide never leaves such a turn open (R-6.4), so build the state by applying a play by hand."""
+    from engine.combos import classify
+    from engine.events import CardsPlayed, Reading
+
+    m = dealt("2 3", "4 5")
+    if how == "trustee":
+        m.do(RequestTrustee, player="b")
+    two = m.state.seat(0).hand[-1]
+    e = CardsPlayed(match_id="m", seq=m.state.version + 1, ts=m.now, command_id="by-hand", player="a",
+                    cards=(two,), reading=Reading.of(classify([two])), by="player")
+    m.state = apply(m.state, e)
+    assert m.state.turn == 1 and m.state.to_beat is not None
+    ev = m.do(TurnTimeout if how == "timeout" else TrusteeAct, version=m.state.version)
+    assert [(x.type, getattr(x, "by", None)) for x in ev][-1] == ("Passed", by)
+    assert m.state.turn == 0 and m.state.to_beat is None  # R-6.2: a leads the next trick
 
 
 def test_request_and_cancel_trusteeship() -> None:  # R-13.5

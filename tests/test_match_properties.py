@@ -31,7 +31,9 @@ def _step_invariants(step: Step) -> None:
     assert s.version == step.store_version_before + len(out.events)
     for e in out.events:
         assert decode_event(encode_event(e)) == e
-        assert e.ts >= 0 and e.command_id == step.command.command_id
+        # one decision, one clock reading; time never runs backwards in a stream
+        assert e.ts == out.events[0].ts >= step.before.last_ts
+        assert e.command_id == step.command.command_id and e.match_id == step.command.match_id
     if s.phase in ("playing", "finished"):
         pools = [x.hand for x in s.seats if x] + [s.table, s.set_aside]
         cards = [c for p in pools for c in p]

@@ -89,6 +89,38 @@ BAD = [
       "deal": {"hands": ["3 3 3 3 3 3 3 3", "3"]}}, "too many 3"),
     ({"config": "wealth", "players": [{"id": "a", "points": 500}, {"id": "b", "coins": 500}], "seed": 1,
       "actions": []}, "is a wealth room"),
+    # malformed values are one-line errors too, never a traceback
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "seed": 1,
+      "actions": [{"player": "a", "play": ""}]}, "actions[0].play names no cards"),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "seed": 1,
+      "actions": [{"player": "a", "play": []}]}, "actions[0].play names no cards"),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "seed": 1,
+      "actions": [{"player": "a", "play": "3", "reading": 5}]}, "actions[0].reading must be"),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "seed": 1,
+      "actions": [{"player": "a", "play": "3", "reading": "single 3 extra"}]}, "actions[0].reading must be"),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "seed": 1,
+      "actions": [{"player": "a", "pass": True, "reading": "single"}]}, "actions[0]: unknown keys ['reading']"),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "seed": 1,
+      "actions": [{"player": "a", "pass": False}]}, 'actions[0]: write "pass": true'),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "seed": 1,
+      "actions": [{"player": "a", "trustee": "no"}]}, "actions[0].trustee must be true"),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "seed": 1,
+      "actions": ["a passes"]}, 'actions[0] needs a "player"'),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "seed": [1, 2], "actions": []},
+     '"seed" must be an integer or a string'),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "seed": 1, "match_id": {"x": 1},
+      "actions": []}, '"match_id" must be a non-empty string'),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "actions": [],
+      "deal": {"hands": ["3", "4"], "first": True}}, "deal.first must be 0 or 1"),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "actions": [],
+      "deal": {"hands": ["3", "4"], "lead": 0}}, "deal: unknown keys ['lead']"),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "actions": [],
+      "deal": {"hands": ["3S 3S", "3S"]}}, "too many 3S"),           # the same card in both hands
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "actions": [],
+      "deal": {"hands": [" ".join(["3"] * 8 + ["4"] * 8 + ["5"] * 8 + ["6"] * 4), "7"]}},
+     "hand 0 has 28 cards"),
+    ({"config": "points", "players": [{"id": "a"}, {"id": "b"}], "actions": [],
+      "deal": {"hands": ["", "7"]}}, "hand 0 has 0 cards"),
 ]
 
 
@@ -125,8 +157,12 @@ def test_seeded_script_is_deterministic_and_unfinished_result_has_no_scores() ->
     assert sum(r1.result["cards_left"].values()) <= 54
     dealt = [e for e in r1.events if e.type == "HandDealt"][0]
     assert dealt.lead_card in dealt.hands[dealt.first]  # R-1.4
-    # exactly one of the two timeouts is for the player on turn
-    assert len(r1.rejections) <= 1
+    # each timeout either runs the clock of the player on turn or is refused as such
+    timed = [e for e in r1.events if e.type == "TurnTimedOut"]
+    assert len(timed) + len(r1.rejections) == 2 and timed
+    assert all("no turn clock runs" in r["reason"] for r in r1.rejections)
+    first = ("a", "b")[dealt.first]
+    assert timed[0].player == first and (first == "a") == (0 not in [r["index"] for r in r1.rejections])
 
 
 def test_script_with_all_trustee_players_runs_to_the_end() -> None:
@@ -161,6 +197,43 @@ def test_replay_cli_checks_run_script_output(tmp_path, capsys) -> None:
 
 def test_replay_cli_needs_a_source(capsys) -> None:
     assert main(["replay", "m1"]) == 2
+
+
+@pytest.mark.parametrize("content, needle", [
+    ({"events": []}, "holds no events"),
+    ([], "holds no events"),
+    ({"events": [5]}, "event 0 is not an object"),
+    ({"events": [{"type": "Nope"}]}, "event 0: not a valid event"),
+])
+def test_replay_cli_bad_event_files_exit_2_with_one_line(content, needle, tmp_path, capsys) -> None:
+    f = tmp_path / "events.json"
+    f.write_text(json.dumps(content))
+    for extra in ([], ["--json"]):
+        assert main(["replay", "--events", str(f), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert needle in err and "\n" not in err, err
+
+
+@pytest.mark.parametrize("tamper, needle", [
+    (lambda ev: [e for e in ev if e["type"] == "CardsPlayed"][0].update(cards=[500]),
+     "played cards not in hand: #500"),
+    (lambda ev: [e for e in ev if e["type"] == "HandDealt"][0]["hands"][0].append(999),
+     "invalid card ids [999]"),
+    (lambda ev: [e for e in ev if e["type"] == "CardsPlayed"][0]["reading"].update(kind="bomb"),
+     "is not a reading of"),
+    (lambda ev: ev[0].update(config={}), "seq 1 (MatchCreated): apply failed: ValidationError"),
+])
+def test_replay_cli_reports_a_tampered_stream_as_problems(tamper, needle, tmp_path, capsys) -> None:
+    """Untrusted events: every oddity is a problem line (exit 1), never a traceback."""
+    out = run_json(ROOT / "examples" / "normal_win.json", capsys)
+    tamper(out["events"])
+    f = tmp_path / "events.json"
+    f.write_text(json.dumps(out))
+    assert main(["replay", "--events", str(f)]) == 1
+    problems = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  problem: ")]
+    assert any(needle in p for p in problems), problems
+    assert main(["replay", "--events", str(f), "--json"]) == 1
+    assert any(needle in p for p in json.loads(capsys.readouterr().out)["problems"])
 
 
 def test_run_script_raises_script_error_directly() -> None:

@@ -100,3 +100,20 @@ def test_finished_view_has_result() -> None:
     v = view_for(run.state, None)
     assert v["phase"] == "finished" and v["result"]["winner"] == run.state.finished.winner
     assert v["deadline"] is None
+
+
+def test_standing_contribution_is_shown_as_soon_as_a_bomb_is_played() -> None:
+    from engine.script import run_script
+
+    script = {"config": "points", "players": [{"id": "a", "points": 100}, {"id": "b", "points": 0}],
+              "deal": {"hands": ["3 3 3 3 3 3 4", "5 6"], "first": 0}, "actions": []}
+    before = view_for(run_script(script).state, "a")["contribution"]
+    assert {p: (x["xiang"], x["c"], x["net"]) for p, x in before.items()} == {"a": (0, 0, 0), "b": (0, 0, 0)}
+    script["actions"] = [{"player": "a", "play": "3 3 3 3 3 3"}]
+    state = run_script(script).state
+    assert state.phase == "playing"  # b auto-passed, a leads again: the match is still on
+    for viewer in ("a", "b", None):
+        standing = view_for(state, viewer)["contribution"]
+        # a's 6-xiang bomb: c = 2; X = 5, the base of the lower level (b, level 0), not a's 10
+        assert {p: (x["xiang"], x["c"], x["net"]) for p, x in standing.items()} == {
+            "a": (6, 2, 10), "b": (0, 0, -10)}

@@ -28,10 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _reading(combo, cards_text: str) -> dict[str, object]:
     data: dict[str, object] = {"cards": cards_text}
-    data.update(combo.to_json())
-    if combo.kind == "chain_bomb":  # which bomb the extra jokers joined
-        data["m"] = combo.m
-        data["bomb_sizes"] = list(combo.bomb_sizes)
+    data.update(combo.to_json())  # chain bombs: m and bomb_sizes say where the extra jokers went
     data["describe"] = combo.describe()
     return data
 

@@ -37,12 +37,17 @@ def _load_file(path: str) -> dict[str, list[Any]]:
     raw = data.get("events") if isinstance(data, dict) else data
     if not isinstance(raw, list):
         raise CliError(f"{path}: expected {{\"events\": [...]}} or a list of events")
+    if not raw:
+        raise CliError(f"{path} holds no events")
     by_match: dict[str, list[Any]] = {}
     for n, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise CliError(f"{path}: event {n} is not an object")
         try:
             e = event_from_dict(item)
         except EventDecodeError as exc:
-            raise CliError(f"{path}: event {n}: {exc}") from None
+            why = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+            raise CliError(f"{path}: event {n}: {why}") from None
         by_match.setdefault(e.match_id, []).append(e)
     return by_match
 
@@ -53,7 +58,11 @@ def report(match_id: str, events: list[Any]) -> dict[str, Any]:
     from engine.script import narrate, result_of
 
     problems = check_stream(events) if events else [f"no events for match {match_id!r}"]
-    state = replay(events, match_id=match_id)
+    try:
+        state = replay(events, match_id=match_id)
+    except Exception:  # apply refused an event: check_stream reported where
+        return {"match_id": match_id, "events": len(events), "phase": None, "problems": problems,
+                "result": {"winner": None}, "lines": narrate(events)}
     try:
         result = result_of(events, state)
     except Exception as exc:  # a settlement bug must not hide the replay
