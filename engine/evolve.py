@@ -1,6 +1,6 @@
 """``apply(state, event) -> state``: the fold of event sourcing.
 
-One small function per event type (``functools.singledispatch``).  Nothing is
+One small function per event type, each returning the fields it changes.  Nothing is
 checked here -- :func:`engine.decide.decide` checked it before the event
 existed -- and applying an event that decide produced never fails.
 
@@ -10,18 +10,20 @@ config:
 
 * seating, some seated player not ready: ``ready`` at ts + ``ready_seconds``
   (R-13.2); the clock restarts whenever a player sits down;
-* playing: ``turn`` at ts + ``turn_seconds`` (R-13.1), or ``trustee`` at ts +
-  ``trustee_delay_seconds`` when the player on turn is in trusteeship (any
-  reason, an escape under the trustee policy included, R-12.1, R-13.3); the
-  clock restarts when the turn moves or its kind changes, and otherwise keeps
-  running (an opponent's disconnect does not give the player on turn more time);
+* playing: ``turn`` at (the moment the player got the turn) + ``turn_seconds``
+  (R-13.1), or ``trustee`` at ts + ``trustee_delay_seconds`` when the player on
+  turn is in trusteeship (any reason, an escape under the trustee policy
+  included, R-12.1, R-13.3).  The turn clock starts when the turn moves and
+  otherwise keeps running: an opponent's disconnect does not give the player
+  on turn more time, and neither does asking for trusteeship and cancelling it
+  (R-13.5) — the turn deadline comes back where it was;
 * new / finished: no deadline.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from functools import singledispatch
+from collections.abc import Callable
+from typing import Any
 
 from engine.combo import Combo
 from engine.config import RoomConfig
@@ -42,144 +44,170 @@ from engine.events import (
     TrusteeshipStarted,
     TurnTimedOut,
 )
+from engine.frozen import evolve as replace
 from engine.state import Finish, LastPlay, MatchState, Seat
+
+
+Changes = dict[str, Any]
+_HANDLERS: dict[type[EventBase], Callable[[Any, MatchState], Changes]] = {}
 
 
 def apply(state: MatchState, event: EventBase) -> MatchState:
     """The state after ``event`` (no checks; see the module docstring for deadlines)."""
-    new = _apply(event, state)
-    new = replace(new, version=event.seq, last_ts=event.ts)
-    return _with_deadline(state, new, event.ts)
+    handler = _HANDLERS.get(type(event))
+    changes = handler(event, state) if handler is not None else {}  # unknown types change nothing
+    new = replace(state, version=event.seq, last_ts=event.ts, **changes)
+    # the deadline depends on the new state: set it on the fresh copy before anyone sees it
+    for name, value in _deadline(state, new, event.ts).items():
+        object.__setattr__(new, name, value)
+    return new
+
+
+def _handles(event_type: type[EventBase]) -> Callable[[Callable[[Any, MatchState], Changes]],
+                                                     Callable[[Any, MatchState], Changes]]:
+    def register(fn: Callable[[Any, MatchState], Changes]) -> Callable[[Any, MatchState], Changes]:
+        _HANDLERS[event_type] = fn
+        return fn
+    return register
 
 
 def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
 
 
-def _with_deadline(old: MatchState, new: MatchState, ts: int) -> MatchState:
+_NO_DEADLINE: dict[str, object] = {"deadline_at": None, "deadline_kind": None, "turn_started_at": None}
+
+
+def _deadline(old: MatchState, new: MatchState, ts: int) -> dict[str, object]:
+    """The deadline fields of the state after an event at ``ts``."""
     cfg = new.config
     if cfg is None:
-        return replace(new, deadline_at=None, deadline_kind=None)
+        return _NO_DEADLINE
     if new.phase == "seating":
         unready = any(s is not None and not s.ready for s in new.seats)
         if not unready:
-            return replace(new, deadline_at=None, deadline_kind=None)
+            return _NO_DEADLINE
         restarted = (old.deadline_kind != "ready" or old.deadline_at is None
                      or any(o is None and n is not None for o, n in zip(old.seats, new.seats)))
         at = ts + _ms(cfg.ready_seconds) if restarted else old.deadline_at
-        return replace(new, deadline_at=at, deadline_kind="ready")
+        return {"deadline_at": at, "deadline_kind": "ready", "turn_started_at": None}
     if new.phase == "playing" and new.turn is not None:
         seat = new.seats[new.turn]
         kind = "trustee" if (seat is not None and seat.trusteed) else "turn"
         moved = (old.phase != "playing" or old.turn != new.turn or old.trick != new.trick
-                 or old.trick_plays != new.trick_plays or old.deadline_kind != kind
-                 or old.deadline_at is None)
-        if moved:
-            secs = cfg.trustee_delay_seconds if kind == "trustee" else cfg.turn_seconds
-            return replace(new, deadline_at=ts + _ms(secs), deadline_kind=kind)  # type: ignore[arg-type]
-        return new
-    return replace(new, deadline_at=None, deadline_kind=None)
+                 or old.trick_plays != new.trick_plays or old.turn_started_at is None)
+        started = ts if moved else old.turn_started_at
+        assert started is not None
+        if kind == "turn":
+            at = started + _ms(cfg.turn_seconds)
+        elif moved or old.deadline_kind != "trustee" or old.deadline_at is None:
+            at = ts + _ms(cfg.trustee_delay_seconds)
+        else:
+            at = old.deadline_at
+        return {"deadline_at": at, "deadline_kind": kind, "turn_started_at": started}
+    return _NO_DEADLINE
 
 
-def _update_seat(state: MatchState, player: str, **changes: object) -> MatchState:
+def _seats_with(state: MatchState, i: int, seat: Seat | None) -> Changes:
+    seats = list(state.seats)
+    seats[i] = seat
+    return {"seats": (seats[0], seats[1])}
+
+
+def _update_seat(state: MatchState, player: str, **changes: object) -> Changes:
     i = state.seat_of(player)
     if i is None:  # never for events decide produced; stay total anyway
-        return state
-    return state.with_seat(i, replace(state.seat(i), **changes))  # type: ignore[arg-type]
+        return {}
+    return _seats_with(state, i, replace(state.seat(i), **changes))
 
 
-@singledispatch
-def _apply(event: EventBase, state: MatchState) -> MatchState:
-    return state  # unknown event types change nothing
+@_handles(MatchCreated)
+def _created(e: MatchCreated, s: MatchState) -> Changes:
+    return {"config": RoomConfig.from_record(e.config), "phase": "seating"}
 
 
-@_apply.register
-def _(e: MatchCreated, s: MatchState) -> MatchState:
-    return replace(s, config=RoomConfig.from_record(e.config), phase="seating")
+@_handles(PlayerSeated)
+def _seated(e: PlayerSeated, s: MatchState) -> Changes:
+    return _seats_with(s, e.seat, Seat(player=e.player, balance=e.balance, level=e.level, base=e.base))
 
 
-@_apply.register
-def _(e: PlayerSeated, s: MatchState) -> MatchState:
-    return s.with_seat(e.seat, Seat(player=e.player, balance=e.balance, level=e.level, base=e.base))
-
-
-@_apply.register
-def _(e: PlayerReady, s: MatchState) -> MatchState:
+@_handles(PlayerReady)
+def _ready(e: PlayerReady, s: MatchState) -> Changes:
     return _update_seat(s, e.player, ready=True)
 
 
-@_apply.register
-def _(e: PlayerRemoved, s: MatchState) -> MatchState:
+@_handles(PlayerRemoved)
+def _removed(e: PlayerRemoved, s: MatchState) -> Changes:
     i = s.seat_of(e.player)
-    return s if i is None else s.with_seat(i, None)
+    return {} if i is None else _seats_with(s, i, None)
 
 
-@_apply.register
-def _(e: HandDealt, s: MatchState) -> MatchState:
+@_handles(HandDealt)
+def _dealt(e: HandDealt, s: MatchState) -> Changes:
     seats = tuple(
         None if seat is None else replace(seat, hand=tuple(sorted(e.hands[i])))
         for i, seat in enumerate(s.seats)
     )
-    return replace(s, seats=seats, set_aside=tuple(e.set_aside), phase="playing", turn=e.first,
-                   first=e.first, lead_card=e.lead_card, to_beat=None, trick=1, trick_plays=0)
+    return {"seats": seats, "set_aside": tuple(e.set_aside), "phase": "playing", "turn": e.first,
+            "first": e.first, "lead_card": e.lead_card, "to_beat": None, "trick": 1, "trick_plays": 0}
 
 
-@_apply.register
-def _(e: CardsPlayed, s: MatchState) -> MatchState:
+@_handles(CardsPlayed)
+def _played(e: CardsPlayed, s: MatchState) -> Changes:
     i = s.seat_of(e.player)
     if i is None:
-        return s
+        return {}
     seat = s.seat(i)
     gone = set(e.cards)
     combo: Combo = e.reading.combo()
     seat = replace(seat, hand=tuple(c for c in seat.hand if c not in gone), plays=seat.plays + 1,
                    bombs=seat.bombs + ((combo,) if combo.is_bomb else ()))
-    s = s.with_seat(i, seat)
-    return replace(s, table=s.table + tuple(e.cards), to_beat=LastPlay(i, combo, tuple(e.cards)),
-                   turn=1 - i, trick_plays=s.trick_plays + 1, plays_total=s.plays_total + 1)
+    return {**_seats_with(s, i, seat), "table": s.table + tuple(e.cards),
+            "to_beat": LastPlay(i, combo, tuple(e.cards)), "turn": 1 - i,
+            "trick_plays": s.trick_plays + 1, "plays_total": s.plays_total + 1}
 
 
-@_apply.register
-def _(e: Passed, s: MatchState) -> MatchState:
+@_handles(Passed)
+def _passed(e: Passed, s: MatchState) -> Changes:
     i = s.seat_of(e.player)
     if i is None:
-        return s
+        return {}
     # R-6.2: with two players a pass ends the trick; the last player to play leads
-    return replace(s, turn=1 - i, to_beat=None, trick=s.trick + 1, trick_plays=0)
+    return {"turn": 1 - i, "to_beat": None, "trick": s.trick + 1, "trick_plays": 0}
 
 
-@_apply.register
-def _(e: TurnTimedOut, s: MatchState) -> MatchState:
+@_handles(TurnTimedOut)
+def _timed_out(e: TurnTimedOut, s: MatchState) -> Changes:
     return _update_seat(s, e.player, timeouts=e.count)
 
 
-@_apply.register
-def _(e: TrusteeshipStarted, s: MatchState) -> MatchState:
+@_handles(TrusteeshipStarted)
+def _trustee_started(e: TrusteeshipStarted, s: MatchState) -> Changes:
     return _update_seat(s, e.player, trustee=e.reason)
 
 
-@_apply.register
-def _(e: TrusteeshipEnded, s: MatchState) -> MatchState:
+@_handles(TrusteeshipEnded)
+def _trustee_ended(e: TrusteeshipEnded, s: MatchState) -> Changes:
     return _update_seat(s, e.player, trustee=None)
 
 
-@_apply.register
-def _(e: PlayerDisconnected, s: MatchState) -> MatchState:
+@_handles(PlayerDisconnected)
+def _disconnected(e: PlayerDisconnected, s: MatchState) -> Changes:
     return _update_seat(s, e.player, connected=False)
 
 
-@_apply.register
-def _(e: PlayerReconnected, s: MatchState) -> MatchState:
+@_handles(PlayerReconnected)
+def _reconnected(e: PlayerReconnected, s: MatchState) -> Changes:
     return _update_seat(s, e.player, connected=True)
 
 
-@_apply.register
-def _(e: PlayerEscaped, s: MatchState) -> MatchState:
+@_handles(PlayerEscaped)
+def _escaped(e: PlayerEscaped, s: MatchState) -> Changes:
     return _update_seat(s, e.player, escaped=True, connected=False)
 
 
-@_apply.register
-def _(e: MatchFinished, s: MatchState) -> MatchState:
+@_handles(MatchFinished)
+def _finished(e: MatchFinished, s: MatchState) -> Changes:
     fin = Finish(winner=e.winner, loser=e.loser, kou=e.kou, reason=e.reason,
                  cards_left=tuple(sorted(e.cards_left.items())))
-    return replace(s, phase="finished", finished=fin, turn=None)
+    return {"phase": "finished", "finished": fin, "turn": None}

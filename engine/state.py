@@ -18,13 +18,14 @@ True
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgpack
 
 from engine.combo import Combo
 from engine.config import RoomConfig
+from engine.frozen import evolve
 from engine.store.base import Deadline, DeadlineKind
 
 Phase = Literal["new", "seating", "playing", "finished"]
@@ -89,6 +90,7 @@ class MatchState:
     finished: Finish | None = None
     deadline_at: int | None = None
     deadline_kind: DeadlineKind | None = None
+    turn_started_at: int | None = None  # when the player on turn got it (the turn clock's start)
     last_ts: int = 0
     plays_total: int = field(default=0)
 
@@ -128,7 +130,7 @@ class MatchState:
     def with_seat(self, i: int, seat: Seat | None) -> MatchState:
         seats = list(self.seats)
         seats[i] = seat
-        return replace(self, seats=(seats[0], seats[1]))
+        return evolve(self, seats=(seats[0], seats[1]))
 
     def deadline(self) -> Deadline | None:
         """The moment the system must act if nobody else does (None: no clock runs)."""
@@ -186,7 +188,7 @@ def state_to_dict(s: MatchState) -> dict[str, Any]:
                      [s.finished.winner, s.finished.loser, s.finished.kou, s.finished.reason,
                       [list(p) for p in s.finished.cards_left]]),
         "deadline_at": s.deadline_at, "deadline_kind": s.deadline_kind,
-        "last_ts": s.last_ts, "plays_total": s.plays_total,
+        "turn_started_at": s.turn_started_at, "last_ts": s.last_ts, "plays_total": s.plays_total,
     }
 
 
@@ -206,7 +208,7 @@ def state_from_dict(d: dict[str, Any]) -> MatchState:
         finished=None if fin is None else Finish(fin[0], fin[1], fin[2], fin[3],
                                                  tuple((p, n) for p, n in fin[4])),
         deadline_at=d["deadline_at"], deadline_kind=d["deadline_kind"],
-        last_ts=d["last_ts"], plays_total=d["plays_total"],
+        turn_started_at=d.get("turn_started_at"), last_ts=d["last_ts"], plays_total=d["plays_total"],
     )
 
 

@@ -462,6 +462,22 @@ def test_request_and_cancel_trusteeship() -> None:  # R-13.5
     assert isinstance(m0.no(RequestTrustee, player="a"), WrongPhase)
 
 
+def test_trusteeship_round_trip_does_not_restart_the_turn_clock() -> None:
+    m = dealt("3 5 7", "4 6 8", turn_seconds=15, trustee_delay_seconds=0.5)
+    turn = m.state.deadline()
+    assert turn.kind == "turn" and turn.at_ms == m.now + 15_000
+    m.do(RequestTrustee, player="a")
+    assert (m.state.deadline().kind, m.state.deadline().at_ms) == ("trustee", m.now + 500)
+    m.do(CancelTrustee, player="a")
+    back = m.state.deadline()
+    assert (back.kind, back.at_ms) == ("turn", turn.at_ms)  # where it was, not now + 15 s
+    m.do(Disconnect, player="b")  # the opponent's trouble gives a no time either
+    assert m.state.deadline().at_ms == turn.at_ms
+    m.do(Play, player="a", text="3")
+    # the turn moved to b, who is in trusteeship since the disconnect
+    assert (m.state.deadline().kind, m.state.deadline().at_ms) == ("trustee", m.now + 500)
+
+
 @pytest.mark.parametrize("reclaim", [False, True])
 def test_disconnect_and_reconnect(reclaim) -> None:
     m = dealt("3 5 7", "4 6 8", reclaim_after_reconnect=reclaim)
