@@ -471,7 +471,7 @@ def _pass(b: _Builder, c: Pass) -> None:
     i = _playing_seat(s, c.player)
     _own_turn(s, i)
     if s.to_beat is None:
-        raise CannotPass(f"{c.player} leads this trick and must play (R-6.1)")
+        raise CannotPass(f"{c.player} must play: the leader of a trick cannot pass (R-6.1)")
     b.emit(Passed, player=c.player, by="player")
 
 
