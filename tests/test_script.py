@@ -259,3 +259,46 @@ def test_replay_cli_on_a_redis_store_checks_every_match(monkeypatch, capsys) -> 
     assert main(["replay", "m1", "--redis", "redis://x", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["problems"] == []
     assert main(["replay", "nope", "--redis", "redis://x"]) == 1
+
+
+def test_replay_cli_checks_the_stored_settlement(monkeypatch, capsys) -> None:
+    """Issue: replay prints the settlement and checks it against the stored projection."""
+    import fakeredis
+
+    from engine.store.redis_store import RedisEventStore
+    from projections.ledger import RedisLedger
+    from projections.settlement import settle
+    from tests.strategies import MatchSpec, play_match
+
+    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    store = RedisEventStore(client)
+    ledger = RedisLedger(client)
+    finished = []
+    for n in range(12):
+        run = play_match(MatchSpec(seed=n), match_id=f"m{n}")
+        events = run.store.load(f"m{n}")
+        for e in events:
+            store.append(f"m{n}", e.seq - 1, f"copy{e.seq}", [e], None)
+        s = settle(events)
+        if s is not None:
+            finished.append((f"m{n}", s))
+    assert len(finished) >= 2
+    monkeypatch.setattr(RedisEventStore, "from_url", classmethod(lambda cls, url, **kw: store))
+
+    honest_id, honest = finished[0]
+    assert main(["replay", honest_id, "--redis", "redis://x"]) == 0
+    assert "stored settlement: none yet" in capsys.readouterr().out
+    ledger.apply_settlement(honest_id, honest)
+    assert main(["replay", honest_id, "--redis", "redis://x"]) == 0
+    assert "stored settlement: matches the replay" in capsys.readouterr().out
+
+    forged_id, real = finished[1]
+    winner = real.winner
+    forged = real.model_copy(update={"scores": {p: (v + 1 if p == winner else v - 1)
+                                                for p, v in real.scores.items()}})
+    ledger.apply_settlement(forged_id, forged)
+    assert main(["replay", forged_id, "--redis", "redis://x"]) == 1
+    out = capsys.readouterr().out
+    assert "stored settlement differs from the replay: scores" in out
+    assert main(["replay", "--redis", "redis://x", "--all"]) == 1
+    assert f"{forged_id}: " in capsys.readouterr().out

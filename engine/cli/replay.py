@@ -52,8 +52,28 @@ def _load_file(path: str) -> dict[str, list[Any]]:
     return by_match
 
 
-def report(match_id: str, events: list[Any]) -> dict[str, Any]:
-    """Problems, final phase and settlement of one match's events."""
+COMPARED = ("winner", "kou", "cards_left", "scores", "burned")
+
+
+def compare_stored(result: dict[str, Any], stored: Any) -> tuple[list[str], str]:
+    """Check a recomputed settlement against the projection's stored one.
+
+    Returns (problems, note): a difference in any of ``COMPARED`` is a problem;
+    a finished match the projection has not settled yet is only a note.
+    """
+    if stored is None:
+        return [], "stored settlement: none yet (the projection has not settled this match)"
+    mine, theirs = result, stored.to_json()
+    diffs = [f"{k}: replayed {mine.get(k)!r} != stored {theirs.get(k)!r}"
+             for k in COMPARED if mine.get(k) != theirs.get(k)]
+    if diffs:
+        return ["stored settlement differs from the replay: " + "; ".join(diffs)], ""
+    return [], "stored settlement: matches the replay"
+
+
+def report(match_id: str, events: list[Any], ledger: Any = None) -> dict[str, Any]:
+    """Problems, final phase and settlement of one match's events (and, given the
+    projection's ledger, whether its stored settlement agrees)."""
     from engine.replay import check_stream, replay
     from engine.script import narrate, result_of
 
@@ -62,7 +82,7 @@ def report(match_id: str, events: list[Any]) -> dict[str, Any]:
         state = replay(events, match_id=match_id)
     except Exception:  # apply refused an event: check_stream reported where
         return {"match_id": match_id, "events": len(events), "phase": None, "problems": problems,
-                "result": {"winner": None}, "lines": narrate(events)}
+                "notes": [], "result": {"winner": None}, "lines": narrate(events)}
     try:
         result = result_of(events, state)
     except Exception as exc:  # a settlement bug must not hide the replay
@@ -75,8 +95,13 @@ def report(match_id: str, events: list[Any]) -> dict[str, Any]:
         scores = result.get("scores") or {}
         if state.finished.reason == "out" and scores and sum(scores.values()) != 0:
             problems.append(f"scores of a normal finish are not zero-sum: {scores}")
+    notes: list[str] = []
+    if ledger is not None and state.phase == "finished" and "error" not in result:
+        found, note = compare_stored(result, ledger.settlement(match_id))
+        problems += found
+        notes += [note] if note else []
     return {"match_id": match_id, "events": len(events), "phase": state.phase,
-            "problems": problems, "result": result, "lines": narrate(events)}
+            "problems": problems, "notes": notes, "result": result, "lines": narrate(events)}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.all and not args.match_id and not args.events:
         raise CliError("name a MATCH_ID or use --all")
     matches: dict[str, list[Any]] = {}
+    ledger = None
     if args.events:
         matches = _load_file(args.events)
         if args.match_id and not args.all:
@@ -99,7 +125,10 @@ def run(args: argparse.Namespace) -> int:
         except ImportError as exc:
             raise CliError(f"the Redis store is not available: {exc}") from None
         try:
+            from projections.ledger import RedisLedger
+
             store = RedisEventStore.from_url(args.redis)
+            ledger = RedisLedger(store.client)
             ids = sorted(store.match_ids()) if args.all else [args.match_id]
             for mid in ids:
                 matches[mid] = store.load(mid)
@@ -107,7 +136,10 @@ def run(args: argparse.Namespace) -> int:
             raise
         except Exception as exc:
             raise CliError(f"cannot load from {args.redis}: {exc}") from None
-    reports = [report(mid, evs) for mid, evs in matches.items()]
+    try:
+        reports = [report(mid, evs, ledger) for mid, evs in matches.items()]
+    except Exception as exc:  # the ledger's Redis went away mid-check
+        raise CliError(f"cannot read the stored settlements from {args.redis}: {exc}") from None
     bad = any(r["problems"] for r in reports)
     if args.json:
         out = [{k: v for k, v in r.items() if k != "lines"} for r in reports]
@@ -125,6 +157,9 @@ def run(args: argparse.Namespace) -> int:
             print(format_result(r["result"]))
         for p in r["problems"]:
             print(f"  problem: {p}")
+        if not args.all:
+            for note in r["notes"]:
+                print(note)
         if not args.all and not r["problems"]:
             print("check: ok (seq, match id, 108 cards, rules of every play, settlement)")
     return 1 if bad else 0
