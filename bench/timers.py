@@ -10,6 +10,11 @@ turn ends in a TurnTimedOut fired by the worker.  Lateness of a timeout =
 the TurnTimedOut event's ``ts`` (when it was decided and appended) minus
 the deadline ``at_ms`` it fired for (recomputed by folding the stream).
 Prints figures; asserts nothing.
+
+The window 25–30 s after creation carries an extra load: each match's Sit,
+Sit and Ready commits scheduled 30 s ``ready`` timers that the last Ready made
+stale, so ~3 stale messages per match come due there within a few seconds
+(docs/WORKERS.md "Lateness").
 """
 
 from __future__ import annotations

@@ -128,6 +128,7 @@ DEAD_LETTERS = Counter("shuangkou_dead_letters",
 PROJECTION_LAG = "shuangkou_projection_lag_events"
 PROJECTION_PENDING = "shuangkou_projection_pending_messages"
 DEAD_LETTER_QUEUE = "shuangkou_dead_letter_queue_messages"
+TIMERS_SCHEDULED = "shuangkou_timers_scheduled"
 
 #: Metrics recorded by ``dramatiq.middleware.Prometheus`` (served by the
 #: worker's exposition server, not by :data:`REGISTRY`).
@@ -160,7 +161,7 @@ def exposed_names() -> set[str]:
             names.add(metric.name + suffix)
         for sample in metric.samples:
             names.add(sample.name)
-    names |= {PROJECTION_LAG, PROJECTION_PENDING, DEAD_LETTER_QUEUE}
+    names |= {PROJECTION_LAG, PROJECTION_PENDING, DEAD_LETTER_QUEUE, TIMERS_SCHEDULED}
     for name, kind in DRAMATIQ_METRICS.items():
         base = name[: -len("_total")] if kind == "counter" else name
         for suffix in _SUFFIXES[kind]:
@@ -428,8 +429,12 @@ class FeedLagCollector(Collector):
 
 
 class DeadLetterQueueCollector(Collector):
-    """``shuangkou_dead_letter_queue_messages{queue}``: messages in dramatiq's
-    dead-letter sets (``{namespace}:{queue}.XQ`` on the broker's Redis)."""
+    """Scrape-time gauges of dramatiq's Redis, per queue:
+    ``shuangkou_dead_letter_queue_messages{queue}`` (the dead-letter set
+    ``{namespace}:{queue}.XQ``) and ``shuangkou_timers_scheduled{queue}`` (timer
+    messages waiting for their due time in the sorted set ``{namespace}:{queue}.ZQ``
+    of :mod:`workers.broker`; they are not in any worker's memory, so dramatiq's
+    own ``dramatiq_delayed_messages_inprogress`` stays 0 for them)."""
 
     def __init__(self, client: Any, queues: Sequence[str] = ("default",), namespace: str = "dramatiq"):
         self._client = client
@@ -440,14 +445,18 @@ class DeadLetterQueueCollector(Collector):
         return []
 
     def collect(self) -> Iterator[Any]:
-        g = GaugeMetricFamily(DEAD_LETTER_QUEUE, "Messages in dramatiq's dead-letter queue.", labels=["queue"])
+        dead = GaugeMetricFamily(DEAD_LETTER_QUEUE, "Messages in dramatiq's dead-letter queue.", labels=["queue"])
+        timers = GaugeMetricFamily(TIMERS_SCHEDULED, "Timer messages waiting for their due time.",
+                                   labels=["queue"])
         for q in self._queues:
-            try:
-                n = int(self._client.zcard(f"{self._namespace}:{q}.XQ"))
-            except Exception:
-                continue
-            g.add_metric([q], n)
-        yield g
+            for gauge, suffix in ((dead, "XQ"), (timers, "ZQ")):
+                try:
+                    n = int(self._client.zcard(f"{self._namespace}:{q}.{suffix}"))
+                except Exception:  # the broker's Redis is down: no sample, the scrape still works
+                    continue
+                gauge.add_metric([q], n)
+        yield dead
+        yield timers
 
 
 # --- exposition --------------------------------------------------------------

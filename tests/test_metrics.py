@@ -187,12 +187,14 @@ def test_feed_lag_and_dead_letter_collectors_with_fakeredis():
     r.xgroup_create("feed:0", "proj", id="0")
     r.xreadgroup("proj", "c1", {"feed:0": ">"}, count=2)
     r.zadd("dramatiq:default.XQ", {"a": 1, "b": 2})
+    r.zadd("dramatiq:default.ZQ", {"t1": 10, "t2": 20, "t3": 30})
     reg = CollectorRegistry()
     reg.register(m.FeedLagCollector(r, ["feed:0"]))
     reg.register(m.DeadLetterQueueCollector(r))
     assert reg.get_sample_value(m.PROJECTION_LAG, {"feed": "feed:0", "group": "proj"}) == 3
     assert reg.get_sample_value(m.PROJECTION_PENDING, {"feed": "feed:0", "group": "proj"}) == 2
     assert reg.get_sample_value(m.DEAD_LETTER_QUEUE, {"queue": "default"}) == 2
+    assert reg.get_sample_value(m.TIMERS_SCHEDULED, {"queue": "default"}) == 3
 
 
 def test_metrics_server_serves_the_registry():

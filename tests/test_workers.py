@@ -164,6 +164,55 @@ def test_dramatiq_prometheus_middleware_is_opt_in(monkeypatch, fake_redis):
         b.client.close()
 
 
+def test_redis_broker_keeps_delayed_messages_in_redis_until_due(fake_redis):
+    """make_broker(url) is a RedisBroker whose delayed messages wait in a sorted set
+    (``<queue>.ZQ``) instead of a worker's memory, and reach the queue *without* an
+    ``eta`` when a fetch finds them due (one Lua call; see workers/broker.py)."""
+    from dramatiq import Message
+    from dramatiq.brokers.redis import RedisBroker
+
+    from workers.actors import QUEUE
+    from workers.broker import make_broker, timer_middleware, timer_redis_broker_class
+
+    cls = timer_redis_broker_class()
+    plain = make_broker("redis://127.0.0.1:1/0", prometheus=False)
+    assert isinstance(plain, cls) and isinstance(plain, RedisBroker)
+    plain.client.close()
+    broker = cls(client=fake_redis, namespace="sk-dramatiq", middleware=timer_middleware())
+    broker.declare_queue(QUEUE)
+
+    def msg(*args):
+        return Message(queue_name=QUEUE, actor_name="fire_deadline", args=args, kwargs={}, options={})
+
+    late = broker.enqueue(msg("m", 1, "turn"), delay=60_000)
+    soon = broker.enqueue(msg("m", 2, "turn"), delay=1_000)
+    assert "eta" not in late.options and broker.scheduled_count(QUEUE) == 2
+    assert fake_redis.llen(f"sk-dramatiq:{QUEUE}") == 0 and not fake_redis.exists(f"sk-dramatiq:{QUEUE}.DQ")
+    assert broker.do_fetch(QUEUE, 8) == []  # nothing due yet
+    now = int(time.time() * 1000)
+    assert broker.move_due(QUEUE, now_ms=now + 5_000) == 1  # only the 1 s one is due
+    got = [Message.decode(d) for d in broker.do_fetch(QUEUE, 8)]
+    assert [list(m.args) for m in got] == [["m", 2, "turn"]] and "eta" not in got[0].options
+    assert got[0].options["redis_message_id"] == soon.options["redis_message_id"]
+    assert broker.scheduled_count(QUEUE) == 1
+    broker.enqueue(msg("m", 3, "turn"))  # no delay: straight onto the queue
+    assert [list(Message.decode(d).args) for d in broker.do_fetch(QUEUE, 8)] == [["m", 3, "turn"]]
+    broker.flush(QUEUE)
+    assert broker.scheduled_count(QUEUE) == 0
+
+
+def test_stale_message_is_refused_from_the_cache_without_reading_the_store(timers, clock, monkeypatch):
+    m = Match(timers, cfg()).start()
+    v = timers.service.load_state(m.mid).version
+    assert timers.service.cached_version(m.mid) == v
+
+    def no_load(match_id):
+        raise AssertionError("a stale message must not read the stream")
+
+    monkeypatch.setattr(timers.service, "load_state", no_load)
+    assert rt_mod.fire(m.mid, v - 1, "turn", timers.runtime) == "stale"
+
+
 def test_runtime_build_hooks_wrap_the_worker_runtime(monkeypatch, fake_redis):
     """workers.runtime.on_build: deploy/dramatiq_prometheus.py wraps the timer runtime in the
     engine metrics through it (no replacing of runtime.from_env)."""

@@ -21,6 +21,8 @@ Middleware, chosen for timer messages:
 * ``Retries``: few and fast (3 retries, 100 ms – 1 s backoff).  A timer that
   keeps failing is picked up by the deadline sweeper anyway; twenty retries
   with dramatiq's default 15 s minimum backoff would only fire far too late.
+* Delayed messages (every timer) wait in a Redis sorted set, not in the
+  worker's memory: :class:`TimerRedisBroker` (below, "Delayed messages").
 * ``Prometheus`` (dramatiq's ``dramatiq_*`` metrics and their exposition
   server, not in dramatiq's default middleware): opt in with
   ``SK_DRAMATIQ_PROMETHEUS=1`` (Redis brokers only; docs/OPERATIONS.md "Metrics").
@@ -30,8 +32,12 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+from typing import Any
+from uuid import uuid4
 
 import dramatiq
+from dramatiq import Message
 from dramatiq.broker import Broker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import (
@@ -55,10 +61,131 @@ MIN_BACKOFF_MS = 100
 MAX_BACKOFF_MS = 1_000
 TIME_LIMIT_MS = 30_000
 #: dramatiq's RedisBroker declares a worker dead (and requeues the messages it
-#: had prefetched, including delayed timers) after this long without a
-#: heartbeat.  The sweeper covers the gap; a shorter timeout only makes the
+#: had fetched but not acked) after this long without a heartbeat.  The sweeper covers the gap; a shorter timeout only makes the
 #: stale redelivery come sooner.
 HEARTBEAT_TIMEOUT_MS = 15_000
+
+
+#: Most delayed messages moved to the queue by one fetch (one Lua call).
+MOVE_DUE_LIMIT = 1_000
+
+# KEYS: zset, zset messages; ARGV: eta ms, redis message id, encoded message
+_SCHEDULE_LUA = """
+redis.call("hset", KEYS[2], ARGV[2], ARGV[3])
+redis.call("zadd", KEYS[1], ARGV[1], ARGV[2])
+"""
+
+# KEYS: zset, zset messages, queue list, queue messages, heartbeats;
+# ARGV: now ms, limit, broker id
+# Moves the due messages onto the queue (as dramatiq's own enqueue does: hash
+# entry + RPUSH) and returns the queue's length, so an idle poll costs one call.
+# It also beats the worker's heartbeat, as dramatiq's dispatch script does on
+# every call (an idle poll skips the dispatch).
+_MOVE_DUE_LUA = """
+redis.call("zadd", KEYS[5], ARGV[1], ARGV[3])
+local ids = redis.call("zrangebyscore", KEYS[1], "-inf", ARGV[1], "LIMIT", 0, tonumber(ARGV[2]))
+for i = 1, #ids do
+    local id = ids[i]
+    local data = redis.call("hget", KEYS[2], id)
+    redis.call("zrem", KEYS[1], id)
+    if data then
+        redis.call("hdel", KEYS[2], id)
+        redis.call("hset", KEYS[4], id, data)
+        redis.call("rpush", KEYS[3], id)
+    end
+end
+return redis.call("llen", KEYS[3])
+"""
+
+
+def _timer_redis_broker_class() -> type:
+    from dramatiq.brokers.redis import RedisBroker
+    from dramatiq.common import current_millis
+
+    class TimerRedisBroker(RedisBroker):
+        """dramatiq's RedisBroker, with delayed messages held in Redis until due.
+
+        dramatiq's own RedisBroker puts a delayed message on ``<queue>.DQ``;
+        a worker's delay-queue consumer *prefetches* it (up to 1000 per
+        thread), keeps it in a heap in memory and, once due, re-enqueues it
+        on ``<queue>`` and acks it on ``.DQ`` — two round trips per message,
+        made one message at a time by one thread that must win the GIL back
+        from the busy worker threads after each of them.  Under load that
+        thread falls behind: bursts of due timers (hundreds of stale timers
+        coming due together) waited up to ~2 s in the worker's heap.
+
+        Here ``enqueue(message, delay=…)`` stores the message in the sorted
+        set ``<ns>:<queue>.ZQ`` (score: eta ms; data in ``<queue>.ZQ.msgs``),
+        with no ``eta`` option, and every fetch of ``<queue>`` first moves the
+        due ones onto the queue in one Lua call.  Nothing delayed lives in a
+        worker's memory: a SIGKILLed worker holds no future timers.  Messages
+        that a stock RedisBroker put on ``.DQ`` are still consumed as before.
+        """
+
+        def __init__(self, **kwargs: Any):
+            super().__init__(**kwargs)
+            self._schedule_script = self.client.register_script(_SCHEDULE_LUA)
+            self._move_due_script = self.client.register_script(_MOVE_DUE_LUA)
+
+        def _zq_keys(self, queue_name: str) -> list[str]:
+            zq = f"{self.namespace}:{queue_name}.ZQ"
+            return [zq, zq + ".msgs"]
+
+        def enqueue(self, message: Message, *, delay: int | None = None) -> Message:
+            if delay is None or message.queue_name.endswith(".DQ"):
+                return super().enqueue(message, delay=delay)
+            message = message.copy(options={"redis_message_id": str(uuid4())})
+            eta = current_millis() + int(delay)
+            self.emit_before("enqueue", message, delay)
+            self._schedule_script(keys=self._zq_keys(message.queue_name),
+                                  args=[eta, message.options["redis_message_id"], message.encode()])
+            self.emit_after("enqueue", message, delay)
+            return message
+
+        def move_due(self, queue_name: str, now_ms: int | None = None) -> int:
+            """Move the due delayed messages of ``queue_name`` onto it; returns the queue length."""
+            queue = f"{self.namespace}:{queue_name}"
+            return int(self._move_due_script(
+                keys=[*self._zq_keys(queue_name), queue, queue + ".msgs", f"{self.namespace}:__heartbeats__"],
+                args=[current_millis() if now_ms is None else now_ms, MOVE_DUE_LIMIT, self.broker_id]))
+
+        def do_fetch(self, queue_name: str, prefetch: int) -> list[bytes]:
+            if not queue_name.endswith(".DQ") and self.move_due(queue_name) == 0:
+                return []
+            return self._dispatch("fetch")(queue_name, prefetch)
+
+        def scheduled_count(self, queue_name: str) -> int:
+            """Delayed messages of ``queue_name`` not due (or not moved) yet."""
+            return int(self.client.zcard(self._zq_keys(queue_name)[0]))
+
+        def flush(self, queue_name: str) -> None:
+            super().flush(queue_name)
+            self.client.delete(*self._zq_keys(queue_name))
+
+        def join(self, queue_name: str, *, interval: int = 100, timeout: int | None = None) -> None:
+            """Wait until the queue, its delay queues and its sorted set are empty (tests)."""
+            deadline = timeout and time.monotonic() + timeout / 1000
+            while self.scheduled_count(queue_name):
+                if deadline and time.monotonic() >= deadline:
+                    from dramatiq.errors import QueueJoinTimeout
+
+                    raise QueueJoinTimeout(queue_name)
+                time.sleep(interval / 1000)
+            left = None if not deadline else max(1, int((deadline - time.monotonic()) * 1000))
+            super().join(queue_name, interval=interval, timeout=left)
+
+    return TimerRedisBroker
+
+
+_TIMER_BROKER: type | None = None
+
+
+def timer_redis_broker_class() -> type:
+    """:class:`TimerRedisBroker` (built on first use: dramatiq's Redis broker imports redis)."""
+    global _TIMER_BROKER
+    if _TIMER_BROKER is None:
+        _TIMER_BROKER = _timer_redis_broker_class()
+    return _TIMER_BROKER
 
 
 def prometheus_from_env() -> bool:
@@ -90,11 +217,9 @@ def make_broker(url: str | None, *, prometheus: bool | None = None) -> Broker:
     middleware to a Redis broker; a StubBroker (in-process) never gets it.
     """
     if url:
-        from dramatiq.brokers.redis import RedisBroker
-
         if prometheus is None:
             prometheus = prometheus_from_env()
-        return RedisBroker(url=url, middleware=timer_middleware(prometheus), namespace="sk-dramatiq",
+        return timer_redis_broker_class()(url=url, middleware=timer_middleware(prometheus), namespace="sk-dramatiq",
                            heartbeat_timeout=HEARTBEAT_TIMEOUT_MS)
     return StubBroker(middleware=timer_middleware())
 

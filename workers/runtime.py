@@ -115,6 +115,12 @@ def caching_service_class() -> Any:
                 while len(self._cache) > self.cache_size:
                     self._cache.popitem(last=False)
 
+        def cached_version(self, match_id: str) -> int | None:
+            """The version of the cached state (a lower bound of the match's version), no I/O."""
+            with self._cache_lock:
+                cached = self._cache.get(match_id)
+            return None if cached is None else cached.version
+
         def load_state(self, match_id: str) -> Any:
             with self._cache_lock:
                 cached = self._cache.get(match_id)
@@ -255,6 +261,15 @@ def fire(match_id: str, version: int, kind: str, rt: Runtime | None = None,
     # (stale, or this very command already applied: a duplicate).  Skipping
     # ``execute`` here spares the service's full-stream duplicate lookup, which
     # matters when a backlog makes the sweeper and late messages overlap.
+    # Versions only grow, so a cached state already past ``version`` proves the
+    # deadline stale without a round trip (most timer messages are stale: every
+    # commit sends one, and the one before it is superseded).
+    cached_version = getattr(rt.service, "cached_version", None)
+    known = cached_version(match_id) if callable(cached_version) else None
+    if isinstance(known, int) and known > int(version):
+        log.debug("%s %s v%d (%s): stale, the match is at v%d or later", kind, match_id, version, source, known)
+        rt.count("stale")
+        return "stale"
     try:
         current_version = rt.service.load_state(match_id).version
     except Exception:

@@ -135,9 +135,10 @@ class WorkerTuning(Middleware):
     """Tunes a worker for timers before its consumers start.
 
     dramatiq's consumers poll an idle queue with a back-off of up to
-    ``worker_timeout`` (1 s by default) and only move due delayed messages
-    between polls, so an idle worker could fire a timer up to ~2 s late.  A
-    100 ms poll costs a few cheap Redis calls a second.
+    ``worker_timeout`` (1 s by default), and due delayed messages are moved
+    onto the queue only when the consumer fetches
+    (:class:`workers.broker.TimerRedisBroker`), so an idle worker could fire a
+    timer up to ~1 s late.  A 100 ms poll costs one cheap Redis call each.
     """
 
     def __init__(self, worker_timeout_ms: int | None = None, delay_prefetch: int | None = None):
