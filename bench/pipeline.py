@@ -9,7 +9,11 @@ Starts its own redis-server (no persistence) on a free loopback port, then:
   inbox → serve's CommandGateway → MatchService → Lua append) with 1 and with 2
   `shuangkou serve` processes (timers in-process, no timeouts simulated):
   matches/s, events/s, client-side command round-trip latency p50/p99;
-* events/s as a share of the raw XADD rate.
+* events/s as a share of the raw XADD rate;
+* the command path's own cost, without threads, clients or timers in the way:
+  the inbox of an in-process simulate run is recorded and replayed through one
+  CommandGateway + MatchService in this process (same seed, so the same deals):
+  wall and CPU µs per command, with the state cache and without.
 
 Prints figures; it is not a timed test.
 """
@@ -106,6 +110,42 @@ def run_pipeline(url: str, services: int, matches: int, concurrency: int) -> dic
                 p.kill()
 
 
+def gateway_cpu(url: str, matches: int) -> list[tuple[str, int, float, float]]:
+    """Record an in-process simulate run's inbox, replay it single-threaded; (mode, n, wall µs, cpu µs)."""
+    import random
+
+    import redis
+
+    from engine.gateway import CommandGateway
+    from engine.service import MatchService
+    from engine.state_cache import StateCache
+    from engine.store import keys
+    from engine.store.redis_store import RedisEventStore
+
+    r = redis.Redis.from_url(url)
+    r.flushdb()
+    env = dict(os.environ, SK_LOG_LEVEL="WARNING")
+    subprocess.run([sys.executable, "-m", "engine", "simulate", "-n", str(matches), "--redis", url, "--json",
+                    "--seed", "7", "--concurrency", "4", "--no-progress"], cwd=ROOT, env=env,
+                   capture_output=True, text=True, timeout=900, check=False)
+    msgs = [f for _, f in r.xrange(keys.INBOX)]
+    out = []
+    for mode in ("state cache", "no cache"):
+        r.flushdb()
+        svc = MatchService(RedisEventStore(r), lambda: int(time.time() * 1000), random.Random(7),
+                           state_cache=StateCache() if mode == "state cache" else None)
+        gw = CommandGateway(r, svc, "bench")
+        pipe = r.pipeline(transaction=False)
+        for f in msgs:
+            pipe.xadd(keys.INBOX, f)
+        pipe.execute()
+        c0, t0, n = time.process_time(), time.perf_counter(), 0
+        while n < len(msgs):
+            n += gw.run_once(block_ms=None, count=20)
+        out.append((mode, n, (time.perf_counter() - t0) / n * 1e6, (time.process_time() - c0) / n * 1e6))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small run (about 20 s)")
@@ -134,6 +174,11 @@ def main() -> int:
         print()
         print(f"(simulate --concurrency {args.concurrency}: client round trip = XADD to the inbox, serve decides "
               "and appends, reply stream read; events/s counts stored match events)")
+        print()
+        print("command path alone (a recorded inbox replayed by one CommandGateway + MatchService, one thread, "
+              "no timers, no projections):")
+        for mode, n, wall, cpu in gateway_cpu(url, 20 if args.quick else 60):
+            print(f"  {mode:12s} {n:>6} commands: {wall:7.0f} µs wall, {cpu:7.0f} µs CPU per command")
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -92,6 +92,18 @@ class GatewayStats:
     published: int = 0  # entries written to player/reply streams
 
 
+Write = tuple[str, dict[str, Any], int]  # (stream, fields, approximate MAXLEN)
+
+
+@dataclasses.dataclass
+class _Batch:
+    """What handling some inbox messages left to do: stream writes (in order), then the XACK."""
+
+    writes: list[Write] = dataclasses.field(default_factory=list)
+    acks: list[Any] = dataclasses.field(default_factory=list)
+    published: int = 0  # how many of the writes are updates/replies (GatewayStats.published)
+
+
 class CommandGateway:
     """Consumes ``sk:inbox`` as ``consumer`` of the ``sk-service`` group.
 
@@ -158,15 +170,26 @@ class CommandGateway:
         message in hand is finished and the rest stay pending for this consumer.
         A transient failure (Redis, a WrongVersion the service gave up on)
         leaves the message pending and is re-raised for Redis errors.
+
+        The messages of one read are executed one after the other (each append
+        is durable before the next command is decided), then what they publish
+        (updates, rejections, replies, dead letters, in message order) is written
+        with one pipeline and, once that succeeded, they are acknowledged with
+        one XACK: two round trips per read instead of two per message, and an
+        acknowledgement still only ever follows the publication.  If the process
+        dies before the XACK, the messages are redelivered and their command ids
+        make the re-run a duplicate (published again: updates are at-least-once).
         """
-        handled = 0
-        for msg_id, fields in self._read(block_ms, count):
-            if stop is not None and stop.is_set():
-                self._backlog = True
-                break
-            if self.handle(msg_id, fields):
-                handled += 1
-        return handled
+        batch = _Batch()
+        try:
+            for msg_id, fields in self._read(block_ms, count):
+                if stop is not None and stop.is_set():
+                    self._backlog = True
+                    break
+                self._handle(msg_id, fields, batch)
+        finally:
+            self._commit(batch)
+        return len(batch.acks)
 
     def reclaim(self, min_idle_ms: int = 60_000, count: int = 100) -> int:
         """Take over messages pending longer than ``min_idle_ms`` (any consumer's, a dead
@@ -263,11 +286,21 @@ class CommandGateway:
         Redis errors propagate (the message stays pending); a WrongVersion the
         service gave up on leaves it pending too (redelivered by reclaim).
         """
+        batch = _Batch()
+        try:
+            self._handle(msg_id, fields, batch)
+        finally:
+            self._commit(batch)
+        return bool(batch.acks)
+
+    def _handle(self, msg_id: Any, fields: dict, batch: _Batch) -> None:
+        """:meth:`handle` without the writes: the message's outputs go to ``batch.writes``
+        and, once it is fully handled, its id to ``batch.acks`` (:meth:`_commit` does both)."""
         if not fields:
-            self._dead(msg_id, {}, "the message has no fields (deleted or trimmed from the inbox "
-                       "before it was handled)", None)
-            self._ack(msg_id)
-            return True
+            batch.writes += self._dead_writes(msg_id, {}, "the message has no fields (deleted or trimmed "
+                                              "from the inbox before it was handled)", None)
+            batch.acks.append(msg_id)
+            return
         fields = {_s(k): v for k, v in fields.items()}
         reply_to = self._reply_stream(fields.get("reply_to"))
         raw, is_json = (fields.get("c"), False) if "c" in fields else (fields.get("j"), True)
@@ -275,38 +308,35 @@ class CommandGateway:
             command = self._decode(raw, is_json)
         except BadCommand as exc:
             loose = _lenient_map(raw if isinstance(raw, bytes) else None, is_json)
-            self._dead(msg_id, fields, exc.reason, loose, reply_to, code=exc.code)
-            self._ack(msg_id)
-            return True
+            batch.writes += self._dead_writes(msg_id, fields, exc.reason, loose, reply_to, code=exc.code)
+            batch.acks.append(msg_id)
+            return
         try:
             outcome = self.service.execute(command)
         except WrongVersion as exc:
             log.warning("inbox %s: %s; left pending for redelivery", _s(msg_id), exc)
             self.stats.retried += 1
             self._backlog = True
-            return False
+            return
         except redis.RedisError:
             self.stats.retried += 1
             self._backlog = True
             raise
         except Exception as exc:  # a bug in the engine: do not let it block the inbox
             log.exception("inbox %s: the engine failed on %s", _s(msg_id), command.type)  # type: ignore[attr-defined]
-            self._dead(msg_id, fields, f"internal error: {type(exc).__name__}: {exc}",
-                       command.model_dump(mode="python"), reply_to, code=INTERNAL_ERROR)
-            self._ack(msg_id)
-            return True
+            batch.writes += self._dead_writes(msg_id, fields, f"internal error: {type(exc).__name__}: {exc}",
+                                              command.model_dump(mode="python"), reply_to, code=INTERNAL_ERROR)
+            batch.acks.append(msg_id)
+            return
         try:
-            self.publish(command, outcome, reply_to, msg_id)
-        except redis.RedisError:
-            self.stats.retried += 1
-            self._backlog = True
-            raise
+            outputs = self._outputs(command, outcome, reply_to, msg_id)
+            batch.writes += outputs
+            batch.published += len(outputs)
         except Exception as exc:  # an unencodable view: the events are stored, report and go on
             log.exception("inbox %s: could not publish the outcome", _s(msg_id))
-            self._dead(msg_id, fields, f"internal error while publishing: {type(exc).__name__}: {exc}",
-                       None, reply_to, code=INTERNAL_ERROR)
-        self._ack(msg_id)
-        return True
+            batch.writes += self._dead_writes(msg_id, fields, f"internal error while publishing: "
+                                              f"{type(exc).__name__}: {exc}", None, reply_to, code=INTERNAL_ERROR)
+        batch.acks.append(msg_id)
 
     @staticmethod
     def _decode(raw: Any, is_json: bool) -> CommandBase:
@@ -339,6 +369,34 @@ class CommandGateway:
         self.redis.xack(self.inbox, self.group, msg_id)
         self.stats.processed += 1
 
+    def _write(self, writes: list[Write]) -> None:
+        """The writes in order, one pipeline (no MULTI: each stream is on its own; on
+        Redis Cluster the pipeline splits by node).  Raises if any of them failed."""
+        if not writes:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for stream, fields, maxlen in writes:
+            pipe.xadd(stream, fields, maxlen=maxlen, approximate=True)
+        pipe.execute()
+
+    def _commit(self, batch: _Batch) -> None:
+        """Write the batch's outputs, then (only when that succeeded) acknowledge its messages."""
+        if batch.writes:
+            try:
+                self._write(batch.writes)
+            except redis.RedisError:
+                self.stats.retried += len(batch.acks)
+                self._backlog = True
+                batch.acks.clear()  # nothing is acknowledged: the messages are redelivered
+                raise
+            finally:
+                batch.writes.clear()
+            self.stats.published += batch.published
+            batch.published = 0
+        if batch.acks:
+            self.redis.xack(self.inbox, self.group, *batch.acks)
+            self.stats.processed += len(batch.acks)
+
     # -- outputs --------------------------------------------------------------------------
     def _recipients(self, state: Any, events: Iterable[Any]) -> list[str]:
         players: list[str] = []
@@ -358,10 +416,17 @@ class CommandGateway:
         redacted events and view) or the sender's ``rejected`` entry, and the
         ``reply_to`` report when given.  The timer workers call this for the
         commands they run (no inbox message: ``reply_to`` and ``msg_id`` None)."""
+        writes = self._outputs(command, outcome, reply_to, msg_id)
+        self._write(writes)
+        self.stats.published += len(writes)
+
+    def _outputs(self, command: CommandBase, outcome: Any, reply_to: str | None = None,
+                 msg_id: Any = None) -> list[Write]:
+        """The stream entries :meth:`publish` writes for one outcome (no I/O)."""
         from engine.views import redact_event, view_for
 
-        pipe = self.redis.pipeline(transaction=False)
-        n = 0
+        out: list[Write] = []
+        maxlen = self.outbox_maxlen
         cmd_id = command.command_id
         match_id = command.match_id
         rejection: Rejected | None = outcome.rejection
@@ -370,10 +435,8 @@ class CommandGateway:
             self.stats.rejected += 1
             player = _short_str(getattr(command, "player", None))
             if player is not None:
-                pipe.xadd(keys.outbox_key(player), self._rejection_fields(match_id, cmd_id, rejection.code,
-                                                                           rejection.reason),
-                          maxlen=self.outbox_maxlen, approximate=True)
-                n += 1
+                out.append((keys.outbox_key(player),
+                            self._rejection_fields(match_id, cmd_id, rejection.code, rejection.reason), maxlen))
             status = "rejected"
         else:
             status = "duplicate" if outcome.duplicate else "accepted"
@@ -383,29 +446,25 @@ class CommandGateway:
                 self.stats.accepted += 1
             events = tuple(outcome.events)
             if events:
-                for player in self._recipients(outcome.state, events):
+                state = outcome.state
+                for player in self._recipients(state, events):
                     body = {
                         "match_id": match_id, "command_id": cmd_id, "version": version,
                         "duplicate": bool(outcome.duplicate),
-                        "events": [redact_event(e, player, state=outcome.state) for e in events],
-                        "view": view_for(outcome.state, player),
+                        "events": [redact_event(e, player, state=state) for e in events],
+                        "view": view_for(state, player),
                     }
-                    pipe.xadd(keys.outbox_key(player),
-                              {"kind": "update", "match": match_id, "command_id": cmd_id,
-                               "version": version, "body": pack(body)},
-                              maxlen=self.outbox_maxlen, approximate=True)
-                    n += 1
+                    out.append((keys.outbox_key(player),
+                                {"kind": "update", "match": match_id, "command_id": cmd_id,
+                                 "version": version, "body": pack(body)}, maxlen))
         if reply_to is not None:
             reply = {"kind": status, "match": match_id, "command_id": cmd_id, "version": version,
                      "inbox_id": msg_id if msg_id is not None else ""}
             if rejection is not None:
                 reply["code"] = rejection.code
                 reply["reason"] = rejection.reason
-            pipe.xadd(reply_to, reply, maxlen=self.outbox_maxlen, approximate=True)
-            n += 1
-        if n:
-            pipe.execute()
-            self.stats.published += n
+            out.append((reply_to, reply, maxlen))
+        return out
 
     @staticmethod
     def _rejection_fields(match_id: str | None, cmd_id: str | None, code: str, reason: str) -> dict[str, Any]:
@@ -415,6 +474,11 @@ class CommandGateway:
     def _dead(self, msg_id: Any, fields: dict, reason: str, loose: dict[str, Any] | None,
               reply_to: str | None = None, code: str = BadCommand.code) -> None:
         """Dead-letter the raw message with its reason; tell the sender when it is identifiable."""
+        self._write(self._dead_writes(msg_id, fields, reason, loose, reply_to, code))
+
+    def _dead_writes(self, msg_id: Any, fields: dict, reason: str, loose: dict[str, Any] | None,
+                     reply_to: str | None = None, code: str = BadCommand.code) -> list[Write]:
+        """The entries :meth:`_dead` writes (counted and reported to ``on_dead`` now)."""
         self.stats.dead += 1
         log.warning("inbox %s dead-lettered: %s", _s(msg_id), reason)
         if self.on_dead is not None:
@@ -430,17 +494,16 @@ class CommandGateway:
             dead[k] = v
         dead.update({"dead_reason": reason[:2000], "dead_code": code, "inbox_id": msg_id,
                      "consumer": self.consumer, "dead_at_ms": int(time.time() * 1000)})
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.xadd(keys.DEAD_LETTERS, dead, maxlen=self.dead_maxlen, approximate=True)
+        out: list[Write] = [(keys.DEAD_LETTERS, dead, self.dead_maxlen)]
         loose = loose or {}
         player = _short_str(loose.get("player"))
         cmd_id = _short_str(loose.get("command_id"))
         match_id = _short_str(loose.get("match_id"))
         if player is not None:
-            pipe.xadd(keys.outbox_key(player), self._rejection_fields(match_id, cmd_id, code, reason),
-                      maxlen=self.outbox_maxlen, approximate=True)
+            out.append((keys.outbox_key(player), self._rejection_fields(match_id, cmd_id, code, reason),
+                        self.outbox_maxlen))
         if reply_to is not None:
-            pipe.xadd(reply_to, {"kind": "dead", "match": match_id or "", "command_id": cmd_id or "",
-                                 "code": code, "reason": reason[:2000], "inbox_id": msg_id},
-                      maxlen=self.outbox_maxlen, approximate=True)
-        pipe.execute()
+            out.append((reply_to, {"kind": "dead", "match": match_id or "", "command_id": cmd_id or "",
+                                   "code": code, "reason": reason[:2000], "inbox_id": msg_id},
+                        self.outbox_maxlen))
+        return out

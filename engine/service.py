@@ -18,6 +18,14 @@ world: it reads the clock and the random source (for a deal), builds the
 * A :class:`Rejected` never raises: it comes back in the :class:`Outcome`.
 * ``on_commit(outcome)`` is called after each append of new events (the
   deadline scheduler of ``workers`` hooks in here).
+* State cache (optional, :class:`engine.state_cache.StateCache`): ``execute``
+  decides against the cached state of the match without reading the store and
+  appends with that state's version as the expected version -- the append's
+  atomic version check is what validates the cache.  On :class:`WrongVersion`
+  the service catches up from the stream (that first, optimistic attempt does
+  not count against ``retries``); a refusal decided on an unverified cached
+  state is checked against a fresh load before it is reported.
+  ``load_state`` reads only the events after the cached version.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from engine.errors import Rejected
 from engine.events import EventBase
 from engine.replay import replay
 from engine.state import MatchState, decode_state, encode_state
+from engine.state_cache import StateCache
 from engine.store.base import EventStore, Snapshot, WrongVersion
 
 _log = logging.getLogger(__name__)
@@ -56,7 +65,8 @@ class Outcome:
 class MatchService:
     def __init__(self, store: EventStore, clock: Callable[[], int], rng: RandomSource,
                  snapshot_every: int = 50, retries: int = 5, deal_on_ready: bool = True,
-                 on_commit: Callable[[Outcome], None] | None = None):
+                 on_commit: Callable[[Outcome], None] | None = None,
+                 state_cache: StateCache | None = None):
         self.store = store
         self.clock = clock
         self.rng = rng
@@ -69,10 +79,34 @@ class MatchService:
         #: the timer workers use it to schedule the new state's deadline
         #: (workers/scheduler.py); a failure in it is logged, never undoes the commit
         self.on_commit = on_commit
+        #: newest known state per match (shared with the timer workers of the process)
+        self.state_cache = state_cache
 
     # -- loading ----------------------------------------------------------------
     def load_state(self, match_id: str) -> MatchState:
-        """Snapshot (if any) + the events after it."""
+        """The current state: the cached state (or the snapshot, if any) + the events after it."""
+        cache = self.state_cache
+        if cache is None:
+            return self._load_fresh(match_id)
+        cached = cache.get(match_id)
+        if cached is None:
+            state = self._load_fresh(match_id)
+            cache.put(state)
+            return state
+        tail = self.store.load(match_id, after=cached.version)
+        if not tail:
+            return cached
+        state = replay(tail, cached)
+        cache.put(state)
+        return state
+
+    def cached_version(self, match_id: str) -> int | None:
+        """The version of the cached state of a match (a lower bound: versions only grow),
+        without I/O; None when nothing is cached (or there is no cache)."""
+        return None if self.state_cache is None else self.state_cache.version(match_id)
+
+    def _load_fresh(self, match_id: str) -> MatchState:
+        """Snapshot (if any) + the events after it (never the cache)."""
         base = None
         snap = self.store.load_snapshot(match_id)
         if snap is not None:
@@ -108,14 +142,47 @@ class MatchService:
         # refusal scans the stream; accepted commands never get here.
         return tuple(e for e in self.store.load(match_id) if e.command_id == command_id)
 
+    def _verify(self, match_id: str, state: MatchState, actual: int | None = None) -> MatchState:
+        """The current state of a match whose cached ``state`` may be stale.
+
+        ``actual``: the stream's version reported by a WrongVersion.  A stream
+        ahead of ``state`` is caught up from its tail; anything else (no hint, a
+        stream behind the cache: deleted or rebuilt) is loaded afresh."""
+        cache = self.state_cache
+        if actual is not None and actual > state.version:
+            tail = self.store.load(match_id, after=state.version)
+            if tail and tail[-1].seq >= actual:
+                new = replay(tail, state)
+                if cache is not None:
+                    cache.put(new)
+                return new
+        fresh = self._load_fresh(match_id)
+        if cache is not None:
+            cache.replace(fresh)
+        return fresh
+
     def execute(self, command: CommandBase) -> Outcome:
         mid = command.match_id
-        last_exc: WrongVersion | None = None
-        for attempt in range(1, self.retries + 1):
+        cache = self.state_cache
+        state = cache.get(mid) if cache is not None else None
+        verified = state is None  # a cached state is validated by the append's version check
+        if state is None:
             state = self.load_state(mid)
+        last_exc: WrongVersion | None = None
+        attempt = 0
+        while attempt < self.retries:
+            attempt += 1
             try:
                 events = decide(state, command, self._context(command))
             except Rejected as rej:
+                if not verified:  # never refuse on a stale cached state: decide again on the truth
+                    verified = True
+                    latest = self._verify(mid, state)
+                    if latest.version != state.version:
+                        state = latest
+                        attempt -= 1
+                        continue
+                    state = latest
                 # a retried command id whose events are stored is a duplicate, not a refusal
                 stored = self._stored_events_of(mid, command.command_id) if state.version else ()
                 if stored:
@@ -127,9 +194,15 @@ class MatchService:
                                            new_state.deadline())
             except WrongVersion as exc:
                 last_exc = exc
+                if not verified:  # the cache was behind: not a conflict with a concurrent writer
+                    attempt -= 1
+                    verified = True
+                state = self._verify(mid, state, exc.actual)
                 continue
             if result.duplicate:
                 return Outcome(tuple(result.events), self.load_state(mid), None, True, attempt)
+            if cache is not None:
+                cache.put(new_state)
             self._maybe_snapshot(state, new_state)
             outcome = Outcome(tuple(events), new_state, None, False, attempt)
             if self.on_commit is not None:

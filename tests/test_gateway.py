@@ -440,3 +440,64 @@ def test_the_loop_survives_an_unexpected_error(rig, monkeypatch):
         thread.join(timeout=10)
     assert not thread.is_alive()
     assert failures == [1] and gw.stats.processed == 1
+
+
+# -- one write pipeline and one XACK per read -----------------------------------------------------
+def test_a_read_is_published_in_order_then_acknowledged_once(rig):
+    r, service, gw, client = rig
+    sent = [client.create_match("m1", CONFIG), client.sit("m1", "alice"), client.sit("m1", "bob"),
+            client.sit("m1", "carol")]  # the last one is refused: the match is full
+    calls: list[str] = []
+    real_pipeline, real_xack = r.pipeline, r.xack
+
+    def pipeline(*a, **kw):
+        calls.append("pipeline")
+        return real_pipeline(*a, **kw)
+
+    def xack(*a, **kw):
+        calls.append(f"xack {len(a) - 2}")
+        return real_xack(*a, **kw)
+
+    r.pipeline, r.xack = pipeline, xack
+    try:
+        assert gw.run_once(block_ms=None, count=10) == 4
+    finally:
+        del r.pipeline, r.xack
+    assert calls == ["pipeline", "xack 4"]
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
+    alice = client.updates("alice")
+    assert [(m.kind, m.command_id) for m in alice] == [("update", sent[1].command_id), ("update", sent[2].command_id)]
+    assert [(m.kind, m.command_id) for m in client.updates("carol")] == [("rejected", sent[3].command_id)]
+    # updates: none for the creation (nobody seated), alice, alice + bob; carol's rejection
+    assert gw.stats.processed == 4 and gw.stats.published == 0 + 1 + 2 + 1
+
+
+def test_a_failed_publication_acknowledges_nothing_of_the_read(rig):
+    import redis as redis_mod
+
+    r, service, gw, client = rig
+    client.create_match("m1", CONFIG)
+    client.sit("m1", "alice")
+    real_pipeline = r.pipeline
+
+    class Failing:
+        def __init__(self, pipe):
+            self.pipe = pipe
+
+        def __getattr__(self, name):
+            return getattr(self.pipe, name)
+
+        def execute(self, *a, **kw):
+            raise redis_mod.ConnectionError("down")
+
+    r.pipeline = lambda *a, **kw: Failing(real_pipeline(*a, **kw))
+    try:
+        with pytest.raises(redis_mod.ConnectionError):
+            gw.run_once(block_ms=None, count=10)
+    finally:
+        del r.pipeline
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 2  # both stay pending
+    assert client.updates("alice") == []
+    assert drain(gw) == 2  # redelivered: the stored events are published again (duplicates)
+    assert [m.body["duplicate"] for m in client.updates("alice")] == [True, True]  # create + sit
+    assert gw.stats.duplicates == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.cards import seeded_random
-from engine.commands import CreateMatch, Disconnect, Play, Ready, Reconnect, Sit
+from engine.commands import CreateMatch, Disconnect, Pass, Play, Ready, Reconnect, Sit
 from engine.config import load_config
 from engine.errors import NotInHand, NotYourTurn, WrongPhase
 from engine.replay import replay
@@ -177,3 +177,109 @@ def test_a_failing_hook_does_not_undo_the_commit() -> None:
     svc = new_service(on_commit=boom)
     out = svc.execute(CreateMatch(command_id="c1", match_id="m", config=load_config("points").to_record()))
     assert out.rejection is None and svc.store.version("m") == 1
+
+
+# -- the state cache (engine/state_cache.py) ------------------------------------------------------
+class CountingStore(InMemoryEventStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loads = 0
+        self.snapshot_loads = 0
+
+    def load(self, match_id, after=0):
+        self.loads += 1
+        return super().load(match_id, after)
+
+    def load_snapshot(self, match_id):
+        self.snapshot_loads += 1
+        return super().load_snapshot(match_id)
+
+
+def _move(st, command_id: str):
+    """A legal move of the player to move: lead one card, or pass when following."""
+    if st.to_beat is not None:
+        return Pass(command_id=command_id, match_id=st.match_id, player=st.current_player)
+    return Play(command_id=command_id, match_id=st.match_id, player=st.current_player,
+                cards=(st.seat(st.turn).hand[0],))
+
+
+def _play_some(svc: MatchService, n: int, prefix: str = "p") -> None:
+    for i in range(n):
+        out = svc.execute(_move(svc.load_state("m"), f"{prefix}{i}"))
+        assert out.rejection is None, out.rejection
+
+
+def test_cached_service_reads_nothing_before_an_accepted_command_and_agrees_with_the_stream() -> None:
+    from engine.state_cache import StateCache
+
+    store = CountingStore()
+    svc = new_service(store, state_cache=StateCache())
+    started(svc)
+    st = svc.load_state("m")
+    before = (store.loads, store.snapshot_loads)
+    card = st.seat(st.turn).hand[0]
+    out = svc.execute(Play(command_id="p1", match_id="m", player=st.current_player, cards=(card,)))
+    assert out.rejection is None and out.attempts == 1
+    assert (store.loads, store.snapshot_loads) == before  # decided on the cached state
+    assert out.state == replay(store.load("m")) == svc.load_state("m")
+    assert svc.cached_version("m") == out.state.version
+
+
+def test_a_stale_cache_is_caught_by_the_append_version_check() -> None:
+    from engine.state_cache import StateCache
+
+    store = InMemoryEventStore()
+    mine = new_service(store, state_cache=StateCache())
+    other = new_service(store, seed=2, state_cache=StateCache())  # another process
+    started(mine)
+    stale = mine.load_state("m")
+    _play_some(other, 3, prefix="o")  # the match moves on behind mine's cache
+    assert store.version("m") > stale.version and mine.cached_version("m") == stale.version
+    truth = other.load_state("m")
+    out = mine.execute(_move(truth, "late"))
+    assert out.rejection is None
+    assert out.attempts == 1  # the optimistic attempt on the stale cache does not count
+    assert out.events[0].seq == truth.version + 1
+    assert replay(store.load("m")) == out.state
+
+
+def test_a_refusal_on_a_stale_cached_state_is_rechecked_against_the_stream() -> None:
+    from engine.state_cache import StateCache
+
+    store = InMemoryEventStore()
+    mine = new_service(store, state_cache=StateCache())
+    other = new_service(store, seed=2)
+    started(mine)
+    st = mine.load_state("m")
+    mover, waiter = st.current_player, ("b" if st.current_player == "a" else "a")
+    card = st.seat(st.turn).hand[0]
+    assert other.execute(Play(command_id="o1", match_id="m", player=mover, cards=(card,))).rejection is None
+    # on mine's cached state it is not the waiter's turn; in truth it is
+    out = mine.execute(Pass(command_id="pass", match_id="m", player=waiter))
+    assert out.rejection is None, out.rejection
+    assert replay(store.load("m")) == out.state
+    # and a refusal that holds on the true state is still reported
+    out = mine.execute(Pass(command_id="pass2", match_id="m", player=waiter))
+    assert out.rejection is not None and out.state == replay(store.load("m"))
+
+
+def test_a_stream_behind_the_cache_is_reloaded_not_trusted() -> None:
+    from engine.state_cache import StateCache
+
+    cache = StateCache()
+    old = new_service(state_cache=cache)
+    started(old)  # cache: match m at version 6 of another (lost) store
+    fresh_store = InMemoryEventStore()
+    svc = new_service(fresh_store, state_cache=cache)
+    out = svc.execute(CreateMatch(command_id="c1", match_id="m", config=load_config("points").to_record()))
+    assert out.rejection is None and out.state.version == 1 and fresh_store.version("m") == 1
+    assert cache.get("m").version == 1
+
+
+def test_without_a_cache_every_command_loads_the_match() -> None:
+    store = CountingStore()
+    svc = new_service(store)
+    started(svc)
+    n = store.loads
+    svc.execute(Disconnect(command_id="d", match_id="m", player="a"))
+    assert store.loads > n

@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="consumer name in the groups (default <hostname>-<pid>)")
     parser.add_argument("--no-projections", action="store_true", help="do not run the projection runner here")
     parser.add_argument("--batch", type=int, default=10, help="inbox messages read per call (default 10)")
+    parser.add_argument("--state-cache", type=int, default=20_000, metavar="N",
+                        help="match states kept in memory (LRU; the append's version check validates them; "
+                             "0: load every match from the store for each command; default 20000)")
     parser.add_argument("--log-level", default=os.environ.get("SK_LOG_LEVEL", "INFO"))
 
 
@@ -76,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--redis URL is required (or set SK_REDIS_URL)")
     if args.batch < 1:
         raise CliError(f"--batch must be at least 1, got {args.batch}")
+    if args.state_cache < 0:
+        raise CliError(f"--state-cache must be 0 or more, got {args.state_cache}")
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise CliError(f"--metrics-port must be 0..65535, got {args.metrics_port}")
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
@@ -83,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     log = logging.getLogger("shuangkou.serve")
 
     from engine.gateway import CommandGateway
+    from engine.state_cache import StateCache
     from engine.store import keys
     from engine.store.redis_store import RedisEventStore
     from projections import metrics
@@ -97,6 +103,11 @@ def run(args: argparse.Namespace) -> int:
     store = metrics.InstrumentedStore(raw_store)
     clock = SystemClock()
     rng = random.SystemRandom()  # R-1.5: unpredictable deals in production
+    # one state cache for the process: the gateway's commands and the in-process timer fires
+    # decide against it (engine.state_cache; the append's version check validates it)
+    cache_kwargs: dict = {"state_cache": StateCache(args.state_cache) if args.state_cache else None}
+    if not args.state_cache:
+        cache_kwargs["cache_size"] = 0  # the timer workers' own cache off too
 
     broker_url = args.broker_url or os.environ.get("SK_BROKER_URL") or None
     timers = None
@@ -111,13 +122,13 @@ def run(args: argparse.Namespace) -> int:
         import workers.actors  # noqa: F401  (declares fire_deadline on the broker)
 
         scheduler = DeadlineScheduler(clock)
-        service, hooked = make_service(store, clock, rng, on_commit=scheduler.on_commit)
+        service, hooked = make_service(store, clock, rng, on_commit=scheduler.on_commit, **cache_kwargs)
         if not hooked:
             raise CliError("engine.service.MatchService has no on_commit hook: timers cannot be scheduled")
     else:
         from workers.embedded import EmbeddedTimers
 
-        timers = EmbeddedTimers(store, clock=clock, rng=rng)
+        timers = EmbeddedTimers(store, clock=clock, rng=rng, **cache_kwargs)
         service = timers.service
     isvc = metrics.InstrumentedService(service, store=store, clock=clock)
     if timers is not None:

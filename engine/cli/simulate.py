@@ -278,6 +278,7 @@ class Simulation:
         import redis as redis_mod
 
         from engine.gateway import CommandGateway
+        from engine.state_cache import StateCache
         from engine.store.redis_store import RedisEventStore
         from projections.metrics import InstrumentedService, InstrumentedStore
         from workers.clock import FakeClock, SystemClock
@@ -300,10 +301,14 @@ class Simulation:
         if self.external:
             from engine.service import MatchService
 
-            self.reader = MatchService(self.raw_store, self.clock, deal_rng)
+            # the bots read each match after every command: from the cached state plus the
+            # new events (one short XRANGE), not snapshot + replay each time
+            self.reader = MatchService(self.raw_store, self.clock, deal_rng, state_cache=StateCache())
             self.gateways: list[Any] = []
         else:
-            self.timers = EmbeddedTimers(self.store, clock=self.clock, rng=deal_rng)
+            # one state cache shared by the gateway's service and the timer fires
+            self.timers = EmbeddedTimers(self.store, clock=self.clock, rng=deal_rng,
+                                         state_cache=StateCache(), cache_size=0)
             svc = InstrumentedService(self.timers.service, store=self.store, clock=self.clock,
                                       config_name=self.config.name)
             self.capture = _Capture(svc)
