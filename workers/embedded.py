@@ -79,11 +79,11 @@ class EmbeddedTimers:
         self.fake = isinstance(self.clock, FakeClock) or hasattr(self.clock, "advance")
         self.manual: ManualTimers | None = ManualTimers() if self.fake else None
         self.scheduler = DeadlineScheduler(self.clock, self.manual if self.manual is not None else DramatiqSender())
-        self.service, hooked = rt_mod.make_service(
+        self.service = rt_mod.make_service(
             self.store, self.clock, rng if rng is not None else random.Random(),
             on_commit=self.scheduler.on_commit, **service_kwargs)
         self.runtime = rt_mod.Runtime(store=self.store, service=self.service, clock=self.clock,
-                                      scheduler=self.scheduler, service_schedules=hooked, grace_ms=grace_ms,
+                                      scheduler=self.scheduler, grace_ms=grace_ms,
                                       publish=publish)
         if publish == "gateway":
             self.runtime.publish = rt_mod.gateway_publisher(self.store.client)  # type: ignore[attr-defined]

@@ -16,7 +16,6 @@ version is refused by ``decide`` as stale, and both are no-ops.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import random
@@ -45,6 +44,19 @@ _COMMANDS: dict[str, type[CommandBase]] = {
 }
 
 
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise RuntimeError(f"{name}={raw!r}: expected a whole number") from None
+    if value < 0:
+        raise RuntimeError(f"{name}={raw!r}: must not be negative")
+    return value
+
+
 def timer_command_id(match_id: str, version: int, kind: str) -> str:
     """The id of the timer command for one deadline: the same for every firing of it."""
     return f"timer:{kind}:{version}:{match_id}"
@@ -61,85 +73,21 @@ def timer_command(match_id: str, version: int, kind: DeadlineKind | str) -> Comm
 
 def make_service(store: EventStore, clock: Any, rng: Any = None,
                  on_commit: Callable[[Any], None] | None = None, *, cache_size: int = 20_000,
-                 **kwargs: Any) -> tuple[Any, bool]:
-    """A :class:`CachingMatchService` with ``on_commit`` when the service takes one.
-
-    Returns ``(service, hooked)``; when the service has no hook the caller
-    must hand each outcome to the scheduler itself.
+                 state_cache: Any = None, **kwargs: Any) -> Any:
+    """The ``MatchService`` the timers (and ``serve``) run: ``on_commit`` schedules
+    each new deadline, and a per-process :class:`engine.state_cache.StateCache`
+    (``state_cache``, or a new one of ``cache_size`` states; 0 = none) spares the
+    fold from the last snapshot on every command — the append's version check
+    validates a cached state, so it is never trusted stale.
     """
+    from engine.service import MatchService
+    from engine.state_cache import StateCache
+
     if rng is None:
         rng = random.Random()
-    cls = caching_service_class()
-    params = inspect.signature(cls.__mro__[1]).parameters
-    if on_commit is not None and "on_commit" in params:
-        return cls(store, clock, rng, on_commit=on_commit, cache_size=cache_size, **kwargs), True
-    return cls(store, clock, rng, cache_size=cache_size, **kwargs), False
-
-
-_CACHING_CLASS: Any = None
-
-
-def caching_service_class() -> Any:
-    """``MatchService`` with a per-process cache of match states.
-
-    A timer worker loads the same matches over and over; folding a match
-    from its last snapshot costs ~1 ms of Python per command.  The cache keeps
-    the newest state seen per match (states are immutable values) and, on each
-    load, still reads the stream *after* the cached version and applies it, so
-    a cached state is never served stale: other writers (the gateway, other
-    workers) are always caught up with.  Bounded LRU.
-    """
-    global _CACHING_CLASS
-    if _CACHING_CLASS is not None:
-        return _CACHING_CLASS
-    from collections import OrderedDict
-
-    from engine.replay import replay
-    from engine.service import MatchService
-
-    class CachingMatchService(MatchService):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, cache_size: int = 20_000, **kwargs: Any):
-            super().__init__(*args, **kwargs)
-            self.cache_size = cache_size
-            self._cache: OrderedDict[str, Any] = OrderedDict()
-            self._cache_lock = threading.Lock()
-
-        def _remember(self, state: Any) -> None:
-            if self.cache_size <= 0 or state.version == 0:
-                return
-            with self._cache_lock:
-                old = self._cache.get(state.match_id)
-                if old is None or old.version <= state.version:
-                    self._cache[state.match_id] = state
-                self._cache.move_to_end(state.match_id)
-                while len(self._cache) > self.cache_size:
-                    self._cache.popitem(last=False)
-
-        def cached_version(self, match_id: str) -> int | None:
-            """The version of the cached state (a lower bound of the match's version), no I/O."""
-            with self._cache_lock:
-                cached = self._cache.get(match_id)
-            return None if cached is None else cached.version
-
-        def load_state(self, match_id: str) -> Any:
-            with self._cache_lock:
-                cached = self._cache.get(match_id)
-            if cached is None:
-                state = super().load_state(match_id)
-            else:
-                tail = self.store.load(match_id, after=cached.version)
-                state = replay(tail, cached) if tail else cached
-            self._remember(state)
-            return state
-
-        def execute(self, command: Any) -> Any:
-            outcome = super().execute(command)
-            if outcome.rejection is None:
-                self._remember(outcome.state)
-            return outcome
-
-    _CACHING_CLASS = CachingMatchService
-    return _CACHING_CLASS
+    if state_cache is None and cache_size > 0:
+        state_cache = StateCache(cache_size)
+    return MatchService(store, clock, rng, on_commit=on_commit, state_cache=state_cache, **kwargs)
 
 
 @dataclass
@@ -148,7 +96,6 @@ class Runtime:
     service: Any  # engine.service.MatchService
     clock: Any
     scheduler: Any  # workers.scheduler.DeadlineScheduler
-    service_schedules: bool = True  # the service's on_commit hook already schedules
     grace_ms: int = DEFAULT_GRACE_MS
     #: called with (command, outcome) after a timer command committed: tells the
     #: players (their ``sk:out:<player>`` streams, as the gateway does for their own commands)
@@ -226,13 +173,13 @@ def from_env() -> Runtime:
     store = RedisEventStore.from_url(url)
     clock = SystemClock()
     scheduler = DeadlineScheduler(clock)
-    service, hooked = make_service(store, clock, None, on_commit=scheduler.on_commit,
-                                   cache_size=int(os.environ.get("SK_STATE_CACHE", 20_000)))
-    grace = int(os.environ.get(GRACE_ENV, DEFAULT_GRACE_MS))
+    service = make_service(store, clock, None, on_commit=scheduler.on_commit,
+                           cache_size=_env_int("SK_STATE_CACHE", 20_000))
+    grace = _env_int(GRACE_ENV, DEFAULT_GRACE_MS)
     log.info("timer runtime: store %s, grace %d ms", url.split("@")[-1], grace)
     publish = None if os.environ.get("SK_TIMERS_PUBLISH", "1") == "0" else gateway_publisher(store.client)
     rt = Runtime(store=store, service=service, clock=clock, scheduler=scheduler,
-                 service_schedules=hooked, grace_ms=grace, publish=publish)
+                 grace_ms=grace, publish=publish)
     for hook in list(_build_hooks):
         rt = hook(rt) or rt
     return rt
@@ -307,8 +254,6 @@ def fire(match_id: str, version: int, kind: str, rt: Runtime | None = None,
         log.debug("%s %s v%d (%s): duplicate, already handled", kind, match_id, version, source)
         rt.count("duplicate")
         return "duplicate"
-    if not rt.service_schedules:
-        rt.scheduler.on_commit(outcome)
     if rt.publish is not None:
         try:
             rt.publish(cmd, outcome)

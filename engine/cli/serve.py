@@ -105,9 +105,8 @@ def run(args: argparse.Namespace) -> int:
     rng = random.SystemRandom()  # R-1.5: unpredictable deals in production
     # one state cache for the process: the gateway's commands and the in-process timer fires
     # decide against it (engine.state_cache; the append's version check validates it)
-    cache_kwargs: dict = {"state_cache": StateCache(args.state_cache) if args.state_cache else None}
-    if not args.state_cache:
-        cache_kwargs["cache_size"] = 0  # the timer workers' own cache off too
+    cache_kwargs: dict = {"state_cache": StateCache(args.state_cache) if args.state_cache else None,
+                          "cache_size": 0}  # no second cache beside the shared one
 
     broker_url = args.broker_url or os.environ.get("SK_BROKER_URL") or None
     timers = None
@@ -122,9 +121,7 @@ def run(args: argparse.Namespace) -> int:
         import workers.actors  # noqa: F401  (declares fire_deadline on the broker)
 
         scheduler = DeadlineScheduler(clock)
-        service, hooked = make_service(store, clock, rng, on_commit=scheduler.on_commit, **cache_kwargs)
-        if not hooked:
-            raise CliError("engine.service.MatchService has no on_commit hook: timers cannot be scheduled")
+        service = make_service(store, clock, rng, on_commit=scheduler.on_commit, **cache_kwargs)
     else:
         from workers.embedded import EmbeddedTimers
 
