@@ -159,6 +159,12 @@ def decide(state: MatchState, command: CommandBase, ctx: Context) -> list[EventB
         raise BadCommand(f"unknown command type {type(command).__name__}")
     if state.phase == "new" and not isinstance(command, CreateMatch):
         raise UnknownMatch(f"no match {state.match_id!r}: create it first")
+    if state.phase == "finished" and not isinstance(command, CreateMatch):
+        # MatchFinished is the last event a match ever gets (settlement and the
+        # projection runner rely on it): nothing is decided after it
+        if isinstance(command, (TurnTimeout, TrusteeAct, ReadyTimeout)):
+            raise StaleCommand(f"match {state.match_id} is over: the timer has nothing to do")
+        _not_over(state)
     b = _Builder(state, command, ctx)
     handler(b, command)
     return b.events

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -63,9 +64,40 @@ class Feed(ABC):
 
     @abstractmethod
     def read(self, count: int = 100) -> list[Delivery]:
-        """Unacknowledged messages first (redeliveries), then new ones; oldest first per bucket."""
+        if not self._ready:
+            self.ensure_groups()
+        out: list[Delivery] = []
+        claim = self.claim_idle_ms is not None and time.monotonic() >= self._next_claim
+        if claim:
+            # idle entries of a dead consumer: checked every quarter of the idle limit, not every poll
+            self._next_claim = time.monotonic() + (self.claim_idle_ms or 0) / 4000
+        for b in range(self.buckets):
+            if len(out) >= count:
+                break
+            key = keys.feed_key(b)
+            if claim:
+                try:
+                    reply = self.client.xautoclaim(key, self.group, self.consumer, self.claim_idle_ms,
+                                                   start_id="0-0", count=count, justid=True)
+                    if reply and len(reply) > 1 and reply[1]:
+                        self._maybe_pending[b] = True
+                except Exception:  # pragma: no cover - a server without XAUTOCLAIM (< 6.2)
+                    self.claim_idle_ms = None
+            empty: list[str] = []
+            before = len(out)
+            if self._maybe_pending[b]:
+                pending = self.client.xreadgroup(self.group, self.consumer, {key: "0"}, count=count - len(out))
+                self._parse(b, pending, out, empty)
+                self._maybe_pending[b] = len(out) > before or bool(empty)
+            if len(out) == before and len(out) < count:
+                fresh = self.client.xreadgroup(self.group, self.consumer, {key: ">"}, count=count - len(out))
+                self._parse(b, fresh, out, empty)
+                if len(out) > before:
+                    self._maybe_pending[b] = True  # delivered to us: pending until acked
+            if empty:
+                self.client.xack(key, self.group, *empty)
+        return out
 
-    @abstractmethod
     def ack(self, delivery: Delivery) -> None: ...
 
 
@@ -108,6 +140,11 @@ class RedisFeed(Feed):
         self.buckets = buckets
         self.claim_idle_ms = claim_idle_ms
         self._ready = False
+        # buckets that may hold entries delivered to this consumer and not acked yet:
+        # all of them at start (a restart), then only those read from since the last
+        # empty re-read or where XAUTOCLAIM took something over
+        self._maybe_pending = [True] * buckets
+        self._next_claim = 0.0  # monotonic time of the next XAUTOCLAIM round
 
     def ensure_groups(self) -> None:
         """Create the group on every bucket feed (from the start: replaying is harmless)."""
@@ -208,8 +245,10 @@ class ProjectionRunner:
         """Handle one message (without acking it).  Returns the settlement when
         the message finished a match."""
         match_id = d.entry.match_id
-        new = self.store.load(match_id, after=max(d.entry.first - 1, 0))
-        if not any(isinstance(e, MatchFinished) and e.seq <= d.entry.last for e in new):
+        # MatchFinished is the last event a match ever gets, so this entry finished the
+        # match only if its own last event is one: read from there, not from its first
+        tail = self.store.load(match_id, after=max(d.entry.last - 1, 0))
+        if not (tail and tail[0].seq == d.entry.last and isinstance(tail[0], MatchFinished)):
             return None
         try:
             s = settle(self.store.load(match_id))
