@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations_with_replacement
 
-from engine.cards import NUM_CARDS, RANK_LABELS, Card, counts_of, parse_cards, rank_of
+from engine.cards import NUM_CARDS, RANK_LABELS, Card, rank_of
 from engine.combo import Combo, HeavenlyPosition, beats, bomb_key, strength_key
 
 __all__ = [
