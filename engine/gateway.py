@@ -97,11 +97,40 @@ Write = tuple[str, dict[str, Any], int]  # (stream, fields, approximate MAXLEN)
 
 @dataclasses.dataclass
 class _Batch:
-    """What handling some inbox messages left to do: stream writes (in order), then the XACK."""
+    """What handling some inbox messages left to do: stream writes (in order), then the XACK.
 
-    writes: list[Write] = dataclasses.field(default_factory=list)
+    The writes are kept per message (``groups[k]`` belongs to ``acks[k]``), so a write
+    Redis refuses is charged to its own message only."""
+
     acks: list[Any] = dataclasses.field(default_factory=list)
-    published: int = 0  # how many of the writes are updates/replies (GatewayStats.published)
+    groups: list[list[Write]] = dataclasses.field(default_factory=list)
+    counts: list[int] = dataclasses.field(default_factory=list)  # updates/replies per message
+    fields: list[dict] = dataclasses.field(default_factory=list)  # the messages (to dead-letter them)
+
+    def done(self, msg_id: Any, writes: list[Write], published: int = 0, fields: dict | None = None) -> None:
+        """``msg_id`` is fully handled: acknowledge it once ``writes`` are written."""
+        self.acks.append(msg_id)
+        self.groups.append(list(writes))
+        self.counts.append(published)
+        self.fields.append(fields or {})
+
+    def clear(self) -> None:
+        self.acks.clear()
+        self.groups.clear()
+        self.counts.clear()
+        self.fields.clear()
+
+
+#: error replies that say nothing about the message (the server is busy, read-only,
+#: out of memory, failing over): the message is retried, never dead-lettered for them
+_TRANSIENT_REPLIES = ("OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
+                      "NOREPLICAS", "MISCONF", "MOVED", "ASK")
+
+
+def _transient_reply(exc: BaseException) -> bool:
+    if not isinstance(exc, redis.ResponseError) or isinstance(exc, redis.ReadOnlyError):
+        return True
+    return str(exc).lstrip().upper().startswith(_TRANSIENT_REPLIES)
 
 
 class CommandGateway:
@@ -294,12 +323,11 @@ class CommandGateway:
         return bool(batch.acks)
 
     def _handle(self, msg_id: Any, fields: dict, batch: _Batch) -> None:
-        """:meth:`handle` without the writes: the message's outputs go to ``batch.writes``
+        """:meth:`handle` without the writes: the message's outputs go to the batch (``_Batch.done``)
         and, once it is fully handled, its id to ``batch.acks`` (:meth:`_commit` does both)."""
         if not fields:
-            batch.writes += self._dead_writes(msg_id, {}, "the message has no fields (deleted or trimmed "
-                                              "from the inbox before it was handled)", None)
-            batch.acks.append(msg_id)
+            batch.done(msg_id, self._dead_writes(msg_id, {}, "the message has no fields (deleted or trimmed "
+                                                 "from the inbox before it was handled)", None))
             return
         fields = {_s(k): v for k, v in fields.items()}
         reply_to = self._reply_stream(fields.get("reply_to"))
@@ -308,8 +336,8 @@ class CommandGateway:
             command = self._decode(raw, is_json)
         except BadCommand as exc:
             loose = _lenient_map(raw if isinstance(raw, bytes) else None, is_json)
-            batch.writes += self._dead_writes(msg_id, fields, exc.reason, loose, reply_to, code=exc.code)
-            batch.acks.append(msg_id)
+            batch.done(msg_id, self._dead_writes(msg_id, fields, exc.reason, loose, reply_to, code=exc.code),
+                       fields=fields)
             return
         try:
             outcome = self.service.execute(command)
@@ -324,19 +352,19 @@ class CommandGateway:
             raise
         except Exception as exc:  # a bug in the engine: do not let it block the inbox
             log.exception("inbox %s: the engine failed on %s", _s(msg_id), command.type)  # type: ignore[attr-defined]
-            batch.writes += self._dead_writes(msg_id, fields, f"internal error: {type(exc).__name__}: {exc}",
-                                              command.model_dump(mode="python"), reply_to, code=INTERNAL_ERROR)
-            batch.acks.append(msg_id)
+            batch.done(msg_id, self._dead_writes(msg_id, fields, f"internal error: {type(exc).__name__}: {exc}",
+                                                 command.model_dump(mode="python"), reply_to, code=INTERNAL_ERROR),
+                       fields=fields)
             return
         try:
             outputs = self._outputs(command, outcome, reply_to, msg_id)
-            batch.writes += outputs
-            batch.published += len(outputs)
         except Exception as exc:  # an unencodable view: the events are stored, report and go on
             log.exception("inbox %s: could not publish the outcome", _s(msg_id))
-            batch.writes += self._dead_writes(msg_id, fields, f"internal error while publishing: "
-                                              f"{type(exc).__name__}: {exc}", None, reply_to, code=INTERNAL_ERROR)
-        batch.acks.append(msg_id)
+            batch.done(msg_id, self._dead_writes(msg_id, fields, f"internal error while publishing: "
+                                                 f"{type(exc).__name__}: {exc}", None, reply_to,
+                                                 code=INTERNAL_ERROR), fields=fields)
+            return
+        batch.done(msg_id, outputs, len(outputs), fields)
 
     @staticmethod
     def _decode(raw: Any, is_json: bool) -> CommandBase:
@@ -369,33 +397,66 @@ class CommandGateway:
         self.redis.xack(self.inbox, self.group, msg_id)
         self.stats.processed += 1
 
-    def _write(self, writes: list[Write]) -> None:
+    def _write(self, writes: list[Write], raise_on_error: bool = True) -> list[Any]:
         """The writes in order, one pipeline (no MULTI: each stream is on its own; on
-        Redis Cluster the pipeline splits by node).  Raises if any of them failed."""
+        Redis Cluster the pipeline splits by node).  Raises if any of them failed, or
+        with ``raise_on_error=False`` returns each write's reply (an error reply as the
+        exception); a connection failure always raises."""
         if not writes:
-            return
+            return []
         pipe = self.redis.pipeline(transaction=False)
         for stream, fields, maxlen in writes:
             pipe.xadd(stream, fields, maxlen=maxlen, approximate=True)
-        pipe.execute()
+        return pipe.execute(raise_on_error=raise_on_error)
 
     def _commit(self, batch: _Batch) -> None:
-        """Write the batch's outputs, then (only when that succeeded) acknowledge its messages."""
-        if batch.writes:
-            try:
-                self._write(batch.writes)
-            except redis.RedisError:
-                self.stats.retried += len(batch.acks)
-                self._backlog = True
-                batch.acks.clear()  # nothing is acknowledged: the messages are redelivered
-                raise
-            finally:
-                batch.writes.clear()
-            self.stats.published += batch.published
-            batch.published = 0
-        if batch.acks:
-            self.redis.xack(self.inbox, self.group, *batch.acks)
-            self.stats.processed += len(batch.acks)
+        """Write the batch's outputs, then acknowledge the messages whose outputs were written.
+
+        A write Redis refuses because of the message (e.g. WRONGTYPE: its ``reply_to``
+        names a key of another type) would fail the same way on every redelivery: that
+        message alone is dead-lettered and acknowledged.  A connection failure, or an
+        error reply of the server's state (OOM, READONLY, …), acknowledges none of the
+        messages it touched: they are redelivered (duplicates, published again)."""
+        writes = [w for group in batch.groups for w in group]
+        try:
+            replies = self._write(writes, raise_on_error=False)
+        except redis.RedisError:
+            self.stats.retried += len(batch.acks)
+            self._backlog = True
+            batch.clear()  # nothing is acknowledged: the messages are redelivered
+            raise
+        acks: list[Any] = []
+        retry: BaseException | None = None
+        at = 0
+        for msg_id, group, count, fields in zip(batch.acks, batch.groups, batch.counts, batch.fields):
+            errors = [r for r in replies[at:at + len(group)] if isinstance(r, Exception)]
+            at += len(group)
+            if not errors:
+                acks.append(msg_id)
+                self.stats.published += count
+                continue
+            transient = [e for e in errors if _transient_reply(e)]
+            if transient:
+                retry = retry or transient[0]
+                continue
+            log.error("inbox %s: Redis refused its outputs: %s", _s(msg_id), errors[0])
+            try:  # the dead letter alone (no reply_to / outbox entry: those may be what was refused)
+                self._write(self._dead_writes(msg_id, fields, f"internal error while publishing: "
+                                              f"{type(errors[0]).__name__}: {errors[0]}", None,
+                                              code=INTERNAL_ERROR))
+            except redis.RedisError as exc:
+                retry = retry or exc
+                continue
+            acks.append(msg_id)
+        batch.clear()
+        if acks:
+            self.redis.xack(self.inbox, self.group, *acks)
+            self.stats.processed += len(acks)
+            batch.acks.extend(acks)  # what was acknowledged (run_once / handle report it)
+        if retry is not None:
+            self.stats.retried += 1
+            self._backlog = True
+            raise retry
 
     # -- outputs --------------------------------------------------------------------------
     def _recipients(self, state: Any, events: Iterable[Any]) -> list[str]:

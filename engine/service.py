@@ -203,7 +203,10 @@ class MatchService:
                 return Outcome(tuple(result.events), self.load_state(mid), None, True, attempt)
             if cache is not None:
                 cache.put(new_state)
-            self._maybe_snapshot(state, new_state)
+            try:  # the append was the commit: nothing after it may make the command look failed
+                self._maybe_snapshot(state, new_state)
+            except Exception:  # the next multiple of snapshot_every writes one; loads replay a longer tail
+                _log.exception("could not save the snapshot of match %s at v%d", mid, new_state.version)
             outcome = Outcome(tuple(events), new_state, None, False, attempt)
             if self.on_commit is not None:
                 try:

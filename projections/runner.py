@@ -64,40 +64,9 @@ class Feed(ABC):
 
     @abstractmethod
     def read(self, count: int = 100) -> list[Delivery]:
-        if not self._ready:
-            self.ensure_groups()
-        out: list[Delivery] = []
-        claim = self.claim_idle_ms is not None and time.monotonic() >= self._next_claim
-        if claim:
-            # idle entries of a dead consumer: checked every quarter of the idle limit, not every poll
-            self._next_claim = time.monotonic() + (self.claim_idle_ms or 0) / 4000
-        for b in range(self.buckets):
-            if len(out) >= count:
-                break
-            key = keys.feed_key(b)
-            if claim:
-                try:
-                    reply = self.client.xautoclaim(key, self.group, self.consumer, self.claim_idle_ms,
-                                                   start_id="0-0", count=count, justid=True)
-                    if reply and len(reply) > 1 and reply[1]:
-                        self._maybe_pending[b] = True
-                except Exception:  # pragma: no cover - a server without XAUTOCLAIM (< 6.2)
-                    self.claim_idle_ms = None
-            empty: list[str] = []
-            before = len(out)
-            if self._maybe_pending[b]:
-                pending = self.client.xreadgroup(self.group, self.consumer, {key: "0"}, count=count - len(out))
-                self._parse(b, pending, out, empty)
-                self._maybe_pending[b] = len(out) > before or bool(empty)
-            if len(out) == before and len(out) < count:
-                fresh = self.client.xreadgroup(self.group, self.consumer, {key: ">"}, count=count - len(out))
-                self._parse(b, fresh, out, empty)
-                if len(out) > before:
-                    self._maybe_pending[b] = True  # delivered to us: pending until acked
-            if empty:
-                self.client.xack(key, self.group, *empty)
-        return out
+        """Unacknowledged messages first (redeliveries), then new ones; oldest first per bucket."""
 
+    @abstractmethod
     def ack(self, delivery: Delivery) -> None: ...
 
 
@@ -145,6 +114,7 @@ class RedisFeed(Feed):
         # empty re-read or where XAUTOCLAIM took something over
         self._maybe_pending = [True] * buckets
         self._next_claim = 0.0  # monotonic time of the next XAUTOCLAIM round
+        self._claim_count = 100
 
     def ensure_groups(self) -> None:
         """Create the group on every bucket feed (from the start: replaying is harmless)."""
@@ -165,27 +135,53 @@ class RedisFeed(Feed):
                 out.append(Delivery(bucket, FeedEntry(id=eid, match_id=f["match"],
                                                       first=int(f["from"]), last=int(f["to"]))))
 
+    def _claim(self, key: str) -> bool:
+        """XAUTOCLAIM this bucket's entries idle longer than ``claim_idle_ms`` (a dead
+        consumer's); True when some were taken over.  Only a server without the
+        command turns claiming off; any other error propagates (transient)."""
+        import redis
+
+        try:
+            reply = self.client.xautoclaim(key, self.group, self.consumer, self.claim_idle_ms,
+                                           start_id="0-0", count=self._claim_count, justid=True)
+        except redis.ResponseError as exc:
+            if "unknown command" not in str(exc).lower():
+                raise
+            log.warning("this Redis has no XAUTOCLAIM (< 6.2): idle entries of dead consumers are not claimed")
+            self.claim_idle_ms = None
+            return False
+        return bool(reply and len(reply) > 1 and reply[1])
+
     def read(self, count: int = 100) -> list[Delivery]:
         if not self._ready:
             self.ensure_groups()
         out: list[Delivery] = []
+        claim = self.claim_idle_ms is not None and time.monotonic() >= self._next_claim
+        if claim:
+            # idle entries of a dead consumer: checked every quarter of the idle limit, not every poll
+            self._claim_count = count
+            for b in range(self.buckets):
+                if self.claim_idle_ms is None:
+                    break
+                if self._claim(keys.feed_key(b)):
+                    self._maybe_pending[b] = True
+            self._next_claim = time.monotonic() + (self.claim_idle_ms or 0) / 4000
         for b in range(self.buckets):
             if len(out) >= count:
                 break
             key = keys.feed_key(b)
-            if self.claim_idle_ms is not None:
-                try:
-                    self.client.xautoclaim(key, self.group, self.consumer, self.claim_idle_ms,
-                                           start_id="0-0", count=count, justid=True)
-                except Exception:  # pragma: no cover - a server without XAUTOCLAIM (< 6.2)
-                    self.claim_idle_ms = None
             empty: list[str] = []
-            n = count - len(out)
-            pending = self.client.xreadgroup(self.group, self.consumer, {key: "0"}, count=n)
-            self._parse(b, pending, out, empty)
-            if len(out) < count and not any(d.bucket == b for d in out):
+            before = len(out)
+            if self._maybe_pending[b]:
+                pending = self.client.xreadgroup(self.group, self.consumer, {key: "0"}, count=count - len(out))
+                self._parse(b, pending, out, empty)
+                self._maybe_pending[b] = len(out) > before or bool(empty)
+            if len(out) == before and len(out) < count:
+                # set before reading: should the reply be lost, what it delivered is pending on us
+                was, self._maybe_pending[b] = self._maybe_pending[b], True
                 fresh = self.client.xreadgroup(self.group, self.consumer, {key: ">"}, count=count - len(out))
                 self._parse(b, fresh, out, empty)
+                self._maybe_pending[b] = was or len(out) > before  # delivered to us: pending until acked
             if empty:
                 self.client.xack(key, self.group, *empty)
         return out

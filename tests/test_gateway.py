@@ -501,3 +501,60 @@ def test_a_failed_publication_acknowledges_nothing_of_the_read(rig):
     assert drain(gw) == 2  # redelivered: the stored events are published again (duplicates)
     assert [m.body["duplicate"] for m in client.updates("alice")] == [True, True]  # create + sit
     assert gw.stats.duplicates == 2
+
+
+def test_an_output_redis_refuses_dead_letters_its_message_only(rig):
+    """One message whose outputs Redis refuses for good (its reply_to names a key of
+    another type: WRONGTYPE) must not hold its whole read hostage: the others are
+    published once and acknowledged, that one is dead-lettered (per message) and
+    acknowledged, and the loop moves on -- no endless redelivery of the read."""
+    r, service, gw, client = rig
+    r.set("sk:reply:broken", "not a stream")
+    good = client.create_match("m1", CONFIG)
+    bad = GatewayClient(r, reply_to="sk:reply:broken").sit("m1", "alice")
+    after = client.sit("m1", "bob")
+    assert gw.run_once(block_ms=None, count=10) == 3
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
+    assert [m.command_id for m in client.updates("bob")] == [after.command_id]
+    # alice's own update was written (it is not what Redis refused); her command is applied once
+    assert [m.command_id for m in client.updates("alice")] == [bad.command_id, after.command_id]
+    assert [e.command_id for e in service.store.load("m1")] == [good.command_id, bad.command_id,
+                                                                   after.command_id]
+    dead = dead_letters(r)
+    assert len(dead) == 1 and dead[0]["dead_code"] == INTERNAL_ERROR.encode()
+    assert b"WRONGTYPE" in dead[0]["dead_reason"] and dead[0]["inbox_id"] == bad.stream_id.encode()
+    assert gw.run_once(block_ms=None, count=10) == 0
+
+
+def test_an_error_reply_of_the_servers_state_is_retried_not_dead_lettered(rig):
+    """OOM / READONLY replies say nothing about the message: it stays pending (the others of
+    the read are acknowledged) and is published once Redis takes writes again."""
+    import redis as redis_mod
+
+    r, service, gw, client = rig
+    client.create_match("m1", CONFIG)
+    sit = client.sit("m1", "alice")
+    real_pipeline = r.pipeline
+
+    class Oom:
+        def __init__(self, pipe):
+            self.pipe = pipe
+
+        def __getattr__(self, name):
+            return getattr(self.pipe, name)
+
+        def execute(self, *a, **kw):
+            out = self.pipe.execute(*a, **kw)
+            return out[:-1] + [redis_mod.ResponseError("OOM command not allowed when used memory > 'maxmemory'.")]
+
+    r.pipeline = lambda *a, **kw: Oom(real_pipeline(*a, **kw))
+    try:
+        with pytest.raises(redis_mod.ResponseError, match="OOM"):
+            gw.run_once(block_ms=None, count=10)
+    finally:
+        del r.pipeline
+    pending = r.xpending_range(keys.INBOX, keys.SERVICE_GROUP, min="-", max="+", count=10)
+    assert [p["message_id"].decode() for p in pending] == [sit.stream_id]  # the create was acknowledged
+    assert dead_letters(r) == []
+    assert drain(gw) == 1
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0

@@ -285,3 +285,110 @@ def test_a_redis_failure_leaves_the_message_pending(rig):
     assert failing.errors == [] and totals(ledger, "a", "b") == (0, 0)
     ProjectionRunner(store, ledger, f).drain()
     assert totals(ledger, "a", "b") == (20, -20)
+
+
+class _Flaky:
+    """A Redis client whose next call of ``name`` runs and then raises (a reply lost on the
+    way back), or raises without running (``run=False``)."""
+
+    def __init__(self, client):
+        self._client = client
+        self.fail: dict[str, tuple[int, bool]] = {}
+        self.when = None
+
+    def arm(self, name, times=1, run=True, when=None):
+        self.fail[name] = (times, run)
+        self.when = when
+
+    def __getattr__(self, name):
+        real = getattr(self._client, name)
+        if name not in self.fail:
+            return real
+
+        def call(*args, **kwargs):
+            times, run = self.fail.get(name, (0, True))
+            if times <= 0 or (self.when is not None and not self.when(*args, **kwargs)):
+                return real(*args, **kwargs)
+            import redis
+
+            if run:
+                if not real(*args, **kwargs):
+                    return []  # lose only a reply that delivered something
+            self.fail[name] = (times - 1, run)
+
+            raise redis.ConnectionError(f"{name}: connection lost")
+
+        return call
+
+
+def test_a_transient_xautoclaim_error_does_not_stop_claiming_for_good():
+    """A connection error on XAUTOCLAIM is transient: later reads still claim what a
+    dead consumer left pending (only a server without the command turns claiming off)."""
+    import redis
+
+    client = fakeredis.FakeRedis()
+    store, ledger = RedisEventStore(client, buckets=4), RedisLedger(client)
+    append(store, match_events("m1", bombs=["7 7 7 7 7 7 7"]))
+    assert RedisFeed(client, consumer="dead", buckets=4).read()      # pending on "dead" for good
+    flaky = _Flaky(client)
+    feed = RedisFeed(flaky, consumer="live", buckets=4, claim_idle_ms=0)
+    feed.read()                                                      # groups ready
+    flaky.arm("xautoclaim", run=False)
+    runner = ProjectionRunner(store, ledger, feed)
+    with pytest.raises(redis.ConnectionError):
+        runner.drain()
+    runner.drain()
+    assert totals(ledger, "a", "b") == (200, -200)
+    for b in range(4):
+        assert client.xpending("sk:{b%d}:feed" % b, "sk-projections")["pending"] == 0
+
+
+def test_entries_delivered_by_a_read_whose_reply_was_lost_are_read_again():
+    """XREADGROUP ">" ran on the server (the entries are pending on this consumer) but its
+    reply was lost: the next read re-reads them, without waiting for an idle claim."""
+    import redis
+
+    client = fakeredis.FakeRedis()
+    store, ledger = RedisEventStore(client, buckets=4), RedisLedger(client)
+    flaky = _Flaky(client)
+    feed = RedisFeed(flaky, consumer="live", buckets=4, claim_idle_ms=None)
+    runner = ProjectionRunner(store, ledger, feed)
+    assert runner.drain() == 0                                       # nothing yet: no bucket may hold pending entries
+    append(store, match_events("m1", bombs=["7 7 7 7 7 7 7"]))
+    flaky.arm("xreadgroup", run=True, when=lambda group, consumer, streams, **kw: ">" in streams.values())
+    with pytest.raises(redis.ConnectionError):
+        runner.drain()
+    assert sum(client.xpending("sk:{b%d}:feed" % b, "sk-projections")["pending"] for b in range(4)) > 0
+    runner.drain()
+    assert totals(ledger, "a", "b") == (200, -200)
+    for b in range(4):
+        assert client.xpending("sk:{b%d}:feed" % b, "sk-projections")["pending"] == 0
+
+
+def test_redis_feed_reads_with_its_own_bookkeeping():
+    """RedisFeed.read is the feed's own (the abstract Feed.read has no behaviour to inherit):
+    an idle feed neither re-reads pending entries nor claims on every poll."""
+    import inspect
+
+    from projections.runner import Feed
+
+    assert RedisFeed.read is not Feed.read
+    assert "_maybe_pending" in inspect.getsource(RedisFeed.read)
+    calls = []
+    client = fakeredis.FakeRedis()
+
+    class Counting:
+        def __getattr__(self, name):
+            real = getattr(client, name)
+
+            def call(*a, **k):
+                calls.append((name, a[2] if name == "xreadgroup" else None))
+                return real(*a, **k)
+            return call
+
+    feed = RedisFeed(Counting(), consumer="c", buckets=4, claim_idle_ms=60_000)
+    feed.read()
+    calls.clear()
+    feed.read()                                                       # idle: 4 fresh reads only
+    assert [c for c in calls if c[0] == "xautoclaim"] == []
+    assert all(c[1] and list(c[1].values()) == [">"] for c in calls if c[0] == "xreadgroup")

@@ -658,3 +658,36 @@ def test_real_clock_sweeper_thread_rescues_a_lost_message():
         assert st.phase == "finished"
         assert check_stream(m.events()) == []
         assert t.runtime.stats.get("committed_sweeper", 0) >= 2
+
+
+@pytest.mark.redis
+def test_a_dead_workers_moved_timer_is_requeued_while_the_queue_is_idle(real_redis):
+    """A timer moved from ``.ZQ`` onto the queue and fetched by a worker that then dies
+    (in its ``__acks__`` set, never acked) is put back by dramatiq's heartbeat maintenance
+    -- which runs inside the dispatch script.  A live worker polling an *empty* queue
+    must still run that maintenance now and then, or the message stays stuck for good."""
+    from dramatiq import Message
+    from dramatiq.brokers.redis import MAINTENANCE_SCALE
+
+    from workers.actors import QUEUE
+    from workers.broker import timer_middleware, timer_redis_broker_class
+
+    cls = timer_redis_broker_class()
+
+    def broker():
+        b = cls(client=real_redis, namespace="sk-dramatiq", middleware=timer_middleware(),
+                heartbeat_timeout=50, maintenance_chance=MAINTENANCE_SCALE)  # maintenance on every call
+        b.declare_queue(QUEUE)
+        return b
+
+    dead, live = broker(), broker()
+    dead.enqueue(Message(queue_name=QUEUE, actor_name="fire_deadline", args=("m", 1, "turn"),
+                         kwargs={}, options={}), delay=1)
+    time.sleep(0.01)
+    assert len(dead.do_fetch(QUEUE, 8)) == 1  # moved and fetched; then the worker dies
+    assert real_redis.llen(f"sk-dramatiq:{QUEUE}") == 0
+    time.sleep(0.1)  # > heartbeat_timeout: the dead worker's heartbeat is stale
+    got = []
+    for _ in range(3):  # the live worker polls its idle queue
+        got += live.do_fetch(QUEUE, 8)
+    assert [list(Message.decode(d).args) for d in got] == [["m", 1, "turn"]]

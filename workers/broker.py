@@ -151,8 +151,20 @@ def _timer_redis_broker_class() -> type:
 
         def do_fetch(self, queue_name: str, prefetch: int) -> list[bytes]:
             if not queue_name.endswith(".DQ") and self.move_due(queue_name) == 0:
+                # dramatiq requeues a dead worker's fetched-but-unacked messages only in
+                # the dispatch script's random maintenance; skipping the dispatch on an
+                # idle queue must not skip that too (their timers would stay stuck)
+                if self._should_do_maintenance("fetch"):
+                    self._maintain(queue_name)
                 return []
             return self._dispatch("fetch")(queue_name, prefetch)
+
+        def _maintain(self, queue_name: str) -> None:
+            """dramatiq's queue maintenance (requeue what dead workers held, expire the
+            DLQ) for ``queue_name``, with no other effect (a ``requeue`` of nothing)."""
+            self.scripts["dispatch"](keys=[self.namespace], args=[
+                "requeue", current_millis(), queue_name, self.broker_id, self.heartbeat_timeout,
+                self.dead_message_ttl, 1, self._max_unpack_size()])
 
         def scheduled_count(self, queue_name: str) -> int:
             """Delayed messages of ``queue_name`` not due (or not moved) yet."""
