@@ -6,13 +6,13 @@ Starts its own redis-server (no persistence) on a free loopback port, then:
 
 * raw single-client XADD rate (one round trip per entry, same server, same run);
 * `shuangkou simulate --redis URL --external` (commands through GatewayClient →
-  inbox → serve's CommandGateway → MatchService → Lua append) with 1 and with 2
+  inbox → serve's InboxConsumer → MatchService → Lua append) with 1 and with 2
   `shuangkou serve` processes (timers in-process, no timeouts simulated):
   matches/s, events/s, client-side command round-trip latency p50/p99;
 * events/s as a share of the raw XADD rate;
 * the command path's own cost, without threads, clients or timers in the way:
   the inbox of an in-process simulate run is recorded and replayed through one
-  CommandGateway + MatchService in this process (same seed, so the same deals):
+  InboxConsumer + MatchService in this process (same seed, so the same deals):
   wall and CPU µs per command, with the state cache and without.
 
 Prints figures; it is not a timed test.
@@ -116,9 +116,9 @@ def gateway_cpu(url: str, matches: int) -> list[tuple[str, int, float, float]]:
 
     import redis
 
-    from engine.gateway import CommandGateway
-    from engine.service import MatchService
-    from engine.state_cache import StateCache
+    from engine.service.inbox import InboxConsumer
+    from engine.service.service import MatchService
+    from engine.service.state_cache import StateCache
     from engine.store import keys
     from engine.store.redis_store import RedisEventStore
 
@@ -134,7 +134,7 @@ def gateway_cpu(url: str, matches: int) -> list[tuple[str, int, float, float]]:
         r.flushdb()
         svc = MatchService(RedisEventStore(r), lambda: int(time.time() * 1000), random.Random(7),
                            state_cache=StateCache() if mode == "state cache" else None)
-        gw = CommandGateway(r, svc, "bench")
+        gw = InboxConsumer(r, svc, "bench")
         pipe = r.pipeline(transaction=False)
         for f in msgs:
             pipe.xadd(keys.INBOX, f)
@@ -175,7 +175,7 @@ def main() -> int:
         print(f"(simulate --concurrency {args.concurrency}: client round trip = XADD to the inbox, serve decides "
               "and appends, reply stream read; events/s counts stored match events)")
         print()
-        print("command path alone (a recorded inbox replayed by one CommandGateway + MatchService, one thread, "
+        print("command path alone (a recorded inbox replayed by one InboxConsumer + MatchService, one thread, "
               "no timers, no projections):")
         for mode, n, wall, cpu in gateway_cpu(url, 20 if args.quick else 60):
             print(f"  {mode:12s} {n:>6} commands: {wall:7.0f} µs wall, {cpu:7.0f} µs CPU per command")

@@ -12,7 +12,7 @@ Figures (medians over the repeats):
   following -- a pass, which is one more equally likely choice);
 * RLCard DouDizhu steps/s with random legal actions, and the ratio ours/RLCard.
 
-Every repeat starts with the engine.moves caches cleared (cold start).
+Every repeat starts with the engine.rules.moves caches cleared (cold start).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import moves  # noqa: E402
-from engine.cards import parse_cards  # noqa: E402
-from engine.combos import classify, interpretations_for_counts  # noqa: E402
-from engine.moves import can_beat, legal_plays, pick_cards, smallest_beating  # noqa: E402
+from engine.rules.cards import parse_cards  # noqa: E402
+from engine.rules.classify import classify, interpretations_for_counts  # noqa: E402
+from engine.rules.moves import can_beat, legal_plays, pick_cards, smallest_beating  # noqa: E402
 
 TYPICAL_PLAYS = [
     "7", "BJ", "9 9", "Q SJ", "K K K", "3 4 5 6 7", "5 6 7 8 BJ", "9 10 J Q K A",

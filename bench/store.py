@@ -14,7 +14,7 @@ asserts nothing about time.  Measured, all from one process and one connection:
 * the same with pre-encoded payloads (``append_encoded``: the script's own cost);
 * raw XADD of a payload of the same size, one XADD per round trip (redis-py);
 * ``redis-benchmark`` XADD with 1 client (no Python at all), when the binary is there;
-* replay: events/s folded through ``engine.evolve.apply`` (decode included / excluded).
+* replay: events/s folded through ``engine.match.evolve.apply`` (decode included / excluded).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import redis  # noqa: E402
 
-from engine.events import CardsPlayed, EventBase, Passed, Reading, decode_event, encode_event  # noqa: E402
-from engine.store.base import Deadline  # noqa: E402
+from engine.match.events import CardsPlayed, EventBase, Passed, Reading, decode_event, encode_event  # noqa: E402
+from engine.match.deadline import Deadline  # noqa: E402
 from engine.store.redis_store import RedisEventStore  # noqa: E402
 
 MATCHES = 200
@@ -204,10 +204,10 @@ def redis_benchmark(url: str, n: int, payload_len: int) -> float | None:
 
 def sample_match() -> list[EventBase]:
     """A real match through MatchService: each leader plays its lowest single, the other passes."""
-    from engine.cards import seeded_random
-    from engine.commands import CreateMatch, Pass, Play, Ready, Sit
+    from engine.service.shuffle import seeded_random
+    from engine.match.commands import CreateMatch, Pass, Play, Ready, Sit
     from engine.config import load_config
-    from engine.service import MatchService
+    from engine.service.service import MatchService
     from engine.store.memory import InMemoryEventStore
 
     store = InMemoryEventStore()
@@ -240,8 +240,8 @@ def sample_match() -> list[EventBase]:
 
 def bench_replay(runs: int, quick: bool) -> list[str]:
     try:
-        from engine.evolve import apply
-        from engine.state import MatchState
+        from engine.match.evolve import apply
+        from engine.match.state import MatchState
     except ImportError:
         apply = None
     lines = []
@@ -280,7 +280,7 @@ def bench_replay(runs: int, quick: bool) -> list[str]:
                      f"   (a {len(events)}-event match rebuilds in "
                      f"{len(events) / statistics.median(both_rates) * 1e3:.2f} ms)")
     else:
-        lines.append("  engine.evolve is not available: decode_event only")
+        lines.append("  engine.match.evolve is not available: decode_event only")
     return lines
 
 

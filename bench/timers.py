@@ -69,12 +69,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import redis
 
-    from engine.commands import CreateMatch, Ready, Sit
+    from engine.match.commands import CreateMatch, Ready, Sit
     from engine.config import load_config
-    from engine.events import TurnTimedOut
-    from engine.evolve import apply
-    from engine.service import MatchService
-    from engine.state import MatchState
+    from engine.match.events import TurnTimedOut
+    from engine.match.evolve import apply
+    from engine.service.service import MatchService
+    from engine.match.state import MatchState
     from engine.store.redis_store import RedisEventStore
     from workers.broker import make_broker
     from workers.clock import SystemClock

@@ -98,7 +98,7 @@ SCORE_TRANSFER = Histogram("shuangkou_score_transfer", "Points or coins the winn
 # --- command handling ------------------------------------------------------
 COMMANDS = Counter("shuangkou_commands", "Commands handled, by type and result (ok/rejected/duplicate/error).",
                    ["command", "result"], registry=REGISTRY)
-REJECTIONS = Counter("shuangkou_rejections", "Commands rejected, by rejection code (engine.errors).",
+REJECTIONS = Counter("shuangkou_rejections", "Commands rejected, by rejection code (engine.match.errors).",
                      ["config", "code"], registry=REGISTRY)
 COMMAND_LATENCY = Histogram("shuangkou_command_duration_seconds",
                             "Time to handle one command (load, decide, append).",

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.events import EventBase, MatchFinished
+from engine.match.events import EventBase, MatchFinished
 from engine.store import keys
 from engine.store.base import EventStore, FeedEntry
 from projections.ledger import Ledger

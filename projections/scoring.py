@@ -14,7 +14,7 @@ A player's *effective xiang* for a match is the largest of (R-8.3):
       5-xiang bombs → 6; nothing else (R-10.1).
 
 >>> from engine.config import load_config
->>> from engine.combos import classify
+>>> from engine.rules.classify import classify
 >>> cfg = load_config("points")
 >>> effective_xiang([classify("4 4 4 4"), classify("5 5 5 BJ")], cfg)
 XiangResult(xiang=5, source='R-9: 4444 and 555+BJ consecutive → 5')
@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.cards import ACE, RANK_LABELS
-from engine.combo import BOMB_KINDS, Combo
+from engine.rules.cards import ACE, RANK_LABELS
+from engine.rules.combo import BOMB_KINDS, Combo
 from engine.config import XIANGS, RoomConfig
 
 MIN_XIANG = XIANGS[0]   # 4
@@ -51,7 +51,7 @@ class XiangResult:
 def bomb_text(c: Combo) -> str:
     """The cards of a bomb as a person writes them: ``7777777``, ``555+BJ``, ``SJ SJ BJ``.
 
-    >>> from engine.combos import classify
+    >>> from engine.rules.classify import classify
     >>> bomb_text(classify("4 4 4 4 5 5 5 5 6 6 6 6")), bomb_text(classify("SJ BJ BJ"))
     ('444455556666', 'SJ+BJ+BJ')
     """

@@ -38,9 +38,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.combo import Combo
+from engine.rules.combo import Combo
 from engine.config import RoomConfig
-from engine.events import (
+from engine.match.events import (
     CardsPlayed,
     EventBase,
     MatchCreated,

@@ -8,7 +8,7 @@ in a sequence -- so a joker used as a 2 simply fails in sequences).  The
 readings of the original cards are the union over all substitutions.
 
 It is slow on purpose (up to C(16, 4) = 1820 substitutions for four jokers)
-and builds the same :class:`engine.combo.Combo` values as ``engine.combos``
+and builds the same :class:`engine.rules.combo.Combo` values as ``engine.rules.classify``
 so results compare with ``==``.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from itertools import combinations_with_replacement
 
-from engine.combo import Combo
+from engine.rules.combo import Combo
 
 NATURAL = range(13)     # 3..2 (R-4.3: what a wild joker may stand for)
 ACE = 11                # R-2.2: sequences end at A

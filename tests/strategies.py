@@ -1,9 +1,9 @@
 """Hypothesis strategies and a driver that plays random legal matches.
 
-A match is driven through :class:`engine.service.MatchService` on an
+A match is driven through :class:`engine.service.service.MatchService` on an
 :class:`engine.store.memory.InMemoryEventStore`: random deals come from seeded
 shuffles (R-1.5), and every step picks at random among the legal plays of
-the player on turn (``engine.moves.legal_plays``), a pass, a turn timeout, a
+the player on turn (``engine.rules.moves.legal_plays``), a pass, a turn timeout, a
 trusteeship request or cancel, a disconnect or reconnect, a rare escape, and
 some deliberately bad commands (cards not held, not a combination, not your
 turn, stale timers) so the rejection path is walked too.  When the player on
@@ -11,7 +11,7 @@ turn is in trusteeship the driver sends what the timer worker would:
 ``TrusteeAct`` for the current version.
 
 ``on_step(step)`` is called after every command with the state before, the
-command and the :class:`engine.service.Outcome`, so properties can be checked
+command and the :class:`engine.service.service.Outcome`, so properties can be checked
 at every step.
 """
 
@@ -24,8 +24,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from engine.cards import seeded_random
-from engine.commands import (
+from engine.service.shuffle import seeded_random
+from engine.match.commands import (
     CancelTrustee,
     CommandBase,
     CreateMatch,
@@ -41,9 +41,9 @@ from engine.commands import (
     TurnTimeout,
 )
 from engine.config import RoomConfig, load_config
-from engine.moves import legal_plays, pick_cards
-from engine.service import MatchService, Outcome
-from engine.state import MatchState
+from engine.rules.moves import legal_plays, pick_cards
+from engine.service.service import MatchService, Outcome
+from engine.match.state import MatchState
 from engine.store.memory import InMemoryEventStore
 
 START = 1_700_000_000_000

@@ -8,11 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.cards import (
-    BJ, NUM_CARDS, SJ, CardNotationError, counts_of, deal_from_deck, deck_of, format_cards,
-    format_ranks, is_joker, parse_cards, rank_of, resolve_in_hand, seeded_random,
-    shuffled_deck, sort_cards, suit_of,
-)
+from engine.rules.cards import BJ, NUM_CARDS, SJ, CardNotationError, counts_of, deal_from_deck, deck_of, format_cards, format_ranks, is_joker, parse_cards, rank_of, resolve_in_hand, sort_cards, suit_of
+from engine.service.shuffle import seeded_random, shuffled_deck
 
 # (text, expected rank indices) — order 3..2 SJ BJ
 PARSE_TABLE = [

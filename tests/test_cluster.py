@@ -102,11 +102,11 @@ def test_cluster_has_three_masters(cluster):
 
 
 def test_matches_on_redis_cluster_replay_and_settle(cluster):
-    from engine.bot import Bot
-    from engine.commands import CreateMatch, Escape, Pass, Play, Ready, Sit
+    from engine.tools.bot import Bot
+    from engine.match.commands import CreateMatch, Escape, Pass, Play, Ready, Sit
     from engine.config import load_config
-    from engine.replay import check_stream, replay
-    from engine.service import MatchService
+    from engine.match.replay import check_stream, replay
+    from engine.service.service import MatchService
     from engine.store import keys
     from engine.store.redis_store import RedisEventStore
     from projections.ledger import RedisLedger

@@ -1,4 +1,4 @@
-"""Comparing plays (R-5): engine.combos.beats on the best readings of two plays.
+"""Comparing plays (R-5): engine.rules.classify.beats on the best readings of two plays.
 
 Each row: (a, b, does a beat b?, heavenly position, rule id); both plays are
 read by ``classify`` (their best reading, R-4.6).
@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from engine.combos import beats, classify
+from engine.rules.classify import beats, classify
 
 TOP, BOTTOM = "top", "bottom"
 

@@ -1,4 +1,4 @@
-"""Classification of played cards (R-2.2, R-3, R-4): engine.combos.classify.
+"""Classification of played cards (R-2.2, R-3, R-4): engine.rules.classify.classify.
 
 Each row: (cards, kind, rank label of the top rank, xiang, chain k, regular, rule id).
 ``kind None`` means the cards are no combination.  Every row is also checked
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.cards import RANK_LABELS, parse_cards
-from engine.combo import strength_key
-from engine.combos import (
+from engine.rules.cards import RANK_LABELS, parse_cards
+from engine.rules.combo import strength_key
+from engine.rules.classify import (
     beats,
     classify,
     classify_counts,

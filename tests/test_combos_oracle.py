@@ -1,4 +1,4 @@
-"""The fast classifier (engine.combos) against the brute-force oracle (tests/rules_oracle.py).
+"""The fast classifier (engine.rules.classify) against the brute-force oracle (tests/rules_oracle.py).
 
 The oracle substitutes every joker by every natural rank and reads natural
 multisets by the plain definitions of R-3 (joker-only sets by R-4.2); the
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.cards import BJ, NUM_RANKS, SJ, card_id, rank_of
-from engine.combo import strength_key
-from engine.combos import interpretations, interpretations_for_counts
+from engine.rules.cards import BJ, NUM_RANKS, SJ, card_id, rank_of
+from engine.rules.combo import strength_key
+from engine.rules.classify import interpretations, interpretations_for_counts
 
 try:
     from tests.rules_oracle import oracle_readings

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.cards import parse_cards, seeded_random, shuffled_deck
-from engine.commands import (
+from engine.rules.cards import parse_cards
+from engine.service.shuffle import seeded_random, shuffled_deck
+from engine.match.commands import (
     CancelTrustee,
     CreateMatch,
     Deal,
@@ -28,8 +29,8 @@ from engine.commands import (
     TurnTimeout,
 )
 from engine.config import RoomConfig, load_config
-from engine.decide import Context, can_play, decide, timeout_notice, verify_play
-from engine.errors import (
+from engine.match.decide import Context, can_play, decide, timeout_notice, verify_play
+from engine.match.errors import (
     BadCommand,
     CannotPass,
     DoesNotBeat,
@@ -46,8 +47,8 @@ from engine.errors import (
     UnknownMatch,
     WrongPhase,
 )
-from engine.evolve import apply
-from engine.state import MatchState
+from engine.match.evolve import apply
+from engine.match.state import MatchState
 
 T0 = 1_000_000
 
@@ -434,8 +435,8 @@ def test_a_player_who_cannot_beat_is_auto_passed_before_any_clock() -> None:  # 
 @pytest.mark.parametrize("how, by", [("timeout", "timeout"), ("trustee", "trustee")])
 def test_system_move_passes_when_nothing_beats(how, by) -> None:  # R-13.3 "if nothing beats, it passes"
     """decide never leaves such a turn open (R-6.4), so build the state by applying a play by hand."""
-    from engine.combos import classify
-    from engine.events import CardsPlayed, Reading
+    from engine.rules.classify import classify
+    from engine.match.events import CardsPlayed, Reading
 
     m = dealt("2 3", "4 5")
     if how == "trustee":

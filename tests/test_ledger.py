@@ -8,9 +8,9 @@ import itertools
 import fakeredis
 import pytest
 
-from engine.combos import classify
+from engine.rules.classify import classify
 from engine.config import load_config
-from engine.events import (
+from engine.match.events import (
     CardsPlayed,
     HandDealt,
     MatchCreated,

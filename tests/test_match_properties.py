@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 
-from engine.events import decode_event, encode_event
-from engine.replay import check_stream, replay
-from engine.state import decode_state, encode_state
+from engine.match.events import decode_event, encode_event
+from engine.match.replay import check_stream, replay
+from engine.match.state import decode_state, encode_state
 from tests.strategies import MatchSpec, Step, match_specs, play_match
 
 PROFILE = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

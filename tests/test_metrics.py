@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.combo import Combo
+from engine.rules.combo import Combo
 from engine.config import load_config
-from engine.errors import DoesNotBeat, StaleCommand
-from engine.events import (
+from engine.match.errors import DoesNotBeat, StaleCommand
+from engine.match.events import (
     CardsPlayed,
     HandDealt,
     MatchCreated,
@@ -128,8 +128,8 @@ class _FakeService:
 
 
 def test_instrumented_service_times_and_measures_timer_lateness():
-    from engine.commands import TurnTimeout
-    from engine.store.base import Deadline
+    from engine.match.commands import TurnTimeout
+    from engine.match.deadline import Deadline
 
     store = SimpleNamespace(deadline=lambda mid: Deadline(mid, 7, at_ms=10_000, kind="turn"))
     svc = m.InstrumentedService(_FakeService(outcome([PlayerDisconnected(**_env(8), player="a")])),

@@ -1,4 +1,4 @@
-"""Legal-move generation, auto-pass and trusteeship (engine.moves).
+"""Legal-move generation, auto-pass and trusteeship (engine.rules.moves).
 
 Rules: R-3 (combinations), R-4 (wild jokers), R-5 (comparison), R-6.1/R-6.4
 (leading, auto-pass), R-13.3 (trusteeship plays the smallest legal play).
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.cards import counts_of, parse_cards
-from engine.combo import beats, strength_key
-from engine.combos import classify, classify_counts, interpretations, interpretations_for_counts
-from engine.moves import (
+from engine.rules.cards import counts_of, parse_cards
+from engine.rules.combo import beats, strength_key
+from engine.rules.classify import classify, classify_counts, interpretations, interpretations_for_counts
+from engine.rules.moves import (
     Play,
     _breaks_group,
     can_beat,

@@ -7,9 +7,10 @@ import pytest
 import redis
 from redis.cluster import key_slot
 
-from engine.events import PlayerReady, decode_event
+from engine.match.events import PlayerReady, decode_event
 from engine.store import keys
-from engine.store.base import Deadline, Snapshot, WrongVersion
+from engine.match.deadline import Deadline
+from engine.store.base import Snapshot, WrongVersion
 from engine.store.redis_store import LayoutMismatch, RedisEventStore
 
 

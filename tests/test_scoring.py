@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.combos import classify
+from engine.rules.classify import classify
 from engine.config import load_config
 from projections.scoring import (
     XiangResult,

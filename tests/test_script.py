@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main
-from engine.replay import check_stream
-from engine.script import ScriptError, run_script
+from engine.match.replay import check_stream
+from engine.tools.script import ScriptError, run_script
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.json"))
@@ -39,7 +39,7 @@ def test_example_gives_the_expected_result(path: Path, capsys) -> None:
     assert all(r["reason"] for r in out["rejections"])
     if out["result"]["winner"] is not None and out["result"]["kou"] != "escape":
         assert sum(out["result"]["scores"].values()) == 0  # zero-sum
-    from engine.events import event_from_dict
+    from engine.match.events import event_from_dict
 
     events = [event_from_dict(e) for e in out["events"]]
     assert check_stream(events) == []

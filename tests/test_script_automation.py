@@ -1,4 +1,4 @@
-"""run-script (engine/script.py) and the live timer workers agree.
+"""run-script (engine/tools/script.py) and the live timer workers agree.
 
 The script runner executes TurnTimeout itself for a ``timeout`` action and
 TrusteeAct itself between actions for trusteed players, jumping its clock to
@@ -17,8 +17,8 @@ import random
 
 import pytest
 
-from engine.cards import parse_cards
-from engine.commands import (
+from engine.rules.cards import parse_cards
+from engine.match.commands import (
     CancelTrustee,
     CreateMatch,
     Deal,
@@ -33,7 +33,7 @@ from engine.commands import (
     Sit,
 )
 from engine.config import load_config
-from engine.script import START_MS, STEP_MS, run_script
+from engine.tools.script import START_MS, STEP_MS, run_script
 from workers.clock import FakeClock
 from workers.embedded import EmbeddedTimers
 

@@ -149,10 +149,10 @@ def _play(store_url: str, n: int, timeout_every: int) -> list[str]:
 
     import redis
 
-    from engine.bot import Bot
-    from engine.client import GatewayClient
+    from engine.tools.bot import Bot
+    from engine.service.client import GatewayClient
     from engine.config import load_config
-    from engine.service import MatchService
+    from engine.service.service import MatchService
     from engine.store.redis_store import RedisEventStore
 
     client = redis.Redis.from_url(store_url)
@@ -208,7 +208,7 @@ def _play(store_url: str, n: int, timeout_every: int) -> list[str]:
 def test_serve_and_worker_metrics_match_what_happened(stack):
     import redis
 
-    from engine.events import MatchFinished, TurnTimedOut
+    from engine.match.events import MatchFinished, TurnTimedOut
     from engine.store.redis_store import RedisEventStore
 
     ids = _play(stack["store_url"], n=4, timeout_every=7)

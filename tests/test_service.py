@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from engine.cards import seeded_random
-from engine.commands import CreateMatch, Disconnect, Pass, Play, Ready, Reconnect, Sit
+from engine.service.shuffle import seeded_random
+from engine.match.commands import CreateMatch, Disconnect, Pass, Play, Ready, Reconnect, Sit
 from engine.config import load_config
-from engine.errors import NotInHand, NotYourTurn, WrongPhase
-from engine.replay import replay
-from engine.service import MatchService
+from engine.match.errors import NotInHand, NotYourTurn, WrongPhase
+from engine.match.replay import replay
+from engine.service.service import MatchService
 from engine.store.base import WrongVersion
 from engine.store.memory import InMemoryEventStore
 
@@ -179,7 +179,7 @@ def test_a_failing_hook_does_not_undo_the_commit() -> None:
     assert out.rejection is None and svc.store.version("m") == 1
 
 
-# -- the state cache (engine/state_cache.py) ------------------------------------------------------
+# -- the state cache (engine/service/state_cache.py) ------------------------------------------------------
 class CountingStore(InMemoryEventStore):
     def __init__(self) -> None:
         super().__init__()
@@ -210,7 +210,7 @@ def _play_some(svc: MatchService, n: int, prefix: str = "p") -> None:
 
 
 def test_cached_service_reads_nothing_before_an_accepted_command_and_agrees_with_the_stream() -> None:
-    from engine.state_cache import StateCache
+    from engine.service.state_cache import StateCache
 
     store = CountingStore()
     svc = new_service(store, state_cache=StateCache())
@@ -226,7 +226,7 @@ def test_cached_service_reads_nothing_before_an_accepted_command_and_agrees_with
 
 
 def test_a_stale_cache_is_caught_by_the_append_version_check() -> None:
-    from engine.state_cache import StateCache
+    from engine.service.state_cache import StateCache
 
     store = InMemoryEventStore()
     mine = new_service(store, state_cache=StateCache())
@@ -244,7 +244,7 @@ def test_a_stale_cache_is_caught_by_the_append_version_check() -> None:
 
 
 def test_a_refusal_on_a_stale_cached_state_is_rechecked_against_the_stream() -> None:
-    from engine.state_cache import StateCache
+    from engine.service.state_cache import StateCache
 
     store = InMemoryEventStore()
     mine = new_service(store, state_cache=StateCache())
@@ -264,7 +264,7 @@ def test_a_refusal_on_a_stale_cached_state_is_rechecked_against_the_stream() -> 
 
 
 def test_a_stream_behind_the_cache_is_reloaded_not_trusted() -> None:
-    from engine.state_cache import StateCache
+    from engine.service.state_cache import StateCache
 
     cache = StateCache()
     old = new_service(state_cache=cache)

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.combos import classify
+from engine.rules.classify import classify
 from engine.config import load_config
-from engine.events import (
+from engine.match.events import (
     CardsPlayed,
     MatchCreated,
     MatchFinished,

@@ -1,13 +1,13 @@
-"""engine.state_cache and its use by MatchService: the cache never runs ahead of the
+"""engine.service.state_cache and its use by MatchService: the cache never runs ahead of the
 store, and what happens after a commit never makes the commit look failed."""
 
 from __future__ import annotations
 
-from engine.cards import seeded_random
-from engine.commands import CreateMatch, Sit
+from engine.service.shuffle import seeded_random
+from engine.match.commands import CreateMatch, Sit
 from engine.config import load_config
-from engine.service import MatchService
-from engine.state_cache import StateCache
+from engine.service.service import MatchService
+from engine.service.state_cache import StateCache
 from engine.store.memory import InMemoryEventStore
 
 POINTS = load_config("points")

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.events import CardsPlayed, Passed, PlayerReady, Reading
-from engine.store.base import AppendResult, Deadline, Snapshot, WrongVersion
+from engine.match.events import CardsPlayed, Passed, PlayerReady, Reading
+from engine.match.deadline import Deadline
+from engine.store.base import AppendResult, Snapshot, WrongVersion
 from engine.store.memory import InMemoryEventStore
 from engine.store.redis_store import RedisEventStore
 

@@ -6,8 +6,8 @@ import json
 
 from hypothesis import HealthCheck, given, settings
 
-from engine.events import HandDealt
-from engine.views import redact_event, view_for
+from engine.match.events import HandDealt
+from projections.views import redact_event, view_for
 from tests.strategies import MatchSpec, Step, match_specs, play_match
 
 
@@ -103,7 +103,7 @@ def test_finished_view_has_result() -> None:
 
 
 def test_standing_contribution_is_shown_as_soon_as_a_bomb_is_played() -> None:
-    from engine.script import run_script
+    from engine.tools.script import run_script
 
     script = {"config": "points", "players": [{"id": "a", "points": 100}, {"id": "b", "points": 0}],
               "deal": {"hands": ["3 3 3 3 3 3 4", "5 6"], "first": 0}, "actions": []}

@@ -20,8 +20,8 @@ import pytest
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import AgeLimit, Retries, TimeLimit
 
-from engine.cards import format_ranks, parse_cards
-from engine.commands import (
+from engine.rules.cards import format_ranks, parse_cards
+from engine.match.commands import (
     CancelTrustee,
     CreateMatch,
     Deal,
@@ -34,7 +34,7 @@ from engine.commands import (
     Sit,
 )
 from engine.config import load_config
-from engine.events import (
+from engine.match.events import (
     CardsPlayed,
     MatchFinished,
     Passed,
@@ -43,8 +43,8 @@ from engine.events import (
     TrusteeshipStarted,
     TurnTimedOut,
 )
-from engine.replay import check_stream
-from engine.store.base import Deadline
+from engine.match.replay import check_stream
+from engine.match.deadline import Deadline
 from workers import runtime as rt_mod
 from workers.clock import FakeClock
 from workers.embedded import EmbeddedTimers
@@ -482,8 +482,8 @@ def test_reconnect_gets_a_full_view_and_timer_outcomes_reach_the_players(clock):
     their full view at once; timer outcomes are published the same way."""
     import msgpack
 
-    from engine.commands import encode_command
-    from engine.gateway import CommandGateway
+    from engine.match.commands import encode_command
+    from engine.service.inbox import InboxConsumer
     from engine.store import keys
 
     with EmbeddedTimers("fakeredis", clock=clock, rng=random.Random(1), deal_on_ready=False,
@@ -496,7 +496,7 @@ def test_reconnect_gets_a_full_view_and_timer_outcomes_reach_the_players(clock):
         assert ups[-1]["events"][0]["notice_zh"].startswith("請注意，你已經超時1次了")
         assert _outbox(client, "b")[-1]["version"] == m.state().version
 
-        gw = CommandGateway(client, t.service, "gw-test")
+        gw = InboxConsumer(client, t.service, "gw-test")
         m.ok(Disconnect, player="b")
         before = len(_outbox(client, "b"))
         client.xadd(keys.INBOX, {"c": encode_command(Reconnect(command_id="rc1", match_id="m1", player="b"))})

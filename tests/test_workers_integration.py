@@ -5,7 +5,7 @@ worker process on short timers (turn 1 s, trustee delay 0.1 s).
 * several matches while the worker is killed with SIGKILL mid-match (twice)
   and a new one started each time: every match still finishes, and its
   stored stream shows no turn lost or doubled (seq contiguous, one
-  TurnTimedOut per version at most, :func:`engine.replay.check_stream` clean).
+  TurnTimedOut per version at most, :func:`engine.match.replay.check_stream` clean).
 
 The event store and dramatiq use different Redis databases of the test server
 (dramatiq must have its own Redis; in production its own server).
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands import CreateMatch, Ready, Sit
+from engine.match.commands import CreateMatch, Ready, Sit
 from engine.config import load_config
-from engine.events import MatchFinished, TurnTimedOut
-from engine.replay import check_stream
+from engine.match.events import MatchFinished, TurnTimedOut
+from engine.match.replay import check_stream
 from workers.broker import make_broker
 from workers.clock import SystemClock
 from workers.scheduler import BrokerSender, DeadlineScheduler
@@ -85,7 +85,7 @@ class WorkerProcess:
 
 @pytest.fixture
 def env(urls, tmp_path):
-    from engine.service import MatchService
+    from engine.service.service import MatchService
     from engine.store.redis_store import RedisEventStore
 
     store_url, broker_url = urls

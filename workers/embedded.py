@@ -4,7 +4,7 @@ One process holds everything: an event store (in memory, or fakeredis with
 Lua — the same Lua append as production), dramatiq's ``StubBroker`` and an
 in-process dramatiq ``Worker`` running the real actors of
 :mod:`workers.actors`, the :class:`~workers.scheduler.DeadlineScheduler`
-hooked into the :class:`~engine.service.MatchService` and the deadline
+hooked into the :class:`~engine.service.service.MatchService` and the deadline
 sweeper.  Only the connections differ from production.
 
     with EmbeddedTimers() as timers:             # real clock: timers fire by themselves

@@ -24,9 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from engine.commands import CommandBase, ReadyTimeout, TrusteeAct, TurnTimeout
-from engine.errors import Rejected, StaleCommand
-from engine.store.base import DeadlineKind, EventStore, WrongVersion
+from engine.match.commands import CommandBase, ReadyTimeout, TrusteeAct, TurnTimeout
+from engine.match.errors import Rejected, StaleCommand
+from engine.match.deadline import DeadlineKind
+from engine.store.base import EventStore, WrongVersion
 from workers.clock import SystemClock, read_ms
 
 log = logging.getLogger("workers.timers")
@@ -75,13 +76,13 @@ def make_service(store: EventStore, clock: Any, rng: Any = None,
                  on_commit: Callable[[Any], None] | None = None, *, cache_size: int = 20_000,
                  state_cache: Any = None, **kwargs: Any) -> Any:
     """The ``MatchService`` the timers (and ``serve``) run: ``on_commit`` schedules
-    each new deadline, and a per-process :class:`engine.state_cache.StateCache`
+    each new deadline, and a per-process :class:`engine.service.state_cache.StateCache`
     (``state_cache``, or a new one of ``cache_size`` states; 0 = none) spares the
     fold from the last snapshot on every command — the append's version check
     validates a cached state, so it is never trusted stale.
     """
-    from engine.service import MatchService
-    from engine.state_cache import StateCache
+    from engine.service.service import MatchService
+    from engine.service.state_cache import StateCache
 
     if rng is None:
         rng = random.Random()
@@ -93,7 +94,7 @@ def make_service(store: EventStore, clock: Any, rng: Any = None,
 @dataclass
 class Runtime:
     store: EventStore
-    service: Any  # engine.service.MatchService
+    service: Any  # engine.service.service.MatchService
     clock: Any
     scheduler: Any  # workers.scheduler.DeadlineScheduler
     grace_ms: int = DEFAULT_GRACE_MS
@@ -192,10 +193,10 @@ def gateway_publisher(client: Any) -> Callable[[CommandBase, Any], None] | None:
     the players although no gateway handled a command.  None if the gateway
     module is not available."""
     try:
-        from engine.gateway import CommandGateway
+        from engine.service.inbox import InboxConsumer
     except ImportError:  # pragma: no cover
         return None
-    gw = CommandGateway(client, service=None, consumer="sk-timers")
+    gw = InboxConsumer(client, service=None, consumer="sk-timers")
     return lambda command, outcome: gw.publish(command, outcome)
 
 

@@ -2,7 +2,7 @@
 
 After every committed outcome the new state's deadline (``state.deadline()``:
 ``turn`` at last event + ``turn_seconds``, ``trustee`` at + ``trustee_delay_seconds``,
-``ready`` at + ``ready_seconds`` — computed by :mod:`engine.evolve` from the
+``ready`` at + ``ready_seconds`` — computed by :mod:`engine.match.evolve` from the
 match's own config and event timestamps) is sent as one ``fire_deadline``
 message delayed by ``at_ms - now`` (never negative).
 
@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from engine.store.base import Deadline
+from engine.match.deadline import Deadline
 from workers.clock import read_ms
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from typing import Any
 
 from dramatiq.middleware import Middleware
 
-from engine.store.base import Deadline
+from engine.match.deadline import Deadline
 from workers import runtime as rt_mod
 
 log = logging.getLogger("workers.sweeper")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 
-# engine.combos is imported in run(): build_parser imports every command module.
+# engine.rules.classify is imported in run(): build_parser imports every command module.
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,9 +34,9 @@ def _reading(combo, cards_text: str) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.cards import CardNotationError, format_ranks, parse_cards
+    from engine.rules.cards import CardNotationError, format_ranks, parse_cards
     from engine.cli import CliError
-    from engine.combos import classify, interpretations
+    from engine.rules.classify import classify, interpretations
 
     try:
         cards = parse_cards(" ".join(args.cards))

@@ -43,7 +43,7 @@ class _Game:
     def __init__(self, args: argparse.Namespace, console: Any):
         import random
 
-        from engine.bot import Bot
+        from engine.tools.bot import Bot
         from engine.config import load_config
         from workers.clock import SystemClock
         from workers.embedded import EmbeddedTimers
@@ -78,7 +78,7 @@ class _Game:
         return self.service.load_state(self.match_id)
 
     def start(self) -> Any:
-        from engine.commands import CreateMatch, Ready, Sit
+        from engine.match.commands import CreateMatch, Ready, Sit
 
         mid = self.match_id
         levels = self.config.levels
@@ -95,8 +95,8 @@ class _Game:
 
     # -- display ----------------------------------------------------------------------
     def show_new_events(self) -> None:
-        from engine.cards import format_ranks
-        from engine.events import (
+        from engine.rules.cards import format_ranks
+        from engine.match.events import (
             CardsPlayed, HandDealt, MatchFinished, Passed, PlayerEscaped, TrusteeshipEnded,
             TrusteeshipStarted, TurnTimedOut,
         )
@@ -134,7 +134,7 @@ class _Game:
     def show_table(self, st: Any) -> None:
         from rich.text import Text
 
-        from engine.cards import card_label, rank_of, sort_cards
+        from engine.rules.cards import card_label, rank_of, sort_cards
 
         you = st.seat(st.seat_of(YOU))
         bot = st.seat(st.seat_of(BOT))
@@ -153,7 +153,7 @@ class _Game:
         if bot.trusteed:
             line += " (trusteeship)"
         if st.to_beat is not None:
-            from engine.cards import format_ranks
+            from engine.rules.cards import format_ranks
 
             owner = YOU if st.seats[st.to_beat.seat].player == YOU else BOT
             line += (f".  To beat ({owner}): [bold]{format_ranks(st.to_beat.cards)}[/bold]"
@@ -171,7 +171,7 @@ class _Game:
     # -- the bot ------------------------------------------------------------------------
     def bot_turns(self) -> Any:
         """Let the bot play while it is its turn; returns the state for the person."""
-        from engine.commands import Pass, Play
+        from engine.match.commands import Pass, Play
 
         st = self.state()
         for _ in range(200):
@@ -218,10 +218,10 @@ def _read_line(prompt: str, console: Any) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from engine.bot import hint
-    from engine.cards import CardNotationError, format_ranks, parse_tokens
+    from engine.tools.bot import hint
+    from engine.rules.cards import CardNotationError, format_ranks, parse_tokens
     from engine.cli import CliError
-    from engine.commands import CancelTrustee, Escape, Pass, Play, RequestTrustee
+    from engine.match.commands import CancelTrustee, Escape, Pass, Play, RequestTrustee
     from engine.config import ConfigError
 
     console = Console(highlight=False)

@@ -1,7 +1,7 @@
 """``shuangkou replay MATCH_ID --redis URL | --events FILE [--json] [--all]``.
 
 Rebuild a match from its stored events, print it play by play in card
-notation, check the stream (:func:`engine.replay.check_stream`: seq, match
+notation, check the stream (:func:`engine.match.replay.check_stream`: seq, match
 id, 108-card accounting, the rules of each play) and settle it
 (:func:`projections.settlement.settle`).  Exit 0 when sound, 1 when a problem
 is found, 2 on bad input.  There is no persistent embedded store, so the
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _load_file(path: str) -> dict[str, list[Any]]:
     from engine.cli import CliError
-    from engine.events import EventDecodeError, event_from_dict
+    from engine.match.events import EventDecodeError, event_from_dict
 
     try:
         with open(path, encoding="utf-8") as fh:
@@ -74,8 +74,8 @@ def compare_stored(result: dict[str, Any], stored: Any) -> tuple[list[str], str]
 def report(match_id: str, events: list[Any], ledger: Any = None) -> dict[str, Any]:
     """Problems, final phase and settlement of one match's events (and, given the
     projection's ledger, whether its stored settlement agrees)."""
-    from engine.replay import check_stream, replay
-    from engine.script import narrate, result_of
+    from engine.match.replay import check_stream, replay
+    from engine.tools.script import narrate, result_of
 
     problems = check_stream(events) if events else [f"no events for match {match_id!r}"]
     try:
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         out = [{k: v for k, v in r.items() if k != "lines"} for r in reports]
         print(json.dumps(out if args.all else out[0], ensure_ascii=False))
         return 1 if bad else 0
-    from engine.script import format_result
+    from engine.tools.script import format_result
 
     for r in reports:
         if args.all:

@@ -1,4 +1,4 @@
-"""``shuangkou run-script FILE [--json]``: run a scripted match (engine/script.py).
+"""``shuangkou run-script FILE [--json]``: run a scripted match (engine/tools/script.py).
 
 ``--json`` prints ``{"events": [...], "rejections": [{"index", "reason"}], "result": {...}}``
 (DESIGN.md); without it, a play-by-play in card notation, the rejections and
@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from engine.cli import CliError
-    from engine.script import ScriptError, format_result, load_script, narrate, run_script
+    from engine.tools.script import ScriptError, format_result, load_script, narrate, run_script
 
     try:
         data = load_script(args.file)

@@ -2,7 +2,7 @@
 
 One process runs
 
-* the command gateway loop (:class:`engine.gateway.CommandGateway`): reads the
+* the command gateway loop (:class:`engine.service.inbox.InboxConsumer`): reads the
   inbox with the consumer group ``sk-service``, decides, appends, publishes
   per-player updates; idle pending messages of dead consumers are reclaimed
   (XAUTOCLAIM);
@@ -87,8 +87,8 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     log = logging.getLogger("shuangkou.serve")
 
-    from engine.gateway import CommandGateway
-    from engine.state_cache import StateCache
+    from engine.service.inbox import InboxConsumer
+    from engine.service.state_cache import StateCache
     from engine.store import keys
     from engine.store.redis_store import RedisEventStore
     from projections import metrics
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     clock = SystemClock()
     rng = random.SystemRandom()  # unpredictable deals in production
     # one state cache for the process: the gateway's commands and the in-process timer fires
-    # decide against it (engine.state_cache; the append's version check validates it)
+    # decide against it (engine.service.state_cache; the append's version check validates it)
     cache_kwargs: dict = {"state_cache": StateCache(args.state_cache) if args.state_cache else None,
                           "cache_size": 0}  # no second cache beside the shared one
 
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     if timers is not None:
         timers.runtime.service = isvc  # in-process timer fires are measured too
 
-    gateway = CommandGateway(client, isvc, consumer,
+    gateway = InboxConsumer(client, isvc, consumer,
                              on_dead=lambda _code, _reason: metrics.observe_dead_letter("inbox"))
     stop = threading.Event()
     threads: list[threading.Thread] = []

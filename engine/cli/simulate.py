@@ -2,9 +2,9 @@
 with a progress bar and a summary an operator uses to tune a room config.
 
 Pipeline, as in production: every command goes through a
-:class:`~engine.client.GatewayClient` onto the inbox stream, the
-:class:`~engine.gateway.CommandGateway` reads it (consumer group), the
-:class:`~engine.service.MatchService` decides and appends through the Redis
+:class:`~engine.service.client.GatewayClient` onto the inbox stream, the
+:class:`~engine.service.inbox.InboxConsumer` reads it (consumer group), the
+:class:`~engine.service.service.MatchService` decides and appends through the Redis
 event store (Lua append, bucket feeds, deadlines), timers are dramatiq
 messages handled by the real actors (turn timeouts, trusteeship), and the
 finished matches are settled from their events and booked in the ledger.
@@ -17,7 +17,7 @@ finished matches are settled from their events and booked in the ledger.
   too (then dramatiq workers on ``SK_BROKER_URL`` fire them).
 
 At the end every match is replayed from its stored events
-(:func:`engine.replay.check_stream`) and settled
+(:func:`engine.match.replay.check_stream`) and settled
 (:func:`projections.settlement.settle`); the settlement must agree with the
 match's MatchFinished event and with the ledger.  Any mismatch is listed and
 the exit code is 1.
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis", metavar="URL", help="real Redis for the event store (default: embedded fakeredis)")
     parser.add_argument("--seed", type=int, help="seed for deals and bots (default: unpredictable)")
     parser.add_argument("--bot", default="greedy", choices=("greedy", "trustee", "random"),
-                        help="bot policy (engine.bot; default greedy)")
+                        help="bot policy (engine.tools.bot; default greedy)")
     parser.add_argument("--escape-rate", type=float, default=0.0, metavar="P",
                         help="probability that a match has a player escape at a random moment")
     parser.add_argument("--timeout-rate", type=float, default=0.0, metavar="P",
@@ -277,8 +277,8 @@ class Simulation:
     def _setup(self) -> None:
         import redis as redis_mod
 
-        from engine.gateway import CommandGateway
-        from engine.state_cache import StateCache
+        from engine.service.inbox import InboxConsumer
+        from engine.service.state_cache import StateCache
         from engine.store.redis_store import RedisEventStore
         from projections.metrics import InstrumentedService, InstrumentedStore
         from workers.clock import FakeClock, SystemClock
@@ -299,7 +299,7 @@ class Simulation:
         self.timers = None
         self.capture: _Capture | None = None
         if self.external:
-            from engine.service import MatchService
+            from engine.service.service import MatchService
 
             # the bots read each match after every command: from the cached state plus the
             # new events (one short XRANGE), not snapshot + replay each time
@@ -315,7 +315,7 @@ class Simulation:
             self.timers.runtime.service = self.capture  # timer fires go through it too
             self.reader = self.timers.service
             n_gw = self.service_threads if self.redis_url else 1
-            self.gateways = [CommandGateway(self.client, self.capture, f"sim-{self.run_id}-{i}")
+            self.gateways = [InboxConsumer(self.client, self.capture, f"sim-{self.run_id}-{i}")
                              for i in range(n_gw)]
             if self.redis_url:
                 for gw in self.gateways:
@@ -333,7 +333,7 @@ class Simulation:
 
     # -- talking to the pipeline -------------------------------------------------------
     def _client(self) -> Any:
-        from engine.client import GatewayClient
+        from engine.service.client import GatewayClient
 
         local = getattr(self, "_local", None)
         if local is None:
@@ -399,8 +399,8 @@ class Simulation:
 
     # -- one match -------------------------------------------------------------------------
     def play_match(self, i: int) -> str:
-        from engine.bot import Bot
-        from engine.commands import CreateMatch, Escape, Pass, Play, Ready, Sit
+        from engine.tools.bot import Bot
+        from engine.match.commands import CreateMatch, Escape, Pass, Play, Ready, Sit
 
         mid = f"sim-{self.run_id}-{i:05d}"
         rng = random.Random(self.seed * 1_000_003 + i)
@@ -510,8 +510,8 @@ class Simulation:
 
     # -- checking ---------------------------------------------------------------------------
     def _verify(self, ids: list[str]) -> None:
-        from engine.events import CardsPlayed, MatchFinished, Passed, PlayerEscaped, TrusteeshipStarted, TurnTimedOut
-        from engine.replay import check_stream, replay
+        from engine.match.events import CardsPlayed, MatchFinished, Passed, PlayerEscaped, TrusteeshipStarted, TurnTimedOut
+        from engine.match.replay import check_stream, replay
         from projections.metrics import observe_settlement
         from projections.settlement import settle
 

@@ -3,8 +3,6 @@ a Redis Streams store (key layout: :mod:`engine.store.keys`, docs/PROTOCOL.md)."
 
 from engine.store.base import (
     AppendResult,
-    Deadline,
-    DeadlineKind,
     EventStore,
     FeedEntry,
     Snapshot,
@@ -13,7 +11,7 @@ from engine.store.base import (
 from engine.store.memory import InMemoryEventStore
 
 __all__ = [
-    "AppendResult", "Deadline", "DeadlineKind", "EventStore", "FeedEntry", "InMemoryEventStore",
+    "AppendResult", "EventStore", "FeedEntry", "InMemoryEventStore",
     "RedisEventStore", "Snapshot", "WrongVersion",
 ]
 

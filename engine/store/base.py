@@ -15,12 +15,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
-from engine.events import EventBase
-
-DeadlineKind = Literal["turn", "trustee", "ready"]
-
+from engine.match.deadline import Deadline
+from engine.match.events import EventBase
 
 class WrongVersion(Exception):
     """Optimistic concurrency: the match moved on since it was loaded (reload, decide again)."""
@@ -30,20 +27,6 @@ class WrongVersion(Exception):
         self.match_id = match_id
         self.expected = expected
         self.actual = actual
-
-
-@dataclass(frozen=True, slots=True)
-class Deadline:
-    """When the system must act on a match if no one else does.
-
-    ``version`` is the match version the deadline was set for: a timer or
-    sweeper firing for an older version does nothing (the match moved on).
-    """
-
-    match_id: str
-    version: int
-    at_ms: int
-    kind: DeadlineKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +61,7 @@ class FeedEntry:
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     version: int
-    state: bytes  # codec of the state module (engine.state.encode_state)
+    state: bytes  # codec of the state module (engine.match.state.encode_state)
 
 
 def check_append(match_id: str, expected_version: int, command_id: str,

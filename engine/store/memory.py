@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 
-from engine.events import EventBase
+from engine.match.events import EventBase
 from engine.store import keys
 from engine.store.base import (
     AppendResult,

@@ -19,7 +19,7 @@ from typing import Any
 import msgpack
 import redis
 
-from engine.events import EventBase, decode_event, encode_event
+from engine.match.events import EventBase, decode_event, encode_event
 from engine.store import keys
 from engine.store.base import (
     AppendResult,

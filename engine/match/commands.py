@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal, Union
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from engine.cards import CardNotationError, parse_tokens
-from engine.errors import BadCommand
+from engine.rules.cards import CardNotationError, parse_tokens
+from engine.match.errors import BadCommand
 
 MAX_COMMAND_BYTES = 64 * 1024
 

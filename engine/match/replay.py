@@ -1,4 +1,4 @@
-"""Replaying a match: fold :func:`engine.evolve.apply` over its events, and
+"""Replaying a match: fold :func:`engine.match.evolve.apply` over its events, and
 check a stored stream for consistency.
 
 :func:`check_stream` is what ``shuangkou replay`` and the property tests use
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from engine.cards import NUM_CARDS, format_ranks_lenient
-from engine.combo import Combo, beats
-from engine.events import CardsPlayed, EventBase, HandDealt, MatchCreated, MatchFinished, Passed
-from engine.evolve import apply
-from engine.state import MatchState
+from engine.rules.cards import NUM_CARDS, format_ranks_lenient
+from engine.rules.combo import Combo, beats
+from engine.match.events import CardsPlayed, EventBase, HandDealt, MatchCreated, MatchFinished, Passed
+from engine.match.evolve import apply
+from engine.match.state import MatchState
 
 
 def replay(events: Iterable[EventBase], snapshot_state: MatchState | None = None,
@@ -92,7 +92,7 @@ def _card_problems(state: MatchState) -> list[str]:
 
 def _readings(cards: Sequence[int], state: MatchState) -> list[Combo]:
     """The readings of recorded cards (none when an id is no card)."""
-    from engine.combos import interpretations  # light import path for the CLI
+    from engine.rules.classify import interpretations  # light import path for the CLI
 
     try:
         return interpretations(list(cards), heavenly=state.heavenly)

@@ -1,4 +1,4 @@
-"""The inbox consumer (engine/gateway.py) and the gateway client (engine/client.py),
+"""The inbox consumer (engine/service/inbox.py) and the gateway client (engine/service/client.py),
 on fakeredis and on a real redis-server, with the real MatchService (and fakes where a
 failure must be provoked)."""
 
@@ -11,12 +11,12 @@ import time
 import msgpack
 import pytest
 
-from engine.cards import seeded_random
-from engine.client import GatewayClient, OutMessage
-from engine.commands import MAX_COMMAND_BYTES, Pass, Play, encode_command
+from engine.service.shuffle import seeded_random
+from engine.service.client import GatewayClient, OutMessage
+from engine.match.commands import MAX_COMMAND_BYTES, Pass, Play, encode_command
 from engine.config import load_config
-from engine.gateway import INTERNAL_ERROR, CommandGateway
-from engine.service import MatchService
+from engine.service.inbox import INTERNAL_ERROR, InboxConsumer
+from engine.service.service import MatchService
 from engine.store import keys
 from engine.store.base import WrongVersion
 from engine.store.redis_store import RedisEventStore
@@ -36,17 +36,17 @@ def make_service(r) -> MatchService:
 @pytest.fixture
 def rig(r):
     service = make_service(r)
-    return r, service, CommandGateway(r, service, "w1"), GatewayClient(r)
+    return r, service, InboxConsumer(r, service, "w1"), GatewayClient(r)
 
 
-def drain(gw: CommandGateway) -> int:
+def drain(gw: InboxConsumer) -> int:
     total = 0
     while (n := gw.run_once(block_ms=None, count=50)):
         total += n
     return total
 
 
-def start_match(client: GatewayClient, gw: CommandGateway, match_id: str = "m1") -> None:
+def start_match(client: GatewayClient, gw: InboxConsumer, match_id: str = "m1") -> None:
     client.create_match(match_id, CONFIG)
     client.sit(match_id, "alice", balance=10_000)
     client.sit(match_id, "bob", balance=10_000)
@@ -111,7 +111,7 @@ def test_rejection_goes_to_the_player_with_code_and_reason(rig):
 
 
 def test_reply_to_stream(r):
-    gw = CommandGateway(r, make_service(r), "w1")
+    gw = InboxConsumer(r, make_service(r), "w1")
     client = GatewayClient(r, reply_to="sk:reply:gw-a")
     ok = client.create_match("m1", CONFIG)
     bad = client.sit("nope", "alice")
@@ -168,7 +168,7 @@ def test_crash_leaves_message_pending_then_reclaim(r):
             service.execute(command)
             raise Crash
 
-    dying = CommandGateway(r, CrashAfterExecute(), "dying")
+    dying = InboxConsumer(r, CrashAfterExecute(), "dying")
     created = client.create_match("m1", CONFIG)
     with pytest.raises(Crash):
         dying.run_once(block_ms=None, count=1)
@@ -176,13 +176,13 @@ def test_crash_leaves_message_pending_then_reclaim(r):
     assert pending["pending"] == 1
     assert service.store.version("m1") == 1  # the event was appended before the crash
 
-    live = CommandGateway(r, service, "live")
+    live = InboxConsumer(r, service, "live")
     assert live.reclaim(min_idle_ms=0) == 1
     assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
     assert service.store.version("m1") == 1  # nothing appended twice
     assert live.stats.duplicates == 1
     # the dying consumer, restarted under its name, has nothing left to do
-    assert CommandGateway(r, service, "dying").run_once(block_ms=None) == 0
+    assert InboxConsumer(r, service, "dying").run_once(block_ms=None) == 0
     assert created.command_id
 
 
@@ -195,14 +195,14 @@ def test_restarted_consumer_finishes_its_own_pending_first(r):
     _group(r)
     r.xreadgroup(keys.SERVICE_GROUP, "w1", {keys.INBOX: ">"}, count=10)
     client.sit("m1", "bob")
-    gw = CommandGateway(r, service, "w1")  # same name: its backlog first, then new messages
+    gw = InboxConsumer(r, service, "w1")  # same name: its backlog first, then new messages
     assert gw.run_once(block_ms=None, count=10) == 2
     assert gw.run_once(block_ms=None, count=10) == 1
     assert service.store.version("m1") == 3
 
 
 def _group(r) -> None:
-    """Create the service group the way CommandGateway does (before any gateway exists)."""
+    """Create the service group the way InboxConsumer does (before any gateway exists)."""
     try:
         r.xgroup_create(keys.INBOX, keys.SERVICE_GROUP, id="0", mkstream=True)
     except Exception as exc:
@@ -215,7 +215,7 @@ def test_too_many_deliveries_go_to_dead_letters(r):
     _group(r)
     client.create_match("m1", CONFIG)
     r.xreadgroup(keys.SERVICE_GROUP, "ghost", {keys.INBOX: ">"}, count=10)
-    gw = CommandGateway(r, service, "w1", max_deliveries=2)
+    gw = InboxConsumer(r, service, "w1", max_deliveries=2)
     for _ in range(2):  # each XAUTOCLAIM is one more delivery: 2, 3
         r.xautoclaim(keys.INBOX, keys.SERVICE_GROUP, "ghost", 0, start_id="0-0")
     assert gw.reclaim(min_idle_ms=0) == 1
@@ -231,7 +231,7 @@ def test_wrong_version_leaves_message_pending(r):
             raise WrongVersion(command.match_id, 1, 2)
 
     client = GatewayClient(r)
-    gw = CommandGateway(r, Busy(), "w1")
+    gw = InboxConsumer(r, Busy(), "w1")
     client.create_match("m1", CONFIG)
     assert gw.run_once(block_ms=None) == 0
     assert gw.stats.retried == 1
@@ -286,7 +286,7 @@ def test_engine_crash_is_dead_lettered_with_internal_error(r):
             raise ZeroDivisionError("oops")
 
     client = GatewayClient(r)
-    gw = CommandGateway(r, Buggy(), "w1")
+    gw = InboxConsumer(r, Buggy(), "w1")
     sent = client.sit("m1", "alice")
     assert gw.run_once(block_ms=None) == 1
     [dead] = dead_letters(r)
@@ -301,7 +301,7 @@ def test_trimmed_pending_message(r):
     sent = client.create_match("m1", CONFIG)
     r.xreadgroup(keys.SERVICE_GROUP, "w1", {keys.INBOX: ">"}, count=10)
     r.xdel(keys.INBOX, sent.stream_id)
-    gw = CommandGateway(r, make_service(r), "w1")
+    gw = InboxConsumer(r, make_service(r), "w1")
     gw.run_once(block_ms=None)
     gw.reclaim(min_idle_ms=0)
     assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
@@ -390,7 +390,7 @@ def test_on_dead_is_called_with_code_and_reason(r):
         seen.append((code, reason))
         raise RuntimeError("a broken metrics hook")
 
-    gw = CommandGateway(r, make_service(r), "w1", on_dead=on_dead)
+    gw = InboxConsumer(r, make_service(r), "w1", on_dead=on_dead)
     r.xadd(keys.INBOX, {"c": b"\xc1 not msgpack"})
     r.xadd(keys.INBOX, {"j": b"{not json"})
     assert gw.run_once(block_ms=None, count=10) == 2
@@ -401,13 +401,13 @@ def test_on_dead_is_called_with_code_and_reason(r):
 
 def test_publish_is_public_for_commands_without_an_inbox_message(r):
     """The timer workers publish the outcome of the commands they run themselves."""
-    from engine.commands import CreateMatch, Sit
+    from engine.match.commands import CreateMatch, Sit
 
     service = make_service(r)
     service.execute(CreateMatch(command_id="c0", match_id="m1", config=CONFIG))
     cmd = Sit(command_id="c1", match_id="m1", player="alice", balance=0)
     outcome = service.execute(cmd)
-    publisher = CommandGateway(r, None, "sk-timers")
+    publisher = InboxConsumer(r, None, "sk-timers")
     publisher.publish(cmd, outcome)
     [msg] = GatewayClient(r).updates("alice")
     assert (msg.kind, msg.command_id, msg.version) == ("update", "c1", 2)

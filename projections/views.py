@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.cards import format_cards, format_ranks, sort_cards
-from engine.events import EventBase, HandDealt, event_to_dict
-from engine.state import MatchState
+from engine.rules.cards import format_cards, format_ranks, sort_cards
+from engine.match.events import EventBase, HandDealt, event_to_dict
+from engine.match.state import MatchState
 
 
 def _standing(state: MatchState) -> dict[str, dict[str, Any]]:

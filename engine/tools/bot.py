@@ -1,10 +1,10 @@
 """Bots that choose plays for simulations and for the terminal opponent.
 
-A bot reads a :class:`engine.state.MatchState` and returns a
-:class:`engine.moves.Play` (cards + reading) or None (pass).  Policies:
+A bot reads a :class:`engine.match.state.MatchState` and returns a
+:class:`engine.rules.moves.Play` (cards + reading) or None (pass).  Policies:
 
 * ``trustee`` -- exactly what trusteeship plays (R-13.3,
-  :func:`engine.moves.trustee_choice`): the lowest single when leading, the
+  :func:`engine.rules.moves.trustee_choice`): the lowest single when leading, the
   weakest play that beats otherwise.  Deterministic.
 * ``random`` -- a uniformly random legal play (any reading), passing with
   some probability when following.  Bomb-happy: a stress test.
@@ -21,9 +21,9 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from engine.combo import BOMB_KINDS
-from engine.moves import Play, legal_plays, pick_cards, smallest_beating, trustee_choice
-from engine.state import MatchState
+from engine.rules.combo import BOMB_KINDS
+from engine.rules.moves import Play, legal_plays, pick_cards, smallest_beating, trustee_choice
+from engine.match.state import MatchState
 
 POLICIES = ("trustee", "greedy", "random")
 

@@ -5,12 +5,12 @@ Protocol (stream names, fields, codes): docs/PROTOCOL.md.  In short:
 * Gateways XADD commands to ``sk:inbox`` (field ``c`` = msgpack command map,
   or ``j`` = the same map as JSON text; optional ``reply_to`` = a stream named
   ``sk:reply:…``).
-* :class:`CommandGateway` reads them with the consumer group ``sk-service``
+* :class:`InboxConsumer` reads them with the consumer group ``sk-service``
   (XREADGROUP), runs :meth:`MatchService.execute`, publishes to each player's
   ``sk:out:<player>`` stream (``update``: the events as that player may see
   them plus the player's view; ``rejected``: code + reason) and only then
   XACKs.  A crash before the XACK leaves the message pending;
-  :meth:`CommandGateway.reclaim` (XAUTOCLAIM) hands it to a live consumer and
+  :meth:`InboxConsumer.reclaim` (XAUTOCLAIM) hands it to a live consumer and
   the command id makes the re-run idempotent (the stored events are
   published again: updates are at-least-once, dedupe on ``version``).
 * A message that cannot be a command (not msgpack/JSON, unknown type, missing
@@ -20,7 +20,7 @@ Protocol (stream names, fields, codes): docs/PROTOCOL.md.  In short:
 
 The inbox is one stream, not hash-tagged per match: on Redis Cluster it lives
 on one node (its throughput is that node's).  Run more inboxes (one
-CommandGateway per inbox) if that ever limits; every other key spreads.
+InboxConsumer per inbox) if that ever limits; every other key spreads.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from typing import Any
 import msgpack
 import redis
 
-from engine.commands import MAX_COMMAND_BYTES, CommandBase, decode_command, parse_command
-from engine.errors import BadCommand, Rejected
+from engine.match.commands import MAX_COMMAND_BYTES, CommandBase, decode_command, parse_command
+from engine.match.errors import BadCommand, Rejected
 from engine.store import keys
 from engine.store.base import WrongVersion
 from engine.store.redis_store import ensure_group, stream_replies
@@ -133,10 +133,10 @@ def _transient_reply(exc: BaseException) -> bool:
     return str(exc).lstrip().upper().startswith(_TRANSIENT_REPLIES)
 
 
-class CommandGateway:
+class InboxConsumer:
     """Consumes ``sk:inbox`` as ``consumer`` of the ``sk-service`` group.
 
-    ``service`` is an :class:`engine.service.MatchService` (anything with
+    ``service`` is an :class:`engine.service.service.MatchService` (anything with
     ``execute(command) -> Outcome``; Outcome has ``events``, ``state``,
     ``rejection``, ``duplicate``).  Consumer names must be stable across
     restarts of one worker (e.g. ``host-1``): a restarted consumer first
@@ -484,7 +484,7 @@ class CommandGateway:
     def _outputs(self, command: CommandBase, outcome: Any, reply_to: str | None = None,
                  msg_id: Any = None) -> list[Write]:
         """The stream entries :meth:`publish` writes for one outcome (no I/O)."""
-        from engine.views import redact_event, view_for
+        from projections.views import redact_event, view_for
 
         out: list[Write] = []
         maxlen = self.outbox_maxlen

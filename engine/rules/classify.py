@@ -3,13 +3,13 @@
 Public API (a stable contract, see DESIGN.md):
 
 * :func:`interpretations` -- every distinct reading of exactly these cards
-  (all cards used, R-4.5), best first (by :func:`engine.combo.strength_key`).
+  (all cards used, R-4.5), best first (by :func:`engine.rules.combo.strength_key`).
 * :func:`interpretations_for_counts` -- the same from a 15-entry rank-count
   vector; ``lru_cache``-d on the vector, returns a tuple.
 * :func:`classify` -- the best reading (R-4.6), or with ``beat=`` the largest
   reading that beats that play; None when there is none.
 * :func:`classify_counts` -- :func:`classify` from a rank-count vector.
-* :func:`beats` -- re-exported from :mod:`engine.combo` (R-5).
+* :func:`beats` -- re-exported from :mod:`engine.rules.combo` (R-5).
 
 The algorithm works on rank-count vectors only: ``n[0..12]`` natural counts
 (3..2), ``j`` jokers.  Joker-only sets follow R-4.2 (never wild); otherwise
@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from itertools import combinations_with_replacement
 
-from engine.cards import (
+from engine.rules.cards import (
     NUM_CARDS,
     NUM_RANKS,
     RANK_LABELS,  # noqa: F401  (used by the doctests)
@@ -47,7 +47,7 @@ from engine.cards import (
     parse_cards,
     rank_of,
 )
-from engine.combo import Combo, HeavenlyPosition, beats, strength_key
+from engine.rules.combo import Combo, HeavenlyPosition, beats, strength_key
 
 __all__ = [
     "Combo",
@@ -174,7 +174,7 @@ def interpretations_for_counts(
 ) -> tuple[Combo, ...]:
     """All distinct readings of the cards with this rank-count vector, best first.
 
-    ``counts`` has 15 entries (3..2, SJ, BJ; see :func:`engine.cards.counts_of`).
+    ``counts`` has 15 entries (3..2, SJ, BJ; see :func:`engine.rules.cards.counts_of`).
     Cached on ``(counts, heavenly)``; pass ``heavenly`` positionally or
     consistently so the cache hits.  Raises ValueError for vectors two decks
     cannot hold.  Order: ``strength_key`` descending; readings of equal

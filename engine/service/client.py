@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from engine.commands import (
+from engine.match.commands import (
     CancelTrustee,
     CommandBase,
     CreateMatch,

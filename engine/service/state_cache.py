@@ -3,7 +3,7 @@ that runs commands (the command gateway's service, the timer workers).
 
 States are immutable values, so the cache simply keeps the newest state seen
 per match (bounded LRU, thread-safe).  A cached state is never *trusted* as the
-truth: :class:`engine.service.MatchService` uses it in two ways only
+truth: :class:`engine.service.service.MatchService` uses it in two ways only
 
 * ``load_state``: the cached state plus the stream *after* its version (one
   XRANGE of the few new events instead of a snapshot read and a replay);

@@ -10,13 +10,13 @@
 
 A play is *distinct* by (the rank multiset played -- counting SJ and BJ
 apart -- and its reading).  Leading, every reading of every multiset is
-returned, exactly the readings :func:`engine.combos.interpretations` gives for
+returned, exactly the readings :func:`engine.rules.classify.interpretations` gives for
 those cards.  Following, one reading per multiset: the largest one that beats
-the previous play, i.e. what :func:`engine.combos.classify` with ``beat=``
+the previous play, i.e. what :func:`engine.rules.classify.classify` with ``beat=``
 chooses (R-4.6).  Jokers may stand in for natural cards the hand holds
 (R-4.3, R-4.4): ``3 4 BJ 6 7`` is offered even when the hand holds ``5 5 5 5``.
 
-Hands are lists of physical card ids (``engine.cards``); the ``*_counts``
+Hands are lists of physical card ids (``engine.rules.cards``); the ``*_counts``
 variants take a 15-entry rank-count vector instead.
 
 >>> hand = parse_cards("3 4 6 7 5 5 5 5 BJ")
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations_with_replacement
 
-from engine.cards import NUM_CARDS, RANK_LABELS, Card, rank_of
-from engine.combo import Combo, HeavenlyPosition, beats, bomb_key, strength_key
+from engine.rules.cards import NUM_CARDS, RANK_LABELS, Card, rank_of
+from engine.rules.combo import Combo, HeavenlyPosition, beats, bomb_key, strength_key
 
 __all__ = [
     "Play",
@@ -203,7 +203,7 @@ def _chain_window(lo: int, hw: tuple[int, ...], s: int, b: int) -> tuple[Combo, 
 
     Every choice of natural cards, every number of jokers, every spread of
     the jokers beyond those needed to bring each bomb to four cards -- one
-    reading per spread, as :func:`engine.combos.interpretations` reads them.
+    reading per spread, as :func:`engine.rules.classify.interpretations` reads them.
     """
     k = len(hw)
     top = lo + k - 1
@@ -308,7 +308,7 @@ def _seq_all(kind: str, per: int, min_len: int, caps: tuple[int, ...], s: int, b
 
 
 def _reading_key(c: Combo, heavenly: HeavenlyPosition) -> tuple:
-    """Order of readings of one multiset, as ``engine.combos`` sorts them (R-4.6)."""
+    """Order of readings of one multiset, as ``engine.rules.classify`` sorts them (R-4.6)."""
     return (strength_key(c, heavenly), c.jokers_as, c.bomb_sizes)
 
 
@@ -513,7 +513,7 @@ def smallest_beating(hand_cards: Sequence[Card], prev: Combo | None,
                      heavenly: HeavenlyPosition = "top") -> Play | None:
     """The weakest play that beats ``prev`` (R-13.3), or None (pass).
 
-    Weakest by :func:`engine.combo.strength_key` (so a bomb only when no
+    Weakest by :func:`engine.rules.combo.strength_key` (so a bomb only when no
     non-bomb beats, then the weakest bomb); ties: fewer jokers, then not
     breaking a group of 4+ natural cards of one rank, then the lowest ids.
     With ``prev`` None this is :func:`trustee_lead`.

@@ -1,7 +1,7 @@
 """``apply(state, event) -> state``: the fold of event sourcing.
 
 One small function per event type, each returning the fields it changes.  Nothing is
-checked here -- :func:`engine.decide.decide` checked it before the event
+checked here -- :func:`engine.match.decide.decide` checked it before the event
 existed -- and applying an event that decide produced never fails.
 
 After every event apply stamps the envelope (``version`` = the event's seq)
@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from engine.combo import Combo
+from engine.rules.combo import Combo
 from engine.config import RoomConfig
-from engine.events import (
+from engine.match.events import (
     CardsPlayed,
     EventBase,
     HandDealt,
@@ -44,8 +44,8 @@ from engine.events import (
     TrusteeshipStarted,
     TurnTimedOut,
 )
-from engine.frozen import evolve as replace
-from engine.state import Finish, LastPlay, MatchState, Seat
+from engine.match.frozen import evolve as replace
+from engine.match.state import Finish, LastPlay, MatchState, Seat
 
 
 Changes = dict[str, Any]

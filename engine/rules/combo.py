@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from engine.cards import RANK_LABELS
+from engine.rules.cards import RANK_LABELS
 
 Kind = Literal[
     "single", "pair", "pair_run", "triple", "triple_run", "straight",
@@ -106,7 +106,7 @@ def bomb_key(c: Combo, heavenly: HeavenlyPosition = "top") -> tuple[int, int, in
 def beats(a: Combo, b: Combo, heavenly: HeavenlyPosition = "top") -> bool:
     """Does play ``a`` beat the previous play ``b``?  (R-5)
 
-    >>> from engine.combos import classify
+    >>> from engine.rules.classify import classify
     >>> beats(classify("4 4 4 4"), classify("2 2 2"))      # R-5.2
     True
     >>> beats(classify("7 7 7 7 8 8 8 8 8 9 9 9 9 9"), classify("4 4 4 4 5 5 5 5 5 6 6 6 6 6"))  # R-5.5

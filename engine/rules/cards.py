@@ -18,10 +18,7 @@ Rank indices follow the single-card order of R-2.1, low to high::
 
 from __future__ import annotations
 
-import random
-import secrets
 from collections.abc import Iterable, Sequence
-from typing import Protocol
 
 Card = int
 
@@ -168,7 +165,7 @@ def parse_cards(text: str | Iterable[str]) -> list[Card]:
     >>> parse_cards("SJ SJ SJ")  # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
     ...
-    engine.cards.CardNotationError: too many SJ: two decks hold only 2
+    engine.rules.cards.CardNotationError: too many SJ: two decks hold only 2
     """
     parsed = parse_tokens(text)
     used: set[Card] = set()
@@ -243,26 +240,6 @@ def counts_of(cards: Iterable[Card]) -> tuple[int, ...]:
 
 def full_deck() -> list[Card]:
     return list(range(NUM_CARDS))
-
-
-class RandomSource(Protocol):
-    def shuffle(self, x: list[Card]) -> None: ...
-
-
-def secure_random() -> RandomSource:
-    """Cryptographically strong shuffler for production deals (R-1.5)."""
-    return secrets.SystemRandom()
-
-
-def seeded_random(seed: int | str) -> RandomSource:
-    """Reproducible shuffler for tests and simulations (R-1.5)."""
-    return random.Random(seed)
-
-
-def shuffled_deck(rng: RandomSource) -> list[Card]:
-    deck = full_deck()
-    rng.shuffle(deck)
-    return deck
 
 
 def deal_from_deck(deck: Sequence[Card]) -> tuple[list[Card], list[Card], list[Card]]:

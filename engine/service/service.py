@@ -2,7 +2,7 @@
 
 :class:`MatchService` is the only place where the pure domain meets the
 world: it reads the clock and the random source (for a deal), builds the
-:class:`engine.decide.Context`, and appends the decided events to the
+:class:`engine.match.decide.Context`, and appends the decided events to the
 :class:`engine.store.base.EventStore` together with the new state's deadline.
 
 * Idempotency: a command id the store has already seen returns the stored
@@ -13,12 +13,12 @@ world: it reads the clock and the random source (for a deal), builds the
   times; after that the :class:`WrongVersion` propagates (the caller -- the
   inbox consumer -- redelivers the command).
 * Snapshots: every ``snapshot_every`` events the new state is saved
-  (:func:`engine.state.encode_state`); loading reads the snapshot and the
+  (:func:`engine.match.state.encode_state`); loading reads the snapshot and the
   tail of the stream after it.
 * A :class:`Rejected` never raises: it comes back in the :class:`Outcome`.
 * ``on_commit(outcome)`` is called after each append of new events (the
   deadline scheduler of ``workers`` hooks in here).
-* State cache (optional, :class:`engine.state_cache.StateCache`): ``execute``
+* State cache (optional, :class:`engine.service.state_cache.StateCache`): ``execute``
   decides against the cached state of the match without reading the store and
   appends with that state's version as the expected version -- the append's
   atomic version check is what validates the cache.  On :class:`WrongVersion`
@@ -34,14 +34,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine.cards import DECK_SIZE, RandomSource, shuffled_deck
-from engine.commands import CommandBase, Deal, Ready
-from engine.decide import DEALT, Context, decide
-from engine.errors import Rejected
-from engine.events import EventBase
-from engine.replay import replay
-from engine.state import MatchState, decode_state, encode_state
-from engine.state_cache import StateCache
+from engine.rules.cards import DECK_SIZE
+from engine.service.shuffle import RandomSource, shuffled_deck
+from engine.match.commands import CommandBase, Deal, Ready
+from engine.match.decide import DEALT, Context, decide
+from engine.match.errors import Rejected
+from engine.match.events import EventBase
+from engine.match.replay import replay
+from engine.match.state import MatchState, decode_state, encode_state
+from engine.service.state_cache import StateCache
 from engine.store.base import EventStore, Snapshot, WrongVersion
 
 _log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 ``decide`` is pure: time and randomness enter only through :class:`Context`
 (``now_ms``; for a deal the shuffled ``deck`` and ``lead_index``) and are
 recorded in the events, so a replay never needs a clock or a generator.
-A refusal raises a typed :class:`engine.errors.Rejected` with a reason a
+A refusal raises a typed :class:`engine.match.errors.Rejected` with a reason a
 person can read (cards in notation); the state is never touched.
 
 Lifecycle (phase ``new`` → ``seating`` → ``playing`` → ``finished``):
@@ -51,7 +51,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.cards import (
+from engine.rules.cards import (
     HAND_SIZE,
     NUM_CARDS,
     CardNotationError,
@@ -59,8 +59,8 @@ from engine.cards import (
     format_ranks,
     resolve_in_hand,
 )
-from engine.combo import Combo, beats
-from engine.commands import (
+from engine.rules.combo import Combo, beats
+from engine.match.commands import (
     CancelTrustee,
     CommandBase,
     CreateMatch,
@@ -79,7 +79,7 @@ from engine.commands import (
     TurnTimeout,
 )
 from engine.config import ConfigError, RoomConfig
-from engine.errors import (
+from engine.match.errors import (
     BadCommand,
     CannotPass,
     DoesNotBeat,
@@ -96,7 +96,7 @@ from engine.errors import (
     UnknownMatch,
     WrongPhase,
 )
-from engine.events import (
+from engine.match.events import (
     CardsPlayed,
     EventBase,
     HandDealt,
@@ -114,8 +114,8 @@ from engine.events import (
     TrusteeshipStarted,
     TurnTimedOut,
 )
-from engine.evolve import apply
-from engine.state import MatchState
+from engine.match.evolve import apply
+from engine.match.state import MatchState
 
 DEALT = 2 * HAND_SIZE  # R-1.4: the lead card is one of the 54 dealt cards
 
@@ -245,7 +245,7 @@ def _own_turn(state: MatchState, i: int) -> None:
 
 def _reading_for(state: MatchState, i: int, cards: tuple[int, ...],
                  kind: str | None, rank: str | None) -> Combo:
-    from engine.combos import classify, interpretations
+    from engine.rules.classify import classify, interpretations
 
     hand = set(state.seat(i).hand)
     bad = [c for c in cards if not 0 <= c < NUM_CARDS]
@@ -299,7 +299,7 @@ def _why_not(a: Combo, b: Combo) -> str:
 
 def _after_play(b: _Builder, i: int) -> None:
     """R-6.3 finish, else R-6.4 auto-pass of the next player when they cannot beat."""
-    from engine.moves import can_beat
+    from engine.rules.moves import can_beat
 
     s = b.state
     seat = s.seat(i)
@@ -324,7 +324,7 @@ def _play(b: _Builder, i: int, cards: tuple[int, ...], combo: Combo, by: str) ->
 
 def _system_move(b: _Builder, i: int, by: str) -> None:
     """The trustee's choice for seat ``i`` (R-13.3): a play, or a pass when following."""
-    from engine.moves import trustee_choice
+    from engine.rules.moves import trustee_choice
 
     s = b.state
     hand = list(s.seat(i).hand)

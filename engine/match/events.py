@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, Union
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from engine.combo import Combo
+from engine.rules.combo import Combo
 
 SCHEMA_VERSION = 1
 
@@ -39,7 +39,7 @@ class EventBase(BaseModel):
 
 
 class Reading(BaseModel):
-    """A :class:`engine.combo.Combo` as event data (the reading chosen for a play)."""
+    """A :class:`engine.rules.combo.Combo` as event data (the reading chosen for a play)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

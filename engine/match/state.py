@@ -1,7 +1,7 @@
 """The state of one match, as folded from its events (DESIGN.md "Event sourcing").
 
-:class:`MatchState` is a frozen value: :func:`engine.evolve.apply` returns a
-new one for every event and never checks anything; :func:`engine.decide.decide`
+:class:`MatchState` is a frozen value: :func:`engine.match.evolve.apply` returns a
+new one for every event and never checks anything; :func:`engine.match.decide.decide`
 reads it to judge a command.  It holds everything the rules need (R-6 turns,
 R-7 cards left, R-8/R-9/R-10 bombs played, R-13 timeouts and trusteeship) and
 the *current deadline* (the turn, trustee or ready clock), computed by apply
@@ -23,10 +23,10 @@ from typing import Any, Literal
 
 import msgpack
 
-from engine.combo import Combo
+from engine.rules.combo import Combo
 from engine.config import RoomConfig
-from engine.frozen import evolve
-from engine.store.base import Deadline, DeadlineKind
+from engine.match.frozen import evolve
+from engine.match.deadline import Deadline, DeadlineKind
 
 Phase = Literal["new", "seating", "playing", "finished"]
 STATE_CODEC_VERSION = 1

@@ -8,7 +8,7 @@
                  {"player": "b", "reconnect": true}, {"player": "b", "escape": true},
                  {"player": "a", "trustee": true}, {"player": "a", "trustee": false}]}
 
-A script runs through :class:`engine.service.MatchService` on an
+A script runs through :class:`engine.service.service.MatchService` on an
 :class:`engine.store.memory.InMemoryEventStore` with a fake clock, so it is
 deterministic and takes exactly the code paths of a live match:
 
@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.cards import CardNotationError, format_ranks_lenient, parse_cards, parse_tokens
-from engine.commands import (
+from engine.rules.cards import CardNotationError, format_ranks_lenient, parse_cards, parse_tokens
+from engine.match.commands import (
     CancelTrustee,
     CommandBase,
     CreateMatch,
@@ -62,7 +62,7 @@ from engine.commands import (
     TurnTimeout,
 )
 from engine.config import ConfigError, RoomConfig, load_config, parse_config
-from engine.events import (
+from engine.match.events import (
     CardsPlayed,
     EventBase,
     HandDealt,
@@ -79,7 +79,7 @@ from engine.events import (
     TrusteeshipStarted,
     TurnTimedOut,
 )
-from engine.state import MatchState
+from engine.match.state import MatchState
 
 START_MS = 1_700_000_000_000
 STEP_MS = 1_000
@@ -264,8 +264,8 @@ def check_script(data: dict[str, Any]) -> None:
 
 class _Runner:
     def __init__(self, cfg: RoomConfig, match_id: str, seed: Any, fixed: bool):
-        from engine.cards import seeded_random
-        from engine.service import MatchService
+        from engine.service.shuffle import seeded_random
+        from engine.service.service import MatchService
         from engine.store.memory import InMemoryEventStore
 
         self.clock = FakeClock()
