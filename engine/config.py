@@ -101,6 +101,9 @@ class RoomConfig(_Strict):
     timeouts_before_trustee: int = Field(3, ge=1)
     reclaim_after_reconnect: bool = False
     cap_loss_at_balance: bool = False
+    #: fixed-hand Deal commands allowed on the operator channel (test rooms only; off in
+    #: the shipped configs; run-script and the tests deal through the engine's own path)
+    test_deals: bool = False
 
     @field_validator("contribution", "doubling")
     @classmethod

@@ -22,14 +22,26 @@ Redis keys (prefix from :mod:`engine.store.keys`):
 ``sk:{ledger}:bal:<mode>``          hash    player → balance (``points`` / ``wealth``)
 ``sk:{ledger}:burned``              hash    mode → total burned
 ``sk:{ledger}:grants``              hash    grant reference → ``<mode>|<player>|<amount>``
+``sk:{ledger}:refs``                hash    operator entry reference (command id) → entry JSON
+``sk:{ledger}:journal:<player>``    hash    ``credit:<ref>`` / ``match:<id>`` → entry JSON
 ==================================  ======  ===============================================
+
+Operator entries (:meth:`Ledger.record_entry`): coins and points enter or leave a
+balance only through settlements and audited ``credit``/``debit`` entries, each with
+an amount, a reason, the operator's id and a reference (the command id, so a retry
+changes nothing).  A debit never takes a balance below 0.  Every entry, and every
+settlement a player took part in, is in the player's journal (:meth:`Ledger.entries`,
+``shuangkou ledger show``), which disputes read next to the match settlements.
 """
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from engine.config import Level, RoomConfig
@@ -43,6 +55,43 @@ TAG = "{ledger}"
 SETTLED_KEY = f"{PREFIX}:{TAG}:settled"
 BURNED_KEY = f"{PREFIX}:{TAG}:burned"
 GRANTS_KEY = f"{PREFIX}:{TAG}:grants"
+REFS_KEY = f"{PREFIX}:{TAG}:refs"
+MAX_BALANCE = 10**15  # an operator entry never takes a balance above this (exact in Lua's doubles)
+
+
+def journal_key(player: str) -> str:
+    return f"{PREFIX}:{TAG}:journal:{player}"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One line of a player's journal: an operator ``credit``/``debit`` or a ``settlement``.
+
+    ``amount`` is the signed change of the balance (a debit is negative)."""
+
+    kind: Literal["credit", "debit", "settlement"]
+    player: str
+    mode: str
+    amount: int
+    ref: str  # the command id of an operator entry, the match id of a settlement
+    at_ms: int = 0
+    reason: str = ""
+    operator: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> LedgerEntry:
+        return cls(**json.loads(text))
+
+    @property
+    def journal_field(self) -> str:
+        return f"match:{self.ref}" if self.kind == "settlement" else f"{self.kind}:{self.ref}"
+
+
+#: what :meth:`Ledger.record_entry` reports
+ENTRY_APPLIED, ENTRY_DUPLICATE, ENTRY_INSUFFICIENT, ENTRY_OVERFLOW = "applied", "duplicate", "insufficient", "overflow"
 
 
 def balance_key(mode: str) -> str:
@@ -83,6 +132,21 @@ class Ledger(ABC):
     def settled_matches(self) -> Iterator[str]:
         """Ids of every applied match."""
 
+    @abstractmethod
+    def record_entry(self, entry: LedgerEntry) -> str:
+        """Apply an operator credit/debit once per ``entry.ref``, atomically: ``applied``,
+        ``duplicate`` (the ref was used; nothing changes), ``insufficient`` (a debit larger
+        than the balance) or ``overflow`` (the balance would pass :data:`MAX_BALANCE`)."""
+
+    @abstractmethod
+    def entries(self, player: str) -> list[LedgerEntry]:
+        """The player's journal: operator entries and settlements, oldest first."""
+
+    def _settlement_entries(self, match_id: str, settlement: Settlement, mode: str) -> list[LedgerEntry]:
+        at = int(time.time() * 1000)  # when it was booked (the match's own times are in its events)
+        return [LedgerEntry("settlement", p, mode, int(d), match_id, at, reason="match settlement")
+                for p, d in settlement.scores.items()]
+
     def is_settled(self, match_id: str) -> bool:
         return self.settlement(match_id) is not None
 
@@ -108,6 +172,8 @@ class InMemoryLedger(Ledger):
         self._settled: dict[str, str] = {}
         self._burned: dict[str, int] = {m: 0 for m in MODES}
         self._grants: dict[str, tuple[str, str, int]] = {}
+        self._refs: dict[str, LedgerEntry] = {}
+        self._journal: dict[str, dict[str, LedgerEntry]] = {}
 
     def balance(self, player: str, mode: Mode) -> int:
         _check_mode(mode)
@@ -126,6 +192,8 @@ class InMemoryLedger(Ledger):
                 bal[player] = bal.get(player, 0) + delta
             self._burned[mode] += settlement.burned
             self._settled[match_id] = text
+            for e in self._settlement_entries(match_id, settlement, mode):
+                self._journal.setdefault(e.player, {})[e.journal_field] = e
             return True
 
     def settlement(self, match_id: str) -> Settlement | None:
@@ -151,6 +219,26 @@ class InMemoryLedger(Ledger):
     def settled_matches(self) -> Iterator[str]:
         with self._lock:
             return iter(list(self._settled))
+
+    def record_entry(self, entry: LedgerEntry) -> str:
+        _check_mode(entry.mode)
+        with self._lock:
+            if entry.ref in self._refs:
+                return ENTRY_DUPLICATE
+            bal = self._balances[entry.mode]
+            new = bal.get(entry.player, 0) + entry.amount
+            if entry.amount < 0 and new < 0:
+                return ENTRY_INSUFFICIENT
+            if new > MAX_BALANCE:
+                return ENTRY_OVERFLOW
+            bal[entry.player] = new
+            self._refs[entry.ref] = entry
+            self._journal.setdefault(entry.player, {})[entry.journal_field] = entry
+            return ENTRY_APPLIED
+
+    def entries(self, player: str) -> list[LedgerEntry]:
+        with self._lock:
+            return sorted(self._journal.get(player, {}).values(), key=lambda e: (e.at_ms, e.kind, e.ref))
 
 
 _APPLY_LUA = """
@@ -180,6 +268,28 @@ return 1
 """
 
 
+_ENTRY_LUA = """
+-- KEYS[1] refs hash, KEYS[2] balances hash of the mode, KEYS[3] the player's journal
+-- ARGV[1] ref, ARGV[2] player, ARGV[3] signed amount, ARGV[4] entry JSON, ARGV[5] journal field,
+-- ARGV[6] max balance.  Everything is checked before anything is written.
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  return 'duplicate'
+end
+local amount = tonumber(ARGV[3])
+local new = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0') + amount
+if amount < 0 and new < 0 then
+  return 'insufficient'
+end
+if new > tonumber(ARGV[6]) then
+  return 'overflow'
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
+redis.call('HINCRBY', KEYS[2], ARGV[2], ARGV[3])
+redis.call('HSET', KEYS[3], ARGV[5], ARGV[4])
+return 'applied'
+"""
+
+
 def _s(v: bytes | str) -> str:
     return v.decode("utf-8") if isinstance(v, bytes) else v
 
@@ -191,6 +301,7 @@ class RedisLedger(Ledger):
         self.client = client
         self._apply = client.register_script(_APPLY_LUA)
         self._grant = client.register_script(_GRANT_LUA)
+        self._entry = client.register_script(_ENTRY_LUA)
 
     def balance(self, player: str, mode: Mode) -> int:
         _check_mode(mode)
@@ -204,7 +315,15 @@ class RedisLedger(Ledger):
         for player, delta in settlement.scores.items():
             args += [player, int(delta)]
         done = self._apply(keys=[SETTLED_KEY, balance_key(mode), BURNED_KEY], args=args)
+        self._journal_settlement(match_id, settlement, mode)
         return int(done) == 1
+
+    def _journal_settlement(self, match_id: str, settlement: Settlement, mode: str) -> None:
+        """The settlement in each player's journal (idempotent: rewritten on a redelivery)."""
+        pipe = self.client.pipeline(transaction=False)
+        for e in self._settlement_entries(match_id, settlement, mode):
+            pipe.hset(journal_key(e.player), e.journal_field, e.to_json())
+        pipe.execute()
 
     def settlement(self, match_id: str) -> Settlement | None:
         raw = self.client.hget(SETTLED_KEY, match_id)
@@ -224,3 +343,14 @@ class RedisLedger(Ledger):
     def settled_matches(self) -> Iterator[str]:
         for k in self.client.hkeys(SETTLED_KEY):
             yield _s(k)
+
+    def record_entry(self, entry: LedgerEntry) -> str:
+        _check_mode(entry.mode)
+        out = self._entry(keys=[REFS_KEY, balance_key(entry.mode), journal_key(entry.player)],
+                          args=[entry.ref, entry.player, int(entry.amount), entry.to_json(),
+                                entry.journal_field, MAX_BALANCE])
+        return _s(out)
+
+    def entries(self, player: str) -> list[LedgerEntry]:
+        raw = self.client.hvals(journal_key(player))
+        return sorted((LedgerEntry.from_json(v) for v in raw), key=lambda e: (e.at_ms, e.kind, e.ref))

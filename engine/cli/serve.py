@@ -90,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
     log = logging.getLogger("shuangkou.serve")
 
     from engine.service.channels import OPS, PLAYER, ChannelService
+    from engine.service.operator import OperatorDesk
+    from engine.service.rooms import RedisRooms, register_shipped
+    from projections.ledger import RedisLedger
     from engine.service.inbox import InboxConsumer
     from engine.service.state_cache import StateCache
     from engine.store import keys
@@ -136,9 +139,16 @@ def run(args: argparse.Namespace) -> int:
 
     # two channels (engine/service/channels.py): players on sk:inbox, lobby/operators on sk:ops;
     # each consumer refuses the command types its channel does not carry
+    # balances come from the engine's own ledger, rooms from the registry (sk:rooms)
+    ledger = RedisLedger(client)
+    rooms = RedisRooms(client)
+    register_shipped(rooms)  # the shipped configs as "points" and "wealth", where absent
+    service.balances = ledger
+    service.rooms = rooms
+    desk = OperatorDesk(ledger, rooms, service=isvc, clock=clock)
     gateway = InboxConsumer(client, ChannelService(isvc, PLAYER), consumer, inbox=PLAYER.stream,
                             on_dead=lambda _code, _reason: metrics.observe_dead_letter("inbox"))
-    ops_consumer = InboxConsumer(client, ChannelService(isvc, OPS), consumer, inbox=OPS.stream,
+    ops_consumer = InboxConsumer(client, ChannelService(isvc, OPS, desk), consumer, inbox=OPS.stream,
                                  on_dead=lambda _code, _reason: metrics.observe_dead_letter("ops"))
     stop = threading.Event()
     threads: list[threading.Thread] = [
@@ -149,7 +159,6 @@ def run(args: argparse.Namespace) -> int:
 
     runner = None
     if not args.no_projections:
-        from projections.ledger import RedisLedger
         from projections.runner import ProjectionRunner, RedisFeed
 
         def settled(s, applied: bool) -> None:
@@ -157,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
             if applied:
                 metrics.observe_settlement(s.scores, s.mode)
 
-        runner = ProjectionRunner(raw_store, RedisLedger(client), RedisFeed(client, consumer=consumer),
+        runner = ProjectionRunner(raw_store, ledger, RedisFeed(client, consumer=consumer),
                                   on_settled=settled,
                                   on_error=lambda _match, _reason: metrics.observe_dead_letter("feed"))
         t = threading.Thread(target=runner.run_forever, args=(stop,), name="projections", daemon=True)
@@ -190,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
 
     for t in threads:
         t.start()
+    log.info("rooms registered: %s", ", ".join(rooms.names()) or "(none)")
     log.info("serving: consumer %s, channels %s + %s (group %s), timers %s, projections %s", consumer,
              gateway.inbox, ops_consumer.inbox, gateway.group, "dramatiq " + broker_url.split("@")[-1] if broker_url else "in-process",
              "on" if runner is not None else "off")
