@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("engine.cli.config_cmd", "check an operator config file"),
     "export": ("engine.cli.export", "write one stored match as a JSON Lines file (for replay --events and the viewer)"),
     "matches": ("engine.cli.matches", "find stored matches by player, start time or room (disputes)"),
+    "ledger": ("engine.cli.ledger_cmd", "audited credits and debits, a player's balances and entries"),
+    "room": ("engine.cli.room_cmd", "register room configs, list and show them"),
 }
 
 
