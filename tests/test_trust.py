@@ -12,7 +12,7 @@ import pytest
 
 import engine.service.operator as operator_mod
 import engine.service.rooms as rooms_mod
-from engine.config import load_config
+from engine.config import CONFIG_DIR, load_config
 from engine.match.commands import AddRoom, CreateMatch, Credit, Deal, Debit, Play, Ready, Sit, parse_command
 from engine.match.errors import BadCommand
 from engine.rules.cards import format_ranks, parse_cards
@@ -252,3 +252,64 @@ def test_opponent_sees_the_level_not_the_balance(eng):
 def test_operator_and_rooms_doctests():
     assert doctest.testmod(operator_mod).failed == 0
     assert doctest.testmod(rooms_mod).failed == 0
+
+
+# -- the command line: shuangkou ledger / room ----------------------------------------------
+
+@pytest.mark.redis
+def test_ledger_and_room_cli(real_redis, redis_server, tmp_path, capsys):
+    import threading
+
+    from engine.cli import main
+
+    url = redis_server.url  # real_redis's database
+    eng = Engine(real_redis)
+    stop = threading.Event()
+    threads = [threading.Thread(target=c.run, args=(stop,), kwargs={"block_ms": 50}, daemon=True)
+               for c in (eng.player, eng.ops)]
+    for t in threads:
+        t.start()
+    try:
+        assert main(["ledger", "credit", "zoe", "750", "--reason", "welcome bonus", "--operator", "op-9",
+                     "--redis", url]) == 0
+        assert main(["ledger", "debit", "zoe", "1000", "--reason", "too much", "--redis", url]) == 1
+        assert "insufficient_balance" in capsys.readouterr().err
+        assert main(["ledger", "debit", "zoe", "50", "--reason", "fee", "--operator", "op-9", "--redis", url]) == 0
+        capsys.readouterr()
+        assert main(["ledger", "show", "zoe", "--json", "--redis", url]) == 0
+        shown = json.loads(capsys.readouterr().out)
+        assert shown["balance"] == 700 and shown["balances"] == {"points": 0, "wealth": 700}
+        assert [(e["kind"], e["amount"], e["reason"], e["operator"]) for e in shown["entries"]] == [
+            ("credit", 750, "welcome bonus", "op-9"), ("debit", -50, "fee", "op-9")]
+        assert main(["ledger", "credit", "zoe", "-5", "--reason", "x", "--redis", url]) == 2
+
+        room = tmp_path / "slow.toml"
+        room.write_text((CONFIG_DIR / "points.toml").read_text().replace("turn_seconds = 15", "turn_seconds = 40"))
+        assert main(["room", "add", str(room), "--name", "slow", "--redis", url]) == 0
+        assert main(["room", "add", str(room), "--name", "slow", "--redis", url]) == 1  # taken
+        capsys.readouterr()
+        assert main(["room", "list", "--json", "--redis", url]) == 0
+        assert json.loads(capsys.readouterr().out) == [{"name": "points", "mode": "points"},
+                                                        {"name": "slow", "mode": "points"},
+                                                        {"name": "wealth", "mode": "wealth"}]
+        assert main(["room", "show", "slow", "--redis", url]) == 0
+        shown_room = json.loads(capsys.readouterr().out)
+        assert shown_room["name"] == "slow" and shown_room["turn_seconds"] == 40
+        bad = tmp_path / "bad.toml"
+        bad.write_text(room.read_text().replace("turn_seconds = 40", "turn_seconds = -1"))
+        assert main(["room", "add", str(bad), "--redis", url]) == 2
+        assert main(["room", "show", "nope", "--redis", url]) == 2
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=5)
+
+
+def test_metrics_label_only_known_rooms():
+    from projections import metrics
+
+    metrics.register_room_labels(["slow-room"])
+    assert metrics.room_label("points") == "points" and metrics.room_label("slow-room") == "slow-room"
+    assert {metrics.room_label(f"junk-{i}") for i in range(1000)} == {"other"}
+    metrics.register_room_labels(f"flood-{i}" for i in range(10 * metrics.MAX_ROOM_LABELS))
+    assert len(metrics._room_labels) <= metrics.MAX_ROOM_LABELS

@@ -145,7 +145,9 @@ def run(args: argparse.Namespace) -> int:
     register_shipped(rooms)  # the shipped configs as "points" and "wealth", where absent
     service.balances = ledger
     service.rooms = rooms
-    desk = OperatorDesk(ledger, rooms, service=isvc, clock=clock)
+    # metrics are labelled by room: the registered rooms (a bounded set), anything else "other"
+    metrics.register_room_labels(rooms.names())
+    desk = OperatorDesk(ledger, rooms, service=isvc, clock=clock, on_room_added=metrics.register_room_labels)
     player_consumer = InboxConsumer(client, ChannelService(isvc, PLAYER), consumer, stream=PLAYER.stream,
                                     on_dead=lambda _code, _reason: metrics.observe_dead_letter("inbox"))
     ops_consumer = InboxConsumer(client, ChannelService(isvc, OPS, desk), consumer, stream=OPS.stream,

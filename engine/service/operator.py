@@ -41,8 +41,11 @@ class OperatorDesk:
     service (to read a match's room for a Deal); ``clock``: ms for the entries' ``at_ms``."""
 
     def __init__(self, ledger: Ledger | None, rooms: RoomRegistry | None = None, service: Any = None,
-                 clock: Callable[[], int] | None = None):
+                 clock: Callable[[], int] | None = None,
+                 on_room_added: Callable[[list[str]], None] | None = None):
         self.ledger = ledger
+        #: called with [name] after a room is registered (serve: allow it as a metrics label)
+        self.on_room_added = on_room_added
         self.rooms = rooms
         self.service = service
         self.clock = clock or (lambda: 0)
@@ -87,6 +90,8 @@ class OperatorDesk:
         if not added:
             return self._outcome(c, NotAllowed(f"a room named {c.name!r} is already registered "
                                                "(send replace: true to replace it)"))
+        if self.on_room_added is not None:
+            self.on_room_added([c.name])
         return self._outcome(c)
 
     def _fixed_deal(self, c: Deal) -> Outcome | None:
