@@ -468,9 +468,19 @@ def test_cli_best_reading(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_cli_beat(capsys: pytest.CaptureFixture[str]) -> None:
     code, data, _ = _cli(capsys, "5 6 7 8 BJ", "--beat", "4 5 6 7 8")
-    assert code == 0 and (data["kind"], data["rank"]) == ("straight", "9")
+    assert code == 0 and (data["kind"], data["rank"], data["beats"]) == ("straight", "9", True)
+    # a valid combination that does not beat (R-5.1, R-5.6 strict): its reading and "beats": false
     code, data, _ = _cli(capsys, "5", "6", "7", "8", "BJ", "--beat", "5 6 7 8 9")
-    assert code == 1 and data["kind"] is None
+    assert code == 1 and data["beats"] is False and (data["kind"], data["rank"]) == ("straight", "9")
+    assert (data["beat"]["kind"], data["beat"]["rank"]) == ("straight", "9")
+    code, data, _ = _cli(capsys, "5 5", "--beat", "6 6")
+    assert code == 1 and data["beats"] is False and data["describe"] == "pair of 5"
+    # not a combination at all: "kind": null, and still "beats": false
+    code, data, _ = _cli(capsys, "3 3 4 4 BJ", "--beat", "6 6")
+    assert code == 1 and data["kind"] is None and data["beats"] is False
+    # without --beat there is no "beats" key
+    code, data, _ = _cli(capsys, "5 5")
+    assert code == 0 and "beats" not in data
 
 
 def test_cli_all(capsys: pytest.CaptureFixture[str]) -> None:
@@ -487,7 +497,7 @@ def test_cli_chain_and_heavenly(capsys: pytest.CaptureFixture[str]) -> None:
     assert (data["kind"], data["xiang"], data["chain"], data["regular"]) == ("chain_bomb", 7, 3, False)
     assert data["bomb_sizes"] == [4, 5, 5]
     code, data, _ = _cli(capsys, "SJ SJ BJ BJ", "--beat", "3 3 3 3 3 3 3", "--heavenly", "bottom")
-    assert code == 1 and data["kind"] is None
+    assert code == 1 and data["beats"] is False and data["kind"] == "four_jokers"  # bottom
 
 
 def test_cli_not_a_combination(capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "play": ("engine.cli.play", "play a match against the bot in the terminal"),
     "serve": ("engine.cli.serve", "run the command service and projections on real Redis"),
     "config": ("engine.cli.config_cmd", "check an operator config file"),
+    "export": ("engine.cli.export", "write one stored match as a JSON Lines file (for replay --events and the viewer)"),
+    "matches": ("engine.cli.matches", "find stored matches by player, start time or room (disputes)"),
 }
 
 
@@ -30,7 +32,11 @@ class CliError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from engine import __version__
+
     parser = argparse.ArgumentParser(prog="shuangkou", description="火拼雙扣 match engine")
+    parser.add_argument("--version", action="version", version=f"shuangkou {__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
