@@ -365,7 +365,6 @@ class PlaySession:
         elif self.echo:
             self.say(f"> {line}", highlight=False, markup=False)
         self.prompt_open = False
-        self.rendered = None  # draw the table and the prompt again after this line
         word = line.lower()
         st = self.state()
         if self.confirming_escape:
@@ -374,6 +373,7 @@ class PlaySession:
                 self._escape()
             else:
                 self.say("You stay in the match.")
+            self.rendered = None  # show the table again
             return
         if not word:
             return
@@ -607,15 +607,17 @@ class PlaySession:
     def _render(self, st: Any) -> None:
         if self.done or st.phase != "playing":
             return
-        key = (st.version, self._your_turn(st))
-        if self.rendered == key and (self.prompt_open or not self._your_turn(st)):
-            return
-        self.rendered = key
         if self.confirming_escape:
             if not self.prompt_open:
                 self.console.print("escape? ", end="")
                 self.prompt_open = True
             return
+        key = (st.version, self._your_turn(st))
+        if self.rendered == key:  # nothing new on the table: at most the prompt again
+            if self._your_turn(st) and not self.prompt_open:
+                self._prompt(st)
+            return
+        self.rendered = key
         self._table(st)
         me = st.seat(st.seat_of(YOU))
         if me.trusteed:
@@ -626,6 +628,9 @@ class PlaySession:
         if not self._your_turn(st):
             self.say("[dim]The bot is to play…[/dim]")
             return
+        self._prompt(st)
+
+    def _prompt(self, st: Any) -> None:
         d = st.deadline()
         clock = f"[{max(0.0, (d.at_ms - self.now_ms()) / 1000):.0f}s] " if d is not None else ""
         self.console.print(f"{clock}your play> ", end="", markup=False)
