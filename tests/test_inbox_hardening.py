@@ -66,7 +66,7 @@ class Crash(BaseException):
 def test_the_exact_poison_entry_is_a_bad_command_and_the_batch_goes_on(r):
     service = make_service(r)
     gw = InboxConsumer(r, service, "w1")
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     r.xadd(keys.INBOX, POISON)
     client.create_match("m1", CONFIG)
     client.sit("m1", "alice")
@@ -82,7 +82,7 @@ def test_a_lone_surrogate_in_an_id_of_a_known_player_is_rejected_to_them(r):
     gw = InboxConsumer(r, make_service(r), "w1")
     r.xadd(keys.INBOX, {"j": '{"type":"Pass","command_id":"\\udfff","match_id":"m","player":"alice"}'})
     assert gw.run_once(block_ms=None) == 1
-    [msg] = GatewayClient(r).updates("alice")
+    [msg] = GatewayClient(r, ops=keys.INBOX).updates("alice")
     assert (msg.kind, msg.code) == ("rejected", "bad_command") and "UTF-8" in msg.reason
     assert dead_letters(r) == [] and gw.stats.rejected == 1
 
@@ -94,7 +94,7 @@ def test_own_pending_rereads_count_toward_the_delivery_limit(real_redis):
     max_deliveries it is dead-lettered instead of killing the consumer again."""
     r = real_redis
     service = make_service(r)
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     crashes = []
 
     class Killer:
@@ -129,7 +129,7 @@ def test_own_pending_rereads_count_toward_the_delivery_limit(real_redis):
 def test_a_stored_command_over_the_limit_is_published_not_dead_lettered(real_redis):
     r = real_redis
     service = make_service(r)
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
 
     class DiesAfterAppend:
         def execute(self, command):
@@ -154,7 +154,7 @@ def test_a_stored_command_over_the_limit_is_published_not_dead_lettered(real_red
 
 def test_the_delivery_limit_dead_letters_a_stuck_entry_and_frees_the_trim(r):
     service = make_service(r)
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     gw = InboxConsumer(r, service, "w1", max_deliveries=2)
     r.xadd(keys.INBOX, POISON)
     r.xreadgroup(keys.SERVICE_GROUP, "ghost", {keys.INBOX: ">"}, count=1)
@@ -171,7 +171,7 @@ def test_the_delivery_limit_dead_letters_a_stuck_entry_and_frees_the_trim(r):
 def test_an_unencodable_output_dead_letters_that_message_alone(r):
     service = make_service(r)
     gw = InboxConsumer(r, service, "w1")
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     real = gw.publisher.outputs
 
     def outputs(command, outcome, reply_to=None, msg_id=None):
@@ -201,7 +201,7 @@ def test_a_permanent_redis_error_of_one_command_dead_letters_it_alone(r):
             return service.execute(command)
 
     gw = InboxConsumer(r, WrongType(), "w1")
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     client.create_match("m1", CONFIG)
     sit = client.sit("m1", "alice")
     client.create_match("m2", CONFIG)
@@ -243,7 +243,7 @@ def test_transient_errors_of_the_service_are_retried_never_dead_lettered(r):
             return service.execute(command)
 
     gw = InboxConsumer(r, Oom(), "w1", max_deliveries=2)
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     client.create_match("m1", CONFIG)
     for _ in range(12):
         with pytest.raises(redis_mod.exceptions.OutOfMemoryError):
@@ -260,7 +260,7 @@ def test_an_oom_episode_loses_no_accepted_update(real_redis):
     r = real_redis
     service = make_service(r)
     gw = InboxConsumer(r, service, "w1", max_deliveries=2)
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     start_match(client, gw)
     st = service.load_state("m1")
     on_turn = st.current_player
@@ -298,7 +298,7 @@ def finish_by_escape(client, gw):
 def test_sync_returns_the_view_of_a_finished_match(r):
     service = make_service(r)
     gw = InboxConsumer(r, service, "w1")
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     finish_by_escape(client, gw)
     version = service.load_state("m1").version
     before = client.updates("bob")[-1].id
@@ -314,7 +314,7 @@ def test_sync_returns_the_view_of_a_finished_match(r):
 def test_a_rejection_carries_the_current_view(r):
     service = make_service(r)
     gw = InboxConsumer(r, service, "w1")
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     finish_by_escape(client, gw)
     before = client.updates("alice")[-1].id
     client.pass_("m1", "alice")
@@ -329,7 +329,7 @@ def test_a_rejection_carries_the_current_view(r):
 def test_a_command_for_an_older_version_is_stale_and_never_applied(r):
     service = make_service(r)
     gw = InboxConsumer(r, service, "w1")
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     start_match(client, gw)
     st = service.load_state("m1")
     on_turn = st.current_player
@@ -348,7 +348,7 @@ def test_a_command_for_an_older_version_is_stale_and_never_applied(r):
 def test_the_client_sends_the_version_it_saw_by_default(r):
     service = make_service(r)
     gw = InboxConsumer(r, service, "w1")
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     start_match(client, gw)
     st = service.load_state("m1")
     on_turn = st.current_player
@@ -367,7 +367,7 @@ def test_an_integer_beyond_64_bits_is_a_bad_command_not_an_internal_error(r):
     r.xadd(keys.INBOX, {"j": json.dumps({"type": "Pass", "command_id": "d", "match_id": "m", "player": "alice",
                                          "expected_version": 2**64})})
     assert gw.run_once(block_ms=None) == 2
-    assert [(m.kind, m.code) for m in GatewayClient(r).updates("alice")] == [("rejected", "bad_command")] * 2
+    assert [(m.kind, m.code) for m in GatewayClient(r, ops=keys.INBOX).updates("alice")] == [("rejected", "bad_command")] * 2
     assert dead_letters(r) == []
 
 
@@ -379,7 +379,7 @@ def test_unknown_or_oversized_entry_fields_are_refused_before_processing(r):
     r.xadd(keys.INBOX, {"c": cmd, "reply_to": "sk:reply:" + "x" * 400})
     r.xadd(keys.INBOX, {"c": cmd, "j": b"{}"})
     assert gw.run_once(block_ms=None) == 3
-    msgs = GatewayClient(r).updates("alice")
+    msgs = GatewayClient(r, ops=keys.INBOX).updates("alice")
     assert [(m.kind, m.code) for m in msgs] == [("rejected", "bad_command")] * 3
     assert "unknown inbox entry field" in msgs[0].reason and "too large" in msgs[1].reason
 
@@ -388,7 +388,7 @@ def test_unknown_or_oversized_entry_fields_are_refused_before_processing(r):
 def test_outbox_and_reply_streams_expire_and_are_capped(r):
     service = make_service(r)
     gw = InboxConsumer(r, service, "w1", outbox_ttl=600, outbox_maxlen=5)
-    client = GatewayClient(r, reply_to="sk:reply:gw-1")
+    client = GatewayClient(r, reply_to="sk:reply:gw-1", ops=keys.INBOX)
     start_match(client, gw)
     client.pass_("m-none", "ghost-1")  # a rejection for a player with no stream
     for _ in range(20):
@@ -403,7 +403,7 @@ def test_outbox_and_reply_streams_expire_and_are_capped(r):
 def test_updates_are_compact_with_a_full_view_on_join_deal_and_every_n(r):
     service = make_service(r)
     gw = InboxConsumer(r, service, "w1", full_view_every=4)
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     start_match(client, gw)
     st = service.load_state("m1")
     for _ in range(6):  # bots: the player on turn plays the lowest single or passes
@@ -429,7 +429,7 @@ def test_publisher_with_full_view_every_1_is_the_old_format(fake_redis):
     from engine.service.service import Outcome
 
     service = make_service(fake_redis)
-    client = GatewayClient(fake_redis)
+    client = GatewayClient(fake_redis, ops=keys.INBOX)
     gw = InboxConsumer(fake_redis, service, "w1")
     start_match(client, gw)
     st = service.load_state("m1")
@@ -445,7 +445,7 @@ def test_a_consumer_on_another_stream_with_a_policy(r):
     service = make_service(r)
     ops = InboxConsumer(r, service, "ops-1", stream="sk:ops",
                         accepts=lambda c: None if c.type == "CreateMatch" else f"{c.type} is not an operator command")
-    client = GatewayClient(r, inbox="sk:ops", reply_to="sk:reply:ops")
+    client = GatewayClient(r, inbox="sk:ops", reply_to="sk:reply:ops", ops="sk:ops")
     client.create_match("m1", CONFIG)
     client.pass_("m1", "alice")
     assert ops.run_once(block_ms=None) == 2
@@ -459,7 +459,7 @@ def test_a_consumer_on_another_stream_with_a_policy(r):
 # -- §9 dead consumers --------------------------------------------------------------------------------
 def test_dead_consumers_are_removed_once_their_pending_entries_are_reclaimed(r):
     service = make_service(r)
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     gw = InboxConsumer(r, service, "w1", forget_idle_ms=0)
     client.create_match("m1", CONFIG)
     r.xreadgroup(keys.SERVICE_GROUP, "dead-1", {keys.INBOX: ">"}, count=1)  # dies holding it

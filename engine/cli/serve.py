@@ -136,9 +136,9 @@ def run(args: argparse.Namespace) -> int:
 
     # two channels (engine/service/channels.py): players on sk:inbox, lobby/operators on sk:ops;
     # each consumer refuses the command types its channel does not carry
-    gateway = InboxConsumer(client, ChannelService(isvc, PLAYER), consumer, inbox=PLAYER.stream,
+    gateway = InboxConsumer(client, ChannelService(isvc, PLAYER), consumer, stream=PLAYER.stream,
                             on_dead=lambda _code, _reason: metrics.observe_dead_letter("inbox"))
-    ops_consumer = InboxConsumer(client, ChannelService(isvc, OPS), consumer, inbox=OPS.stream,
+    ops_consumer = InboxConsumer(client, ChannelService(isvc, OPS), consumer, stream=OPS.stream,
                                  on_dead=lambda _code, _reason: metrics.observe_dead_letter("ops"))
     stop = threading.Event()
     threads: list[threading.Thread] = [

@@ -102,7 +102,9 @@ class InboxConsumer:
                  outbox_maxlen: int = DEFAULT_OUTBOX_MAXLEN, outbox_ttl: int | None = DEFAULT_OUTBOX_TTL,
                  full_view_every: int = DEFAULT_FULL_VIEW_EVERY, dead_maxlen: int = 100_000,
                  max_deliveries: int = 5, forget_idle_ms: int = 3_600_000,
-                 on_dead: Callable[[str, str], None] | None = None):
+                 on_dead: Callable[[str, str], None] | None = None, inbox: str | None = None):
+        if inbox is not None:  # the former name of ``stream``
+            stream = inbox
         self.redis = redis_client
         self.consumer = consumer
         self.stream = stream
