@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("engine.cli.config_cmd", "check an operator config file"),
     "export": ("engine.cli.export", "write one stored match as a JSON Lines file (for replay --events and the viewer)"),
     "matches": ("engine.cli.matches", "find stored matches by player, start time or room (disputes)"),
+    "reconcile": ("engine.cli.reconcile", "settle finished matches that have no settlement (exactly once)"),
 }
 
 
