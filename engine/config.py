@@ -9,8 +9,8 @@ A match records the full config it starts with (R-11.3) in its first event,
 so a later edit to a file never changes an old match's replay.
 
 >>> cfg = load_config("points")
->>> cfg.mode, cfg.kou.single, cfg.doubling[7], cfg.heavenly_bomb
-('points', 2, 8, 'top')
+>>> cfg.mode, cfg.kou.single, cfg.doubling[7], cfg.heavenly_bomb, cfg.chain_bomb_twos
+('points', 2, 8, 'top', True)
 """
 
 from __future__ import annotations
@@ -105,6 +105,7 @@ class RoomConfig(_Strict):
     escape_transfer_ratio: float = Field(ge=0.0, le=1.0)
     separate_bombs: bool = False
     heavenly_bomb: Literal["top", "bottom"] = "top"
+    chain_bomb_twos: bool = Field(True, description="R-2.2: chain bombs may run up to 2 (false: 3…A only)")
     turn_seconds: float = Field(15.0, gt=0)
     ready_seconds: float = Field(30.0, gt=0)
     trustee_delay_seconds: float = Field(0.5, ge=0)
@@ -171,6 +172,23 @@ class RoomConfig(_Strict):
 
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> RoomConfig:
+        """A config as a command or a record carries it (missing keys take their defaults)."""
+        return cls.model_validate(data)
+
+    @classmethod
+    def from_match_record(cls, data: dict[str, Any]) -> RoomConfig:
+        """The config a MatchCreated event recorded (R-11.3: a match keeps its config).
+
+        Matches recorded before ``chain_bomb_twos`` existed played chain bombs
+        to A only, so a record without the key reads as ``false`` (R-2.2);
+        every record written since carries the key.
+
+        >>> old = {k: v for k, v in load_config("points").to_record().items() if k != "chain_bomb_twos"}
+        >>> RoomConfig.from_match_record(old).chain_bomb_twos, RoomConfig.from_record(old).chain_bomb_twos
+        (False, True)
+        """
+        if isinstance(data, dict) and "chain_bomb_twos" not in data:
+            data = {**data, "chain_bomb_twos": False}
         return cls.model_validate(data)
 
 

@@ -2,8 +2,9 @@
 with a progress bar and a summary an operator uses to tune a room config.
 
 Pipeline, as in production: every command goes through a
-:class:`~engine.service.client.GatewayClient` onto the inbox stream, the
-:class:`~engine.service.inbox.InboxConsumer` reads it (consumer group), the
+:class:`~engine.service.client.GatewayClient` onto its channel (players' commands on
+``sk:inbox``, the lobby's CreateMatch/Sit on ``sk:ops``), an
+:class:`~engine.service.inbox.InboxConsumer` per channel reads it (consumer group), the
 :class:`~engine.service.service.MatchService` decides and appends through the Redis
 event store (Lua append, bucket feeds, deadlines), timers are dramatiq
 messages handled by the real actors (turn timeouts, trusteeship), and the
@@ -310,7 +311,7 @@ class Simulation:
     def _setup(self) -> None:
         import redis as redis_mod
 
-        from engine.service.inbox import InboxConsumer
+        from engine.service.channels import channel_consumers
         from engine.service.state_cache import StateCache
         from engine.store.redis_store import RedisEventStore
         from projections.metrics import InstrumentedService, InstrumentedStore
@@ -352,8 +353,10 @@ class Simulation:
             self.timers.runtime.service = self.capture  # timer fires go through it too
             self.reader = self.timers.service
             n_gw = self.service_threads if self.redis_url else 1
-            self.gateways = [InboxConsumer(self.client, self.capture, f"{self.prefix}{self.run_id}-{i}")
-                             for i in range(n_gw)]
+            # each service thread consumes both channels (engine/service/channels.py):
+            # players' commands on sk:inbox, the lobby's (CreateMatch, Sit) on sk:ops
+            self.gateways = [gw for i in range(n_gw)
+                             for gw in channel_consumers(self.client, self.capture, f"{self.prefix}{self.run_id}-{i}")]
             if self.redis_url:
                 for gw in self.gateways:
                     t = threading.Thread(target=gw.run, args=(self._stop,),
@@ -391,8 +394,11 @@ class Simulation:
         local = self._local
         t0 = time.perf_counter()
         c.send(cmd)
+        stream = c.stream_for(cmd)
         if not self.redis_url:
-            self.gateways[0].run_once(block_ms=None, count=10)
+            for gw in self.gateways:
+                if gw.inbox == stream:
+                    gw.run_once(block_ms=None, count=10)
         deadline = time.monotonic() + 30
         while True:
             for msg in c.replies(local.last, block_ms=None if not self.redis_url else 2000, count=100):
