@@ -345,7 +345,10 @@ def test_wheel_carries_the_configs_inside_the_package_and_no_top_level_config(wh
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
     assert "config" not in tops
-    assert tops - {f"shuangkou-{engine.__version__}.dist-info"} == {"engine", "workers", "projections"}
+    packages = tops - {f"shuangkou-{engine.__version__}.dist-info"}
+    assert {"engine", "workers", "projections"} <= packages <= {"engine", "workers", "projections", "gateway"}
+    if (ROOT / "gateway" / "static" / "index.html").exists():  # the browser client ships with the gateway
+        assert "gateway/static/index.html" in names
     for room in ("points", "wealth"):
         assert f"engine/room_configs/{room}.toml" in names
     assert "engine/store/append.lua" in names and "workers/prometheus.py" in names
