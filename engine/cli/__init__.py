@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "play": ("engine.cli.play", "play a match against the bot in the terminal"),
     "serve": ("engine.cli.serve", "run the command service and projections on real Redis"),
     "config": ("engine.cli.config_cmd", "check an operator config file"),
+    "gateway": ("engine.cli.gateway", "run the players' WebSocket gateway (lobby, tables, spectators)"),
+    "token": ("engine.cli.token_cmd", "mint a gateway session token (JWT) for tests and development"),
 }
 
 
