@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("engine.cli.config_cmd", "check an operator config file"),
     "gateway": ("engine.cli.gateway", "run the players' WebSocket gateway (lobby, tables, spectators)"),
     "token": ("engine.cli.token_cmd", "mint a gateway session token (JWT) for tests and development"),
+    "export": ("engine.cli.export", "write one stored match as a JSON Lines file (for replay --events and the viewer)"),
+    "matches": ("engine.cli.matches", "find stored matches by player, start time or room (disputes)"),
 }
 
 
@@ -32,7 +34,11 @@ class CliError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from engine import __version__
+
     parser = argparse.ArgumentParser(prog="shuangkou", description="火拼雙扣 match engine")
+    parser.add_argument("--version", action="version", version=f"shuangkou {__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
