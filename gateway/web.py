@@ -237,6 +237,16 @@ def replay_from_text(text: str, match_id: str | None) -> dict[str, Any]:
     return replay_answer(parsed.by_match[match_id], parsed.settlements.get(match_id))
 
 
+def room_list(ctx: Any) -> list[dict[str, Any]]:
+    """The rooms the lobby offers (name, mode, turn clock), for the page's room picker."""
+    book = getattr(getattr(ctx, "hub", None), "rooms", None)
+    rooms = getattr(book, "rooms", None)
+    if not isinstance(rooms, dict):
+        return [{"name": "points", "mode": "points"}, {"name": "wealth", "mode": "wealth"}]
+    return [{"name": name, "mode": cfg.mode, "turn_seconds": cfg.turn_seconds}
+            for name, cfg in sorted(rooms.items())]
+
+
 # -- routes --------------------------------------------------------------------------------
 
 def routes(ctx: Any) -> list[Any]:
@@ -301,7 +311,8 @@ def routes(ctx: Any) -> list[Any]:
         return JSONResponse(await run_in_threadpool(replay_from_text, text, mid))
 
     async def config(request: Request) -> Response:
-        return JSONResponse({"dev": bool(getattr(ctx, "dev", False)), "bots": bool(getattr(ctx, "bots", False))})
+        return JSONResponse({"dev": bool(getattr(ctx, "dev", False)), "bots": bool(getattr(ctx, "bots", False)),
+                             "rooms": room_list(ctx)})
 
     out: list[Any] = [
         Route("/", page("index.html")),

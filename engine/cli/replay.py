@@ -12,7 +12,8 @@ is found, 2 on bad input.  There is no persistent embedded store, so the
 events come from Redis (``--redis``) or from a file (``--events``): an export
 (``shuangkou export``, JSON Lines) or JSON as printed by ``shuangkou run-script
 --json``.  ``--all`` checks every match in the store (one summary line each, or
-a JSON list).  An unknown match id says "no such match" (exit 1).  ``--json``
+a JSON list).  ``--redis`` defaults to ``$SK_REDIS_URL``, as for ``shuangkou
+serve``.  An unknown match id says "no such match" (exit 1).  ``--json``
 carries the full event list (``events``), its length (``event_count``), the
 timeline ``steps`` and the ``settlement_lines``.
 """
@@ -21,13 +22,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("match_id", nargs="?", help="the match to replay (optional with --events/--all)")
-    parser.add_argument("--redis", metavar="URL", help="Redis URL of the event store")
+    parser.add_argument("--redis", metavar="URL", default=None,
+                        help="Redis URL of the event store (default $SK_REDIS_URL)")
     parser.add_argument("--events", metavar="FILE",
                         help="an export (shuangkou export, JSON Lines) or a JSON file {\"events\": [...]} "
                              "as printed by run-script --json")
@@ -120,8 +123,13 @@ def report(match_id: str, events: list[Any], ledger: Any = None) -> dict[str, An
 def run(args: argparse.Namespace) -> int:
     from engine.cli import CliError
 
-    if bool(args.redis) == bool(args.events):
-        raise CliError("give --redis URL or --events FILE (there is no persistent embedded store)")
+    if args.redis and args.events:
+        raise CliError("give --redis URL or --events FILE, not both")
+    if not args.events:
+        args.redis = args.redis or os.environ.get("SK_REDIS_URL") or None  # as serve does
+    if not args.redis and not args.events:
+        raise CliError("give --redis URL (or set SK_REDIS_URL) or --events FILE "
+                       "(there is no persistent embedded store)")
     if not args.all and not args.match_id and not args.events:
         raise CliError("name a MATCH_ID or use --all")
     matches: dict[str, list[Any]] = {}
