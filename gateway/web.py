@@ -24,7 +24,7 @@ socket's; errors are ``{"error": code, "reason": text}`` with 400/401/403/404):
   "last_rank"}`` → every reading of the selection (R-4.6), best first, each with
   ``beats`` (legal where it would be played).
 * ``GET /api/replay/<match_id>`` (operator) -- the match's
-  :func:`engine.tools.timeline.timeline` plus the ledger's stored settlement and
+  :func:`projections.timeline.timeline` plus the ledger's stored settlement and
   whether it equals the replayed one.  Read-only (XRANGE, HGET): it uses the
   Redis URL in ``SK_REPLAY_REDIS_URL`` (the read-only user of deploy/) when
   set, else the gateway's own client (development without ACLs).
@@ -209,7 +209,7 @@ class ReplaySource:
 
 def replay_answer(events: list[Any], stored: Any) -> dict[str, Any]:
     """The viewer's data: the timeline, the stored settlement and whether the two agree."""
-    from engine.tools.timeline import timeline
+    from projections.timeline import timeline
 
     t = timeline(events)
     t["stored_settlement"] = stored

@@ -172,7 +172,7 @@ def test_matches_filters_by_player_room_and_time(stored, capsys) -> None:
     assert [r["match_id"] for r in rows] == [f"d{n}" for n in range(7, -1, -1)]  # newest first
     assert main(["matches", "--redis", url, "--since", str(t0 + 5 * 3_600_000), "--json"]) == 0
     assert [r["match_id"] for r in json.loads(capsys.readouterr().out)] == ["d7", "d6", "d5"]
-    from engine.tools.timeline import format_ts
+    from projections.timeline import format_ts
     iso = format_ts(t0 + 6 * 3_600_000).replace(" ", "T")
     assert main(["matches", "--redis", url, "--since", iso, "--json"]) == 0
     assert [r["match_id"] for r in json.loads(capsys.readouterr().out)] == ["d7", "d6"]

@@ -69,7 +69,7 @@ def summary(match_id: str, events: list[Any], stored: Any) -> dict[str, Any]:
     """One match as the listing shows it (no hands: a summary for finding matches)."""
     from engine.match.events import MatchCreated, MatchFinished, PlayerRemoved, PlayerSeated
     from projections.settlement import settle
-    from engine.tools.timeline import format_ts
+    from projections.timeline import format_ts
 
     room = mode = None
     players: dict[str, int] = {}

@@ -3,7 +3,7 @@
 Rebuild a match from its stored events, print it play by play in card
 notation -- with each event's UTC time, the time each turn took, a separator
 between tricks and both players' cards left after each play
-(:mod:`engine.tools.timeline`) -- and the settlement term by term with its
+(:mod:`projections.timeline`) -- and the settlement term by term with its
 numbers (X·a·b + X·(c_W − c_L), each player's effective xiang and its source);
 check the stream (:func:`engine.match.replay.check_stream`: seq, match
 id, 108-card accounting, the rules of each play) and settle it
@@ -78,12 +78,12 @@ def report(match_id: str, events: list[Any], ledger: Any = None) -> dict[str, An
     given the projection's ledger, whether its stored settlement agrees).
 
     ``events`` in the report is the full event list as JSON objects;
-    ``event_count`` its length; ``steps`` the :func:`engine.tools.timeline.timeline`
+    ``event_count`` its length; ``steps`` the :func:`projections.timeline.timeline`
     steps (time, time per turn, trick, who acted, both hands after each event).
     """
     from engine.match.replay import check_stream, replay
     from engine.tools.script import result_of
-    from engine.tools.timeline import settlement_lines, timeline, timeline_lines
+    from projections.timeline import settlement_lines, timeline, timeline_lines
 
     if not events:
         return {"match_id": match_id, "events": [], "event_count": 0, "phase": None,

@@ -1,7 +1,7 @@
 // The operator's replay viewer: /replay/<match_id> with an operator token (?token=, postMessage
 // {type: "shuangkou-token"}, or a dev token), or an exported file (shuangkou export).  Read-only:
 // GET /api/replay/<id> and POST /api/replay compute the timeline on the server
-// (engine/tools/timeline.py), the same one `shuangkou replay` prints.
+// (projections/timeline.py), the same one `shuangkou replay` prints.
 import { cardElement } from "./cards.js";
 import { KOU } from "./words.js";
 

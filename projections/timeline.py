@@ -106,7 +106,7 @@ def timeline(events: Sequence[EventBase]) -> dict[str, Any]:
     the problem is in ``problems``; the steps before it are kept.
     """
     from engine.match.replay import check_stream
-    from engine.tools.script import narrate
+    from engine.match.narrate import narrate
 
     problems = check_stream(events) if events else ["the stream is empty"]
     lines = narrate(events)
