@@ -223,13 +223,18 @@ function render() {
   if (S.spectator) {
     renderSeat("opp", seats[0], view, { count: "data-seat-count" });
     const s1 = seats[1];
-    $("#mine-name").textContent = s1 ? `${s1.player} · ${s1.cards_left} cards 張` : "—";
-    $("#mine-name").setAttribute("data-seat-count", s1 ? String(s1.cards_left) : "0");
+    $("#mine-name").textContent = s1 ? s1.player + (s1.level !== undefined ? ` · level ${s1.level}, X=${s1.base}` : "") : "—";
     badges($("#mine-badges"), s1);
     $("#mine-contrib").textContent = s1 ? contribText(view, s1.player) : "";
     $("#mine").classList.toggle("on-turn", !!(s1 && view.phase === "playing" && view.turn === s1.player));
+    $("#mine-count-row").hidden = false;
+    const n1 = s1 ? s1.cards_left : 0;
+    $("#mine-count").textContent = String(n1);
+    $("#mine-count").setAttribute("data-seat-count", String(n1));
+    $("#mine-backs").replaceChildren(...Array.from({ length: Math.min(n1, 27) }, () => Object.assign(document.createElement("i"), { className: "back" })));
     $("#hand").replaceChildren();
-    for (const b of document.querySelectorAll("#mine .actions button")) b.hidden = true;
+    $("#hand").hidden = true;
+    $("#play-actions").hidden = true;
   } else {
     const mine = seats.find((s) => s.player === S.me);
     const opp = seats.find((s) => s.player !== S.me);
@@ -241,9 +246,12 @@ function render() {
     $("[data-action=pass]").disabled = !myTurn || view.leading;
     $("[data-action=hint]").disabled = !myTurn;
     const playing = view.phase === "playing";
+    $("#play-actions").hidden = !playing;
     $("[data-action=trustee]").hidden = !playing || !mine || !!mine.trustee;
     $("[data-action=cancel-trustee]").hidden = !playing || !mine || !mine.trustee || !["requested", "timeouts"].includes(mine.trustee);
   }
+  $("#turn-who").textContent = view.phase === "playing" && view.turn
+    ? (view.turn === S.me && !S.spectator ? "Turn 輪到: you 你" : `Turn 輪到: ${view.turn}`) : "";
   renderLast(view);
   renderLog();
   renderReadings();
@@ -446,7 +454,7 @@ function announceBombs(view) {
   // R-8.5: contributions are "instant": say what each bomb changed as soon as it is played
   for (const { player, words } of S.bombs.splice(0)) {
     const c = view.contribution ? view.contribution[player] : null;
-    notice(`💥 ${player === S.me ? "You 你" : player}: ${words}${c ? ` — 貢獻 contribution c=${c.c}, net ${c.net > 0 ? "+" : ""}${c.net}` : ""}`, "bomb", 6000, "bomb");
+    notice(`炸彈 bomb! ${player === S.me ? "You 你" : player}: ${words}${c ? ` — 貢獻 contribution c=${c.c}, net ${c.net > 0 ? "+" : ""}${c.net}` : ""}`, "bomb", 6000, "bomb");
   }
 }
 
