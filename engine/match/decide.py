@@ -57,7 +57,7 @@ from engine.rules.cards import (
     CardNotationError,
     deal_from_deck,
     format_ranks,
-    parse_tokens,
+    missing_in_hand,
     resolve_in_hand,
 )
 from engine.rules.combo import Combo, beats
@@ -76,6 +76,7 @@ from engine.match.commands import (
     Reconnect,
     RequestTrustee,
     Sit,
+    Sync,
     TrusteeAct,
     TurnTimeout,
 )
@@ -166,6 +167,13 @@ def decide(state: MatchState, command: CommandBase, ctx: Context) -> list[EventB
         raise BadCommand(f"unknown command type {type(command).__name__}")
     if state.phase == "new" and not isinstance(command, CreateMatch):
         raise UnknownMatch(f"no match {state.match_id!r}: create it first")
+    expected = getattr(command, "expected_version", None)
+    if expected is not None and expected != state.version:
+        # the player decided on another situation: never apply it in this one (hardening §6)
+        raise StaleCommand(f"the match is at version {state.version}, not {expected} as the command "
+                           "expected: look at the current view and decide again")
+    if isinstance(command, Sync):  # any phase, a finished match too: it only reads
+        return []
     if state.phase == "finished" and not isinstance(command, CreateMatch):
         # MatchFinished is the last event a match ever gets (settlement and the
         # projection runner rely on it): nothing is decided after it
@@ -481,33 +489,11 @@ def _play_cmd(b: _Builder, c: Play) -> None:
         if resolved == []:
             raise BadCommand(f"{c.player}'s play names no cards")
         if resolved is None:
-            # name only which of the named cards are not held, never the hand (issue 12)
-            raise NotInHand(f"{c.player} does not hold {_not_held(c.text, s.seat(i).hand)}")
+            missing = " ".join(missing_in_hand(c.text, s.seat(i).hand))
+            raise NotInHand(f"{c.player} does not hold {missing} (named: {' '.join(c.text.split())})")
         cards = tuple(resolved)
     combo = _reading_for(s, i, cards, c.reading_kind, c.reading_rank)
     _play(b, i, cards, combo, "player")
-
-
-def _not_held(text: str, hand: Sequence[int]) -> str:
-    """The named cards of ``text`` the hand lacks (in the sender's notation, in their order),
-    matched as :func:`resolve_in_hand` does: suited cards first, then the rest.
-
-    >>> from engine.rules.cards import parse_cards
-    >>> _not_held("3 3 BJ", parse_cards("3 4"))
-    '3 BJ'
-    """
-    tokens = text.replace(",", " ").split()
-    suited = [parse_tokens([t])[0][1] is not None for t in tokens]
-    free = list(hand)
-    held = [False] * len(tokens)
-    for pass_suited in (True, False):
-        for k, token in enumerate(tokens):
-            if suited[k] == pass_suited:
-                got = resolve_in_hand([token], free)
-                if got:
-                    free.remove(got[0])
-                    held[k] = True
-    return " ".join(t for t, h in zip(tokens, held) if not h)
 
 
 def _pass(b: _Builder, c: Pass) -> None:
@@ -638,5 +624,5 @@ _HANDLERS = {
     CreateMatch: _create, Sit: _sit, Leave: _leave, Ready: _ready, Deal: _deal, Play: _play_cmd,
     Pass: _pass, TurnTimeout: _turn_timeout, TrusteeAct: _trustee_act, ReadyTimeout: _ready_timeout,
     RequestTrustee: _request_trustee, CancelTrustee: _cancel_trustee, Disconnect: _disconnect,
-    Reconnect: _reconnect, Escape: _escape,
+    Reconnect: _reconnect, Escape: _escape, Sync: lambda b, c: None,
 }
