@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     store = metrics.InstrumentedStore(raw_store)
     clock = SystemClock()
     rng = random.SystemRandom()  # R-1.5: unpredictable deals in production
-    # one state cache for the process: the gateway's commands and the in-process timer fires
+    # one state cache for the process: the inbox consumers' commands and the in-process timer fires
     # decide against it (engine.service.state_cache; the append's version check validates it)
     cache_kwargs: dict = {"state_cache": StateCache(args.state_cache) if args.state_cache else None,
                           "cache_size": 0}  # no second cache beside the shared one
@@ -139,9 +139,9 @@ def run(args: argparse.Namespace) -> int:
 
     # two channels (engine/service/channels.py): players on sk:inbox, lobby/operators on sk:ops;
     # each consumer refuses the command types its channel does not carry
-    gateway = InboxConsumer(client, ChannelService(isvc, PLAYER), consumer, inbox=PLAYER.stream,
+    player_consumer = InboxConsumer(client, ChannelService(isvc, PLAYER), consumer, stream=PLAYER.stream,
                             on_dead=lambda _code, _reason: metrics.observe_dead_letter("inbox"))
-    ops_consumer = InboxConsumer(client, ChannelService(isvc, OPS), consumer, inbox=OPS.stream,
+    ops_consumer = InboxConsumer(client, ChannelService(isvc, OPS), consumer, stream=OPS.stream,
                                  on_dead=lambda _code, _reason: metrics.observe_dead_letter("ops"))
     stop = threading.Event()
     threads: list[threading.Thread] = [
@@ -206,11 +206,11 @@ def run(args: argparse.Namespace) -> int:
     for t in threads:
         t.start()
     log.info("serving: consumer %s, channels %s + %s (group %s), timers %s, projections %s", consumer,
-             gateway.inbox, ops_consumer.inbox, gateway.group, "dramatiq " + broker_url.split("@")[-1] if broker_url else "in-process",
+             player_consumer.stream, ops_consumer.stream, player_consumer.group, "dramatiq " + broker_url.split("@")[-1] if broker_url else "in-process",
              "on" if runner is not None else "off")
     print(f"ready consumer={consumer}", flush=True)
     try:
-        gateway.run(stop, block_ms=500, count=args.batch, reclaim_every_s=15.0, min_idle_ms=30_000)
+        player_consumer.run(stop, block_ms=500, count=args.batch, reclaim_every_s=15.0, min_idle_ms=30_000)
     finally:
         stop.set()
         for t in threads:
@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
         if server is not None:
             server.shutdown()
         metrics.mark_process_dead()
-        for c in (gateway, ops_consumer):
+        for c in (player_consumer, ops_consumer):
             s = c.stats
             log.info("stopped %s: %d messages handled (%d accepted, %d rejected, %d duplicates, %d dead)",
                      c.inbox, s.processed, s.accepted, s.rejected, s.duplicates, s.dead)

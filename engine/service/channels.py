@@ -146,7 +146,7 @@ def channel_consumers(redis_client: Any, service: Any, consumer: str,
     from engine.service.inbox import InboxConsumer
 
     player = InboxConsumer(redis_client, ChannelService(service, PLAYER), consumer,
-                           inbox=PLAYER.stream, **kwargs)
+                           stream=PLAYER.stream, **kwargs)
     ops = InboxConsumer(redis_client, ChannelService(service, OPS, operator), consumer,
-                        inbox=OPS.stream, **kwargs)
+                        stream=OPS.stream, **kwargs)
     return player, ops
