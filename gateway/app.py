@@ -53,7 +53,8 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
     lobby = Lobby(client, settings.rooms, settings.gateway_id)
     hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
               gateway_id=settings.gateway_id, metrics=metrics)
-    ctx = WebContext(redis=client, secret=settings.secret, dev=settings.dev, bots=settings.bots, hub=hub)
+    ctx = WebContext(redis=client, secret=settings.secret, dev=settings.dev, bots=settings.bots, hub=hub,
+                     redis_url=settings.redis_url)
 
     async def ws_endpoint(ws: WebSocket) -> None:
         await ws.accept()
