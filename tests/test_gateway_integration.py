@@ -107,6 +107,9 @@ def test_pairing_full_match_next_match_and_settlement_with_ledger_balances(stack
         n2a = await ca.expect(lobby("seated"), what="the next match")
         n2b = await cb.expect(lobby("seated"), what="the next match")
         m2 = n2a["match"]
+        for c in (ca, cb):  # the next match's view comes with it, before anyone acts
+            first = await c.expect(lambda x: x["kind"] == "update" and x["match"] == m2, what="the next view")
+            assert first["view"]["phase"] == "seating" and seat_of(first["view"], c.name) is not None
         assert m2 == n2b["match"] != m1 and n2a["table"] == n2b["table"] == await_table(ca, m1)
         s2a, s2b = await asyncio.gather(ready_and_play(ca, m2), ready_and_play(cb, m2))
         for s, p in ((s2a, "pa-alice"), (s2b, "pa-bob")):
