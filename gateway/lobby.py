@@ -152,11 +152,13 @@ class Lobby:
     """The lobby of one gateway process (the state is shared in Redis)."""
 
     def __init__(self, redis: Any, rooms: RoomBook, gateway_id: str, *, send_timeout_s: float = 15.0,
-                 lease_ms: int = 15_000):
-        self.redis = redis
+                 lease_ms: int = 15_000, player_redis: Any = None):
+        self.redis = redis  # the lobby's own connection (its Redis user: lobby keys, sk:ops, ledger reads)
+        #: the player channel's connection (the gateway's user), for Leave / Disconnect / Reconnect
+        self.player_redis = player_redis if player_redis is not None else redis
         self.rooms = rooms
         self.gateway_id = gateway_id
-        self.replies = ReplyWaiter(redis, f"sk:reply:gw-{gateway_id}")
+        self.replies = ReplyWaiter(redis, f"sk:reply:ops-gw-{gateway_id}")
         self.send_timeout_s = send_timeout_s
         self.lease_ms = lease_ms
         self._script = redis.register_script(LUA)
@@ -282,7 +284,7 @@ class Lobby:
 
     async def _send_player(self, ctype: str, match: str, player: str, command_id: str) -> None:
         command = channels.player_command(ctype, match, player, command_id)
-        await self.redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
+        await self.player_redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
 
     async def _create(self, table: Table) -> bool:
         cfg = self.rooms.get(table.room)
