@@ -56,6 +56,17 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
         lobby_client = aioredis.Redis.from_url(settings.lobby_redis_url, max_connections=200, socket_timeout=30,
                                                socket_connect_timeout=5)
     lobby = Lobby(lobby_client, settings.rooms, settings.gateway_id, player_redis=client)
+    if settings.bots:
+        from gateway.bots import BotDriver
+
+        bots = BotDriver(lobby, client, lobby_client)
+        # a bot holds no coins: only rooms that seat a zero balance get bots
+        names = [n for n in settings.rooms.names() if settings.rooms.admits(settings.rooms.rooms[n], 0)]
+
+        async def fill() -> None:
+            await bots.fill(names)
+
+        lobby.on_sweep = fill
     hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
               gateway_id=settings.gateway_id, metrics=metrics)
     ctx = WebContext(redis=client, secret=settings.secret, dev=settings.dev, bots=settings.bots, hub=hub,

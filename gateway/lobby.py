@@ -164,8 +164,8 @@ class Lobby:
         self._script = redis.register_script(LUA)
         self._kick = asyncio.Event()
         self._driving: set[str] = set()
-        #: called with (player, match) when the lobby sent a Disconnect for an absent player
-        self.on_disconnect: Callable[[str, str], Awaitable[None]] | None = None
+        #: called on every sweep (``shuangkou gateway --bots``: seat bots opposite lonely players)
+        self.on_sweep: Callable[[], Awaitable[None]] | None = None
 
     async def _call(self, op: str, *args: Any) -> Any:
         return await self._script(keys=[], args=[op, now_ms(), *args])
@@ -201,6 +201,14 @@ class Lobby:
         for t in out[3:]:
             self._spawn_drive(t)
         return out[0], out[1], out[2]
+
+    async def bot_for(self, room: str, waited_ms: int) -> tuple[str, str] | None:
+        """A bot opposite the oldest waiting player of ``room`` who waited ``waited_ms``: (table, bot)."""
+        out = [_s(x) for x in await self._call("bot", room, waited_ms)]
+        return (out[0], out[1]) if len(out) == 2 else None
+
+    def spawn_drive(self, table_id: str) -> None:
+        self._spawn_drive(table_id)
 
     async def dequeue(self, player: str, reason: str) -> bool:
         return bool(await self._call("dequeue", player, reason))
@@ -343,6 +351,8 @@ class Lobby:
                     for t in [_s(x) for x in await self._call("claim", self.lease_ms, 20)]:
                         self._spawn_drive(t)
                     await self._absent()
+                    if self.on_sweep is not None:
+                        await self.on_sweep()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
