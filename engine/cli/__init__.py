@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "token": ("engine.cli.token_cmd", "mint a gateway session token (JWT) for tests and development"),
     "export": ("engine.cli.export", "write one stored match as a JSON Lines file (for replay --events and the viewer)"),
     "matches": ("engine.cli.matches", "find stored matches by player, start time or room (disputes)"),
+    "reconcile": ("engine.cli.reconcile", "settle finished matches that have no settlement (exactly once)"),
 }
 
 
