@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ledger": ("engine.cli.ledger_cmd", "audited credits and debits, a player's balances and entries"),
     "room": ("engine.cli.room_cmd", "register room configs, list and show them"),
     "reconcile": ("engine.cli.reconcile", "settle finished matches that have no settlement (exactly once)"),
+    "archive": ("engine.cli.archive", "export finished, settled matches to files and delete them from Redis"),
 }
 
 
