@@ -57,13 +57,20 @@ def _load_file(path: str) -> dict[str, list[Any]]:
 COMPARED = ("winner", "kou", "cards_left", "scores", "burned")
 
 
-def compare_stored(result: dict[str, Any], stored: Any) -> tuple[list[str], str]:
+def compare_stored(result: dict[str, Any], stored: Any, required: bool = False,
+                   parked: str | None = None) -> tuple[list[str], str]:
     """Check a recomputed settlement against the projection's stored one.
 
     Returns (problems, note): a difference in any of ``COMPARED`` is a problem;
-    a finished match the projection has not settled yet is only a note.
+    a finished match the projection has not settled yet is only a note, unless
+    ``required`` (``replay --all``: every finished match must be settled) or the
+    settlement was parked (refused for good; ``parked`` is its reason).
     """
     if stored is None:
+        if parked is not None:
+            return [f"no settlement: it was parked ({parked}); fix it, then shuangkou reconcile"], ""
+        if required:
+            return ["finished but not settled (run shuangkou reconcile)"], ""
         return [], "stored settlement: none yet (the projection has not settled this match)"
     mine, theirs = result, stored.to_json()
     diffs = [f"{k}: replayed {mine.get(k)!r} != stored {theirs.get(k)!r}"
@@ -73,9 +80,11 @@ def compare_stored(result: dict[str, Any], stored: Any) -> tuple[list[str], str]
     return [], "stored settlement: matches the replay"
 
 
-def report(match_id: str, events: list[Any], ledger: Any = None) -> dict[str, Any]:
+def report(match_id: str, events: list[Any], ledger: Any = None, require_settlement: bool = False,
+           stored: Any = None) -> dict[str, Any]:
     """Problems, final phase, settlement and timeline of one match's events (and,
-    given the projection's ledger, whether its stored settlement agrees).
+    given the projection's ledger, or the ``stored`` settlement of an archive, whether it
+    agrees; with ``require_settlement`` a finished match without one is a problem).
 
     ``events`` in the report is the full event list as JSON objects;
     ``event_count`` its length; ``steps`` the :func:`projections.timeline.timeline`
@@ -111,8 +120,13 @@ def report(match_id: str, events: list[Any], ledger: Any = None) -> dict[str, An
         if state.finished.reason == "out" and scores and sum(scores.values()) != 0:
             problems.append(f"scores of a normal finish are not zero-sum: {scores}")
     notes: list[str] = []
-    if ledger is not None and state.phase == "finished" and "error" not in result:
-        found, note = compare_stored(result, ledger.settlement(match_id))
+    if (ledger is not None or stored is not None) and state.phase == "finished" and "error" not in result:
+        if stored is None:
+            stored = ledger.settlement(match_id)
+        parked = None
+        if stored is None and ledger is not None:
+            parked = (ledger.parked().get(match_id) or {}).get("reason")
+        found, note = compare_stored(result, stored, required=require_settlement, parked=parked)
         problems += found
         notes += [note] if note else []
     lines = settlement_lines(result) if result.get("winner") is not None and "error" not in result else []
@@ -158,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:
             raise CliError(f"cannot load from {args.redis}: {exc}") from None
     try:
-        reports = [report(mid, evs, ledger) for mid, evs in matches.items()]
+        reports = [report(mid, evs, ledger, require_settlement=bool(args.all)) for mid, evs in matches.items()]
     except Exception as exc:  # the ledger's Redis went away mid-check
         raise CliError(f"cannot read the stored settlements from {args.redis}: {exc}") from None
     bad = any(r["problems"] for r in reports)

@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-cache", type=int, default=20_000, metavar="N",
                         help="match states kept in memory (LRU; the append's version check validates them; "
                              "0: load every match from the store for each command; default 20000)")
+    parser.add_argument("--reconcile-every", type=float, default=300.0, metavar="SECONDS",
+                        help="settle finished matches without a settlement every SECONDS "
+                             "(shuangkou reconcile; 0: never; default 300)")
     parser.add_argument("--log-level", default=os.environ.get("SK_LOG_LEVEL", "INFO"))
 
 
@@ -157,17 +160,29 @@ def run(args: argparse.Namespace) -> int:
             if applied:
                 metrics.observe_settlement(s.scores, s.mode)
 
-        runner = ProjectionRunner(raw_store, RedisLedger(client), RedisFeed(client, consumer=consumer),
+        runner = ProjectionRunner(raw_store, RedisLedger(client),
+                                  RedisFeed(client, consumer=consumer, buckets=raw_store.buckets,
+                                            feed_maxlen=raw_store.feed_maxlen),
                                   on_settled=settled,
-                                  on_error=lambda _match, _reason: metrics.observe_dead_letter("feed"))
-        t = threading.Thread(target=runner.run_forever, args=(stop,), name="projections", daemon=True)
+                                  on_error=lambda _match, _reason: metrics.observe_dead_letter("feed"),
+                                  on_parked=lambda _match, code, _reason: metrics.observe_parked(code))
+
+        def reconciled(report) -> None:
+            metrics.observe_reconciled(len(report.settled))
+            if report.settled:
+                log.warning("reconcile settled %d finished match(es) the feed had lost", len(report.settled))
+
+        every = args.reconcile_every if args.reconcile_every and args.reconcile_every > 0 else None
+        t = threading.Thread(target=runner.run_forever, args=(stop,), name="projections", daemon=True,
+                             kwargs={"reconcile_every_s": every, "on_reconciled": reconciled})
         threads.append(t)
 
     server = None
     if args.metrics_port is not None:
         buckets = getattr(raw_store, "buckets", keys.DEFAULT_BUCKETS)
         feeds = [keys.feed_key(b) for b in range(buckets)] + [keys.INBOX, keys.OPS]
-        extra = [metrics.FeedLagCollector(client, feeds)]
+        extra = [metrics.FeedLagCollector(client, feeds),
+                 metrics.RedisMemoryCollector({"store": client, **({"broker": broker_client} if broker_client else {})})]
         if broker_client is not None:
             extra.append(metrics.DeadLetterQueueCollector(broker_client, queues=("sk-timers",),
                                                           namespace="sk-dramatiq"))

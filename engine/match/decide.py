@@ -57,6 +57,7 @@ from engine.rules.cards import (
     CardNotationError,
     deal_from_deck,
     format_ranks,
+    missing_in_hand,
     resolve_in_hand,
 )
 from engine.rules.combo import Combo, beats
@@ -75,6 +76,7 @@ from engine.match.commands import (
     Reconnect,
     RequestTrustee,
     Sit,
+    Sync,
     TrusteeAct,
     TurnTimeout,
 )
@@ -159,6 +161,13 @@ def decide(state: MatchState, command: CommandBase, ctx: Context) -> list[EventB
         raise BadCommand(f"unknown command type {type(command).__name__}")
     if state.phase == "new" and not isinstance(command, CreateMatch):
         raise UnknownMatch(f"no match {state.match_id!r}: create it first")
+    expected = getattr(command, "expected_version", None)
+    if expected is not None and expected != state.version:
+        # the player decided on another situation: never apply it in this one (hardening §6)
+        raise StaleCommand(f"the match is at version {state.version}, not {expected} as the command "
+                           "expected: look at the current view and decide again")
+    if isinstance(command, Sync):  # any phase, a finished match too: it only reads
+        return []
     if state.phase == "finished" and not isinstance(command, CreateMatch):
         # MatchFinished is the last event a match ever gets (settlement and the
         # projection runner rely on it): nothing is decided after it
@@ -467,8 +476,8 @@ def _play_cmd(b: _Builder, c: Play) -> None:
         if resolved == []:
             raise BadCommand(f"{c.player}'s play names no cards")
         if resolved is None:
-            raise NotInHand(f"{c.player} does not hold {c.text.strip()} "
-                            f"(hand: {format_ranks(s.seat(i).hand)})")
+            missing = " ".join(missing_in_hand(c.text, s.seat(i).hand))
+            raise NotInHand(f"{c.player} does not hold {missing} (named: {' '.join(c.text.split())})")
         cards = tuple(resolved)
     combo = _reading_for(s, i, cards, c.reading_kind, c.reading_rank)
     _play(b, i, cards, combo, "player")
@@ -602,5 +611,5 @@ _HANDLERS = {
     CreateMatch: _create, Sit: _sit, Leave: _leave, Ready: _ready, Deal: _deal, Play: _play_cmd,
     Pass: _pass, TurnTimeout: _turn_timeout, TrusteeAct: _trustee_act, ReadyTimeout: _ready_timeout,
     RequestTrustee: _request_trustee, CancelTrustee: _cancel_trustee, Disconnect: _disconnect,
-    Reconnect: _reconnect, Escape: _escape,
+    Reconnect: _reconnect, Escape: _escape, Sync: lambda b, c: None,
 }
