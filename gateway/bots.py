@@ -1,155 +1,81 @@
-"""``shuangkou gateway --bots``: a person waiting alone gets the trustee bot as opponent.
+"""``shuangkou gateway --bots``: an empty seat is filled with the trustee bot after a few seconds.
 
-:class:`BotSeater` looks at the lobby's room queues (``sk:{lobby}:queue:<room>``,
-gateway/lobby.lua) twice a second.  When a person has waited alone in a points
-room for :data:`BOT_AFTER_S` seconds, it starts one :func:`play_as_bot` client for
-that room.  The bot is an ordinary client of this gateway: it connects to the
-gateway's own ``/ws`` on the loopback address with a token of its own
-(``bot-<hex>``), sends ``Join``, ``Ready`` whenever it is seated (also for the
-next match at the same table), and ``RequestTrustee`` once each match is dealt,
-so the engine's trusteeship (R-13.3: the smallest legal play) plays for it.
-Nothing in the lobby or the engine knows it is a bot.  It leaves when its table
-ends (``removed`` or back in the queue) or after :data:`BOT_IDLE_S` seconds
-without a message.
-
-Wealth rooms get no bot (a new bot holds no coins, R-11.1).
-
->>> is_bot("bot-1a2b3c"), is_bot("alice")
-(True, False)
+A player who has waited :data:`BOT_AFTER_S` alone in a room's queue is seated at a table
+with a bot (``bot-<n>``; lobby.lua ``bot``).  The bot is a player without a socket,
+driven by the gateway that seated it: it gets ready for every match of its table and hands
+its seat to the engine's trustee (R-13.3, R-13.5) once the cards are dealt; it never waits in
+a queue (when its opponent leaves, it leaves too).  If that gateway stops, the bot stops
+acting: the ready timer (R-13.2) or the turn timer then take over, as for any absent player.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import time
-import uuid
 from typing import Any
+
+from engine.store import keys
+from gateway import channels, outbox
+from gateway.lobby import Lobby, notes_key
 
 log = logging.getLogger("shuangkou.gateway.bots")
 
-BOT_PREFIX = "bot-"
-BOT_AFTER_S = 3.0  # a person waits this long alone before the bot sits down
-BOT_IDLE_S = 300.0  # a bot that hears nothing for this long leaves
-SCAN_S = 0.5
-MAX_BOTS = 50  # bounded: never more bot connections than this per gateway
+BOT_AFTER_S = 3.0
 
 
-def is_bot(player: str) -> bool:
-    return player.startswith(BOT_PREFIX)
+class BotDriver:
+    def __init__(self, lobby: Lobby, player_redis: Any, note_redis: Any):
+        self.lobby = lobby
+        self.player_redis = player_redis
+        self.note_redis = note_redis
+        self.tasks: dict[str, asyncio.Task] = {}
 
+    async def fill(self, rooms: list[str]) -> None:
+        """Seat a bot opposite every player who waited long enough (called by the lobby sweep)."""
+        for room in rooms:
+            out = await self.lobby.bot_for(room, int(BOT_AFTER_S * 1000))
+            if out:
+                table, bot = out
+                self.start(bot)
+                self.lobby.spawn_drive(table)
 
-async def play_as_bot(url: str, token: str, room: str, idle_s: float = BOT_IDLE_S) -> str:
-    """One bot's life at one table; returns why it stopped."""
-    import websockets
+    def start(self, bot: str) -> None:
+        if bot not in self.tasks:
+            self.tasks[bot] = asyncio.get_running_loop().create_task(self._play(bot))
+            self.tasks[bot].add_done_callback(lambda _t: self.tasks.pop(bot, None))
 
-    dealt: set[str] = set()
-    async with websockets.connect(url, open_timeout=10, close_timeout=2) as ws:
-        await ws.send(json.dumps({"type": "Auth", "token": token}))
-        await ws.send(json.dumps({"type": "Join", "room": room}))
-        seated = False
-        while True:
-            try:
-                raw = await asyncio.wait_for(ws.recv(), idle_s)
-            except asyncio.TimeoutError:
-                return "idle"
-            try:
-                msg = json.loads(raw)
-            except ValueError:
-                continue
-            kind = msg.get("kind")
-            if kind == "lobby":
-                state = msg.get("state")
-                if state == "seated":
-                    seated = True
-                    await ws.send(json.dumps({"type": "Ready"}))
-                elif state == "removed" or (state == "queued" and seated):
-                    return f"table ended ({msg.get('reason') or state})"
-            elif kind == "settled":
-                await ws.send(json.dumps({"type": "Ready"}))
-            elif kind == "update":
-                view = msg.get("view") or {}
-                match = view.get("match_id") or msg.get("match")
-                if view.get("phase") == "playing" and match not in dealt:
-                    dealt.add(match)
-                    await ws.send(json.dumps({"type": "RequestTrustee"}))
-                elif view.get("phase") in ("seating", "new") and match not in dealt:
-                    you = view.get("you")
-                    mine = [s for s in view.get("seats") or [] if s and s.get("player") == you]
-                    if mine and not mine[0].get("ready"):
-                        await ws.send(json.dumps({"type": "Ready"}))
+    async def _send(self, ctype: str, match: str, bot: str, tag: str) -> None:
+        command = channels.player_command(ctype, match, bot, channels.lobby_command_id(match, "bot", tag))
+        await self.player_redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
 
-
-class BotSeater:
-    """Watches the room queues and seats a bot beside a person who waits alone."""
-
-    def __init__(self, redis: Any, secret: bytes, rooms: Any, ws_url: str,
-                 after_s: float = BOT_AFTER_S):
-        self.redis = redis
-        self.secret = secret
-        self.rooms = rooms
-        self.ws_url = ws_url
-        self.after_s = after_s
-        self.spawned_at: dict[str, float] = {}  # room -> when its last bot was started (monotonic)
-        self.running: set[asyncio.Task[Any]] = set()
-        self.stopping = lambda: False  # the gateway is shutting down
-
-    def _points_rooms(self) -> list[str]:
-        rooms = getattr(self.rooms, "rooms", None) or {}
-        return [name for name, cfg in rooms.items() if getattr(cfg, "mode", None) == "points"]
-
-    async def _waiting_person(self, room: str) -> bool:
-        from gateway.lobby import player_key, queue_key
-
-        waiting = [w.decode() if isinstance(w, bytes) else w for w in await self.redis.lrange(queue_key(room), 0, 10)]
-        people = [w for w in waiting if not is_bot(w)]
-        if len(waiting) != 1 or len(people) != 1:
-            return False  # nobody, or two already: the lobby pairs them
-        since = await self.redis.hget(player_key(people[0]), "since")
+    async def _play(self, bot: str) -> None:
+        positions = {notes_key(bot): "0-0", keys.outbox_key(bot): "0-0"}
+        asked: set[str] = set()
         try:
-            since_ms = int(since)
-        except (TypeError, ValueError):
-            return False
-        return time.time() * 1000 - since_ms >= self.after_s * 1000
-
-    def _spawn(self, room: str) -> None:
-        from gateway.tokens import mint
-
-        player = f"{BOT_PREFIX}{uuid.uuid4().hex[:8]}"
-        token = mint(self.secret, player, role="player", ttl_seconds=24 * 3600)
-
-        async def life() -> None:
-            try:
-                why = await play_as_bot(self.ws_url, token, room)
-                log.info("bot %s left %s: %s", player, room, why)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a bot never takes the gateway down
-                log.warning("bot %s in %s stopped: %s", player, room, exc)
-
-        task = asyncio.create_task(life(), name=f"bot {player}")
-        self.spawned_at[room] = time.monotonic()
-        self.running.add(task)
-        task.add_done_callback(self.running.discard)
-        log.info("bot %s sits down in %s", player, room)
-
-    async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set() and not self.stopping():
-            try:
-                for room in self._points_rooms():
-                    # one bot joining a room at a time: the last one had time to sit down
-                    if time.monotonic() - self.spawned_at.get(room, -1e9) < 2 * self.after_s:
-                        continue
-                    if len(self.running) < MAX_BOTS and await self._waiting_person(room):
-                        self._spawn(room)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("bot seater: %s", exc)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), SCAN_S)
-        for t in list(self.running):
-            t.cancel()
-        await asyncio.gather(*self.running, return_exceptions=True)
+            while True:
+                reply = await self.player_redis.xread(positions, count=100, block=5000)
+                for stream_name, entries in reply or ():
+                    stream = stream_name.decode() if isinstance(stream_name, bytes) else stream_name
+                    for entry_id, fields in entries:
+                        positions[stream] = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+                        if stream == notes_key(bot):
+                            note = json.loads(fields.get(b"m", fields.get("m")))
+                            if note.get("kind") != "lobby":
+                                continue
+                            if note["state"] == "seated":
+                                await self._send("Ready", note["match"], bot, "ready")
+                            elif note["state"] in ("queued", "removed"):
+                                await self.lobby.dequeue(bot, "bot")
+                                return
+                            continue
+                        e = outbox.parse_entry(entry_id, fields)
+                        if e.kind != "update" or e.match in asked:
+                            continue
+                        if any(x.get("type") == "HandDealt" for x in e.events):
+                            asked.add(e.match)
+                            await self._send("RequestTrustee", e.match, bot, "trustee")
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("bot %s stopped", bot)

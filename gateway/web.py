@@ -37,7 +37,6 @@ socket's; errors are ``{"error": code, "reason": text}`` with 400/401/403/404):
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from pathlib import Path
@@ -297,24 +296,8 @@ def routes(ctx: Any) -> list[Any]:
     """The browser client's routes for the gateway app (``ctx``: a
     :class:`gateway.context.WebContext`: ``redis``, ``secret``, ``dev``, ``bots``)."""
 
-    bots_started: list[Any] = []
-
-    def start_bots(request: Request) -> None:
-        """--bots: the bot seater starts with the first page served (it needs this server's port)."""
-        if bots_started or not getattr(ctx, "bots", False) or getattr(ctx, "hub", None) is None:
-            return
-        from gateway.bots import BotSeater
-
-        host, port = (request.scope.get("server") or ("127.0.0.1", 80))[:2]
-        host = "127.0.0.1" if host in ("0.0.0.0", "::", "", None) else host
-        hub = ctx.hub
-        seater = BotSeater(ctx.redis, _secret(ctx), hub.rooms, f"ws://{host}:{port}/ws")
-        seater.stopping = lambda: bool(getattr(hub, "stopping", False))
-        bots_started.append(asyncio.get_running_loop().create_task(seater.run(asyncio.Event()), name="bot seater"))
-
     def page(name: str) -> Any:
         async def endpoint(request: Request) -> Response:
-            start_bots(request)
             return FileResponse(STATIC_DIR / name, headers={"Cache-Control": "no-cache"})
         return endpoint
 
@@ -375,7 +358,6 @@ def routes(ctx: Any) -> list[Any]:
         return JSONResponse(await run_in_threadpool(replay_from_text, text, mid))
 
     async def config(request: Request) -> Response:
-        start_bots(request)
         return JSONResponse({"dev": bool(getattr(ctx, "dev", False)), "bots": bool(getattr(ctx, "bots", False)),
                              "rooms": room_list(ctx)})
 
