@@ -19,7 +19,7 @@ const S = {
   lobby: null, match: null, view: null, versions: {},
   selected: new Set(), readings: [], reading: 0, readingsSeq: 0,
   settled: null, balance: null, clock: { version: null, total: null }, offset: null,
-  log: [], bombs: [], rooms: [], bombsSeen: {},
+  log: [], bombs: [], rooms: [], bombsSeen: {}, learned: {},
 };
 
 // ---- status, notices ------------------------------------------------------------------------
@@ -499,8 +499,19 @@ async function announceBombs(view, folded) {
 // them an update carries only its events, and the page folds them into the last view (the
 // same rules as engine/match/evolve.py, for what a view shows).
 function roomOf() {
+  // the room's clocks: from the lobby's room, else what the last full view's deadline showed
   const name = S.lobby && S.lobby.room;
-  return (S.rooms || []).find((r) => r.name === name) || {};
+  const room = (S.rooms || []).find((r) => r.name === name);
+  if (room) return room;
+  return { turn_seconds: S.learned.turn, trustee_delay_seconds: S.learned.trustee };
+}
+
+function learnClock(view, events) {
+  const ts = (events || []).map((e) => e.ts).filter((t) => typeof t === "number");
+  if (!view.deadline || !ts.length) return;
+  const secs = (view.deadline.at_ms - Math.max(...ts)) / 1000;
+  if (secs > 0 && view.deadline.kind === "turn") S.learned.turn = secs;
+  if (secs >= 0 && view.deadline.kind === "trustee") S.learned.trustee = secs;
 }
 
 function foldEvents(view, events) {
@@ -577,6 +588,8 @@ function onUpdate(msg) {
       return;
     }
     view = foldEvents(S.view, msg.events || []);
+  } else {
+    learnClock(view, msg.events);
   }
   view = { ...view, version: msg.version };
   S.versions[msg.match] = msg.version;
