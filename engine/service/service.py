@@ -71,7 +71,7 @@ class FixedBalances:
     """
 
     def __init__(self, balances: Mapping[Any, int]):
-        self._balances = dict(balances)
+        self._balances: dict[Any, int] = dict(balances)
 
     def balance(self, player: str, mode: str) -> int:
         return int(self._balances.get((player, mode), self._balances.get(player, 0)))
