@@ -55,7 +55,11 @@ class _Game:
         seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
         self.seed = seed
         self.clock = SystemClock()
-        self.timers = EmbeddedTimers("memory", clock=self.clock, rng=random.Random(seed))
+        from engine.service.shuffle import secure_server_seed, seeded_server_seeds
+
+        # --seed replays the same deal (a reproducible server seed); otherwise it is secret
+        seeds = seeded_server_seeds(seed) if args.seed is not None else secure_server_seed
+        self.timers = EmbeddedTimers("memory", clock=self.clock, rng=random.Random(seed), server_seeds=seeds)
         self.service = self.timers.service
         self.bot = Bot(args.bot, random.Random(seed + 1))
         self.match_id = f"play-{seed}"

@@ -35,8 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.rules.cards import DECK_SIZE
-from engine.service.shuffle import RandomSource, shuffled_deck
-from engine.match.commands import CommandBase, Deal, Ready
+from engine.service.shuffle import RandomSource, SeedSource, secure_server_seed, shuffled_deck
+from engine.match.commands import CommandBase, CreateMatch, Deal, Ready
 from engine.match.decide import DEALT, Context, decide
 from engine.match.errors import Rejected
 from engine.match.events import EventBase
@@ -67,7 +67,8 @@ class MatchService:
     def __init__(self, store: EventStore, clock: Callable[[], int], rng: RandomSource,
                  snapshot_every: int = 50, retries: int = 5, deal_on_ready: bool = True,
                  on_commit: Callable[[Outcome], None] | None = None,
-                 state_cache: StateCache | None = None):
+                 state_cache: StateCache | None = None,
+                 server_seeds: SeedSource = secure_server_seed):
         self.store = store
         self.clock = clock
         self.rng = rng
@@ -82,6 +83,9 @@ class MatchService:
         self.on_commit = on_commit
         #: newest known state per match (shared with the timer workers of the process)
         self.state_cache = state_cache
+        #: draws the 32-byte server seed of each new match (docs/FAIRNESS.md): ``secrets``
+        #: in production; tests and simulations pass a reproducible one
+        self.server_seeds = server_seeds
 
     # -- loading ----------------------------------------------------------------
     def load_state(self, match_id: str) -> MatchState:
@@ -120,12 +124,16 @@ class MatchService:
         return replay(tail, base, match_id=match_id)
 
     # -- commands ---------------------------------------------------------------
-    def _context(self, command: CommandBase) -> Context:
+    def _context(self, command: CommandBase, state: MatchState) -> Context:
         now = int(self.clock())
+        if isinstance(command, CreateMatch):
+            return Context(now_ms=now, server_seed=bytes(self.server_seeds()))
         wants_deck = isinstance(command, Deal) and command.hands is None
         wants_deck = wants_deck or (isinstance(command, Ready) and self.deal_on_ready)
         if not wants_deck:
-            return Context(now_ms=now)
+            return Context(now_ms=now, deal_on_ready=False)
+        if state.server_seed is not None:  # a fair match: decide computes the deck from the seeds
+            return Context(now_ms=now, deal_on_ready=self.deal_on_ready)
         deck = tuple(shuffled_deck(self.rng))
         randrange = getattr(self.rng, "randrange", None)
         if randrange is not None:
@@ -135,7 +143,7 @@ class MatchService:
             self.rng.shuffle(idx)
             lead = idx[0]
         assert len(deck) == 2 * DECK_SIZE
-        return Context(now_ms=now, deck=deck, lead_index=lead)
+        return Context(now_ms=now, deck=deck, lead_index=lead, deal_on_ready=self.deal_on_ready)
 
     def _stored_events_of(self, match_id: str, command_id: str) -> tuple[EventBase, ...]:
         # The EventStore interface has no command-id lookup (the store checks ids only
@@ -174,7 +182,7 @@ class MatchService:
         while attempt < self.retries:
             attempt += 1
             try:
-                events = decide(state, command, self._context(command))
+                events = decide(state, command, self._context(command, state))
             except Rejected as rej:
                 if not verified:  # never refuse on a stale cached state: decide again on the truth
                     verified = True

@@ -264,14 +264,15 @@ def check_script(data: dict[str, Any]) -> None:
 
 class _Runner:
     def __init__(self, cfg: RoomConfig, match_id: str, seed: Any, fixed: bool):
-        from engine.service.shuffle import seeded_random
+        from engine.service.shuffle import seeded_random, seeded_server_seeds
         from engine.service.service import MatchService
         from engine.store.memory import InMemoryEventStore
 
         self.clock = FakeClock()
         self.store = InMemoryEventStore()
-        self.service = MatchService(self.store, self.clock, seeded_random(seed if seed is not None else 0),
-                                    deal_on_ready=not fixed)
+        seed = seed if seed is not None else 0
+        self.service = MatchService(self.store, self.clock, seeded_random(seed), deal_on_ready=not fixed,
+                                    server_seeds=seeded_server_seeds(seed))
         self.match_id = match_id
         self.n = 0
         self.state = MatchState(match_id=match_id)

@@ -1,0 +1,236 @@
+"""Provably fair deals: the commitment and the deck as a pure function of the seeds.
+
+docs/FAIRNESS.md is the specification (byte layouts, a worked example); this
+module is its reference implementation.  Nothing here draws a random number:
+the server seed is drawn by the service (``secrets``), enters ``decide``
+through its context, is committed to in ``MatchCreated`` before any card is
+dealt and revealed in ``MatchFinished``.
+
+* :func:`commitment` -- ``SHA-256(server_seed ‖ UTF-8(match_id))``, lowercase hex.
+* :class:`DealStream` -- HMAC-SHA-256 in counter mode (key: the server seed;
+  message: a domain tag, the match id and both client seeds, length-prefixed,
+  then a 4-byte big-endian block counter), read as 4-byte big-endian words;
+  :meth:`DealStream.below` draws an integer in ``[0, n)`` by rejection
+  sampling (no modulo bias).
+* :func:`fair_deal` -- Fisher–Yates over the card ids ``0..107``, then the
+  lead index (one of the 54 dealt cards, R-1.4) from the same stream.
+
+>>> seed = bytes(range(32))
+>>> commitment(seed, "m1")[:16]
+'05e3848c4e92ab8f'
+>>> d = fair_deal(seed, ("alice-seed", "bob-seed"), "m1")
+>>> len(d.hands[0]), len(d.hands[1]), len(d.set_aside), d.first in (0, 1)
+(27, 27, 54, True)
+>>> fair_deal(seed, ("alice-seed", "bob-seed"), "m1") == d
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from engine.rules.cards import HAND_SIZE, NUM_CARDS, sort_cards
+
+#: the first bytes of every HMAC message: names the construction and its version
+DOMAIN = b"shuangkou/fair-deal/v1"
+SEED_BYTES = 32  # the server seed: 32 bytes from a CSPRNG
+SEED_HEX = 2 * SEED_BYTES
+CLIENT_SEED_MAX = 64  # characters
+DEALT = 2 * HAND_SIZE  # the lead card is one of the 54 dealt cards (R-1.4)
+_WORD = 2 ** 32
+
+
+class FairnessError(ValueError):
+    """A seed that cannot be used (wrong length, not hex, bad client seed)."""
+
+
+def seed_from_hex(text: str) -> bytes:
+    """The 32 bytes of a server seed written as 64 hex digits.
+
+    >>> seed_from_hex("00" * 32) == bytes(32)
+    True
+    """
+    if not isinstance(text, str) or len(text) != SEED_HEX:
+        raise FairnessError(f"a server seed is {SEED_HEX} hex digits")
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        raise FairnessError("a server seed is written in hex digits 0-9 a-f") from None
+
+
+def commitment(server_seed: bytes, match_id: str) -> str:
+    """``SHA-256(server_seed ‖ UTF-8(match_id))`` as 64 lowercase hex digits."""
+    return hashlib.sha256(bytes(server_seed) + match_id.encode("utf-8")).hexdigest()
+
+
+def client_seed_problem(value: object) -> str | None:
+    """Why ``value`` is no client seed (None when it is one): 1–64 printable characters.
+
+    >>> client_seed_problem("lucky 7"), client_seed_problem("")
+    (None, 'a client seed has 1-64 characters, got 0')
+    """
+    if not isinstance(value, str):
+        return "a client seed is a string"
+    if not 1 <= len(value) <= CLIENT_SEED_MAX:
+        return f"a client seed has 1-{CLIENT_SEED_MAX} characters, got {len(value)}"
+    if not value.isprintable():
+        return "a client seed holds printable characters only (no control characters)"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "a client seed must be valid text (no lone surrogates)"
+    return None
+
+
+def default_client_seed(player: str) -> str:
+    """The client seed of a player who sent none: their player id.
+
+    >>> default_client_seed("alice")
+    'alice'
+    """
+    return player
+
+
+def _lp(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    return struct.pack(">I", len(raw)) + raw
+
+
+def stream_message(client_seeds: Sequence[str], match_id: str) -> bytes:
+    """The HMAC message without its counter: DOMAIN ‖ lp(match_id) ‖ lp(seed0) ‖ lp(seed1),
+    ``lp(s)`` = 4-byte big-endian byte length of UTF-8(s) ‖ UTF-8(s)."""
+    if len(client_seeds) != 2:
+        raise FairnessError("a deal takes two client seeds (seat 0, seat 1)")
+    return DOMAIN + _lp(match_id) + _lp(client_seeds[0]) + _lp(client_seeds[1])
+
+
+class DealStream:
+    """The random stream of a deal: HMAC-SHA-256(server_seed, message ‖ u32be(counter)),
+    counter 0, 1, 2…, concatenated and read as big-endian 4-byte words.
+
+    >>> s = DealStream(bytes(32), ("a", "b"), "m")
+    >>> all(0 <= s.below(108) < 108 for _ in range(500))
+    True
+    """
+
+    def __init__(self, server_seed: bytes, client_seeds: Sequence[str], match_id: str):
+        if len(server_seed) != SEED_BYTES:
+            raise FairnessError(f"a server seed is {SEED_BYTES} bytes, got {len(server_seed)}")
+        self._key = bytes(server_seed)
+        self._message = stream_message(client_seeds, match_id)
+        self._words = self._generate()
+        self.words_used = 0
+
+    def block(self, counter: int) -> bytes:
+        """Block ``counter`` (32 bytes) of the stream."""
+        return hmac.new(self._key, self._message + struct.pack(">I", counter), hashlib.sha256).digest()
+
+    def _generate(self) -> Iterator[int]:
+        for counter in range(_WORD):
+            block = self.block(counter)
+            yield from struct.unpack(">8I", block)
+        raise FairnessError("the deal stream ran out (2^32 blocks)")  # pragma: no cover
+
+    def word(self) -> int:
+        """The next 32-bit word of the stream."""
+        self.words_used += 1
+        return next(self._words)
+
+    def below(self, n: int) -> int:
+        """A uniform integer in ``[0, n)``: words at or above the largest multiple of ``n``
+        that fits in 2^32 are rejected and the next word is read."""
+        if not 1 <= n <= _WORD:
+            raise FairnessError(f"cannot draw below {n}")
+        limit = _WORD - (_WORD % n)
+        while True:
+            w = self.word()
+            if w < limit:
+                return w % n
+
+
+@dataclass(frozen=True)
+class FairDeal:
+    """A deal computed from the seeds: the deck order, the hands, the lead card."""
+
+    deck: tuple[int, ...]  # the 108 card ids after the shuffle
+    lead_index: int  # 0..53 into the deck (the 54 dealt cards)
+    words_used: int  # stream words read (rejected ones included)
+
+    @property
+    def hands(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Seat 0 gets deck[0:27], seat 1 deck[27:54], each sorted as HandDealt records them."""
+        return (tuple(sort_cards(self.deck[:HAND_SIZE])), tuple(sort_cards(self.deck[HAND_SIZE:DEALT])))
+
+    @property
+    def set_aside(self) -> tuple[int, ...]:
+        return self.deck[DEALT:]
+
+    @property
+    def lead_card(self) -> int:
+        return self.deck[self.lead_index]
+
+    @property
+    def first(self) -> int:
+        """The seat holding the lead card leads the first trick (R-1.4)."""
+        return 0 if self.lead_index < HAND_SIZE else 1
+
+
+def fair_deal(server_seed: bytes, client_seeds: Sequence[str], match_id: str) -> FairDeal:
+    """The deal of ``match_id``: Fisher–Yates (i = 107 down to 1, j = below(i + 1), swap)
+    over ``[0, 1, …, 107]``, then ``lead_index = below(54)`` from the same stream."""
+    stream = DealStream(server_seed, client_seeds, match_id)
+    deck = list(range(NUM_CARDS))
+    for i in range(NUM_CARDS - 1, 0, -1):
+        j = stream.below(i + 1)
+        deck[i], deck[j] = deck[j], deck[i]
+    lead = stream.below(DEALT)
+    return FairDeal(deck=tuple(deck), lead_index=lead, words_used=stream.words_used)
+
+
+@dataclass(frozen=True)
+class DealCheck:
+    """What :func:`check_deal` found: ``problems`` empty means the deal is the fair one."""
+
+    problems: tuple[str, ...]
+    expected: FairDeal | None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check_deal(server_seed_hex: str, commitment_hex: str, client_seeds: Sequence[str], match_id: str,
+               hands: Sequence[Iterable[int]], set_aside: Iterable[int] | None,
+               lead_card: int | None, first: int | None) -> DealCheck:
+    """Recompute the commitment and the deal and compare them with what was recorded."""
+    problems: list[str] = []
+    try:
+        seed = seed_from_hex(server_seed_hex)
+    except FairnessError as exc:
+        return DealCheck((f"revealed server seed: {exc}",), None)
+    mine = commitment(seed, match_id)
+    if not hmac.compare_digest(mine, str(commitment_hex).lower()):
+        problems.append(f"commitment mismatch: SHA-256(seed ‖ match id) is {mine}, "
+                        f"the match committed to {commitment_hex}")
+    try:
+        deal = fair_deal(seed, tuple(client_seeds), match_id)
+    except FairnessError as exc:
+        return DealCheck(tuple(problems) + (str(exc),), None)
+    for i, (want, got) in enumerate(zip(deal.hands, hands)):
+        got_sorted = tuple(sorted(got))
+        if tuple(sorted(want)) != got_sorted:
+            extra = sorted(set(got_sorted) - set(want))
+            missing = sorted(set(want) - set(got_sorted))
+            problems.append(f"hand of seat {i} differs from the fair deal: recorded has {extra} "
+                            f"not dealt, lacks {missing}")
+    if set_aside is not None and sorted(set_aside) != sorted(deal.set_aside):
+        problems.append("the set-aside cards differ from the fair deal")
+    if lead_card is not None and lead_card != deal.lead_card:
+        problems.append(f"lead card {lead_card} differs from the fair deal's {deal.lead_card}")
+    if first is not None and first != deal.first:
+        problems.append(f"first seat {first} differs from the fair deal's {deal.first}")
+    return DealCheck(tuple(problems), deal)
