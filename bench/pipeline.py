@@ -128,7 +128,10 @@ def gateway_cpu(url: str, matches: int) -> list[tuple[str, int, float, float]]:
     subprocess.run([sys.executable, "-m", "engine", "simulate", "-n", str(matches), "--redis", url, "--json",
                     "--seed", "7", "--concurrency", "4", "--no-progress"], cwd=ROOT, env=env,
                    capture_output=True, text=True, timeout=900, check=False)
-    msgs = [f for _, f in r.xrange(keys.INBOX)]
+    # both channels' entries (sk:ops: CreateMatch/Sit, sk:inbox: the players'), in the order they
+    # were sent, replayed through one stream and one consumer: the command path alone
+    recorded = list(r.xrange(keys.INBOX)) + list(r.xrange(keys.OPS))
+    msgs = [f for _, f in sorted(recorded, key=lambda e: keys.stream_pos(e[0]))]
     out = []
     for mode in ("state cache", "no cache"):
         r.flushdb()

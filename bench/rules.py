@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine import moves  # noqa: E402
+from engine.rules import moves  # noqa: E402
 from engine.rules.cards import parse_cards  # noqa: E402
 from engine.rules.classify import classify, interpretations_for_counts  # noqa: E402
 from engine.rules.moves import can_beat, legal_plays, pick_cards, smallest_beating  # noqa: E402

@@ -1,23 +1,33 @@
 """Operator room configuration (R-14), validated by pydantic.
 
-One file per room type under ``config/`` (``points.toml``, ``wealth.toml``).
+One file per room type under the repository's ``config/`` (``points.toml``,
+``wealth.toml``).  The wheel ships those files inside this package, as
+``engine/room_configs/`` (pyproject.toml, ``force-include``), and
+:func:`builtin_configs` finds them with :mod:`importlib.resources`; in a source
+checkout (editable install, ``PYTHONPATH``) it reads ``config/`` itself.
 A match records the full config it starts with (R-11.3) in its first event,
 so a later edit to a file never changes an old match's replay.
 
 >>> cfg = load_config("points")
->>> cfg.mode, cfg.kou.single, cfg.doubling[7], cfg.heavenly_bomb
-('points', 2, 8, 'top')
+>>> cfg.mode, cfg.kou.single, cfg.doubling[7], cfg.heavenly_bomb, cfg.chain_bomb_twos
+('points', 2, 8, 'top', True)
 """
 
 from __future__ import annotations
 
 import tomllib
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
+#: Where the wheel puts the built-in room configs inside this package (pyproject.toml).
+PACKAGED_CONFIGS = "room_configs"
+#: The repository's config/ folder: the built-in configs in a source checkout.
+SOURCE_CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
+CONFIG_DIR = SOURCE_CONFIG_DIR  # the old name (a source checkout's config/); prefer builtin_configs()
 XIANGS = tuple(range(4, 13))
 
 
@@ -95,6 +105,7 @@ class RoomConfig(_Strict):
     escape_transfer_ratio: float = Field(ge=0.0, le=1.0)
     separate_bombs: bool = False
     heavenly_bomb: Literal["top", "bottom"] = "top"
+    chain_bomb_twos: bool = Field(True, description="R-2.2: chain bombs may run up to 2 (false: 3…A only)")
     turn_seconds: float = Field(15.0, gt=0)
     ready_seconds: float = Field(30.0, gt=0)
     trustee_delay_seconds: float = Field(0.5, ge=0)
@@ -161,6 +172,23 @@ class RoomConfig(_Strict):
 
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> RoomConfig:
+        """A config as a command or a record carries it (missing keys take their defaults)."""
+        return cls.model_validate(data)
+
+    @classmethod
+    def from_match_record(cls, data: dict[str, Any]) -> RoomConfig:
+        """The config a MatchCreated event recorded (R-11.3: a match keeps its config).
+
+        Matches recorded before ``chain_bomb_twos`` existed played chain bombs
+        to A only, so a record without the key reads as ``false`` (R-2.2);
+        every record written since carries the key.
+
+        >>> old = {k: v for k, v in load_config("points").to_record().items() if k != "chain_bomb_twos"}
+        >>> RoomConfig.from_match_record(old).chain_bomb_twos, RoomConfig.from_record(old).chain_bomb_twos
+        (False, True)
+        """
+        if isinstance(data, dict) and "chain_bomb_twos" not in data:
+            data = {**data, "chain_bomb_twos": False}
         return cls.model_validate(data)
 
 
@@ -217,20 +245,70 @@ def _problems(exc: ValidationError) -> list[str]:
     return out
 
 
-def resolve_config_path(name_or_path: str | Path) -> Path:
-    """``points``/``wealth`` (any file stem in config/) or a path to a TOML file."""
+def builtin_config_dir() -> Traversable:
+    """The folder of the built-in room configs.
+
+    Installed from a wheel: ``engine/room_configs`` inside the package, found with
+    :func:`importlib.resources.files` (so it works from a zip or any loader too).
+    In a source checkout that folder does not exist and the repository's
+    ``config/`` is used.
+
+    >>> sorted(builtin_configs())[:2]
+    ['points', 'wealth']
+    """
+    packaged = resources.files(__package__ or "engine").joinpath(PACKAGED_CONFIGS)
+    if packaged.is_dir():
+        return packaged
+    return SOURCE_CONFIG_DIR
+
+
+def builtin_configs() -> dict[str, Traversable]:
+    """The built-in room configs by name (the file stem): ``{"points": …, "wealth": …}``."""
+    folder = builtin_config_dir()
+    if not folder.is_dir():
+        return {}
+    return {entry.name[: -len(".toml")]: entry for entry in folder.iterdir()
+            if entry.name.endswith(".toml") and entry.is_file()}
+
+
+def resolve_config_path(name_or_path: str | Path) -> Path | Traversable:
+    """A built-in room's name (``points``, ``wealth``) or a path to a TOML file.
+
+    A name with no ``.toml`` suffix that is not an existing file is looked up among
+    :func:`builtin_configs`; an unknown name gives a path that does not exist (so
+    :func:`load_config` reports "file not found" naming it).
+    """
     p = Path(name_or_path)
     if p.suffix == ".toml" or p.exists():
         return p
-    return CONFIG_DIR / f"{name_or_path}.toml"
+    found = builtin_configs().get(str(name_or_path))
+    if found is not None:
+        return found
+    return Path(f"{name_or_path}.toml")
+
+
+def _source_name(path: Path | Traversable) -> str:
+    """How a config is named in messages: a built-in by ``<name>.toml (built-in)``."""
+    if isinstance(path, Path):
+        return str(path)
+    return f"{path.name} (built-in)"
 
 
 def load_config(name_or_path: str | Path) -> RoomConfig:
-    """Load and validate a room config; raises :class:`ConfigError` listing every problem."""
-    path = resolve_config_path(name_or_path)
+    """Load and validate a room config; raises :class:`ConfigError` listing every problem.
+
+    ``name_or_path`` is a built-in room's name (``points``, ``wealth``; see
+    :func:`builtin_configs`) or a path to a TOML file.
+    """
+    resolved = resolve_config_path(name_or_path)
+    path = _source_name(resolved)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = resolved.read_text(encoding="utf-8")
     except FileNotFoundError:
+        if isinstance(resolved, Path) and str(resolved) == f"{name_or_path}.toml" and Path(name_or_path).suffix != ".toml":
+            rooms = ", ".join(sorted(builtin_configs())) or "none"
+            raise ConfigError(str(name_or_path), [f"(file): file not found (not a TOML file, nor a built-in "
+                                                  f"room config: {rooms})"]) from None
         raise ConfigError(str(path), ["(file): file not found"]) from None
     except IsADirectoryError:
         raise ConfigError(str(path), ["(file): is a directory, not a TOML file"]) from None
@@ -242,7 +320,7 @@ def load_config(name_or_path: str | Path) -> RoomConfig:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), [f"(file): not valid TOML: {exc}"]) from None
-    return parse_config(raw, str(path))
+    return parse_config(raw, path)
 
 
 def parse_config(raw: dict[str, Any], source: str = "config") -> RoomConfig:

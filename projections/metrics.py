@@ -334,7 +334,7 @@ def instrument_runtime(rt: Any) -> Any:
     :class:`InstrumentedService` (timer lateness, command latency, counts).
 
     Register it with ``workers.runtime.on_build(instrument_runtime)`` (what
-    deploy/dramatiq_prometheus.py does); idempotent.
+    workers/prometheus.py does); idempotent.
     """
     if isinstance(rt.service, InstrumentedService):
         return rt
@@ -459,6 +459,95 @@ class DeadLetterQueueCollector(Collector):
         yield timers
 
 
+# --- counters at zero from start-up ------------------------------------------
+# A counter child appears in a scrape only once it has been incremented, so after a
+# restart the first increase has nothing to compare with and increase()/rate() (and
+# an alert on them) miss it.  Every counter whose labels come from a known, bounded
+# set is therefore created at 0 for each of its label values when this module loads.
+
+#: Where dead letters come from (``observe_dead_letter``).
+DEAD_LETTER_SOURCES: tuple[str, ...] = ("inbox", "feed", "dramatiq")
+#: The projections that report applied feed entries (``observe_projection_applied``).
+PROJECTIONS: tuple[str, ...] = ("ledger",)
+#: Results of a handled command (``InstrumentedService``).
+COMMAND_RESULTS: tuple[str, ...] = ("ok", "rejected", "duplicate", "error")
+
+
+def rejection_codes() -> tuple[str, ...]:
+    """Every rejection ``code`` of the :class:`engine.match.errors.Rejected` hierarchy."""
+    from engine.match.errors import Rejected
+
+    codes: set[str] = set()
+    todo: list[type] = [Rejected]
+    while todo:
+        cls = todo.pop()
+        code = getattr(cls, "code", None)
+        if isinstance(code, str) and code:
+            codes.add(code)
+        todo.extend(cls.__subclasses__())
+    return tuple(sorted(codes))
+
+
+def command_types() -> tuple[str, ...]:
+    """The ``type`` of every command (engine.match.commands)."""
+    from engine.match import commands
+
+    return tuple(sorted({cls.model_fields["type"].default for cls in vars(commands).values()
+                         if isinstance(cls, type) and issubclass(cls, commands.CommandBase)
+                         and cls is not commands.CommandBase and "type" in cls.model_fields
+                         and isinstance(cls.model_fields["type"].default, str)}))
+
+
+def _literal_values(event_type: str, attr: str) -> tuple[str, ...]:
+    """The values an event's Literal field may take (``Passed.by`` -> player, auto, …)."""
+    from typing import get_args
+
+    from engine.match import events
+
+    field = getattr(events, event_type).model_fields[attr]
+    return tuple(str(v) for v in get_args(field.annotation))
+
+
+def builtin_config_names() -> tuple[str, ...]:
+    """The room names (``name`` key) of the built-in configs: the ``config`` label values known at start-up."""
+    try:
+        from engine.config import builtin_configs, load_config
+
+        return tuple(sorted({load_config(name).name for name in builtin_configs()}))
+    except Exception:  # a broken built-in must not stop the metrics
+        return ()
+
+
+def initialize_counters(config_names: Iterable[str] | None = None) -> None:
+    """Create every counter child with a bounded label set at 0 (idempotent).
+
+    ``config_names`` are the rooms this process will serve (default: the built-in
+    configs); counters labelled by room get their other labels' every value.
+    """
+    from itertools import product
+
+    for source in DEAD_LETTER_SOURCES:
+        DEAD_LETTERS.labels(source)
+    for projection in PROJECTIONS:
+        PROJECTION_EVENTS.labels(projection)
+    for kind in _TIMER_KINDS.values():
+        TIMERS_STALE.labels(kind)
+    for ctype, result in product(command_types(), COMMAND_RESULTS):
+        COMMANDS.labels(ctype, result)
+    codes = rejection_codes()
+    rooms = builtin_config_names() if config_names is None else tuple(config_names)
+    for cfg in (*rooms, "unknown"):  # "unknown": a rejection before the match (and its room) is known
+        for code in codes:
+            REJECTIONS.labels(cfg, code)
+    for cfg in rooms:
+        for event_type, (counter, attrs) in _EVENT_COUNTERS.items():
+            for values in product(*(_literal_values(event_type, a) for a in attrs)):
+                counter.labels(cfg, *values)
+
+
+initialize_counters()
+
+
 # --- exposition --------------------------------------------------------------
 
 def multiprocess_dir() -> str | None:
@@ -516,4 +605,5 @@ __all__ = [
     "observe_timer_lateness", "observe_dead_letter", "observe_projection_applied",
     "InstrumentedService", "InstrumentedStore", "instrument_runtime", "FeedLagCollector", "DeadLetterQueueCollector",
     "start_metrics_server", "serving_registry", "mark_process_dead", "exposed_names", "generate_latest",
+    "initialize_counters", "DEAD_LETTER_SOURCES",
 ]

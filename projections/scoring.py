@@ -5,10 +5,11 @@ A player's *effective xiang* for a match is the largest of (R-8.3):
 (i)   the xiang of any bomb they played (single-rank bombs, chain bombs,
       three jokers = 6, four jokers = 7);
 (ii)  R-9: two single-rank bombs (kind ``"bomb"``) of the same xiang X whose
-      ranks are consecutive within 3…A, played at different times → X+1.
+      ranks are consecutive, played at different times → X+1.
       Joker-completed bombs count with their rank (R-9.2; a ``bomb`` Combo's
       ``top`` *is* its rank); three or more in a row still give only X+1;
-      A and 2 are not consecutive (R-2.2);
+      ranks are consecutive as in chain bombs (R-2.2): with the room's
+      ``chain_bomb_twos`` on, A then 2 count; with it off, 3…A only;
 (iii) R-10, only when ``config.separate_bombs``: the number of single-rank
       4-xiang bombs 3 → 5, 4 → 6, 5 → 7, ≥ 6 → 8; two (or more) single-rank
       5-xiang bombs → 6; nothing else (R-10.1).
@@ -20,6 +21,11 @@ A player's *effective xiang* for a match is the largest of (R-8.3):
 XiangResult(xiang=5, source='R-9: 4444 and 555+BJ consecutive → 5')
 >>> effective_xiang([], cfg)
 XiangResult(xiang=0, source='no bomb')
+>>> effective_xiang([classify("A A A A"), classify("2 2 2 2")], cfg).xiang    # R-9.2
+5
+>>> effective_xiang([classify("A A A A"), classify("2 2 2 2")],
+...                 cfg.model_copy(update={"chain_bomb_twos": False})).xiang
+4
 >>> contribution_of(7, cfg), doubling_of(7, cfg), doubling_of(0, cfg)
 (4, 8, 1)
 """
@@ -29,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.rules.cards import ACE, RANK_LABELS
+from engine.rules.cards import RANK_LABELS, chain_top
 from engine.rules.combo import BOMB_KINDS, Combo
 from engine.config import XIANGS, RoomConfig
 
@@ -72,9 +78,13 @@ def _played(bombs: Sequence[Combo]) -> XiangResult | None:
     return XiangResult(best.xiang or 0, f"played {bomb_text(best)} ({best.xiang}-xiang)")
 
 
-def _r9(bombs: Sequence[Combo]) -> XiangResult | None:
-    """R-9.1/R-9.2: two single-rank bombs, same xiang X, consecutive ranks 3…A → X+1."""
-    singles = [c for c in bombs if c.kind == "bomb" and c.xiang is not None and c.top <= ACE]
+def _r9(bombs: Sequence[Combo], chain_bomb_twos: bool = True) -> XiangResult | None:
+    """R-9.1/R-9.2: two single-rank bombs, same xiang X, consecutive ranks → X+1.
+
+    Consecutive as in chain bombs (R-2.2): 3…2 with ``chain_bomb_twos``, else 3…A.
+    """
+    top_rank = chain_top(chain_bomb_twos)
+    singles = [c for c in bombs if c.kind == "bomb" and c.xiang is not None and c.top <= top_rank]
     best: tuple[int, Combo, Combo] | None = None
     for i, a in enumerate(singles):
         for b in singles[i + 1:]:
@@ -110,7 +120,7 @@ def effective_xiang(bombs: Sequence[Combo], config: RoomConfig) -> XiangResult:
     ignored).  On a tie the first source in the order played bomb, R-9, R-10
     is named.
     """
-    candidates = [_played(bombs), _r9(bombs)]
+    candidates = [_played(bombs), _r9(bombs, config.chain_bomb_twos)]
     if config.separate_bombs:
         candidates.append(_r10(bombs))
     best: XiangResult | None = None

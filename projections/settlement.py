@@ -139,7 +139,7 @@ def settle(events: Sequence[EventBase]) -> Settlement | None:
 
     for e in events:
         if isinstance(e, MatchCreated):
-            config = RoomConfig.from_record(e.config)
+            config = RoomConfig.from_match_record(e.config)
             match_id = e.match_id
         elif isinstance(e, PlayerSeated):
             seats[e.player] = _Seat(e)

@@ -4,7 +4,8 @@ It knows nothing of deficits or windows.  Joker-only sets follow R-4.2 by a
 plain table.  Otherwise every joker is substituted by every natural rank
 3..2 (R-4.3, R-4.4: jokers are wild in every kind), and each resulting
 *natural* multiset is read by the plain definitions of R-3 (with R-2.2: no 2
-in a sequence -- so a joker used as a 2 simply fails in sequences).  The
+in a straight, pair run or triple run -- so a joker used as a 2 simply fails
+there; chain bombs may end at 2 when ``chain_bomb_twos`` is on, at A when off).  The
 readings of the original cards are the union over all substitutions.
 
 It is slow on purpose (up to C(16, 4) = 1820 substitutions for four jokers)
@@ -19,14 +20,15 @@ from itertools import combinations_with_replacement
 from engine.rules.combo import Combo
 
 NATURAL = range(13)     # 3..2 (R-4.3: what a wild joker may stand for)
-ACE = 11                # R-2.2: sequences end at A
+ACE = 11                # R-2.2: straights and runs end at A
+TWO = 12                # R-2.2: chain bombs may end at 2 (chain_bomb_twos)
 
 
 def _consecutive(ranks: list[int]) -> bool:
     return all(b == a + 1 for a, b in zip(ranks, ranks[1:]))
 
 
-def natural_readings(nat: list[int]) -> list[tuple]:
+def natural_readings(nat: list[int], chain_bomb_twos: bool = True) -> list[tuple]:
     """Readings of a multiset of natural cards (counts over 3..2) by R-3 alone.
 
     Returns tuples (kind, top, size, xiang, chain, m, regular, bomb_sizes).
@@ -44,7 +46,8 @@ def natural_readings(nat: list[int]) -> list[tuple]:
             out.append(("triple", ranks[0], 3, None, None, None, None, ()))      # R-3.4
         elif size >= 4:
             out.append(("bomb", ranks[0], size, size, None, None, None, ()))     # R-3.7
-    if ranks and ranks[-1] <= ACE and _consecutive(ranks):
+    consecutive = bool(ranks) and _consecutive(ranks)
+    if consecutive and ranks[-1] <= ACE:
         top = ranks[-1]
         if len(ranks) >= 5 and all(c == 1 for c in cs):
             out.append(("straight", top, size, None, None, None, None, ()))      # R-3.6
@@ -52,6 +55,8 @@ def natural_readings(nat: list[int]) -> list[tuple]:
             out.append(("pair_run", top, size, None, None, None, None, ()))      # R-3.3
         if len(ranks) >= 3 and all(c == 3 for c in cs):
             out.append(("triple_run", top, size, None, None, None, None, ()))    # R-3.5
+    if consecutive and ranks[-1] <= (TWO if chain_bomb_twos else ACE):            # R-2.2
+        top = ranks[-1]
         if len(ranks) >= 3 and all(c >= 4 for c in cs):                           # R-3.10
             m = min(cs)
             out.append(("chain_bomb", top, size, m + len(ranks), len(ranks), m,
@@ -59,8 +64,9 @@ def natural_readings(nat: list[int]) -> list[tuple]:
     return out
 
 
-def oracle_readings(counts: tuple[int, ...]) -> set[Combo]:
-    """Every reading of the cards with this 15-entry rank-count vector."""
+def oracle_readings(counts: tuple[int, ...], chain_bomb_twos: bool = True) -> set[Combo]:
+    """Every reading of the cards with this 15-entry rank-count vector
+    (``chain_bomb_twos``: the room's R-2.2 setting)."""
     counts = tuple(counts)
     sj, bj = counts[13], counts[14]
     j = sj + bj
@@ -83,7 +89,7 @@ def oracle_readings(counts: tuple[int, ...]) -> set[Combo]:
         nat = base[:]
         for r in subst:
             nat[r] += 1
-        for kind, top, sz, xiang, chain, m, regular, sizes in natural_readings(nat):
+        for kind, top, sz, xiang, chain, m, regular, sizes in natural_readings(nat, chain_bomb_twos):
             found.add(Combo(kind, top, sz, counts, xiang=xiang, chain=chain, m=m,
                             regular=regular, jokers_as=tuple(sorted(subst)),
                             bomb_sizes=sizes))

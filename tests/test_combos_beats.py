@@ -29,6 +29,9 @@ REG4x4_J_A = "J J J J Q Q Q Q K K K K A A A A"
 IRR5_5_7_16 = "5 5 5 5 5 6 6 6 6 6 7 7 7 7 7 7"            # irregular k3 m5, 8-xiang, 16 cards
 IRR4x4_17 = "3 3 3 3 4 4 4 4 5 5 5 5 6 6 6 6 6"             # irregular k4 m4, 8-xiang, 17 cards
 J3a, J3b, J4 = "SJ SJ BJ", "SJ BJ BJ", "SJ SJ BJ BJ"
+IRR5_8_10 = "8 8 8 8 8 8 9 9 9 9 10 10 10 10 SJ SJ"       # irregular k3 m5, 8-xiang, 16 cards, to 10
+REG4x4_6_9 = "6 6 6 6 7 7 7 7 8 8 8 9 9 9 9 SJ"            # regular k4 m4, 8-xiang, 16 cards, to 9
+CHAIN_K_A_2 = "K K K K A A A A 2 2 2 2"                     # regular 3-chain to 2, 7-xiang
 
 ROWS = [
     # --- same kind, same length, higher rank
@@ -174,10 +177,25 @@ ROWS = [
     (REG5_7_9, IRR_4_6, True, TOP, "R-5.5"),
     (REG5_7_9, IRR_4_6_13, True, TOP, "R-5.5"),
     (IRR_4_6, REG5_7_9, False, TOP, "R-5.5"),
-    (IRR5_5_7_16, REG4x4_8_J, False, TOP, "R-5.5 decision: same xiang and size"),
-    (REG4x4_8_J, IRR5_5_7_16, False, TOP, "R-5.5 decision: same xiang and size"),
-    (REG4x4_3_6, IRR5_5_7_16, False, TOP, "R-5.5 decision"),
+    # is narrow: any other pair of bombs goes by, even same xiang and size
+    (IRR5_8_10, REG4x4_6_9, True, TOP, "R-5.5 R-5.3 the issue's example: higher top rank"),
+    (REG4x4_6_9, IRR5_8_10, False, TOP, "R-5.5 R-5.3 the issue's example"),
+    (IRR5_5_7_16, REG4x4_8_J, False, TOP, "R-5.5 R-5.3 same xiang and size: rank"),
+    (REG4x4_8_J, IRR5_5_7_16, True, TOP, "R-5.5 R-5.3 regular beats irregular by rank"),
+    (REG4x4_3_6, IRR5_5_7_16, False, TOP, "R-5.5 R-5.3 rank"),
+    (IRR5_5_7_16, REG4x4_3_6, True, TOP, "R-5.5 R-5.3 irregular beats regular by rank"),
+    (IRR5_8_10, IRR5_5_7_16, False, TOP, "R-5.5 same k and m (3, 5): equal"),
+    (IRR5_5_7_16, IRR5_8_10, False, TOP, "R-5.5 same k and m (3, 5): equal"),
+    (IRR5_8_10, IRR4x4_17, True, TOP, "R-5.5 R-5.3 different k: fewer cards"),
     ("4 4 4 4 5 5 5 5 6 6 6 6 BJ", IRR_4_6_13, False, TOP, "R-5.5 (joker-made irregular)"),
+    # --- chain bombs to 2 compare like any chain
+    (CHAIN_K_A_2, CHAIN_Q_K_A, True, TOP, "R-2.2 R-5.3 rank 2 above A"),
+    (CHAIN_Q_K_A, CHAIN_K_A_2, False, TOP, "R-2.2 R-5.3"),
+    ("3 3 3 3 3 3 3", CHAIN_K_A_2, True, TOP, "R-2.2 R-5.3 fewer cards"),
+    (CHAIN_K_A_2, "2 2 2 2 2 2", True, TOP, "R-2.2 R-5.3 xiang"),
+    (J4, CHAIN_K_A_2, True, TOP, "R-2.2 R-3.9"),
+    (CHAIN_K_A_2, J4, True, BOTTOM, "R-2.2 R-3.9 config"),
+    ("Q Q Q Q K K K K A A A A 2 2 2 2", REG4x4_J_A, True, TOP, "R-2.2 R-5.3 4-chain to 2"),
 ]
 
 # R-5 example: 4444 < 33333 < three jokers < 333333 < 4444 5555 6666 < 3333333 < four jokers

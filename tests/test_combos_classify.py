@@ -177,9 +177,9 @@ ROWS = [
     ("4 4 4 4 5 5 5 5 6 6 6 6 7 7 7 7", CB, "7", 8, 4, True, "R-5.3"),
     ("J J J J Q Q Q Q K K K K A A A A", CB, "A", 8, 4, True, "R-3.10"),
     ("Q Q Q Q K K K K A A A A", CB, "A", 7, 3, True, "R-3.10 R-2.2"),
-    ("K K K K A A A A 2 2 2 2", N, N, N, N, N, "R-2.2 decision for chains"),
-    ("A A A A 2 2 2 2 3 3 3 3", N, N, N, N, N, "R-2.2"),
-    ("K K K K A A A A 2 2 2 BJ", N, N, N, N, N, "R-2.2"),
+    ("K K K K A A A A 2 2 2 2", CB, "2", 7, 3, True, "R-2.2 R-3.10 a chain bomb may run to 2"),
+    ("A A A A 2 2 2 2 3 3 3 3", N, N, N, N, N, "R-2.2 no wrap-around"),
+    ("K K K K A A A A 2 2 2 BJ", CB, "2", 7, 3, True, "R-2.2 R-4.3 a joker stands for 2 in a chain"),
     ("4 4 4 4 5 5 5 5 6 6 6 6 BJ", CB, "6", 7, 3, False, "R-4.4 extra joker"),
     ("4 4 4 4 5 5 5 5 SJ SJ BJ BJ", CB, "6", 7, 3, True, "R-4.4 R-4.6"),
     ("4 4 4 4 5 5 5 5 5 5 6 6 6 6 6 6", CB, "6", 7, 3, False, "R-3.10"),
@@ -212,6 +212,55 @@ ROWS = [
 
 def _row_id(row: tuple) -> str:
     return f"{row[0]} [{row[6]}]"
+
+
+# R-2.2 (config ``chain_bomb_twos``): chain bombs may run up to 2; off = 3…A only.
+# (cards, chain_bomb_twos, kind, rank, xiang, chain k, regular, rule id)
+CHAIN_TWOS_ROWS = [
+    ("K K K K A A A A 2 2 2 2", True, CB, "2", 7, 3, True, "R-2.2 R-3.10"),
+    ("K K K K A A A A 2 2 2 2", False, N, N, N, N, N, "R-2.2 config off"),
+    ("K K K K A A A BJ 2 2 2 2", True, CB, "2", 7, 3, True, "R-2.2 R-4.3 joker for A"),
+    ("K K K K A A A A 2 2 2 BJ", True, CB, "2", 7, 3, True, "R-2.2 R-4.3 joker for 2"),
+    ("K K K K A A A A 2 2 2 BJ", False, N, N, N, N, N, "R-2.2 config off"),
+    ("K K K K SJ SJ BJ BJ 2 2 2 2", True, CB, "2", 7, 3, True, "R-2.2 R-4.4 jokers supply the As"),
+    ("Q Q Q Q K K K K A A A A 2 2 2 2", True, CB, "2", 8, 4, True, "R-2.2 4-chain to 2"),
+    ("Q Q Q Q K K K K A A A A 2 2 2 2", False, N, N, N, N, N, "R-2.2 config off"),
+    ("K K K K K A A A A 2 2 2 2 2", True, CB, "2", 7, 3, False, "R-2.2 irregular chain to 2"),
+    ("A A A A 2 2 2 2 3 3 3 3", True, N, N, N, N, N, "R-2.2 no wrap-around"),
+    ("2 2 2 2 3 3 3 3 4 4 4 4", True, N, N, N, N, N, "R-2.2 no wrap-around"),
+    ("A A A A 2 2 2 2", True, N, N, N, N, N, "R-2.2 R-3.10 still no two-bomb chain"),
+    ("A A A A 2 2 2 2 SJ SJ BJ BJ", True, CB, "2", 7, 3, True, "R-2.2 R-4.4 jokers supply the Ks (R-4.6)"),
+    ("A A A A 2 2 2 2 SJ SJ BJ BJ", False, N, N, N, N, N, "R-2.2 config off"),
+    ("Q Q Q Q K K K K A A A A", False, CB, "A", 7, 3, True, "R-2.2 config off: 3…A chains stay"),
+    ("K K A A 2 2", True, N, N, N, N, N, "R-2.2 pair runs never hold a 2"),
+    ("K K K A A A 2 2 2", True, N, N, N, N, N, "R-2.2 triple runs never hold a 2"),
+    ("J Q K A 2", True, N, N, N, N, N, "R-2.2 straights never hold a 2"),
+    ("Q K A BJ BJ", True, ST, "A", N, N, N, "R-2.2 R-4.3 no joker as 2 in a straight"),
+]
+
+
+@pytest.mark.parametrize("row", CHAIN_TWOS_ROWS, ids=[f"{r[0]} twos={r[1]} [{r[7]}]" for r in CHAIN_TWOS_ROWS])
+def test_classify_chain_bomb_twos(row: tuple) -> None:
+    text, twos, kind, rank, xiang, chain, regular, _rule = row
+    c = classify(text, chain_bomb_twos=twos)
+    counts = counts_for(text)
+    assert set(interpretations_for_counts(counts, chain_bomb_twos=twos)) == oracle_readings(counts, twos)
+    if kind is None:
+        assert c is None, c
+        assert interpretations(text, chain_bomb_twos=twos) == []
+        return
+    assert c is not None
+    assert (c.kind, c.rank, c.xiang, c.chain, c.regular) == (kind, rank, xiang, chain, regular)
+
+
+def test_chain_bomb_twos_cache_keys_on_the_flag() -> None:
+    """The lru cache must not hand a reading made under one R-2.2 setting to the other."""
+    counts = counts_for("K K K K A A A A 2 2 2 2")
+    on = interpretations_for_counts(counts, chain_bomb_twos=True)
+    off = interpretations_for_counts(counts, chain_bomb_twos=False)
+    assert on and not off
+    assert interpretations_for_counts(counts, chain_bomb_twos=True) is on
+    assert interpretations_for_counts(counts) == on                # default: on
 
 
 def test_table_is_big_enough() -> None:
@@ -419,9 +468,19 @@ def test_cli_best_reading(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_cli_beat(capsys: pytest.CaptureFixture[str]) -> None:
     code, data, _ = _cli(capsys, "5 6 7 8 BJ", "--beat", "4 5 6 7 8")
-    assert code == 0 and (data["kind"], data["rank"]) == ("straight", "9")
+    assert code == 0 and (data["kind"], data["rank"], data["beats"]) == ("straight", "9", True)
+    # a valid combination that does not beat (R-5.1, R-5.6 strict): its reading and "beats": false
     code, data, _ = _cli(capsys, "5", "6", "7", "8", "BJ", "--beat", "5 6 7 8 9")
-    assert code == 1 and data["kind"] is None
+    assert code == 1 and data["beats"] is False and (data["kind"], data["rank"]) == ("straight", "9")
+    assert (data["beat"]["kind"], data["beat"]["rank"]) == ("straight", "9")
+    code, data, _ = _cli(capsys, "5 5", "--beat", "6 6")
+    assert code == 1 and data["beats"] is False and data["describe"] == "pair of 5"
+    # not a combination at all: "kind": null, and still "beats": false
+    code, data, _ = _cli(capsys, "3 3 4 4 BJ", "--beat", "6 6")
+    assert code == 1 and data["kind"] is None and data["beats"] is False
+    # without --beat there is no "beats" key
+    code, data, _ = _cli(capsys, "5 5")
+    assert code == 0 and "beats" not in data
 
 
 def test_cli_all(capsys: pytest.CaptureFixture[str]) -> None:
@@ -438,7 +497,7 @@ def test_cli_chain_and_heavenly(capsys: pytest.CaptureFixture[str]) -> None:
     assert (data["kind"], data["xiang"], data["chain"], data["regular"]) == ("chain_bomb", 7, 3, False)
     assert data["bomb_sizes"] == [4, 5, 5]
     code, data, _ = _cli(capsys, "SJ SJ BJ BJ", "--beat", "3 3 3 3 3 3 3", "--heavenly", "bottom")
-    assert code == 1 and data["kind"] is None
+    assert code == 1 and data["beats"] is False and data["kind"] == "four_jokers"  # R-3.9 bottom
 
 
 def test_cli_not_a_combination(capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.rules.cards import BJ, NUM_RANKS, SJ, card_id, rank_of
+from engine.rules.cards import ACE, BJ, NUM_RANKS, SJ, TWO, card_id, rank_of
 from engine.rules.combo import strength_key
 from engine.rules.classify import interpretations, interpretations_for_counts
 
@@ -38,9 +38,9 @@ def _ids(counts: tuple[int, ...]) -> list[int]:
     return out
 
 
-def _check(counts: tuple[int, ...], heavenly: str = "top") -> None:
-    fast = interpretations_for_counts(counts, heavenly)
-    oracle = oracle_readings(counts)
+def _check(counts: tuple[int, ...], heavenly: str = "top", twos: bool = True) -> None:
+    fast = interpretations_for_counts(counts, heavenly, chain_bomb_twos=twos)
+    oracle = oracle_readings(counts, chain_bomb_twos=twos)
     assert len(set(fast)) == len(fast), "readings are not distinct"
     assert set(fast) == oracle
     keys = [strength_key(c, heavenly) for c in fast]
@@ -73,7 +73,7 @@ def near_combinations(draw: st.DrawFn) -> tuple[int, ...]:
         v[r] = {"single": 1, "pair": 2, "triple": 3}.get(kind) or draw(st.integers(4, 8))
     elif kind == "chain_bomb":
         k = draw(st.integers(3, 4))
-        low = draw(st.integers(0, 12 - k))
+        low = draw(st.integers(0, 13 - k))  # up to a chain ending at 2 (R-2.2)
         for r in range(low, low + k):
             v[r] = 4
         extra = draw(st.integers(0, MAX_CARDS - 4 * k))
@@ -118,16 +118,30 @@ def near_combinations(draw: st.DrawFn) -> tuple[int, ...]:
     return (*v, sj, jokers - sj)
 
 
-@given(random_sets())
+@given(random_sets(), st.booleans())
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_random_sets_match_oracle(counts: tuple[int, ...]) -> None:
-    _check(counts)
+def test_random_sets_match_oracle(counts: tuple[int, ...], twos: bool) -> None:
+    _check(counts, twos=twos)
 
 
-@given(near_combinations(), st.sampled_from(["top", "bottom"]))
+@given(near_combinations(), st.sampled_from(["top", "bottom"]), st.booleans())
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_near_combinations_match_oracle(counts: tuple[int, ...], heavenly: str) -> None:
-    _check(counts, heavenly)
+def test_near_combinations_match_oracle(counts: tuple[int, ...], heavenly: str, twos: bool) -> None:
+    _check(counts, heavenly, twos)
+
+
+@pytest.mark.parametrize("twos", [True, False], ids=["chain_bomb_twos", "no_twos"])
+def test_chains_at_the_top_match_oracle(twos: bool) -> None:
+    """R-2.2: every 3- and 4-rank window ending at A or 2, 3..5 naturals a rank, 0..2 jokers."""
+    for k in (3, 4):
+        for low in (ACE - k + 1, TWO - k + 1):
+            for fill in itertools.product(range(3, 6), repeat=k):
+                for sj, bj in ((0, 0), (1, 0), (1, 1), (0, 2)):
+                    v = [0] * 13
+                    for i, x in enumerate(fill):
+                        v[low + i] = x
+                    if sum(v) + sj + bj <= 20:
+                        _check((*v, sj, bj), twos=twos)
 
 
 @given(near_combinations())
@@ -141,7 +155,7 @@ def test_joker_heavy_templates(jokers: tuple[int, int]) -> None:
     """Every window of 3..5 ranks with 0..2 natural cards each, plus jokers."""
     sj, bj = jokers
     for k in (3, 4, 5) if sj + bj <= 2 else (3, 4):
-        for low in (0, 4, 12 - k):
+        for low in (0, 4, 12 - k, 13 - k):
             for fill in itertools.product((0, 1, 2), repeat=k):
                 v = [0] * 13
                 for i, x in enumerate(fill):
@@ -166,9 +180,10 @@ def test_exhaustive_small_sets() -> None:
 
 @pytest.mark.slow
 def test_exhaustive_bomb_chains() -> None:
-    """Every 3- and 4-rank window with 3..6 natural cards a rank and 0..4 jokers (R-3.10, R-4.4)."""
+    """Every 3- and 4-rank window with 3..6 natural cards a rank and 0..4 jokers (R-3.10, R-4.4),
+    up to the window ending at 2 (R-2.2)."""
     for k in (3, 4):
-        for low in range(0, 13 - k):
+        for low in range(0, 13 - k + 1):
             for fill in itertools.product(range(3, 7), repeat=k):
                 for sj, bj in ((0, 0), (1, 0), (1, 1), (2, 1), (2, 2)):
                     if sum(fill) + sj + bj > 20:

@@ -348,6 +348,36 @@ def test_auto_pass_chain_over_several_plays() -> None:
     assert m.state.phase == "finished" and m.state.finished.kou == "flat"
 
 
+# ---- the room's chain_bomb_twos reaches the rules (R-2.2) -------------------------------------
+
+@pytest.mark.parametrize("twos", [True, False])
+def test_chain_bomb_twos_decides_plays_auto_pass_and_trustee(twos: bool) -> None:
+    hand = "K K K K A A A A 2 2 2 2 3"
+    m = dealt("Q Q Q Q Q Q 4 6", hand, **{"chain_bomb_twos": twos})
+    events = m.do(Play, player="a", text="Q Q Q Q Q Q")
+    # K-A-2 is the only play that beats six Qs: with the flag off b is auto-passed
+    assert types(events) == (["CardsPlayed"] if twos else ["CardsPlayed", "Passed"])
+    if not twos:
+        m.do(Play, player="a", text="4")
+        assert isinstance(m.no(Play, player="b", text="K K K K A A A A 2 2 2 2"), NotACombination)
+        return
+    played = m.do(Play, player="b", text="K K K K A A A A 2 2 2 2")[0]
+    assert played.reading.kind == "chain_bomb" and played.reading.top == 12
+
+
+@pytest.mark.parametrize("twos", [True, False])
+def test_trustee_plays_a_chain_to_2_only_when_the_room_allows(twos: bool) -> None:
+    m = dealt("Q Q Q Q Q Q 4", "K K K K A A A A 2 2 2 2 3 5", **{"chain_bomb_twos": twos})
+    m.do(RequestTrustee, player="b")
+    events = m.do(Play, player="a", text="Q Q Q Q Q Q")
+    if not twos:
+        assert types(events) == ["CardsPlayed", "Passed"]      # auto-pass: nothing beats
+        return
+    ev = m.do(TrusteeAct, version=m.state.version)
+    assert [(e.type, getattr(e, "by", None)) for e in ev] == [("CardsPlayed", "trustee"), ("Passed", "auto")]
+    assert ev[0].reading.combo().describe() == "7-xiang regular 3-chain bomb to 2"
+
+
 # ---- finish and kou (R-6.3, R-7) ---------------------------------------------------------
 
 @pytest.mark.parametrize("left, kou", [(1, "flat"), (6, "flat"), (7, "single"), (11, "single"),
@@ -598,3 +628,16 @@ def test_commands_out_of_phase(phase, cls, kw, exc) -> None:
     e = m.no(cls, **kw)
     assert type(e) is exc, repr(e)
     assert str(e)  # a readable reason
+
+
+def test_a_match_recorded_before_chain_bomb_twos_keeps_chains_to_a() -> None:  # D-4
+    from engine.match.events import MatchCreated
+
+    record = {k: v for k, v in load_config("points").to_record().items() if k != "chain_bomb_twos"}
+    old = apply(MatchState(match_id="m"), MatchCreated(match_id="m", seq=1, ts=T0, command_id="c",
+                                                       config=record))
+    assert old.chain_bomb_twos is False
+    # a new match whose command omits the key takes the default (true), and records it
+    events = decide(MatchState(match_id="n"), CreateMatch(command_id="c", match_id="n", config=record),
+                    Context(now_ms=T0))
+    assert events[0].config["chain_bomb_twos"] is True

@@ -4,6 +4,7 @@ Prometheus middleware actually exposes."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -47,6 +48,8 @@ def _dashboard_exprs():
 
     walk(dash["panels"])
     for var in dash.get("templating", {}).get("list", []):
+        if var.get("type") == "datasource":  # the ${DS_PROMETHEUS} picker: no expression
+            continue
         q = var.get("query")
         out.append((var["name"], q["query"] if isinstance(q, dict) else q))
     return dash, out
@@ -71,7 +74,8 @@ def test_compose_file_has_the_stack():
     from workers.broker import PROMETHEUS_ENV
 
     assert str(env[PROMETHEUS_ENV]) == "1"
-    assert worker["command"].index("dramatiq_prometheus") < worker["command"].index("workers.actors")
+    assert worker["command"].index("workers.prometheus") < worker["command"].index("workers.actors")
+    assert "--path" not in worker["command"]  # the entry module is in the installed package
     # every file the compose file mounts exists
     for svc in services.values():
         for vol in svc.get("volumes", []):
@@ -79,7 +83,9 @@ def test_compose_file_has_the_stack():
             if src.startswith("./"):
                 assert (DEPLOY / src).exists(), src
     assert (DEPLOY / "Dockerfile").read_text().count("ENTRYPOINT") == 1
-    assert (DEPLOY / "dramatiq_prometheus.py").exists()
+    assert importlib.util.find_spec("workers.prometheus") is not None
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert "pip install -e" not in dockerfile and "--editable" not in dockerfile
 
 
 def test_prometheus_config_scrapes_serve_and_workers_and_loads_alerts():

@@ -36,7 +36,8 @@ def make_service(r) -> MatchService:
 @pytest.fixture
 def rig(r):
     service = make_service(r)
-    return r, service, InboxConsumer(r, service, "w1"), GatewayClient(r)
+    # one stream, no channel policy: these tests are about the consumer itself
+    return r, service, InboxConsumer(r, service, "w1"), GatewayClient(r, ops=keys.INBOX)
 
 
 def drain(gw: InboxConsumer) -> int:
@@ -112,7 +113,7 @@ def test_rejection_goes_to_the_player_with_code_and_reason(rig):
 
 def test_reply_to_stream(r):
     gw = InboxConsumer(r, make_service(r), "w1")
-    client = GatewayClient(r, reply_to="sk:reply:gw-a")
+    client = GatewayClient(r, ops=keys.INBOX, reply_to="sk:reply:gw-a")
     ok = client.create_match("m1", CONFIG)
     bad = client.sit("nope", "alice")
     client.send(Play(command_id="x", match_id="m1", player="zed", text="3"))
@@ -127,7 +128,7 @@ def test_reply_to_stream(r):
     drain(gw)
     assert r.xlen("sk:{b1}:feed") == 0
     with pytest.raises(ValueError):
-        GatewayClient(r, reply_to="elsewhere")
+        GatewayClient(r, ops=keys.INBOX, reply_to="elsewhere")
 
 
 def test_json_commands_are_accepted(rig):
@@ -158,7 +159,7 @@ def test_duplicate_command_appends_nothing_and_republishes(rig):
 
 def test_crash_leaves_message_pending_then_reclaim(r):
     service = make_service(r)
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
 
     class Crash(BaseException):
         pass
@@ -188,7 +189,7 @@ def test_crash_leaves_message_pending_then_reclaim(r):
 
 def test_restarted_consumer_finishes_its_own_pending_first(r):
     service = make_service(r)
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     client.create_match("m1", CONFIG)
     client.sit("m1", "alice")
     # a consumer reads both and dies without handling them
@@ -211,7 +212,7 @@ def _group(r) -> None:
 
 def test_too_many_deliveries_go_to_dead_letters(r):
     service = make_service(r)
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     _group(r)
     client.create_match("m1", CONFIG)
     r.xreadgroup(keys.SERVICE_GROUP, "ghost", {keys.INBOX: ">"}, count=10)
@@ -230,7 +231,7 @@ def test_wrong_version_leaves_message_pending(r):
         def execute(self, command):
             raise WrongVersion(command.match_id, 1, 2)
 
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     gw = InboxConsumer(r, Busy(), "w1")
     client.create_match("m1", CONFIG)
     assert gw.run_once(block_ms=None) == 0
@@ -285,7 +286,7 @@ def test_engine_crash_is_dead_lettered_with_internal_error(r):
         def execute(self, command):
             raise ZeroDivisionError("oops")
 
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     gw = InboxConsumer(r, Buggy(), "w1")
     sent = client.sit("m1", "alice")
     assert gw.run_once(block_ms=None) == 1
@@ -297,7 +298,7 @@ def test_engine_crash_is_dead_lettered_with_internal_error(r):
 
 def test_trimmed_pending_message(r):
     _group(r)
-    client = GatewayClient(r)
+    client = GatewayClient(r, ops=keys.INBOX)
     sent = client.create_match("m1", CONFIG)
     r.xreadgroup(keys.SERVICE_GROUP, "w1", {keys.INBOX: ">"}, count=10)
     r.xdel(keys.INBOX, sent.stream_id)
@@ -375,7 +376,9 @@ def test_client_helpers_build_valid_commands(fake_redis):
              client.cancel_trustee("m", "a"), client.disconnect("m", "a"), client.reconnect("m", "a"),
              client.escape("m", "a")]
     assert len({s.command_id for s in sends}) == len(sends)
-    assert fake_redis.xlen(keys.INBOX) == len(sends)
+    # each command goes to its channel: CreateMatch, Sit and Deal to sk:ops, the rest to sk:inbox
+    assert [e[0].decode() for e in fake_redis.xrange(keys.OPS)] == [s.stream_id for s in sends[:2] + sends[4:5]]
+    assert fake_redis.xlen(keys.INBOX) == len(sends) - 3
     with pytest.raises(Exception):
         client.play("m", "a")  # neither text nor cards
 
@@ -409,7 +412,7 @@ def test_publish_is_public_for_commands_without_an_inbox_message(r):
     outcome = service.execute(cmd)
     publisher = InboxConsumer(r, None, "sk-timers")
     publisher.publish(cmd, outcome)
-    [msg] = GatewayClient(r).updates("alice")
+    [msg] = GatewayClient(r, ops=keys.INBOX).updates("alice")
     assert (msg.kind, msg.command_id, msg.version) == ("update", "c1", 2)
     assert publisher.stats.published == 1
 
@@ -511,7 +514,7 @@ def test_an_output_redis_refuses_dead_letters_its_message_only(rig):
     r, service, gw, client = rig
     r.set("sk:reply:broken", "not a stream")
     good = client.create_match("m1", CONFIG)
-    bad = GatewayClient(r, reply_to="sk:reply:broken").sit("m1", "alice")
+    bad = GatewayClient(r, ops=keys.INBOX, reply_to="sk:reply:broken").sit("m1", "alice")
     after = client.sit("m1", "bob")
     assert gw.run_once(block_ms=None, count=10) == 3
     assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0

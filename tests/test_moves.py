@@ -72,6 +72,23 @@ SMALLEST = [
     ("R-5.5 irregular chains never beat; the regular 12-card one does", "7 7 7 7 8 8 8 8 8 9 9 9 9",
      "4 4 4 4 5 5 5 5 5 6 6 6 6", "7 7 7 7 8 8 8 8 9 9 9 9", "7-xiang regular 3-chain bomb to 9"),
     ("R-4.2 pass: SJ+BJ is no pair", "SJ BJ", "A A", None, None),
+    ("R-5.5 R-5.3 other chain shapes compare by rank", "8 8 8 8 8 8 9 9 9 9 10 10 10 10 SJ SJ",
+     "6 6 6 6 7 7 7 7 8 8 8 9 9 9 9 SJ", "8 8 8 8 8 8 9 9 9 9 10 10 10 10 SJ SJ",
+     "8-xiang irregular 3-chain bomb to 10"),
+    ("R-2.2 a chain bomb to 2 beats a 6-card bomb", "K K K K A A A A 2 2 2 2 3", "2 2 2 2 2 2",
+     "K K K K A A A A 2 2 2 2", "7-xiang regular 3-chain bomb to 2"),
+    ("R-2.2 R-4.3 a joker stands for a 2 in the chain", "K K K K A A A A 2 2 2 BJ", "Q Q Q Q K K K K A A A A",
+     "K K K K A A A A 2 2 2 BJ", "7-xiang regular 3-chain bomb to 2"),
+]
+
+# R-2.2 with chain_bomb_twos off (today's rooms): chains end at A.
+# (rule, hand, previous play, expected cards or None, expected reading)
+SMALLEST_NO_TWOS = [
+    ("R-2.2 config off: no chain to 2, so pass", "K K K K A A A A 2 2 2 2 3", "2 2 2 2 2 2", None, None),
+    ("R-2.2 config off: the Q-K-A chain still plays", "Q Q Q Q K K K K A A A A 2", "2 2 2 2 2 2",
+     "Q Q Q Q K K K K A A A A", "7-xiang regular 3-chain bomb to A"),
+    ("R-2.2 config off: the smallest bomb (no K-A-2 chain)", "K K K K A A A A 2 2 2 2", "Q Q Q Q",
+     "K K K K", "4-xiang bomb of K"),
 ]
 
 
@@ -88,6 +105,36 @@ def test_smallest_beating_table(rule, hand, prev, expected, reading):
     assert play.combo.describe() == reading
     assert set(play.cards) <= set(cards)
     assert trustee_choice(cards, classify(prev)) == play
+
+
+@pytest.mark.parametrize("rule,hand,prev,expected,reading", SMALLEST_NO_TWOS, ids=[s[0] for s in SMALLEST_NO_TWOS])
+def test_smallest_beating_without_chain_bomb_twos(rule, hand, prev, expected, reading):
+    cards = parse_cards(hand)
+    p = classify(prev, chain_bomb_twos=False)
+    play = trustee_choice(cards, p, chain_bomb_twos=False)
+    assert play == smallest_beating(cards, p, chain_bomb_twos=False)
+    assert can_beat(cards, p, chain_bomb_twos=False) is (expected is not None)   # R-6.4 agrees
+    assert bool(legal_plays(cards, p, chain_bomb_twos=False)) is (expected is not None)
+    if expected is None:
+        assert play is None
+        return
+    assert format_counts(play.combo.counts) == format_counts(C(expected))
+    assert play.combo.describe() == reading
+
+
+def test_chain_bomb_twos_in_legal_plays_and_can_beat():
+    """R-2.2: the flag decides whether K-A-2 chains are offered; the caches key on it."""
+    hand = parse_cards("K K K K A A A A 2 2 2 2")
+    chains = {("K K K K A A A A 2 2 2 2", "chain_bomb", "2")}
+    on = {t for t in plays_text("K K K K A A A A 2 2 2 2") if t[1] == "chain_bomb"}
+    off = {(format_counts(c.counts), c.kind, c.rank)
+           for c in legal_plays(hand, chain_bomb_twos=False) if c.kind == "chain_bomb"}
+    assert on == chains and off == set()
+    six = classify("2 2 2 2 2 2")
+    assert can_beat(hand, six) and not can_beat(hand, six, chain_bomb_twos=False)
+    assert can_beat(hand, six)  # asked again after the other setting: the cache keeps them apart
+    # no wrap-around: A-2-3 is not consecutive
+    assert not any(c.kind == "chain_bomb" for c in legal_plays(parse_cards("A A A A 2 2 2 2 3 3 3 3")))
 
 
 def test_smallest_beating_lowest_physical_ids():
@@ -248,25 +295,26 @@ SETTINGS = settings(max_examples=300, deadline=None,
 
 
 @SETTINGS
-@given(hand_and_prev())
-def test_plays_are_legal(data):
-    """Every play is in the hand, is a reading of its cards, and beats prev."""
+@given(hand_and_prev(), st.booleans())
+def test_plays_are_legal(data, twos):
+    """Every play is in the hand, is a reading of its cards, and beats prev
+    (under either R-2.2 setting ``chain_bomb_twos``)."""
     hand, prev = data
     h = counts_of(hand)
-    plays = legal_plays(hand, prev)
+    plays = legal_plays(hand, prev, chain_bomb_twos=twos)
     seen = set()
     for c in plays:
         assert all(x <= y for x, y in zip(c.counts, h))
         cards = pick_cards(hand, c.counts)
         if prev is None:
-            assert c in interpretations(cards)                 # R-4 readings
+            assert c in interpretations(cards, chain_bomb_twos=twos)          # R-4 readings
         else:
-            assert beats(c, prev)                               # R-5
-            assert classify(cards, beat=prev) == c              # R-4.6: engine's reading
-            assert c.counts not in seen                         # one reading per multiset
+            assert beats(c, prev)                                              # R-5
+            assert classify(cards, beat=prev, chain_bomb_twos=twos) == c       # R-4.6: engine's reading
+            assert c.counts not in seen                                        # one reading per multiset
             seen.add(c.counts)
     assert len(set(plays)) == len(plays)
-    assert can_beat(hand, prev) == bool(plays)                   # R-6.4
+    assert can_beat(hand, prev, chain_bomb_twos=twos) == bool(plays)          # R-6.4
 
 
 @SETTINGS

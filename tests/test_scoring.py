@@ -54,7 +54,8 @@ R9_ROWS = [
     (["4 4 4 4", "5 5 5 5"], 5, "R-9: 4444 and 5555 consecutive → 5"),      # R-9.1
     (["5 5 5 5", "4 4 4 4"], 5, "R-9: 4444 and 5555 consecutive → 5"),      # order does not matter
     (["4 4 4 4", "6 6 6 6"], 4, "played 4444"),                             # not consecutive
-    (["A A A A", "2 2 2 2"], 4, "played"),                                  # R-9.2 A and 2 not consecutive
+    (["A A A A", "2 2 2 2"], 5, "R-9: AAAA and 2222 consecutive → 5"),      # R-9.2 R-2.2 chain_bomb_twos on
+    (["2 2 2 2", "3 3 3 3"], 4, "played"),                                  # R-2.2 no wrap-around
     (["K K K K", "A A A A"], 5, "R-9: KKKK and AAAA consecutive → 5"),      # top of 3…A
     (["4 4 4 4", "5 5 5 BJ"], 5, "R-9: 4444 and 555+BJ consecutive → 5"),   # R-9.2 joker-completed
     (["4 4 4 4", "5 5 5 5", "6 6 6 6"], 5, "R-9"),                          # R-9.2 three in a row → X+1 only
@@ -98,6 +99,28 @@ def test_r9_consecutive_bombs(plays, xiang, source):
     """R-9.1, R-9.2."""
     r = effective_xiang(combos(*plays), POINTS)
     assert (r.xiang, source in r.source) == (xiang, True), r
+
+
+# R-9.2 follows R-2.2: A and 2 are consecutive only with chain_bomb_twos on.
+# (plays, effective xiang with the flag on, with it off, source fragment when on)
+R9_TWOS_ROWS = [
+    (["A A A A", "2 2 2 2"], 5, 4, "R-9: AAAA and 2222 consecutive → 5"),
+    (["2 2 2 2", "A A A A"], 5, 4, "R-9: AAAA and 2222 consecutive → 5"),      # order does not matter
+    (["A A A A A", "2 2 2 2 2"], 6, 5, "R-9: AAAAA and 22222 consecutive → 6"),
+    (["A A A BJ", "2 2 2 SJ"], 5, 4, "R-9: AAA+BJ and 222+SJ consecutive → 5"),  # R-9.2 joker-completed
+    (["A A A A", "2 2 2 2 2"], 5, 5, "played 22222"),                         # different xiang: nothing
+    (["K K K K", "A A A A"], 5, 5, "R-9: KKKK and AAAA consecutive → 5"),      # 3…A pairs either way
+    (["2 2 2 2", "3 3 3 3"], 4, 4, "played"),                                  # no wrap-around either way
+]
+
+
+@pytest.mark.parametrize("plays,on,off,source", R9_TWOS_ROWS, ids=[" / ".join(r[0]) for r in R9_TWOS_ROWS])
+def test_r9_a_and_2_follow_chain_bomb_twos(plays, on, off, source):
+    """R-9.2, R-2.2: the room's chain_bomb_twos decides whether AAAA then 2222 count."""
+    r_on = effective_xiang(combos(*plays), POINTS)
+    r_off = effective_xiang(combos(*plays), POINTS.model_copy(update={"chain_bomb_twos": False}))
+    assert r_on.xiang == on and source in r_on.source, r_on
+    assert r_off.xiang == off, r_off
 
 
 @pytest.mark.parametrize("plays,on,off,source", R10_ROWS, ids=[" / ".join(r[0]) for r in R10_ROWS])

@@ -1,5 +1,5 @@
 """End to end on a real redis-server: `shuangkou serve` + a dramatiq worker process
-(with dramatiq's Prometheus middleware, deploy/dramatiq_prometheus.py), matches
+(with dramatiq's Prometheus middleware, workers/prometheus.py), matches
 played through GatewayClient, /metrics scraped over HTTP and compared with the
 stored events; SIGTERM stops serve with exit code 0."""
 
@@ -111,7 +111,7 @@ def stack(redis_server, tmp_path):
         wenv = dict(env, SK_DRAMATIQ_PROMETHEUS="1", PROMETHEUS_MULTIPROC_DIR=str(mp), dramatiq_prom_db=str(mp),
                     dramatiq_prom_port=str(wport), dramatiq_prom_host="127.0.0.1")
         worker = subprocess.Popen([sys.executable, "-m", "dramatiq", "--processes", "1", "--threads", "2",
-                                   "dramatiq_prometheus", "workers.actors", "--path", str(ROOT / "deploy")],
+                                   "workers.prometheus", "workers.actors"],
                                   cwd=ROOT, env=wenv, stdout=files[2], stderr=subprocess.STDOUT,
                                   start_new_session=True)
         procs.append(worker)

@@ -122,7 +122,12 @@ NORMAL = [
     # R-9
     ("r9-4-5", "points", [B4, "5 5 5 5"], [], 6, None, 20, "flat"),  # → 5: b2 c0
     ("r9-4-6", "points", [B4, "6 6 6 6"], [], 6, None, 10, "flat"),  # not consecutive
-    ("r9-A-2", "points", ["A A A A", "2 2 2 2"], [], 6, None, 10, "flat"),
+    ("r9-A-2", "points", ["A A A A", "2 2 2 2"], [], 6, None, 20, "flat"),  # R-9.2 R-2.2 twos on → 5: b2 c0
+    ("r9-A-2-off", "points", ["A A A A", "2 2 2 2"], [], 6, {"chain_bomb_twos": False}, 10, "flat"),  # 4: b1
+    ("r9-A-2-5s-wealth", "wealth", ["A A A A A", "2 2 2 2 2"], [], 6, None, 40, "flat"),  # → 6: 10·2 + 10·2
+    ("r9-A-2-5s-wealth-off", "wealth", ["A A A A A", "2 2 2 2 2"], [], 6, {"chain_bomb_twos": False},
+     10, "flat"),                                                    # 5: wealth b1 c0
+    ("p7-chain-to-2", "points", ["K K K K A A A A 2 2 2 2"], [], 6, None, 120, "flat"),  # R-2.2: 10·8 + 10·4
     ("r9-joker", "points", [B4, "5 5 5 BJ"], [], 6, None, 20, "flat"),
     ("r9-three", "points", [B4, "5 5 5 5", "6 6 6 6"], [], 6, None, 20, "flat"),  # still 5
     ("r9-5s", "points", [B5, "6 6 6 6 6"], [], 6, None, 60, "flat"),  # → 6: 40 + 20
@@ -151,6 +156,16 @@ def test_normal_settlements(name, mode, wplays, lplays, left, overrides, score, 
     assert s.burned == 0 and sum(s.scores.values()) == 0
     assert s.breakdown["X"] == 10
     assert s.breakdown["win_term"] + s.breakdown["contribution"]["a"] == score
+
+
+def test_recorded_config_without_chain_bomb_twos_keeps_old_rules():
+    """R-11.3, R-9.2: a MatchCreated recorded before ``chain_bomb_twos`` existed settles
+    as that match was played (chain bombs, and so R-9, to A only): AAAA + 2222 stay 4-xiang."""
+    ev = build("points", plays=[("a", "A A A A"), ("a", "2 2 2 2")])
+    record = {k: v for k, v in ev[0].config.items() if k != "chain_bomb_twos"}
+    ev[0] = MatchCreated(match_id="m1", seq=1, ts=1000, command_id="c", config=record)
+    assert settle(ev).scores == {"a": 10, "b": -10}                  # 10·1·1: no R-9
+    assert settle(build("points", plays=[("a", "A A A A"), ("a", "2 2 2 2")])).scores["a"] == 20
 
 
 def test_base_from_lower_level_points():

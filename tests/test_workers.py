@@ -214,7 +214,7 @@ def test_stale_message_is_refused_from_the_cache_without_reading_the_store(timer
 
 
 def test_runtime_build_hooks_wrap_the_worker_runtime(monkeypatch, fake_redis):
-    """workers.runtime.on_build: deploy/dramatiq_prometheus.py wraps the timer runtime in the
+    """workers.runtime.on_build: workers/prometheus.py wraps the timer runtime in the
     engine metrics through it (no replacing of runtime.from_env)."""
     from engine.store.redis_store import RedisEventStore
     from projections.metrics import InstrumentedService, InstrumentedStore, instrument_runtime

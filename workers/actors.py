@@ -24,12 +24,10 @@ import dramatiq.broker
 from dramatiq.brokers.stub import StubBroker
 
 from workers import runtime as _rt
-from workers.broker import TIME_LIMIT_MS, setup_broker
+from workers.broker import QUEUE, TIME_LIMIT_MS, register_actors, setup_broker
 from workers.sweeper import SweeperMiddleware, WorkerTuning, sweep
 
 log = logging.getLogger("workers.timers")
-
-QUEUE = "sk-timers"
 
 _broker = dramatiq.broker.global_broker
 if _broker is None:
@@ -56,3 +54,4 @@ def sweep_deadlines() -> None:
 
 
 ACTORS = [fire_deadline, sweep_deadlines]
+register_actors(ACTORS)

@@ -60,6 +60,19 @@ MAX_RETRIES = 3
 MIN_BACKOFF_MS = 100
 MAX_BACKOFF_MS = 1_000
 TIME_LIMIT_MS = 30_000
+QUEUE = "sk-timers"  # the timer actors' queue
+FIRE_ACTOR = "fire_deadline"  # actor name of the deadline timer (workers.actors.fire_deadline)
+
+# Actors declared so far (workers.actors registers its own): setup_broker re-binds them
+# to a new broker.  The broker module imports no actor module.
+_registered: list[dramatiq.Actor] = []  # type: ignore[type-arg]
+
+
+def register_actors(actors: list[dramatiq.Actor]) -> None:  # type: ignore[type-arg]
+    """Remember ``actors`` so that :func:`setup_broker` re-binds them to each new broker."""
+    for actor in actors:
+        if actor not in _registered:
+            _registered.append(actor)
 #: dramatiq's RedisBroker declares a worker dead (and requeues the messages it
 #: had fetched but not acked) after this long without a heartbeat.  The sweeper covers the gap; a shorter timeout only makes the
 #: stale redelivery come sooner.
@@ -247,12 +260,7 @@ def setup_broker(url: str | None = None, *, from_env: bool = True) -> Broker:
     broker = make_broker(url)
     dramatiq.set_broker(broker)
     # Re-bind our actors if they were declared on an earlier broker.
-    try:
-        from workers import actors as _actors
-    except ImportError:  # pragma: no cover - circular import during module load
-        return broker
-    if getattr(_actors, "ACTORS", None):
-        bind_actors(broker, _actors.ACTORS)
+    bind_actors(broker, _registered)
     return broker
 
 

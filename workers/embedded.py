@@ -37,7 +37,7 @@ from dramatiq.brokers.stub import StubBroker
 
 from engine.store.base import EventStore
 from workers import runtime as rt_mod
-from workers.broker import bind_actors, make_broker
+from workers.broker import QUEUE, bind_actors, make_broker
 from workers.clock import FakeClock, SystemClock, read_ms
 from workers.scheduler import DeadlineScheduler, DramatiqSender, ManualTimers
 from workers.sweeper import SweeperThread, sweep
@@ -133,8 +133,6 @@ class EmbeddedTimers:
     # -- driving ----------------------------------------------------------------------
     @property
     def queue(self) -> str:
-        from workers.actors import QUEUE
-
         return QUEUE
 
     def now_ms(self) -> int:

@@ -121,7 +121,7 @@ _build_hooks: list[RuntimeHook] = []
 
 def on_build(hook: RuntimeHook) -> RuntimeHook:
     """Register ``hook(runtime)``, run on every runtime :func:`from_env` builds before it
-    is used (e.g. to wrap the store and service for metrics: deploy/dramatiq_prometheus.py).
+    is used (e.g. to wrap the store and service for metrics: workers/prometheus.py).
     A hook may change the runtime in place or return a replacement.  Registering the
     same hook twice has no effect.  Usable as a decorator."""
     with _lock:

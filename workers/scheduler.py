@@ -25,11 +25,17 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import dramatiq
+from dramatiq import Message
+from dramatiq.broker import Broker
+
 from engine.match.deadline import Deadline
+from workers.broker import BROKER_URL_ENV, FIRE_ACTOR, QUEUE, make_broker
 from workers.clock import read_ms
 
 log = logging.getLogger(__name__)
@@ -39,37 +45,33 @@ class Sender(Protocol):
     def __call__(self, deadline: Deadline, delay_ms: int) -> None: ...
 
 
+def fire_message(deadline: Deadline, queue_name: str = QUEUE) -> Message:
+    """The ``fire_deadline`` message for ``deadline`` (built by name: no actor import)."""
+    return Message(queue_name=queue_name, actor_name=FIRE_ACTOR,
+                   args=(deadline.match_id, deadline.version, deadline.kind), kwargs={}, options={})
+
+
 class DramatiqSender:
-    """Send ``fire_deadline`` through dramatiq with a delay (the broker bound to the actor)."""
+    """Send ``fire_deadline`` through dramatiq's current global broker, with a delay."""
 
     def __call__(self, deadline: Deadline, delay_ms: int) -> None:
-        from workers.actors import fire_deadline
-
-        fire_deadline.send_with_options(
-            args=(deadline.match_id, deadline.version, deadline.kind),
-            delay=max(0, int(delay_ms)) or None,
-        )
+        broker = dramatiq.get_broker()
+        broker.enqueue(fire_message(deadline), delay=max(0, int(delay_ms)) or None)
 
 
 class BrokerSender:
     """Send ``fire_deadline`` messages on a given broker without touching
     dramatiq's global broker or the actor objects — for processes that only
-    *schedule* (the command gateway / ``serve``), e.g.
+    *schedule* (the inbox consumer / ``serve``), e.g.
     ``DeadlineScheduler(clock, BrokerSender(make_broker(os.environ["SK_BROKER_URL"])))``."""
 
-    def __init__(self, broker: Any, queue_name: str | None = None):
-        from workers.actors import QUEUE
-
+    def __init__(self, broker: Broker, queue_name: str = QUEUE):
         self.broker = broker
-        self.queue_name = queue_name or QUEUE
+        self.queue_name = queue_name
         broker.declare_queue(self.queue_name)
 
     def __call__(self, deadline: Deadline, delay_ms: int) -> None:
-        from dramatiq import Message
-
-        msg = Message(queue_name=self.queue_name, actor_name="fire_deadline",
-                      args=(deadline.match_id, deadline.version, deadline.kind), kwargs={}, options={})
-        self.broker.enqueue(msg, delay=max(0, int(delay_ms)) or None)
+        self.broker.enqueue(fire_message(deadline, self.queue_name), delay=max(0, int(delay_ms)) or None)
 
 
 class ManualTimers:
@@ -156,10 +158,6 @@ def scheduler_from_env(clock: Any = None, url: str | None = None) -> DeadlineSch
         scheduler = scheduler_from_env(clock)
         service = MatchService(store, clock, rng, on_commit=scheduler.on_commit)
     """
-    import os
-
-    from workers.broker import BROKER_URL_ENV, make_broker
-
     url = url or os.environ.get(BROKER_URL_ENV)
     if not url:
         raise RuntimeError(f"{BROKER_URL_ENV} is not set (the dramatiq Redis the timer workers consume)")

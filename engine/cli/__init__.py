@@ -30,7 +30,11 @@ class CliError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from engine import __version__
+
     parser = argparse.ArgumentParser(prog="shuangkou", description="火拼雙扣 match engine")
+    parser.add_argument("--version", action="version", version=f"shuangkou {__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

@@ -5,8 +5,11 @@
 * ``--all``: every reading, best first.
 
 Output is one JSON object: ``Combo.to_json()`` plus ``"cards"`` (the ranks
-played) and ``"describe"``.  No reading (or none that beats) prints
-``"kind": null`` and exits 1; ``--all`` prints ``{"cards": ..., "readings": [...]}``
+played) and ``"describe"``.  No reading prints ``"kind": null`` and exits 1.
+With ``--beat`` the object also says plainly ``"beats": true`` or
+``"beats": false`` (R-5) and carries the previous play as ``"beat"``: cards
+that form a combination but do not beat it print their best reading with
+``"beats": false`` and exit 1; ``--all`` prints ``{"cards": ..., "readings": [...]}``
 and exits 1 when the list is empty.  A bad card token exits 2.
 """
 
@@ -60,14 +63,12 @@ def run(args: argparse.Namespace) -> int:
         return 0 if readings else 1
 
     combo = classify(cards, beat=beat, heavenly=args.heavenly)
-    if combo is None:
-        out: dict[str, object] = {"cards": text, "kind": None}
-        if beat is not None:
-            out["beat"] = _reading(beat, format_ranks(beat_cards or []))
-        print(json.dumps(out, ensure_ascii=False))
-        return 1
-    out = _reading(combo, text)
+    beats = combo is not None
+    if combo is None and beat is not None:
+        combo = classify(cards, heavenly=args.heavenly)  # a combination that does not beat: say so
+    out: dict[str, object] = {"cards": text, "kind": None} if combo is None else _reading(combo, text)
     if beat is not None:
+        out["beats"] = beats
         out["beat"] = _reading(beat, format_ranks(beat_cards or []))
     print(json.dumps(out, ensure_ascii=False))
-    return 0
+    return 0 if beats else 1

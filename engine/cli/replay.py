@@ -7,19 +7,22 @@ id, 108-card accounting, the rules of each play) and settle it
 is found, 2 on bad input.  There is no persistent embedded store, so the
 events come from Redis (``--redis``) or from a JSON file as printed by
 ``shuangkou run-script --json`` (``--events``).  ``--all`` checks every match
-in the store (one summary line each, or a JSON list).
+in the store (one summary line each, or a JSON list).  ``--redis`` defaults to
+``$SK_REDIS_URL``, as for ``shuangkou serve``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("match_id", nargs="?", help="the match to replay (optional with --events/--all)")
-    parser.add_argument("--redis", metavar="URL", help="Redis URL of the event store")
+    parser.add_argument("--redis", metavar="URL", default=None,
+                        help="Redis URL of the event store (default $SK_REDIS_URL)")
     parser.add_argument("--events", metavar="FILE", help='a JSON file {"events": [...]} as printed by run-script --json')
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--all", action="store_true", help="check every match in the store")
@@ -107,8 +110,13 @@ def report(match_id: str, events: list[Any], ledger: Any = None) -> dict[str, An
 def run(args: argparse.Namespace) -> int:
     from engine.cli import CliError
 
-    if bool(args.redis) == bool(args.events):
-        raise CliError("give --redis URL or --events FILE (there is no persistent embedded store)")
+    if args.redis and args.events:
+        raise CliError("give --redis URL or --events FILE, not both")
+    if not args.events:
+        args.redis = args.redis or os.environ.get("SK_REDIS_URL") or None  # as serve does
+    if not args.redis and not args.events:
+        raise CliError("give --redis URL (or set SK_REDIS_URL) or --events FILE "
+                       "(there is no persistent embedded store)")
     if not args.all and not args.match_id and not args.events:
         raise CliError("name a MATCH_ID or use --all")
     matches: dict[str, list[Any]] = {}

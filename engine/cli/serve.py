@@ -2,8 +2,10 @@
 
 One process runs
 
-* the command gateway loop (:class:`engine.service.inbox.InboxConsumer`): reads the
-  inbox with the consumer group ``sk-service``, decides, appends, publishes
+* the command loops (:class:`engine.service.inbox.InboxConsumer`), one per channel
+  (engine/service/channels.py): the player channel ``sk:inbox`` and the operator
+  channel ``sk:ops``, each refusing the command types it does not carry; each reads
+  its stream with the consumer group ``sk-service``, decides, appends, publishes
   per-player updates; idle pending messages of dead consumers are reclaimed
   (XAUTOCLAIM);
 * the projection runner (:class:`projections.runner.ProjectionRunner`): the
@@ -87,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     log = logging.getLogger("shuangkou.serve")
 
+    from engine.service.channels import OPS, PLAYER, ChannelService
     from engine.service.inbox import InboxConsumer
     from engine.service.state_cache import StateCache
     from engine.store import keys
@@ -131,10 +134,18 @@ def run(args: argparse.Namespace) -> int:
     if timers is not None:
         timers.runtime.service = isvc  # in-process timer fires are measured too
 
-    gateway = InboxConsumer(client, isvc, consumer,
-                             on_dead=lambda _code, _reason: metrics.observe_dead_letter("inbox"))
+    # two channels (engine/service/channels.py): players on sk:inbox, lobby/operators on sk:ops;
+    # each consumer refuses the command types its channel does not carry
+    gateway = InboxConsumer(client, ChannelService(isvc, PLAYER), consumer, stream=PLAYER.stream,
+                            on_dead=lambda _code, _reason: metrics.observe_dead_letter("inbox"))
+    ops_consumer = InboxConsumer(client, ChannelService(isvc, OPS), consumer, stream=OPS.stream,
+                                 on_dead=lambda _code, _reason: metrics.observe_dead_letter("ops"))
     stop = threading.Event()
-    threads: list[threading.Thread] = []
+    threads: list[threading.Thread] = [
+        threading.Thread(target=ops_consumer.run, args=(stop,), name="ops", daemon=True,
+                         kwargs={"block_ms": 500, "count": args.batch, "reclaim_every_s": 15.0,
+                                 "min_idle_ms": 30_000}),
+    ]
 
     runner = None
     if not args.no_projections:
@@ -155,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     server = None
     if args.metrics_port is not None:
         buckets = getattr(raw_store, "buckets", keys.DEFAULT_BUCKETS)
-        feeds = [keys.feed_key(b) for b in range(buckets)] + [keys.INBOX]
+        feeds = [keys.feed_key(b) for b in range(buckets)] + [keys.INBOX, keys.OPS]
         extra = [metrics.FeedLagCollector(client, feeds)]
         if broker_client is not None:
             extra.append(metrics.DeadLetterQueueCollector(broker_client, queues=("sk-timers",),
@@ -179,8 +190,8 @@ def run(args: argparse.Namespace) -> int:
 
     for t in threads:
         t.start()
-    log.info("serving: consumer %s, inbox %s (group %s), timers %s, projections %s", consumer,
-             gateway.inbox, gateway.group, "dramatiq " + broker_url.split("@")[-1] if broker_url else "in-process",
+    log.info("serving: consumer %s, channels %s + %s (group %s), timers %s, projections %s", consumer,
+             gateway.inbox, ops_consumer.inbox, gateway.group, "dramatiq " + broker_url.split("@")[-1] if broker_url else "in-process",
              "on" if runner is not None else "off")
     print(f"ready consumer={consumer}", flush=True)
     try:
@@ -194,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
         if server is not None:
             server.shutdown()
         metrics.mark_process_dead()
-        s = gateway.stats
-        log.info("stopped: %d messages handled (%d accepted, %d rejected, %d duplicates, %d dead)",
-                 s.processed, s.accepted, s.rejected, s.duplicates, s.dead)
+        for c in (gateway, ops_consumer):
+            s = c.stats
+            log.info("stopped %s: %d messages handled (%d accepted, %d rejected, %d duplicates, %d dead)",
+                     c.inbox, s.processed, s.accepted, s.rejected, s.duplicates, s.dead)
     return 0

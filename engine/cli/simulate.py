@@ -2,8 +2,9 @@
 with a progress bar and a summary an operator uses to tune a room config.
 
 Pipeline, as in production: every command goes through a
-:class:`~engine.service.client.GatewayClient` onto the inbox stream, the
-:class:`~engine.service.inbox.InboxConsumer` reads it (consumer group), the
+:class:`~engine.service.client.GatewayClient` onto its channel (players' commands on
+``sk:inbox``, the lobby's CreateMatch/Sit on ``sk:ops``), an
+:class:`~engine.service.inbox.InboxConsumer` per channel reads it (consumer group), the
 :class:`~engine.service.service.MatchService` decides and appends through the Redis
 event store (Lua append, bucket feeds, deadlines), timers are dramatiq
 messages handled by the real actors (turn timeouts, trusteeship), and the
@@ -11,10 +12,18 @@ finished matches are settled from their events and booked in the ledger.
 
 * embedded (default): fakeredis with Lua, dramatiq's StubBroker with an
   in-process worker, a fake clock (a timeout costs no wall time);
-* ``--redis URL``: a real Redis, the real clock; the gateway runs in this
+* ``--redis URL`` (default ``$SK_REDIS_URL``, as for ``serve``): a real Redis,
+  the real clock; the gateway runs in this
   process (``--service-threads``) unless ``--external`` (``shuangkou serve``
   processes do it), timers run in-process (StubBroker) unless ``--external``
   too (then dramatiq workers on ``SK_BROKER_URL`` fire them).
+
+With ``--redis`` the match ids start with ``--prefix`` (default ``sim-``), then a
+run id: ``sim-1a2b3c4d-00007``; ``--json`` lists them (``"match_ids"``), and
+``--cleanup`` deletes the player streams (``sk:out:<player>``) and reply streams
+(``sk:reply:…``) this run created once it is checked (the match streams stay:
+they are the record ``shuangkou replay`` reads).  The progress bar goes to
+stderr, so stdout holds only the summary.
 
 At the end every match is replayed from its stored events
 (:func:`engine.match.replay.check_stream`) and settled
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import statistics
 import threading
@@ -42,7 +52,12 @@ from typing import Any
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--matches", type=int, default=100, help="matches to play (default 100)")
     parser.add_argument("--config", default="points", help="room config: points, wealth or a TOML path")
-    parser.add_argument("--redis", metavar="URL", help="real Redis for the event store (default: embedded fakeredis)")
+    parser.add_argument("--redis", metavar="URL", default=os.environ.get("SK_REDIS_URL") or None,
+                        help="real Redis for the event store (default $SK_REDIS_URL; unset: embedded fakeredis)")
+    parser.add_argument("--prefix", default="sim-",
+                        help="start of every match id (and player and reply stream) of this run (default sim-)")
+    parser.add_argument("--cleanup", action="store_true",
+                        help="--redis: at the end delete the player and reply streams this run created")
     parser.add_argument("--seed", type=int, help="seed for deals and bots (default: unpredictable)")
     parser.add_argument("--bot", default="greedy", choices=("greedy", "trustee", "random"),
                         help="bot policy (engine.tools.bot; default greedy)")
@@ -50,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="probability that a match has a player escape at a random moment")
     parser.add_argument("--timeout-rate", type=float, default=0.0, metavar="P",
                         help="probability that a bot lets its turn clock run out (R-13.1)")
-    parser.add_argument("--concurrency", type=int, default=None,
+    parser.add_argument("-c", "--concurrency", type=int, default=None,
                         help="matches in flight at once (threads; default 1 embedded, 8 with --redis)")
     parser.add_argument("--service-threads", type=int, default=1,
                         help="--redis: in-process command gateway consumers (default 1)")
@@ -80,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--turn-seconds must be above 0, got {args.turn_seconds}")
     if args.external and not args.redis:
         raise CliError("--external needs --redis")
+    if not args.prefix or any(ch.isspace() or ch in "{}" for ch in args.prefix):
+        raise CliError(f"--prefix must be non-empty, without spaces or braces, got {args.prefix!r}")
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -94,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
     sim = Simulation(config, n=args.matches, redis_url=args.redis, seed=args.seed, bot=args.bot,
                      escape_rate=args.escape_rate, timeout_rate=args.timeout_rate,
                      concurrency=args.concurrency or (8 if args.redis else 1),
-                     service_threads=args.service_threads, external=args.external)
+                     service_threads=args.service_threads, external=args.external,
+                     prefix=args.prefix, cleanup=args.cleanup)
     report = sim.run(progress=not args.no_progress and not args.json)
     if args.json:
         import json
@@ -107,6 +125,13 @@ def run(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # the simulation
+
+def _stderr_console() -> Any:
+    """The progress bar's console: stderr, so stdout holds only the summary (or the JSON)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
 
 class _Capture:
     """Wraps the service: remembers the newest state of each match (the bots read it)."""
@@ -157,6 +182,8 @@ class Report:
     ledger_checked: int = 0
     mismatches: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    match_ids: list[str] = field(default_factory=list)
+    cleaned: int | None = None  # --cleanup: streams deleted
 
     # -- figures ----------------------------------------------------------------------------
     def _pct(self, q: float) -> float:
@@ -187,6 +214,8 @@ class Report:
             "burned": self.burned,
             "replayed_ok": self.replayed_ok, "ledger_checked": self.ledger_checked,
             "mismatches": self.mismatches, "errors": self.errors,
+            "match_ids": self.match_ids,
+            **({"cleaned_streams": self.cleaned} if self.cleaned is not None else {}),
         }
 
     def print(self) -> None:
@@ -255,7 +284,8 @@ class Report:
 class Simulation:
     def __init__(self, config: Any, *, n: int, redis_url: str | None, seed: int | None, bot: str,
                  escape_rate: float, timeout_rate: float, concurrency: int = 1,
-                 service_threads: int = 1, external: bool = False):
+                 service_threads: int = 1, external: bool = False, prefix: str = "sim-",
+                 cleanup: bool = False):
         self.config = config
         self.record = config.to_record()
         self.n = n
@@ -267,9 +297,13 @@ class Simulation:
         self.concurrency = max(1, concurrency if redis_url else 1)
         self.service_threads = max(1, service_threads)
         self.external = external
+        self.prefix = prefix
+        self.cleanup = cleanup
         # fair deals depend on the match id: an embedded run with --seed names its matches
         # after the seed (reproducible); on a shared Redis every run gets fresh names
         self.run_id = f"s{seed}" if (seed is not None and not redis_url) else uuid.uuid4().hex[:8]
+        self.players: set[str] = set()  # every player id this run sat (their sk:out streams)
+        self.reply_streams: set[str] = set()
         self.report = Report(config=config.name, mode="redis" if redis_url else "embedded")
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -279,7 +313,7 @@ class Simulation:
     def _setup(self) -> None:
         import redis as redis_mod
 
-        from engine.service.inbox import InboxConsumer
+        from engine.service.channels import channel_consumers
         from engine.service.state_cache import StateCache
         from engine.store.redis_store import RedisEventStore
         from projections.metrics import InstrumentedService, InstrumentedStore
@@ -287,7 +321,11 @@ class Simulation:
         from workers.embedded import EmbeddedTimers
 
         if self.redis_url:
-            self.client = redis_mod.Redis.from_url(self.redis_url)
+            # One pool for every thread: each match thread may hold a connection in a blocking
+            # XREAD of its replies, each gateway thread one in XREADGROUP, the timers and the
+            # projection runner a few more.  redis-py's default cap (100) fails a -c 256 run
+            # with MaxConnectionsError.
+            self.client = redis_mod.Redis.from_url(self.redis_url, max_connections=self.pool_size())
             self.client.ping()
             self.clock: Any = SystemClock()
         else:
@@ -321,8 +359,10 @@ class Simulation:
             self.timers.runtime.service = self.capture  # timer fires go through it too
             self.reader = self.timers.service
             n_gw = self.service_threads if self.redis_url else 1
-            self.gateways = [InboxConsumer(self.client, self.capture, f"sim-{self.run_id}-{i}")
-                             for i in range(n_gw)]
+            # each service thread consumes both channels (engine/service/channels.py):
+            # players' commands on sk:inbox, the lobby's (CreateMatch, Sit) on sk:ops
+            self.gateways = [gw for i in range(n_gw)
+                             for gw in channel_consumers(self.client, self.capture, f"{self.prefix}{self.run_id}-{i}")]
             if self.redis_url:
                 for gw in self.gateways:
                     t = threading.Thread(target=gw.run, args=(self._stop,),
@@ -346,7 +386,10 @@ class Simulation:
             self._local = local = threading.local()
         c = getattr(local, "client", None)
         if c is None:
-            c = GatewayClient(self.client, reply_to=f"sk:reply:sim-{self.run_id}-{threading.get_ident()}")
+            reply_to = f"sk:reply:{self.prefix}{self.run_id}-{threading.get_ident()}"
+            c = GatewayClient(self.client, reply_to=reply_to)
+            with self._lock:
+                self.reply_streams.add(reply_to)
             local.client = c
             local.last = "0"
         return c
@@ -357,8 +400,11 @@ class Simulation:
         local = self._local
         t0 = time.perf_counter()
         c.send(cmd)
+        stream = c.stream_for(cmd)
         if not self.redis_url:
-            self.gateways[0].run_once(block_ms=None, count=10)
+            for gw in self.gateways:
+                if gw.inbox == stream:
+                    gw.run_once(block_ms=None, count=10)
         deadline = time.monotonic() + 30
         while True:
             for msg in c.replies(local.last, block_ms=None if not self.redis_url else 2000, count=100):
@@ -408,10 +454,12 @@ class Simulation:
         from engine.tools.bot import Bot
         from engine.match.commands import CreateMatch, Escape, Pass, Play, Ready, Sit
 
-        mid = f"sim-{self.run_id}-{i:05d}"
+        mid = f"{self.prefix}{self.run_id}-{i:05d}"
         rng = random.Random(self.seed * 1_000_003 + i)
         bot = Bot(self.bot, rng)
         players = (f"{mid}-a", f"{mid}-b")
+        with self._lock:
+            self.players.update(players)
         levels = self.config.levels
         k = 0
 
@@ -472,7 +520,7 @@ class Simulation:
         try:
             bar = Progress(TextColumn("[bold]simulate"), BarColumn(), MofNCompleteColumn(),
                            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
-                           disable=not progress, transient=False)
+                           disable=not progress, transient=False, console=_stderr_console())
             t0 = time.perf_counter()
             with bar:
                 task = bar.add_task("matches", total=self.n, rate="")
@@ -509,10 +557,31 @@ class Simulation:
                         t.join()
             self.report.seconds = time.perf_counter() - t0
             self.report.matches = self.n
+            self.report.match_ids = sorted(ids)
             self._verify(sorted(ids))
         finally:
             self._teardown()
+        if self.cleanup and self.redis_url:
+            self.report.cleaned = self.delete_streams()
         return self.report
+
+    def pool_size(self) -> int:
+        """Connections this run may hold at once (see ``_setup``), with room to spare."""
+        return 2 * (self.concurrency + self.service_threads) + 32
+
+    def delete_streams(self) -> int:
+        """``--cleanup``: delete the player streams (``sk:out:<player>``) and reply streams
+        this run created; returns how many existed.  Match streams stay."""
+        from engine.store.keys import outbox_key
+
+        keys = sorted({outbox_key(p) for p in self.players} | self.reply_streams)
+        deleted = 0
+        for start in range(0, len(keys), 500):
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys[start:start + 500]:
+                pipe.delete(key)  # one key a call: fine on a cluster too
+            deleted += sum(int(n) for n in pipe.execute())
+        return deleted
 
     # -- checking ---------------------------------------------------------------------------
     def _verify(self, ids: list[str]) -> None:
@@ -600,7 +669,8 @@ class Simulation:
                 _t.sleep(0.1)
                 pending = [m for m in pending if not ledger.is_settled(m)]
             return ledger
-        runner = ProjectionRunner(self.raw_store, ledger, RedisFeed(self.client, consumer=f"sim-{self.run_id}"),
+        runner = ProjectionRunner(self.raw_store, ledger,
+                                  RedisFeed(self.client, consumer=f"{self.prefix}{self.run_id}"),
                                   on_settled=lambda st, applied: observe_projection_applied("ledger"))
         runner.drain(500)
         for mid, err in runner.errors:

@@ -270,10 +270,11 @@ def _reading_for(state: MatchState, i: int, cards: tuple[int, ...],
     if missing:
         raise NotInHand(f"{state.seat(i).player} does not hold {format_ranks(missing)}")
     heavenly = state.heavenly
+    twos = state.chain_bomb_twos  # the room's setting
     prev = state.to_beat
     text = format_ranks(cards)
     if kind is not None or rank is not None:
-        readings = [c for c in interpretations(list(cards), heavenly=heavenly)
+        readings = [c for c in interpretations(list(cards), heavenly=heavenly, chain_bomb_twos=twos)
                     if (kind is None or c.kind == kind) and (rank is None or c.rank == rank)]
         named = " ".join(x for x in (kind, rank) if x)
         if not readings:
@@ -285,12 +286,12 @@ def _reading_for(state: MatchState, i: int, cards: tuple[int, ...],
                 return r
         raise DoesNotBeat(f"{text} as {readings[0].describe()} does not beat "
                           f"{format_ranks(prev.cards)} ({prev.combo.describe()}) (R-5)")
-    best = classify(list(cards), heavenly=heavenly)
+    best = classify(list(cards), heavenly=heavenly, chain_bomb_twos=twos)
     if best is None:
         raise NotACombination(f"{text} is not a combination (R-3, R-4.5)")
     if prev is None:
         return best
-    combo = classify(list(cards), beat=prev.combo, heavenly=heavenly)
+    combo = classify(list(cards), beat=prev.combo, heavenly=heavenly, chain_bomb_twos=twos)
     if combo is None:
         why = _why_not(best, prev.combo)
         raise DoesNotBeat(f"{text} ({best.describe()}) does not beat "
@@ -326,7 +327,8 @@ def _after_play(b: _Builder, i: int) -> None:
     # with two players at most one auto-pass is ever needed: after it the
     # player who just played leads, and a leader always has a play
     while (b.state.phase == "playing" and b.state.to_beat is not None and b.state.turn is not None
-           and not can_beat(b.state.seat(b.state.turn).hand, b.state.to_beat.combo, b.state.heavenly)):
+           and not can_beat(b.state.seat(b.state.turn).hand, b.state.to_beat.combo, b.state.heavenly,
+                            chain_bomb_twos=b.state.chain_bomb_twos)):
         b.emit(Passed, player=b.state.seat(b.state.turn).player, by="auto")
 
 
@@ -343,7 +345,7 @@ def _system_move(b: _Builder, i: int, by: str) -> None:
     s = b.state
     hand = list(s.seat(i).hand)
     prev = s.to_beat.combo if s.to_beat is not None else None
-    choice = trustee_choice(hand, prev, s.heavenly)
+    choice = trustee_choice(hand, prev, s.heavenly, chain_bomb_twos=s.chain_bomb_twos)
     if choice is None:
         b.emit(Passed, player=s.seat(i).player, by=by)
         return

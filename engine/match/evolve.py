@@ -123,7 +123,7 @@ def _update_seat(state: MatchState, player: str, **changes: object) -> Changes:
 
 @_handles(MatchCreated)
 def _created(e: MatchCreated, s: MatchState) -> Changes:
-    return {"config": RoomConfig.from_record(e.config), "phase": "seating",
+    return {"config": RoomConfig.from_match_record(e.config), "phase": "seating",
             "commitment": e.commitment, "server_seed": e.server_seed}
 
 

@@ -95,7 +95,7 @@ def _readings(cards: Sequence[int], state: MatchState) -> list[Combo]:
     from engine.rules.classify import interpretations  # light import path for the CLI
 
     try:
-        return interpretations(list(cards), heavenly=state.heavenly)
+        return interpretations(list(cards), heavenly=state.heavenly, chain_bomb_twos=state.chain_bomb_twos)
     except ValueError:
         return []
 

@@ -133,6 +133,11 @@ class MatchState:
     def heavenly(self) -> Literal["top", "bottom"]:
         return self.config.heavenly_bomb if self.config else "top"
 
+    @property
+    def chain_bomb_twos(self) -> bool:
+        """The room's R-2.2 setting: may chain bombs run up to 2?"""
+        return self.config.chain_bomb_twos if self.config else True
+
     def with_seat(self, i: int, seat: Seat | None) -> MatchState:
         seats = list(self.seats)
         seats[i] = seat
@@ -209,7 +214,7 @@ def state_from_dict(d: dict[str, Any]) -> MatchState:
     seats = [_seat_from(x) for x in d["seats"]]
     return MatchState(
         match_id=d["match_id"], version=d["version"],
-        config=RoomConfig.from_record(d["config"]) if d["config"] is not None else None,
+        config=RoomConfig.from_match_record(d["config"]) if d["config"] is not None else None,
         phase=d["phase"], seats=(seats[0], seats[1]), turn=d["turn"],
         to_beat=None if tb is None else LastPlay(tb[0], _combo_from(tb[1]), tuple(tb[2])),
         trick=d["trick"], trick_plays=d["trick_plays"], set_aside=tuple(d["set_aside"]),

@@ -32,7 +32,19 @@ SJ = 13
 BJ = 14
 ACE = 11
 TWO = 12
-SEQUENCE_TOP = ACE  # R-2.2: only 3..A appear in sequences
+SEQUENCE_TOP = ACE  # R-2.2: only 3..A appear in straights, pair runs, triple runs
+
+
+def chain_top(chain_bomb_twos: bool = True) -> int:
+    """The highest rank a chain bomb may reach (R-2.2, R-3.10): 2 when the
+    room's ``chain_bomb_twos`` is on, else A.  No wrap-around either way.
+
+    >>> RANK_LABELS[chain_top()], RANK_LABELS[chain_top(False)]
+    ('2', 'A')
+    """
+    return TWO if chain_bomb_twos else ACE
+
+
 DECK_SIZE = 54
 NUM_CARDS = 108
 HAND_SIZE = 27  # R-1.3

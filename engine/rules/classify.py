@@ -14,9 +14,10 @@ Public API (a stable contract, see DESIGN.md):
 The algorithm works on rank-count vectors only: ``n[0..12]`` natural counts
 (3..2), ``j`` jokers.  Joker-only sets follow R-4.2 (never wild); otherwise
 every joker is wild (R-4.3, R-4.4): for single-rank kinds it may stand for
-any of 3..2, in sequences only for 3..A (R-2.2).  A sequence reading is a
-window of consecutive ranks inside 3..A that holds every natural rank; the
-jokers fill its deficit.  No joker substitution is enumerated (the brute-force
+any of 3..2, in straights and runs only for 3..A (R-2.2), in chain bombs for
+any rank the chain may hold (3..2 with ``chain_bomb_twos``, the default; 3..A
+without).  A sequence reading is a window of consecutive ranks that holds every
+natural rank; the jokers fill its deficit.  No joker substitution is enumerated (the brute-force
 oracle in ``tests/rules_oracle.py`` does that, to check this module).
 
 >>> classify("3 4 5 6 BJ").describe()
@@ -28,6 +29,10 @@ True
 >>> [c.describe() for c in interpretations("5 6 7 8 BJ")]   # R-4.6
 ['straight to 9 (5 cards)', 'straight to 8 (5 cards)']
 >>> classify("5 6 7 8 BJ", beat=classify("5 6 7 8 9")) is None   # R-5.6
+True
+>>> classify("K K K K A A A BJ 2 2 2 2").describe()      # R-2.2, R-4.3
+'7-xiang regular 3-chain bomb to 2'
+>>> classify("K K K K A A A A 2 2 2 2", chain_bomb_twos=False) is None
 True
 """
 
@@ -43,6 +48,7 @@ from engine.rules.cards import (
     RANK_LABELS,  # noqa: F401  (used by the doctests)
     SEQUENCE_TOP,
     TWO,
+    chain_top,
     Card,
     parse_cards,
     rank_of,
@@ -135,17 +141,18 @@ def _sequence_readings(
 
 def _chain_bomb_readings(
     out: list[Combo], n: tuple[int, ...], j: int, lo: int, hi: int,
-    counts: tuple[int, ...], size: int,
+    counts: tuple[int, ...], size: int, top_rank: int,
 ) -> None:
     """Chain bombs (R-3.10) with wild jokers (R-4.4).
 
-    For each chain length k >= 3 and each window of k ranks inside 3..A that
-    holds every natural rank: the jokers first bring every bomb up to four
+    For each chain length k >= 3 and each window of k ranks inside
+    3..``top_rank`` (A, or 2 with ``chain_bomb_twos``, R-2.2) that holds every
+    natural rank: the jokers first bring every bomb up to four
     cards (a missing rank takes four jokers: 4444 + SJ SJ BJ BJ + 6666); the
     extra jokers may go on any bombs -- each distribution is one reading.
     """
-    for k in range(max(_MIN_CHAIN, hi - lo + 1), min(SEQUENCE_TOP + 1, size // _MIN_BOMB) + 1):
-        for top in range(max(hi, k - 1), min(lo + k - 1, SEQUENCE_TOP) + 1):
+    for k in range(max(_MIN_CHAIN, hi - lo + 1), min(top_rank + 1, size // _MIN_BOMB) + 1):
+        for top in range(max(hi, k - 1), min(lo + k - 1, top_rank) + 1):
             low = top - k + 1
             base = [n[r] if n[r] > _MIN_BOMB else _MIN_BOMB for r in range(low, top + 1)]
             extra = j - sum(base[i] - n[low + i] for i in range(k))
@@ -170,13 +177,14 @@ def _chain_bomb_readings(
 
 @lru_cache(maxsize=1 << 16)
 def interpretations_for_counts(
-    counts: tuple[int, ...], heavenly: HeavenlyPosition = "top",
+    counts: tuple[int, ...], heavenly: HeavenlyPosition = "top", chain_bomb_twos: bool = True,
 ) -> tuple[Combo, ...]:
     """All distinct readings of the cards with this rank-count vector, best first.
 
     ``counts`` has 15 entries (3..2, SJ, BJ; see :func:`engine.rules.cards.counts_of`).
-    Cached on ``(counts, heavenly)``; pass ``heavenly`` positionally or
-    consistently so the cache hits.  Raises ValueError for vectors two decks
+    ``chain_bomb_twos`` is the room's R-2.2 setting (chain bombs may run up to 2).
+    Cached on ``(counts, heavenly, chain_bomb_twos)``; pass the arguments the
+    same way each time so the cache hits.  Raises ValueError for vectors two decks
     cannot hold.  Order: ``strength_key`` descending; readings of equal
     strength (chain bombs whose extra jokers sit on different bombs) by
     ``(jokers_as, bomb_sizes)`` descending, so the order is deterministic.
@@ -209,7 +217,7 @@ def interpretations_for_counts(
             out.append(Combo("triple", lo, 3, counts, jokers_as=jokers_as))  # R-3.4
         else:
             out.append(Combo("bomb", lo, size, counts, xiang=size, jokers_as=jokers_as))  # R-3.7
-    if hi <= SEQUENCE_TOP:  # R-2.2: no 2 in any sequence
+    if hi <= SEQUENCE_TOP:  # R-2.2: no 2 in straights, pair runs, triple runs
         most = max(n)
         if size >= 5 and most <= 1:
             _sequence_readings(out, "straight", 1, n, lo, hi, counts, size)       # R-3.6
@@ -217,14 +225,15 @@ def interpretations_for_counts(
             _sequence_readings(out, "pair_run", 2, n, lo, hi, counts, size)       # R-3.3
         if size >= 9 and size % 3 == 0 and most <= 3:
             _sequence_readings(out, "triple_run", 3, n, lo, hi, counts, size)     # R-3.5
-        if size >= _MIN_CHAIN * _MIN_BOMB:
-            _chain_bomb_readings(out, n, j, lo, hi, counts, size)                # R-3.10
+    top_rank = chain_top(chain_bomb_twos)
+    if hi <= top_rank and size >= _MIN_CHAIN * _MIN_BOMB:  # R-2.2: chains may reach 2
+        _chain_bomb_readings(out, n, j, lo, hi, counts, size, top_rank)          # R-3.10
     out.sort(key=lambda c: (strength_key(c, heavenly), c.jokers_as, c.bomb_sizes), reverse=True)
     return tuple(out)
 
 
 def interpretations(
-    cards: str | Iterable[Card], heavenly: HeavenlyPosition = "top",
+    cards: str | Iterable[Card], heavenly: HeavenlyPosition = "top", *, chain_bomb_twos: bool = True,
 ) -> list[Combo]:
     """All distinct readings of exactly these cards, best first (R-4.5, R-4.6).
 
@@ -235,14 +244,15 @@ def interpretations(
     >>> interpretations("SJ BJ")                          # R-4.2 decision
     []
     """
-    return list(interpretations_for_counts(counts_for(cards), heavenly))
+    return list(interpretations_for_counts(counts_for(cards), heavenly, chain_bomb_twos))
 
 
 def classify_counts(
     counts: tuple[int, ...], beat: Combo | None = None, heavenly: HeavenlyPosition = "top",
+    *, chain_bomb_twos: bool = True,
 ) -> Combo | None:
     """:func:`classify` for a rank-count vector (no card parsing at all)."""
-    readings = interpretations_for_counts(counts, heavenly)
+    readings = interpretations_for_counts(counts, heavenly, chain_bomb_twos)  # positional: one cache key
     if beat is None:
         return readings[0] if readings else None
     for r in readings:
@@ -253,11 +263,13 @@ def classify_counts(
 
 def classify(
     cards: str | Iterable[Card], beat: Combo | None = None, heavenly: HeavenlyPosition = "top",
+    *, chain_bomb_twos: bool = True,
 ) -> Combo | None:
     """The best reading of the cards (R-4.6), or None if they are no combination.
 
     With ``beat`` (the previous play), the largest reading that beats it
-    (R-4.6, R-5), or None when no reading does.
+    (R-4.6, R-5), or None when no reading does.  ``chain_bomb_twos`` is the
+    room's R-2.2 setting (default on: chain bombs may run up to 2).
 
     >>> classify("3 3 3 3 4 4 4 4 5 5 5 BJ").describe()    # R-4.3
     '7-xiang regular 3-chain bomb to 5'
@@ -269,5 +281,5 @@ def classify(
     >>> c.kind, c.rank, [RANK_LABELS[r] for r in c.jokers_as]
     ('straight', 'J', ['9', '10', 'J'])
     """
-    return classify_counts(counts_for(cards), beat, heavenly)
+    return classify_counts(counts_for(cards), beat, heavenly, chain_bomb_twos=chain_bomb_twos)
 

@@ -93,7 +93,7 @@ def bomb_key(c: Combo, heavenly: HeavenlyPosition = "top") -> tuple[int, int, in
 
     (xiang, special, -size, top): the three-joker bomb is the smallest
     6-xiang, the heavenly bomb the largest (or, configured, smallest) 7-xiang.
-    Irregular chains are handled in :func:`beats`, not by this key.
+    Irregular chains with the same k and m (R-5.5) are handled in :func:`beats`.
     """
     assert c.xiang is not None
     if c.kind == "three_jokers":
@@ -111,21 +111,21 @@ def beats(a: Combo, b: Combo, heavenly: HeavenlyPosition = "top") -> bool:
     True
     >>> beats(classify("7 7 7 7 8 8 8 8 8 9 9 9 9 9"), classify("4 4 4 4 5 5 5 5 5 6 6 6 6 6"))  # R-5.5
     False
+    >>> beats(classify("8 8 8 8 8 8 9 9 9 9 10 10 10 10 SJ SJ"),
+    ...       classify("6 6 6 6 7 7 7 7 8 8 8 9 9 9 9 SJ"))   # R-5.5: other shapes by R-5.3
+    True
     """
     if a.is_bomb != b.is_bomb:
         return a.is_bomb  # R-5.2
     if not a.is_bomb:
         # R-5.1: same kind, same length, higher top rank; R-5.6 strict
         return a.kind == b.kind and a.size == b.size and a.top > b.top
-    irregular_a = a.kind == "chain_bomb" and not a.regular
-    irregular_b = b.kind == "chain_bomb" and not b.regular
-    # R-5.5: irregular chains with the same k and m are equal, whatever else
-    if irregular_a and irregular_b and a.chain == b.chain and a.m == b.m:
+    # R-5.5: two irregular chains with the same k and m are equal, whatever
+    # their ranks and card counts; every other pair of bombs goes by R-5.3
+    if (a.kind == "chain_bomb" and b.kind == "chain_bomb" and not a.regular and not b.regular
+            and a.chain == b.chain and a.m == b.m):
         return False
-    ka, kb = bomb_key(a, heavenly), bomb_key(b, heavenly)
-    if (irregular_a or irregular_b) and ka[:3] == kb[:3]:
-        return False  # R-5.5 decision: same xiang and card count with an irregular side
-    return ka > kb
+    return bomb_key(a, heavenly) > bomb_key(b, heavenly)
 
 
 # Among non-bomb kinds that the same cards can form (they never compare, R-5.1),

@@ -17,7 +17,9 @@ chooses (R-4.6).  Jokers may stand in for natural cards the hand holds
 (R-4.3, R-4.4): ``3 4 BJ 6 7`` is offered even when the hand holds ``5 5 5 5``.
 
 Hands are lists of physical card ids (``engine.rules.cards``); the ``*_counts``
-variants take a 15-entry rank-count vector instead.
+variants take a 15-entry rank-count vector instead.  Every function takes the
+room's R-2.2 setting as the keyword ``chain_bomb_twos`` (default on: chain
+bombs may run up to 2); the caches key on it.
 
 >>> hand = parse_cards("3 4 6 7 5 5 5 5 BJ")
 >>> prev = Combo("single", 11, 1, counts_of(parse_cards("A")))
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations_with_replacement
 
-from engine.rules.cards import NUM_CARDS, RANK_LABELS, Card, rank_of
+from engine.rules.cards import NUM_CARDS, RANK_LABELS, Card, chain_top, rank_of
 from engine.rules.combo import Combo, HeavenlyPosition, beats, bomb_key, strength_key
 
 __all__ = [
@@ -52,7 +54,7 @@ __all__ = [
 ]
 
 _RANK: tuple[int, ...] = tuple(rank_of(c) for c in range(NUM_CARDS))
-_ACE = 11          # R-2.2: sequences end at A
+_ACE = 11          # R-2.2: straights and runs end at A (chain bombs: chain_top)
 _MIN_BOMB = 4      # R-3.7
 _MIN_CHAIN = 3     # R-3.10: no two-bomb chains
 _PER = {"straight": 1, "pair_run": 2, "triple_run": 3}
@@ -246,11 +248,13 @@ def _seq_windows(h: tuple[int, ...], per: int, min_len: int, jmax: int) -> list[
     return out
 
 
-def _chain_windows(h: tuple[int, ...], jmax: int) -> list[tuple[int, tuple[int, ...]]]:
+def _chain_windows(h: tuple[int, ...], jmax: int, top_rank: int) -> list[tuple[int, tuple[int, ...]]]:
+    """Windows (lo, counts) of >= 3 ranks inside 3..``top_rank`` (R-2.2) whose
+    missing cards (up to four a rank) the jokers can supply."""
     out = []
-    for lo in range(_ACE + 1 - _MIN_CHAIN + 1):
+    for lo in range(top_rank + 1 - _MIN_CHAIN + 1):
         d = 0
-        for hi in range(lo, _ACE + 1):
+        for hi in range(lo, top_rank + 1):
             x = h[hi]
             if x < _MIN_BOMB:
                 d += _MIN_BOMB - x
@@ -262,8 +266,8 @@ def _chain_windows(h: tuple[int, ...], jmax: int) -> list[tuple[int, tuple[int, 
 
 
 @lru_cache(maxsize=1 << 12)
-def _all_bombs(h: tuple[int, ...]) -> tuple[Combo, ...]:
-    """Every bomb reading the hand can play (R-3.7 .. R-3.10)."""
+def _all_bombs(h: tuple[int, ...], twos: bool) -> tuple[Combo, ...]:
+    """Every bomb reading the hand can play (R-3.7 .. R-3.10; ``twos``: R-2.2 setting)."""
     s, b = h[13], h[14]
     jmax = s + b
     out: list[Combo] = []
@@ -271,12 +275,12 @@ def _all_bombs(h: tuple[int, ...]) -> tuple[Combo, ...]:
         if h[r] and h[r] + jmax >= _MIN_BOMB:
             out.extend(_bombs_at(r, h[r], s, b))
     out.extend(_joker_only(s, b)[1])
-    for lo, hw in _chain_windows(h, jmax):
+    for lo, hw in _chain_windows(h, jmax, chain_top(twos)):
         out.extend(_chain_window(lo, hw, s, b))
     return tuple(out)
 
 
-def _lead(h: tuple[int, ...]) -> tuple[Combo, ...]:
+def _lead(h: tuple[int, ...], twos: bool) -> tuple[Combo, ...]:
     """Every reading of every play the hand may lead (R-6.1); cached by :func:`_legal`."""
     s, b = h[13], h[14]
     jmax = s + b
@@ -294,7 +298,7 @@ def _lead(h: tuple[int, ...]) -> tuple[Combo, ...]:
     out.extend(_seq_all("straight", 1, 5, tuple(x if x < 1 else 1 for x in nat), s, b))
     out.extend(_seq_all("pair_run", 2, 3, tuple(x if x < 2 else 2 for x in nat), s, b))
     out.extend(_seq_all("triple_run", 3, 3, tuple(x if x < 3 else 3 for x in nat), s, b))
-    out.extend(_all_bombs(h))
+    out.extend(_all_bombs(h, twos))
     return tuple(out)
 
 
@@ -354,30 +358,31 @@ def _same_kind_above(h: tuple[int, ...], prev: Combo) -> list[Combo]:
 
 
 @lru_cache(maxsize=1 << 13)
-def _legal(h: tuple[int, ...], prev: Combo | None, heavenly: HeavenlyPosition) -> tuple[Combo, ...]:
+def _legal(h: tuple[int, ...], prev: Combo | None, heavenly: HeavenlyPosition,
+           twos: bool) -> tuple[Combo, ...]:
     if prev is None:
-        return _lead(h)
+        return _lead(h, twos)
     jokers = h[13] + h[14]
     if not prev.is_bomb:
         cands = _same_kind_above(h, prev)
-        cands.extend(_all_bombs(h))  # R-5.2
+        cands.extend(_all_bombs(h, twos))  # R-5.2
         if not jokers:
             return tuple(cands)  # without jokers every multiset has one reading
         return tuple(_best_per_multiset(cands, heavenly))
-    cands = [c for c in _all_bombs(h) if beats(c, prev, heavenly)]  # R-5.3 .. R-5.5
+    cands = [c for c in _all_bombs(h, twos) if beats(c, prev, heavenly)]  # R-5.3 .. R-5.5
     return tuple(_best_per_multiset(cands, heavenly))
 
 
 # ---------------------------------------------------------------- public API
 
 def legal_plays_counts(counts: Sequence[int], prev: Combo | None = None,
-                       heavenly: HeavenlyPosition = "top") -> list[Combo]:
+                       heavenly: HeavenlyPosition = "top", *, chain_bomb_twos: bool = True) -> list[Combo]:
     """:func:`legal_plays` for a 15-entry rank-count vector."""
-    return list(_legal(tuple(counts), prev, heavenly))
+    return list(_legal(tuple(counts), prev, heavenly, chain_bomb_twos))
 
 
 def legal_plays(hand: Iterable[Card], prev: Combo | None = None,
-                heavenly: HeavenlyPosition = "top") -> list[Combo]:
+                heavenly: HeavenlyPosition = "top", *, chain_bomb_twos: bool = True) -> list[Combo]:
     """Every distinct play the hand may lead (``prev`` None) or that beats ``prev``.
 
     Leading (R-6.1): every reading of every playable multiset.  Following
@@ -390,12 +395,17 @@ def legal_plays(hand: Iterable[Card], prev: Combo | None = None,
     ['4 5 6 7 BJ to 8']
     >>> len([c for c in legal_plays(hand) if c.kind == "straight"])  # R-4.3 substitutions too
     8
+    >>> hand = parse_cards("K K K K A A A A 2 2 2 2")
+    >>> [c.describe() for c in legal_plays(hand) if c.kind == "chain_bomb"]   # R-2.2
+    ['7-xiang regular 3-chain bomb to 2']
+    >>> [c for c in legal_plays(hand, chain_bomb_twos=False) if c.kind == "chain_bomb"]
+    []
     """
-    return list(_legal(_counts(hand), prev, heavenly))
+    return list(_legal(_counts(hand), prev, heavenly, chain_bomb_twos))
 
 
 def can_beat_counts(h: Sequence[int], prev: Combo | None,
-                    heavenly: HeavenlyPosition = "top") -> bool:
+                    heavenly: HeavenlyPosition = "top", *, chain_bomb_twos: bool = True) -> bool:
     """:func:`can_beat` for a 15-entry rank-count vector."""
     if prev is None:
         return any(h)
@@ -439,19 +449,21 @@ def can_beat_counts(h: Sequence[int], prev: Combo | None,
         x = h[r]
         if x and x + jmax >= best:
             best, best_r = x + jmax, r
-    # single-rank bombs never tie an irregular chain on card count (R-5.5 needs no check)
+    # R-5.5 concerns two irregular chains only: single-rank bombs go by R-5.3
     if best >= _MIN_BOMB and (best, 0, -best, best_r) > pk:
         return True
     if jmax >= 3 and (6, -1, 0, 0) > pk:
         return True
     if s == 2 and b == 2 and (7, 1 if heavenly == "top" else -1, 0, 0) > pk:
         return True
-    if not _chain_windows(tuple(h), jmax):
+    twos = chain_bomb_twos
+    if not _chain_windows(tuple(h), jmax, chain_top(twos)):
         return False
-    return any(beats(c, prev, heavenly) for c in _all_bombs(tuple(h)) if c.kind == "chain_bomb")
+    return any(beats(c, prev, heavenly) for c in _all_bombs(tuple(h), twos) if c.kind == "chain_bomb")
 
 
-def can_beat(hand: Iterable[Card], prev: Combo | None, heavenly: HeavenlyPosition = "top") -> bool:
+def can_beat(hand: Iterable[Card], prev: Combo | None, heavenly: HeavenlyPosition = "top",
+             *, chain_bomb_twos: bool = True) -> bool:
     """Can any play from the hand beat ``prev``?  Drives the auto-pass (R-6.4).
 
     Equal to ``bool(legal_plays(hand, prev))``, without generating the plays.
@@ -460,7 +472,7 @@ def can_beat(hand: Iterable[Card], prev: Combo | None, heavenly: HeavenlyPositio
     >>> can_beat(parse_cards("A A 3 SJ"), prev), can_beat(parse_cards("SJ SJ"), prev)
     (False, True)
     """
-    return can_beat_counts(_counts(hand), prev, heavenly)
+    return can_beat_counts(_counts(hand), prev, heavenly, chain_bomb_twos=chain_bomb_twos)
 
 
 @dataclass(frozen=True)
@@ -510,7 +522,7 @@ def trustee_lead(hand_cards: Sequence[Card]) -> Play:
 
 
 def smallest_beating(hand_cards: Sequence[Card], prev: Combo | None,
-                     heavenly: HeavenlyPosition = "top") -> Play | None:
+                     heavenly: HeavenlyPosition = "top", *, chain_bomb_twos: bool = True) -> Play | None:
     """The weakest play that beats ``prev`` (R-13.3), or None (pass).
 
     Weakest by :func:`engine.rules.combo.strength_key` (so a bomb only when no
@@ -539,7 +551,7 @@ def smallest_beating(hand_cards: Sequence[Card], prev: Combo | None,
         if jokers:
             plays = _best_per_multiset(plays, heavenly)
     if not plays:
-        plays = _legal(h, prev, heavenly)
+        plays = _legal(h, prev, heavenly, chain_bomb_twos)
     if not plays:
         return None
     keyed = [(strength_key(c, heavenly), c) for c in plays]
@@ -558,9 +570,17 @@ def smallest_beating(hand_cards: Sequence[Card], prev: Combo | None,
 
 
 def trustee_choice(hand_cards: Sequence[Card], prev: Combo | None,
-                   heavenly: HeavenlyPosition = "top") -> Play | None:
+                   heavenly: HeavenlyPosition = "top", *, chain_bomb_twos: bool = True) -> Play | None:
     """What trusteeship plays (R-13.3): lead the lowest single, or follow with
-    :func:`smallest_beating` (None = pass)."""
+    :func:`smallest_beating` (None = pass).
+
+    >>> prev = Combo("bomb", 12, 6, counts_of(parse_cards("2 2 2 2 2 2")), xiang=6)
+    >>> hand = parse_cards("K K K K A A A A 2 2 2 2 3")
+    >>> trustee_choice(hand, prev).combo.describe()          # R-2.2: a chain to 2
+    '7-xiang regular 3-chain bomb to 2'
+    >>> trustee_choice(hand, prev, chain_bomb_twos=False) is None
+    True
+    """
     if prev is None:
         return trustee_lead(hand_cards)
-    return smallest_beating(hand_cards, prev, heavenly)
+    return smallest_beating(hand_cards, prev, heavenly, chain_bomb_twos=chain_bomb_twos)

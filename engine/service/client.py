@@ -6,8 +6,12 @@
 >>> sent.command.type, sent.command.text
 ('Play', '3 3')
 
-:meth:`GatewayClient.send` XADDs a command to the inbox; the helpers build the
-command with a fresh ``command_id`` (uuid4).  Keep the command and re-send it
+:meth:`GatewayClient.send` XADDs a command to its channel (engine/service/channels.py):
+player commands to the player channel ``sk:inbox``, lobby and operator commands
+(CreateMatch, Sit, Deal, ledger entries, rooms) to the operator channel ``sk:ops``.
+A player gateway only ever sends player commands (its Redis user may write
+``sk:inbox`` only); a lobby or operator tool uses :class:`OperatorClient`.  The
+helpers build the command with a fresh ``command_id`` (uuid4).  Keep the command and re-send it
 unchanged to retry: the same command id is applied at most once.
 :meth:`GatewayClient.updates` reads a player's outbound stream.
 """
@@ -106,22 +110,34 @@ class GatewayClient:
 
     ``reply_to``: a stream named ``sk:reply:…`` where the service reports the
     fate of each command this client sends (accepted / duplicate / rejected / dead).
+    ``inbox`` is the player channel's stream, ``ops`` the operator channel's: each
+    command goes to the one that carries its type (a test rig running one consumer
+    without channel policy may pass the same stream for both).
     """
 
-    def __init__(self, redis_client: Any, inbox: str = keys.INBOX, reply_to: str | None = None):
+    def __init__(self, redis_client: Any, inbox: str = keys.INBOX, reply_to: str | None = None,
+                 ops: str = keys.OPS):
         if reply_to is not None and not reply_to.startswith(keys.REPLY_PREFIX):
             raise ValueError(f"reply streams must be named {keys.REPLY_PREFIX}…")
         self.redis = redis_client
         self.inbox = inbox
+        self.ops = ops
         self.reply_to = reply_to
 
     # -- sending --------------------------------------------------------------------------
-    def send(self, command: CommandBase) -> str:
-        """XADD the command (field ``c`` = msgpack) to the inbox; returns the inbox entry id."""
+    def stream_for(self, command: CommandBase) -> str:
+        """The stream ``command`` is sent to: ``ops`` for operator commands, else ``inbox``."""
+        from engine.service.channels import OPS_COMMANDS
+
+        return self.ops if getattr(command, "type", "") in OPS_COMMANDS else self.inbox
+
+    def send(self, command: CommandBase, stream: str | None = None) -> str:
+        """XADD the command (field ``c`` = msgpack) to its channel's stream (or ``stream``);
+        returns the entry id."""
         fields: dict[str, Any] = {"c": encode_command(command)}
         if self.reply_to is not None:
             fields["reply_to"] = self.reply_to
-        return _s(self.redis.xadd(self.inbox, fields))
+        return _s(self.redis.xadd(stream or self.stream_for(command), fields))
 
     def _send(self, cls: type[CommandBase], match_id: str, command_id: str | None, **data: Any) -> Sent:
         command = cls(command_id=command_id or new_command_id(), match_id=match_id, **data)

@@ -23,6 +23,8 @@ key                                         type    holds
 ``sk:inbox``                                stream  commands from gateways (consumer group
                                                     ``sk-service``); NOT hash-tagged: on a
                                                     Cluster the inbox lives on one node
+``sk:ops``                                   stream  lobby/operator commands (same group and
+                                                    format as the inbox; engine/service/channels.py)
 ``sk:out:<player_id>``                      stream  per-player updates and rejections
 ``sk:dead``                                 stream  dead letters (raw message + reason)
 ``sk:reply:<anything>``                     stream  optional per-gateway replies (``reply_to``)
@@ -46,6 +48,7 @@ PREFIX = "sk"
 DEFAULT_BUCKETS = 16
 
 INBOX = f"{PREFIX}:inbox"
+OPS = f"{PREFIX}:ops"  # the operator channel (engine/service/channels.py)
 SERVICE_GROUP = "sk-service"
 DEAD_LETTERS = f"{PREFIX}:dead"
 REPLY_PREFIX = f"{PREFIX}:reply:"

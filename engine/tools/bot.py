@@ -45,16 +45,17 @@ class Bot:
         hand = state.seat(i).hand
         prev = state.to_beat.combo if state.to_beat is not None else None
         heavenly = state.heavenly
+        twos = state.chain_bomb_twos  # the room's setting
         if self.policy == "trustee":
-            return trustee_choice(hand, prev, heavenly)
+            return trustee_choice(hand, prev, heavenly, chain_bomb_twos=twos)
         opp = state.seats[1 - i]
         opp_left = len(opp.hand) if opp is not None else 27
         if self.policy == "random":
-            return self._random(hand, prev, heavenly)
-        return self._greedy(hand, prev, heavenly, opp_left)
+            return self._random(hand, prev, heavenly, twos)
+        return self._greedy(hand, prev, heavenly, opp_left, twos)
 
-    def _random(self, hand: Sequence[int], prev, heavenly) -> Play | None:
-        plays = legal_plays(hand, prev, heavenly)
+    def _random(self, hand: Sequence[int], prev, heavenly, twos: bool = True) -> Play | None:
+        plays = legal_plays(hand, prev, heavenly, chain_bomb_twos=twos)
         if not plays:
             return None
         if prev is not None and self.rng.random() < self.pass_p:
@@ -62,9 +63,9 @@ class Bot:
         c = self.rng.choice(plays)
         return Play(c, pick_cards(hand, c.counts))
 
-    def _greedy(self, hand: Sequence[int], prev, heavenly, opp_left: int) -> Play | None:
+    def _greedy(self, hand: Sequence[int], prev, heavenly, opp_left: int, twos: bool = True) -> Play | None:
         if prev is None:
-            plays = legal_plays(hand, None, heavenly)
+            plays = legal_plays(hand, None, heavenly, chain_bomb_twos=twos)
             whole = [c for c in plays if c.size == len(hand)]
             if whole:  # going out in one play
                 c = whole[0]
@@ -76,7 +77,7 @@ class Bot:
             weights = [c.size * c.size / (1 + c.top) for c in normal]
             c = self.rng.choices(normal, weights=weights, k=1)[0]
             return Play(c, pick_cards(hand, c.counts))
-        best = smallest_beating(hand, prev, heavenly)
+        best = smallest_beating(hand, prev, heavenly, chain_bomb_twos=twos)
         if best is None:
             return None
         if best.combo.kind in BOMB_KINDS and prev.kind not in BOMB_KINDS:

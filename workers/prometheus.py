@@ -1,9 +1,10 @@
 """dramatiq entry point for the worker containers: the project's actors with the
 engine's metrics around the timer runtime.
 
-    SK_DRAMATIQ_PROMETHEUS=1 dramatiq dramatiq_prometheus workers.actors --path /app/deploy
+    SK_DRAMATIQ_PROMETHEUS=1 dramatiq workers.prometheus workers.actors
 
-dramatiq imports this module as the "broker" argument.  It
+dramatiq imports this module as the "broker" argument; it is part of the
+installed package (no ``--path``), so this works from a wheel.  It
 
 * imports ``workers.actors``, which installs the broker from ``SK_BROKER_URL``;
   with ``SK_DRAMATIQ_PROMETHEUS=1`` that broker carries dramatiq's Prometheus

@@ -1,0 +1,232 @@
+"""Publishing: what one command's outcome writes to the players' streams, and dead letters.
+
+:class:`Publisher` turns an outcome into stream entries (:class:`Write`, no I/O)
+and writes them in one pipeline.  The inbox consumer (engine/service/inbox.py)
+batches the writes of several messages; the timer workers publish the outcome
+of the commands they run through :meth:`Publisher.publish`.
+
+>>> from engine.store import keys
+>>> Write(keys.outbox_key("alice"), {"kind": "rejected"}, 200).stream
+'sk:out:alice'
+
+Formats: docs/PROTOCOL.md ("Outbound streams").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple, Protocol
+
+import msgpack
+import redis
+
+from engine.match.commands import MAX_COMMAND_BYTES, CommandBase
+from engine.match.errors import BadCommand, Rejected
+from engine.match.events import EventBase
+from engine.match.state import MatchState
+from engine.store import keys
+
+log = logging.getLogger("shuangkou.gateway")
+
+INTERNAL_ERROR = "internal_error"  # gateway-level rejection code: the engine failed on the command
+
+
+class OutcomeLike(Protocol):
+    """What a command did, as the publisher reads it (:class:`engine.service.service.Outcome`)."""
+
+    @property
+    def events(self) -> Sequence[EventBase]: ...
+    @property
+    def state(self) -> MatchState: ...
+    @property
+    def rejection(self) -> Rejected | None: ...
+    @property
+    def duplicate(self) -> bool: ...
+
+
+class Write(NamedTuple):
+    """One stream entry to add: ``XADD stream MAXLEN ~ maxlen * fields``."""
+
+    stream: str
+    fields: dict[str, Any]
+    maxlen: int
+
+
+@dataclasses.dataclass
+class GatewayStats:
+    processed: int = 0  # messages handled and acknowledged
+    accepted: int = 0
+    rejected: int = 0
+    duplicates: int = 0
+    dead: int = 0
+    retried: int = 0  # left pending after a transient failure (redelivered later)
+    published: int = 0  # entries written to player/reply streams
+
+
+def text(value: Any) -> str:
+    """A Redis reply value as text (bytes decoded as UTF-8, bad bytes replaced)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _plain(obj: Any) -> Any:
+    """msgpack ``default``: pydantic models, dataclasses, sets -> plain data."""
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="python")
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    return str(obj)
+
+
+def pack(data: Any) -> bytes:
+    return msgpack.packb(data, use_bin_type=True, default=_plain)  # type: ignore[no-any-return]
+
+
+def short_str(value: Any) -> str | None:
+    """``value`` if it is a usable id (a non-empty str of ≤ 200 characters), else None."""
+    return value if isinstance(value, str) and 0 < len(value) <= 200 else None
+
+
+def recipients(state: MatchState, events: Iterable[EventBase]) -> list[str]:
+    """The players who hear of ``events``: the seated ones, and any player an event names
+    (e.g. a player removed before the deal still hears of it)."""
+    players: list[str] = []
+    for seat in state.seats:
+        if seat is not None and seat.player not in players:
+            players.append(seat.player)
+    for e in events:
+        p = getattr(e, "player", None)
+        if isinstance(p, str) and p not in players:
+            players.append(p)
+    return players
+
+
+def rejection_fields(match_id: str | None, cmd_id: str | None, code: str, reason: str) -> dict[str, Any]:
+    return {"kind": "rejected", "match": match_id or "", "command_id": cmd_id or "",
+            "code": code, "reason": reason[:2000]}
+
+
+class Publisher:
+    """Builds and writes the outputs of commands (updates, rejections, replies, dead letters).
+
+    ``consumer`` names the writer in dead letters; ``on_dead(code, reason)`` is
+    called for each dead letter (a metric); ``stats`` is shared with the inbox consumer.
+    """
+
+    def __init__(self, redis_client: redis.Redis, *, consumer: str, stats: GatewayStats | None = None,
+                 outbox_maxlen: int = 1000, dead_maxlen: int = 100_000,
+                 on_dead: Callable[[str, str], None] | None = None):
+        self.redis = redis_client
+        self.consumer = consumer
+        self.stats = stats if stats is not None else GatewayStats()
+        self.outbox_maxlen = outbox_maxlen
+        self.dead_maxlen = dead_maxlen
+        self.on_dead = on_dead
+
+    # -- writing --------------------------------------------------------------------------
+    def write(self, writes: Sequence[Write], raise_on_error: bool = True) -> list[Any]:
+        """The writes in order, one pipeline (no MULTI: each stream is on its own; on
+        Redis Cluster the pipeline splits by node).  Raises if any of them failed, or
+        with ``raise_on_error=False`` returns each write's reply (an error reply as the
+        exception); a connection failure always raises."""
+        if not writes:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for w in writes:
+            pipe.xadd(w.stream, w.fields, maxlen=w.maxlen, approximate=True)
+        return pipe.execute(raise_on_error=raise_on_error)
+
+    def publish(self, command: CommandBase, outcome: OutcomeLike, reply_to: str | None = None,
+                msg_id: Any = None) -> None:
+        """Publish one command's outcome: per-player ``update`` entries (each player's
+        redacted events and view) or the sender's ``rejected`` entry, and the
+        ``reply_to`` report when given.  The timer workers call this for the
+        commands they run (no inbox message: ``reply_to`` and ``msg_id`` None)."""
+        writes = self.outputs(command, outcome, reply_to, msg_id)
+        self.write(writes)
+        self.stats.published += len(writes)
+
+    # -- building -------------------------------------------------------------------------
+    def outputs(self, command: CommandBase, outcome: OutcomeLike, reply_to: str | None = None,
+                msg_id: Any = None) -> list[Write]:
+        """The stream entries :meth:`publish` writes for one outcome (no I/O)."""
+        from projections.views import redact_event, view_for
+
+        out: list[Write] = []
+        maxlen = self.outbox_maxlen
+        cmd_id = command.command_id
+        match_id = command.match_id
+        rejection = outcome.rejection
+        version = int(outcome.state.version)
+        if rejection is not None:
+            self.stats.rejected += 1
+            player = short_str(getattr(command, "player", None))
+            if player is not None:
+                out.append(Write(keys.outbox_key(player),
+                                 rejection_fields(match_id, cmd_id, rejection.code, rejection.reason), maxlen))
+            status = "rejected"
+        else:
+            status = "duplicate" if outcome.duplicate else "accepted"
+            if outcome.duplicate:
+                self.stats.duplicates += 1
+            else:
+                self.stats.accepted += 1
+            events = tuple(outcome.events)
+            if events:
+                state = outcome.state
+                for player in recipients(state, events):
+                    body = {
+                        "match_id": match_id, "command_id": cmd_id, "version": version,
+                        "duplicate": bool(outcome.duplicate),
+                        "events": [redact_event(e, player, state=state) for e in events],
+                        "view": view_for(state, player),
+                    }
+                    out.append(Write(keys.outbox_key(player),
+                                     {"kind": "update", "match": match_id, "command_id": cmd_id,
+                                      "version": version, "body": pack(body)}, maxlen))
+        if reply_to is not None:
+            reply = {"kind": status, "match": match_id, "command_id": cmd_id, "version": version,
+                     "inbox_id": msg_id if msg_id is not None else ""}
+            if rejection is not None:
+                reply["code"] = rejection.code
+                reply["reason"] = rejection.reason
+            out.append(Write(reply_to, reply, maxlen))
+        return out
+
+    def dead_writes(self, msg_id: Any, fields: dict[str, Any], reason: str, loose: dict[str, Any] | None,
+                    reply_to: str | None = None, code: str = BadCommand.code) -> list[Write]:
+        """Dead-letter the raw message with its reason, and tell the sender when it is
+        identifiable (``loose``: the message's map as far as it could be read).  Counted
+        and reported to ``on_dead`` now; written with the batch."""
+        self.stats.dead += 1
+        log.warning("inbox %s dead-lettered: %s", text(msg_id), reason)
+        if self.on_dead is not None:
+            try:
+                self.on_dead(code, reason)
+            except Exception:
+                log.exception("the on_dead callback failed")
+        dead: dict[str, Any] = {}
+        for k, v in fields.items():
+            if isinstance(v, (bytes, str)) and len(v) > MAX_COMMAND_BYTES:
+                v = v[:MAX_COMMAND_BYTES]
+                dead["truncated"] = "1"
+            dead[k] = v
+        dead.update({"dead_reason": reason[:2000], "dead_code": code, "inbox_id": msg_id,
+                     "consumer": self.consumer, "dead_at_ms": int(time.time() * 1000)})
+        out: list[Write] = [Write(keys.DEAD_LETTERS, dead, self.dead_maxlen)]
+        loose = loose or {}
+        player = short_str(loose.get("player"))
+        cmd_id = short_str(loose.get("command_id"))
+        match_id = short_str(loose.get("match_id"))
+        if player is not None:
+            out.append(Write(keys.outbox_key(player), rejection_fields(match_id, cmd_id, code, reason),
+                             self.outbox_maxlen))
+        if reply_to is not None:
+            out.append(Write(reply_to, {"kind": "dead", "match": match_id or "", "command_id": cmd_id or "",
+                                        "code": code, "reason": reason[:2000], "inbox_id": msg_id},
+                             self.outbox_maxlen))
+        return out
