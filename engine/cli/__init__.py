@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "play": ("engine.cli.play", "play a match against the bot in the terminal"),
     "serve": ("engine.cli.serve", "run the command service and projections on real Redis"),
     "config": ("engine.cli.config_cmd", "check an operator config file"),
+    "verify-deal": ("engine.cli.verify_deal", "check a finished match's deal against its commitment and seeds"),
 }
 
 

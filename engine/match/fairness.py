@@ -234,3 +234,112 @@ def check_deal(server_seed_hex: str, commitment_hex: str, client_seeds: Sequence
     if first is not None and first != deal.first:
         problems.append(f"first seat {first} differs from the fair deal's {deal.first}")
     return DealCheck(tuple(problems), deal)
+
+
+# ---- a whole match -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MatchVerdict:
+    """What :func:`verify_match` found for one match's events.
+
+    ``status``: ``ok`` (commitment and deal recomputed and equal), ``mismatch``
+    (something recorded differs: ``problems`` says what), ``predates`` (no
+    commitment: created before fair deals), ``pending`` (not dealt or not
+    finished yet: the seed is revealed at the finish).
+    """
+
+    match_id: str
+    status: str
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    commitment: str | None = None
+    server_seed: str | None = None
+    client_seeds: tuple[str, str] | None = None
+    first_cards: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # recomputed deck order, 5 a seat
+
+    def to_json(self) -> dict[str, object]:
+        return {"match_id": self.match_id, "status": self.status, "problems": list(self.problems),
+                "notes": list(self.notes), "commitment": self.commitment, "server_seed": self.server_seed,
+                "client_seeds": list(self.client_seeds) if self.client_seeds else None,
+                "first_cards": [list(x) for x in self.first_cards] if self.first_cards else None}
+
+
+def verify_match(events: Sequence[object], match_id: str | None = None,
+                 expected_commitment: str | None = None) -> MatchVerdict:
+    """Check a match's recorded deal against its commitment and revealed seed.
+
+    ``events``: the match's events in order (engine event models).  The client
+    seeds must be those of the players' PlayerReady events, the deal the one
+    :func:`fair_deal` computes from them, the revealed seed the committed one.
+    ``expected_commitment``: the commitment the player saw during play (a
+    record whose commitment was removed then fails instead of "predating").
+    """
+    from engine.match.events import HandDealt, MatchCreated, MatchFinished, PlayerReady
+    from engine.match.evolve import apply
+    from engine.match.state import MatchState
+
+    evs = list(events)
+    mid = match_id or (getattr(evs[0], "match_id", "") if evs else "")
+    if not evs:
+        return MatchVerdict(mid, "mismatch", (f"no events for match {mid!r}",))
+    created = evs[0] if isinstance(evs[0], MatchCreated) else None
+    if created is None:
+        return MatchVerdict(mid, "mismatch", ("the first event is not MatchCreated",))
+    commit = created.commitment
+    dealt = next((e for e in evs if isinstance(e, HandDealt)), None)
+    finished = next((e for e in evs if isinstance(e, MatchFinished)), None)
+    if commit is None:
+        traces = [name for name, present in (
+            ("a client seed in PlayerReady", any(isinstance(e, PlayerReady) and e.client_seed for e in evs)),
+            ("client seeds in HandDealt", dealt is not None and dealt.client_seeds is not None),
+            ("a revealed server seed in MatchFinished", finished is not None and finished.server_seed))
+            if present]
+        if expected_commitment is not None:
+            return MatchVerdict(mid, "mismatch", (f"the record holds no commitment, but the match showed "
+                                                  f"{expected_commitment}",))
+        if traces:
+            return MatchVerdict(mid, "mismatch", ("the record holds no commitment but " + ", ".join(traces)
+                                                  + ": it was altered",))
+        return MatchVerdict(mid, "predates", notes=(f"match {mid} predates fair deals (no commitment was "
+                                                    "recorded): its deal cannot be verified",))
+    problems: list[str] = []
+    if expected_commitment is not None and expected_commitment.lower() != commit.lower():
+        problems.append(f"the recorded commitment {commit} is not the one the match showed "
+                        f"({expected_commitment})")
+    if dealt is None:
+        return MatchVerdict(mid, "pending", tuple(problems), ("no cards were dealt in this match",), commit)
+    if finished is None or finished.server_seed is None:
+        if finished is not None:
+            problems.append("the match finished without revealing its server seed")
+            return MatchVerdict(mid, "mismatch", tuple(problems), (), commit)
+        return MatchVerdict(mid, "pending", tuple(problems),
+                            ("the match is not finished: its server seed is revealed at the finish",), commit)
+    seed_hex = finished.server_seed
+    if created.server_seed is not None and created.server_seed.lower() != seed_hex.lower():
+        problems.append("the revealed server seed is not the one stored at the creation")
+    # the client seeds the players sent: their PlayerReady events, folded up to the deal
+    state = MatchState(match_id=mid)
+    for e in evs:
+        if e is dealt:
+            break
+        state = apply(state, e)
+    seated = [s for s in state.seats if s is not None]
+    if len(seated) != 2:
+        return MatchVerdict(mid, "mismatch", tuple(problems) + ("the deal happened without two seated players",),
+                            (), commit, seed_hex)
+    ready_seeds = tuple(default_client_seed(s.player) if s.client_seed is None else s.client_seed
+                        for s in (state.seat(0), state.seat(1)))
+    recorded = dealt.client_seeds
+    if recorded is None:
+        problems.append("the hands were not computed from the seeds (a fixed deal)")
+        return MatchVerdict(mid, "mismatch", tuple(problems), (), commit, seed_hex, None)
+    if tuple(recorded) != ready_seeds:
+        problems.append(f"HandDealt names client seeds {list(recorded)}, the players sent {list(ready_seeds)}")
+    check = check_deal(seed_hex, commit, ready_seeds, mid, dealt.hands, dealt.set_aside,
+                       dealt.lead_card, dealt.first)
+    problems.extend(check.problems)
+    first = None
+    if check.expected is not None:
+        first = (check.expected.deck[:5], check.expected.deck[HAND_SIZE:HAND_SIZE + 5])
+    return MatchVerdict(mid, "mismatch" if problems else "ok", tuple(problems), (), commit, seed_hex,
+                        (ready_seeds[0], ready_seeds[1]), first)
