@@ -42,7 +42,46 @@ def _raise(problems: list[tuple[str, str]]) -> None:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# ---- bounds (hardening issue §3/§7): every number a room may set has a sane range, and the
+# worst settlement the config allows fits far inside the ledger's signed 64-bit integers
+TIMER_SECONDS = (1.0, 3600.0)  # turn_seconds, ready_seconds
+TRUSTEE_DELAY_SECONDS = (0.0, 10.0)
+MAX_BASE = 10**9  # a level's base score X
+MAX_NEED = 10**15  # a level's balance threshold
+MAX_LEVELS = 100
+MAX_KOU_MULTIPLIER = 1_000  # a
+MAX_TABLE_MULTIPLIER = 10**6  # c (contribution) and b (doubling)
+MAX_ESCAPE_MULTIPLE = 1_000  # m of m·X
+MAX_TIMEOUTS_BEFORE_TRUSTEE = 100
+#: the most one match may move between two players: ≤ 2^53 (exact in a float, a JSON number,
+#: a JavaScript client) and 2^10 times below int64, so ledgers summing many worst-case
+#: matches stay far from overflowing (the ledger checks its own sums, projections/ledger.py)
+MAX_SETTLEMENT = 2**53
+
+
+def worst_settlement(cfg: RoomConfig) -> int:
+    """The largest amount one settlement of ``cfg`` can move (R-8, R-12), an upper bound.
+
+    Normal win: X·a·b + X·(c_w − c_l) ≤ X·(a_max·b_max + c_max); escape forfeit:
+    m·X + X·c_O + X·a_single·b_O ≤ X·(m + c_max + a_max·b_max).  So, with X the
+    largest base, ``X · (a_max · b_max + c_max + m)``.
+
+    >>> worst_settlement(load_config("points"))  # 800 · (4·256 + 128 + 12)
+    931200
+    """
+    x = max(lv.base for lv in cfg.levels)
+    a = max(cfg.kou.flat, cfg.kou.single, cfg.kou.double)
+    b = max(cfg.doubling.values())
+    c = max(cfg.contribution.values())
+    return x * (a * b + c + cfg.escape_penalty_multiple)
+
+
+def _bound(problems: list[tuple[str, str]], path: str, value: float, lo: float, hi: float, unit: str = "") -> None:
+    if not lo <= value <= hi:
+        problems.append((path, f"must be {lo:g}..{hi:g}{unit}, got {value:g}{unit}"))
 
 
 class KouConfig(_Strict):
@@ -157,6 +196,39 @@ class RoomConfig(_Strict):
                                        f"(a new player holds 0), got {self.levels[0].need}")])
         return self
 
+    @model_validator(mode="after")
+    def _bounds(self, info: Any) -> RoomConfig:
+        # a match's recorded config is replayed as it was (R-11.3), bounds or not
+        if isinstance(info.context, dict) and info.context.get("recorded"):
+            return self
+        p: list[tuple[str, str]] = []
+        _bound(p, "turn_seconds", self.turn_seconds, *TIMER_SECONDS, " s")
+        _bound(p, "ready_seconds", self.ready_seconds, *TIMER_SECONDS, " s")
+        _bound(p, "trustee_delay_seconds", self.trustee_delay_seconds, *TRUSTEE_DELAY_SECONDS, " s")
+        _bound(p, "timeouts_before_trustee", self.timeouts_before_trustee, 1, MAX_TIMEOUTS_BEFORE_TRUSTEE)
+        _bound(p, "escape_penalty_multiple", self.escape_penalty_multiple, 0, MAX_ESCAPE_MULTIPLE)
+        if len(self.name) > 100:
+            p.append(("name", f"at most 100 characters, got {len(self.name)}"))
+        if len(self.levels) > MAX_LEVELS:
+            p.append(("levels", f"at most {MAX_LEVELS} levels, got {len(self.levels)}"))
+        for i, lv in enumerate(self.levels):
+            _bound(p, f"levels[{i}].base", lv.base, 1, MAX_BASE)
+            _bound(p, f"levels[{i}].need", lv.need, 0, MAX_NEED)
+            _bound(p, f"levels[{i}].level", lv.level, 0, 10_000)
+        for kou in ("flat", "single", "double"):
+            _bound(p, f"kou.{kou}", getattr(self.kou, kou), 0, MAX_KOU_MULTIPLIER)
+        for table in ("contribution", "doubling"):
+            for x, v in getattr(self, table).items():
+                _bound(p, f"{table}.{x}", v, 0, MAX_TABLE_MULTIPLIER)
+        if not p:
+            worst = worst_settlement(self)
+            if worst > MAX_SETTLEMENT:
+                p.append(("levels", f"the worst settlement this config allows, largest base × "
+                                    f"(a × b + c + escape multiple) = {worst}, exceeds {MAX_SETTLEMENT} "
+                                    "(2^53): lower the bases or the multipliers"))
+        _raise(p)
+        return self
+
     def level_of(self, balance: int) -> Level | None:
         """The highest level whose need the balance meets, or None (R-11.1)."""
         best = None
@@ -189,7 +261,7 @@ class RoomConfig(_Strict):
         """
         if isinstance(data, dict) and "chain_bomb_twos" not in data:
             data = {**data, "chain_bomb_twos": False}
-        return cls.model_validate(data)
+        return cls.model_validate(data, context={"recorded": True})
 
 
 class ConfigError(ValueError):

@@ -196,8 +196,10 @@ def test_restarted_consumer_finishes_its_own_pending_first(r):
     _group(r)
     r.xreadgroup(keys.SERVICE_GROUP, "w1", {keys.INBOX: ">"}, count=10)
     client.sit("m1", "bob")
-    gw = InboxConsumer(r, service, "w1")  # same name: its backlog first, then new messages
-    assert gw.run_once(block_ms=None, count=10) == 2
+    gw = InboxConsumer(r, service, "w1")  # same name: its backlog first (one at a time), then new messages
+    assert gw.run_once(block_ms=None, count=10) == 1
+    assert gw.run_once(block_ms=None, count=10) == 1
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
     assert gw.run_once(block_ms=None, count=10) == 1
     assert service.store.version("m1") == 3
 
@@ -244,6 +246,9 @@ def test_wrong_version_leaves_message_pending(r):
 
 # -- malformed input never stops the loop ------------------------------------------------------
 def test_malformed_messages_are_dead_lettered_and_the_loop_goes_on(rig):
+    """Issue 9: a malformed command attributable to a player is a ``rejected`` (bad_command)
+    on that player's stream, counted as a rejection; only messages nobody can be told
+    about are dead letters."""
     r, service, gw, client = rig
     r.xadd(keys.INBOX, {"c": b"\xc1 not msgpack"})
     r.xadd(keys.INBOX, {"other": b"no command field"})
@@ -256,27 +261,27 @@ def test_malformed_messages_are_dead_lettered_and_the_loop_goes_on(rig):
     big = msgpack.packb({"type": "Sit", "command_id": "f3", "match_id": "m1", "player": "carol",
                          "pad": "x" * (MAX_COMMAND_BYTES + 10)})
     r.xadd(keys.INBOX, {"c": big})
+    r.xadd(keys.INBOX, {"c": b"x" * (MAX_COMMAND_BYTES + 10)})
     ok = client.create_match("m1", CONFIG)
-    assert gw.run_once(block_ms=None, count=100) == 8
+    assert gw.run_once(block_ms=None, count=100) == 9
     dead = dead_letters(r)
-    assert len(dead) == 7
+    assert len(dead) == 5
     reasons = [d["dead_reason"].decode() for d in dead]
     assert "not msgpack" in reasons[0]
-    assert "no command" in reasons[1]
-    assert "type" in reasons[2]
-    assert "ZZ" in reasons[3]
-    assert "must be a map" in reasons[4]
-    assert "not JSON" in reasons[5]
-    assert "too large" in reasons[6]
-    assert dead[6].get("truncated") == b"1" and len(dead[6]["c"]) == MAX_COMMAND_BYTES
+    assert "unknown inbox entry field" in reasons[1]
+    assert "must be a map" in reasons[2]
+    assert "not JSON" in reasons[3]
+    assert "too large" in reasons[4]
+    assert dead[4].get("truncated") == b"1" and len(dead[4]["c"]) == MAX_COMMAND_BYTES
     assert dead[0]["c"] == b"\xc1 not msgpack" and dead[0]["dead_code"] == b"bad_command"
-    # senders that can be identified hear why
+    # senders that can be identified hear why, as a rejection
     [fly] = client.updates("alice")
     assert (fly.kind, fly.code, fly.command_id) == ("rejected", "bad_command", "f1")
     [bad_play] = client.updates("bob")
     assert bad_play.command_id == "f2" and "ZZ" in bad_play.reason
     [too_big] = client.updates("carol")
     assert too_big.code == "bad_command" and "too large" in too_big.reason
+    assert gw.stats.rejected == 3 and gw.stats.dead == 5
     assert service.store.version("m1") == 1 and ok.command_id
     assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
 

@@ -158,7 +158,7 @@ def _play(store_url: str, n: int, timeout_every: int) -> list[str]:
     client = redis.Redis.from_url(store_url)
     gw = GatewayClient(client, reply_to="sk:reply:it")
     reader = MatchService(RedisEventStore(client), lambda: int(time.time() * 1000), random.Random(0))
-    cfg = load_config("points").model_copy(update={"turn_seconds": 0.3, "trustee_delay_seconds": 0.05})
+    cfg = load_config("points").model_copy(update={"turn_seconds": 1.0, "trustee_delay_seconds": 0.05})
     bot = Bot("greedy", random.Random(5))
     last = "0"
 

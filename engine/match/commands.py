@@ -19,6 +19,12 @@ from engine.match.errors import BadCommand
 from engine.match.fairness import client_seed_problem
 
 MAX_COMMAND_BYTES = 64 * 1024
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # every integer of a command fits a signed 64-bit int
+MAX_NESTING = 16  # maps and lists inside a command, deepest
+
+#: ``expected_version`` of a player command: the match version the player saw (§6 of the
+#: hardening issue); a command whose match has moved since is refused as ``stale``
+ExpectedVersion = Annotated[int | None, Field(None, ge=0, le=INT64_MAX)]
 
 
 class CommandBase(BaseModel):
@@ -46,6 +52,7 @@ class Leave(CommandBase):
 
     type: Literal["Leave"] = "Leave"
     player: str
+    expected_version: ExpectedVersion = None
 
 
 class Ready(CommandBase):
@@ -54,6 +61,7 @@ class Ready(CommandBase):
 
     type: Literal["Ready"] = "Ready"
     player: str
+    expected_version: ExpectedVersion = None
     client_seed: str | None = None
 
     @field_validator("client_seed")
@@ -86,6 +94,7 @@ class Play(CommandBase):
 
     type: Literal["Play"] = "Play"
     player: str
+    expected_version: ExpectedVersion = None
     cards: tuple[int, ...] | None = Field(None, min_length=1, max_length=27)
     text: str | None = Field(None, min_length=1, max_length=400)
     reading_kind: str | None = None
@@ -106,6 +115,7 @@ class Play(CommandBase):
 class Pass(CommandBase):
     type: Literal["Pass"] = "Pass"
     player: str
+    expected_version: ExpectedVersion = None
 
 
 class TurnTimeout(CommandBase):
@@ -132,38 +142,86 @@ class ReadyTimeout(CommandBase):
 class RequestTrustee(CommandBase):
     type: Literal["RequestTrustee"] = "RequestTrustee"
     player: str
+    expected_version: ExpectedVersion = None
 
 
 class CancelTrustee(CommandBase):
     type: Literal["CancelTrustee"] = "CancelTrustee"
     player: str
+    expected_version: ExpectedVersion = None
 
 
 class Disconnect(CommandBase):
     type: Literal["Disconnect"] = "Disconnect"
     player: str
+    expected_version: ExpectedVersion = None
 
 
 class Reconnect(CommandBase):
     type: Literal["Reconnect"] = "Reconnect"
     player: str
+    expected_version: ExpectedVersion = None
 
 
 class Escape(CommandBase):
     type: Literal["Escape"] = "Escape"
     player: str
+    expected_version: ExpectedVersion = None
+
+
+class Sync(CommandBase):
+    """Ask for the player's current view (any phase, finished matches included); appends nothing."""
+
+    type: Literal["Sync"] = "Sync"
+    player: str
 
 
 Command = Annotated[
     Union[CreateMatch, Sit, Leave, Ready, Deal, Play, Pass, TurnTimeout, TrusteeAct, ReadyTimeout,
-          RequestTrustee, CancelTrustee, Disconnect, Reconnect, Escape],
+          RequestTrustee, CancelTrustee, Disconnect, Reconnect, Escape, Sync],
     Field(discriminator="type"),
 ]
 _COMMAND_ADAPTER: TypeAdapter[Any] = TypeAdapter(Command)
 
 
+def check_plain(data: Any, path: str = "", depth: int = 0) -> None:
+    """Refuse what no command may hold, before validation: integers beyond 64 bits,
+    text that is not encodable UTF-8 (a lone surrogate, as JavaScript's JSON.stringify
+    may produce), NaN/Infinity, nesting deeper than :data:`MAX_NESTING`.
+
+    >>> check_plain({"player": "\\ud800"})
+    Traceback (most recent call last):
+    ...
+    engine.match.errors.BadCommand: player: not valid UTF-8 text (a lone surrogate?)
+    """
+    where = path or "(command)"
+    if depth > MAX_NESTING:
+        raise BadCommand(f"{where}: nested deeper than {MAX_NESTING} levels")
+    if isinstance(data, bool) or data is None:
+        return
+    if isinstance(data, int):
+        if not INT64_MIN <= data <= INT64_MAX:
+            raise BadCommand(f"{where}: integer out of the 64-bit range")
+    elif isinstance(data, float):
+        if data != data or data in (float("inf"), float("-inf")):
+            raise BadCommand(f"{where}: NaN and Infinity are not numbers a command may hold")
+    elif isinstance(data, str):
+        try:
+            data.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadCommand(f"{where}: not valid UTF-8 text (a lone surrogate?)") from None
+    elif isinstance(data, dict):
+        for k, v in data.items():
+            check_plain(k, f"{path}.(key)" if path else "(key)", depth + 1)
+            check_plain(v, f"{path}.{k}" if path else str(k), depth + 1)
+    elif isinstance(data, (list, tuple)):
+        for i, v in enumerate(data):
+            check_plain(v, f"{path}.{i}" if path else str(i), depth + 1)
+
+
 def parse_command(data: dict[str, Any]) -> CommandBase:
     """Validate a command from plain data; a problem is a :class:`BadCommand` naming it."""
+    check_plain(data)
     try:
         return _COMMAND_ADAPTER.validate_python(data)  # type: ignore[no-any-return]
     except ValidationError as exc:

@@ -75,6 +75,7 @@ from engine.match.commands import (
     Reconnect,
     RequestTrustee,
     Sit,
+    Sync,
     TrusteeAct,
     TurnTimeout,
 )
@@ -172,6 +173,13 @@ def decide(state: MatchState, command: CommandBase, ctx: Context) -> list[EventB
         raise BadCommand(f"unknown command type {type(command).__name__}")
     if state.phase == "new" and not isinstance(command, CreateMatch):
         raise UnknownMatch(f"no match {state.match_id!r}: create it first")
+    expected = getattr(command, "expected_version", None)
+    if expected is not None and expected != state.version:
+        # the player decided on another situation: never apply it in this one (hardening §6)
+        raise StaleCommand(f"the match is at version {state.version}, not {expected} as the command "
+                           "expected: look at the current view and decide again")
+    if isinstance(command, Sync):  # any phase, a finished match too: it only reads
+        return []
     if state.phase == "finished" and not isinstance(command, CreateMatch):
         # MatchFinished is the last event a match ever gets (settlement and the
         # projection runner rely on it): nothing is decided after it
@@ -645,5 +653,5 @@ _HANDLERS = {
     CreateMatch: _create, Sit: _sit, Leave: _leave, Ready: _ready, Deal: _deal, Play: _play_cmd,
     Pass: _pass, TurnTimeout: _turn_timeout, TrusteeAct: _trustee_act, ReadyTimeout: _ready_timeout,
     RequestTrustee: _request_trustee, CancelTrustee: _cancel_trustee, Disconnect: _disconnect,
-    Reconnect: _reconnect, Escape: _escape,
+    Reconnect: _reconnect, Escape: _escape, Sync: lambda b, c: None,
 }

@@ -39,6 +39,7 @@ from engine.match.commands import (
     Reconnect,
     RequestTrustee,
     Sit,
+    Sync,
     encode_command,
 )
 from engine.store import keys
@@ -67,13 +68,15 @@ class OutMessage:
     """One entry of a player's outbound stream (or of a reply stream)."""
 
     id: str  # stream entry id: pass the last one back as ``last_id``
-    kind: str  # update | rejected (outbound); accepted | duplicate | rejected | dead (replies)
+    kind: str  # update | sync | rejected (outbound); accepted | duplicate | rejected | dead (replies)
     match_id: str
     command_id: str
     version: int | None = None
     code: str | None = None
     reason: str | None = None
-    body: dict[str, Any] = field(default_factory=dict)  # update: match_id, command_id, version, duplicate, events, view
+    #: update: match_id, command_id, version, duplicate, events, base_version, view (not in every
+    #: update: docs/PROTOCOL.md "Resync"); sync and rejected: match_id, command_id, version, view
+    body: dict[str, Any] = field(default_factory=dict)
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -93,6 +96,16 @@ class OutMessage:
                    version=None if version is None else int(version),
                    code=None if "code" not in f else _s(f["code"]),
                    reason=None if "reason" not in f else _s(f["reason"]), body=body)
+
+
+class _Seen:
+    """The default ``expected_version``: the newest version this client has read of the match."""
+
+    def __repr__(self) -> str:
+        return "SEEN"
+
+
+SEEN: Any = _Seen()
 
 
 def _player_command(cls: type[CommandBase]) -> Callable[..., Sent]:
@@ -123,6 +136,18 @@ class GatewayClient:
         self.inbox = inbox
         self.ops = ops
         self.reply_to = reply_to
+        #: match id -> the newest match version this client has read (updates, syncs,
+        #: rejections, replies); Play and Pass send it as ``expected_version`` by default
+        self.versions: dict[str, int] = {}
+
+    def _expected(self, match_id: str, given: Any) -> int | None:
+        return self.versions.get(match_id) if given is SEEN else given
+
+    def _saw(self, messages: list[OutMessage]) -> list[OutMessage]:
+        for m in messages:
+            if m.match_id and m.version is not None and m.version > self.versions.get(m.match_id, -1):
+                self.versions[m.match_id] = m.version
+        return messages
 
     # -- sending --------------------------------------------------------------------------
     def stream_for(self, command: CommandBase) -> str:
@@ -155,11 +180,22 @@ class GatewayClient:
 
     def play(self, match_id: str, player: str, text: str | None = None, *, cards: Any = None,
              reading_kind: str | None = None, reading_rank: str | None = None,
-             command_id: str | None = None) -> Sent:
-        """Play cards as notation text (``"3 3"``, ``"10H 10S"``) or as card ids (``cards=``)."""
+             command_id: str | None = None, expected_version: int | None = SEEN) -> Sent:
+        """Play cards as notation text (``"3 3"``, ``"10H 10S"``) or as card ids (``cards=``).
+
+        ``expected_version``: the version the player decided on (default: the newest this
+        client has read of the match; None: send none); a match that has moved since
+        refuses the play as ``stale``."""
         return self._send(Play, match_id, command_id, player=player, text=text,
                           cards=None if cards is None else tuple(cards),
-                          reading_kind=reading_kind, reading_rank=reading_rank)
+                          reading_kind=reading_kind, reading_rank=reading_rank,
+                          expected_version=self._expected(match_id, expected_version))
+
+    def pass_(self, match_id: str, player: str, command_id: str | None = None,
+              expected_version: int | None = SEEN) -> Sent:
+        """Pass (``expected_version`` as for :meth:`play`)."""
+        return self._send(Pass, match_id, command_id, player=player,
+                          expected_version=self._expected(match_id, expected_version))
 
     # the commands that carry only a player: one shape, one definition (_player_command)
     leave = _player_command(Leave)
@@ -169,18 +205,18 @@ class GatewayClient:
         """Send a Ready for ``player``; ``client_seed``: their entropy for the fair deal (FAIRNESS.md)."""
         return self._send(Ready, match_id, command_id, player=player, client_seed=client_seed)
 
-    pass_ = _player_command(Pass)
     request_trustee = _player_command(RequestTrustee)
     cancel_trustee = _player_command(CancelTrustee)
     disconnect = _player_command(Disconnect)
     reconnect = _player_command(Reconnect)
     escape = _player_command(Escape)
+    sync = _player_command(Sync)  # the player's current view, as a ``sync`` entry of their stream
 
     # -- reading --------------------------------------------------------------------------
     def _read(self, stream: str, last_id: str, block_ms: int | None, count: int) -> list[OutMessage]:
         reply = self.redis.xread({stream: last_id}, count=count, block=block_ms)
-        return [OutMessage.parse(entry_id, fields) for _, entries in stream_replies(reply)
-                for entry_id, fields in entries]
+        return self._saw([OutMessage.parse(entry_id, fields) for _, entries in stream_replies(reply)
+                          for entry_id, fields in entries])
 
     def updates(self, player: str, last_id: str = "0", block_ms: int | None = None,
                 count: int = 100) -> list[OutMessage]:

@@ -41,9 +41,20 @@ from typing import Any
 import redis
 
 from engine.match.commands import CommandBase
-from engine.service.inbox_message import Accepts, Handled, MessageHandler, ServiceLike, accept_all
-from engine.service.publish import INTERNAL_ERROR, GatewayStats, OutcomeLike, Publisher, text
+from engine.match.errors import BadCommand
+from engine.service.inbox_message import Accepts, Handled, MessageHandler, ServiceLike, accept_all, decode
+from engine.service.publish import (
+    DEFAULT_FULL_VIEW_EVERY,
+    DEFAULT_OUTBOX_MAXLEN,
+    DEFAULT_OUTBOX_TTL,
+    INTERNAL_ERROR,
+    GatewayStats,
+    OutcomeLike,
+    Publisher,
+    text,
+)
 from engine.store import keys
+from engine.store.redis_errors import is_transient
 from engine.store.redis_store import ensure_group, stream_replies
 
 log = logging.getLogger("shuangkou.gateway")
@@ -70,18 +81,6 @@ class _Batch:
         self.handled.clear()
 
 
-#: error replies that say nothing about the message (the server is busy, read-only,
-#: out of memory, failing over): the message is retried, never dead-lettered for them
-_TRANSIENT_REPLIES = ("OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
-                      "NOREPLICAS", "MISCONF", "MOVED", "ASK")
-
-
-def _transient_reply(exc: BaseException) -> bool:
-    if not isinstance(exc, redis.ResponseError) or isinstance(exc, redis.ReadOnlyError):
-        return True
-    return str(exc).lstrip().upper().startswith(_TRANSIENT_REPLIES)
-
-
 class InboxConsumer:
     """Consumes ``stream`` (default ``sk:inbox``) as ``consumer`` of ``group`` (``sk-service``).
 
@@ -100,20 +99,31 @@ class InboxConsumer:
     def __init__(self, redis_client: redis.Redis, service: ServiceLike | None, consumer: str, *,
                  stream: str = keys.INBOX, group: str = keys.SERVICE_GROUP,
                  accepts: Accepts = accept_all,
-                 outbox_maxlen: int = 1000, dead_maxlen: int = 100_000,
-                 max_deliveries: int = 5,
-                 on_dead: Callable[[str, str], None] | None = None):
+                 outbox_maxlen: int = DEFAULT_OUTBOX_MAXLEN, outbox_ttl: int | None = DEFAULT_OUTBOX_TTL,
+                 full_view_every: int = DEFAULT_FULL_VIEW_EVERY, dead_maxlen: int = 100_000,
+                 max_deliveries: int = 5, forget_idle_ms: int = 3_600_000,
+                 on_dead: Callable[[str, str], None] | None = None, inbox: str | None = None):
+        if inbox is not None:  # the former name of ``stream``
+            stream = inbox
         self.redis = redis_client
         self.consumer = consumer
         self.stream = stream
         self.group = group
+        #: a message delivered more often than this (by XAUTOCLAIM or by this consumer's own
+        #: re-reads of its pending entries), not counting the retries after transient
+        #: errors, is dead-lettered -- unless its command's events are stored
         self.max_deliveries = max_deliveries
+        #: a consumer of the group with nothing pending, idle this long, is deleted by reclaim
+        self.forget_idle_ms = forget_idle_ms
         self.stats = GatewayStats()
+        #: message id -> deliveries spent waiting out transient errors (not held against it)
+        self._transient: dict[Any, int] = {}
         #: builds and writes updates, rejections, replies and dead letters; ``on_dead(code,
         #: reason)`` is called each time a message is dead-lettered (e.g. to count it in a
         #: metric); an exception in it is logged and never stops the loop
         self.publisher = Publisher(redis_client, consumer=consumer, stats=self.stats,
-                                   outbox_maxlen=outbox_maxlen, dead_maxlen=dead_maxlen, on_dead=on_dead)
+                                   outbox_maxlen=outbox_maxlen, outbox_ttl=outbox_ttl,
+                                   full_view_every=full_view_every, dead_maxlen=dead_maxlen, on_dead=on_dead)
         #: decode -> policy (``accepts``: None or the reason a command may not arrive on
         #: ``stream``) -> service -> the writes of one message
         self.handler = MessageHandler(service, self.publisher, self.stats, accepts=accepts, stream=stream)
@@ -140,11 +150,13 @@ class InboxConsumer:
 
     # -- reading --------------------------------------------------------------------------
     def _read(self, block_ms: int | None, count: int) -> list[tuple[Any, dict]]:
-        if self._backlog:  # our own pending entries first (after a restart or a failure)
-            entries = self._xreadgroup("0", None, count)
-            if len(entries) < count:
+        if self._backlog:  # our own pending entries first (after a restart or a failure) ...
+            # ... one at a time: each re-read counts as a delivery, and a message that kills
+            # the process must not spend the deliveries of the ones read with it
+            entries = self._xreadgroup("0", None, 1)
+            if not entries:
                 self._backlog = False
-            if entries:
+            else:
                 return entries
         return self._xreadgroup(">", block_ms, count)
 
@@ -157,8 +169,59 @@ class InboxConsumer:
                 raise
             self.ensure_group()  # the inbox was deleted under us
             return []
-        # a pending entry whose message was trimmed away comes back with no fields
-        return [e for _, es in stream_replies(reply) for e in es if e[0] is not None]
+        entries = [e for _, es in stream_replies(reply) for e in es if e[0] is not None]
+        gone = [e[0] for e in entries if e[1] is None]
+        if gone:  # pending entries whose messages were deleted or trimmed: nothing to handle
+            self.redis.xack(self.stream, self.group, *gone)
+            self.stats.processed += len(gone)
+        return [e for e in entries if e[1] is not None]
+
+    def _deliveries(self, first: Any, last: Any, count: int) -> dict[str, int]:
+        """Delivery counts of this consumer's pending entries from ``first`` to ``last``."""
+        info = self.redis.xpending_range(self.stream, self.group, min=first, max=last, count=count,
+                                         consumername=self.consumer)
+        return {text(p["message_id"]): int(p["times_delivered"]) for p in info}
+
+    def _over_limit(self, msg_id: Any, fields: dict, delivered: int) -> Handled | None:
+        """The dead letter of a message delivered too often (None: handle it as usual).
+
+        Deliveries spent waiting out transient errors do not count; a command whose
+        events are stored is never dead-lettered (handled again: a duplicate, published)."""
+        if delivered - self._transient.get(text(msg_id), 0) <= self.max_deliveries:
+            return None
+        if self._stored(fields):
+            return None
+        reason = f"delivered {delivered} times without being acknowledged"
+        return Handled(self.publisher.dead_writes(msg_id, {text(k): v for k, v in fields.items()},
+                                                  reason, None), fields=fields)
+
+    def _stored(self, fields: dict) -> bool:
+        """Has this message's command appended its events already (best effort, False if unsure)?"""
+        stored_events = getattr(self.service, "stored_events", None)
+        if stored_events is None:
+            return False
+        f = {text(k): v for k, v in fields.items()}
+        raw, is_json = (f.get("c"), False) if "c" in f else (f.get("j"), True)
+        try:
+            command = decode(raw, is_json)
+        except BadCommand:
+            return False
+        try:
+            return bool(stored_events(command.match_id, command.command_id))
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            return False
+
+    def _left_pending(self, msg_ids: list[Any]) -> None:
+        """``msg_ids`` wait out a transient error: their next delivery is not held against them."""
+        self._backlog = True
+        for m in msg_ids:
+            key = text(m)
+            self._transient[key] = self._transient.get(key, 0) + 1
+        if len(self._transient) > 10_000:  # bounded: forget the oldest
+            for key in list(self._transient)[:5_000]:
+                del self._transient[key]
 
     def run_once(self, block_ms: int | None = 1000, count: int = 10,
                  stop: threading.Event | None = None) -> int:
@@ -177,21 +240,39 @@ class InboxConsumer:
         acknowledgement still only ever follows the publication.  If the process
         dies before the XACK, the messages are redelivered and their command ids
         make the re-run a duplicate (published again: updates are at-least-once).
+
+        Re-reads of this consumer's own pending entries count as deliveries: an
+        entry that keeps failing (e.g. it kills the process) is dead-lettered
+        after ``max_deliveries``, like one XAUTOCLAIM hands over too often.
         """
         batch = _Batch()
+        backlog = self._backlog
+        entries = self._read(block_ms, count)
+        counts = self._deliveries(entries[0][0], entries[-1][0], len(entries)) if backlog and entries else {}
         try:
-            for msg_id, fields in self._read(block_ms, count):
+            for k, (msg_id, fields) in enumerate(entries):
                 if stop is not None and stop.is_set():
                     self._backlog = True
                     break
-                self._handle(msg_id, fields, batch)
+                over = self._over_limit(msg_id, fields, counts.get(text(msg_id), 0)) if counts else None
+                if over is not None:
+                    batch.done(msg_id, over)
+                    continue
+                try:
+                    self._handle(msg_id, fields, batch)
+                except Exception as exc:
+                    if is_transient(exc):
+                        self._left_pending([e[0] for e in entries[k:]])
+                    raise
         finally:
             self._commit(batch)
         return len(batch.acks)
 
     def reclaim(self, min_idle_ms: int = 60_000, count: int = 100) -> int:
         """Take over messages pending longer than ``min_idle_ms`` (any consumer's, a dead
-        one's typically) with XAUTOCLAIM and handle them; returns how many were handled."""
+        one's typically) with XAUTOCLAIM and handle them; returns how many were handled.
+        Then the group's consumers that have nothing pending and were idle longer than
+        ``forget_idle_ms`` (dead ones) are deleted."""
         handled = 0
         start: Any = "0-0"
         while True:
@@ -205,19 +286,46 @@ class InboxConsumer:
                 if self._too_many_deliveries(msg_id, fields):
                     handled += 1
                     continue
-                if self.handle(msg_id, fields):
-                    handled += 1
+                try:
+                    if self.handle(msg_id, fields):
+                        handled += 1
+                except Exception as exc:
+                    if is_transient(exc):
+                        self._left_pending([msg_id])
+                    raise
             if text(start) == "0-0":
-                return handled
+                break
+        self.forget_dead_consumers()
+        return handled
+
+    def forget_dead_consumers(self) -> list[str]:
+        """Delete the group's consumers with no pending entry, idle over ``forget_idle_ms``
+        (never this one); returns their names.  A live consumer deleted by mistake is
+        recreated by its next read (it had nothing pending: nothing is lost)."""
+        gone: list[str] = []
+        for c in self.redis.xinfo_consumers(self.stream, self.group):
+            name = text(c["name"])
+            if name == self.consumer or int(c.get("pending", 0)) or int(c.get("idle", 0)) < self.forget_idle_ms:
+                continue
+            if int(self.redis.xgroup_delconsumer(self.stream, self.group, name)) == 0:
+                gone.append(name)
+            else:  # it took a message between the two calls: that message is lost to the group
+                log.error("%s: consumer %s had pending entries when it was deleted", self.stream, name)
+        if gone:
+            log.info("%s: forgot %d dead consumer(s): %s", self.stream, len(gone), ", ".join(gone[:10]))
+        return gone
 
     def _too_many_deliveries(self, msg_id: Any, fields: dict) -> bool:
         info = self.redis.xpending_range(self.stream, self.group, min=msg_id, max=msg_id, count=1)
-        if not info or int(info[0]["times_delivered"]) <= self.max_deliveries:
+        if not info:
             return False
-        n = int(info[0]["times_delivered"])
-        self._dead(msg_id, fields, f"delivered {n} times without being acknowledged")
-        self._ack(msg_id)
-        return True
+        over = self._over_limit(msg_id, fields, int(info[0]["times_delivered"]))
+        if over is None:
+            return False
+        batch = _Batch()
+        batch.done(msg_id, over)
+        self._commit(batch)
+        return bool(batch.acks)
 
     def run(self, stop: threading.Event, block_ms: int = 1000, count: int = 10,
             reclaim_every_s: float = 30.0, min_idle_ms: int = 60_000,
@@ -296,7 +404,7 @@ class InboxConsumer:
         once it is fully handled, its id to ``batch.acks`` (:meth:`_commit` does both)."""
         try:
             handled = self.handler.handle(msg_id, fields)
-        except redis.RedisError:
+        except Exception:
             self._backlog = True
             raise
         if handled is None:  # left pending (redelivered from our backlog)
@@ -304,28 +412,47 @@ class InboxConsumer:
             return
         batch.done(msg_id, handled)
 
-    def _ack(self, msg_id: Any) -> None:
-        self.redis.xack(self.stream, self.group, msg_id)
-        self.stats.processed += 1
+    def _write_each(self, batch: _Batch) -> list[Any]:
+        """The batch's writes message by message (after the pipeline of all of them failed
+        before reaching Redis, e.g. a value that cannot be encoded): a message whose
+        writes fail so gets that exception as the reply of each of its writes."""
+        replies: list[Any] = []
+        for handled in batch.handled:
+            try:
+                replies.extend(self.publisher.write(handled.writes, raise_on_error=False))
+            except redis.RedisError:
+                raise
+            except Exception as exc:
+                replies.extend([exc] * len(handled.writes))
+        return replies
 
     def _commit(self, batch: _Batch) -> None:
         """Write the batch's outputs, then acknowledge the messages whose outputs were written.
 
-        A write Redis refuses because of the message (e.g. WRONGTYPE: its ``reply_to``
-        names a key of another type) would fail the same way on every redelivery: that
-        message alone is dead-lettered and acknowledged.  A connection failure, or an
-        error reply of the server's state (OOM, READONLY, …), acknowledges none of the
-        messages it touched: they are redelivered (duplicates, published again)."""
+        A write refused because of the message (e.g. WRONGTYPE: its ``reply_to``
+        names a key of another type; a value that cannot be encoded) would fail the
+        same way on every redelivery: that message alone is dead-lettered and
+        acknowledged.  A connection failure, or an error reply of the server's state
+        (OOM, READONLY, …: :func:`engine.store.redis_errors.is_transient`),
+        acknowledges none of the messages it touched: they are redelivered
+        (duplicates, published again), and those deliveries do not count against
+        ``max_deliveries``."""
         writes = [w for h in batch.handled for w in h.writes]
         try:
-            replies = self.publisher.write(writes, raise_on_error=False)
+            try:
+                replies = self.publisher.write(writes, raise_on_error=False)
+            except redis.RedisError:
+                raise
+            except Exception:  # not sent at all (encoding): find the message it belongs to
+                replies = self._write_each(batch)
         except redis.RedisError:
             self.stats.retried += len(batch.acks)
-            self._backlog = True
+            self._left_pending(list(batch.acks))
             batch.clear()  # nothing is acknowledged: the messages are redelivered
             raise
         acks: list[Any] = []
         retry: BaseException | None = None
+        waiting: list[Any] = []
         at = 0
         for msg_id, handled in zip(batch.acks, batch.handled):
             errors = [r for r in replies[at:at + len(handled.writes)] if isinstance(r, Exception)]
@@ -334,27 +461,31 @@ class InboxConsumer:
                 acks.append(msg_id)
                 self.stats.published += handled.published
                 continue
-            transient = [e for e in errors if _transient_reply(e)]
+            transient = [e for e in errors if is_transient(e)]
             if transient:
                 retry = retry or transient[0]
+                waiting.append(msg_id)
                 continue
-            log.error("inbox %s: Redis refused its outputs: %s", text(msg_id), errors[0])
+            log.error("%s %s: its outputs were refused: %s", self.stream, text(msg_id), errors[0])
             try:  # the dead letter alone (no reply_to / outbox entry: those may be what was refused)
                 self.publisher.write(self.publisher.dead_writes(
                     msg_id, handled.fields, f"internal error while publishing: "
                     f"{type(errors[0]).__name__}: {errors[0]}", None, code=INTERNAL_ERROR))
             except redis.RedisError as exc:
                 retry = retry or exc
+                waiting.append(msg_id)
                 continue
             acks.append(msg_id)
         batch.clear()
         if acks:
             self.redis.xack(self.stream, self.group, *acks)
             self.stats.processed += len(acks)
+            for m in acks:
+                self._transient.pop(text(m), None)
             batch.acks.extend(acks)  # what was acknowledged (run_once / handle report it)
         if retry is not None:
             self.stats.retried += 1
-            self._backlog = True
+            self._left_pending(waiting)
             raise retry
 
     # -- publishing (the timer workers' path) ---------------------------------------------
@@ -362,7 +493,3 @@ class InboxConsumer:
                 msg_id: Any = None) -> None:
         """Publish one command's outcome (:meth:`Publisher.publish`)."""
         self.publisher.publish(command, outcome, reply_to, msg_id)
-
-    def _dead(self, msg_id: Any, fields: dict, reason: str) -> None:
-        """Dead-letter the raw message with its reason now."""
-        self.publisher.write(self.publisher.dead_writes(msg_id, fields, reason, None))

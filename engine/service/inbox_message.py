@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgpack
-import redis
 
 from engine.match.commands import MAX_COMMAND_BYTES, CommandBase, decode_command, parse_command
 from engine.match.errors import BadCommand, NotAllowed, Rejected
@@ -28,6 +27,7 @@ from engine.service.service import Outcome
 from engine.service.publish import INTERNAL_ERROR, GatewayStats, OutcomeLike, Publisher, Write, text
 from engine.store import keys
 from engine.store.base import WrongVersion
+from engine.store.redis_errors import is_transient
 
 log = logging.getLogger("shuangkou.gateway")
 
@@ -66,6 +66,31 @@ def lenient_map(raw: bytes | None, is_json: bool) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+#: the fields an inbox entry may have: the command (``c`` msgpack or ``j`` JSON) and ``reply_to``
+ENTRY_FIELDS = frozenset({"c", "j", "reply_to"})
+MAX_REPLY_TO = 300  # characters of a reply stream name
+
+
+def check_entry(fields: dict[str, Any]) -> None:
+    """Refuse an entry with unknown or oversized fields before anything reads it.
+
+    >>> check_entry({"c": b"...", "pad": b"x"})
+    Traceback (most recent call last):
+    ...
+    engine.match.errors.BadCommand: unknown inbox entry field(s): pad (allowed: c, j, reply_to)
+    """
+    unknown = sorted(set(fields) - ENTRY_FIELDS)
+    if unknown:
+        names = ", ".join(u[:40] for u in unknown[:5])
+        raise BadCommand(f"unknown inbox entry field(s): {names} (allowed: {', '.join(sorted(ENTRY_FIELDS))})")
+    if "c" in fields and "j" in fields:
+        raise BadCommand("an inbox entry holds one command: field c (msgpack) or j (JSON), not both")
+    for name, value in fields.items():
+        limit = MAX_REPLY_TO if name == "reply_to" else MAX_COMMAND_BYTES
+        if isinstance(value, (bytes, str)) and len(value) > limit:
+            raise BadCommand(f"inbox entry field {name} too large: {len(value)} bytes (limit {limit})")
+
+
 def decode(raw: Any, is_json: bool) -> CommandBase:
     """The command of an entry's ``c`` (msgpack) or ``j`` (JSON) field; :class:`BadCommand` if none."""
     if raw is None:
@@ -90,7 +115,7 @@ def reply_stream(value: Any) -> str | None:
     if value is None:
         return None
     name = text(value)
-    if name.startswith(keys.REPLY_PREFIX) and len(name) <= 300:
+    if name.startswith(keys.REPLY_PREFIX) and len(name) <= MAX_REPLY_TO:
         return name
     log.warning("ignoring reply_to %r: reply streams must be named %s…", name[:80], keys.REPLY_PREFIX)
     return None
@@ -109,7 +134,10 @@ class MessageHandler:
 
     def handle(self, msg_id: Any, fields: dict[Any, Any]) -> Handled | None:
         """The writes that finish ``msg_id``, or None to leave it pending (a WrongVersion the
-        service gave up on).  Redis errors of the service propagate (left pending)."""
+        service gave up on).  A transient Redis error of the service propagates (the
+        message stays pending and is retried); anything else about one message -- it is
+        not a command, the policy refuses it, the engine or Redis fails on it for good,
+        its outcome cannot be encoded -- finishes it with a rejection or a dead letter."""
         pub = self.publisher
         if not fields:
             return Handled(pub.dead_writes(msg_id, {}, "the message has no fields (deleted or trimmed "
@@ -118,10 +146,14 @@ class MessageHandler:
         reply_to = reply_stream(fields.get("reply_to"))
         raw, is_json = (fields.get("c"), False) if "c" in fields else (fields.get("j"), True)
         try:
+            check_entry(fields)
             command = decode(raw, is_json)
         except BadCommand as exc:
             loose = lenient_map(raw if isinstance(raw, bytes) else None, is_json)
-            return Handled(pub.dead_writes(msg_id, fields, exc.reason, loose, reply_to, code=exc.code),
+            told = pub.rejection_writes(msg_id, exc.reason, exc.code, loose, reply_to)
+            if told:  # the sender is known: a rejection, not a dead letter
+                return Handled(told, len(told), fields)
+            return Handled(pub.dead_writes(msg_id, fields, exc.reason, loose, None, code=exc.code),
                            fields=fields)
         refusal = self.accepts(command)
         if refusal is not None:
@@ -133,10 +165,12 @@ class MessageHandler:
             log.warning("%s %s: %s; left pending for redelivery", self.stream, text(msg_id), exc)
             self.stats.retried += 1
             return None
-        except redis.RedisError:
-            self.stats.retried += 1
-            raise
-        except Exception as exc:  # a bug in the engine: do not let it block the inbox
+        except Exception as exc:
+            if is_transient(exc):
+                self.stats.retried += 1
+                raise
+            # a bug in the engine, or Redis refusing this command for good (nothing was
+            # appended: the append is one atomic script): do not let it block the inbox
             log.exception("%s %s: the engine failed on %s", self.stream, text(msg_id), command.type)  # type: ignore[attr-defined]
             return Handled(pub.dead_writes(msg_id, fields, f"internal error: {type(exc).__name__}: {exc}",
                                            command.model_dump(mode="python"), reply_to, code=INTERNAL_ERROR),
@@ -153,6 +187,14 @@ class MessageHandler:
     def _refused(self, msg_id: Any, command: CommandBase, rejection: Rejected, reply_to: str | None,
                  fields: dict[str, Any]) -> Handled:
         """A rejection decided here, before the service (the sender is told; no dead letter)."""
-        outcome = Outcome((), MatchState(match_id=command.match_id), rejection)
+        state = MatchState(match_id=command.match_id)
+        load_state = getattr(self.service, "load_state", None)
+        if load_state is not None:  # the rejection carries the player's current view
+            try:
+                state = load_state(command.match_id)
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+        outcome = Outcome((), state, rejection)
         outputs = self.publisher.outputs(command, outcome, reply_to, msg_id)
         return Handled(outputs, len(outputs), fields)

@@ -25,7 +25,8 @@ import redis
 
 from engine.match.commands import MAX_COMMAND_BYTES, CommandBase
 from engine.match.errors import BadCommand, Rejected
-from engine.match.events import EventBase
+from engine.match.commands import Sync
+from engine.match.events import EventBase, HandDealt, MatchFinished, PlayerReconnected, PlayerSeated
 from engine.match.state import MatchState
 from engine.store import keys
 
@@ -48,11 +49,18 @@ class OutcomeLike(Protocol):
 
 
 class Write(NamedTuple):
-    """One stream entry to add: ``XADD stream MAXLEN ~ maxlen * fields``."""
+    """One stream entry to add: ``XADD stream MAXLEN ~ maxlen * fields``, then (``ttl``
+    seconds given) ``EXPIRE stream ttl``: a delivery stream expires when idle."""
 
     stream: str
     fields: dict[str, Any]
     maxlen: int
+    ttl: int | None = None
+
+
+DEFAULT_OUTBOX_TTL = 86_400  # s: an outbox/reply stream nobody wrote to for a day expires
+DEFAULT_OUTBOX_MAXLEN = 200  # entries kept per outbox/reply stream (MAXLEN ~)
+DEFAULT_FULL_VIEW_EVERY = 10  # an update carries the full view at least every N versions
 
 
 @dataclasses.dataclass
@@ -87,8 +95,14 @@ def pack(data: Any) -> bytes:
 
 
 def short_str(value: Any) -> str | None:
-    """``value`` if it is a usable id (a non-empty str of ≤ 200 characters), else None."""
-    return value if isinstance(value, str) and 0 < len(value) <= 200 else None
+    """``value`` if it is a usable id (a non-empty, encodable str of ≤ 200 characters), else None."""
+    if not isinstance(value, str) or not 0 < len(value) <= 200:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no stream can be named after it
+        return None
+    return value
 
 
 def recipients(state: MatchState, events: Iterable[EventBase]) -> list[str]:
@@ -105,9 +119,14 @@ def recipients(state: MatchState, events: Iterable[EventBase]) -> list[str]:
     return players
 
 
+def safe_text(value: str, limit: int = 2000) -> str:
+    """``value`` cut to ``limit`` characters and made encodable (lone surrogates escaped)."""
+    return value[:limit].encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def rejection_fields(match_id: str | None, cmd_id: str | None, code: str, reason: str) -> dict[str, Any]:
     return {"kind": "rejected", "match": match_id or "", "command_id": cmd_id or "",
-            "code": code, "reason": reason[:2000]}
+            "code": code, "reason": safe_text(reason)}
 
 
 class Publisher:
@@ -118,14 +137,28 @@ class Publisher:
     """
 
     def __init__(self, redis_client: redis.Redis, *, consumer: str, stats: GatewayStats | None = None,
-                 outbox_maxlen: int = 1000, dead_maxlen: int = 100_000,
+                 outbox_maxlen: int = DEFAULT_OUTBOX_MAXLEN, outbox_ttl: int | None = DEFAULT_OUTBOX_TTL,
+                 full_view_every: int = DEFAULT_FULL_VIEW_EVERY, dead_maxlen: int = 100_000,
                  on_dead: Callable[[str, str], None] | None = None):
+        if outbox_maxlen < 1:
+            raise ValueError(f"outbox_maxlen must be at least 1, got {outbox_maxlen}")
+        if outbox_ttl is not None and outbox_ttl < 1:
+            raise ValueError(f"outbox_ttl must be at least 1 s (or None: never expire), got {outbox_ttl}")
         self.redis = redis_client
         self.consumer = consumer
         self.stats = stats if stats is not None else GatewayStats()
         self.outbox_maxlen = outbox_maxlen
+        #: seconds an outbox or reply stream lives after its last entry (None: for ever)
+        self.outbox_ttl = outbox_ttl
+        #: a player's update carries the full view when it crosses a multiple of this
+        #: version (and on a join, the deal, the finish, a duplicate); 1: always
+        self.full_view_every = max(1, int(full_view_every))
         self.dead_maxlen = dead_maxlen
         self.on_dead = on_dead
+
+    def _delivery(self, stream: str, fields: dict[str, Any]) -> Write:
+        """An entry of a player's outbox or of a reply stream (capped, expiring when idle)."""
+        return Write(stream, fields, self.outbox_maxlen, self.outbox_ttl)
 
     # -- writing --------------------------------------------------------------------------
     def write(self, writes: Sequence[Write], raise_on_error: bool = True) -> list[Any]:
@@ -138,7 +171,18 @@ class Publisher:
         pipe = self.redis.pipeline(transaction=False)
         for w in writes:
             pipe.xadd(w.stream, w.fields, maxlen=w.maxlen, approximate=True)
-        return pipe.execute(raise_on_error=raise_on_error)
+            if w.ttl is not None:
+                pipe.expire(w.stream, w.ttl)
+        replies = pipe.execute(raise_on_error=raise_on_error)
+        out: list[Any] = []
+        at = 0
+        for w in writes:  # one reply per write: the XADD's, or the error of its XADD or EXPIRE
+            n = 1 if w.ttl is None else 2
+            mine = replies[at:at + n]
+            at += n
+            errors = [r for r in mine if isinstance(r, Exception)]
+            out.append(errors[0] if errors else mine[0])
+        return out
 
     def publish(self, command: CommandBase, outcome: OutcomeLike, reply_to: str | None = None,
                 msg_id: Any = None) -> None:
@@ -151,24 +195,52 @@ class Publisher:
         self.stats.published += len(writes)
 
     # -- building -------------------------------------------------------------------------
+    def _wants_view(self, player: str, events: Sequence[EventBase], version: int, duplicate: bool) -> bool:
+        """Does ``player``'s update carry the full view?  On their join or reconnection, the deal, the finish,
+        a duplicate (a re-publication: what came before may be lost), and whenever the
+        update crosses a multiple of ``full_view_every`` (docs/PROTOCOL.md, "Resync")."""
+        n = self.full_view_every
+        if duplicate or n == 1:
+            return True
+        if (version - len(events)) // n != version // n:
+            return True
+        for e in events:
+            if isinstance(e, (HandDealt, MatchFinished)):
+                return True
+            if isinstance(e, (PlayerSeated, PlayerReconnected)) and e.player == player:
+                return True  # a join, a re-join
+        return False
+
     def outputs(self, command: CommandBase, outcome: OutcomeLike, reply_to: str | None = None,
                 msg_id: Any = None) -> list[Write]:
         """The stream entries :meth:`publish` writes for one outcome (no I/O)."""
         from projections.views import redact_event, view_for
 
         out: list[Write] = []
-        maxlen = self.outbox_maxlen
         cmd_id = command.command_id
         match_id = command.match_id
         rejection = outcome.rejection
-        version = int(outcome.state.version)
+        state = outcome.state
+        version = int(state.version)
         if rejection is not None:
             self.stats.rejected += 1
             player = short_str(getattr(command, "player", None))
             if player is not None:
-                out.append(Write(keys.outbox_key(player),
-                                 rejection_fields(match_id, cmd_id, rejection.code, rejection.reason), maxlen))
+                fields = rejection_fields(match_id, cmd_id, rejection.code, rejection.reason)
+                fields["version"] = version
+                if version > 0:  # the player's current view: decide again on it
+                    fields["body"] = pack({"match_id": match_id, "command_id": cmd_id, "version": version,
+                                           "view": view_for(state, player)})
+                out.append(self._delivery(keys.outbox_key(player), fields))
             status = "rejected"
+        elif isinstance(command, Sync):
+            self.stats.accepted += 1
+            body = {"match_id": match_id, "command_id": cmd_id, "version": version,
+                    "view": view_for(state, command.player)}
+            out.append(self._delivery(keys.outbox_key(command.player),
+                                      {"kind": "sync", "match": match_id, "command_id": cmd_id,
+                                       "version": version, "body": pack(body)}))
+            status = "accepted"
         else:
             status = "duplicate" if outcome.duplicate else "accepted"
             if outcome.duplicate:
@@ -177,24 +249,46 @@ class Publisher:
                 self.stats.accepted += 1
             events = tuple(outcome.events)
             if events:
-                state = outcome.state
+                duplicate = bool(outcome.duplicate)
                 for player in recipients(state, events):
-                    body = {
+                    body: dict[str, Any] = {
                         "match_id": match_id, "command_id": cmd_id, "version": version,
-                        "duplicate": bool(outcome.duplicate),
+                        "duplicate": duplicate,
                         "events": [redact_event(e, player, state=state) for e in events],
-                        "view": view_for(state, player),
                     }
-                    out.append(Write(keys.outbox_key(player),
-                                     {"kind": "update", "match": match_id, "command_id": cmd_id,
-                                      "version": version, "body": pack(body)}, maxlen))
+                    if not duplicate:  # the version the events follow (a duplicate's are older)
+                        body["base_version"] = version - len(events)
+                    if self._wants_view(player, events, version, duplicate):
+                        body["view"] = view_for(state, player)
+                    out.append(self._delivery(keys.outbox_key(player),
+                                              {"kind": "update", "match": match_id, "command_id": cmd_id,
+                                               "version": version, "body": pack(body)}))
         if reply_to is not None:
             reply = {"kind": status, "match": match_id, "command_id": cmd_id, "version": version,
                      "inbox_id": msg_id if msg_id is not None else ""}
             if rejection is not None:
                 reply["code"] = rejection.code
-                reply["reason"] = rejection.reason
-            out.append(Write(reply_to, reply, maxlen))
+                reply["reason"] = safe_text(rejection.reason)
+            out.append(self._delivery(reply_to, reply))
+        return out
+
+    def rejection_writes(self, msg_id: Any, reason: str, code: str, loose: dict[str, Any],
+                         reply_to: str | None) -> list[Write]:
+        """A refusal of a message that is not a valid command but names its sender (``loose``:
+        its map as far as it could be read): a ``rejected`` entry on the player's stream
+        and/or the reply stream; empty when nobody can be told (then: a dead letter)."""
+        player = short_str(loose.get("player"))
+        cmd_id = short_str(loose.get("command_id"))
+        match_id = short_str(loose.get("match_id"))
+        out: list[Write] = []
+        if player is not None:
+            out.append(self._delivery(keys.outbox_key(player), rejection_fields(match_id, cmd_id, code, reason)))
+        if reply_to is not None:
+            out.append(self._delivery(reply_to, {"kind": "rejected", "match": match_id or "",
+                                                 "command_id": cmd_id or "", "code": code,
+                                                 "reason": reason[:2000], "inbox_id": msg_id}))
+        if out:
+            self.stats.rejected += 1
         return out
 
     def dead_writes(self, msg_id: Any, fields: dict[str, Any], reason: str, loose: dict[str, Any] | None,
@@ -202,6 +296,7 @@ class Publisher:
         """Dead-letter the raw message with its reason, and tell the sender when it is
         identifiable (``loose``: the message's map as far as it could be read).  Counted
         and reported to ``on_dead`` now; written with the batch."""
+        reason = safe_text(reason)
         self.stats.dead += 1
         log.warning("inbox %s dead-lettered: %s", text(msg_id), reason)
         if self.on_dead is not None:
@@ -211,6 +306,8 @@ class Publisher:
                 log.exception("the on_dead callback failed")
         dead: dict[str, Any] = {}
         for k, v in fields.items():
+            if isinstance(v, str):
+                v = safe_text(v, MAX_COMMAND_BYTES + 1)
             if isinstance(v, (bytes, str)) and len(v) > MAX_COMMAND_BYTES:
                 v = v[:MAX_COMMAND_BYTES]
                 dead["truncated"] = "1"
@@ -223,10 +320,9 @@ class Publisher:
         cmd_id = short_str(loose.get("command_id"))
         match_id = short_str(loose.get("match_id"))
         if player is not None:
-            out.append(Write(keys.outbox_key(player), rejection_fields(match_id, cmd_id, code, reason),
-                             self.outbox_maxlen))
+            out.append(self._delivery(keys.outbox_key(player), rejection_fields(match_id, cmd_id, code, reason)))
         if reply_to is not None:
-            out.append(Write(reply_to, {"kind": "dead", "match": match_id or "", "command_id": cmd_id or "",
-                                        "code": code, "reason": reason[:2000], "inbox_id": msg_id},
-                             self.outbox_maxlen))
+            out.append(self._delivery(reply_to, {"kind": "dead", "match": match_id or "",
+                                                 "command_id": cmd_id or "", "code": code,
+                                                 "reason": reason[:2000], "inbox_id": msg_id}))
         return out

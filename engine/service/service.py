@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from engine.rules.cards import DECK_SIZE
 from engine.service.shuffle import RandomSource, SeedSource, secure_server_seed, shuffled_deck
-from engine.match.commands import CommandBase, CreateMatch, Deal, Ready
+from engine.match.commands import CommandBase, CreateMatch, Deal, Ready, Sync
 from engine.match.decide import DEALT, Context, decide
 from engine.match.errors import Rejected
 from engine.match.events import EventBase
@@ -151,6 +151,11 @@ class MatchService:
         # refusal scans the stream; accepted commands never get here.
         return tuple(e for e in self.store.load(match_id) if e.command_id == command_id)
 
+    def stored_events(self, match_id: str, command_id: str) -> tuple[EventBase, ...]:
+        """The events command ``command_id`` appended to the match (empty: none, or unknown).
+        Scans the stream: for the rare checks (a message delivered too often)."""
+        return self._stored_events_of(match_id, command_id)
+
     def _verify(self, match_id: str, state: MatchState, actual: int | None = None) -> MatchState:
         """The current state of a match whose cached ``state`` may be stale.
 
@@ -175,8 +180,9 @@ class MatchService:
         cache = self.state_cache
         state = cache.get(mid) if cache is not None else None
         verified = state is None  # a cached state is validated by the append's version check
-        if state is None:
+        if state is None or isinstance(command, Sync):  # a Sync reads the truth: no append checks it
             state = self.load_state(mid)
+            verified = True
         last_exc: WrongVersion | None = None
         attempt = 0
         while attempt < self.retries:
@@ -197,6 +203,8 @@ class MatchService:
                 if stored:
                     return Outcome(stored, state, None, True, attempt)
                 return Outcome((), state, rej, False, attempt)
+            if not events:  # a read (Sync): nothing to append, nothing recorded
+                return Outcome((), state, None, False, attempt)
             new_state = replay(events, state)
             try:
                 result = self.store.append(mid, state.version, command.command_id, events,
