@@ -25,9 +25,9 @@ socket's; errors are ``{"error": code, "reason": text}`` with 400/401/403/404):
   ``beats`` (legal where it would be played).
 * ``GET /api/replay/<match_id>`` (operator) -- the match's
   :func:`projections.timeline.timeline` plus the ledger's stored settlement and
-  whether it equals the replayed one.  Read-only: it uses the Redis URL in
-  ``SK_REPLAY_REDIS_URL`` (the read-only user, deploy/) when set, else the
-  gateway's own ``redis_url``.
+  whether it equals the replayed one.  Read-only (XRANGE, HGET): it uses the
+  Redis URL in ``SK_REPLAY_REDIS_URL`` (the read-only user of deploy/) when
+  set, else the gateway's own client (development without ACLs).
 * ``POST /api/replay`` (operator) -- the body is an export file
   (``shuangkou export``) or run-script JSON; the same answer for its match.
 """
@@ -160,12 +160,51 @@ def readings_for(data: Any) -> dict[str, Any]:
 
 # -- replay viewer ---------------------------------------------------------------------------
 
-def _replay_url(ctx: Any) -> str:
-    url = os.environ.get("SK_REPLAY_REDIS_URL") or getattr(ctx, "replay_redis_url", None) \
-        or getattr(ctx, "redis_url", None)
-    if not url:
-        raise HttpError(404, "no_store", "this gateway has no Redis URL for replays (set SK_REPLAY_REDIS_URL)")
-    return str(url)
+class ReplaySource:
+    """Where the viewer reads matches: ``SK_REPLAY_REDIS_URL`` (the read-only user of
+    deploy/, recommended: the gateway's own user may not read match streams) or else
+    the gateway's client (development, no ACL).  Only XRANGE and HGET are sent."""
+
+    def __init__(self, ctx: Any):
+        self.ctx = ctx
+        self._client: Any = None
+
+    def client(self) -> Any:
+        if self._client is None:
+            url = os.environ.get("SK_REPLAY_REDIS_URL")
+            if url:
+                import redis.asyncio as aioredis
+
+                self._client = aioredis.Redis.from_url(url)
+            else:
+                self._client = getattr(self.ctx, "redis", None)
+        if self._client is None:
+            raise HttpError(404, "no_store", "this gateway has no Redis for replays (set SK_REPLAY_REDIS_URL)")
+        return self._client
+
+    async def load(self, match_id: str) -> dict[str, Any]:
+        from engine.match.events import decode_event
+        from engine.store import keys
+        from projections.ledger import SETTLED_KEY
+        from projections.settlement import Settlement
+
+        if not 1 <= len(match_id) <= 200:
+            raise HttpError(400, "bad_request", "a match id is 1–200 characters")
+        r = self.client()
+        key = keys.events_key(match_id, keys.bucket_of(match_id))
+        events: list[Any] = []
+        start = "-"
+        while True:  # paged, like RedisEventStore._range
+            page = await r.xrange(key, min=start, max="+", count=1000)
+            events += [decode_event(fields[b"e"]) for _, fields in page]
+            if len(page) < 1000:
+                break
+            start = f"{keys.seq_of(page[-1][0]) + 1}-0"
+        if not events:
+            raise HttpError(404, "unknown_match", f"no such match: {match_id!r}")
+        raw = await r.hget(SETTLED_KEY, match_id)
+        stored = None if raw is None else Settlement.model_validate_json(raw).to_json()
+        return await run_in_threadpool(replay_answer, events, stored)
 
 
 def replay_answer(events: list[Any], stored: Any) -> dict[str, Any]:
@@ -180,25 +219,6 @@ def replay_answer(events: list[Any], stored: Any) -> dict[str, Any]:
     else:
         t["stored_matches"] = all(mine.get(k) == stored.get(k) for k in ("winner", "kou", "cards_left", "scores"))
     return t
-
-
-def load_replay(url: str, match_id: str) -> dict[str, Any]:
-    """One match from Redis, read-only (XRANGE on its events, HGET of its settlement)."""
-    import redis
-
-    from engine.store.redis_store import RedisEventStore
-    from projections.ledger import RedisLedger
-
-    client = redis.Redis.from_url(url)
-    try:
-        store = RedisEventStore(client)
-        events = store.load(match_id)
-        if not events:
-            raise HttpError(404, "unknown_match", f"no such match: {match_id!r}")
-        stored = RedisLedger(client).settlement(match_id)
-        return replay_answer(events, None if stored is None else stored.to_json())
-    finally:
-        client.close()
 
 
 def replay_from_text(text: str, match_id: str | None) -> dict[str, Any]:
@@ -217,11 +237,21 @@ def replay_from_text(text: str, match_id: str | None) -> dict[str, Any]:
     return replay_answer(parsed.by_match[match_id], parsed.settlements.get(match_id))
 
 
+def room_list(ctx: Any) -> list[dict[str, Any]]:
+    """The rooms the lobby offers (name, mode, turn clock), for the page's room picker."""
+    book = getattr(getattr(ctx, "hub", None), "rooms", None)
+    rooms = getattr(book, "rooms", None)
+    if not isinstance(rooms, dict):
+        return [{"name": "points", "mode": "points"}, {"name": "wealth", "mode": "wealth"}]
+    return [{"name": name, "mode": cfg.mode, "turn_seconds": cfg.turn_seconds}
+            for name, cfg in sorted(rooms.items())]
+
+
 # -- routes --------------------------------------------------------------------------------
 
 def routes(ctx: Any) -> list[Any]:
-    """The browser client's routes for the gateway app (``ctx``: the gateway's context:
-    ``secret``, ``dev``, ``bots``, and ``redis_url`` for the replay viewer)."""
+    """The browser client's routes for the gateway app (``ctx``: a
+    :class:`gateway.context.WebContext`: ``redis``, ``secret``, ``dev``, ``bots``)."""
 
     def page(name: str) -> Any:
         async def endpoint(request: Request) -> Response:
@@ -262,10 +292,11 @@ def routes(ctx: Any) -> list[Any]:
         _identity(ctx, request, ("player",))
         return JSONResponse(readings_for(await _json_body(request)))
 
+    source = ReplaySource(ctx)
+
     async def replay_get(request: Request) -> Response:
         _identity(ctx, request, ("operator",))
-        mid = request.path_params["match_id"]
-        return JSONResponse(await run_in_threadpool(load_replay, _replay_url(ctx), mid))
+        return JSONResponse(await source.load(request.path_params["match_id"]))
 
     async def replay_post(request: Request) -> Response:
         _identity(ctx, request, ("operator",))
@@ -280,7 +311,8 @@ def routes(ctx: Any) -> list[Any]:
         return JSONResponse(await run_in_threadpool(replay_from_text, text, mid))
 
     async def config(request: Request) -> Response:
-        return JSONResponse({"dev": bool(getattr(ctx, "dev", False)), "bots": bool(getattr(ctx, "bots", False))})
+        return JSONResponse({"dev": bool(getattr(ctx, "dev", False)), "bots": bool(getattr(ctx, "bots", False)),
+                             "rooms": room_list(ctx)})
 
     out: list[Any] = [
         Route("/", page("index.html")),

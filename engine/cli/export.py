@@ -11,6 +11,7 @@ says "no such match" (exit 1).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any
@@ -18,7 +19,8 @@ from typing import Any
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("match_id", help="the match to export")
-    parser.add_argument("--redis", metavar="URL", required=True, help="Redis URL of the event store (read-only user is enough)")
+    parser.add_argument("--redis", metavar="URL", default=None,
+                        help="Redis URL of the event store (default $SK_REDIS_URL) (read-only user is enough)")
     parser.add_argument("--out", metavar="FILE", help="write here instead of stdout")
 
 
@@ -50,6 +52,9 @@ def run(args: argparse.Namespace) -> int:
     from engine.tools.export import export_text
     from projections.ledger import RedisLedger
 
+    args.redis = args.redis or os.environ.get("SK_REDIS_URL") or None
+    if not args.redis:
+        raise CliError("give --redis URL (or set SK_REDIS_URL)")
     store = read_only_store(args.redis)
     try:
         events = store.load(args.match_id)

@@ -18,6 +18,7 @@ matches: an empty list), 2 on bad input.
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import re
 import time
@@ -26,7 +27,8 @@ from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--redis", metavar="URL", required=True, help="Redis URL of the event store")
+    parser.add_argument("--redis", metavar="URL", default=None,
+                        help="Redis URL of the event store (default $SK_REDIS_URL)")
     parser.add_argument("--player", metavar="P", help="only matches where P was seated")
     parser.add_argument("--since", metavar="T", help="only matches started at or after T (ISO time, ms, or 2h / 7d)")
     parser.add_argument("--room", metavar="R", help="only matches of this room (config name)")
@@ -107,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
     from projections.ledger import RedisLedger
 
     since = parse_since(args.since, int(time.time() * 1000)) if args.since else None
+    args.redis = args.redis or os.environ.get("SK_REDIS_URL") or None
+    if not args.redis:
+        raise CliError("give --redis URL (or set SK_REDIS_URL)")
     store = read_only_store(args.redis)
     ledger = RedisLedger(store.client)
     rows: list[dict[str, Any]] = []

@@ -12,10 +12,10 @@ is found, 2 on bad input.  There is no persistent embedded store, so the
 events come from Redis (``--redis``) or from a file (``--events``): an export
 (``shuangkou export``, JSON Lines) or JSON as printed by ``shuangkou run-script
 --json``.  ``--all`` checks every match in the store (one summary line each, or
-a JSON list).  An unknown match id says "no such match" (exit 1).  ``--json``
+a JSON list).  ``--redis`` defaults to ``$SK_REDIS_URL``, as for ``shuangkou
+serve``.  An unknown match id says "no such match" (exit 1).  ``--json``
 carries the full event list (``events``), its length (``event_count``), the
-timeline ``steps`` and the ``settlement_lines``.  ``--redis`` defaults to
-``$SK_REDIS_URL``, as for ``shuangkou serve``.
+timeline ``steps`` and the ``settlement_lines``.
 """
 
 from __future__ import annotations

@@ -203,7 +203,7 @@ function stopAutoplay() {
   if (V.timer) clearInterval(V.timer);
   V.timer = null;
   $("[data-action=autoplay]").setAttribute("aria-pressed", "false");
-  $("[data-action=autoplay]").textContent = "Autoplay ⏵";
+  $("[data-action=autoplay]").textContent = "Autoplay ▶▶";
 }
 
 function toggleAutoplay() {
@@ -214,7 +214,7 @@ function toggleAutoplay() {
   if (V.i >= V.data.steps.length - 1) go(0);
   V.timer = setInterval(() => go(V.i + 1), Number($("#speed").value));
   $("[data-action=autoplay]").setAttribute("aria-pressed", "true");
-  $("[data-action=autoplay]").textContent = "Pause ⏸";
+  $("[data-action=autoplay]").textContent = "Pause ❚❚";
 }
 
 function show(data) {

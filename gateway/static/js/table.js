@@ -36,9 +36,10 @@ function setStatus(text, kind = "") {
   el.dataset.kind = kind;
 }
 
-function notice(text, kind = "info", ms = 8000) {
+function notice(text, kind = "info", ms = 8000, tag = "") {
   const el = document.createElement("div");
   el.className = `notice ${kind}`;
+  if (tag) el.dataset.notice = tag;
   el.textContent = text;
   $("#notices").prepend(el);
   while ($("#notices").children.length > 4) $("#notices").lastChild.remove();
@@ -206,6 +207,8 @@ function render() {
   show("#lobby", !S.spectator && !!S.me && S.role === "player" && !S.lobby && !inMatch);
   root.dataset.phase = view ? view.phase : (S.lobby ? `lobby-${S.lobby.state}` : "lobby");
   root.dataset.yourTurn = view && view.your_turn && !S.spectator ? "true" : "false";
+  root.dataset.match = view ? view.match_id : (S.lobby && S.lobby.match) || "";
+  root.dataset.version = view ? String(view.version) : "";
   $("#me-name").textContent = S.me ? `${S.spectator || S.role !== "player" ? "watching as" : ""} ${S.me}`.trim() : "";
   $("#me-balance").textContent = S.balance !== null ? `${S.view && S.view.mode === "wealth" ? "金幣 coins" : "積分 points"} ${S.balance}` : "";
   const ready = $("[data-action=ready]");
@@ -226,13 +229,18 @@ function render() {
   if (S.spectator) {
     renderSeat("opp", seats[0], view, { count: "data-seat-count" });
     const s1 = seats[1];
-    $("#mine-name").textContent = s1 ? `${s1.player} · ${s1.cards_left} cards 張` : "—";
-    $("#mine-name").setAttribute("data-seat-count", s1 ? String(s1.cards_left) : "0");
+    $("#mine-name").textContent = s1 ? s1.player + (s1.level !== undefined ? ` · level ${s1.level}, X=${s1.base}` : "") : "—";
     badges($("#mine-badges"), s1);
     $("#mine-contrib").textContent = s1 ? contribText(view, s1.player) : "";
     $("#mine").classList.toggle("on-turn", !!(s1 && view.phase === "playing" && view.turn === s1.player));
+    $("#mine-count-row").hidden = false;
+    const n1 = s1 ? s1.cards_left : 0;
+    $("#mine-count").textContent = String(n1);
+    $("#mine-count").setAttribute("data-seat-count", String(n1));
+    $("#mine-backs").replaceChildren(...Array.from({ length: Math.min(n1, 27) }, () => Object.assign(document.createElement("i"), { className: "back" })));
     $("#hand").replaceChildren();
-    for (const b of document.querySelectorAll("#mine .actions button")) b.hidden = true;
+    $("#hand").hidden = true;
+    $("#play-actions").hidden = true;
   } else {
     const mine = seats.find((s) => s.player === S.me);
     const opp = seats.find((s) => s.player !== S.me);
@@ -244,9 +252,12 @@ function render() {
     $("[data-action=pass]").disabled = !myTurn || view.leading;
     $("[data-action=hint]").disabled = !myTurn;
     const playing = view.phase === "playing";
+    $("#play-actions").hidden = !playing;
     $("[data-action=trustee]").hidden = !playing || !mine || !!mine.trustee;
     $("[data-action=cancel-trustee]").hidden = !playing || !mine || !mine.trustee || !["requested", "timeouts"].includes(mine.trustee);
   }
+  $("#turn-who").textContent = view.phase === "playing" && view.turn
+    ? (view.turn === S.me && !S.spectator ? "Turn 輪到: you 你" : `Turn 輪到: ${view.turn}`) : "";
   renderLast(view);
   renderLog();
   renderReadings();
@@ -422,19 +433,19 @@ function noteEvents(events) {
         S.log.push(`${e.player} passes 過${e.by !== "player" ? ` [${e.by === "auto" ? "auto-pass 自動過" : e.by}]` : ""}`);
         break;
       case "TurnTimedOut":
-        notice(`${e.player === S.me ? "" : e.player + ": "}${e.notice_zh} — ${e.notice_en}`, "warn", 12000);
+        notice(`${e.player === S.me ? "" : e.player + ": "}${e.notice_zh} — ${e.notice_en}`, "warn", 12000, "timeout");
         break;
       case "TrusteeshipStarted":
-        notice(`${who}: 託管 trusteeship started (${TRUSTEE_REASON[e.reason] || e.reason})`, "warn");
+        notice(`${who}: 託管 trusteeship started (${TRUSTEE_REASON[e.reason] || e.reason})`, "warn", 8000, "trustee");
         break;
       case "TrusteeshipEnded":
         notice(`${who}: trusteeship ended, back in control 取消託管 (${e.reason})`, "info");
         break;
       case "PlayerDisconnected":
-        notice(`${who}: 斷線 disconnected — trusteeship plays (R-13.4)`, "warn");
+        notice(`${who}: 斷線 disconnected — trusteeship plays (R-13.4)`, "warn", 8000, "disconnect");
         break;
       case "PlayerReconnected":
-        notice(`${who}: reconnected 已重新連線`, "info");
+        notice(`${who}: reconnected 已重新連線`, "info", 8000, "reconnect");
         break;
       case "PlayerEscaped":
         notice(`${who}: 逃跑 escaped (${e.policy})`, "warn");
@@ -455,7 +466,7 @@ function announceBombs(view) {
   // R-8.5: contributions are "instant": say what each bomb changed as soon as it is played
   for (const { player, words } of S.bombs.splice(0)) {
     const c = view.contribution ? view.contribution[player] : null;
-    notice(`💥 ${player === S.me ? "You 你" : player}: ${words}${c ? ` — 貢獻 contribution c=${c.c}, net ${c.net > 0 ? "+" : ""}${c.net}` : ""}`, "bomb", 6000);
+    notice(`炸彈 bomb! ${player === S.me ? "You 你" : player}: ${words}${c ? ` — 貢獻 contribution c=${c.c}, net ${c.net > 0 ? "+" : ""}${c.net}` : ""}`, "bomb", 6000, "bomb");
   }
 }
 
@@ -689,15 +700,33 @@ function start(token) {
   render();
 }
 
+function roomPicker(rooms) {
+  const wanted = new URL(window.location.href).searchParams.get("room");
+  const list = [...(rooms || [])];
+  if (wanted && !list.some((r) => r.name === wanted)) list.push({ name: wanted, mode: "points" });
+  if (!list.length) return;
+  const box = document.querySelector(".rooms");
+  box.replaceChildren(...list.map((r, i) => {
+    const l = document.createElement("label");
+    const input = Object.assign(document.createElement("input"), { type: "radio", name: "room", value: r.name });
+    input.checked = wanted ? r.name === wanted : i === 0;
+    const clock = r.turn_seconds ? ` · ${r.turn_seconds}s turns` : "";
+    l.append(input, ` ${r.name} — ${modeWords(r.mode)}${clock}`);
+    return l;
+  }));
+}
+
 async function boot() {
   S.link = null;
   const t = tokenFromUrl() || storedToken();
   if (t) {
     start(t);
+    clientConfig().then((cfg) => roomPicker(cfg.rooms));
     return;
   }
   tokenFromHost(start);
   const cfg = await clientConfig();
+  roomPicker(cfg.rooms);
   if (S.link) return;
   if (cfg.dev) {
     show("#login", true);
