@@ -32,8 +32,12 @@ import hmac
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.rules.cards import HAND_SIZE, NUM_CARDS, sort_cards
+
+if TYPE_CHECKING:
+    from engine.match.events import EventBase
 
 #: the first bytes of every HMAC message: names the construction and its version
 DOMAIN = b"shuangkou/fair-deal/v1"
@@ -264,7 +268,7 @@ class MatchVerdict:
                 "first_cards": [list(x) for x in self.first_cards] if self.first_cards else None}
 
 
-def verify_match(events: Sequence[object], match_id: str | None = None,
+def verify_match(events: Sequence[EventBase], match_id: str | None = None,
                  expected_commitment: str | None = None) -> MatchVerdict:
     """Check a match's recorded deal against its commitment and revealed seed.
 
@@ -279,7 +283,7 @@ def verify_match(events: Sequence[object], match_id: str | None = None,
     from engine.match.state import MatchState
 
     evs = list(events)
-    mid = match_id or (getattr(evs[0], "match_id", "") if evs else "")
+    mid: str = match_id or (evs[0].match_id if evs else "")
     if not evs:
         return MatchVerdict(mid, "mismatch", (f"no events for match {mid!r}",))
     created = evs[0] if isinstance(evs[0], MatchCreated) else None
