@@ -299,7 +299,9 @@ class Simulation:
         self.external = external
         self.prefix = prefix
         self.cleanup = cleanup
-        self.run_id = uuid.uuid4().hex[:8]
+        # fair deals depend on the match id: an embedded run with --seed names its matches
+        # after the seed (reproducible); on a shared Redis every run gets fresh names
+        self.run_id = f"s{seed}" if (seed is not None and not redis_url) else uuid.uuid4().hex[:8]
         self.players: set[str] = set()  # every player id this run sat (their sk:out streams)
         self.reply_streams: set[str] = set()
         self.report = Report(config=config.name, mode="redis" if redis_url else "embedded")
@@ -348,8 +350,12 @@ class Simulation:
             self.gateways: list[Any] = []
         else:
             # one state cache shared by the gateway's service and the timer fires
+            from engine.service.shuffle import seeded_server_seeds
+
+            # --seed makes the run reproducible: the server seeds of the fair deals too
             self.timers = EmbeddedTimers(self.store, clock=self.clock, rng=deal_rng,
-                                         state_cache=StateCache(), cache_size=0)
+                                         state_cache=StateCache(), cache_size=0,
+                                         server_seeds=seeded_server_seeds(self.seed))
             svc = InstrumentedService(self.timers.service, store=self.store, clock=self.clock,
                                       config_name=self.config.name)
             self.capture = _Capture(svc)

@@ -202,7 +202,12 @@ class GatewayClient:
 
     # the commands that carry only a player: one shape, one definition (_player_command)
     leave = _player_command(Leave)
-    ready = _player_command(Ready)
+
+    def ready(self, match_id: str, player: str, command_id: str | None = None,
+              client_seed: str | None = None) -> Sent:
+        """Send a Ready for ``player``; ``client_seed``: their entropy for the fair deal (FAIRNESS.md)."""
+        return self._send(Ready, match_id, command_id, player=player, client_seed=client_seed)
+
     request_trustee = _player_command(RequestTrustee)
     cancel_trustee = _player_command(CancelTrustee)
     disconnect = _player_command(Disconnect)
