@@ -169,6 +169,36 @@ def exposed_names() -> set[str]:
     return names
 
 
+# --- room labels: a bounded set -----------------------------------------------
+
+#: rooms labelled by name (the built-in configs, and rooms registered by the operator);
+#: any other room name is counted as ``other``: a flood of names never grows /metrics
+MAX_ROOM_LABELS = 64
+OTHER_ROOM = "other"
+_known_rooms: set[str] = set()
+
+
+def register_room(name: str) -> bool:
+    """Label ``name`` by its own name from now on (False: the set is full; it stays ``other``)."""
+    if name in _known_rooms:
+        return True
+    if len(_known_rooms) >= MAX_ROOM_LABELS or not name or len(name) > 100:
+        return False
+    _known_rooms.add(name)
+    return True
+
+
+def room_label(name: str | None) -> str:
+    """The room label for ``name``: itself when known, ``unknown`` for None, else ``other``.
+
+    >>> room_label("points"), room_label("flood-123"), room_label(None)
+    ('points', 'other', 'unknown')
+    """
+    if name is None:
+        return "unknown"
+    return name if name in _known_rooms or name in ("unknown", OTHER_ROOM) else OTHER_ROOM
+
+
 # --- observing outcomes ----------------------------------------------------
 
 def _config_name_of(outcome: Any) -> str | None:
@@ -210,6 +240,7 @@ _EVENT_COUNTERS: dict[str, tuple[Counter, tuple[str, ...]]] = {
 
 def observe_events(events: Iterable[Any], config_name: str) -> None:
     """Update the counters from newly appended events of one match."""
+    config_name = room_label(config_name)
     for ev in events:
         kind = getattr(ev, "type", type(ev).__name__)
         counted = _EVENT_COUNTERS.get(kind)
@@ -230,7 +261,7 @@ def observe_outcome(outcome: Any, config_name: str | None = None) -> None:
     under its code.  ``config_name`` labels the room type; when None it is read
     from the outcome's state (or its MatchCreated event), else ``"unknown"``.
     """
-    cfg = config_name or _config_name_of(outcome) or "unknown"
+    cfg = room_label(config_name or _config_name_of(outcome))
     if getattr(outcome, "duplicate", False):
         return
     rejection = getattr(outcome, "rejection", None)
@@ -245,7 +276,7 @@ def observe_outcome(outcome: Any, config_name: str | None = None) -> None:
 def observe_settlement(scores: dict[str, int] | None, config_name: str) -> None:
     """Record the winner's gain of one settled match (``settle(events)`` scores)."""
     if scores:
-        SCORE_TRANSFER.labels(config_name).observe(max(0, max(scores.values())))
+        SCORE_TRANSFER.labels(room_label(config_name)).observe(max(0, max(scores.values())))
 
 
 def observe_timer_lateness(kind: str, seconds: float) -> None:
@@ -536,7 +567,8 @@ def initialize_counters(config_names: Iterable[str] | None = None) -> None:
         COMMANDS.labels(ctype, result)
     codes = rejection_codes()
     rooms = builtin_config_names() if config_names is None else tuple(config_names)
-    for cfg in (*rooms, "unknown"):  # "unknown": a rejection before the match (and its room) is known
+    rooms = tuple(r for r in rooms if register_room(r))
+    for cfg in (*rooms, "unknown", OTHER_ROOM):  # "unknown": a rejection before the match (and its room) is known
         for code in codes:
             REJECTIONS.labels(cfg, code)
     for cfg in rooms:
