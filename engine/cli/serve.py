@@ -53,9 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(refreshed on every write; default 86400)")
     parser.add_argument("--outbox-maxlen", type=int, default=200, metavar="N",
                         help="entries kept per outbox/reply stream (MAXLEN ~; default 200)")
-    parser.add_argument("--full-view-every", type=int, default=10, metavar="N",
+    parser.add_argument("--full-view-every", type=int, default=30, metavar="N",
                         help="an update carries the player's full view at least every N match versions "
-                             "(and on a join, the deal, the finish, a Sync; 1: always; default 10)")
+                             "(and on a join, the deal, the finish, a Sync; 1: always; default 30)")
     parser.add_argument("--log-level", default=os.environ.get("SK_LOG_LEVEL", "INFO"))
 
 

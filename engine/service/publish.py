@@ -60,7 +60,7 @@ class Write(NamedTuple):
 
 DEFAULT_OUTBOX_TTL = 86_400  # s: an outbox/reply stream nobody wrote to for a day expires
 DEFAULT_OUTBOX_MAXLEN = 200  # entries kept per outbox/reply stream (MAXLEN ~)
-DEFAULT_FULL_VIEW_EVERY = 10  # an update carries the full view at least every N versions
+DEFAULT_FULL_VIEW_EVERY = 30  # an update carries the full view at least every N versions
 
 
 @dataclasses.dataclass
@@ -122,6 +122,28 @@ def recipients(state: MatchState, events: Iterable[EventBase]) -> list[str]:
 def safe_text(value: str, limit: int = 2000) -> str:
     """``value`` cut to ``limit`` characters and made encodable (lone surrogates escaped)."""
     return value[:limit].encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+#: what an event in an update leaves out: the update's own match and command ids, the
+#: event schema version; and, in a reading, the rank counts (the cards give them)
+_UPDATE_DROPS = ("match_id", "command_id", "v")
+
+
+def compact_event(data: dict[str, Any]) -> dict[str, Any]:
+    """A redacted event as an update carries it (docs/PROTOCOL.md, "Updates"): without
+    the update's own ``match_id`` and ``command_id``, the schema version ``v``, and, in a
+    ``reading``, without ``counts`` and the fields that are null or empty.
+
+    >>> compact_event({"match_id": "m", "command_id": "c", "v": 1, "seq": 7, "type": "Passed",
+    ...                "reading": {"kind": "single", "counts": [1], "xiang": None, "jokers_as": []}})
+    {'seq': 7, 'type': 'Passed', 'reading': {'kind': 'single'}}
+    """
+    out = {k: v for k, v in data.items() if k not in _UPDATE_DROPS}
+    reading = out.get("reading")
+    if isinstance(reading, dict):
+        out["reading"] = {k: v for k, v in reading.items()
+                          if k != "counts" and v is not None and v != [] and v != ()}
+    return out
 
 
 def rejection_fields(match_id: str | None, cmd_id: str | None, code: str, reason: str) -> dict[str, Any]:
@@ -251,13 +273,13 @@ class Publisher:
             if events:
                 duplicate = bool(outcome.duplicate)
                 for player in recipients(state, events):
+                    # compact (docs/PROTOCOL.md "Updates"): the entry's fields say the match,
+                    # the command and the version; the events follow ``version - len(events)``
                     body: dict[str, Any] = {
-                        "match_id": match_id, "command_id": cmd_id, "version": version,
-                        "duplicate": duplicate,
-                        "events": [redact_event(e, player, state=state) for e in events],
+                        "events": [compact_event(redact_event(e, player, state=state)) for e in events],
                     }
-                    if not duplicate:  # the version the events follow (a duplicate's are older)
-                        body["base_version"] = version - len(events)
+                    if duplicate:  # a re-publication: its events are older than ``version``
+                        body["duplicate"] = True
                     if self._wants_view(player, events, version, duplicate):
                         body["view"] = view_for(state, player)
                     out.append(self._delivery(keys.outbox_key(player),
