@@ -150,6 +150,8 @@ class RoomConfig(_Strict):
     trustee_delay_seconds: float = Field(0.5, ge=0)
     timeouts_before_trustee: int = Field(3, ge=1)
     reclaim_after_reconnect: bool = False
+    reconnect_grace_seconds: float = Field(10.0, ge=0, le=3600, description="gateway: a dropped socket becomes "
+                                           "a Disconnect (R-13.4) only after this long without a reconnect")
     cap_loss_at_balance: bool = False
 
     @field_validator("contribution", "doubling")

@@ -22,14 +22,26 @@ Redis keys (prefix from :mod:`engine.store.keys`):
 ``sk:{ledger}:bal:<mode>``          hash    player → balance (``points`` / ``wealth``)
 ``sk:{ledger}:burned``              hash    mode → total burned
 ``sk:{ledger}:grants``              hash    grant reference → ``<mode>|<player>|<amount>``
+``sk:{ledger}:parked``              hash    match id → JSON ``{"reason", "at_ms"}``: a settlement
+                                            refused for good (moved aside, :meth:`Ledger.park`)
+``sk:{ledger}:archived``            hash    match id → archive file: settled, then exported
+                                            (``shuangkou archive``); still "settled" for apply
 ==================================  ======  ===============================================
+
+Nothing half-done (issue 11 §3): every check happens before the first write.
+A settlement whose scores do not sum to zero with its burned amount, or whose
+amounts or resulting balances leave ``[-BALANCE_LIMIT, BALANCE_LIMIT]`` (inside
+int64, so ``HINCRBY`` can never overflow half-way through), is refused with
+:class:`LedgerRefused` and nothing is written: no partial credit.
 """
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 from engine.config import Level, RoomConfig
@@ -43,6 +55,52 @@ TAG = "{ledger}"
 SETTLED_KEY = f"{PREFIX}:{TAG}:settled"
 BURNED_KEY = f"{PREFIX}:{TAG}:burned"
 GRANTS_KEY = f"{PREFIX}:{TAG}:grants"
+PARKED_KEY = f"{PREFIX}:{TAG}:parked"
+ARCHIVED_KEY = f"{PREFIX}:{TAG}:archived"
+
+#: the largest |amount| and |balance| the ledger keeps (exactly, in Python and in Lua):
+#: inside int64 (2**63 - 1 ≈ 9.22e18), so a checked HINCRBY never overflows
+BALANCE_LIMIT = 9_200_000_000_000_000_000
+assert BALANCE_LIMIT % 10**9 == 0  # the Lua script compares in units of 1e9 plus a remainder
+
+
+class LedgerRefused(ValueError):
+    """The ledger refused a write and changed nothing (a permanent error: retrying fails the same way).
+
+    ``code``: ``overflow`` (an amount or a resulting balance beyond :data:`BALANCE_LIMIT`),
+    ``not_zero_sum`` (scores + burned != 0), ``bad_amount`` (not an integer, negative burned),
+    ``corrupt`` (a stored balance is not an integer).
+    """
+
+    def __init__(self, code: str, reason: str):
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+def check_settlement_amounts(settlement: Settlement) -> None:
+    """The checks that need no stored balance (raise :class:`LedgerRefused`).
+
+    >>> from projections.settlement import Settlement
+    >>> s = Settlement(match_id="m", mode="points", winner="a", loser="b", kou="single",
+    ...                cards_left={}, scores={"a": 3 * 2**61, "b": -3 * 2**61}, breakdown={})
+    >>> try:
+    ...     check_settlement_amounts(s)
+    ... except LedgerRefused as exc:
+    ...     print(exc.code)
+    overflow
+    """
+    amounts = list(settlement.scores.items()) + [("burned", settlement.burned)]
+    for who, v in amounts:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise LedgerRefused("bad_amount", f"match {settlement.match_id}: amount of {who} is not an integer")
+        if abs(v) > BALANCE_LIMIT:
+            raise LedgerRefused("overflow", f"match {settlement.match_id}: the amount of {who} is beyond "
+                                f"the ledger's limit of ±{BALANCE_LIMIT}")
+    if settlement.burned < 0:
+        raise LedgerRefused("bad_amount", f"match {settlement.match_id}: burned is negative")
+    if sum(settlement.scores.values()) + settlement.burned != 0:
+        raise LedgerRefused("not_zero_sum", f"match {settlement.match_id}: scores plus burned do not sum to 0")
 
 
 def balance_key(mode: str) -> str:
@@ -52,6 +110,13 @@ def balance_key(mode: str) -> str:
 def _check_mode(mode: str) -> None:
     if mode not in MODES:
         raise ValueError(f"mode must be 'points' or 'wealth', got {mode!r}")
+
+
+def _check_amount(amount: int) -> None:
+    if isinstance(amount, bool) or not isinstance(amount, int):
+        raise LedgerRefused("bad_amount", "an amount must be an integer")
+    if abs(amount) > BALANCE_LIMIT:
+        raise LedgerRefused("overflow", f"the amount is beyond the ledger's limit of ±{BALANCE_LIMIT}")
 
 
 class Ledger(ABC):
@@ -83,8 +148,35 @@ class Ledger(ABC):
     def settled_matches(self) -> Iterator[str]:
         """Ids of every applied match."""
 
+    @abstractmethod
+    def park(self, match_id: str, reason: str) -> bool:
+        """Move a match's settlement aside with its reason (a permanent error: the
+        runner goes on with the others); False when it was parked already."""
+
+    @abstractmethod
+    def parked(self) -> dict[str, dict[str, Any]]:
+        """Parked matches: match id → ``{"reason", "at_ms"}``."""
+
+    @abstractmethod
+    def unpark(self, match_id: str) -> bool:
+        """Forget a parked match (an operator fixed it; reconcile settles it again)."""
+
+    @abstractmethod
+    def mark_archived(self, match_id: str, where: str) -> bool:
+        """The match was exported to ``where`` (``shuangkou archive``): its settlement JSON
+        leaves Redis, a small marker stays so that it is never applied again."""
+
+    @abstractmethod
+    def archived(self, match_id: str) -> str | None:
+        """Where an archived match was exported, or None."""
+
     def is_settled(self, match_id: str) -> bool:
-        return self.settlement(match_id) is not None
+        """Applied (its settlement is here, or it was archived after it was applied)."""
+        return self.settlement(match_id) is not None or self.archived(match_id) is not None
+
+    def unsettled(self, match_ids: Sequence[str]) -> list[str]:
+        """The ids among ``match_ids`` with no applied settlement, in order."""
+        return [m for m in match_ids if not self.is_settled(m)]
 
     def level_for(self, player: str, config: RoomConfig) -> Level | None:
         """The level a player sits at in a room of ``config`` (R-11).
@@ -108,6 +200,20 @@ class InMemoryLedger(Ledger):
         self._settled: dict[str, str] = {}
         self._burned: dict[str, int] = {m: 0 for m in MODES}
         self._grants: dict[str, tuple[str, str, int]] = {}
+        self._parked: dict[str, dict[str, Any]] = {}
+        self._archived: dict[str, str] = {}
+
+    def _checked(self, mode: str, deltas: list[tuple[str, int]]) -> dict[str, int]:
+        """New balances for ``deltas`` (under the lock), or LedgerRefused; writes nothing."""
+        bal = self._balances[mode]
+        new: dict[str, int] = {}
+        for player, delta in deltas:
+            v = new.get(player, bal.get(player, 0)) + delta
+            if abs(v) > BALANCE_LIMIT:
+                raise LedgerRefused("overflow", f"the {mode} balance of {player} would leave the ledger's "
+                                    f"limit of ±{BALANCE_LIMIT}")
+            new[player] = v
+        return new
 
     def balance(self, player: str, mode: Mode) -> int:
         _check_mode(mode)
@@ -117,15 +223,19 @@ class InMemoryLedger(Ledger):
     def apply_settlement(self, match_id: str, settlement: Settlement, mode: Mode | None = None) -> bool:
         mode = mode or settlement.mode
         _check_mode(mode)
+        check_settlement_amounts(settlement)
         text = settlement.model_dump_json()
         with self._lock:
-            if match_id in self._settled:
+            if match_id in self._settled or match_id in self._archived:
                 return False
-            bal = self._balances[mode]
-            for player, delta in settlement.scores.items():
-                bal[player] = bal.get(player, 0) + delta
-            self._burned[mode] += settlement.burned
+            new = self._checked(mode, list(settlement.scores.items()))
+            burned = self._burned[mode] + settlement.burned
+            if burned > BALANCE_LIMIT:
+                raise LedgerRefused("overflow", f"the burned total of {mode} would leave the ledger's limit")
+            self._balances[mode].update(new)
+            self._burned[mode] = burned
             self._settled[match_id] = text
+            self._parked.pop(match_id, None)
             return True
 
     def settlement(self, match_id: str) -> Settlement | None:
@@ -140,44 +250,162 @@ class InMemoryLedger(Ledger):
 
     def grant(self, player: str, mode: Mode, amount: int, ref: str) -> bool:
         _check_mode(mode)
+        _check_amount(amount)
         with self._lock:
             if ref in self._grants:
                 return False
+            new = self._checked(mode, [(player, amount)])
             self._grants[ref] = (mode, player, amount)
-            bal = self._balances[mode]
-            bal[player] = bal.get(player, 0) + amount
+            self._balances[mode].update(new)
             return True
 
     def settled_matches(self) -> Iterator[str]:
         with self._lock:
             return iter(list(self._settled))
 
+    def park(self, match_id: str, reason: str) -> bool:
+        with self._lock:
+            if match_id in self._parked:
+                return False
+            self._parked[match_id] = {"reason": reason[:2000], "at_ms": int(time.time() * 1000)}
+            return True
 
-_APPLY_LUA = """
--- KEYS[1] settled hash, KEYS[2] balances hash of the mode, KEYS[3] burned hash
--- ARGV[1] match id, ARGV[2] settlement JSON, ARGV[3] mode, ARGV[4] burned,
--- ARGV[5], ARGV[6], ... player, delta pairs
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+    def parked(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {k: dict(v) for k, v in self._parked.items()}
+
+    def unpark(self, match_id: str) -> bool:
+        with self._lock:
+            return self._parked.pop(match_id, None) is not None
+
+    def mark_archived(self, match_id: str, where: str) -> bool:
+        with self._lock:
+            if match_id not in self._settled:
+                return False
+            self._archived[match_id] = where
+            del self._settled[match_id]
+            return True
+
+    def archived(self, match_id: str) -> str | None:
+        with self._lock:
+            return self._archived.get(match_id)
+
+
+_CHECK_LUA = """
+-- helpers shared by the ledger scripts: every check happens before the first write.
+-- Lua numbers are doubles (exact to 2^53 only), so an amount is kept as two exact
+-- parts, value = hi * 1e9 + lo with 0 <= lo < 1e9, and compared with the limit exactly.
+local LIMIT_HI = tonumber(ARGV[1])  -- BALANCE_LIMIT / 1e9
+local function norm(h, l)
+  local c = math.floor(l / 1e9)
+  return {h + c, l - c * 1e9}
+end
+local function parse(v, what)
+  if v == false or v == nil then return {0, 0} end
+  if type(v) ~= 'string' or not string.match(v, '^%-?%d+$') or #v > 20 then
+    error({err = 'LEDGER corrupt ' .. what .. ' is not an integer'})
+  end
+  local neg = string.sub(v, 1, 1) == '-'
+  local d = neg and string.sub(v, 2) or v
+  local h = tonumber(string.sub(d, 1, -10)) or 0
+  local l = tonumber(string.sub(d, -9))
+  if neg then h, l = -h, -l end
+  return norm(h, l)
+end
+local function plus(a, b)
+  return norm(a[1] + b[1], a[2] + b[2])
+end
+local function check(v, what)
+  if v[1] > LIMIT_HI or (v[1] == LIMIT_HI and v[2] > 0) or v[1] < -LIMIT_HI then
+    error({err = 'LEDGER overflow ' .. what .. ' would leave the limit'})
+  end
+  return v
+end
+local function is_zero(v) return v[1] == 0 and v[2] == 0 end
+"""
+
+#: runs ``main`` and turns a refusal raised inside it into an error reply ``LEDGER <code> …``
+#: (nothing was written: every refusal is raised before the first write)
+_MAIN_LUA = """
+local ok, res = pcall(main)
+if not ok then
+  if type(res) == 'table' and res.err then return redis.error_reply(res.err) end
+  return redis.error_reply(tostring(res))
+end
+return res
+"""
+
+_APPLY_LUA = _CHECK_LUA + """
+local function main()
+-- KEYS[1] settled hash, KEYS[2] balances hash of the mode, KEYS[3] burned hash,
+-- KEYS[4] parked hash, KEYS[5] archived hash
+-- ARGV[1] limit, ARGV[2] match id, ARGV[3] settlement JSON, ARGV[4] mode, ARGV[5] burned,
+-- ARGV[6], ARGV[7], ... player, delta pairs
+if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 or redis.call('HEXISTS', KEYS[5], ARGV[2]) == 1 then
   return 0
 end
-for i = 5, #ARGV, 2 do
+-- (the zero sum of scores and burned is checked exactly in Python before the call:
+-- Lua numbers are doubles)
+local pending = {}
+for i = 6, #ARGV, 2 do
+  local delta = check(parse(ARGV[i + 1], 'a delta'), 'a delta')
+  local cur = pending[ARGV[i]]
+  if cur == nil then
+    cur = parse(redis.call('HGET', KEYS[2], ARGV[i]), 'a balance')
+  end
+  pending[ARGV[i]] = check(plus(cur, delta), 'a balance')
+end
+local burned = check(parse(ARGV[5], 'burned'), 'burned')
+if not is_zero(burned) then
+  check(plus(parse(redis.call('HGET', KEYS[3], ARGV[4]), 'the burned total'), burned), 'the burned total')
+end
+-- every check passed: write
+for i = 6, #ARGV, 2 do
   redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1])
 end
-if tonumber(ARGV[4]) ~= 0 then
-  redis.call('HINCRBY', KEYS[3], ARGV[3], ARGV[4])
+if not is_zero(burned) then
+  redis.call('HINCRBY', KEYS[3], ARGV[4], ARGV[5])
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+redis.call('HDEL', KEYS[4], ARGV[2])
+return 1
+end
+""" + _MAIN_LUA
+
+_GRANT_LUA = _CHECK_LUA + """
+local function main()
+-- KEYS[1] grants hash, KEYS[2] balances hash; ARGV limit, ref, player, amount, record
+if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then
+  return 0
+end
+local amount = check(parse(ARGV[4], 'the amount'), 'the amount')
+check(plus(parse(redis.call('HGET', KEYS[2], ARGV[3]), 'a balance'), amount), 'a balance')
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[5])
+redis.call('HINCRBY', KEYS[2], ARGV[3], ARGV[4])
+return 1
+end
+""" + _MAIN_LUA
+
+_ARCHIVE_LUA = """
+-- KEYS[1] settled hash, KEYS[2] archived hash; ARGV match id, where
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('HDEL', KEYS[1], ARGV[1])
 return 1
 """
 
-_GRANT_LUA = """
--- KEYS[1] grants hash, KEYS[2] balances hash; ARGV ref, player, amount, record
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[4]) == 0 then
-  return 0
-end
-redis.call('HINCRBY', KEYS[2], ARGV[2], ARGV[3])
-return 1
-"""
+
+def _refused(exc: Exception) -> LedgerRefused | None:
+    """The LedgerRefused a script's ``LEDGER <code> <reason>`` error stands for, else None."""
+    text = str(exc)
+    at = text.find("LEDGER ")
+    if at < 0:
+        return None
+    code, _, reason = text[at + 7:].partition(" ")
+    reason = reason.split(" script:", 1)[0].strip()
+    return LedgerRefused(code, reason)
 
 
 def _s(v: bytes | str) -> str:
@@ -191,6 +419,18 @@ class RedisLedger(Ledger):
         self.client = client
         self._apply = client.register_script(_APPLY_LUA)
         self._grant = client.register_script(_GRANT_LUA)
+        self._archive = client.register_script(_ARCHIVE_LUA)
+
+    def _run(self, script: Any, keys: list[str], args: list[Any]) -> int:
+        import redis
+
+        try:
+            return int(script(keys=keys, args=args))
+        except redis.ResponseError as exc:
+            refused = _refused(exc)
+            if refused is None:
+                raise
+            raise refused from None
 
     def balance(self, player: str, mode: Mode) -> int:
         _check_mode(mode)
@@ -200,11 +440,13 @@ class RedisLedger(Ledger):
     def apply_settlement(self, match_id: str, settlement: Settlement, mode: Mode | None = None) -> bool:
         mode = mode or settlement.mode
         _check_mode(mode)
-        args: list[Any] = [match_id, settlement.model_dump_json(), mode, int(settlement.burned)]
+        check_settlement_amounts(settlement)
+        args: list[Any] = [BALANCE_LIMIT // 10**9, match_id, settlement.model_dump_json(), mode, int(settlement.burned)]
         for player, delta in settlement.scores.items():
             args += [player, int(delta)]
-        done = self._apply(keys=[SETTLED_KEY, balance_key(mode), BURNED_KEY], args=args)
-        return int(done) == 1
+        done = self._run(self._apply, [SETTLED_KEY, balance_key(mode), BURNED_KEY, PARKED_KEY, ARCHIVED_KEY],
+                         args)
+        return done == 1
 
     def settlement(self, match_id: str) -> Settlement | None:
         raw = self.client.hget(SETTLED_KEY, match_id)
@@ -217,10 +459,42 @@ class RedisLedger(Ledger):
 
     def grant(self, player: str, mode: Mode, amount: int, ref: str) -> bool:
         _check_mode(mode)
+        _check_amount(amount)
         record = f"{mode}|{player}|{int(amount)}"
-        done = self._grant(keys=[GRANTS_KEY, balance_key(mode)], args=[ref, player, int(amount), record])
-        return int(done) == 1
+        done = self._run(self._grant, [GRANTS_KEY, balance_key(mode)],
+                         [BALANCE_LIMIT // 10**9, ref, player, int(amount), record])
+        return done == 1
 
     def settled_matches(self) -> Iterator[str]:
         for k in self.client.hkeys(SETTLED_KEY):
             yield _s(k)
+
+    def unsettled(self, match_ids: Sequence[str]) -> list[str]:
+        out: list[str] = []
+        ids = list(match_ids)
+        for at in range(0, len(ids), 500):
+            chunk = ids[at:at + 500]
+            pipe = self.client.pipeline(transaction=False)
+            for m in chunk:
+                pipe.hexists(SETTLED_KEY, m)
+                pipe.hexists(ARCHIVED_KEY, m)
+            flags = pipe.execute()
+            out += [m for k, m in enumerate(chunk) if not (flags[2 * k] or flags[2 * k + 1])]
+        return out
+
+    def park(self, match_id: str, reason: str) -> bool:
+        record = json.dumps({"reason": reason[:2000], "at_ms": int(time.time() * 1000)})
+        return bool(self.client.hsetnx(PARKED_KEY, match_id, record))
+
+    def parked(self) -> dict[str, dict[str, Any]]:
+        return {_s(k): json.loads(_s(v)) for k, v in self.client.hgetall(PARKED_KEY).items()}
+
+    def unpark(self, match_id: str) -> bool:
+        return bool(self.client.hdel(PARKED_KEY, match_id))
+
+    def mark_archived(self, match_id: str, where: str) -> bool:
+        return self._run(self._archive, [SETTLED_KEY, ARCHIVED_KEY], [match_id, where]) == 1
+
+    def archived(self, match_id: str) -> str | None:
+        v = self.client.hget(ARCHIVED_KEY, match_id)
+        return None if v is None else _s(v)

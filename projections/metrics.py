@@ -124,11 +124,45 @@ DEAD_LETTERS = Counter("shuangkou_dead_letters",
                        "dramatiq = an actor's message).",
                        ["source"], registry=REGISTRY)
 
+# --- hardening (issue 11): parked settlements, reconciliation, sweeper, timer publishes ---
+SETTLEMENTS_PARKED = Counter("shuangkou_settlements_parked",
+                             "Settlements moved aside for a permanent error (ledger overflow, unsettleable "
+                             "events, a bug), by reason code; see sk:{ledger}:parked.",
+                             ["reason"], registry=REGISTRY)
+SETTLEMENTS_RECONCILED = Counter("shuangkou_settlements_reconciled",
+                                 "Finished matches without a settlement that reconciliation settled "
+                                 "(the feed lost their entry: should stay 0).", registry=REGISTRY)
+SWEEPER_FAILURES = Counter("shuangkou_sweeper_failures",
+                           "Deadlines the sweeper failed to fire (skipped and retried with back-off), by kind.",
+                           ["kind"], registry=REGISTRY)
+SWEEPER_BACKING_OFF = Gauge("shuangkou_sweeper_backing_off_deadlines",
+                            "Deadlines the sweeper skips for now after failures (retried with back-off).",
+                            registry=REGISTRY, multiprocess_mode="livesum")
+TIMER_PUBLISH_RETRIES = Counter("shuangkou_timer_publish_retries",
+                                "Publishes of a timer command's outcome retried after a transient Redis error.",
+                                registry=REGISTRY)
+
+
+def observe_parked(code: str) -> None:
+    SETTLEMENTS_PARKED.labels(code).inc()
+
+
+def observe_reconciled(n: int = 1) -> None:
+    if n:
+        SETTLEMENTS_RECONCILED.inc(n)
+
+
+def observe_sweeper_failure(kind: str) -> None:
+    SWEEPER_FAILURES.labels(kind).inc()
+
+
 # Names of the collector-made gauges (FeedLagCollector, DeadLetterQueueCollector).
 PROJECTION_LAG = "shuangkou_projection_lag_events"
 PROJECTION_PENDING = "shuangkou_projection_pending_messages"
 DEAD_LETTER_QUEUE = "shuangkou_dead_letter_queue_messages"
 TIMERS_SCHEDULED = "shuangkou_timers_scheduled"
+REDIS_MEMORY_USED = "shuangkou_redis_memory_used_bytes"
+REDIS_MAXMEMORY = "shuangkou_redis_maxmemory_bytes"
 
 #: Metrics recorded by ``dramatiq.middleware.Prometheus`` (served by the
 #: worker's exposition server, not by :data:`REGISTRY`).
@@ -161,7 +195,8 @@ def exposed_names() -> set[str]:
             names.add(metric.name + suffix)
         for sample in metric.samples:
             names.add(sample.name)
-    names |= {PROJECTION_LAG, PROJECTION_PENDING, DEAD_LETTER_QUEUE, TIMERS_SCHEDULED}
+    names |= {PROJECTION_LAG, PROJECTION_PENDING, DEAD_LETTER_QUEUE, TIMERS_SCHEDULED,
+              REDIS_MEMORY_USED, REDIS_MAXMEMORY}
     for name, kind in DRAMATIQ_METRICS.items():
         base = name[: -len("_total")] if kind == "counter" else name
         for suffix in _SUFFIXES[kind]:
@@ -490,6 +525,34 @@ class DeadLetterQueueCollector(Collector):
         yield timers
 
 
+class RedisMemoryCollector(Collector):
+    """Scrape-time gauges of a Redis's memory (``INFO memory``), labelled by ``role``
+    (``store``, ``broker``): ``shuangkou_redis_memory_used_bytes`` and
+    ``shuangkou_redis_maxmemory_bytes`` (0 = no limit).  With ``noeviction`` a full
+    Redis refuses every write: alert well before used reaches maxmemory
+    (deploy/alerts.yml ``ShuangkouRedisMemoryHigh``, docs/OPERATIONS.md)."""
+
+    def __init__(self, clients: dict[str, Any]):
+        self._clients = dict(clients)
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        used = GaugeMetricFamily(REDIS_MEMORY_USED, "Memory used by Redis (INFO memory used_memory).",
+                                 labels=["role"])
+        limit = GaugeMetricFamily(REDIS_MAXMEMORY, "Redis maxmemory (0: no limit).", labels=["role"])
+        for role, client in self._clients.items():
+            try:
+                info = client.info("memory")
+            except Exception:  # Redis is down: no sample, the scrape still works
+                continue
+            used.add_metric([role], float(info.get("used_memory", 0)))
+            limit.add_metric([role], float(info.get("maxmemory", 0)))
+        yield used
+        yield limit
+
+
 # --- counters at zero from start-up ------------------------------------------
 # A counter child appears in a scrape only once it has been incremented, so after a
 # restart the first increase has nothing to compare with and increase()/rate() (and
@@ -500,6 +563,9 @@ class DeadLetterQueueCollector(Collector):
 DEAD_LETTER_SOURCES: tuple[str, ...] = ("inbox", "feed", "dramatiq")
 #: The projections that report applied feed entries (``observe_projection_applied``).
 PROJECTIONS: tuple[str, ...] = ("ledger",)
+#: Why a settlement was parked (projections.ledger.LedgerRefused codes and the runner's own).
+PARK_REASONS: tuple[str, ...] = ("overflow", "not_zero_sum", "bad_amount", "corrupt", "unsettleable",
+                                 "unreadable", "error")
 #: Results of a handled command (``InstrumentedService``).
 COMMAND_RESULTS: tuple[str, ...] = ("ok", "rejected", "duplicate", "error")
 
@@ -563,6 +629,9 @@ def initialize_counters(config_names: Iterable[str] | None = None) -> None:
         PROJECTION_EVENTS.labels(projection)
     for kind in _TIMER_KINDS.values():
         TIMERS_STALE.labels(kind)
+        SWEEPER_FAILURES.labels(kind)
+    for code in PARK_REASONS:
+        SETTLEMENTS_PARKED.labels(code)
     for ctype, result in product(command_types(), COMMAND_RESULTS):
         COMMANDS.labels(ctype, result)
     codes = rejection_codes()
@@ -636,6 +705,7 @@ __all__ = [
     "REGISTRY", "DRAMATIQ_METRICS", "observe_outcome", "observe_events", "observe_settlement",
     "observe_timer_lateness", "observe_dead_letter", "observe_projection_applied",
     "InstrumentedService", "InstrumentedStore", "instrument_runtime", "FeedLagCollector", "DeadLetterQueueCollector",
+    "RedisMemoryCollector", "observe_parked", "observe_reconciled", "observe_sweeper_failure",
     "start_metrics_server", "serving_registry", "mark_process_dead", "exposed_names", "generate_latest",
     "initialize_counters", "DEAD_LETTER_SOURCES",
 ]

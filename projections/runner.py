@@ -28,6 +28,20 @@ Feeds:
 
 Without a store at all, :func:`project_match` settles a list of events and
 applies it to a ledger directly.
+
+Errors (issue 11 §3): a *transient* failure (:func:`engine.store.transient.is_transient`:
+OOM, LOADING, BUSY, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, a dropped
+connection) leaves the entry pending and the runner retries with a capped
+back-off.  A *permanent* one (the ledger refused the settlement, the events
+cannot be settled or decoded, a bug) moves that match's settlement aside
+(:meth:`~projections.ledger.Ledger.park`, with its reason; metric
+``shuangkou_settlements_parked_total``) and the runner goes on with the others.
+
+Trimming (§4): the append never trims a feed.  :meth:`RedisFeed.trim` removes
+only entries below what every consumer group of the feed has acknowledged
+(once the feed is longer than its cap), so a stopped projection loses nothing;
+:func:`reconcile` (``shuangkou reconcile``, and periodically in serve) settles
+finished matches that no feed entry announced any more, exactly once.
 """
 
 from __future__ import annotations
@@ -43,7 +57,8 @@ from typing import Any
 from engine.match.events import EventBase, MatchFinished
 from engine.store import keys
 from engine.store.base import EventStore, FeedEntry
-from projections.ledger import Ledger
+from engine.store.transient import Backoff, is_transient
+from projections.ledger import Ledger, LedgerRefused
 from projections.settlement import Settlement, SettlementError, settle
 
 log = logging.getLogger(__name__)
@@ -102,8 +117,11 @@ class RedisFeed(Feed):
     """Consumer-group reader of the bucket feed streams."""
 
     def __init__(self, client: Any, consumer: str = "ledger-1", group: str = GROUP,
-                 buckets: int = keys.DEFAULT_BUCKETS, claim_idle_ms: int | None = 60_000):
+                 buckets: int = keys.DEFAULT_BUCKETS, claim_idle_ms: int | None = 60_000,
+                 feed_maxlen: int = 100_000):
         self.client = client
+        #: a feed longer than this is trimmed, but only below what every group acknowledged
+        self.feed_maxlen = feed_maxlen
         self.consumer = consumer
         self.group = group
         self.buckets = buckets
@@ -189,6 +207,50 @@ class RedisFeed(Feed):
     def ack(self, delivery: Delivery) -> None:
         self.client.xack(keys.feed_key(delivery.bucket), self.group, delivery.entry.id)
 
+    def trim(self) -> int:
+        """Trim every bucket feed longer than ``feed_maxlen`` below the entries some group
+        still needs; returns the entries removed (:func:`trim_acknowledged`)."""
+        removed = 0
+        for b in range(self.buckets):
+            key = keys.feed_key(b)
+            if int(self.client.xlen(key)) > self.feed_maxlen:
+                removed += trim_acknowledged(self.client, key)
+        return removed
+
+
+def acknowledged_floor(client: Any, key: str) -> tuple[int, int] | None:
+    """The oldest entry id of stream ``key`` that some consumer group still needs
+    (not delivered yet, or delivered and pending), as ``(ms, n)``; None when the
+    stream has no group (then nobody acknowledged anything: nothing may go)."""
+    try:
+        groups = client.xinfo_groups(key)
+    except Exception as exc:  # no such stream
+        if is_transient(exc):
+            raise
+        return None
+    if not groups:
+        return None
+    floor: tuple[int, int] | None = None
+    for g in groups:
+        info = {_s(k): v for k, v in g.items()}
+        ms, n = keys.stream_pos(_s(info["last-delivered-id"]))
+        candidates = [(ms, n + 1)]  # everything up to the last delivered entry was handed out …
+        if int(info.get("pending", 0) or 0):
+            pending = client.xpending(key, _s(info["name"]))
+            if pending and pending.get("pending"):
+                candidates.append(keys.stream_pos(_s(pending["min"])))  # … and acked unless pending
+        low = min(candidates)
+        floor = low if floor is None or low < floor else floor
+    return floor
+
+
+def trim_acknowledged(client: Any, key: str) -> int:
+    """XTRIM MINID ``key`` below :func:`acknowledged_floor`; the entries removed (0 without groups)."""
+    floor = acknowledged_floor(client, key)
+    if floor is None:
+        return 0
+    return int(client.xtrim(key, minid=f"{floor[0]}-{floor[1]}", approximate=False))
+
 
 def project_match(events: Sequence[EventBase], ledger: Ledger) -> Settlement | None:
     """Settle a match from its events and apply it to ``ledger`` (idempotent).
@@ -202,23 +264,17 @@ def project_match(events: Sequence[EventBase], ledger: Ledger) -> Settlement | N
     return s
 
 
-def _transient(exc: BaseException) -> bool:
-    """A failure worth retrying (the store's Redis is down or busy), not one of the message."""
-    try:
-        import redis
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(exc, (redis.RedisError, OSError))
-
-
 @dataclass
 class ProjectionRunner:
     """Feed → settle → ledger, acknowledging each message after it is applied.
 
-    A message that cannot be projected (the match cannot be settled, its events
-    cannot be read, a bug) is recorded in :attr:`errors` (and passed to
-    ``on_error(match_id, reason)``) and acknowledged: it must not block the feed.
-    A Redis failure is transient: it propagates and the message stays pending.
+    A message that cannot be projected for good (the ledger refuses the
+    settlement, the match cannot be settled, its events cannot be read, a bug)
+    parks the match's settlement (``ledger.park``) with its reason, is recorded
+    in :attr:`errors` (and passed to ``on_error(match_id, reason)`` and
+    ``on_parked(match_id, code, reason)``) and acknowledged: it never blocks the
+    feed.  A transient Redis failure propagates and the message stays pending
+    (:meth:`run_forever` retries with back-off).
     """
 
     store: EventStore
@@ -227,49 +283,76 @@ class ProjectionRunner:
     on_settled: Callable[[Settlement, bool], None] | None = None
     errors: list[tuple[str, str]] = field(default_factory=list)
     on_error: Callable[[str, str], None] | None = None
+    on_parked: Callable[[str, str, str], None] | None = None
 
-    def _error(self, match_id: str, reason: str) -> None:
-        log.error("match %s cannot be projected: %s", match_id, reason)
+    def _park(self, match_id: str, code: str, reason: str) -> None:
+        log.error("match %s cannot be settled (%s), parked: %s", match_id, code, reason)
+        self.ledger.park(match_id, f"{code}: {reason}")  # transient errors propagate: stays pending
         self.errors.append((match_id, reason))
-        if self.on_error is not None:
-            try:
-                self.on_error(match_id, reason)
-            except Exception:
-                log.exception("the on_error callback failed")
+        for cb, args in ((self.on_error, (match_id, reason)), (self.on_parked, (match_id, code, reason))):
+            if cb is not None:
+                try:
+                    cb(*args)  # type: ignore[operator]
+                except Exception:
+                    log.exception("a projection error callback failed")
+
+    def settle_match(self, match_id: str, events: Sequence[EventBase] | None = None) -> Settlement | None:
+        """Settle one match from its stored events and apply it (idempotent); park it on a
+        permanent error.  None when it has not finished (or was parked)."""
+        return self._settle(match_id, events)[0]
+
+    def _settle(self, match_id: str, events: Sequence[EventBase] | None = None) -> tuple[Settlement | None, bool]:
+        """:meth:`settle_match` and whether this call applied it (False: applied before, or none)."""
+        try:
+            s = settle(self.store.load(match_id) if events is None else events)
+            if s is None:
+                return None, False
+            applied = self.ledger.apply_settlement(match_id, s)
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            if isinstance(exc, LedgerRefused):
+                code = exc.code
+            elif isinstance(exc, SettlementError):
+                code = "unsettleable"
+            else:
+                log.exception("settling match %s failed", match_id)
+                code = "error"
+            self._park(match_id, code, f"{type(exc).__name__}: {exc}" if code == "error" else str(exc))
+            return None, False
+        if self.on_settled is not None:
+            self.on_settled(s, applied)
+        return s, applied
 
     def process(self, d: Delivery) -> Settlement | None:
         """Handle one message (without acking it).  Returns the settlement when
         the message finished a match."""
         match_id = d.entry.match_id
-        # MatchFinished is the last event a match ever gets, so this entry finished the
-        # match only if its own last event is one: read from there, not from its first
-        tail = self.store.load(match_id, after=max(d.entry.last - 1, 0))
+        try:
+            # MatchFinished is the last event a match ever gets, so this entry finished the
+            # match only if its own last event is one: read from there, not from its first
+            tail = self.store.load(match_id, after=max(d.entry.last - 1, 0))
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            self._park(match_id, "unreadable", f"{type(exc).__name__}: {exc}")
+            return None
         if not (tail and tail[0].seq == d.entry.last and isinstance(tail[0], MatchFinished)):
             return None
-        try:
-            s = settle(self.store.load(match_id))
-        except SettlementError as exc:
-            # a match that cannot be settled would block the feed forever: record it and move on
-            self._error(match_id, str(exc))
-            return None
-        if s is None:
-            return None
-        applied = self.ledger.apply_settlement(match_id, s)
-        if self.on_settled is not None:
-            self.on_settled(s, applied)
-        return s
+        return self.settle_match(match_id)
 
     def run_once(self, count: int = 100) -> int:
-        """Process and acknowledge what the feed has now; the number of messages handled."""
+        """Process and acknowledge what the feed has now; the number of messages handled.
+        A transient failure propagates (that message and the rest of the batch stay pending)."""
         batch = self.feed.read(count)
         for d in batch:
             try:
                 self.process(d)
             except Exception as exc:
-                if _transient(exc):
+                if is_transient(exc):
                     raise  # left pending: redelivered once the store answers again
                 log.exception("feed entry %s of match %s failed", d.entry.id, d.entry.match_id)
-                self._error(d.entry.match_id, f"{type(exc).__name__}: {exc}")
+                self._park(d.entry.match_id, "error", f"{type(exc).__name__}: {exc}")
             self.feed.ack(d)
         return len(batch)
 
@@ -280,11 +363,96 @@ class ProjectionRunner:
             total += n
         return total
 
-    def run_forever(self, stop: threading.Event, idle_seconds: float = 0.2, count: int = 100) -> None:
+    def reconcile(self) -> ReconcileReport:
+        """Settle every finished match of the store that has no settlement (:func:`reconcile`)."""
+        return reconcile(self.store, self.ledger, runner=self)
+
+    def run_forever(self, stop: threading.Event, idle_seconds: float = 0.2, count: int = 100,
+                    reconcile_every_s: float | None = None, trim_every_s: float = 30.0,
+                    on_reconciled: Callable[[ReconcileReport], None] | None = None) -> None:
+        """Loop until ``stop``: read and apply, trim the feeds every ``trim_every_s``
+        (acknowledged entries only), reconcile every ``reconcile_every_s`` (None: never).
+        Failures are retried with a capped exponential back-off (0.05 s … 5 s)."""
+        backoff = Backoff(first=0.05, cap=5.0)
+        next_trim = time.monotonic() + trim_every_s
+        # the first reconciliation soon after start (a restart after an outage), then every period
+        next_reconcile = None if reconcile_every_s is None else time.monotonic() + min(reconcile_every_s, 30.0)
+        trim = getattr(self.feed, "trim", None)
         while not stop.is_set():
             try:
-                if self.run_once(count) == 0:
+                n = self.run_once(count)
+                now = time.monotonic()
+                if callable(trim) and now >= next_trim:
+                    trim()
+                    next_trim = now + trim_every_s
+                if next_reconcile is not None and reconcile_every_s is not None and now >= next_reconcile:
+                    report = self.reconcile()
+                    next_reconcile = now + reconcile_every_s
+                    if on_reconciled is not None:
+                        on_reconciled(report)
+                backoff.reset()
+                if n == 0:
                     stop.wait(idle_seconds)
-            except Exception:  # keep the projection alive; the message stays pending
-                log.exception("projection runner: batch failed, retrying")
-                stop.wait(idle_seconds)
+            except Exception as exc:  # keep the projection alive; the message stays pending
+                delay = backoff.next()
+                if is_transient(exc):
+                    log.warning("projection runner: Redis unavailable (%s), retrying in %.2fs", exc, delay)
+                else:
+                    log.exception("projection runner: batch failed, retrying in %.2fs", delay)
+                stop.wait(delay)
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    """What :func:`reconcile` found: ``settled`` = finished matches it settled now
+    (their feed entry was lost), ``parked`` = refused for good (see ``ledger.parked()``),
+    ``unsettled_parked`` = finished matches left parked from before, ``checked`` = matches looked at."""
+
+    checked: int
+    settled: tuple[str, ...]
+    parked: tuple[str, ...]
+    unsettled_parked: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"checked": self.checked, "settled": list(self.settled), "parked": list(self.parked),
+                "unsettled_parked": list(self.unsettled_parked)}
+
+
+def _finished(store: EventStore, match_id: str) -> bool:
+    """Whether the match's last event is MatchFinished (reads one event)."""
+    version = store.version(match_id)
+    if version == 0:
+        return False
+    tail = store.load(match_id, after=version - 1)
+    return bool(tail) and isinstance(tail[-1], MatchFinished)
+
+
+def reconcile(store: EventStore, ledger: Ledger, runner: ProjectionRunner | None = None,
+              match_ids: Sequence[str] | None = None) -> ReconcileReport:
+    """Find finished matches without a settlement and settle them, exactly once.
+
+    Safe beside running projections and other reconcilers: the ledger's apply is
+    atomic and idempotent per match id, so a race costs a no-op.  A parked match is
+    left alone (an operator looks at it, ``ledger.unpark`` it, reconcile again).
+    """
+    runner = runner or ProjectionRunner(store, ledger, MemoryFeed(store))
+    parked = set(ledger.parked())
+    ids = list(store.match_ids()) if match_ids is None else list(match_ids)
+    settled: list[str] = []
+    newly_parked: list[str] = []
+    left_parked: list[str] = []
+    for mid in ledger.unsettled(ids):
+        if not _finished(store, mid):
+            continue
+        if mid in parked:
+            left_parked.append(mid)
+            continue
+        before = len(runner.errors)
+        _s_, applied = runner._settle(mid)
+        if applied:
+            log.warning("reconcile: match %s was finished but not settled: settled now", mid)
+            settled.append(mid)
+        elif len(runner.errors) > before:
+            newly_parked.append(mid)
+    return ReconcileReport(checked=len(ids), settled=tuple(settled), parked=tuple(newly_parked),
+                           unsettled_parked=tuple(left_parked))

@@ -85,7 +85,9 @@ def test_play_piped_until_the_match_ends():
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Your hand (27)" in out.stdout
     assert "Settlement" in out.stdout
-    assert "wins" in out.stdout
+    assert "You win." in out.stdout or "The bot wins." in out.stdout
+    assert "you wins" not in out.stdout.lower() and "{'" not in out.stdout
+    assert "the bot's clock ran out" not in out.stdout
 
 
 def test_play_shows_rejections_and_exits_cleanly_on_eof():
@@ -93,14 +95,26 @@ def test_play_shows_rejections_and_exits_cleanly_on_eof():
     assert out.returncode == 0, out.stdout + out.stderr
     assert "you play 3" in out.stdout
     assert "bad card token 'foo'" in out.stdout
-    assert "Not accepted" in out.stdout and "does not hold" in out.stdout
+    assert "Not accepted: you do not hold 2 2 2 2 2 (you named 2 2 2 2 2 2" in out.stdout
     assert "end of input" in out.stdout
 
 
-def test_play_quit_is_an_escape_and_settles():
-    out = _run(["play", "--seed", "1", "--config", "wealth"], stdin="quit\n")
+def test_play_quit_asks_states_the_price_then_escapes_and_settles():
+    out = _run(["play", "--seed", "1", "--config", "wealth"], stdin="quit\nno\nquit\nyes\n")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "escaped" in out.stdout and "Settlement" in out.stdout and "kou escape" in out.stdout
+    text = out.stdout
+    assert "escape policy is forfeit (R-12.3" in text and "you pay 1200 coins" in text
+    assert "You stay in the match." in text
+    assert text.index("You stay in the match.") < text.index("you escaped (escape policy forfeit)")
+    assert "Settlement" in text and "You escaped: the match was forfeited" in text
+    assert "You: -1200 coins." in text
+
+
+def test_play_quit_then_end_of_input_does_not_escape():
+    out = _run(["play", "--seed", "1"], stdin="quit\n")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Type 'yes' to escape" in out.stdout and "escaped (escape policy" not in out.stdout
+    assert "end of input" in out.stdout
 
 
 @pytest.mark.parametrize("line", ["pass"])
@@ -108,4 +122,26 @@ def test_play_cannot_pass_when_leading(line):
     # seed 1: you lead the first trick
     out = _run(["play", "--seed", "1"], stdin=f"{line}\n")
     assert out.returncode == 0
-    assert "Not accepted" in out.stdout
+    assert "Not accepted: you must play" in out.stdout
+
+
+BAD_PLAY = [
+    (["--turn-seconds", "0"], "--turn-seconds must be a number of seconds above 0"),
+    (["--turn-seconds", "-1"], "--turn-seconds must be a number of seconds above 0"),
+    (["--turn-seconds", "abc"], "got 'abc'"),
+    (["--turn-seconds", "nan"], "--turn-seconds must be"),
+    (["--turn-seconds", "inf"], "--turn-seconds must be"),
+    (["--turn-seconds", "1e12"], "at most 86400"),
+    (["--bot-seconds", "-0.5"], "--bot-seconds must be a number of seconds 0 or more"),
+    (["--config", "/nonexistent.toml"], "file not found"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_PLAY, ids=[" ".join(a) for a, _ in BAD_PLAY])
+def test_play_bad_options_exit_2(args, message):
+    """Bad options: one readable line on stderr, exit 2, never a traceback (and no game starts)."""
+    out = _run(["play", *args], stdin="")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "Your hand" not in out.stdout

@@ -513,3 +513,12 @@ def test_cli_bad_token(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "'Z'" in err
     code, data, err = _cli(capsys, "3", "--beat", "3 4")   # the previous play must be a combination
     assert code == 2 and err.count("\n") == 1
+
+
+def test_cli_chain_bomb_twos(capsys: pytest.CaptureFixture[str]) -> None:
+    code, data, _ = _cli(capsys, "K K K K A A A A 2 2 2 2")
+    assert code == 0 and (data["kind"], data["rank"], data["xiang"]) == ("chain_bomb", "2", 7)
+    code, data, _ = _cli(capsys, "K K K K A A A A 2 2 2 2", "--no-chain-bomb-twos")
+    assert code == 1 and data["kind"] is None
+    code, data, _ = _cli(capsys, "K K K K A A A A 2 2 2 2", "--beat", "Q Q Q Q K K K K A A A A")
+    assert code == 0 and data["beats"] is True

@@ -250,6 +250,8 @@ def test_ready_clock_restarts_when_a_player_sits() -> None:
 @pytest.mark.parametrize("player, kw, exc, needle", [
     ("b", {"text": "9"}, NotYourTurn, "a's turn"),
     ("a", {"text": "A"}, NotInHand, "does not hold A"),
+    ("a", {"text": "3 3 3 3 4"}, NotInHand, "does not hold 3 3 (named: 3 3 3 3 4)"),  # names the missing
+    ("a", {"text": "5H 5"}, NotInHand, "does not hold 5H (named"),   # D-2: the hand's only 5 is 5S
     ("a", {"cards": (107,)}, NotInHand, "does not hold BJ"),
     ("a", {"cards": (0, 0)}, NotInHand, "twice"),
     ("a", {"text": "3 4"}, NotACombination, "3 4 is not a combination"),

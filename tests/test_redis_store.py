@@ -73,13 +73,31 @@ def test_deadline_info_and_feed_fields(client):
     assert msgpack.unpackb(client.get(keys.snapshot_key("m1", b))) == [1, b"\xff"]
 
 
-def test_feed_is_capped(client):
+def test_the_append_never_trims_the_feed_and_trim_keeps_what_a_group_has_not_acknowledged(client):
+    """Issue 11 §4: a feed is trimmed only below what every projection group acknowledged."""
+    from projections.runner import RedisFeed
+
     store = RedisEventStore(client, buckets=1, feed_maxlen=50)
+    feed = RedisFeed(client, buckets=1, feed_maxlen=50)
+    feed.ensure_groups()
     for i in range(600):
         store.append(f"m{i}", 0, "c", [ready(f"m{i}", 1)], None)
-    length = client.xlen(keys.feed_key(0))
-    assert length < 600
-    assert length >= 50  # MAXLEN ~ trims whole macro nodes only: at least the cap stays
+    assert client.xlen(keys.feed_key(0)) == 600          # the append trims nothing
+    assert feed.trim() == 0                               # nothing acknowledged: nothing may go
+    got = feed.read(count=100)
+    for d in got[:70]:
+        feed.ack(d)                                       # 70 acknowledged, 30 delivered and pending
+    assert feed.trim() == 70
+    assert client.xlen(keys.feed_key(0)) == 530
+    assert [e.match_id for e in store.read_feed(0, count=1)] == ["m70"]
+    for d in got[70:]:
+        feed.ack(d)
+    assert feed.trim() == 30                              # up to what was delivered, never beyond
+    assert client.xlen(keys.feed_key(0)) == 500
+    client.xgroup_create(keys.feed_key(0), "another", id="0")  # a second group that read nothing
+    for d in feed.read(count=500):
+        feed.ack(d)
+    assert feed.trim() == 0                               # the slowest group decides
     assert store.read_feed(0, count=10_000)[-1].match_id == "m599"
 
 

@@ -28,6 +28,7 @@ from engine.match.commands import CommandBase, ReadyTimeout, TrusteeAct, TurnTim
 from engine.match.errors import Rejected, StaleCommand
 from engine.match.deadline import DeadlineKind
 from engine.store.base import EventStore, WrongVersion
+from engine.store.transient import Backoff, is_transient
 from workers.clock import SystemClock, read_ms
 
 log = logging.getLogger("workers.timers")
@@ -37,6 +38,11 @@ GRACE_ENV = "SK_SWEEP_GRACE_MS"
 DEFAULT_GRACE_MS = 2_000
 
 FireResult = Literal["committed", "duplicate", "stale", "rejected", "conflict"]
+
+#: how long fire() keeps retrying a publish that Redis refuses for a transient reason
+#: (OOM, READONLY, a dropped connection…), in seconds: under dramatiq's time limit; after
+#: that the message fails and is retried by dramatiq, whose re-run publishes again
+PUBLISH_RETRY_S = 20.0
 
 _COMMANDS: dict[str, type[CommandBase]] = {
     "turn": TurnTimeout,
@@ -58,9 +64,31 @@ def _env_int(name: str, default: int) -> int:
     return value
 
 
+#: the command-id limit of the protocol (engine.match.commands.CommandBase.command_id)
+COMMAND_ID_LIMIT = 200
+
+
 def timer_command_id(match_id: str, version: int, kind: str) -> str:
-    """The id of the timer command for one deadline: the same for every firing of it."""
-    return f"timer:{kind}:{version}:{match_id}"
+    """The id of the timer command for one deadline: the same for every firing of it.
+
+    ``timer:<kind>:<version>:<match_id>`` while that fits the 200-character limit of
+    command ids; for a longer match id (the protocol allows 200 characters) the match
+    id is replaced by ``#`` and 40 hex digits of its SHA-256.  Command ids are kept per
+    match, so the short form only has to be unique within one match.
+
+    >>> timer_command_id("m1", 7, "turn")
+    'timer:turn:7:m1'
+    >>> long = timer_command_id("x" * 200, 12345, "trustee")
+    >>> long.startswith("timer:trustee:12345:#"), len(long) <= 200
+    (True, True)
+    """
+    plain = f"timer:{kind}:{version}:{match_id}"
+    if len(plain) <= COMMAND_ID_LIMIT:
+        return plain
+    import hashlib
+
+    digest = hashlib.sha256(match_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    return f"timer:{kind}:{version}:#{digest}"
 
 
 def timer_command(match_id: str, version: int, kind: DeadlineKind | str) -> CommandBase:
@@ -102,6 +130,11 @@ class Runtime:
     #: players (their ``sk:out:<player>`` streams, as the gateway does for their own commands)
     publish: Callable[[CommandBase, Any], None] | None = None
     stats: dict[str, int] = field(default_factory=dict)
+    #: deadlines the sweeper skips for now after failures (workers.sweeper.SweepBackoff)
+    sweep_backoff: Any = None
+    #: timer command ids committed in this process whose publish failed (the retried
+    #: message publishes them again; bounded)
+    unpublished: set[str] = field(default_factory=set)
     _stats_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def now_ms(self) -> int:
@@ -214,14 +247,25 @@ def fire(match_id: str, version: int, kind: str, rt: Runtime | None = None,
     # commit sends one, and the one before it is superseded).
     cached_version = getattr(rt.service, "cached_version", None)
     known = cached_version(match_id) if callable(cached_version) else None
+    if isinstance(known, int) and known > int(version) and cmd.command_id in rt.unpublished:
+        known = None  # committed here but its publish failed: the re-run below publishes it again
     if isinstance(known, int) and known > int(version):
         log.debug("%s %s v%d (%s): stale, the match is at v%d or later", kind, match_id, version, source, known)
         rt.count("stale")
         return "stale"
     try:
-        current_version = rt.service.load_state(match_id).version
-    except Exception:
-        current_version = None
+        state_now = rt.service.load_state(match_id)
+        current_version = state_now.version
+    except Exception as exc:
+        if is_transient(exc):
+            raise  # the store cannot answer: the message is retried (never lost)
+        state_now, current_version = None, None
+    if current_version is not None and current_version > int(version) and rt.publish is not None:
+        # this very deadline may have been committed by a worker that died before it
+        # published (a redelivered message): publish its stored events again
+        if _republish(rt, cmd, state_now):
+            rt.count("duplicate")
+            return "duplicate"
     if current_version is not None and current_version != int(version):
         log.debug("%s %s v%d (%s): stale or duplicate, the match is at v%d",
                   kind, match_id, version, source, current_version)
@@ -256,10 +300,76 @@ def fire(match_id: str, version: int, kind: str, rt: Runtime | None = None,
         rt.count("duplicate")
         return "duplicate"
     if rt.publish is not None:
-        try:
-            rt.publish(cmd, outcome)
-        except Exception:  # the events are stored; the next update carries the full view
-            log.exception("%s %s v%d: could not publish the outcome", kind, match_id, version)
+        publish_outcome(rt, cmd, outcome)
     rt.count("committed")
     rt.count(f"committed_{source}")
     return "committed"
+
+
+def publish_outcome(rt: Runtime, cmd: CommandBase, outcome: Any, retry_s: float | None = None,
+                    sleep: Callable[[float], None] | None = None) -> None:
+    """Publish a committed timer command's outcome, retrying transient Redis failures
+    (OOM, READONLY, LOADING, a dropped connection…) with back-off for ``retry_s``
+    seconds (:data:`PUBLISH_RETRY_S`); then the error propagates, the dramatiq message
+    fails and is retried, and its re-run publishes the stored events again
+    (:func:`fire`).  A MatchFinished update must reach the players (issue 11 §2).
+    A permanent failure (an unencodable view: a bug) is logged; the events are stored."""
+    import time as _time
+
+    if rt.publish is None:
+        return
+    wait = sleep or _time.sleep
+    budget = PUBLISH_RETRY_S if retry_s is None else retry_s
+    end = _time.monotonic() + budget
+    backoff = Backoff(first=0.05, cap=2.0)
+    while True:
+        try:
+            rt.publish(cmd, outcome)
+            rt.unpublished.discard(cmd.command_id)
+            return
+        except Exception as exc:
+            if not is_transient(exc):
+                log.exception("%s: could not publish the outcome (stored; the next update carries "
+                              "the full view)", cmd.command_id)
+                return
+            rt.count("publish_retries")
+            _count_publish_retry()
+            delay = backoff.next()
+            if _time.monotonic() + delay > end:
+                log.error("%s: publishing the outcome failed for %.0fs: %s", cmd.command_id, budget, exc)
+                if len(rt.unpublished) > 10_000:
+                    rt.unpublished.clear()
+                rt.unpublished.add(cmd.command_id)
+                raise
+            log.warning("%s: publish refused (%s), retrying in %.2fs", cmd.command_id, exc, delay)
+            wait(delay)
+
+
+def _count_publish_retry() -> None:
+    try:
+        from projections.metrics import TIMER_PUBLISH_RETRIES
+    except Exception:  # pragma: no cover - metrics are optional here
+        return
+    TIMER_PUBLISH_RETRIES.inc()
+
+
+def _republish(rt: Runtime, cmd: CommandBase, state: Any) -> bool:
+    """If ``cmd`` (a timer command) was applied before, publish its stored events again
+    with the current state; True when it was."""
+    lookup = getattr(rt.store, "command_range", None)
+    if not callable(lookup):
+        return False
+    found = lookup(cmd.match_id, cmd.command_id)
+    if not found:
+        return False
+    first, last = found
+    if last < first:
+        return False
+    events = [e for e in rt.store.load(cmd.match_id, after=first - 1) if e.seq <= last]
+    if not events:
+        return False
+    from engine.service.service import Outcome
+
+    log.info("%s: applied before (seqs %d..%d), publishing its events again", cmd.command_id, first, last)
+    publish_outcome(rt, cmd, Outcome(tuple(events), state, None, True))
+    return True

@@ -28,6 +28,7 @@ from typing import Any
 from dramatiq.middleware import Middleware
 
 from engine.match.deadline import Deadline
+from engine.store.transient import Backoff, is_transient
 from workers import runtime as rt_mod
 
 log = logging.getLogger("workers.sweeper")
@@ -38,31 +39,116 @@ LEASE_KEY = "sk:timers:sweeper-lease"
 MAX_ROUNDS = 20  # pages per sweep; a deadline that cannot be fired never loops forever
 
 
+class SweepBackoff:
+    """Deadlines that failed to fire, skipped until their back-off ends (issue 11 §5).
+
+    A deadline that fails (a bug, an event that cannot be decoded…) would otherwise be
+    fired again every interval, and 200 of them filled every page of the sweep, hiding
+    every other overdue deadline.  Each failure doubles its wait, from ``first_ms`` up
+    to ``cap_ms``; at most ``max_entries`` are remembered (the oldest are forgotten).
+
+    >>> b = SweepBackoff(first_ms=1000, cap_ms=4000)
+    >>> key = ("m1", 5, "turn")
+    >>> b.failed(key, now_ms=0), b.failed(key, now_ms=0), b.failed(key, now_ms=0), b.failed(key, now_ms=0)
+    (1000, 2000, 4000, 4000)
+    >>> b.skip(key, now_ms=3999), b.skip(key, now_ms=4000)
+    (True, False)
+    """
+
+    def __init__(self, first_ms: int = 1_000, cap_ms: int = 60_000, max_entries: int = 10_000):
+        self.first_ms = first_ms
+        self.cap_ms = cap_ms
+        self.max_entries = max_entries
+        self._entries: dict[tuple[str, int, str], tuple[int, int]] = {}  # key -> (failures, retry at)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def skip(self, key: tuple[str, int, str], now_ms: int) -> bool:
+        with self._lock:
+            entry = self._entries.get(key)
+        return entry is not None and now_ms < entry[1]
+
+    def failed(self, key: tuple[str, int, str], now_ms: int) -> int:
+        """Record a failure; returns the wait before the next try, in ms."""
+        with self._lock:
+            n = self._entries.pop(key, (0, 0))[0] + 1
+            wait = min(self.first_ms * 2 ** (n - 1), self.cap_ms)
+            self._entries[key] = (n, now_ms + wait)
+            while len(self._entries) > self.max_entries:
+                del self._entries[next(iter(self._entries))]
+            return wait
+
+    def done(self, key: tuple[str, int, str]) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+
+def backoff_of(rt: rt_mod.Runtime) -> SweepBackoff:
+    """The runtime's sweep back-off (one per process's runtime: the thread and the actor share it)."""
+    b = getattr(rt, "sweep_backoff", None)
+    if b is None:
+        b = SweepBackoff()
+        rt.sweep_backoff = b
+    return b
+
+
+def _observe_failure(kind: str, backoff: SweepBackoff) -> None:
+    try:
+        from projections import metrics
+    except Exception:  # pragma: no cover - metrics are optional here
+        return
+    metrics.observe_sweeper_failure(kind)
+    metrics.SWEEPER_BACKING_OFF.set(len(backoff))
+
+
 def sweep(rt: rt_mod.Runtime | None = None, *, now_ms: int | None = None,
-          grace_ms: int | None = None, limit: int = 200) -> list[tuple[Deadline, str]]:
-    """Fire the deadlines overdue by more than ``grace_ms``; returns what was done."""
+          grace_ms: int | None = None, limit: int = 200,
+          backoff: SweepBackoff | None = None) -> list[tuple[Deadline, str]]:
+    """Fire the deadlines overdue by more than ``grace_ms``; returns what was done.
+
+    A deadline whose firing fails is skipped (result ``"error"``), counted
+    (``shuangkou_sweeper_failures_total``) and retried with back-off (``backoff``):
+    the sweep reads past it, so failing deadlines never hide the others.  A
+    transient Redis failure (the store is down or refusing writes) ends the sweep:
+    it propagates, and the next interval tries again.
+    """
     rt = rt or rt_mod.current()
+    backoff = backoff_of(rt) if backoff is None else backoff
     now = rt.now_ms() if now_ms is None else now_ms
     grace = rt.grace_ms if grace_ms is None else grace_ms
     done: list[tuple[Deadline, str]] = []
     seen: set[tuple[str, int, str]] = set()
     for _ in range(MAX_ROUNDS):
-        due = [d for d in rt.store.due_deadlines(now - grace, limit)
-               if (d.match_id, d.version, d.kind) not in seen]
+        ask = limit + len(seen)  # read past what this sweep already handled or skipped
+        page = rt.store.due_deadlines(now - grace, ask)
+        due = [d for d in page if (d.match_id, d.version, d.kind) not in seen]
         if not due:
             break
         for d in due:
-            seen.add((d.match_id, d.version, d.kind))
+            key = (d.match_id, d.version, d.kind)
+            seen.add(key)
+            if backoff.skip(key, now):
+                done.append((d, "backoff"))
+                continue
             try:
                 result = rt_mod.fire(d.match_id, d.version, d.kind, rt, source="sweeper")
-            except Exception:
-                log.exception("sweeper: firing %s %s v%d failed", d.kind, d.match_id, d.version)
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                wait = backoff.failed(key, now)
+                log.exception("sweeper: firing %s %s v%d failed (skipped, retried in %d ms)",
+                              d.kind, d.match_id[:80], d.version, wait)
+                _observe_failure(d.kind, backoff)
                 result = "error"
+            else:
+                backoff.done(key)
             if result == "committed":
                 log.info("sweeper fired %s deadline of %s v%d, %d ms overdue",
                          d.kind, d.match_id, d.version, now - d.at_ms)
             done.append((d, result))
-        if len(due) < limit:
+        if len(page) < ask:
             break
     return done
 
@@ -80,6 +166,7 @@ class SweeperThread(threading.Thread):
         self._stop_event = threading.Event()
         self.sweeps = 0
         self.fired = 0
+        self.failed = 0
 
     def _lease(self) -> bool:
         if self.lease_client is None:
@@ -92,15 +179,24 @@ class SweeperThread(threading.Thread):
             return True
 
     def run(self) -> None:
-        while not self._stop_event.wait(self.interval):
+        outage = Backoff(first=self.interval, cap=10.0)  # Redis down: sweep less often
+        wait = self.interval
+        while not self._stop_event.wait(wait):
+            wait = self.interval
             if not self._lease():
                 continue
             try:
                 done = sweep(self.runtime)
                 self.sweeps += 1
                 self.fired += sum(1 for _, r in done if r == "committed")
-            except Exception:
-                log.exception("sweeper: sweep failed (retrying next interval)")
+                self.failed += sum(1 for _, r in done if r == "error")
+                outage.reset()
+            except Exception as exc:
+                wait = outage.next()
+                if is_transient(exc):
+                    log.warning("sweeper: the store is unavailable (%s), retrying in %.2fs", exc, wait)
+                else:
+                    log.exception("sweeper: sweep failed (retrying in %.2fs)", wait)
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop_event.set()

@@ -22,6 +22,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "play": ("engine.cli.play", "play a match against the bot in the terminal"),
     "serve": ("engine.cli.serve", "run the command service and projections on real Redis"),
     "config": ("engine.cli.config_cmd", "check an operator config file"),
+    "gateway": ("engine.cli.gateway", "run the players' WebSocket gateway (lobby, tables, spectators)"),
+    "token": ("engine.cli.token_cmd", "mint a gateway session token (JWT) for tests and development"),
+    "export": ("engine.cli.export", "write one stored match as a JSON Lines file (for replay --events and the viewer)"),
+    "matches": ("engine.cli.matches", "find stored matches by player, start time or room (disputes)"),
+    "reconcile": ("engine.cli.reconcile", "settle finished matches that have no settlement (exactly once)"),
 }
 
 

@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", action="store_true", help="print every reading, best first")
     parser.add_argument("--heavenly", choices=("top", "bottom"), default="top",
                         help="position of the heavenly bomb among 7-xiang bombs (R-3.9)")
+    parser.add_argument("--no-chain-bomb-twos", dest="chain_bomb_twos", action="store_false",
+                        help="read as a room with chain_bomb_twos = false: chain bombs end at A (R-2.2)")
 
 
 def _reading(combo, cards_text: str) -> dict[str, object]:
@@ -52,20 +54,20 @@ def run(args: argparse.Namespace) -> int:
 
     beat = None
     if beat_cards is not None:
-        beat = classify(beat_cards, heavenly=args.heavenly)
+        beat = classify(beat_cards, heavenly=args.heavenly, chain_bomb_twos=args.chain_bomb_twos)
         if beat is None:
             raise CliError(f"--beat {args.beat!r} is not a combination")
 
     if args.all:
-        readings = interpretations(cards, heavenly=args.heavenly)
+        readings = interpretations(cards, heavenly=args.heavenly, chain_bomb_twos=args.chain_bomb_twos)
         print(json.dumps({"cards": text, "readings": [_reading(c, text) for c in readings]},
                          ensure_ascii=False))
         return 0 if readings else 1
 
-    combo = classify(cards, beat=beat, heavenly=args.heavenly)
+    combo = classify(cards, beat=beat, heavenly=args.heavenly, chain_bomb_twos=args.chain_bomb_twos)
     beats = combo is not None
     if combo is None and beat is not None:
-        combo = classify(cards, heavenly=args.heavenly)  # a combination that does not beat: say so
+        combo = classify(cards, heavenly=args.heavenly, chain_bomb_twos=args.chain_bomb_twos)  # a combination that does not beat: say so
     out: dict[str, object] = {"cards": text, "kind": None} if combo is None else _reading(combo, text)
     if beat is not None:
         out["beats"] = beats

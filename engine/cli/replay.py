@@ -1,14 +1,21 @@
 """``shuangkou replay MATCH_ID --redis URL | --events FILE [--json] [--all]``.
 
 Rebuild a match from its stored events, print it play by play in card
-notation, check the stream (:func:`engine.match.replay.check_stream`: seq, match
+notation -- with each event's UTC time, the time each turn took, a separator
+between tricks and both players' cards left after each play
+(:mod:`projections.timeline`) -- and the settlement term by term with its
+numbers (X·a·b + X·(c_W − c_L), each player's effective xiang and its source);
+check the stream (:func:`engine.match.replay.check_stream`: seq, match
 id, 108-card accounting, the rules of each play) and settle it
 (:func:`projections.settlement.settle`).  Exit 0 when sound, 1 when a problem
 is found, 2 on bad input.  There is no persistent embedded store, so the
-events come from Redis (``--redis``) or from a JSON file as printed by
-``shuangkou run-script --json`` (``--events``).  ``--all`` checks every match
-in the store (one summary line each, or a JSON list).  ``--redis`` defaults to
-``$SK_REDIS_URL``, as for ``shuangkou serve``.
+events come from Redis (``--redis``) or from a file (``--events``): an export
+(``shuangkou export``, JSON Lines) or JSON as printed by ``shuangkou run-script
+--json``.  ``--all`` checks every match in the store (one summary line each, or
+a JSON list).  ``--redis`` defaults to ``$SK_REDIS_URL``, as for ``shuangkou
+serve``.  An unknown match id says "no such match" (exit 1).  ``--json``
+carries the full event list (``events``), its length (``event_count``), the
+timeline ``steps`` and the ``settlement_lines``.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 
@@ -23,48 +31,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("match_id", nargs="?", help="the match to replay (optional with --events/--all)")
     parser.add_argument("--redis", metavar="URL", default=None,
                         help="Redis URL of the event store (default $SK_REDIS_URL)")
-    parser.add_argument("--events", metavar="FILE", help='a JSON file {"events": [...]} as printed by run-script --json')
+    parser.add_argument("--events", metavar="FILE",
+                        help="an export (shuangkou export, JSON Lines) or a JSON file {\"events\": [...]} "
+                             "as printed by run-script --json")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--all", action="store_true", help="check every match in the store")
 
 
 def _load_file(path: str) -> dict[str, list[Any]]:
+    """Events by match from an export (JSON Lines, ``shuangkou export``) or a JSON events file."""
     from engine.cli import CliError
-    from engine.match.events import EventDecodeError, event_from_dict
+    from engine.tools.export import ExportFormatError, parse_events_text
 
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, json.JSONDecodeError) as exc:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
         raise CliError(f"cannot read events from {path}: {exc}") from None
-    raw = data.get("events") if isinstance(data, dict) else data
-    if not isinstance(raw, list):
-        raise CliError(f"{path}: expected {{\"events\": [...]}} or a list of events")
-    if not raw:
-        raise CliError(f"{path} holds no events")
-    by_match: dict[str, list[Any]] = {}
-    for n, item in enumerate(raw):
-        if not isinstance(item, dict):
-            raise CliError(f"{path}: event {n} is not an object")
-        try:
-            e = event_from_dict(item)
-        except EventDecodeError as exc:
-            why = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-            raise CliError(f"{path}: event {n}: {why}") from None
-        by_match.setdefault(e.match_id, []).append(e)
-    return by_match
+    try:
+        return parse_events_text(text).by_match
+    except ExportFormatError as exc:
+        raise CliError(f"{path}: {exc}") from None
 
 
 COMPARED = ("winner", "kou", "cards_left", "scores", "burned")
 
 
-def compare_stored(result: dict[str, Any], stored: Any) -> tuple[list[str], str]:
+def compare_stored(result: dict[str, Any], stored: Any, required: bool = False,
+                   parked: str | None = None) -> tuple[list[str], str]:
     """Check a recomputed settlement against the projection's stored one.
 
     Returns (problems, note): a difference in any of ``COMPARED`` is a problem;
-    a finished match the projection has not settled yet is only a note.
+    a finished match the projection has not settled yet is only a note, unless
+    ``required`` (``replay --all``: every finished match must be settled) or the
+    settlement was parked (refused for good; ``parked`` is its reason).
     """
     if stored is None:
+        if parked is not None:
+            return [f"no settlement: it was parked ({parked}); fix it, then shuangkou reconcile"], ""
+        if required:
+            return ["finished but not settled (run shuangkou reconcile)"], ""
         return [], "stored settlement: none yet (the projection has not settled this match)"
     mine, theirs = result, stored.to_json()
     diffs = [f"{k}: replayed {mine.get(k)!r} != stored {theirs.get(k)!r}"
@@ -74,18 +80,33 @@ def compare_stored(result: dict[str, Any], stored: Any) -> tuple[list[str], str]
     return [], "stored settlement: matches the replay"
 
 
-def report(match_id: str, events: list[Any], ledger: Any = None) -> dict[str, Any]:
-    """Problems, final phase and settlement of one match's events (and, given the
-    projection's ledger, whether its stored settlement agrees)."""
-    from engine.match.replay import check_stream, replay
-    from engine.tools.script import narrate, result_of
+def report(match_id: str, events: list[Any], ledger: Any = None, require_settlement: bool = False,
+           stored: Any = None) -> dict[str, Any]:
+    """Problems, final phase, settlement and timeline of one match's events (and,
+    given the projection's ledger, or the ``stored`` settlement of an archive, whether it
+    agrees; with ``require_settlement`` a finished match without one is a problem).
 
-    problems = check_stream(events) if events else [f"no events for match {match_id!r}"]
+    ``events`` in the report is the full event list as JSON objects;
+    ``event_count`` its length; ``steps`` the :func:`projections.timeline.timeline`
+    steps (time, time per turn, trick, who acted, both hands after each event).
+    """
+    from engine.match.replay import check_stream, replay
+    from engine.tools.script import result_of
+    from projections.timeline import settlement_lines, timeline, timeline_lines
+
+    if not events:
+        return {"match_id": match_id, "events": [], "event_count": 0, "phase": None,
+                "problems": [f"no such match: {match_id!r}"], "notes": [], "result": {"winner": None},
+                "steps": [], "settlement_lines": [], "lines": [], "missing": True}
+    problems = check_stream(events)
+    t = timeline(events)
+    base = {"match_id": match_id, "events": [e.model_dump(mode="json") for e in events],
+            "event_count": len(events), "steps": t["steps"], "lines": timeline_lines(t)}
     try:
         state = replay(events, match_id=match_id)
     except Exception:  # apply refused an event: check_stream reported where
-        return {"match_id": match_id, "events": len(events), "phase": None, "problems": problems,
-                "notes": [], "result": {"winner": None}, "lines": narrate(events)}
+        return {**base, "phase": None, "problems": problems, "notes": [], "result": {"winner": None},
+                "settlement_lines": []}
     try:
         result = result_of(events, state)
     except Exception as exc:  # a settlement bug must not hide the replay
@@ -99,12 +120,18 @@ def report(match_id: str, events: list[Any], ledger: Any = None) -> dict[str, An
         if state.finished.reason == "out" and scores and sum(scores.values()) != 0:
             problems.append(f"scores of a normal finish are not zero-sum: {scores}")
     notes: list[str] = []
-    if ledger is not None and state.phase == "finished" and "error" not in result:
-        found, note = compare_stored(result, ledger.settlement(match_id))
+    if (ledger is not None or stored is not None) and state.phase == "finished" and "error" not in result:
+        if stored is None:
+            stored = ledger.settlement(match_id)
+        parked = None
+        if stored is None and ledger is not None:
+            parked = (ledger.parked().get(match_id) or {}).get("reason")
+        found, note = compare_stored(result, stored, required=require_settlement, parked=parked)
         problems += found
         notes += [note] if note else []
-    return {"match_id": match_id, "events": len(events), "phase": state.phase,
-            "problems": problems, "notes": notes, "result": result, "lines": narrate(events)}
+    lines = settlement_lines(result) if result.get("winner") is not None and "error" not in result else []
+    return {**base, "phase": state.phase, "problems": problems, "notes": notes, "result": result,
+            "settlement_lines": lines}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -125,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         matches = _load_file(args.events)
         if args.match_id and not args.all:
             if args.match_id not in matches:
-                raise CliError(f"{args.events} holds no events of match {args.match_id!r}")
+                raise CliError(f"no such match: {args.events} holds no events of match {args.match_id!r}")
             matches = {args.match_id: matches[args.match_id]}
     else:
         try:
@@ -145,12 +172,12 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:
             raise CliError(f"cannot load from {args.redis}: {exc}") from None
     try:
-        reports = [report(mid, evs, ledger) for mid, evs in matches.items()]
+        reports = [report(mid, evs, ledger, require_settlement=bool(args.all)) for mid, evs in matches.items()]
     except Exception as exc:  # the ledger's Redis went away mid-check
         raise CliError(f"cannot read the stored settlements from {args.redis}: {exc}") from None
     bad = any(r["problems"] for r in reports)
     if args.json:
-        out = [{k: v for k, v in r.items() if k != "lines"} for r in reports]
+        out = [{k: v for k, v in r.items() if k not in ("lines", "missing")} for r in reports]
         print(json.dumps(out if args.all else out[0], ensure_ascii=False))
         return 1 if bad else 0
     from engine.tools.script import format_result
@@ -158,11 +185,17 @@ def run(args: argparse.Namespace) -> int:
     for r in reports:
         if args.all:
             status = "ok" if not r["problems"] else f"{len(r['problems'])} problem(s)"
-            print(f"{r['match_id']}: {r['events']} events, {r['phase']}, {status}")
+            print(f"{r['match_id']}: {r['event_count']} events, {r['phase']}, {status}")
+        elif r.get("missing"):
+            print(f"shuangkou replay: no such match: {r['match_id']!r}", file=sys.stderr)
         else:
             for line in r["lines"]:
                 print(line)
             print(format_result(r["result"]))
+            if r["settlement_lines"]:
+                print("settlement (R-8.6: W gets X·a·b + X·(c_W − c_L); L the negation):")
+                for line in r["settlement_lines"]:
+                    print(f"  {line}")
         for p in r["problems"]:
             print(f"  problem: {p}")
         if not args.all:

@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from engine.cli import CliError
-    from engine.tools.script import ScriptError, format_result, load_script, narrate, run_script
+    from engine.match.narrate import narrate
+    from engine.tools.script import ScriptError, format_result, load_script, run_script
 
     try:
         data = load_script(args.file)

@@ -53,9 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(refreshed on every write; default 86400)")
     parser.add_argument("--outbox-maxlen", type=int, default=200, metavar="N",
                         help="entries kept per outbox/reply stream (MAXLEN ~; default 200)")
-    parser.add_argument("--full-view-every", type=int, default=30, metavar="N",
+    parser.add_argument("--full-view-every", type=int, default=40, metavar="N",
                         help="an update carries the player's full view at least every N match versions "
-                             "(and on a join, the deal, the finish, a Sync; 1: always; default 30)")
+                             "(and on a join, the deal, the finish, a Sync; 1: always; default 40)")
+    parser.add_argument("--reconcile-every", type=float, default=300.0, metavar="SECONDS",
+                        help="settle finished matches without a settlement every SECONDS "
+                             "(shuangkou reconcile; 0: never; default 300)")
     parser.add_argument("--log-level", default=os.environ.get("SK_LOG_LEVEL", "INFO"))
 
 
@@ -120,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     store = metrics.InstrumentedStore(raw_store)
     clock = SystemClock()
     rng = random.SystemRandom()  # R-1.5: unpredictable deals in production
-    # one state cache for the process: the gateway's commands and the in-process timer fires
+    # one state cache for the process: the inbox consumers' commands and the in-process timer fires
     # decide against it (engine.service.state_cache; the append's version check validates it)
     cache_kwargs: dict = {"state_cache": StateCache(args.state_cache) if args.state_cache else None,
                           "cache_size": 0}  # no second cache beside the shared one
@@ -152,8 +155,9 @@ def run(args: argparse.Namespace) -> int:
     # each consumer refuses the command types its channel does not carry
     delivery = {"outbox_ttl": args.outbox_ttl, "outbox_maxlen": args.outbox_maxlen,
                 "full_view_every": args.full_view_every}
-    gateway = InboxConsumer(client, ChannelService(isvc, PLAYER), consumer, stream=PLAYER.stream, **delivery,
-                            on_dead=lambda _code, _reason: metrics.observe_dead_letter("inbox"))
+    player_consumer = InboxConsumer(client, ChannelService(isvc, PLAYER), consumer, stream=PLAYER.stream,
+                                    **delivery,
+                                    on_dead=lambda _code, _reason: metrics.observe_dead_letter("inbox"))
     ops_consumer = InboxConsumer(client, ChannelService(isvc, OPS), consumer, stream=OPS.stream, **delivery,
                                  on_dead=lambda _code, _reason: metrics.observe_dead_letter("ops"))
     stop = threading.Event()
@@ -173,17 +177,29 @@ def run(args: argparse.Namespace) -> int:
             if applied:
                 metrics.observe_settlement(s.scores, s.mode)
 
-        runner = ProjectionRunner(raw_store, RedisLedger(client), RedisFeed(client, consumer=consumer),
+        runner = ProjectionRunner(raw_store, RedisLedger(client),
+                                  RedisFeed(client, consumer=consumer, buckets=raw_store.buckets,
+                                            feed_maxlen=raw_store.feed_maxlen),
                                   on_settled=settled,
-                                  on_error=lambda _match, _reason: metrics.observe_dead_letter("feed"))
-        t = threading.Thread(target=runner.run_forever, args=(stop,), name="projections", daemon=True)
+                                  on_error=lambda _match, _reason: metrics.observe_dead_letter("feed"),
+                                  on_parked=lambda _match, code, _reason: metrics.observe_parked(code))
+
+        def reconciled(report) -> None:
+            metrics.observe_reconciled(len(report.settled))
+            if report.settled:
+                log.warning("reconcile settled %d finished match(es) the feed had lost", len(report.settled))
+
+        every = args.reconcile_every if args.reconcile_every and args.reconcile_every > 0 else None
+        t = threading.Thread(target=runner.run_forever, args=(stop,), name="projections", daemon=True,
+                             kwargs={"reconcile_every_s": every, "on_reconciled": reconciled})
         threads.append(t)
 
     server = None
     if args.metrics_port is not None:
         buckets = getattr(raw_store, "buckets", keys.DEFAULT_BUCKETS)
         feeds = [keys.feed_key(b) for b in range(buckets)] + [keys.INBOX, keys.OPS]
-        extra = [metrics.FeedLagCollector(client, feeds)]
+        extra = [metrics.FeedLagCollector(client, feeds),
+                 metrics.RedisMemoryCollector({"store": client, **({"broker": broker_client} if broker_client else {})})]
         if broker_client is not None:
             extra.append(metrics.DeadLetterQueueCollector(broker_client, queues=("sk-timers",),
                                                           namespace="sk-dramatiq"))
@@ -207,11 +223,11 @@ def run(args: argparse.Namespace) -> int:
     for t in threads:
         t.start()
     log.info("serving: consumer %s, channels %s + %s (group %s), timers %s, projections %s", consumer,
-             gateway.inbox, ops_consumer.inbox, gateway.group, "dramatiq " + broker_url.split("@")[-1] if broker_url else "in-process",
+             player_consumer.stream, ops_consumer.stream, player_consumer.group, "dramatiq " + broker_url.split("@")[-1] if broker_url else "in-process",
              "on" if runner is not None else "off")
     print(f"ready consumer={consumer}", flush=True)
     try:
-        gateway.run(stop, block_ms=500, count=args.batch, reclaim_every_s=15.0, min_idle_ms=30_000)
+        player_consumer.run(stop, block_ms=500, count=args.batch, reclaim_every_s=15.0, min_idle_ms=30_000)
     finally:
         stop.set()
         for t in threads:
@@ -221,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
         if server is not None:
             server.shutdown()
         metrics.mark_process_dead()
-        for c in (gateway, ops_consumer):
+        for c in (player_consumer, ops_consumer):
             s = c.stats
             log.info("stopped %s: %d messages handled (%d accepted, %d rejected, %d duplicates, %d dead)",
                      c.inbox, s.processed, s.accepted, s.rejected, s.duplicates, s.dead)

@@ -57,6 +57,7 @@ from engine.rules.cards import (
     CardNotationError,
     deal_from_deck,
     format_ranks,
+    missing_in_hand,
     resolve_in_hand,
 )
 from engine.rules.combo import Combo, beats
@@ -475,8 +476,8 @@ def _play_cmd(b: _Builder, c: Play) -> None:
         if resolved == []:
             raise BadCommand(f"{c.player}'s play names no cards")
         if resolved is None:
-            raise NotInHand(f"{c.player} does not hold {c.text.strip()} "
-                            f"(hand: {format_ranks(s.seat(i).hand)})")
+            missing = " ".join(missing_in_hand(c.text, s.seat(i).hand))
+            raise NotInHand(f"{c.player} does not hold {missing} (named: {' '.join(c.text.split())})")
         cards = tuple(resolved)
     combo = _reading_for(s, i, cards, c.reading_kind, c.reading_rank)
     _play(b, i, cards, combo, "player")

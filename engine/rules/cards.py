@@ -165,6 +165,31 @@ def resolve_in_hand(text: str | Iterable[str], hand: Iterable[Card]) -> list[Car
     return [c for c in out if c is not None]
 
 
+def missing_in_hand(text: str | Iterable[str], hand: Iterable[Card]) -> list[str]:
+    """The named cards the hand cannot supply, in notation (empty when it holds them all).
+
+    Matched the way :func:`resolve_in_hand` takes cards: suited names first.
+
+    >>> hand = parse_cards("2 2 3H 5")
+    >>> missing_in_hand("2 2 2 2 3", hand), missing_in_hand("3S 5", hand), missing_in_hand("2 5", hand)
+    (['2', '2'], ['3S'], [])
+    """
+    free = sorted(hand)
+    parsed = parse_tokens(text)
+    missing: list[tuple[int, str]] = []
+    for pass_suited in (True, False):
+        for i, (r, s) in enumerate(parsed):
+            if (s is not None) != pass_suited:
+                continue
+            for c in free:
+                if rank_of(c) == r and (s is None or suit_of(c) == s):
+                    free.remove(c)
+                    break
+            else:
+                missing.append((i, RANK_LABELS[r] + (s or "")))
+    return [label for _, label in sorted(missing)]
+
+
 def parse_cards(text: str | Iterable[str]) -> list[Card]:
     """Parse card notation into physical card ids.
 

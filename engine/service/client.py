@@ -42,6 +42,7 @@ from engine.match.commands import (
     Sync,
     encode_command,
 )
+from engine.service.publish import expand_event
 from engine.store import keys
 from engine.store.redis_store import stream_replies
 
@@ -99,10 +100,9 @@ class OutMessage:
                 body.setdefault("version", int(version))
             if "events" in body:
                 body.setdefault("duplicate", False)
-            for e in body.get("events", ()):
-                if isinstance(e, dict):
-                    e.setdefault("match_id", match_id)
-                    e.setdefault("command_id", command_id)
+            if isinstance(body.get("events"), list):
+                body["events"] = [expand_event(e, match_id, command_id) if isinstance(e, dict) else e
+                                  for e in body["events"]]
         return cls(id=_s(entry_id), kind=_s(f.get("kind", b"")), match_id=_s(f.get("match", b"")),
                    command_id=_s(f.get("command_id", b"")),
                    version=None if version is None else int(version),

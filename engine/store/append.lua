@@ -10,7 +10,8 @@
 -- ARGV[1]  match id
 -- ARGV[2]  expected version (seq of the last event the caller saw; 0 = new match)
 -- ARGV[3]  command id
--- ARGV[4]  feed cap (approximate MAXLEN of the feed stream)
+-- ARGV[4]  unused (was the feed cap: the feed is trimmed only below what every projection
+--          group acknowledged, by projections/runner.py RedisFeed.trim, never here)
 -- ARGV[5]  deadline at_ms, or "" to clear the match's deadline
 -- ARGV[6]  deadline info "<version>|<kind>|<at_ms>" (ignored when ARGV[5] is "")
 -- ARGV[7…] the events' msgpack payloads, seq expected+1, expected+2, …
@@ -48,8 +49,7 @@ end
 local version = expected + n
 redis.call('HSET', KEYS[2], ARGV[3], (expected + 1) .. '-' .. version)
 if n > 0 then
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*',
-             'match', ARGV[1], 'from', expected + 1, 'to', version)
+  redis.call('XADD', KEYS[3], '*', 'match', ARGV[1], 'from', expected + 1, 'to', version)
 end
 if ARGV[5] == '' then
   redis.call('ZREM', KEYS[4], ARGV[1])

@@ -135,6 +135,12 @@ class EventStore(ABC):
     def bucket_of(self, match_id: str) -> int:
         """The bucket (0 … ``buckets``-1) a match's feed notifications and deadline go to."""
 
+    def command_range(self, match_id: str, command_id: str) -> tuple[int, int] | None:
+        """The seqs ``(first, last)`` a command id appended (``first > last``: none), or None
+        when the id was never applied.  Scans the stream here; the stores look it up."""
+        seqs = [e.seq for e in self.load(match_id) if e.command_id == command_id]
+        return (seqs[0], seqs[-1]) if seqs else None
+
     @abstractmethod
     def read_feed(self, bucket: int, after: str = "0-0", count: int = 1000) -> list[FeedEntry]:
         """Feed notifications of ``bucket`` after position ``after``, oldest first.

@@ -16,7 +16,8 @@ key                                         type    holds
                                                     appended no events)
 ``sk:{b<N>}:m:<match_id>:snap``             string  msgpack ``[version, state bytes]``
 ``sk:{b<N>}:feed``                          stream  one entry per append: ``match``, ``from``,
-                                                    ``to`` (seqs), capped ``MAXLEN ~``
+                                                    ``to`` (seqs); trimmed only below what every
+                                                    projection group acknowledged
 ``sk:{b<N>}:deadlines``                     zset    member match id, score ``at_ms``
 ``sk:{b<N>}:deadline_info``                 hash    match id -> ``"<version>|<kind>|<at_ms>"``
 ``sk:{b<N>}:matches``                       set     ids of the bucket's matches

@@ -73,6 +73,10 @@ class InMemoryEventStore(EventStore):
                 self._deadlines[match_id] = deadline
             return AppendResult(version=version, duplicate=False, events=tuple(events))
 
+    def command_range(self, match_id: str, command_id: str) -> tuple[int, int] | None:
+        with self._lock:
+            return self._commands.get(match_id, {}).get(command_id)
+
     def load(self, match_id: str, after: int = 0) -> list[EventBase]:
         if after < 0:
             raise ValueError("after must be >= 0")

@@ -188,6 +188,14 @@ class RedisEventStore(EventStore):
             raise ValueError("after must be >= 0")
         return self._range(match_id, after + 1, None)
 
+    def command_range(self, match_id: str, command_id: str) -> tuple[int, int] | None:
+        _, ks = self._match_keys(match_id)
+        raw = self.client.hget(ks[1], command_id)
+        if raw is None:
+            return None
+        first, _, last = _s(raw).partition("-")
+        return int(first), int(last)
+
     def version(self, match_id: str) -> int:
         _, ks = self._match_keys(match_id)
         last = self.client.xrevrange(ks[0], max="+", min="-", count=1)

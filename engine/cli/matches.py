@@ -1,0 +1,148 @@
+"""``shuangkou matches --redis URL [--player P] [--since T] [--room R] [--json]``: find matches for a dispute.
+
+Lists the matches in the store, newest first, one line each: id, start time
+(UTC), room and mode, the two players, phase, winner, kou and scores (the
+ledger's stored settlement when there is one, else recomputed from the
+events; ``settled`` says which).  Filters:
+
+* ``--player P``: P was seated in the match;
+* ``--since T``: the match started at or after T -- an ISO date or time
+  (``2026-12-01``, ``2026-12-01T10:30``, UTC unless it names a zone), ms
+  since the epoch, or an age (``90m``, ``2h``, ``7d``);
+* ``--room R``: the room config's name (``points``, ``wealth``…).
+
+Read-only (the read-only Redis user is enough).  Exit 0 (also when nothing
+matches: an empty list), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import json
+import re
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--redis", metavar="URL", default=None,
+                        help="Redis URL of the event store (default $SK_REDIS_URL)")
+    parser.add_argument("--player", metavar="P", help="only matches where P was seated")
+    parser.add_argument("--since", metavar="T", help="only matches started at or after T (ISO time, ms, or 2h / 7d)")
+    parser.add_argument("--room", metavar="R", help="only matches of this room (config name)")
+    parser.add_argument("--json", action="store_true", help="print a JSON list")
+
+
+_AGE = re.compile(r"^(\d+)\s*([smhd])$")
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_since(text: str, now_ms: int) -> int:
+    """ms since the epoch of ``--since``.
+
+    >>> parse_since("1700000000000", 0), parse_since("2h", 10_000_000)
+    (1700000000000, 2800000)
+    >>> parse_since("2023-11-14T22:13:20", 0)
+    1700000000000
+    """
+    from engine.cli import CliError
+
+    t = text.strip()
+    if t.isdigit():
+        return int(t)
+    m = _AGE.match(t)
+    if m:
+        return now_ms - int(m.group(1)) * _UNIT_MS[m.group(2)]
+    try:
+        dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(f"--since {text!r}: give an ISO date/time (2026-12-01T10:30), ms since the epoch, "
+                       "or an age such as 2h or 7d") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1000)
+
+
+def summary(match_id: str, events: list[Any], stored: Any) -> dict[str, Any]:
+    """One match as the listing shows it (no hands: a summary for finding matches)."""
+    from engine.match.events import MatchCreated, MatchFinished, PlayerRemoved, PlayerSeated
+    from projections.settlement import settle
+    from projections.timeline import format_ts
+
+    room = mode = None
+    players: dict[str, int] = {}
+    finish = None
+    for e in events:
+        if isinstance(e, MatchCreated):
+            room, mode = e.config.get("name"), e.config.get("mode")
+        elif isinstance(e, PlayerSeated):
+            players[e.player] = e.seat
+        elif isinstance(e, PlayerRemoved):
+            players.pop(e.player, None)
+        elif isinstance(e, MatchFinished):
+            finish = e
+    scores: dict[str, int] | None = None
+    kou = None
+    if stored is not None:
+        scores, kou = dict(stored.scores), stored.kou
+    elif finish is not None:
+        try:
+            s = settle(events)
+            scores, kou = (dict(s.scores), s.kou) if s is not None else (None, None)
+        except Exception:  # an unsettleable match still lists; replay says why
+            scores = None
+    started = events[0].ts if events else None
+    return {
+        "match_id": match_id, "started_ms": started, "started": format_ts(started) if started else None,
+        "finished_ms": finish.ts if finish else None, "room": room, "mode": mode,
+        "players": sorted(players, key=lambda p: players[p]), "phase": "finished" if finish else "open",
+        "winner": finish.winner if finish else None, "reason": finish.reason if finish else None,
+        "kou": kou, "scores": scores, "settled": stored is not None, "events": len(events),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.cli import CliError
+    from engine.cli.export import read_only_store
+    from projections.ledger import RedisLedger
+
+    since = parse_since(args.since, int(time.time() * 1000)) if args.since else None
+    args.redis = args.redis or os.environ.get("SK_REDIS_URL") or None
+    if not args.redis:
+        raise CliError("give --redis URL (or set SK_REDIS_URL)")
+    store = read_only_store(args.redis)
+    ledger = RedisLedger(store.client)
+    rows: list[dict[str, Any]] = []
+    try:
+        for mid in store.match_ids():
+            events = store.load(mid)
+            if not events:
+                continue
+            row = summary(mid, events, ledger.settlement(mid))
+            if args.player and args.player not in row["players"]:
+                continue
+            if args.room and row["room"] != args.room:
+                continue
+            if since is not None and (row["started_ms"] or 0) < since:
+                continue
+            rows.append(row)
+    except CliError:
+        raise
+    except Exception as exc:
+        raise CliError(f"cannot read matches from {args.redis}: {exc}") from None
+    rows.sort(key=lambda r: (-(r["started_ms"] or 0), r["match_id"]))
+    if args.json:
+        print(json.dumps(rows, ensure_ascii=False))
+        return 0
+    if not rows:
+        print("no matches")
+        return 0
+    for r in rows:
+        scores = ", ".join(f"{p} {v:+d}" for p, v in (r["scores"] or {}).items())
+        result = (f"{r['winner']} wins ({r['reason']}, kou {r['kou']}): {scores}"
+                  + ("" if r["settled"] else " [not settled yet]")) if r["winner"] else "not finished"
+        print(f"{r['match_id']}  {r['started']}  {r['room']} ({r['mode']})  "
+              f"{' vs '.join(r['players'])}  {result}")
+    return 0

@@ -1,0 +1,115 @@
+"""The match export file (``shuangkou export``): JSON Lines, one match per file.
+
+Line 1 is a header, every further line one event as JSON
+(``EventBase.model_dump(mode="json")``, the same objects ``run-script --json``
+prints)::
+
+    {"export": "shuangkou-match", "format": 1, "match_id": "m1", "exported_at_ms": 1700000000000,
+     "events": 13, "settlement": {...} | null}
+    {"type": "MatchCreated", "match_id": "m1", "seq": 1, ...}
+    {"type": "PlayerSeated", ...}
+
+``settlement`` is what the ledger recorded for the match when it was exported
+(None when it was not settled yet); the events are the system of record, the
+stored settlement is there so a dispute handler can compare the two offline.
+
+:func:`parse_events_text` reads this format and also the older JSON forms
+``{"events": [...]}`` and ``[...]`` (run-script output, archives), so
+``shuangkou replay --events`` and the replay viewer take any of them.
+
+>>> from engine.match.events import PlayerReady
+>>> text = export_text([PlayerReady(match_id="m1", seq=1, ts=5, command_id="c", player="a")], None, 9)
+>>> text.splitlines()[0]
+'{"export": "shuangkou-match", "format": 1, "match_id": "m1", "exported_at_ms": 9, "events": 1, "settlement": null}'
+>>> parsed = parse_events_text(text)
+>>> [type(e).__name__ for e in parsed.by_match["m1"]], parsed.settlements
+(['PlayerReady'], {'m1': None})
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.match.events import EventBase, EventDecodeError, event_from_dict
+
+EXPORT_TAG = "shuangkou-match"
+EXPORT_FORMAT = 1
+
+
+class ExportFormatError(ValueError):
+    """The text is not an export file, a run-script output or an event list (one readable line)."""
+
+
+@dataclass
+class ParsedEvents:
+    """Events grouped by match, in file order, and the stored settlements named by export headers."""
+
+    by_match: dict[str, list[EventBase]] = field(default_factory=dict)
+    settlements: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+
+
+def export_text(events: Sequence[EventBase], settlement: dict[str, Any] | None, exported_at_ms: int) -> str:
+    """The export file of one match (header line + one line per event), ending in a newline."""
+    if not events:
+        raise ValueError("no events to export")
+    header = {"export": EXPORT_TAG, "format": EXPORT_FORMAT, "match_id": events[0].match_id,
+              "exported_at_ms": exported_at_ms, "events": len(events), "settlement": settlement}
+    lines = [json.dumps(header, ensure_ascii=False)]
+    lines += [json.dumps(e.model_dump(mode="json"), ensure_ascii=False) for e in events]
+    return "\n".join(lines) + "\n"
+
+
+def _event(item: Any, where: str) -> EventBase:
+    if not isinstance(item, dict):
+        raise ExportFormatError(f"{where} is not an object")
+    try:
+        return event_from_dict(item)
+    except EventDecodeError as exc:
+        why = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        raise ExportFormatError(f"{where}: {why}") from None
+
+
+def parse_events_text(text: str) -> ParsedEvents:
+    """Events of an export file (JSON Lines) or of a JSON ``{"events": [...]}`` / ``[...]`` document."""
+    out = ParsedEvents()
+    stripped = text.lstrip()
+    if not stripped:
+        raise ExportFormatError("holds no events")
+    raw_items: list[tuple[Any, str]] = []
+    whole: Any = None
+    try:
+        whole = json.loads(stripped)
+    except json.JSONDecodeError:
+        whole = None
+        for n, line in enumerate(stripped.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                raw_items.append((json.loads(line), f"line {n}"))
+            except json.JSONDecodeError as exc:
+                raise ExportFormatError(f"line {n} is not JSON: {exc.msg}") from None
+    if whole is not None or not raw_items:
+        if isinstance(whole, dict) and whole.get("export") == EXPORT_TAG:
+            raw_items = [(whole, "line 1")]  # a header alone
+        else:
+            items = whole.get("events") if isinstance(whole, dict) else whole
+            if not isinstance(items, list):
+                raise ExportFormatError('expected an export (JSON Lines), {"events": [...]} or a list of events')
+            raw_items = [(item, f"event {n}") for n, item in enumerate(items)]
+    for item, where in raw_items:
+        if isinstance(item, dict) and item.get("export") == EXPORT_TAG:
+            if item.get("format") != EXPORT_FORMAT:
+                raise ExportFormatError(f"{where}: export format {item.get('format')!r} is not supported "
+                                        f"(this build reads {EXPORT_FORMAT})")
+            mid = item.get("match_id")
+            if isinstance(mid, str):
+                out.settlements[mid] = item.get("settlement")
+            continue
+        e = _event(item, where)
+        out.by_match.setdefault(e.match_id, []).append(e)
+    if not out.by_match:
+        raise ExportFormatError("holds no events")
+    return out

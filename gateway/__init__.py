@@ -1,0 +1,10 @@
+"""The reference player gateway: WebSocket ``/ws`` with JWT identities, lobby and tables in
+Redis, reconnect with a grace window, spectators, settlement push (docs/PROTOCOL.md
+"WebSocket").  Run it with ``shuangkou gateway``.
+
+Modules: ``tokens`` (JWT), ``protocol`` (client messages, server messages), ``channels``
+(the one link to the engine's command channels), ``lobby`` (+ ``lobby.lua``: queue, tables,
+presence), ``session`` (one connection), ``outbox`` (reading players' update streams),
+``spectate`` (spectator redaction), ``metrics``, ``rooms``, ``app`` (Starlette + uvicorn),
+``web`` (the browser client's routes), ``schemas/`` (JSON Schemas of every message).
+"""

@@ -1,0 +1,145 @@
+"""The gateway's ASGI app (Starlette) and its process (uvicorn).
+
+Routes: ``/ws`` (the WebSocket, gateway/session.py), ``/healthz`` (200 while Redis
+answers), ``/metrics`` (Prometheus, gateway/metrics.py), plus ``gateway.web.routes(ctx)``
+(the browser client).  On SIGTERM every socket is closed with 1001 and a reason *before*
+uvicorn stops; no Disconnect is sent for them (a player who reconnects to another
+gateway within the grace window is never disconnected, R-13.4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from gateway import web
+from gateway.context import WebContext
+from gateway.lobby import Lobby
+from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
+from gateway.rooms import RoomBook
+from gateway.session import CLOSE_GOING_AWAY, Connection, Hub, authenticate
+
+log = logging.getLogger("shuangkou.gateway")
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    redis_url: str
+    secret: bytes
+    rooms: RoomBook
+    gateway_id: str
+    dev: bool = False
+    bots: bool = False
+
+
+def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
+    import redis.asyncio as aioredis
+
+    client = redis or aioredis.Redis.from_url(settings.redis_url, max_connections=4000, socket_timeout=30,
+                                                 socket_connect_timeout=5, health_check_interval=0)
+    metrics = GatewayMetrics()
+    lobby = Lobby(client, settings.rooms, settings.gateway_id)
+    hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
+              gateway_id=settings.gateway_id, metrics=metrics)
+    ctx = WebContext(redis=client, secret=settings.secret, dev=settings.dev, bots=settings.bots, hub=hub)
+
+    async def ws_endpoint(ws: WebSocket) -> None:
+        await ws.accept()
+        if hub.stopping:
+            await ws.close(code=CLOSE_GOING_AWAY, reason="gateway shutting down; connect to another one")
+            return
+        auth = await authenticate(hub, ws)
+        if auth is None:
+            return
+        identity, version = auth
+        conn = Connection(hub, ws, identity)
+        await conn.run(version)
+        if ws.application_state != WebSocketState.DISCONNECTED:
+            with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
+                await ws.close()
+
+    async def healthz(_request: Request) -> Response:
+        try:
+            await asyncio.wait_for(client.ping(), 2.0)
+        except Exception as exc:
+            return JSONResponse({"status": "redis unavailable", "error": type(exc).__name__}, status_code=503)
+        if hub.stopping:
+            return JSONResponse({"status": "stopping"}, status_code=503)
+        return JSONResponse({"status": "ok", "gateway": settings.gateway_id,
+                             "connections": len(hub.connections)})
+
+    async def metrics_endpoint(_request: Request) -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette):
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(lobby.run(stop)), asyncio.create_task(hub.heartbeat(stop))]
+        try:
+            yield
+        finally:
+            stop.set()
+            await hub.close_all(CLOSE_GOING_AWAY, "gateway shutting down; reconnect")
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if redis is None:
+                await client.aclose()
+
+    routes = [WebSocketRoute("/ws", ws_endpoint), Route("/healthz", healthz), Route("/metrics", metrics_endpoint)]
+    routes += list(web.routes(ctx))
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.hub = hub
+    app.state.context = ctx
+    return app
+
+
+class GatewayServer(uvicorn.Server):
+    """uvicorn, but sockets hear ``1001 gateway shutting down`` before the server stops."""
+
+    def __init__(self, config: uvicorn.Config, app: Starlette):
+        super().__init__(config)
+        self.gateway_app = app
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        hub: Hub = self.gateway_app.state.hub
+        await hub.close_all(CLOSE_GOING_AWAY, "gateway shutting down; reconnect")
+        await super().shutdown(sockets)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        for server in getattr(self, "servers", ()):
+            for s in server.sockets:
+                host, port = s.getsockname()[:2]
+                # machine-readable line for scripts and tests that pass --port 0
+                print(f"gateway-port {port}", flush=True)
+                return
+
+
+def default_gateway_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def serve(settings: GatewaySettings, host: str, port: int, log_level: str = "info") -> None:
+    app = build_app(settings)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), lifespan="on",
+                            ws_ping_interval=20, ws_ping_timeout=20, timeout_graceful_shutdown=5,
+                            access_log=False)
+    import signal
+
+    # uvicorn re-raises the signal that stopped it once it is done: exit 0 after a clean stop
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_a: None)
+    GatewayServer(config, app).run()

@@ -1,0 +1,93 @@
+"""The gateway's one link to the engine's command channels (docs/PROTOCOL.md §1, docs/SECURITY.md).
+
+* player commands (Ready, Play, Pass, …, for the token's subject) go to the
+  player channel ``sk:inbox``;
+* the lobby's commands (CreateMatch, Sit) go to the operator channel ``sk:ops``.
+
+Both use the engine's reply format; the lobby waits for its replies on
+``sk:reply:<gateway id>``.  Everything that depends on which engine build runs
+(the channel split of the trust-boundary work, ledger-backed Sit, ``Sync`` and
+``expected_version``) is read from the engine itself here, so nothing else in
+``gateway/`` needs to know.
+
+>>> PLAYER_STREAM
+'sk:inbox'
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from engine.match import commands as engine_commands
+from engine.match.commands import CommandBase, encode_command
+from engine.store import keys
+
+PLAYER_STREAM: str = keys.INBOX
+#: the operator channel; an engine without the channel split reads lobby commands from the inbox
+OPS_STREAM: str = getattr(keys, "OPS", keys.INBOX)
+
+#: the engine reads Sit balances from its own ledger (a ``balance`` field would be refused)
+SIT_TAKES_BALANCE: bool = "balance" in engine_commands.Sit.model_fields
+#: the engine answers a ``Sync`` command with the player's current view
+ENGINE_SYNC: bool = hasattr(engine_commands, "Sync")
+#: the engine checks ``expected_version`` on Play and Pass itself
+ENGINE_EXPECTED_VERSION: bool = "expected_version" in engine_commands.Play.model_fields
+
+
+def engine_command_id(player: str, client_id: str) -> str:
+    """The engine's command id of a client's command: namespaced by the player, so no client can
+    collide with another player's ids or with the lobby's (``lobby:…``).
+
+    >>> engine_command_id("alice", "c1")
+    'p5:alice:c1'
+    """
+    return f"p{len(player)}:{player}:{client_id}"
+
+
+def client_command_id(player: str, engine_id: str | None) -> str | None:
+    """The client's own id back from an engine command id of ``player``'s, else None.
+
+    >>> client_command_id("alice", "p5:alice:c1"), client_command_id("bob", "p5:alice:c1")
+    ('c1', None)
+    """
+    prefix = f"p{len(player)}:{player}:"
+    if engine_id and engine_id.startswith(prefix):
+        return engine_id[len(prefix):]
+    return None
+
+
+def lobby_command_id(*parts: str) -> str:
+    return "lobby:" + ":".join(parts)
+
+
+def player_command(ctype: str, match_id: str, player: str, command_id: str, **fields: Any) -> CommandBase:
+    """An engine command of ``ctype`` for ``player`` (the token's subject, never a message's)."""
+    cls = getattr(engine_commands, ctype)
+    if not ENGINE_EXPECTED_VERSION:
+        fields.pop("expected_version", None)
+    data = {k: v for k, v in fields.items() if v is not None}
+    return cls(command_id=command_id, match_id=match_id, player=player, **data)
+
+
+def create_match(match_id: str, room: str, config_record: dict[str, Any]) -> CommandBase:
+    fields: dict[str, Any] = {"config": config_record}
+    return engine_commands.CreateMatch(command_id=lobby_command_id(match_id, "create"), match_id=match_id, **fields)
+
+
+def sit(match_id: str, player: str, balance: int) -> CommandBase:
+    fields: dict[str, Any] = {"balance": balance} if SIT_TAKES_BALANCE else {}
+    return engine_commands.Sit(command_id=lobby_command_id(match_id, "sit", player), match_id=match_id,
+                               player=player, **fields)
+
+
+def entry(command: CommandBase, reply_to: str | None = None) -> dict[str, Any]:
+    """The stream fields of one command (``c`` = msgpack, optional ``reply_to``)."""
+    fields: dict[str, Any] = {"c": encode_command(command)}
+    if reply_to is not None:
+        fields["reply_to"] = reply_to
+    return fields
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex

@@ -1,0 +1,201 @@
+-- The lobby's state transitions (gateway/lobby.py).  Every key lives under the hash
+-- tag {lobby} (one Cluster slot), so each call is one atomic script; several gateway
+-- processes share the state.  ARGV[1] = the operation, ARGV[2] = now (ms); the rest
+-- depends on the operation (see the functions below).
+--
+--   sk:{lobby}:queue:<room>     list    waiting players, oldest first
+--   sk:{lobby}:player:<p>       hash    state (queued|table), room, table, since
+--   sk:{lobby}:table:<t>        hash    room a b n match status(creating|seated|closed) finished escaped
+--   sk:{lobby}:match:<m>        string  the table of a match
+--   sk:{lobby}:seq              counter table numbers
+--   sk:{lobby}:notes:<p>        stream  messages for the player's sockets (field m = JSON)
+--   sk:{lobby}:pending          zset    tables with work to do -> due ms
+--   sk:{lobby}:presence         zset    connected players -> the ms their Disconnect is due
+--   sk:{lobby}:disconnected:<p> string  the match a Disconnect was sent for
+local P = 'sk:{lobby}:'
+local op = ARGV[1]
+local now = tonumber(ARGV[2])
+
+local function note(player, msg)
+  redis.call('XADD', P .. 'notes:' .. player, 'MAXLEN', '~', 200, '*', 'm', msg)
+end
+
+local function lobby_msg(state, room, tbl, match, reason)
+  return cjson.encode({kind = 'lobby', state = state, room = room or cjson.null, table = tbl or cjson.null,
+                       match = match or cjson.null, reason = reason or cjson.null})
+end
+
+local function enqueue(player, room, reason)
+  local ph = P .. 'player:' .. player
+  redis.call('DEL', ph)
+  redis.call('HSET', ph, 'state', 'queued', 'room', room, 'since', now)
+  redis.call('RPUSH', P .. 'queue:' .. room, player)
+  note(player, lobby_msg('queued', room, nil, nil, reason))
+end
+
+-- seat waiting pairs at new tables; returns the new table ids
+local function pair(room)
+  local q = P .. 'queue:' .. room
+  local made = {}
+  while true do
+    local cands = {}
+    while #cands < 2 do
+      local p = redis.call('LPOP', q)
+      if not p then break end
+      local ph = P .. 'player:' .. p
+      if redis.call('HGET', ph, 'state') == 'queued' and redis.call('HGET', ph, 'room') == room
+          and (#cands == 0 or cands[1] ~= p) then
+        table.insert(cands, p)
+      end
+    end
+    if #cands < 2 then
+      if #cands == 1 then redis.call('LPUSH', q, cands[1]) end
+      return made
+    end
+    local t = 't' .. redis.call('INCR', P .. 'seq')
+    local m = t .. '-1'
+    redis.call('HSET', P .. 'table:' .. t, 'room', room, 'a', cands[1], 'b', cands[2], 'n', 1, 'match', m,
+               'status', 'creating', 'since', now)
+    redis.call('SET', P .. 'match:' .. m, t)
+    for _, p in ipairs(cands) do
+      redis.call('HSET', P .. 'player:' .. p, 'state', 'table', 'table', t)
+    end
+    redis.call('ZADD', P .. 'pending', now, t)
+    table.insert(made, t)
+  end
+end
+
+local function close_table(t, room, removed, reasons)
+  -- removed: set of players leaving the room (with reasons); the others go back to the queue
+  local th = P .. 'table:' .. t
+  local requeued = {}
+  for _, p in ipairs({redis.call('HGET', th, 'a'), redis.call('HGET', th, 'b')}) do
+    local ph = P .. 'player:' .. p
+    local mine = redis.call('HGET', ph, 'table') == t
+    if removed[p] then
+      if mine then redis.call('DEL', ph) end
+      note(p, lobby_msg('removed', room, t, redis.call('HGET', th, 'match'), reasons[p]))
+    elseif mine then
+      enqueue(p, room, 'opponent_left')
+      table.insert(requeued, p)
+    end
+  end
+  redis.call('HSET', th, 'status', 'closed')
+  redis.call('ZREM', P .. 'pending', t)
+  return requeued
+end
+
+if op == 'join' then
+  -- ARGV[3] room, ARGV[4] player -> {state, room, table, new tables...}
+  local room, player = ARGV[3], ARGV[4]
+  local ph = P .. 'player:' .. player
+  local st = redis.call('HGET', ph, 'state')
+  if st then
+    return {st, redis.call('HGET', ph, 'room') or '', redis.call('HGET', ph, 'table') or ''}
+  end
+  enqueue(player, room, nil)
+  local out = {'joined', room, ''}
+  for _, t in ipairs(pair(room)) do table.insert(out, t) end
+  return out
+
+elseif op == 'dequeue' then
+  -- ARGV[3] player, ARGV[4] reason -> 1 when the player was waiting and left the queue
+  local player, reason = ARGV[3], ARGV[4]
+  local ph = P .. 'player:' .. player
+  if redis.call('HGET', ph, 'state') ~= 'queued' then return 0 end
+  local room = redis.call('HGET', ph, 'room')
+  redis.call('LREM', P .. 'queue:' .. room, 0, player)
+  redis.call('DEL', ph)
+  note(player, lobby_msg('removed', room, nil, nil, reason))
+  return 1
+
+elseif op == 'seated' then
+  -- ARGV[3] table, ARGV[4] match: the match exists and both players sit in it
+  local t, m = ARGV[3], ARGV[4]
+  local th = P .. 'table:' .. t
+  if redis.call('HGET', th, 'status') ~= 'creating' or redis.call('HGET', th, 'match') ~= m then return 0 end
+  redis.call('HSET', th, 'status', 'seated')
+  redis.call('ZREM', P .. 'pending', t)
+  local room = redis.call('HGET', th, 'room')
+  for _, p in ipairs({redis.call('HGET', th, 'a'), redis.call('HGET', th, 'b')}) do
+    note(p, lobby_msg('seated', room, t, m, nil))
+  end
+  return 1
+
+elseif op == 'removed' then
+  -- ARGV[3] table, ARGV[4] match, then player, reason pairs: they left the room (R-13.2 not_ready,
+  -- left, refused); the other player goes back to the queue -> {requeued..., '|', new tables...}
+  local t, m = ARGV[3], ARGV[4]
+  local th = P .. 'table:' .. t
+  local status = redis.call('HGET', th, 'status')
+  if status == false or status == 'closed' or redis.call('HGET', th, 'match') ~= m then return {} end
+  local removed, reasons = {}, {}
+  for i = 5, #ARGV, 2 do
+    removed[ARGV[i]] = true
+    reasons[ARGV[i]] = ARGV[i + 1]
+  end
+  local room = redis.call('HGET', th, 'room')
+  local out = close_table(t, room, removed, reasons)
+  table.insert(out, '|')
+  for _, nt in ipairs(pair(room)) do table.insert(out, nt) end
+  return out
+
+elseif op == 'finished' then
+  -- ARGV[3] table, ARGV[4] match, ARGV[5] escaper ('' for none): settle, then offer the next match
+  local t, m = ARGV[3], ARGV[4]
+  local th = P .. 'table:' .. t
+  if redis.call('HGET', th, 'status') ~= 'seated' or redis.call('HGET', th, 'match') ~= m then return 0 end
+  if redis.call('HGET', th, 'finished') == m then return 0 end
+  redis.call('HSET', th, 'finished', m, 'escaped', ARGV[5])
+  redis.call('ZADD', P .. 'pending', now, t)
+  return 1
+
+elseif op == 'advance' then
+  -- ARGV[3] table, ARGV[4] match (finished and settled), ARGV[5] settled JSON for a, ARGV[6] for b
+  -- -> {'next', new match} | {'closed', requeued..., '|', new tables...} | {}
+  local t, m = ARGV[3], ARGV[4]
+  local th = P .. 'table:' .. t
+  if redis.call('HGET', th, 'match') ~= m or redis.call('HGET', th, 'finished') ~= m
+      or redis.call('HGET', th, 'status') ~= 'seated' then return {} end
+  local a, b = redis.call('HGET', th, 'a'), redis.call('HGET', th, 'b')
+  note(a, ARGV[5])
+  note(b, ARGV[6])
+  local room = redis.call('HGET', th, 'room')
+  local escaper = redis.call('HGET', th, 'escaped')
+  if escaper and escaper ~= '' then
+    local removed, reasons = {}, {}
+    removed[escaper] = true
+    reasons[escaper] = 'escaped'
+    local out = {'closed'}
+    for _, p in ipairs(close_table(t, room, removed, reasons)) do table.insert(out, p) end
+    table.insert(out, '|')
+    for _, nt in ipairs(pair(room)) do table.insert(out, nt) end
+    return out
+  end
+  local n = tonumber(redis.call('HGET', th, 'n')) + 1
+  local nm = t .. '-' .. n
+  redis.call('HSET', th, 'n', n, 'match', nm, 'status', 'creating', 'finished', '', 'escaped', '', 'since', now)
+  redis.call('SET', P .. 'match:' .. nm, t)
+  redis.call('ZADD', P .. 'pending', now, t)
+  return {'next', nm}
+
+elseif op == 'claim' then
+  -- ARGV[3] lease ms, ARGV[4] limit: tables due for work, leased to the caller
+  local due = redis.call('ZRANGEBYSCORE', P .. 'pending', '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
+  for _, t in ipairs(due) do redis.call('ZADD', P .. 'pending', now + tonumber(ARGV[3]), t) end
+  return due
+
+elseif op == 'absent' then
+  -- ARGV[3] limit: players whose grace ran out (removed from presence) -> {player, state, table, ...}
+  local due = redis.call('ZRANGEBYSCORE', P .. 'presence', '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+  local out = {}
+  for _, p in ipairs(due) do
+    redis.call('ZREM', P .. 'presence', p)
+    local ph = P .. 'player:' .. p
+    table.insert(out, p)
+    table.insert(out, redis.call('HGET', ph, 'state') or '')
+    table.insert(out, redis.call('HGET', ph, 'table') or '')
+  end
+  return out
+end
+return redis.error_reply('unknown lobby operation ' .. tostring(op))

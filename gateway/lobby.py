@@ -1,0 +1,387 @@
+"""Lobby and tables, in Redis (R-11, R-13.2).
+
+* ``Join`` puts a player in the room's queue; two waiting players whose balances the
+  room admits (R-11.1) are seated at a new table.  The table creates its match on the
+  operator channel (CreateMatch, then Sit for both, balances from the ledger) and,
+  once the engine accepted all three, tells both players ``seated``.
+* After each finish and settlement the table tells both players ``settled`` (their
+  scores, the breakdown and their new balance from the ledger) and offers the next
+  match to the same two (``seated`` again: they send Ready again).
+* A player the ready timer removes (R-13.2), who leaves before the deal or who
+  escapes leaves the room (``removed``); the other goes back to the queue.
+
+Every transition is one Lua script (gateway/lobby.lua) on keys under the hash tag
+``{lobby}``: several gateway processes share the lobby, and a crash loses nothing.
+Work a crash could interrupt (creating a match, waiting for its settlement) is
+recorded in the ``pending`` set first and done by whichever gateway's
+:meth:`Lobby.run` claims it next; every command it sends has a fixed command id,
+so doing it twice changes nothing.
+
+The lobby learns what happens in a match from the players' own update streams
+(the gateway's pumps call :meth:`Lobby.observe`): it never reads a match stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway import channels
+from gateway.rooms import RoomBook
+from projections.ledger import SETTLED_KEY, balance_key
+
+log = logging.getLogger("shuangkou.gateway.lobby")
+
+P = "sk:{lobby}:"
+LUA = (Path(__file__).with_name("lobby.lua")).read_text(encoding="utf-8")
+
+
+def queue_key(room: str) -> str:
+    return f"{P}queue:{room}"
+
+
+def player_key(player: str) -> str:
+    return f"{P}player:{player}"
+
+
+def table_key(table: str) -> str:
+    return f"{P}table:{table}"
+
+
+def match_key(match: str) -> str:
+    return f"{P}match:{match}"
+
+
+def notes_key(player: str) -> str:
+    return f"{P}notes:{player}"
+
+
+PENDING = f"{P}pending"
+PRESENCE = f"{P}presence"
+
+
+def disconnected_key(player: str) -> str:
+    return f"{P}disconnected:{player}"
+
+
+def _s(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else ("" if v is None else str(v))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table as stored (``status``: creating | seated | closed)."""
+
+    id: str
+    room: str
+    players: tuple[str, str]
+    n: int
+    match: str
+    status: str
+    finished: str
+    escaped: str
+
+    @classmethod
+    def parse(cls, table_id: str, raw: dict) -> Table | None:
+        f = {_s(k): _s(v) for k, v in raw.items()}
+        if not f.get("match"):
+            return None
+        return cls(table_id, f.get("room", ""), (f.get("a", ""), f.get("b", "")), int(f.get("n") or 1),
+                   f["match"], f.get("status", ""), f.get("finished", ""), f.get("escaped", ""))
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a player is in the lobby: ``state`` '' (nowhere), ``queued`` or ``table``."""
+
+    state: str
+    room: str | None = None
+    table: Table | None = None
+
+
+class ReplyWaiter:
+    """Waits for the engine's replies (``sk:reply:<gateway>``) to the lobby's commands."""
+
+    def __init__(self, redis: Any, stream: str):
+        self.redis = redis
+        self.stream = stream
+        self._waiting: dict[str, asyncio.Future] = {}
+        self._last = "$"
+
+    async def start(self) -> None:
+        last = await self.redis.xrevrange(self.stream, count=1)
+        self._last = _s(last[0][0]) if last else "0-0"
+
+    def expect(self, command_id: str) -> asyncio.Future:
+        fut = self._waiting.get(command_id)
+        if fut is None or fut.done():
+            fut = asyncio.get_running_loop().create_future()
+            self._waiting[command_id] = fut
+        return fut
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                reply = await self.redis.xread({self.stream: self._last}, count=100, block=1000)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis away: wait and retry
+                log.warning("reading %s failed: %s", self.stream, exc)
+                await asyncio.sleep(0.5)
+                continue
+            for _stream, entries in reply or ():
+                for entry_id, fields in entries:
+                    self._last = _s(entry_id)
+                    f = {_s(k): _s(v) for k, v in fields.items()}
+                    fut = self._waiting.pop(f.get("command_id", ""), None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(f)
+
+
+class Lobby:
+    """The lobby of one gateway process (the state is shared in Redis)."""
+
+    def __init__(self, redis: Any, rooms: RoomBook, gateway_id: str, *, send_timeout_s: float = 15.0,
+                 lease_ms: int = 15_000):
+        self.redis = redis
+        self.rooms = rooms
+        self.gateway_id = gateway_id
+        self.replies = ReplyWaiter(redis, f"sk:reply:gw-{gateway_id}")
+        self.send_timeout_s = send_timeout_s
+        self.lease_ms = lease_ms
+        self._script = redis.register_script(LUA)
+        self._kick = asyncio.Event()
+        self._driving: set[str] = set()
+        #: called with (player, match) when the lobby sent a Disconnect for an absent player
+        self.on_disconnect: Callable[[str, str], Awaitable[None]] | None = None
+
+    async def _call(self, op: str, *args: Any) -> Any:
+        return await self._script(keys=[], args=[op, now_ms(), *args])
+
+    # -- reading --------------------------------------------------------------------------
+    async def table(self, table_id: str) -> Table | None:
+        return Table.parse(table_id, await self.redis.hgetall(table_key(table_id)))
+
+    async def place(self, player: str) -> Place:
+        raw = {_s(k): _s(v) for k, v in (await self.redis.hgetall(player_key(player))).items()}
+        state = raw.get("state", "")
+        if state == "table" and raw.get("table"):
+            t = await self.table(raw["table"])
+            if t is not None and t.status != "closed":
+                return Place("table", t.room, t)
+            return Place("")
+        return Place(state, raw.get("room") or None)
+
+    async def table_of_match(self, match: str) -> Table | None:
+        t = _s(await self.redis.get(match_key(match)))
+        return await self.table(t) if t else None
+
+    async def balance(self, player: str, mode: str) -> int:
+        v = await self.redis.hget(balance_key(mode), player)
+        return 0 if v is None else int(v)
+
+    # -- player actions -------------------------------------------------------------------
+    async def join(self, player: str, room: str) -> tuple[str, str, str]:
+        """Queue ``player`` in ``room`` (pairing at once when someone waits); returns the player's
+        state: ``joined`` (queued now), or ``queued`` / ``table`` with the room and table
+        they were already in."""
+        out = [_s(x) for x in await self._call("join", room, player)]
+        for t in out[3:]:
+            self._spawn_drive(t)
+        return out[0], out[1], out[2]
+
+    async def dequeue(self, player: str, reason: str) -> bool:
+        return bool(await self._call("dequeue", player, reason))
+
+    # -- what the players' update streams show -------------------------------------------
+    async def observe(self, match: str, events: list[dict[str, Any]]) -> None:
+        """React to a match's events: a removal (R-13.2, a leave) frees the table, a finish
+        starts the settle-and-offer-the-next-match step."""
+        removed = [(e.get("player"), e.get("reason") or "removed") for e in events
+                   if e.get("type") == "PlayerRemoved"]
+        finished = [e for e in events if e.get("type") == "MatchFinished"]
+        if not removed and not finished:
+            return
+        table = await self.table_of_match(match)
+        if table is None or table.match != match:
+            return
+        if removed:
+            args: list[str] = []
+            for p, reason in removed:
+                args += [str(p), str(reason)]
+            await self._after_removal(table, match,
+                                      [_s(x) for x in await self._call("removed", table.id, match, *args)],
+                                      {str(p) for p, _ in removed})
+        if finished:
+            f = finished[-1]
+            escaper = f.get("loser") if f.get("reason") == "escape" else ""
+            if await self._call("finished", table.id, match, escaper or ""):
+                self._spawn_drive(table.id)
+
+    async def _after_removal(self, table: Table, match: str, out: list[str], removed: set[str],
+                             leave: bool = True) -> None:
+        if "|" not in out:
+            return
+        cut = out.index("|")
+        requeued, made = out[:cut], out[cut + 1:]
+        for p in requeued:  # the one who stays leaves the abandoned match (before the deal)
+            if leave and p not in removed:
+                await self._send_player("Leave", match, p, channels.lobby_command_id(match, "leave", p))
+        for t in made:
+            self._spawn_drive(t)
+
+    # -- the work of tables ---------------------------------------------------------------
+    def _spawn_drive(self, table_id: str) -> None:
+        if table_id in self._driving:
+            return
+        self._driving.add(table_id)
+        task = asyncio.get_running_loop().create_task(self._drive_guarded(table_id))
+        task.add_done_callback(lambda _t: self._driving.discard(table_id))
+
+    async def _drive_guarded(self, table_id: str) -> None:
+        try:
+            await self.drive(table_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("table %s: work failed (retried by the pending sweep)", table_id)
+
+    async def drive(self, table_id: str) -> None:
+        """Do what the table needs now: create and seat its match, or settle and offer the next."""
+        for _ in range(4):  # creating -> seated; finished -> next match -> seated
+            table = await self.table(table_id)
+            if table is None or table.status == "closed":
+                await self.redis.zrem(PENDING, table_id)
+                return
+            if table.status == "creating":
+                if not await self._create(table):
+                    return
+                continue
+            if table.status == "seated" and table.finished == table.match:
+                if not await self._settle(table):
+                    await self.redis.zadd(PENDING, {table_id: now_ms() + 250})
+                    return
+                continue
+            await self.redis.zrem(PENDING, table_id)
+            return
+
+    async def _send_ops(self, command: Any) -> dict[str, str]:
+        fut = self.replies.expect(command.command_id)
+        await self.redis.xadd(channels.OPS_STREAM, channels.entry(command, self.replies.stream))
+        return await asyncio.wait_for(fut, self.send_timeout_s)
+
+    async def _send_player(self, ctype: str, match: str, player: str, command_id: str) -> None:
+        command = channels.player_command(ctype, match, player, command_id)
+        await self.redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
+
+    async def _create(self, table: Table) -> bool:
+        cfg = self.rooms.get(table.room)
+        if cfg is None:
+            await self._call("removed", table.id, table.match, table.players[0], "unknown_room",
+                             table.players[1], "unknown_room")
+            return False
+        try:
+            reply = await self._send_ops(channels.create_match(table.match, table.room, cfg.to_record()))
+            if reply.get("kind") not in ("accepted", "duplicate") and reply.get("code") != "match_exists":
+                log.error("table %s: CreateMatch %s refused: %s", table.id, table.match, reply.get("reason"))
+                return False
+            refused: list[str] = []
+            for p in table.players:
+                balance = await self.balance(p, cfg.mode)
+                reply = await self._send_ops(channels.sit(table.match, p, balance))
+                if reply.get("kind") not in ("accepted", "duplicate"):
+                    if reply.get("code") == "seat_refused" and "already seated" in reply.get("reason", ""):
+                        continue
+                    log.warning("table %s: Sit %s refused: %s", table.id, p, reply.get("reason"))
+                    refused += [p, f"seat_refused: {reply.get('reason', '')}"[:200]]
+            if refused:
+                out = [_s(x) for x in await self._call("removed", table.id, table.match, *refused)]
+                await self._after_removal(table, table.match, out, set(refused[0::2]))
+                return False
+        except asyncio.TimeoutError:
+            log.warning("table %s: no reply from the engine in %.0fs (retried)", table.id, self.send_timeout_s)
+            return False
+        await self._call("seated", table.id, table.match)
+        return True
+
+    async def _settle(self, table: Table) -> bool:
+        raw = await self.redis.hget(SETTLED_KEY, table.match)
+        if raw is None:
+            return False  # the projection has not settled it yet
+        s = json.loads(_s(raw))
+        cfg = self.rooms.get(table.room)
+        mode = s.get("mode") or (cfg.mode if cfg else "points")
+        notes = []
+        for p in table.players:
+            notes.append(json.dumps({"kind": "settled", "match": table.match, "scores": s.get("scores", {}),
+                                     "breakdown": s.get("breakdown", {}),
+                                     "balances": {p: await self.balance(p, mode)}}))
+        out = [_s(x) for x in await self._call("advance", table.id, table.match, *notes)]
+        if out and out[0] == "closed":
+            await self._after_removal(table, table.match, out[1:], {table.escaped}, leave=False)
+        return True
+
+    async def run(self, stop: asyncio.Event, interval_s: float = 0.2) -> None:
+        """Claim due table work (any gateway's, after a crash) and absent players' grace ends."""
+        await self.replies.start()
+        reader = asyncio.get_running_loop().create_task(self.replies.run(stop))
+        try:
+            while not stop.is_set():
+                try:
+                    for t in [_s(x) for x in await self._call("claim", self.lease_ms, 20)]:
+                        self._spawn_drive(t)
+                    await self._absent()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning("lobby sweep failed: %s", exc)
+                try:
+                    await asyncio.wait_for(stop.wait(), interval_s)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            reader.cancel()
+
+    # -- presence (reconnect grace) -------------------------------------------------------
+    async def grace_ms(self, place: Place) -> int:
+        cfg = self.rooms.get(place.room or "") if place.room else None
+        return int(1000 * (cfg.reconnect_grace_seconds if cfg is not None else 10.0))
+
+    async def present(self, due: dict[str, int]) -> None:
+        """Heartbeat: each connected player's Disconnect is due at the given ms (pushed back
+        while they stay connected)."""
+        if due:
+            await self.redis.zadd(PRESENCE, due)
+
+    async def _absent(self) -> None:
+        out = [_s(x) for x in await self._call("absent", 50)]
+        for i in range(0, len(out), 3):
+            player, state, table_id = out[i:i + 3]
+            if state == "queued":
+                await self.dequeue(player, "disconnected")
+            elif state == "table" and table_id:
+                table = await self.table(table_id)
+                if table is None or table.status == "closed":
+                    continue
+                match = table.match
+                await self.redis.set(disconnected_key(player), match, ex=86_400)
+                await self._send_player("Disconnect", match, player,
+                                        channels.lobby_command_id(match, "disconnect", player, channels.new_id()))
+                log.info("%s did not come back within the grace window: Disconnect in %s", player, match)
+
+    async def came_back(self, player: str, match: str | None) -> None:
+        """A player connected again: if a Disconnect was sent for their current match, Reconnect."""
+        was = _s(await self.redis.getdel(disconnected_key(player)))
+        if was and match and was == match:
+            await self._send_player("Reconnect", match, player,
+                                    channels.lobby_command_id(match, "reconnect", player, channels.new_id()))

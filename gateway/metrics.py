@@ -1,0 +1,64 @@
+"""Prometheus metrics of one gateway process (served at ``/metrics``).
+
+==========================================================  =========  ===============================
+``shuangkou_gateway_connections{role}``                      gauge      open authenticated sockets
+``shuangkou_gateway_messages_in_total{type}``                counter    client messages received
+``shuangkou_gateway_messages_out_total{kind}``               counter    server messages sent
+``shuangkou_gateway_auth_failures_total{reason}``            counter    sockets closed 4401
+``shuangkou_gateway_rejected_total{code}``                   counter    ``rejected`` sent (gateway + engine)
+``shuangkou_gateway_command_round_trip_seconds{type}``       histogram  client message → its update/rejection
+==========================================================  =========  ===============================
+
+Labels are bounded: message types and kinds are the protocol's (anything else is
+``other``), auth reasons and codes a short fixed list.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401  (re-exported for the app)
+
+from gateway.protocol import CLIENT_TYPES
+
+KINDS = ("update", "rejected", "lobby", "settled", "welcome")
+AUTH_REASONS = ("missing", "invalid", "expired", "timeout")
+ROLES = ("player", "spectator", "operator")
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.connections = Gauge("shuangkou_gateway_connections", "Open authenticated WebSocket connections",
+                                 ["role"], registry=r)
+        self.messages_in = Counter("shuangkou_gateway_messages_in_total", "Client messages received",
+                                   ["type"], registry=r)
+        self.messages_out = Counter("shuangkou_gateway_messages_out_total", "Server messages sent",
+                                    ["kind"], registry=r)
+        self.auth_failures = Counter("shuangkou_gateway_auth_failures_total",
+                                     "Sockets closed with 4401 (missing, bad or expired token)", ["reason"], registry=r)
+        self.rejected = Counter("shuangkou_gateway_rejected_total", "rejected messages sent to clients",
+                                ["code"], registry=r)
+        self.round_trip = Histogram("shuangkou_gateway_command_round_trip_seconds",
+                                    "From a client's command to the update or rejection it caused",
+                                    ["type"], registry=r,
+                                    buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
+        for role in ROLES:  # every series exists at zero
+            self.connections.labels(role)
+        for t in sorted(CLIENT_TYPES):
+            self.messages_in.labels(t)
+        for k in KINDS:
+            self.messages_out.labels(k)
+        for reason in AUTH_REASONS:
+            self.auth_failures.labels(reason)
+
+    def message_in(self, mtype: str) -> None:
+        self.messages_in.labels(mtype if mtype in CLIENT_TYPES else "other").inc()
+
+    def message_out(self, kind: str, code: str | None = None) -> None:
+        self.messages_out.labels(kind if kind in KINDS else "other").inc()
+        if kind == "rejected" and code:
+            self.rejected.labels(code if len(code) <= 32 and code.isidentifier() else "other").inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,121 @@
+"""Reading a player's outbound stream ``sk:out:<player>`` (docs/PROTOCOL.md §2) from asyncio.
+
+>>> entry = parse_entry(b"1-0", {b"kind": b"rejected", b"match": b"m", b"command_id": b"c",
+...                              b"code": b"not_your_turn", b"reason": b"wait"})
+>>> entry.kind, entry.code, entry.version
+('rejected', 'not_your_turn', None)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from engine.service.publish import expand_event
+from engine.store import keys
+
+SCAN_LIMIT = 1000  # entries looked at when searching a stream backwards (it is capped anyway)
+
+
+def _s(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else ("" if v is None else str(v))
+
+
+@dataclass(frozen=True)
+class OutEntry:
+    id: str
+    kind: str  # update | rejected
+    match: str
+    command_id: str
+    version: int | None = None
+    code: str | None = None
+    reason: str | None = None
+    body: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        return list(self.body.get("events") or ())
+
+    @property
+    def view(self) -> dict[str, Any] | None:
+        return self.body.get("view")
+
+    @property
+    def first_seq(self) -> int | None:
+        ev = self.events
+        return int(ev[0]["seq"]) if ev and "seq" in ev[0] else None
+
+
+def parse_entry(entry_id: Any, fields: dict) -> OutEntry:
+    f = {_s(k): v for k, v in fields.items()}
+    body: dict[str, Any] = {}
+    if "body" in f:
+        try:
+            body = msgpack.unpackb(f["body"], raw=False, strict_map_key=False)
+        except Exception:
+            body = {}
+    if "view" in f and "view" not in body:  # a rejection that carries the player's view
+        try:
+            body["view"] = msgpack.unpackb(f["view"], raw=False, strict_map_key=False)
+        except Exception:
+            pass
+    version = f.get("version")
+    if body:  # a compact update (docs/PROTOCOL.md "Updates"): the entry's fields fill in the ids
+        match, command_id = _s(f.get("match")), _s(f.get("command_id"))
+        if isinstance(body.get("events"), list):
+            body["events"] = [expand_event(e, match, command_id) if isinstance(e, dict) else e
+                              for e in body["events"]]
+    return OutEntry(id=_s(entry_id), kind=_s(f.get("kind")), match=_s(f.get("match")),
+                    command_id=_s(f.get("command_id")),
+                    version=int(version) if version not in (None, b"", "") else None,
+                    code=_s(f["code"]) if "code" in f else None,
+                    reason=_s(f["reason"]) if "reason" in f else None, body=body)
+
+
+async def last_id(redis: Any, stream: str) -> str:
+    """The id of the stream's newest entry ("0-0" when empty): read after it for new entries only."""
+    last = await redis.xrevrange(stream, count=1)
+    return _s(last[0][0]) if last else "0-0"
+
+
+async def latest_update(redis: Any, player: str, match: str, before: str = "+") -> OutEntry | None:
+    """The newest update of ``match`` in the player's stream that carries a view."""
+    stream = keys.outbox_key(player)
+    end, seen = before, 0
+    while seen < SCAN_LIMIT:
+        chunk = await redis.xrevrange(stream, max=end, min="-", count=100)
+        if not chunk:
+            return None
+        for entry_id, fields in chunk:
+            e = parse_entry(entry_id, fields)
+            if e.kind == "update" and e.match == match and e.view is not None:
+                return e
+        seen += len(chunk)
+        ms, n = keys.stream_pos(_s(chunk[-1][0]))
+        if n > 0:
+            end = f"{ms}-{n - 1}"
+        elif ms > 0:
+            end = f"{ms - 1}-18446744073709551615"
+        else:
+            return None
+    return None
+
+
+async def updates_after(redis: Any, player: str, match: str, version: int, upto: str) -> list[OutEntry]:
+    """Every update of ``match`` after ``version`` up to the entry ``upto``, oldest first, once each."""
+    stream = keys.outbox_key(player)
+    out: dict[int, OutEntry] = {}
+    start, seen = "-", 0
+    while seen < SCAN_LIMIT:
+        chunk = await redis.xrange(stream, min=start, max=upto, count=200)
+        if not chunk:
+            break
+        for entry_id, fields in chunk:
+            e = parse_entry(entry_id, fields)
+            if e.kind == "update" and e.match == match and e.version is not None and e.version > version:
+                out.setdefault(e.version, e)
+        seen += len(chunk)
+        start = "(" + _s(chunk[-1][0])
+    return [out[v] for v in sorted(out)]

@@ -1,0 +1,196 @@
+"""The WebSocket protocol: JSON messages both ways (docs/PROTOCOL.md "WebSocket", gateway/schemas/).
+
+Client → server messages are validated here (:func:`parse_client_message`); a
+message may carry a ``command_id`` (the gateway makes one when it is absent and
+echoes it back on the ``update`` or ``rejected`` it causes).  A message that
+names a ``player`` other than the token's subject is refused ``not_allowed``.
+
+>>> parse_client_message('{"type": "Play", "text": "3 3", "expected_version": 7}', "alice").text
+'3 3'
+>>> parse_client_message('{"type": "Pass", "player": "bob"}', "alice")
+Traceback (most recent call last):
+...
+gateway.protocol.ClientError: not_allowed: this socket speaks for alice, not for bob
+
+Server → client messages are built by :func:`update`, :func:`rejected`, :func:`lobby`,
+:func:`settled` and :func:`welcome` (plain dicts, ready for ``json.dumps``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+MAX_MESSAGE_BYTES = 16 * 1024
+CLIENT_ID_MAX = 100
+
+#: client message types that become an engine command for the socket's player
+PLAYER_COMMAND_TYPES = frozenset({"Ready", "Play", "Pass", "RequestTrustee", "CancelTrustee", "Escape",
+                                  "Leave", "Sync"})
+#: every client message type
+CLIENT_TYPES = PLAYER_COMMAND_TYPES | {"Join", "Watch", "Auth"}
+
+#: gateway-level rejection codes (the engine's own codes are in engine/match/errors.py)
+BAD_COMMAND = "bad_command"
+NOT_ALLOWED = "not_allowed"
+NOT_SEATED = "not_seated"
+UNKNOWN_MATCH = "unknown_match"
+STALE = "stale"
+UNKNOWN_ROOM = "unknown_room"
+SEAT_REFUSED = "seat_refused"
+
+
+class ClientError(ValueError):
+    """A client message refused by the gateway itself (never forwarded to the engine)."""
+
+    def __init__(self, code: str, reason: str, command_id: str | None = None):
+        super().__init__(f"{code}: {reason}")
+        self.code = code
+        self.reason = reason
+        self.command_id = command_id
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command_id: str = Field(default_factory=lambda: uuid.uuid4().hex, min_length=1, max_length=CLIENT_ID_MAX)
+    player: str | None = Field(None, description="optional; must be the token's subject")
+
+
+class Auth(_Msg):
+    type: Literal["Auth"]
+    token: str = Field(min_length=1, max_length=4096)
+    version: int | None = Field(None, ge=0, description="resume: the last match version this client saw")
+
+
+class Join(_Msg):
+    type: Literal["Join"]
+    room: str = Field(min_length=1, max_length=100)
+
+
+class Watch(_Msg):
+    type: Literal["Watch"]
+    match: str = Field(min_length=1, max_length=200)
+
+
+class Ready(_Msg):
+    type: Literal["Ready"]
+
+
+class Play(_Msg):
+    type: Literal["Play"]
+    cards: tuple[Annotated[int, Field(ge=0, le=107)], ...] | None = Field(None, min_length=1, max_length=27)
+    text: str | None = Field(None, min_length=1, max_length=400)
+    reading_kind: str | None = Field(None, max_length=40)
+    reading_rank: str | None = Field(None, max_length=10)
+    expected_version: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Play:
+        if (self.cards is None) == (self.text is None):
+            raise ValueError("give exactly one of cards (ids) or text (card notation)")
+        return self
+
+
+class Pass(_Msg):
+    type: Literal["Pass"]
+    expected_version: int | None = Field(None, ge=0)
+
+
+class RequestTrustee(_Msg):
+    type: Literal["RequestTrustee"]
+
+
+class CancelTrustee(_Msg):
+    type: Literal["CancelTrustee"]
+
+
+class Escape(_Msg):
+    type: Literal["Escape"]
+
+
+class Leave(_Msg):
+    type: Literal["Leave"]
+
+
+class Sync(_Msg):
+    type: Literal["Sync"]
+    version: int | None = Field(None, ge=0, description="resume: send every update after this version")
+
+
+ClientMessage = Annotated[
+    Union[Auth, Join, Watch, Ready, Play, Pass, RequestTrustee, CancelTrustee, Escape, Leave, Sync],
+    Field(discriminator="type"),
+]
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(ClientMessage)
+
+
+def _loose_id(data: Any) -> str | None:
+    cid = data.get("command_id") if isinstance(data, dict) else None
+    return cid if isinstance(cid, str) and 0 < len(cid) <= CLIENT_ID_MAX else None
+
+
+def parse_client_message(raw: str | bytes, player: str) -> Any:
+    """The validated message; :class:`ClientError` (``bad_command`` / ``not_allowed``) otherwise.
+
+    ``player`` is the socket's token subject: a ``player`` field naming anyone else is
+    refused ``not_allowed`` (impersonation), before anything else is looked at."""
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise ClientError(BAD_COMMAND, f"message too large ({len(raw)} bytes, limit {MAX_MESSAGE_BYTES})")
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ClientError(BAD_COMMAND, "not JSON") from None
+    if not isinstance(data, dict):
+        raise ClientError(BAD_COMMAND, "a message must be a JSON object")
+    cid = _loose_id(data)
+    named = data.get("player")
+    if named is not None and named != player:
+        raise ClientError(NOT_ALLOWED, f"this socket speaks for {player}, not for {str(named)[:100]}", cid)
+    for key in ("match_id", "seat"):  # engine fields a client may not set
+        if key in data:
+            raise ClientError(NOT_ALLOWED, f"{key!r} is set by the gateway, not by the client", cid)
+    mtype = data.get("type")
+    if not isinstance(mtype, str) or mtype not in CLIENT_TYPES:
+        raise ClientError(NOT_ALLOWED if isinstance(mtype, str) and mtype else BAD_COMMAND,
+                          f"{str(mtype)[:40]!r} is not a message a client may send (one of "
+                          f"{', '.join(sorted(CLIENT_TYPES))})", cid)
+    try:
+        return _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors()[:5]:
+            loc = ".".join(str(p) for p in err["loc"][1:]) or "(message)"
+            problems.append(f"{loc}: {err['msg']}")
+        raise ClientError(BAD_COMMAND, "; ".join(problems), cid) from None
+
+
+# -- server → client -------------------------------------------------------------------------
+
+def update(match: str, version: int, events: list[dict[str, Any]], view: dict[str, Any] | None,
+           command_id: str | None = None) -> dict[str, Any]:
+    return {"kind": "update", "match": match, "version": version, "command_id": command_id,
+            "events": events, "view": view}
+
+
+def rejected(command_id: str | None, code: str, reason: str, view: dict[str, Any] | None = None,
+             match: str | None = None) -> dict[str, Any]:
+    return {"kind": "rejected", "command_id": command_id, "code": code, "reason": reason, "view": view,
+            "match": match}
+
+
+def lobby(state: str, room: str | None, table: str | None = None, match: str | None = None,
+          reason: str | None = None) -> dict[str, Any]:
+    return {"kind": "lobby", "state": state, "room": room, "table": table, "match": match, "reason": reason}
+
+
+def settled(match: str, scores: dict[str, int], breakdown: dict[str, Any],
+            balances: dict[str, int]) -> dict[str, Any]:
+    return {"kind": "settled", "match": match, "scores": scores, "breakdown": breakdown, "balances": balances}
+
+
+def welcome(player: str, role: str, room: str | None, gateway: str) -> dict[str, Any]:
+    return {"kind": "welcome", "player": player, "role": role, "room": room, "gateway": gateway}

@@ -1,0 +1,183 @@
+"""Writes the JSON Schemas of the WebSocket protocol into ``gateway/schemas/``.
+
+* ``client.json`` — every client → server message (from :mod:`gateway.protocol`'s models);
+* ``server.json`` — every server → client message (update, rejected, lobby, settled, welcome),
+  with the view and the events inlined under ``$defs`` (one self-contained file);
+* ``view.json`` — a player's or a spectator's view of a match (projections/views.py);
+* ``events.json`` — every event as a player or spectator receives it (engine/match/events.py,
+  redacted by ``projections.views.redact_event``).
+
+The files are generated from the models, committed, and checked against a fresh generation by
+tests/test_gateway_unit.py; regenerate after changing a message, a view or an event::
+
+    python -m gateway.schemas_gen
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter
+
+SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+_NULLABLE_STR = {"type": ["string", "null"]}
+_INT = {"type": "integer"}
+
+
+def _move_defs(schema: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split pydantic's ``$defs`` off a schema (refs rewritten to ``#/$defs/<prefix><name>``)."""
+    defs = schema.pop("$defs", {})
+    text = json.dumps(schema)
+    dtext = json.dumps(defs)
+    for name in defs:
+        text = text.replace(f'"#/$defs/{name}"', f'"#/$defs/{prefix}{name}"')
+        dtext = dtext.replace(f'"#/$defs/{name}"', f'"#/$defs/{prefix}{name}"')
+    return json.loads(text), {prefix + k: v for k, v in json.loads(dtext).items()}
+
+
+def client_schema() -> dict[str, Any]:
+    from gateway.protocol import ClientMessage
+
+    schema = TypeAdapter(ClientMessage).json_schema(mode="validation")
+    body, defs = _move_defs(schema)
+    return {"$schema": DRAFT, "$id": "client.json", "title": "A client → server WebSocket message",
+            **body, "$defs": defs}
+
+
+def events_schema() -> dict[str, Any]:
+    from engine.match.events import Event
+
+    schema = TypeAdapter(Event).json_schema(mode="serialization")
+    body, defs = _move_defs(schema, "event_")
+    hd = defs["event_HandDealt"]["properties"]
+    # what a receiver gets (projections.views.redact_event): its own hand at its seat, null elsewhere
+    hd["hands"] = {"type": "array", "minItems": 2, "maxItems": 2,
+                   "items": {"anyOf": [{"type": "array", "items": _INT}, {"type": "null"}]}}
+    hd["set_aside"] = {"type": "null"}
+    hd["lead_card"] = {"anyOf": [_INT, {"type": "null"}]}
+    hd["hand_sizes"] = {"type": "array", "items": _INT, "minItems": 2, "maxItems": 2}
+    hd["set_aside_count"] = _INT
+    for d in defs.values():  # every field is present on the wire
+        if d.get("type") == "object" and "properties" in d:
+            d["required"] = sorted(d["properties"])
+    ps = defs["event_PlayerSeated"]["properties"]
+    ps["balance"] = {"anyOf": [_INT, {"type": "null"}], "description": ps["balance"].get("description", "")}
+    return {"$schema": DRAFT, "$id": "events.json", "title": "A match event as a player or spectator receives it",
+            **body, "$defs": defs}
+
+
+def view_schema() -> dict[str, Any]:
+    seat = {"type": "object", "additionalProperties": False,
+            "required": ["seat", "player", "level", "base", "ready", "cards_left", "timeouts", "trustee",
+                         "connected", "escaped", "plays", "bombs"],
+            "properties": {"seat": {"type": "integer", "minimum": 0, "maximum": 1}, "player": {"type": "string"},
+                           "level": _INT, "base": _INT, "ready": {"type": "boolean"},
+                           "cards_left": {"type": "integer", "minimum": 0}, "timeouts": _INT,
+                           "trustee": _NULLABLE_STR, "connected": {"type": "boolean"},
+                           "escaped": {"type": "boolean"}, "plays": _INT,
+                           "bombs": {"type": "array", "items": {"type": "string"}}}}
+    props: dict[str, Any] = {
+        "match_id": {"type": "string"}, "version": _INT,
+        "phase": {"enum": ["new", "seating", "playing", "finished"]},
+        "mode": {"enum": ["points", "wealth", None]},
+        "you": _NULLABLE_STR,
+        "seats": {"type": "array", "maxItems": 2, "items": {"anyOf": [seat, {"type": "null"}]}},
+        "turn": _NULLABLE_STR, "your_turn": {"type": "boolean"}, "leading": {"type": "boolean"},
+        "trick": _INT, "table_count": _INT, "table": {"type": "string"},
+        "table_ids": {"type": "array", "items": _INT},
+        "last_play": {"anyOf": [{"type": "null"}, {
+            "type": "object", "additionalProperties": False,
+            "required": ["player", "cards", "text", "reading", "describe"],
+            "properties": {"player": {"type": "string"}, "cards": {"type": "array", "items": _INT},
+                           "text": {"type": "string"}, "reading": {"type": "object"},
+                           "describe": {"type": "string"}}}]},
+        "deadline": {"anyOf": [{"type": "null"}, {
+            "type": "object", "additionalProperties": False, "required": ["at_ms", "kind", "version"],
+            "properties": {"at_ms": _INT, "kind": {"enum": ["turn", "trustee", "ready"]}, "version": _INT}}]},
+        "contribution": {"type": "object", "additionalProperties": {
+            "type": "object", "required": ["xiang", "source", "c", "net"],
+            "properties": {"xiang": {"type": ["integer", "null"]}, "c": _INT, "net": _INT}}},
+        "hand": {"anyOf": [{"type": "null"}, {
+            "type": "object", "additionalProperties": False, "required": ["ids", "text"],
+            "properties": {"ids": {"type": "array", "items": _INT}, "text": {"type": "string"}}}]},
+        "opponent": {"anyOf": [{"type": "null"}, {
+            "type": "object", "additionalProperties": False, "required": ["player", "cards_left"],
+            "properties": {"player": {"type": "string"}, "cards_left": _INT}}]},
+        "result": {"anyOf": [{"type": "null"}, {
+            "type": "object", "additionalProperties": False,
+            "required": ["winner", "loser", "kou", "reason", "cards_left"],
+            "properties": {"winner": {"type": "string"}, "loser": {"type": "string"},
+                           "kou": {"enum": ["flat", "single", "double", "escape"]},
+                           "reason": {"enum": ["out", "escape"]},
+                           "cards_left": {"type": "object", "additionalProperties": _INT}}}]},
+    }
+    required = sorted(k for k in props if k != "opponent")
+    return {"$schema": DRAFT, "$id": "view.json",
+            "title": "A player's view of a match (a spectator's: you null, hand null, no opponent key)",
+            "type": "object", "additionalProperties": False, "required": required, "properties": props}
+
+
+def server_schema() -> dict[str, Any]:
+    events = events_schema()
+    view = view_schema()
+    defs: dict[str, Any] = dict(events.pop("$defs"))
+    events.pop("$schema"), events.pop("$id"), events.pop("title")
+    defs["event"] = events
+    view.pop("$schema"), view.pop("$id")
+    defs["view"] = view
+    nullable_view = {"anyOf": [{"$ref": "#/$defs/view"}, {"type": "null"}]}
+
+    def msg(kind: str, props: dict[str, Any], title: str) -> dict[str, Any]:
+        p = {"kind": {"const": kind}, **props}
+        return {"title": title, "type": "object", "additionalProperties": False, "required": sorted(p),
+                "properties": p}
+
+    defs["update"] = msg("update", {
+        "match": {"type": "string"}, "version": _INT, "command_id": _NULLABLE_STR,
+        "events": {"type": "array", "items": {"$ref": "#/$defs/event"}}, "view": nullable_view},
+        "The match changed (events as you may see them; the view on the first update, on Sync, on resync)")
+    defs["rejected"] = msg("rejected", {
+        "command_id": _NULLABLE_STR, "code": {"type": "string"}, "reason": {"type": "string"},
+        "view": nullable_view, "match": _NULLABLE_STR}, "Your command was refused; nothing changed")
+    defs["lobby"] = msg("lobby", {
+        "state": {"enum": ["queued", "seated", "removed"]}, "room": _NULLABLE_STR, "table": _NULLABLE_STR,
+        "match": _NULLABLE_STR, "reason": _NULLABLE_STR}, "Where you are in the lobby")
+    defs["settled"] = msg("settled", {
+        "match": {"type": "string"}, "scores": {"type": "object", "additionalProperties": _INT},
+        "breakdown": {"type": "object"}, "balances": {"type": "object", "additionalProperties": _INT}},
+        "A match of your table was settled: scores, breakdown, your balance from the ledger")
+    defs["welcome"] = msg("welcome", {
+        "player": {"type": "string"}, "role": {"enum": ["player", "spectator", "operator"]},
+        "room": _NULLABLE_STR, "gateway": {"type": "string"}}, "The token was accepted")
+    kinds = ["update", "rejected", "lobby", "settled", "welcome"]
+    return {"$schema": DRAFT, "$id": "server.json", "title": "A server → client WebSocket message",
+            "oneOf": [{"$ref": f"#/$defs/{k}"} for k in kinds], "$defs": defs}
+
+
+def generate() -> dict[str, dict[str, Any]]:
+    return {"client.json": client_schema(), "server.json": server_schema(), "view.json": view_schema(),
+            "events.json": events_schema()}
+
+
+def render(schema: dict[str, Any]) -> str:
+    return json.dumps(schema, indent=2, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((SCHEMA_DIR / name).read_text(encoding="utf-8"))
+
+
+def main() -> None:
+    SCHEMA_DIR.mkdir(exist_ok=True)
+    for name, schema in generate().items():
+        (SCHEMA_DIR / name).write_text(render(copy.deepcopy(schema)), encoding="utf-8")
+        print(SCHEMA_DIR / name)
+
+
+if __name__ == "__main__":
+    main()

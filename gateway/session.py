@@ -1,0 +1,555 @@
+"""One WebSocket connection: authenticate, then relay between the socket and Redis.
+
+* The socket is accepted first; the token comes as ``?token=`` or as the first message
+  ``{"type": "Auth", "token": …}`` within :data:`AUTH_TIMEOUT_S`.  A missing, bad or
+  expired token closes the socket with :data:`CLOSE_UNAUTHORIZED` (4401) and a reason.
+* The player of every command is the token's subject; a message naming anyone else is
+  refused ``not_allowed`` and never forwarded (gateway/protocol.py).
+* A newer connection of the same player (another tab, another gateway) closes this one
+  with :data:`CLOSE_REPLACED` and a reason: every connection appends itself to the
+  player's session stream and watches it.
+* The pump reads the player's update stream, the lobby's notes and the session stream in
+  one blocking XREAD and forwards updates of the current match once each (by version),
+  the player's own rejections (their own command ids) and the lobby's messages.
+* On connect the player at once gets the lobby state and the current view of their match;
+  given a last-seen ``version`` (``?version=``, ``Auth.version`` or ``Sync.version``) every
+  later update follows instead, with no gap (or, when the stream no longer holds them, one
+  resync update with the view) and no duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from engine.store import keys
+from gateway import channels, outbox, protocol
+from gateway.lobby import Lobby, Place, notes_key, now_ms
+from gateway.metrics import GatewayMetrics
+from gateway.rooms import RoomBook
+from gateway.spectate import spectator_event, spectator_view
+from gateway.tokens import Identity, TokenError, verify
+
+log = logging.getLogger("shuangkou.gateway")
+
+AUTH_TIMEOUT_S = 5.0
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_REPLACED = 4409
+CLOSE_GOING_AWAY = 1001
+HEARTBEAT_S = 1.0
+HEARTBEAT_SLACK_MS = 3000  # a gateway that stopped heartbeating is gone after this long
+PENDING_TTL_S = 60.0
+GAP_WAIT_S = 2.0  # how long an update ahead of a missing one waits before a resync
+
+
+def session_key(player: str) -> str:
+    return f"sk:gw:session:{player}"
+
+
+def _s(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else ("" if v is None else str(v))
+
+
+@dataclass
+class Hub:
+    """Everything one gateway process shares between its connections."""
+
+    redis: Any
+    secret: bytes
+    rooms: RoomBook
+    lobby: Lobby
+    gateway_id: str
+    metrics: GatewayMetrics
+    connections: set[Connection] = field(default_factory=set)
+    stopping: bool = False
+
+    async def heartbeat(self, stop: asyncio.Event) -> None:
+        """Keep every connected player's Disconnect in the future (reconnect grace)."""
+        while not stop.is_set():
+            try:
+                now = now_ms()
+                due = {c.identity.player: now + HEARTBEAT_SLACK_MS + c.grace_ms
+                       for c in list(self.connections) if c.is_player and not c.closed}
+                await self.lobby.present(due)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("heartbeat failed: %s", exc)
+            try:
+                await asyncio.wait_for(stop.wait(), HEARTBEAT_S)
+            except asyncio.TimeoutError:
+                pass
+
+    async def close_all(self, code: int, reason: str) -> None:
+        self.stopping = True
+        await asyncio.gather(*(c.close(code, reason) for c in list(self.connections)), return_exceptions=True)
+
+
+class Connection:
+    def __init__(self, hub: Hub, ws: WebSocket, identity: Identity):
+        self.hub = hub
+        self.ws = ws
+        self.identity = identity
+        self.id = uuid.uuid4().hex
+        self.closed = False
+        self.replaced = False
+        self.place = Place("")
+        self.grace_ms = 10_000
+        self.match: str | None = None  # the match whose updates this socket gets
+        self.watching: str | None = None  # spectators: the watched match
+        self.source: str | None = None  # spectators: the seated player whose stream is read
+        self.versions: dict[str, int] = {}  # match -> last version forwarded
+        self.pending: dict[str, tuple[float, str]] = {}  # engine command id -> (sent at, type)
+        self._send_lock = asyncio.Lock()
+        self._pump: asyncio.Task | None = None
+        self._session_id = "0-0"
+        self._positions: dict[str, str] = {}
+        self._held: dict[str, dict[int, outbox.OutEntry]] = {}  # match -> first seq -> update ahead of a gap
+        self._gap_timers: dict[str, asyncio.Task] = {}
+
+    @property
+    def is_player(self) -> bool:
+        return self.identity.role == "player"
+
+    @property
+    def player(self) -> str:
+        return self.identity.player
+
+    # -- sending --------------------------------------------------------------------------
+    async def send(self, message: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        async with self._send_lock:
+            try:
+                await self.ws.send_text(json.dumps(message, separators=(",", ":"), ensure_ascii=False))
+            except (WebSocketDisconnect, RuntimeError, OSError):
+                self.closed = True
+                return
+        self.hub.metrics.message_out(message.get("kind", ""), message.get("code"))
+
+    async def reject(self, command_id: str | None, code: str, reason: str, view: dict | None = None) -> None:
+        await self.send(protocol.rejected(command_id, code, reason, view, self.match))
+
+    async def close(self, code: int, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.ws.application_state != WebSocketState.DISCONNECTED:
+                await self.ws.close(code=code, reason=reason[:120])
+        except (RuntimeError, OSError):
+            pass
+
+    # -- life cycle -----------------------------------------------------------------------
+    async def run(self, first_version: int | None) -> None:
+        hub = self.hub
+        r = hub.redis
+        hub.connections.add(self)
+        hub.metrics.connections.labels(self.identity.role).inc()
+        try:
+            await self.send(protocol.welcome(self.player, self.identity.role, self.identity.room, hub.gateway_id))
+            if self.is_player:
+                self._session_id = _s(await r.xadd(session_key(self.player), {"conn": self.id, "gw": hub.gateway_id},
+                                                   maxlen=10, approximate=True))
+                self.place = await hub.lobby.place(self.player)
+                self.grace_ms = await hub.lobby.grace_ms(self.place)
+                await hub.lobby.present({self.player: now_ms() + HEARTBEAT_SLACK_MS + self.grace_ms})
+                self._positions = {keys.outbox_key(self.player): await outbox.last_id(r, keys.outbox_key(self.player)),
+                                   notes_key(self.player): await outbox.last_id(r, notes_key(self.player)),
+                                   session_key(self.player): self._session_id}
+                await self._greet(first_version)
+            self._pump = asyncio.get_running_loop().create_task(self._pump_loop())
+            await self._receive_loop()
+        finally:
+            self.closed = True
+            if self._pump is not None:
+                self._pump.cancel()
+            for t in self._gap_timers.values():
+                t.cancel()
+            hub.connections.discard(self)
+            hub.metrics.connections.labels(self.identity.role).dec()
+            if self.is_player and not self.replaced and not hub.stopping:
+                try:  # the grace window starts now (a reconnect within it changes nothing)
+                    await hub.lobby.present({self.player: now_ms() + self.grace_ms})
+                except Exception as exc:
+                    log.warning("could not start %s's grace window: %s", self.player, exc)
+
+    async def _greet(self, version: int | None) -> None:
+        """The lobby state and the current view (or the updates after ``version``) at once."""
+        place = self.place
+        table = place.table
+        if place.state == "queued":
+            await self.send(protocol.lobby("queued", place.room))
+        elif table is not None:
+            if table.status == "seated":
+                self.match = table.match
+                await self.send(protocol.lobby("seated", table.room, table.id, table.match))
+            else:
+                await self.send(protocol.lobby("queued", table.room, table.id))
+        if self.match is not None:
+            await self.hub.lobby.came_back(self.player, self.match)
+            await self._catch_up(self.match, version)
+
+    async def _catch_up(self, match: str, version: int | None) -> None:
+        upto = self._positions.get(keys.outbox_key(self.player), "+")
+        r = self.hub.redis
+        if version is not None:
+            later = await outbox.updates_after(r, self.player, match, version, upto)
+            if later and (later[0].first_seq is None or later[0].first_seq <= version + 1):
+                for e in later:
+                    await self._forward_update(e, observe=True)
+                return
+            latest = await outbox.latest_update(r, self.player, match, upto)
+            if latest is None or (latest.version or 0) <= version:
+                return  # nothing newer than what the client has
+        else:
+            latest = await outbox.latest_update(r, self.player, match, upto)
+            if latest is None:
+                return
+        # the current view (first update of a connection, or a resync after a gap)
+        await self._send_view_and_after(latest, self.player, match, upto)
+
+    async def _send_view_and_after(self, latest: outbox.OutEntry, player: str, match: str, upto: str) -> None:
+        """The resync rule of compact updates (docs/PROTOCOL.md "Resync"): the newest update
+        that carries a view, then the updates after it (their events follow on from it)."""
+        view = latest.view
+        self.versions[match] = int(latest.version or 0)
+        await self.send(protocol.update(match, int(latest.version or 0), [], self._view(view)))
+        await self.hub.lobby.observe(match, latest.events)
+        for e in await outbox.updates_after(self.hub.redis, player, match, int(latest.version or 0), upto):
+            await self.hub.lobby.observe(match, e.events)
+            await self._send_update(e)
+
+    def _view(self, view: dict | None) -> dict | None:
+        return spectator_view(view) if not self.is_player else view
+
+    # -- client → server ------------------------------------------------------------------
+    async def _receive_loop(self) -> None:
+        while not self.closed:
+            try:
+                raw = await self.ws.receive_text()
+            except WebSocketDisconnect:
+                return
+            except (RuntimeError, OSError, KeyError):
+                return
+            try:
+                msg = protocol.parse_client_message(raw, self.player)
+            except protocol.ClientError as exc:
+                self.hub.metrics.message_in("other")
+                await self.reject(exc.command_id, exc.code, exc.reason)
+                continue
+            self.hub.metrics.message_in(msg.type)
+            try:
+                await self._handle(msg)
+            except protocol.ClientError as exc:
+                await self.reject(exc.command_id or msg.command_id, exc.code, exc.reason)
+
+    async def _handle(self, msg: Any) -> None:
+        t = msg.type
+        if t == "Auth":
+            raise protocol.ClientError(protocol.NOT_ALLOWED, "this socket is already authenticated", msg.command_id)
+        if t == "Watch":
+            return await self._watch(msg)
+        if not self.is_player:
+            raise protocol.ClientError(protocol.NOT_ALLOWED, f"a {self.identity.role} token may only Watch",
+                                       msg.command_id)
+        if t == "Join":
+            return await self._join(msg)
+        if t == "Sync":
+            return await self._sync(msg)
+        place = await self.hub.lobby.place(self.player)
+        self.place = place
+        if t == "Leave" and place.state == "queued":
+            await self.hub.lobby.dequeue(self.player, "left")
+            return
+        table = place.table
+        if table is None or table.status != "seated":
+            raise protocol.ClientError(protocol.NOT_SEATED, "you are not seated at a table (send Join first)",
+                                       msg.command_id)
+        match = table.match
+        self.match = match
+        fields: dict[str, Any] = {}
+        if t == "Play":
+            fields = {"cards": msg.cards, "text": msg.text, "reading_kind": msg.reading_kind,
+                      "reading_rank": msg.reading_rank}
+        if t in ("Play", "Pass") and msg.expected_version is not None:
+            fields["expected_version"] = msg.expected_version
+            seen = self.versions.get(match)
+            if not channels.ENGINE_EXPECTED_VERSION and seen is not None and seen != msg.expected_version:
+                raise protocol.ClientError(protocol.STALE, f"the match is at version {seen}, not "
+                                           f"{msg.expected_version}: look at the current view and try again",
+                                           msg.command_id)
+        engine_id = channels.engine_command_id(self.player, msg.command_id)
+        try:
+            command = channels.player_command(t, match, self.player, engine_id, **fields)
+        except Exception as exc:  # e.g. bad card notation the engine's model refuses
+            raise protocol.ClientError(protocol.BAD_COMMAND, str(exc).splitlines()[-1][:300], msg.command_id)
+        self._track(engine_id, t)
+        await self.hub.redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
+
+    def _track(self, engine_id: str, ctype: str) -> None:
+        now = time.monotonic()
+        if len(self.pending) > 200:  # commands that never produced an update (bounded memory)
+            for k, (at, _t) in list(self.pending.items()):
+                if now - at > PENDING_TTL_S:
+                    del self.pending[k]
+        self.pending[engine_id] = (now, ctype)
+
+    def _answered(self, engine_id: str) -> None:
+        sent = self.pending.pop(engine_id, None)
+        if sent is not None:
+            self.hub.metrics.round_trip.labels(sent[1]).observe(time.monotonic() - sent[0])
+
+    async def _join(self, msg: Any) -> None:
+        room = msg.room
+        cfg = self.hub.rooms.get(room)
+        if cfg is None:
+            raise protocol.ClientError(protocol.UNKNOWN_ROOM, f"no room {room!r} (rooms: "
+                                       f"{', '.join(self.hub.rooms.names())})", msg.command_id)
+        if self.identity.room is not None and self.identity.room != room:
+            raise protocol.ClientError(protocol.NOT_ALLOWED, f"this token is for room {self.identity.room!r}",
+                                       msg.command_id)
+        balance = await self.hub.lobby.balance(self.player, cfg.mode)
+        if not self.hub.rooms.admits(cfg, balance):
+            low = cfg.levels[0]
+            raise protocol.ClientError(protocol.SEAT_REFUSED, f"this room needs {low.need} {cfg.mode} for level "
+                                       f"{low.level} (R-11.1)", msg.command_id)
+        state, at_room, table_id = await self.hub.lobby.join(self.player, room)
+        self.grace_ms = int(1000 * cfg.reconnect_grace_seconds)
+        if state == "joined":
+            return  # the lobby's note says queued (then seated) through the pump
+        place = await self.hub.lobby.place(self.player)
+        self.place = place
+        if place.table is not None and place.table.status == "seated":
+            await self.send(protocol.lobby("seated", place.room, place.table.id, place.table.match,
+                                           "already at a table"))
+        else:
+            await self.send(protocol.lobby("queued", at_room or room, table_id or None, None, "already queued"))
+
+    async def _sync(self, msg: Any) -> None:
+        place = await self.hub.lobby.place(self.player)
+        self.place = place
+        table = place.table
+        if table is None or table.status != "seated":
+            await self.send(protocol.lobby(place.state or "removed", place.room, None, None,
+                                           None if place.state else "not in a room"))
+            return
+        self.match = table.match
+        if msg.version is not None:
+            self.versions.pop(table.match, None)
+            self._positions[keys.outbox_key(self.player)] = await outbox.last_id(
+                self.hub.redis, keys.outbox_key(self.player))
+            await self._catch_up(table.match, msg.version)
+            self._restart_pump()
+            return
+        if channels.ENGINE_SYNC:
+            engine_id = channels.engine_command_id(self.player, msg.command_id)
+            self._track(engine_id, "Sync")
+            self.versions.pop(table.match, None)
+            command = channels.player_command("Sync", table.match, self.player, engine_id)
+            await self.hub.redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
+            return
+        latest = await outbox.latest_update(self.hub.redis, self.player, table.match)
+        if latest is None:
+            await self.send(protocol.update(table.match, 0, [], None, msg.command_id))
+            return
+        self.versions[table.match] = max(self.versions.get(table.match, 0), int(latest.version or 0))
+        await self.send(protocol.update(table.match, int(latest.version or 0), [], latest.view, msg.command_id))
+
+    async def _watch(self, msg: Any) -> None:
+        if self.is_player:
+            raise protocol.ClientError(protocol.NOT_ALLOWED, "players play; Watch needs a spectator token",
+                                       msg.command_id)
+        table = await self.hub.lobby.table_of_match(msg.match)
+        if table is None:
+            raise protocol.ClientError(protocol.UNKNOWN_MATCH, f"no match {msg.match!r} at any table",
+                                       msg.command_id)
+        if self.identity.room is not None and self.identity.room != table.room:
+            raise protocol.ClientError(protocol.NOT_ALLOWED, f"this token is for room {self.identity.room!r}",
+                                       msg.command_id)
+        self.watching = self.match = msg.match
+        self.source = table.players[0]
+        stream = keys.outbox_key(self.source)
+        self._positions = {stream: await outbox.last_id(self.hub.redis, stream)}
+        self.versions.pop(msg.match, None)
+        latest = await outbox.latest_update(self.hub.redis, self.source, msg.match, self._positions[stream])
+        if latest is not None:
+            await self._send_view_and_after(latest, self.source, msg.match, self._positions[stream])
+        else:
+            await self.send(protocol.update(msg.match, 0, [], None))
+        self._restart_pump()
+
+    def _restart_pump(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel()
+            self._pump = asyncio.get_running_loop().create_task(self._pump_loop())
+
+    # -- server → client ------------------------------------------------------------------
+    async def _pump_loop(self) -> None:
+        r = self.hub.redis
+        backoff = 0.1
+        while not self.closed:
+            if not self._positions:
+                await asyncio.sleep(1.0)  # a spectator that watches nothing yet
+                continue
+            try:
+                reply = await r.xread(dict(self._positions), count=100, block=5000)
+                backoff = 0.1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("reading streams for %s failed: %s", self.player, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            for stream_name, entries in reply or ():
+                stream = _s(stream_name)
+                for entry_id, fields in entries:
+                    self._positions[stream] = _s(entry_id)
+                    try:
+                        await self._dispatch(stream, _s(entry_id), fields)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        log.exception("could not relay %s %s", stream, _s(entry_id))
+                    if self.closed:
+                        return
+
+    async def _dispatch(self, stream: str, entry_id: str, fields: dict) -> None:
+        if self.is_player and stream == session_key(self.player):
+            if _s(fields.get(b"conn", fields.get("conn"))) != self.id:
+                self.replaced = True
+                await self.close(CLOSE_REPLACED, "replaced by a newer connection of the same player")
+            return
+        if self.is_player and stream == notes_key(self.player):
+            raw = fields.get(b"m", fields.get("m"))
+            note = json.loads(_s(raw))
+            if note.get("kind") == "lobby":
+                if note.get("state") == "seated":
+                    self.match = note.get("match")
+                    cfg = self.hub.rooms.get(note.get("room") or "")
+                    if cfg is not None:
+                        self.grace_ms = int(1000 * cfg.reconnect_grace_seconds)
+            await self.send(note)
+            return
+        e = outbox.parse_entry(entry_id, fields)
+        if e.kind == "update":
+            await self._forward_update(e, observe=self.is_player)
+        elif e.kind == "rejected" and self.is_player:
+            client_id = channels.client_command_id(self.player, e.command_id)
+            if client_id is None:
+                return  # the lobby's own commands (e.g. a late Leave): not the client's business
+            self._answered(e.command_id)
+            await self.send(protocol.rejected(client_id, e.code or "rejected", e.reason or "", e.view,
+                                              e.match or None))
+
+    async def _forward_update(self, e: outbox.OutEntry, observe: bool) -> None:
+        if observe:
+            await self.hub.lobby.observe(e.match, e.events)
+        if e.match != self.match or e.version is None:
+            return
+        if self.is_player:
+            self._answered(e.command_id)
+        last = self.versions.get(e.match)
+        if last is not None and e.version <= last:
+            return  # a redelivery (duplicate) or what the client already has
+        first = e.first_seq
+        if last is not None and first is not None and first > last + 1:
+            # the service and the timer workers publish independently: an update may arrive before
+            # the one just ahead of it; hold it until the gap fills (or resync from its view)
+            held = self._held.setdefault(e.match, {})
+            held[first] = e
+            if e.match not in self._gap_timers:
+                self._gap_timers[e.match] = asyncio.get_running_loop().create_task(self._close_gap(e.match))
+            return
+        await self._send_update(e)
+        held = self._held.get(e.match)
+        while held:
+            nxt = held.pop(self.versions[e.match] + 1, None)
+            if nxt is None:
+                break
+            await self._send_update(nxt)
+        if held is not None and not held:
+            self._held.pop(e.match, None)
+
+    async def _send_update(self, e: outbox.OutEntry) -> None:
+        self.versions[e.match] = int(e.version or 0)
+        if self.is_player:
+            await self.send(protocol.update(e.match, int(e.version or 0), e.events, e.view,
+                                            channels.client_command_id(self.player, e.command_id)))
+        else:
+            await self.send(protocol.update(e.match, int(e.version or 0), [spectator_event(x) for x in e.events],
+                                            spectator_view(e.view)))
+
+    async def _close_gap(self, match: str) -> None:
+        """A gap that does not fill in :data:`GAP_WAIT_S`: one resync update with the newest view."""
+        try:
+            await asyncio.sleep(GAP_WAIT_S)
+            held = self._held.pop(match, None)
+            if not held:
+                return
+            newest = max(held.values(), key=lambda x: int(x.version or 0))
+            last = self.versions.get(match, 0)
+            if int(newest.version or 0) > last:
+                if newest.view is not None:
+                    self.versions[match] = int(newest.version or 0)
+                    await self.send(protocol.update(match, int(newest.version or 0), [], self._view(newest.view)))
+                else:  # a compact update: the newest view in the stream and what follows it
+                    player = self.player if self.is_player else (self.source or self.player)
+                    upto = self._positions.get(keys.outbox_key(player), "+")
+                    latest = await outbox.latest_update(self.hub.redis, player, match, upto)
+                    if latest is not None:
+                        await self._send_view_and_after(latest, player, match, upto)
+        finally:
+            self._gap_timers.pop(match, None)
+
+
+async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] | None:
+    """The identity of a freshly accepted socket, or None after closing it 4401."""
+    token = ws.query_params.get("token")
+    version: int | None = None
+    qv = ws.query_params.get("version")
+    if qv is not None and qv.isdigit():
+        version = int(qv)
+    reason_label = "invalid"
+    if token is None:
+        try:
+            raw = await asyncio.wait_for(ws.receive_text(), AUTH_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            hub.metrics.auth_failures.labels("timeout").inc()
+            await ws.close(code=CLOSE_UNAUTHORIZED, reason=f"no token: send ?token= or an Auth message "
+                                                           f"within {AUTH_TIMEOUT_S:.0f} s")
+            return None
+        except (WebSocketDisconnect, RuntimeError, KeyError):
+            return None
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict) or data.get("type") != "Auth" or not isinstance(data.get("token"), str):
+            hub.metrics.auth_failures.labels("missing").inc()
+            await ws.close(code=CLOSE_UNAUTHORIZED, reason="no token: the first message must be "
+                                                           '{"type": "Auth", "token": ...}')
+            return None
+        token = data["token"]
+        v = data.get("version")
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+            version = v
+    try:
+        identity = verify(hub.secret, token)
+    except TokenError as exc:
+        if "expired" in str(exc):
+            reason_label = "expired"
+        elif str(exc) == "no token":
+            reason_label = "missing"
+        hub.metrics.auth_failures.labels(reason_label).inc()
+        await ws.close(code=CLOSE_UNAUTHORIZED, reason=str(exc)[:120])
+        return None
+    return identity, version

@@ -1,0 +1,77 @@
+// Where the page's token comes from: ?token=, a postMessage from the host page
+// ({type: "shuangkou-token", token}), or -- with `shuangkou gateway --dev` -- a name typed
+// into the page (POST /api/dev/token).  Kept in sessionStorage so a reload keeps the seat;
+// each tab has its own (two tabs can be two players).
+const KEY = "shuangkou-token";
+
+export function claims(token) {
+  try {
+    const part = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    return JSON.parse(decodeURIComponent(escape(atob(part + "===".slice((part.length + 3) % 4)))));
+  } catch (e) {
+    return null;
+  }
+}
+
+export function tokenFromUrl() {
+  const url = new URL(window.location.href);
+  const t = url.searchParams.get("token");
+  if (t) {
+    url.searchParams.delete("token");  // keep it out of the address bar and the history
+    window.history.replaceState(null, "", url.pathname + url.search + url.hash);
+    sessionStorage.setItem(KEY, t);
+  }
+  return t;
+}
+
+export function storedToken() {
+  return sessionStorage.getItem(KEY);
+}
+
+export function forgetToken() {
+  sessionStorage.removeItem(KEY);
+}
+
+/** Resolves with a token from the host page (when the page is framed), never rejects. */
+export function tokenFromHost(onToken) {
+  window.addEventListener("message", (ev) => {
+    if (ev.source !== window.parent || window.parent === window) return;
+    const d = ev.data;
+    if (d && typeof d === "object" && d.type === "shuangkou-token" && typeof d.token === "string") {
+      sessionStorage.setItem(KEY, d.token);
+      onToken(d.token);
+    }
+  });
+  if (window.parent !== window) window.parent.postMessage({ type: "shuangkou-ready" }, "*");
+}
+
+export async function devToken(name, role) {
+  const r = await fetch("/api/dev/token", {
+    method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ name, role }),
+  });
+  const body = await r.json();
+  if (!r.ok) throw new Error(body.reason || `HTTP ${r.status}`);
+  sessionStorage.setItem(KEY, body.token);
+  return body.token;
+}
+
+export async function clientConfig() {
+  try {
+    const r = await fetch("/api/client-config");
+    return r.ok ? await r.json() : { dev: false, bots: false };
+  } catch (e) {
+    return { dev: false, bots: false };
+  }
+}
+
+export async function api(path, token, body) {
+  const r = await fetch(path, {
+    method: body === undefined ? "GET" : "POST",
+    headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+    body: body === undefined ? undefined : (typeof body === "string" ? body : JSON.stringify(body)),
+  });
+  const data = await r.json().catch(() => ({ reason: `HTTP ${r.status}` }));
+  if (!r.ok) throw new Error(data.reason || `HTTP ${r.status}`);
+  return data;
+}

@@ -1,0 +1,107 @@
+"""Signed session tokens: JWT with HS256 (PyJWT).
+
+Claims: ``sub`` (the player id), ``role`` (``player``, ``spectator`` or
+``operator``), ``exp`` (expiry, seconds since the epoch) and optionally ``room``
+(the only room this token may join or watch).  The gateway takes the player of
+every command from ``sub``; nothing in a message can change it.
+
+>>> secret = b"0123456789abcdef0123456789abcdef"
+>>> token = mint(secret, "alice", ttl_seconds=60, now=1_000)
+>>> verify(secret, token, now=1_010)
+Identity(player='alice', role='player', room=None, expires_at=1060)
+>>> verify(secret, token, now=2_000)
+Traceback (most recent call last):
+...
+gateway.tokens.TokenError: the token has expired
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import jwt
+
+Role = Literal["player", "spectator", "operator"]
+ROLES: tuple[Role, ...] = ("player", "spectator", "operator")
+ALGORITHM = "HS256"
+MIN_SECRET_BYTES = 32  # RFC 7518 §3.2: an HS256 key at least as long as the hash
+MAX_SUBJECT = 100  # like a seated player's id (engine Sit)
+
+
+class TokenError(ValueError):
+    """The token is missing, malformed, badly signed, expired or lacks a claim (close 4401)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a socket speaks for, from a verified token."""
+
+    player: str
+    role: Role
+    room: str | None
+    expires_at: int
+
+
+def load_secret(path: str | Path) -> bytes:
+    """The signing secret from a file (surrounding whitespace stripped); at least 32 bytes."""
+    data = Path(path).read_bytes().strip()
+    if len(data) < MIN_SECRET_BYTES:
+        raise ValueError(f"{path}: the secret must be at least {MIN_SECRET_BYTES} bytes, got {len(data)}")
+    return data
+
+
+def mint(secret: bytes, player: str, role: Role = "player", ttl_seconds: int = 3600,
+         room: str | None = None, now: int | None = None) -> str:
+    """A signed token for ``player`` that expires ``ttl_seconds`` from ``now``."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    if not 0 < len(player) <= MAX_SUBJECT:
+        raise ValueError(f"the player id must be 1..{MAX_SUBJECT} characters")
+    if ttl_seconds <= 0:
+        raise ValueError(f"ttl must be positive, got {ttl_seconds}")
+    issued = int(time.time()) if now is None else int(now)
+    claims: dict[str, object] = {"sub": player, "role": role, "iat": issued, "exp": issued + int(ttl_seconds)}
+    if room is not None:
+        claims["room"] = room
+    return jwt.encode(claims, secret, algorithm=ALGORITHM)
+
+
+def verify(secret: bytes, token: object, now: int | None = None) -> Identity:
+    """The identity a token carries; :class:`TokenError` with a short reason otherwise.
+
+    Only HS256 is accepted (a token signed ``none`` or with another algorithm is refused),
+    ``exp`` is required, ``sub`` must be a 1..100 character string and ``role`` a known role.
+    """
+    if not isinstance(token, str) or not token:
+        raise TokenError("no token")
+    if len(token) > 4096:
+        raise TokenError("the token is too long")
+    options = {"require": ["exp", "sub"], "verify_exp": now is None}
+    try:
+        claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options=options)
+    except jwt.ExpiredSignatureError:
+        raise TokenError("the token has expired") from None
+    except jwt.MissingRequiredClaimError as exc:
+        raise TokenError(f"the token lacks the {exc.claim!r} claim") from None
+    except jwt.InvalidSignatureError:
+        raise TokenError("the token's signature is not valid") from None
+    except jwt.PyJWTError as exc:
+        raise TokenError(f"not a valid token ({type(exc).__name__})") from None
+    exp = claims.get("exp")
+    if not isinstance(exp, int):
+        raise TokenError("the token's exp claim is not a number")
+    if now is not None and exp <= now:
+        raise TokenError("the token has expired")
+    sub = claims.get("sub")
+    if not isinstance(sub, str) or not 0 < len(sub) <= MAX_SUBJECT:
+        raise TokenError(f"the token's sub claim must be 1..{MAX_SUBJECT} characters")
+    role = claims.get("role", "player")
+    if role not in ROLES:
+        raise TokenError(f"the token's role must be one of {', '.join(ROLES)}")
+    room = claims.get("room")
+    if room is not None and (not isinstance(room, str) or not room):
+        raise TokenError("the token's room claim must be a room name")
+    return Identity(player=sub, role=role, room=room, expires_at=exp)

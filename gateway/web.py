@@ -1,0 +1,330 @@
+"""The browser client's HTTP side: static pages, dev tokens, hints, readings and the replay viewer's data.
+
+The gateway's Starlette app mounts :func:`routes` beside ``/ws``.  Pages (no
+build step: HTML, CSS and JavaScript modules under ``gateway/static/``):
+
+==========================  ===========================================================
+``/``                       the table: join a room, play, settle, next match
+``/watch/<match_id>``       a spectator's view of a live match (no hands)
+``/replay/<match_id>``      the operator's replay viewer (step through a finished match)
+``/static/…``               the page's files
+==========================  ===========================================================
+
+JSON endpoints (a token as ``Authorization: Bearer <jwt>``, verified like the
+socket's; errors are ``{"error": code, "reason": text}`` with 400/401/403/404):
+
+* ``POST /api/dev/token`` -- only with ``shuangkou gateway --dev``:
+  ``{"name": "alice", "role": "player"}`` → ``{"token", "player", "role"}``.
+  Without ``--dev`` the route does not exist (404).
+* ``POST /api/hint`` (player) -- ``{"hand": [ids], "last_cards": [ids] | null,
+  "last_kind", "last_rank"}`` → the trustee's choice for that hand (R-13.3):
+  ``{"cards": [ids], "kind", "rank", "describe"}`` or ``{"pass": true}``.
+  It reads nothing from Redis: the page sends its own hand and the play on the table.
+* ``POST /api/readings`` (player) -- ``{"cards": [ids], "last_cards", "last_kind",
+  "last_rank"}`` → every reading of the selection (R-4.6), best first, each with
+  ``beats`` (legal where it would be played).
+* ``GET /api/replay/<match_id>`` (operator) -- the match's
+  :func:`projections.timeline.timeline` plus the ledger's stored settlement and
+  whether it equals the replayed one.  Read-only (XRANGE, HGET): it uses the
+  Redis URL in ``SK_REPLAY_REDIS_URL`` (the read-only user of deploy/) when
+  set, else the gateway's own client (development without ACLs).
+* ``POST /api/replay`` (operator) -- the body is an export file
+  (``shuangkou export``) or run-script JSON; the same answer for its match.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+MAX_BODY_BYTES = 8 * 1024 * 1024  # an export of a long match is ~100 kB
+DEV_ROLES = ("player", "spectator", "operator")
+NAME_MAX = 40
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, code: str, reason: str):
+        super().__init__(reason)
+        self.status, self.code, self.reason = status, code, reason
+
+
+def _error(exc: HttpError) -> JSONResponse:
+    return JSONResponse({"error": exc.code, "reason": exc.reason}, status_code=exc.status)
+
+
+def _secret(ctx: Any) -> bytes:
+    s = getattr(ctx, "secret")
+    return s if isinstance(s, bytes) else str(s).encode()
+
+
+def _identity(ctx: Any, request: Request, roles: tuple[str, ...]) -> Any:
+    from gateway.tokens import TokenError, verify
+
+    auth = request.headers.get("authorization", "")
+    token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+    if not token:
+        raise HttpError(401, "unauthorized", "send the token as Authorization: Bearer <token>")
+    try:
+        ident = verify(_secret(ctx), token)
+    except TokenError as exc:
+        raise HttpError(401, "unauthorized", str(exc)) from None
+    if ident.role not in roles:
+        raise HttpError(403, "not_allowed", f"this needs a {' or '.join(roles)} token, not {ident.role}")
+    return ident
+
+
+async def _json_body(request: Request) -> Any:
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        raise HttpError(400, "bad_request", f"body too large ({len(body)} bytes)")
+    try:
+        return json.loads(body or b"null")
+    except ValueError:
+        raise HttpError(400, "bad_request", "the body is not JSON") from None
+
+
+def _ids(value: Any, what: str, allow_none: bool = False, max_len: int = 27) -> list[int] | None:
+    if value is None and allow_none:
+        return None
+    if (not isinstance(value, list) or not 1 <= len(value) <= max_len
+            or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 107 for c in value)
+            or len(set(value)) != len(value)):
+        raise HttpError(400, "bad_request", f"{what} must be a list of 1–{max_len} distinct card ids 0..107")
+    return list(value)
+
+
+def _to_beat(data: dict[str, Any]) -> Any:
+    """The Combo on the table from the page's view (``last_play``), or None when leading."""
+    from engine.rules.classify import interpretations
+
+    cards = _ids(data.get("last_cards"), "last_cards", allow_none=True)
+    if cards is None:
+        return None
+    readings = interpretations(cards)
+    kind, rank = data.get("last_kind"), data.get("last_rank")
+    for r in readings:
+        if (kind is None or r.kind == kind) and (rank is None or r.rank == rank):
+            return r
+    raise HttpError(400, "bad_request", "last_cards are not a combination of that kind and rank")
+
+
+def _reading_json(c: Any) -> dict[str, Any]:
+    return {**c.to_json(), "describe": c.describe()}
+
+
+def hint_for(data: Any) -> dict[str, Any]:
+    """The trustee's choice (R-13.3) for the page's hand and the play on the table.
+
+    >>> hint_for({"hand": [0, 1, 4], "last_cards": None})["cards"]
+    [0]
+    >>> hint_for({"hand": [0, 1], "last_cards": [40], "last_kind": "single", "last_rank": "K"})
+    {'pass': True}
+    """
+    from engine.rules.moves import trustee_choice
+
+    if not isinstance(data, dict):
+        raise HttpError(400, "bad_request", "send a JSON object")
+    hand = _ids(data.get("hand"), "hand")
+    assert hand is not None
+    play = trustee_choice(hand, _to_beat(data))
+    if play is None:
+        return {"pass": True}
+    return {"cards": list(play.cards), **_reading_json(play.combo)}
+
+
+def readings_for(data: Any) -> dict[str, Any]:
+    """Every reading of the selected cards, best first, and whether each beats the table (R-4.6, R-5).
+
+    >>> [(r["describe"], r["beats"]) for r in readings_for({"cards": [8, 52, 53, 106, 107]})["readings"]][:2]
+    [('5-xiang bomb of 5', True), ('straight to 9 (5 cards)', True)]
+    """
+    from engine.rules.classify import interpretations
+    from engine.rules.combo import beats
+
+    if not isinstance(data, dict):
+        raise HttpError(400, "bad_request", "send a JSON object")
+    cards = _ids(data.get("cards"), "cards")
+    prev = _to_beat(data)
+    out = [{**_reading_json(c), "beats": prev is None or beats(c, prev)} for c in interpretations(cards or [])]
+    return {"readings": out}
+
+
+# -- replay viewer ---------------------------------------------------------------------------
+
+class ReplaySource:
+    """Where the viewer reads matches: ``SK_REPLAY_REDIS_URL`` (the read-only user of
+    deploy/, recommended: the gateway's own user may not read match streams) or else
+    the gateway's client (development, no ACL).  Only XRANGE and HGET are sent."""
+
+    def __init__(self, ctx: Any):
+        self.ctx = ctx
+        self._client: Any = None
+
+    def client(self) -> Any:
+        if self._client is None:
+            url = os.environ.get("SK_REPLAY_REDIS_URL")
+            if url:
+                import redis.asyncio as aioredis
+
+                self._client = aioredis.Redis.from_url(url)
+            else:
+                self._client = getattr(self.ctx, "redis", None)
+        if self._client is None:
+            raise HttpError(404, "no_store", "this gateway has no Redis for replays (set SK_REPLAY_REDIS_URL)")
+        return self._client
+
+    async def load(self, match_id: str) -> dict[str, Any]:
+        from engine.match.events import decode_event
+        from engine.store import keys
+        from projections.ledger import SETTLED_KEY
+        from projections.settlement import Settlement
+
+        if not 1 <= len(match_id) <= 200:
+            raise HttpError(400, "bad_request", "a match id is 1–200 characters")
+        r = self.client()
+        key = keys.events_key(match_id, keys.bucket_of(match_id))
+        events: list[Any] = []
+        start = "-"
+        while True:  # paged, like RedisEventStore._range
+            page = await r.xrange(key, min=start, max="+", count=1000)
+            events += [decode_event(fields[b"e"]) for _, fields in page]
+            if len(page) < 1000:
+                break
+            start = f"{keys.seq_of(page[-1][0]) + 1}-0"
+        if not events:
+            raise HttpError(404, "unknown_match", f"no such match: {match_id!r}")
+        raw = await r.hget(SETTLED_KEY, match_id)
+        stored = None if raw is None else Settlement.model_validate_json(raw).to_json()
+        return await run_in_threadpool(replay_answer, events, stored)
+
+
+def replay_answer(events: list[Any], stored: Any) -> dict[str, Any]:
+    """The viewer's data: the timeline, the stored settlement and whether the two agree."""
+    from projections.timeline import timeline
+
+    t = timeline(events)
+    t["stored_settlement"] = stored
+    mine = t["settlement"]
+    if stored is None or mine is None:
+        t["stored_matches"] = None
+    else:
+        t["stored_matches"] = all(mine.get(k) == stored.get(k) for k in ("winner", "kou", "cards_left", "scores"))
+    return t
+
+
+def replay_from_text(text: str, match_id: str | None) -> dict[str, Any]:
+    from engine.tools.export import ExportFormatError, parse_events_text
+
+    try:
+        parsed = parse_events_text(text)
+    except ExportFormatError as exc:
+        raise HttpError(400, "bad_request", f"not an export: {exc}") from None
+    if match_id is None:
+        if len(parsed.by_match) != 1:
+            raise HttpError(400, "bad_request", f"the file holds {len(parsed.by_match)} matches; name one")
+        match_id = next(iter(parsed.by_match))
+    if match_id not in parsed.by_match:
+        raise HttpError(404, "unknown_match", f"no such match in the file: {match_id!r}")
+    return replay_answer(parsed.by_match[match_id], parsed.settlements.get(match_id))
+
+
+def room_list(ctx: Any) -> list[dict[str, Any]]:
+    """The rooms the lobby offers (name, mode, turn clock), for the page's room picker."""
+    book = getattr(getattr(ctx, "hub", None), "rooms", None)
+    rooms = getattr(book, "rooms", None)
+    if not isinstance(rooms, dict):
+        return [{"name": "points", "mode": "points"}, {"name": "wealth", "mode": "wealth"}]
+    return [{"name": name, "mode": cfg.mode, "turn_seconds": cfg.turn_seconds}
+            for name, cfg in sorted(rooms.items())]
+
+
+# -- routes --------------------------------------------------------------------------------
+
+def routes(ctx: Any) -> list[Any]:
+    """The browser client's routes for the gateway app (``ctx``: a
+    :class:`gateway.context.WebContext`: ``redis``, ``secret``, ``dev``, ``bots``)."""
+
+    def page(name: str) -> Any:
+        async def endpoint(request: Request) -> Response:
+            return FileResponse(STATIC_DIR / name, headers={"Cache-Control": "no-cache"})
+        return endpoint
+
+    def guarded(fn: Any) -> Any:
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await fn(request)
+            except HttpError as exc:
+                return _error(exc)
+        return endpoint
+
+    async def dev_token(request: Request) -> Response:
+        from gateway.tokens import mint
+
+        data = await _json_body(request)
+        if not isinstance(data, dict):
+            raise HttpError(400, "bad_request", "send {\"name\": …}")
+        name = data.get("name")
+        role = data.get("role", "player")
+        if not isinstance(name, str) or not name.strip() or len(name.strip()) > NAME_MAX:
+            raise HttpError(400, "bad_request", f"a name is 1–{NAME_MAX} characters")
+        name = name.strip()
+        if not all(ch.isalnum() or ch in "-_." for ch in name):
+            raise HttpError(400, "bad_request", "a name may hold letters, digits, - _ . only")
+        if role not in DEV_ROLES:
+            raise HttpError(400, "bad_request", f"role is one of {', '.join(DEV_ROLES)}")
+        token = mint(_secret(ctx), name, role=role, ttl_seconds=12 * 3600)
+        return JSONResponse({"token": token, "player": name, "role": role})
+
+    async def hint(request: Request) -> Response:
+        _identity(ctx, request, ("player",))
+        return JSONResponse(hint_for(await _json_body(request)))
+
+    async def readings(request: Request) -> Response:
+        _identity(ctx, request, ("player",))
+        return JSONResponse(readings_for(await _json_body(request)))
+
+    source = ReplaySource(ctx)
+
+    async def replay_get(request: Request) -> Response:
+        _identity(ctx, request, ("operator",))
+        return JSONResponse(await source.load(request.path_params["match_id"]))
+
+    async def replay_post(request: Request) -> Response:
+        _identity(ctx, request, ("operator",))
+        body = await request.body()
+        if len(body) > MAX_BODY_BYTES:
+            raise HttpError(400, "bad_request", f"body too large ({len(body)} bytes)")
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise HttpError(400, "bad_request", "the file is not UTF-8 text") from None
+        mid = request.query_params.get("match") or None
+        return JSONResponse(await run_in_threadpool(replay_from_text, text, mid))
+
+    async def config(request: Request) -> Response:
+        return JSONResponse({"dev": bool(getattr(ctx, "dev", False)), "bots": bool(getattr(ctx, "bots", False)),
+                             "rooms": room_list(ctx)})
+
+    out: list[Any] = [
+        Route("/", page("index.html")),
+        Route("/watch/{match_id:path}", page("index.html")),
+        Route("/replay/{match_id:path}", page("replay.html")),
+        Route("/api/client-config", config),
+        Route("/api/hint", guarded(hint), methods=["POST"]),
+        Route("/api/readings", guarded(readings), methods=["POST"]),
+        Route("/api/replay/{match_id:path}", guarded(replay_get)),
+        Route("/api/replay", guarded(replay_post), methods=["POST"]),
+        Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
+    ]
+    if getattr(ctx, "dev", False):
+        out.insert(0, Route("/api/dev/token", guarded(dev_token), methods=["POST"]))
+    return out

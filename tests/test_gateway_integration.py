@@ -1,0 +1,453 @@
+"""The gateway end to end: a real redis-server, ``shuangkou serve``, a dramatiq worker and
+``shuangkou gateway`` processes, clients on real WebSockets (the ``websockets`` library).
+Every message sent and received is validated against gateway/schemas/ (tests/gateway_support.py).
+
+Matches finish quickly because both players ask for the trustee (R-13.5) in rooms whose
+trustee delay is 0; nothing here waits for a clock to assert on it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import urllib.request
+from typing import Any
+
+import pytest
+
+from tests.gateway_support import Client, Closed, kind, lobby, seat_of, start_stack, stop_group
+
+pytestmark = [pytest.mark.redis, pytest.mark.worker, pytest.mark.slow]
+
+ROOMS: dict[str, dict[str, Any]] = {
+    "pairs": {"trustee_delay_seconds": 0.0},
+    "grace": {"trustee_delay_seconds": 0.0, "reconnect_grace_seconds": 120, "turn_seconds": 120},
+    "brief": {"trustee_delay_seconds": 0.0, "reconnect_grace_seconds": 1},
+    "tabs": {"trustee_delay_seconds": 0.0},
+    "imp": {"trustee_delay_seconds": 0.0},
+    "watch": {"trustee_delay_seconds": 0.0},
+    "kill": {"trustee_delay_seconds": 0.0},
+    "hasty": {"trustee_delay_seconds": 0.0, "ready_seconds": 1},
+    "term": {"trustee_delay_seconds": 0.0},
+}
+
+
+@pytest.fixture(scope="module")
+def stack(redis_server, tmp_path_factory):
+    s = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path_factory.mktemp("gw"), ROOMS)
+    try:
+        s.start_gateway("A")
+        yield s
+    finally:
+        s.stop()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def seat_pair(url_a: str, url_b: str, stack, a: str, b: str, room: str) -> tuple[Client, Client, str]:
+    ca = await Client.connect(url_a, stack.token(a), a)
+    cb = await Client.connect(url_b, stack.token(b), b)
+    for c in (ca, cb):
+        await c.expect(kind("welcome"))
+        await c.send({"type": "Join", "room": room})
+    sa = await ca.expect(lobby("seated"), what="seated")
+    sb = await cb.expect(lobby("seated"), what="seated")
+    assert sa["match"] == sb["match"] and sa["table"] == sb["table"] and sa["room"] == room
+    return ca, cb, sa["match"]
+
+
+async def ready_and_play(c: Client, match: str) -> dict[str, Any]:
+    """Ready, wait for the deal, hand over to the trustee; returns this match's ``settled``."""
+    await c.send({"type": "Ready", "command_id": f"ready-{match}"})
+    asked = False
+    while True:
+        m = await c.recv()
+        if m["kind"] == "update" and m["match"] == match and m["view"] and m["view"]["phase"] == "playing":
+            seat = seat_of(m["view"], c.name)
+            if not asked and seat is not None and not seat["trustee"]:
+                await c.send({"type": "RequestTrustee"})
+                asked = True
+        if m["kind"] == "settled" and m["match"] == match:
+            return m
+
+
+def ledger_balance(stack, player: str) -> int:
+    import redis
+
+    from projections.ledger import balance_key
+
+    with redis.Redis.from_url(stack.store_url) as r:
+        v = r.hget(balance_key("points"), player)
+    return 0 if v is None else int(v)
+
+
+def match_events(stack, match: str) -> list[Any]:
+    import redis
+
+    from engine.store.redis_store import RedisEventStore
+
+    with redis.Redis.from_url(stack.store_url) as r:
+        return list(RedisEventStore(r).load(match))
+
+
+def test_pairing_full_match_next_match_and_settlement_with_ledger_balances(stack):
+    """Join → paired at a table → a full match → settled (balances = the ledger) → the table
+    offers the next match to the same two (R-11: hand after hand at one table)."""
+    gw = stack.gateways[0]
+
+    async def main() -> None:
+        ca, cb, m1 = await seat_pair(gw.url, gw.url, stack, "pa-alice", "pa-bob", "pairs")
+        s1a, s1b = await asyncio.gather(ready_and_play(ca, m1), ready_and_play(cb, m1))
+        assert s1a["scores"] == s1b["scores"] and sum(s1a["scores"].values()) == 0
+        assert set(s1a["balances"]) == {"pa-alice"} and set(s1b["balances"]) == {"pa-bob"}  # own balance only
+        assert s1a["balances"]["pa-alice"] == ledger_balance(stack, "pa-alice") == s1a["scores"]["pa-alice"]
+        assert s1b["balances"]["pa-bob"] == ledger_balance(stack, "pa-bob") == s1b["scores"]["pa-bob"]
+        n2a = await ca.expect(lobby("seated"), what="the next match")
+        n2b = await cb.expect(lobby("seated"), what="the next match")
+        m2 = n2a["match"]
+        assert m2 == n2b["match"] != m1 and n2a["table"] == n2b["table"] == await_table(ca, m1)
+        s2a, s2b = await asyncio.gather(ready_and_play(ca, m2), ready_and_play(cb, m2))
+        for s, p in ((s2a, "pa-alice"), (s2b, "pa-bob")):
+            assert s["balances"][p] == ledger_balance(stack, p) == s1a["scores"][p] + s2a["scores"][p]
+        # every update of a match reached each player once, in order (no gap, no duplicate)
+        for c in (ca, cb):
+            versions = [m["version"] for m in c.received if m["kind"] == "update" and m["match"] == m1]
+            assert versions == sorted(set(versions))
+            seqs = [e["seq"] for m in c.received if m["kind"] == "update" and m["match"] == m1 for e in m["events"]]
+            assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+            # a player never receives a card of the opponent's hand before it is played
+            hands = [e for m in c.received if m["kind"] == "update" for e in m["events"] if e["type"] == "HandDealt"]
+            assert hands and all(sum(h is not None for h in e["hands"]) == 1 for e in hands)
+        await ca.close()
+        await cb.close()
+
+    run(main())
+
+
+def await_table(c: Client, match: str) -> str:
+    return next(m["table"] for m in c.received if m["kind"] == "lobby" and m.get("match") == match)
+
+
+def test_reconnect_within_grace_changes_nothing_and_resumes_without_gap(stack):
+    gw = stack.gateways[0]
+
+    async def main() -> None:
+        ca, cb, m = await seat_pair(gw.url, gw.url, stack, "gr-alice", "gr-bob", "grace")
+        await ca.send({"type": "Ready"})
+        await cb.send({"type": "Ready"})
+        dealt = await ca.expect(lambda x: x["kind"] == "update" and x["view"] and x["view"]["phase"] == "playing")
+        seen = dealt["version"]
+        await ca.close()  # the socket drops …
+        await cb.send({"type": "RequestTrustee"})  # … and the match moves on meanwhile
+        await cb.expect(lambda x: x["kind"] == "update" and any(e["type"] == "TrusteeshipStarted"
+                                                                  for e in x["events"]))
+        # … and comes back within the grace window (10 s) with the last version it saw
+        ca2 = await Client.connect(gw.url, stack.token("gr-alice"), "gr-alice", version=seen)
+        await ca2.expect(kind("welcome"))
+        await ca2.expect(lobby("seated"))
+        first = await ca2.expect(kind("update"))
+        assert first["match"] == m and first["events"] and first["events"][0]["seq"] == seen + 1
+        await ca2.send({"type": "RequestTrustee"})
+        versions = [first["version"]]
+        while True:
+            x = await ca2.recv()
+            if x["kind"] == "update" and x["match"] == m:
+                versions.append(x["version"])
+            if x["kind"] == "settled":
+                break
+        assert versions == sorted(set(versions))
+        types = [type(e).__name__ for e in match_events(stack, m)]
+        assert "PlayerDisconnected" not in types and "MatchFinished" in types
+        # a plain reconnect (no version) gets the current view at once
+        await ca2.close()
+        ca3 = await Client.connect(gw.url, stack.token("gr-alice"), "gr-alice", auth_message=True)
+        await ca3.expect(kind("welcome"))
+        cur = await ca3.expect(kind("update"))
+        assert cur["view"] is not None and cur["view"]["you"] == "gr-alice", [(type(e).__name__, getattr(e, "player", None), getattr(e, "reason", None)) for e in match_events(stack, cur["match"])]
+        await ca3.close()
+        await cb.close()
+
+    run(main())
+
+
+def test_reconnect_after_grace_is_a_disconnect_then_a_reconnect(stack):
+    gw = stack.gateways[0]
+
+    async def main() -> None:
+        ca, cb, m = await seat_pair(gw.url, gw.url, stack, "br-alice", "br-bob", "brief")
+        await ca.send({"type": "Ready"})
+        await cb.send({"type": "Ready"})
+        await ca.expect(lambda x: x["kind"] == "update" and x["view"] and x["view"]["phase"] == "playing")
+        await ca.close()
+        gone = await cb.expect(lambda x: x["kind"] == "update" and any(
+            e["type"] == "PlayerDisconnected" and e["player"] == "br-alice" for e in x["events"]),
+            what="alice's Disconnect after the grace window")
+        assert seat_of(gone["view"], "br-alice")["connected"] is False  # R-13.4: trustee to the end
+        ca2 = await Client.connect(gw.url, stack.token("br-alice"), "br-alice")
+        await cb.expect(lambda x: x["kind"] == "update" and any(
+            e["type"] == "PlayerReconnected" and e["player"] == "br-alice" for e in x["events"]))
+        await cb.send({"type": "RequestTrustee"})
+        await cb.expect(lambda x: x["kind"] == "settled" and x["match"] == m)
+        await ca2.expect(lambda x: x["kind"] == "settled" and x["match"] == m)
+        await ca2.close()
+        await cb.close()
+
+    run(main())
+
+
+def test_second_tab_wins_and_the_first_is_closed_with_a_reason(stack):
+    gw = stack.gateways[0]
+
+    async def main() -> None:
+        t1 = await Client.connect(gw.url, stack.token("tab-alice"), "tab-alice")
+        await t1.expect(kind("welcome"))
+        await t1.send({"type": "Join", "room": "tabs"})
+        await t1.expect(lobby("queued"))
+        t2 = await Client.connect(gw.url, stack.token("tab-alice"), "tab-alice")
+        await t2.expect(kind("welcome"))
+        closed = await t1.closed()
+        assert closed.code == 4409 and "newer connection" in closed.reason
+        st = await t2.expect(kind("lobby"))
+        assert st["state"] == "queued" and st["room"] == "tabs"
+        await t2.send({"type": "Leave"})
+        left = await t2.expect(lobby("removed"))
+        assert left["reason"] == "left"
+        await t2.close()
+
+    run(main())
+
+
+def test_impersonation_and_non_player_commands_are_refused_and_never_forwarded(stack):
+    import redis
+
+    from engine.match.commands import decode_command
+    from engine.store import keys
+
+    gw = stack.gateways[0]
+
+    async def main() -> list[str]:
+        ca, cb, m = await seat_pair(gw.url, gw.url, stack, "im-alice", "im-bob", "imp")
+        forged = [
+            ({"type": "Ready", "player": "im-bob", "command_id": "f1"}, "not_allowed"),
+            ({"type": "Escape", "player": "im-bob", "command_id": "f2"}, "not_allowed"),
+            ({"type": "Play", "player": "im-bob", "text": "3", "command_id": "f3"}, "not_allowed"),
+            ({"type": "Disconnect", "player": "im-bob", "command_id": "f4"}, "not_allowed"),
+            ({"type": "Disconnect", "command_id": "f5"}, "not_allowed"),
+            ({"type": "TurnTimeout", "version": 3, "command_id": "f6"}, "not_allowed"),
+            ({"type": "Sit", "balance": 2000000, "command_id": "f7"}, "not_allowed"),
+            ({"type": "CreateMatch", "config": {}, "command_id": "f8"}, "not_allowed"),
+            ({"type": "Ready", "match_id": "other-match", "command_id": "f9"}, "not_allowed"),
+            ({"type": "Deal", "command_id": "f10"}, "not_allowed"),
+            ({"type": "Play", "text": "3", "cards": [1], "command_id": "f11"}, "bad_command"),
+        ]
+        for msg, code in forged:
+            await ca.send(msg, validate=False)
+            r = await ca.expect(kind("rejected"))
+            assert (r["command_id"], r["code"]) == (msg["command_id"], code), r
+        await ca.send({"type": "Watch", "match": m, "command_id": "w1"})
+        r = await ca.expect(kind("rejected"))
+        assert r["code"] == "not_allowed"
+        await ca.send({"type": "Ready", "player": "im-alice", "command_id": "own"})  # naming oneself is fine
+        u = await ca.expect(lambda x: x["kind"] == "update" and x["command_id"] == "own")
+        assert any(e["type"] == "PlayerReady" and e["player"] == "im-alice" for e in u["events"])
+        await ca.close()
+        await cb.close()
+        return [m]
+
+    (m,) = run(main())
+    with redis.Redis.from_url(stack.store_url) as r:
+        sent = [decode_command(f[b"c"]) for _id, f in r.xrange(keys.INBOX) if b"c" in f]
+    mine = [c for c in sent if c.match_id == m and getattr(c, "player", None) == "im-bob"]
+    assert all(not c.command_id.startswith("p8:im-alice") for c in mine)
+    assert not [c for c in sent if c.command_id.endswith((":f1", ":f2", ":f3", ":f4", ":f5", ":f9"))]
+    types = [type(e).__name__ for e in match_events(stack, m)]
+    assert types.count("PlayerReady") == 1 and "PlayerEscaped" not in types
+
+
+@pytest.mark.parametrize("how", ["missing", "bad_signature", "expired", "garbage", "auth_message_expired",
+                                 "first_message_not_auth"])
+def test_bad_expired_and_missing_tokens_close_4401(stack, how):
+    import jwt
+
+    gw = stack.gateways[0]
+
+    async def main() -> Closed:
+        if how == "missing":
+            c = await Client.connect(gw.url, None, "x")
+            await c.send({"type": "Join", "room": "pairs"})
+        elif how == "bad_signature":
+            c = await Client.connect(gw.url, jwt.encode({"sub": "x", "role": "player", "exp": 4102444800},
+                                                        b"another-secret-0123456789abcdef0123", "HS256"), "x")
+        elif how == "expired":
+            c = await Client.connect(gw.url, jwt.encode({"sub": "x", "role": "player", "exp": 1000}, _secret(),
+                                                        "HS256"), "x")
+        elif how == "garbage":
+            c = await Client.connect(gw.url, "not.a.token", "x")
+        elif how == "auth_message_expired":
+            c = await Client.connect(gw.url, jwt.encode({"sub": "x", "exp": 1000}, _secret(), "HS256"), "x",
+                                     auth_message=True)
+        else:
+            c = await Client.connect(gw.url, None, "x")
+            await c.send({"type": "Ready"})
+        return await c.closed()
+
+    closed = run(main())
+    assert closed.code == 4401 and closed.reason
+
+
+def _secret() -> bytes:
+    from tests.gateway_support import SECRET
+
+    return SECRET
+
+
+def test_a_spectator_watches_live_and_never_receives_a_hand(stack):
+    gw = stack.gateways[0]
+
+    async def main() -> None:
+        ca, cb, m = await seat_pair(gw.url, gw.url, stack, "wa-alice", "wa-bob", "watch")
+        spec = await Client.connect(gw.url, stack.token("wa-fan", role="spectator"), "wa-fan")
+        await spec.expect(kind("welcome"))
+        await spec.send({"type": "Join", "room": "watch"})
+        assert (await spec.expect(kind("rejected")))["code"] == "not_allowed"
+        await spec.send({"type": "Ready"})
+        assert (await spec.expect(kind("rejected")))["code"] == "not_allowed"
+        await spec.send({"type": "Watch", "match": "no-such-match"})
+        assert (await spec.expect(kind("rejected")))["code"] == "unknown_match"
+        await spec.send({"type": "Watch", "match": m})
+        await spec.expect(kind("update"))
+        sa, sb = await asyncio.gather(ready_and_play(ca, m), ready_and_play(cb, m))
+        await spec.expect(lambda x: x["kind"] == "update" and x["view"] and x["view"]["phase"] == "finished",
+                          what="the end of the match")
+        updates = [x for x in spec.received if x["kind"] == "update"]
+        assert any(e["type"] == "HandDealt" for x in updates for e in x["events"])
+        assert any(e["type"] == "CardsPlayed" for x in updates for e in x["events"])
+        played: set[int] = set()
+        for x in updates:
+            v = x["view"]
+            if v is not None:
+                assert v["hand"] is None and v["you"] is None and "opponent" not in v
+                assert set(v["table_ids"]) <= played | {c for e in x["events"] if e["type"] == "CardsPlayed"
+                                                        for c in e["cards"]}
+            for e in x["events"]:
+                if e["type"] == "HandDealt":
+                    assert e["hands"] == [None, None] and e["lead_card"] is None and e["set_aside"] is None
+                if e["type"] == "CardsPlayed":
+                    played |= set(e["cards"])
+        await spec.close()
+        await ca.close()
+        await cb.close()
+
+    run(main())
+
+
+def test_ready_timer_removes_the_unready_player_and_requeues_the_other(stack):
+    """R-13.2: not ready in time → removed from the table and the room; the other waits again."""
+    gw = stack.gateways[0]
+
+    async def main() -> None:
+        ca, cb, m = await seat_pair(gw.url, gw.url, stack, "ha-alice", "ha-bob", "hasty")
+        await ca.send({"type": "Ready"})
+        removed = await cb.expect(lobby("removed"), what="bob's removal")
+        assert removed["reason"] == "not_ready" and removed["room"] == "hasty"
+        back = await ca.expect(lobby("queued"), what="alice back in the queue")
+        assert back["room"] == "hasty"
+        await ca.send({"type": "Leave"})
+        await ca.expect(lobby("removed"))
+        await ca.close()
+        await cb.close()
+
+    run(main())
+
+
+def test_a_gateway_killed_mid_match_players_resume_through_another(stack):
+    gw_a = stack.gateways[0]
+    gw_b = stack.start_gateway("B")
+
+    async def main() -> None:
+        victim = stack.start_gateway("victim")
+        ca, cb, m = await seat_pair(victim.url, victim.url, stack, "ki-alice", "ki-bob", "kill")
+        await ca.send({"type": "Ready"})
+        await cb.send({"type": "Ready"})
+        va = await ca.expect(lambda x: x["kind"] == "update" and x["view"] and x["view"]["phase"] == "playing")
+        vb = await cb.expect(lambda x: x["kind"] == "update" and x["view"] and x["view"]["phase"] == "playing")
+        stop_group(victim.proc, signal.SIGKILL)
+        for c in (ca, cb):
+            assert (await c.closed()).code != 1000  # the connection broke, nobody closed it
+        na = await Client.connect(gw_b.url, stack.token("ki-alice"), "ki-alice", version=va["version"])
+        nb = await Client.connect(gw_a.url, stack.token("ki-bob"), "ki-bob", version=vb["version"])
+        for c in (na, nb):
+            await c.expect(lobby("seated"))
+            await c.send({"type": "RequestTrustee"})
+        sa = await na.expect(lambda x: x["kind"] == "settled" and x["match"] == m)
+        sb = await nb.expect(lambda x: x["kind"] == "settled" and x["match"] == m)
+        assert sa["scores"] == sb["scores"]
+        for c in (na, nb):
+            versions = [x["version"] for x in c.received if x["kind"] == "update" and x["match"] == m]
+            assert versions == sorted(set(versions))
+        types = [type(e).__name__ for e in match_events(stack, m)]
+        assert "PlayerDisconnected" not in types  # both came back within the grace window
+        await na.close()
+        await nb.close()
+
+    try:
+        run(main())
+    finally:
+        stop_group(gw_b.proc)
+
+
+def test_sigterm_closes_sockets_1001_and_sends_no_disconnect(stack):
+    gw = stack.start_gateway("term")
+
+    async def main() -> str:
+        ca, cb, m = await seat_pair(gw.url, gw.url, stack, "te-alice", "te-bob", "term")
+        await ca.send({"type": "Ready"})
+        await cb.send({"type": "Ready"})
+        await ca.expect(lambda x: x["kind"] == "update" and x["view"] and x["view"]["phase"] == "playing")
+        gw.proc.send_signal(signal.SIGTERM)
+        for c in (ca, cb):
+            closed = await c.closed()
+            assert closed.code == 1001 and "shutting down" in closed.reason
+        na = await Client.connect(stack.gateways[0].url, stack.token("te-alice"), "te-alice")
+        nb = await Client.connect(stack.gateways[0].url, stack.token("te-bob"), "te-bob")
+        for c in (na, nb):
+            await c.expect(lobby("seated"))
+            await c.send({"type": "RequestTrustee"})
+        for c in (na, nb):
+            await c.expect(lambda x: x["kind"] == "settled" and x["match"] == m)
+            await c.close()
+        return m
+
+    m = run(main())
+    assert gw.proc.wait(timeout=30) == 0
+    assert "PlayerDisconnected" not in [type(e).__name__ for e in match_events(stack, m)]
+
+
+def test_healthz_and_metrics(stack):
+    gw = stack.gateways[0]
+    health = json.loads(urllib.request.urlopen(gw.http + "/healthz", timeout=5).read())
+    assert health["status"] == "ok"
+
+    async def one_round_trip() -> None:
+        c = await Client.connect(gw.url, stack.token("me-alice"), "me-alice")
+        await c.expect(kind("welcome"))
+        await c.send({"type": "Ready", "command_id": "x"})
+        await c.expect(kind("rejected"))
+        await c.close()
+        bad = await Client.connect(gw.url, "nope", "bad")
+        await bad.closed()
+
+    run(one_round_trip())
+    body = urllib.request.urlopen(gw.http + "/metrics", timeout=5).read().decode()
+    samples = {}
+    for line in body.splitlines():
+        if line and not line.startswith("#"):
+            k, _, v = line.rpartition(" ")
+            samples[k] = float(v)
+    assert samples['shuangkou_gateway_messages_in_total{type="Ready"}'] >= 1
+    assert samples['shuangkou_gateway_messages_out_total{kind="welcome"}'] >= 1
+    assert samples['shuangkou_gateway_auth_failures_total{reason="invalid"}'] >= 1
+    assert 'shuangkou_gateway_connections{role="player"}' in samples
+    assert sum(v for k, v in samples.items() if k.startswith("shuangkou_gateway_command_round_trip_seconds_count")) >= 1
