@@ -42,6 +42,7 @@ class GatewaySettings:
     gateway_id: str
     dev: bool = False
     bots: bool = False
+    lobby_redis_url: str | None = None  # the lobby's Redis user (default: redis_url)
 
 
 def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
@@ -50,10 +51,26 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
     client = redis or aioredis.Redis.from_url(settings.redis_url, max_connections=4000, socket_timeout=30,
                                                  socket_connect_timeout=5, health_check_interval=0)
     metrics = GatewayMetrics()
-    lobby = Lobby(client, settings.rooms, settings.gateway_id)
+    lobby_client = client
+    if settings.lobby_redis_url and settings.lobby_redis_url != settings.redis_url:
+        lobby_client = aioredis.Redis.from_url(settings.lobby_redis_url, max_connections=200, socket_timeout=30,
+                                               socket_connect_timeout=5)
+    lobby = Lobby(lobby_client, settings.rooms, settings.gateway_id, player_redis=client)
+    if settings.bots:
+        from gateway.bots import BotDriver
+
+        bots = BotDriver(lobby, client, lobby_client)
+        # a bot holds no coins: only rooms that seat a zero balance get bots
+        names = [n for n in settings.rooms.names() if settings.rooms.admits(settings.rooms.rooms[n], 0)]
+
+        async def fill() -> None:
+            await bots.fill(names)
+
+        lobby.on_sweep = fill
     hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
               gateway_id=settings.gateway_id, metrics=metrics)
-    ctx = WebContext(redis=client, secret=settings.secret, dev=settings.dev, bots=settings.bots, hub=hub)
+    ctx = WebContext(redis=client, secret=settings.secret, dev=settings.dev, bots=settings.bots, hub=hub,
+                     redis_url=settings.redis_url)
 
     async def ws_endpoint(ws: WebSocket) -> None:
         await ws.accept()
@@ -97,6 +114,8 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
             await asyncio.gather(*tasks, return_exceptions=True)
             if redis is None:
                 await client.aclose()
+            if lobby_client is not client:
+                await lobby_client.aclose()
 
     routes = [WebSocketRoute("/ws", ws_endpoint), Route("/healthz", healthz), Route("/metrics", metrics_endpoint)]
     routes += list(web.routes(ctx))

@@ -16,10 +16,12 @@ class WebContext:
     """``redis``: the gateway's ``redis.asyncio`` client; ``secret``: the token signing secret
     (``gateway.tokens.mint`` / ``verify``); ``dev``: ``--dev`` (a person may get a token by
     typing a name); ``bots``: ``--bots`` (an empty seat is filled with the trustee bot);
-    ``hub``: the running :class:`gateway.session.Hub` (rooms, lobby, metrics), None in tests."""
+    ``hub``: the running :class:`gateway.session.Hub` (rooms, lobby, metrics), None in tests;
+    ``redis_url``: the URL the gateway connected with (the replay viewer's fallback)."""
 
     redis: Any
     secret: bytes
     dev: bool = False
     bots: bool = False
     hub: Any = None
+    redis_url: str | None = None

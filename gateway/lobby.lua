@@ -179,6 +179,33 @@ elseif op == 'advance' then
   redis.call('ZADD', P .. 'pending', now, t)
   return {'next', nm}
 
+elseif op == 'bot' then
+  -- ARGV[3] room, ARGV[4] waited ms: the oldest waiting player of the room, if they waited that
+  -- long, gets a trustee bot as opponent (shuangkou gateway --bots) -> {table, bot} | {}
+  local room, waited = ARGV[3], tonumber(ARGV[4])
+  local q = P .. 'queue:' .. room
+  local p = redis.call('LINDEX', q, 0)
+  if not p then return {} end
+  local ph = P .. 'player:' .. p
+  if redis.call('HGET', ph, 'state') ~= 'queued' or redis.call('HGET', ph, 'room') ~= room then
+    redis.call('LPOP', q)
+    return {}
+  end
+  if now - tonumber(redis.call('HGET', ph, 'since') or now) < waited then return {} end
+  redis.call('LPOP', q)
+  local n = redis.call('INCR', P .. 'seq')
+  local t = 't' .. n
+  local bot = 'bot-' .. n
+  local m = t .. '-1'
+  redis.call('HSET', P .. 'table:' .. t, 'room', room, 'a', p, 'b', bot, 'n', 1, 'match', m,
+             'status', 'creating', 'since', now, 'bot', bot)
+  redis.call('SET', P .. 'match:' .. m, t)
+  redis.call('HSET', ph, 'state', 'table', 'table', t)
+  redis.call('DEL', P .. 'player:' .. bot)
+  redis.call('HSET', P .. 'player:' .. bot, 'state', 'table', 'table', t, 'room', room)
+  redis.call('ZADD', P .. 'pending', now, t)
+  return {t, bot}
+
 elseif op == 'claim' then
   -- ARGV[3] lease ms, ARGV[4] limit: tables due for work, leased to the caller
   local due = redis.call('ZRANGEBYSCORE', P .. 'pending', '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))

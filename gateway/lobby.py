@@ -152,18 +152,20 @@ class Lobby:
     """The lobby of one gateway process (the state is shared in Redis)."""
 
     def __init__(self, redis: Any, rooms: RoomBook, gateway_id: str, *, send_timeout_s: float = 15.0,
-                 lease_ms: int = 15_000):
-        self.redis = redis
+                 lease_ms: int = 15_000, player_redis: Any = None):
+        self.redis = redis  # the lobby's own connection (its Redis user: lobby keys, sk:ops, ledger reads)
+        #: the player channel's connection (the gateway's user), for Leave / Disconnect / Reconnect
+        self.player_redis = player_redis if player_redis is not None else redis
         self.rooms = rooms
         self.gateway_id = gateway_id
-        self.replies = ReplyWaiter(redis, f"sk:reply:gw-{gateway_id}")
+        self.replies = ReplyWaiter(redis, f"sk:reply:ops-gw-{gateway_id}")
         self.send_timeout_s = send_timeout_s
         self.lease_ms = lease_ms
         self._script = redis.register_script(LUA)
         self._kick = asyncio.Event()
         self._driving: set[str] = set()
-        #: called with (player, match) when the lobby sent a Disconnect for an absent player
-        self.on_disconnect: Callable[[str, str], Awaitable[None]] | None = None
+        #: called on every sweep (``shuangkou gateway --bots``: seat bots opposite lonely players)
+        self.on_sweep: Callable[[], Awaitable[None]] | None = None
 
     async def _call(self, op: str, *args: Any) -> Any:
         return await self._script(keys=[], args=[op, now_ms(), *args])
@@ -199,6 +201,14 @@ class Lobby:
         for t in out[3:]:
             self._spawn_drive(t)
         return out[0], out[1], out[2]
+
+    async def bot_for(self, room: str, waited_ms: int) -> tuple[str, str] | None:
+        """A bot opposite the oldest waiting player of ``room`` who waited ``waited_ms``: (table, bot)."""
+        out = [_s(x) for x in await self._call("bot", room, waited_ms)]
+        return (out[0], out[1]) if len(out) == 2 else None
+
+    def spawn_drive(self, table_id: str) -> None:
+        self._spawn_drive(table_id)
 
     async def dequeue(self, player: str, reason: str) -> bool:
         return bool(await self._call("dequeue", player, reason))
@@ -282,7 +292,7 @@ class Lobby:
 
     async def _send_player(self, ctype: str, match: str, player: str, command_id: str) -> None:
         command = channels.player_command(ctype, match, player, command_id)
-        await self.redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
+        await self.player_redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
 
     async def _create(self, table: Table) -> bool:
         cfg = self.rooms.get(table.room)
@@ -341,6 +351,8 @@ class Lobby:
                     for t in [_s(x) for x in await self._call("claim", self.lease_ms, 20)]:
                         self._spawn_drive(t)
                     await self._absent()
+                    if self.on_sweep is not None:
+                        await self.on_sweep()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.config import CONFIG_DIR, RoomConfig, load_config
+from engine.config import RoomConfig, builtin_configs, load_config
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,8 @@ class RoomBook:
     @classmethod
     def load(cls, files: Iterable[str | Path] = ()) -> RoomBook:
         rooms: dict[str, RoomConfig] = {}
-        for path in sorted(CONFIG_DIR.glob("*.toml")):
-            cfg = load_config(path)
+        for name in sorted(builtin_configs()):
+            cfg = load_config(name)
             rooms[cfg.name] = cfg
         for f in files:
             cfg = load_config(f)

@@ -438,6 +438,10 @@ class Connection:
                     if cfg is not None:
                         self.grace_ms = int(1000 * cfg.reconnect_grace_seconds)
             await self.send(note)
+            if note.get("kind") == "lobby" and note.get("state") == "seated" and self.match \
+                    and self.match not in self.versions:
+                # the match's first updates came before the table said so: its view now
+                await self._catch_up(self.match, None)
             return
         e = outbox.parse_entry(entry_id, fields)
         if e.kind == "update":

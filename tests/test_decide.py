@@ -63,6 +63,7 @@ class M:
     def __init__(self, config: RoomConfig | None = None, seat: bool = True, balances=(0, 0)):
         self.config = config or cfg()
         self.state = MatchState(match_id="m")
+        self.history: list = []  # every event decide produced, in order
         self.now = T0
         self.n = 0
         self.do(CreateMatch, config=self.config.to_record())
@@ -84,6 +85,7 @@ class M:
             assert e.command_id == c.command_id and e.match_id == "m"
         for e in events:
             self.state = apply(self.state, e)
+        self.history.extend(events)
         return events
 
     def no(self, cls, **kw) -> Rejected:
@@ -643,3 +645,21 @@ def test_a_match_recorded_before_chain_bomb_twos_keeps_chains_to_a() -> None:  #
     events = decide(MatchState(match_id="n"), CreateMatch(command_id="c", match_id="n", config=record),
                     Context(now_ms=T0))
     assert events[0].config["chain_bomb_twos"] is True
+
+
+@pytest.mark.parametrize("twos", [True, False])
+def test_check_stream_reads_plays_under_the_recorded_chain_bomb_twos(twos: bool) -> None:  # R-2.2, R-11.3
+    """An audit re-reads each play with the match's own setting: a K-A-2 chain is a
+    reading only where the room allowed it."""
+    from engine.match.events import CardsPlayed, Reading
+    from engine.match.replay import check_stream
+    from engine.rules.classify import classify
+
+    m = dealt("K K K K A A A A 2 2 2 2 3", "4 5 6", **{"chain_bomb_twos": twos})
+    cards = tuple(c for c in m.state.seat(0).hand if c % 54 // 4 != 0)  # all but the 3
+    play = CardsPlayed(match_id="m", seq=m.state.version + 1, ts=T0, command_id="x", player="a",
+                       cards=cards, reading=Reading.of(classify("K K K K A A A A 2 2 2 2")), by="player")
+    problems = check_stream([*m.history, play])
+    assert (problems == []) is twos, problems
+    if not twos:
+        assert any("is not a reading of" in p for p in problems)

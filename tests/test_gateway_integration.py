@@ -29,6 +29,7 @@ ROOMS: dict[str, dict[str, Any]] = {
     "kill": {"trustee_delay_seconds": 0.0},
     "hasty": {"trustee_delay_seconds": 0.0, "ready_seconds": 1},
     "term": {"trustee_delay_seconds": 0.0},
+    "solo": {"trustee_delay_seconds": 0.0},
 }
 
 
@@ -107,6 +108,9 @@ def test_pairing_full_match_next_match_and_settlement_with_ledger_balances(stack
         n2a = await ca.expect(lobby("seated"), what="the next match")
         n2b = await cb.expect(lobby("seated"), what="the next match")
         m2 = n2a["match"]
+        for c in (ca, cb):  # the next match's view comes with it, before anyone acts
+            first = await c.expect(lambda x: x["kind"] == "update" and x["match"] == m2, what="the next view")
+            assert first["view"]["phase"] == "seating" and seat_of(first["view"], c.name) is not None
         assert m2 == n2b["match"] != m1 and n2a["table"] == n2b["table"] == await_table(ca, m1)
         s2a, s2b = await asyncio.gather(ready_and_play(ca, m2), ready_and_play(cb, m2))
         for s, p in ((s2a, "pa-alice"), (s2b, "pa-bob")):
@@ -451,3 +455,31 @@ def test_healthz_and_metrics(stack):
     assert samples['shuangkou_gateway_auth_failures_total{reason="invalid"}'] >= 1
     assert 'shuangkou_gateway_connections{role="player"}' in samples
     assert sum(v for k, v in samples.items() if k.startswith("shuangkou_gateway_command_round_trip_seconds_count")) >= 1
+
+
+def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
+    """``--bots``: alone in the queue for a few seconds → a trustee bot sits opposite."""
+    gw = stack.start_gateway("bots", "--bots")
+
+    async def main() -> None:
+        c = await Client.connect(gw.url, stack.token("so-alice"), "so-alice")
+        await c.expect(kind("welcome"))
+        await c.send({"type": "Join", "room": "solo"})
+        await c.expect(lobby("queued"))
+        seated = await c.expect(lobby("seated"), what="a bot opposite")
+        view = (await c.expect(lambda x: x["kind"] == "update" and x["match"] == seated["match"]))["view"]
+        opponent = next(s["player"] for s in view["seats"] if s and s["player"] != "so-alice")
+        assert opponent.startswith("bot-")
+        s1 = await ready_and_play(c, seated["match"])
+        assert set(s1["scores"]) == {"so-alice", opponent}
+        nxt = await c.expect(lobby("seated"), what="the next match against the bot")
+        assert nxt["table"] == seated["table"] and nxt["match"] != seated["match"]
+        await c.send({"type": "Leave"})
+        gone = await c.expect(lobby("removed"))
+        assert gone["reason"] == "left"
+        await c.close()
+
+    try:
+        run(main())
+    finally:
+        stop_group(gw.proc)

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("engine.cli.export", "write one stored match as a JSON Lines file (for replay --events and the viewer)"),
     "matches": ("engine.cli.matches", "find stored matches by player, start time or room (disputes)"),
     "reconcile": ("engine.cli.reconcile", "settle finished matches that have no settlement (exactly once)"),
+    "archive": ("engine.cli.archive", "export finished, settled matches to files and delete them from Redis"),
 }
 
 

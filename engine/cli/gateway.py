@@ -14,6 +14,8 @@ import os
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis", metavar="URL", default=os.environ.get("SK_REDIS_URL"),
                         help="the engine's Redis (default $SK_REDIS_URL)")
+    parser.add_argument("--lobby-redis", metavar="URL", default=os.environ.get("SK_LOBBY_REDIS_URL"),
+                        help="the lobby's Redis user (lobby keys, sk:ops, ledger reads; default: --redis)")
     parser.add_argument("--port", type=int, default=8080, help="listen port (default 8080; 0: pick a free one)")
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     parser.add_argument("--secret-file", metavar="F", required=True, help="the token signing secret (>= 32 bytes)")
@@ -51,10 +53,13 @@ def run(args: argparse.Namespace) -> int:
         rooms = RoomBook.load(args.room)
     except ConfigError as exc:
         raise CliError(str(exc)) from None
-    connect_redis(args.redis, "--redis").close()  # a readable error now rather than on the first socket
+    connect_redis(args.redis, "--redis").close()
+    if args.lobby_redis:
+        connect_redis(args.lobby_redis, "--lobby-redis").close()  # a readable error now rather than on the first socket
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     settings = GatewaySettings(redis_url=args.redis, secret=secret, rooms=rooms,
-                               gateway_id=args.id or default_gateway_id(), dev=args.dev, bots=args.bots)
+                               gateway_id=args.id or default_gateway_id(), dev=args.dev, bots=args.bots,
+                               lobby_redis_url=args.lobby_redis)
     serve(settings, args.host, args.port, log_level=str(args.log_level))
     return 0

@@ -36,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "as printed by run-script --json")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--all", action="store_true", help="check every match in the store")
+    parser.add_argument("--archive", metavar="DIR",
+                        help="also read the matches archived to DIR (shuangkou archive), with their stored settlements")
 
 
 def _load_file(path: str) -> dict[str, list[Any]]:
@@ -83,8 +85,8 @@ def compare_stored(result: dict[str, Any], stored: Any, required: bool = False,
 def report(match_id: str, events: list[Any], ledger: Any = None, require_settlement: bool = False,
            stored: Any = None) -> dict[str, Any]:
     """Problems, final phase, settlement and timeline of one match's events (and,
-    given the projection's ledger, or the ``stored`` settlement of an archive, whether it
-    agrees; with ``require_settlement`` a finished match without one is a problem).
+    given the projection's ledger, or the ``stored`` settlement of an archive, whether
+    it agrees; with ``require_settlement`` a finished match without one is a problem).
 
     ``events`` in the report is the full event list as JSON objects;
     ``event_count`` its length; ``steps`` the :func:`projections.timeline.timeline`
@@ -139,13 +141,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.redis and args.events:
         raise CliError("give --redis URL or --events FILE, not both")
-    if not args.events:
+    if not args.events and not args.archive:
         args.redis = args.redis or os.environ.get("SK_REDIS_URL") or None  # as serve does
-    if not args.redis and not args.events:
+    if not args.redis and not args.events and not args.archive:
         raise CliError("give --redis URL (or set SK_REDIS_URL) or --events FILE "
                        "(there is no persistent embedded store)")
     if not args.all and not args.match_id and not args.events:
         raise CliError("name a MATCH_ID or use --all")
+    archived: dict[str, Any] = {}
     matches: dict[str, list[Any]] = {}
     ledger = None
     if args.events:
@@ -154,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
             if args.match_id not in matches:
                 raise CliError(f"no such match: {args.events} holds no events of match {args.match_id!r}")
             matches = {args.match_id: matches[args.match_id]}
-    else:
+    elif args.redis:
         try:
             from engine.store.redis_store import RedisEventStore
         except ImportError as exc:
@@ -171,8 +174,23 @@ def run(args: argparse.Namespace) -> int:
             raise
         except Exception as exc:
             raise CliError(f"cannot load from {args.redis}: {exc}") from None
+    if args.archive:
+        from engine.tools.archive import read_archive
+
+        try:
+            events_of, archived = read_archive(args.archive)
+        except Exception as exc:
+            raise CliError(f"cannot read the archive {args.archive}: {exc}") from None
+        if args.match_id and not args.all:
+            events_of = {m: e for m, e in events_of.items() if m == args.match_id}
+            matches = {m: e for m, e in matches.items() if e}  # a match deleted from Redis: read from the archive
+        for mid, evs in events_of.items():
+            matches[mid] = evs
+        if not matches:
+            raise CliError(f"no such match: {args.match_id!r} (not in Redis, not in {args.archive})")
     try:
-        reports = [report(mid, evs, ledger, require_settlement=bool(args.all)) for mid, evs in matches.items()]
+        reports = [report(mid, evs, None if mid in archived else ledger, require_settlement=bool(args.all),
+                          stored=archived.get(mid)) for mid, evs in matches.items()]
     except Exception as exc:  # the ledger's Redis went away mid-check
         raise CliError(f"cannot read the stored settlements from {args.redis}: {exc}") from None
     bad = any(r["problems"] for r in reports)

@@ -196,6 +196,19 @@ class RedisEventStore(EventStore):
         first, _, last = _s(raw).partition("-")
         return int(first), int(last)
 
+    def delete_match(self, match_id: str) -> None:
+        """Remove every key of a match (its events, command ids, snapshot, deadline and
+        membership of its bucket): ``shuangkou archive`` does this after exporting it.
+        One MULTI: the keys share the bucket's hash tag."""
+        b, ks = self._match_keys(match_id)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(ks[0], ks[1], keys.snapshot_key(match_id, b))
+        pipe.zrem(ks[3], match_id)
+        pipe.hdel(ks[4], match_id)
+        pipe.srem(ks[5], match_id)
+        pipe.execute()
+        self._keys.pop(match_id, None)
+
     def version(self, match_id: str) -> int:
         _, ks = self._match_keys(match_id)
         last = self.client.xrevrange(ks[0], max="+", min="-", count=1)

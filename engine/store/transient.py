@@ -16,6 +16,8 @@ memory > 'maxmemory'.")``), so a check on the message text alone misses them:
 True
 >>> is_transient(redis.ResponseError("BUSY Redis is busy running a script."))
 True
+>>> is_transient(redis.ResponseError("BUSYGROUP Consumer Group name already exists"))
+False
 >>> is_transient(redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"))
 False
 >>> is_transient(ValueError("not a Redis error"))
@@ -24,46 +26,9 @@ False
 
 from __future__ import annotations
 
-#: error-reply prefixes of a server that cannot serve now (the text redis-py keeps for some)
-TRANSIENT_PREFIXES = ("OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
-                      "NOREPLICAS", "MISCONF", "NOPERM")
-#: what an OOM refusal says once redis-py dropped its prefix (also inside a script's error)
-_TRANSIENT_TEXT = ("used memory > 'maxmemory'", "-oom ", "oom command not allowed", "busy redis is busy",
-                   "loading redis is loading")
+from engine.store.redis_errors import TRANSIENT_PREFIXES, is_transient  # one classification (hardenA's)
 
-
-def _transient_classes() -> tuple[type[BaseException], ...]:
-    try:
-        import redis.exceptions as rx
-    except ImportError:  # pragma: no cover - redis is a dependency
-        return (OSError,)
-    names = ("ConnectionError", "TimeoutError", "BusyLoadingError", "ReadOnlyError", "OutOfMemoryError",
-             "MasterDownError", "TryAgainError", "ClusterDownError", "NoPermissionError")
-    return (OSError, *(getattr(rx, n) for n in names if hasattr(rx, n)))
-
-
-_CLASSES = _transient_classes()
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for a failure of Redis's state or of the connection (retry), False otherwise.
-
-    NOPERM counts as transient: a missing ACL right is the deployment's fault, fixed by
-    the operator, never the message's (parking every settlement for it would be wrong).
-    """
-    if isinstance(exc, _CLASSES):
-        return True
-    try:
-        import redis
-    except ImportError:  # pragma: no cover
-        return False
-    if not isinstance(exc, redis.RedisError):
-        return False
-    text = str(exc).lstrip()
-    if text.upper().startswith(TRANSIENT_PREFIXES):
-        return True
-    low = text.lower()
-    return any(t in low for t in _TRANSIENT_TEXT)
+__all__ = ["TRANSIENT_PREFIXES", "Backoff", "is_transient"]
 
 
 class Backoff:

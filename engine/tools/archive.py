@@ -1,0 +1,143 @@
+"""Retention: export finished, settled matches to files and delete them from Redis
+(``shuangkou archive --older-than DAYS --to DIR``; issue 11 §8).
+
+Each match becomes one file in the export format of :mod:`engine.tools.export`
+(JSON Lines: a header with the stored settlement and the match's ledger
+entries, then one event per line), so ``shuangkou replay --events FILE`` and
+``replay --all --archive DIR`` read it, and a dispute can be settled from the
+file alone.  The order of the steps makes a crash at any point harmless:
+
+1. the file is written to a temporary name, flushed to disk and renamed;
+2. it is read back and compared with the stored events;
+3. the ledger marks the match *archived* (:meth:`~projections.ledger.Ledger.mark_archived`):
+   its settlement JSON leaves Redis, a small marker stays, so the match is never
+   settled twice (a late feed entry, a reconcile);
+4. the match's keys are deleted (:meth:`~engine.store.redis_store.RedisEventStore.delete_match`).
+
+A re-run after a crash between 3 and 4 finds the marker and finishes the deletion.
+Only matches whose ``MatchFinished`` is older than the cut-off and whose
+settlement is stored are archived; parked or unsettled ones stay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from engine.match.events import MatchFinished
+from engine.tools.export import export_text, parse_events_text
+from projections.ledger import Ledger
+from projections.settlement import Settlement
+
+DAY_MS = 86_400_000
+
+
+def archive_file_name(match_id: str) -> str:
+    """A safe, unique file name for a match id (any characters, up to 200 of them).
+
+    >>> archive_file_name("m 1/x")[-14:]
+    '-m%201%2Fx.jsonl'
+    """
+    digest = hashlib.sha256(match_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{digest}-{quote(match_id[:60], safe='')}.jsonl"
+
+
+def ledger_entries(match_id: str, settlement: Settlement) -> list[dict[str, Any]]:
+    """The ledger movements of a settlement, one per player (and the burned share)."""
+    out = [{"match_id": match_id, "mode": settlement.mode, "player": p, "delta": d, "kind": "settlement"}
+           for p, d in settlement.scores.items()]
+    if settlement.burned:
+        out.append({"match_id": match_id, "mode": settlement.mode, "player": None,
+                    "delta": settlement.burned, "kind": "burned"})
+    return out
+
+
+@dataclass(frozen=True)
+class ArchiveReport:
+    checked: int
+    archived: tuple[str, ...]
+    skipped_unsettled: tuple[str, ...]
+    bytes_written: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"checked": self.checked, "archived": list(self.archived),
+                "skipped_unsettled": list(self.skipped_unsettled), "bytes_written": self.bytes_written}
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def archive_matches(store: Any, ledger: Ledger, to_dir: str | Path, older_than_ms: int, now_ms: int,
+                    limit: int | None = None) -> ArchiveReport:
+    """Archive every finished, settled match finished before ``now_ms - older_than_ms``."""
+    out_dir = Path(to_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cutoff = now_ms - older_than_ms
+    checked, written = 0, 0
+    archived: list[str] = []
+    unsettled: list[str] = []
+    for mid in list(store.match_ids()):
+        if limit is not None and len(archived) >= limit:
+            break
+        checked += 1
+        version = store.version(mid)
+        if version == 0:
+            continue
+        last = store.load(mid, after=version - 1)
+        if not last or not isinstance(last[-1], MatchFinished) or last[-1].ts > cutoff:
+            continue
+        if ledger.archived(mid) is not None:  # a crash after step 3: finish the deletion
+            store.delete_match(mid)
+            archived.append(mid)
+            continue
+        settlement = ledger.settlement(mid)
+        if settlement is None:
+            unsettled.append(mid)
+            continue
+        events = store.load(mid)
+        text = export_text(events, settlement.to_json(), now_ms)
+        header, _, rest = text.partition("\n")
+        head = json.loads(header)
+        head["ledger_entries"] = ledger_entries(mid, settlement)
+        head["settlement_record"] = json.loads(settlement.model_dump_json())
+        text = json.dumps(head, ensure_ascii=False) + "\n" + rest
+        path = out_dir / archive_file_name(mid)
+        _write_atomic(path, text)
+        back = parse_events_text(path.read_text(encoding="utf-8")).by_match.get(mid, [])
+        if [e.seq for e in back] != [e.seq for e in events]:
+            raise RuntimeError(f"archive of {mid} at {path} does not read back: nothing deleted")
+        written += len(text.encode("utf-8"))
+        ledger.mark_archived(mid, str(path))
+        store.delete_match(mid)
+        archived.append(mid)
+    return ArchiveReport(checked=checked, archived=tuple(archived), skipped_unsettled=tuple(unsettled),
+                         bytes_written=written)
+
+
+def read_archive(path: str | Path) -> tuple[dict[str, list[Any]], dict[str, Settlement | None]]:
+    """Events and stored settlements of every archive file under ``path`` (a file or a folder)."""
+    root = Path(path)
+    files = sorted(root.rglob("*.jsonl")) if root.is_dir() else [root]
+    events: dict[str, list[Any]] = {}
+    stored: dict[str, Settlement | None] = {}
+    for f in files:
+        text = f.read_text(encoding="utf-8")
+        parsed = parse_events_text(text)
+        first = text.split("\n", 1)[0]
+        head = json.loads(first) if first.startswith("{") else {}
+        for mid, evs in parsed.by_match.items():
+            events[mid] = evs
+            record = head.get("settlement_record") if head.get("match_id") == mid else None
+            stored[mid] = Settlement.model_validate(record) if record else None
+    return events, stored

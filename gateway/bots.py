@@ -1,0 +1,81 @@
+"""``shuangkou gateway --bots``: an empty seat is filled with the trustee bot after a few seconds.
+
+A player who has waited :data:`BOT_AFTER_S` alone in a room's queue is seated at a table
+with a bot (``bot-<n>``; lobby.lua ``bot``).  The bot is a player without a socket,
+driven by the gateway that seated it: it gets ready for every match of its table and hands
+its seat to the engine's trustee (R-13.3, R-13.5) once the cards are dealt; it never waits in
+a queue (when its opponent leaves, it leaves too).  If that gateway stops, the bot stops
+acting: the ready timer (R-13.2) or the turn timer then take over, as for any absent player.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from engine.store import keys
+from gateway import channels, outbox
+from gateway.lobby import Lobby, notes_key
+
+log = logging.getLogger("shuangkou.gateway.bots")
+
+BOT_AFTER_S = 3.0
+
+
+class BotDriver:
+    def __init__(self, lobby: Lobby, player_redis: Any, note_redis: Any):
+        self.lobby = lobby
+        self.player_redis = player_redis
+        self.note_redis = note_redis
+        self.tasks: dict[str, asyncio.Task] = {}
+
+    async def fill(self, rooms: list[str]) -> None:
+        """Seat a bot opposite every player who waited long enough (called by the lobby sweep)."""
+        for room in rooms:
+            out = await self.lobby.bot_for(room, int(BOT_AFTER_S * 1000))
+            if out:
+                table, bot = out
+                self.start(bot)
+                self.lobby.spawn_drive(table)
+
+    def start(self, bot: str) -> None:
+        if bot not in self.tasks:
+            self.tasks[bot] = asyncio.get_running_loop().create_task(self._play(bot))
+            self.tasks[bot].add_done_callback(lambda _t: self.tasks.pop(bot, None))
+
+    async def _send(self, ctype: str, match: str, bot: str, tag: str) -> None:
+        command = channels.player_command(ctype, match, bot, channels.lobby_command_id(match, "bot", tag))
+        await self.player_redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
+
+    async def _play(self, bot: str) -> None:
+        positions = {notes_key(bot): "0-0", keys.outbox_key(bot): "0-0"}
+        asked: set[str] = set()
+        try:
+            while True:
+                reply = await self.player_redis.xread(positions, count=100, block=5000)
+                for stream_name, entries in reply or ():
+                    stream = stream_name.decode() if isinstance(stream_name, bytes) else stream_name
+                    for entry_id, fields in entries:
+                        positions[stream] = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+                        if stream == notes_key(bot):
+                            note = json.loads(fields.get(b"m", fields.get("m")))
+                            if note.get("kind") != "lobby":
+                                continue
+                            if note["state"] == "seated":
+                                await self._send("Ready", note["match"], bot, "ready")
+                            elif note["state"] in ("queued", "removed"):
+                                await self.lobby.dequeue(bot, "bot")
+                                return
+                            continue
+                        e = outbox.parse_entry(entry_id, fields)
+                        if e.kind != "update" or e.match in asked:
+                            continue
+                        if any(x.get("type") == "HandDealt" for x in e.events):
+                            asked.add(e.match)
+                            await self._send("RequestTrustee", e.match, bot, "trustee")
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("bot %s stopped", bot)

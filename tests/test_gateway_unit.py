@@ -1,0 +1,256 @@
+"""Fast tests of the gateway's parts: tokens, client message validation (impersonation and
+non-player commands refused), spectator redaction equal to the engine's spectator view,
+the committed JSON Schemas, the engine command ids, and the lobby's Lua on a real Redis."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import jwt
+import pytest
+
+from gateway import channels, protocol, tokens
+from gateway.spectate import spectator_event, spectator_view
+
+SECRET = b"unit-secret-0123456789abcdef0123456789"
+
+
+# -- tokens -----------------------------------------------------------------------------------
+def test_token_round_trip_and_claims():
+    t = tokens.mint(SECRET, "alice", role="spectator", ttl_seconds=60, room="points")
+    ident = tokens.verify(SECRET, t)
+    assert (ident.player, ident.role, ident.room) == ("alice", "spectator", "points")
+    assert ident.expires_at - int(time.time()) in range(55, 61)
+
+
+@pytest.mark.parametrize("token, reason", [
+    (None, "no token"),
+    ("", "no token"),
+    ("a.b.c", "not a valid token"),
+    (jwt.encode({"sub": "a", "exp": 4102444800}, b"another-secret-0123456789abcdef01", "HS256"), "signature"),
+    (jwt.encode({"sub": "a", "exp": 1000}, SECRET, "HS256"), "expired"),
+    (jwt.encode({"sub": "a"}, SECRET, "HS256"), "'exp'"),
+    (jwt.encode({"exp": 4102444800}, SECRET, "HS256"), "'sub'"),
+    (jwt.encode({"sub": "a", "exp": 4102444800, "role": "admin"}, SECRET, "HS256"), "role"),
+    (jwt.encode({"sub": "", "exp": 4102444800}, SECRET, "HS256"), "sub"),
+    (jwt.encode({"sub": "a" * 101, "exp": 4102444800}, SECRET, "HS256"), "sub"),
+    (jwt.encode({"sub": "a", "exp": 4102444800}, SECRET, "HS512"), "not a valid token"),
+    (jwt.encode({"sub": "a", "exp": 4102444800}, None, "none"), "not a valid token"),  # alg none
+])
+def test_bad_tokens_are_refused_with_a_reason(token, reason):
+    with pytest.raises(tokens.TokenError) as exc:
+        tokens.verify(SECRET, token)
+    assert reason in str(exc.value)
+
+
+def test_secrets_shorter_than_32_bytes_are_refused(tmp_path):
+    f = tmp_path / "s"
+    f.write_bytes(b"short\n")
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        tokens.load_secret(f)
+    f.write_bytes(SECRET + b"\n")
+    assert tokens.load_secret(f) == SECRET
+
+
+def test_token_cli_mints_a_verifiable_token(tmp_path, capsys):
+    from engine.cli import main
+
+    f = tmp_path / "s"
+    f.write_bytes(SECRET)
+    assert main(["token", "bob", "--secret-file", str(f), "--role", "spectator", "--ttl", "120"]) == 0
+    ident = tokens.verify(SECRET, capsys.readouterr().out.strip())
+    assert (ident.player, ident.role) == ("bob", "spectator")
+    assert main(["token", "bob", "--secret-file", str(tmp_path / "missing")]) == 2
+
+
+# -- client messages --------------------------------------------------------------------------
+@pytest.mark.parametrize("message, code", [
+    ({"type": "Play", "player": "bob", "text": "3"}, "not_allowed"),
+    ({"type": "Ready", "player": "bob"}, "not_allowed"),
+    ({"type": "Ready", "match_id": "m"}, "not_allowed"),
+    ({"type": "Sit", "balance": 2_000_000}, "not_allowed"),
+    ({"type": "CreateMatch", "config": {}}, "not_allowed"),
+    ({"type": "TurnTimeout", "version": 3}, "not_allowed"),
+    ({"type": "TrusteeAct", "version": 3}, "not_allowed"),
+    ({"type": "Disconnect"}, "not_allowed"),
+    ({"type": "Reconnect"}, "not_allowed"),
+    ({"type": "Deal"}, "not_allowed"),
+    ({"type": "Credit", "amount": 5}, "not_allowed"),
+    ({"type": 7}, "bad_command"),
+    ({}, "bad_command"),
+    ({"type": "Play"}, "bad_command"),
+    ({"type": "Play", "text": "3", "cards": [1]}, "bad_command"),
+    ({"type": "Play", "cards": [108]}, "bad_command"),
+    ({"type": "Pass", "expected_version": -1}, "bad_command"),
+    ({"type": "Ready", "extra": 1}, "bad_command"),
+    ({"type": "Join"}, "bad_command"),
+    ({"type": "Ready", "command_id": "x" * 101}, "bad_command"),
+])
+def test_client_messages_refused(message, code):
+    with pytest.raises(protocol.ClientError) as exc:
+        protocol.parse_client_message(json.dumps(message), "alice")
+    assert exc.value.code == code
+
+
+def test_client_message_errors_keep_the_command_id_and_big_or_broken_input_is_bad():
+    with pytest.raises(protocol.ClientError) as exc:
+        protocol.parse_client_message('{"type": "Pass", "player": "bob", "command_id": "c9"}', "alice")
+    assert exc.value.command_id == "c9"
+    for raw in ("not json", "[1, 2]", '"x"', "{" + " " * protocol.MAX_MESSAGE_BYTES + "}"):
+        with pytest.raises(protocol.ClientError) as exc:
+            protocol.parse_client_message(raw, "alice")
+        assert exc.value.code == "bad_command"
+
+
+def test_accepted_messages_and_a_filled_command_id():
+    m = protocol.parse_client_message('{"type": "Play", "cards": [3, 57], "expected_version": 4}', "alice")
+    assert m.cards == (3, 57) and m.expected_version == 4 and len(m.command_id) == 32
+    m = protocol.parse_client_message('{"type": "Ready", "player": "alice", "command_id": "c1"}', "alice")
+    assert m.command_id == "c1"
+    for t in ("RequestTrustee", "CancelTrustee", "Escape", "Leave", "Sync"):
+        assert protocol.parse_client_message(json.dumps({"type": t}), "a").type == t
+    assert protocol.parse_client_message('{"type": "Watch", "match": "t1-1"}', "a").match == "t1-1"
+
+
+def test_engine_command_ids_are_namespaced_per_player():
+    ids = {channels.engine_command_id(p, c) for p, c in [("a", "b:c"), ("a:b", "c"), ("ab", "c"), ("a", "bc")]}
+    assert len(ids) == 4
+    assert not any(i.startswith("lobby:") for i in ids)
+    assert channels.client_command_id("a:b", channels.engine_command_id("a:b", "c")) == "c"
+    assert channels.client_command_id("a", channels.engine_command_id("a:b", "c")) is None
+    cmd = channels.player_command("Ready", "m1", "alice", channels.engine_command_id("alice", "x"))
+    assert (cmd.type, cmd.player, cmd.match_id) == ("Ready", "alice", "m1")
+
+
+# -- spectators --------------------------------------------------------------------------------
+def _bot_match_states(seed: int):
+    from engine.config import load_config
+    from engine.match.commands import CreateMatch, Ready, Sit, Pass, Play
+    from engine.service.service import MatchService
+    from engine.store.memory import InMemoryEventStore
+    from engine.tools.bot import Bot
+
+    clock = iter(range(10**6, 10**9, 700))
+    svc = MatchService(InMemoryEventStore(), lambda: next(clock), random.Random(seed))
+    cfg = load_config("points")
+    m = f"m{seed}"
+    n = iter(range(10**6))
+    sit_extra = {"balance": 0} if channels.SIT_TAKES_BALANCE else {}
+    svc.execute(CreateMatch(command_id=f"c{next(n)}", match_id=m, config=cfg.to_record()))
+    for p in ("a", "b"):
+        svc.execute(Sit(command_id=f"c{next(n)}", match_id=m, player=p, **sit_extra))
+    yield svc.load_state(m)
+    for p in ("a", "b"):
+        svc.execute(Ready(command_id=f"c{next(n)}", match_id=m, player=p))
+    bot = Bot("greedy", random.Random(seed))
+    outcome = None
+    for _ in range(400):
+        st = svc.load_state(m)
+        yield st
+        if st.phase == "finished":
+            return
+        p = st.seat(st.turn).player
+        choice = bot.choose(st, p)
+        cmd = (Pass(command_id=f"c{next(n)}", match_id=m, player=p) if choice is None else
+               Play(command_id=f"c{next(n)}", match_id=m, player=p, cards=tuple(choice.cards)))
+        outcome = svc.execute(cmd)
+        assert outcome.rejection is None, outcome.rejection
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_spectator_view_from_a_players_view_is_the_engines_spectator_view(seed):
+    from engine.match.events import HandDealt
+    from projections.views import redact_event, view_for
+
+    states = list(_bot_match_states(seed))
+    assert states[-1].phase == "finished"
+    for st in states:
+        for p in ("a", "b"):
+            derived = json.loads(json.dumps(spectator_view(view_for(st, p)), default=list))
+            assert derived == json.loads(json.dumps(view_for(st, None), default=list))
+    dealt = HandDealt(match_id="m", seq=4, ts=1, command_id="c", hands=(tuple(range(27)), tuple(range(27, 54))),
+                      set_aside=tuple(range(54, 108)), lead_card=3, first=0)
+    for p, seat in (("a", 0), ("b", 1)):
+        e = spectator_event(redact_event(dealt, p, seat=seat))
+        assert e["hands"] == [None, None] and e["lead_card"] is None and e["set_aside"] is None
+    # the check can fail: a player's own view is not a spectator's
+    assert view_for(states[-2], "a") != view_for(states[-2], None)
+
+
+# -- schemas -----------------------------------------------------------------------------------
+def test_committed_schemas_are_the_generated_ones():
+    from gateway.schemas_gen import SCHEMA_DIR, generate, render
+
+    for name, schema in generate().items():
+        assert (SCHEMA_DIR / name).read_text(encoding="utf-8") == render(schema), \
+            f"gateway/schemas/{name} is stale: run python -m gateway.schemas_gen"
+
+
+def test_real_views_and_events_validate_and_wrong_ones_do_not():
+    import jsonschema
+
+    from engine.store.memory import InMemoryEventStore  # noqa: F401  (the service above uses it)
+    from gateway.schemas_gen import load
+    from projections.views import view_for
+
+    server = jsonschema.Draft202012Validator(load("server.json"))
+    view = jsonschema.Draft202012Validator(load("view.json"))
+    states = list(_bot_match_states(4))
+    for st in states[::5] + [states[-1]]:
+        for p in ("a", "b", None):
+            v = json.loads(json.dumps(view_for(st, p), default=list))
+            view.validate(v)
+            server.validate(protocol.update(st.match_id, st.version, [], v, None))
+    bad = json.loads(json.dumps(view_for(states[-1], "a"), default=list))
+    bad["hand"] = "3 3"
+    assert not view.is_valid(bad)
+    assert not server.is_valid({"kind": "lobby", "state": "dancing", "room": None, "table": None, "match": None,
+                                "reason": None})
+    client = jsonschema.Draft202012Validator(load("client.json"))
+    assert client.is_valid({"type": "Play", "text": "3 3", "expected_version": 4})
+    assert not client.is_valid({"type": "TurnTimeout", "version": 3})
+
+
+# -- the lobby's Lua ----------------------------------------------------------------------------
+@pytest.mark.redis
+def test_lobby_lua_pairs_removes_requeues_and_advances(real_redis):
+    from gateway.lobby import LUA
+
+    script = real_redis.register_script(LUA)
+
+    def call(*args):
+        out = script(keys=[], args=[args[0], 1000, *args[1:]])
+        return [x.decode() if isinstance(x, bytes) else x for x in out] if isinstance(out, list) else out
+
+    def notes(p):
+        return [json.loads(f[b"m"]) for _id, f in real_redis.xrange(f"sk:{{lobby}}:notes:{p}")]
+
+    assert call("join", "points", "a")[:1] == ["joined"]
+    assert call("join", "points", "a")[:2] == ["queued", "points"]  # joining twice changes nothing
+    out = call("join", "points", "b")
+    assert out[0] == "joined" and out[3:] == ["t1"]
+    assert call("seated", "t1", "t1-2") == 0  # another match: refused
+    assert call("seated", "t1", "t1-1") == 1
+    assert [n["state"] for n in notes("a")] == ["queued", "seated"]
+    assert call("finished", "t1", "t1-1", "") == 1
+    assert call("finished", "t1", "t1-1", "") == 0  # once
+    settled = json.dumps({"kind": "settled", "match": "t1-1"})
+    assert call("advance", "t1", "t1-1", settled, settled) == ["next", "t1-2"]
+    assert call("advance", "t1", "t1-1", settled, settled) == []  # once
+    assert call("seated", "t1", "t1-2") == 1
+    assert [n["kind"] for n in notes("b")][-2:] == ["settled", "lobby"]
+    # R-13.2: b not ready → b leaves the room, a waits again (and pairs with c)
+    call("join", "points", "c")
+    out = call("removed", "t1", "t1-2", "b", "not_ready")
+    assert out[0] == "a" and out[1] == "|" and out[2:] == ["t2"]
+    assert notes("b")[-1] == {"kind": "lobby", "state": "removed", "room": "points", "table": "t1",
+                              "match": "t1-2", "reason": "not_ready"}
+    assert notes("a")[-1]["state"] == "queued"
+    assert call("removed", "t1", "t1-2", "a", "left") == []  # the table is closed
+    assert real_redis.hget("sk:{lobby}:player:b", "state") is None
+    assert call("dequeue", "c", "left") == 0  # c sits at t2 now
+    call("join", "wealth", "d")
+    assert call("dequeue", "d", "disconnected") == 1
+    assert notes("d")[-1]["reason"] == "disconnected"
