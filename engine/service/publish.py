@@ -87,10 +87,10 @@ class GatewayStats:
     published: int = 0  # entries written to player/reply streams
 
 
-#: events after which every recipient's update carries the full view: the deal, the finish,
-#: and the rare changes of a player's status (connection, trusteeship, escape, removal)
+#: events after which every recipient's update carries the full view: a seating, the deal,
+#: the finish, and the rare changes of a player's status (connection, trusteeship, escape, removal)
 _VIEW_EVENTS: tuple[type[EventBase], ...] = (
-    HandDealt, MatchFinished, PlayerDisconnected, PlayerReconnected, TrusteeshipStarted, TrusteeshipEnded,
+    PlayerSeated, HandDealt, MatchFinished, PlayerDisconnected, PlayerReconnected, TrusteeshipStarted, TrusteeshipEnded,
     PlayerEscaped, PlayerRemoved,
 )
 
@@ -254,7 +254,7 @@ class Publisher:
 
     # -- building -------------------------------------------------------------------------
     def _wants_view(self, player: str, events: Sequence[EventBase], version: int, duplicate: bool) -> bool:
-        """Does ``player``'s update carry the full view?  On their join, the deal, the finish,
+        """Does ``player``'s update carry the full view?  On a seating, the deal, the finish,
         a change of a player's status (:data:`_VIEW_EVENTS`), a duplicate (a re-publication:
         what came before may be lost), and whenever the update crosses a multiple of
         ``full_view_every`` (docs/PROTOCOL.md, "Resync")."""
@@ -266,8 +266,6 @@ class Publisher:
         for e in events:
             if isinstance(e, _VIEW_EVENTS):
                 return True
-            if isinstance(e, PlayerSeated) and e.player == player:
-                return True  # a join
         return False
 
     def outputs(self, command: CommandBase, outcome: OutcomeLike, reply_to: str | None = None,
