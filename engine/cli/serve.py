@@ -53,9 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(refreshed on every write; default 86400)")
     parser.add_argument("--outbox-maxlen", type=int, default=200, metavar="N",
                         help="entries kept per outbox/reply stream (MAXLEN ~; default 200)")
-    parser.add_argument("--full-view-every", type=int, default=40, metavar="N",
+    parser.add_argument("--full-view-every", type=int, default=60, metavar="N",
                         help="an update carries the player's full view at least every N match versions "
-                             "(and on a join, the deal, the finish, a Sync; 1: always; default 40)")
+                             "(and on a join, the deal, the finish, a Sync; 1: always; default 60)")
     parser.add_argument("--reconcile-every", type=float, default=300.0, metavar="SECONDS",
                         help="settle finished matches without a settlement every SECONDS "
                              "(shuangkou reconcile; 0: never; default 300)")

@@ -73,7 +73,7 @@ class Write(NamedTuple):
 
 DEFAULT_OUTBOX_TTL = 86_400  # s: an outbox/reply stream nobody wrote to for a day expires
 DEFAULT_OUTBOX_MAXLEN = 200  # entries kept per outbox/reply stream (MAXLEN ~)
-DEFAULT_FULL_VIEW_EVERY = 40  # an update carries the full view at least every N versions
+DEFAULT_FULL_VIEW_EVERY = 60  # an update carries the full view at least every N versions
 
 
 @dataclasses.dataclass
