@@ -113,6 +113,8 @@ class Connection:
         self._positions: dict[str, str] = {}
         self._held: dict[str, dict[int, outbox.OutEntry]] = {}  # match -> first seq -> update ahead of a gap
         self._gap_timers: dict[str, asyncio.Task] = {}
+        self._awaiting: dict[str, str] = {}  # match -> the engine id of the Sync whose view we wait for
+        self._viewed: set[str] = set()  # matches this socket has sent a view of
 
     @property
     def is_player(self) -> bool:
@@ -198,34 +200,66 @@ class Connection:
             await self._catch_up(self.match, version)
 
     async def _catch_up(self, match: str, version: int | None) -> None:
-        upto = self._positions.get(keys.outbox_key(self.player), "+")
+        """The updates after ``version`` when the stream still holds them all, else the current view."""
+        upto = self._positions.get(keys.outbox_key(self.source or self.player), "+")
         r = self.hub.redis
         if version is not None:
-            later = await outbox.updates_after(r, self.player, match, version, upto)
+            self.versions[match] = version  # the client has everything up to it
+            self._viewed.add(match)
+            later = await outbox.updates_after(r, self.source or self.player, match, version, upto)
             if later and (later[0].first_seq is None or later[0].first_seq <= version + 1):
                 for e in later:
-                    await self._forward_update(e, observe=True)
+                    await self._forward_update(e, observe=self.is_player)
                 return
-            latest = await outbox.latest_update(r, self.player, match, upto)
-            if latest is None or (latest.version or 0) <= version:
-                return  # nothing newer than what the client has
-        else:
-            latest = await outbox.latest_update(r, self.player, match, upto)
-            if latest is None:
-                return
-        # the current view (first update of a connection, or a resync after a gap)
-        await self._send_view_and_after(latest, self.player, match, upto)
+        await self._request_view(match)
 
-    async def _send_view_and_after(self, latest: outbox.OutEntry, player: str, match: str, upto: str) -> None:
-        """The resync rule of compact updates (docs/PROTOCOL.md "Resync"): the newest update
-        that carries a view, then the updates after it (their events follow on from it)."""
-        view = latest.view
-        self.versions[match] = int(latest.version or 0)
-        await self.send(protocol.update(match, int(latest.version or 0), [], self._view(view)))
-        await self.hub.lobby.observe(match, latest.events)
-        for e in await outbox.updates_after(self.hub.redis, player, match, int(latest.version or 0), upto):
-            await self.hub.lobby.observe(match, e.events)
-            await self._send_update(e)
+    async def _request_view(self, match: str, client_id: str | None = None) -> None:
+        """Ask the engine for the current view (a ``Sync``: it lands in the stream this socket reads);
+        updates that arrive meanwhile wait for it.  Without engine Sync: the newest view in the stream."""
+        source = self.source or self.player
+        if channels.ENGINE_SYNC:
+            engine_id = (channels.engine_command_id(self.player, client_id) if client_id is not None
+                         else channels.lobby_command_id("sync", self.id, channels.new_id()))
+            if client_id is not None:
+                self._track(engine_id, "Sync")
+            self._awaiting[match] = engine_id
+            command = channels.player_command("Sync", match, source, engine_id)
+            await self.hub.redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
+            if match not in self._gap_timers:
+                self._gap_timers[match] = asyncio.get_running_loop().create_task(self._sync_fallback(match))
+            return
+        latest = await outbox.latest_update(self.hub.redis, source, match,
+                                            self._positions.get(keys.outbox_key(source), "+"))
+        await self._apply_view(match, int(latest.version or 0) if latest else 0,
+                               latest.view if latest else None, client_id, force=True)
+
+    async def _sync_fallback(self, match: str) -> None:
+        """No Sync answer in :data:`GAP_WAIT_S` (an engine busy or away): the newest view in the stream."""
+        try:
+            await asyncio.sleep(GAP_WAIT_S * 2)
+            if self._awaiting.pop(match, None) is None:
+                return
+            source = self.source or self.player
+            latest = await outbox.latest_update(self.hub.redis, source, match)
+            if latest is not None:
+                await self._apply_view(match, int(latest.version or 0), latest.view, None)
+            await self._flush(match)
+        finally:
+            self._gap_timers.pop(match, None)
+
+    async def _apply_view(self, match: str, version: int, view: dict | None, client_id: str | None,
+                          force: bool = False) -> None:
+        """Send a view-only update when it tells the client something (newer, first, or asked for)."""
+        last = self.versions.get(match)
+        if force or client_id is not None or last is None or version > last or match not in self._viewed:
+            await self.send(protocol.update(match, version, [], self._view(view), client_id))
+            self._viewed.add(match)
+        if last is None or version > last:
+            self.versions[match] = version
+        if self.is_player and view and view.get("phase") == "finished" and view.get("result"):
+            res = view["result"]  # a finish this socket may not have seen: the table settles it
+            await self.hub.lobby.observe(match, [{"type": "MatchFinished", "loser": res.get("loser"),
+                                                  "reason": res.get("reason")}])
 
     def _view(self, view: dict | None) -> dict | None:
         return spectator_view(view) if not self.is_player else view
@@ -349,19 +383,7 @@ class Connection:
             await self._catch_up(table.match, msg.version)
             self._restart_pump()
             return
-        if channels.ENGINE_SYNC:
-            engine_id = channels.engine_command_id(self.player, msg.command_id)
-            self._track(engine_id, "Sync")
-            self.versions.pop(table.match, None)
-            command = channels.player_command("Sync", table.match, self.player, engine_id)
-            await self.hub.redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
-            return
-        latest = await outbox.latest_update(self.hub.redis, self.player, table.match)
-        if latest is None:
-            await self.send(protocol.update(table.match, 0, [], None, msg.command_id))
-            return
-        self.versions[table.match] = max(self.versions.get(table.match, 0), int(latest.version or 0))
-        await self.send(protocol.update(table.match, int(latest.version or 0), [], latest.view, msg.command_id))
+        await self._request_view(table.match, msg.command_id)
 
     async def _watch(self, msg: Any) -> None:
         if self.is_player:
@@ -379,12 +401,9 @@ class Connection:
         stream = keys.outbox_key(self.source)
         self._positions = {stream: await outbox.last_id(self.hub.redis, stream)}
         self.versions.pop(msg.match, None)
-        latest = await outbox.latest_update(self.hub.redis, self.source, msg.match, self._positions[stream])
-        if latest is not None:
-            await self._send_view_and_after(latest, self.source, msg.match, self._positions[stream])
-        else:
-            await self.send(protocol.update(msg.match, 0, [], None))
+        self._viewed.discard(msg.match)
         self._restart_pump()
+        await self._request_view(msg.match, None)
 
     def _restart_pump(self) -> None:
         if self._pump is not None:
@@ -444,7 +463,9 @@ class Connection:
                 await self._catch_up(self.match, None)
             return
         e = outbox.parse_entry(entry_id, fields)
-        if e.kind == "update":
+        if e.kind == "sync":
+            await self._on_sync(e)
+        elif e.kind == "update":
             await self._forward_update(e, observe=self.is_player)
         elif e.kind == "rejected" and self.is_player:
             client_id = channels.client_command_id(self.player, e.command_id)
@@ -465,6 +486,9 @@ class Connection:
         if last is not None and e.version <= last:
             return  # a redelivery (duplicate) or what the client already has
         first = e.first_seq
+        if e.match in self._awaiting and first is not None:
+            self._held.setdefault(e.match, {})[first] = e  # sent after the view it follows
+            return
         if last is not None and first is not None and first > last + 1:
             # the service and the timer workers publish independently: an update may arrive before
             # the one just ahead of it; hold it until the gap fills (or resync from its view)
@@ -474,14 +498,38 @@ class Connection:
                 self._gap_timers[e.match] = asyncio.get_running_loop().create_task(self._close_gap(e.match))
             return
         await self._send_update(e)
-        held = self._held.get(e.match)
+        await self._flush(e.match)
+
+    async def _flush(self, match: str) -> None:
+        """Send the held updates that now follow on; drop those the client has."""
+        held = self._held.get(match)
         while held:
-            nxt = held.pop(self.versions[e.match] + 1, None)
+            last = self.versions.get(match, 0)
+            for seq in [k for k, v in held.items() if int(v.version or 0) <= last]:
+                del held[seq]
+            nxt = held.pop(last + 1, None)
             if nxt is None:
                 break
             await self._send_update(nxt)
         if held is not None and not held:
-            self._held.pop(e.match, None)
+            self._held.pop(match, None)
+        elif held and match not in self._gap_timers and match not in self._awaiting:
+            self._gap_timers[match] = asyncio.get_running_loop().create_task(self._close_gap(match))
+
+    async def _on_sync(self, e: outbox.OutEntry) -> None:
+        """The engine's answer to a Sync (ours, the client's, or another socket's of this stream)."""
+        if e.match != self.match or e.version is None:
+            return
+        mine = self._awaiting.get(e.match) == e.command_id
+        client_id = channels.client_command_id(self.player, e.command_id) if self.is_player else None
+        if client_id is not None:
+            self._answered(e.command_id)
+        if mine:
+            self._awaiting.pop(e.match, None)
+        elif client_id is None and e.match in self._awaiting:
+            return  # someone else's; ours is on its way
+        await self._apply_view(e.match, int(e.version), e.view, client_id, force=mine)
+        await self._flush(e.match)
 
     async def _send_update(self, e: outbox.OutEntry) -> None:
         self.versions[e.match] = int(e.version or 0)
@@ -493,26 +541,13 @@ class Connection:
                                             spectator_view(e.view)))
 
     async def _close_gap(self, match: str) -> None:
-        """A gap that does not fill in :data:`GAP_WAIT_S`: one resync update with the newest view."""
+        """A gap that does not fill in :data:`GAP_WAIT_S`: resync from the current view."""
         try:
             await asyncio.sleep(GAP_WAIT_S)
-            held = self._held.pop(match, None)
-            if not held:
-                return
-            newest = max(held.values(), key=lambda x: int(x.version or 0))
-            last = self.versions.get(match, 0)
-            if int(newest.version or 0) > last:
-                if newest.view is not None:
-                    self.versions[match] = int(newest.version or 0)
-                    await self.send(protocol.update(match, int(newest.version or 0), [], self._view(newest.view)))
-                else:  # a compact update: the newest view in the stream and what follows it
-                    player = self.player if self.is_player else (self.source or self.player)
-                    upto = self._positions.get(keys.outbox_key(player), "+")
-                    latest = await outbox.latest_update(self.hub.redis, player, match, upto)
-                    if latest is not None:
-                        await self._send_view_and_after(latest, player, match, upto)
         finally:
             self._gap_timers.pop(match, None)
+        if self._held.get(match):
+            await self._request_view(match)
 
 
 async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] | None:

@@ -174,7 +174,7 @@ def settle(events: Sequence[EventBase]) -> Settlement | None:
     lower = min((seats[w], seats[l]), key=lambda s: (s.level, s.base))
     X = lower.base
     xr = {p: effective_xiang(bombs.get(p, ()), config) for p in (w, l)}
-    c = {p: contribution_of(xr[p].xiang, config) for p in (w, l)}
+    c_of = {p: contribution_of(xr[p].xiang, config) for p in (w, l)}
     breakdown: dict[str, Any] = {
         "mode": config.mode,
         "room": config.name,
@@ -186,7 +186,7 @@ def settle(events: Sequence[EventBase]) -> Settlement | None:
             "lower": lower.player if seats[w].level != seats[l].level else f"both at level {lower.level}",
         },
         "xiang": {p: _xiang_json(xr[p], config) for p in (w, l)},
-        "c": dict(c),
+        "c": dict(c_of),
     }
 
     if finish.reason == "escape":
@@ -202,7 +202,7 @@ def settle(events: Sequence[EventBase]) -> Settlement | None:
                     "received": received,
                     "received_formula": f"floor({paid} × {config.escape_transfer_ratio}) = {received}"})
         breakdown["escape"] = esc
-        breakdown["c"] = {opponent: c[opponent], escaper: 0}
+        breakdown["c"] = {opponent: c_of[opponent], escaper: 0}
         breakdown["c_note"] = "R-12.2/R-12.3: the escaper's own contribution counts 0"
         breakdown["cap"] = cap
         breakdown["burned"] = burned
@@ -215,7 +215,7 @@ def settle(events: Sequence[EventBase]) -> Settlement | None:
     a = config.kou.multiplier(kou)
     b = doubling_of(xr[w].xiang, config)
     win_term = X * a * b
-    contrib_w = X * (c[w] - c[l])
+    contrib_w = X * (c_of[w] - c_of[l])
     net_w = win_term + contrib_w
     breakdown.update({
         "kou": kou,
@@ -226,7 +226,7 @@ def settle(events: Sequence[EventBase]) -> Settlement | None:
         "win_term": win_term,
         "win_formula": f"X·a·b = {X}·{a}·{b} = {win_term}",
         "contribution": {w: contrib_w, l: -contrib_w},
-        "contribution_formula": f"X·(c_{w} − c_{l}) = {X}·({c[w]} − {c[l]}) = {contrib_w}",
+        "contribution_formula": f"X·(c_{w} − c_{l}) = {X}·({c_of[w]} − {c_of[l]}) = {contrib_w}",
     })
     if trustee_escapes:
         breakdown["escaped_to_trustee"] = trustee_escapes  # trustee: normal settlement

@@ -29,7 +29,7 @@ def _standing(state: MatchState) -> dict[str, dict[str, Any]]:
     if cfg is None or not seats:
         return {}
     base = min(s.base for s in seats)  # R-8.2: the lower level's base
-    info = {}
+    info: dict[str, dict[str, Any]] = {}
     for s in seats:
         x = effective_xiang(list(s.bombs), cfg)
         info[s.player] = {"xiang": x.xiang, "source": x.source, "c": contribution_of(x.xiang, cfg)}
@@ -42,7 +42,7 @@ def _standing(state: MatchState) -> dict[str, dict[str, Any]]:
 def view_for(state: MatchState, player: str | None) -> dict[str, Any]:
     """The view of ``player`` (None: a spectator).  Never holds an opponent card id."""
     me = state.seat_of(player) if player is not None else None
-    seats_out = []
+    seats_out: list[dict[str, Any] | None] = []
     for i, s in enumerate(state.seats):
         if s is None:
             seats_out.append(None)

@@ -36,7 +36,10 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 YOU = "you"
 BOT = "bot"
@@ -254,7 +257,7 @@ class PlaySession:
     def execute(self, cmd: Any) -> Any:
         return self.service.execute(cmd)
 
-    def say(self, text: str, **kw: Any) -> None:
+    def say(self, text: str | Text, **kw: Any) -> None:
         """Print one line, first closing an open prompt so nothing lands after ``your play>``."""
         if self.prompt_open:
             self.console.print()

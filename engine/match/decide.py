@@ -48,8 +48,9 @@ Decisions where the rules are silent (documented in the tests too):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from engine.rules.cards import (
     HAND_SIZE,
@@ -607,7 +608,7 @@ def _escape(b: _Builder, c: Escape) -> None:
            kou="escape", reason="escape")  # forfeit, settled by
 
 
-_HANDLERS = {
+_HANDLERS: dict[type[CommandBase], Callable[[_Builder, Any], None]] = {
     CreateMatch: _create, Sit: _sit, Leave: _leave, Ready: _ready, Deal: _deal, Play: _play_cmd,
     Pass: _pass, TurnTimeout: _turn_timeout, TrusteeAct: _trustee_act, ReadyTimeout: _ready_timeout,
     RequestTrustee: _request_trustee, CancelTrustee: _cancel_trustee, Disconnect: _disconnect,

@@ -222,9 +222,9 @@ def parse_cards(text: str | Iterable[str]) -> list[Card]:
                 label = RANK_LABELS[r] + (s or "")
                 limit = 2 if (s or r >= SJ) else 8
                 raise CardNotationError(f"too many {label}: two decks hold only {limit}")
-    for c in slots:
-        assert c is not None
-        out.append(c)
+    for slot in slots:
+        assert slot is not None
+        out.append(slot)
     return out
 
 

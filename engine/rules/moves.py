@@ -311,7 +311,7 @@ def _seq_all(kind: str, per: int, min_len: int, caps: tuple[int, ...], s: int, b
     return tuple(out)
 
 
-def _reading_key(c: Combo, heavenly: HeavenlyPosition) -> tuple:
+def _reading_key(c: Combo, heavenly: HeavenlyPosition) -> tuple[object, ...]:
     """Order of readings of one multiset, as ``engine.rules.classify`` sorts them (R-4.6)."""
     return (strength_key(c, heavenly), c.jokers_as, c.bomb_sizes)
 

@@ -324,7 +324,7 @@ def _action(r: _Runner, a: dict[str, Any]) -> str | None:
     p = a["player"]
     if "play" in a:
         text = " ".join(_tokens(a["play"], "play"))
-        kind, rank, *_ = [*a.get("reading", "").split(), None, None]
+        kind, rank, *_ = [*str(a.get("reading") or "").split(), None, None]
         return r.run(Play, player=p, text=text, reading_kind=kind, reading_rank=rank)
     if "pass" in a:
         return r.run(Pass, player=p)
