@@ -1,19 +1,31 @@
-"""Pipeline benchmark: bot matches through `shuangkou serve` on a real local redis-server.
+"""Pipeline benchmark: one `shuangkou serve` next to a same-protocol floor server, on one redis-server.
 
-    python bench/pipeline.py [--quick] [--matches N] [--concurrency C]
+    python bench/pipeline.py [--redis URL] [--json] [--quick] [--runs N]
 
-Starts its own redis-server (no persistence) on a free loopback port, then:
+Without ``--redis`` it starts its own redis-server (no persistence) on a free loopback
+port (with ``--redis`` the database is flushed between runs: give it a scratch server).
 
-* raw single-client XADD rate (one round trip per entry, same server, same run);
-* `shuangkou simulate --redis URL --external` (commands through GatewayClient →
-  inbox → serve's InboxConsumer → MatchService → Lua append) with 1 and with 2
-  `shuangkou serve` processes (timers in-process, no timeouts simulated):
-  matches/s, events/s, client-side command round-trip latency p50/p99;
-* events/s as a share of the raw XADD rate;
-* the command path's own cost, without threads, clients or timers in the way:
-  the inbox of an in-process simulate run is recorded and replayed through one
-  InboxConsumer + MatchService in this process (same seed, so the same deals):
-  wall and CPU µs per command, with the state cache and without.
+At concurrency 1, 16 and 64 (closed-loop clients: each sends one command and waits
+for its reply before the next):
+
+* **serve**: one ``shuangkou serve`` process (projections and in-process timers on)
+  driven by ``shuangkou simulate --external --concurrency C`` (bot matches through the
+  inbox, replies on ``sk:reply:…``): player commands/s and the client round trip p50/p99;
+* **floor**: :func:`floor_server`, the same protocol's Redis work and no game logic: read
+  a batch from the inbox (XREADGROUP), one small append script per command with the
+  batch's appends pipelined (one round trip), publish each command's reply and outbox
+  entry and acknowledge the batch (one round trip); driven by :func:`floor_client`
+  (C threads sending Play commands through GatewayClient, waiting for each reply);
+* the ratio serve ÷ floor (commands/s; p50 latency).
+
+Each figure is the median of ``--runs`` runs (default 3), serve and floor alternating on
+the same server.  Then the Redis work per player command:
+
+* ``redis_commands_per_command``: INFO commandstats delta over the serve runs ÷ commands
+  (the whole pipeline: serve, its projections, and the clients' XADD/XREAD/state reads);
+* ``serve_commands_per_command`` / ``serve_round_trips_per_command``: serve's own share,
+  from a recorded inbox replayed in this process through one InboxConsumer + MatchService
+  + ProjectionRunner on a connection that counts what it sends (a pipeline is one round trip).
 
 Prints figures; it is not a timed test.
 """
@@ -26,13 +38,29 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+LEVELS = (1, 16, 64)
+FLOOR_GROUP = "floor"
+
+# the floor's append: the command-id check, the version check and the writes of one event
+FLOOR_APPEND = """
+local seen = redis.call('HGET', KEYS[2], ARGV[1])
+if seen then return {'dup', seen} end
+local v = redis.call('XLEN', KEYS[1]) + 1
+redis.call('XADD', KEYS[1], v .. '-1', 'e', ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], v .. '-' .. v)
+redis.call('XADD', KEYS[3], '*', 'match', ARGV[3], 'from', v, 'to', v)
+return {'ok', v}
+"""
 
 
 def free_port() -> int:
@@ -57,135 +85,328 @@ def start_redis() -> tuple[subprocess.Popen, str, str]:
             return proc, url, workdir
         except redis.ConnectionError:
             if time.monotonic() > end:
+                proc.kill()
                 raise
             time.sleep(0.05)
 
 
-def raw_xadd_rate(url: str, n: int) -> float:
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else 0.0
+
+
+def _stop(p: subprocess.Popen) -> None:
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def _wait_ready(p: subprocess.Popen) -> None:
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        line = p.stdout.readline()
+        if line.startswith("ready"):
+            return
+        if not line and p.poll() is not None:
+            raise RuntimeError("the server exited before it was ready")
+    raise RuntimeError("the server did not get ready within 30 s")
+
+
+# -- the floor ------------------------------------------------------------------------------
+def floor_server(url: str, stop: threading.Event | None = None, batch: int = 20) -> None:
+    """Serve the inbox with the protocol's Redis work only (until SIGTERM or ``stop``)."""
+    import msgpack
     import redis
 
+    from engine.store import keys
+    from engine.store.redis_store import ensure_group, stream_replies
+
     r = redis.Redis.from_url(url)
-    payload = b"x" * 120  # about one msgpack event
+    ensure_group(r, keys.INBOX, FLOOR_GROUP)
+    append = r.register_script(FLOOR_APPEND)
+    stop = stop or threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print("ready", flush=True)
+    while not stop.is_set():
+        reply = r.xreadgroup(FLOOR_GROUP, "floor-1", {keys.INBOX: ">"}, count=batch, block=200)
+        entries = [e for _, es in stream_replies(reply) for e in es]
+        if not entries:
+            continue
+        commands = []
+        pipe = r.pipeline(transaction=False)
+        for _msg_id, fields in entries:
+            c = msgpack.unpackb(fields[b"c"], raw=False)
+            commands.append(c)
+            match = c["match_id"]
+            append(keys=[f"sk:floor:{match}:events", f"sk:floor:{match}:cmds", "sk:floor:feed"],
+                   args=[c["command_id"], fields[b"c"], match], client=pipe)
+        results = pipe.execute()
+        pipe = r.pipeline(transaction=False)
+        for (_msg_id, fields), c, (_kind, version) in zip(entries, commands, results):
+            body = msgpack.packb({"match_id": c["match_id"], "command_id": c["command_id"], "version": version})
+            pipe.xadd(f"sk:out:{c.get('player', 'x')}", {"kind": "update", "match": c["match_id"], "body": body},
+                      maxlen=100, approximate=True)
+            pipe.xadd(fields[b"reply_to"], {"kind": "accepted", "match": c["match_id"],
+                                            "command_id": c["command_id"], "version": version},
+                      maxlen=1000, approximate=True)
+        pipe.xack(keys.INBOX, FLOOR_GROUP, *[m for m, _ in entries])
+        pipe.execute()
+
+
+def floor_client(url: str, concurrency: int, commands: int) -> dict[str, float]:
+    """``commands`` Play commands from ``concurrency`` closed-loop clients; cps, p50/p99 ms."""
+    import redis
+
+    from engine.service.client import GatewayClient
+
+    pool = redis.ConnectionPool.from_url(url, max_connections=concurrency + 4)
+    per = max(1, commands // concurrency)
+    latencies: list[list[float]] = [[] for _ in range(concurrency)]
+
+    def worker(i: int) -> None:
+        c = GatewayClient(redis.Redis(connection_pool=pool), reply_to=f"sk:reply:floor-{i}")
+        last, mine = "0", latencies[i]
+        for k in range(per):
+            t0 = time.perf_counter()
+            sent = c.play(f"floor-m{i}", f"floor-p{i}", "3 3", expected_version=k)
+            while True:
+                msgs = c.replies(last, block_ms=5000, count=10)
+                if not msgs:
+                    raise RuntimeError("the floor server did not answer within 5 s")
+                last = msgs[-1].id
+                if any(m.command_id == sent.command_id for m in msgs):
+                    break
+            mine.append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
     t0 = time.perf_counter()
-    for i in range(n):
-        r.xadd("bench:raw", {"e": payload})
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     dt = time.perf_counter() - t0
-    r.delete("bench:raw")
-    return n / dt
+    flat = [x for xs in latencies for x in xs]
+    return {"cps": len(flat) / dt, "p50_ms": _pct(flat, 0.5) * 1000, "p99_ms": _pct(flat, 0.99) * 1000}
 
 
-def run_pipeline(url: str, services: int, matches: int, concurrency: int) -> dict:
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONUNBUFFERED="1", SK_LOG_LEVEL="WARNING",
+                PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+
+
+def run_floor(url: str, concurrency: int, commands: int) -> dict[str, float]:
     import redis
 
     redis.Redis.from_url(url).flushdb()
-    env = dict(os.environ, PYTHONUNBUFFERED="1", SK_LOG_LEVEL="WARNING")
-    procs = []
-    for i in range(services):
-        p = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--redis", url, "--consumer", f"bench-{i}",
-                              "--batch", "20"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True)
-        procs.append(p)
+    me = str(Path(__file__).resolve())
+    server = subprocess.Popen([sys.executable, me, "--floor-server", url], cwd=ROOT, env=_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
-        for p in procs:  # wait for "ready"
-            end = time.monotonic() + 30
-            while time.monotonic() < end:
-                line = p.stdout.readline()
-                if line.startswith("ready"):
-                    break
-                if not line and p.poll() is not None:
-                    raise RuntimeError("serve exited")
-        out = subprocess.run([sys.executable, "-m", "engine", "simulate", "-n", str(matches), "--redis", url,
-                              "--external", "--json", "--seed", "1", "--concurrency", str(concurrency)],
-                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-        if out.returncode not in (0, 1):
+        _wait_ready(server)
+        out = subprocess.run([sys.executable, me, "--floor-client", url, "--concurrency", str(concurrency),
+                              "--commands", str(commands)], cwd=ROOT, env=_env(), capture_output=True,
+                             text=True, timeout=600)
+        if out.returncode != 0:
             raise RuntimeError(out.stderr[-2000:])
         return json.loads(out.stdout)
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(server)
 
 
-def gateway_cpu(url: str, matches: int) -> list[tuple[str, int, float, float]]:
-    """Record an in-process simulate run's inbox, replay it single-threaded; (mode, n, wall µs, cpu µs)."""
+def _commandstats(r: Any) -> int:
+    return sum(int(v["calls"]) for k, v in r.info("commandstats").items() if k.startswith("cmdstat_")
+               and k not in ("cmdstat_info",))
+
+
+def run_serve(url: str, concurrency: int, matches: int) -> dict[str, Any]:
+    import redis
+
+    r = redis.Redis.from_url(url)
+    r.flushdb()
+    serve = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--redis", url, "--consumer", "bench",
+                              "--batch", "20"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    # the bots' own CPU (Python, one GIL per process): above 8 matches in flight, two client processes
+    clients = 1 if concurrency < 16 else 2
+    try:
+        _wait_ready(serve)
+        before = _commandstats(r)
+        t0 = time.perf_counter()
+        sims = [subprocess.Popen([sys.executable, "-m", "engine", "simulate", "-n", str(matches // clients),
+                                  "--redis", url, "--external", "--json", "--seed", str(1 + k), "--concurrency",
+                                  str(concurrency // clients), "--no-progress"], cwd=ROOT, env=_env(),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for k in range(clients)]
+        outs = [p.communicate(timeout=900) for p in sims]
+        wall = time.perf_counter() - t0
+        calls = _commandstats(r) - before
+        reps = []
+        for p, (stdout, stderr) in zip(sims, outs):
+            if p.returncode not in (0, 1):
+                raise RuntimeError(stderr[-2000:])
+            rep = json.loads(stdout)
+            if rep["errors"] or rep["finished"] != matches // clients:
+                raise RuntimeError(f"simulate: {rep['finished']} finished, errors {rep['errors'][:3]}")
+            reps.append(rep)
+        commands = sum(x["commands"] for x in reps)
+        # client latencies: the median of the processes' figures (each has half the load)
+        return {"cps": commands / max(max(x["seconds"] for x in reps), 1e-9) if wall else 0.0,
+                "p50_ms": statistics.median(x["command_latency_ms"]["p50"] for x in reps),
+                "p99_ms": max(x["command_latency_ms"]["p99"] for x in reps), "commands": commands,
+                "redis_calls": calls}
+    finally:
+        _stop(serve)
+
+
+# -- serve's own Redis work per command ----------------------------------------------------
+def serve_redis_work(url: str, matches: int) -> dict[str, float]:
+    """Replay a recorded inbox through InboxConsumer + MatchService + ProjectionRunner in this
+    process on a counting connection: (Redis commands, round trips) per command."""
     import random
 
     import redis
+    from redis.connection import Connection
 
     from engine.service.inbox import InboxConsumer
     from engine.service.service import MatchService
     from engine.service.state_cache import StateCache
     from engine.store import keys
     from engine.store.redis_store import RedisEventStore
+    from projections.ledger import RedisLedger
+    from projections.runner import ProjectionRunner, RedisFeed
+
+    counts = {"round_trips": 0, "commands": 0}
+
+    class Counting(Connection):
+        def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+            counts["round_trips"] += 1
+            super().send_packed_command(command, check_health)
+
+        def send_command(self, *args: Any, **kwargs: Any) -> None:
+            counts["commands"] += 1
+            super().send_command(*args, **kwargs)
+
+        def pack_commands(self, commands: Any) -> Any:
+            counts["commands"] += len(commands)
+            return super().pack_commands(commands)
 
     r = redis.Redis.from_url(url)
     r.flushdb()
-    env = dict(os.environ, SK_LOG_LEVEL="WARNING")
+    env = _env()
     subprocess.run([sys.executable, "-m", "engine", "simulate", "-n", str(matches), "--redis", url, "--json",
                     "--seed", "7", "--concurrency", "4", "--no-progress"], cwd=ROOT, env=env,
                    capture_output=True, text=True, timeout=900, check=False)
-    # both channels' entries (sk:ops: CreateMatch/Sit, sk:inbox: the players'), in the order they
-    # were sent, replayed through one stream and one consumer: the command path alone
     recorded = list(r.xrange(keys.INBOX)) + list(r.xrange(keys.OPS))
     msgs = [f for _, f in sorted(recorded, key=lambda e: keys.stream_pos(e[0]))]
-    out = []
-    for mode in ("state cache", "no cache"):
-        r.flushdb()
-        svc = MatchService(RedisEventStore(r), lambda: int(time.time() * 1000), random.Random(7),
-                           state_cache=StateCache() if mode == "state cache" else None)
-        gw = InboxConsumer(r, svc, "bench")
-        pipe = r.pipeline(transaction=False)
-        for f in msgs:
-            pipe.xadd(keys.INBOX, f)
-        pipe.execute()
-        c0, t0, n = time.process_time(), time.perf_counter(), 0
-        while n < len(msgs):
-            n += gw.run_once(block_ms=None, count=20)
-        out.append((mode, n, (time.perf_counter() - t0) / n * 1e6, (time.process_time() - c0) / n * 1e6))
+    r.flushdb()
+    pipe = r.pipeline(transaction=False)
+    for f in msgs:
+        pipe.xadd(keys.INBOX, f)
+    pipe.execute()
+    pool = redis.ConnectionPool.from_url(url, connection_class=Counting)
+    cr = redis.Redis(connection_pool=pool)
+    store = RedisEventStore(cr)
+    svc = MatchService(store, lambda: int(time.time() * 1000), random.Random(7), state_cache=StateCache())
+    gw = InboxConsumer(cr, svc, "bench")
+    runner = ProjectionRunner(store=store, ledger=RedisLedger(cr), feed=RedisFeed(cr, consumer="bench"))
+    runner.feed.read(1)  # create the groups before counting
+    counts.update(round_trips=0, commands=0)
+    n = 0
+    while n < len(msgs):
+        n += gw.run_once(block_ms=None, count=20)
+        runner.run_once(100)
+    serve = dict(counts)
+    counts.update(round_trips=0, commands=0)
+    while runner.run_once(100):
+        pass
+    for k in counts:
+        serve[k] += counts[k]
+    return {"commands": n, "serve_commands_per_command": serve["commands"] / n,
+            "serve_round_trips_per_command": serve["round_trips"] / n}
+
+
+def measure(url: str, runs: int, quick: bool) -> dict[str, Any]:
+    import redis
+
+    out: dict[str, Any] = {}
+    serve_calls = serve_cmds = 0
+    for c in LEVELS:
+        matches = max(c, 4) if quick else max(2 * c, 10)
+        floor_commands = max(300 if quick else 2000, (20 if quick else 60) * c)
+        serve_runs, floor_runs = [], []
+        for _ in range(runs):
+            s = run_serve(url, c, matches)
+            serve_runs.append(s)
+            serve_calls += s["redis_calls"]
+            serve_cmds += s["commands"]
+            floor_runs.append(run_floor(url, c, floor_commands))
+        med = {k: statistics.median(x[k] for x in serve_runs) for k in ("cps", "p50_ms", "p99_ms")}
+        fmed = {k: statistics.median(x[k] for x in floor_runs) for k in ("cps", "p50_ms", "p99_ms")}
+        out[f"c{c}"] = {"serve_cps": round(med["cps"], 1), "floor_cps": round(fmed["cps"], 1),
+                        "ratio": round(med["cps"] / fmed["cps"], 3),
+                        "p50_ms": round(med["p50_ms"], 3), "floor_p50_ms": round(fmed["p50_ms"], 3),
+                        "p50_ratio": round(med["p50_ms"] / fmed["p50_ms"], 3),
+                        "p99_ms": round(med["p99_ms"], 3), "floor_p99_ms": round(fmed["p99_ms"], 3),
+                        "runs": runs, "serve_commands": int(statistics.median(x["commands"] for x in serve_runs))}
+    out["redis_commands_per_command"] = round(serve_calls / max(serve_cmds, 1), 2)
+    work = serve_redis_work(url, 4 if quick else 20)
+    out["serve_commands_per_command"] = round(work["serve_commands_per_command"], 2)
+    out["serve_round_trips_per_command"] = round(work["serve_round_trips_per_command"], 2)
+    info = redis.Redis.from_url(url).info("server")
+    out["redis_version"] = info.get("redis_version")
+    out["cpus"] = os.cpu_count()
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small run (about 20 s)")
-    ap.add_argument("--matches", type=int, default=None)
-    ap.add_argument("--concurrency", type=int, default=16, help="matches in flight (simulate threads)")
+    ap.add_argument("--redis", metavar="URL", default=None, help="a scratch redis-server (flushed!)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--quick", action="store_true", help="small smoke run")
+    ap.add_argument("--runs", type=int, default=None, help="runs per figure (default 3; --quick: 1)")
+    ap.add_argument("--floor-server", metavar="URL", help=argparse.SUPPRESS)
+    ap.add_argument("--floor-client", metavar="URL", help=argparse.SUPPRESS)
+    ap.add_argument("--concurrency", type=int, default=16, help=argparse.SUPPRESS)
+    ap.add_argument("--commands", type=int, default=1000, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if shutil.which("redis-server") is None:
-        print("redis-server not found on PATH", file=sys.stderr)
-        return 2
-    matches = args.matches or (40 if args.quick else 200)
-    xadds = 5_000 if args.quick else 20_000
-    proc, url, workdir = start_redis()
+    if args.floor_server:
+        floor_server(args.floor_server)
+        return 0
+    if args.floor_client:
+        print(json.dumps(floor_client(args.floor_client, args.concurrency, args.commands)))
+        return 0
+    runs = args.runs or (1 if args.quick else 3)
+    proc = workdir = None
+    url = args.redis
+    if url is None:
+        if shutil.which("redis-server") is None:
+            print("redis-server not found on PATH", file=sys.stderr)
+            return 2
+        proc, url, workdir = start_redis()
     try:
-        raw = raw_xadd_rate(url, xadds)
-        print(f"redis-server {url} (no persistence); python {sys.version.split()[0]}; {os.cpu_count()} CPUs")
-        print(f"raw single-client XADD: {raw:,.0f} entries/s ({xadds} sequential round trips)")
-        print()
-        print(f"{'serve procs':>11} {'matches':>8} {'matches/s':>10} {'events/s':>9} {'cmd p50 ms':>11} "
-              f"{'cmd p99 ms':>11} {'events/s ÷ raw XADD':>20} {'ok':>4}")
-        for services in (1, 2):
-            r = run_pipeline(url, services, matches, args.concurrency)
-            ok = "yes" if not r["mismatches"] and not r["errors"] and r["finished"] == matches else "NO"
-            print(f"{services:>11} {r['finished']:>8} {r['matches_per_s']:>10.1f} {r['events_per_s']:>9.0f} "
-                  f"{r['command_latency_ms']['p50']:>11.2f} {r['command_latency_ms']['p99']:>11.2f} "
-                  f"{r['events_per_s'] / raw:>20.3f} {ok:>4}")
-        print()
-        print(f"(simulate --concurrency {args.concurrency}: client round trip = XADD to the inbox, serve decides "
-              "and appends, reply stream read; events/s counts stored match events)")
-        print()
-        print("command path alone (a recorded inbox replayed by one InboxConsumer + MatchService, one thread, "
-              "no timers, no projections):")
-        for mode, n, wall, cpu in gateway_cpu(url, 20 if args.quick else 60):
-            print(f"  {mode:12s} {n:>6} commands: {wall:7.0f} µs wall, {cpu:7.0f} µs CPU per command")
+        res = measure(url, runs, args.quick)
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=10)
+            shutil.rmtree(workdir, ignore_errors=True)
+    if args.json:
+        print(json.dumps(res))
+        return 0
+    print(f"redis {res['redis_version']} (no persistence); {res['cpus']} CPUs; medians of {runs} run(s)")
+    print(f"{'conc':>4} {'serve cmd/s':>11} {'floor cmd/s':>11} {'ratio':>6} {'p50 ms':>7} {'floor p50':>9} "
+          f"{'p50 ×':>6} {'p99 ms':>7} {'floor p99':>9}")
+    for c in LEVELS:
+        x = res[f"c{c}"]
+        print(f"{c:>4} {x['serve_cps']:>11.0f} {x['floor_cps']:>11.0f} {x['ratio']:>6.3f} {x['p50_ms']:>7.2f} "
+              f"{x['floor_p50_ms']:>9.2f} {x['p50_ratio']:>6.2f} {x['p99_ms']:>7.2f} {x['floor_p99_ms']:>9.2f}")
+    print(f"Redis commands per player command, whole pipeline (INFO commandstats): "
+          f"{res['redis_commands_per_command']}")
+    print(f"serve's own (replayed inbox + projections, counted on the connection): "
+          f"{res['serve_commands_per_command']} commands, {res['serve_round_trips_per_command']} round trips")
     return 0
 
 

@@ -35,6 +35,7 @@ appear on port 9191 beside ``dramatiq_*``.  docs/OPERATIONS.md has the details.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -204,36 +205,6 @@ def exposed_names() -> set[str]:
     return names
 
 
-# --- room labels: a bounded set -----------------------------------------------
-
-#: rooms labelled by name (the built-in configs, and rooms registered by the operator);
-#: any other room name is counted as ``other``: a flood of names never grows /metrics
-MAX_ROOM_LABELS = 64
-OTHER_ROOM = "other"
-_known_rooms: set[str] = set()
-
-
-def register_room(name: str) -> bool:
-    """Label ``name`` by its own name from now on (False: the set is full; it stays ``other``)."""
-    if name in _known_rooms:
-        return True
-    if len(_known_rooms) >= MAX_ROOM_LABELS or not name or len(name) > 100:
-        return False
-    _known_rooms.add(name)
-    return True
-
-
-def room_label(name: str | None) -> str:
-    """The room label for ``name``: itself when known, ``unknown`` for None, else ``other``.
-
-    >>> room_label("points"), room_label("flood-123"), room_label(None)
-    ('points', 'other', 'unknown')
-    """
-    if name is None:
-        return "unknown"
-    return name if name in _known_rooms or name in ("unknown", OTHER_ROOM) else OTHER_ROOM
-
-
 # --- observing outcomes ----------------------------------------------------
 
 def _config_name_of(outcome: Any) -> str | None:
@@ -275,7 +246,6 @@ _EVENT_COUNTERS: dict[str, tuple[Counter, tuple[str, ...]]] = {
 
 def observe_events(events: Iterable[Any], config_name: str) -> None:
     """Update the counters from newly appended events of one match."""
-    config_name = room_label(config_name)
     for ev in events:
         kind = getattr(ev, "type", type(ev).__name__)
         counted = _EVENT_COUNTERS.get(kind)
@@ -289,6 +259,43 @@ def observe_events(events: Iterable[Any], config_name: str) -> None:
                 BOMBS.labels(config_name, str(xiang), ev.reading.kind).inc()
 
 
+#: room names that may label metrics (the built-in and registered rooms, a bounded set);
+#: any other config name is counted as "other" (a room config name is operator input)
+MAX_ROOM_LABELS = 200
+_room_labels: set[str] = set()
+_room_labels_lock = threading.Lock()
+_room_labels_seeded = False
+
+
+def _seed_room_labels() -> None:
+    """The built-in rooms are always known (once, on first use)."""
+    global _room_labels_seeded
+    if not _room_labels_seeded:
+        _room_labels_seeded = True
+        names = builtin_config_names()
+        with _room_labels_lock:
+            _room_labels.update(names)
+
+
+def register_room_labels(names: Iterable[str]) -> None:
+    """Allow these room names as ``config`` label values (at most :data:`MAX_ROOM_LABELS`)."""
+    _seed_room_labels()
+    with _room_labels_lock:
+        for name in names:
+            if len(_room_labels) < MAX_ROOM_LABELS:
+                _room_labels.add(name)
+
+
+def room_label(name: str) -> str:
+    """``name`` when it is a known room (built-in or registered), else ``"other"``.
+
+    >>> room_label("points"), room_label("x" * 50)
+    ('points', 'other')
+    """
+    _seed_room_labels()
+    return name if name in _room_labels or name in ("unknown", "other") else "other"
+
+
 def observe_outcome(outcome: Any, config_name: str | None = None) -> None:
     """Count what one ``MatchService.execute`` outcome did.
 
@@ -296,7 +303,7 @@ def observe_outcome(outcome: Any, config_name: str | None = None) -> None:
     under its code.  ``config_name`` labels the room type; when None it is read
     from the outcome's state (or its MatchCreated event), else ``"unknown"``.
     """
-    cfg = room_label(config_name or _config_name_of(outcome))
+    cfg = room_label(config_name or _config_name_of(outcome) or "unknown")
     if getattr(outcome, "duplicate", False):
         return
     rejection = getattr(outcome, "rejection", None)
@@ -636,8 +643,7 @@ def initialize_counters(config_names: Iterable[str] | None = None) -> None:
         COMMANDS.labels(ctype, result)
     codes = rejection_codes()
     rooms = builtin_config_names() if config_names is None else tuple(config_names)
-    rooms = tuple(r for r in rooms if register_room(r))
-    for cfg in (*rooms, "unknown", OTHER_ROOM):  # "unknown": a rejection before the match (and its room) is known
+    for cfg in (*rooms, "unknown"):  # "unknown": a rejection before the match (and its room) is known
         for code in codes:
             REJECTIONS.labels(cfg, code)
     for cfg in rooms:

@@ -20,8 +20,11 @@ Feeds:
 * :class:`RedisFeed` — consumer group ``sk-projections`` on every bucket feed;
   each read first re-reads this consumer's own pending messages (what a crash
   left unacknowledged), optionally claims messages another consumer left
-  pending too long (``XAUTOCLAIM``), then reads new ones.  One call per
-  bucket, so it also works on Redis Cluster.
+  pending too long (``XAUTOCLAIM``), then reads new ones: every bucket's
+  read in one pipeline (one command per bucket, so it also works on Redis
+  Cluster), one XACK per bucket per batch.  The append script marks each
+  feed entry with whether it finished its match (field ``fin``): only those
+  are read further (entries without the mark: the match's tail).
 * :class:`MemoryFeed` — the same semantics over
   :class:`engine.store.memory.InMemoryEventStore` (embedded mode): the acked
   position per bucket lives in a dict that may outlive the runner.
@@ -83,6 +86,11 @@ class Feed(ABC):
 
     @abstractmethod
     def ack(self, delivery: Delivery) -> None: ...
+
+    def ack_all(self, deliveries: Sequence[Delivery]) -> None:
+        """Acknowledge ``deliveries`` (RedisFeed: one XACK per bucket, one round trip)."""
+        for d in deliveries:
+            self.ack(d)
 
 
 class MemoryFeed(Feed):
@@ -150,8 +158,10 @@ class RedisFeed(Feed):
                     empty.append(eid)
                     continue
                 f = {_s(k): _s(v) for k, v in fields.items()}
+                fin = f.get("fin")  # set by the append script; absent on entries written before
                 out.append(Delivery(bucket, FeedEntry(id=eid, match_id=f["match"],
-                                                      first=int(f["from"]), last=int(f["to"]))))
+                                                      first=int(f["from"]), last=int(f["to"]),
+                                                      finished=None if fin is None else fin == "1")))
 
     def _claim(self, key: str) -> bool:
         """XAUTOCLAIM this bucket's entries idle longer than ``claim_idle_ms`` (a dead
@@ -184,28 +194,56 @@ class RedisFeed(Feed):
                 if self._claim(keys.feed_key(b)):
                     self._maybe_pending[b] = True
             self._next_claim = time.monotonic() + (self.claim_idle_ms or 0) / 4000
-        for b in range(self.buckets):
-            if len(out) >= count:
-                break
-            key = keys.feed_key(b)
-            empty: list[str] = []
-            before = len(out)
-            if self._maybe_pending[b]:
-                pending = self.client.xreadgroup(self.group, self.consumer, {key: "0"}, count=count - len(out))
-                self._parse(b, pending, out, empty)
-                self._maybe_pending[b] = len(out) > before or bool(empty)
-            if len(out) == before and len(out) < count:
-                # set before reading: should the reply be lost, what it delivered is pending on us
-                was, self._maybe_pending[b] = self._maybe_pending[b], True
-                fresh = self.client.xreadgroup(self.group, self.consumer, {key: ">"}, count=count - len(out))
-                self._parse(b, fresh, out, empty)
-                self._maybe_pending[b] = was or len(out) > before  # delivered to us: pending until acked
-            if empty:
-                self.client.xack(key, self.group, *empty)
+        # every bucket's reads in one pipeline (one round trip; on Redis Cluster the pipeline is
+        # split by node, each command stays on its bucket's slot): first this consumer's own
+        # pending entries where there may be some, then new entries of the buckets that had none
+        empty: dict[int, list[str]] = {}
+        had_pending: set[int] = set()
+        pending_buckets = [b for b in range(self.buckets) if self._maybe_pending[b]]
+        if pending_buckets:
+            pipe = self.client.pipeline(transaction=False)
+            for b in pending_buckets:
+                pipe.xreadgroup(self.group, self.consumer, {keys.feed_key(b): "0"}, count=count)
+            for b, reply in zip(pending_buckets, pipe.execute()):
+                before = len(out)
+                self._parse(b, reply, out, empty.setdefault(b, []))
+                if len(out) > before:
+                    had_pending.add(b)
+                self._maybe_pending[b] = len(out) > before or bool(empty[b])
+        fresh_buckets = [b for b in range(self.buckets) if b not in had_pending]
+        if fresh_buckets and len(out) < count:
+            # set before reading: should the reply be lost, what it delivered is pending on us
+            was = {b: self._maybe_pending[b] for b in fresh_buckets}
+            for b in fresh_buckets:
+                self._maybe_pending[b] = True
+            pipe = self.client.pipeline(transaction=False)
+            for b in fresh_buckets:
+                pipe.xreadgroup(self.group, self.consumer, {keys.feed_key(b): ">"}, count=count)
+            for b, reply in zip(fresh_buckets, pipe.execute()):
+                before = len(out)
+                self._parse(b, reply, out, empty.setdefault(b, []))
+                self._maybe_pending[b] = was[b] or len(out) > before  # delivered to us: pending until acked
+        if any(empty.values()):
+            pipe = self.client.pipeline(transaction=False)
+            for b, ids in empty.items():
+                if ids:
+                    pipe.xack(keys.feed_key(b), self.group, *ids)
+            pipe.execute()
         return out
 
     def ack(self, delivery: Delivery) -> None:
         self.client.xack(keys.feed_key(delivery.bucket), self.group, delivery.entry.id)
+
+    def ack_all(self, deliveries: Sequence[Delivery]) -> None:
+        by_bucket: dict[int, list[str]] = {}
+        for d in deliveries:
+            by_bucket.setdefault(d.bucket, []).append(d.entry.id)
+        if not by_bucket:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for b, ids in by_bucket.items():
+            pipe.xack(keys.feed_key(b), self.group, *ids)
+        pipe.execute()
 
     def trim(self) -> int:
         """Trim every bucket feed longer than ``feed_maxlen`` below the entries some group
@@ -328,6 +366,8 @@ class ProjectionRunner:
         """Handle one message (without acking it).  Returns the settlement when
         the message finished a match."""
         match_id = d.entry.match_id
+        if d.entry.finished is not None:  # the append script marked it: no read needed
+            return self.settle_match(match_id) if d.entry.finished else None
         try:
             # MatchFinished is the last event a match ever gets, so this entry finished the
             # match only if its own last event is one: read from there, not from its first
@@ -345,15 +385,22 @@ class ProjectionRunner:
         """Process and acknowledge what the feed has now; the number of messages handled.
         A transient failure propagates (that message and the rest of the batch stay pending)."""
         batch = self.feed.read(count)
-        for d in batch:
-            try:
-                self.process(d)
-            except Exception as exc:
-                if is_transient(exc):
-                    raise  # left pending: redelivered once the store answers again
-                log.exception("feed entry %s of match %s failed", d.entry.id, d.entry.match_id)
-                self._park(d.entry.match_id, "error", f"{type(exc).__name__}: {exc}")
-            self.feed.ack(d)
+        done: list[Delivery] = []
+        try:
+            for d in batch:
+                try:
+                    self.process(d)
+                except Exception as exc:
+                    if is_transient(exc):
+                        raise  # left pending: redelivered once the store answers again
+                    log.exception("feed entry %s of match %s failed", d.entry.id, d.entry.match_id)
+                    self._park(d.entry.match_id, "error", f"{type(exc).__name__}: {exc}")
+                done.append(d)
+        finally:
+            # what was applied is acknowledged together (one XACK per bucket); a crash before
+            # this redelivers those entries, and the ledger's apply is idempotent per match
+            if done:
+                self.feed.ack_all(done)
         return len(batch)
 
     def drain(self, count: int = 100) -> int:

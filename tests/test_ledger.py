@@ -300,6 +300,9 @@ class _Flaky:
         self.fail[name] = (times, run)
         self.when = when
 
+    def pipeline(self, *args, **kwargs):
+        return _FlakyPipeline(self, self._client.pipeline(*args, **kwargs))
+
     def __getattr__(self, name):
         real = getattr(self._client, name)
         if name not in self.fail:
@@ -319,6 +322,36 @@ class _Flaky:
             raise redis.ConnectionError(f"{name}: connection lost")
 
         return call
+
+
+class _FlakyPipeline:
+    """A pipeline of a :class:`_Flaky` client: an armed command queued on it runs with the
+    others, then the whole reply is lost (``run=True``, when that command delivered something)."""
+
+    def __init__(self, flaky, pipe):
+        self._flaky, self._pipe, self._queued = flaky, pipe, []
+
+    def __getattr__(self, name):
+        real = getattr(self._pipe, name)
+
+        def queue(*args, **kwargs):
+            self._queued.append((name, args, kwargs))
+            real(*args, **kwargs)
+            return self
+        return queue
+
+    def execute(self):
+        import redis
+
+        queued, self._queued = self._queued, []
+        replies = self._pipe.execute()
+        for (name, args, kwargs), reply in zip(queued, replies):
+            times, run = self._flaky.fail.get(name, (0, True))
+            when = self._flaky.when
+            if times > 0 and (when is None or when(*args, **kwargs)) and (not run or reply):
+                self._flaky.fail[name] = (times - 1, run)
+                raise redis.ConnectionError(f"{name}: connection lost")
+        return replies
 
 
 def test_a_transient_xautoclaim_error_does_not_stop_claiming_for_good():
@@ -378,6 +411,19 @@ def test_redis_feed_reads_with_its_own_bookkeeping():
     client = fakeredis.FakeRedis()
 
     class Counting:
+        def pipeline(self, *a, **k):  # the feed reads the buckets in one pipeline: count its commands
+            pipe = client.pipeline(*a, **k)
+
+            class Queue:
+                def __getattr__(self, name):
+                    real = getattr(pipe, name)
+
+                    def call(*a, **k):
+                        calls.append((name, a[2] if name == "xreadgroup" else None))
+                        return real(*a, **k)
+                    return call
+            return Queue()
+
         def __getattr__(self, name):
             real = getattr(client, name)
 
@@ -391,4 +437,5 @@ def test_redis_feed_reads_with_its_own_bookkeeping():
     calls.clear()
     feed.read()                                                       # idle: 4 fresh reads only
     assert [c for c in calls if c[0] == "xautoclaim"] == []
-    assert all(c[1] and list(c[1].values()) == [">"] for c in calls if c[0] == "xreadgroup")
+    reads = [c for c in calls if c[0] == "xreadgroup"]
+    assert len(reads) == 4 and all(c[1] and list(c[1].values()) == [">"] for c in reads)

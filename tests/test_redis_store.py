@@ -66,7 +66,7 @@ def test_deadline_info_and_feed_fields(client):
     assert client.zscore(keys.deadlines_key(b), "m1") == 1234
     assert client.hget(keys.deadline_info_key(b), "m1") == b"1|trustee|1234"
     [(_, fields)] = client.xrange(keys.feed_key(b))
-    assert fields == {b"match": b"m1", b"from": b"1", b"to": b"1"}
+    assert fields == {b"match": b"m1", b"from": b"1", b"to": b"1", b"fin": b"0"}  # not finished (fin)
     raw = client.get(keys.snapshot_key("m1", b))
     assert raw is None
     store.save_snapshot("m1", Snapshot(1, b"\xff"))

@@ -283,3 +283,39 @@ def test_without_a_cache_every_command_loads_the_match() -> None:
     n = store.loads
     svc.execute(Disconnect(command_id="d", match_id="m", player="a"))
     assert store.loads > n
+
+
+# -- a refused retry looks its command id up (issue 13 §6) --------------------------------------------
+@pytest.mark.parametrize("which", ["fake_redis", pytest.param("real_redis", marks=pytest.mark.redis)])
+def test_a_retried_command_id_is_looked_up_in_the_command_hash_not_scanned(request, which) -> None:
+    """A re-sent old command (refused by decide now) is a duplicate found through the
+    command-id hash: only its own events are read (XRANGE of its seqs), whatever the
+    stream's length."""
+    from engine.service.state_cache import StateCache
+    from engine.store.redis_store import RedisEventStore
+
+    client = request.getfixturevalue(which)
+    svc = new_service(RedisEventStore(client), state_cache=StateCache())  # no state load in the way
+    started(svc)
+    _play_some(svc, 20)
+    first_play = [e for e in svc.store.load("m") if e.command_id == "p0"]
+    assert first_play and svc.store.version("m") > 3 * len(first_play) + 5
+    reads: list[tuple[str, str, int]] = []
+    real_xrange = client.xrange
+
+    def counting_xrange(name, min="-", max="+", count=None):
+        page = real_xrange(name, min=min, max=max, count=count)
+        reads.append((str(min), str(max), len(page)))
+        return page
+
+    client.xrange = counting_xrange
+    retry = Play(command_id="p0", match_id="m", player=first_play[0].player,
+                 cards=tuple(first_play[0].cards))
+    out = svc.execute(retry)
+    client.xrange = real_xrange
+    assert out.duplicate and out.rejection is None
+    assert [e.seq for e in out.events] == [e.seq for e in first_play]
+    # the lookup read the duplicate's own entries, never the rest of the stream
+    lookup = [r for r in reads if r[0] == f"{first_play[0].seq}-0"]
+    assert lookup and sum(n for _, _, n in lookup) == len(first_play)
+    assert sum(n for _, _, n in reads) == len(first_play)

@@ -31,12 +31,14 @@ world: it reads the clock and the random source (for a deal), builds the
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 from engine.rules.cards import DECK_SIZE
 from engine.service.shuffle import RandomSource, shuffled_deck
-from engine.match.commands import CommandBase, Deal, Ready, Sync
+from engine.config import RoomConfig
+from engine.match.commands import CommandBase, CreateMatch, Deal, Ready, Sit, Sync
 from engine.match.decide import DEALT, Context, decide
 from engine.match.errors import Rejected
 from engine.match.events import EventBase
@@ -46,6 +48,33 @@ from engine.service.state_cache import StateCache
 from engine.store.base import EventStore, Snapshot, WrongVersion
 
 _log = logging.getLogger(__name__)
+
+
+class BalanceSource(Protocol):
+    """Where Sit balances come from: the engine's ledger (projections.ledger.Ledger)."""
+
+    def balance(self, player: str, mode: Literal["points", "wealth"]) -> int: ...
+
+
+class RoomSource(Protocol):
+    """The registered rooms (engine.service.rooms.RoomRegistry)."""
+
+    def get(self, name: str) -> RoomConfig | None: ...
+
+
+class FixedBalances:
+    """Balances from a mapping (scripts, the terminal game, tests): ``{player: n}`` for any mode,
+    or ``{(player, mode): n}``; 0 for anyone else.
+
+    >>> FixedBalances({"a": 500}).balance("a", "wealth"), FixedBalances({}).balance("b", "points")
+    (500, 0)
+    """
+
+    def __init__(self, balances: Mapping[Any, int]):
+        self._balances = dict(balances)
+
+    def balance(self, player: str, mode: str) -> int:
+        return int(self._balances.get((player, mode), self._balances.get(player, 0)))
 
 
 @dataclass(frozen=True)
@@ -67,7 +96,8 @@ class MatchService:
     def __init__(self, store: EventStore, clock: Callable[[], int], rng: RandomSource,
                  snapshot_every: int = 50, retries: int = 5, deal_on_ready: bool = True,
                  on_commit: Callable[[Outcome], None] | None = None,
-                 state_cache: StateCache | None = None):
+                 state_cache: StateCache | None = None,
+                 balances: BalanceSource | None = None, rooms: RoomSource | None = None):
         self.store = store
         self.clock = clock
         self.rng = rng
@@ -82,6 +112,10 @@ class MatchService:
         self.on_commit = on_commit
         #: newest known state per match (shared with the timer workers of the process)
         self.state_cache = state_cache
+        #: where a Sit's balance comes from (the engine's ledger; None: every player holds 0)
+        self.balances = balances
+        #: the registered rooms a CreateMatch may name (None: none registered)
+        self.rooms = rooms
 
     # -- loading ----------------------------------------------------------------
     def load_state(self, match_id: str) -> MatchState:
@@ -120,10 +154,19 @@ class MatchService:
         return replay(tail, base, match_id=match_id)
 
     # -- commands ---------------------------------------------------------------
-    def _context(self, command: CommandBase) -> Context:
+    def _context(self, command: CommandBase, state: MatchState | None = None) -> Context:
         now = int(self.clock())
+        if isinstance(command, Sit):  # R-11: the balance from the engine's own ledger
+            mode = state.config.mode if state is not None and state.config is not None else "points"
+            balance = self.balances.balance(command.player, mode) if self.balances is not None else 0
+            return Context(now_ms=now, balance=int(balance))
+        if isinstance(command, CreateMatch) and command.room is not None:
+            room = self.rooms.get(command.room) if self.rooms is not None else None
+            return Context(now_ms=now, room=room)
         wants_deck = isinstance(command, Deal) and command.hands is None
-        wants_deck = wants_deck or (isinstance(command, Ready) and self.deal_on_ready)
+        # a test room (test_deals) waits for an explicit Deal: fixed hands from the operator channel
+        test_room = state is not None and state.config is not None and state.config.test_deals
+        wants_deck = wants_deck or (isinstance(command, Ready) and self.deal_on_ready and not test_room)
         if not wants_deck:
             return Context(now_ms=now)
         deck = tuple(shuffled_deck(self.rng))
@@ -138,30 +181,34 @@ class MatchService:
         return Context(now_ms=now, deck=deck, lead_index=lead)
 
     def _stored_events_of(self, match_id: str, command_id: str) -> tuple[EventBase, ...]:
-        # The EventStore interface has no command-id lookup (the store checks ids only
-        # inside append, and an empty append would record the refused id), so a
-        # refusal scans the stream; accepted commands never get here.
-        return tuple(e for e in self.store.load(match_id) if e.command_id == command_id)
+        # the command-id hash, then only that command's seqs: a refusal costs the same at
+        # 10 events and at 30,000 (issue 13 §6); accepted commands never get here
+        return tuple(self.store.command_events(match_id, command_id))
 
     def stored_events(self, match_id: str, command_id: str) -> tuple[EventBase, ...]:
         """The events command ``command_id`` appended to the match (empty: none, or unknown).
-        Scans the stream: for the rare checks (a message delivered too often)."""
+        Looks the id up in the store's command index (EventStore.command_events)."""
         return self._stored_events_of(match_id, command_id)
 
     def _verify(self, match_id: str, state: MatchState, actual: int | None = None) -> MatchState:
         """The current state of a match whose cached ``state`` may be stale.
 
-        ``actual``: the stream's version reported by a WrongVersion.  A stream
-        ahead of ``state`` is caught up from its tail; anything else (no hint, a
-        stream behind the cache: deleted or rebuilt) is loaded afresh."""
+        ``actual``: the stream's version reported by a WrongVersion (None: no hint).  A
+        stream ahead of ``state`` is caught up from its tail, a stream at ``state``'s
+        version confirms it; anything else (a stream behind the cache: deleted or
+        rebuilt) is loaded afresh."""
         cache = self.state_cache
-        if actual is not None and actual > state.version:
+        if actual is None or actual > state.version:
+            # the tail after the cached version (usually empty): a refusal checked so costs the
+            # same at 10 events and at 30,000 (issue 13 §6)
             tail = self.store.load(match_id, after=state.version)
-            if tail and tail[-1].seq >= actual:
+            if tail and tail[0].seq == state.version + 1 and (actual is None or tail[-1].seq >= actual):
                 new = replay(tail, state)
                 if cache is not None:
                     cache.put(new)
                 return new
+            if not tail and actual is None and state.version and self.store.version(match_id) == state.version:
+                return state  # the cache is current
         fresh = self._load_fresh(match_id)
         if cache is not None:
             cache.replace(fresh)
@@ -180,7 +227,7 @@ class MatchService:
         while attempt < self.retries:
             attempt += 1
             try:
-                events = decide(state, command, self._context(command))
+                events = decide(state, command, self._context(command, state))
             except Rejected as rej:
                 if not verified:  # never refuse on a stale cached state: decide again on the truth
                     verified = True

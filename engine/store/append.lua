@@ -10,8 +10,9 @@
 -- ARGV[1]  match id
 -- ARGV[2]  expected version (seq of the last event the caller saw; 0 = new match)
 -- ARGV[3]  command id
--- ARGV[4]  unused (was the feed cap: the feed is trimmed only below what every projection
---          group acknowledged, by projections/runner.py RedisFeed.trim, never here)
+-- ARGV[4]  "1" when the last event finishes the match (MatchFinished), else "0": the feed
+--          entry says so (field fin), so the projections read only the entries that finish a
+--          match (projections/runner.py).  The feed is never trimmed here (RedisFeed.trim).
 -- ARGV[5]  deadline at_ms, or "" to clear the match's deadline
 -- ARGV[6]  deadline info "<version>|<kind>|<at_ms>" (ignored when ARGV[5] is "")
 -- ARGV[7…] the events' msgpack payloads, seq expected+1, expected+2, …
@@ -49,7 +50,8 @@ end
 local version = expected + n
 redis.call('HSET', KEYS[2], ARGV[3], (expected + 1) .. '-' .. version)
 if n > 0 then
-  redis.call('XADD', KEYS[3], '*', 'match', ARGV[1], 'from', expected + 1, 'to', version)
+  redis.call('XADD', KEYS[3], '*', 'match', ARGV[1], 'from', expected + 1, 'to', version,
+             'fin', ARGV[4] == '1' and '1' or '0')
 end
 if ARGV[5] == '' then
   redis.call('ZREM', KEYS[4], ARGV[1])

@@ -56,6 +56,9 @@ class FeedEntry:
     match_id: str
     first: int
     last: int
+    #: the last of those events finishes the match (MatchFinished); None: the entry does not
+    #: say (written before the append script marked it): read the match's tail to know
+    finished: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +143,19 @@ class EventStore(ABC):
         when the id was never applied.  Scans the stream here; the stores look it up."""
         seqs = [e.seq for e in self.load(match_id) if e.command_id == command_id]
         return (seqs[0], seqs[-1]) if seqs else None
+
+    def load_range(self, match_id: str, first: int, last: int) -> list[EventBase]:
+        """Events with ``first <= seq <= last``, in order (the stores read only those)."""
+        return [e for e in self.load(match_id, after=max(first - 1, 0)) if e.seq <= last]
+
+    def command_events(self, match_id: str, command_id: str) -> list[EventBase]:
+        """The events command ``command_id`` appended (empty: none, or never applied):
+        :meth:`command_range`, then :meth:`load_range` of those seqs -- the cost of a
+        lookup, not of the stream's length."""
+        seqs = self.command_range(match_id, command_id)
+        if seqs is None or seqs[0] > seqs[1]:
+            return []
+        return self.load_range(match_id, seqs[0], seqs[1])
 
     @abstractmethod
     def read_feed(self, bucket: int, after: str = "0-0", count: int = 1000) -> list[FeedEntry]:

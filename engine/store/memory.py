@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 
-from engine.match.events import EventBase
+from engine.match.events import EventBase, MatchFinished
 from engine.store import keys
 from engine.store.base import (
     AppendResult,
@@ -64,7 +64,8 @@ class InMemoryEventStore(EventStore):
                 self._feed_counter += 1
                 feed = self._feeds.setdefault(bucket, [])
                 feed.append(FeedEntry(id=f"{self._feed_counter}-0", match_id=match_id,
-                                      first=expected_version + 1, last=version))
+                                      first=expected_version + 1, last=version,
+                                      finished=isinstance(events[-1], MatchFinished)))
                 if len(feed) > self.feed_maxlen:
                     del feed[: len(feed) - self.feed_maxlen]
             if deadline is None:
@@ -76,6 +77,10 @@ class InMemoryEventStore(EventStore):
     def command_range(self, match_id: str, command_id: str) -> tuple[int, int] | None:
         with self._lock:
             return self._commands.get(match_id, {}).get(command_id)
+
+    def load_range(self, match_id: str, first: int, last: int) -> list[EventBase]:
+        with self._lock:
+            return list(self._events.get(match_id, ())[max(first, 1) - 1:max(last, 0)])
 
     def load(self, match_id: str, after: int = 0) -> list[EventBase]:
         if after < 0:

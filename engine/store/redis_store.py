@@ -19,7 +19,7 @@ from typing import Any
 import msgpack
 import redis
 
-from engine.match.events import EventBase, decode_event, encode_event
+from engine.match.events import EventBase, MatchFinished, decode_event, encode_event
 from engine.store import keys
 from engine.store.base import (
     AppendResult,
@@ -109,8 +109,10 @@ class RedisEventStore(EventStore):
     def check_layout(self) -> None:
         """Record this store's bucket count in Redis, or refuse a different recorded one."""
         wanted = f"buckets={self.buckets}"
-        self.client.set(keys.LAYOUT, wanted, nx=True)
         found = _s(self.client.get(keys.LAYOUT) or b"")
+        if not found:  # written once (SET NX); read-only users (replay, disputes) only read it
+            self.client.set(keys.LAYOUT, wanted, nx=True)
+            found = _s(self.client.get(keys.LAYOUT) or b"")
         if found != wanted:
             raise LayoutMismatch(f"this Redis is laid out with {found!r}, this store uses {wanted!r}")
 
@@ -151,9 +153,14 @@ class RedisEventStore(EventStore):
         else:
             at = str(deadline.at_ms)
             info = f"{deadline.version}|{deadline.kind}|{deadline.at_ms}"
+        if payloads:  # the feed entry says whether this append finishes the match
+            last = events[-1] if events else decode_event(payloads[-1])
+            finishes = "1" if isinstance(last, MatchFinished) else "0"
+        else:
+            finishes = "0"
         try:
             reply = self._append(keys=ks, args=[match_id, str(expected_version), command_id,
-                                                str(self.feed_maxlen), at, info, *payloads])
+                                                finishes, at, info, *payloads])
         except redis.ResponseError as exc:
             msg = str(exc)
             if "WRONGVERSION" in msg:
@@ -187,6 +194,9 @@ class RedisEventStore(EventStore):
         if after < 0:
             raise ValueError("after must be >= 0")
         return self._range(match_id, after + 1, None)
+
+    def load_range(self, match_id: str, first: int, last: int) -> list[EventBase]:
+        return self._range(match_id, max(first, 1), last) if last >= first else []
 
     def command_range(self, match_id: str, command_id: str) -> tuple[int, int] | None:
         _, ks = self._match_keys(match_id)
@@ -270,6 +280,8 @@ class RedisEventStore(EventStore):
         out: list[FeedEntry] = []
         for _stream, entries in stream_replies(reply):
             for entry_id, f in entries:
+                fin = f.get(b"fin")
                 out.append(FeedEntry(id=_s(entry_id), match_id=_s(f[b"match"]),
-                                     first=int(f[b"from"]), last=int(f[b"to"])))
+                                     first=int(f[b"from"]), last=int(f[b"to"]),
+                                     finished=None if fin is None else fin == b"1"))
         return out

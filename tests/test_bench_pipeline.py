@@ -1,0 +1,33 @@
+"""bench/pipeline.py --quick --json runs end to end and reports every figure issue 13 names
+(a smoke run: the speed figures themselves stay in the benchmark, never asserted here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+def test_pipeline_bench_quick_json_has_the_issue_keys() -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("REDIS_URL", None)
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "pipeline.py"), "--quick", "--json"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    for level in ("c1", "c16", "c64"):
+        figures = report[level]
+        for key in ("serve_cps", "floor_cps", "ratio", "p50_ms", "floor_p50_ms", "p99_ms", "floor_p99_ms"):
+            assert isinstance(figures[key], (int, float)) and figures[key] > 0, (level, key, figures)
+        assert figures["ratio"] == pytest.approx(figures["serve_cps"] / figures["floor_cps"], rel=0.01)
+    assert report["redis_commands_per_command"] > 0
+    assert report["serve_commands_per_command"] > 0 and report["serve_round_trips_per_command"] > 0
