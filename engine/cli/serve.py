@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     check = getattr(raw_store, "check_layout", None)
     if check is not None:
         check()
-    store = metrics.InstrumentedStore(raw_store)
+    store = metrics.instrumented_store(raw_store)
     clock = SystemClock()
     rng = random.SystemRandom()  # R-1.5: unpredictable deals in production
     # one state cache for the process: the inbox consumers' commands and the in-process timer fires

@@ -317,7 +317,7 @@ class Simulation:
         from projections.ledger import RedisLedger
         from engine.service.state_cache import StateCache
         from engine.store.redis_store import RedisEventStore
-        from projections.metrics import InstrumentedService, InstrumentedStore
+        from projections.metrics import InstrumentedService, instrumented_store
         from workers.clock import FakeClock, SystemClock
         from workers.embedded import EmbeddedTimers
 
@@ -335,7 +335,7 @@ class Simulation:
             self.client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
             self.clock = FakeClock()
         self.raw_store = RedisEventStore(self.client)
-        self.store = InstrumentedStore(self.raw_store)
+        self.store = instrumented_store(self.raw_store)
         deal_rng = random.Random(self.seed)
         self.timers = None
         self.capture: _Capture | None = None
