@@ -515,9 +515,10 @@ class Simulation:
             else:
                 play = bot.choose(st, seat.player)
                 if play is None:
-                    cmd: Any = Pass(command_id=cid(), match_id=mid, player=seat.player)
+                    cmd: Any = Pass(command_id=cid(), match_id=mid, player=seat.player, expected_version=st.version)
                 else:
-                    cmd = Play(command_id=cid(), match_id=mid, player=seat.player, cards=play.cards)
+                    cmd = Play(command_id=cid(), match_id=mid, player=seat.player, cards=play.cards,
+                               expected_version=st.version)
                 r = self.submit(cmd)
                 if r.kind == "rejected" and r.code in ("not_your_turn", "stale"):
                     pass  # a timer got there first (real clock): read the state again

@@ -42,6 +42,7 @@ from engine.match.commands import (
     Sync,
     encode_command,
 )
+from engine.service.publish import expand_event
 from engine.store import keys
 from engine.store.redis_store import stream_replies
 
@@ -91,6 +92,17 @@ class OutMessage:
         f = {_s(k): v for k, v in fields.items()}
         body = msgpack.unpackb(f["body"], raw=False, strict_map_key=False) if "body" in f else {}
         version = f.get("version")
+        if body:  # compact updates leave out what the entry says (docs/PROTOCOL.md, "Updates")
+            match_id, command_id = _s(f.get("match", b"")), _s(f.get("command_id", b""))
+            body.setdefault("match_id", match_id)
+            body.setdefault("command_id", command_id)
+            if version is not None:
+                body.setdefault("version", int(version))
+            if "events" in body:
+                body.setdefault("duplicate", False)
+            if isinstance(body.get("events"), list):
+                body["events"] = [expand_event(e, match_id, command_id) if isinstance(e, dict) else e
+                                  for e in body["events"]]
         return cls(id=_s(entry_id), kind=_s(f.get("kind", b"")), match_id=_s(f.get("match", b"")),
                    command_id=_s(f.get("command_id", b"")),
                    version=None if version is None else int(version),
