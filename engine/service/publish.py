@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 import msgpack
 import redis
@@ -228,7 +228,7 @@ class Publisher:
             return []
         pipe = self.redis.pipeline(transaction=False)
         for w in writes:
-            pipe.xadd(w.stream, w.fields, maxlen=w.maxlen, approximate=True)
+            pipe.xadd(w.stream, cast("dict[Any, Any]", w.fields), maxlen=w.maxlen, approximate=True)
             if w.ttl is not None:
                 pipe.expire(w.stream, w.ttl)
         replies = pipe.execute(raise_on_error=raise_on_error)
@@ -292,11 +292,11 @@ class Publisher:
             status = "rejected"
         elif isinstance(command, Sync):
             self.stats.accepted += 1
-            body = {"match_id": match_id, "command_id": cmd_id, "version": version,
-                    "view": view_for(state, command.player)}
+            sync_body = {"match_id": match_id, "command_id": cmd_id, "version": version,
+                         "view": view_for(state, command.player)}
             out.append(self._delivery(keys.outbox_key(command.player),
                                       {"kind": "sync", "match": match_id, "command_id": cmd_id,
-                                       "version": version, "body": pack(body)}))
+                                       "version": version, "body": pack(sync_body)}))
             status = "accepted"
         else:
             status = "duplicate" if outcome.duplicate else "accepted"
