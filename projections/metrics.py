@@ -52,6 +52,9 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from engine.match.commands import CommandBase
+from engine.match.events import CardsPlayed, EventBase
+from engine.match.protocols import OutcomeLike, ServiceLike
 from engine.store.base import EventStore
 
 NAMESPACE = "shuangkou"
@@ -209,7 +212,7 @@ def exposed_names() -> set[str]:
 
 # --- observing outcomes ----------------------------------------------------
 
-def _config_name_of(outcome: Any) -> str | None:
+def _config_name_of(outcome: OutcomeLike) -> str | None:
     state = getattr(outcome, "state", None)
     for holder in (state, getattr(state, "config", None)):
         if holder is None:
@@ -246,7 +249,7 @@ _EVENT_COUNTERS: dict[str, tuple[Counter, tuple[str, ...]]] = {
 }
 
 
-def observe_events(events: Iterable[Any], config_name: str) -> None:
+def observe_events(events: Iterable[EventBase], config_name: str) -> None:
     """Update the counters from newly appended events of one match."""
     for ev in events:
         kind = getattr(ev, "type", type(ev).__name__)
@@ -255,7 +258,7 @@ def observe_events(events: Iterable[Any], config_name: str) -> None:
             continue
         counter, attrs = counted
         counter.labels(config_name, *(getattr(ev, a) for a in attrs)).inc()
-        if kind == "CardsPlayed":
+        if isinstance(ev, CardsPlayed):
             xiang = getattr(ev.reading, "xiang", None)
             if xiang is not None:
                 BOMBS.labels(config_name, str(xiang), ev.reading.kind).inc()
@@ -298,7 +301,7 @@ def room_label(name: str) -> str:
     return name if name in _room_labels or name in ("unknown", "other") else "other"
 
 
-def observe_outcome(outcome: Any, config_name: str | None = None) -> None:
+def observe_outcome(outcome: OutcomeLike, config_name: str | None = None) -> None:
     """Count what one ``MatchService.execute`` outcome did.
 
     A duplicate (retried command id) counts nothing again; a rejection counts
@@ -348,7 +351,8 @@ class InstrumentedService:
     Everything else is delegated, so it can stand wherever the service does.
     """
 
-    def __init__(self, service: Any, *, store: Any = None, clock: Callable[[], int] | None = None,
+    def __init__(self, service: ServiceLike, *, store: EventStore | None = None,
+                 clock: Callable[[], int] | None = None,
                  config_name: str | None = None):
         self._service = service
         self._store = store if store is not None else getattr(service, "store", None)
@@ -368,7 +372,7 @@ class InstrumentedService:
                 pass
         return int(time.time() * 1000)
 
-    def execute(self, cmd: Any) -> Any:
+    def execute(self, cmd: CommandBase) -> OutcomeLike:
         ctype = getattr(cmd, "type", type(cmd).__name__)
         timer_kind = _TIMER_KINDS.get(ctype)
         deadline = None
@@ -414,24 +418,24 @@ def instrument_runtime(rt: Any) -> Any:
     if isinstance(rt.service, InstrumentedService):
         return rt
     if not isinstance(rt.store, InstrumentedStore):
-        rt.store = InstrumentedStore(rt.store)
+        rt.store = instrumented_store(rt.store)
     if hasattr(rt.service, "store"):
         rt.service.store = rt.store
-    rt.service = InstrumentedService(rt.service, store=rt.store, clock=rt.clock)
+    rt.service = InstrumentedService(rt.service, store=cast(EventStore, rt.store), clock=rt.clock)
     return rt
 
 
 class InstrumentedStore:
     """Wraps an ``EventStore``: times ``append`` and counts version conflicts."""
 
-    def __init__(self, store: Any):
+    def __init__(self, store: EventStore):
         self._store = store
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
     @property
-    def inner(self) -> Any:
+    def inner(self) -> EventStore:
         return self._store
 
     def append(self, *args: Any, **kwargs: Any) -> Any:

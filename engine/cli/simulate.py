@@ -44,7 +44,12 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.match.commands import CommandBase
+    from engine.match.protocols import OutcomeLike, ServiceLike
+    from engine.match.state import MatchState
 
 # engine, redis, dramatiq and rich are imported inside functions: `shuangkou --help` stays fast
 
@@ -136,15 +141,15 @@ def _stderr_console() -> Any:
 class _Capture:
     """Wraps the service: remembers the newest state of each match (the bots read it)."""
 
-    def __init__(self, service: Any):
+    def __init__(self, service: ServiceLike):
         self._service = service
-        self.states: dict[str, Any] = {}
+        self.states: dict[str, MatchState] = {}
         self._lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._service, name)
 
-    def execute(self, cmd: Any) -> Any:
+    def execute(self, cmd: CommandBase) -> OutcomeLike:
         out = self._service.execute(cmd)
         st = getattr(out, "state", None)
         if st is not None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from engine.match.commands import CommandBase
 from engine.match.errors import NotAllowed, Rejected
@@ -83,12 +83,6 @@ def channel_for(command: CommandBase | str) -> Channel | None:
         if ctype in ch.accepts:
             return ch
     return None
-
-
-class CommandService(Protocol):
-    """What an :class:`~engine.service.inbox.InboxConsumer` runs commands with."""
-
-    def execute(self, command: CommandBase) -> Any: ...
 
 
 class ChannelService:

@@ -42,14 +42,14 @@ import redis
 
 from engine.match.commands import CommandBase
 from engine.match.errors import BadCommand
-from engine.service.inbox_message import Accepts, Handled, MessageHandler, ServiceLike, accept_all, decode
+from engine.match.protocols import OutcomeLike, ServiceLike
+from engine.service.inbox_message import Accepts, Handled, MessageHandler, accept_all, decode
 from engine.service.publish import (
     DEFAULT_FULL_VIEW_EVERY,
     DEFAULT_OUTBOX_MAXLEN,
     DEFAULT_OUTBOX_TTL,
     INTERNAL_ERROR,
     GatewayStats,
-    OutcomeLike,
     Publisher,
     text,
 )

@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import msgpack
 
@@ -24,7 +24,8 @@ from engine.match.commands import MAX_COMMAND_BYTES, CommandBase, decode_command
 from engine.match.errors import BadCommand, NotAllowed, Rejected
 from engine.match.state import MatchState
 from engine.service.service import Outcome
-from engine.service.publish import INTERNAL_ERROR, GatewayStats, OutcomeLike, Publisher, Write, text
+from engine.match.protocols import ServiceLike
+from engine.service.publish import INTERNAL_ERROR, GatewayStats, Publisher, Write, text
 from engine.store import keys
 from engine.store.base import WrongVersion
 from engine.store.redis_errors import is_transient
@@ -38,12 +39,6 @@ Accepts = Callable[[CommandBase], "str | None"]
 def accept_all(command: CommandBase) -> str | None:
     """The default policy: every command may arrive on this stream."""
     return None
-
-
-class ServiceLike(Protocol):
-    """What the consumer needs of :class:`engine.service.service.MatchService`."""
-
-    def execute(self, command: CommandBase) -> OutcomeLike: ...
 
 
 @dataclass

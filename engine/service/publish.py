@@ -18,13 +18,13 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple, Protocol, cast
+from typing import Any, NamedTuple, cast
 
 import msgpack
 import redis
 
 from engine.match.commands import MAX_COMMAND_BYTES, CommandBase
-from engine.match.errors import BadCommand, Rejected
+from engine.match.errors import BadCommand
 from engine.match.commands import Sync
 from engine.match.events import (
     SCHEMA_VERSION,
@@ -40,25 +40,13 @@ from engine.match.events import (
     TrusteeshipEnded,
     TrusteeshipStarted,
 )
+from engine.match.protocols import OutcomeLike
 from engine.match.state import MatchState
 from engine.store import keys
 
 log = logging.getLogger("shuangkou.gateway")
 
 INTERNAL_ERROR = "internal_error"  # gateway-level rejection code: the engine failed on the command
-
-
-class OutcomeLike(Protocol):
-    """What a command did, as the publisher reads it (:class:`engine.service.service.Outcome`)."""
-
-    @property
-    def events(self) -> Sequence[EventBase]: ...
-    @property
-    def state(self) -> MatchState: ...
-    @property
-    def rejection(self) -> Rejected | None: ...
-    @property
-    def duplicate(self) -> bool: ...
 
 
 class Write(NamedTuple):
