@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from engine.rules.cards import DECK_SIZE
 from engine.service.shuffle import RandomSource, shuffled_deck
 from engine.match.commands import CommandBase, Deal, Ready, Sync
-from engine.match.decide import DEALT, Context, decide
+from engine.match.decide import DEALT, Context, decide_and_apply
 from engine.match.errors import Rejected
 from engine.match.events import EventBase
 from engine.match.replay import replay
@@ -184,7 +184,8 @@ class MatchService:
         while attempt < self.retries:
             attempt += 1
             try:
-                events = decide(state, command, self._context(command))
+                # decide folds each event as it builds it: no second fold here (issue 13 §4)
+                events, new_state = decide_and_apply(state, command, self._context(command))
             except Rejected as rej:
                 if not verified:  # never refuse on a stale cached state: decide again on the truth
                     verified = True
@@ -201,7 +202,6 @@ class MatchService:
                 return Outcome((), state, rej, False, attempt)
             if not events:  # a read (Sync): nothing to append, nothing recorded
                 return Outcome((), state, None, False, attempt)
-            new_state = replay(events, state)
             try:
                 result = self.store.append(mid, state.version, command.command_id, events,
                                            new_state.deadline())
