@@ -153,6 +153,9 @@ class RoomConfig(_Strict):
     reconnect_grace_seconds: float = Field(10.0, ge=0, le=3600, description="gateway: a dropped socket becomes "
                                            "a Disconnect (R-13.4) only after this long without a reconnect")
     cap_loss_at_balance: bool = False
+    #: fixed-hand Deal commands allowed on the operator channel (test rooms only; off in
+    #: the shipped configs; run-script and the tests deal through the engine's own path)
+    test_deals: bool = False
 
     @field_validator("contribution", "doubling")
     @classmethod

@@ -23,6 +23,9 @@ socket's; errors are ``{"error": code, "reason": text}`` with 400/401/403/404):
 * ``POST /api/readings`` (player) -- ``{"cards": [ids], "last_cards", "last_kind",
   "last_rank"}`` → every reading of the selection (R-4.6), best first, each with
   ``beats`` (legal where it would be played).
+* ``POST /api/standing`` (player, spectator) -- ``{"room", "bombs": {player: [{cards,
+  kind, rank}]}}`` → each player's effective xiang, its source and c (R-8.3, R-8.5), so
+  the page shows contributions as bombs are played, between full views.
 * ``GET /api/replay/<match_id>`` (operator) -- the match's
   :func:`projections.timeline.timeline` plus the ledger's stored settlement and
   whether it equals the replayed one.  Read-only (XRANGE, HGET): it uses the
@@ -158,6 +161,46 @@ def readings_for(data: Any) -> dict[str, Any]:
     return {"readings": out}
 
 
+def standing_for(data: Any, rooms: Any) -> dict[str, Any]:
+    """Each player's effective xiang, its source and contribution multiplier c so far (R-8.3, R-8.5).
+
+    ``{"room": name, "bombs": {player: [{"cards": [ids], "kind", "rank"}]}}``: the bombs the page
+    saw played.  (The full view carries the same as ``contribution``; this keeps the page
+    current between full views.)
+
+    >>> standing_for({"room": "points", "bombs": {"a": [{"cards": [8, 9, 10, 11, 62], "kind": "bomb", "rank": "5"}]}}, None)
+    {'a': {'xiang': 5, 'source': 'played 55555 (5-xiang)', 'c': 0}}
+    """
+    from engine.config import ConfigError, load_config
+    from projections.scoring import contribution_of, effective_xiang
+
+    if not isinstance(data, dict) or not isinstance(data.get("bombs"), dict) or len(data["bombs"]) > 2:
+        raise HttpError(400, "bad_request", 'send {"room": name, "bombs": {player: [...]}} for at most 2 players')
+    name = data.get("room")
+    cfg = (getattr(rooms, "rooms", None) or {}).get(name) if isinstance(name, str) else None
+    if cfg is None:
+        try:
+            cfg = load_config(name if name in ("points", "wealth") else "points")
+        except ConfigError:  # pragma: no cover - the shipped configs load
+            raise HttpError(400, "bad_request", "unknown room") from None
+    out: dict[str, Any] = {}
+    for player, plays in data["bombs"].items():
+        if not isinstance(plays, list) or len(plays) > 27:
+            raise HttpError(400, "bad_request", "bombs: a list of at most 27 plays per player")
+        combos = []
+        for play in plays:
+            if not isinstance(play, dict):
+                raise HttpError(400, "bad_request", "each bomb is {cards, kind, rank}")
+            c = _to_beat({"last_cards": play.get("cards"), "last_kind": play.get("kind"),
+                          "last_rank": play.get("rank")})
+            if c is None or not c.is_bomb:
+                raise HttpError(400, "bad_request", "each play must be a bomb")
+            combos.append(c)
+        x = effective_xiang(combos, cfg)
+        out[str(player)[:100]] = {"xiang": x.xiang, "source": x.source, "c": contribution_of(x.xiang, cfg)}
+    return out
+
+
 # -- replay viewer ---------------------------------------------------------------------------
 
 class ReplaySource:
@@ -243,8 +286,8 @@ def room_list(ctx: Any) -> list[dict[str, Any]]:
     rooms = getattr(book, "rooms", None)
     if not isinstance(rooms, dict):
         return [{"name": "points", "mode": "points"}, {"name": "wealth", "mode": "wealth"}]
-    return [{"name": name, "mode": cfg.mode, "turn_seconds": cfg.turn_seconds}
-            for name, cfg in sorted(rooms.items())]
+    return [{"name": name, "mode": cfg.mode, "turn_seconds": cfg.turn_seconds,
+             "trustee_delay_seconds": cfg.trustee_delay_seconds} for name, cfg in sorted(rooms.items())]
 
 
 # -- routes --------------------------------------------------------------------------------
@@ -288,6 +331,10 @@ def routes(ctx: Any) -> list[Any]:
         _identity(ctx, request, ("player",))
         return JSONResponse(hint_for(await _json_body(request)))
 
+    async def standing(request: Request) -> Response:
+        _identity(ctx, request, ("player", "spectator"))
+        return JSONResponse(standing_for(await _json_body(request), getattr(getattr(ctx, "hub", None), "rooms", None)))
+
     async def readings(request: Request) -> Response:
         _identity(ctx, request, ("player",))
         return JSONResponse(readings_for(await _json_body(request)))
@@ -321,6 +368,7 @@ def routes(ctx: Any) -> list[Any]:
         Route("/api/client-config", config),
         Route("/api/hint", guarded(hint), methods=["POST"]),
         Route("/api/readings", guarded(readings), methods=["POST"]),
+        Route("/api/standing", guarded(standing), methods=["POST"]),
         Route("/api/replay/{match_id:path}", guarded(replay_get)),
         Route("/api/replay", guarded(replay_post), methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),

@@ -22,11 +22,20 @@ Redis keys (prefix from :mod:`engine.store.keys`):
 ``sk:{ledger}:bal:<mode>``          hash    player → balance (``points`` / ``wealth``)
 ``sk:{ledger}:burned``              hash    mode → total burned
 ``sk:{ledger}:grants``              hash    grant reference → ``<mode>|<player>|<amount>``
+``sk:{ledger}:refs``                hash    operator entry reference (command id) → entry JSON
+``sk:{ledger}:journal:<player>``    hash    ``credit:<ref>`` / ``match:<id>`` → entry JSON
 ``sk:{ledger}:parked``              hash    match id → JSON ``{"reason", "at_ms"}``: a settlement
                                             refused for good (moved aside, :meth:`Ledger.park`)
 ``sk:{ledger}:archived``            hash    match id → archive file: settled, then exported
                                             (``shuangkou archive``); still "settled" for apply
 ==================================  ======  ===============================================
+
+Operator entries (:meth:`Ledger.record_entry`): coins and points enter or leave a
+balance only through settlements and audited ``credit``/``debit`` entries, each with
+an amount, a reason, the operator's id and a reference (the command id, so a retry
+changes nothing).  A debit never takes a balance below 0.  Every entry, and every
+settlement a player took part in, is in the player's journal (:meth:`Ledger.entries`,
+``shuangkou ledger show``), which disputes read next to the match settlements.
 
 Nothing half-done (issue 11 §3): every check happens before the first write.
 A settlement whose scores do not sum to zero with its burned amount, or whose
@@ -42,6 +51,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from engine.config import Level, RoomConfig
@@ -55,6 +65,43 @@ TAG = "{ledger}"
 SETTLED_KEY = f"{PREFIX}:{TAG}:settled"
 BURNED_KEY = f"{PREFIX}:{TAG}:burned"
 GRANTS_KEY = f"{PREFIX}:{TAG}:grants"
+REFS_KEY = f"{PREFIX}:{TAG}:refs"
+MAX_BALANCE = 10**15  # an operator entry never takes a balance above this (exact in Lua's doubles)
+
+
+def journal_key(player: str) -> str:
+    return f"{PREFIX}:{TAG}:journal:{player}"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One line of a player's journal: an operator ``credit``/``debit`` or a ``settlement``.
+
+    ``amount`` is the signed change of the balance (a debit is negative)."""
+
+    kind: Literal["credit", "debit", "settlement"]
+    player: str
+    mode: str
+    amount: int
+    ref: str  # the command id of an operator entry, the match id of a settlement
+    at_ms: int = 0
+    reason: str = ""
+    operator: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> LedgerEntry:
+        return cls(**json.loads(text))
+
+    @property
+    def journal_field(self) -> str:
+        return f"match:{self.ref}" if self.kind == "settlement" else f"{self.kind}:{self.ref}"
+
+
+#: what :meth:`Ledger.record_entry` reports
+ENTRY_APPLIED, ENTRY_DUPLICATE, ENTRY_INSUFFICIENT, ENTRY_OVERFLOW = "applied", "duplicate", "insufficient", "overflow"
 PARKED_KEY = f"{PREFIX}:{TAG}:parked"
 ARCHIVED_KEY = f"{PREFIX}:{TAG}:archived"
 
@@ -149,6 +196,21 @@ class Ledger(ABC):
         """Ids of every applied match."""
 
     @abstractmethod
+    def record_entry(self, entry: LedgerEntry) -> str:
+        """Apply an operator credit/debit once per ``entry.ref``, atomically: ``applied``,
+        ``duplicate`` (the ref was used; nothing changes), ``insufficient`` (a debit larger
+        than the balance) or ``overflow`` (the balance would pass :data:`MAX_BALANCE`)."""
+
+    @abstractmethod
+    def entries(self, player: str) -> list[LedgerEntry]:
+        """The player's journal: operator entries and settlements, oldest first."""
+
+    def _settlement_entries(self, match_id: str, settlement: Settlement, mode: str) -> list[LedgerEntry]:
+        at = int(time.time() * 1000)  # when it was booked (the match's own times are in its events)
+        return [LedgerEntry("settlement", p, mode, int(d), match_id, at, reason="match settlement")
+                for p, d in settlement.scores.items()]
+
+    @abstractmethod
     def park(self, match_id: str, reason: str) -> bool:
         """Move a match's settlement aside with its reason (a permanent error: the
         runner goes on with the others); False when it was parked already."""
@@ -200,6 +262,8 @@ class InMemoryLedger(Ledger):
         self._settled: dict[str, str] = {}
         self._burned: dict[str, int] = {m: 0 for m in MODES}
         self._grants: dict[str, tuple[str, str, int]] = {}
+        self._refs: dict[str, LedgerEntry] = {}
+        self._journal: dict[str, dict[str, LedgerEntry]] = {}
         self._parked: dict[str, dict[str, Any]] = {}
         self._archived: dict[str, str] = {}
 
@@ -235,6 +299,8 @@ class InMemoryLedger(Ledger):
             self._balances[mode].update(new)
             self._burned[mode] = burned
             self._settled[match_id] = text
+            for e in self._settlement_entries(match_id, settlement, mode):
+                self._journal.setdefault(e.player, {})[e.journal_field] = e
             self._parked.pop(match_id, None)
             return True
 
@@ -262,6 +328,26 @@ class InMemoryLedger(Ledger):
     def settled_matches(self) -> Iterator[str]:
         with self._lock:
             return iter(list(self._settled))
+
+    def record_entry(self, entry: LedgerEntry) -> str:
+        _check_mode(entry.mode)
+        with self._lock:
+            if entry.ref in self._refs:
+                return ENTRY_DUPLICATE
+            bal = self._balances[entry.mode]
+            new = bal.get(entry.player, 0) + entry.amount
+            if entry.amount < 0 and new < 0:
+                return ENTRY_INSUFFICIENT
+            if new > MAX_BALANCE:
+                return ENTRY_OVERFLOW
+            bal[entry.player] = new
+            self._refs[entry.ref] = entry
+            self._journal.setdefault(entry.player, {})[entry.journal_field] = entry
+            return ENTRY_APPLIED
+
+    def entries(self, player: str) -> list[LedgerEntry]:
+        with self._lock:
+            return sorted(self._journal.get(player, {}).values(), key=lambda e: (e.at_ms, e.kind, e.ref))
 
     def park(self, match_id: str, reason: str) -> bool:
         with self._lock:
@@ -408,6 +494,28 @@ def _refused(exc: Exception) -> LedgerRefused | None:
     return LedgerRefused(code, reason)
 
 
+_ENTRY_LUA = """
+-- KEYS[1] refs hash, KEYS[2] balances hash of the mode, KEYS[3] the player's journal
+-- ARGV[1] ref, ARGV[2] player, ARGV[3] signed amount, ARGV[4] entry JSON, ARGV[5] journal field,
+-- ARGV[6] max balance.  Everything is checked before anything is written.
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  return 'duplicate'
+end
+local amount = tonumber(ARGV[3])
+local new = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0') + amount
+if amount < 0 and new < 0 then
+  return 'insufficient'
+end
+if new > tonumber(ARGV[6]) then
+  return 'overflow'
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
+redis.call('HINCRBY', KEYS[2], ARGV[2], ARGV[3])
+redis.call('HSET', KEYS[3], ARGV[5], ARGV[4])
+return 'applied'
+"""
+
+
 def _s(v: bytes | str) -> str:
     return v.decode("utf-8") if isinstance(v, bytes) else v
 
@@ -419,6 +527,7 @@ class RedisLedger(Ledger):
         self.client = client
         self._apply = client.register_script(_APPLY_LUA)
         self._grant = client.register_script(_GRANT_LUA)
+        self._entry = client.register_script(_ENTRY_LUA)
         self._archive = client.register_script(_ARCHIVE_LUA)
 
     def _run(self, script: Any, keys: list[str], args: list[Any]) -> int:
@@ -446,7 +555,15 @@ class RedisLedger(Ledger):
             args += [player, int(delta)]
         done = self._run(self._apply, [SETTLED_KEY, balance_key(mode), BURNED_KEY, PARKED_KEY, ARCHIVED_KEY],
                          args)
+        self._journal_settlement(match_id, settlement, mode)
         return done == 1
+
+    def _journal_settlement(self, match_id: str, settlement: Settlement, mode: str) -> None:
+        """The settlement in each player's journal (idempotent: rewritten on a redelivery)."""
+        pipe = self.client.pipeline(transaction=False)
+        for e in self._settlement_entries(match_id, settlement, mode):
+            pipe.hset(journal_key(e.player), e.journal_field, e.to_json())
+        pipe.execute()
 
     def settlement(self, match_id: str) -> Settlement | None:
         raw = self.client.hget(SETTLED_KEY, match_id)
@@ -469,6 +586,16 @@ class RedisLedger(Ledger):
         for k in self.client.hkeys(SETTLED_KEY):
             yield _s(k)
 
+    def record_entry(self, entry: LedgerEntry) -> str:
+        _check_mode(entry.mode)
+        out = self._entry(keys=[REFS_KEY, balance_key(entry.mode), journal_key(entry.player)],
+                          args=[entry.ref, entry.player, int(entry.amount), entry.to_json(),
+                                entry.journal_field, MAX_BALANCE])
+        return _s(out)
+
+    def entries(self, player: str) -> list[LedgerEntry]:
+        raw = self.client.hvals(journal_key(player))
+        return sorted((LedgerEntry.from_json(v) for v in raw), key=lambda e: (e.at_ms, e.kind, e.ref))
     def unsettled(self, match_ids: Sequence[str]) -> list[str]:
         out: list[str] = []
         ids = list(match_ids)

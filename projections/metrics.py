@@ -35,6 +35,7 @@ appear on port 9191 beside ``dramatiq_*``.  docs/OPERATIONS.md has the details.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -276,6 +277,43 @@ def observe_events(events: Iterable[Any], config_name: str) -> None:
                 _child(BOMBS, config_name, str(xiang), ev.reading.kind).inc()
 
 
+#: room names that may label metrics (the built-in and registered rooms, a bounded set);
+#: any other config name is counted as "other" (a room config name is operator input)
+MAX_ROOM_LABELS = 200
+_room_labels: set[str] = set()
+_room_labels_lock = threading.Lock()
+_room_labels_seeded = False
+
+
+def _seed_room_labels() -> None:
+    """The built-in rooms are always known (once, on first use)."""
+    global _room_labels_seeded
+    if not _room_labels_seeded:
+        _room_labels_seeded = True
+        names = builtin_config_names()
+        with _room_labels_lock:
+            _room_labels.update(names)
+
+
+def register_room_labels(names: Iterable[str]) -> None:
+    """Allow these room names as ``config`` label values (at most :data:`MAX_ROOM_LABELS`)."""
+    _seed_room_labels()
+    with _room_labels_lock:
+        for name in names:
+            if len(_room_labels) < MAX_ROOM_LABELS:
+                _room_labels.add(name)
+
+
+def room_label(name: str) -> str:
+    """``name`` when it is a known room (built-in or registered), else ``"other"``.
+
+    >>> room_label("points"), room_label("x" * 50)
+    ('points', 'other')
+    """
+    _seed_room_labels()
+    return name if name in _room_labels or name in ("unknown", "other") else "other"
+
+
 def observe_outcome(outcome: Any, config_name: str | None = None) -> None:
     """Count what one ``MatchService.execute`` outcome did.
 
@@ -283,7 +321,7 @@ def observe_outcome(outcome: Any, config_name: str | None = None) -> None:
     under its code.  ``config_name`` labels the room type; when None it is read
     from the outcome's state (or its MatchCreated event), else ``"unknown"``.
     """
-    cfg = config_name or _config_name_of(outcome) or "unknown"
+    cfg = room_label(config_name or _config_name_of(outcome) or "unknown")
     if getattr(outcome, "duplicate", False):
         return
     rejection = getattr(outcome, "rejection", None)
@@ -298,7 +336,7 @@ def observe_outcome(outcome: Any, config_name: str | None = None) -> None:
 def observe_settlement(scores: dict[str, int] | None, config_name: str) -> None:
     """Record the winner's gain of one settled match (``settle(events)`` scores)."""
     if scores:
-        SCORE_TRANSFER.labels(config_name).observe(max(0, max(scores.values())))
+        SCORE_TRANSFER.labels(room_label(config_name)).observe(max(0, max(scores.values())))
 
 
 def observe_timer_lateness(kind: str, seconds: float) -> None:

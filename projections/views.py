@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.rules.cards import format_cards, format_ranks, sort_cards
-from engine.match.events import EventBase, HandDealt, event_to_dict
+from engine.match.events import EventBase, HandDealt, PlayerSeated, event_to_dict
 from engine.match.state import MatchState
 
 
@@ -104,6 +104,7 @@ def redact_event(event: EventBase, player: str | None, seat: int | None = None,
     card is not the receiver's own; ``seat`` is the receiver's seat (needed
     for HandDealt; None = spectator: no hands) -- or give ``state`` (any state
     of the match after the seating) and it is looked up from ``player``.
+    PlayerSeated shows the balance to the seated player only (others see the level and base).
     Every other event is public (played cards are shown face up on the table).
     """
     if seat is None and state is not None and player is not None:
@@ -111,6 +112,8 @@ def redact_event(event: EventBase, player: str | None, seat: int | None = None,
     if player is None:
         seat = None
     data = event_to_dict(event)
+    if isinstance(event, PlayerSeated) and event.player != player:
+        data.pop("balance", None)  # the opponent and spectators see the level, never the balance
     if isinstance(event, HandDealt):
         hands: list[Any] = []
         for i, h in enumerate(event.hands):

@@ -42,7 +42,7 @@ from engine.match.commands import (
 )
 from engine.config import RoomConfig, load_config
 from engine.rules.moves import legal_plays, pick_cards
-from engine.service.service import MatchService, Outcome
+from engine.service.service import FixedBalances, MatchService, Outcome
 from engine.match.state import MatchState
 from engine.store.memory import InMemoryEventStore
 
@@ -114,7 +114,10 @@ def play_match(spec: MatchSpec, on_step: Callable[[Step], Any] | None = None,
     rnd = random.Random(spec.seed)
     clock = Clock()
     store = InMemoryEventStore()
-    service = MatchService(store, clock, seeded_random(spec.seed), snapshot_every=spec.snapshot_every)
+    balance = 0 if spec.mode == "points" else 1000
+    balances = FixedBalances({p: balance + rnd.randint(0, 5000) for p in ("a", "b")})
+    service = MatchService(store, clock, seeded_random(spec.seed), snapshot_every=spec.snapshot_every,
+                           balances=balances)
     run = MatchRun(spec, store, service, MatchState(match_id=match_id))
     counter = [0]
 
@@ -133,11 +136,10 @@ def play_match(spec: MatchSpec, on_step: Callable[[Step], Any] | None = None,
         return out
 
     cfg = spec.config()
-    balance = 0 if spec.mode == "points" else 1000
     send(CreateMatch, config=cfg.to_record())
     a, b = run.players
-    send(Sit, player=a, balance=balance + rnd.randint(0, 5000))
-    send(Sit, player=b, balance=balance + rnd.randint(0, 5000))
+    send(Sit, player=a)
+    send(Sit, player=b)
     send(Ready, player=a)
     send(Ready, player=b)
 

@@ -106,7 +106,7 @@ def test_matches_on_redis_cluster_replay_and_settle(cluster):
     from engine.match.commands import CreateMatch, Escape, Pass, Play, Ready, Sit
     from engine.config import load_config
     from engine.match.replay import check_stream, replay
-    from engine.service.service import MatchService
+    from engine.service.service import FixedBalances, MatchService
     from engine.store import keys
     from engine.store.redis_store import RedisEventStore
     from projections.ledger import RedisLedger
@@ -116,7 +116,8 @@ def test_matches_on_redis_cluster_replay_and_settle(cluster):
 
     store = RedisEventStore(cluster)
     clock = FakeClock()
-    service = MatchService(store, clock, random.Random(42), snapshot_every=20)
+    service = MatchService(store, clock, random.Random(42), snapshot_every=20,
+                           balances=FixedBalances({"a": 5000, "b": 5000}))
     bot = Bot("greedy", random.Random(1))
     cfg = load_config("wealth").to_record()
     ids = [f"cl-{i}-{random.random():.6f}" for i in range(12)]
@@ -135,8 +136,8 @@ def test_matches_on_redis_cluster_replay_and_settle(cluster):
             return out
 
         run(CreateMatch, config=cfg)
-        run(Sit, player="a", balance=5000)
-        run(Sit, player="b", balance=5000)
+        run(Sit, player="a")
+        run(Sit, player="b")
         run(Ready, player="a")
         st = run(Ready, player="b").state
         if n == 0:

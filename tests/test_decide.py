@@ -75,8 +75,11 @@ class M:
         self.n += 1
         return cls(command_id=f"c{self.n}", match_id="m", **kw)
 
-    def do(self, cls, ctx: Context | None = None, **kw):
+    def do(self, cls, ctx: Context | None = None, balance: int | None = None, **kw):
+        """``balance``: a Sit's ledger balance, which reaches decide through the context (R-11)."""
         self.now += 1000
+        if balance is not None:
+            ctx = Context(now_ms=self.now, balance=balance)
         c = self.cmd(cls, **kw)
         events = decide(self.state, c, ctx or Context(now_ms=self.now))
         for i, e in enumerate(events):  # envelope of every event
@@ -88,10 +91,10 @@ class M:
         self.history.extend(events)
         return events
 
-    def no(self, cls, **kw) -> Rejected:
+    def no(self, cls, balance: int = 0, **kw) -> Rejected:
         before = self.state
         with pytest.raises(Rejected) as info:
-            decide(self.state, self.cmd(cls, **kw), Context(now_ms=self.now))
+            decide(self.state, self.cmd(cls, **kw), Context(now_ms=self.now, balance=balance))
         assert self.state is before
         return info.value
 

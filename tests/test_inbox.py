@@ -49,8 +49,8 @@ def drain(gw: InboxConsumer) -> int:
 
 def start_match(client: GatewayClient, gw: InboxConsumer, match_id: str = "m1") -> None:
     client.create_match(match_id, CONFIG)
-    client.sit(match_id, "alice", balance=10_000)
-    client.sit(match_id, "bob", balance=10_000)
+    client.sit(match_id, "alice")
+    client.sit(match_id, "bob")
     client.ready(match_id, "alice")
     client.ready(match_id, "bob")
     assert drain(gw) == 5
@@ -136,7 +136,7 @@ def test_json_commands_are_accepted(rig):
     r.xadd(keys.INBOX, {"j": json.dumps({"type": "CreateMatch", "command_id": "j1", "match_id": "mj",
                                          "config": CONFIG})})
     r.xadd(keys.INBOX, {"j": json.dumps({"type": "Sit", "command_id": "j2", "match_id": "mj",
-                                         "player": "alice", "balance": 500})})
+                                         "player": "alice"})})
     assert drain(gw) == 2
     assert service.load_state("mj").version == 2
     assert client.updates("alice")[-1].view["seats"][0]["player"] == "alice"
@@ -375,7 +375,7 @@ def test_trim_inbox_keeps_what_is_not_handled(rig):
 
 def test_client_helpers_build_valid_commands(fake_redis):
     client = GatewayClient(fake_redis)
-    sends = [client.create_match("m", {}), client.sit("m", "a", 5), client.leave("m", "a"),
+    sends = [client.create_match("m", {}), client.sit("m", "a"), client.leave("m", "a"),
              client.ready("m", "a"), client.deal("m"), client.play("m", "a", "3 3"),
              client.play("m", "a", cards=[1, 2]), client.pass_("m", "a"), client.request_trustee("m", "a"),
              client.cancel_trustee("m", "a"), client.disconnect("m", "a"), client.reconnect("m", "a"),
@@ -413,7 +413,7 @@ def test_publish_is_public_for_commands_without_an_inbox_message(r):
 
     service = make_service(r)
     service.execute(CreateMatch(command_id="c0", match_id="m1", config=CONFIG))
-    cmd = Sit(command_id="c1", match_id="m1", player="alice", balance=0)
+    cmd = Sit(command_id="c1", match_id="m1", player="alice")
     outcome = service.execute(cmd)
     publisher = InboxConsumer(r, None, "sk-timers")
     publisher.publish(cmd, outcome)

@@ -51,8 +51,8 @@ def dead_letters(r) -> list[dict]:
 
 def start_match(client: GatewayClient, gw: InboxConsumer, match_id: str = "m1") -> None:
     client.create_match(match_id, CONFIG)
-    client.sit(match_id, "alice", balance=10_000)
-    client.sit(match_id, "bob", balance=10_000)
+    client.sit(match_id, "alice")
+    client.sit(match_id, "bob")
     client.ready(match_id, "alice")
     client.ready(match_id, "bob")
     assert drain(gw) == 5

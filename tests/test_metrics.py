@@ -25,6 +25,7 @@ from engine.match.events import (
 from projections import metrics as m
 
 CFG = "points-test"
+m.register_room_labels([CFG])  # a registered room: metrics label only known rooms (issue 12)
 
 
 def val(name: str, **labels: str) -> float:

@@ -35,6 +35,7 @@ from engine.match.commands import (
 from engine.config import load_config
 from engine.tools.script import START_MS, STEP_MS, run_script
 from workers.clock import FakeClock
+from engine.service.service import FixedBalances
 from workers.embedded import EmbeddedTimers
 
 
@@ -122,8 +123,9 @@ class Live:
         h0, h1 = self.data["deal"]["hands"]
         ids = parse_cards(h0 + " " + h1)
         n0 = len(h0.split())
-        setup = [(CreateMatch, {"config": cfg.to_record()}), (Sit, {"player": a, "balance": 100}),
-                 (Sit, {"player": b, "balance": 100}), (Ready, {"player": a}), (Ready, {"player": b}),
+        self.t.service.balances = FixedBalances({a: 100, b: 100})  # the ledger's balances
+        setup = [(CreateMatch, {"config": cfg.to_record()}), (Sit, {"player": a}),
+                 (Sit, {"player": b}), (Ready, {"player": a}), (Ready, {"player": b}),
                  (Deal, {"hands": (tuple(ids[:n0]), tuple(ids[n0:])), "first": self.data["deal"]["first"]})]
         for cls, fields in setup:
             self.clock.advance(STEP_MS / 1000)

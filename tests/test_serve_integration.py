@@ -177,8 +177,8 @@ def _play(store_url: str, n: int, timeout_every: int) -> list[str]:
         mid = f"it-{m}"
         ids.append(mid)
         send(gw.create_match(mid, cfg.to_record()))
-        send(gw.sit(mid, "a", 100))
-        send(gw.sit(mid, "b", 100))
+        send(gw.sit(mid, "a"))
+        send(gw.sit(mid, "b"))
         send(gw.ready(mid, "a"))
         send(gw.ready(mid, "b"))
         if m == n - 1:

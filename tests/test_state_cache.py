@@ -32,7 +32,7 @@ def test_a_failed_snapshot_never_fails_the_committed_command():
     assert out.accepted and not out.duplicate and store.version("m") == 1
     assert committed == [out]
     assert cache.version("m") == 1 == store.version("m")
-    out = svc.execute(Sit(command_id="c2", match_id="m", player="a", balance=100))
+    out = svc.execute(Sit(command_id="c2", match_id="m", player="a"))
     assert out.accepted and committed[-1] is out and cache.version("m") == 2 == store.version("m")
 
 
@@ -41,7 +41,7 @@ def test_put_keeps_the_newest_and_replace_may_go_back():
     svc = MatchService(store, clock=lambda: 1_000, rng=seeded_random(1), snapshot_every=0)
     svc.execute(CreateMatch(command_id="c1", match_id="m", config=POINTS.to_record()))
     v1 = svc.load_state("m")
-    svc.execute(Sit(command_id="c2", match_id="m", player="a", balance=100))
+    svc.execute(Sit(command_id="c2", match_id="m", player="a"))
     v2 = svc.load_state("m")
     cache = StateCache(10)
     cache.put(v2)
@@ -72,11 +72,11 @@ def test_a_commit_whose_reply_was_lost_leaves_the_cache_behind_never_ahead():
     svc = MatchService(store, clock=lambda: 1_000, rng=seeded_random(1), snapshot_every=0, state_cache=cache)
     svc.execute(CreateMatch(command_id="c1", match_id="m", config=POINTS.to_record()))
     store.lose = True
-    sit = Sit(command_id="c2", match_id="m", player="a", balance=100)
+    sit = Sit(command_id="c2", match_id="m", player="a")
     with pytest.raises(ConnectionError):
         svc.execute(sit)
     assert cache.version("m") == 1 < store.version("m") == 2  # a lower bound, as fire() assumes
     again = svc.execute(sit)  # the redelivery: a duplicate, nothing appended twice
     assert again.duplicate and store.version("m") == 2
-    out = svc.execute(Sit(command_id="c3", match_id="m", player="b", balance=100))
+    out = svc.execute(Sit(command_id="c3", match_id="m", player="b"))
     assert out.accepted and out.state.version == 3 == store.version("m") == cache.version("m")

@@ -95,8 +95,8 @@ class Match:
 
     def seat_players(self, ready=("a", "b")):
         self.ok(CreateMatch, config=self.config.to_record())
-        self.ok(Sit, player="a", balance=100)
-        self.ok(Sit, player="b", balance=100)
+        self.ok(Sit, player="a")
+        self.ok(Sit, player="b")
         for p in ready:
             self.ok(Ready, player=p)
 

@@ -109,8 +109,8 @@ def env(urls, tmp_path):
 
 def _start_match(service, mid: str) -> None:
     for n, cmd in enumerate([CreateMatch(command_id="x", match_id=mid, config=FAST.to_record()),
-                             Sit(command_id="x", match_id=mid, player="a", balance=100),
-                             Sit(command_id="x", match_id=mid, player="b", balance=100),
+                             Sit(command_id="x", match_id=mid, player="a"),
+                             Sit(command_id="x", match_id=mid, player="b"),
                              Ready(command_id="x", match_id=mid, player="a"),
                              Ready(command_id="x", match_id=mid, player="b")]):
         out = service.execute(cmd.model_copy(update={"command_id": f"{mid}-setup-{n}"}))

@@ -226,11 +226,13 @@ def gateway_publisher(client: Any) -> Callable[[CommandBase, Any], None] | None:
     the players although no gateway handled a command.  None if the gateway
     module is not available."""
     try:
-        from engine.service.inbox import InboxConsumer
+        from engine.service.publish import Publisher
     except ImportError:  # pragma: no cover
         return None
-    gw = InboxConsumer(client, service=None, consumer="sk-timers")
-    return lambda command, outcome: gw.publish(command, outcome)
+    # the publisher alone: the timers never read or create the command channels (the
+    # worker's Redis user has no rights on sk:inbox / sk:ops, docs/SECURITY.md)
+    publisher = Publisher(client, consumer="sk-timers")
+    return lambda command, outcome: publisher.publish(command, outcome)
 
 
 def fire(match_id: str, version: int, kind: str, rt: Runtime | None = None,

@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "token": ("engine.cli.token_cmd", "mint a gateway session token (JWT) for tests and development"),
     "export": ("engine.cli.export", "write one stored match as a JSON Lines file (for replay --events and the viewer)"),
     "matches": ("engine.cli.matches", "find stored matches by player, start time or room (disputes)"),
+    "ledger": ("engine.cli.ledger_cmd", "audited credits and debits, a player's balances and entries"),
+    "room": ("engine.cli.room_cmd", "register room configs, list and show them"),
     "reconcile": ("engine.cli.reconcile", "settle finished matches that have no settlement (exactly once)"),
     "archive": ("engine.cli.archive", "export finished, settled matches to files and delete them from Redis"),
 }

@@ -274,11 +274,14 @@ class PlaySession:
         mid = self.match_id
         levels = self.config.levels
         bal = levels[min(2, len(levels) - 1)].need
+        from engine.service.service import FixedBalances
+
+        self.service.balances = FixedBalances({YOU: bal, BOT: bal})  # the local game's ledger
         self.say(f"[bold]火拼雙扣[/bold] — you against the bot ({self.config.name} room, "
                  f"{self.config.turn_seconds:g} s a turn, seed {self.seed}). Type 'help' for commands.")
         for cmd in (CreateMatch(command_id=self.cid(), match_id=mid, config=self.config.to_record()),
-                    Sit(command_id=self.cid(), match_id=mid, player=YOU, balance=bal),
-                    Sit(command_id=self.cid(), match_id=mid, player=BOT, balance=bal),
+                    Sit(command_id=self.cid(), match_id=mid, player=YOU),
+                    Sit(command_id=self.cid(), match_id=mid, player=BOT),
                     Ready(command_id=self.cid(), match_id=mid, player=YOU),
                     Ready(command_id=self.cid(), match_id=mid, player=BOT)):
             out = self.execute(cmd)

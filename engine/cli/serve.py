@@ -93,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
     log = logging.getLogger("shuangkou.serve")
 
     from engine.service.channels import OPS, PLAYER, ChannelService
+    from engine.service.operator import OperatorDesk
+    from engine.service.rooms import RedisRooms, register_shipped
+    from projections.ledger import RedisLedger
     from engine.service.inbox import InboxConsumer
     from engine.service.state_cache import StateCache
     from engine.store import keys
@@ -139,9 +142,18 @@ def run(args: argparse.Namespace) -> int:
 
     # two channels (engine/service/channels.py): players on sk:inbox, lobby/operators on sk:ops;
     # each consumer refuses the command types its channel does not carry
+    # balances come from the engine's own ledger, rooms from the registry (sk:rooms)
+    ledger = RedisLedger(client)
+    rooms = RedisRooms(client)
+    register_shipped(rooms)  # the shipped configs as "points" and "wealth", where absent
+    service.balances = ledger
+    service.rooms = rooms
+    # metrics are labelled by room: the registered rooms (a bounded set), anything else "other"
+    metrics.register_room_labels(rooms.names())
+    desk = OperatorDesk(ledger, rooms, service=isvc, clock=clock, on_room_added=metrics.register_room_labels)
     player_consumer = InboxConsumer(client, ChannelService(isvc, PLAYER), consumer, stream=PLAYER.stream,
-                            on_dead=lambda _code, _reason: metrics.observe_dead_letter("inbox"))
-    ops_consumer = InboxConsumer(client, ChannelService(isvc, OPS), consumer, stream=OPS.stream,
+                                    on_dead=lambda _code, _reason: metrics.observe_dead_letter("inbox"))
+    ops_consumer = InboxConsumer(client, ChannelService(isvc, OPS, desk), consumer, stream=OPS.stream,
                                  on_dead=lambda _code, _reason: metrics.observe_dead_letter("ops"))
     stop = threading.Event()
     threads: list[threading.Thread] = [
@@ -152,7 +164,6 @@ def run(args: argparse.Namespace) -> int:
 
     runner = None
     if not args.no_projections:
-        from projections.ledger import RedisLedger
         from projections.runner import ProjectionRunner, RedisFeed
 
         def settled(s, applied: bool) -> None:
@@ -160,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
             if applied:
                 metrics.observe_settlement(s.scores, s.mode)
 
-        runner = ProjectionRunner(raw_store, RedisLedger(client),
+        runner = ProjectionRunner(raw_store, ledger,
                                   RedisFeed(client, consumer=consumer, buckets=raw_store.buckets,
                                             feed_maxlen=raw_store.feed_maxlen),
                                   on_settled=settled,
@@ -205,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
 
     for t in threads:
         t.start()
+    log.info("rooms registered: %s", ", ".join(rooms.names()) or "(none)")
     log.info("serving: consumer %s, channels %s + %s (group %s), timers %s, projections %s", consumer,
              player_consumer.stream, ops_consumer.stream, player_consumer.group, "dramatiq " + broker_url.split("@")[-1] if broker_url else "in-process",
              "on" if runner is not None else "off")

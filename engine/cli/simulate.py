@@ -312,6 +312,9 @@ class Simulation:
         import redis as redis_mod
 
         from engine.service.channels import channel_consumers
+        from engine.service.operator import OperatorDesk
+        from engine.service.rooms import RedisRooms, register_shipped
+        from projections.ledger import RedisLedger
         from engine.service.state_cache import StateCache
         from engine.store.redis_store import RedisEventStore
         from projections.metrics import InstrumentedService, InstrumentedStore
@@ -355,8 +358,16 @@ class Simulation:
             n_gw = self.service_threads if self.redis_url else 1
             # each service thread consumes both channels (engine/service/channels.py):
             # players' commands on sk:inbox, the lobby's (CreateMatch, Sit) on sk:ops
+            # balances from the engine's ledger (credited through sk:ops), rooms from the registry
+            ledger = RedisLedger(self.client)
+            rooms = RedisRooms(self.client)
+            register_shipped(rooms)
+            self.timers.service.balances = ledger
+            self.timers.service.rooms = rooms
+            desk = OperatorDesk(ledger, rooms, service=self.capture, clock=self.clock)
             self.gateways = [gw for i in range(n_gw)
-                             for gw in channel_consumers(self.client, self.capture, f"{self.prefix}{self.run_id}-{i}")]
+                             for gw in channel_consumers(self.client, self.capture, f"{self.prefix}{self.run_id}-{i}",
+                                                         operator=desk)]
             if self.redis_url:
                 for gw in self.gateways:
                     t = threading.Thread(target=gw.run, args=(self._stop,),
@@ -397,7 +408,7 @@ class Simulation:
         stream = c.stream_for(cmd)
         if not self.redis_url:
             for gw in self.gateways:
-                if gw.inbox == stream:
+                if gw.stream == stream:
                     gw.run_once(block_ms=None, count=10)
         deadline = time.monotonic() + 30
         while True:
@@ -446,7 +457,7 @@ class Simulation:
     # -- one match -------------------------------------------------------------------------
     def play_match(self, i: int) -> str:
         from engine.tools.bot import Bot
-        from engine.match.commands import CreateMatch, Escape, Pass, Play, Ready, Sit
+        from engine.match.commands import CreateMatch, Credit, Escape, Pass, Play, Ready, Sit
 
         mid = f"{self.prefix}{self.run_id}-{i:05d}"
         rng = random.Random(self.seed * 1_000_003 + i)
@@ -469,8 +480,13 @@ class Simulation:
 
         must(CreateMatch(command_id=cid(), match_id=mid, config=self.record))
         for p in players:
+            # balances come from the engine's ledger: an audited operator credit first (sk:ops)
             lv = rng.choice(levels[: max(1, len(levels) // 2)])
-            must(Sit(command_id=cid(), match_id=mid, player=p, balance=lv.need + rng.randrange(0, 50)))
+            amount = lv.need + rng.randrange(0, 50)
+            if amount > 0:
+                must(Credit(command_id=cid(), player=p, amount=amount, mode=self.config.mode,
+                            reason="simulate: starting balance", operator="simulate"))
+            must(Sit(command_id=cid(), match_id=mid, player=p))
         for p in players:
             must(Ready(command_id=cid(), match_id=mid, player=p))
         escape_at = rng.randrange(0, 80) if rng.random() < self.escape_rate else None

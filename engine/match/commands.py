@@ -34,16 +34,26 @@ class CommandBase(BaseModel):
 
 
 class CreateMatch(CommandBase):
+    """Create a match in a registered room (``room``: its name) or, from operator tools on the
+    operator channel only, with a full config record (``config``).  Exactly one of the two."""
+
     type: Literal["CreateMatch"] = "CreateMatch"
-    config: dict[str, Any] = Field(description="full RoomConfig record (RoomConfig.to_record())")
+    room: str | None = Field(None, min_length=1, max_length=100, description="a registered room's name")
+    config: dict[str, Any] | None = Field(None, description="full RoomConfig record (RoomConfig.to_record())")
+
+    @model_validator(mode="after")
+    def _room_or_config(self) -> CreateMatch:
+        if (self.room is None) == (self.config is None):
+            raise ValueError("give exactly one of room (a registered room's name) or config (a full record)")
+        return self
 
 
 class Sit(CommandBase):
-    """Seat a player with the balance (points or coins) the ledger holds for them."""
+    """Seat a player; the engine reads their balance (points or coins) from its own ledger
+    (a ``balance`` in the message is refused as an unknown field)."""
 
     type: Literal["Sit"] = "Sit"
     player: str = Field(min_length=1, max_length=100)
-    balance: int = 0
 
 
 class Leave(CommandBase):
@@ -162,9 +172,51 @@ class Sync(CommandBase):
     player: str
 
 
+class OperatorCommand(CommandBase):
+    """An operator command that is not about one match (ledger entries, rooms): ``match_id``
+    may be left empty.  Sent on the operator channel only (engine/service/channels.py)."""
+
+    match_id: str = Field("", max_length=200)
+
+
+MAX_AMOUNT = 10**12  # one ledger entry moves at most this many points or coins
+
+
+class Credit(OperatorCommand):
+    """An audited ledger entry adding ``amount`` to ``player``'s balance in ``mode``."""
+
+    type: Literal["Credit"] = "Credit"
+    player: str = Field(min_length=1, max_length=100)
+    amount: int = Field(gt=0, le=MAX_AMOUNT)
+    mode: Literal["points", "wealth"] = "wealth"
+    reason: str = Field(min_length=1, max_length=500)
+    operator: str = Field(min_length=1, max_length=100)
+
+
+class Debit(OperatorCommand):
+    """An audited ledger entry taking ``amount`` from ``player``'s balance (never below 0)."""
+
+    type: Literal["Debit"] = "Debit"
+    player: str = Field(min_length=1, max_length=100)
+    amount: int = Field(gt=0, le=MAX_AMOUNT)
+    mode: Literal["points", "wealth"] = "wealth"
+    reason: str = Field(min_length=1, max_length=500)
+    operator: str = Field(min_length=1, max_length=100)
+
+
+class AddRoom(OperatorCommand):
+    """Register (``replace``: or replace) a room config under ``name``."""
+
+    type: Literal["AddRoom"] = "AddRoom"
+    name: str = Field(min_length=1, max_length=100)
+    config: dict[str, Any]
+    replace: bool = False
+    operator: str = Field("operator", min_length=1, max_length=100)
+
+
 Command = Annotated[
     Union[CreateMatch, Sit, Leave, Ready, Deal, Play, Pass, TurnTimeout, TrusteeAct, ReadyTimeout,
-          RequestTrustee, CancelTrustee, Disconnect, Reconnect, Escape, Sync],
+          RequestTrustee, CancelTrustee, Disconnect, Reconnect, Escape, Sync, Credit, Debit, AddRoom],
     Field(discriminator="type"),
 ]
 _COMMAND_ADAPTER: TypeAdapter[Any] = TypeAdapter(Command)

@@ -97,6 +97,7 @@ from engine.match.errors import (
     SeatRefused,
     StaleCommand,
     UnknownMatch,
+    UnknownRoom,
     WrongPhase,
 )
 from engine.match.events import (
@@ -132,6 +133,11 @@ class Context:
     now_ms: int
     deck: tuple[int, ...] | None = None  # a shuffled deck of the 108 ids
     lead_index: int | None = None  # 0..53 into the 54 dealt cards
+    #: Sit: the player's balance in the room's mode, read from the engine's ledger (R-11;
+    #: never from the message); 0 for a player the ledger has never seen
+    balance: int = 0
+    #: CreateMatch by room name: the registered room's config (None: not registered)
+    room: RoomConfig | None = None
 
 
 class _Builder:
@@ -370,10 +376,15 @@ def _system_move(b: _Builder, i: int, by: str) -> None:
 def _create(b: _Builder, c: CreateMatch) -> None:
     if b.state.phase != "new":
         raise MatchExists(f"match {b.state.match_id} already exists")
-    try:
-        cfg = RoomConfig.from_record(c.config)
-    except (ConfigError, ValueError) as exc:
-        raise BadCommand(f"bad room config: {exc}") from None
+    if c.room is not None:
+        cfg = b.ctx.room
+        if cfg is None:
+            raise UnknownRoom(f"no room named {c.room!r} is registered (shuangkou room list)")
+    else:
+        try:
+            cfg = RoomConfig.from_record(c.config or {})
+        except (ConfigError, ValueError) as exc:
+            raise BadCommand(f"bad room config: {exc}") from None
     b.emit(MatchCreated, config=cfg.to_record())
 
 
@@ -392,14 +403,16 @@ def _sit(b: _Builder, c: Sit) -> None:
     if not free:
         raise SeatRefused(f"both seats are taken ({', '.join(s.players())}); 火拼雙扣 is for 2 players (R-1.2)")
     cfg = _cfg(s)
-    level = cfg.level_of(c.balance)
+    balance = b.ctx.balance  # from the engine's ledger, never from the message
+    level = cfg.level_of(balance)
     if level is None:
         if cfg.mode == "wealth":
             low = cfg.levels[0]
-            raise SeatRefused(f"{c.player} holds {c.balance} coins, below the lowest level "
-                              f"of this room ({low.need} coins for level {low.level}) (R-11.1)")
+            # the balance itself is not quoted: rejections may reach others than the player
+            raise SeatRefused(f"{c.player} holds fewer coins than the lowest level of this room "
+                              f"needs ({low.need} coins for level {low.level}) (R-11.1)")
         level = cfg.levels[0]  # points: a balance below 0 plays at the lowest level
-    b.emit(PlayerSeated, player=c.player, seat=free[0], balance=c.balance,
+    b.emit(PlayerSeated, player=c.player, seat=free[0], balance=balance,
            level=level.level, base=level.base)
 
 

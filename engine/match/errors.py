@@ -90,8 +90,20 @@ class StaleCommand(Rejected):
     code = "stale"
 
 
+class UnknownRoom(Rejected):
+    """CreateMatch names a room that is not registered (``shuangkou room add``)."""
+
+    code = "unknown_room"
+
+
+class InsufficientBalance(Rejected):
+    """A ledger debit larger than the player's balance."""
+
+    code = "insufficient_balance"
+
+
 REJECTION_TYPES: tuple[type[Rejected], ...] = (
     Rejected, BadCommand, UnknownMatch, MatchExists, WrongPhase, MatchOver, SeatRefused,
     NotSeated, NotYourTurn, NotInHand, NotACombination, DoesNotBeat, CannotPass, NotAllowed,
-    StaleCommand,
+    StaleCommand, UnknownRoom, InsufficientBalance,
 )

@@ -168,11 +168,14 @@ class GatewayClient:
         command = cls(command_id=command_id or new_command_id(), match_id=match_id, **data)
         return Sent(command, self.send(command))
 
-    def create_match(self, match_id: str, config: dict[str, Any], command_id: str | None = None) -> Sent:
-        return self._send(CreateMatch, match_id, command_id, config=config)
+    def create_match(self, match_id: str, config: dict[str, Any] | None = None, command_id: str | None = None,
+                     *, room: str | None = None) -> Sent:
+        """Create a match in the registered ``room`` (by name) or with a full ``config`` record."""
+        return self._send(CreateMatch, match_id, command_id, config=config, room=room)
 
-    def sit(self, match_id: str, player: str, balance: int = 0, command_id: str | None = None) -> Sent:
-        return self._send(Sit, match_id, command_id, player=player, balance=balance)
+    def sit(self, match_id: str, player: str, command_id: str | None = None) -> Sent:
+        """Seat ``player`` (the engine reads their balance from its ledger)."""
+        return self._send(Sit, match_id, command_id, player=player)
 
     def deal(self, match_id: str, hands: Any = None, first: int | None = None,
              command_id: str | None = None) -> Sent:

@@ -31,12 +31,14 @@ world: it reads the clock and the random source (for a deal), builds the
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 from engine.rules.cards import DECK_SIZE
 from engine.service.shuffle import RandomSource, shuffled_deck
-from engine.match.commands import CommandBase, Deal, Ready, Sync
+from engine.config import RoomConfig
+from engine.match.commands import CommandBase, CreateMatch, Deal, Ready, Sit, Sync
 from engine.match.decide import DEALT, Context, decide_and_apply
 from engine.match.errors import Rejected
 from engine.match.events import EventBase
@@ -46,6 +48,33 @@ from engine.service.state_cache import StateCache
 from engine.store.base import EventStore, Snapshot, WrongVersion
 
 _log = logging.getLogger(__name__)
+
+
+class BalanceSource(Protocol):
+    """Where Sit balances come from: the engine's ledger (projections.ledger.Ledger)."""
+
+    def balance(self, player: str, mode: Literal["points", "wealth"]) -> int: ...
+
+
+class RoomSource(Protocol):
+    """The registered rooms (engine.service.rooms.RoomRegistry)."""
+
+    def get(self, name: str) -> RoomConfig | None: ...
+
+
+class FixedBalances:
+    """Balances from a mapping (scripts, the terminal game, tests): ``{player: n}`` for any mode,
+    or ``{(player, mode): n}``; 0 for anyone else.
+
+    >>> FixedBalances({"a": 500}).balance("a", "wealth"), FixedBalances({}).balance("b", "points")
+    (500, 0)
+    """
+
+    def __init__(self, balances: Mapping[Any, int]):
+        self._balances = dict(balances)
+
+    def balance(self, player: str, mode: str) -> int:
+        return int(self._balances.get((player, mode), self._balances.get(player, 0)))
 
 
 @dataclass(frozen=True)
@@ -67,7 +96,8 @@ class MatchService:
     def __init__(self, store: EventStore, clock: Callable[[], int], rng: RandomSource,
                  snapshot_every: int = 50, retries: int = 5, deal_on_ready: bool = True,
                  on_commit: Callable[[Outcome], None] | None = None,
-                 state_cache: StateCache | None = None):
+                 state_cache: StateCache | None = None,
+                 balances: BalanceSource | None = None, rooms: RoomSource | None = None):
         self.store = store
         self.clock = clock
         self.rng = rng
@@ -82,6 +112,10 @@ class MatchService:
         self.on_commit = on_commit
         #: newest known state per match (shared with the timer workers of the process)
         self.state_cache = state_cache
+        #: where a Sit's balance comes from (the engine's ledger; None: every player holds 0)
+        self.balances = balances
+        #: the registered rooms a CreateMatch may name (None: none registered)
+        self.rooms = rooms
 
     # -- loading ----------------------------------------------------------------
     def load_state(self, match_id: str) -> MatchState:
@@ -120,10 +154,19 @@ class MatchService:
         return replay(tail, base, match_id=match_id)
 
     # -- commands ---------------------------------------------------------------
-    def _context(self, command: CommandBase) -> Context:
+    def _context(self, command: CommandBase, state: MatchState | None = None) -> Context:
         now = int(self.clock())
+        if isinstance(command, Sit):  # R-11: the balance from the engine's own ledger
+            mode = state.config.mode if state is not None and state.config is not None else "points"
+            balance = self.balances.balance(command.player, mode) if self.balances is not None else 0
+            return Context(now_ms=now, balance=int(balance))
+        if isinstance(command, CreateMatch) and command.room is not None:
+            room = self.rooms.get(command.room) if self.rooms is not None else None
+            return Context(now_ms=now, room=room)
         wants_deck = isinstance(command, Deal) and command.hands is None
-        wants_deck = wants_deck or (isinstance(command, Ready) and self.deal_on_ready)
+        # a test room (test_deals) waits for an explicit Deal: fixed hands from the operator channel
+        test_room = state is not None and state.config is not None and state.config.test_deals
+        wants_deck = wants_deck or (isinstance(command, Ready) and self.deal_on_ready and not test_room)
         if not wants_deck:
             return Context(now_ms=now)
         deck = tuple(shuffled_deck(self.rng))
@@ -185,7 +228,7 @@ class MatchService:
             attempt += 1
             try:
                 # decide folds each event as it builds it: no second fold here (issue 13 §4)
-                events, new_state = decide_and_apply(state, command, self._context(command))
+                events, new_state = decide_and_apply(state, command, self._context(command, state))
             except Rejected as rej:
                 if not verified:  # never refuse on a stale cached state: decide again on the truth
                     verified = True

@@ -109,8 +109,10 @@ class RedisEventStore(EventStore):
     def check_layout(self) -> None:
         """Record this store's bucket count in Redis, or refuse a different recorded one."""
         wanted = f"buckets={self.buckets}"
-        self.client.set(keys.LAYOUT, wanted, nx=True)
         found = _s(self.client.get(keys.LAYOUT) or b"")
+        if not found:  # written once (SET NX); read-only users (replay, disputes) only read it
+            self.client.set(keys.LAYOUT, wanted, nx=True)
+            found = _s(self.client.get(keys.LAYOUT) or b"")
         if found != wanted:
             raise LayoutMismatch(f"this Redis is laid out with {found!r}, this store uses {wanted!r}")
 

@@ -249,15 +249,18 @@ def check_script(data: dict[str, Any]) -> None:
 # ---- running --------------------------------------------------------------------
 
 class _Runner:
-    def __init__(self, cfg: RoomConfig, match_id: str, seed: Any, fixed: bool):
+    def __init__(self, cfg: RoomConfig, match_id: str, seed: Any, fixed: bool,
+                 balances: dict[str, int] | None = None):
         from engine.service.shuffle import seeded_random
-        from engine.service.service import MatchService
+        from engine.service.service import FixedBalances, MatchService
         from engine.store.memory import InMemoryEventStore
 
         self.clock = FakeClock()
         self.store = InMemoryEventStore()
         self.service = MatchService(self.store, self.clock, seeded_random(seed if seed is not None else 0),
-                                    deal_on_ready=not fixed)
+                                    deal_on_ready=not fixed,
+                                    # the script's balances stand for the engine's ledger
+                                    balances=FixedBalances(balances or {}))
         self.match_id = match_id
         self.n = 0
         self.state = MatchState(match_id=match_id)
@@ -294,9 +297,9 @@ def run_script(data: dict[str, Any], base_dir: str | Path | None = None) -> Scri
     actions = _check_actions(data)
     match_id = data.get("match_id", "script")
 
-    r = _Runner(cfg, match_id, data.get("seed"), fixed=deal is not None)
+    r = _Runner(cfg, match_id, data.get("seed"), fixed=deal is not None, balances=dict(players))
     setup: list[tuple[type[CommandBase], dict[str, Any]]] = [(CreateMatch, {"config": cfg.to_record()})]
-    setup += [(Sit, {"player": p, "balance": bal}) for p, bal in players]
+    setup += [(Sit, {"player": p}) for p, _ in players]
     setup += [(Ready, {"player": p}) for p, _ in players]
     if deal is not None:
         setup.append((Deal, {"hands": deal[0], "first": deal[1]}))

@@ -19,7 +19,7 @@ const S = {
   lobby: null, match: null, view: null, versions: {},
   selected: new Set(), readings: [], reading: 0, readingsSeq: 0,
   settled: null, balance: null, clock: { version: null, total: null }, offset: null,
-  log: [], bombs: [],
+  log: [], bombs: [], rooms: [], bombsSeen: {}, learned: {},
 };
 
 // ---- status, notices ------------------------------------------------------------------------
@@ -414,7 +414,11 @@ function noteEvents(events) {
         const r = eventReading(e.reading);
         const words = readingWords(r, describe(r));
         S.log.push(`${e.player}: ${words}${e.by !== "player" ? ` [${e.by}]` : ""}`);
-        if (BOMB_KINDS.has(r.kind)) S.bombs.push({ player: e.player, words });
+        if (BOMB_KINDS.has(r.kind)) {
+          S.bombs.push({ player: e.player, words });
+          const mine = (S.bombsSeen[e.match_id] = S.bombsSeen[e.match_id] || {});
+          (mine[e.player] = mine[e.player] || []).push({ cards: e.cards, kind: r.kind, rank: r.rank });
+        }
         break;
       }
       case "Passed":
@@ -450,23 +454,144 @@ function noteEvents(events) {
   }
 }
 
-function announceBombs(view) {
-  // R-8.5: contributions are "instant": say what each bomb changed as soon as it is played
-  for (const { player, words } of S.bombs.splice(0)) {
-    const c = view.contribution ? view.contribution[player] : null;
+async function standing(view) {
+  // R-8.5 "instant": recompute each player's contribution from the bombs seen in this match
+  const seen = S.bombsSeen[view.match_id] || {};
+  const seats = seatsOf(view);
+  const bombs = {};
+  for (const s of seats) bombs[s.player] = seen[s.player] || [];
+  try {
+    const r = await api("/api/standing", S.token, { room: S.lobby ? S.lobby.room : view.mode, bombs });
+    const base = Math.min(...seats.map((s) => s.base));
+    const out = {};
+    for (const s of seats) {
+      const prev = (view.contribution || {})[s.player] || { xiang: 0, c: 0, source: "no bomb" };
+      const mine = r[s.player] && r[s.player].xiang >= prev.xiang ? r[s.player] : prev;
+      out[s.player] = { ...mine };
+    }
+    for (const s of seats) {
+      const o = seats.find((x) => x.player !== s.player);
+      out[s.player].net = base * (out[s.player].c - (o ? out[o.player].c : 0));
+    }
+    return out;
+  } catch (e) {
+    return view.contribution;
+  }
+}
+
+async function announceBombs(view, folded) {
+  if (!S.bombs.length) return;
+  const played = S.bombs.splice(0);
+  if (folded) {
+    const c = await standing(view);
+    if (S.view && S.view.match_id === view.match_id && c) {
+      S.view.contribution = c;
+      render();
+    }
+  }
+  for (const { player, words } of played) {
+    const c = S.view && S.view.contribution ? S.view.contribution[player] : null;
     notice(`炸彈 bomb! ${player === S.me ? "You 你" : player}: ${words}${c ? ` — 貢獻 contribution c=${c.c}, net ${c.net > 0 ? "+" : ""}${c.net}` : ""}`, "bomb", 6000, "bomb");
   }
+}
+
+// The engine sends the full view with the deal, the finish and every few versions; between
+// them an update carries only its events, and the page folds them into the last view (the
+// same rules as engine/match/evolve.py, for what a view shows).
+function roomOf() {
+  // the room's clocks: from the lobby's room, else what the last full view's deadline showed
+  const name = S.lobby && S.lobby.room;
+  const room = (S.rooms || []).find((r) => r.name === name);
+  if (room) return room;
+  return { turn_seconds: S.learned.turn, trustee_delay_seconds: S.learned.trustee };
+}
+
+function learnClock(view, events) {
+  const ts = (events || []).map((e) => e.ts).filter((t) => typeof t === "number");
+  if (!view.deadline || !ts.length) return;
+  const secs = (view.deadline.at_ms - Math.max(...ts)) / 1000;
+  if (secs > 0 && view.deadline.kind === "turn") S.learned.turn = secs;
+  if (secs >= 0 && view.deadline.kind === "trustee") S.learned.trustee = secs;
+}
+
+function foldEvents(view, events) {
+  const v = JSON.parse(JSON.stringify(view));
+  const seat = (p) => (v.seats || []).find((s) => s && s.player === p);
+  const other = (p) => ((v.seats || []).find((s) => s && s.player !== p) || {}).player;
+  let lastTs = null;
+  for (const e of events) {
+    if (typeof e.ts === "number") lastTs = e.ts;
+    const s = e.player ? seat(e.player) : null;
+    switch (e.type) {
+      case "PlayerReady": if (s) s.ready = true; break;
+      case "CardsPlayed": {
+        const r = eventReading(e.reading);
+        if (s) {
+          s.cards_left -= e.cards.length;
+          s.plays = (s.plays || 0) + 1;
+          if (BOMB_KINDS.has(r.kind)) s.bombs = [...(s.bombs || []), describe(r)];
+        }
+        if (e.player === v.you && v.hand) v.hand.ids = v.hand.ids.filter((c) => !e.cards.includes(c));
+        if (v.opponent && e.player === v.opponent.player) v.opponent.cards_left -= e.cards.length;
+        v.last_play = { player: e.player, cards: e.cards, reading: r, describe: describe(r) };
+        v.table_count = (v.table_count || 0) + e.cards.length;
+        v.turn = other(e.player);
+        v.leading = false;
+        break;
+      }
+      case "Passed":
+        v.turn = other(e.player);
+        v.last_play = null;
+        v.leading = true;
+        v.trick = (v.trick || 0) + 1;
+        break;
+      case "TurnTimedOut": if (s) s.timeouts = e.count; break;
+      case "TrusteeshipStarted": if (s) s.trustee = e.reason; break;
+      case "TrusteeshipEnded": if (s) s.trustee = null; break;
+      case "PlayerDisconnected": if (s) s.connected = false; break;
+      case "PlayerReconnected": if (s) s.connected = true; break;
+      case "PlayerEscaped": if (s) s.escaped = true; break;
+      case "MatchFinished":
+        v.phase = "finished";
+        v.result = { winner: e.winner, loser: e.loser, kou: e.kou, reason: e.reason, cards_left: e.cards_left };
+        v.turn = null;
+        break;
+      default:
+        break;
+    }
+  }
+  v.your_turn = v.phase === "playing" && !!v.you && v.turn === v.you;
+  if (v.phase === "playing" && v.turn && lastTs !== null) {
+    const room = roomOf();
+    const t = seat(v.turn);
+    if (t && t.trustee && room.trustee_delay_seconds !== undefined) {
+      v.deadline = { at_ms: lastTs + 1000 * room.trustee_delay_seconds, kind: "trustee", version: v.version };
+    } else if (room.turn_seconds) {
+      v.deadline = { at_ms: lastTs + 1000 * room.turn_seconds, kind: "turn", version: v.version };
+    } else {
+      v.deadline = null;  // the room's clock is unknown here: the next full view brings it
+    }
+  } else if (v.phase !== "playing") {
+    v.deadline = null;
+  }
+  return v;
 }
 
 function onUpdate(msg) {
   const seen = S.versions[msg.match];
   if (seen !== undefined && msg.version <= seen) return;  // a duplicate or an old redelivery
-  if (!msg.view) {
-    // no view: ask for one (the gateway answers Sync with the current view)
-    noteEvents(msg.events);
-    S.link.send({ type: "Sync" });
-    return;
+  let view = msg.view;
+  if (!view) {
+    if (!S.view || S.view.match_id !== msg.match) {
+      noteEvents(msg.events);
+      S.link.send({ type: "Sync" });  // nothing to fold into: ask for the current view
+      return;
+    }
+    view = foldEvents(S.view, msg.events || []);
+  } else {
+    learnClock(view, msg.events);
   }
+  view = { ...view, version: msg.version };
   S.versions[msg.match] = msg.version;
   S.link.version = msg.version;
   if (S.match !== msg.match) {
@@ -476,9 +601,9 @@ function onUpdate(msg) {
     S.readings = [];
   }
   noteEvents(msg.events);
-  S.view = msg.view;
-  announceBombs(msg.view);
-  if (msg.view.phase === "playing" && S.settled && S.settled.match !== msg.match) show("[data-settlement]", false);
+  S.view = view;
+  announceBombs(view, !msg.view);
+  if (view.phase === "playing" && S.settled && S.settled.match !== msg.match) show("[data-settlement]", false);
   render();
 }
 
@@ -617,6 +742,7 @@ function start(token) {
 }
 
 function roomPicker(rooms) {
+  S.rooms = rooms || [];
   const wanted = new URL(window.location.href).searchParams.get("room");
   const list = [...(rooms || [])];
   if (wanted && !list.some((r) => r.name === wanted)) list.push({ name: wanted, mode: "points" });

@@ -1,0 +1,289 @@
+"""deploy/redis/users.acl on a real redis-server (issue 12, docs/SECURITY.md): every process
+plays its part under its own Redis user -- serve as ``service``, a dramatiq worker as
+``worker``, the projection runner as ``projections``, the lobby (``shuangkou ledger``,
+CreateMatch/Sit) as ``lobby``, a player gateway as ``gateway``, ``shuangkou replay`` as
+``readonly`` -- matches with a timeout and an escape finish and settle, and the gateway
+user is refused on every key and command it must not touch."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.redis, pytest.mark.worker, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parent.parent
+ACL_FILE = ROOT / "deploy" / "redis" / "users.acl"
+#: the development passwords of deploy/redis/users.acl (docs/SECURITY.md: replace them)
+PASSWORDS = {u: f"dev-{u}-pw" for u in ("gateway", "lobby", "service", "worker", "projections", "readonly")}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def acl_redis():
+    """A redis-server loading the shipped ACL file; yields a function user -> URL."""
+    import redis
+
+    workdir = tempfile.mkdtemp(prefix="sk-acl-")
+    # the shipped file, plus an admin user for this test only (to print ACL LOG on a failure)
+    text = ACL_FILE.read_text() + "user acl-admin on >acl-admin ~* &* +@all\n"
+    (Path(workdir) / "users.acl").write_text(text)
+    port = _free_port()
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", workdir, "--aclfile", str(Path(workdir) / "users.acl"),
+                             "--loglevel", "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def url(user: str) -> str:
+        return f"redis://{user}:{PASSWORDS[user]}@127.0.0.1:{port}/0"
+
+    def acl_log() -> list:
+        admin = redis.Redis(host="127.0.0.1", port=port, username="acl-admin", password="acl-admin")
+        return [(e.get("username"), e.get("reason"), e.get("object")) for e in admin.acl_log(count=20)]
+
+    ACL_LOG[:] = [acl_log]
+
+    try:
+        end = time.monotonic() + 10
+        while True:
+            assert proc.poll() is None, proc.stdout.read().decode(errors="replace")  # type: ignore[union-attr]
+            try:
+                if redis.Redis.from_url(url("readonly"), socket_connect_timeout=0.2).ping():
+                    break
+            except redis.ConnectionError:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+ACL_LOG: list = []  # set by the test: a callable returning the server's ACL LOG
+
+
+def _wait(check, timeout_s: float, what: str, logs=()):
+    end = time.monotonic() + timeout_s
+    while not (value := check()):
+        if time.monotonic() > end:
+            denied = ACL_LOG[0]() if ACL_LOG else []
+            pytest.fail(f"{what}\nACL LOG: {denied}\n" + "\n".join(p.read_text(errors="replace")[-3000:]
+                                                                    for p in logs))
+        time.sleep(0.05)
+    return value
+
+
+def test_the_default_user_is_off_and_passwords_are_checked(acl_redis):
+    import redis
+
+    host = acl_redis("readonly").split("@")[1]
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis.from_url(f"redis://{host}").ping()  # no user: default is off
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis.from_url(f"redis://gateway:wrong@{host}").ping()
+
+
+def test_every_process_under_its_own_user(acl_redis, redis_server, tmp_path):
+    import redis
+
+    from engine.config import load_config
+    from engine.match.commands import AddRoom, CreateMatch, Sit
+    from engine.service.client import GatewayClient
+    from engine.service.service import MatchService
+    from engine.store import keys
+    from engine.store.redis_store import RedisEventStore
+    from engine.tools.bot import Bot
+    from projections.ledger import RedisLedger, balance_key, journal_key
+    from projections.runner import ProjectionRunner, RedisFeed
+
+    broker_url = redis_server.db_url(2)
+    with redis.Redis.from_url(broker_url) as c:
+        c.flushdb()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", SK_BROKER_URL=broker_url, SK_SWEEP_INTERVAL_MS="200",
+               SK_LOG_LEVEL="INFO")
+    logs = [tmp_path / "serve.log", tmp_path / "worker.log"]
+    files = [open(p, "wb") for p in logs]
+    procs: list[subprocess.Popen] = []
+    stop = threading.Event()
+    try:
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "engine", "serve", "--redis", acl_redis("service"), "--broker-url", broker_url,
+             "--no-projections", "--consumer", "acl-1"], cwd=ROOT, env=env, stdout=files[0],
+            stderr=subprocess.STDOUT, start_new_session=True))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "dramatiq", "--processes", "1", "--threads", "2", "workers.actors"],
+            cwd=ROOT, env=dict(env, SK_REDIS_URL=acl_redis("worker")), stdout=files[1], stderr=subprocess.STDOUT,
+            start_new_session=True))
+        _wait(lambda: b"ready consumer=acl-1" in logs[0].read_bytes() or procs[0].poll() is not None, 60,
+              "serve did not start", logs)
+        assert procs[0].poll() is None, logs[0].read_text()
+
+        # projections, under their own user
+        proj = redis.Redis.from_url(acl_redis("projections"))
+        runner = ProjectionRunner(RedisEventStore(proj), RedisLedger(proj), RedisFeed(proj, consumer="acl-proj"))
+        t = threading.Thread(target=runner.run_forever, args=(stop,), daemon=True)
+        t.start()
+
+        # the lobby: credits through the CLI, a fast room, matches created by room name and seated
+        for player in ("alice", "bob"):
+            out = subprocess.run([sys.executable, "-m", "engine", "ledger", "credit", player, "5000",
+                                  "--reason", "acl test deposit", "--operator", "op-acl", "--redis",
+                                  acl_redis("lobby")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+        lobby_r = redis.Redis.from_url(acl_redis("lobby"))
+        lobby = GatewayClient(lobby_r, reply_to="sk:reply:ops-lobby")
+        reader = MatchService(RedisEventStore(redis.Redis.from_url(acl_redis("readonly"))), clock=lambda: 0,
+                              rng=random.Random(0))
+        replies: dict[str, str] = {}
+
+        def await_reply(client, sent) -> str:
+            def got():
+                for m in client.replies("0"):
+                    replies[m.command_id] = m.kind if m.code is None else f"{m.kind}:{m.code}"
+                return replies.get(sent.command_id if hasattr(sent, "command_id") else sent)
+            return _wait(got, 30, f"no reply to {sent}", logs)
+
+        fast = load_config("wealth").model_copy(update={"turn_seconds": 1.0, "trustee_delay_seconds": 0.05})
+        cmd = AddRoom(command_id="room-fast", name="fast", config=fast.to_record())
+        lobby.send(cmd)
+        assert await_reply(lobby, cmd.command_id) == "accepted"
+
+        gateway_r = redis.Redis.from_url(acl_redis("gateway"))
+        gw = GatewayClient(gateway_r, reply_to="sk:reply:gateway-1")
+        bot = Bot("greedy", random.Random(3))
+        mids = ["acl-m0", "acl-m1"]
+        for n, mid in enumerate(mids):
+            for c in (CreateMatch(command_id=f"{mid}-c", match_id=mid, room="fast"),
+                      Sit(command_id=f"{mid}-a", match_id=mid, player="alice"),
+                      Sit(command_id=f"{mid}-b", match_id=mid, player="bob")):
+                lobby.send(c)
+                assert await_reply(lobby, c.command_id) == "accepted", c
+            for p in ("alice", "bob"):
+                assert await_reply(gw, gw.ready(mid, p)) == "accepted"
+            if n == 1:
+                assert await_reply(gw, gw.escape(mid, "bob")) == "accepted"
+            turn = 0
+            end = time.monotonic() + 90
+            while time.monotonic() < end:
+                st = reader.load_state(mid)
+                if st.phase == "finished":
+                    break
+                seat = st.seat(st.turn)
+                turn += 1
+                if seat.trusteed or turn == 3:  # let the worker's turn clock run out once
+                    v = st.version
+                    _wait(lambda: reader.load_state(mid).version > v, 30, "the worker never fired", logs)
+                    continue
+                play = bot.choose(st, seat.player)
+                sent = gw.pass_(mid, seat.player) if play is None else gw.play(mid, seat.player, cards=play.cards)
+                await_reply(gw, sent)
+            assert reader.load_state(mid).phase == "finished", mid
+
+        ledger_ro = RedisLedger(redis.Redis.from_url(acl_redis("readonly")))
+        _wait(lambda: all(ledger_ro.is_settled(m) for m in mids), 30, "matches not settled", logs)
+        assert ledger_ro.balance("alice", "wealth") + ledger_ro.balance("bob", "wealth") \
+            + ledger_ro.burned_total("wealth") == 10_000
+        kinds = [e.kind for e in ledger_ro.entries("alice")]
+        assert kinds.count("credit") == 1 and kinds.count("settlement") == 2
+        # the player's own stream reached the gateway user
+        assert any(m.kind == "update" for m in gw.updates("alice"))
+
+        # read-only tools: replay checks a match and its settlement
+        out = subprocess.run([sys.executable, "-m", "engine", "replay", mids[0], "--redis", acl_redis("readonly")],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+
+        # -- what the gateway user may never do --------------------------------------------------
+        events = keys.events_key(mids[0], keys.bucket_of(mids[0]))
+        b = keys.bucket_of(mids[0])
+        forbidden = {
+            "read a match stream (both hands)": lambda: gateway_r.xrange(events),
+            "read a match's command ids": lambda: gateway_r.hgetall(keys.commands_key(mids[0], b)),
+            "read a snapshot": lambda: gateway_r.get(keys.snapshot_key(mids[0], b)),
+            "read a feed": lambda: gateway_r.xrange(keys.feed_key(b)),
+            "write a feed": lambda: gateway_r.xadd(keys.feed_key(b), {"match": "x"}),
+            "read the deadlines": lambda: gateway_r.zrange(keys.deadlines_key(b), 0, -1),
+            "read the operator channel": lambda: gateway_r.xrange(keys.OPS),
+            "write the operator channel": lambda: gateway_r.xadd(keys.OPS, {"j": "{}"}),
+            "read the player channel": lambda: gateway_r.xrange(keys.INBOX),
+            "consume the player channel": lambda: gateway_r.xreadgroup(keys.SERVICE_GROUP, "x", {keys.INBOX: ">"}),
+            "create a group on the inbox": lambda: gateway_r.xgroup_create(keys.INBOX, "evil", id="0"),
+            "trim the inbox": lambda: gateway_r.xtrim(keys.INBOX, maxlen=0),
+            "delete the inbox": lambda: gateway_r.delete(keys.INBOX),
+            "read a balance": lambda: gateway_r.hget(balance_key("wealth"), "alice"),
+            "read a journal": lambda: gateway_r.hgetall(journal_key("alice")),
+            "write a balance": lambda: gateway_r.hincrby(balance_key("wealth"), "alice", 10**6),
+            "register a room": lambda: gateway_r.hset("sk:rooms", "evil", "{}"),
+            "write a player's stream": lambda: gateway_r.xadd(keys.outbox_key("bob"), {"kind": "update"}),
+            "read the dead letters": lambda: gateway_r.xrange(keys.DEAD_LETTERS),
+            "read the lobby's replies": lambda: gateway_r.xrange("sk:reply:ops-lobby"),
+            "list keys": lambda: gateway_r.keys("*"),
+            "scan keys": lambda: gateway_r.scan(0),
+            "run a script": lambda: gateway_r.eval("return 1", 0),
+            "flush": lambda: gateway_r.flushall(),
+            "read the config": lambda: gateway_r.config_get("*"),
+            "publish": lambda: gateway_r.publish("sk", "x"),
+            "read a non-sk key": lambda: gateway_r.get("dramatiq:anything"),
+        }
+        allowed = []
+        for what, call in forbidden.items():
+            try:
+                call()
+            except redis.exceptions.NoPermissionError:
+                continue
+            allowed.append(what)
+        assert allowed == [], f"the gateway user may {allowed}"
+
+        # and the lobby may not act as a player gateway nor move coins itself
+        for call in (lambda: lobby_r.xadd(keys.INBOX, {"j": "{}"}), lambda: lobby_r.xrange(events),
+                     lambda: lobby_r.hincrby(balance_key("wealth"), "alice", 1)):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                call()
+        # the read-only user writes nothing
+        ro = redis.Redis.from_url(acl_redis("readonly"))
+        for call in (lambda: ro.xadd(keys.OPS, {"j": "{}"}), lambda: ro.hset("sk:rooms", "x", "{}")):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                call()
+    finally:
+        stop.set()
+        for p in procs:
+            _stop(p)
+        for f in files:
+            f.close()

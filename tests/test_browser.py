@@ -1,0 +1,416 @@
+"""The browser client end to end (issue 15): a real headless Chromium (Debian's
+``/usr/bin/chromium`` driven by Playwright's Python API) against a real
+``shuangkou gateway --dev --bots``, ``shuangkou serve``, a dramatiq worker
+process and a real redis-server.
+
+* A person types a name, joins a room, presses Ready; the trustee bot takes the
+  other seat (``--bots``).  The test plays the whole match by clicking the
+  cards of its choice (the trustee's choice, computed here from what the page
+  shows) and pressing Play -- and Pass now and then when it could follow --
+  until the settlement panel shows; Hint is checked to select exactly the
+  trustee's choice; one turn is left to time out and the page shows the R-13.1
+  notice in Chinese and English.  The settlement on the page equals the
+  ledger's; then Ready again starts the next match at the same table.
+* A second browser watches the match as a spectator (``/watch/<id>``): no
+  ``data-card`` ever appears there, and no frame it receives holds a hand.
+* The replay viewer (``/replay/<id>``, operator token) steps through that match
+  (forward, back, jump, autoplay) and its settlement numbers equal the ledger's;
+  the same viewer loads the ``shuangkou export`` file of the match.
+* The JavaScript console has no errors on any page.
+
+Screenshots go to ``artifacts/screenshots/`` (gitignored; CI keeps the folder
+as an artifact, docs/BROWSER.md): the table at 375 px and 1280 px during play
+and at the settlement, the spectator page, and the replay viewer at both widths.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.redis, pytest.mark.worker]
+
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = ROOT / "artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tail(path: Path) -> str:
+    return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+
+def _wait_for(check, timeout_s: float, what: str, logs=()):
+    """Poll ``check()`` until it returns a true value; fail (with the logs) after ``timeout_s``."""
+    end = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > end:
+            pytest.fail(f"{what} (waited {timeout_s}s)\n" + "\n".join(f"--- {p.name}:\n{_tail(p)}" for p in logs))
+        time.sleep(0.1)
+
+
+def _stop_group(proc: subprocess.Popen, timeout_s: float = 20) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=10)
+
+
+def _quick_room(tmp_path: Path) -> Path:
+    """The points room with an 8 s turn clock, so the timeout notice shows quickly."""
+    import tomllib
+
+    rec = tomllib.loads((ROOT / "config" / "points.toml").read_text())
+    rec.update(name="quick", turn_seconds=8)
+
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+        return repr(v)
+
+    lines = [f"{k} = {value(v)}" for k, v in rec.items() if not isinstance(v, dict)]
+    for k, v in rec.items():
+        if isinstance(v, dict):
+            lines += [f"[{k}]"] + [f"{kk} = {value(vv)}" for kk, vv in v.items()]
+    path = tmp_path / "quick.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def stack(redis_server, tmp_path):
+    """serve + a dramatiq worker + ``gateway --dev --bots`` on a real redis-server."""
+    import redis
+
+    if not Path(CHROMIUM).exists():
+        msg = "the browser tests need Debian's chromium at /usr/bin/chromium (.ci/run installs it)"
+        if os.environ.get("SK_ALLOW_NO_BROWSER") == "1":
+            pytest.skip(msg)
+        pytest.fail(msg, pytrace=False)
+    store_url, broker_url = redis_server.db_url(2), redis_server.db_url(3)
+    for url in (store_url, broker_url):
+        with redis.Redis.from_url(url) as c:
+            c.flushdb()
+    secret = tmp_path / "secret"
+    secret.write_bytes(os.urandom(32).hex().encode())
+    env = dict(os.environ, SK_REDIS_URL=store_url, SK_BROKER_URL=broker_url, PYTHONUNBUFFERED="1",
+               SK_SWEEP_INTERVAL_MS="200")
+    port = _free_port()
+    logs = [tmp_path / n for n in ("serve.log", "worker.log", "gateway.log")]
+    files = [open(p, "wb") for p in logs]
+    procs: list[subprocess.Popen] = []
+    try:
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "engine", "serve", "--redis", store_url, "--broker-url", broker_url,
+             "--consumer", "browser-1"], cwd=ROOT, env=env, stdout=files[0], stderr=subprocess.STDOUT,
+            start_new_session=True))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "dramatiq", "--processes", "1", "--threads", "2", "workers.actors"],
+            cwd=ROOT, env=env, stdout=files[1], stderr=subprocess.STDOUT, start_new_session=True))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "engine", "gateway", "--redis", store_url, "--port", str(port),
+             "--secret-file", str(secret), "--dev", "--bots", "--room", str(_quick_room(tmp_path))],
+            cwd=ROOT, env=env, stdout=files[2], stderr=subprocess.STDOUT, start_new_session=True))
+        base = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            for p in procs:
+                assert p.poll() is None, "a process exited:\n" + "\n".join(_tail(x) for x in logs)
+            try:
+                return urllib.request.urlopen(base + "/healthz", timeout=2).status == 200
+            except OSError:
+                return False
+
+        _wait_for(up, 60, "the gateway never answered /healthz", logs)
+        yield {"base": base, "store_url": store_url, "logs": logs}
+    finally:
+        for p in reversed(procs):
+            _stop_group(p)
+        for f in files:
+            f.close()
+
+
+def _token(base: str, name: str, role: str) -> str:
+    req = urllib.request.Request(base + "/api/dev/token", data=json.dumps({"name": name, "role": role}).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    return json.loads(urllib.request.urlopen(req, timeout=10).read())["token"]
+
+
+class Console:
+    """Every console error and uncaught exception of the pages it watches."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def watch(self, page, name: str) -> None:
+        page.on("console", lambda m: self.errors.append(f"{name}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(f"{name}: {e}"))
+
+
+def _attr_ints(page, selector: str, attr: str) -> list[int]:
+    return [int(x) for x in page.eval_on_selector_all(selector, f"els => els.map(e => e.getAttribute('{attr}'))")]
+
+
+def _choice(page):
+    """The trustee's choice (R-13.3) for the hand and the play the page shows."""
+    from engine.rules.classify import interpretations
+    from engine.rules.moves import trustee_choice
+
+    hand = _attr_ints(page, "#hand [data-card]", "data-card")
+    table = _attr_ints(page, "#last [data-table-card]", "data-table-card")
+    prev = None
+    if table:
+        kind, rank = page.get_attribute("#last", "data-last-kind"), page.get_attribute("#last", "data-last-rank")
+        prev = next(r for r in interpretations(table) if r.kind == kind and r.rank == rank)
+    return hand, prev, trustee_choice(hand, prev)
+
+
+def _select(page, cards, version: str) -> bool:
+    """Click each card; True when exactly they are selected and the view did not move meanwhile."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for cid in cards:
+        if page.get_attribute("#table", "data-version") != version:
+            return False
+        try:
+            page.click(f"#hand [data-card='{cid}']", timeout=5_000)
+        except PlaywrightTimeout:
+            if page.get_attribute("#table", "data-version") != version:
+                return False
+            raise
+    picked = sorted(_attr_ints(page, "#hand [data-card][aria-pressed=true]", "data-card"))
+    if page.get_attribute("#table", "data-version") != version:
+        return False
+    assert picked == sorted(cards)
+    return True
+
+
+def _shot(page, name: str, width: int) -> None:
+    page.set_viewport_size({"width": width, "height": 900})
+    page.wait_for_timeout(150)  # one layout pass at the new width before the picture
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
+
+
+def _no_hand_in(frame: str) -> list[str]:
+    """What in a spectator's frame would be a hand (empty: nothing)."""
+    try:
+        msg = json.loads(frame)
+    except ValueError:
+        return []
+    found = []
+    view = msg.get("view") or {}
+    if view.get("hand"):
+        found.append("view.hand")
+    for e in msg.get("events") or []:
+        if e.get("type") == "HandDealt" and any(h is not None for h in e.get("hands") or []):
+            found.append("HandDealt.hands")
+    return found
+
+
+def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from projections.ledger import RedisLedger
+    import redis
+
+    base = stack["base"]
+    console = Console()
+    ledger = RedisLedger(redis.Redis.from_url(stack["store_url"]))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            player_ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+            page = player_ctx.new_page()
+            console.watch(page, "table")
+
+            # -- sit down: dev login, join the quick points room, Ready -------------------------
+            page.goto(base + "/")
+            page.fill("#login-name", "alice")
+            page.click("[data-action=login]")
+            page.check("input[name=room][value=quick]")
+            page.click("[data-action=join]")
+            page.wait_for_selector("[data-action=ready]:visible", timeout=60_000)
+            match_id = page.get_attribute("#table", "data-match")
+            assert match_id
+            page.click("[data-action=ready]")
+
+            # -- a spectator in a second browser ----------------------------------------------
+            spec_ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+            spec = spec_ctx.new_page()
+            console.watch(spec, "spectator")
+            frames: list[str] = []
+            spec.on("websocket", lambda ws: ws.on("framereceived", lambda f: frames.append(f if isinstance(f, str) else "")))
+            spec.goto(f"{base}/watch/{match_id}?token={_token(base, 'watcher', 'spectator')}")
+
+            # -- play until the settlement shows ----------------------------------------------
+            page.wait_for_selector("#table[data-phase=playing]", timeout=60_000)
+            turns = plays = passes = 0
+            hint_checked = timed_out = False
+            spectator_seen_cards = False
+            deadline = time.monotonic() + 600
+            while not page.locator("[data-settlement]:visible").count():
+                assert time.monotonic() < deadline, "the match did not finish in 10 minutes"
+                if spec.locator("[data-card]").count():
+                    pytest.fail("a data-card (a hand card) appeared on the spectator's page")
+                spectator_seen_cards = spectator_seen_cards or spec.locator("[data-table-card]").count() > 0
+                if page.get_attribute("#table", "data-your-turn") != "true":
+                    page.wait_for_timeout(100)
+                    continue
+                version = page.get_attribute("#table", "data-version")
+                hand, prev, choice = _choice(page)
+                turns += 1
+                if not timed_out and turns == 3:
+                    # R-13.1: let the turn clock run out once; the page says so in both languages
+                    note = page.wait_for_selector("[data-notice=timeout]", timeout=30_000)
+                    text = note.text_content()
+                    assert "請注意，你已經超時1次了" in text and "timed out" in text, text
+                    timed_out = True
+                    continue
+                if not hint_checked and prev is not None and choice is not None:
+                    page.click("[data-action=hint]")
+                    page.wait_for_function(
+                        "n => document.querySelectorAll('#hand [data-card][aria-pressed=true]').length === n"
+                        " || document.querySelector('#table').dataset.yourTurn !== 'true'",
+                        arg=len(choice.cards), timeout=10_000)
+                    if page.get_attribute("#table", "data-version") != version:
+                        continue  # the clock ran out meanwhile: try again on the next turn
+                    picked = _attr_ints(page, "#hand [data-card][aria-pressed=true]", "data-card")
+                    assert sorted(picked) == sorted(choice.cards)
+                    for cid in picked:  # clear it again by clicking: the test selects by hand below
+                        page.click(f"#hand [data-card='{cid}']")
+                    hint_checked = True
+                if prev is not None and (choice is None or turns % 4 == 0):
+                    page.click("[data-action=pass]")
+                    passes += 1
+                else:
+                    assert choice is not None
+                    if not _select(page, choice.cards, version):
+                        continue  # the turn clock (or trusteeship) played first
+                    if plays == 2:
+                        _shot(page, "table-play", 375)
+                        _shot(page, "table-play", 1280)
+                        _shot(spec, "spectator", 1280)
+                    page.click("[data-action=play]")
+                    plays += 1
+                # the next view (or a refusal, when the clock ran out first) before the next turn
+                page.wait_for_function(
+                    "v => document.querySelector('#table').dataset.version !== v"
+                    " || document.querySelector('[data-status]').dataset.kind === 'error'"
+                    " || !document.querySelector('[data-settlement]').hidden", arg=version, timeout=30_000)
+            assert plays >= 1 and passes >= 1 and timed_out and hint_checked
+            assert spectator_seen_cards
+
+            # -- the settlement equals the ledger's ---------------------------------------------
+            settled = _wait_for(lambda: ledger.settlement(match_id), 60, "the ledger never settled the match",
+                                stack["logs"])
+            shown = {p: int(page.text_content(f"[data-settlement] [data-score='{p}']")) for p in settled.scores}
+            assert shown == settled.scores
+            # the player's own new balance, from the ledger (the opponent's is not the player's business)
+            assert int(page.text_content("[data-settlement] [data-balance='alice']")) == ledger.balance("alice", "points")
+            assert page.locator("[data-settlement] [data-term=X]").text_content().startswith(str(settled.breakdown["X"]))
+            _shot(page, "table-settlement", 375)
+            _shot(page, "table-settlement", 1280)
+            spec.wait_for_selector("#table[data-phase=finished]", timeout=30_000)  # the result, in its status line
+            assert spec.locator("[data-card]").count() == 0
+            leaks = [what for f in frames for what in _no_hand_in(f)]
+            assert frames and not leaks, leaks
+
+            # -- the next match at the same table -----------------------------------------------
+            page.click("[data-action=ready]")
+            page.wait_for_function(
+                "m => { const t = document.querySelector('#table');"
+                " return t.dataset.match && t.dataset.match !== m && t.dataset.phase === 'playing'; }",
+                arg=match_id, timeout=60_000)
+            page.click("[data-action=trustee]")  # let trusteeship finish it; the test is done playing
+            spec_ctx.close()
+
+            # -- the replay viewer ----------------------------------------------------------------
+            viewer_ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+            viewer = viewer_ctx.new_page()
+            console.watch(viewer, "replay")
+            viewer.goto(f"{base}/replay/{match_id}?token={_token(base, 'op', 'operator')}")
+            viewer.wait_for_selector("#viewer[data-loaded=true]", timeout=30_000)
+            assert viewer.get_attribute("[data-ledger]", "data-ledger") == "true"
+            pos = lambda: int(viewer.get_attribute("#pos", "data-step-index"))  # noqa: E731
+            assert pos() == 0
+            for _ in range(8):
+                viewer.click("[data-action=forward]")
+            assert pos() == 8
+            viewer.click("[data-action=back]")
+            assert pos() == 7
+            n_steps = viewer.locator("#steps [data-replay-step]").count()
+            first_play = viewer.locator("#steps [data-replay-step]", has_text=" plays ").first
+            first_play.click()
+            assert viewer.locator("#now [data-actor]").count() == 1
+            assert viewer.locator("[data-replay-hand]").count() == 2  # both hands
+            viewer.click("[data-action=autoplay]")
+            viewer.wait_for_function("() => Number(document.querySelector('#pos').dataset.stepIndex) >= 12",
+                                     timeout=30_000)
+            viewer.click("[data-action=autoplay]")
+            viewer.click("[data-action=last]")
+            assert pos() == n_steps - 1
+            assert viewer.locator("#steps .trick").count() >= 2  # trick breaks
+            assert viewer.locator("#steps li", has_text="timed out").count() >= 1  # our timeout
+            shown = {p: int(viewer.text_content(f"[data-settlement] [data-score='{p}']")) for p in settled.scores}
+            assert shown == settled.scores
+            for p, x in settled.breakdown["xiang"].items():
+                cell = viewer.locator(f"[data-settlement] [data-xiang='{p}']")
+                assert int(cell.get_attribute("data-xiang-value")) == x["xiang"] and x["source"] in cell.text_content()
+            if "win_formula" in settled.breakdown:
+                assert viewer.text_content("[data-settlement] [data-term=win]") == settled.breakdown["win_formula"]
+            _shot(viewer, "replay", 1280)
+            _shot(viewer, "replay", 375)
+
+            # the viewer reads the export file too
+            export = tmp_path / "match.jsonl"
+            out = subprocess.run([sys.executable, "-m", "engine", "export", match_id, "--redis", stack["store_url"],
+                                  "--out", str(export)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            viewer.goto(f"{base}/replay/file")
+            viewer.set_input_files("#file", str(export))
+            viewer.wait_for_selector("#viewer[data-loaded=true]", timeout=30_000)
+            viewer.click("[data-action=last]")
+            shown = {p: int(viewer.text_content(f"[data-settlement] [data-score='{p}']")) for p in settled.scores}
+            assert shown == settled.scores
+            assert viewer.get_attribute("[data-ledger]", "data-ledger") == "true"  # the export's stored copy
+            viewer_ctx.close()
+            player_ctx.close()
+        finally:
+            browser.close()
+    assert console.errors == []

@@ -1,0 +1,228 @@
+"""gateway/web.py without a browser: the JSON endpoints of the page (hint, readings,
+replay, dev tokens) through Starlette's test client, and the static pages'
+testability contract (issue 15).  Every refusal has a test."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+
+from gateway import web
+from gateway.tokens import mint
+
+SECRET = b"k" * 32
+STATIC = Path(web.__file__).resolve().parent / "static"
+
+
+@dataclass
+class Ctx:
+    redis: Any = None
+    secret: bytes = SECRET
+    dev: bool = False
+    bots: bool = False
+    hub: Any = None
+
+
+def client(**kw: Any) -> TestClient:
+    return TestClient(Starlette(routes=web.routes(Ctx(**kw))))
+
+
+def bearer(player: str, role: str = "player", secret: bytes = SECRET) -> dict[str, str]:
+    return {"Authorization": f"Bearer {mint(secret, player, role=role, ttl_seconds=60)}"}
+
+
+def test_pages_and_static_files_are_served() -> None:
+    c = client()
+    for path in ("/", "/watch/m1", "/replay/m1"):
+        r = c.get(path)
+        assert r.status_code == 200 and "<script type=\"module\"" in r.text
+    assert c.get("/static/js/table.js").status_code == 200
+    assert c.get("/static/css/table.css").status_code == 200
+    assert c.get("/static/../web.py").status_code == 404
+
+
+def test_dev_tokens_only_with_dev() -> None:
+    assert client().post("/api/dev/token", json={"name": "alice"}).status_code in (404, 405)
+    c = client(dev=True)
+    r = c.post("/api/dev/token", json={"name": "alice"})
+    assert r.status_code == 200 and r.json()["player"] == "alice" and r.json()["role"] == "player"
+    from gateway.tokens import verify
+
+    assert verify(SECRET, r.json()["token"]).player == "alice"
+    for body, needle in (({"name": ""}, "1–40"), ({"name": "a b"}, "letters"), ({"name": "x" * 41}, "1–40"),
+                         ({"name": "al", "role": "root"}, "role"), ([1], "name")):
+        r = c.post("/api/dev/token", json=body)
+        assert r.status_code == 400 and needle in r.json()["reason"], (body, r.json())
+    assert c.post("/api/dev/token", content=b"{nope").json()["error"] == "bad_request"
+
+
+@pytest.mark.parametrize("make, code", [
+    (lambda: {}, 401),
+    (lambda: {"Authorization": "Bearer nope"}, 401),
+    (lambda: bearer("alice", secret=b"z" * 32), 401),            # signed with another secret
+    (lambda: {"Authorization": f"Bearer {mint(SECRET, 'al', ttl_seconds=1, now=1_000)}"}, 401),  # expired
+    (lambda: bearer("sam", role="spectator"), 403),
+    (lambda: bearer("olga", role="operator"), 403),
+])
+def test_hint_and_readings_need_a_player_token(make, code) -> None:
+    headers = make()  # minted now: a token made at collection time could expire before the test runs
+    c = client()
+    for path, body in (("/api/hint", {"hand": [0, 1]}), ("/api/readings", {"cards": [0]})):
+        r = c.post(path, json=body, headers=headers)
+        assert r.status_code == code and r.json()["error"] in ("unauthorized", "not_allowed")
+
+
+def test_hint_is_the_trustee_choice() -> None:
+    from engine.rules.classify import classify
+    from engine.rules.cards import parse_cards
+    from engine.rules.moves import trustee_choice
+
+    c = client()
+    h = bearer("alice")
+    hand = parse_cards("3 3 5 5 5 9 K K BJ")
+    r = c.post("/api/hint", json={"hand": hand, "last_cards": None}, headers=h).json()
+    assert r["cards"] == list(trustee_choice(hand, None).cards) and r["kind"] == "single"
+    table = parse_cards("4 4")
+    r = c.post("/api/hint", json={"hand": hand, "last_cards": table, "last_kind": "pair", "last_rank": "4"},
+               headers=h).json()
+    assert r["cards"] == list(trustee_choice(hand, classify("4 4")).cards) and r["describe"] == "pair of 5"
+    r = c.post("/api/hint", json={"hand": parse_cards("3 4"), "last_cards": parse_cards("2"),
+                                  "last_kind": "single", "last_rank": "2"}, headers=h).json()
+    assert r == {"pass": True}
+
+
+@pytest.mark.parametrize("body, needle", [
+    ({"hand": []}, "hand must be"),
+    ({"hand": [0, 0]}, "distinct"),
+    ({"hand": [108]}, "0..107"),
+    ({"hand": [True]}, "hand must be"),
+    ({"hand": list(range(28))}, "1–27"),
+    ({"hand": [0], "last_cards": [0, 5]}, "not a combination"),
+    ({"hand": [0], "last_cards": [0, 1], "last_kind": "single"}, "not a combination"),
+    ([0], "JSON object"),
+])
+def test_hint_refuses_bad_input(body, needle) -> None:
+    r = client().post("/api/hint", json=body, headers=bearer("alice"))
+    assert r.status_code == 400 and needle in r.json()["reason"], r.json()
+
+
+def test_readings_list_every_reading_and_whether_it_beats() -> None:
+    from engine.rules.cards import parse_cards
+
+    c = client()
+    h = bearer("alice")
+    cards = parse_cards("5 SJ SJ BJ BJ")
+    r = c.post("/api/readings", json={"cards": cards}, headers=h).json()["readings"]
+    assert [x["describe"] for x in r][:2] == ["5-xiang bomb of 5", "straight to 9 (5 cards)"]
+    assert all(x["beats"] for x in r)  # leading: every reading may be played
+    table = parse_cards("6 7 8 9 10")
+    r = c.post("/api/readings", json={"cards": cards, "last_cards": table, "last_kind": "straight",
+                                      "last_rank": "10"}, headers=h).json()["readings"]
+    beats = {x["describe"]: x["beats"] for x in r}
+    assert beats["5-xiang bomb of 5"] is True and beats["straight to 9 (5 cards)"] is False
+    assert c.post("/api/readings", json={"cards": parse_cards("3 4")}, headers=h).json() == {"readings": []}
+
+
+def _export_text() -> tuple[str, Any]:
+    from engine.tools.export import export_text
+    from projections.settlement import settle
+    from tests.strategies import MatchSpec, play_match
+
+    for seed in range(50):
+        events = play_match(MatchSpec(seed=seed), match_id="w1").store.load("w1")
+        s = settle(events)
+        if s is not None and s.kou != "escape":
+            return export_text(events, s.to_json(), 1), s
+    raise AssertionError("no finished match")
+
+
+def test_replay_endpoints_need_an_operator_and_read_exports() -> None:
+    text, s = _export_text()
+    c = client()
+    for h in ({}, bearer("alice"), bearer("sam", "spectator")):
+        assert c.post("/api/replay", content=text, headers=h).status_code in (401, 403)
+        assert c.get("/api/replay/w1", headers=h).status_code in (401, 403)
+    op = bearer("olga", "operator")
+    r = c.post("/api/replay", content=text, headers=op)
+    assert r.status_code == 200
+    data = r.json()
+    assert data["match_id"] == "w1" and data["settlement"]["scores"] == s.scores
+    assert data["stored_matches"] is True and data["problems"] == []
+    assert [st["seq"] for st in data["steps"]] == list(range(1, len(data["steps"]) + 1))
+    forged = json.loads(text.splitlines()[0])
+    forged["settlement"]["scores"] = {p: -v for p, v in s.scores.items()}
+    r = c.post("/api/replay", content="\n".join([json.dumps(forged), *text.splitlines()[1:]]), headers=op)
+    assert r.json()["stored_matches"] is False
+    assert c.post("/api/replay?match=zz", content=text, headers=op).status_code == 404
+    r = c.post("/api/replay", content="not json", headers=op)
+    assert r.status_code == 400 and "not an export" in r.json()["reason"]
+    assert c.post("/api/replay", content=b"\xff\xfe", headers=op).status_code == 400
+    # no Redis in this context: a readable 404, not a crash
+    r = c.get("/api/replay/w1", headers=op)
+    assert r.status_code == 404 and r.json()["error"] == "no_store"
+
+
+@pytest.mark.redis
+def test_replay_from_redis_is_read_only_and_says_no_such_match(redis_server, real_redis) -> None:
+    import redis.asyncio as aioredis
+
+    from engine.store.redis_store import RedisEventStore
+    from projections.ledger import RedisLedger
+    from projections.settlement import settle
+    from tests.strategies import MatchSpec, play_match
+
+    store = RedisEventStore(real_redis)
+    events = play_match(MatchSpec(seed=4), match_id="r1").store.load("r1")
+    for e in events:
+        store.append("r1", e.seq - 1, f"c{e.seq}", [e], None)
+    s = settle(events)
+    if s is not None:
+        RedisLedger(real_redis).apply_settlement("r1", s)
+    before = {k: real_redis.type(k) for k in real_redis.keys("*")}
+    op = bearer("olga", "operator")
+    with client(redis=aioredis.Redis.from_url(redis_server.url)) as c:  # one event loop for the client
+        data = c.get("/api/replay/r1", headers=op).json()
+        assert len(data["steps"]) == len(events)
+        assert data["stored_matches"] is (True if s is not None else None)
+        r = c.get("/api/replay/nope", headers=op)
+        assert r.status_code == 404 and "no such match" in r.json()["reason"]
+    assert {k: real_redis.type(k) for k in real_redis.keys("*")} == before  # nothing written
+
+
+def test_the_pages_keep_the_testability_contract() -> None:
+    """The names hidden checks use (issue 15) are in the page sources; data-card only marks the hand."""
+    html = (STATIC / "index.html").read_text()
+    js = (STATIC / "js" / "table.js").read_text()
+    for action in ("play", "pass", "hint", "ready", "join"):
+        assert f'data-action="{action}"' in html
+    for attr in ("data-opponent-count", "data-status", "data-settlement", 'data-your-turn="false"'):
+        assert attr in html
+    assert '"data-card": id' in js and '"aria-pressed"' in js and '"data-table-card": id' in js
+    replay_js = (STATIC / "js" / "replay.js").read_text()
+    assert "\"data-card\"" not in replay_js and "data-card=" not in (STATIC / "replay.html").read_text()
+    assert js.count('"data-card"') == 1  # only renderHand makes hand cards
+
+
+def test_standing_is_the_effective_xiang_of_the_bombs_seen() -> None:
+    from engine.rules.cards import parse_cards
+
+    c = client()
+    four = parse_cards("4 4 4 4")
+    five = parse_cards("5 5 5 5")
+    body = {"room": "points", "bombs": {"a": [{"cards": four, "kind": "bomb", "rank": "4"},
+                                              {"cards": five, "kind": "bomb", "rank": "5"}], "b": []}}
+    r = c.post("/api/standing", json=body, headers=bearer("sam", "spectator")).json()
+    assert r == {"a": {"xiang": 5, "source": "R-9: 4444 and 5555 consecutive → 5", "c": 0},
+                 "b": {"xiang": 0, "source": "no bomb", "c": 0}}
+    assert c.post("/api/standing", json=body).status_code == 401
+    bad = {"room": "points", "bombs": {"a": [{"cards": parse_cards("3 3"), "kind": "pair", "rank": "3"}]}}
+    r = c.post("/api/standing", json=bad, headers=bearer("al"))
+    assert r.status_code == 400 and "bomb" in r.json()["reason"]
+    r = c.post("/api/standing", json={"bombs": {"a": [], "b": [], "c": []}}, headers=bearer("al"))
+    assert r.status_code == 400
