@@ -40,13 +40,47 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] * 1000 if s else float("nan")
 
 
-def choose(view: dict[str, Any]) -> dict[str, Any] | None:
-    """Lead the lowest single card, pass when following; None when it is not our turn."""
-    if not view or view.get("phase") != "playing" or not view.get("your_turn"):
-        return None
-    if view.get("leading"):
-        return {"type": "Play", "cards": [view["hand"]["ids"][0]], "expected_version": view["version"]}
-    return {"type": "Pass", "expected_version": view["version"]}
+class Tracker:
+    """What a client needs to act, from full views and compact updates (events only)."""
+
+    def __init__(self, me: str):
+        self.me = me
+        self.hand: list[int] = []
+        self.turn: str | None = None
+        self.leading = False
+        self.phase = "new"
+        self.version = -1
+        self.other: str | None = None
+
+    def apply(self, version: int, events: list[dict[str, Any]], view: dict[str, Any] | None) -> None:
+        if version <= self.version:
+            return
+        if view is not None:
+            self.phase, self.turn, self.leading = view["phase"], view["turn"], view["leading"]
+            self.hand = list((view.get("hand") or {}).get("ids") or [])
+            self.other = next((x["player"] for x in view["seats"] if x and x["player"] != self.me), None)
+        else:
+            for e in events:
+                t = e["type"]
+                if t == "CardsPlayed":
+                    if e["player"] == self.me:
+                        self.hand = [c for c in self.hand if c not in set(e["cards"])]
+                    self.turn = self.me if e["player"] != self.me else self.other
+                    self.leading = False
+                elif t == "Passed":
+                    self.turn = self.me if e["player"] != self.me else self.other
+                    self.leading = True
+                elif t == "MatchFinished":
+                    self.phase = "finished"
+        self.version = version
+
+    def choose(self) -> dict[str, Any] | None:
+        """Lead the lowest single card, pass when following; None when it is not our turn."""
+        if self.phase != "playing" or self.turn != self.me or not self.hand:
+            return None
+        if self.leading:
+            return {"type": "Play", "cards": [self.hand[0]], "expected_version": self.version}
+        return {"type": "Pass", "expected_version": self.version}
 
 
 async def ws_player(url: str, token: str, room: str, rtts: list[float], done: asyncio.Event) -> None:
@@ -58,6 +92,8 @@ async def ws_player(url: str, token: str, room: str, rtts: list[float], done: as
         n = 0
         acted_at = -1
         match = None
+        me = tokens_sub(token)
+        tracker = Tracker(me)
         while True:
             msg = json.loads(await asyncio.wait_for(ws.recv(), 120))
             k = msg["kind"]
@@ -71,16 +107,24 @@ async def ws_player(url: str, token: str, room: str, rtts: list[float], done: as
                     rtts.append(time.perf_counter() - sent.pop(cid))
             if k == "settled":
                 return
-            view = msg.get("view") if k == "update" else None
-            if view is None or view["version"] == acted_at:
+            if k != "update" or msg["match"] != match:
                 continue
-            cmd = choose(view)
+            tracker.apply(msg["version"], msg["events"], msg["view"])
+            if tracker.version == acted_at:
+                continue
+            cmd = tracker.choose()
             if cmd is not None:
                 n += 1
                 cmd["command_id"] = f"c{n}"
-                acted_at = view["version"]
+                acted_at = tracker.version
                 sent[cmd["command_id"]] = time.perf_counter()
                 await ws.send(json.dumps(cmd))
+
+
+def tokens_sub(token: str) -> str:
+    import jwt
+
+    return str(jwt.decode(token, options={"verify_signature": False})["sub"])
 
 
 async def run_gateway(url: str, stack: Any, players: int, room: str, tag: str) -> list[float]:
@@ -101,6 +145,7 @@ async def inbox_player(r: Any, player: str, match: str, rtts: list[float], start
     n = 0
     acted_at = -1
     ready = False
+    tracker = Tracker(player)
     while True:
         reply = await r.xread({stream: last}, count=100, block=10_000)
         for _s, entries in reply or ():
@@ -112,21 +157,26 @@ async def inbox_player(r: Any, player: str, match: str, rtts: list[float], start
                 if e.kind != "update" or e.match != match:
                     continue
                 view = e.view
-                if not ready and view and view["phase"] == "seating" and sum(1 for s in view["seats"] if s) == 2:
+                if not ready and view and view["phase"] == "seating" and any(
+                        x and x["player"] == player for x in view["seats"]):
                     ready = True
                     await r.xadd(channels.PLAYER_STREAM, channels.entry(channels.player_command(
                         "Ready", match, player, f"{player}-ready")))
-                if view and view["phase"] == "finished":
-                    return
-                if view is None or view["version"] == acted_at:
+                if e.version is None:
                     continue
-                cmd = choose(view)
+                tracker.apply(e.version, e.events, view)
+                if tracker.phase == "finished":
+                    return
+                if tracker.version == acted_at:
+                    continue
+                cmd = tracker.choose()
                 if cmd is None:
                     continue
                 n += 1
                 cid = f"{player}-c{n}"
-                acted_at = view["version"]
+                acted_at = tracker.version
                 fields_ = {"cards": cmd["cards"]} if cmd["type"] == "Play" else {}
+                fields_["expected_version"] = cmd["expected_version"]
                 command = channels.player_command(cmd["type"], match, player, cid, **fields_)
                 sent[cid] = time.perf_counter()
                 await r.xadd(channels.PLAYER_STREAM, channels.entry(command))

@@ -207,11 +207,12 @@ def sample_match() -> list[EventBase]:
     from engine.service.shuffle import seeded_random
     from engine.match.commands import CreateMatch, Pass, Play, Ready, Sit
     from engine.config import load_config
-    from engine.service.service import MatchService
+    from engine.service.service import FixedBalances, MatchService
     from engine.store.memory import InMemoryEventStore
 
     store = InMemoryEventStore()
-    svc = MatchService(store, clock=lambda: 1_790_000_000_000, rng=seeded_random(3))
+    svc = MatchService(store, clock=lambda: 1_790_000_000_000, rng=seeded_random(3),
+                       balances=FixedBalances({"a": 100_000, "b": 100_000}))  # from the ledger
     cfg = load_config("points").to_record()
     k = 0
 
@@ -221,8 +222,8 @@ def sample_match() -> list[EventBase]:
         return svc.execute(cmd_cls(command_id=f"c{k}", match_id="replay", **kw))
 
     run(CreateMatch, config=cfg)
-    run(Sit, player="a", balance=100_000)
-    run(Sit, player="b", balance=100_000)
+    run(Sit, player="a")
+    run(Sit, player="b")
     run(Ready, player="a")
     out = run(Ready, player="b")
     state = out.state

@@ -115,11 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         mids = []
         for i in range(args.matches):
             cfg = base_cfg.model_copy(update={"turn_seconds": round(rnd.uniform(args.turn_min, args.turn_max), 3),
-                                              "timeouts_before_trustee": 1_000_000})
+                                              "timeouts_before_trustee": 100})  # the config maximum
             mid = f"bench-{i}"
             for n, cmd in enumerate([CreateMatch(command_id="x", match_id=mid, config=cfg.to_record()),
-                                     Sit(command_id="x", match_id=mid, player=f"p{i}a", balance=100),
-                                     Sit(command_id="x", match_id=mid, player=f"p{i}b", balance=100),
+                                     Sit(command_id="x", match_id=mid, player=f"p{i}a"),
+                                     Sit(command_id="x", match_id=mid, player=f"p{i}b"),
                                      Ready(command_id="x", match_id=mid, player=f"p{i}a"),
                                      Ready(command_id="x", match_id=mid, player=f"p{i}b")]):
                 out = service.execute(cmd.model_copy(update={"command_id": f"{mid}-{n}"}))

@@ -33,6 +33,8 @@ SIT_TAKES_BALANCE: bool = "balance" in engine_commands.Sit.model_fields
 ENGINE_SYNC: bool = hasattr(engine_commands, "Sync")
 #: the engine checks ``expected_version`` on Play and Pass itself
 ENGINE_EXPECTED_VERSION: bool = "expected_version" in engine_commands.Play.model_fields
+#: the engine takes a client seed with Ready (fair deals, docs/FAIRNESS.md)
+ENGINE_CLIENT_SEED: bool = "client_seed" in engine_commands.Ready.model_fields
 
 
 def engine_command_id(player: str, client_id: str) -> str:

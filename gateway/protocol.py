@@ -78,6 +78,9 @@ class Watch(_Msg):
 
 class Ready(_Msg):
     type: Literal["Ready"]
+    client_seed: str | None = Field(None, max_length=1000, description="the player's entropy for the fair deal: "
+                                    "1-64 printable characters (docs/FAIRNESS.md); the gateway fills in a random "
+                                    "one when absent")
 
 
 class Play(_Msg):

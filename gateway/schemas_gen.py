@@ -62,6 +62,13 @@ def events_schema() -> dict[str, Any]:
     hd["lead_card"] = {"anyOf": [_INT, {"type": "null"}]}
     hd["hand_sizes"] = {"type": "array", "items": _INT, "minItems": 2, "maxItems": 2}
     hd["set_aside_count"] = _INT
+    # fair deals (docs/FAIRNESS.md): MatchCreated's server seed is private and never on the wire
+    # (engine.match.events.PRIVATE_FIELDS); the commitment and the reveal are
+    from engine.match.events import PRIVATE_FIELDS
+
+    for type_name, private in PRIVATE_FIELDS.items():
+        for name in private:
+            defs[f"event_{type_name}"]["properties"].pop(name, None)
     for d in defs.values():  # every field is present on the wire
         if d.get("type") == "object" and "properties" in d:
             d["required"] = sorted(d["properties"])
@@ -108,6 +115,15 @@ def view_schema() -> dict[str, Any]:
         "opponent": {"anyOf": [{"type": "null"}, {
             "type": "object", "additionalProperties": False, "required": ["player", "cards_left"],
             "properties": {"player": {"type": "string"}, "cards_left": _INT}}]},
+        "fair": {"anyOf": [{"type": "null"}, {  # docs/FAIRNESS.md; null before fair deals
+            "type": "object", "additionalProperties": False,
+            "required": ["commitment", "client_seeds", "server_seed"],
+            "properties": {"commitment": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                           "client_seeds": {"anyOf": [{"type": "null"}, {
+                               "type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "string"}}]},
+                           "server_seed": {"anyOf": [{"type": "null"},
+                                                     {"type": "string", "pattern": "^[0-9a-f]{64}$"}],
+                                           "description": "null until the match is finished"}}}]},
         "result": {"anyOf": [{"type": "null"}, {
             "type": "object", "additionalProperties": False,
             "required": ["winner", "loser", "kou", "reason", "cards_left"],

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -313,6 +314,9 @@ class Connection:
         if t == "Play":
             fields = {"cards": msg.cards, "text": msg.text, "reading_kind": msg.reading_kind,
                       "reading_rank": msg.reading_rank}
+        if t == "Ready" and channels.ENGINE_CLIENT_SEED:
+            # the player's own entropy for the fair deal, or a random one (docs/FAIRNESS.md)
+            fields = {"client_seed": msg.client_seed if msg.client_seed is not None else secrets.token_hex(16)}
         if t in ("Play", "Pass") and msg.expected_version is not None:
             fields["expected_version"] = msg.expected_version
             seen = self.versions.get(match)

@@ -38,7 +38,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client import (
     CollectorRegistry,
@@ -51,6 +51,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from engine.store.base import EventStore
 
 NAMESPACE = "shuangkou"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -460,6 +462,12 @@ class InstrumentedStore:
             raise
         finally:
             APPEND_LATENCY.observe(time.perf_counter() - t0)
+
+
+def instrumented_store(store: EventStore) -> EventStore:
+    """``store`` wrapped in :class:`InstrumentedStore`, typed as what it stands for:
+    the wrapper delegates every :class:`~engine.store.base.EventStore` method."""
+    return cast(EventStore, InstrumentedStore(store))
 
 
 # --- collectors read at scrape time ----------------------------------------

@@ -4,7 +4,8 @@
 hand (ids and notation), the opponent's card *count* only, the table and the
 play to beat, whose turn it is and the deadline, timeouts and trusteeship,
 each player's standing contribution (R-8.5 "instant"), the phase and the
-result when finished.  The opponent's cards and the set-aside cards never
+result when finished, and the fair-deal commitment (the server seed only after the
+finish, docs/FAIRNESS.md).  The opponent's cards and the set-aside cards never
 appear (R-1.3); a spectator (``player=None``) sees no hand at all.
 
 :func:`redact_event` is the same rule for a single event (what the gateway
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.rules.cards import format_cards, format_ranks, sort_cards
-from engine.match.events import EventBase, HandDealt, PlayerSeated, event_to_dict
+from engine.match.events import EventBase, HandDealt, PlayerSeated, public_event_dict
 from engine.match.state import MatchState
 
 
@@ -92,7 +93,24 @@ def view_for(state: MatchState, player: str | None) -> dict[str, Any]:
                          "cards_left": dict(f.cards_left)}
     else:
         out["result"] = None
+    out["fair"] = fair_view(state)
     return out
+
+
+def fair_view(state: MatchState) -> dict[str, Any] | None:
+    """The provably-fair part of a view (docs/FAIRNESS.md): the commitment from the
+    creation on, the client seeds from the deal on, and the server seed only once the
+    match is finished.  None for a match without a commitment.
+
+    >>> fair_view(MatchState(match_id="m")) is None
+    True
+    """
+    if state.commitment is None:
+        return None
+    finished = state.phase == "finished"
+    return {"commitment": state.commitment,
+            "client_seeds": list(state.client_seeds) if state.client_seeds is not None else None,
+            "server_seed": state.server_seed if finished else None}
 
 
 def redact_event(event: EventBase, player: str | None, seat: int | None = None,
@@ -111,7 +129,7 @@ def redact_event(event: EventBase, player: str | None, seat: int | None = None,
         seat = state.seat_of(player)
     if player is None:
         seat = None
-    data = event_to_dict(event)
+    data = public_event_dict(event)  # never a private field (MatchCreated's server seed)
     if isinstance(event, PlayerSeated) and event.player != player:
         data.pop("balance", None)  # the opponent and spectators see the level, never the balance
     if isinstance(event, HandDealt):

@@ -149,8 +149,10 @@ def _updates(client, player: str) -> list[dict]:
     for _id, fields in client.xrange(f"sk:out:{player}"):
         f = {k.decode(): v for k, v in fields.items()}
         if f.get("kind") == b"update":
+            body = msgpack.unpackb(f["body"], raw=False, strict_map_key=False)
+            body.setdefault("command_id", f.get("command_id", b"").decode())  # a compact update: the entry says it
             out.append({"match": f.get("match", b"").decode(), "version": int(f.get("version", b"0")),
-                        "body": msgpack.unpackb(f["body"], raw=False, strict_map_key=False)})
+                        "body": body})
     return out
 
 

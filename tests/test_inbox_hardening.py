@@ -422,7 +422,11 @@ def test_updates_are_compact_with_a_full_view_on_join_deal_and_every_n(r):
     assert [m.view is not None for m in plays] == [(m.version - len(m.events)) // 4 != m.version // 4
                                                    for m in plays]
     assert any(m.view is None for m in plays)
-    assert all(m.body["base_version"] == m.version - len(m.events) for m in plays)
+    raw = [msgpack.unpackb(f[b"body"], raw=False) for _, f in r.xrange("sk:out:alice")]
+    assert all("version" not in b and "match_id" not in b for b in raw)  # the entry says them
+    for m in plays:  # the events follow version - len(events), one version each
+        assert [e["seq"] for e in m.events] == list(range(m.version - len(m.events) + 1, m.version + 1))
+        assert all(e["match_id"] == "m1" for e in m.events)  # the client fills the entry's ids in
 
 
 def test_publisher_with_full_view_every_1_is_the_old_format(fake_redis):
@@ -470,3 +474,15 @@ def test_dead_consumers_are_removed_once_their_pending_entries_are_reclaimed(r):
     names = {c["name"].decode() for c in r.xinfo_consumers(keys.INBOX, keys.SERVICE_GROUP)}
     assert names == {"w1"}
     assert service.store.version("m1") == 1
+
+
+def test_json_nested_too_deeply_is_a_bad_command_not_a_wedge(r):
+    """json.loads raises RecursionError (not a ValueError) on deep nesting: once it wedged
+    the consumer (bench/poison.py)."""
+    service = make_service(r)
+    gw = InboxConsumer(r, service, "w1")
+    r.xadd(keys.INBOX, {"j": "[" * 50_000})
+    GatewayClient(r, ops=keys.INBOX).create_match("m1", CONFIG)
+    assert gw.run_once(block_ms=None, count=10) == 2
+    [dead] = dead_letters(r)
+    assert b"nested too deeply" in dead["dead_reason"] and service.store.version("m1") == 1

@@ -29,7 +29,7 @@ from engine.rules.classify import classify
 from projections.settlement import settle
 from workers.clock import FakeClock
 
-YOU_LEAD, BOT_LEADS = 1, 2  # seeds (checked in each test: who leads is part of the setup)
+YOU_LEAD, BOT_LEADS = 3, 2  # seeds of the fair deal (checked in each test: who leads is part of the setup)
 
 
 @pytest.fixture

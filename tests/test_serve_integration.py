@@ -5,6 +5,7 @@ stored events; SIGTERM stops serve with exit code 0."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -223,6 +224,18 @@ def test_serve_and_worker_metrics_match_what_happened(stack):
             elif isinstance(e, TurnTimedOut):
                 timeouts += 1
     assert finished == 4 and timeouts > 0
+
+    # provably fair deals (docs/FAIRNESS.md): every match served can be verified from its record,
+    # and no log line of serve or the worker carries a server seed
+    for mid in ids:
+        out = subprocess.run([sys.executable, "-m", "engine", "verify-deal", mid, "--redis", stack["store_url"],
+                              "--json"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert json.loads(out.stdout)["status"] == "ok"
+    seeds = [store.load(mid)[0].server_seed for mid in ids]
+    assert all(seeds) and len(set(seeds)) == len(ids)
+    logs = "".join(p.read_text(errors="replace") for p in stack["logs"] if p.exists())
+    assert not any(seed in logs or seed.upper() in logs for seed in seeds)
 
     serve_m: dict[str, float] = {}
     worker_m: dict[str, float] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.service.shuffle import seeded_random
+from engine.service.shuffle import seeded_random, seeded_server_seeds
 from engine.match.commands import CreateMatch, Disconnect, Pass, Play, Ready, Reconnect, Sit
 from engine.config import load_config
 from engine.match.errors import NotInHand, NotYourTurn, WrongPhase
@@ -24,6 +24,7 @@ class Clock:
 
 
 def new_service(store=None, seed=1, **kw) -> MatchService:
+    kw.setdefault("server_seeds", seeded_server_seeds(seed))
     return MatchService(store or InMemoryEventStore(), Clock(), seeded_random(seed), **kw)
 
 

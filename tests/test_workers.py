@@ -472,8 +472,9 @@ def _outbox(client, player):
     out = []
     for _id, fields in client.xrange(keys.outbox_key(player)):
         f = {k.decode(): v for k, v in fields.items()}
-        if f.get("kind") == b"update":
-            out.append(msgpack.unpackb(f["body"], raw=False, strict_map_key=False))
+        if f.get("kind") == b"update":  # a compact update: the entry's fields say the version
+            body = msgpack.unpackb(f["body"], raw=False, strict_map_key=False)
+            out.append({**body, "version": int(f["version"])})
     return out
 
 

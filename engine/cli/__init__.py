@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "room": ("engine.cli.room_cmd", "register room configs, list and show them"),
     "reconcile": ("engine.cli.reconcile", "settle finished matches that have no settlement (exactly once)"),
     "archive": ("engine.cli.archive", "export finished, settled matches to files and delete them from Redis"),
+    "verify-deal": ("engine.cli.verify_deal", "check a finished match's deal against its commitment and seeds"),
 }
 
 

@@ -205,7 +205,7 @@ class PlaySession:
 
     def __init__(self, config: Any, *, seed: int, console: Any, bot_policy: str = "trustee",
                  bot_seconds: float = 1.0, clock: Any = None, echo: bool = False,
-                 wake: Any = None):
+                 wake: Any = None, server_seeds: Any = None):
         from engine.tools.bot import Bot
         from workers.clock import SystemClock
         from workers.embedded import EmbeddedTimers
@@ -218,8 +218,13 @@ class PlaySession:
         # the bot never thinks longer than half its turn clock: it must not time out
         self.bot_ms = int(min(bot_seconds, config.turn_seconds / 2) * 1000)
         self._wake = wake  # called (from a worker thread) after each timer commit
+        from engine.service.shuffle import seeded_server_seeds
+
+        # the seed replays the same fair deal (docs/FAIRNESS.md) unless the caller passes a
+        # secret server seed source (the command line does when no --seed is given)
         self.timers = EmbeddedTimers("memory", clock=self.clock, rng=random.Random(seed),
-                                     publish=self._on_timer_commit)
+                                     publish=self._on_timer_commit,
+                                     server_seeds=server_seeds if server_seeds is not None else seeded_server_seeds(seed))
         self.service = self.timers.service
         self.bot = Bot(bot_policy, random.Random(seed + 1))
         self.match_id = f"play-{seed}"
@@ -741,8 +746,11 @@ def run(args: argparse.Namespace, stdin: Any = None, argv_console: Any = None) -
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     console = argv_console or Console(highlight=False)
     inbox: queue.Queue[tuple[str, str | None]] = queue.Queue()
+    from engine.service.shuffle import secure_server_seed
+
     session = PlaySession(config, seed=seed, console=console, bot_policy=args.bot, bot_seconds=bot_s,
-                          echo=not tty, wake=lambda: inbox.put(("timer", None)))
+                          echo=not tty, wake=lambda: inbox.put(("timer", None)),
+                          server_seeds=None if args.seed is not None else secure_server_seed)
     try:
         session.start()
         threading.Thread(target=_reader, args=(inbox, stream), name="play-stdin", daemon=True).start()

@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
             for n in names:
                 print(f"{n}\t{rooms.get(n).mode}")  # type: ignore[union-attr]
         return 0
-    cfg = rooms.get(args.name)
-    if cfg is None:
+    found = rooms.get(args.name)
+    if found is None:
         raise CliError(f"no room named {args.name!r} is registered (shuangkou room list)")
-    print(json.dumps(cfg.to_record(), indent=2, ensure_ascii=False))
+    print(json.dumps(found.to_record(), indent=2, ensure_ascii=False))
     return 0

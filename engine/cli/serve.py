@@ -48,6 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-cache", type=int, default=20_000, metavar="N",
                         help="match states kept in memory (LRU; the append's version check validates them; "
                              "0: load every match from the store for each command; default 20000)")
+    parser.add_argument("--outbox-ttl", type=int, default=86_400, metavar="SECONDS",
+                        help="player outbox and reply streams expire this long after their last entry "
+                             "(refreshed on every write; default 86400)")
+    parser.add_argument("--outbox-maxlen", type=int, default=200, metavar="N",
+                        help="entries kept per outbox/reply stream (MAXLEN ~; default 200)")
+    parser.add_argument("--full-view-every", type=int, default=60, metavar="N",
+                        help="an update carries the player's full view at least every N match versions "
+                             "(and on a join, the deal, the finish, a Sync; 1: always; default 60)")
     parser.add_argument("--reconcile-every", type=float, default=300.0, metavar="SECONDS",
                         help="settle finished matches without a settlement every SECONDS "
                              "(shuangkou reconcile; 0: never; default 300)")
@@ -86,6 +94,12 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--batch must be at least 1, got {args.batch}")
     if args.state_cache < 0:
         raise CliError(f"--state-cache must be 0 or more, got {args.state_cache}")
+    if args.outbox_ttl < 1:
+        raise CliError(f"--outbox-ttl must be at least 1 second, got {args.outbox_ttl}")
+    if args.outbox_maxlen < 1:
+        raise CliError(f"--outbox-maxlen must be at least 1, got {args.outbox_maxlen}")
+    if args.full_view_every < 1:
+        raise CliError(f"--full-view-every must be at least 1, got {args.full_view_every}")
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise CliError(f"--metrics-port must be 0..65535, got {args.metrics_port}")
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
@@ -109,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     check = getattr(raw_store, "check_layout", None)
     if check is not None:
         check()
-    store = metrics.InstrumentedStore(raw_store)
+    store = metrics.instrumented_store(raw_store)
     clock = SystemClock()
     rng = random.SystemRandom()  # R-1.5: unpredictable deals in production
     # one state cache for the process: the inbox consumers' commands and the in-process timer fires
@@ -151,9 +165,12 @@ def run(args: argparse.Namespace) -> int:
     # metrics are labelled by room: the registered rooms (a bounded set), anything else "other"
     metrics.register_room_labels(rooms.names())
     desk = OperatorDesk(ledger, rooms, service=isvc, clock=clock, on_room_added=metrics.register_room_labels)
+    delivery = {"outbox_ttl": args.outbox_ttl, "outbox_maxlen": args.outbox_maxlen,
+                "full_view_every": args.full_view_every}
     player_consumer = InboxConsumer(client, ChannelService(isvc, PLAYER), consumer, stream=PLAYER.stream,
+                                    **delivery,
                                     on_dead=lambda _code, _reason: metrics.observe_dead_letter("inbox"))
-    ops_consumer = InboxConsumer(client, ChannelService(isvc, OPS, desk), consumer, stream=OPS.stream,
+    ops_consumer = InboxConsumer(client, ChannelService(isvc, OPS, desk), consumer, stream=OPS.stream, **delivery,
                                  on_dead=lambda _code, _reason: metrics.observe_dead_letter("ops"))
     stop = threading.Event()
     threads: list[threading.Thread] = [

@@ -299,7 +299,9 @@ class Simulation:
         self.external = external
         self.prefix = prefix
         self.cleanup = cleanup
-        self.run_id = uuid.uuid4().hex[:8]
+        # fair deals depend on the match id: an embedded run with --seed names its matches
+        # after the seed (reproducible); on a shared Redis every run gets fresh names
+        self.run_id = f"s{seed}" if (seed is not None and not redis_url) else uuid.uuid4().hex[:8]
         self.players: set[str] = set()  # every player id this run sat (their sk:out streams)
         self.reply_streams: set[str] = set()
         self.report = Report(config=config.name, mode="redis" if redis_url else "embedded")
@@ -317,7 +319,7 @@ class Simulation:
         from projections.ledger import RedisLedger
         from engine.service.state_cache import StateCache
         from engine.store.redis_store import RedisEventStore
-        from projections.metrics import InstrumentedService, InstrumentedStore
+        from projections.metrics import InstrumentedService, instrumented_store
         from workers.clock import FakeClock, SystemClock
         from workers.embedded import EmbeddedTimers
 
@@ -335,7 +337,7 @@ class Simulation:
             self.client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
             self.clock = FakeClock()
         self.raw_store = RedisEventStore(self.client)
-        self.store = InstrumentedStore(self.raw_store)
+        self.store = instrumented_store(self.raw_store)
         deal_rng = random.Random(self.seed)
         self.timers = None
         self.capture: _Capture | None = None
@@ -348,8 +350,12 @@ class Simulation:
             self.gateways: list[Any] = []
         else:
             # one state cache shared by the gateway's service and the timer fires
+            from engine.service.shuffle import seeded_server_seeds
+
+            # --seed makes the run reproducible: the server seeds of the fair deals too
             self.timers = EmbeddedTimers(self.store, clock=self.clock, rng=deal_rng,
-                                         state_cache=StateCache(), cache_size=0)
+                                         state_cache=StateCache(), cache_size=0,
+                                         server_seeds=seeded_server_seeds(self.seed))
             svc = InstrumentedService(self.timers.service, store=self.store, clock=self.clock,
                                       config_name=self.config.name)
             self.capture = _Capture(svc)
@@ -509,9 +515,10 @@ class Simulation:
             else:
                 play = bot.choose(st, seat.player)
                 if play is None:
-                    cmd: Any = Pass(command_id=cid(), match_id=mid, player=seat.player)
+                    cmd: Any = Pass(command_id=cid(), match_id=mid, player=seat.player, expected_version=st.version)
                 else:
-                    cmd = Play(command_id=cid(), match_id=mid, player=seat.player, cards=play.cards)
+                    cmd = Play(command_id=cid(), match_id=mid, player=seat.player, cards=play.cards,
+                               expected_version=st.version)
                 r = self.submit(cmd)
                 if r.kind == "rejected" and r.code in ("not_your_turn", "stale"):
                     pass  # a timer got there first (real clock): read the state again

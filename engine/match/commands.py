@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Union
 
 import msgpack
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from engine.rules.cards import CardNotationError, parse_tokens
 from engine.match.errors import BadCommand
+from engine.match.fairness import client_seed_problem
 
 MAX_COMMAND_BYTES = 64 * 1024
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # every integer of a command fits a signed 64-bit int
@@ -65,9 +66,22 @@ class Leave(CommandBase):
 
 
 class Ready(CommandBase):
+    """The player is ready; ``client_seed`` (1–64 printable characters) is their entropy
+    for a fair deal (docs/FAIRNESS.md), defaulting to one derived from the player id."""
+
     type: Literal["Ready"] = "Ready"
     player: str
     expected_version: ExpectedVersion = None
+    client_seed: str | None = None
+
+    @field_validator("client_seed")
+    @classmethod
+    def _seed(cls, value: str | None) -> str | None:
+        if value is not None:
+            problem = client_seed_problem(value)
+            if problem is not None:
+                raise ValueError(problem)
+        return value
 
 
 class Deal(CommandBase):

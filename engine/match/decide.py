@@ -49,7 +49,7 @@ Decisions where the rules are silent (documented in the tests too):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.rules.cards import (
@@ -100,6 +100,7 @@ from engine.match.errors import (
     UnknownRoom,
     WrongPhase,
 )
+from engine.match import fairness
 from engine.match.events import (
     CardsPlayed,
     EventBase,
@@ -128,16 +129,28 @@ _ZH_NUM = "零一二三四五六七八九十"
 
 @dataclass(frozen=True)
 class Context:
-    """What decide may know of the world: the clock and, for a deal, the shuffle."""
+    """What decide may know of the world: the clock, the server seed of a new match and,
+    for a deal in a match without a commitment, the shuffle.
+
+    ``server_seed`` (32 bytes from a CSPRNG, CreateMatch only) makes the match a fair
+    one: MatchCreated records its commitment and every deal is computed from it
+    (docs/FAIRNESS.md); ``deck``/``lead_index`` are then ignored.  ``deal_on_ready``
+    says whether the second Ready deals at once (None: when a ``deck`` is given).
+    """
 
     now_ms: int
     deck: tuple[int, ...] | None = None  # a shuffled deck of the 108 ids (R-1.5)
     lead_index: int | None = None  # 0..53 into the 54 dealt cards (R-1.4)
+    server_seed: bytes | None = field(default=None, repr=False)
+    deal_on_ready: bool | None = None
     #: Sit: the player's balance in the room's mode, read from the engine's ledger (R-11;
     #: never from the message); 0 for a player the ledger has never seen
     balance: int = 0
     #: CreateMatch by room name: the registered room's config (None: not registered)
     room: RoomConfig | None = None
+
+    def deals_on_ready(self) -> bool:
+        return self.deck is not None if self.deal_on_ready is None else self.deal_on_ready
 
 
 class _Builder:
@@ -341,7 +354,8 @@ def _after_play(b: _Builder, i: int) -> None:
     if not seat.hand:
         n = len(opp.hand)
         b.emit(MatchFinished, winner=seat.player, loser=opp.player,
-               cards_left={seat.player: 0, opp.player: n}, kou=_cfg(s).kou.kou_of(n), reason="out")
+               cards_left={seat.player: 0, opp.player: n}, kou=_cfg(s).kou.kou_of(n), reason="out",
+               server_seed=s.server_seed)  # the reveal (FAIRNESS.md)
         return
     # with two players at most one auto-pass is ever needed: after it the
     # player who just played leads, and a leader always has a play (R-6.1)
@@ -385,7 +399,15 @@ def _create(b: _Builder, c: CreateMatch) -> None:
             cfg = RoomConfig.from_record(c.config or {})
         except (ConfigError, ValueError) as exc:
             raise BadCommand(f"bad room config: {exc}") from None
-    b.emit(MatchCreated, config=cfg.to_record())
+    seed = b.ctx.server_seed
+    if seed is None:  # no seed in the context: a match without fair deals (decide-level tests)
+        b.emit(MatchCreated, config=cfg.to_record())
+        return
+    if len(seed) != fairness.SEED_BYTES:
+        raise BadCommand(f"a server seed is {fairness.SEED_BYTES} bytes")
+    # a fair match: commit to the seed before anyone sits (docs/FAIRNESS.md)
+    b.emit(MatchCreated, config=cfg.to_record(), commitment=fairness.commitment(seed, c.match_id),
+           server_seed=seed.hex())
 
 
 def _seating(state: MatchState, what: str) -> None:
@@ -431,10 +453,28 @@ def _ready(b: _Builder, c: Ready) -> None:
         raise WrongPhase("the cards have already been dealt")
     if s.seat(i).ready:
         raise NotAllowed(f"{c.player} is already ready")
-    b.emit(PlayerReady, player=c.player)
+    seed = None
+    if s.commitment is not None:
+        seed = c.client_seed if c.client_seed is not None else fairness.default_client_seed(c.player)
+    b.emit(PlayerReady, player=c.player, client_seed=seed)
     st = b.state
-    if b.ctx.deck is not None and all(x is not None and x.ready for x in st.seats):
-        _deal_from_deck(b, b.ctx.deck, b.ctx.lead_index)
+    if b.ctx.deals_on_ready() and all(x is not None and x.ready for x in st.seats):
+        if st.server_seed is not None:
+            _deal_fair(b)
+        elif b.ctx.deck is not None:
+            _deal_from_deck(b, b.ctx.deck, b.ctx.lead_index)
+
+
+def _deal_fair(b: _Builder) -> None:
+    """The deal computed from the committed server seed and both client seeds (FAIRNESS.md)."""
+    s = b.state
+    assert s.server_seed is not None
+    seeds = tuple(fairness.default_client_seed(x.player) if x.client_seed is None else x.client_seed
+                  for x in (s.seat(0), s.seat(1)))
+    deal = fairness.fair_deal(bytes.fromhex(s.server_seed), seeds, s.match_id)
+    b.emit(HandDealt, hands=deal.hands, set_aside=deal.set_aside, lead_card=deal.lead_card,
+           first=deal.first, client_seeds=(seeds[0], seeds[1]))
+    _after_deal(b)
 
 
 def _deal_from_deck(b: _Builder, deck: Sequence[int], lead_index: int | None) -> None:
@@ -467,6 +507,9 @@ def _deal(b: _Builder, c: Deal) -> None:
     if unready:
         raise WrongPhase(f"not ready yet: {', '.join(unready)}")
     if c.hands is None:
+        if s.server_seed is not None:
+            _deal_fair(b)
+            return
         if b.ctx.deck is None:
             raise BadCommand("a deal needs either fixed hands or a shuffled deck")
         _deal_from_deck(b, b.ctx.deck, b.ctx.lead_index)
@@ -635,7 +678,7 @@ def _escape(b: _Builder, c: Escape) -> None:
     opp = s.seat(1 - i)
     b.emit(MatchFinished, winner=opp.player, loser=c.player,
            cards_left={opp.player: len(opp.hand), c.player: len(seat.hand)},
-           kou="escape", reason="escape")  # R-12.1 forfeit, settled by R-12.2/R-12.3
+           kou="escape", reason="escape", server_seed=s.server_seed)  # R-12.1 forfeit (R-12.2/R-12.3)
 
 
 _HANDLERS: dict[type[CommandBase], Callable[[_Builder, Any], None]] = {

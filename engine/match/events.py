@@ -67,10 +67,22 @@ class Reading(BaseModel):
 
 
 class MatchCreated(EventBase):
-    """First event: the full room config the match runs under (R-11.3)."""
+    """First event: the full room config the match runs under (R-11.3) and, for a fair
+    match (docs/FAIRNESS.md), the commitment to its server seed.
+
+    ``commitment`` = SHA-256(server_seed ‖ UTF-8(match_id)), 64 hex digits: public, in
+    every player's and spectator's view (``fair.commitment``) before any card is dealt.
+    ``server_seed`` (64 hex digits) is PRIVATE: stored with the match so that any
+    service replica can deal after a restart, dropped from everything sent to players
+    (:func:`public_event_dict`), revealed by MatchFinished.  Both None in matches
+    created before fair deals.
+    """
 
     type: Literal["MatchCreated"] = "MatchCreated"
     config: dict[str, Any]
+    commitment: str | None = Field(None, min_length=64, max_length=64)
+    server_seed: str | None = Field(None, min_length=64, max_length=64, repr=False,
+                                    description="PRIVATE until MatchFinished reveals it")
 
 
 class PlayerSeated(EventBase):
@@ -85,6 +97,8 @@ class PlayerSeated(EventBase):
 class PlayerReady(EventBase):
     type: Literal["PlayerReady"] = "PlayerReady"
     player: str
+    client_seed: str | None = Field(None, description="the player's entropy for a fair deal "
+                                    "(docs/FAIRNESS.md); None in matches without a commitment")
 
 
 class PlayerRemoved(EventBase):
@@ -103,6 +117,9 @@ class HandDealt(EventBase):
     set_aside: tuple[int, ...]
     lead_card: int | None = Field(description="the physical card that picked the leader; None for a fixed deal naming the leader")
     first: int = Field(ge=0, le=1, description="seat that leads the first trick")
+    client_seeds: tuple[str, str] | None = Field(None, description="the client seeds of seats 0 and 1 "
+                                                 "a fair deal was computed from; None for a fixed deal "
+                                                 "or a match without a commitment")
 
 
 class CardsPlayed(EventBase):
@@ -168,6 +185,8 @@ class MatchFinished(EventBase):
     cards_left: dict[str, int]
     kou: Kou
     reason: Literal["out", "escape"]
+    server_seed: str | None = Field(None, description="the revealed server seed (hex) of a match "
+                                    "with a commitment; None before fair deals")
 
 
 Event = Annotated[
@@ -179,8 +198,8 @@ Event = Annotated[
     Field(discriminator="type"),
 ]
 EVENT_TYPES: tuple[type[EventBase], ...] = (
-    MatchCreated, PlayerSeated, PlayerReady, PlayerRemoved, HandDealt, CardsPlayed, Passed,
-    TurnTimedOut, TrusteeshipStarted, TrusteeshipEnded, PlayerDisconnected,
+    MatchCreated, PlayerSeated, PlayerReady, PlayerRemoved, HandDealt, CardsPlayed,
+    Passed, TurnTimedOut, TrusteeshipStarted, TrusteeshipEnded, PlayerDisconnected,
     PlayerReconnected, PlayerEscaped, MatchFinished,
 )
 _EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)
@@ -190,8 +209,27 @@ class EventDecodeError(ValueError):
     """Stored bytes are not a valid event of a known schema version."""
 
 
+#: fields that are stored with the match but never sent to a player or a spectator
+PRIVATE_FIELDS: dict[str, tuple[str, ...]] = {"MatchCreated": ("server_seed",)}
+
+
 def event_to_dict(event: EventBase) -> dict[str, Any]:
+    """Every field of the event (storage, operator tools); players get :func:`public_event_dict`."""
     return event.model_dump(mode="python")
+
+
+def public_event_dict(event: EventBase) -> dict[str, Any]:
+    """The event without its private fields (``PRIVATE_FIELDS``): what may leave the engine.
+
+    >>> e = MatchCreated(match_id="m", seq=1, ts=0, command_id="c", config={},
+    ...                  commitment="a" * 64, server_seed="b" * 64)
+    >>> "server_seed" in public_event_dict(e)
+    False
+    """
+    data = event_to_dict(event)
+    for name in PRIVATE_FIELDS.get(str(data.get("type")), ()):
+        data.pop(name, None)
+    return data
 
 
 def event_from_dict(data: dict[str, Any]) -> EventBase:

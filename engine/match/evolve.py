@@ -123,7 +123,8 @@ def _update_seat(state: MatchState, player: str, **changes: object) -> Changes:
 
 @_handles(MatchCreated)
 def _created(e: MatchCreated, s: MatchState) -> Changes:
-    return {"config": RoomConfig.from_match_record(e.config), "phase": "seating"}
+    return {"config": RoomConfig.from_match_record(e.config), "phase": "seating",
+            "commitment": e.commitment, "server_seed": e.server_seed}
 
 
 @_handles(PlayerSeated)
@@ -133,7 +134,7 @@ def _seated(e: PlayerSeated, s: MatchState) -> Changes:
 
 @_handles(PlayerReady)
 def _ready(e: PlayerReady, s: MatchState) -> Changes:
-    return _update_seat(s, e.player, ready=True)
+    return _update_seat(s, e.player, ready=True, client_seed=e.client_seed)
 
 
 @_handles(PlayerRemoved)
@@ -149,7 +150,8 @@ def _dealt(e: HandDealt, s: MatchState) -> Changes:
         for i, seat in enumerate(s.seats)
     )
     return {"seats": seats, "set_aside": tuple(e.set_aside), "phase": "playing", "turn": e.first,
-            "first": e.first, "lead_card": e.lead_card, "to_beat": None, "trick": 1, "trick_plays": 0}
+            "first": e.first, "lead_card": e.lead_card, "to_beat": None, "trick": 1, "trick_plays": 0,
+            "client_seeds": None if e.client_seeds is None else (e.client_seeds[0], e.client_seeds[1])}
 
 
 @_handles(CardsPlayed)

@@ -48,6 +48,7 @@ class Seat:
     escaped: bool = False
     bombs: tuple[Combo, ...] = ()  # every bomb this player played, in order
     plays: int = 0  # CardsPlayed events of this player
+    client_seed: str | None = None  # from PlayerReady, in matches with a commitment (FAIRNESS.md)
 
     @property
     def trusteed(self) -> bool:
@@ -93,6 +94,11 @@ class MatchState:
     turn_started_at: int | None = None  # when the player on turn got it (the turn clock's start)
     last_ts: int = 0
     plays_total: int = field(default=0)
+    #: fair deals (docs/FAIRNESS.md): the public commitment and the PRIVATE server seed (hex);
+    #: the seed is never put in a view before the finish (projections/views.py)
+    commitment: str | None = None
+    server_seed: str | None = field(default=None, repr=False)
+    client_seeds: tuple[str, str] | None = None  # the seeds the fair deal was computed from
 
     # ---- lookups ---------------------------------------------------------
     def seat_of(self, player: str) -> int | None:
@@ -167,7 +173,7 @@ def _seat_to(s: Seat | None) -> dict[str, Any] | None:
     return {"player": s.player, "balance": s.balance, "level": s.level, "base": s.base,
             "ready": s.ready, "hand": list(s.hand), "timeouts": s.timeouts, "trustee": s.trustee,
             "connected": s.connected, "escaped": s.escaped,
-            "bombs": [_combo_to(b) for b in s.bombs], "plays": s.plays}
+            "bombs": [_combo_to(b) for b in s.bombs], "plays": s.plays, "client_seed": s.client_seed}
 
 
 def _seat_from(d: dict[str, Any] | None) -> Seat | None:
@@ -176,7 +182,8 @@ def _seat_from(d: dict[str, Any] | None) -> Seat | None:
     return Seat(player=d["player"], balance=d["balance"], level=d["level"], base=d["base"],
                 ready=d["ready"], hand=tuple(d["hand"]), timeouts=d["timeouts"],
                 trustee=d["trustee"], connected=d["connected"], escaped=d["escaped"],
-                bombs=tuple(_combo_from(b) for b in d["bombs"]), plays=d["plays"])
+                bombs=tuple(_combo_from(b) for b in d["bombs"]), plays=d["plays"],
+                client_seed=d.get("client_seed"))
 
 
 def state_to_dict(s: MatchState) -> dict[str, Any]:
@@ -194,6 +201,8 @@ def state_to_dict(s: MatchState) -> dict[str, Any]:
                       [list(p) for p in s.finished.cards_left]]),
         "deadline_at": s.deadline_at, "deadline_kind": s.deadline_kind,
         "turn_started_at": s.turn_started_at, "last_ts": s.last_ts, "plays_total": s.plays_total,
+        "commitment": s.commitment, "server_seed": s.server_seed,
+        "client_seeds": list(s.client_seeds) if s.client_seeds is not None else None,
     }
 
 
@@ -214,6 +223,8 @@ def state_from_dict(d: dict[str, Any]) -> MatchState:
                                                  tuple((p, n) for p, n in fin[4])),
         deadline_at=d["deadline_at"], deadline_kind=d["deadline_kind"],
         turn_started_at=d.get("turn_started_at"), last_ts=d["last_ts"], plays_total=d["plays_total"],
+        commitment=d.get("commitment"), server_seed=d.get("server_seed"),
+        client_seeds=None if d.get("client_seeds") is None else (d["client_seeds"][0], d["client_seeds"][1]),
     )
 
 

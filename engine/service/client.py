@@ -42,6 +42,7 @@ from engine.match.commands import (
     Sync,
     encode_command,
 )
+from engine.service.publish import expand_event
 from engine.store import keys
 from engine.store.redis_store import stream_replies
 
@@ -91,6 +92,17 @@ class OutMessage:
         f = {_s(k): v for k, v in fields.items()}
         body = msgpack.unpackb(f["body"], raw=False, strict_map_key=False) if "body" in f else {}
         version = f.get("version")
+        if body:  # compact updates leave out what the entry says (docs/PROTOCOL.md, "Updates")
+            match_id, command_id = _s(f.get("match", b"")), _s(f.get("command_id", b""))
+            body.setdefault("match_id", match_id)
+            body.setdefault("command_id", command_id)
+            if version is not None:
+                body.setdefault("version", int(version))
+            if "events" in body:
+                body.setdefault("duplicate", False)
+            if isinstance(body.get("events"), list):
+                body["events"] = [expand_event(e, match_id, command_id) if isinstance(e, dict) else e
+                                  for e in body["events"]]
         return cls(id=_s(entry_id), kind=_s(f.get("kind", b"")), match_id=_s(f.get("match", b"")),
                    command_id=_s(f.get("command_id", b"")),
                    version=None if version is None else int(version),
@@ -202,7 +214,12 @@ class GatewayClient:
 
     # the commands that carry only a player: one shape, one definition (_player_command)
     leave = _player_command(Leave)
-    ready = _player_command(Ready)
+
+    def ready(self, match_id: str, player: str, command_id: str | None = None,
+              client_seed: str | None = None) -> Sent:
+        """Send a Ready for ``player``; ``client_seed``: their entropy for the fair deal (FAIRNESS.md)."""
+        return self._send(Ready, match_id, command_id, player=player, client_seed=client_seed)
+
     request_trustee = _player_command(RequestTrustee)
     cancel_trustee = _player_command(CancelTrustee)
     disconnect = _player_command(Disconnect)

@@ -61,7 +61,7 @@ def lenient_map(raw: bytes | None, is_json: bool) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(raw) if is_json else msgpack.unpackb(raw, raw=False, strict_map_key=False)
-    except Exception:
+    except (Exception, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -105,6 +105,8 @@ def decode(raw: Any, is_json: bool) -> CommandBase:
         data = json.loads(raw)
     except ValueError as exc:
         raise BadCommand(f"command is not JSON: {exc}") from None
+    except RecursionError:
+        raise BadCommand("command is not JSON a command may be: nested too deeply") from None
     if not isinstance(data, dict):
         raise BadCommand("a command must be a map")
     return parse_command(data)

@@ -19,7 +19,7 @@ duplicate / rejected), refuses a fixed-hand ``Deal`` in a room without
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from engine.match.commands import AddRoom, CommandBase, Credit, Deal, Debit
 from engine.match.errors import BadCommand, InsufficientBalance, NotAllowed, Rejected
@@ -66,7 +66,7 @@ class OperatorDesk:
     def _entry(self, c: Credit | Debit) -> Outcome:
         if self.ledger is None:
             return self._outcome(c, NotAllowed("this service has no ledger"))
-        kind = "credit" if isinstance(c, Credit) else "debit"
+        kind: Literal["credit", "debit"] = "credit" if isinstance(c, Credit) else "debit"
         entry = LedgerEntry(kind, c.player, c.mode, c.amount if kind == "credit" else -c.amount,
                             c.command_id, int(self.clock()), c.reason, c.operator)
         result = self.ledger.record_entry(entry)

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 import msgpack
 import redis
@@ -26,7 +26,20 @@ import redis
 from engine.match.commands import MAX_COMMAND_BYTES, CommandBase
 from engine.match.errors import BadCommand, Rejected
 from engine.match.commands import Sync
-from engine.match.events import EventBase, HandDealt, MatchFinished, PlayerReconnected, PlayerSeated
+from engine.match.events import (
+    SCHEMA_VERSION,
+    EventBase,
+    HandDealt,
+    MatchFinished,
+    PlayerDisconnected,
+    PlayerEscaped,
+    PlayerReconnected,
+    PlayerRemoved,
+    PlayerSeated,
+    Reading,
+    TrusteeshipEnded,
+    TrusteeshipStarted,
+)
 from engine.match.state import MatchState
 from engine.store import keys
 
@@ -60,7 +73,7 @@ class Write(NamedTuple):
 
 DEFAULT_OUTBOX_TTL = 86_400  # s: an outbox/reply stream nobody wrote to for a day expires
 DEFAULT_OUTBOX_MAXLEN = 200  # entries kept per outbox/reply stream (MAXLEN ~)
-DEFAULT_FULL_VIEW_EVERY = 10  # an update carries the full view at least every N versions
+DEFAULT_FULL_VIEW_EVERY = 60  # an update carries the full view at least every N versions
 
 
 @dataclasses.dataclass
@@ -72,6 +85,14 @@ class GatewayStats:
     dead: int = 0
     retried: int = 0  # left pending after a transient failure (redelivered later)
     published: int = 0  # entries written to player/reply streams
+
+
+#: events after which every recipient's update carries the full view: a seating, the deal,
+#: the finish, and the rare changes of a player's status (connection, trusteeship, escape, removal)
+_VIEW_EVENTS: tuple[type[EventBase], ...] = (
+    PlayerSeated, HandDealt, MatchFinished, PlayerDisconnected, PlayerReconnected, TrusteeshipStarted, TrusteeshipEnded,
+    PlayerEscaped, PlayerRemoved,
+)
 
 
 def text(value: Any) -> str:
@@ -124,6 +145,43 @@ def safe_text(value: str, limit: int = 2000) -> str:
     return value[:limit].encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+#: what an event in an update leaves out: the update's own match and command ids and the
+#: event schema version; in a ``reading``, the fields at their defaults (null, empty)
+_UPDATE_DROPS = ("match_id", "command_id", "v")
+_READING_DEFAULTS: dict[str, Any] = {name: ([] if f.default == () else f.default)
+                                     for name, f in Reading.model_fields.items() if not f.is_required()}
+
+
+def compact_event(data: dict[str, Any]) -> dict[str, Any]:
+    """A redacted event as an update carries it (docs/PROTOCOL.md, "Updates"): without
+    the update's own ``match_id`` and ``command_id``, the schema version ``v``, and, in a
+    ``reading``, without the fields at their defaults.  :func:`expand_event` undoes it.
+
+    >>> e = {"match_id": "m", "command_id": "c", "v": 1, "seq": 7, "type": "CardsPlayed",
+    ...      "reading": {"kind": "single", "top": 3, "size": 1, "counts": [1], "xiang": None, "jokers_as": []}}
+    >>> compact_event(e)
+    {'seq': 7, 'type': 'CardsPlayed', 'reading': {'kind': 'single', 'top': 3, 'size': 1, 'counts': [1]}}
+    >>> expand_event(compact_event(e), "m", "c")["reading"]["jokers_as"]
+    []
+    """
+    out = {k: v for k, v in data.items() if k not in _UPDATE_DROPS}
+    reading = out.get("reading")
+    if isinstance(reading, dict):
+        out["reading"] = {k: v for k, v in reading.items()
+                          if not (k in _READING_DEFAULTS and v in (None, [], ()))}
+    return out
+
+
+def expand_event(data: dict[str, Any], match_id: str, command_id: str) -> dict[str, Any]:
+    """An event of a compact update in its full redacted form (what :func:`compact_event` dropped)."""
+    out = {"match_id": match_id, "command_id": command_id, "v": SCHEMA_VERSION, **data}
+    reading = out.get("reading")
+    if isinstance(reading, dict):
+        out["reading"] = {**{k: (list(v) if isinstance(v, list) else v) for k, v in _READING_DEFAULTS.items()},
+                          **reading}
+    return out
+
+
 def rejection_fields(match_id: str | None, cmd_id: str | None, code: str, reason: str) -> dict[str, Any]:
     return {"kind": "rejected", "match": match_id or "", "command_id": cmd_id or "",
             "code": code, "reason": safe_text(reason)}
@@ -170,7 +228,7 @@ class Publisher:
             return []
         pipe = self.redis.pipeline(transaction=False)
         for w in writes:
-            pipe.xadd(w.stream, w.fields, maxlen=w.maxlen, approximate=True)
+            pipe.xadd(w.stream, cast("dict[Any, Any]", w.fields), maxlen=w.maxlen, approximate=True)
             if w.ttl is not None:
                 pipe.expire(w.stream, w.ttl)
         replies = pipe.execute(raise_on_error=raise_on_error)
@@ -196,19 +254,18 @@ class Publisher:
 
     # -- building -------------------------------------------------------------------------
     def _wants_view(self, player: str, events: Sequence[EventBase], version: int, duplicate: bool) -> bool:
-        """Does ``player``'s update carry the full view?  On their join or reconnection, the deal, the finish,
-        a duplicate (a re-publication: what came before may be lost), and whenever the
-        update crosses a multiple of ``full_view_every`` (docs/PROTOCOL.md, "Resync")."""
+        """Does ``player``'s update carry the full view?  On a seating, the deal, the finish,
+        a change of a player's status (:data:`_VIEW_EVENTS`), a duplicate (a re-publication:
+        what came before may be lost), and whenever the update crosses a multiple of
+        ``full_view_every`` (docs/PROTOCOL.md, "Resync")."""
         n = self.full_view_every
         if duplicate or n == 1:
             return True
         if (version - len(events)) // n != version // n:
             return True
         for e in events:
-            if isinstance(e, (HandDealt, MatchFinished)):
+            if isinstance(e, _VIEW_EVENTS):
                 return True
-            if isinstance(e, (PlayerSeated, PlayerReconnected)) and e.player == player:
-                return True  # a join, a re-join
         return False
 
     def outputs(self, command: CommandBase, outcome: OutcomeLike, reply_to: str | None = None,
@@ -235,11 +292,11 @@ class Publisher:
             status = "rejected"
         elif isinstance(command, Sync):
             self.stats.accepted += 1
-            body = {"match_id": match_id, "command_id": cmd_id, "version": version,
-                    "view": view_for(state, command.player)}
+            sync_body = {"match_id": match_id, "command_id": cmd_id, "version": version,
+                         "view": view_for(state, command.player)}
             out.append(self._delivery(keys.outbox_key(command.player),
                                       {"kind": "sync", "match": match_id, "command_id": cmd_id,
-                                       "version": version, "body": pack(body)}))
+                                       "version": version, "body": pack(sync_body)}))
             status = "accepted"
         else:
             status = "duplicate" if outcome.duplicate else "accepted"
@@ -251,13 +308,13 @@ class Publisher:
             if events:
                 duplicate = bool(outcome.duplicate)
                 for player in recipients(state, events):
+                    # compact (docs/PROTOCOL.md "Updates"): the entry's fields say the match,
+                    # the command and the version; the events follow ``version - len(events)``
                     body: dict[str, Any] = {
-                        "match_id": match_id, "command_id": cmd_id, "version": version,
-                        "duplicate": duplicate,
-                        "events": [redact_event(e, player, state=state) for e in events],
+                        "events": [compact_event(redact_event(e, player, state=state)) for e in events],
                     }
-                    if not duplicate:  # the version the events follow (a duplicate's are older)
-                        body["base_version"] = version - len(events)
+                    if duplicate:  # a re-publication: its events are older than ``version``
+                        body["duplicate"] = True
                     if self._wants_view(player, events, version, duplicate):
                         body["view"] = view_for(state, player)
                     out.append(self._delivery(keys.outbox_key(player),

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from engine.rules.cards import DECK_SIZE
-from engine.service.shuffle import RandomSource, shuffled_deck
+from engine.service.shuffle import RandomSource, SeedSource, secure_server_seed, shuffled_deck
 from engine.config import RoomConfig
 from engine.match.commands import CommandBase, CreateMatch, Deal, Ready, Sit, Sync
 from engine.match.decide import DEALT, Context, decide_and_apply
@@ -71,7 +71,7 @@ class FixedBalances:
     """
 
     def __init__(self, balances: Mapping[Any, int]):
-        self._balances = dict(balances)
+        self._balances: dict[Any, int] = dict(balances)
 
     def balance(self, player: str, mode: str) -> int:
         return int(self._balances.get((player, mode), self._balances.get(player, 0)))
@@ -97,7 +97,8 @@ class MatchService:
                  snapshot_every: int = 50, retries: int = 5, deal_on_ready: bool = True,
                  on_commit: Callable[[Outcome], None] | None = None,
                  state_cache: StateCache | None = None,
-                 balances: BalanceSource | None = None, rooms: RoomSource | None = None):
+                 balances: BalanceSource | None = None, rooms: RoomSource | None = None,
+                 server_seeds: SeedSource = secure_server_seed):
         self.store = store
         self.clock = clock
         self.rng = rng
@@ -116,6 +117,9 @@ class MatchService:
         self.balances = balances
         #: the registered rooms a CreateMatch may name (None: none registered)
         self.rooms = rooms
+        #: draws the 32-byte server seed of each new match (docs/FAIRNESS.md): ``secrets``
+        #: in production; tests and simulations pass a reproducible one
+        self.server_seeds = server_seeds
 
     # -- loading ----------------------------------------------------------------
     def load_state(self, match_id: str) -> MatchState:
@@ -160,15 +164,19 @@ class MatchService:
             mode = state.config.mode if state is not None and state.config is not None else "points"
             balance = self.balances.balance(command.player, mode) if self.balances is not None else 0
             return Context(now_ms=now, balance=int(balance))
-        if isinstance(command, CreateMatch) and command.room is not None:
-            room = self.rooms.get(command.room) if self.rooms is not None else None
-            return Context(now_ms=now, room=room)
+        if isinstance(command, CreateMatch):
+            room = None
+            if command.room is not None:
+                room = self.rooms.get(command.room) if self.rooms is not None else None
+            return Context(now_ms=now, room=room, server_seed=bytes(self.server_seeds()))
         wants_deck = isinstance(command, Deal) and command.hands is None
         # a test room (test_deals) waits for an explicit Deal: fixed hands from the operator channel
         test_room = state is not None and state.config is not None and state.config.test_deals
         wants_deck = wants_deck or (isinstance(command, Ready) and self.deal_on_ready and not test_room)
         if not wants_deck:
-            return Context(now_ms=now)
+            return Context(now_ms=now, deal_on_ready=False)
+        if state is not None and state.server_seed is not None:  # a fair match: decide computes the deck
+            return Context(now_ms=now, deal_on_ready=self.deal_on_ready)
         deck = tuple(shuffled_deck(self.rng))
         randrange = getattr(self.rng, "randrange", None)
         if randrange is not None:
@@ -178,7 +186,7 @@ class MatchService:
             self.rng.shuffle(idx)
             lead = idx[0]
         assert len(deck) == 2 * DECK_SIZE
-        return Context(now_ms=now, deck=deck, lead_index=lead)
+        return Context(now_ms=now, deck=deck, lead_index=lead, deal_on_ready=self.deal_on_ready)
 
     def _stored_events_of(self, match_id: str, command_id: str) -> tuple[EventBase, ...]:
         # the command-id hash, then only that command's seqs: a refusal costs the same at

@@ -26,17 +26,62 @@ from collections import OrderedDict
 from typing import Any
 
 DEFAULT_SIZE = 20_000
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+
+#: the estimated memory of one cached state: the state, its seats and its room config
+#: (a RoomConfig per match: ~3 KB of pydantic objects), plus each card id held in a tuple
+STATE_OVERHEAD_BYTES = 6_000
+BYTES_PER_CARD = 40
+
+
+def estimated_bytes(state: Any) -> int:
+    """A cheap estimate of a state's memory (no traversal of pydantic objects).
+
+    >>> from engine.match.state import MatchState
+    >>> estimated_bytes(MatchState(match_id="m"))
+    6000
+    """
+    cards = len(getattr(state, "table", ())) + len(getattr(state, "set_aside", ()))
+    for seat in getattr(state, "seats", ()):
+        if seat is not None:
+            cards += len(seat.hand)
+    return STATE_OVERHEAD_BYTES + BYTES_PER_CARD * cards
 
 
 class StateCache:
-    """Bounded LRU of ``match_id -> MatchState`` keeping the highest version seen."""
+    """Bounded LRU of ``match_id -> MatchState`` keeping the highest version seen.
 
-    def __init__(self, size: int = DEFAULT_SIZE):
+    Bounded twice: ``size`` states and about ``max_bytes`` of memory
+    (:func:`estimated_bytes`).  A finished match is dropped (nothing is decided on it
+    any more: a late command or a Sync loads it from the store)."""
+
+    def __init__(self, size: int = DEFAULT_SIZE, max_bytes: int = DEFAULT_MAX_BYTES):
         self.size = int(size)
+        self.max_bytes = int(max_bytes)
         self._states: OrderedDict[str, Any] = OrderedDict()
+        self._bytes: dict[str, int] = {}
+        self.bytes = 0  # estimated memory of the cached states
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+
+    def _set(self, mid: str, state: Any) -> None:
+        """Cache ``state`` (lock held), or drop the match when it is finished; then evict."""
+        if getattr(state, "phase", None) == "finished":
+            self._pop(mid)
+            return
+        n = estimated_bytes(state)
+        self.bytes += n - self._bytes.get(mid, 0)
+        self._bytes[mid] = n
+        self._states[mid] = state
+        self._states.move_to_end(mid)
+        while self._states and (len(self._states) > self.size or self.bytes > self.max_bytes):
+            old, _ = self._states.popitem(last=False)
+            self.bytes -= self._bytes.pop(old, 0)
+
+    def _pop(self, mid: str) -> None:
+        if self._states.pop(mid, None) is not None:
+            self.bytes -= self._bytes.pop(mid, 0)
 
     def __len__(self) -> int:
         return len(self._states)
@@ -64,10 +109,9 @@ class StateCache:
         with self._lock:
             old = self._states.get(mid)
             if old is None or old.version <= state.version:
-                self._states[mid] = state
-            self._states.move_to_end(mid)
-            while len(self._states) > self.size:
-                self._states.popitem(last=False)
+                self._set(mid, state)
+            else:
+                self._states.move_to_end(mid)
 
     def replace(self, state: Any) -> None:
         """Remember ``state`` even if an older-looking one is cached (a stream found
@@ -76,15 +120,16 @@ class StateCache:
             return
         with self._lock:
             if state.version == 0:
-                self._states.pop(state.match_id, None)
+                self._pop(state.match_id)
                 return
-            self._states[state.match_id] = state
-            self._states.move_to_end(state.match_id)
+            self._set(state.match_id, state)
 
     def discard(self, match_id: str) -> None:
         with self._lock:
-            self._states.pop(match_id, None)
+            self._pop(match_id)
 
     def clear(self) -> None:
         with self._lock:
             self._states.clear()
+            self._bytes.clear()
+            self.bytes = 0

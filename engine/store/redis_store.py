@@ -172,9 +172,9 @@ class RedisEventStore(EventStore):
             if events is None:
                 events = [decode_event(p) for p in payloads]
             return AppendResult(version=int(reply[1]), duplicate=False, events=tuple(events))
-        first, last = int(reply[1]), int(reply[2])
-        stored = self._range(match_id, first, last) if last >= first else []
-        return AppendResult(version=last, duplicate=True, events=tuple(stored))
+        lo, hi = int(reply[1]), int(reply[2])
+        stored = self._range(match_id, lo, hi) if hi >= lo else []
+        return AppendResult(version=hi, duplicate=True, events=tuple(stored))
 
     def _range(self, match_id: str, first: int, last: int | None) -> list[EventBase]:
         """Events with first <= seq <= last (last None: to the end), paged."""

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.match.events import EventBase, EventDecodeError, event_from_dict
+from engine.match.events import PRIVATE_FIELDS, EventBase, EventDecodeError, MatchFinished, event_from_dict
 
 EXPORT_TAG = "shuangkou-match"
 EXPORT_FORMAT = 1
@@ -58,8 +58,20 @@ def export_text(events: Sequence[EventBase], settlement: dict[str, Any] | None, 
     header = {"export": EXPORT_TAG, "format": EXPORT_FORMAT, "match_id": events[0].match_id,
               "exported_at_ms": exported_at_ms, "events": len(events), "settlement": settlement}
     lines = [json.dumps(header, ensure_ascii=False)]
-    lines += [json.dumps(e.model_dump(mode="json"), ensure_ascii=False) for e in events]
+    finished = any(isinstance(e, MatchFinished) for e in events)
+    lines += [json.dumps(_exported(e, finished), ensure_ascii=False) for e in events]
     return "\n".join(lines) + "\n"
+
+
+def _exported(event: EventBase, finished: bool) -> dict[str, Any]:
+    """An event as exported: before the finish without its private fields (the server
+    seed of a fair deal is revealed by MatchFinished, docs/FAIRNESS.md), since an export
+    may be handed to a player."""
+    data = event.model_dump(mode="json")
+    if not finished:
+        for name in PRIVATE_FIELDS.get(str(data.get("type")), ()):
+            data.pop(name, None)
+    return data
 
 
 def _event(item: Any, where: str) -> EventBase:

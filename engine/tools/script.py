@@ -251,14 +251,15 @@ def check_script(data: dict[str, Any]) -> None:
 class _Runner:
     def __init__(self, cfg: RoomConfig, match_id: str, seed: Any, fixed: bool,
                  balances: dict[str, int] | None = None):
-        from engine.service.shuffle import seeded_random
+        from engine.service.shuffle import seeded_random, seeded_server_seeds
         from engine.service.service import FixedBalances, MatchService
         from engine.store.memory import InMemoryEventStore
 
         self.clock = FakeClock()
         self.store = InMemoryEventStore()
-        self.service = MatchService(self.store, self.clock, seeded_random(seed if seed is not None else 0),
-                                    deal_on_ready=not fixed,
+        seed = seed if seed is not None else 0
+        self.service = MatchService(self.store, self.clock, seeded_random(seed), deal_on_ready=not fixed,
+                                    server_seeds=seeded_server_seeds(seed),
                                     # the script's balances stand for the engine's ledger
                                     balances=FixedBalances(balances or {}))
         self.match_id = match_id

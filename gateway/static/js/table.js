@@ -6,6 +6,7 @@
 import { api, claims, clientConfig, devToken, forgetToken, storedToken, tokenFromHost, tokenFromUrl } from "./auth.js";
 import { cardElement, sortCards } from "./cards.js";
 import { Link } from "./socket.js";
+import { randomClientSeed, verifyDeal } from "./fair.js";
 import { BOMB_KINDS, KOU, TRUSTEE_REASON, describe, eventReading, modeWords, readingWords } from "./words.js";
 
 const $ = (sel) => document.querySelector(sel);
@@ -20,7 +21,12 @@ const S = {
   selected: new Set(), readings: [], reading: 0, readingsSeq: 0,
   settled: null, balance: null, clock: { version: null, total: null }, offset: null,
   log: [], bombs: [], rooms: [], bombsSeen: {}, learned: {},
+  fair: null,  // what this page saw of the current match's deal (renderFair, verify-deal)
 };
+
+function freshFair() {
+  return { dealtHand: null, first: null, leadCard: null, played: {}, mySeed: null, readyId: null, result: null };
+}
 
 // ---- status, notices ------------------------------------------------------------------------
 
@@ -255,6 +261,7 @@ function render() {
   renderLast(view);
   renderLog();
   renderReadings();
+  renderFair(view);
   tickClock();
   if (S.linkState === "open") setStatus(statusFor(view), view.your_turn ? "turn" : "");
 }
@@ -373,12 +380,17 @@ function bind() {
     refreshReadings();
   });
   $("[data-action=play]").addEventListener("click", play);
+  $("[data-action=verify-deal]").addEventListener("click", verifyThisDeal);
   $("[data-action=pass]").addEventListener("click", pass);
   $("[data-action=hint]").addEventListener("click", hint);
   $("[data-action=trustee]").addEventListener("click", () => S.link.send({ type: "RequestTrustee" }));
   $("[data-action=cancel-trustee]").addEventListener("click", () => S.link.send({ type: "CancelTrustee" }));
   $("[data-action=ready]").addEventListener("click", () => {
-    S.link.send({ type: "Ready" });
+    // a random client seed of our own: the operator cannot know it when committing (FAIRNESS.md)
+    const seed = randomClientSeed();
+    const id = randomClientSeed();
+    S.pendingSeed = { seed, id };
+    S.link.send({ type: "Ready", command_id: id, client_seed: seed });
     $("[data-action=ready]").hidden = true;
     setStatus("Ready — waiting for the opponent 已準備，等待對手");
   });
@@ -596,15 +608,80 @@ function onUpdate(msg) {
   S.link.version = msg.version;
   if (S.match !== msg.match) {
     S.match = msg.match;
+    S.fair = freshFair();
     S.log = [];
     S.selected.clear();
     S.readings = [];
   }
   noteEvents(msg.events);
+  noteFair(msg.events, view);
   S.view = view;
   announceBombs(view, !msg.view);
   if (view.phase === "playing" && S.settled && S.settled.match !== msg.match) show("[data-settlement]", false);
   render();
+}
+
+// ---- provably fair deals (docs/FAIRNESS.md) -----------------------------------------------
+
+function noteFair(events, view) {
+  if (!S.fair) S.fair = freshFair();
+  const mySeat = S.spectator ? null : seatsOf(view).findIndex((s) => s.player === S.me);
+  for (const e of events || []) {
+    if (e.type === "PlayerReady" && e.player === S.me && S.pendingSeed && e.client_seed === S.pendingSeed.seed) {
+      S.fair.mySeed = S.pendingSeed.seed;
+    } else if (e.type === "HandDealt") {
+      S.fair.first = e.first;
+      S.fair.leadCard = e.lead_card;
+      if (mySeat !== null && mySeat >= 0 && e.hands && e.hands[mySeat]) S.fair.dealtHand = e.hands[mySeat];
+    } else if (e.type === "CardsPlayed") {
+      (S.fair.played[e.player] = S.fair.played[e.player] || []).push(...e.cards);
+    }
+  }
+}
+
+function renderFair(view) {
+  const fair = view && view.fair;
+  show("#fair", !!fair);
+  if (!fair) return;
+  const code = $("[data-commitment]");
+  code.textContent = fair.commitment;
+  const revealed = view.phase === "finished" && !!fair.server_seed;
+  show("[data-verify]", revealed);
+  if (!revealed && S.fair) S.fair.result = null;
+  const res = S.fair && S.fair.result;
+  const out = $("[data-verify-result]");
+  out.dataset.verifyResult = res ? (res.ok ? "ok" : "mismatch") : "";
+  out.textContent = res ? (res.ok ? "✔ The deal is fair: it is the one the commitment and the seeds give. 發牌公平"
+    : "✘ The deal does NOT match its commitment and seeds. 發牌不符") : "";
+  const item = (c) => {
+    const li = document.createElement("li");
+    li.textContent = `${c.ok ? "✔" : "✘"} ${c.text}`;
+    li.className = c.ok ? "ok" : "bad";
+    return li;
+  };
+  $("[data-verify-checks]").replaceChildren(...(res ? res.checks.map(item) : []));
+}
+
+async function verifyThisDeal() {
+  const view = S.view;
+  if (!view || !view.fair || !view.fair.server_seed) return;
+  const seats = seatsOf(view);
+  const mySeat = S.spectator ? null : seats.findIndex((s) => s.player === S.me);
+  const played = {};
+  seats.forEach((s, i) => { if (s && S.fair && S.fair.played[s.player]) played[i] = S.fair.played[s.player]; });
+  const f = S.fair || freshFair();
+  try {
+    f.result = await verifyDeal({
+      matchId: view.match_id, commitment: view.fair.commitment, serverSeed: view.fair.server_seed,
+      clientSeeds: view.fair.client_seeds, seat: mySeat !== null && mySeat >= 0 ? mySeat : null,
+      dealtHand: f.dealtHand, hand: view.hand ? view.hand.ids : null, first: f.first, leadCard: f.leadCard,
+      played, table: view.table_ids, mySeed: f.mySeed,
+    });
+  } catch (err) {
+    f.result = { ok: false, checks: [{ ok: false, text: `could not recompute the deal: ${err.message}` }] };
+  }
+  S.fair = f;
+  renderFair(view);
 }
 
 function renderSettlement(msg) {
@@ -686,6 +763,13 @@ function onMessage(msg) {
       onUpdate(msg);
       break;
     case "rejected":
+      if (S.pendingSeed && msg.command_id === S.pendingSeed.id && msg.code === "bad_command"
+          && /client_seed/.test(msg.reason || "")) {
+        // a gateway that does not forward client seeds yet: be ready with the default seed
+        S.pendingSeed = null;
+        S.link.send({ type: "Ready" });
+        break;
+      }
       setStatus(`Refused 不行: ${msg.reason} (${msg.code})`, "error");
       if (msg.view && msg.view.match_id) {
         S.view = msg.view;
