@@ -174,6 +174,11 @@ class _Builder:
 
 def decide(state: MatchState, command: CommandBase, ctx: Context) -> list[EventBase]:
     """The events ``command`` causes in ``state``, or a :class:`Rejected` raised."""
+    return decide_and_apply(state, command, ctx)[0]
+
+
+def _checked_handler(state: MatchState, command: CommandBase) -> Callable[[_Builder, Any], None] | None:
+    """The command's handler once the checks every command passes are passed (None: a Sync)."""
     if command.match_id != state.match_id:
         raise BadCommand(f"command for match {command.match_id!r} sent to match {state.match_id!r}")
     handler = _HANDLERS.get(type(command))
@@ -187,16 +192,28 @@ def decide(state: MatchState, command: CommandBase, ctx: Context) -> list[EventB
         raise StaleCommand(f"the match is at version {state.version}, not {expected} as the command "
                            "expected: look at the current view and decide again")
     if isinstance(command, Sync):  # any phase, a finished match too: it only reads
-        return []
+        return None
     if state.phase == "finished" and not isinstance(command, CreateMatch):
         # MatchFinished is the last event a match ever gets (settlement and the
         # projection runner rely on it): nothing is decided after it
         if isinstance(command, (TurnTimeout, TrusteeAct, ReadyTimeout)):
             raise StaleCommand(f"match {state.match_id} is over: the timer has nothing to do")
         _not_over(state)
+    return handler
+
+
+def decide_and_apply(state: MatchState, command: CommandBase,
+                     ctx: Context) -> tuple[list[EventBase], MatchState]:
+    """:func:`decide` and the state after its events: decide applies each event as it
+    builds it (later checks see it), so the caller need not fold them a second time
+    (the result equals ``replay(events, state)``).  A :class:`Rejected` is raised as by
+    :func:`decide`."""
+    handler = _checked_handler(state, command)
+    if handler is None:  # a Sync: it only reads
+        return [], state
     b = _Builder(state, command, ctx)
     handler(b, command)
-    return b.events
+    return b.events, b.state
 
 
 def verify_play(state: MatchState, player: str, cards: Sequence[int],

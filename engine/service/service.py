@@ -39,7 +39,7 @@ from engine.rules.cards import DECK_SIZE
 from engine.service.shuffle import RandomSource, SeedSource, secure_server_seed, shuffled_deck
 from engine.config import RoomConfig
 from engine.match.commands import CommandBase, CreateMatch, Deal, Ready, Sit, Sync
-from engine.match.decide import DEALT, Context, decide
+from engine.match.decide import DEALT, Context, decide_and_apply
 from engine.match.errors import Rejected
 from engine.match.events import EventBase
 from engine.match.replay import replay
@@ -235,7 +235,8 @@ class MatchService:
         while attempt < self.retries:
             attempt += 1
             try:
-                events = decide(state, command, self._context(command, state))
+                # decide folds each event as it builds it: no second fold here (issue 13 §4)
+                events, new_state = decide_and_apply(state, command, self._context(command, state))
             except Rejected as rej:
                 if not verified:  # never refuse on a stale cached state: decide again on the truth
                     verified = True
@@ -252,7 +253,6 @@ class MatchService:
                 return Outcome((), state, rej, False, attempt)
             if not events:  # a read (Sync): nothing to append, nothing recorded
                 return Outcome((), state, None, False, attempt)
-            new_state = replay(events, state)
             try:
                 result = self.store.append(mid, state.version, command.command_id, events,
                                            new_state.deadline())

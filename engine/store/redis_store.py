@@ -154,8 +154,8 @@ class RedisEventStore(EventStore):
             at = str(deadline.at_ms)
             info = f"{deadline.version}|{deadline.kind}|{deadline.at_ms}"
         if payloads:  # the feed entry says whether this append finishes the match
-            last = events[-1] if events else decode_event(payloads[-1])
-            finishes = "1" if isinstance(last, MatchFinished) else "0"
+            final = events[-1] if events else decode_event(payloads[-1])
+            finishes = "1" if isinstance(final, MatchFinished) else "0"
         else:
             finishes = "0"
         try:
