@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,42 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.processes import stop_group, tail, wait_for
+
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = b"test-secret-0123456789abcdef0123456789"
 
 
-def _tail(path: Path) -> str:
-    return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
 
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str, logs: tuple[Path, ...] = ()) -> Any:
-    end = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"{what} (waited {timeout_s}s)\n" +
-                                 "\n".join(f"--- {p.name}:\n{_tail(p)}" for p in logs))
-        time.sleep(0.05)
 
 
-def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout_s: float = 20) -> int | None:
-    """Signal the process group (started with start_new_session), SIGKILL what is left."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    return proc.wait(timeout=10)
 
 
 def write_room(path: Path, name: str, **overrides: Any) -> Path:
@@ -123,12 +96,12 @@ class Stack:
                                                 "--broker-url", self.broker_url, "--consumer", "gw-it-1"])
         wait_for(lambda: "ready consumer" in out.read_text(errors="replace") or serve.poll() is not None,
                  60, "serve did not start", tuple(self.logs))
-        assert serve.poll() is None, _tail(err)
+        assert serve.poll() is None, tail(err)
         worker, _wout, werr = self._spawn("worker", [sys.executable, "-m", "dramatiq", "--processes", "1",
                                                      "--threads", "4", "workers.actors"])
         wait_for(lambda: "Worker process is ready" in werr.read_text(errors="replace") or worker.poll() is not None,
                  60, "the dramatiq worker did not start", tuple(self.logs))
-        assert worker.poll() is None, _tail(werr)
+        assert worker.poll() is None, tail(werr)
 
     def start_gateway(self, name: str, *extra: str) -> Gateway:
         assert self.secret_file is not None
@@ -139,7 +112,7 @@ class Stack:
         proc, out, err = self._spawn(f"gateway-{name}", argv)
 
         def port() -> int | None:
-            assert proc.poll() is None, "the gateway exited:\n" + _tail(err)
+            assert proc.poll() is None, "the gateway exited:\n" + tail(err)
             for line in out.read_text(errors="replace").splitlines():
                 if line.startswith("gateway-port "):
                     return int(line.split()[1])

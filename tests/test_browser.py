@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -36,6 +35,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.processes import stop_group, tail, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.redis, pytest.mark.worker]
 
@@ -52,37 +53,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _tail(path: Path) -> str:
-    return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
 
-def _wait_for(check, timeout_s: float, what: str, logs=()):
-    """Poll ``check()`` until it returns a true value; fail (with the logs) after ``timeout_s``."""
-    end = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > end:
-            pytest.fail(f"{what} (waited {timeout_s}s)\n" + "\n".join(f"--- {p.name}:\n{_tail(p)}" for p in logs))
-        time.sleep(0.1)
 
 
-def _stop_group(proc: subprocess.Popen, timeout_s: float = 20) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=10)
 
 
 def _quick_room(tmp_path: Path) -> Path:
@@ -150,17 +124,17 @@ def stack(redis_server, tmp_path):
 
         def up() -> bool:
             for p in procs:
-                assert p.poll() is None, "a process exited:\n" + "\n".join(_tail(x) for x in logs)
+                assert p.poll() is None, "a process exited:\n" + "\n".join(tail(x) for x in logs)
             try:
                 return urllib.request.urlopen(base + "/healthz", timeout=2).status == 200
             except OSError:
                 return False
 
-        _wait_for(up, 60, "the gateway never answered /healthz", logs)
+        wait_for(up, 60, "the gateway never answered /healthz", logs)
         yield {"base": base, "store_url": store_url, "logs": logs}
     finally:
         for p in reversed(procs):
-            _stop_group(p)
+            stop_group(p)
         for f in files:
             f.close()
 
@@ -337,7 +311,7 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
             assert spectator_seen_cards
 
             # -- the settlement equals the ledger's ---------------------------------------------
-            settled = _wait_for(lambda: ledger.settlement(match_id), 60, "the ledger never settled the match",
+            settled = wait_for(lambda: ledger.settlement(match_id), 60, "the ledger never settled the match",
                                 stack["logs"])
             shown = {p: int(page.text_content(f"[data-settlement] [data-score='{p}']")) for p in settled.scores}
             assert shown == settled.scores

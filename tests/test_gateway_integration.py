@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.gateway_support import Client, Closed, kind, lobby, seat_of, start_stack, stop_group
+from tests.gateway_support import Client, Closed, kind, lobby, seat_of, start_stack
+from tests.processes import stop_group
 
 pytestmark = [pytest.mark.redis, pytest.mark.worker, pytest.mark.slow]
 

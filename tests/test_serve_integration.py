@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import stop_group, tail, wait_for
+
 pytestmark = [pytest.mark.redis, pytest.mark.worker]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,39 +52,10 @@ def _sum(samples: dict[str, float], name: str, **labels: str) -> float:
     return total
 
 
-def _tail(path: Path) -> str:
-    return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
 
-def _wait_for(check, timeout_s: float, what: str, logs: tuple[Path, ...] = ()):
-    """Poll ``check()`` (every 0.1 s) until it returns a true value; fail after ``timeout_s``."""
-    end = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > end:
-            pytest.fail(f"{what} (waited {timeout_s}s)\n" + "\n".join(f"--- {p.name}:\n{_tail(p)}" for p in logs))
-        time.sleep(0.1)
 
 
-def _stop_group(proc: subprocess.Popen, timeout_s: float = 20) -> None:
-    """SIGTERM the process group (dramatiq's worker processes and exposition server
-    too); SIGKILL it when it does not stop in time.  Never leaves a process behind."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # stragglers of the group, if any
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -118,28 +91,28 @@ def stack(redis_server, tmp_path):
         procs.append(worker)
 
         def serve_port() -> int | None:
-            assert serve.poll() is None, "serve exited:\n" + _tail(serve_err)
+            assert serve.poll() is None, "serve exited:\n" + tail(serve_err)
             for line in serve_out.read_text(errors="replace").splitlines():
                 if line.startswith("metrics-port "):
                     return int(line.split()[1])
             return None
 
-        port = _wait_for(serve_port, 60, "serve did not report its metrics port", logs)
+        port = wait_for(serve_port, 60, "serve did not report its metrics port", logs)
 
         def worker_up() -> bool:
-            assert worker.poll() is None, "the worker exited:\n" + _tail(worker_log)
+            assert worker.poll() is None, "the worker exited:\n" + tail(worker_log)
             try:
                 _scrape(wport)
                 return True
             except OSError:
                 return False
 
-        _wait_for(worker_up, 60, "the worker's metrics never came up", logs)
+        wait_for(worker_up, 60, "the worker's metrics never came up", logs)
         yield {"store_url": store_url, "serve": serve, "worker": worker, "port": port, "wport": wport,
                "logs": logs}
     finally:
         for p in procs:
-            _stop_group(p)
+            stop_group(p)
         for f in files:
             f.close()
 
@@ -252,7 +225,7 @@ def test_serve_and_worker_metrics_match_what_happened(stack):
                 and _sum(serve_m, "shuangkou_projection_lag_events") == 0
                 and _sum(worker_m, "dramatiq_messages_total", actor_name="fire_deadline") >= timeouts)
 
-    _wait_for(settled, 30, "the metrics did not catch up with the stored events", stack["logs"])
+    wait_for(settled, 30, "the metrics did not catch up with the stored events", stack["logs"])
 
     assert both("shuangkou_matches_created_total") == 4
     assert both("shuangkou_matches_started_total") == 4
@@ -271,4 +244,4 @@ def test_serve_and_worker_metrics_match_what_happened(stack):
 
     serve = stack["serve"]
     serve.send_signal(signal.SIGTERM)
-    assert serve.wait(timeout=30) == 0, _tail(stack["logs"][0])
+    assert serve.wait(timeout=30) == 0, tail(stack["logs"][0])
