@@ -730,6 +730,8 @@ def initialize_counters(config_names: Iterable[str] | None = None) -> None:
         SETTLEMENTS_PARKED.labels(code)
     for ctype, result in product(command_types(), COMMAND_RESULTS):
         COMMANDS.labels(ctype, result)
+    for ctype in command_types():  # the latency histogram too: a dashboard's quantile has its series
+        COMMAND_LATENCY.labels(ctype)
     codes = rejection_codes()
     rooms = builtin_config_names() if config_names is None else tuple(config_names)
     for cfg in (*rooms, "unknown"):  # "unknown": a rejection before the match (and its room) is known
