@@ -13,7 +13,7 @@ from typing import Any
 
 import msgpack
 
-from engine.service.publish import expand_event
+from engine.service.publish import expand_events
 from engine.store import keys
 
 SCAN_LIMIT = 1000  # entries looked at when searching a stream backwards (it is capped anyway)
@@ -65,8 +65,9 @@ def parse_entry(entry_id: Any, fields: dict) -> OutEntry:
     if body:  # a compact update (docs/PROTOCOL.md "Updates"): the entry's fields fill in the ids
         match, command_id = _s(f.get("match")), _s(f.get("command_id"))
         if isinstance(body.get("events"), list):
-            body["events"] = [expand_event(e, match, command_id) if isinstance(e, dict) else e
-                              for e in body["events"]]
+            body["events"] = expand_events(body, match, command_id,
+                                           int(version) if version not in (None, b"", "") else None)
+            body.pop("ts", None)
     return OutEntry(id=_s(entry_id), kind=_s(f.get("kind")), match=_s(f.get("match")),
                     command_id=_s(f.get("command_id")),
                     version=int(version) if version not in (None, b"", "") else None,

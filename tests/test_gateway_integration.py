@@ -135,11 +135,6 @@ def await_table(c: Client, match: str) -> str:
     return next(m["table"] for m in c.received if m["kind"] == "lobby" and m.get("match") == match)
 
 
-# KNOWN RACE (open in the gateway issue): about 1 run in 5 of the parallel suite, the plain
-# reconnect at the end (after the settlement, while the table seats the next match) gets its lobby
-# messages but no view within 60 s.  Every assertion stays as it is; two reruns keep the race
-# from failing CI, and a third failure still fails.  Remove the reruns once the race is fixed.
-@pytest.mark.flaky(reruns=2)
 def test_reconnect_within_grace_changes_nothing_and_resumes_without_gap(stack):
     gw = stack.gateways[0]
 

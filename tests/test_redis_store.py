@@ -101,6 +101,87 @@ def test_the_append_never_trims_the_feed_and_trim_keeps_what_a_group_has_not_ack
     assert store.read_feed(0, count=10_000)[-1].match_id == "m599"
 
 
+def test_a_short_feed_is_trimmed_below_what_every_group_acknowledged(client):
+    """Issue 11 §4/§8: a settled match's feed entry does not stay in Redis until the feed
+    reaches its cap: trim removes every acknowledged entry, whatever the feed's length."""
+    from projections.runner import RedisFeed
+
+    store = RedisEventStore(client, buckets=2)
+    feed = RedisFeed(client, buckets=2)
+    feed.ensure_groups()
+    for i in range(10):
+        store.append(f"m{i}", 0, "c", [ready(f"m{i}", 1)], None)
+    total = sum(client.xlen(keys.feed_key(b)) for b in range(2))
+    assert total == 10
+    got = feed.read(count=100)
+    assert len(got) == 10
+    feed.ack_all(got[:4])
+    pending = {d.bucket for d in got[4:]}
+    removed = feed.trim()
+    # per bucket, only the acknowledged entries older than its oldest pending one go
+    left = {b: [e.match_id for e in store.read_feed(b, count=100)] for b in range(2)}
+    assert removed + sum(map(len, left.values())) == 10 and removed <= 4
+    assert all(left[b] for b in pending)
+    feed.ack_all(got[4:])
+    feed.trim()
+    assert sum(client.xlen(keys.feed_key(b)) for b in range(2)) == 0
+
+
+def test_the_runner_trims_what_it_acknowledged_when_caught_up_and_when_it_stops(fake_redis):
+    import threading
+
+    from projections.ledger import RedisLedger
+    from projections.runner import ProjectionRunner, RedisFeed
+
+    store = RedisEventStore(fake_redis, buckets=2)
+    feed = RedisFeed(fake_redis, buckets=2)
+    feed.ensure_groups()
+    for i in range(6):
+        store.append(f"m{i}", 0, "c", [ready(f"m{i}", 1)], None)
+    runner = ProjectionRunner(store, RedisLedger(fake_redis), feed)
+    stop = threading.Event()
+    calls: list[int] = []
+    real_trim = feed.trim
+
+    def counting_trim() -> int:
+        calls.append(1)
+        removed = real_trim()
+        stop.set()  # caught up and trimmed: end the loop
+        return removed
+
+    feed.trim = counting_trim  # type: ignore[method-assign]
+    runner.run_forever(stop, idle_seconds=0.01, trim_every_s=3600.0, trim_idle_s=0.0)
+    assert calls == [1]                                   # once caught up; nothing new since: no final trim
+    assert sum(fake_redis.xlen(keys.feed_key(b)) for b in range(2)) == 0
+    for i in range(6, 9):
+        store.append(f"m{i}", 0, "c", [ready(f"m{i}", 1)], None)
+    stop2 = threading.Event()
+    feed.trim = real_trim  # type: ignore[method-assign]
+    thread = threading.Thread(target=runner.run_forever, args=(stop2,),
+                              kwargs={"idle_seconds": 0.01, "trim_every_s": 1e9, "trim_idle_s": 1e9})
+    thread.start()
+    for _ in range(1000):  # bounded: until the runner has read and acknowledged everything
+        if _all_delivered(fake_redis, feed):
+            break
+        stop2.wait(0.01)
+    stop2.set()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert sum(fake_redis.xlen(keys.feed_key(b)) for b in range(2)) == 0  # the final trim on stop
+
+
+def _all_delivered(client, feed) -> bool:
+    for b in range(feed.buckets):
+        key = keys.feed_key(b)
+        last = client.xrevrange(key, count=1)
+        if not last:
+            continue
+        info = {(k.decode() if isinstance(k, bytes) else k): v for k, v in client.xinfo_groups(key)[0].items()}
+        if info["last-delivered-id"] != last[0][0] or int(info["pending"]):
+            return False
+    return True
+
+
 def test_decode_responses_client_is_refused():
     import fakeredis
 

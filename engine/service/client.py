@@ -42,7 +42,7 @@ from engine.match.commands import (
     Sync,
     encode_command,
 )
-from engine.service.publish import expand_event
+from engine.service.publish import expand_events
 from engine.store import keys
 from engine.store.redis_store import stream_replies
 
@@ -101,8 +101,8 @@ class OutMessage:
             if "events" in body:
                 body.setdefault("duplicate", False)
             if isinstance(body.get("events"), list):
-                body["events"] = [expand_event(e, match_id, command_id) if isinstance(e, dict) else e
-                                  for e in body["events"]]
+                body["events"] = expand_events(body, match_id, command_id, None if version is None else int(version))
+                body.pop("ts", None)
         return cls(id=_s(entry_id), kind=_s(f.get("kind", b"")), match_id=_s(f.get("match", b"")),
                    command_id=_s(f.get("command_id", b"")),
                    version=None if version is None else int(version),

@@ -41,6 +41,7 @@ from engine.match.events import (
     TrusteeshipStarted,
 )
 from engine.match.protocols import OutcomeLike
+from engine.rules.cards import NUM_RANKS
 from engine.match.state import MatchState
 from engine.store import keys
 
@@ -138,36 +139,98 @@ def safe_text(value: str, limit: int = 2000) -> str:
 _UPDATE_DROPS = ("match_id", "command_id", "v")
 _READING_DEFAULTS: dict[str, Any] = {name: ([] if f.default == () else f.default)
                                      for name, f in Reading.model_fields.items() if not f.is_required()}
+_DEFAULT_ACTOR = "player"  # CardsPlayed/Passed ``by`` when absent
 
 
 def compact_event(data: dict[str, Any]) -> dict[str, Any]:
     """A redacted event as an update carries it (docs/PROTOCOL.md, "Updates"): without
-    the update's own ``match_id`` and ``command_id``, the schema version ``v``, and, in a
-    ``reading``, without the fields at their defaults.  :func:`expand_event` undoes it.
+    the update's own ``match_id`` and ``command_id``, the schema version ``v``, ``by``
+    when it is ``"player"``, and, in a ``reading``, without the fields at their defaults
+    and the trailing zeros of ``counts``.  :func:`expand_event` undoes it.
 
-    >>> e = {"match_id": "m", "command_id": "c", "v": 1, "seq": 7, "type": "CardsPlayed",
-    ...      "reading": {"kind": "single", "top": 3, "size": 1, "counts": [1], "xiang": None, "jokers_as": []}}
+    >>> e = {"match_id": "m", "command_id": "c", "v": 1, "seq": 7, "type": "CardsPlayed", "by": "player",
+    ...      "reading": {"kind": "single", "top": 3, "size": 1, "counts": [0, 1, 0, 0], "xiang": None,
+    ...                  "jokers_as": []}}
     >>> compact_event(e)
-    {'seq': 7, 'type': 'CardsPlayed', 'reading': {'kind': 'single', 'top': 3, 'size': 1, 'counts': [1]}}
-    >>> expand_event(compact_event(e), "m", "c")["reading"]["jokers_as"]
-    []
+    {'seq': 7, 'type': 'CardsPlayed', 'reading': {'kind': 'single', 'top': 3, 'size': 1, 'counts': [0, 1]}}
+    >>> full = expand_event(compact_event(e), "m", "c")
+    >>> full["reading"]["jokers_as"], len(full["reading"]["counts"]), full["by"]
+    ([], 15, 'player')
     """
     out = {k: v for k, v in data.items() if k not in _UPDATE_DROPS}
+    if out.get("by") == _DEFAULT_ACTOR:
+        del out["by"]
     reading = out.get("reading")
     if isinstance(reading, dict):
-        out["reading"] = {k: v for k, v in reading.items()
-                          if not (k in _READING_DEFAULTS and v in (None, [], ()))}
+        reading = {k: v for k, v in reading.items() if not (k in _READING_DEFAULTS and v in (None, [], ()))}
+        counts = reading.get("counts")
+        if isinstance(counts, (list, tuple)):
+            n = len(counts)
+            while n and counts[n - 1] == 0:
+                n -= 1
+            reading["counts"] = list(counts[:n])
+        out["reading"] = reading
     return out
 
 
-def expand_event(data: dict[str, Any], match_id: str, command_id: str) -> dict[str, Any]:
-    """An event of a compact update in its full redacted form (what :func:`compact_event` dropped)."""
+def expand_event(data: dict[str, Any], match_id: str, command_id: str, seq: int | None = None,
+                 ts: int | None = None) -> dict[str, Any]:
+    """An event of a compact update in its full redacted form (what :func:`compact_event`
+    and :func:`compact_body` dropped; ``seq``/``ts`` fill in those the update left out)."""
     out = {"match_id": match_id, "command_id": command_id, "v": SCHEMA_VERSION, **data}
+    if "seq" not in out and seq is not None:
+        out["seq"] = seq
+    if "ts" not in out and ts is not None:
+        out["ts"] = ts
+    if out.get("type") in ("CardsPlayed", "Passed"):
+        out.setdefault("by", _DEFAULT_ACTOR)
     reading = out.get("reading")
     if isinstance(reading, dict):
-        out["reading"] = {**{k: (list(v) if isinstance(v, list) else v) for k, v in _READING_DEFAULTS.items()},
-                          **reading}
+        full = {**{k: (list(v) if isinstance(v, list) else v) for k, v in _READING_DEFAULTS.items()}, **reading}
+        counts = full.get("counts")
+        if isinstance(counts, list) and len(counts) < NUM_RANKS:
+            full["counts"] = counts + [0] * (NUM_RANKS - len(counts))
+        out["reading"] = full
     return out
+
+
+def compact_body(events: Sequence[dict[str, Any]], duplicate: bool) -> dict[str, Any]:
+    """The ``events`` part of an update's body: each event compact (:func:`compact_event`);
+    unless the update is a re-publication, without ``seq`` (the events are the versions
+    ``version - len(events) + 1 … version``) and with one ``ts`` for the body when the
+    events share it.  :func:`expand_events` undoes it.
+
+    >>> body = compact_body([{"seq": 4, "ts": 9, "type": "Passed"}, {"seq": 5, "ts": 9, "type": "Passed"}], False)
+    >>> body
+    {'ts': 9, 'events': [{'type': 'Passed'}, {'type': 'Passed'}]}
+    >>> [(e["seq"], e["ts"], e["by"]) for e in expand_events(body, "m", "c", 5)]
+    [(4, 9, 'player'), (5, 9, 'player')]
+    """
+    compact = [compact_event(e) for e in events]
+    body: dict[str, Any] = {}
+    if duplicate:  # a re-publication: its events are older than ``version``, they keep their seq
+        body["duplicate"] = True
+    else:
+        for e in compact:
+            e.pop("seq", None)
+        stamps = {e.get("ts") for e in compact}
+        if len(stamps) == 1 and None not in stamps:
+            body["ts"] = stamps.pop()
+            for e in compact:
+                del e["ts"]
+    body["events"] = compact
+    return body
+
+
+def expand_events(body: dict[str, Any], match_id: str, command_id: str, version: int | None) -> list[Any]:
+    """The full redacted events of a compact update's ``body`` (:func:`compact_body`)."""
+    events = body.get("events")
+    if not isinstance(events, list):
+        return []
+    first = None if version is None or body.get("duplicate") else int(version) - len(events) + 1
+    ts = body.get("ts")
+    return [expand_event(e, match_id, command_id, None if first is None else first + i, ts)
+            if isinstance(e, dict) else e for i, e in enumerate(events)]
 
 
 def rejection_fields(match_id: str | None, cmd_id: str | None, code: str, reason: str) -> dict[str, Any]:
@@ -259,7 +322,8 @@ class Publisher:
     def outputs(self, command: CommandBase, outcome: OutcomeLike, reply_to: str | None = None,
                 msg_id: Any = None) -> list[Write]:
         """The stream entries :meth:`publish` writes for one outcome (no I/O)."""
-        from projections.views import redact_event, view_for
+        from engine.match.events import public_event_dict
+        from projections.views import redact_event, view_common, view_for
 
         out: list[Write] = []
         cmd_id = command.command_id
@@ -295,16 +359,19 @@ class Publisher:
             events = tuple(outcome.events)
             if events:
                 duplicate = bool(outcome.duplicate)
+                # what does not depend on the recipient, once per command (issue 13 §4): each
+                # event's public fields, and the player-independent part of the view
+                publics = [public_event_dict(e) for e in events]
+                common: dict[str, Any] | None = None
                 for player in recipients(state, events):
                     # compact (docs/PROTOCOL.md "Updates"): the entry's fields say the match,
                     # the command and the version; the events follow ``version - len(events)``
-                    body: dict[str, Any] = {
-                        "events": [compact_event(redact_event(e, player, state=state)) for e in events],
-                    }
-                    if duplicate:  # a re-publication: its events are older than ``version``
-                        body["duplicate"] = True
+                    body = compact_body([redact_event(e, player, state=state, public=pub)
+                                         for e, pub in zip(events, publics)], duplicate)
                     if self._wants_view(player, events, version, duplicate):
-                        body["view"] = view_for(state, player)
+                        if common is None:
+                            common = view_common(state)
+                        body["view"] = view_for(state, player, common)
                     out.append(self._delivery(keys.outbox_key(player),
                                               {"kind": "update", "match": match_id, "command_id": cmd_id,
                                                "version": version, "body": pack(body)}))
