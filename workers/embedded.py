@@ -89,7 +89,7 @@ class EmbeddedTimers:
 
     def __init__(self, store: EventStore | str | None = None, *, clock: Any = None, rng: Any = None,
                  worker_threads: int = 2, sweep_interval_ms: int = 250, grace_ms: int = 500,
-                 dispatch_interval_ms: int = 20, lease_ms: int = DEFAULT_LEASE_MS,
+                 dispatch_interval_ms: int = 25, lease_ms: int = DEFAULT_LEASE_MS,
                  timer_messages: bool = False, publish: Any = None, start: bool = True,
                  **service_kwargs: Any):
         self.store: EventStore = make_store(store or "memory") if store is None or isinstance(store, str) else store
