@@ -237,3 +237,18 @@ def test_200_failing_deadlines_do_not_hide_the_good_one_from_the_dispatcher(stor
         assert t.dispatcher.tick() == 0                          # the second lease is 2 s
         assert t.runtime.stats.get("failed") == 400
 
+
+
+def test_in_flight_of_names_the_deadlines_whose_lease_stands(store_and_claims):
+    """What the sweeper leaves to the dispatcher (workers/sweeper.py)."""
+    store, claims = store_and_claims
+    a, b, c = _deadline("a", 1, T0), _deadline("b", 1, T0), _deadline("c", 1, T0)
+    for d in (a, b, c):
+        _record(store, d)
+    claims.claim(T0, 10)
+    claims.release([("b", 1, "turn")])
+    assert claims.in_flight_of([a, b, c], T0 + 999) == {a, c}
+    assert claims.in_flight_of([a, b, c], T0 + 1_000) == set()      # leases over
+    replaced = _deadline("c", 2, T0 + 5)
+    _record(store, replaced)
+    assert claims.in_flight_of([a, replaced], T0 + 1) == {a}         # c's mark is for v1

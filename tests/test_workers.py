@@ -590,7 +590,11 @@ def test_sweeper_fires_overdue_deadline_whose_message_was_lost(timers, clock):
     grace = timers.runtime.grace_ms
     assert m.new_events(lambda: timers.advance(15 + (grace - 1) / 1000)) == []  # in flight: nothing
     assert timers.sweep(now_ms=d.at_ms + grace - 1) == []  # within grace
-    done = timers.sweep(now_ms=d.at_ms + grace + 1)
+    # past the grace period but still in flight: the dispatcher's to finish or to send again
+    assert timers.sweep(now_ms=d.at_ms + grace + 1) == [(d, "in_flight")]
+    lease_over = timers.claims.retry_at(d)
+    assert lease_over is not None and lease_over > d.at_ms + grace
+    done = timers.sweep(now_ms=lease_over)
     assert [(x.version, r) for x, r in done] == [(d.version, "committed")]
     evs = m.events(after=d.version)
     assert isinstance(evs[0], TurnTimedOut) and evs[0].command_id == rt_mod.timer_command_id("m1", d.version, "turn")
@@ -598,7 +602,7 @@ def test_sweeper_fires_overdue_deadline_whose_message_was_lost(timers, clock):
     nxt = m.state().deadline()
     assert timers.store.deadline("m1") == nxt and timers.claims.retry_at(nxt) is None
     assert timers.claims.in_flight() == 0
-    assert timers.sweep(now_ms=d.at_ms + grace + 1) == []  # nothing else overdue
+    assert timers.sweep(now_ms=lease_over) == []  # nothing else overdue
     # the lost message turning up late is a duplicate: no-op
     timers.send_fire("m1", d.version, "turn")
     timers.join()

@@ -74,9 +74,10 @@ BATCH = 16
 CLAIM_LIMIT = 2_000
 #: marked deadlines a claim reads past, per bucket, looking for unmarked ones
 SCAN_PAST = 2_000
-#: queue length above which the dispatcher claims nothing more until the workers catch up
-#: (deadlines wait unclaimed in the index: their in-flight lease does not run out in a queue)
-BACKLOG_LIMIT = 4_000
+#: queue length (messages, each up to BATCH deadlines) above which the dispatcher claims
+#: nothing more until the workers catch up (deadlines wait unclaimed in the index: their
+#: in-flight lease does not run out in a queue)
+BACKLOG_LIMIT = 200
 
 
 def sent_key(bucket: int) -> str:
@@ -109,6 +110,10 @@ class DueClaims(Protocol):
     def release(self, fired: Iterable[tuple[str, int, str]]) -> None: ...
 
     def retry_at(self, deadline: Deadline) -> int | None: ...
+
+    def in_flight_of(self, deadlines: Sequence[Deadline], now_ms: int) -> set[Deadline]:
+        """Those of ``deadlines`` whose mark stands at ``now_ms`` (claimed, lease not over)."""
+        ...
 
 
 # KEYS: deadlines zset, deadline_info hash, deadline_sent hash
@@ -246,6 +251,30 @@ class RedisClaims:
         want = f"{deadline.version}|{deadline.kind}|{deadline.at_ms}"
         return int(retry) if info == want else None
 
+    def in_flight_of(self, deadlines: Sequence[Deadline], now_ms: int) -> set[Deadline]:
+        by_bucket: dict[int, list[Deadline]] = {}
+        for d in deadlines:
+            by_bucket.setdefault(self.bucket_of(d.match_id), []).append(d)
+        if not by_bucket:
+            return set()
+        order = list(by_bucket.items())
+        if self.cluster:
+            replies = [self.client.hmget(sent_key(b), [d.match_id for d in ds]) for b, ds in order]
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            for b, ds in order:
+                pipe.hmget(sent_key(b), [d.match_id for d in ds])
+            replies = pipe.execute()
+        out: set[Deadline] = set()
+        for (_b, ds), raws in zip(order, replies):
+            for d, raw in zip(ds, raws):
+                if raw is None:
+                    continue
+                info, retry, _attempt = _s(raw).rsplit("#", 2)
+                if info == f"{d.version}|{d.kind}|{d.at_ms}" and now_ms < int(retry):
+                    out.add(d)
+        return out
+
     def in_flight(self) -> int:
         """Marks standing (claimed, not released yet), over all buckets."""
         return sum(int(self.client.hlen(sent_key(b))) for b in range(self.buckets))
@@ -291,6 +320,11 @@ class MemoryClaims:
         with self._lock:
             mark = self._marks.get(deadline.match_id)
         return mark[1] if mark is not None and mark[0] == deadline else None
+
+    def in_flight_of(self, deadlines: Sequence[Deadline], now_ms: int) -> set[Deadline]:
+        with self._lock:
+            return {d for d in deadlines
+                    if (m := self._marks.get(d.match_id)) is not None and m[0] == d and now_ms < m[1]}
 
     def in_flight(self) -> int:
         with self._lock:

@@ -120,7 +120,8 @@ def sweep(rt: rt_mod.Runtime | None = None, *, now_ms: int | None = None,
           backoff: SweepBackoff | None = None) -> list[tuple[Deadline, str]]:
     """Fire the deadlines overdue by more than ``grace_ms``; returns what was done.
 
-    A deadline whose firing fails is skipped (result ``"error"``), counted
+    A deadline the dispatcher sent whose in-flight lease is not over is left to it
+    (result ``"in_flight"``).  A deadline whose firing fails is skipped (result ``"error"``), counted
     (``shuangkou_sweeper_failures_total``) and retried with back-off (``backoff``):
     the sweep reads past it, so failing deadlines never hide the others.  A
     transient Redis failure (the store is down or refusing writes) ends the sweep:
@@ -138,9 +139,15 @@ def sweep(rt: rt_mod.Runtime | None = None, *, now_ms: int | None = None,
         due = [d for d in page if (d.match_id, d.version, d.kind) not in seen]
         if not due:
             break
+        # deadlines the dispatcher sent and whose in-flight lease is not over are its to
+        # finish (or to send again): firing them here would only make their message stale
+        flying = rt.claims.in_flight_of(due, now) if rt.claims is not None else set()
         for d in due:
             key = (d.match_id, d.version, d.kind)
             seen.add(key)
+            if d in flying:
+                done.append((d, "in_flight"))
+                continue
             if backoff.skip(key, now):
                 done.append((d, "backoff"))
                 continue
