@@ -270,7 +270,10 @@ function render() {
 
 function lastPlayFields() {
   const lp = S.view && S.view.last_play;
-  return lp ? { last_cards: lp.cards, last_kind: lp.reading.kind, last_rank: lp.reading.rank } : { last_cards: null };
+  // the room's rules (R-2.2 chain bombs to 2, R-5.4 heavenly bomb) decide how cards read
+  const room = S.lobby && S.lobby.room ? { room: S.lobby.room } : {};
+  return lp ? { ...room, last_cards: lp.cards, last_kind: lp.reading.kind, last_rank: lp.reading.rank }
+    : { ...room, last_cards: null };
 }
 
 async function refreshReadings() {
