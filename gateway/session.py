@@ -302,6 +302,8 @@ class Connection:
             raise protocol.ClientError(protocol.NOT_ALLOWED, "this socket is already authenticated", msg.command_id)
         if t == "Watch":
             return await self._watch(msg)
+        if t == "Sync" and not self.is_player and self.watching is not None:
+            return await self._request_view(self.watching, msg.command_id)  # the spectator view again
         if not self.is_player:
             raise protocol.ClientError(protocol.NOT_ALLOWED, f"a {self.identity.role} token may only Watch",
                                        msg.command_id)
@@ -548,7 +550,7 @@ class Connection:
         mine = bool(e.command_id) and self._awaiting.get(e.match) == e.command_id
         if mine:
             self._awaiting.pop(e.match, None)
-        client_id = channels.client_command_id(self.player, e.command_id) if self.is_player else None
+        client_id = channels.client_command_id(self.player, e.command_id)  # a spectator's own Sync too
         if client_id is not None:
             self._answered(e.command_id)
         if e.version is None:
