@@ -24,8 +24,11 @@ the same server.  Then the Redis work per player command:
 * ``redis_commands_per_command``: INFO commandstats delta over the serve runs ÷ commands
   (the whole pipeline: serve, its projections, and the clients' XADD/XREAD/state reads);
 * ``serve_commands_per_command`` / ``serve_round_trips_per_command``: serve's own share,
-  from a recorded inbox replayed in this process through one InboxConsumer + MatchService
-  + ProjectionRunner on a connection that counts what it sends (a pipeline is one round trip).
+  live: one more serve run per concurrency in a process whose Redis connections count what
+  each thread sends (a pipeline is one round trip), until the projections have drained the
+  feeds; ``inbox_round_trips_per_command`` is the player command loop's part (the main
+  thread), ``projections_round_trips_per_command`` the projection runner's (its thread;
+  issue 13 §2 target ≤ 0.3); medians over the concurrency levels, and per level.
 
 Prints figures; it is not a timed test.
 """
@@ -261,71 +264,103 @@ def run_serve(url: str, concurrency: int, matches: int) -> dict[str, Any]:
         _stop(serve)
 
 
-# -- serve's own Redis work per command ----------------------------------------------------
-def serve_redis_work(url: str, matches: int) -> dict[str, float]:
-    """Replay a recorded inbox through InboxConsumer + MatchService + ProjectionRunner in this
-    process on a counting connection: (Redis commands, round trips) per command."""
-    import random
+# -- serve's own Redis work per command, counted live ------------------------------------
+def counted_serve(serve_args: list[str]) -> int:
+    """``shuangkou serve`` in this process with every Redis connection counted per thread
+    (the player command loop is the main thread; ``projections``, ``ops``, the timers'
+    threads); at exit prints one JSON line ``{"counts": {thread: {commands, round_trips}}}``."""
+    import collections
 
-    import redis
     from redis.connection import Connection
 
-    from engine.service.inbox import InboxConsumer
-    from engine.service.service import MatchService
-    from engine.service.state_cache import StateCache
-    from engine.store import keys
-    from engine.store.redis_store import RedisEventStore
-    from projections.ledger import RedisLedger
-    from projections.runner import ProjectionRunner, RedisFeed
+    counts: dict[str, dict[str, int]] = collections.defaultdict(lambda: {"commands": 0, "round_trips": 0})
+    send_packed, send_command, pack_commands = (Connection.send_packed_command, Connection.send_command,
+                                                Connection.pack_commands)
 
-    counts = {"round_trips": 0, "commands": 0}
+    def mine() -> dict[str, int]:
+        return counts[threading.current_thread().name]
 
-    class Counting(Connection):
-        def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-            counts["round_trips"] += 1
-            super().send_packed_command(command, check_health)
+    def counted_send_packed(self: Any, command: Any, check_health: bool = True) -> None:
+        mine()["round_trips"] += 1
+        send_packed(self, command, check_health)
 
-        def send_command(self, *args: Any, **kwargs: Any) -> None:
-            counts["commands"] += 1
-            super().send_command(*args, **kwargs)
+    def counted_send_command(self: Any, *args: Any, **kwargs: Any) -> None:
+        mine()["commands"] += 1
+        send_command(self, *args, **kwargs)
 
-        def pack_commands(self, commands: Any) -> Any:
-            counts["commands"] += len(commands)
-            return super().pack_commands(commands)
+    def counted_pack_commands(self: Any, commands: Any) -> Any:
+        mine()["commands"] += len(commands)
+        return pack_commands(self, commands)
+
+    Connection.send_packed_command = counted_send_packed  # type: ignore[method-assign]
+    Connection.send_command = counted_send_command  # type: ignore[method-assign]
+    Connection.pack_commands = counted_pack_commands  # type: ignore[method-assign]
+    from engine.cli import main as cli_main
+
+    try:
+        rc = cli_main(["serve", *serve_args])
+    finally:
+        print(json.dumps({"counts": dict(counts)}), flush=True)
+    return int(rc or 0)
+
+
+def serve_redis_work(url: str, concurrency: int, matches: int) -> dict[str, Any]:
+    """serve's own Redis work per player command, live: one counted serve (projections and
+    in-process timers on) under ``concurrency`` clients; split by thread."""
+    import redis
 
     r = redis.Redis.from_url(url)
     r.flushdb()
-    env = _env()
-    subprocess.run([sys.executable, "-m", "engine", "simulate", "-n", str(matches), "--redis", url, "--json",
-                    "--seed", "7", "--concurrency", "4", "--no-progress"], cwd=ROOT, env=env,
-                   capture_output=True, text=True, timeout=900, check=False)
-    recorded = list(r.xrange(keys.INBOX)) + list(r.xrange(keys.OPS))
-    msgs = [f for _, f in sorted(recorded, key=lambda e: keys.stream_pos(e[0]))]
-    r.flushdb()
-    pipe = r.pipeline(transaction=False)
-    for f in msgs:
-        pipe.xadd(keys.INBOX, f)
-    pipe.execute()
-    pool = redis.ConnectionPool.from_url(url, connection_class=Counting)
-    cr = redis.Redis(connection_pool=pool)
-    store = RedisEventStore(cr)
-    svc = MatchService(store, lambda: int(time.time() * 1000), random.Random(7), state_cache=StateCache())
-    gw = InboxConsumer(cr, svc, "bench")
-    runner = ProjectionRunner(store=store, ledger=RedisLedger(cr), feed=RedisFeed(cr, consumer="bench"))
-    runner.feed.read(1)  # create the groups before counting
-    counts.update(round_trips=0, commands=0)
-    n = 0
-    while n < len(msgs):
-        n += gw.run_once(block_ms=None, count=20)
-        runner.run_once(100)
-    serve = dict(counts)
-    counts.update(round_trips=0, commands=0)
-    while runner.run_once(100):
-        pass
-    for k in counts:
-        serve[k] += counts[k]
-    return {"commands": n, "serve_commands_per_command": serve["commands"] / n,
-            "serve_round_trips_per_command": serve["round_trips"] / n}
+    me = str(Path(__file__).resolve())
+    serve = subprocess.Popen([sys.executable, me, "--counted-serve", "--redis", url, "--consumer", "bench",
+                              "--batch", "20"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    try:
+        _wait_ready(serve)
+        clients = 1 if concurrency < 16 else 2
+        sims = [subprocess.Popen([sys.executable, "-m", "engine", "simulate", "-n", str(matches // clients),
+                                  "--redis", url, "--external", "--json", "--seed", str(11 + k), "--concurrency",
+                                  str(concurrency // clients), "--no-progress"], cwd=ROOT, env=_env(),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for k in range(clients)]
+        outs = [p.communicate(timeout=900) for p in sims]
+        commands = sum(json.loads(o)["commands"] for o, _ in outs)
+        end = time.monotonic() + 20  # let the projections settle what the clients finished
+        while time.monotonic() < end and not _feeds_drained(r):
+            time.sleep(0.1)
+        serve.send_signal(signal.SIGTERM)
+        out, _ = serve.communicate(timeout=60)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    counts = json.loads([line for line in out.splitlines() if line.startswith('{"counts"')][-1])["counts"]
+    n = max(commands, 1)
+    projections = counts.get("projections", {"commands": 0, "round_trips": 0})
+    inbox = counts.get("MainThread", {"commands": 0, "round_trips": 0})
+    return {"commands": commands,
+            "serve_commands_per_command": sum(c["commands"] for c in counts.values()) / n,
+            "serve_round_trips_per_command": sum(c["round_trips"] for c in counts.values()) / n,
+            "inbox_commands_per_command": inbox["commands"] / n,
+            "inbox_round_trips_per_command": inbox["round_trips"] / n,
+            "projections_commands_per_command": projections["commands"] / n,
+            "projections_round_trips_per_command": projections["round_trips"] / n,
+            "by_thread": counts}
+
+
+def _feeds_drained(r: Any, group: str = "sk-projections") -> bool:
+    from engine.store import keys
+
+    for b in range(keys.DEFAULT_BUCKETS):
+        try:
+            groups = r.xinfo_groups(keys.feed_key(b))
+        except Exception:
+            continue
+        for g in groups:
+            name = g["name"].decode() if isinstance(g["name"], bytes) else g["name"]
+            if name == group and (int(g.get("pending") or 0) or int(g.get("lag") or 0)):
+                return False
+    return True
 
 
 def measure(url: str, runs: int, quick: bool) -> dict[str, Any]:
@@ -352,9 +387,17 @@ def measure(url: str, runs: int, quick: bool) -> dict[str, Any]:
                         "p99_ms": round(med["p99_ms"], 3), "floor_p99_ms": round(fmed["p99_ms"], 3),
                         "runs": runs, "serve_commands": int(statistics.median(x["commands"] for x in serve_runs))}
     out["redis_commands_per_command"] = round(serve_calls / max(serve_cmds, 1), 2)
-    work = serve_redis_work(url, 4 if quick else 20)
-    out["serve_commands_per_command"] = round(work["serve_commands_per_command"], 2)
-    out["serve_round_trips_per_command"] = round(work["serve_round_trips_per_command"], 2)
+    # serve's own Redis work, live (a counted serve: every connection of the process counted
+    # per thread), at each concurrency; the figures are medians over the levels
+    work = {f"c{c}": serve_redis_work(url, c, max(c, 4) if quick else max(2 * c, 10))
+            for c in ((1, 16) if quick else LEVELS)}
+    for key in ("serve_commands_per_command", "serve_round_trips_per_command", "inbox_round_trips_per_command",
+                "projections_round_trips_per_command"):
+        out[key] = round(statistics.median(w[key] for w in work.values()), 3)
+    out["projections_round_trips_per_command_by_level"] = {k: round(w["projections_round_trips_per_command"], 3)
+                                                           for k, w in work.items()}
+    out["serve_round_trips_per_command_by_level"] = {k: round(w["serve_round_trips_per_command"], 3)
+                                                     for k, w in work.items()}
     info = redis.Redis.from_url(url).info("server")
     out["redis_version"] = info.get("redis_version")
     out["cpus"] = os.cpu_count()
@@ -362,6 +405,8 @@ def measure(url: str, runs: int, quick: bool) -> dict[str, Any]:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--counted-serve"]:
+        return counted_serve(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--redis", metavar="URL", default=None, help="a scratch redis-server (flushed!)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
@@ -405,8 +450,12 @@ def main() -> int:
               f"{x['floor_p50_ms']:>9.2f} {x['p50_ratio']:>6.2f} {x['p99_ms']:>7.2f} {x['floor_p99_ms']:>9.2f}")
     print(f"Redis commands per player command, whole pipeline (INFO commandstats): "
           f"{res['redis_commands_per_command']}")
-    print(f"serve's own (replayed inbox + projections, counted on the connection): "
-          f"{res['serve_commands_per_command']} commands, {res['serve_round_trips_per_command']} round trips")
+    print(f"serve's own (a counted serve, live): {res['serve_commands_per_command']} commands, "
+          f"{res['serve_round_trips_per_command']} round trips per player command "
+          f"({res['inbox_round_trips_per_command']} the command loop's, "
+          f"{res['projections_round_trips_per_command']} the projections')")
+    print("projections' round trips per player command by concurrency: "
+          + ", ".join(f"{k} {v}" for k, v in res["projections_round_trips_per_command_by_level"].items()))
     return 0
 
 

@@ -139,7 +139,9 @@ class Connection:
         self.hub.metrics.message_out(message.get("kind", ""), message.get("code"))
 
     async def reject(self, command_id: str | None, code: str, reason: str, view: dict | None = None) -> None:
-        await self.send(protocol.rejected(command_id, code, reason, view, self.match))
+        """Send a ``rejected``; one the client gave no usable id for gets a fresh one, as every
+        message does (docs/PROTOCOL.md: the gateway fills one in and echoes it back)."""
+        await self.send(protocol.rejected(command_id or uuid.uuid4().hex, code, reason, view, self.match))
 
     async def close(self, code: int, reason: str) -> None:
         if self.closed:
@@ -599,6 +601,7 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] |
     if qv is not None and qv.isdigit():
         version = int(qv)
     reason_label = "invalid"
+    claimed: object = None
     if token is None:
         try:
             raw = await asyncio.wait_for(ws.receive_text(), AUTH_TIMEOUT_S)
@@ -619,6 +622,7 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] |
                                                            '{"type": "Auth", "token": ...}')
             return None
         token = data["token"]
+        claimed = data.get("player")  # optional; it must be the token's subject (gateway/schemas)
         v = data.get("version")
         if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
             version = v
@@ -631,5 +635,9 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] |
             reason_label = "missing"
         hub.metrics.auth_failures.labels(reason_label).inc()
         await ws.close(code=CLOSE_UNAUTHORIZED, reason=str(exc)[:120])
+        return None
+    if claimed is not None and claimed != identity.player:
+        hub.metrics.auth_failures.labels("invalid").inc()
+        await ws.close(code=CLOSE_UNAUTHORIZED, reason="the Auth message names another player than the token")
         return None
     return identity, version

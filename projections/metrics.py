@@ -424,6 +424,50 @@ class InstrumentedService:
         observe_outcome(outcome, self._config_name)
         return outcome
 
+    def execute_many(self, cmds: Any) -> list[Any]:
+        """The wrapped service's ``execute_many`` (pipelined appends; one by one through
+        :meth:`execute` if it has none), each command measured as :meth:`execute` does:
+        its latency is the batch's (what it waited), its outcome or error counted."""
+        many = getattr(type(self._service), "execute_many", None)
+        if many is None or any(_TIMER_KINDS.get(getattr(c, "type", "")) for c in cmds):
+            from engine.store.redis_errors import is_transient
+
+            out: list[Any] = []
+            failed: Exception | None = None
+            for c in cmds:
+                if failed is not None:  # after a transient failure nothing more is tried
+                    out.append(failed)
+                    continue
+                try:
+                    out.append(self.execute(c))
+                except Exception as exc:
+                    out.append(exc)
+                    if is_transient(exc):
+                        failed = exc
+            return out
+        COMMANDS_INPROGRESS.inc(len(cmds))
+        t0 = time.perf_counter()
+        try:
+            results = list(many(self._service, cmds))
+        finally:
+            dt = time.perf_counter() - t0
+            COMMANDS_INPROGRESS.dec(len(cmds))
+        for cmd, r in zip(cmds, results):
+            ctype = getattr(cmd, "type", type(cmd).__name__)
+            _child(COMMAND_LATENCY, ctype).observe(dt)
+            if isinstance(r, Exception):
+                _child(COMMANDS, ctype, "error").inc()
+                continue
+            if getattr(r, "duplicate", False):
+                result = "duplicate"
+            elif getattr(r, "rejection", None) is not None:
+                result = "rejected"
+            else:
+                result = "ok"
+            _child(COMMANDS, ctype, result).inc()
+            observe_outcome(r, self._config_name)
+        return results
+
 
 def instrument_runtime(rt: Any) -> Any:
     """Wrap a timer worker's runtime (:class:`workers.runtime.Runtime`) in the engine
@@ -466,6 +510,21 @@ class InstrumentedStore:
             raise
         finally:
             APPEND_LATENCY.observe(time.perf_counter() - t0)
+
+    def append_many(self, requests: Any) -> Any:
+        """The store's pipelined appends: each request's latency is the pipeline's
+        (what its command waited), each WrongVersion reply a conflict."""
+        t0 = time.perf_counter()
+        try:
+            results = self._store.append_many(requests)
+        finally:
+            dt = time.perf_counter() - t0
+            for _ in requests:
+                APPEND_LATENCY.observe(dt)
+        for r in results:
+            if type(r).__name__ == "WrongVersion":
+                APPEND_CONFLICTS.inc()
+        return results
 
 
 def instrumented_store(store: EventStore) -> EventStore:

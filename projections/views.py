@@ -40,30 +40,33 @@ def _standing(state: MatchState) -> dict[str, dict[str, Any]]:
     return info
 
 
-def view_for(state: MatchState, player: str | None) -> dict[str, Any]:
-    """The view of ``player`` (None: a spectator).  Never holds an opponent card id."""
-    me = state.seat_of(player) if player is not None else None
+def view_common(state: MatchState) -> dict[str, Any]:
+    """The part of every player's view that does not depend on the player (the seats, the
+    table, the play to beat, the deadline, the standing, the result, the fair-deal part):
+    built once per command and shared by the views of its recipients (:func:`view_for`'s
+    ``common``).  Holds no hand.
+
+    >>> sorted(view_common(MatchState(match_id="m")))[:4]
+    ['contribution', 'deadline', 'fair', 'last_play']
+    """
     seats_out: list[dict[str, Any] | None] = []
     for i, s in enumerate(state.seats):
         if s is None:
             seats_out.append(None)
             continue
-        entry: dict[str, Any] = {
+        seats_out.append({
             "seat": i, "player": s.player, "level": s.level, "base": s.base,
             "ready": s.ready, "cards_left": len(s.hand), "timeouts": s.timeouts,
             "trustee": s.trustee, "connected": s.connected, "escaped": s.escaped,
             "plays": s.plays, "bombs": [b.describe() for b in s.bombs],
-        }
-        seats_out.append(entry)
+        })
     out: dict[str, Any] = {
         "match_id": state.match_id,
         "version": state.version,
         "phase": state.phase,
         "mode": state.config.mode if state.config else None,
-        "you": player if me is not None else None,
         "seats": seats_out,
         "turn": state.current_player,
-        "your_turn": me is not None and state.phase == "playing" and state.turn == me,
         "leading": state.phase == "playing" and state.to_beat is None,
         "trick": state.trick,
         "table_count": len(state.table),
@@ -80,13 +83,6 @@ def view_for(state: MatchState, player: str | None) -> dict[str, Any]:
     d = state.deadline()
     out["deadline"] = None if d is None else {"at_ms": d.at_ms, "kind": d.kind, "version": d.version}
     out["contribution"] = _standing(state)
-    if me is not None:
-        hand = sort_cards(state.seat(me).hand)
-        out["hand"] = {"ids": hand, "text": format_cards(hand)}
-        opp = state.seats[1 - me]
-        out["opponent"] = None if opp is None else {"player": opp.player, "cards_left": len(opp.hand)}
-    else:
-        out["hand"] = None
     if state.finished is not None:
         f = state.finished
         out["result"] = {"winner": f.winner, "loser": f.loser, "kou": f.kou, "reason": f.reason,
@@ -94,6 +90,35 @@ def view_for(state: MatchState, player: str | None) -> dict[str, Any]:
     else:
         out["result"] = None
     out["fair"] = fair_view(state)
+    return out
+
+
+def view_for(state: MatchState, player: str | None, common: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The view of ``player`` (None: a spectator).  Never holds an opponent card id.
+
+    ``common``: :func:`view_common` of the same ``state``, when several views of it are
+    built (the publisher builds it once per command); its values are shared, not copied."""
+    c = view_common(state) if common is None else common
+    me = state.seat_of(player) if player is not None else None
+    out: dict[str, Any] = {
+        "match_id": c["match_id"], "version": c["version"], "phase": c["phase"], "mode": c["mode"],
+        "you": player if me is not None else None,
+        "seats": c["seats"],
+        "turn": c["turn"],
+        "your_turn": me is not None and state.phase == "playing" and state.turn == me,
+        "leading": c["leading"], "trick": c["trick"], "table_count": c["table_count"],
+        "table": c["table"], "table_ids": c["table_ids"], "last_play": c["last_play"],
+        "deadline": c["deadline"], "contribution": c["contribution"],
+    }
+    if me is not None:
+        hand = sort_cards(state.seat(me).hand)
+        out["hand"] = {"ids": hand, "text": format_cards(hand)}
+        opp = state.seats[1 - me]
+        out["opponent"] = None if opp is None else {"player": opp.player, "cards_left": len(opp.hand)}
+    else:
+        out["hand"] = None
+    out["result"] = c["result"]
+    out["fair"] = c["fair"]
     return out
 
 
@@ -114,7 +139,7 @@ def fair_view(state: MatchState) -> dict[str, Any] | None:
 
 
 def redact_event(event: EventBase, player: str | None, seat: int | None = None,
-                 state: MatchState | None = None) -> dict[str, Any]:
+                 state: MatchState | None = None, public: dict[str, Any] | None = None) -> dict[str, Any]:
     """The event as ``player`` may see it (plain data).
 
     HandDealt keeps only the receiver's own hand (the other is replaced by its
@@ -124,12 +149,15 @@ def redact_event(event: EventBase, player: str | None, seat: int | None = None,
     of the match after the seating) and it is looked up from ``player``.
     PlayerSeated shows the balance to the seated player only (others see the level and base).
     Every other event is public (played cards are shown face up on the table).
+    ``public``: :func:`public_event_dict` of ``event``, when it is redacted for several
+    players (built once per event; the result is a copy, ``public`` is not changed).
     """
     if seat is None and state is not None and player is not None:
         seat = state.seat_of(player)
     if player is None:
         seat = None
-    data = public_event_dict(event)  # never a private field (MatchCreated's server seed)
+    # never a private field (MatchCreated's server seed)
+    data = public_event_dict(event) if public is None else dict(public)
     if isinstance(event, PlayerSeated) and event.player != player:
         data.pop("balance", None)  # the opponent and spectators see the level, never the balance
     if isinstance(event, HandDealt):
@@ -143,3 +171,32 @@ def redact_event(event: EventBase, player: str | None, seat: int | None = None,
         if event.lead_card is not None and not (seat is not None and event.lead_card in event.hands[seat]):
             data["lead_card"] = None
     return data
+
+
+def breakdown_for(breakdown: dict[str, Any], player: str | None) -> dict[str, Any]:
+    """A settlement's breakdown as ``player`` may see it (a spectator: ``None``): the
+    balances the players were seated with are the ledger's, so each player sees only
+    their own (``X_from.levels``, and the R-11.2 ``cap`` when they are its payer); the
+    opponent's level and base stay, as in every view (issue 12).
+
+    >>> b = {"X": 5, "X_from": {"levels": {"a": {"level": 2, "base": 5, "balance": 900},
+    ...                                     "b": {"level": 1, "base": 5, "balance": 40}}},
+    ...      "cap": {"rule": "R-11.2", "payer": "b", "balance": 40, "owed": 50, "paid": 40, "applied": True}}
+    >>> breakdown_for(b, "a")["X_from"]["levels"]
+    {'a': {'level': 2, 'base': 5, 'balance': 900}, 'b': {'level': 1, 'base': 5}}
+    >>> breakdown_for(b, "a")["cap"]
+    {'rule': 'R-11.2', 'payer': 'b', 'owed': 50, 'paid': 40, 'applied': True}
+    >>> breakdown_for(b, "b")["cap"]["balance"]
+    40
+    """
+    out = dict(breakdown)
+    x_from = out.get("X_from")
+    if isinstance(x_from, dict) and isinstance(x_from.get("levels"), dict):
+        out["X_from"] = {**x_from, "levels": {
+            p: (dict(row) if p == player or not isinstance(row, dict)
+                else {k: v for k, v in row.items() if k != "balance"})
+            for p, row in x_from["levels"].items()}}
+    cap = out.get("cap")
+    if isinstance(cap, dict) and cap.get("payer") != player:
+        out["cap"] = {k: v for k, v in cap.items() if k != "balance"}
+    return out

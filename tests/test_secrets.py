@@ -222,8 +222,8 @@ def test_positive_control_a_hand_in_a_rejection_reason_is_caught(monkeypatch):
 def test_positive_control_an_unredacted_deal_is_caught(monkeypatch):
     real = views_mod.redact_event
 
-    def leaky(event, player, seat=None, state=None):
-        data = real(event, player, seat=seat, state=state)
+    def leaky(event, player, seat=None, state=None, public=None):
+        data = real(event, player, seat=seat, state=state, public=public)
         if event.type == "HandDealt":
             data["hands"] = [list(h) for h in event.hands]
         return data

@@ -26,7 +26,7 @@ TurnTimeout is a timer command: only the engine's timer workers run it, never a 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,6 +115,36 @@ class ChannelService:
             if outcome is not None:
                 return outcome
         return self.service.execute(command)
+
+    def execute_many(self, commands: Sequence[CommandBase]) -> list[Any]:
+        """:meth:`execute` of each command, in order: the channel's refusals and the
+        operator's commands here, the match commands through the wrapped service's
+        ``execute_many`` (pipelined appends) when it has one.  One result per command:
+        its outcome, or the exception executing it raised (see
+        :meth:`engine.service.service.MatchService.execute_many`)."""
+        results: list[Any] = [None] * len(commands)
+        passed: list[int] = []
+        for i, command in enumerate(commands):
+            try:
+                refusal = self.channel.refusal(command)
+                if refusal is not None:
+                    self.refused += 1
+                    results[i] = refused_outcome(self.service, command, refusal)
+                    continue
+                if self.operator is not None:
+                    outcome = self.operator(command)
+                    if outcome is not None:
+                        results[i] = outcome
+                        continue
+            except Exception as exc:
+                results[i] = exc
+                continue
+            passed.append(i)
+        from engine.service.inbox_message import run_many
+
+        for i, result in zip(passed, run_many(self.service, [commands[i] for i in passed])):
+            results[i] = result
+        return results
 
 
 def refused_outcome(service: Any, command: CommandBase, refusal: Rejected) -> Any:

@@ -249,24 +249,73 @@ class InboxConsumer:
         backlog = self._backlog
         entries = self._read(block_ms, count)
         counts = self._deliveries(entries[0][0], entries[-1][0], len(entries)) if backlog and entries else {}
+        # decode every message first; then the commands together (the service pipelines
+        # their appends, engine/service/service.py execute_many); then each message's writes,
+        # in message order
+        slots: list[Any] = []  # per message read: Handled, or Prepared (its command to run)
+        ids: list[Any] = []
         try:
-            for k, (msg_id, fields) in enumerate(entries):
-                if stop is not None and stop.is_set():
-                    self._backlog = True
-                    break
-                over = self._over_limit(msg_id, fields, counts.get(text(msg_id), 0)) if counts else None
-                if over is not None:
-                    batch.done(msg_id, over)
-                    continue
-                try:
-                    self._handle(msg_id, fields, batch)
-                except Exception as exc:
-                    if is_transient(exc):
-                        self._left_pending([e[0] for e in entries[k:]])
-                    raise
+            try:
+                for msg_id, fields in entries:
+                    if stop is not None and stop.is_set():
+                        self._backlog = True
+                        break
+                    over = self._over_limit(msg_id, fields, counts.get(text(msg_id), 0)) if counts else None
+                    slots.append(over if over is not None else self.handler.prepare(msg_id, fields))
+                    ids.append(msg_id)
+            except Exception as exc:
+                self._backlog = True
+                if is_transient(exc):  # this message and the rest of the read wait; the prepared go on
+                    self._left_pending([e[0] for e in entries[len(slots):]])
+                self._run_prepared(slots, ids, batch, stop)
+                raise
+            self._run_prepared(slots, ids, batch, stop)
         finally:
             self._commit(batch)
         return len(batch.acks)
+
+    def _run_prepared(self, slots: list[Any], ids: list[Any], batch: _Batch,
+                      stop: threading.Event | None = None) -> None:
+        """Execute the prepared commands of ``slots`` together and put every finished
+        message (in order) into ``batch``.  A message whose command hit a transient error
+        stays pending (with every later one the service did not finish) and that error is
+        raised once the rest are in the batch; a WrongVersion the service gave up on leaves
+        its message pending too."""
+        from engine.service.inbox_message import NotRun, Prepared, run_many
+
+        prepared = [s for s in slots if isinstance(s, Prepared)]
+        results: dict[int, Any] = {}
+        if prepared:
+            assert self.service is not None, "a publish-only consumer cannot handle inbox messages"
+            for p, r in zip(prepared, run_many(self.service, [p.command for p in prepared], stop)):
+                results[id(p)] = r
+        waiting: list[Any] = []
+        transient: Exception | None = None
+        for msg_id, slot in zip(ids, slots):
+            if not isinstance(slot, Prepared):
+                batch.done(msg_id, slot)
+                continue
+            result = results[id(slot)]
+            if isinstance(result, NotRun):  # stopping: it stays pending for this consumer
+                self._backlog = True
+                continue
+            if isinstance(result, Exception):
+                if is_transient(result):
+                    self.stats.retried += 1
+                    transient = transient or result
+                    waiting.append(msg_id)
+                    continue
+                handled = self.handler.failed(slot, result)
+            else:
+                handled = self.handler.finish(slot, result)
+            if handled is None:  # left pending (redelivered from our backlog)
+                self._backlog = True
+                continue
+            batch.done(msg_id, handled)
+        if transient is not None:
+            self._backlog = True
+            self._left_pending(waiting)
+            raise transient
 
     def reclaim(self, min_idle_ms: int = 60_000, count: int = 100) -> int:
         """Take over messages pending longer than ``min_idle_ms`` (any consumer's, a dead

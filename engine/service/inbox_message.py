@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,16 @@ class Handled:
     writes: list[Write]
     published: int = 0  # updates/replies among the writes (stats)
     fields: dict[str, Any] = field(default_factory=dict)  # the message (to dead-letter it after all)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A decoded message whose command the policy lets through, waiting to be executed."""
+
+    msg_id: Any
+    fields: dict[str, Any]  # the message, text keys
+    command: CommandBase
+    reply_to: str | None
 
 
 def lenient_map(raw: bytes | None, is_json: bool) -> dict[str, Any]:
@@ -135,6 +145,20 @@ class MessageHandler:
         message stays pending and is retried); anything else about one message -- it is
         not a command, the policy refuses it, the engine or Redis fails on it for good,
         its outcome cannot be encoded -- finishes it with a rejection or a dead letter."""
+        prepared = self.prepare(msg_id, fields)
+        if isinstance(prepared, Handled):
+            return prepared
+        assert self.service is not None, "a publish-only consumer cannot handle inbox messages"
+        try:
+            outcome = self.service.execute(prepared.command)
+        except Exception as exc:
+            return self.failed(prepared, exc)
+        return self.finish(prepared, outcome)
+
+    def prepare(self, msg_id: Any, fields: dict[Any, Any]) -> Handled | Prepared:
+        """The first half of :meth:`handle`: decode and apply the policy.  A message that
+        is finished here (not a command, refused) comes back :class:`Handled`; a command
+        to execute as :class:`Prepared` (then :meth:`finish` or :meth:`failed`)."""
         pub = self.publisher
         if not fields:
             return Handled(pub.dead_writes(msg_id, {}, "the message has no fields (deleted or trimmed "
@@ -155,31 +179,42 @@ class MessageHandler:
         refusal = self.accepts(command)
         if refusal is not None:
             return self._refused(msg_id, command, NotAllowed(refusal), reply_to, fields)
-        assert self.service is not None, "a publish-only consumer cannot handle inbox messages"
-        try:
-            outcome = self.service.execute(command)
-        except WrongVersion as exc:
+        return Prepared(msg_id, fields, command, reply_to)
+
+    def failed(self, prepared: Prepared, exc: Exception) -> Handled | None:
+        """The message whose command raised ``exc``: None (left pending) for a WrongVersion
+        the service gave up on; a transient error is re-raised (pending, retried); anything
+        else dead-letters this message alone."""
+        msg_id, command = prepared.msg_id, prepared.command
+        if isinstance(exc, WrongVersion):
             log.warning("%s %s: %s; left pending for redelivery", self.stream, text(msg_id), exc)
             self.stats.retried += 1
             return None
-        except Exception as exc:
-            if is_transient(exc):
-                self.stats.retried += 1
-                raise
-            # a bug in the engine, or Redis refusing this command for good (nothing was
-            # appended: the append is one atomic script): do not let it block the inbox
-            log.exception("%s %s: the engine failed on %s", self.stream, text(msg_id), command.type)  # type: ignore[attr-defined]
-            return Handled(pub.dead_writes(msg_id, fields, f"internal error: {type(exc).__name__}: {exc}",
-                                           command.model_dump(mode="python"), reply_to, code=INTERNAL_ERROR),
-                           fields=fields)
+        if is_transient(exc):
+            self.stats.retried += 1
+            raise exc
+        # a bug in the engine, or Redis refusing this command for good (nothing was
+        # appended: the append is one atomic script): do not let it block the inbox
+        log.error("%s %s: the engine failed on %s", self.stream, text(msg_id), command.type,  # type: ignore[attr-defined]
+                  exc_info=exc)
+        return Handled(self.publisher.dead_writes(msg_id, prepared.fields,
+                                                  f"internal error: {type(exc).__name__}: {exc}",
+                                                  command.model_dump(mode="python"), prepared.reply_to,
+                                                  code=INTERNAL_ERROR),
+                       fields=prepared.fields)
+
+    def finish(self, prepared: Prepared, outcome: Any) -> Handled:
+        """The writes that publish ``outcome`` of a prepared message (a dead letter if it
+        cannot be encoded: the events are stored, the sender is told)."""
+        pub, msg_id = self.publisher, prepared.msg_id
         try:
-            outputs = pub.outputs(command, outcome, reply_to, msg_id)
+            outputs = pub.outputs(prepared.command, outcome, prepared.reply_to, msg_id)
         except Exception as exc:  # an unencodable view: the events are stored, report and go on
             log.exception("%s %s: could not publish the outcome", self.stream, text(msg_id))
-            return Handled(pub.dead_writes(msg_id, fields, f"internal error while publishing: "
-                                           f"{type(exc).__name__}: {exc}", None, reply_to,
-                                           code=INTERNAL_ERROR), fields=fields)
-        return Handled(outputs, len(outputs), fields)
+            return Handled(pub.dead_writes(msg_id, prepared.fields, f"internal error while publishing: "
+                                           f"{type(exc).__name__}: {exc}", None, prepared.reply_to,
+                                           code=INTERNAL_ERROR), fields=prepared.fields)
+        return Handled(outputs, len(outputs), prepared.fields)
 
     def _refused(self, msg_id: Any, command: CommandBase, rejection: Rejected, reply_to: str | None,
                  fields: dict[str, Any]) -> Handled:
@@ -195,3 +230,34 @@ class MessageHandler:
         outcome = Outcome((), state, rejection)
         outputs = self.publisher.outputs(command, outcome, reply_to, msg_id)
         return Handled(outputs, len(outputs), fields)
+
+
+class NotRun(Exception):
+    """The result of a command :func:`run_many` did not start (a stop was asked for)."""
+
+
+def run_many(service: Any, commands: Sequence[CommandBase], stop: Any = None) -> list[Any]:
+    """``service.execute_many(commands)`` when the service's class has it (a wrapper that
+    only delegates attributes does not count: it would skip the wrapper), else
+    ``execute`` one by one -- there, once ``stop`` (a threading.Event) is set, the
+    commands not started yet get :class:`NotRun`.  One result per command, an outcome
+    or the exception."""
+    many = getattr(type(service), "execute_many", None)
+    if many is not None:
+        return list(many(service, commands))
+    out: list[Any] = []
+    failed: Exception | None = None
+    for command in commands:
+        if failed is not None:  # after a transient failure nothing more is tried
+            out.append(failed)
+            continue
+        if out and stop is not None and stop.is_set():
+            out.append(NotRun("stopping"))
+            continue
+        try:
+            out.append(service.execute(command))
+        except Exception as exc:
+            out.append(exc)
+            if is_transient(exc):
+                failed = exc
+    return out

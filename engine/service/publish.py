@@ -322,7 +322,8 @@ class Publisher:
     def outputs(self, command: CommandBase, outcome: OutcomeLike, reply_to: str | None = None,
                 msg_id: Any = None) -> list[Write]:
         """The stream entries :meth:`publish` writes for one outcome (no I/O)."""
-        from projections.views import redact_event, view_for
+        from engine.match.events import public_event_dict
+        from projections.views import redact_event, view_common, view_for
 
         out: list[Write] = []
         cmd_id = command.command_id
@@ -358,12 +359,19 @@ class Publisher:
             events = tuple(outcome.events)
             if events:
                 duplicate = bool(outcome.duplicate)
+                # what does not depend on the recipient, once per command (issue 13 §4): each
+                # event's public fields, and the player-independent part of the view
+                publics = [public_event_dict(e) for e in events]
+                common: dict[str, Any] | None = None
                 for player in recipients(state, events):
                     # compact (docs/PROTOCOL.md "Updates"): the entry's fields say the match,
                     # the command and the version; the events follow ``version - len(events)``
-                    body = compact_body([redact_event(e, player, state=state) for e in events], duplicate)
+                    body = compact_body([redact_event(e, player, state=state, public=pub)
+                                         for e, pub in zip(events, publics)], duplicate)
                     if self._wants_view(player, events, version, duplicate):
-                        body["view"] = view_for(state, player)
+                        if common is None:
+                            common = view_common(state)
+                        body["view"] = view_for(state, player, common)
                     out.append(self._delivery(keys.outbox_key(player),
                                               {"kind": "update", "match": match_id, "command_id": cmd_id,
                                                "version": version, "body": pack(body)}))

@@ -31,7 +31,7 @@ world: it reads the clock and the random source (for a deal), builds the
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -45,7 +45,8 @@ from engine.match.events import EventBase
 from engine.match.replay import replay
 from engine.match.state import MatchState, decode_state, encode_state
 from engine.service.state_cache import StateCache
-from engine.store.base import EventStore, Snapshot, WrongVersion
+from engine.store.base import AppendRequest, AppendResult, EventStore, Snapshot, WrongVersion
+from engine.store.redis_errors import is_transient
 
 _log = logging.getLogger(__name__)
 
@@ -265,21 +266,128 @@ class MatchService:
                 continue
             if result.duplicate:
                 return Outcome(tuple(result.events), self.load_state(mid), None, True, attempt)
-            if cache is not None:
-                cache.put(new_state)
-            try:  # the append was the commit: nothing after it may make the command look failed
-                self._maybe_snapshot(state, new_state)
-            except Exception:  # the next multiple of snapshot_every writes one; loads replay a longer tail
-                _log.exception("could not save the snapshot of match %s at v%d", mid, new_state.version)
-            outcome = Outcome(tuple(events), new_state, None, False, attempt)
-            if self.on_commit is not None:
-                try:
-                    self.on_commit(outcome)
-                except Exception:  # the deadline sweeper re-fires what a failed hook missed
-                    _log.exception("on_commit hook failed for match %s", mid)
-            return outcome
+            return self._committed(state, new_state, tuple(events), attempt)
         assert last_exc is not None
         raise last_exc
+
+    def _committed(self, state: MatchState, new_state: MatchState, events: tuple[EventBase, ...],
+                   attempt: int) -> Outcome:
+        """What follows an append of ``events`` on ``state``: the cache, the snapshot, the hook."""
+        if self.state_cache is not None:
+            self.state_cache.put(new_state)
+        try:  # the append was the commit: nothing after it may make the command look failed
+            self._maybe_snapshot(state, new_state)
+        except Exception:  # the next multiple of snapshot_every writes one; loads replay a longer tail
+            _log.exception("could not save the snapshot of match %s at v%d", state.match_id, new_state.version)
+        outcome = Outcome(events, new_state, None, False, attempt)
+        if self.on_commit is not None:
+            try:
+                self.on_commit(outcome)
+            except Exception:  # the deadline sweeper re-fires what a failed hook missed
+                _log.exception("on_commit hook failed for match %s", state.match_id)
+        return outcome
+
+    # -- several commands (one inbox read) --------------------------------------------------
+    def execute_many(self, commands: Sequence[CommandBase]) -> list[Outcome | Exception]:
+        """:meth:`execute` of each command, in order, with the appends pipelined (issue 13 §3).
+
+        One result per command: its :class:`Outcome`, or the exception :meth:`execute`
+        would have raised for it (a WrongVersion it gave up on, an engine bug, a Redis
+        error).  Each command of a match whose state is cached is decided against that
+        state and its append joins a round sent in one pipeline
+        (:meth:`EventStore.append_many`); a match has at most one append in a round (a
+        second command of the same match sends the round first, then is decided on the
+        state the first one made).  An append the store did not take -- WrongVersion
+        (another writer), a duplicate command id, an error reply -- is run again alone
+        by :meth:`execute` (catch up, decide again: nothing is lost).  Everything else
+        goes through :meth:`execute` at once: a refusal (checked there against the
+        stream), a Sync, a match not cached.
+
+        After a *transient* failure (:func:`engine.store.redis_errors.is_transient`:
+        Redis down, OOM, …) nothing more is tried: that command and every later one
+        not finished yet get that exception (the inbox leaves them pending; a command
+        whose append did go through is a duplicate when it comes again)."""
+        results: list[Outcome | Exception | None] = [None] * len(commands)
+        round_: list[tuple[int, CommandBase, MatchState, tuple[EventBase, ...], MatchState]] = []
+        failed: Exception | None = None
+        for i, command in enumerate(commands):
+            if failed is not None:
+                results[i] = failed
+                continue
+            try:
+                if any(p[1].match_id == command.match_id for p in round_):
+                    failed = self._send_round(round_, results)
+                    round_ = []
+                    if failed is not None:
+                        results[i] = failed
+                        continue
+                planned = self._plan(command)
+                if planned is None:
+                    results[i] = self.execute(command)
+                else:
+                    round_.append((i, command, *planned))
+            except Exception as exc:
+                results[i] = exc
+                if is_transient(exc):
+                    failed = exc
+        if failed is None:
+            self._send_round(round_, results)
+        else:
+            for p in round_:  # decided, never sent: redelivered
+                results[p[0]] = failed
+        return [r if r is not None else RuntimeError("not executed") for r in results]
+
+    def _plan(self, command: CommandBase) -> tuple[MatchState, tuple[EventBase, ...], MatchState] | None:
+        """``(state, events, new state)`` of a command decided on its match's cached state,
+        to append in a round; None when :meth:`execute` handles it alone (no cache, not
+        cached, a Sync, a refusal, nothing to append)."""
+        cache = self.state_cache
+        if cache is None or isinstance(command, Sync):
+            return None
+        state = cache.get(command.match_id)
+        if state is None:
+            return None
+        try:
+            events, new_state = decide_and_apply(state, command, self._context(command, state))
+        except Rejected:  # decided again by execute, and checked against the stream there
+            return None
+        if not events:
+            return None
+        return state, tuple(events), new_state
+
+    def _send_round(self, round_: Sequence[tuple[int, CommandBase, MatchState, tuple[EventBase, ...], MatchState]],
+                    results: list[Outcome | Exception | None]) -> Exception | None:
+        """Append a round in one pipeline and fill in its results; the transient failure
+        that stopped it, if any (its unfinished commands then hold that exception)."""
+        if not round_:
+            return None
+        requests = [AppendRequest(cmd.match_id, state.version, cmd.command_id, events, new.deadline())
+                    for _i, cmd, state, events, new in round_]
+        try:
+            replies = self.store.append_many(requests)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            for p in round_:
+                results[p[0]] = exc
+            return exc
+        failed: Exception | None = None
+        for (i, cmd, state, events, new), reply in zip(round_, replies):
+            if isinstance(reply, AppendResult) and not reply.duplicate:
+                results[i] = self._committed(state, new, events, 1)
+                continue
+            if failed is not None:
+                results[i] = failed
+                continue
+            try:  # another writer, a retried command id, an error reply: this command alone
+                if isinstance(reply, WrongVersion):
+                    self._verify(cmd.match_id, state, reply.actual)
+                results[i] = self.execute(cmd)
+            except Exception as exc:
+                results[i] = exc
+                if is_transient(exc):
+                    failed = exc
+        return failed
 
     def _maybe_snapshot(self, old: MatchState, new: MatchState) -> None:
         n = self.snapshot_every

@@ -2,6 +2,7 @@
 a Redis Streams store (key layout: :mod:`engine.store.keys`, docs/PROTOCOL.md)."""
 
 from engine.store.base import (
+    AppendRequest,
     AppendResult,
     EventStore,
     FeedEntry,
@@ -11,7 +12,7 @@ from engine.store.base import (
 from engine.store.memory import InMemoryEventStore
 
 __all__ = [
-    "AppendResult", "EventStore", "FeedEntry", "InMemoryEventStore",
+    "AppendRequest", "AppendResult", "EventStore", "FeedEntry", "InMemoryEventStore",
     "RedisEventStore", "Snapshot", "WrongVersion",
 ]
 

@@ -45,6 +45,17 @@ class AppendResult:
 
 
 @dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """The arguments of one :meth:`EventStore.append`, for :meth:`EventStore.append_many`."""
+
+    match_id: str
+    expected_version: int
+    command_id: str
+    events: tuple[EventBase, ...]
+    deadline: Deadline | None
+
+
+@dataclass(frozen=True, slots=True)
 class FeedEntry:
     """One notification of a bucket feed: events ``first``..``last`` of ``match_id`` were appended.
 
@@ -105,6 +116,31 @@ class EventStore(ABC):
         deadline set, but no feed notification is written.  Events must carry
         this match id and consecutive seqs from ``expected_version + 1``
         (ValueError otherwise)."""
+
+    def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult | Exception]:
+        """The appends of ``requests``, each on its own (not one transaction), in order: one
+        result per request, an :class:`AppendResult` or the exception of that append
+        (:class:`WrongVersion`, or an error the store answered for it).  The Redis store
+        sends them in one pipeline.  A request's failure never stops the next one; the
+        caller chains no two requests of one match (the second's expected version would
+        rest on the first succeeding).  Argument errors (ValueError) and a lost
+        connection raise.
+
+        >>> from engine.store.memory import InMemoryEventStore
+        >>> from engine.match.events import PlayerReady
+        >>> s = InMemoryEventStore()
+        >>> e = PlayerReady(match_id="m", seq=1, ts=0, command_id="c", player="a")
+        >>> [type(r).__name__ for r in s.append_many([AppendRequest("m", 0, "c", (e,), None),
+        ...                                            AppendRequest("m", 0, "d", (e,), None)])]
+        ['AppendResult', 'WrongVersion']
+        """
+        out: list[AppendResult | Exception] = []
+        for rq in requests:
+            try:
+                out.append(self.append(rq.match_id, rq.expected_version, rq.command_id, rq.events, rq.deadline))
+            except WrongVersion as exc:
+                out.append(exc)
+        return out
 
     @abstractmethod
     def load(self, match_id: str, after: int = 0) -> list[EventBase]:

@@ -22,6 +22,7 @@ import redis
 from engine.match.events import EventBase, MatchFinished, decode_event, encode_event
 from engine.store import keys
 from engine.store.base import (
+    AppendRequest,
     AppendResult,
     Deadline,
     EventStore,
@@ -71,6 +72,14 @@ def ensure_group(client: Any, stream: str, group: str) -> bool:
 
 def _load_script(name: str) -> str:
     return importlib.resources.files("engine.store").joinpath(name).read_text(encoding="utf-8")
+
+
+def _wrong_version(exc: Exception, match_id: str, expected_version: int) -> WrongVersion | None:
+    """The WrongVersion an append script's error reply stands for (None: another error)."""
+    msg = str(exc)
+    if "WRONGVERSION" not in msg:
+        return None
+    return WrongVersion(match_id, expected_version, int(msg.rsplit(" ", 1)[-1]))
 
 
 def _s(value: bytes | str) -> str:
@@ -148,6 +157,20 @@ class RedisEventStore(EventStore):
         payloads) is only used for the result (decoded from ``payloads`` if None).
         """
         _, ks = self._match_keys(match_id)
+        args = self._script_args(match_id, expected_version, command_id, payloads, deadline, events)
+        try:
+            reply = self._append(keys=ks, args=args)
+        except redis.ResponseError as exc:
+            wrong = _wrong_version(exc, match_id, expected_version)
+            if wrong is not None:
+                raise wrong from None
+            raise
+        return self._result(match_id, reply, payloads, events)
+
+    @staticmethod
+    def _script_args(match_id: str, expected_version: int, command_id: str, payloads: Sequence[bytes],
+                     deadline: Deadline | None, events: Sequence[EventBase] | None) -> list[Any]:
+        """ARGV of append.lua for one command."""
         if deadline is None:
             at, info = "", ""
         else:
@@ -158,15 +181,11 @@ class RedisEventStore(EventStore):
             finishes = "1" if isinstance(final, MatchFinished) else "0"
         else:
             finishes = "0"
-        try:
-            reply = self._append(keys=ks, args=[match_id, str(expected_version), command_id,
-                                                finishes, at, info, *payloads])
-        except redis.ResponseError as exc:
-            msg = str(exc)
-            if "WRONGVERSION" in msg:
-                actual = int(msg.rsplit(" ", 1)[-1])
-                raise WrongVersion(match_id, expected_version, actual) from None
-            raise
+        return [match_id, str(expected_version), command_id, finishes, at, info, *payloads]
+
+    def _result(self, match_id: str, reply: Any, payloads: Sequence[bytes],
+                events: Sequence[EventBase] | None) -> AppendResult:
+        """The AppendResult of append.lua's reply (a duplicate's stored events are read)."""
         tag = _s(reply[0])
         if tag == "ok":
             if events is None:
@@ -175,6 +194,43 @@ class RedisEventStore(EventStore):
         lo, hi = int(reply[1]), int(reply[2])
         stored = self._range(match_id, lo, hi) if hi >= lo else []
         return AppendResult(version=hi, duplicate=True, events=tuple(stored))
+
+    def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult | Exception]:
+        """Every request's append script in one pipeline (one round trip; on Redis Cluster
+        the pipeline splits by node).  Each reply stands alone: an :class:`AppendResult`,
+        a :class:`WrongVersion`, or the error Redis answered for that script (e.g.
+        NOSCRIPT after a SCRIPT FLUSH, OOM): the caller runs that one again on its own.
+        A connection failure raises (some of the scripts may have run: their command
+        ids make a retry a duplicate)."""
+        if not requests:
+            return []
+        if len(requests) == 1:
+            return super().append_many(requests)
+        pipe = self.client.pipeline(transaction=False)
+        sha = self._append.sha
+        encoded: list[list[bytes]] = []
+        for rq in requests:
+            check_append(rq.match_id, rq.expected_version, rq.command_id, rq.events, rq.deadline)
+            payloads = [encode_event(e) for e in rq.events]
+            encoded.append(payloads)
+            _, ks = self._match_keys(rq.match_id)
+            args = self._script_args(rq.match_id, rq.expected_version, rq.command_id, payloads,
+                                     rq.deadline, rq.events)
+            # EVALSHA directly (not Script(client=pipe)): a registered script makes the
+            # pipeline ask SCRIPT EXISTS first, a second round trip; NOSCRIPT comes back
+            # as that request's error and the caller appends it alone (which loads it)
+            pipe.evalsha(sha, len(ks), *ks, *args)
+        replies = pipe.execute(raise_on_error=False)
+        out: list[AppendResult | Exception] = []
+        for rq, payloads, reply in zip(requests, encoded, replies):
+            if isinstance(reply, redis.ResponseError):
+                wrong = _wrong_version(reply, rq.match_id, rq.expected_version)
+                out.append(wrong if wrong is not None else reply)
+            elif isinstance(reply, Exception):
+                out.append(reply)
+            else:
+                out.append(self._result(rq.match_id, reply, payloads, rq.events))
+        return out
 
     def _range(self, match_id: str, first: int, last: int | None) -> list[EventBase]:
         """Events with first <= seq <= last (last None: to the end), paged."""
