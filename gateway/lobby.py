@@ -35,6 +35,7 @@ from typing import Any
 from gateway import channels
 from gateway.rooms import RoomBook
 from projections.ledger import SETTLED_KEY, balance_key
+from projections.views import breakdown_for
 
 log = logging.getLogger("shuangkou.gateway.lobby")
 
@@ -362,7 +363,8 @@ class Lobby:
         notes = []
         for p in table.players:
             notes.append(json.dumps({"kind": "settled", "match": table.match, "scores": s.get("scores", {}),
-                                     "breakdown": s.get("breakdown", {}),
+                                     # each player sees their own balance only (issue 12)
+                                     "breakdown": breakdown_for(s.get("breakdown", {}), p),
                                      "balances": {p: await self.balance(p, mode)}}))
         out = [_s(x) for x in await self._call("advance", table.id, table.match, *notes)]
         if out and out[0] == "closed":

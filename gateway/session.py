@@ -139,7 +139,9 @@ class Connection:
         self.hub.metrics.message_out(message.get("kind", ""), message.get("code"))
 
     async def reject(self, command_id: str | None, code: str, reason: str, view: dict | None = None) -> None:
-        await self.send(protocol.rejected(command_id, code, reason, view, self.match))
+        """Send a ``rejected``; one the client gave no usable id for gets a fresh one, as every
+        message does (docs/PROTOCOL.md: the gateway fills one in and echoes it back)."""
+        await self.send(protocol.rejected(command_id or uuid.uuid4().hex, code, reason, view, self.match))
 
     async def close(self, code: int, reason: str) -> None:
         if self.closed:
@@ -300,6 +302,8 @@ class Connection:
             raise protocol.ClientError(protocol.NOT_ALLOWED, "this socket is already authenticated", msg.command_id)
         if t == "Watch":
             return await self._watch(msg)
+        if t == "Sync" and not self.is_player and self.watching is not None:
+            return await self._request_view(self.watching, msg.command_id)  # the spectator view again
         if not self.is_player:
             raise protocol.ClientError(protocol.NOT_ALLOWED, f"a {self.identity.role} token may only Watch",
                                        msg.command_id)
@@ -546,7 +550,7 @@ class Connection:
         mine = bool(e.command_id) and self._awaiting.get(e.match) == e.command_id
         if mine:
             self._awaiting.pop(e.match, None)
-        client_id = channels.client_command_id(self.player, e.command_id) if self.is_player else None
+        client_id = channels.client_command_id(self.player, e.command_id)  # a spectator's own Sync too
         if client_id is not None:
             self._answered(e.command_id)
         if e.version is None:
@@ -597,6 +601,7 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] |
     if qv is not None and qv.isdigit():
         version = int(qv)
     reason_label = "invalid"
+    claimed: object = None
     if token is None:
         try:
             raw = await asyncio.wait_for(ws.receive_text(), AUTH_TIMEOUT_S)
@@ -617,6 +622,7 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] |
                                                            '{"type": "Auth", "token": ...}')
             return None
         token = data["token"]
+        claimed = data.get("player")  # optional; it must be the token's subject (gateway/schemas)
         v = data.get("version")
         if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
             version = v
@@ -629,5 +635,9 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] |
             reason_label = "missing"
         hub.metrics.auth_failures.labels(reason_label).inc()
         await ws.close(code=CLOSE_UNAUTHORIZED, reason=str(exc)[:120])
+        return None
+    if claimed is not None and claimed != identity.player:
+        hub.metrics.auth_failures.labels("invalid").inc()
+        await ws.close(code=CLOSE_UNAUTHORIZED, reason="the Auth message names another player than the token")
         return None
     return identity, version

@@ -79,7 +79,8 @@ class FakeEngine:
         self.syncs: list[tuple[str, str, str]] = []  # (match, player, command id) in arrival order
 
     def view(self, match: str, player: str) -> dict[str, Any]:
-        return {"match_id": match, "you": player, "phase": "seating", "version": self.versions[match]}
+        return {"match_id": match, "you": player, "phase": "seating", "version": self.versions[match],
+                "hand": [1, 2, 3]}
 
     async def run(self) -> None:
         last = "0-0"
@@ -121,7 +122,7 @@ def aredis(redis_server):
 
 async def _with_connection(aredis, engine_versions: dict[str, int], body: Callable[..., Awaitable[None]],
                            *, refuse: bool = False, place_hook: Callable[..., Awaitable[None]] | None = None,
-                           player: str = "alice") -> None:
+                           player: str = "alice", role: str = "player") -> None:
     r = aredis()
     rooms = RoomBook.load()
     lobby = Lobby(r, rooms, "gw-test")
@@ -138,7 +139,7 @@ async def _with_connection(aredis, engine_versions: dict[str, int], body: Callab
             return got
         lobby.place = place  # type: ignore[method-assign]
     ws = FakeSocket()
-    conn = session.Connection(hub, ws, Identity(player, "player", None, 4102444800))  # type: ignore[arg-type]
+    conn = session.Connection(hub, ws, Identity(player, role, None, 4102444800))  # type: ignore[arg-type]
     run = asyncio.create_task(conn.run(None))
     try:
         await body(ws, conn, engine)
@@ -355,3 +356,37 @@ def test_a_registry_room_that_does_not_validate_is_not_offered():
     assert rooms.update_registry({"bad": json.dumps(bad), "good": json.dumps(rooms.get("points").to_record())}) \
         == ["good"]
     assert rooms.get("bad") is None and rooms.get("good").name == "good"
+
+
+def test_a_spectators_sync_gets_the_spectator_view_again_never_a_hand(aredis):
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.inbox.put(json.dumps({"type": "Watch", "match": "t1-1", "command_id": "w1"}))
+        first = await ws.expect(_view_update("t1-1"), "the spectator view")
+        await ws.inbox.put(json.dumps({"type": "Sync", "command_id": "s1"}))
+        again = await ws.expect(lambda m: m["kind"] == "update" and m.get("command_id") == "s1", "the Sync's answer")
+        for m in (first, again):
+            assert m["view"]["hand"] is None and m["view"]["you"] is None and m["view"]["phase"] == "seating"
+        assert engine.syncs[-1][1] == "alice"  # the seated player's view, redacted by the gateway
+
+    async def main() -> None:
+        r = aredis()
+        lobby = Lobby(r, RoomBook.load(), "setup")
+        await _table_creating(lobby)
+        assert await lobby._call("seated", "t1", "t1-1") == 1
+        await r.aclose()
+        await _with_connection(aredis, {"t1-1": 4}, body, player="watcher", role="spectator")
+
+    asyncio.run(main())
+
+
+def test_a_registry_room_changed_is_offered_changed():
+    rooms = RoomBook.load()
+    rec = {**rooms.get("points").to_record(), "turn_seconds": 11}
+    rooms.update_registry({"r": json.dumps(rec)})
+    first = rooms.get("r")
+    rooms.update_registry({"r": json.dumps(rec)})
+    assert rooms.get("r") is first  # unchanged text: the same validated config
+    rooms.update_registry({"r": json.dumps({**rec, "turn_seconds": 12})})
+    assert rooms.get("r").turn_seconds == 12
+    rooms.update_registry({})
+    assert rooms.get("r") is None  # removed from the registry: no longer offered
