@@ -111,6 +111,20 @@ BALANCE_LIMIT = 9_200_000_000_000_000_000
 assert BALANCE_LIMIT % 10**9 == 0  # the Lua script compares in units of 1e9 plus a remainder
 
 
+def same_entry(booked: LedgerEntry, entry: LedgerEntry) -> bool:
+    """Whether ``entry`` repeats the ``booked`` one (same kind, player, mode, amount and
+    reason; the time and the operator of a retry may differ).
+
+    >>> a = LedgerEntry("credit", "bob", "wealth", 70, "fixed-1", 5, "r", "op")
+    >>> same_entry(a, LedgerEntry("credit", "bob", "wealth", 70, "fixed-1", 9, "r", "op2"))
+    True
+    >>> same_entry(a, LedgerEntry("credit", "bob", "wealth", 90, "fixed-1", 9, "other", "op"))
+    False
+    """
+    return ((booked.kind, booked.player, booked.mode, booked.amount, booked.reason)
+            == (entry.kind, entry.player, entry.mode, entry.amount, entry.reason))
+
+
 class LedgerRefused(ValueError):
     """The ledger refused a write and changed nothing (a permanent error: retrying fails the same way).
 
@@ -123,6 +137,23 @@ class LedgerRefused(ValueError):
         super().__init__(reason)
         self.code = code
         self.reason = reason
+
+
+class LedgerEntryConflict(LedgerRefused):
+    """:meth:`Ledger.record_entry` with a command id (``ref``) already booked for a
+    different entry (:func:`same_entry`); nothing changed.  ``booked`` is the entry on the books.
+
+    >>> booked = LedgerEntry("credit", "bob", "wealth", 70, "fixed-1", 5, "r", "op")
+    >>> str(LedgerEntryConflict(booked))
+    "command id 'fixed-1' was already used for a different entry: credit for bob (wealth), amount 70, reason r; nothing changed (use a new command id)"
+    """
+
+    def __init__(self, booked: LedgerEntry):
+        super().__init__("command_id_reused",
+                         f"command id {booked.ref!r} was already used for a different entry: {booked.kind} "
+                         f"for {booked.player} ({booked.mode}), amount {abs(booked.amount)}, "
+                         f"reason {booked.reason}; nothing changed (use a new command id)")
+        self.booked = booked
 
 
 def check_settlement_amounts(settlement: Settlement) -> None:
@@ -198,8 +229,10 @@ class Ledger(ABC):
     @abstractmethod
     def record_entry(self, entry: LedgerEntry) -> str:
         """Apply an operator credit/debit once per ``entry.ref``, atomically: ``applied``,
-        ``duplicate`` (the ref was used; nothing changes), ``insufficient`` (a debit larger
-        than the balance) or ``overflow`` (the balance would pass :data:`MAX_BALANCE`)."""
+        ``duplicate`` (the ref was used for the same entry, :func:`same_entry`; nothing changes),
+        ``insufficient`` (a debit larger than the balance) or ``overflow`` (the balance would
+        pass :data:`MAX_BALANCE`).  A ref used for a different entry raises
+        :class:`LedgerEntryConflict` (nothing changes)."""
 
     @abstractmethod
     def entries(self, player: str) -> list[LedgerEntry]:
@@ -332,7 +365,10 @@ class InMemoryLedger(Ledger):
     def record_entry(self, entry: LedgerEntry) -> str:
         _check_mode(entry.mode)
         with self._lock:
-            if entry.ref in self._refs:
+            booked = self._refs.get(entry.ref)
+            if booked is not None:
+                if not same_entry(booked, entry):
+                    raise LedgerEntryConflict(booked)
                 return ENTRY_DUPLICATE
             bal = self._balances[entry.mode]
             new = bal.get(entry.player, 0) + entry.amount
@@ -498,8 +534,9 @@ _ENTRY_LUA = """
 -- KEYS[1] refs hash, KEYS[2] balances hash of the mode, KEYS[3] the player's journal
 -- ARGV[1] ref, ARGV[2] player, ARGV[3] signed amount, ARGV[4] entry JSON, ARGV[5] journal field,
 -- ARGV[6] max balance.  Everything is checked before anything is written.
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  return 'duplicate'
+local booked = redis.call('HGET', KEYS[1], ARGV[1])
+if booked then
+  return {'duplicate', booked}  -- Python compares the booked entry with this one
 end
 local amount = tonumber(ARGV[3])
 local new = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0') + amount
@@ -591,6 +628,11 @@ class RedisLedger(Ledger):
         out = self._entry(keys=[REFS_KEY, balance_key(entry.mode), journal_key(entry.player)],
                           args=[entry.ref, entry.player, int(entry.amount), entry.to_json(),
                                 entry.journal_field, MAX_BALANCE])
+        if isinstance(out, list):  # a duplicate: the booked entry
+            booked = LedgerEntry.from_json(_s(out[1]))
+            if not same_entry(booked, entry):
+                raise LedgerEntryConflict(booked)
+            return ENTRY_DUPLICATE
         return _s(out)
 
     def entries(self, player: str) -> list[LedgerEntry]:

@@ -220,7 +220,7 @@ def settle(events: Sequence[EventBase]) -> Settlement | None:
     breakdown.update({
         "kou": kou,
         "a": a,
-        "a_from": f"R-7: {l} holds {finish.cards_left.get(l, '?')} cards → {kou}",
+        "a_from": f"R-7: {l} holds {_cards_count(finish.cards_left.get(l))} → {kou}",
         "b": b,
         "b_from": f"R-8.4: winner {w}'s effective xiang {xr[w].xiang}" if xr[w].xiang else "R-8.4: winner played no bomb",
         "win_term": win_term,
@@ -243,6 +243,17 @@ def settle(events: Sequence[EventBase]) -> Settlement | None:
                       cards_left=dict(finish.cards_left), scores=scores, burned=0, breakdown=breakdown)
 
 
+def _cards_count(n: int | None) -> str:
+    """``"1 card"``, ``"5 cards"`` (``"? cards"`` when unknown).
+
+    >>> _cards_count(1), _cards_count(0), _cards_count(None)
+    ('1 card', '0 cards', '? cards')
+    """
+    if n is None:
+        return "? cards"
+    return f"{n} card" if n == 1 else f"{n} cards"
+
+
 def _escape_amount(config: RoomConfig, X: int, xo: XiangResult, after_cards: bool) -> tuple[int, dict[str, Any]]:
     m = config.escape_penalty_multiple
     penalty = m * X
@@ -258,18 +269,19 @@ def _escape_amount(config: RoomConfig, X: int, xo: XiangResult, after_cards: boo
     if config.mode == "points":
         a_single = config.kou.single
         doubling = X * a_single * b_o if b_o > 1 else 0
-        d_formula = f"X·a_single·b_O = {X}·{a_single}·{b_o}" if b_o > 1 else "b_O = 1 → 0"
+        d_formula = f"X·a_single·b_O = {X}·{a_single}·{b_o}"
         rule = "R-12.2: points forfeit"
     else:
         doubling = X * b_o if b_o > 1 else 0
-        d_formula = f"X·b_O = {X}·{b_o}" if b_o > 1 else "b_O = 1 → 0"
+        d_formula = f"X·b_O = {X}·{b_o}"
         rule = "R-12.3: wealth, escaped after cards were played"
     owed = penalty + contribution + doubling
     return owed, {
         "rule": rule,
         "penalty": penalty, "penalty_formula": f"{m}·X = {m}·{X} = {penalty}",
         "contribution": contribution, "contribution_formula": f"X·c_O = {X}·{c_o} = {contribution}",
-        "doubling": doubling, "doubling_formula": f"{d_formula} = {doubling}",
+        "doubling": doubling,
+        "doubling_formula": f"{d_formula} = {doubling}" if b_o > 1 else "D = 0 (b_O = 1: no doubling)",
         "escaper_contribution": 0,
         "formula": f"{penalty} + {contribution} + {doubling} = {owed}",
     }

@@ -180,6 +180,22 @@ def timeline(events: Sequence[EventBase]) -> dict[str, Any]:
     }
 
 
+def settlement_heading(result: dict[str, Any]) -> str:
+    """The heading over :func:`settlement_lines`: the rule the settlement follows --
+    R-8.6 for a normal end, R-12 for an escape (forfeit).
+
+    >>> settlement_heading({"kou": "flat"})
+    'settlement (R-8.6: W gets X·a·b + X·(c_W − c_L); L the negation):'
+    >>> settlement_heading({"kou": "escape"})[:46]
+    'settlement (R-12 escape: the escaper E owes 12'
+    """
+    if result.get("kou") == "escape":
+        return ("settlement (R-12 escape: the escaper E owes 12·X + X·c_O + D, D the doubling of the "
+                "opponent O's bombs, 0 when b_O = 1; O receives the escape transfer ratio of what E paid, "
+                "the rest is burned):")
+    return "settlement (R-8.6: W gets X·a·b + X·(c_W − c_L); L the negation):"
+
+
 def settlement_lines(result: dict[str, Any]) -> list[str]:
     """The settlement written out term by term (R-8, R-12), one line each.
 

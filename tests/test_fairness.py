@@ -320,8 +320,11 @@ def test_a_fixed_deal_in_a_fair_match_is_not_called_fair():
 
 # ---- the command line ---------------------------------------------------------------------
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def _cli(*args: str, redis_url: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "SK_REDIS_URL"}
+    env["PYTHONPATH"] = str(ROOT)
+    if redis_url is not None:
+        env["SK_REDIS_URL"] = redis_url  # the default of --redis, as for replay/matches/ledger
     return subprocess.run([sys.executable, "-m", "engine", "verify-deal", *args], capture_output=True,
                           text=True, env=env, cwd=ROOT, timeout=120)
 
@@ -380,6 +383,11 @@ def test_cli_verifies_a_match_in_redis(real_redis, redis_server):
     verdict = json.loads(done.stdout)
     assert verdict["status"] == "ok" and verdict["client_seeds"] == ["a's", "b's"]
     assert len(verdict["first_cards"][0]) == 5 and verdict["server_seed"] == store.load("fair-1")[0].server_seed
+    from_env = _cli("fair-1", "--json", redis_url=url)  # no --redis: $SK_REDIS_URL
+    assert from_env.returncode == 0, from_env.stdout + from_env.stderr
+    assert json.loads(from_env.stdout) == verdict
+    unset = _cli("fair-1")
+    assert unset.returncode == 2 and "SK_REDIS_URL" in unset.stderr
 
 
 def test_events_from_a_run_script_json_verify(tmp_path):

@@ -310,3 +310,56 @@ def test_replay_cli_checks_the_stored_settlement(monkeypatch, capsys) -> None:
     assert "stored settlement differs from the replay: scores" in out
     assert main(["replay", "--redis", "redis://x", "--all"]) == 1
     assert f"{forged_id}: " in capsys.readouterr().out
+
+
+# -- "expect" is checked: a wrong expectation exits 1 naming the key -------------------------
+
+SETTLEMENT = ROOT / "examples" / "settlement"
+WRONG_EXPECT = [  # (example, expect key, a wrong value)  examples
+    (SETTLEMENT / "points_r9_consecutive.json", "scores", {"a": 11, "b": -11}),
+    (SETTLEMENT / "points_r9_consecutive.json", "winner", "b"),
+    (SETTLEMENT / "points_r9_consecutive.json", "kou", "double"),
+    (SETTLEMENT / "points_r9_consecutive.json", "breakdown", {"xiang": {"a": {"xiang": 4}}}),
+    (SETTLEMENT / "wealth_escape_sheet.json", "burned", 1),
+    (SETTLEMENT / "wealth_escape_sheet.json", "balances", {"a": 0, "b": 0}),
+    (SETTLEMENT / "points_doubling_contribution.json", "cards_left", {"a": 0, "b": 99}),
+    (ROOT / "examples" / "bad_inputs.json", "rejections", [0, 1]),
+]
+
+
+@pytest.mark.parametrize("path, key, wrong", WRONG_EXPECT, ids=[f"{p.stem}-{k}" for p, k, _ in WRONG_EXPECT])
+def test_a_wrong_expectation_exits_1_naming_it(tmp_path, capsys, path, key, wrong):
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["config"] in ("points", "wealth")  # a built-in room: the copy runs from tmp_path
+    data["expect"] = {**data["expect"], key: wrong}
+    f = tmp_path / path.name
+    f.write_text(json.dumps(data), encoding="utf-8")
+    for flags in ([], ["--json"]):
+        assert main(["run-script", str(f), *flags]) == 1
+        err = capsys.readouterr().err
+        assert f"expect mismatch: {key}" in err and err.count("expect mismatch") == 1, err
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").rglob("*.json")), ids=lambda p: p.stem)
+def test_every_shipped_example_meets_its_expectation(path, capsys):
+    assert main(["run-script", str(path)]) == 0, capsys.readouterr().err
+    assert "expect mismatch" not in capsys.readouterr().err
+
+
+def test_balances_expectation_is_start_plus_score(tmp_path, capsys):
+    path = SETTLEMENT / "wealth_escape_sheet.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    start = {p["id"]: p.get("coins", 0) for p in data["players"]}
+    data["expect"]["balances"] = {p: start[p] + s for p, s in data["expect"]["scores"].items()}
+    f = tmp_path / "ok.json"
+    f.write_text(json.dumps(data), encoding="utf-8")
+    assert main(["run-script", str(f)]) == 0
+
+
+def test_an_unknown_expect_key_is_a_bad_script(tmp_path, capsys):
+    data = json.loads((ROOT / "examples" / "normal_win.json").read_text(encoding="utf-8"))
+    data["expect"]["scorez"] = {}
+    f = tmp_path / "typo.json"
+    f.write_text(json.dumps(data), encoding="utf-8")
+    assert main(["run-script", str(f)]) == 2
+    assert "unknown \"expect\" key(s): scorez" in capsys.readouterr().err

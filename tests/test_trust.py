@@ -148,6 +148,49 @@ def test_ledger_entry_contract(make, fake_redis):
     assert ledger.entries("p") == [e]
 
 
+REUSED_ID = [  # (what differs from the booked credit of 40 points to p, reason "bonus", the retried entry)
+    ("amount", LedgerEntry("credit", "p", "points", 90, "ref1", 6, "bonus", "op")),
+    ("reason", LedgerEntry("credit", "p", "points", 40, "ref1", 6, "other", "op")),
+    ("player", LedgerEntry("credit", "q", "points", 40, "ref1", 6, "bonus", "op")),
+    ("mode", LedgerEntry("credit", "p", "wealth", 40, "ref1", 6, "bonus", "op")),
+    ("kind", LedgerEntry("debit", "p", "points", -40, "ref1", 6, "bonus", "op")),
+]
+
+
+@pytest.mark.parametrize("what, retry", REUSED_ID, ids=[w for w, _ in REUSED_ID])
+@pytest.mark.parametrize("make", ["memory", "fakeredis", pytest.param("redis", marks=pytest.mark.redis)])
+def test_a_command_id_reused_for_a_different_entry_is_refused(make, what, retry, request):
+    """The same command id with other values is not "already applied": it is refused, naming
+    the booked entry, and nothing changes; the same values again stay an idempotent duplicate."""
+    from projections.ledger import LedgerEntryConflict
+
+    ledger = InMemoryLedger() if make == "memory" else RedisLedger(
+        request.getfixturevalue({"fakeredis": "fake_redis", "redis": "real_redis"}[make]))
+    booked = LedgerEntry("credit", "p", "points", 40, "ref1", 5, "bonus", "op")
+    assert ledger.record_entry(booked) == "applied"
+    with pytest.raises(LedgerEntryConflict) as caught:
+        ledger.record_entry(retry)
+    assert caught.value.code == "command_id_reused" and caught.value.booked == booked
+    assert "already used for a different entry" in str(caught.value)
+    assert "amount 40, reason bonus" in str(caught.value)
+    same_later = LedgerEntry("credit", "p", "points", 40, "ref1", 99, "bonus", "another-op")
+    assert ledger.record_entry(same_later) == "duplicate"
+    assert (ledger.balance("p", "points"), ledger.balance("q", "points"), ledger.balance("p", "wealth"),
+            ledger.balance("q", "wealth")) == (40, 0, 0, 0)
+    assert ledger.entries("p") == [booked] and ledger.entries("q") == []
+
+
+def test_a_credit_reusing_a_command_id_is_rejected_on_the_operator_channel(eng):
+    assert eng.send(credit("fixed-1", "bob", 70, reason="r")).kind == "accepted"
+    msg = eng.send(credit("fixed-1", "bob", 90, reason="other"))
+    assert (msg.kind, msg.code) == ("rejected", "command_id_reused")
+    assert "already used for a different entry" in msg.reason and "amount 70, reason r" in msg.reason
+    assert eng.send(credit("fixed-1", "bob", 70, reason="r")).kind == "duplicate"
+    d = Debit(command_id="fixed-1", player="bob", amount=70, reason="r", operator="op-1")
+    assert eng.send(d).code == "command_id_reused"
+    assert eng.ledger.balance("bob", "wealth") == 70
+
+
 # -- rooms are registered, not sent --------------------------------------------------------
 
 def test_shipped_rooms_are_registered_and_a_match_names_one(eng):
@@ -283,6 +326,17 @@ def test_ledger_and_room_cli(real_redis, redis_server, tmp_path, capsys):
         assert [(e["kind"], e["amount"], e["reason"], e["operator"]) for e in shown["entries"]] == [
             ("credit", 750, "welcome bonus", "op-9"), ("debit", -50, "fee", "op-9")]
         assert main(["ledger", "credit", "zoe", "-5", "--reason", "x", "--redis", url]) == 2
+        capsys.readouterr()
+        assert main(["ledger", "credit", "bob", "70", "--reason", "r", "--command-id", "fixed-1",
+                     "--redis", url]) == 0
+        assert main(["ledger", "credit", "bob", "70", "--reason", "r", "--command-id", "fixed-1",
+                     "--redis", url]) == 0
+        assert "already applied: same command id" in capsys.readouterr().out
+        assert main(["ledger", "credit", "bob", "90", "--reason", "other", "--command-id", "fixed-1",
+                     "--redis", url]) == 1
+        cap = capsys.readouterr()
+        assert "applied" not in cap.out and "command_id_reused" in cap.err
+        assert "already used for a different entry" in cap.err and "amount 70, reason r" in cap.err
 
         room = tmp_path / "slow.toml"
         room.write_text((CONFIG_DIR / "points.toml").read_text().replace("turn_seconds = 15", "turn_seconds = 40"))

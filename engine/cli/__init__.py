@@ -3,13 +3,16 @@
 Each sub-command lives in its own module under ``engine.cli`` and defines
 ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only
 when their command runs, so ``shuangkou classify`` stays fast.
-Exit codes: 0 success, 1 a check failed, 2 bad input (one readable line on stderr).
+Exit codes: 0 success, 1 a check failed, 2 bad input (one readable line on stderr);
+141 (128 + SIGPIPE) when the reader of the output went away (``shuangkou … | head``),
+without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -59,7 +62,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `yes | head`
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; a closed output pipe (EPIPE) ends it quietly with :data:`EXIT_BROKEN_PIPE`."""
+    try:
+        try:
+            code = _main(argv)
+        except SystemExit:  # argparse: --help, --version, a usage error
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()  # a pipe closed early fails here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush cannot fail again."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured stdout (tests): nothing to redirect
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "_missing", False):

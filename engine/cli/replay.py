@@ -40,8 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also read the matches archived to DIR (shuangkou archive), with their stored settlements")
 
 
-def _load_file(path: str) -> dict[str, list[Any]]:
-    """Events by match from an export (JSON Lines, ``shuangkou export``) or a JSON events file."""
+def _load_file(path: str) -> Any:
+    """The :class:`~engine.tools.export.ParsedEvents` of an export (JSON Lines,
+    ``shuangkou export``) or a JSON events file."""
     from engine.cli import CliError
     from engine.tools.export import ExportFormatError, parse_events_text
 
@@ -51,34 +52,36 @@ def _load_file(path: str) -> dict[str, list[Any]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise CliError(f"cannot read events from {path}: {exc}") from None
     try:
-        return parse_events_text(text).by_match
+        return parse_events_text(text)
     except ExportFormatError as exc:
         raise CliError(f"{path}: {exc}") from None
 
 
-COMPARED = ("winner", "kou", "cards_left", "scores", "burned")
-
-
 def compare_stored(result: dict[str, Any], stored: Any, required: bool = False,
                    parked: str | None = None) -> tuple[list[str], str]:
-    """Check a recomputed settlement against the projection's stored one.
+    """Check a recomputed settlement against the stored ones.
 
-    Returns (problems, note): a difference in any of ``COMPARED`` is a problem;
-    a finished match the projection has not settled yet is only a note, unless
-    ``required`` (``replay --all``: every finished match must be settled) or the
-    settlement was parked (refused for good; ``parked`` is its reason).
+    ``stored`` is the ledger's :class:`~projections.settlement.Settlement`, or the
+    forms a file stores (``{"settlement": ..., "settlement_record": ...}``,
+    :meth:`engine.tools.export.ParsedEvents.stored_forms`), or None.  Returns
+    (problems, note): a difference in any compared key of any form is a problem
+    (:func:`engine.tools.export.settlement_differences`); a finished match that is
+    not settled yet is only a note, unless ``required`` (``replay --all``: every
+    finished match must be settled) or the settlement was parked (refused for
+    good; ``parked`` is its reason).
     """
-    if stored is None:
+    from engine.tools.export import settlement_differences
+
+    forms = stored if isinstance(stored, dict) or stored is None else {"ledger": stored.to_json()}
+    if not forms:
         if parked is not None:
             return [f"no settlement: it was parked ({parked}); fix it, then shuangkou reconcile"], ""
         if required:
             return ["finished but not settled (run shuangkou reconcile)"], ""
         return [], "stored settlement: none yet (the projection has not settled this match)"
-    mine, theirs = result, stored.to_json()
-    diffs = [f"{k}: replayed {mine.get(k)!r} != stored {theirs.get(k)!r}"
-             for k in COMPARED if mine.get(k) != theirs.get(k)]
+    diffs = settlement_differences(result, forms)
     if diffs:
-        return ["stored settlement differs from the replay: " + "; ".join(diffs)], ""
+        return diffs, ""
     return [], "stored settlement: matches the replay"
 
 
@@ -152,7 +155,9 @@ def run(args: argparse.Namespace) -> int:
     matches: dict[str, list[Any]] = {}
     ledger = None
     if args.events:
-        matches = _load_file(args.events)
+        parsed = _load_file(args.events)
+        matches = parsed.by_match
+        archived = {mid: forms for mid in matches if (forms := parsed.stored_forms(mid))}
         if args.match_id and not args.all:
             if args.match_id not in matches:
                 raise CliError(f"no such match: {args.events} holds no events of match {args.match_id!r}")
@@ -199,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out if args.all else out[0], ensure_ascii=False))
         return 1 if bad else 0
     from engine.tools.script import format_result
+    from projections.timeline import settlement_heading
 
     for r in reports:
         if args.all:
@@ -211,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
                 print(line)
             print(format_result(r["result"]))
             if r["settlement_lines"]:
-                print("settlement (R-8.6: W gets X·a·b + X·(c_W − c_L); L the negation):")
+                print(settlement_heading(r["result"]))
                 for line in r["settlement_lines"]:
                     print(f"  {line}")
         for p in r["problems"]:

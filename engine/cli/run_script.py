@@ -10,14 +10,17 @@ script's own ``"config"`` is used (a name, or a path relative to the script).
 ``--json`` prints ``{"events": [...], "rejections": [{"index", "reason"}], "result": {...}}``
 (DESIGN.md); without it, a play-by-play in card notation, the rejections and
 the result.  A malformed script (missing keys, a bad card token, an unknown
-config) prints one line and exits 2.
+config) prints one line and exits 2.  A script's ``"expect"`` is checked
+(:func:`engine.tools.script.expect_mismatches`): each mismatch is printed to
+stderr as ``expect mismatch: KEY: expected …, got …`` and the exit code is 1.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 import json
+import sys
+from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,21 +47,24 @@ def run(args: argparse.Namespace) -> int:
 
     from engine.cli import CliError
     from engine.match.narrate import narrate
-    from engine.tools.script import ScriptError, format_result, load_script, run_script
+    from engine.tools.script import ScriptError, expect_mismatches, format_result, load_script, run_script
 
     try:
         data = load_script(args.file)
         if getattr(args, "config", None):
             data = with_config(data, args.config)
         out = run_script(data, base_dir=Path(args.file).resolve().parent)
+        mismatches = expect_mismatches(out)
     except ScriptError as exc:
         raise CliError(str(exc)) from None
     if args.json:
         print(json.dumps(out.to_json(), ensure_ascii=False))
-        return 0
-    for line in narrate(out.events):
-        print(line)
-    for r in out.rejections:
-        print(f"rejected action {r['index']}: {r['reason']}")
-    print(format_result(out.result))
-    return 0
+    else:
+        for line in narrate(out.events):
+            print(line)
+        for r in out.rejections:
+            print(f"rejected action {r['index']}: {r['reason']}")
+        print(format_result(out.result))
+    for m in mismatches:
+        print(f"shuangkou run-script: expect mismatch: {m}", file=sys.stderr)
+    return 1 if mismatches else 0

@@ -1,5 +1,7 @@
 """``shuangkou verify-deal MATCH_ID --redis URL | --events FILE [--commitment HEX] [--json]``.
 
+``--redis`` defaults to ``$SK_REDIS_URL`` (as for ``matches``, ``replay``, ``ledger``…).
+
 Recompute a finished match's commitment and deal from its revealed server seed
 and the players' client seeds (docs/FAIRNESS.md) and compare them with the
 recorded ones: ``SHA-256(server_seed ‖ match_id)`` must be the commitment
@@ -17,12 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("match_id", nargs="?", help="the match to verify (optional with --events of one match)")
-    parser.add_argument("--redis", metavar="URL", help="Redis URL of the event store (a read-only user is enough)")
+    parser.add_argument("--redis", metavar="URL", default=None,
+                        help="Redis URL of the event store (a read-only user is enough; default $SK_REDIS_URL)")
     parser.add_argument("--events", metavar="FILE", help="an export of the match's events "
                         "(the files shuangkou replay --events reads)")
     parser.add_argument("--commitment", metavar="HEX", help="the commitment the match showed during play")
@@ -32,12 +36,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _events(args: argparse.Namespace) -> tuple[str, list[Any]]:
     from engine.cli import CliError
 
-    if bool(args.redis) == bool(args.events):
-        raise CliError("give --redis URL or --events FILE")
+    if args.redis and args.events:
+        raise CliError("give --redis URL or --events FILE, not both")
+    if not args.events:
+        args.redis = args.redis or os.environ.get("SK_REDIS_URL") or None  # as replay does
+    if not args.redis and not args.events:
+        raise CliError("give --redis URL (or set SK_REDIS_URL) or --events FILE")
     if args.events:
         from engine.cli.replay import _load_file
 
-        matches = _load_file(args.events)
+        matches = _load_file(args.events).by_match
         if args.match_id:
             if args.match_id not in matches:
                 raise CliError(f"{args.events} holds no events of match {args.match_id!r}")

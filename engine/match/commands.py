@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Union
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from engine.rules.cards import CardNotationError, parse_tokens
+from engine.rules.cards import NUM_CARDS, CardNotationError, parse_tokens
 from engine.match.errors import BadCommand
 from engine.match.fairness import client_seed_problem
 
@@ -25,6 +25,73 @@ MAX_NESTING = 16  # maps and lists inside a command, deepest
 #: ``expected_version`` of a player command: the match version the player saw (§6 of the
 #: hardening issue); a command whose match has moved since is refused as ``stale``
 ExpectedVersion = Annotated[int | None, Field(None, ge=0, le=INT64_MAX)]
+
+#: a physical card id (R-1.1: 108 cards, ids 0–107)
+CardId = Annotated[int, Field(ge=0, le=NUM_CARDS - 1)]
+
+MAX_REASON = 300  # a bad_command reason never grows beyond this many characters
+_MAX_PROBLEM = 120  # nor one problem of it (a validator's message may quote the input)
+
+
+def _problem_text(err: Any) -> str:
+    """One pydantic error as a person reads it: no "Value error, " prefix, no input, no URL."""
+    loc = [p for p in err.get("loc", ())]
+    kind = err.get("type", "")
+    if kind in ("greater_than_equal", "less_than_equal") and len(loc) >= 2 and loc[-2] == "cards" \
+            and isinstance(loc[-1], int):
+        return f"a card id is 0–{NUM_CARDS - 1} (R-1.1: the 108 physical cards)"
+    msg = str(err.get("msg", "invalid"))
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    msg = " ".join(msg.split())  # one line
+    return msg if len(msg) <= _MAX_PROBLEM else msg[:_MAX_PROBLEM - 1] + "…"
+
+
+def readable_validation_error(exc: ValidationError, skip: int = 0, limit: int = 4) -> str:
+    """A pydantic ``ValidationError`` as one readable ``bad_command`` reason: ``field: message``
+    for each of the first ``limit`` problems (``skip`` leading parts of each location dropped,
+    e.g. the command type of a tagged union), no input echoed, no documentation URL, at most
+    :data:`MAX_REASON` characters.  A sequence's "too short" that only follows from its
+    items' own errors is left out (pydantic reports it after dropping the bad items).
+
+    >>> try:
+    ...     Play(command_id="c", match_id="m", player="a", cards=(999,))
+    ... except ValidationError as exc:
+    ...     readable_validation_error(exc)
+    'cards.0: a card id is 0–107 (R-1.1: the 108 physical cards)'
+    >>> try:
+    ...     Pass(command_id="c", match_id="m", player="a", expected_version=2**70)
+    ... except ValidationError as exc:
+    ...     readable_validation_error(exc)
+    'expected_version: Input should be less than or equal to 9223372036854775807'
+    """
+    errors = exc.errors(include_url=False, include_input=False)
+    item_errors = {tuple(e["loc"][:-1]) for e in errors if e["loc"] and isinstance(e["loc"][-1], int)}
+    problems: list[str] = []
+    for err in errors:
+        if err.get("type") == "too_short" and tuple(err["loc"]) in item_errors:
+            continue
+        path = ".".join(str(p) for p in err["loc"][skip:]) or "(command)"
+        problems.append(f"{path}: {_problem_text(err)}")
+    more = len(problems) - limit
+    text = "; ".join(problems[:limit]) + (f"; and {more} more" if more > 0 else "")
+    return text if len(text) <= MAX_REASON else text[:MAX_REASON - 1] + "…"
+
+
+def command_of(cls: type[CommandBase], **fields: Any) -> CommandBase:
+    """``cls(**fields)``, or a :class:`BadCommand` with a readable reason
+    (:func:`readable_validation_error`) -- what a gateway builds player commands with.
+
+    >>> command_of(Ready, command_id="c", match_id="m", player="a", client_seed="\\x00bad")
+    Traceback (most recent call last):
+    ...
+    engine.match.errors.BadCommand: client_seed: a client seed holds printable characters only (no control characters)
+    """
+    try:
+        return cls(**fields)
+    except ValidationError as exc:
+        raise BadCommand(readable_validation_error(exc)) from None
 
 
 class CommandBase(BaseModel):
@@ -105,7 +172,7 @@ class Play(CommandBase):
     type: Literal["Play"] = "Play"
     player: str
     expected_version: ExpectedVersion = None
-    cards: tuple[int, ...] | None = Field(None, min_length=1, max_length=27)
+    cards: tuple[CardId, ...] | None = Field(None, min_length=1, max_length=27)
     text: str | None = Field(None, min_length=1, max_length=400)
     reading_kind: str | None = None
     reading_rank: str | None = None
@@ -277,11 +344,8 @@ def parse_command(data: dict[str, Any]) -> CommandBase:
     try:
         return _COMMAND_ADAPTER.validate_python(data)  # type: ignore[no-any-return]
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            path = ".".join(str(p) for p in err["loc"]) or "(command)"
-            problems.append(f"{path}: {err['msg']}")
-        raise BadCommand("bad command: " + "; ".join(problems[:5])) from None
+        skip = 1 if isinstance(data.get("type"), str) else 0  # the loc's first part is the command type
+        raise BadCommand("bad command: " + readable_validation_error(exc, skip=skip)) from None
 
 
 def encode_command(cmd: CommandBase) -> bytes:

@@ -102,8 +102,14 @@ class InsufficientBalance(Rejected):
     code = "insufficient_balance"
 
 
+class CommandIdReused(Rejected):
+    """A ledger Credit/Debit whose command id was already used for a different entry."""
+
+    code = "command_id_reused"
+
+
 REJECTION_TYPES: tuple[type[Rejected], ...] = (
     Rejected, BadCommand, UnknownMatch, MatchExists, WrongPhase, MatchOver, SeatRefused,
     NotSeated, NotYourTurn, NotInHand, NotACombination, DoesNotBeat, CannotPass, NotAllowed,
-    StaleCommand, UnknownRoom, InsufficientBalance,
+    StaleCommand, UnknownRoom, InsufficientBalance, CommandIdReused,
 )

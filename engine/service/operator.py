@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from engine.match.commands import AddRoom, CommandBase, Credit, Deal, Debit
-from engine.match.errors import BadCommand, InsufficientBalance, NotAllowed, Rejected
+from engine.match.errors import BadCommand, CommandIdReused, InsufficientBalance, NotAllowed, Rejected
 from engine.match.state import MatchState
 from engine.service.rooms import RoomError, RoomRegistry
 from engine.service.service import Outcome
@@ -33,6 +33,7 @@ from projections.ledger import (
     MAX_BALANCE,
     Ledger,
     LedgerEntry,
+    LedgerEntryConflict,
 )
 
 
@@ -69,7 +70,10 @@ class OperatorDesk:
         kind: Literal["credit", "debit"] = "credit" if isinstance(c, Credit) else "debit"
         entry = LedgerEntry(kind, c.player, c.mode, c.amount if kind == "credit" else -c.amount,
                             c.command_id, int(self.clock()), c.reason, c.operator)
-        result = self.ledger.record_entry(entry)
+        try:
+            result = self.ledger.record_entry(entry)
+        except LedgerEntryConflict as exc:
+            return self._outcome(c, CommandIdReused(exc.reason))
         if result == ENTRY_APPLIED:
             return self._outcome(c)
         if result == ENTRY_DUPLICATE:

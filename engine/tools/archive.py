@@ -125,19 +125,18 @@ def archive_matches(store: Any, ledger: Ledger, to_dir: str | Path, older_than_m
                          bytes_written=written)
 
 
-def read_archive(path: str | Path) -> tuple[dict[str, list[Any]], dict[str, Settlement | None]]:
-    """Events and stored settlements of every archive file under ``path`` (a file or a folder)."""
+def read_archive(path: str | Path) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
+    """Events and stored settlement forms of every archive file under ``path`` (a file
+    or a folder): ``{match_id: {"settlement": ..., "settlement_record": ...}}`` as
+    :meth:`engine.tools.export.ParsedEvents.stored_forms` gives them, for
+    :func:`engine.tools.export.settlement_differences`."""
     root = Path(path)
     files = sorted(root.rglob("*.jsonl")) if root.is_dir() else [root]
     events: dict[str, list[Any]] = {}
-    stored: dict[str, Settlement | None] = {}
+    stored: dict[str, dict[str, Any]] = {}
     for f in files:
-        text = f.read_text(encoding="utf-8")
-        parsed = parse_events_text(text)
-        first = text.split("\n", 1)[0]
-        head = json.loads(first) if first.startswith("{") else {}
+        parsed = parse_events_text(f.read_text(encoding="utf-8"))
         for mid, evs in parsed.by_match.items():
             events[mid] = evs
-            record = head.get("settlement_record") if head.get("match_id") == mid else None
-            stored[mid] = Settlement.model_validate(record) if record else None
+            stored[mid] = parsed.stored_forms(mid)
     return events, stored

@@ -24,12 +24,23 @@ stored settlement is there so a dispute handler can compare the two offline.
 >>> parsed = parse_events_text(text)
 >>> [type(e).__name__ for e in parsed.by_match["m1"]], parsed.settlements
 (['PlayerReady'], {'m1': None})
+
+An archive header (``shuangkou archive``) also stores ``settlement_record``, the
+ledger's full record.  :func:`settlement_differences` compares every stored form
+with the settlement recomputed from the events; ``shuangkou replay --events``,
+``replay --all --archive`` and the replay viewer all use it:
+
+>>> settlement_differences({"winner": "a", "kou": "flat", "cards_left": {"b": 3}, "scores": {"a": 3, "b": -3},
+...                         "burned": 0},
+...                        {"settlement": {"winner": "a", "kou": "flat", "cards_left": {"b": 3},
+...                                        "scores": {"a": 3, "b": -9999}, "burned": 0}})
+["stored settlement differs from the replay: scores: replayed {'a': 3, 'b': -3} != stored {'a': 3, 'b': -9999} (stored form: settlement)"]
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +60,33 @@ class ParsedEvents:
 
     by_match: dict[str, list[EventBase]] = field(default_factory=dict)
     settlements: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    records: dict[str, Any] = field(default_factory=dict)  # ``settlement_record`` of archive headers
+
+    def stored_forms(self, match_id: str) -> dict[str, Any]:
+        """The settlement forms the file stores for ``match_id`` (``settlement``,
+        ``settlement_record``), the ones that are not null; {} when none."""
+        forms = {"settlement": self.settlements.get(match_id), "settlement_record": self.records.get(match_id)}
+        return {name: form for name, form in forms.items() if form is not None}
+
+
+SETTLEMENT_KEYS = ("winner", "kou", "cards_left", "scores", "burned")
+"""The keys of a settlement compared with its replay (the breakdown is explanation, not result)."""
+
+
+def settlement_differences(recomputed: Mapping[str, Any], forms: Mapping[str, Any]) -> list[str]:
+    """One problem per stored form (``{label: settlement JSON}``) that differs from the
+    ``recomputed`` settlement (``Settlement.to_json()``) in any of :data:`SETTLEMENT_KEYS`,
+    naming the differing keys; [] when every form agrees (or none is given)."""
+    problems = []
+    for label, stored in forms.items():
+        if not isinstance(stored, Mapping):
+            problems.append(f"stored settlement ({label}) is not an object: {type(stored).__name__}")
+            continue
+        keys = [k for k in SETTLEMENT_KEYS if recomputed.get(k) != stored.get(k)]
+        if keys:
+            detail = "; ".join(f"{k}: replayed {recomputed.get(k)!r} != stored {stored.get(k)!r}" for k in keys)
+            problems.append(f"stored settlement differs from the replay: {detail} (stored form: {label})")
+    return problems
 
 
 def export_text(events: Sequence[EventBase], settlement: dict[str, Any] | None, exported_at_ms: int) -> str:
@@ -119,6 +157,8 @@ def parse_events_text(text: str) -> ParsedEvents:
             mid = item.get("match_id")
             if isinstance(mid, str):
                 out.settlements[mid] = item.get("settlement")
+                if item.get("settlement_record") is not None:
+                    out.records[mid] = item.get("settlement_record")
             continue
         e = _event(item, where)
         out.by_match.setdefault(e.match_id, []).append(e)

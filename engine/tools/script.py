@@ -30,8 +30,13 @@ deterministic and takes exactly the code paths of a live match:
   policy) the timer worker's TrusteeAct is executed (R-13.3), the clock
   jumping to each deadline.
 
-Optional top-level keys ``title``, ``description``, ``expect`` and
-``match_id`` are informational (tests compare ``expect`` with the result).
+Optional top-level keys ``title``, ``description`` and ``match_id`` are
+informational.  ``expect`` is checked (:func:`expect_mismatches`; ``run-script``
+exits 1 naming each mismatch): ``winner``, ``kou``, ``scores``, ``burned`` and
+``cards_left`` must equal the result's, ``balances`` the players' balances after
+the settlement (start + score), ``rejections`` the indices of the refused
+actions, and ``breakdown`` must be contained in the result's (only the keys it
+names are compared, at every depth).
 A malformed script raises :class:`ScriptError` (one readable line).
 """
 
@@ -103,6 +108,7 @@ class ScriptRun:
     state: MatchState
     expect: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    start_balances: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"events": [e.model_dump(mode="json") for e in self.events],
@@ -321,7 +327,62 @@ def run_script(data: dict[str, Any], base_dir: str | Path | None = None) -> Scri
 
     events = r.store.load(match_id)
     return ScriptRun(events=events, rejections=rejections, result=result_of(events, r.state),
-                     state=r.state, expect=data.get("expect"))
+                     state=r.state, expect=data.get("expect"), start_balances=dict(players))
+
+
+EXPECT_KEYS = ("winner", "kou", "scores", "burned", "cards_left", "balances", "rejections", "breakdown")
+
+
+def _contained(expected: Any, actual: Any, path: str) -> list[str]:
+    """Where ``expected`` is not contained in ``actual`` (dicts: only the named keys)."""
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict):
+            return [f"{path}: expected {expected!r}, got {actual!r}"]
+        out = []
+        for k, v in expected.items():
+            if k not in actual:
+                out.append(f"{path}.{k}: expected {v!r}, missing")
+            else:
+                out += _contained(v, actual[k], f"{path}.{k}")
+        return out
+    return [] if expected == actual else [f"{path}: expected {expected!r}, got {actual!r}"]
+
+
+def expect_mismatches(run: ScriptRun) -> list[str]:
+    """How the run differs from the script's ``expect`` (one line per key; [] when it agrees
+    or there is no ``expect``).  An unknown key is a :class:`ScriptError`.
+
+    >>> r = ScriptRun(events=[], rejections=[{"index": 2, "reason": "x"}], state=MatchState(match_id="m"),
+    ...               result={"winner": "a", "kou": "flat", "scores": {"a": 5, "b": -5}, "burned": 0,
+    ...                       "breakdown": {"X": 5, "a": 1}}, start_balances={"a": 0, "b": 10},
+    ...               expect={"scores": {"a": 5, "b": -9}, "rejections": [2], "breakdown": {"X": 5},
+    ...                       "balances": {"a": 5, "b": 5}})
+    >>> expect_mismatches(r)
+    ["scores: expected {'a': 5, 'b': -9}, got {'a': 5, 'b': -5}"]
+    """
+    expect = run.expect
+    if expect is None:
+        return []
+    if not isinstance(expect, dict):
+        raise ScriptError('"expect" must be an object')
+    unknown = sorted(set(expect) - set(EXPECT_KEYS))
+    if unknown:
+        raise ScriptError(f"unknown \"expect\" key(s): {', '.join(unknown)} (known: {', '.join(EXPECT_KEYS)})")
+    scores = run.result.get("scores") or {}
+    actual: dict[str, Any] = {
+        **{k: run.result.get(k) for k in ("winner", "kou", "scores", "burned", "cards_left")},
+        "balances": {p: b + int(scores.get(p, 0)) for p, b in run.start_balances.items()},
+        "rejections": [r["index"] for r in run.rejections],
+    }
+    out: list[str] = []
+    for key in EXPECT_KEYS:
+        if key not in expect:
+            continue
+        if key == "breakdown":
+            out += _contained(expect[key], run.result.get("breakdown"), "breakdown")
+        elif expect[key] != actual[key]:
+            out.append(f"{key}: expected {expect[key]!r}, got {actual[key]!r}")
+    return out
 
 
 def _action(r: _Runner, a: dict[str, Any]) -> str | None:

@@ -1,0 +1,82 @@
+"""``bad_command`` reasons from pydantic validation are readable: ``field: message`` for
+the first few problems, no documentation URL, no input echoed, at most 300 characters
+(both the engine's own parse, :func:`engine.match.commands.parse_command`, and
+:func:`engine.match.commands.command_of`, what a gateway builds player commands with)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.match import commands
+from engine.match.commands import MAX_REASON, command_of, parse_command
+from engine.match.errors import BadCommand
+
+BASE = {"command_id": "c1", "match_id": "m1", "player": "alice"}
+
+# (command fields, what the reason must say)
+CASES = [
+    ({"type": "Ready", "client_seed": "\u0000bad"}, "client_seed: a client seed holds printable characters only"),
+    ({"type": "Ready", "client_seed": "x" * 65}, "client_seed: a client seed has 1-64 characters, got 65"),
+    ({"type": "Pass", "expected_version": 2**70}, "expected_version: integer out of the 64-bit range"),
+    ({"type": "Pass", "expected_version": -1}, "expected_version: Input should be greater than or equal to 0"),
+    ({"type": "Play", "cards": [999]}, "cards.0: a card id is 0–107 (R-1.1"),   # R-1.1: 108 cards
+    ({"type": "Play", "cards": [-1]}, "cards.0: a card id is 0–107 (R-1.1"),
+    ({"type": "Play", "cards": []}, "cards: Tuple should have at least 1 item"),
+    ({"type": "Play", "cards": ["x" * 5000]}, "cards.0: Input should be a valid integer"),
+    ({"type": "Play", "text": "ZZ" * 190}, "bad card token"),
+    ({"type": "Sit", "player": "p" * 50_000, "extra1": 1, "extra2": 2, "extra3": 3, "extra4": 4, "extra5": 5},
+     "extra1: Extra inputs are not permitted"),
+]
+
+
+def _check_readable(reason: str, fields: dict) -> None:
+    assert "http" not in reason and "pydantic" not in reason and "For further information" not in reason
+    assert "\n" not in reason and len(reason) <= MAX_REASON + len("bad command: ")
+    assert "Value error," not in reason
+    assert "xxxxxxxxxx" not in reason and "ppppppppppppppp" not in reason  # large input never echoed
+    if fields.get("type") == "Play" and fields.get("cards") and fields["cards"] != []:
+        assert "at least 1 item" not in reason  # the confusing follow-on clause is gone
+
+
+@pytest.mark.parametrize("fields, says", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_parse_command_reason_is_readable(fields, says):
+    data = {**BASE, **fields}
+    with pytest.raises(BadCommand) as caught:
+        parse_command(data)
+    reason = str(caught.value)
+    assert says in reason, reason
+    _check_readable(reason, fields)
+
+
+GATEWAY_CASES = [  # what the gateway builds after its own message check (no 64-bit pre-check)
+    ("Ready", {"client_seed": "\u0000bad"}, "client_seed: a client seed holds printable characters only"),
+    ("Ready", {"client_seed": "y" * 65}, "client_seed: a client seed has 1-64 characters, got 65"),
+    ("Pass", {"expected_version": 2**70}, "expected_version: Input should be less than or equal to "),
+    ("Play", {"cards": (999,)}, "cards.0: a card id is 0–107"),
+    ("Play", {"text": "Q" * 400 + "Z"}, "text: "),
+]
+
+
+@pytest.mark.parametrize("ctype, fields, says", GATEWAY_CASES, ids=[c[0] + str(i) for i, c in enumerate(GATEWAY_CASES)])
+def test_command_of_reason_is_readable(ctype, fields, says):
+    with pytest.raises(BadCommand) as caught:
+        command_of(getattr(commands, ctype), **BASE, **fields)
+    reason = str(caught.value)
+    assert reason.startswith(says) or says in reason, reason
+    _check_readable(reason, fields)
+    assert "QQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQ"\
+        not in reason
+
+
+def test_many_problems_are_capped_and_counted():
+    data = {**BASE, "type": "Sit", **{f"extra{i}": i for i in range(40)}}
+    with pytest.raises(BadCommand) as caught:
+        parse_command(data)
+    reason = str(caught.value)
+    assert reason.count("Extra inputs are not permitted") == 4 and "and 36 more" in reason
+
+
+def test_commands_doctests():
+    import doctest
+
+    assert doctest.testmod(commands).failed == 0

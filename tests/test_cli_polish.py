@@ -1,0 +1,100 @@
+"""Command-line polish: a closed output pipe ends any command quietly (no traceback);
+the replay of an escape is headed by its own rule (R-12), not the normal-end formula
+(R-8.6), with a readable doubling term; "1 card", not "1 cards" (R-7)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.cli import EXIT_BROKEN_PIPE, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _to_closed_pipe(*args: str) -> subprocess.CompletedProcess:
+    """Run ``shuangkou ARGS`` with stdout a pipe nobody reads (what ``| head -c 300`` leaves)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write now fails with EPIPE
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        return subprocess.run([sys.executable, "-m", "engine", *args], stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, env=env, cwd=ROOT, timeout=120)
+    finally:
+        os.close(write_end)
+
+
+@pytest.fixture(scope="module")
+def escape_events(tmp_path_factory) -> Path:
+    """run-script --json of the escape example (R-12.2 points forfeit)."""
+    out = subprocess.run([sys.executable, "-m", "engine", "run-script", "examples/escape_forfeit.json", "--json"],
+                         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    f = tmp_path_factory.mktemp("esc") / "escape.json"
+    f.write_text(out.stdout, encoding="utf-8")
+    return f
+
+
+@pytest.mark.parametrize("args", [
+    ["run-script", "examples/normal_win.json"],
+    ["run-script", "examples/normal_win.json", "--json"],
+    ["classify", "3 3 4 4 5 5"],
+    ["replay", "--events", "ESCAPE"],
+    ["--help"],
+], ids=lambda a: " ".join(a[:2]))
+def test_a_closed_output_pipe_ends_quietly(args, escape_events):
+    args = [str(escape_events) if a == "ESCAPE" else a for a in args]
+    out = _to_closed_pipe(*args)
+    assert "Traceback" not in out.stderr and "BrokenPipeError" not in out.stderr, out.stderr
+    assert "Exception ignored" not in out.stderr
+    assert out.returncode in (0, EXIT_BROKEN_PIPE)
+    if args[0] != "--help":  # argparse swallows the write error of --help itself (exit 0)
+        assert out.returncode == EXIT_BROKEN_PIPE
+
+
+def test_escape_replay_has_its_own_heading_and_a_readable_doubling_term(escape_events, capsys):
+    assert main(["replay", "--events", str(escape_events)]) == 0
+    text = capsys.readouterr().out
+    assert "settlement (R-12 escape:" in text
+    assert "R-8.6: W gets" not in text  # the normal-end formula does not apply (R-12.2)
+    assert "b_O = 1 → 0 = 0" not in text and "D = 0 (b_O = 1: no doubling)" in text
+
+
+def test_normal_end_keeps_the_r86_heading(tmp_path, capsys):
+    assert main(["run-script", "examples/normal_win.json", "--json"]) == 0
+    f = tmp_path / "n.json"
+    f.write_text(capsys.readouterr().out, encoding="utf-8")
+    assert main(["replay", "--events", str(f)]) == 0
+    text = capsys.readouterr().out
+    assert "settlement (R-8.6: W gets X·a·b + X·(c_W − c_L); L the negation):" in text
+    assert "R-12 escape" not in text
+
+
+@pytest.mark.parametrize("left, says", [(1, "holds 1 card → "), (0, "holds 0 cards"), (7, "holds 7 cards"),
+                                        (None, "holds ? cards")])
+def test_kou_source_counts_cards_in_good_english(left, says):  # R-7
+    from projections import settlement
+
+    assert f"holds {settlement._cards_count(left)}" == says.split(" → ")[0]
+
+
+def test_settlement_doctests():
+    import doctest
+
+    from projections import settlement, timeline
+
+    assert doctest.testmod(settlement).failed == 0 and doctest.testmod(timeline).failed == 0
+
+
+@pytest.mark.parametrize("left, says", [(1, "R-7: b holds 1 card → flat"), (2, "R-7: b holds 2 cards → flat"),
+                                        (9, "R-7: b holds 9 cards → single")])
+def test_the_kou_source_of_a_settlement_counts_cards(left, says):  # R-7
+    from projections.settlement import settle
+    from tests.test_settlement import build
+
+    assert settle(build(left=left)).breakdown["a_from"] == says
