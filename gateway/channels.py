@@ -71,7 +71,7 @@ def player_command(ctype: str, match_id: str, player: str, command_id: str, **fi
     if not ENGINE_EXPECTED_VERSION:
         fields.pop("expected_version", None)
     data = {k: v for k, v in fields.items() if v is not None}
-    return cls(command_id=command_id, match_id=match_id, player=player, **data)
+    return engine_commands.command_of(cls, command_id=command_id, match_id=match_id, player=player, **data)
 
 
 def create_match(match_id: str, room: str, config_record: dict[str, Any] | None = None) -> CommandBase:

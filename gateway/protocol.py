@@ -24,6 +24,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from engine.match.commands import readable_validation_error
+
 MAX_MESSAGE_BYTES = 16 * 1024
 CLIENT_ID_MAX = 100
 
@@ -176,12 +178,8 @@ def parse_client_message(raw: str | bytes, player: str) -> Any:
                           f"{', '.join(sorted(CLIENT_TYPES))})", cid)
     try:
         return _ADAPTER.validate_python(data)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors()[:5]:
-            loc = ".".join(str(p) for p in err["loc"][1:]) or "(message)"
-            problems.append(f"{loc}: {err['msg']}")
-        raise ClientError(BAD_COMMAND, "; ".join(problems), cid) from None
+    except ValidationError as exc:  # "field: message" for each problem, no URL, no input echoed
+        raise ClientError(BAD_COMMAND, readable_validation_error(exc, skip=1), cid) from None
 
 
 # -- server → client -------------------------------------------------------------------------

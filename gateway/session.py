@@ -340,7 +340,7 @@ class Connection:
         try:
             command = channels.player_command(t, match, self.player, engine_id, **fields)
         except Exception as exc:  # e.g. bad card notation the engine's model refuses
-            raise protocol.ClientError(protocol.BAD_COMMAND, str(exc).splitlines()[-1][:300], msg.command_id)
+            raise protocol.ClientError(protocol.BAD_COMMAND, str(exc)[:300], msg.command_id)
         self._track(engine_id, t)
         await self.hub.redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
 

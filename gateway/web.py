@@ -286,17 +286,25 @@ class ReplaySource:
         return await run_in_threadpool(replay_answer, events, stored)
 
 
-def replay_answer(events: list[Any], stored: Any) -> dict[str, Any]:
-    """The viewer's data: the timeline, the stored settlement and whether the two agree."""
+def replay_answer(events: list[Any], stored: Any, forms: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The viewer's data: the timeline, the stored settlement and whether every stored form
+    (``forms``, default ``{"ledger": stored}``) agrees with the replay, as ``replay`` checks
+    it (:func:`engine.tools.export.settlement_differences`; the differences in
+    ``stored_problems``)."""
+    from engine.tools.export import settlement_differences
     from projections.timeline import timeline
 
     t = timeline(events)
     t["stored_settlement"] = stored
     mine = t["settlement"]
-    if stored is None or mine is None:
+    forms = ({"ledger": stored} if stored is not None else {}) if forms is None else forms
+    if not forms or mine is None:
         t["stored_matches"] = None
+        t["stored_problems"] = []
     else:
-        t["stored_matches"] = all(mine.get(k) == stored.get(k) for k in ("winner", "kou", "cards_left", "scores"))
+        problems = settlement_differences(mine, forms)
+        t["stored_matches"] = not problems
+        t["stored_problems"] = problems
     return t
 
 
@@ -313,7 +321,9 @@ def replay_from_text(text: str, match_id: str | None) -> dict[str, Any]:
         match_id = next(iter(parsed.by_match))
     if match_id not in parsed.by_match:
         raise HttpError(404, "unknown_match", f"no such match in the file: {match_id!r}")
-    return replay_answer(parsed.by_match[match_id], parsed.settlements.get(match_id))
+    forms = parsed.stored_forms(match_id)
+    stored = forms.get("settlement", forms.get("settlement_record"))
+    return replay_answer(parsed.by_match[match_id], stored, forms)
 
 
 def room_list(ctx: Any) -> list[dict[str, Any]]:

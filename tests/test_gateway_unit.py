@@ -254,3 +254,32 @@ def test_lobby_lua_pairs_removes_requeues_and_advances(real_redis):
     call("join", "wealth", "d")
     assert call("dequeue", "d", "disconnected") == 1
     assert notes("d")[-1]["reason"] == "disconnected"
+
+
+@pytest.mark.parametrize("raw, field", [
+    ('{"type": "Play", "cards": [999]}', "cards.0: a card id is 0–107"),
+    ('{"type": "Play", "text": 5}', "text"),
+    ('{"type": "Pass", "expected_version": -1}', "expected_version"),
+])
+def test_gateway_bad_command_reasons_are_readable(raw, field):
+    """A reviewer's finding: refusals ended in pydantic's documentation URL line only."""
+    from gateway import protocol
+
+    with pytest.raises(protocol.ClientError) as err:
+        protocol.parse_client_message(raw, "a")
+    assert err.value.code == "bad_command" and field in err.value.reason
+    assert "pydantic.dev" not in err.value.reason and "For further information" not in err.value.reason
+
+
+@pytest.mark.parametrize("ctype, fields, needle", [
+    ("Ready", {"client_seed": "\x00bad"}, "client_seed: a client seed holds printable characters only"),
+    ("Ready", {"client_seed": "x" * 65}, "client_seed"),
+    ("Pass", {"expected_version": 2**70}, "expected_version"),
+])
+def test_engine_commands_the_gateway_builds_are_refused_with_readable_reasons(ctype, fields, needle):
+    from engine.match.errors import BadCommand
+    from gateway import channels
+
+    with pytest.raises(BadCommand) as err:
+        channels.player_command(ctype, "m", "a", "c", **fields)
+    assert needle in str(err.value) and "pydantic.dev" not in str(err.value)

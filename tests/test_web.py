@@ -159,6 +159,14 @@ def test_replay_endpoints_need_an_operator_and_read_exports() -> None:
     forged["settlement"]["scores"] = {p: -v for p, v in s.scores.items()}
     r = c.post("/api/replay", content="\n".join([json.dumps(forged), *text.splitlines()[1:]]), headers=op)
     assert r.json()["stored_matches"] is False
+    # an archive header's settlement_record is checked too, and burned with the other keys
+    # (the same check as `shuangkou replay --events`: engine.tools.export.settlement_differences)
+    for key, value in (("scores", {p: -v for p, v in s.scores.items()}), ("burned", 12345)):
+        head = json.loads(text.splitlines()[0])
+        head["settlement_record"] = {**head["settlement"], key: value}
+        r = c.post("/api/replay", content="\n".join([json.dumps(head), *text.splitlines()[1:]]), headers=op).json()
+        assert r["stored_matches"] is False, key
+        assert any(key in p and "settlement_record" in p for p in r["stored_problems"]), r["stored_problems"]
     assert c.post("/api/replay?match=zz", content=text, headers=op).status_code == 404
     r = c.post("/api/replay", content="not json", headers=op)
     assert r.status_code == 400 and "not an export" in r.json()["reason"]
