@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import os
 import socket
 from dataclasses import dataclass
@@ -151,11 +152,35 @@ def default_gateway_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+class TokenRedactingFilter(logging.Filter):
+    """Hides the value of every ``token=`` query parameter in a log record: uvicorn logs each
+    WebSocket's path with its query string, and ``?token=`` is a documented way to connect.
+
+    >>> f = TokenRedactingFilter()
+    >>> r = logging.LogRecord("uvicorn.error", logging.INFO, "", 0, '%s - "WebSocket %s" [accepted]',
+    ...                       ("127.0.0.1:5", "/ws?version=3&token=eyJabc.def.ghi"), None)
+    >>> f.filter(r), r.getMessage()
+    (True, '127.0.0.1:5 - "WebSocket /ws?version=3&token=<redacted>" [accepted]')
+    """
+
+    _TOKEN = re.compile(r"(token=)[^&\s\"']+")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = self._TOKEN.sub(r"\1<redacted>", record.msg)
+        if record.args:
+            args = record.args if isinstance(record.args, tuple) else (record.args,)
+            record.args = tuple(self._TOKEN.sub(r"\1<redacted>", a) if isinstance(a, str) else a for a in args)
+        return True
+
+
 def serve(settings: GatewaySettings, host: str, port: int, log_level: str = "info") -> None:
     app = build_app(settings)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), lifespan="on",
                             ws_ping_interval=20, ws_ping_timeout=20, timeout_graceful_shutdown=5,
                             access_log=False)
+    for name in ("uvicorn.error", "uvicorn.access", "uvicorn"):  # no token reaches a log
+        logging.getLogger(name).addFilter(TokenRedactingFilter())
     import signal
 
     # uvicorn re-raises the signal that stopped it once it is done: exit 0 after a clean stop

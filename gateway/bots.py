@@ -15,6 +15,8 @@ import json
 import logging
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 from engine.store import keys
 from gateway import channels, outbox
 from gateway.lobby import Lobby, notes_key
@@ -77,5 +79,7 @@ class BotDriver:
                             await self._send("RequestTrustee", e.match, bot, "trustee")
         except asyncio.CancelledError:
             raise
+        except (ConnectionError, RedisConnectionError) as exc:  # Redis went away (a shutdown): no traceback
+            log.warning("bot %s stopped: Redis connection lost (%s)", bot, exc)
         except Exception:
             log.exception("bot %s stopped", bot)

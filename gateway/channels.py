@@ -16,6 +16,8 @@ Both use the engine's reply format; the lobby waits for its replies on
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from typing import Any
 
@@ -72,9 +74,29 @@ def player_command(ctype: str, match_id: str, player: str, command_id: str, **fi
     return cls(command_id=command_id, match_id=match_id, player=player, **data)
 
 
-def create_match(match_id: str, room: str, config_record: dict[str, Any]) -> CommandBase:
-    fields: dict[str, Any] = {"config": config_record}
+def create_match(match_id: str, room: str, config_record: dict[str, Any] | None = None) -> CommandBase:
+    """CreateMatch naming a registered room (the lobby's way, issue 12); a full ``config_record``
+    only from operator tools (bench/gateway.py), on the operator channel.
+
+    >>> c = create_match("t1-1", "points")
+    >>> (c.room, c.config, c.command_id)
+    ('points', None, 'lobby:t1-1:create')
+    """
+    fields: dict[str, Any] = {"room": room} if config_record is None else {"config": config_record}
     return engine_commands.CreateMatch(command_id=lobby_command_id(match_id, "create"), match_id=match_id, **fields)
+
+
+def add_room(name: str, config_record: dict[str, Any], operator: str) -> CommandBase:
+    """AddRoom (replacing) for a ``shuangkou gateway --room FILE`` room; the command id names the
+    config's content, so registering the same file twice is one registration.
+
+    >>> c = add_room("fast", {"name": "fast"}, "gw-1")
+    >>> c.type, c.name, c.replace, c.command_id.startswith("lobby:room:fast:")
+    ('AddRoom', 'fast', True, True)
+    """
+    digest = hashlib.sha256(json.dumps(config_record, sort_keys=True).encode()).hexdigest()[:16]
+    return engine_commands.AddRoom(command_id=lobby_command_id("room", name, digest), name=name,
+                                   config=config_record, replace=True, operator=f"gateway:{operator}"[:100])
 
 
 def sit(match_id: str, player: str, balance: int) -> CommandBase:

@@ -35,6 +35,7 @@ from typing import Any
 from gateway import channels
 from gateway.rooms import RoomBook
 from projections.ledger import SETTLED_KEY, balance_key
+from projections.views import breakdown_for
 
 log = logging.getLogger("shuangkou.gateway.lobby")
 
@@ -61,6 +62,8 @@ def match_key(match: str) -> str:
 def notes_key(player: str) -> str:
     return f"{P}notes:{player}"
 
+
+ROOMS_REFRESH_S = 2.0  # how often the lobby reads the room registry again
 
 PENDING = f"{P}pending"
 PRESENCE = f"{P}presence"
@@ -164,6 +167,7 @@ class Lobby:
         self._script = redis.register_script(LUA)
         self._kick = asyncio.Event()
         self._driving: set[str] = set()
+        self._registering = asyncio.Lock()
         #: called on every sweep (``shuangkou gateway --bots``: seat bots opposite lonely players)
         self.on_sweep: Callable[[], Awaitable[None]] | None = None
 
@@ -294,6 +298,27 @@ class Lobby:
         command = channels.player_command(ctype, match, player, command_id)
         await self.player_redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
 
+    async def register_rooms(self) -> list[str]:
+        """Register the ``--room FILE`` rooms the registry does not hold with the same config
+        (``AddRoom`` on the operator channel); returns the names the engine refused."""
+        async with self._registering:
+            return await self._register_rooms()
+
+    async def _register_rooms(self) -> list[str]:
+        await self.rooms.refresh(self.redis)
+        refused = []
+        for name, cfg in sorted(self.rooms.files.items()):
+            if self.rooms.registered(name):
+                continue
+            command = channels.add_room(name, cfg.to_record(), self.gateway_id)
+            reply = await self._send_ops(command)
+            if reply.get("kind") not in ("accepted", "duplicate"):
+                log.error("room %s: the engine refused to register it: %s", name, reply.get("reason"))
+                refused.append(name)
+        if len(refused) < len(self.rooms.files):
+            await self.rooms.refresh(self.redis)
+        return refused
+
     async def _create(self, table: Table) -> bool:
         cfg = self.rooms.get(table.room)
         if cfg is None:
@@ -301,7 +326,11 @@ class Lobby:
                              table.players[1], "unknown_room")
             return False
         try:
-            reply = await self._send_ops(channels.create_match(table.match, table.room, cfg.to_record()))
+            if table.room in self.rooms.files and not self.rooms.registered(table.room):
+                if table.room in await self.register_rooms():
+                    return False
+            # the room by its registered name: the engine takes the config from its registry
+            reply = await self._send_ops(channels.create_match(table.match, table.room))
             if reply.get("kind") not in ("accepted", "duplicate") and reply.get("code") != "match_exists":
                 log.error("table %s: CreateMatch %s refused: %s", table.id, table.match, reply.get("reason"))
                 return False
@@ -334,7 +363,8 @@ class Lobby:
         notes = []
         for p in table.players:
             notes.append(json.dumps({"kind": "settled", "match": table.match, "scores": s.get("scores", {}),
-                                     "breakdown": s.get("breakdown", {}),
+                                     # each player sees their own balance only (issue 12)
+                                     "breakdown": breakdown_for(s.get("breakdown", {}), p),
                                      "balances": {p: await self.balance(p, mode)}}))
         out = [_s(x) for x in await self._call("advance", table.id, table.match, *notes)]
         if out and out[0] == "closed":
@@ -345,6 +375,7 @@ class Lobby:
         """Claim due table work (any gateway's, after a crash) and absent players' grace ends."""
         await self.replies.start()
         reader = asyncio.get_running_loop().create_task(self.replies.run(stop))
+        rooms = asyncio.get_running_loop().create_task(self._rooms_loop(stop))
         try:
             while not stop.is_set():
                 try:
@@ -363,6 +394,22 @@ class Lobby:
                     pass
         finally:
             reader.cancel()
+            rooms.cancel()
+
+    async def _rooms_loop(self, stop: asyncio.Event) -> None:
+        """Read the room registry again every :data:`ROOMS_REFRESH_S` (rooms registered meanwhile
+        are offered) and register the ``--room FILE`` rooms it lacks (an engine not up yet)."""
+        while not stop.is_set():
+            try:
+                await self.register_rooms()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis away, or no reply yet: next time
+                log.warning("room registry: %s", exc or type(exc).__name__)
+            try:
+                await asyncio.wait_for(stop.wait(), ROOMS_REFRESH_S)
+            except asyncio.TimeoutError:
+                pass
 
     # -- presence (reconnect grace) -------------------------------------------------------
     async def grace_ms(self, place: Place) -> int:

@@ -131,9 +131,18 @@ ClientMessage = Annotated[
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(ClientMessage)
 
 
+def encodable(text: str) -> bool:
+    """Is ``text`` valid Unicode text (no lone surrogate, which no UTF-8 frame can carry)?"""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _loose_id(data: Any) -> str | None:
     cid = data.get("command_id") if isinstance(data, dict) else None
-    return cid if isinstance(cid, str) and 0 < len(cid) <= CLIENT_ID_MAX else None
+    return cid if isinstance(cid, str) and 0 < len(cid) <= CLIENT_ID_MAX and encodable(cid) else None
 
 
 def parse_client_message(raw: str | bytes, player: str) -> Any:
@@ -147,9 +156,13 @@ def parse_client_message(raw: str | bytes, player: str) -> Any:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise ClientError(BAD_COMMAND, "not JSON") from None
+    except RecursionError:  # nested deeper than the decoder goes: still just a bad message
+        raise ClientError(BAD_COMMAND, "JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise ClientError(BAD_COMMAND, "a message must be a JSON object")
     cid = _loose_id(data)
+    if isinstance(data.get("command_id"), str) and not encodable(data["command_id"]):
+        raise ClientError(BAD_COMMAND, "command_id must be valid Unicode text (a lone surrogate is not)")
     named = data.get("player")
     if named is not None and named != player:
         raise ClientError(NOT_ALLOWED, f"this socket speaks for {player}, not for {str(named)[:100]}", cid)

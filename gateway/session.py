@@ -116,6 +116,7 @@ class Connection:
         self._gap_timers: dict[str, asyncio.Task] = {}
         self._awaiting: dict[str, str] = {}  # match -> the engine id of the Sync whose view we wait for
         self._viewed: set[str] = set()  # matches this socket has sent a view of
+        self._announced: str | None = None  # the match this socket last told the client it is seated in
 
     @property
     def is_player(self) -> bool:
@@ -138,7 +139,9 @@ class Connection:
         self.hub.metrics.message_out(message.get("kind", ""), message.get("code"))
 
     async def reject(self, command_id: str | None, code: str, reason: str, view: dict | None = None) -> None:
-        await self.send(protocol.rejected(command_id, code, reason, view, self.match))
+        """Send a ``rejected``; one the client gave no usable id for gets a fresh one, as every
+        message does (docs/PROTOCOL.md: the gateway fills one in and echoes it back)."""
+        await self.send(protocol.rejected(command_id or uuid.uuid4().hex, code, reason, view, self.match))
 
     async def close(self, code: int, reason: str) -> None:
         if self.closed:
@@ -161,12 +164,12 @@ class Connection:
             if self.is_player:
                 self._session_id = _s(await r.xadd(session_key(self.player), {"conn": self.id, "gw": hub.gateway_id},
                                                    maxlen=10, approximate=True))
+                # the positions first, the place after: whatever the lobby or the engine writes once
+                # the place is read (the table seated a moment later, say) reaches the pump
+                await self._take_positions()
                 self.place = await hub.lobby.place(self.player)
                 self.grace_ms = await hub.lobby.grace_ms(self.place)
                 await hub.lobby.present({self.player: now_ms() + HEARTBEAT_SLACK_MS + self.grace_ms})
-                self._positions = {keys.outbox_key(self.player): await outbox.last_id(r, keys.outbox_key(self.player)),
-                                   notes_key(self.player): await outbox.last_id(r, notes_key(self.player)),
-                                   session_key(self.player): self._session_id}
                 await self._greet(first_version)
             self._pump = asyncio.get_running_loop().create_task(self._pump_loop())
             await self._receive_loop()
@@ -184,6 +187,13 @@ class Connection:
                 except Exception as exc:
                     log.warning("could not start %s's grace window: %s", self.player, exc)
 
+    async def _take_positions(self) -> None:
+        """Where the pump starts reading: after the newest entry of each of the player's streams."""
+        r = self.hub.redis
+        self._positions = {keys.outbox_key(self.player): await outbox.last_id(r, keys.outbox_key(self.player)),
+                           notes_key(self.player): await outbox.last_id(r, notes_key(self.player)),
+                           session_key(self.player): self._session_id}
+
     async def _greet(self, version: int | None) -> None:
         """The lobby state and the current view (or the updates after ``version``) at once."""
         place = self.place
@@ -192,7 +202,7 @@ class Connection:
             await self.send(protocol.lobby("queued", place.room))
         elif table is not None:
             if table.status == "seated":
-                self.match = table.match
+                self.match = self._announced = table.match
                 await self.send(protocol.lobby("seated", table.room, table.id, table.match))
             else:
                 await self.send(protocol.lobby("queued", table.room, table.id))
@@ -238,8 +248,8 @@ class Connection:
         """No Sync answer in :data:`GAP_WAIT_S` (an engine busy or away): the newest view in the stream."""
         try:
             await asyncio.sleep(GAP_WAIT_S * 2)
-            if self._awaiting.pop(match, None) is None:
-                return
+            if self._awaiting.pop(match, None) is None or match != self.match:
+                return  # answered, or the table moved on (no view of a match left behind)
             source = self.source or self.player
             latest = await outbox.latest_update(self.hub.redis, source, match)
             if latest is not None:
@@ -292,6 +302,8 @@ class Connection:
             raise protocol.ClientError(protocol.NOT_ALLOWED, "this socket is already authenticated", msg.command_id)
         if t == "Watch":
             return await self._watch(msg)
+        if t == "Sync" and not self.is_player and self.watching is not None:
+            return await self._request_view(self.watching, msg.command_id)  # the spectator view again
         if not self.is_player:
             raise protocol.ClientError(protocol.NOT_ALLOWED, f"a {self.identity.role} token may only Watch",
                                        msg.command_id)
@@ -456,7 +468,9 @@ class Connection:
             note = json.loads(_s(raw))
             if note.get("kind") == "lobby":
                 if note.get("state") == "seated":
-                    self.match = note.get("match")
+                    if note.get("match") and note.get("match") == self._announced:
+                        return  # the greeting said so already (the note came after the positions)
+                    self.match = self._announced = note.get("match")
                     cfg = self.hub.rooms.get(note.get("room") or "")
                     if cfg is not None:
                         self.grace_ms = int(1000 * cfg.reconnect_grace_seconds)
@@ -471,6 +485,13 @@ class Connection:
             await self._on_sync(e)
         elif e.kind == "update":
             await self._forward_update(e, observe=self.is_player)
+        elif e.kind == "rejected" and e.command_id and self._awaiting.get(e.match) == e.command_id:
+            client_id = channels.client_command_id(self.player, e.command_id) if self.is_player else None
+            await self._sync_refused(e, client_id)
+            if client_id is not None:
+                self._answered(e.command_id)
+                await self.send(protocol.rejected(client_id, e.code or "rejected", e.reason or "", e.view,
+                                                  e.match or None))
         elif e.kind == "rejected" and self.is_player:
             client_id = channels.client_command_id(self.player, e.command_id)
             if client_id is None:
@@ -521,18 +542,36 @@ class Connection:
             self._gap_timers[match] = asyncio.get_running_loop().create_task(self._close_gap(match))
 
     async def _on_sync(self, e: outbox.OutEntry) -> None:
-        """The engine's answer to a Sync (ours, the client's, or another socket's of this stream)."""
-        if e.match != self.match or e.version is None:
-            return
-        mine = self._awaiting.get(e.match) == e.command_id
-        client_id = channels.client_command_id(self.player, e.command_id) if self.is_player else None
-        if client_id is not None:
-            self._answered(e.command_id)
+        """The engine's answer to a Sync (ours, the client's, or another socket's of this stream).
+
+        The client's own Sync is always answered (an ``update`` with the view and its command
+        id), even when the table has moved on meanwhile; the connection's own (on connect, on a
+        gap) only while its match is current; another socket's only fills in a view not yet sent."""
+        mine = bool(e.command_id) and self._awaiting.get(e.match) == e.command_id
         if mine:
             self._awaiting.pop(e.match, None)
-        elif client_id is None and e.match in self._awaiting:
+        client_id = channels.client_command_id(self.player, e.command_id)  # a spectator's own Sync too
+        if client_id is not None:
+            self._answered(e.command_id)
+        if e.version is None:
+            await self._flush(e.match)
+            return
+        if client_id is not None and e.match != self.match:
+            await self.send(protocol.update(e.match, int(e.version), [], self._view(e.view), client_id))
+            return
+        if e.match != self.match:
+            return
+        if not mine and client_id is None and e.match in self._awaiting:
             return  # someone else's; ours is on its way
         await self._apply_view(e.match, int(e.version), e.view, client_id, force=mine)
+        await self._flush(e.match)
+
+    async def _sync_refused(self, e: outbox.OutEntry, client_id: str | None) -> None:
+        """The engine refused the Sync this socket waits for: its refusal carries the current view
+        when there is one (use it); either way the updates held for it go out now."""
+        self._awaiting.pop(e.match, None)
+        if e.match == self.match and e.view is not None and e.version:
+            await self._apply_view(e.match, int(e.version), e.view, None, force=client_id is None)
         await self._flush(e.match)
 
     async def _send_update(self, e: outbox.OutEntry) -> None:
@@ -562,6 +601,7 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] |
     if qv is not None and qv.isdigit():
         version = int(qv)
     reason_label = "invalid"
+    claimed: object = None
     if token is None:
         try:
             raw = await asyncio.wait_for(ws.receive_text(), AUTH_TIMEOUT_S)
@@ -582,6 +622,7 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] |
                                                            '{"type": "Auth", "token": ...}')
             return None
         token = data["token"]
+        claimed = data.get("player")  # optional; it must be the token's subject (gateway/schemas)
         v = data.get("version")
         if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
             version = v
@@ -594,5 +635,9 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] |
             reason_label = "missing"
         hub.metrics.auth_failures.labels(reason_label).inc()
         await ws.close(code=CLOSE_UNAUTHORIZED, reason=str(exc)[:120])
+        return None
+    if claimed is not None and claimed != identity.player:
+        hub.metrics.auth_failures.labels("invalid").inc()
+        await ws.close(code=CLOSE_UNAUTHORIZED, reason="the Auth message names another player than the token")
         return None
     return identity, version

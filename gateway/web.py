@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -105,14 +105,45 @@ def _ids(value: Any, what: str, allow_none: bool = False, max_len: int = 27) -> 
     return list(value)
 
 
-def _to_beat(data: dict[str, Any]) -> Any:
+class RoomRules(NamedTuple):
+    """The rule options of a room that change how cards read (R-2.2, R-5.4)."""
+
+    heavenly: Any = "top"
+    chain_bomb_twos: bool = True
+
+
+def room_rules(data: dict[str, Any], rooms: Any) -> RoomRules:
+    """The rules of the room the page names (``"room"``: a registered or built-in room);
+    the defaults when it names none.  An unknown room is a 400, so a hint never reads
+    the cards under another room's rules.
+
+    >>> room_rules({}, None)
+    RoomRules(heavenly='top', chain_bomb_twos=True)
+    """
+    from engine.config import ConfigError, load_config
+
+    name = data.get("room")
+    if name is None:
+        return RoomRules()
+    cfg = (getattr(rooms, "rooms", None) or {}).get(name) if isinstance(name, str) else None
+    if cfg is None and name in ("points", "wealth"):
+        try:
+            cfg = load_config(name)
+        except ConfigError:  # pragma: no cover - the shipped configs load
+            cfg = None
+    if cfg is None:
+        raise HttpError(400, "bad_request", "unknown room")
+    return RoomRules(cfg.heavenly_bomb, cfg.chain_bomb_twos)
+
+
+def _to_beat(data: dict[str, Any], rules: RoomRules = RoomRules()) -> Any:
     """The Combo on the table from the page's view (``last_play``), or None when leading."""
     from engine.rules.classify import interpretations
 
     cards = _ids(data.get("last_cards"), "last_cards", allow_none=True)
     if cards is None:
         return None
-    readings = interpretations(cards)
+    readings = interpretations(cards, rules.heavenly, chain_bomb_twos=rules.chain_bomb_twos)
     kind, rank = data.get("last_kind"), data.get("last_rank")
     for r in readings:
         if (kind is None or r.kind == kind) and (rank is None or r.rank == rank):
@@ -124,8 +155,9 @@ def _reading_json(c: Any) -> dict[str, Any]:
     return {**c.to_json(), "describe": c.describe()}
 
 
-def hint_for(data: Any) -> dict[str, Any]:
-    """The trustee's choice (R-13.3) for the page's hand and the play on the table.
+def hint_for(data: Any, rooms: Any = None) -> dict[str, Any]:
+    """The trustee's choice (R-13.3) for the page's hand and the play on the table,
+    under the rules of the room the page names (:func:`room_rules`).
 
     >>> hint_for({"hand": [0, 1, 4], "last_cards": None})["cards"]
     [0]
@@ -138,14 +170,16 @@ def hint_for(data: Any) -> dict[str, Any]:
         raise HttpError(400, "bad_request", "send a JSON object")
     hand = _ids(data.get("hand"), "hand")
     assert hand is not None
-    play = trustee_choice(hand, _to_beat(data))
+    rules = room_rules(data, rooms)
+    play = trustee_choice(hand, _to_beat(data, rules), rules.heavenly, chain_bomb_twos=rules.chain_bomb_twos)
     if play is None:
         return {"pass": True}
     return {"cards": list(play.cards), **_reading_json(play.combo)}
 
 
-def readings_for(data: Any) -> dict[str, Any]:
-    """Every reading of the selected cards, best first, and whether each beats the table (R-4.6, R-5).
+def readings_for(data: Any, rooms: Any = None) -> dict[str, Any]:
+    """Every reading of the selected cards, best first, and whether each beats the table
+    (R-4.6, R-5), under the rules of the room the page names (:func:`room_rules`).
 
     >>> [(r["describe"], r["beats"]) for r in readings_for({"cards": [8, 52, 53, 106, 107]})["readings"]][:2]
     [('5-xiang bomb of 5', True), ('straight to 9 (5 cards)', True)]
@@ -156,8 +190,10 @@ def readings_for(data: Any) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise HttpError(400, "bad_request", "send a JSON object")
     cards = _ids(data.get("cards"), "cards")
-    prev = _to_beat(data)
-    out = [{**_reading_json(c), "beats": prev is None or beats(c, prev)} for c in interpretations(cards or [])]
+    rules = room_rules(data, rooms)
+    prev = _to_beat(data, rules)
+    out = [{**_reading_json(c), "beats": prev is None or beats(c, prev, rules.heavenly)}
+           for c in interpretations(cards or [], rules.heavenly, chain_bomb_twos=rules.chain_bomb_twos)]
     return {"readings": out}
 
 
@@ -329,7 +365,7 @@ def routes(ctx: Any) -> list[Any]:
 
     async def hint(request: Request) -> Response:
         _identity(ctx, request, ("player",))
-        return JSONResponse(hint_for(await _json_body(request)))
+        return JSONResponse(hint_for(await _json_body(request), getattr(getattr(ctx, "hub", None), "rooms", None)))
 
     async def standing(request: Request) -> Response:
         _identity(ctx, request, ("player", "spectator"))
@@ -337,7 +373,8 @@ def routes(ctx: Any) -> list[Any]:
 
     async def readings(request: Request) -> Response:
         _identity(ctx, request, ("player",))
-        return JSONResponse(readings_for(await _json_body(request)))
+        return JSONResponse(readings_for(await _json_body(request),
+                                         getattr(getattr(ctx, "hub", None), "rooms", None)))
 
     source = ReplaySource(ctx)
 

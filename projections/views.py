@@ -171,3 +171,32 @@ def redact_event(event: EventBase, player: str | None, seat: int | None = None,
         if event.lead_card is not None and not (seat is not None and event.lead_card in event.hands[seat]):
             data["lead_card"] = None
     return data
+
+
+def breakdown_for(breakdown: dict[str, Any], player: str | None) -> dict[str, Any]:
+    """A settlement's breakdown as ``player`` may see it (a spectator: ``None``): the
+    balances the players were seated with are the ledger's, so each player sees only
+    their own (``X_from.levels``, and the R-11.2 ``cap`` when they are its payer); the
+    opponent's level and base stay, as in every view (issue 12).
+
+    >>> b = {"X": 5, "X_from": {"levels": {"a": {"level": 2, "base": 5, "balance": 900},
+    ...                                     "b": {"level": 1, "base": 5, "balance": 40}}},
+    ...      "cap": {"rule": "R-11.2", "payer": "b", "balance": 40, "owed": 50, "paid": 40, "applied": True}}
+    >>> breakdown_for(b, "a")["X_from"]["levels"]
+    {'a': {'level': 2, 'base': 5, 'balance': 900}, 'b': {'level': 1, 'base': 5}}
+    >>> breakdown_for(b, "a")["cap"]
+    {'rule': 'R-11.2', 'payer': 'b', 'owed': 50, 'paid': 40, 'applied': True}
+    >>> breakdown_for(b, "b")["cap"]["balance"]
+    40
+    """
+    out = dict(breakdown)
+    x_from = out.get("X_from")
+    if isinstance(x_from, dict) and isinstance(x_from.get("levels"), dict):
+        out["X_from"] = {**x_from, "levels": {
+            p: (dict(row) if p == player or not isinstance(row, dict)
+                else {k: v for k, v in row.items() if k != "balance"})
+            for p, row in x_from["levels"].items()}}
+    cap = out.get("cap")
+    if isinstance(cap, dict) and cap.get("payer") != player:
+        out["cap"] = {k: v for k, v in cap.items() if k != "balance"}
+    return out

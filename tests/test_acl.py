@@ -287,3 +287,171 @@ def test_every_process_under_its_own_user(acl_redis, redis_server, tmp_path):
             _stop(p)
         for f in files:
             f.close()
+
+
+def test_a_match_through_the_real_gateway_with_every_process_under_its_own_user(acl_redis, redis_server, tmp_path):
+    """Issue 14 on issue 12's users: ``shuangkou gateway`` connects as ``gateway`` (player
+    channel, outboxes, its session streams, the lobby's notes) with its lobby as ``lobby``
+    (lobby state through lobby.lua, ``sk:ops``, balances and settlements), serve as
+    ``service``, the timer worker as ``worker``, the projections as ``projections``.  Two
+    players join over real WebSockets, are paired, play two matches to settlement (the second
+    offered at the same table) and their balances are the ledger's; Redis denied nothing to
+    the gateway or the lobby meanwhile.  Then the new rights' edges: neither user can forge
+    what the other (or the engine) writes."""
+    import asyncio
+
+    import redis
+
+    from engine.store import keys
+    from projections.ledger import SETTLED_KEY, RedisLedger, balance_key
+    from projections.runner import ProjectionRunner, RedisFeed
+    from engine.store.redis_store import RedisEventStore
+    from tests.gateway_support import SECRET, Client, kind, lobby, seat_of, write_room
+    from tests.processes import stop_group, tail
+
+    broker_url = redis_server.db_url(4)
+    with redis.Redis.from_url(broker_url) as c:
+        c.flushdb()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", SK_BROKER_URL=broker_url, SK_SWEEP_INTERVAL_MS="200",
+               SK_LOG_LEVEL="INFO", PYTHONPATH=str(ROOT))
+    env.pop("SK_REDIS_URL", None)
+    env.pop("SK_LOBBY_REDIS_URL", None)
+    secret = tmp_path / "secret"
+    secret.write_bytes(SECRET)
+    room = write_room(tmp_path / "aclroom.toml", "aclroom", trustee_delay_seconds=0.0)
+    logs = {n: tmp_path / f"{n}.log" for n in ("serve", "worker", "gateway")}
+    files = {n: open(p, "wb") for n, p in logs.items()}
+    procs: list[subprocess.Popen] = []
+    stop = threading.Event()
+
+    def spawn(name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+        p = subprocess.Popen(argv, cwd=ROOT, env=dict(env, **(extra_env or {})), stdout=files[name],
+                             stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(p)
+        return p
+
+    try:
+        serve = spawn("serve", [sys.executable, "-m", "engine", "serve", "--redis", acl_redis("service"),
+                                "--broker-url", broker_url, "--no-projections", "--consumer", "acl-gw-1"])
+        spawn("worker", [sys.executable, "-m", "dramatiq", "--processes", "1", "--threads", "2", "workers.actors"],
+              {"SK_REDIS_URL": acl_redis("worker")})
+        _wait(lambda: b"ready consumer=acl-gw-1" in logs["serve"].read_bytes() or serve.poll() is not None, 60,
+              "serve did not start", list(logs.values()))
+        assert serve.poll() is None, tail(logs["serve"])
+        proj = redis.Redis.from_url(acl_redis("projections"))
+        runner = ProjectionRunner(RedisEventStore(proj), RedisLedger(proj), RedisFeed(proj, consumer="acl-gw-proj"))
+        t = threading.Thread(target=runner.run_forever, args=(stop,), daemon=True)
+        t.start()
+        gateway = spawn("gateway", [sys.executable, "-m", "engine", "gateway", "--redis", acl_redis("gateway"),
+                                    "--lobby-redis", acl_redis("lobby"), "--port", "0", "--secret-file", str(secret),
+                                    "--id", "acl", "--room", str(room)])
+
+        def port() -> int | None:
+            assert gateway.poll() is None, "the gateway exited:\n" + tail(logs["gateway"])
+            for line in logs["gateway"].read_text(errors="replace").splitlines():
+                if line.startswith("gateway-port "):
+                    return int(line.split()[1])
+            return None
+        url = f"ws://127.0.0.1:{_wait(port, 60, 'the gateway did not report its port', list(logs.values()))}/ws"
+
+        from gateway.tokens import mint
+
+        async def play(c: Client, match: str) -> dict:
+            await c.send({"type": "Ready"})
+            asked = False
+            while True:
+                m = await c.recv()
+                if m["kind"] == "update" and m["match"] == match and m["view"] and m["view"]["phase"] == "playing":
+                    seat = seat_of(m["view"], c.name)
+                    if not asked and seat is not None and not seat["trustee"]:
+                        await c.send({"type": "RequestTrustee"})
+                        asked = True
+                if m["kind"] == "settled" and m["match"] == match:
+                    return m
+
+        async def main() -> list[tuple[str, dict, dict]]:
+            names = ("acl-alice", "acl-bob")
+            clients = [await Client.connect(url, mint(SECRET, n, ttl_seconds=600), n) for n in names]
+            for c in clients:
+                await c.expect(kind("welcome"))
+                await c.send({"type": "Join", "room": "aclroom"})
+            seated = [await c.expect(lobby("seated"), what="seated") for c in clients]
+            match = seated[0]["match"]
+            assert seated[1]["match"] == match
+            done = []
+            for _n in range(2):
+                a, b = await asyncio.gather(*(play(c, match) for c in clients))
+                done.append((match, a, b))
+                nxt = [await c.expect(lobby("seated"), what="the next match") for c in clients]
+                assert nxt[0]["table"] == seated[0]["table"] and nxt[0]["match"] != match
+                match = nxt[0]["match"]
+            for c in clients:
+                await c.close()
+            return done
+
+        done = asyncio.run(main())
+        ro = redis.Redis.from_url(acl_redis("readonly"))
+        for p in ("acl-alice", "acl-bob"):
+            total = sum(a["scores"][p] for _m, a, _b in done)
+            last = done[-1][1] if p == "acl-alice" else done[-1][2]
+            stored = ro.hget(balance_key("points"), p)
+            assert last["balances"] == {p: total} and int(stored or 0) == total
+        assert all(ro.hexists(SETTLED_KEY, m) for m, _a, _b in done)
+        created = [decode(f[b"c"]) for _id, f in ro.xrange(keys.OPS)]
+        creates = [c for c in created if c.type == "CreateMatch"]
+        assert creates and all(c.room == "aclroom" and c.config is None for c in creates)
+        # nothing the gateway or the lobby needed was denied (redis-py's optional CLIENT SETINFO aside)
+        denied = [e for e in ACL_LOG[0]() if e[0] in ("gateway", "lobby") and "setinfo" not in str(e[2]).lower()
+                  and e[2] != "client|setinfo"]
+        assert denied == [], denied
+
+        # -- the edges of the new rights ---------------------------------------------------------
+        gateway_r = redis.Redis.from_url(acl_redis("gateway"))
+        lobby_r = redis.Redis.from_url(acl_redis("lobby"))
+        note = {"m": '{"kind": "lobby", "state": "seated", "match": "forged"}'}
+        forbidden = {
+            "gateway: write a lobby note (a forged seated)": lambda: gateway_r.xadd("sk:{lobby}:notes:acl-bob", note),
+            "gateway: read the lobby's player state": lambda: gateway_r.hgetall("sk:{lobby}:player:acl-bob"),
+            "gateway: write the lobby's tables": lambda: gateway_r.hset("sk:{lobby}:table:t1", "a", "evil"),
+            "gateway: push back a Disconnect (presence)": lambda: gateway_r.zadd("sk:{lobby}:presence", {"x": 1}),
+            "gateway: delete a session stream": lambda: gateway_r.delete("sk:gw:session:acl-bob"),
+            "gateway: run the lobby script": lambda: gateway_r.evalsha("0" * 40, 0, "join", 0, "r", "p"),
+            "gateway: read a settlement": lambda: gateway_r.hget(SETTLED_KEY, done[0][0]),
+            "lobby: overwrite the operator channel": lambda: lobby_r.set(keys.OPS, "x"),
+            "lobby: write the player channel": lambda: lobby_r.xadd(keys.INBOX, {"c": b"x"}),
+            "lobby: write a player's stream": lambda: lobby_r.xadd(keys.outbox_key("acl-bob"), {"kind": "update"}),
+            "lobby: write a settlement": lambda: lobby_r.hset(SETTLED_KEY, "m", "{}"),
+            "lobby: write a balance": lambda: lobby_r.hset(balance_key("points"), "acl-bob", 10**6),
+            "lobby: register a room by hand": lambda: lobby_r.hset("sk:rooms", "evil", "{}"),
+            "lobby: write a session stream": lambda: lobby_r.xadd("sk:gw:session:acl-bob", {"conn": "x"}),
+            "lobby: run any script": lambda: lobby_r.eval("return 1", 0),
+            "lobby: a script writing outside the lobby": lambda: lobby_r.evalsha(
+                lobby_r.script_load("return redis.call('SET', 'sk:ops', 'x')"), 0),
+            "lobby: read a match stream": lambda: lobby_r.xrange(keys.events_key(done[0][0],
+                                                                                 keys.bucket_of(done[0][0]))),
+            "lobby: list keys": lambda: lobby_r.keys("sk:{lobby}:*"),
+        }
+        allowed = []
+        for what, call in forbidden.items():
+            try:
+                call()
+            except redis.exceptions.NoPermissionError:
+                continue
+            except redis.exceptions.ResponseError as exc:  # a script's refused call comes back wrapped
+                if "NOPERM" in str(exc) or "can't access" in str(exc) or "permission" in str(exc).lower():
+                    continue
+                raise
+            allowed.append(what)
+        assert allowed == [], f"allowed: {allowed}"
+    finally:
+        stop.set()
+        for p in reversed(procs):
+            stop_group(p)
+        for f in files.values():
+            f.close()
+
+
+def decode(raw: bytes):
+    from engine.match.commands import decode_command
+
+    return decode_command(raw)

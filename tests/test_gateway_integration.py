@@ -135,11 +135,6 @@ def await_table(c: Client, match: str) -> str:
     return next(m["table"] for m in c.received if m["kind"] == "lobby" and m.get("match") == match)
 
 
-# KNOWN RACE (open in the gateway issue): about 1 run in 5 of the parallel suite, the plain
-# reconnect at the end (after the settlement, while the table seats the next match) gets its lobby
-# messages but no view within 60 s.  Every assertion stays as it is; two reruns keep the race
-# from failing CI, and a third failure still fails.  Remove the reruns once the race is fixed.
-@pytest.mark.flaky(reruns=2)
 def test_reconnect_within_grace_changes_nothing_and_resumes_without_gap(stack):
     gw = stack.gateways[0]
 
@@ -306,6 +301,42 @@ def test_bad_expired_and_missing_tokens_close_4401(stack, how):
 
     closed = run(main())
     assert closed.code == 4401 and closed.reason
+
+
+def test_hostile_frames_are_typed_rejections_and_no_token_reaches_the_log(stack):
+    """A reviewer's findings: 5,000-deep JSON and a lone surrogate in ``command_id`` used to
+    drop the socket (1006); a refusal with no usable id had ``command_id: null``; the log held
+    every ``?token=``; an Auth message naming another player was welcomed as the token's."""
+    gw = stack.gateways[0]
+    token = stack.token("hf-alice")
+
+    async def main() -> tuple[list[dict[str, Any]], Closed]:
+        c = await Client.connect(gw.url, token, "hf-alice")
+        await c.expect(kind("welcome"))
+        got = []
+        for raw in ('{"type":"Join","room":"pairs","x":' + "[" * 5000 + "]" * 5000 + "}",
+                    '{"type":"Join","room":"pairs","command_id":"\\ud800"}',
+                    "not json at all"):
+            await c.ws.send(raw)
+            got.append(await c.expect(kind("rejected")))
+        await c.send({"type": "Join", "room": "no-such-room", "command_id": "still-here"})  # still open
+        got.append(await c.expect(lambda m: m.get("command_id") == "still-here"))
+        await c.close()
+        other = await Client.connect(gw.url, None, "hf-alice")  # no token yet: the first message is Auth
+        await other.ws.send(json.dumps({"type": "Auth", "token": token, "player": "hf-bob"}))
+        return got, await other.closed()
+
+    got, closed = run(main())
+    deep, surrogate, garbage, alive = got
+    assert (deep["code"], deep["reason"]) == ("bad_command", "JSON nested too deeply")
+    assert surrogate["code"] == "bad_command" and "surrogate" in surrogate["reason"]
+    assert garbage["code"] == "bad_command"
+    assert all(isinstance(r["command_id"], str) and r["command_id"] for r in (deep, surrogate, garbage))
+    assert alive["kind"] == "rejected"
+    assert closed.code == 4401 and "another player" in closed.reason
+    log = gw.err.read_text(errors="replace") + gw.out.read_text(errors="replace")
+    assert "token=<redacted>" in log                      # the connection was logged …
+    assert token not in log and token.split(".")[2] not in log  # … without its token
 
 
 def _secret() -> bytes:

@@ -62,7 +62,7 @@ def drive(s: PlaySession, seconds: float) -> None:
         wake = s.next_wake_ms()
         if wake is not None:
             stops.append(wake)
-        timer = s.timers.manual.next_at()
+        timer = s.timers.next_at()
         if timer is not None:
             stops.append(timer)
         target = max(min(stops), s.now_ms())

@@ -226,3 +226,28 @@ def test_standing_is_the_effective_xiang_of_the_bombs_seen() -> None:
     assert r.status_code == 400 and "bomb" in r.json()["reason"]
     r = c.post("/api/standing", json={"bombs": {"a": [], "b": [], "c": []}}, headers=bearer("al"))
     assert r.status_code == 400
+
+
+def test_hint_and_readings_read_the_cards_under_the_rooms_rules() -> None:
+    """R-2.2: K K K K A A A A 2 2 2 2 is a chain bomb only in rooms with ``chain_bomb_twos``;
+    the page's hint and readings must use the room's rules, not the defaults."""
+    from types import SimpleNamespace
+
+    from engine.config import load_config
+    from engine.rules import parse_cards
+
+    points = load_config("points")
+    strict = points.model_copy(update={"name": "strict", "chain_bomb_twos": False})
+    rooms = SimpleNamespace(rooms={"points": points, "strict": strict})
+    cards = parse_cards("KS KH KC KD AS AH AC AD 2S 2H 2C 2D")
+    kinds = lambda room: {r["kind"] for r in web.readings_for({"cards": cards, "room": room}, rooms)["readings"]}  # noqa: E731
+    assert "chain_bomb" in kinds("points")
+    assert kinds("strict") == set()                       # not a combination without twos in chains
+    assert "chain_bomb" in {r["kind"] for r in web.readings_for({"cards": cards}, rooms)["readings"]}
+    hand = cards + parse_cards("3")
+    on_table = parse_cards("9S 9H 9C 9D 10S 10H 10C 10D JS JH JC JD")  # a 3-run chain bomb of 4s
+    assert web.hint_for({"hand": hand, "last_cards": on_table, "room": "points"}, rooms)["kind"] == "chain_bomb"
+    assert web.hint_for({"hand": hand, "last_cards": on_table, "room": "strict"}, rooms) == {"pass": True}
+    with pytest.raises(web.HttpError) as err:
+        web.readings_for({"cards": cards, "room": "nope"}, rooms)
+    assert (err.value.status, err.value.code, err.value.reason) == (400, "bad_request", "unknown room")

@@ -323,7 +323,8 @@ def test_a_player_who_acts_in_time_resets_nothing_but_the_clock(timers, clock):
     assert evs == []
     evs = m.new_events(lambda: timers.advance(0.5))  # b's clock: 10 s after a's play
     assert kinds(evs)[0] == "TurnTimedOut" and evs[0].player == "b"
-    assert rt_mod.current().stats.get("stale", 0) >= 1
+    # a's clock was replaced in the index by the play: it was never dispatched at all
+    assert rt_mod.current().stats.get("stale", 0) == 0
 
 
 def test_third_timeout_starts_trusteeship_then_trustee_plays_after_delay(timers, clock):
@@ -584,22 +585,59 @@ def test_concurrent_firings_of_one_deadline_append_once(timers, clock):
 def test_sweeper_fires_overdue_deadline_whose_message_was_lost(timers, clock):
     m = Match(timers, cfg(turn_seconds=15)).start()
     d = m.state().deadline()
-    lost = timers.lose_pending_timers()
-    assert any(x.version == d.version for x in lost)
-    assert m.new_events(lambda: timers.advance(20)) == []  # no message: nothing happened
-    assert timers.sweep(now_ms=d.at_ms + timers.runtime.grace_ms - 1) == []  # within grace
-    done = timers.sweep()
+    lost = timers.lose_pending_timers()  # dispatched, and the message never arrives
+    assert [x.version for x in lost] == [d.version]
+    grace = timers.runtime.grace_ms
+    assert m.new_events(lambda: timers.advance(15 + (grace - 1) / 1000)) == []  # in flight: nothing
+    assert timers.sweep(now_ms=d.at_ms + grace - 1) == []  # within grace
+    done = timers.sweep(now_ms=d.at_ms + grace + 1)
     assert [(x.version, r) for x, r in done] == [(d.version, "committed")]
     evs = m.events(after=d.version)
     assert isinstance(evs[0], TurnTimedOut) and evs[0].command_id == rt_mod.timer_command_id("m1", d.version, "turn")
-    # the firing scheduled the next deadline as usual: the match goes on by messages
+    # the firing released the mark, and its next deadline is in the index, not in flight
     nxt = m.state().deadline()
-    assert any(x.version == nxt.version for x in timers.manual.pending())
-    assert timers.sweep() == []  # nothing else overdue
+    assert timers.store.deadline("m1") == nxt and timers.claims.retry_at(nxt) is None
+    assert timers.claims.in_flight() == 0
+    assert timers.sweep(now_ms=d.at_ms + grace + 1) == []  # nothing else overdue
     # the lost message turning up late is a duplicate: no-op
     timers.send_fire("m1", d.version, "turn")
     timers.join()
     assert len([e for e in m.events() if isinstance(e, TurnTimedOut)]) == 1
+
+
+@pytest.mark.parametrize("store", ["memory", "fakeredis"])
+def test_a_lost_dispatch_is_dispatched_again_when_its_lease_runs_out(clock, store):
+    """The dispatcher's own rescue: a claimed deadline whose firing never finished is
+    claimed again once its in-flight lease (counted from the deadline) has passed."""
+    with EmbeddedTimers(store, clock=clock, rng=random.Random(7), deal_on_ready=False, lease_ms=3_000) as t:
+        m = Match(t, cfg(turn_seconds=15)).start()
+        d = m.state().deadline()
+        t.lose_pending_timers()
+        assert t.claims.retry_at(d) == d.at_ms + 3_000
+        assert m.new_events(lambda: t.advance(17.999)) == []
+        evs = m.new_events(lambda: t.advance(0.001))
+        assert kinds(evs)[:1] == ["TurnTimedOut"] and evs[0].ts == d.at_ms + 3_000
+        assert t.runtime.stats.get("committed_dispatch") == 1 and t.dispatcher.redispatched == 1
+        assert t.claims.retry_at(d) is None
+
+
+def test_the_dispatcher_sends_only_the_current_deadline_once(clock):
+    """No message per commit: superseded deadlines are never sent, and a claimed one is
+    not claimed again while in flight."""
+    with EmbeddedTimers(clock=clock, rng=random.Random(7), deal_on_ready=False) as t:
+        ms = [Match(t, cfg(turn_seconds=10), mid=f"m{i}").start() for i in range(5)]
+        for m in ms:
+            m.ok(Play, player="a", text="3")  # replaces a's clock with b's
+        clock.advance(10)
+        first = t.dispatcher.claims.claim(clock.now_ms(), 100)
+        assert sorted(c.deadline.match_id for c in first) == [f"m{i}" for i in range(5)]
+        assert all(c.deadline == m.state().deadline() for c, m in zip(first, ms))
+        assert t.dispatcher.claims.claim(clock.now_ms(), 100) == []  # in flight
+        t.release([c.deadline for c in first])
+        assert t.dispatcher.tick() == 5
+        t.join()
+        assert t.runtime.stats == {"committed": 5, "committed_dispatch": 5}
+        assert t.claims.in_flight() == 0
 
 
 def test_several_sweepers_at_once_fire_each_deadline_once(clock):
@@ -632,17 +670,20 @@ def test_sweeper_actor_runs_through_the_broker(timers, clock):
 
 # ---- the real clock: dramatiq's delay queue -------------------------------------------------
 
-@pytest.mark.parametrize("store", ["memory", "fakeredis"])
-def test_real_clock_delayed_messages_finish_a_match(store):
+@pytest.mark.parametrize("store,legacy", [("memory", False), ("fakeredis", False), ("memory", True)])
+def test_real_clock_timers_finish_a_match(store, legacy):
+    """Real clock: the dispatcher thread (or, ``legacy``, a delayed message per commit)."""
     fast = cfg(turn_seconds=1.0, trustee_delay_seconds=0.01, timeouts_before_trustee=1)  # 1 s: the floor (engine/config.py)
     t0 = time.monotonic()
-    with EmbeddedTimers(store, rng=random.Random(5), deal_on_ready=False, sweep_interval_ms=0) as t:
+    with EmbeddedTimers(store, rng=random.Random(5), deal_on_ready=False, sweep_interval_ms=0,
+                        timer_messages=legacy) as t:
         m = Match(t, fast).start(a="3 3 5 7 9 J K", b="4 6 6 8 10 Q")
         st = t.wait_finished("m1", timeout_s=20)
         assert st.phase == "finished", st
         evs = m.events()
         assert check_stream(evs) == []
-        assert t.runtime.stats.get("committed_message", 0) >= 2  # fired by delayed messages
+        fired_by = "committed_message" if legacy else "committed_dispatch"
+        assert t.runtime.stats.get(fired_by, 0) >= 2  # fired by delayed messages / the dispatcher
         assert t.runtime.stats.get("committed_sweeper", 0) == 0
         for prev, e in zip(evs, evs[1:]):
             if isinstance(e, TurnTimedOut):
@@ -652,8 +693,9 @@ def test_real_clock_delayed_messages_finish_a_match(store):
 
 def test_real_clock_sweeper_thread_rescues_a_lost_message():
     fast = cfg(turn_seconds=1.0, trustee_delay_seconds=0.01, timeouts_before_trustee=1)  # 1 s: the floor (engine/config.py)
-    with EmbeddedTimers(rng=random.Random(5), deal_on_ready=False, sweep_interval_ms=50, grace_ms=100) as t:
-        t.scheduler.sender = lambda d, delay: None  # every message is lost
+    # no dispatcher: nothing sends a message, as when every one is lost
+    with EmbeddedTimers(rng=random.Random(5), deal_on_ready=False, sweep_interval_ms=50, grace_ms=100,
+                        dispatch_interval_ms=0) as t:
         m = Match(t, fast).start()
         st = t.wait_finished("m1", timeout_s=20)
         assert st.phase == "finished"

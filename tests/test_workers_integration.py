@@ -5,7 +5,12 @@ worker process on short timers (turn 1 s, trustee delay 0.1 s).
 * several matches while the worker is killed with SIGKILL mid-match (twice)
   and a new one started each time: every match still finishes, and its
   stored stream shows no turn lost or doubled (seq contiguous, one
-  TurnTimedOut per version at most, :func:`engine.match.replay.check_stream` clean).
+  TurnTimedOut per version at most, :func:`engine.match.replay.check_stream` clean);
+* two worker processes: the one holding the dispatcher lease is SIGKILLed and the
+  other takes the lease over and goes on firing (workers/dispatcher.py).
+
+No process sends a timer message on commit: the workers' dispatcher reads the
+store's deadline index.
 
 The event store and dramatiq use different Redis databases of the test server
 (dramatiq must have its own Redis; in production its own server).
@@ -28,9 +33,8 @@ from engine.match.commands import CreateMatch, Ready, Sit
 from engine.config import load_config
 from engine.match.events import MatchFinished, TurnTimedOut
 from engine.match.replay import check_stream
-from workers.broker import make_broker
 from workers.clock import SystemClock
-from workers.scheduler import BrokerSender, DeadlineScheduler
+from workers.dispatcher import HOLDER_KEY
 
 pytestmark = [pytest.mark.redis, pytest.mark.worker]
 
@@ -58,7 +62,8 @@ class WorkerProcess:
     def __init__(self, store_url: str, broker_url: str, log_path: Path):
         env = dict(os.environ)
         env.update(SK_REDIS_URL=store_url, SK_BROKER_URL=broker_url, SK_SWEEP_GRACE_MS="500",
-                   SK_SWEEP_INTERVAL_MS="200", PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
+                   SK_SWEEP_INTERVAL_MS="200", SK_DISPATCH_LEASE_MS="1500", SK_DISPATCHER_LEASE_TTL_MS="1000",
+                   PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dramatiq", "workers.actors", "-p", "1", "-t", "2"],
@@ -90,10 +95,8 @@ def env(urls, tmp_path):
 
     store_url, broker_url = urls
     store = RedisEventStore.from_url(store_url)
-    broker = make_broker(broker_url)
     clock = SystemClock()
-    scheduler = DeadlineScheduler(clock, BrokerSender(broker))
-    service = MatchService(store, clock, random.Random(11), on_commit=scheduler.on_commit)
+    service = MatchService(store, clock, random.Random(11))  # no on_commit: nothing sent per commit
     workers: list[WorkerProcess] = []
 
     def start_worker() -> WorkerProcess:
@@ -104,7 +107,6 @@ def env(urls, tmp_path):
     yield store, service, start_worker, tmp_path / "worker.log"
     for w in workers:
         w.stop()
-    broker.close()
 
 
 def _start_match(service, mid: str) -> None:
@@ -184,8 +186,47 @@ def test_sigkilled_workers_lose_no_turn(env, urls):
     _wait_finished(service, mids, 45, log_path)
     for mid in mids:
         _audit(store, mid)
-    # Delayed timers wait in Redis (workers.broker.TimerRedisBroker), not in a worker's
-    # memory, so they survive a kill; the messages lost with the flushed broker were
-    # fired by the sweeper from the store's deadline index.
+    # Each new worker took the dispatcher lease over once the killed one's had expired;
+    # the deadlines in flight with the killed worker (and those whose messages went with
+    # the flushed broker) were fired by the sweeper or dispatched again.
     text = log_path.read_text(errors="replace")
-    assert "sweeper fired" in text
+    assert text.count("dispatcher lease acquired") >= 3
+
+
+def _holder_pid(broker_client) -> int | None:
+    token = broker_client.get(HOLDER_KEY)
+    return None if token is None else int(token.decode().split(":")[1])
+
+
+def test_the_dispatcher_lease_moves_to_the_survivor_when_its_holder_is_sigkilled(env, urls):
+    import redis
+
+    store, service, start_worker, log_path = env
+    broker_client = redis.Redis.from_url(urls[1])
+    a, b = start_worker(), start_worker()
+    mids = [f"lease-{i}" for i in range(4)]
+    for mid in mids:
+        _start_match(service, mid)
+    end = time.monotonic() + 30
+    holder = None
+    while holder is None and time.monotonic() < end:
+        holder = _holder_pid(broker_client)
+        time.sleep(0.05)
+    assert holder is not None, "no worker took the dispatcher lease"
+    by_group = {os.getpgid(holder): None}
+    victim = a if a.proc.pid in by_group else b
+    survivor = b if victim is a else a
+    assert victim.proc.pid in by_group
+    time.sleep(2.0)  # mid-match
+    victim.kill()
+    while time.monotonic() < end:
+        now = _holder_pid(broker_client)
+        if now is not None and now != holder:
+            break
+        time.sleep(0.05)
+    new_holder = _holder_pid(broker_client)
+    assert new_holder is not None and new_holder != holder
+    assert os.getpgid(new_holder) == survivor.proc.pid
+    _wait_finished(service, mids, 45, log_path)
+    for mid in mids:
+        _audit(store, mid)

@@ -62,6 +62,7 @@ MAX_BACKOFF_MS = 1_000
 TIME_LIMIT_MS = 30_000
 QUEUE = "sk-timers"  # the timer actors' queue
 FIRE_ACTOR = "fire_deadline"  # actor name of the deadline timer (workers.actors.fire_deadline)
+FIRE_MANY_ACTOR = "fire_deadlines"  # a dispatched batch of deadlines (workers.dispatcher)
 
 # Actors declared so far (workers.actors registers its own): setup_broker re-binds them
 # to a new broker.  The broker module imports no actor module.
@@ -110,6 +111,16 @@ end
 return redis.call("llen", KEYS[3])
 """
 
+# KEYS: queue list, queue messages; ARGV: id1, data1, id2, data2, …
+# dramatiq's own enqueue (hash entry + RPUSH) for many messages; returns the queue's length
+_ENQUEUE_MANY_LUA = """
+for i = 1, #ARGV, 2 do
+    redis.call("hset", KEYS[2], ARGV[i], ARGV[i + 1])
+    redis.call("rpush", KEYS[1], ARGV[i])
+end
+return redis.call("llen", KEYS[1])
+"""
+
 
 def _timer_redis_broker_class() -> type:
     from dramatiq.brokers.redis import RedisBroker
@@ -139,6 +150,7 @@ def _timer_redis_broker_class() -> type:
             super().__init__(**kwargs)
             self._schedule_script = self.client.register_script(_SCHEDULE_LUA)
             self._move_due_script = self.client.register_script(_MOVE_DUE_LUA)
+            self._enqueue_many_script = self.client.register_script(_ENQUEUE_MANY_LUA)
 
         def _zq_keys(self, queue_name: str) -> list[str]:
             zq = f"{self.namespace}:{queue_name}.ZQ"
@@ -154,6 +166,31 @@ def _timer_redis_broker_class() -> type:
                                   args=[eta, message.options["redis_message_id"], message.encode()])
             self.emit_after("enqueue", message, delay)
             return message
+
+        def enqueue_many(self, messages: list[Message]) -> int:
+            """Enqueue ``messages`` (no delay, all on one queue) in one call; returns the
+            queue's length afterwards (the dispatcher's backlog)."""
+            if not messages:
+                return 0
+            queue_name = messages[0].queue_name
+            args: list[Any] = []
+            sent = []
+            for message in messages:
+                if message.queue_name != queue_name:
+                    raise ValueError("enqueue_many: every message must go to one queue")
+                message = message.copy(options={"redis_message_id": str(uuid4())})
+                self.emit_before("enqueue", message, None)
+                args += [message.options["redis_message_id"], message.encode()]
+                sent.append(message)
+            queue = f"{self.namespace}:{queue_name}"
+            length = int(self._enqueue_many_script(keys=[queue, queue + ".msgs"], args=args))
+            for message in sent:
+                self.emit_after("enqueue", message, None)
+            return length
+
+        def queue_length(self, queue_name: str) -> int:
+            """Messages waiting on ``queue_name`` (not fetched yet)."""
+            return int(self.client.llen(f"{self.namespace}:{queue_name}"))
 
         def move_due(self, queue_name: str, now_ms: int | None = None) -> int:
             """Move the due delayed messages of ``queue_name`` onto it; returns the queue length."""

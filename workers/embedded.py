@@ -15,13 +15,16 @@ sweeper.  Only the connections differ from production.
     with EmbeddedTimers(clock=clock) as timers:  # tests: time moves only when told
         timers.advance(15)                       # fires every deadline due in 15 s, in order
 
-With a :class:`~workers.clock.FakeClock` the scheduler holds timer messages
-in :class:`~workers.scheduler.ManualTimers` and :meth:`EmbeddedTimers.advance`
-releases the due ones in deadline order: each goes through the StubBroker and
-the dramatiq worker (``broker.join`` / ``worker.join``), with the clock set to
-the deadline first, so the events carry the deadline's timestamp.  With a real
-clock the scheduler sends dramatiq delayed messages (the StubBroker's delay
-queue) and a sweeper thread runs, as in a worker process.
+Timers work as in production (workers/dispatcher.py): no message is sent on a
+commit; a :class:`~workers.dispatcher.Dispatcher` claims the deadlines that fall
+due from the store's deadline index (Lua on fakeredis, the same rules in memory
+for the in-memory store) and enqueues them on the StubBroker as
+``fire_deadlines`` batches.  With a real clock a dispatcher thread ticks every
+``dispatch_interval_ms`` and a sweeper thread runs, as in a worker process.
+With a :class:`~workers.clock.FakeClock` :meth:`EmbeddedTimers.advance` moves
+the clock to each deadline in turn, runs one dispatcher tick there and waits
+for the worker (``broker.join`` / ``worker.join``), so the events carry the
+deadline's timestamp.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import dramatiq
@@ -39,7 +43,16 @@ from engine.store.base import EventStore
 from workers import runtime as rt_mod
 from workers.broker import QUEUE, bind_actors, make_broker
 from workers.clock import FakeClock, SystemClock, read_ms
-from workers.scheduler import DeadlineScheduler, DramatiqSender, ManualTimers
+from engine.match.deadline import Deadline
+from workers.dispatcher import (
+    DEFAULT_LEASE_MS,
+    BrokerDispatch,
+    Dispatcher,
+    DispatcherLease,
+    DispatcherThread,
+    claims_for,
+)
+from workers.scheduler import DeadlineScheduler, DramatiqSender
 from workers.sweeper import SweeperThread, sweep
 
 log = logging.getLogger("workers.embedded")
@@ -61,7 +74,7 @@ def make_store(kind: str = "memory") -> EventStore:
 
 
 class EmbeddedTimers:
-    """Store + service + StubBroker + in-process worker + scheduler (+ sweeper).
+    """Store + service + StubBroker + in-process worker + dispatcher (+ sweeper).
 
     Only one instance may run at a time in a process (the actors use the
     installed runtime and the global broker).
@@ -69,29 +82,41 @@ class EmbeddedTimers:
     ``publish(command, outcome)`` is called after each committed timer command
     (a terminal UI refreshes on it); ``publish="gateway"`` with a fakeredis
     store publishes to the players' ``sk:out:<player>`` streams like production.
+    ``lease_ms``: the first in-flight lease of a dispatched deadline (then it is
+    dispatched again).  ``timer_messages=True``: the old path instead, a delayed
+    ``fire_deadline`` message per commit (real clock only; no dispatcher).
     """
 
     def __init__(self, store: EventStore | str | None = None, *, clock: Any = None, rng: Any = None,
                  worker_threads: int = 2, sweep_interval_ms: int = 250, grace_ms: int = 500,
-                 publish: Any = None, start: bool = True, **service_kwargs: Any):
+                 dispatch_interval_ms: int = 25, lease_ms: int = DEFAULT_LEASE_MS,
+                 timer_messages: bool = False, publish: Any = None, start: bool = True,
+                 **service_kwargs: Any):
         self.store: EventStore = make_store(store or "memory") if store is None or isinstance(store, str) else store
         self.clock = clock if clock is not None else SystemClock()
         self.fake = isinstance(self.clock, FakeClock) or hasattr(self.clock, "advance")
-        self.manual: ManualTimers | None = ManualTimers() if self.fake else None
-        self.scheduler = DeadlineScheduler(self.clock, self.manual if self.manual is not None else DramatiqSender())
+        if timer_messages and self.fake:
+            raise ValueError("timer_messages needs a real clock (a fake clock moves through the dispatcher)")
+        self.scheduler: DeadlineScheduler | None = DeadlineScheduler(self.clock, DramatiqSender()) \
+            if timer_messages else None
+        self.claims = claims_for(self.store, first_lease_ms=lease_ms)
         self.service = rt_mod.make_service(
             self.store, self.clock, rng if rng is not None else random.Random(),
-            on_commit=self.scheduler.on_commit, **service_kwargs)
+            on_commit=self.scheduler.on_commit if self.scheduler is not None else None, **service_kwargs)
         self.runtime = rt_mod.Runtime(store=self.store, service=self.service, clock=self.clock,
                                       scheduler=self.scheduler, grace_ms=grace_ms,
-                                      publish=publish)
+                                      publish=publish, claims=self.claims)
         if publish == "gateway":
             self.runtime.publish = rt_mod.gateway_publisher(self.store.client)  # type: ignore[attr-defined]
         self.broker: StubBroker = make_broker(None)  # type: ignore[assignment]
+        self.dispatcher = Dispatcher(self.claims, BrokerDispatch(self.broker), self.clock,
+                                     spread=worker_threads)
         self.worker_threads = worker_threads
         self.sweep_interval_ms = sweep_interval_ms
+        self.dispatch_interval_ms = 0 if timer_messages else dispatch_interval_ms
         self.worker: Worker | None = None
         self.sweeper: SweeperThread | None = None
+        self.dispatch_thread: DispatcherThread | None = None
         self._previous_broker: Any = None
         if start:
             self.start()
@@ -107,12 +132,19 @@ class EmbeddedTimers:
         # poll every 20 ms: the stub consumer only moves due delayed messages between polls
         self.worker = Worker(self.broker, worker_threads=self.worker_threads, worker_timeout=20)
         self.worker.start()
+        if not self.fake and self.dispatch_interval_ms > 0:
+            self.dispatch_thread = DispatcherThread(lambda: self.dispatcher, DispatcherLease(None),
+                                                    self.dispatch_interval_ms)
+            self.dispatch_thread.start()
         if not self.fake and self.sweep_interval_ms > 0:
             self.sweeper = SweeperThread(self.sweep_interval_ms, runtime=self.runtime)
             self.sweeper.start()
         return self
 
     def stop(self) -> None:
+        if self.dispatch_thread is not None:
+            self.dispatch_thread.stop()
+            self.dispatch_thread = None
         if self.sweeper is not None:
             self.sweeper.stop()
             self.sweeper = None
@@ -139,9 +171,8 @@ class EmbeddedTimers:
         return read_ms(self.clock)
 
     def execute(self, command: Any) -> Any:
-        """Run a command through the service (the commit schedules its deadline)."""
-        out = self.service.execute(command)
-        return out
+        """Run a command through the service (its deadline goes to the store's index)."""
+        return self.service.execute(command)
 
     def join(self, timeout_ms: int | None = None) -> None:
         """Wait until every message sent so far (delayed ones included) is processed."""
@@ -155,42 +186,70 @@ class EmbeddedTimers:
 
         fire_deadline.send(match_id, version, kind)
 
+    def deadlines(self, until_ms: int | None = None) -> list[Deadline]:
+        """The recorded deadlines at or before ``until_ms`` (None: all), earliest first."""
+        return self.store.due_deadlines(2**62 if until_ms is None else until_ms, 1_000_000)
+
+    def next_at(self, until_ms: int | None = None) -> int | None:
+        """When the dispatcher will next send something (fake clock): the earliest
+        deadline not in flight, or the end of an in-flight lease; None if nothing is
+        recorded (at or before ``until_ms``)."""
+        best: int | None = None
+        for d in self.deadlines(until_ms):
+            if best is not None and d.at_ms >= best:
+                break  # earliest first: nothing later can be earlier
+            retry = self.claims.retry_at(d)
+            at = d.at_ms if retry is None else max(d.at_ms, retry)
+            if until_ms is not None and at > until_ms:
+                continue
+            best = at if best is None else min(best, at)
+        return best
+
     def advance(self, seconds: float, *, max_fires: int = 100_000) -> int:
-        """Fake clock only: move time forward, firing every deadline that falls
-        due on the way, in order, through the broker and the worker; returns
-        how many timer messages were processed."""
-        if self.manual is None or not hasattr(self.clock, "set"):
+        """Fake clock only: move time forward, dispatching every deadline that falls
+        due on the way, in order, through the broker and the worker; returns how many
+        deadlines were dispatched."""
+        if not self.fake or not hasattr(self.clock, "set"):
             raise RuntimeError("advance() needs a FakeClock (with a real clock timers fire by themselves)")
         target = self.now_ms() + int(round(seconds * 1000))
         fired = 0
         while fired < max_fires:
-            d = self.manual.pop_due(target)
-            if d is None:
+            at = self.next_at(target)
+            if at is None:
                 break
-            self.clock.set(d.at_ms)
-            self.send_fire(d.match_id, d.version, d.kind)
+            self.clock.set(at)
+            sent = self.dispatcher.tick()
+            if sent == 0:
+                break
             self.join()
-            fired += 1
+            fired += sent
         self.clock.set(target)
         return fired
 
     def run_until_quiet(self, max_seconds: float = 3600, *, max_fires: int = 100_000) -> int:
         """Fake clock: keep jumping to the next deadline until none is left
         (every match finished or waiting on a person with no clock) or ``max_seconds`` pass."""
-        assert self.manual is not None
         end = self.now_ms() + int(max_seconds * 1000)
         fired = 0
         while fired < max_fires:
-            nxt = self.manual.next_at()
-            if nxt is None or nxt > end:
+            nxt = self.next_at(end)
+            if nxt is None:
                 break
-            fired += self.advance(max(0, nxt - self.now_ms()) / 1000, max_fires=max_fires - fired)
+            n = self.advance(max(0, nxt - self.now_ms()) / 1000, max_fires=max_fires - fired)
+            if n == 0:
+                break
+            fired += n
         return fired
 
-    def lose_pending_timers(self) -> list[Any]:
-        """Fake clock: drop every timer message not yet fired (a crash, a lost message)."""
-        assert self.manual is not None
-        return self.manual.drop_all()
+    def lose_pending_timers(self) -> list[Deadline]:
+        """Fake clock: every recorded deadline counts as dispatched and its message
+        as lost (a crash, a flushed broker): the dispatcher sends it again only once its
+        in-flight lease has run out; the sweeper fires it after the grace period."""
+        return [c.deadline for c in self.claims.claim(self.now_ms(), 1_000_000, due_ms=2**62)]
+
+    def release(self, deadlines: Iterable[Deadline]) -> None:
+        """Forget the in-flight marks of ``deadlines`` (tests)."""
+        self.claims.release((d.match_id, d.version, d.kind) for d in deadlines)
 
     def sweep(self, now_ms: int | None = None) -> list[Any]:
         """One sweep of overdue deadlines (in this thread)."""

@@ -34,6 +34,9 @@ from workers.clock import SystemClock, read_ms
 log = logging.getLogger("workers.timers")
 
 STORE_URL_ENV = "SK_REDIS_URL"
+#: 1: the old path, every commit sends a delayed fire_deadline message (default 0: the
+#: dispatcher moves due deadlines from the store's index into dramatiq, workers/dispatcher.py)
+TIMER_MESSAGES_ENV = "SK_TIMER_MESSAGES"
 GRACE_ENV = "SK_SWEEP_GRACE_MS"
 DEFAULT_GRACE_MS = 2_000
 
@@ -124,7 +127,7 @@ class Runtime:
     store: EventStore
     service: Any  # engine.service.service.MatchService
     clock: Any
-    scheduler: Any  # workers.scheduler.DeadlineScheduler
+    scheduler: Any  # workers.scheduler.DeadlineScheduler, or None (the dispatcher reads the index)
     grace_ms: int = DEFAULT_GRACE_MS
     #: called with (command, outcome) after a timer command committed: tells the
     #: players (their ``sk:out:<player>`` streams, as the gateway does for their own commands)
@@ -135,6 +138,9 @@ class Runtime:
     #: timer command ids committed in this process whose publish failed (the retried
     #: message publishes them again; bounded)
     unpublished: set[str] = field(default_factory=set)
+    #: the in-flight marks of dispatched deadlines (workers.dispatcher.DueClaims): a firing
+    #: releases its deadline's mark, whatever the result
+    claims: Any = None
     _stats_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def now_ms(self) -> int:
@@ -202,21 +208,31 @@ def from_env() -> Runtime:
             f"{STORE_URL_ENV} is not set: a timer worker process needs the event store's Redis URL "
             "(the embedded default installs its own runtime with workers.embedded)")
     from engine.store.redis_store import RedisEventStore
+    from workers.dispatcher import claims_for
     from workers.scheduler import DeadlineScheduler
 
     store = RedisEventStore.from_url(url)
     clock = SystemClock()
-    scheduler = DeadlineScheduler(clock)
-    service = make_service(store, clock, None, on_commit=scheduler.on_commit,
+    scheduler = DeadlineScheduler(clock) if timer_messages_from_env() else None
+    # the old path alone (messages per commit, no dispatcher here): nothing marks deadlines
+    # in flight, so firing them releases nothing (a dispatcher in another process still
+    # marks: run every worker with its dispatcher on, the default)
+    legacy_only = scheduler is not None and _env_int("SK_DISPATCH_INTERVAL_MS", 1) == 0
+    service = make_service(store, clock, None, on_commit=scheduler.on_commit if scheduler else None,
                            cache_size=_env_int("SK_STATE_CACHE", 20_000))
     grace = _env_int(GRACE_ENV, DEFAULT_GRACE_MS)
     log.info("timer runtime: store %s, grace %d ms", url.split("@")[-1], grace)
     publish = None if os.environ.get("SK_TIMERS_PUBLISH", "1") == "0" else gateway_publisher(store.client)
     rt = Runtime(store=store, service=service, clock=clock, scheduler=scheduler,
-                 grace_ms=grace, publish=publish)
+                 grace_ms=grace, publish=publish, claims=None if legacy_only else claims_for(store))
     for hook in list(_build_hooks):
         rt = hook(rt) or rt
     return rt
+
+
+def timer_messages_from_env() -> bool:
+    """``SK_TIMER_MESSAGES`` set to 1 / true / yes / on: the old per-commit timer messages."""
+    return os.environ.get(TIMER_MESSAGES_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def gateway_publisher(client: Any) -> Callable[[CommandBase, Any], None] | None:
@@ -236,9 +252,21 @@ def gateway_publisher(client: Any) -> Callable[[CommandBase, Any], None] | None:
 
 
 def fire(match_id: str, version: int, kind: str, rt: Runtime | None = None,
-         source: str = "message") -> FireResult:
-    """Act on one deadline (idempotent; see the module docstring)."""
+         source: str = "message", *, release: bool = True) -> FireResult:
+    """Act on one deadline (idempotent; see the module docstring).
+
+    Once it returns, the deadline's in-flight mark is released (``rt.claims``,
+    unless ``release`` is False: the caller releases a batch at once); when it
+    raises, the mark stays and the dispatcher sends the deadline again after its
+    in-flight lease, with back-off (workers/dispatcher.py)."""
     rt = rt or current()
+    result = _fire(match_id, version, kind, rt, source)
+    if release and rt.claims is not None:
+        rt.claims.release([(match_id, int(version), kind)])
+    return result
+
+
+def _fire(match_id: str, version: int, kind: str, rt: Runtime, source: str) -> FireResult:
     cmd = timer_command(match_id, version, kind)
     # Cheap pre-check: a deadline whose version the match has left is a no-op
     # (stale, or this very command already applied: a duplicate).  Skipping
@@ -255,13 +283,19 @@ def fire(match_id: str, version: int, kind: str, rt: Runtime | None = None,
         log.debug("%s %s v%d (%s): stale, the match is at v%d or later", kind, match_id, version, source, known)
         rt.count("stale")
         return "stale"
-    try:
-        state_now = rt.service.load_state(match_id)
-        current_version = state_now.version
-    except Exception as exc:
-        if is_transient(exc):
-            raise  # the store cannot answer: the message is retried (never lost)
+    if isinstance(known, int) and known == int(version):
+        # the cached state is at this deadline's version: decide on it at once (the
+        # append's version check validates it; a match that moved on meanwhile makes
+        # execute decide again on the truth, where this command is stale or a duplicate)
         state_now, current_version = None, None
+    else:
+        try:
+            state_now = rt.service.load_state(match_id)
+            current_version = state_now.version
+        except Exception as exc:
+            if is_transient(exc):
+                raise  # the store cannot answer: the message is retried (never lost)
+            state_now, current_version = None, None
     if current_version is not None and current_version > int(version) and rt.publish is not None:
         # this very deadline may have been committed by a worker that died before it
         # published (a redelivered message): publish its stored events again
@@ -299,6 +333,10 @@ def fire(match_id: str, version: int, kind: str, rt: Runtime | None = None,
         return "rejected"
     if getattr(outcome, "duplicate", False):
         log.debug("%s %s v%d (%s): duplicate, already handled", kind, match_id, version, source)
+        if rt.publish is not None and getattr(outcome, "events", ()):
+            # applied before, maybe by a worker that died before publishing: publish the
+            # stored events again (updates are at-least-once; players dedupe on version)
+            publish_outcome(rt, cmd, outcome)
         rt.count("duplicate")
         return "duplicate"
     if rt.publish is not None:
@@ -306,6 +344,53 @@ def fire(match_id: str, version: int, kind: str, rt: Runtime | None = None,
     rt.count("committed")
     rt.count(f"committed_{source}")
     return "committed"
+
+
+def fire_batch(items: Any, rt: Runtime | None = None, source: str = "dispatch") -> dict[str, int]:
+    """Fire a dispatched batch ``[[match_id, version, kind], …]``; returns the count of each result.
+
+    A deadline whose firing fails does not stop the others: a permanent failure is
+    logged and counted (``shuangkou_sweeper_failures_total{kind}``) and its mark stays,
+    so the dispatcher sends it again once its in-flight lease runs out, with back-off;
+    the first transient Redis failure is raised after the rest of the batch, so that
+    dramatiq retries the message soon (the fired ones are then stale, from the cache).
+    The marks of the deadlines that were fired are released in one round trip.
+    """
+    rt = rt or current()
+    done: list[tuple[str, int, str]] = []
+    results: dict[str, int] = {}
+    transient: Exception | None = None
+    for item in items:
+        match_id, version, kind = str(item[0]), int(item[1]), str(item[2])
+        try:
+            result: str = fire(match_id, version, kind, rt, source, release=False)
+        except Exception as exc:
+            result = "error"
+            if is_transient(exc):
+                transient = transient or exc
+                log.warning("%s %s v%d (%s): the store is unavailable (%s)", kind, match_id[:80], version,
+                            source, exc)
+            else:
+                log.exception("%s %s v%d (%s): firing failed (dispatched again after its lease)",
+                              kind, match_id[:80], version, source)
+                rt.count("failed")
+                _count_failure(kind)
+        else:
+            done.append((match_id, version, kind))
+        results[result] = results.get(result, 0) + 1
+    if rt.claims is not None and done:
+        rt.claims.release(done)
+    if transient is not None:
+        raise transient
+    return results
+
+
+def _count_failure(kind: str) -> None:
+    try:
+        from projections import metrics
+    except Exception:  # pragma: no cover - metrics are optional here
+        return
+    metrics.observe_sweeper_failure(kind)
 
 
 def publish_outcome(rt: Runtime, cmd: CommandBase, outcome: Any, retry_s: float | None = None,

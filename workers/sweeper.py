@@ -30,6 +30,18 @@ from dramatiq.middleware import Middleware
 from engine.match.deadline import Deadline
 from engine.store.transient import Backoff, is_transient
 from workers import runtime as rt_mod
+from workers.dispatcher import (
+    DEFAULT_HOLDER_TTL_MS,
+    HOLDER_TTL_ENV,
+    BrokerDispatch,
+    Dispatcher,
+    DispatcherLease,
+    DispatcherThread,
+    claims_for,
+)
+from workers.dispatcher import DEFAULT_INTERVAL_MS as DEFAULT_DISPATCH_INTERVAL_MS
+from workers.dispatcher import INTERVAL_ENV as DISPATCH_INTERVAL_ENV
+from workers.dispatcher import env_ms
 
 log = logging.getLogger("workers.sweeper")
 
@@ -246,3 +258,39 @@ class WorkerTuning(Middleware):
             worker.worker_timeout = self.worker_timeout_ms
         if self.delay_prefetch and "dramatiq_delay_queue_prefetch" not in os.environ:
             worker.delay_prefetch = self.delay_prefetch
+
+
+class DispatcherMiddleware(Middleware):
+    """Starts a :class:`DispatcherThread` in every worker process (``dramatiq workers.actors``);
+    the lease on the broker's Redis lets one of them dispatch at a time."""
+
+    def __init__(self, interval_ms: int | None = None):
+        self.interval_ms = env_ms(DISPATCH_INTERVAL_ENV, DEFAULT_DISPATCH_INTERVAL_MS) if interval_ms is None else interval_ms
+        self.thread: DispatcherThread | None = None
+
+    def after_worker_boot(self, broker: Any, worker: Any) -> None:
+        if self.interval_ms <= 0:
+            log.info("deadline dispatcher off (%s=0)", DISPATCH_INTERVAL_ENV)
+            return
+        def make() -> Dispatcher:
+            rt = rt_mod.current()
+            if rt.claims is None:
+                rt.claims = claims_for(rt.store)
+            threads = int(getattr(worker, "worker_threads", 4) or 4)
+            return Dispatcher(rt.claims, BrokerDispatch(broker), rt.clock, spread=threads)
+
+        lease = DispatcherLease(getattr(broker, "client", None), env_ms(HOLDER_TTL_ENV, DEFAULT_HOLDER_TTL_MS))
+        self.thread = DispatcherThread(make, lease, self.interval_ms)
+        self.thread.start()
+        log.info("deadline dispatcher running every %d ms (lease %s)", self.interval_ms, lease.token)
+
+    def before_worker_shutdown(self, broker: Any, worker: Any) -> None:
+        thread, self.thread = self.thread, None
+        if thread is not None:
+            thread.stop()
+        rt = rt_mod._runtime
+        if rt is not None:
+            d = thread.dispatcher if thread is not None else None
+            log.info("timer stats: %s; dispatched %d, dispatched again %d",
+                     " ".join(f"{k}={v}" for k, v in sorted(rt.stats.items())) or "none",
+                     d.dispatched if d else 0, d.redispatched if d else 0)

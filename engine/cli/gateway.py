@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--room", action="append", default=[], metavar="FILE",
                         help="an extra room config (TOML) offered by the lobby, by its name; repeatable")
     parser.add_argument("--id", default=None, help="this gateway's id (default <hostname>-<pid>)")
-    parser.add_argument("--dev", action="store_true", help="development: the browser page mints tokens by name")
+    parser.add_argument("--dev", action="store_true", help="development only: the browser page mints tokens by name, for any role "
+                             "(operator included): never on a reachable host")
     parser.add_argument("--bots", action="store_true", help="fill an empty seat with the trustee bot")
     parser.add_argument("--log-level", default=os.environ.get("SK_LOG_LEVEL", "INFO"))
 
@@ -58,6 +59,10 @@ def run(args: argparse.Namespace) -> int:
         connect_redis(args.lobby_redis, "--lobby-redis").close()  # a readable error now rather than on the first socket
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if args.dev:
+        logging.getLogger("shuangkou.gateway").warning(
+            "--dev: anyone who reaches port %s can mint a token for any name and role, operator included "
+            "(POST /api/dev/token); for development on loopback only, never on a reachable host", args.port)
     settings = GatewaySettings(redis_url=args.redis, secret=secret, rooms=rooms,
                                gateway_id=args.id or default_gateway_id(), dev=args.dev, bots=args.bots,
                                lobby_redis_url=args.lobby_redis)

@@ -10,10 +10,12 @@ One process runs
   (XAUTOCLAIM);
 * the projection runner (:class:`projections.runner.ProjectionRunner`): the
   bucket feeds → settlement → ledger, consumer group ``sk-projections``;
-* timers: with ``--broker-url`` (or ``SK_BROKER_URL``) each commit schedules a
-  dramatiq message on that broker, fired by ``dramatiq workers.actors``
-  processes; without one, an in-process dramatiq worker (StubBroker) and the
-  deadline sweeper fire them here (a one-process deployment);
+* timers: every append records the match's deadline in the store's index; with
+  ``--broker-url`` (or ``SK_BROKER_URL``) the ``dramatiq workers.actors``
+  processes dispatch and fire them (workers/dispatcher.py; serve sends nothing per
+  commit unless ``--timer-messages``, the old path); without one, an in-process
+  dispatcher, dramatiq worker (StubBroker) and sweeper fire them here (a
+  one-process deployment);
 * ``/metrics`` on ``--metrics-port`` (projections.metrics).
 
 Several serve processes share the work through the consumer groups: give
@@ -38,6 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--broker-url", metavar="URL", default=None,
                         help="dramatiq's Redis for timer messages (default $SK_BROKER_URL; "
                              "none: timers run in this process)")
+    parser.add_argument("--timer-messages", action="store_true",
+                        default=os.environ.get("SK_TIMER_MESSAGES", "").strip().lower() in ("1", "true", "yes", "on"),
+                        help="with --broker-url: also send a delayed timer message on every commit (the old "
+                             "path, for workers older than the deadline dispatcher; default $SK_TIMER_MESSAGES, off)")
     parser.add_argument("--metrics-port", type=int, default=None, metavar="P",
                         help="serve Prometheus /metrics on this port (0: pick a free one; default: off)")
     parser.add_argument("--metrics-addr", default="0.0.0.0", help="address for /metrics (default 0.0.0.0)")
@@ -143,8 +149,9 @@ def run(args: argparse.Namespace) -> int:
         setup_broker(broker_url)
         import workers.actors  # noqa: F401  (declares fire_deadline on the broker)
 
-        scheduler = DeadlineScheduler(clock)
-        service = make_service(store, clock, rng, on_commit=scheduler.on_commit, **cache_kwargs)
+        # the workers' dispatcher reads the deadline index: no message per commit (issue 13 §5)
+        on_commit = DeadlineScheduler(clock).on_commit if args.timer_messages else None
+        service = make_service(store, clock, rng, on_commit=on_commit, **cache_kwargs)
     else:
         from workers.embedded import EmbeddedTimers
 

@@ -562,8 +562,6 @@ class Simulation:
                         except Exception as exc:  # report and go on
                             with self._lock:
                                 self.report.errors.append(f"match {i}: {type(exc).__name__}: {exc}")
-                        if not self.redis_url and self.timers is not None and self.timers.manual is not None:
-                            self.timers.manual.drop_all()  # stale turn clocks of finished matches
                         with self._lock:
                             done = len(ids) + len(self.report.errors)
                         el = time.perf_counter() - t0

@@ -7,7 +7,7 @@ import { api, claims, clientConfig, devToken, forgetToken, storedToken, tokenFro
 import { cardElement, sortCards } from "./cards.js";
 import { Link } from "./socket.js";
 import { randomClientSeed, verifyDeal } from "./fair.js";
-import { BOMB_KINDS, KOU, TRUSTEE_REASON, describe, eventReading, modeWords, readingWords } from "./words.js";
+import { BOMB_KINDS, KOU, REMOVED_REASON, TRUSTEE_REASON, describe, eventReading, modeWords, readingWords } from "./words.js";
 
 const $ = (sel) => document.querySelector(sel);
 const root = $("#table");
@@ -247,7 +247,7 @@ function render() {
     renderSeat("opp", opp, view);
     renderSeat("mine", mine, view);
     renderHand(view);
-    const myTurn = view.your_turn && view.phase === "playing";
+    const myTurn = canActNow(view);
     $("[data-action=play]").disabled = !myTurn || S.selected.size === 0;
     $("[data-action=pass]").disabled = !myTurn || view.leading;
     $("[data-action=hint]").disabled = !myTurn;
@@ -268,9 +268,26 @@ function render() {
 
 // ---- readings and hints -----------------------------------------------------------------------
 
+// why a player left the table, in words (docs/PROTOCOL.md lobby `removed` reasons)
+function removedReason(code) {
+  if (!code) return "left the table 離開";
+  if (String(code).startsWith("seat_refused")) return `seat refused 入座被拒 (${String(code).replace(/^seat_refused:?\s*/, "")})`;
+  return REMOVED_REASON[code] || code;
+}
+
+// my turn, the match being played, and not in trusteeship (R-13.3: the trustee plays until I cancel)
+function canActNow(view) {
+  if (!view || !view.your_turn || view.phase !== "playing") return false;
+  const mine = seatsOf(view).find((s) => s.player === S.me);
+  return !(mine && mine.trustee);
+}
+
 function lastPlayFields() {
   const lp = S.view && S.view.last_play;
-  return lp ? { last_cards: lp.cards, last_kind: lp.reading.kind, last_rank: lp.reading.rank } : { last_cards: null };
+  // the room's rules (R-2.2 chain bombs to 2, R-5.4 heavenly bomb) decide how cards read
+  const room = S.lobby && S.lobby.room ? { room: S.lobby.room } : {};
+  return lp ? { ...room, last_cards: lp.cards, last_kind: lp.reading.kind, last_rank: lp.reading.rank }
+    : { ...room, last_cards: null };
 }
 
 async function refreshReadings() {
@@ -376,7 +393,7 @@ function bind() {
     if (S.selected.has(id)) S.selected.delete(id);
     else S.selected.add(id);
     el.setAttribute("aria-pressed", S.selected.has(id) ? "true" : "false");
-    $("[data-action=play]").disabled = !(S.view && S.view.your_turn) || S.selected.size === 0;
+    $("[data-action=play]").disabled = !canActNow(S.view) || S.selected.size === 0;
     refreshReadings();
   });
   $("[data-action=play]").addEventListener("click", play);
@@ -455,7 +472,7 @@ function noteEvents(events) {
         notice(`${who}: 逃跑 escaped (${e.policy})`, "warn");
         break;
       case "PlayerRemoved":
-        notice(`${who}: removed from the table (${e.reason === "not_ready" ? "not ready in time 未準備 (R-13.2)" : e.reason})`, "warn");
+        notice(`${who}: removed from the table (${removedReason(e.reason)})`, "warn");
         break;
       case "MatchFinished":
         S.log.push(`${e.winner} wins — ${KOU[e.kou] || e.kou}`);
@@ -753,8 +770,9 @@ function onMessage(msg) {
       S.lobby = msg.state === "removed" ? null : msg;
       if (msg.state === "removed") {
         S.view = null;
-        notice(`Removed from the table: ${msg.reason || ""}`, "warn", 12000);
-        setStatus(`Removed: ${msg.reason || "left the table"} — join again 重新加入`);
+        const why = removedReason(msg.reason);
+        notice(`Removed from the table: ${why}`, "warn", 12000);
+        setStatus(`Removed: ${why} — join again 重新加入`);
       }
       if (msg.state === "seated" && msg.match && S.view && S.view.match_id !== msg.match && S.view.phase !== "finished") S.view = null;
       render();

@@ -11,6 +11,11 @@ export const TRUSTEE_REASON = {
   escape: "escaped 逃跑",
 };
 
+export const REMOVED_REASON = {
+  not_ready: "not ready in time 未準備 (R-13.2)", left: "left the table 離開", escaped: "escaped 逃跑",
+  disconnected: "disconnected too long 斷線", opponent_left: "the opponent left 對手離開",
+};
+
 function rankZh(rank) {
   return rank === "SJ" ? "小王" : rank === "BJ" ? "大王" : rank;
 }

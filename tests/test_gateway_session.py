@@ -1,0 +1,379 @@
+"""One gateway connection (gateway/session.py) against a real Redis, with the orderings that
+a loaded machine produces forced on purpose: the lobby seating a table between the moment a
+connection reads the player's place and the moment it starts reading their streams, the
+engine refusing the gateway's own Sync, the client's own Sync answered after the table moved
+on.  The engine is played by a small task that answers the Syncs it finds on ``sk:inbox``
+in the engine's own format (docs/PROTOCOL.md §2, ``kind=sync``).
+
+Issue 14 "Reconnect": on connect or reconnect the player at once gets the current view of
+their table or match."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgpack
+import pytest
+from starlette.websockets import WebSocketDisconnect, WebSocketState
+
+from engine.match.commands import decode_command
+from engine.store import keys
+from gateway import channels, session
+from gateway.lobby import Lobby
+from gateway.metrics import GatewayMetrics
+from gateway.rooms import RoomBook
+from gateway.tokens import Identity
+
+pytestmark = [pytest.mark.redis]
+
+WAIT_S = 30.0  # a bound that only stops a broken run from hanging; nothing is timed
+
+
+class FakeSocket:
+    """What :class:`gateway.session.Connection` uses of a Starlette WebSocket."""
+
+    def __init__(self) -> None:
+        self.out: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.inbox: asyncio.Queue[str | None] = asyncio.Queue()
+        self.application_state = WebSocketState.CONNECTED
+
+    async def send_text(self, text: str) -> None:
+        await self.out.put(json.loads(text))
+
+    async def receive_text(self) -> str:
+        raw = await self.inbox.get()
+        if raw is None:
+            raise WebSocketDisconnect(1000)
+        return raw
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.application_state = WebSocketState.DISCONNECTED
+        await self.inbox.put(None)
+
+    async def expect(self, pred: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+        seen: list[dict[str, Any]] = []
+
+        async def find() -> dict[str, Any]:
+            while True:
+                m = await self.out.get()
+                seen.append(m)
+                if pred(m):
+                    return m
+        try:
+            return await asyncio.wait_for(find(), WAIT_S)
+        except asyncio.TimeoutError:
+            pytest.fail(f"never got {what}; got {seen}")
+
+
+class FakeEngine:
+    """Answers each Sync on ``sk:inbox`` like the engine: a ``sync`` entry with the view, or,
+    with ``refuse``, a rejection (with the view when the match exists, as the engine does)."""
+
+    def __init__(self, redis: Any, versions: dict[str, int], refuse: bool = False) -> None:
+        self.redis = redis
+        self.versions = versions  # match -> its current version (0: no such match)
+        self.refuse = refuse
+        self.syncs: list[tuple[str, str, str]] = []  # (match, player, command id) in arrival order
+
+    def view(self, match: str, player: str) -> dict[str, Any]:
+        return {"match_id": match, "you": player, "phase": "seating", "version": self.versions[match],
+                "hand": [1, 2, 3]}
+
+    async def run(self) -> None:
+        last = "0-0"
+        while True:
+            reply = await self.redis.xread({keys.INBOX: last}, block=200)
+            for _s, entries in reply or ():
+                for entry_id, fields in entries:
+                    last = entry_id
+                    cmd = decode_command(fields[b"c"])
+                    if cmd.type != "Sync":
+                        continue
+                    self.syncs.append((cmd.match_id, cmd.player, cmd.command_id))
+                    v = self.versions.get(cmd.match_id, 0)
+                    body = {"match_id": cmd.match_id, "command_id": cmd.command_id, "version": v}
+                    if v:
+                        body["view"] = self.view(cmd.match_id, cmd.player)
+                    if self.refuse or not v:
+                        fields_out = {"kind": "rejected", "match": cmd.match_id, "command_id": cmd.command_id,
+                                      "code": "unknown_match" if not v else "bad_command",
+                                      "reason": "refused by the test", "version": v}
+                        if v:
+                            fields_out["body"] = msgpack.packb(body)
+                    else:
+                        fields_out = {"kind": "sync", "match": cmd.match_id, "command_id": cmd.command_id,
+                                      "version": v, "body": msgpack.packb(body)}
+                    await self.redis.xadd(keys.outbox_key(cmd.player), fields_out)
+
+
+@pytest.fixture
+def aredis(redis_server):
+    import redis
+    import redis.asyncio as aioredis
+
+    url = redis_server.db_url(6)
+    with redis.Redis.from_url(url) as c:
+        c.flushdb()
+    return lambda: aioredis.Redis.from_url(url, socket_timeout=30)
+
+
+async def _with_connection(aredis, engine_versions: dict[str, int], body: Callable[..., Awaitable[None]],
+                           *, refuse: bool = False, place_hook: Callable[..., Awaitable[None]] | None = None,
+                           player: str = "alice", role: str = "player") -> None:
+    r = aredis()
+    rooms = RoomBook.load()
+    lobby = Lobby(r, rooms, "gw-test")
+    hub = session.Hub(redis=r, secret=b"x" * 32, rooms=rooms, lobby=lobby, gateway_id="gw-test",
+                      metrics=GatewayMetrics())
+    engine = FakeEngine(r, engine_versions, refuse=refuse)
+    engine_task = asyncio.create_task(engine.run())
+    if place_hook is not None:
+        original = lobby.place
+
+        async def place(p: str):
+            got = await original(p)
+            await place_hook(lobby)  # what the lobby did meanwhile
+            return got
+        lobby.place = place  # type: ignore[method-assign]
+    ws = FakeSocket()
+    conn = session.Connection(hub, ws, Identity(player, role, None, 4102444800))  # type: ignore[arg-type]
+    run = asyncio.create_task(conn.run(None))
+    try:
+        await body(ws, conn, engine)
+    finally:
+        await ws.close()
+        await asyncio.wait_for(run, WAIT_S)
+        engine_task.cancel()
+        await asyncio.gather(engine_task, return_exceptions=True)
+        await r.aclose()
+
+
+async def _table_creating(lobby: Lobby) -> None:
+    """alice and bob paired at t1 (its match t1-1 not created yet)."""
+    await lobby._call("join", "points", "alice")
+    await lobby._call("join", "points", "bob")
+
+
+def _view_update(match: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda m: m["kind"] == "update" and m["match"] == match and m["view"] is not None
+
+
+def test_a_table_seated_right_after_the_connection_read_the_place_still_gives_the_view(aredis):
+    """The lobby seats the table (its ``seated`` note) after the connection read "creating" and
+    before it started reading the notes: the player still hears ``seated`` and gets the view."""
+    seated_once: list[bool] = []
+
+    async def seat_now(lobby: Lobby) -> None:
+        if not seated_once:
+            seated_once.append(True)
+            assert await lobby._call("seated", "t1", "t1-1") == 1
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "seated" and m["match"] == "t1-1",
+                        "seated")
+        got = await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        assert got["view"]["you"] == "alice" and got["version"] == 3
+
+    async def main() -> None:
+        r = aredis()
+        lobby = Lobby(r, RoomBook.load(), "setup")
+        await _table_creating(lobby)
+        await r.aclose()
+        await _with_connection(aredis, {"t1-1": 3}, body, place_hook=seat_now)
+
+    asyncio.run(main())
+
+
+def test_seated_once_even_when_the_note_and_the_place_both_say_so(aredis):
+    """Seated before the connection read its place but after it took its stream positions:
+    one ``seated`` message and one view, not two."""
+    async def seat_now(lobby: Lobby) -> None:
+        pass
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        await conn.send({"kind": "welcome", "player": "marker", "role": "player", "room": None,
+                         "gateway": "gw-test"})  # everything sent before it is in the queue now
+        await ws.expect(lambda m: m["kind"] == "welcome" and m["player"] == "marker", "the marker")
+        sent = [m for m in conn_log if m["kind"] in ("lobby", "update")]
+        assert [m["kind"] for m in sent] == ["lobby", "update"], sent
+
+    conn_log: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        r = aredis()
+        lobby = Lobby(r, RoomBook.load(), "setup")
+        await _table_creating(lobby)
+        await r.aclose()
+
+        original_send = session.Connection.send
+
+        async def logging_send(self, message):
+            conn_log.append(message)
+            await original_send(self, message)
+
+        session.Connection.send = logging_send  # type: ignore[method-assign]
+        original_positions = session.Connection._take_positions
+
+        async def positions_then_seat(self):
+            await original_positions(self)
+            assert await self.hub.lobby._call("seated", "t1", "t1-1") == 1
+        session.Connection._take_positions = positions_then_seat  # type: ignore[method-assign]
+        try:
+            await _with_connection(aredis, {"t1-1": 3}, body, place_hook=seat_now)
+        finally:
+            session.Connection.send = original_send  # type: ignore[method-assign]
+            session.Connection._take_positions = original_positions  # type: ignore[method-assign]
+
+    asyncio.run(main())
+
+
+def test_the_gateways_own_sync_refused_still_gives_the_view_the_refusal_carries(aredis, monkeypatch):
+    """The engine refuses the connection's Sync but (as it does for every refusal of a seated
+    player's command) sends the current view with it: the client gets that view, with no wait
+    for the fallback (which is switched off here)."""
+    monkeypatch.setattr(session, "GAP_WAIT_S", 10_000.0)
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        got = await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        assert got["version"] == 5 and got["command_id"] is None
+
+    async def main() -> None:
+        r = aredis()
+        lobby = Lobby(r, RoomBook.load(), "setup")
+        await _table_creating(lobby)
+        assert await lobby._call("seated", "t1", "t1-1") == 1
+        await r.aclose()
+        await _with_connection(aredis, {"t1-1": 5}, body, refuse=True)
+
+    asyncio.run(main())
+
+
+def test_the_clients_own_sync_is_answered_with_an_update_carrying_the_view(aredis):
+    """Issue 14: ``Sync`` → an ``update`` with the view and the client's command id, even when
+    the table has moved on to its next match before the engine's answer came back."""
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(_view_update("t1-1"), "the first view")
+        await ws.inbox.put(json.dumps({"type": "Sync", "command_id": "s1"}))
+        got = await ws.expect(lambda m: m["kind"] == "update" and m.get("command_id") == "s1", "the Sync's answer")
+        assert got["match"] == "t1-1" and got["view"]["you"] == "alice" and got["version"] == 4
+        # the table moves on while the client's next Sync is on its way: the answer still comes
+        real_xadd = conn.hub.redis.xadd
+
+        async def xadd_then_move(stream, fields, *a, **kw):
+            out = await real_xadd(stream, fields, *a, **kw)
+            if stream == keys.INBOX and decode_command(fields["c"]).command_id.endswith(":s2"):
+                conn.match = "t1-2"
+            return out
+        conn.hub.redis.xadd = xadd_then_move
+        await ws.inbox.put(json.dumps({"type": "Sync", "command_id": "s2"}))
+        got = await ws.expect(lambda m: m["kind"] == "update" and m.get("command_id") == "s2", "the second answer")
+        assert got["match"] == "t1-1" and got["view"] is not None
+        assert [c for _m, _p, c in engine.syncs][-1] == channels.engine_command_id("alice", "s2")
+
+    async def main() -> None:
+        r = aredis()
+        lobby = Lobby(r, RoomBook.load(), "setup")
+        await _table_creating(lobby)
+        assert await lobby._call("seated", "t1", "t1-1") == 1
+        await r.aclose()
+        await _with_connection(aredis, {"t1-1": 4}, body)
+
+    asyncio.run(main())
+
+
+# -- the lobby's rooms: registered, then named (issue 12 "Rooms are registered, not sent") ------
+class FakeOps:
+    """Accepts every command on ``sk:ops`` like the engine (AddRoom stored in ``sk:rooms``)."""
+
+    def __init__(self, redis: Any) -> None:
+        self.redis = redis
+        self.commands: list[Any] = []
+
+    async def run(self) -> None:
+        from engine.service.rooms import ROOMS_KEY, named
+
+        last = "0-0"
+        while True:
+            reply = await self.redis.xread({keys.OPS: last}, block=200)
+            for _s, entries in reply or ():
+                for entry_id, fields in entries:
+                    last = entry_id
+                    cmd = decode_command(fields[b"c"])
+                    self.commands.append(cmd)
+                    if cmd.type == "AddRoom":
+                        await self.redis.hset(ROOMS_KEY, cmd.name,
+                                              json.dumps(named(cmd.name, cmd.config).to_record(), sort_keys=True))
+                    await self.redis.xadd(fields[b"reply_to"].decode(),
+                                          {"kind": "accepted", "command_id": cmd.command_id})
+
+
+def test_the_lobby_registers_its_file_rooms_and_creates_matches_by_room_name(aredis, tmp_path):
+    from engine.service.rooms import ROOMS_KEY
+    from tests.gateway_support import write_room
+
+    async def main() -> None:
+        r = aredis()
+        rooms = RoomBook.load([write_room(tmp_path / "quick.toml", "quick", turn_seconds=7)])
+        # a room an operator registered elsewhere (shuangkou room add) is offered too
+        other = {**rooms.get("points").to_record(), "name": "other", "turn_seconds": 9}
+        await r.hset(ROOMS_KEY, "other", json.dumps(other))
+        lobby = Lobby(r, rooms, "gw-rooms")
+        ops = FakeOps(r)
+        tasks = [asyncio.create_task(ops.run())]
+        stop = asyncio.Event()
+        tasks.append(asyncio.create_task(lobby.run(stop)))
+        try:
+            await lobby._call("join", "quick", "alice")
+            await lobby._call("join", "quick", "bob")
+            async def seated() -> None:
+                while (await lobby.table("t1")).status != "seated":
+                    await asyncio.sleep(0.05)
+            await asyncio.wait_for(seated(), WAIT_S)
+        finally:
+            stop.set()
+            tasks[0].cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await r.aclose()
+        types = [c.type for c in ops.commands]
+        assert types[0] == "AddRoom" and ops.commands[0].name == "quick" and ops.commands[0].replace
+        create = next(c for c in ops.commands if c.type == "CreateMatch")
+        assert (create.room, create.config) == ("quick", None)  # the name, never the config
+        assert types.index("AddRoom") < types.index("CreateMatch")
+        assert rooms.get("other") is not None and rooms.get("other").turn_seconds == 9
+        assert rooms.registered("quick") and not rooms.registered("nope")
+        assert types.count("AddRoom") == 1  # registered once, not on every refresh
+
+    asyncio.run(main())
+
+
+def test_a_registry_room_that_does_not_validate_is_not_offered():
+    rooms = RoomBook.load()
+    bad = {**rooms.get("points").to_record(), "turn_seconds": -1}
+    assert rooms.update_registry({"bad": json.dumps(bad), "good": json.dumps(rooms.get("points").to_record())}) \
+        == ["good"]
+    assert rooms.get("bad") is None and rooms.get("good").name == "good"
+
+
+def test_a_spectators_sync_gets_the_spectator_view_again_never_a_hand(aredis):
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.inbox.put(json.dumps({"type": "Watch", "match": "t1-1", "command_id": "w1"}))
+        first = await ws.expect(_view_update("t1-1"), "the spectator view")
+        await ws.inbox.put(json.dumps({"type": "Sync", "command_id": "s1"}))
+        again = await ws.expect(lambda m: m["kind"] == "update" and m.get("command_id") == "s1", "the Sync's answer")
+        for m in (first, again):
+            assert m["view"]["hand"] is None and m["view"]["you"] is None and m["view"]["phase"] == "seating"
+        assert engine.syncs[-1][1] == "alice"  # the seated player's view, redacted by the gateway
+
+    async def main() -> None:
+        r = aredis()
+        lobby = Lobby(r, RoomBook.load(), "setup")
+        await _table_creating(lobby)
+        assert await lobby._call("seated", "t1", "t1-1") == 1
+        await r.aclose()
+        await _with_connection(aredis, {"t1-1": 4}, body, player="watcher", role="spectator")
+
+    asyncio.run(main())

@@ -1,0 +1,525 @@
+"""The deadline dispatcher: moves the deadlines that fall due from the store's
+deadline index into dramatiq (issue 13 §5).
+
+Every append records the match's one current deadline in the store, in the same
+Lua step as the events (``sk:{bN}:deadlines``: match id scored by ``at_ms``;
+``sk:{bN}:deadline_info``: match id -> ``"<version>|<kind>|<at_ms>"``).  That
+index is the source of truth: no process sends a timer message when it commits.
+Instead one dispatcher (a thread in a worker process, one at a time across
+processes by a lease) reads the due part of the 16 bucket indexes every
+``SK_DISPATCH_INTERVAL_MS`` and enqueues exactly the current deadlines, in
+batches (``fire_deadlines([[match, version, kind], …])``), onto the timer queue.
+A deadline that a later commit replaced was never sent, so there are no stale
+messages.
+
+**In flight.**  Claiming a deadline writes a mark next to the index, atomically
+with the read (one Lua call per bucket, all buckets in one pipeline):
+``sk:{bN}:deadline_sent``: match id -> ``"<version>|<kind>|<at_ms>#<retry at ms>#<attempt>"``.
+A claimed deadline is not claimed again while its mark stands; firing it removes
+the mark (whatever the result: committed, stale, duplicate).  A mark whose
+``retry at`` has passed is claimed again (the message was lost, the worker died
+with it, or its firing failed): the dispatcher's own rescue, with back-off,
+the in-flight lease doubling per attempt from ``SK_DISPATCH_LEASE_MS`` up to
+60 s.  A claim reads past marked deadlines, so failing deadlines never hide
+the others.
+
+**One dispatcher.**  :class:`DispatcherLease` is a ``SET NX PX`` key on the
+broker's Redis (``sk:timers:dispatcher-lease``), renewed every tick by its
+holder; when the holder dies another worker process takes it over once it
+expires (``SK_DISPATCHER_LEASE_TTL_MS``).  Correctness does not depend on it:
+two dispatchers at once (a paused holder) still claim each deadline once, the
+claim being atomic in Redis.
+
+    claims = claims_for(store)                      # RedisClaims or MemoryClaims
+    d = Dispatcher(claims, BrokerDispatch(broker), clock)
+    d.tick()                                        # claim what is due, enqueue it
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dramatiq import Message
+from dramatiq.broker import Broker
+
+from engine.match.deadline import Deadline
+from engine.store import keys
+from engine.store.transient import Backoff, is_transient
+from workers.broker import FIRE_MANY_ACTOR, QUEUE
+from workers.clock import read_ms
+
+log = logging.getLogger("workers.dispatcher")
+
+INTERVAL_ENV = "SK_DISPATCH_INTERVAL_MS"
+LEASE_ENV = "SK_DISPATCH_LEASE_MS"
+HOLDER_TTL_ENV = "SK_DISPATCHER_LEASE_TTL_MS"
+DEFAULT_INTERVAL_MS = 25
+#: first in-flight lease of a claimed deadline; it doubles per attempt up to LEASE_CAP_MS
+DEFAULT_LEASE_MS = 5_000
+LEASE_CAP_MS = 60_000
+#: how long the dispatcher lease lives without renewal (the takeover delay after a SIGKILL)
+DEFAULT_HOLDER_TTL_MS = 2_000
+HOLDER_KEY = "sk:timers:dispatcher-lease"
+#: deadlines per fire_deadlines message (at most)
+BATCH = 16
+#: deadlines claimed per tick (at most, over all buckets)
+CLAIM_LIMIT = 2_000
+#: marked deadlines a claim reads past, per bucket, looking for unmarked ones
+SCAN_PAST = 2_000
+#: queue length above which the dispatcher claims nothing more until the workers catch up
+#: (deadlines wait unclaimed in the index: their in-flight lease does not run out in a queue)
+BACKLOG_LIMIT = 4_000
+
+
+def sent_key(bucket: int) -> str:
+    """The in-flight marks of one bucket (same hash tag as its deadline index)."""
+    return f"{keys.PREFIX}:{{b{bucket}}}:deadline_sent"
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One deadline the dispatcher took; ``attempt`` 1 is its first dispatch."""
+
+    deadline: Deadline
+    attempt: int = 1
+
+
+def lease_ms(attempt: int, first_ms: int, cap_ms: int = LEASE_CAP_MS) -> int:
+    """The in-flight lease of a claim's ``attempt``: ``first_ms`` doubling, at most ``cap_ms``.
+
+    >>> [lease_ms(a, 1000, 8000) for a in (1, 2, 3, 4, 5)]
+    [1000, 2000, 4000, 8000, 8000]
+    """
+    return min(cap_ms, first_ms * 2 ** min(max(attempt, 1) - 1, 30))
+
+
+class DueClaims(Protocol):
+    """Where due deadlines are claimed and released (the store's Redis, or memory)."""
+
+    def claim(self, now_ms: int, limit: int, *, due_ms: int | None = None) -> list[Claim]: ...
+
+    def release(self, fired: Iterable[tuple[str, int, str]]) -> None: ...
+
+    def retry_at(self, deadline: Deadline) -> int | None: ...
+
+
+# KEYS: deadlines zset, deadline_info hash, deadline_sent hash
+# ARGV: due ms, most to claim, most to read past, first lease ms, lease cap ms, now ms
+_CLAIM_LUA = """
+local due = tonumber(ARGV[1])
+local want = tonumber(ARGV[2])
+local scan = want + tonumber(ARGV[3])
+local first = tonumber(ARGV[4])
+local cap = tonumber(ARGV[5])
+local now = tonumber(ARGV[6])
+local out = {}
+local n = 0
+local offset = 0
+while n < want and offset < scan do
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', due, 'LIMIT', offset, math.min(want, scan - offset))
+  if #ids == 0 then break end
+  offset = offset + #ids
+  for i = 1, #ids do
+    if n >= want then break end
+    local id = ids[i]
+    local info = redis.call('HGET', KEYS[2], id)
+    if info then
+      local attempt = 1
+      local skip = false
+      local sent = redis.call('HGET', KEYS[3], id)
+      if sent then
+        local was, retry_at, tries = string.match(sent, '^(.*)#(%d+)#(%d+)$')
+        if was == info then
+          if now < tonumber(retry_at) then skip = true else attempt = tonumber(tries) + 1 end
+        end
+      end
+      if not skip then
+        local at = tonumber(string.match(info, '|(%d+)$')) or now
+        local lease = first
+        for _ = 2, math.min(attempt, 32) do
+          lease = lease * 2
+          if lease >= cap then break end
+        end
+        if lease > cap then lease = cap end
+        local base = now
+        if at > base then base = at end
+        redis.call('HSET', KEYS[3], id, info .. '#' .. string.format('%d', base + lease) .. '#' .. attempt)
+        out[#out + 1] = id
+        out[#out + 1] = info
+        out[#out + 1] = attempt
+        n = n + 1
+      end
+    end
+  end
+end
+return out
+"""
+
+# KEYS: deadline_sent hash; ARGV: match id, "<version>|<kind>|"
+_RELEASE_LUA = """
+local sent = redis.call('HGET', KEYS[1], ARGV[1])
+if sent and string.sub(sent, 1, #ARGV[2]) == ARGV[2] then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return 1
+end
+return 0
+"""
+
+
+def _s(v: Any) -> str:
+    return v.decode("utf-8", "surrogatepass") if isinstance(v, bytes) else str(v)
+
+
+def _parse_info(match_id: str, raw: Any) -> Deadline:
+    version, kind, at_ms = _s(raw).split("|")
+    return Deadline(match_id=match_id, version=int(version), at_ms=int(at_ms), kind=kind)  # type: ignore[arg-type]
+
+
+def _is_cluster(client: Any) -> bool:
+    return callable(getattr(client, "get_nodes", None))
+
+
+class RedisClaims:
+    """Claims on the store's Redis: one Lua call per bucket, all buckets in one pipeline
+    (one call after another on Redis Cluster, where each bucket lives on its own slot)."""
+
+    def __init__(self, client: Any, buckets: int = keys.DEFAULT_BUCKETS, *,
+                 first_lease_ms: int = DEFAULT_LEASE_MS, cap_ms: int = LEASE_CAP_MS,
+                 bucket_of: Callable[[str], int] | None = None):
+        self.client = client
+        self.buckets = buckets
+        self.first_lease_ms = first_lease_ms
+        self.cap_ms = cap_ms
+        self.bucket_of = bucket_of or (lambda match_id: keys.bucket_of(match_id, buckets))
+        self._claim = client.register_script(_CLAIM_LUA)
+        self._release = client.register_script(_RELEASE_LUA)
+        self.cluster = _is_cluster(client)
+
+    def _bucket_keys(self, b: int) -> list[str]:
+        return [keys.deadlines_key(b), keys.deadline_info_key(b), sent_key(b)]
+
+    def claim(self, now_ms: int, limit: int, *, due_ms: int | None = None) -> list[Claim]:
+        per_bucket = max(1, math.ceil(limit / self.buckets))
+        args = [now_ms if due_ms is None else due_ms, per_bucket, SCAN_PAST, self.first_lease_ms,
+                self.cap_ms, now_ms]
+        if self.cluster:
+            replies = [self._claim(keys=self._bucket_keys(b), args=args) for b in range(self.buckets)]
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            for b in range(self.buckets):
+                self._claim(keys=self._bucket_keys(b), args=args, client=pipe)
+            replies = pipe.execute()
+        out: list[Claim] = []
+        for reply in replies:
+            for i in range(0, len(reply or ()), 3):
+                out.append(Claim(_parse_info(_s(reply[i]), reply[i + 1]), int(reply[i + 2])))
+        out.sort(key=lambda c: (c.deadline.at_ms, c.deadline.match_id))
+        return out
+
+    def release(self, fired: Iterable[tuple[str, int, str]]) -> None:
+        items = list(fired)
+        if not items:
+            return
+        if self.cluster or len(items) == 1:
+            for match_id, version, kind in items:
+                self._release(keys=[sent_key(self.bucket_of(match_id))], args=[match_id, f"{version}|{kind}|"])
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for match_id, version, kind in items:
+            self._release(keys=[sent_key(self.bucket_of(match_id))], args=[match_id, f"{version}|{kind}|"],
+                          client=pipe)
+        pipe.execute()
+
+    def retry_at(self, deadline: Deadline) -> int | None:
+        raw = self.client.hget(sent_key(self.bucket_of(deadline.match_id)), deadline.match_id)
+        if raw is None:
+            return None
+        info, retry, _attempt = _s(raw).rsplit("#", 2)
+        want = f"{deadline.version}|{deadline.kind}|{deadline.at_ms}"
+        return int(retry) if info == want else None
+
+    def in_flight(self) -> int:
+        """Marks standing (claimed, not released yet), over all buckets."""
+        return sum(int(self.client.hlen(sent_key(b))) for b in range(self.buckets))
+
+
+class MemoryClaims:
+    """Claims for a store without Redis (the embedded in-memory default): the same
+    rules as :class:`RedisClaims`, marks kept in this process."""
+
+    def __init__(self, store: Any, *, first_lease_ms: int = DEFAULT_LEASE_MS, cap_ms: int = LEASE_CAP_MS):
+        self.store = store
+        self.first_lease_ms = first_lease_ms
+        self.cap_ms = cap_ms
+        self._marks: dict[str, tuple[Deadline, int, int]] = {}  # match -> (deadline, retry at, attempt)
+        self._lock = threading.Lock()
+
+    def claim(self, now_ms: int, limit: int, *, due_ms: int | None = None) -> list[Claim]:
+        due = self.store.due_deadlines(now_ms if due_ms is None else due_ms, limit + SCAN_PAST)
+        out: list[Claim] = []
+        with self._lock:
+            for d in due:
+                if len(out) >= limit:
+                    break
+                attempt = 1
+                mark = self._marks.get(d.match_id)
+                if mark is not None and mark[0] == d:
+                    if now_ms < mark[1]:
+                        continue
+                    attempt = mark[2] + 1
+                retry = max(now_ms, d.at_ms) + lease_ms(attempt, self.first_lease_ms, self.cap_ms)
+                self._marks[d.match_id] = (d, retry, attempt)
+                out.append(Claim(d, attempt))
+        return out
+
+    def release(self, fired: Iterable[tuple[str, int, str]]) -> None:
+        with self._lock:
+            for match_id, version, kind in fired:
+                mark = self._marks.get(match_id)
+                if mark is not None and mark[0].version == int(version) and mark[0].kind == kind:
+                    del self._marks[match_id]
+
+    def retry_at(self, deadline: Deadline) -> int | None:
+        with self._lock:
+            mark = self._marks.get(deadline.match_id)
+        return mark[1] if mark is not None and mark[0] == deadline else None
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._marks)
+
+
+def claims_for(store: Any, *, first_lease_ms: int | None = None) -> DueClaims:
+    """:class:`RedisClaims` for a Redis event store (also behind a metrics wrapper),
+    :class:`MemoryClaims` for anything else."""
+    first = first_lease_ms if first_lease_ms is not None else env_ms(LEASE_ENV, DEFAULT_LEASE_MS)
+    client = getattr(store, "client", None)
+    buckets = getattr(store, "buckets", None)
+    if client is not None and isinstance(buckets, int) and callable(getattr(client, "register_script", None)):
+        return RedisClaims(client, buckets, first_lease_ms=first, bucket_of=store.bucket_of)
+    return MemoryClaims(store, first_lease_ms=first)
+
+
+def env_ms(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    if raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise RuntimeError(f"{name}={raw!r}: expected a whole number of milliseconds") from None
+    if value < 0:
+        raise RuntimeError(f"{name}={raw!r}: must not be negative")
+    return value
+
+
+# ---- sending -------------------------------------------------------------------------------
+
+def fire_many_message(deadlines: Sequence[Deadline], queue_name: str = QUEUE) -> Message:
+    """The ``fire_deadlines`` message for a batch (built by name: no actor import)."""
+    return Message(queue_name=queue_name, actor_name=FIRE_MANY_ACTOR,
+                   args=([[d.match_id, d.version, d.kind] for d in deadlines],), kwargs={}, options={})
+
+
+class Sender(Protocol):
+    def send(self, batches: list[list[Deadline]]) -> int | None: ...
+
+    def queue_length(self) -> int | None: ...
+
+
+class BrokerDispatch:
+    """Enqueue batches on a broker, now (no delay): one Lua call for all of them on a
+    :class:`workers.broker.TimerRedisBroker` (it returns the queue's length), one
+    ``enqueue`` each on another broker (the embedded StubBroker)."""
+
+    def __init__(self, broker: Broker, queue_name: str = QUEUE):
+        self.broker = broker
+        self.queue_name = queue_name
+        broker.declare_queue(queue_name)
+
+    def send(self, batches: list[list[Deadline]]) -> int | None:
+        messages = [fire_many_message(b, self.queue_name) for b in batches if b]
+        many = getattr(self.broker, "enqueue_many", None)
+        if callable(many):
+            return int(many(messages))
+        for m in messages:
+            self.broker.enqueue(m)
+        return None
+
+    def queue_length(self) -> int | None:
+        length = getattr(self.broker, "queue_length", None)
+        return int(length(self.queue_name)) if callable(length) else None
+
+
+def batches_of(claims: Sequence[Claim], size: int = BATCH, spread: int = 4) -> list[list[Deadline]]:
+    """Split claims (earliest first) into messages of at most ``size`` deadlines, and
+    into at least ``spread`` messages when there are that many (worker threads share them).
+
+    >>> ds = [Claim(Deadline("m%d" % i, 1, i, "turn")) for i in range(5)]
+    >>> [len(b) for b in batches_of(ds, size=16, spread=4)]
+    [2, 1, 1, 1]
+    >>> [len(b) for b in batches_of(ds * 8, size=16, spread=2)]
+    [14, 13, 13]
+    """
+    n = len(claims)
+    if n == 0:
+        return []
+    count = max(math.ceil(n / size), min(n, spread))
+    base, extra = divmod(n, count)
+    out: list[list[Deadline]] = []
+    i = 0
+    for k in range(count):
+        take = base + (1 if k < extra else 0)
+        out.append([c.deadline for c in claims[i:i + take]])
+        i += take
+    return out
+
+
+class Dispatcher:
+    """One tick claims what is due and enqueues it (see the module docstring)."""
+
+    def __init__(self, claims: DueClaims, sender: Sender, clock: Any = None, *,
+                 limit: int = CLAIM_LIMIT, batch: int = BATCH, spread: int = 4,
+                 backlog_limit: int = BACKLOG_LIMIT):
+        self.claims = claims
+        self.sender = sender
+        self.clock = clock
+        self.limit = limit
+        self.batch = batch
+        self.spread = spread
+        self.backlog_limit = backlog_limit
+        self.backlog = 0
+        self.dispatched = 0
+        self.redispatched = 0
+
+    def tick(self, now_ms: int | None = None) -> int:
+        """Claim the due deadlines and enqueue them; returns how many were sent."""
+        now = read_ms(self.clock) if now_ms is None else now_ms
+        if self.backlog > self.backlog_limit:
+            self.backlog = self.sender.queue_length() or 0
+            if self.backlog > self.backlog_limit:
+                return 0
+        claimed = self.claims.claim(now, self.limit)
+        if not claimed:
+            return 0
+        again = [c for c in claimed if c.attempt > 1]
+        for c in again:
+            d = c.deadline
+            log.warning("dispatching %s %s v%d again (attempt %d, %d ms overdue): its last dispatch "
+                        "did not finish in time", d.kind, d.match_id[:80], d.version, c.attempt, now - d.at_ms)
+        length = self.sender.send(batches_of(claimed, self.batch, self.spread))
+        self.backlog = length or 0
+        self.dispatched += len(claimed)
+        self.redispatched += len(again)
+        return len(claimed)
+
+
+# ---- one dispatcher at a time ------------------------------------------------------------------
+
+# KEYS: lease; ARGV: token, ttl ms.  1: renewed, 2: acquired, 0: someone else holds it
+_HOLD_LUA = """
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if not v then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 2
+end
+return 0
+"""
+
+_DROP_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class DispatcherLease:
+    """``SET NX PX`` lease on the broker's Redis; ``client`` None: always held (in-process)."""
+
+    def __init__(self, client: Any = None, ttl_ms: int = DEFAULT_HOLDER_TTL_MS, key: str = HOLDER_KEY):
+        self.client = client
+        self.ttl_ms = ttl_ms
+        self.key = key
+        self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self.held = client is None
+        if client is not None:
+            self._hold = client.register_script(_HOLD_LUA)
+            self._drop = client.register_script(_DROP_LUA)
+
+    def hold(self) -> bool:
+        """Renew the lease or take it if free; True while this process holds it."""
+        if self.client is None:
+            return True
+        got = int(self._hold(keys=[self.key], args=[self.token, self.ttl_ms]))
+        was, self.held = self.held, got > 0
+        if self.held and not was:
+            log.info("dispatcher lease acquired (%s)", self.token)
+        elif was and not self.held:
+            log.warning("dispatcher lease lost (%s)", self.token)
+        return self.held
+
+    def drop(self) -> None:
+        if self.client is not None and self.held:
+            try:
+                self._drop(keys=[self.key], args=[self.token])
+            except Exception:  # the lease expires by itself
+                log.debug("could not drop the dispatcher lease", exc_info=True)
+        self.held = self.client is None
+
+
+class DispatcherThread(threading.Thread):
+    """Runs :meth:`Dispatcher.tick` every ``interval_ms`` while it holds the lease.
+
+    ``make`` builds the dispatcher on the thread's first tick (a worker process
+    builds its runtime lazily, from the environment)."""
+
+    def __init__(self, make: Callable[[], Dispatcher], lease: DispatcherLease | None = None,
+                 interval_ms: int = DEFAULT_INTERVAL_MS):
+        super().__init__(name="sk-deadline-dispatcher", daemon=True)
+        self.make = make
+        self.lease = lease or DispatcherLease(None)
+        self.interval = max(1, int(interval_ms)) / 1000
+        self.dispatcher: Dispatcher | None = None
+        self.ticks = 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        outage = Backoff(first=max(self.interval, 0.05), cap=5.0)
+        wait = 0.0
+        while not self._stop_event.wait(wait):
+            wait = self.interval
+            try:
+                if not self.lease.hold():
+                    # not the holder: try again when it may have expired
+                    wait = max(self.interval, self.lease.ttl_ms / 4000)
+                    continue
+                if self.dispatcher is None:
+                    self.dispatcher = self.make()
+                sent = self.dispatcher.tick()
+                self.ticks += 1
+                if sent >= self.dispatcher.limit:
+                    wait = 0  # more is due: go on at once
+                outage.reset()
+            except Exception as exc:
+                wait = outage.next()
+                if is_transient(exc):
+                    log.warning("dispatcher: Redis is unavailable (%s), retrying in %.2fs", exc, wait)
+                else:
+                    log.exception("dispatcher: tick failed (retrying in %.2fs)", wait)
+        self.lease.drop()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop_event.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout)
