@@ -44,6 +44,7 @@ class RoomBook:
         #: ``--room FILE`` configs by name: the lobby registers them (AddRoom)
         self.files: dict[str, RoomConfig] = dict(files or {})
         self._registry: dict[str, RoomConfig] = {}
+        self._parsed: dict[str, tuple[Any, RoomConfig]] = {}  # name -> (the registry's raw text, its config)
         self.rooms: dict[str, RoomConfig] = {**self.builtins, **self.files}
 
     @classmethod
@@ -73,14 +74,22 @@ class RoomBook:
         """Take the registry's rooms (name → config record or its JSON); a record that does not
         validate is skipped with a warning.  Returns the registered names now offered."""
         registry: dict[str, RoomConfig] = {}
+        parsed: dict[str, tuple[Any, RoomConfig]] = {}
         for raw_name, raw in list(records.items())[:MAX_ROOMS]:
             name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
+            known = self._parsed.get(name)
+            if known is not None and isinstance(raw, (str, bytes)) and known[0] == raw:
+                registry[name] = known[1]  # unchanged since the last read: not validated again
+                parsed[name] = known
+                continue
             try:
                 record = json.loads(raw) if isinstance(raw, (str, bytes)) else dict(raw)
                 registry[name] = named(name, record)
+                parsed[name] = (raw, registry[name])
             except (ValueError, TypeError) as exc:
                 log.warning("room %r in the registry is not offered: %s", name, exc)
         self._registry = registry
+        self._parsed = parsed
         self.rooms = {**self.builtins, **registry, **self.files}
         return sorted(registry)
 

@@ -51,6 +51,7 @@ finished matches that no feed entry announced any more, exactly once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -295,13 +296,17 @@ class RedisFeed(Feed):
             for ask, reply in zip(asks, pipe.execute()):
                 if reply and reply.get("pending"):
                     pending_min[ask] = keys.stream_pos(_s(reply["min"]))
-        floors = {key: _floor(gs, lambda name, key=key: pending_min.get((key, name))) for key, gs in groups.items()}
+        floors = {key: _floor(gs, functools.partial(_pending_of, pending_min, key)) for key, gs in groups.items()}
         if not floors:
             return 0
         pipe = self.client.pipeline(transaction=False)
         for key, (ms, n) in floors.items():
             pipe.xtrim(key, minid=f"{ms}-{n}", approximate=False)
         return sum(int(r) for r in pipe.execute())
+
+
+def _pending_of(pending_min: dict[tuple[str, str], tuple[int, int]], key: str, name: str) -> tuple[int, int] | None:
+    return pending_min.get((key, name))
 
 
 def _floor(groups: Sequence[dict[str, Any]],

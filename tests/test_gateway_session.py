@@ -377,3 +377,16 @@ def test_a_spectators_sync_gets_the_spectator_view_again_never_a_hand(aredis):
         await _with_connection(aredis, {"t1-1": 4}, body, player="watcher", role="spectator")
 
     asyncio.run(main())
+
+
+def test_a_registry_room_changed_is_offered_changed():
+    rooms = RoomBook.load()
+    rec = {**rooms.get("points").to_record(), "turn_seconds": 11}
+    rooms.update_registry({"r": json.dumps(rec)})
+    first = rooms.get("r")
+    rooms.update_registry({"r": json.dumps(rec)})
+    assert rooms.get("r") is first  # unchanged text: the same validated config
+    rooms.update_registry({"r": json.dumps({**rec, "turn_seconds": 12})})
+    assert rooms.get("r").turn_seconds == 12
+    rooms.update_registry({})
+    assert rooms.get("r") is None  # removed from the registry: no longer offered
