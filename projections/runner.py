@@ -152,10 +152,16 @@ class RedisFeed(Feed):
 
     def ensure_groups(self) -> None:
         """Create the group on every bucket feed (from the start: replaying is harmless)."""
-        from engine.store.redis_store import ensure_group
+        import redis
 
+        # one pipeline for every bucket (a group that exists answers BUSYGROUP: fine)
+        pipe = self.client.pipeline(transaction=False)
         for b in range(self.buckets):
-            ensure_group(self.client, keys.feed_key(b), self.group)
+            pipe.xgroup_create(keys.feed_key(b), self.group, id="0", mkstream=True)
+        for reply in pipe.execute(raise_on_error=False):
+            if isinstance(reply, Exception) and not (isinstance(reply, redis.ResponseError)
+                                                     and "BUSYGROUP" in str(reply)):
+                raise reply
         self._ready = True
 
     def _parse(self, bucket: int, reply: Any, out: list[Delivery], empty: list[str]) -> None:
@@ -171,22 +177,26 @@ class RedisFeed(Feed):
                                                       first=int(f["from"]), last=int(f["to"]),
                                                       finished=None if fin is None else fin == "1")))
 
-    def _claim(self, key: str) -> bool:
-        """XAUTOCLAIM this bucket's entries idle longer than ``claim_idle_ms`` (a dead
-        consumer's); True when some were taken over.  Only a server without the
-        command turns claiming off; any other error propagates (transient)."""
-        import redis
-
-        try:
-            reply = self.client.xautoclaim(key, self.group, self.consumer, self.claim_idle_ms,
-                                           start_id="0-0", count=self._claim_count, justid=True)
-        except redis.ResponseError as exc:
-            if "unknown command" not in str(exc).lower():
-                raise
-            log.warning("this Redis has no XAUTOCLAIM (< 6.2): idle entries of dead consumers are not claimed")
-            self.claim_idle_ms = None
-            return False
-        return bool(reply and len(reply) > 1 and reply[1])
+    def _claim_all(self) -> list[int]:
+        """XAUTOCLAIM every bucket's entries idle longer than ``claim_idle_ms`` (a dead
+        consumer's), in one pipeline; the buckets where entries were taken over.  A server without XAUTOCLAIM turns claiming off; any other error
+        propagates (transient)."""
+        pipe = self.client.pipeline(transaction=False)
+        for b in range(self.buckets):
+            pipe.xautoclaim(keys.feed_key(b), self.group, self.consumer, self.claim_idle_ms,
+                            start_id="0-0", count=self._claim_count, justid=True)
+        taken: list[int] = []
+        for b, reply in enumerate(pipe.execute(raise_on_error=False)):
+            if isinstance(reply, Exception):
+                if "unknown command" in str(reply).lower():
+                    log.warning("this Redis has no XAUTOCLAIM (< 6.2): idle entries of dead consumers "
+                                "are not claimed")
+                    self.claim_idle_ms = None
+                    return taken
+                raise reply
+            if reply and len(reply) > 1 and reply[1]:
+                taken.append(b)
+        return taken
 
     def read(self, count: int = 100) -> list[Delivery]:
         if not self._ready:
@@ -196,11 +206,8 @@ class RedisFeed(Feed):
         if claim:
             # idle entries of a dead consumer: checked every quarter of the idle limit, not every poll
             self._claim_count = count
-            for b in range(self.buckets):
-                if self.claim_idle_ms is None:
-                    break
-                if self._claim(keys.feed_key(b)):
-                    self._maybe_pending[b] = True
+            for b in self._claim_all():
+                self._maybe_pending[b] = True
             self._next_claim = time.monotonic() + (self.claim_idle_ms or 0) / 4000
         # every bucket's reads in one pipeline (one round trip; on Redis Cluster the pipeline is
         # split by node, each command stays on its bucket's slot): first this consumer's own

@@ -31,3 +31,6 @@ def test_pipeline_bench_quick_json_has_the_issue_keys() -> None:
         assert figures["ratio"] == pytest.approx(figures["serve_cps"] / figures["floor_cps"], rel=0.01)
     assert report["redis_commands_per_command"] > 0
     assert report["serve_commands_per_command"] > 0 and report["serve_round_trips_per_command"] > 0
+    # the projections' own share, counted live in serve's projection thread (issue 13 §2)
+    assert 0 < report["projections_round_trips_per_command"] < report["serve_round_trips_per_command"]
+    assert set(report["projections_round_trips_per_command_by_level"]) == {"c1", "c16"}

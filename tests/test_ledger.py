@@ -340,11 +340,11 @@ class _FlakyPipeline:
             return self
         return queue
 
-    def execute(self):
+    def execute(self, raise_on_error=True):
         import redis
 
         queued, self._queued = self._queued, []
-        replies = self._pipe.execute()
+        replies = self._pipe.execute(raise_on_error=raise_on_error)
         for (name, args, kwargs), reply in zip(queued, replies):
             times, run = self._flaky.fail.get(name, (0, True))
             when = self._flaky.when

@@ -214,3 +214,24 @@ def test_a_pipelined_round_after_a_script_flush_still_appends_everything(real_re
                                                    lead(svc.load_state("m2"), "x2")])]
     assert [store.command_range(m, c) for m, c in (("m1", "x1"), ("m2", "x2"))] == \
         [(o.events[0].seq, o.events[-1].seq) for o in outs]
+
+
+def test_a_deferred_acknowledgement_follows_the_publication_and_goes_with_the_next_read(r) -> None:
+    import threading
+
+    svc = service(RedisEventStore(r))
+    gw = InboxConsumer(r, svc, "w1")
+    client = GatewayClient(r, ops=keys.INBOX, reply_to="sk:reply:t")
+    sent = client.create_match("m1", CONFIG)
+    assert gw.run_once(block_ms=None, count=10, defer_ack=True) == 1
+    # published, not acknowledged yet: a crash now redelivers it (a duplicate, published again)
+    assert [m.command_id for m in client.replies()] == [sent.command_id]
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 1
+    client.sit("m1", "a")
+    assert gw.run_once(block_ms=None, count=10, defer_ack=True) == 1  # its read acknowledged the first
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 1
+    stop = threading.Event()
+    stop.set()
+    gw.run(stop)  # stopping sends what is left
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
+    assert svc.load_state("m1").version == 2
