@@ -1,6 +1,6 @@
 """Pipeline benchmark: one `shuangkou serve` next to a same-protocol floor server, on one redis-server.
 
-    python bench/pipeline.py [--redis URL] [--json] [--quick] [--runs N]
+    python bench/pipeline.py [--redis URL] [--json] [--quick] [--runs N] [--scale K]
 
 Without ``--redis`` it starts its own redis-server (no persistence) on a free loopback
 port (with ``--redis`` the database is flushed between runs: give it a scratch server).
@@ -363,14 +363,14 @@ def _feeds_drained(r: Any, group: str = "sk-projections") -> bool:
     return True
 
 
-def measure(url: str, runs: int, quick: bool) -> dict[str, Any]:
+def measure(url: str, runs: int, quick: bool, scale: int = 1) -> dict[str, Any]:
     import redis
 
     out: dict[str, Any] = {}
     serve_calls = serve_cmds = 0
     for c in LEVELS:
-        matches = max(c, 4) if quick else max(2 * c, 10)
-        floor_commands = max(300 if quick else 2000, (20 if quick else 60) * c)
+        matches = max(c, 4) if quick else max(2 * c, 10) * scale
+        floor_commands = max(300 if quick else 2000, (20 if quick else 60) * c) * (1 if quick else scale)
         serve_runs, floor_runs = [], []
         for _ in range(runs):
             s = run_serve(url, c, matches)
@@ -380,7 +380,7 @@ def measure(url: str, runs: int, quick: bool) -> dict[str, Any]:
             floor_runs.append(run_floor(url, c, floor_commands))
         med = {k: statistics.median(x[k] for x in serve_runs) for k in ("cps", "p50_ms", "p99_ms")}
         fmed = {k: statistics.median(x[k] for x in floor_runs) for k in ("cps", "p50_ms", "p99_ms")}
-        out[f"c{c}"] = {"serve_cps": round(med["cps"], 1), "floor_cps": round(fmed["cps"], 1),
+        out[f"c{c}"] = {"scale": scale, "serve_cps": round(med["cps"], 1), "floor_cps": round(fmed["cps"], 1),
                         "ratio": round(med["cps"] / fmed["cps"], 3),
                         "p50_ms": round(med["p50_ms"], 3), "floor_p50_ms": round(fmed["p50_ms"], 3),
                         "p50_ratio": round(med["p50_ms"] / fmed["p50_ms"], 3),
@@ -412,6 +412,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--quick", action="store_true", help="small smoke run")
     ap.add_argument("--runs", type=int, default=None, help="runs per figure (default 3; --quick: 1)")
+    ap.add_argument("--scale", type=int, default=1,
+                    help="K times more matches and floor commands per run (steadier figures; default 1)")
     ap.add_argument("--floor-server", metavar="URL", help=argparse.SUPPRESS)
     ap.add_argument("--floor-client", metavar="URL", help=argparse.SUPPRESS)
     ap.add_argument("--concurrency", type=int, default=16, help=argparse.SUPPRESS)
@@ -432,7 +434,10 @@ def main() -> int:
             return 2
         proc, url, workdir = start_redis()
     try:
-        res = measure(url, runs, args.quick)
+        if args.scale < 1:
+            print("--scale must be at least 1", file=sys.stderr)
+            return 2
+        res = measure(url, runs, args.quick, args.scale)
     finally:
         if proc is not None:
             proc.terminate()
