@@ -55,6 +55,7 @@ from engine.store import keys
 from engine.store.transient import Backoff, is_transient
 from workers.broker import FIRE_MANY_ACTOR, QUEUE
 from workers.clock import read_ms
+from workers.settings import env_ms
 
 log = logging.getLogger("workers.dispatcher")
 
@@ -340,19 +341,6 @@ def claims_for(store: Any, *, first_lease_ms: int | None = None) -> DueClaims:
     if client is not None and isinstance(buckets, int) and callable(getattr(client, "register_script", None)):
         return RedisClaims(client, buckets, first_lease_ms=first, bucket_of=store.bucket_of)
     return MemoryClaims(store, first_lease_ms=first)
-
-
-def env_ms(name: str, default: int) -> int:
-    raw = os.environ.get(name, "")
-    if raw.strip() == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise RuntimeError(f"{name}={raw!r}: expected a whole number of milliseconds") from None
-    if value < 0:
-        raise RuntimeError(f"{name}={raw!r}: must not be negative")
-    return value
 
 
 # ---- sending -------------------------------------------------------------------------------

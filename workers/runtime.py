@@ -30,6 +30,7 @@ from engine.match.deadline import DeadlineKind
 from engine.store.base import EventStore, WrongVersion
 from engine.store.transient import Backoff, is_transient
 from workers.clock import SystemClock, read_ms
+from workers.settings import env_int
 
 log = logging.getLogger("workers.timers")
 
@@ -52,19 +53,6 @@ _COMMANDS: dict[str, type[CommandBase]] = {
     "trustee": TrusteeAct,
     "ready": ReadyTimeout,
 }
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise RuntimeError(f"{name}={raw!r}: expected a whole number") from None
-    if value < 0:
-        raise RuntimeError(f"{name}={raw!r}: must not be negative")
-    return value
 
 
 #: the command-id limit of the protocol (engine.match.commands.CommandBase.command_id)
@@ -217,10 +205,10 @@ def from_env() -> Runtime:
     # the old path alone (messages per commit, no dispatcher here): nothing marks deadlines
     # in flight, so firing them releases nothing (a dispatcher in another process still
     # marks: run every worker with its dispatcher on, the default)
-    legacy_only = scheduler is not None and _env_int("SK_DISPATCH_INTERVAL_MS", 1) == 0
+    legacy_only = scheduler is not None and env_int("SK_DISPATCH_INTERVAL_MS", 1) == 0
     service = make_service(store, clock, None, on_commit=scheduler.on_commit if scheduler else None,
-                           cache_size=_env_int("SK_STATE_CACHE", 20_000))
-    grace = _env_int(GRACE_ENV, DEFAULT_GRACE_MS)
+                           cache_size=env_int("SK_STATE_CACHE", 20_000))
+    grace = env_int(GRACE_ENV, DEFAULT_GRACE_MS)
     log.info("timer runtime: store %s, grace %d ms", url.split("@")[-1], grace)
     publish = None if os.environ.get("SK_TIMERS_PUBLISH", "1") == "0" else gateway_publisher(store.client)
     rt = Runtime(store=store, service=service, clock=clock, scheduler=scheduler,

@@ -41,7 +41,7 @@ from workers.dispatcher import (
 )
 from workers.dispatcher import DEFAULT_INTERVAL_MS as DEFAULT_DISPATCH_INTERVAL_MS
 from workers.dispatcher import INTERVAL_ENV as DISPATCH_INTERVAL_ENV
-from workers.dispatcher import env_ms
+from workers.settings import env_ms
 
 log = logging.getLogger("workers.sweeper")
 
