@@ -19,7 +19,8 @@ for its reply before the next):
 * the ratio serve ÷ floor (commands/s; p50 latency).
 
 Each figure is the median of ``--runs`` runs (default 3), serve and floor alternating on
-the same server.  Then the Redis work per player command:
+the same server; ``--scale K`` (default 4) makes each run K times longer (at c1 the
+unscaled run is ~0.3 s, too short for a steady p50).  Then the Redis work per player command:
 
 * ``redis_commands_per_command``: INFO commandstats delta over the serve runs ÷ commands
   (the whole pipeline: serve, its projections, and the clients' XADD/XREAD/state reads);
@@ -412,8 +413,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--quick", action="store_true", help="small smoke run")
     ap.add_argument("--runs", type=int, default=None, help="runs per figure (default 3; --quick: 1)")
-    ap.add_argument("--scale", type=int, default=1,
-                    help="K times more matches and floor commands per run (steadier figures; default 1)")
+    ap.add_argument("--scale", type=int, default=4,
+                    help="K times more matches and floor commands per run (steadier figures; default 4)")
     ap.add_argument("--floor-server", metavar="URL", help=argparse.SUPPRESS)
     ap.add_argument("--floor-client", metavar="URL", help=argparse.SUPPRESS)
     ap.add_argument("--concurrency", type=int, default=16, help=argparse.SUPPRESS)
