@@ -263,3 +263,18 @@ def seat_of(view: dict[str, Any], player: str) -> dict[str, Any] | None:
         if s and s["player"] == player:
             return s
     return None
+
+
+async def ready_and_play(c: Client, match: str) -> dict[str, Any]:
+    """Ready, wait for the deal, hand over to the trustee; returns this match's ``settled``."""
+    await c.send({"type": "Ready", "command_id": f"ready-{match}"})
+    asked = False
+    while True:
+        m = await c.recv()
+        if m["kind"] == "update" and m["match"] == match and m["view"] and m["view"]["phase"] == "playing":
+            seat = seat_of(m["view"], c.name)
+            if not asked and seat is not None and not seat["trustee"]:
+                await c.send({"type": "RequestTrustee"})
+                asked = True
+        if m["kind"] == "settled" and m["match"] == match:
+            return m

@@ -306,7 +306,7 @@ def test_a_match_through_the_real_gateway_with_every_process_under_its_own_user(
     from projections.ledger import SETTLED_KEY, RedisLedger, balance_key
     from projections.runner import ProjectionRunner, RedisFeed
     from engine.store.redis_store import RedisEventStore
-    from tests.gateway_support import SECRET, Client, kind, lobby, seat_of, write_room
+    from tests.gateway_support import SECRET, Client, kind, lobby, ready_and_play, write_room
     from tests.processes import stop_group, tail
 
     broker_url = redis_server.db_url(4)
@@ -356,19 +356,6 @@ def test_a_match_through_the_real_gateway_with_every_process_under_its_own_user(
 
         from gateway.tokens import mint
 
-        async def play(c: Client, match: str) -> dict:
-            await c.send({"type": "Ready"})
-            asked = False
-            while True:
-                m = await c.recv()
-                if m["kind"] == "update" and m["match"] == match and m["view"] and m["view"]["phase"] == "playing":
-                    seat = seat_of(m["view"], c.name)
-                    if not asked and seat is not None and not seat["trustee"]:
-                        await c.send({"type": "RequestTrustee"})
-                        asked = True
-                if m["kind"] == "settled" and m["match"] == match:
-                    return m
-
         async def main() -> list[tuple[str, dict, dict]]:
             names = ("acl-alice", "acl-bob")
             clients = [await Client.connect(url, mint(SECRET, n, ttl_seconds=600), n) for n in names]
@@ -380,7 +367,7 @@ def test_a_match_through_the_real_gateway_with_every_process_under_its_own_user(
             assert seated[1]["match"] == match
             done = []
             for _n in range(2):
-                a, b = await asyncio.gather(*(play(c, match) for c in clients))
+                a, b = await asyncio.gather(*(ready_and_play(c, match) for c in clients))
                 done.append((match, a, b))
                 nxt = [await c.expect(lobby("seated"), what="the next match") for c in clients]
                 assert nxt[0]["table"] == seated[0]["table"] and nxt[0]["match"] != match

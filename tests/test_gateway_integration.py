@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.gateway_support import Client, Closed, kind, lobby, seat_of, start_stack
+from tests.gateway_support import Client, Closed, kind, lobby, ready_and_play, seat_of, start_stack
 from tests.processes import stop_group
 
 pytestmark = [pytest.mark.redis, pytest.mark.worker, pytest.mark.slow]
@@ -58,21 +58,6 @@ async def seat_pair(url_a: str, url_b: str, stack, a: str, b: str, room: str) ->
     sb = await cb.expect(lobby("seated"), what="seated")
     assert sa["match"] == sb["match"] and sa["table"] == sb["table"] and sa["room"] == room
     return ca, cb, sa["match"]
-
-
-async def ready_and_play(c: Client, match: str) -> dict[str, Any]:
-    """Ready, wait for the deal, hand over to the trustee; returns this match's ``settled``."""
-    await c.send({"type": "Ready", "command_id": f"ready-{match}"})
-    asked = False
-    while True:
-        m = await c.recv()
-        if m["kind"] == "update" and m["match"] == match and m["view"] and m["view"]["phase"] == "playing":
-            seat = seat_of(m["view"], c.name)
-            if not asked and seat is not None and not seat["trustee"]:
-                await c.send({"type": "RequestTrustee"})
-                asked = True
-        if m["kind"] == "settled" and m["match"] == match:
-            return m
 
 
 def ledger_balance(stack, player: str) -> int:
