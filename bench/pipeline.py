@@ -10,7 +10,9 @@ for its reply before the next):
 
 * **serve**: one ``shuangkou serve`` process (projections and in-process timers on)
   driven by ``shuangkou simulate --external --concurrency C`` (bot matches through the
-  inbox, replies on ``sk:reply:…``): player commands/s and the client round trip p50/p99;
+  inbox, replies on ``sk:reply:…``): player commands/s and the client round trip p50/p99
+  (on this plain Redis an accepted command's updates and reply are written by its append
+  script: engine/store/append.lua, KEYS[7…]);
 * **floor**: :func:`floor_server`, the same protocol's Redis work and no game logic: read
   a batch from the inbox (XREADGROUP), one small append script per command with the
   batch's appends pipelined (one round trip), publish each command's reply and outbox
@@ -386,7 +388,11 @@ def measure(url: str, runs: int, quick: bool, scale: int = 1) -> dict[str, Any]:
                         "p50_ms": round(med["p50_ms"], 3), "floor_p50_ms": round(fmed["p50_ms"], 3),
                         "p50_ratio": round(med["p50_ms"] / fmed["p50_ms"], 3),
                         "p99_ms": round(med["p99_ms"], 3), "floor_p99_ms": round(fmed["p99_ms"], 3),
-                        "runs": runs, "serve_commands": int(statistics.median(x["commands"] for x in serve_runs))}
+                        "runs": runs, "serve_commands": int(statistics.median(x["commands"] for x in serve_runs)),
+                        # each run's serve ÷ the floor run right after it (how much the ratio moves)
+                        "run_ratios": [round(a["cps"] / b["cps"], 3) for a, b in zip(serve_runs, floor_runs)],
+                        "run_p50_ratios": [round(a["p50_ms"] / b["p50_ms"], 3)
+                                           for a, b in zip(serve_runs, floor_runs)]}
     out["redis_commands_per_command"] = round(serve_calls / max(serve_cmds, 1), 2)
     # serve's own Redis work, live (a counted serve: every connection of the process counted
     # per thread), at each concurrency; the figures are medians over the levels
@@ -454,6 +460,9 @@ def main() -> int:
         x = res[f"c{c}"]
         print(f"{c:>4} {x['serve_cps']:>11.0f} {x['floor_cps']:>11.0f} {x['ratio']:>6.3f} {x['p50_ms']:>7.2f} "
               f"{x['floor_p50_ms']:>9.2f} {x['p50_ratio']:>6.2f} {x['p99_ms']:>7.2f} {x['floor_p99_ms']:>9.2f}")
+    print("per run (serve ÷ the floor run after it): "
+          + "; ".join(f"c{c} cmd/s {res[f'c{c}']['run_ratios']} p50 {res[f'c{c}']['run_p50_ratios']}"
+                      for c in LEVELS))
     print(f"Redis commands per player command, whole pipeline (INFO commandstats): "
           f"{res['redis_commands_per_command']}")
     print(f"serve's own (a counted serve, live): {res['serve_commands_per_command']} commands, "

@@ -52,6 +52,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from engine.config import RoomConfig
 from engine.match.commands import CommandBase
 from engine.match.events import CardsPlayed, EventBase
 from engine.match.protocols import OutcomeLike, ServiceLike
@@ -214,6 +215,9 @@ def exposed_names() -> set[str]:
 
 def _config_name_of(outcome: OutcomeLike) -> str | None:
     state = getattr(outcome, "state", None)
+    config = getattr(state, "config", None)
+    if isinstance(config, RoomConfig) and config.name:  # a match's state: its room (the usual case)
+        return config.name
     for holder in (state, getattr(state, "config", None)):
         if holder is None:
             continue

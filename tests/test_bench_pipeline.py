@@ -29,6 +29,8 @@ def test_pipeline_bench_quick_json_has_the_issue_keys() -> None:
         for key in ("serve_cps", "floor_cps", "ratio", "p50_ms", "floor_p50_ms", "p99_ms", "floor_p99_ms"):
             assert isinstance(figures[key], (int, float)) and figures[key] > 0, (level, key, figures)
         assert figures["ratio"] == pytest.approx(figures["serve_cps"] / figures["floor_cps"], rel=0.01)
+        assert len(figures["run_ratios"]) == len(figures["run_p50_ratios"]) == figures["runs"] == 1
+        assert figures["run_ratios"] == [pytest.approx(figures["ratio"], rel=0.01)]  # one run: its own ratio
     assert report["redis_commands_per_command"] > 0
     assert report["serve_commands_per_command"] > 0 and report["serve_round_trips_per_command"] > 0
     # the projections' own share, counted live in serve's projection thread (issue 13 §2)
