@@ -13,7 +13,7 @@ A deadline that a later commit replaced was never sent, so there are no stale
 messages.
 
 **In flight.**  Claiming a deadline writes a mark next to the index, atomically
-with the read (one Lua call per bucket, all buckets in one pipeline):
+with the read (one Lua call for all buckets; one per bucket on Redis Cluster):
 ``sk:{bN}:deadline_sent``: match id -> ``"<version>|<kind>|<at_ms>#<retry at ms>#<attempt>"``.
 A claimed deadline is not claimed again while its mark stands; firing it removes
 the mark (whatever the result: committed, stale, duplicate).  A mark whose
@@ -117,8 +117,10 @@ class DueClaims(Protocol):
         ...
 
 
-# KEYS: deadlines zset, deadline_info hash, deadline_sent hash
-# ARGV: due ms, most to claim, most to read past, first lease ms, lease cap ms, now ms
+# KEYS: per bucket, its deadlines zset, deadline_info hash, deadline_sent hash (3 keys a bucket,
+# any number of buckets: all of them in one call on one Redis, one bucket a call on a cluster)
+# ARGV: due ms, most to claim per bucket, most to read past, first lease ms, lease cap ms, now ms
+# Returns id, info, attempt, id, info, attempt, ... over the buckets.
 _CLAIM_LUA = """
 local due = tonumber(ARGV[1])
 local want = tonumber(ARGV[2])
@@ -127,41 +129,44 @@ local first = tonumber(ARGV[4])
 local cap = tonumber(ARGV[5])
 local now = tonumber(ARGV[6])
 local out = {}
-local n = 0
-local offset = 0
-while n < want and offset < scan do
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', due, 'LIMIT', offset, math.min(want, scan - offset))
-  if #ids == 0 then break end
-  offset = offset + #ids
-  for i = 1, #ids do
-    if n >= want then break end
-    local id = ids[i]
-    local info = redis.call('HGET', KEYS[2], id)
-    if info then
-      local attempt = 1
-      local skip = false
-      local sent = redis.call('HGET', KEYS[3], id)
-      if sent then
-        local was, retry_at, tries = string.match(sent, '^(.*)#(%d+)#(%d+)$')
-        if was == info then
-          if now < tonumber(retry_at) then skip = true else attempt = tonumber(tries) + 1 end
+for k = 1, #KEYS - 2, 3 do
+  local index, infos, marks = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+  local n = 0
+  local offset = 0
+  while n < want and offset < scan do
+    local ids = redis.call('ZRANGEBYSCORE', index, '-inf', due, 'LIMIT', offset, math.min(want, scan - offset))
+    if #ids == 0 then break end
+    offset = offset + #ids
+    for i = 1, #ids do
+      if n >= want then break end
+      local id = ids[i]
+      local info = redis.call('HGET', infos, id)
+      if info then
+        local attempt = 1
+        local skip = false
+        local sent = redis.call('HGET', marks, id)
+        if sent then
+          local was, retry_at, tries = string.match(sent, '^(.*)#(%d+)#(%d+)$')
+          if was == info then
+            if now < tonumber(retry_at) then skip = true else attempt = tonumber(tries) + 1 end
+          end
         end
-      end
-      if not skip then
-        local at = tonumber(string.match(info, '|(%d+)$')) or now
-        local lease = first
-        for _ = 2, math.min(attempt, 32) do
-          lease = lease * 2
-          if lease >= cap then break end
+        if not skip then
+          local at = tonumber(string.match(info, '|(%d+)$')) or now
+          local lease = first
+          for _ = 2, math.min(attempt, 32) do
+            lease = lease * 2
+            if lease >= cap then break end
+          end
+          if lease > cap then lease = cap end
+          local base = now
+          if at > base then base = at end
+          redis.call('HSET', marks, id, info .. '#' .. string.format('%d', base + lease) .. '#' .. attempt)
+          out[#out + 1] = id
+          out[#out + 1] = info
+          out[#out + 1] = attempt
+          n = n + 1
         end
-        if lease > cap then lease = cap end
-        local base = now
-        if at > base then base = at end
-        redis.call('HSET', KEYS[3], id, info .. '#' .. string.format('%d', base + lease) .. '#' .. attempt)
-        out[#out + 1] = id
-        out[#out + 1] = info
-        out[#out + 1] = attempt
-        n = n + 1
       end
     end
   end
@@ -169,14 +174,19 @@ end
 return out
 """
 
-# KEYS: deadline_sent hash; ARGV: match id, "<version>|<kind>|"
+# KEYS: one deadline_sent hash per released deadline; ARGV: its match id, "<version>|<kind>|", …
+# (a mark goes only if it is still this deadline's); returns how many marks went
 _RELEASE_LUA = """
-local sent = redis.call('HGET', KEYS[1], ARGV[1])
-if sent and string.sub(sent, 1, #ARGV[2]) == ARGV[2] then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  return 1
+local gone = 0
+for i = 1, #KEYS do
+  local id, prefix = ARGV[2 * i - 1], ARGV[2 * i]
+  local sent = redis.call('HGET', KEYS[i], id)
+  if sent and string.sub(sent, 1, #prefix) == prefix then
+    redis.call('HDEL', KEYS[i], id)
+    gone = gone + 1
+  end
 end
-return 0
+return gone
 """
 
 
@@ -194,8 +204,13 @@ def _is_cluster(client: Any) -> bool:
 
 
 class RedisClaims:
-    """Claims on the store's Redis: one Lua call per bucket, all buckets in one pipeline
-    (one call after another on Redis Cluster, where each bucket lives on its own slot)."""
+    """Claims on the store's Redis: one Lua call for all buckets on one Redis (one call a
+    bucket on Redis Cluster, where each bucket lives on its own slot).
+
+    Each call is one ``EVALSHA``: no pipeline of scripts (a pipeline holding registered
+    scripts asks ``SCRIPT EXISTS`` first, one more round trip per tick), and a ``NOSCRIPT``
+    (after ``SCRIPT FLUSH`` or a Redis restart: the script did not run) loads the script
+    and runs it again (redis-py's ``Script``)."""
 
     def __init__(self, client: Any, buckets: int = keys.DEFAULT_BUCKETS, *,
                  first_lease_ms: int = DEFAULT_LEASE_MS, cap_ms: int = LEASE_CAP_MS,
@@ -208,6 +223,7 @@ class RedisClaims:
         self._claim = client.register_script(_CLAIM_LUA)
         self._release = client.register_script(_RELEASE_LUA)
         self.cluster = _is_cluster(client)
+        self._all_keys = [k for b in range(buckets) for k in self._bucket_keys(b)]
 
     def _bucket_keys(self, b: int) -> list[str]:
         return [keys.deadlines_key(b), keys.deadline_info_key(b), sent_key(b)]
@@ -219,10 +235,7 @@ class RedisClaims:
         if self.cluster:
             replies = [self._claim(keys=self._bucket_keys(b), args=args) for b in range(self.buckets)]
         else:
-            pipe = self.client.pipeline(transaction=False)
-            for b in range(self.buckets):
-                self._claim(keys=self._bucket_keys(b), args=args, client=pipe)
-            replies = pipe.execute()
+            replies = [self._claim(keys=self._all_keys, args=args)]
         out: list[Claim] = []
         for reply in replies:
             for i in range(0, len(reply or ()), 3):
@@ -234,15 +247,16 @@ class RedisClaims:
         items = list(fired)
         if not items:
             return
-        if self.cluster or len(items) == 1:
-            for match_id, version, kind in items:
-                self._release(keys=[sent_key(self.bucket_of(match_id))], args=[match_id, f"{version}|{kind}|"])
-            return
-        pipe = self.client.pipeline(transaction=False)
+        calls: list[tuple[list[str], list[Any]]] = []
         for match_id, version, kind in items:
-            self._release(keys=[sent_key(self.bucket_of(match_id))], args=[match_id, f"{version}|{kind}|"],
-                          client=pipe)
-        pipe.execute()
+            key, args = sent_key(self.bucket_of(match_id)), [match_id, f"{version}|{kind}|"]
+            if self.cluster or not calls:
+                calls.append(([key], args))
+            else:  # one Redis: every mark of the batch in one call
+                calls[0][0].append(key)
+                calls[0][1].extend(args)
+        for ks, args in calls:
+            self._release(keys=ks, args=args)
 
     def retry_at(self, deadline: Deadline) -> int | None:
         raw = self.client.hget(sent_key(self.bucket_of(deadline.match_id)), deadline.match_id)
