@@ -7,6 +7,8 @@
 * ``SCRIPT FLUSH`` in the middle of a run (a Redis restart, an operator): the next call
   answers ``NOSCRIPT``, the script is loaded and run again; no deadline is lost or fired
   twice and every match is settled exactly once.
+* An idle dispatcher wakes at most every ``SK_DISPATCH_IDLE_MS`` (100 ms), not every
+  25 ms, and exactly when the soonest recorded deadline falls due.
 * :class:`~workers.dispatcher.DispatcherThread` waits between its iterations whatever Redis
   state it finds (lease key deleted, index keys deleted, the database flushed, the lease
   held by another process, scripts flushed, a key of the wrong type, Redis gone): counted
@@ -34,8 +36,10 @@ from tests.test_timer_safety import Match
 from tests.test_workers import T0, cfg
 from workers.clock import FakeClock
 from workers.dispatcher import (
+    DEFAULT_IDLE_MS,
     DEFAULT_INTERVAL_MS,
     HOLDER_KEY,
+    NOTHING_RECORDED,
     Claim,
     Dispatcher,
     DispatcherLease,
@@ -388,3 +392,81 @@ def test_the_loop_backs_off_while_redis_is_gone():
     thread.run()
     assert len(stop.waits) < 40                   # 0.05 s doubling to 5 s over 30 s
     assert stop.waits[1:] == sorted(stop.waits[1:]) and max(stop.waits) == 5.0
+
+
+# ---- an idle dispatcher wakes less often, and on time ---------------------------------------------
+
+@pytest.fixture(params=["fakeredis", "redis"])
+def lua_client(request):
+    return request.getfixturevalue("fake_redis" if request.param == "fakeredis" else "real_redis")
+
+
+def test_a_claim_reports_the_soonest_deadline_it_left(lua_client):
+    store = RedisEventStore(lua_client)
+    claims = claims_for(store, first_lease_ms=1_000)
+    assert claims.claim(T0, 100) == [] and claims.next_due_ms == NOTHING_RECORDED  # type: ignore[attr-defined]
+    for mid, at in (("a", T0), ("b", T0 + 500), ("c", T0 + 9_000)):
+        _record(store, _deadline(mid, 1, at))
+    assert [c.deadline.match_id for c in claims.claim(T0, 100)] == ["a"]
+    assert claims.next_due_ms == T0 + 500                        # type: ignore[attr-defined]
+    assert claims.claim(T0 + 9_000, 100) != [] and claims.next_due_ms == NOTHING_RECORDED  # type: ignore[attr-defined]
+    lua_client.flushdb()
+    store = RedisEventStore(lua_client, buckets=1)
+    one = claims_for(store)                                       # one bucket, more due than a claim takes
+    for i in range(5):
+        _record(store, _deadline(f"x{i}", 1, T0 + 20_000))
+    assert len(one.claim(T0 + 20_000, 1)) == 1 and one.next_due_ms == T0 + 20_000  # type: ignore[attr-defined]
+
+
+def _idle_loop(client: Any, seconds: float, before_next: Callable[[int, FakeClock, Any], None]):
+    store = RedisEventStore(client)
+    clock = FakeClock(T0)
+    sender = _Sent(clock)
+    dispatcher = Dispatcher(claims_for(store, first_lease_ms=60_000), sender, clock)
+    thread = DispatcherThread(lambda: dispatcher, DispatcherLease(None), idle_ms=DEFAULT_IDLE_MS)
+    stop = _FakeStop(clock, seconds, lambda i: before_next(i, clock, store), most=2_000)
+    thread._stop_event = stop                                    # type: ignore[assignment]
+    thread.run()
+    return stop, sender, thread
+
+
+def test_an_idle_dispatcher_wakes_at_most_every_idle_ms_and_exactly_when_a_deadline_falls_due(real_redis):
+    store = RedisEventStore(real_redis)
+    _record(store, _deadline("later", 1, T0 + 5_000))
+    stop, sender, thread = _idle_loop(real_redis, 10.0, lambda i, clock, store: None)
+    assert thread.ticks <= 10_000 // DEFAULT_IDLE_MS + 2          # was one per 25 ms: 400
+    sent = [(at, d) for at, b in sender.sent_at for d in b]
+    assert [d.match_id for _, d in sent] == ["later"]
+    assert T0 + 5_000 <= sent[0][0] <= T0 + 5_001                  # woken for it, not on the next poll
+
+
+def test_a_deadline_recorded_during_an_idle_wait_is_late_by_at_most_idle_ms(real_redis):
+    recorded: dict[str, int] = {}
+
+    def record_some(i: int, clock: FakeClock, store: Any) -> None:
+        now = clock.now_ms()
+        if i == 5:                                                # due 10 ms from now: inside the wait
+            recorded["soon"] = now + 10
+        elif i == 12:                                             # due a second from now: on time
+            recorded["second"] = now + 1_000
+        else:
+            return
+        name = "soon" if i == 5 else "second"
+        _record(store, _deadline(name, 1, recorded[name]))
+
+    _stop, sender, _thread = _idle_loop(real_redis, 5.0, record_some)
+    first = {d.match_id: at for at, b in sender.sent_at for d in b}
+    assert set(first) == {"soon", "second"}
+    assert 0 <= first["soon"] - recorded["soon"] <= DEFAULT_IDLE_MS
+    assert 0 <= first["second"] - recorded["second"] <= 1        # the wait was cut to it
+
+
+def test_idle_ms_at_most_the_interval_keeps_the_fixed_tick(real_redis):
+    store = RedisEventStore(real_redis)
+    clock = FakeClock(T0)
+    dispatcher = Dispatcher(claims_for(store), _Sent(clock), clock)
+    thread = DispatcherThread(lambda: dispatcher, DispatcherLease(None), interval_ms=25, idle_ms=0)
+    stop = _FakeStop(clock, 1.0, lambda i: None, most=2_000)
+    thread._stop_event = stop                                    # type: ignore[assignment]
+    thread.run()
+    assert set(stop.waits[1:]) == {0.025} and thread.ticks == 40

@@ -7,7 +7,9 @@ Lua step as the events (``sk:{bN}:deadlines``: match id scored by ``at_ms``;
 index is the source of truth: no process sends a timer message when it commits.
 Instead one dispatcher (a thread in a worker process, one at a time across
 processes by a lease) reads the due part of the 16 bucket indexes every
-``SK_DISPATCH_INTERVAL_MS`` and enqueues exactly the current deadlines, in
+``SK_DISPATCH_INTERVAL_MS`` (one ``EVALSHA`` for all of them; while nothing
+falls due sooner it sleeps until the soonest deadline, at most ``SK_DISPATCH_IDLE_MS``)
+and enqueues exactly the current deadlines, in
 batches (``fire_deadlines([[match, version, kind], …])``), onto the timer queue.
 A deadline that a later commit replaced was never sent, so there are no stale
 messages.
@@ -62,7 +64,13 @@ log = logging.getLogger("workers.dispatcher")
 INTERVAL_ENV = "SK_DISPATCH_INTERVAL_MS"
 LEASE_ENV = "SK_DISPATCH_LEASE_MS"
 HOLDER_TTL_ENV = "SK_DISPATCHER_LEASE_TTL_MS"
+IDLE_ENV = "SK_DISPATCH_IDLE_MS"
 DEFAULT_INTERVAL_MS = 25
+#: the longest wait between ticks while the soonest recorded deadline is further away
+#: (a deadline recorded during that wait and due before its end is late by at most this)
+DEFAULT_IDLE_MS = 100
+#: ``next_due_ms`` of a claim that found no deadline recorded at all
+NOTHING_RECORDED = 2**62
 #: first in-flight lease of a claimed deadline; it doubles per attempt up to LEASE_CAP_MS
 DEFAULT_LEASE_MS = 5_000
 LEASE_CAP_MS = 60_000
@@ -104,7 +112,10 @@ def lease_ms(attempt: int, first_ms: int, cap_ms: int = LEASE_CAP_MS) -> int:
 
 
 class DueClaims(Protocol):
-    """Where due deadlines are claimed and released (the store's Redis, or memory)."""
+    """Where due deadlines are claimed and released (the store's Redis, or memory).
+
+    A claimer may also have ``next_due_ms`` (the soonest deadline its last claim left,
+    see :class:`RedisClaims`); without it the dispatcher ticks every interval."""
 
     def claim(self, now_ms: int, limit: int, *, due_ms: int | None = None) -> list[Claim]: ...
 
@@ -120,7 +131,8 @@ class DueClaims(Protocol):
 # KEYS: per bucket, its deadlines zset, deadline_info hash, deadline_sent hash (3 keys a bucket,
 # any number of buckets: all of them in one call on one Redis, one bucket a call on a cluster)
 # ARGV: due ms, most to claim per bucket, most to read past, first lease ms, lease cap ms, now ms
-# Returns id, info, attempt, id, info, attempt, ... over the buckets.
+# Returns id, info, attempt, id, info, attempt, ... over the buckets, then the soonest deadline
+# after "due" (ms; "due" itself when a bucket had more due than it claimed; -1: none).
 _CLAIM_LUA = """
 local due = tonumber(ARGV[1])
 local want = tonumber(ARGV[2])
@@ -129,6 +141,7 @@ local first = tonumber(ARGV[4])
 local cap = tonumber(ARGV[5])
 local now = tonumber(ARGV[6])
 local out = {}
+local soonest = -1
 for k = 1, #KEYS - 2, 3 do
   local index, infos, marks = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   local n = 0
@@ -170,7 +183,15 @@ for k = 1, #KEYS - 2, 3 do
       end
     end
   end
+  if n >= want then
+    soonest = due                                   -- more may be due in this bucket
+  elseif soonest ~= due then
+    local after = redis.call('ZRANGEBYSCORE', index, '(' .. ARGV[1], '+inf', 'LIMIT', 0, 1, 'WITHSCORES')
+    local at = tonumber(after[2])
+    if at and (soonest < 0 or at < soonest) then soonest = at end
+  end
 end
+out[#out + 1] = soonest
 return out
 """
 
@@ -223,6 +244,9 @@ class RedisClaims:
         self._claim = client.register_script(_CLAIM_LUA)
         self._release = client.register_script(_RELEASE_LUA)
         self.cluster = _is_cluster(client)
+        #: after a claim: the soonest recorded deadline it left (due later, or due and not
+        #: claimed yet), :data:`NOTHING_RECORDED` if none; None before the first claim
+        self.next_due_ms: int | None = None
         self._all_keys = [k for b in range(buckets) for k in self._bucket_keys(b)]
 
     def _bucket_keys(self, b: int) -> list[str]:
@@ -237,9 +261,14 @@ class RedisClaims:
         else:
             replies = [self._claim(keys=self._all_keys, args=args)]
         out: list[Claim] = []
+        soonest: int | None = None
         for reply in replies:
-            for i in range(0, len(reply or ()), 3):
+            for i in range(0, len(reply) - 1, 3):
                 out.append(Claim(_parse_info(_s(reply[i]), reply[i + 1]), int(reply[i + 2])))
+            at = int(reply[-1])
+            if at >= 0 and (soonest is None or at < soonest):
+                soonest = at
+        self.next_due_ms = NOTHING_RECORDED if soonest is None else soonest
         out.sort(key=lambda c: (c.deadline.at_ms, c.deadline.match_id))
         return out
 
@@ -435,15 +464,26 @@ class Dispatcher:
         self.backlog = 0
         self.dispatched = 0
         self.redispatched = 0
+        self.last_tick_ms: int | None = None
+
+    def quiet_ms(self) -> int | None:
+        """How long after the last tick nothing recorded falls due (0: something is due
+        now); None when the claimer cannot say (then tick every interval)."""
+        nxt = getattr(self.claims, "next_due_ms", None)
+        if nxt is None or self.last_tick_ms is None:
+            return None
+        return max(0, int(nxt) - self.last_tick_ms)
 
     def tick(self, now_ms: int | None = None) -> int:
         """Claim the due deadlines and enqueue them; returns how many were sent."""
         now = read_ms(self.clock) if now_ms is None else now_ms
+        self.last_tick_ms = None  # unknown until a claim says (a full queue claims nothing)
         if self.backlog > self.backlog_limit:
             self.backlog = self.sender.queue_length() or 0
             if self.backlog > self.backlog_limit:
                 return 0
         claimed = self.claims.claim(now, self.limit)
+        self.last_tick_ms = now
         if not claimed:
             return 0
         again = [c for c in claimed if c.attempt > 1]
@@ -517,15 +557,25 @@ class DispatcherLease:
 class DispatcherThread(threading.Thread):
     """Runs :meth:`Dispatcher.tick` every ``interval_ms`` while it holds the lease.
 
+    When a tick sent nothing and the soonest recorded deadline is further away than
+    the interval (:meth:`Dispatcher.quiet_ms`), the thread waits until it falls due, at
+    most ``idle_ms`` (``SK_DISPATCH_IDLE_MS``, default 100; 0 or at most the interval:
+    always the interval): an idle dispatcher wakes ~10 times a second instead of 40.
+    A deadline recorded during such a wait that falls due before its end is late by at
+    most ``idle_ms``; a deadline recorded at least ``idle_ms`` before it falls due (every
+    turn, ready and default trustee clock) fires as before, on its tick.
+
     ``make`` builds the dispatcher on the thread's first tick (a worker process
     builds its runtime lazily, from the environment)."""
 
     def __init__(self, make: Callable[[], Dispatcher], lease: DispatcherLease | None = None,
-                 interval_ms: int = DEFAULT_INTERVAL_MS):
+                 interval_ms: int = DEFAULT_INTERVAL_MS, idle_ms: int | None = None):
         super().__init__(name="sk-deadline-dispatcher", daemon=True)
         self.make = make
         self.lease = lease or DispatcherLease(None)
         self.interval = max(1, int(interval_ms)) / 1000
+        idle = env_ms(IDLE_ENV, DEFAULT_IDLE_MS) if idle_ms is None else int(idle_ms)
+        self.idle = max(self.interval, idle / 1000)
         self.dispatcher: Dispatcher | None = None
         self.ticks = 0
         self._stop_event = threading.Event()
@@ -546,6 +596,10 @@ class DispatcherThread(threading.Thread):
                 self.ticks += 1
                 if sent >= self.dispatcher.limit:
                     wait = 0  # more is due: go on at once
+                elif sent == 0 and self.idle > self.interval:
+                    quiet = self.dispatcher.quiet_ms()
+                    if quiet is not None:  # until the soonest deadline (+1 ms), within [interval, idle]
+                        wait = min(self.idle, max(self.interval, (quiet + 1) / 1000))
                 outage.reset()
             except Exception as exc:
                 wait = outage.next()
