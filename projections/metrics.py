@@ -424,10 +424,11 @@ class InstrumentedService:
         observe_outcome(outcome, self._config_name)
         return outcome
 
-    def execute_many(self, cmds: Any) -> list[Any]:
+    def execute_many(self, cmds: Any, carry: Any = None) -> list[Any]:
         """The wrapped service's ``execute_many`` (pipelined appends; one by one through
         :meth:`execute` if it has none), each command measured as :meth:`execute` does:
-        its latency is the batch's (what it waited), its outcome or error counted."""
+        its latency is the batch's (what it waited), its outcome or error counted.
+        ``carry`` (engine.service.service.Carry) goes on to the wrapped service."""
         many = getattr(type(self._service), "execute_many", None)
         if many is None or any(_TIMER_KINDS.get(getattr(c, "type", "")) for c in cmds):
             from engine.store.redis_errors import is_transient
@@ -448,7 +449,7 @@ class InstrumentedService:
         COMMANDS_INPROGRESS.inc(len(cmds))
         t0 = time.perf_counter()
         try:
-            results = list(many(self._service, cmds))
+            results = list(many(self._service, cmds, carry))
         finally:
             dt = time.perf_counter() - t0
             COMMANDS_INPROGRESS.dec(len(cmds))

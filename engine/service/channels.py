@@ -28,11 +28,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.match.commands import CommandBase
 from engine.match.errors import NotAllowed, Rejected
 from engine.store import keys
+
+if TYPE_CHECKING:
+    from engine.service.service import Carry
 
 #: command types a player (through a gateway) may send, on ``sk:inbox``
 PLAYER_COMMANDS = frozenset({"Ready", "Leave", "Play", "Pass", "RequestTrustee", "CancelTrustee",
@@ -116,12 +119,12 @@ class ChannelService:
                 return outcome
         return self.service.execute(command)
 
-    def execute_many(self, commands: Sequence[CommandBase]) -> list[Any]:
+    def execute_many(self, commands: Sequence[CommandBase], carry: Carry | None = None) -> list[Any]:
         """:meth:`execute` of each command, in order: the channel's refusals and the
         operator's commands here, the match commands through the wrapped service's
         ``execute_many`` (pipelined appends) when it has one.  One result per command:
         its outcome, or the exception executing it raised (see
-        :meth:`engine.service.service.MatchService.execute_many`)."""
+        :meth:`engine.service.service.MatchService.execute_many`; ``carry`` goes on to it)."""
         results: list[Any] = [None] * len(commands)
         passed: list[int] = []
         for i, command in enumerate(commands):
@@ -142,7 +145,9 @@ class ChannelService:
             passed.append(i)
         from engine.service.inbox_message import run_many
 
-        for i, result in zip(passed, run_many(self.service, [commands[i] for i in passed])):
+        if len(passed) < len(commands):  # outcomes decided here are published after the appends:
+            carry = None                 # nothing is carried past them (it would reach the streams first)
+        for i, result in zip(passed, run_many(self.service, [commands[i] for i in passed], carry=carry)):
             results[i] = result
         return results
 

@@ -263,7 +263,12 @@ class InboxConsumer:
         rejections, replies, dead letters, in message order) is written with one
         pipeline and, once that succeeded, they are acknowledged with one XACK:
         four round trips per read (three in :meth:`run`) instead of three per message, and an
-        acknowledgement still only ever follows the publication.  If the process
+        acknowledgement still only ever follows the publication.  On a plain Redis the
+        appends carry their commands' publications (:meth:`MessageHandler.carry`; the
+        service's ``execute_many(…, carry)``): a read of accepted commands then takes
+        two round trips in :meth:`run` (the read with the last acknowledgements, the
+        appends), and only what no append carried (refusals, duplicates, dead letters)
+        goes in the publication pipeline.  If the process
         dies before the XACK, the messages are redelivered and their command ids
         make the re-run a duplicate (published again: updates are at-least-once).
         One message's failure stays its own: a poison message or an engine error
@@ -318,9 +323,10 @@ class InboxConsumer:
 
         prepared = [s for s in slots if isinstance(s, Prepared)]
         results: dict[int, Any] = {}
+        carried = self.handler.carry(slots) if prepared else None
         if prepared:
             assert self.service is not None, "a publish-only consumer cannot handle inbox messages"
-            for p, r in zip(prepared, run_many(self.service, [p.command for p in prepared], stop)):
+            for p, r in zip(prepared, run_many(self.service, [p.command for p in prepared], stop, carried)):
                 results[id(p)] = r
         waiting: list[Any] = []
         transient: Exception | None = None
@@ -340,7 +346,7 @@ class InboxConsumer:
                     continue
                 handled = self.handler.failed(slot, result)
             else:
-                handled = self.handler.finish(slot, result)
+                handled = self.handler.finish(slot, result, carried)
             if handled is None:  # left pending (redelivered from our backlog)
                 self._backlog = True
                 continue

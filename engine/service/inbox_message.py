@@ -60,6 +60,44 @@ class Prepared:
     reply_to: str | None
 
 
+class CarriedOutputs:
+    """The publisher's outputs for the prepared commands of one read, offered to
+    :meth:`engine.service.service.MatchService.execute_many` to carry with their appends
+    (its ``carry``: one round trip per read less).  Remembers how many entries each
+    carried command published (the stats of its :class:`Handled`)."""
+
+    def __init__(self, publisher: Publisher, slots: Sequence[Handled | Prepared]):
+        self._publisher = publisher
+        # the read's messages in order: once one of them has writes of its own (a refusal,
+        # a dead letter), none after it is carried -- they would reach the streams first
+        self._prepared: dict[int, Prepared] = {}
+        for slot in slots:
+            if isinstance(slot, Handled):
+                if slot.writes:
+                    break
+                continue
+            self._prepared[id(slot.command)] = slot
+        self._counts: dict[int, int] = {}
+
+    @property
+    def redis(self) -> Any:
+        return self._publisher.redis
+
+    def outputs_of(self, command: CommandBase, outcome: Any) -> list[Write] | None:
+        """What publishing ``outcome`` writes (not counted yet: :meth:`count`); None for a
+        command not of this read, or after a message published the usual way."""
+        p = self._prepared.get(id(command))
+        if p is None:
+            return None
+        writes = self._publisher.outputs(command, outcome, p.reply_to, p.msg_id, tally=False)
+        self._counts[id(command)] = len(writes)
+        return writes
+
+    def count(self, command: CommandBase) -> int:
+        """Entries the append of ``command`` carried."""
+        return self._counts.get(id(command), 0)
+
+
 def lenient_map(raw: bytes | None, is_json: bool) -> dict[str, Any]:
     """Best effort to read a broken command's map (to tell its sender why it failed)."""
     if raw is None or len(raw) > 4 * MAX_COMMAND_BYTES:
@@ -203,10 +241,19 @@ class MessageHandler:
                                                   code=INTERNAL_ERROR),
                        fields=prepared.fields)
 
-    def finish(self, prepared: Prepared, outcome: Any) -> Handled:
+    def carry(self, slots: Sequence[Handled | Prepared]) -> CarriedOutputs:
+        """The outputs of a read's prepared messages (``slots``: all of its messages, in
+        order) for their appends to carry (:class:`CarriedOutputs`)."""
+        return CarriedOutputs(self.publisher, slots)
+
+    def finish(self, prepared: Prepared, outcome: Any, carried: CarriedOutputs | None = None) -> Handled:
         """The writes that publish ``outcome`` of a prepared message (a dead letter if it
-        cannot be encoded: the events are stored, the sender is told)."""
+        cannot be encoded: the events are stored, the sender is told).  None when its
+        append carried them (``outcome.published``, ``carried``): only counted then."""
         pub, msg_id = self.publisher, prepared.msg_id
+        if carried is not None and getattr(outcome, "published", False):
+            pub.tally(prepared.command, outcome)
+            return Handled([], carried.count(prepared.command), prepared.fields)
         try:
             outputs = pub.outputs(prepared.command, outcome, prepared.reply_to, msg_id)
         except Exception as exc:  # an unencodable view: the events are stored, report and go on
@@ -236,15 +283,16 @@ class NotRun(Exception):
     """The result of a command :func:`run_many` did not start (a stop was asked for)."""
 
 
-def run_many(service: Any, commands: Sequence[CommandBase], stop: Any = None) -> list[Any]:
-    """``service.execute_many(commands)`` when the service's class has it (a wrapper that
-    only delegates attributes does not count: it would skip the wrapper), else
+def run_many(service: Any, commands: Sequence[CommandBase], stop: Any = None, carry: Any = None) -> list[Any]:
+    """``service.execute_many(commands, carry)`` when the service's class has it (a wrapper
+    that only delegates attributes does not count: it would skip the wrapper), else
     ``execute`` one by one -- there, once ``stop`` (a threading.Event) is set, the
     commands not started yet get :class:`NotRun`.  One result per command, an outcome
-    or the exception."""
+    or the exception.  ``carry``: the publisher whose outputs the appends may carry
+    (:meth:`engine.service.service.MatchService.execute_many`)."""
     many = getattr(type(service), "execute_many", None)
     if many is not None:
-        return list(many(service, commands))
+        return list(many(service, commands, carry))
     out: list[Any] = []
     failed: Exception | None = None
     for command in commands:

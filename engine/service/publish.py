@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import msgpack
 import redis
@@ -44,20 +44,11 @@ from engine.match.protocols import OutcomeLike
 from engine.rules.cards import NUM_RANKS
 from engine.match.state import MatchState
 from engine.store import keys
+from engine.store.base import Write
 
 log = logging.getLogger("shuangkou.gateway")
 
 INTERNAL_ERROR = "internal_error"  # gateway-level rejection code: the engine failed on the command
-
-
-class Write(NamedTuple):
-    """One stream entry to add: ``XADD stream MAXLEN ~ maxlen * fields``, then (``ttl``
-    seconds given) ``EXPIRE stream ttl``: a delivery stream expires when idle."""
-
-    stream: str
-    fields: dict[str, Any]
-    maxlen: int
-    ttl: int | None = None
 
 
 DEFAULT_OUTBOX_TTL = 86_400  # s: an outbox/reply stream nobody wrote to for a day expires
@@ -319,9 +310,19 @@ class Publisher:
                 return True
         return False
 
+    def tally(self, command: CommandBase, outcome: OutcomeLike) -> None:
+        """Count one outcome in :attr:`stats` (accepted, rejected or duplicate)."""
+        if outcome.rejection is not None:
+            self.stats.rejected += 1
+        elif outcome.duplicate and not isinstance(command, Sync):
+            self.stats.duplicates += 1
+        else:
+            self.stats.accepted += 1
+
     def outputs(self, command: CommandBase, outcome: OutcomeLike, reply_to: str | None = None,
-                msg_id: Any = None) -> list[Write]:
-        """The stream entries :meth:`publish` writes for one outcome (no I/O)."""
+                msg_id: Any = None, tally: bool = True) -> list[Write]:
+        """The stream entries :meth:`publish` writes for one outcome (no I/O), counted in
+        :attr:`stats` unless ``tally`` is False (:meth:`tally` then, once it is published)."""
         from engine.match.events import public_event_dict
         from projections.views import redact_event, view_common, view_for
 
@@ -331,8 +332,9 @@ class Publisher:
         rejection = outcome.rejection
         state = outcome.state
         version = int(state.version)
+        if tally:
+            self.tally(command, outcome)
         if rejection is not None:
-            self.stats.rejected += 1
             player = short_str(getattr(command, "player", None))
             if player is not None:
                 fields = rejection_fields(match_id, cmd_id, rejection.code, rejection.reason)
@@ -343,7 +345,6 @@ class Publisher:
                 out.append(self._delivery(keys.outbox_key(player), fields))
             status = "rejected"
         elif isinstance(command, Sync):
-            self.stats.accepted += 1
             sync_body = {"match_id": match_id, "command_id": cmd_id, "version": version,
                          "view": view_for(state, command.player)}
             out.append(self._delivery(keys.outbox_key(command.player),
@@ -352,10 +353,6 @@ class Publisher:
             status = "accepted"
         else:
             status = "duplicate" if outcome.duplicate else "accepted"
-            if outcome.duplicate:
-                self.stats.duplicates += 1
-            else:
-                self.stats.accepted += 1
             events = tuple(outcome.events)
             if events:
                 duplicate = bool(outcome.duplicate)

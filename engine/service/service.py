@@ -45,7 +45,7 @@ from engine.match.events import EventBase
 from engine.match.replay import replay
 from engine.match.state import MatchState, decode_state, encode_state
 from engine.service.state_cache import StateCache
-from engine.store.base import AppendRequest, AppendResult, EventStore, Snapshot, WrongVersion
+from engine.store.base import AppendRequest, AppendResult, EventStore, Snapshot, Write, WrongVersion
 from engine.store.redis_errors import is_transient
 
 _log = logging.getLogger(__name__)
@@ -55,6 +55,17 @@ class BalanceSource(Protocol):
     """Where Sit balances come from: the engine's ledger (projections.ledger.Ledger)."""
 
     def balance(self, player: str, mode: Literal["points", "wealth"]) -> int: ...
+
+
+class Carry(Protocol):
+    """A publisher whose outputs an append may carry (:meth:`MatchService.execute_many`):
+    the Redis it writes to, and the stream entries it publishes for an outcome (None or
+    empty: nothing to carry, it publishes that outcome itself)."""
+
+    @property
+    def redis(self) -> Any: ...
+
+    def outputs_of(self, command: CommandBase, outcome: Outcome) -> Sequence[Write] | None: ...
 
 
 class RoomSource(Protocol):
@@ -87,6 +98,9 @@ class Outcome:
     rejection: Rejected | None = None
     duplicate: bool = False
     attempts: int = field(default=1, compare=False)
+    #: its publication (the inbox's outputs) was written with its events, in the append's
+    #: own step (:meth:`MatchService.execute_many` ``carry``): not to be published again
+    published: bool = field(default=False, compare=False)
 
     @property
     def accepted(self) -> bool:
@@ -271,7 +285,7 @@ class MatchService:
         raise last_exc
 
     def _committed(self, state: MatchState, new_state: MatchState, events: tuple[EventBase, ...],
-                   attempt: int) -> Outcome:
+                   attempt: int, published: bool = False) -> Outcome:
         """What follows an append of ``events`` on ``state``: the cache, the snapshot, the hook."""
         if self.state_cache is not None:
             self.state_cache.put(new_state)
@@ -279,7 +293,7 @@ class MatchService:
             self._maybe_snapshot(state, new_state)
         except Exception:  # the next multiple of snapshot_every writes one; loads replay a longer tail
             _log.exception("could not save the snapshot of match %s at v%d", state.match_id, new_state.version)
-        outcome = Outcome(events, new_state, None, False, attempt)
+        outcome = Outcome(events, new_state, None, False, attempt, published)
         if self.on_commit is not None:
             try:
                 self.on_commit(outcome)
@@ -288,7 +302,7 @@ class MatchService:
         return outcome
 
     # -- several commands (one inbox read) --------------------------------------------------
-    def execute_many(self, commands: Sequence[CommandBase]) -> list[Outcome | Exception]:
+    def execute_many(self, commands: Sequence[CommandBase], carry: Carry | None = None) -> list[Outcome | Exception]:
         """:meth:`execute` of each command, in order, with the appends pipelined (issue 13 §3).
 
         One result per command: its :class:`Outcome`, or the exception :meth:`execute`
@@ -306,23 +320,36 @@ class MatchService:
         After a *transient* failure (:func:`engine.store.redis_errors.is_transient`:
         Redis down, OOM, …) nothing more is tried: that command and every later one
         not finished yet get that exception (the inbox leaves them pending; a command
-        whose append did go through is a duplicate when it comes again)."""
+        whose append did go through is a duplicate when it comes again).
+
+        ``carry`` (the inbox's publisher): each appended round command's publication
+        goes with its events, in the append's own step, when the store can write to the
+        publisher's Redis (:meth:`EventStore.can_carry`): one round trip per read less,
+        and no window between the events and their updates.  Those outcomes come back
+        ``published``; every other outcome (a refusal, a duplicate, a command run alone)
+        is the caller's to publish, as without ``carry``."""
+        if carry is not None and not self.store.can_carry(carry.redis):
+            carry = None
         results: list[Outcome | Exception | None] = [None] * len(commands)
         round_: list[tuple[int, CommandBase, MatchState, tuple[EventBase, ...], MatchState]] = []
         failed: Exception | None = None
+        #: matches with an outcome the caller publishes itself: nothing later of theirs is
+        #: carried (it would reach their players' streams first)
+        held: set[str] = set()
         for i, command in enumerate(commands):
             if failed is not None:
                 results[i] = failed
                 continue
             try:
                 if any(p[1].match_id == command.match_id for p in round_):
-                    failed = self._send_round(round_, results)
+                    failed = self._send_round(round_, results, carry, held)
                     round_ = []
                     if failed is not None:
                         results[i] = failed
                         continue
                 planned = self._plan(command)
                 if planned is None:
+                    held.add(command.match_id)
                     results[i] = self.execute(command)
                 else:
                     round_.append((i, command, *planned))
@@ -331,7 +358,7 @@ class MatchService:
                 if is_transient(exc):
                     failed = exc
         if failed is None:
-            self._send_round(round_, results)
+            self._send_round(round_, results, carry, held)
         else:
             for p in round_:  # decided, never sent: redelivered
                 results[p[0]] = failed
@@ -356,12 +383,16 @@ class MatchService:
         return state, tuple(events), new_state
 
     def _send_round(self, round_: Sequence[tuple[int, CommandBase, MatchState, tuple[EventBase, ...], MatchState]],
-                    results: list[Outcome | Exception | None]) -> Exception | None:
+                    results: list[Outcome | Exception | None], carry: Carry | None = None,
+                    held: set[str] | None = None) -> Exception | None:
         """Append a round in one pipeline and fill in its results; the transient failure
-        that stopped it, if any (its unfinished commands then hold that exception)."""
+        that stopped it, if any (its unfinished commands then hold that exception).
+        ``held``: matches whose commands carry nothing; a command run alone here joins them."""
         if not round_:
             return None
-        requests = [AppendRequest(cmd.match_id, state.version, cmd.command_id, events, new.deadline())
+        held = held if held is not None else set()
+        requests = [AppendRequest(cmd.match_id, state.version, cmd.command_id, events, new.deadline(),
+                                  () if cmd.match_id in held else self._carried(carry, cmd, events, new))
                     for _i, cmd, state, events, new in round_]
         try:
             replies = self.store.append_many(requests)
@@ -374,11 +405,12 @@ class MatchService:
         failed: Exception | None = None
         for (i, cmd, state, events, new), reply in zip(round_, replies):
             if isinstance(reply, AppendResult) and not reply.duplicate:
-                results[i] = self._committed(state, new, events, 1)
+                results[i] = self._committed(state, new, events, 1, reply.wrote)
                 continue
             if failed is not None:
                 results[i] = failed
                 continue
+            held.add(cmd.match_id)
             try:  # another writer, a retried command id, an error reply: this command alone
                 if isinstance(reply, WrongVersion):
                     self._verify(cmd.match_id, state, reply.actual)
@@ -388,6 +420,19 @@ class MatchService:
                 if is_transient(exc):
                     failed = exc
         return failed
+
+    @staticmethod
+    def _carried(carry: Carry | None, command: CommandBase, events: tuple[EventBase, ...],
+                 new: MatchState) -> tuple[Write, ...]:
+        """The writes a round's append carries for ``command`` (none without ``carry``, or
+        when the publisher cannot build them now: then it publishes them afterwards)."""
+        if carry is None:
+            return ()
+        try:
+            return tuple(carry.outputs_of(command, Outcome(events, new)) or ())
+        except Exception:
+            _log.exception("could not build the publication of %s with its append", command.command_id)
+            return ()
 
     def _maybe_snapshot(self, old: MatchState, new: MatchState) -> None:
         n = self.snapshot_every

@@ -1,6 +1,6 @@
 -- Atomic append of one command's events to a match (engine/store/redis_store.py).
 --
--- All keys share the bucket hash tag {bN}, so this script is atomic on Redis Cluster.
+-- KEYS[1..6] share the bucket hash tag {bN}, so this script is atomic on Redis Cluster.
 -- KEYS[1]  sk:{bN}:m:<match>:events    stream, entry id "<seq>-1", field e = msgpack event
 -- KEYS[2]  sk:{bN}:m:<match>:cmds      hash   command id -> "<first>-<last>"
 -- KEYS[3]  sk:{bN}:feed                stream fields match, from, to
@@ -15,10 +15,20 @@
 --          match (projections/runner.py).  The feed is never trimmed here (RedisFeed.trim).
 -- ARGV[5]  deadline at_ms, or "" to clear the match's deadline
 -- ARGV[6]  deadline info "<version>|<kind>|<at_ms>" (ignored when ARGV[5] is "")
--- ARGV[7…] the events' msgpack payloads, seq expected+1, expected+2, …
+-- ARGV[7]  n, the number of events
+-- ARGV[8…] the events' msgpack payloads, seq expected+1 … expected+n
+-- KEYS[7…] streams the append carries entries to (the command's updates and reply,
+--          engine/service/publish.py; only on a plain Redis, never on Cluster: other slots),
+--          one per carried write; after the payloads, for each of them:
+--          maxlen, ttl ("" = none), k, then k field/value pairs:
+--          XADD key MAXLEN ~ maxlen * field value …, then EXPIRE key ttl.
+--          Written only once the events are in, and only if every one of these keys is a
+--          stream or missing (else none is: the caller publishes them itself and meets the
+--          error there).
 --
 -- Replies:
---   {"ok", version}           appended; version = seq of the last event now
+--   {"ok", version, wrote}    appended; version = seq of the last event now;
+--                             wrote = 1 when the carried entries were written, else 0
 --   {"dup", first, last}      the command id was applied before: nothing changed;
 --                             its events are seqs first..last (first > last: none)
 --   error "WRONGVERSION <actual>"  the stream is not at the expected version
@@ -43,9 +53,9 @@ if actual ~= expected then
   return redis.error_reply('WRONGVERSION ' .. actual)
 end
 
-local n = #ARGV - 6
+local n = tonumber(ARGV[7])
 for i = 1, n do
-  redis.call('XADD', KEYS[1], (expected + i) .. '-1', 'e', ARGV[6 + i])
+  redis.call('XADD', KEYS[1], (expected + i) .. '-1', 'e', ARGV[7 + i])
 end
 local version = expected + n
 redis.call('HSET', KEYS[2], ARGV[3], (expected + 1) .. '-' .. version)
@@ -63,4 +73,31 @@ end
 if expected == 0 then
   redis.call('SADD', KEYS[6], ARGV[1])  -- a match joins its bucket's set on its first append
 end
-return {'ok', version}
+
+local wrote = 0
+local carried = #KEYS - 6
+if carried > 0 then
+  local writable = true
+  for j = 1, carried do
+    local t = redis.call('TYPE', KEYS[6 + j])['ok']
+    if t ~= 'stream' and t ~= 'none' then writable = false end
+  end
+  if writable then
+    local at = 8 + n
+    for j = 1, carried do
+      local key = KEYS[6 + j]
+      local ttl, k = ARGV[at + 1], tonumber(ARGV[at + 2])
+      local args = {key, 'MAXLEN', '~', ARGV[at], '*'}
+      for f = 1, 2 * k do
+        args[5 + f] = ARGV[at + 2 + f]
+      end
+      redis.call('XADD', unpack(args))
+      if ttl ~= '' then
+        redis.call('EXPIRE', key, ttl)
+      end
+      at = at + 3 + 2 * k
+    end
+    wrote = 1
+  end
+end
+return {'ok', version, wrote}

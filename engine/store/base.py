@@ -15,6 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from engine.match.deadline import Deadline
 from engine.match.events import EventBase
@@ -42,17 +43,37 @@ class AppendResult:
     version: int  # the match version after the append (after the original append on a duplicate)
     duplicate: bool  # the command id was already applied: nothing was appended
     events: tuple[EventBase, ...]  # the events of that command (the stored ones on a duplicate)
+    #: the request's ``writes`` were written in the same step (never on a duplicate)
+    wrote: bool = False
+
+
+class Write(NamedTuple):
+    """One stream entry to add: ``XADD stream MAXLEN ~ maxlen * fields``, then (``ttl``
+    seconds given) ``EXPIRE stream ttl``: a delivery stream expires when idle.  The
+    publisher's unit (engine/service/publish.py); an append may carry some
+    (:attr:`AppendRequest.writes`)."""
+
+    stream: str
+    fields: dict[str, Any]
+    maxlen: int
+    ttl: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class AppendRequest:
-    """The arguments of one :meth:`EventStore.append`, for :meth:`EventStore.append_many`."""
+    """The arguments of one :meth:`EventStore.append`, for :meth:`EventStore.append_many`.
+
+    ``writes``: stream entries to add in the append's own atomic step, only when the
+    events are appended (not on a duplicate, not on a wrong version): the command's
+    publication travels with its events, one round trip instead of two.  Only a store
+    whose :meth:`EventStore.can_carry` says so takes them."""
 
     match_id: str
     expected_version: int
     command_id: str
     events: tuple[EventBase, ...]
     deadline: Deadline | None
+    writes: tuple[Write, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,11 +157,19 @@ class EventStore(ABC):
         """
         out: list[AppendResult | Exception] = []
         for rq in requests:
+            if rq.writes:
+                raise ValueError(f"{type(self).__name__} cannot carry writes with an append (can_carry)")
             try:
                 out.append(self.append(rq.match_id, rq.expected_version, rq.command_id, rq.events, rq.deadline))
             except WrongVersion as exc:
                 out.append(exc)
         return out
+
+    def can_carry(self, client: Any) -> bool:
+        """Can an append carry :attr:`AppendRequest.writes` meant for the Redis ``client``
+        (the publisher's)?  Only a store on that same Redis, where one script may touch
+        both (not Redis Cluster: the streams live in other slots).  Here: no."""
+        return False
 
     @abstractmethod
     def load(self, match_id: str, after: int = 0) -> list[EventBase]:

@@ -3,9 +3,14 @@
 One stream per match (entry id ``<seq>-1``, field ``e`` = msgpack event); the
 append is one Lua script (``append.lua``) that checks the command id and the
 expected version, XADDs the events, notifies the bucket feed, sets or clears
-the deadline and records the command id.  Every key one call touches shares
+the deadline and records the command id.  Every match key one call touches shares
 the bucket hash tag, so it works unchanged on Redis Cluster (give it a
 ``redis.cluster.RedisCluster`` client).  Works on fakeredis with Lua too.
+On a plain Redis an append may also carry the command's publication (the players'
+updates and the reply: :attr:`~engine.store.base.AppendRequest.writes`), written in
+the same step once the events are in: one round trip per command instead of two
+(:meth:`RedisEventStore.can_carry`; never on Cluster, where those streams live in
+other slots).
 
 The client must return bytes (``decode_responses=False``, the default).
 """
@@ -18,6 +23,7 @@ from typing import Any
 
 import msgpack
 import redis
+from redis.cluster import RedisCluster
 
 from engine.match.events import EventBase, MatchFinished, decode_event, encode_event
 from engine.store import keys
@@ -28,6 +34,7 @@ from engine.store.base import (
     EventStore,
     FeedEntry,
     Snapshot,
+    Write,
     WrongVersion,
     check_append,
 )
@@ -150,16 +157,18 @@ class RedisEventStore(EventStore):
 
     def append_encoded(self, match_id: str, expected_version: int, command_id: str,
                        payloads: Sequence[bytes], deadline: Deadline | None,
-                       events: Sequence[EventBase] | None = None) -> AppendResult:
+                       events: Sequence[EventBase] | None = None, writes: Sequence[Write] = ()) -> AppendResult:
         """:meth:`append` with the events already msgpack-encoded (``encode_event``).
 
         No argument checks beyond what the script does; ``events`` (the decoded
-        payloads) is only used for the result (decoded from ``payloads`` if None).
+        payloads) is only used for the result (decoded from ``payloads`` if None);
+        ``writes`` are carried (:attr:`AppendRequest.writes`; the caller checked
+        :meth:`can_carry`).
         """
         _, ks = self._match_keys(match_id)
-        args = self._script_args(match_id, expected_version, command_id, payloads, deadline, events)
+        args = self._script_args(match_id, expected_version, command_id, payloads, deadline, events, writes)
         try:
-            reply = self._append(keys=ks, args=args)
+            reply = self._append(keys=[*ks, *(w.stream for w in writes)], args=args)
         except redis.ResponseError as exc:
             wrong = _wrong_version(exc, match_id, expected_version)
             if wrong is not None:
@@ -167,10 +176,21 @@ class RedisEventStore(EventStore):
             raise
         return self._result(match_id, reply, payloads, events)
 
+    def can_carry(self, client: Any) -> bool:
+        """Yes for writes to this store's own Redis (the same client or connection pool),
+        unless that is a Redis Cluster."""
+        if isinstance(self.client, RedisCluster):
+            return False
+        if client is self.client:
+            return True
+        pool = getattr(client, "connection_pool", None)
+        return pool is not None and pool is getattr(self.client, "connection_pool", None)
+
     @staticmethod
     def _script_args(match_id: str, expected_version: int, command_id: str, payloads: Sequence[bytes],
-                     deadline: Deadline | None, events: Sequence[EventBase] | None) -> list[Any]:
-        """ARGV of append.lua for one command."""
+                     deadline: Deadline | None, events: Sequence[EventBase] | None,
+                     writes: Sequence[Write] = ()) -> list[Any]:
+        """ARGV of append.lua for one command (its KEYS: the match's six, then each write's stream)."""
         if deadline is None:
             at, info = "", ""
         else:
@@ -181,7 +201,12 @@ class RedisEventStore(EventStore):
             finishes = "1" if isinstance(final, MatchFinished) else "0"
         else:
             finishes = "0"
-        return [match_id, str(expected_version), command_id, finishes, at, info, *payloads]
+        args: list[Any] = [match_id, str(expected_version), command_id, finishes, at, info, len(payloads), *payloads]
+        for w in writes:
+            args += (w.maxlen, "" if w.ttl is None else w.ttl, len(w.fields))
+            for k, v in w.fields.items():
+                args += (k, v)
+        return args
 
     def _result(self, match_id: str, reply: Any, payloads: Sequence[bytes],
                 events: Sequence[EventBase] | None) -> AppendResult:
@@ -190,7 +215,8 @@ class RedisEventStore(EventStore):
         if tag == "ok":
             if events is None:
                 events = [decode_event(p) for p in payloads]
-            return AppendResult(version=int(reply[1]), duplicate=False, events=tuple(events))
+            return AppendResult(version=int(reply[1]), duplicate=False, events=tuple(events),
+                                wrote=len(reply) > 2 and int(reply[2]) == 1)
         lo, hi = int(reply[1]), int(reply[2])
         stored = self._range(match_id, lo, hi) if hi >= lo else []
         return AppendResult(version=hi, duplicate=True, events=tuple(stored))
@@ -204,22 +230,31 @@ class RedisEventStore(EventStore):
         ids make a retry a duplicate)."""
         if not requests:
             return []
-        if len(requests) == 1:
-            return super().append_many(requests)
+        for rq in requests:
+            check_append(rq.match_id, rq.expected_version, rq.command_id, rq.events, rq.deadline)
+            if rq.writes and not self.can_carry(self.client):
+                raise ValueError("a Redis Cluster store cannot carry writes with an append")
+        if len(requests) == 1:  # one script call (it loads the script on NOSCRIPT)
+            rq = requests[0]
+            try:
+                return [self.append_encoded(rq.match_id, rq.expected_version, rq.command_id,
+                                            [encode_event(e) for e in rq.events], rq.deadline, rq.events,
+                                            rq.writes)]
+            except WrongVersion as exc:
+                return [exc]
         pipe = self.client.pipeline(transaction=False)
         sha = self._append.sha
         encoded: list[list[bytes]] = []
         for rq in requests:
-            check_append(rq.match_id, rq.expected_version, rq.command_id, rq.events, rq.deadline)
             payloads = [encode_event(e) for e in rq.events]
             encoded.append(payloads)
             _, ks = self._match_keys(rq.match_id)
             args = self._script_args(rq.match_id, rq.expected_version, rq.command_id, payloads,
-                                     rq.deadline, rq.events)
+                                     rq.deadline, rq.events, rq.writes)
             # EVALSHA directly (not Script(client=pipe)): a registered script makes the
             # pipeline ask SCRIPT EXISTS first, a second round trip; NOSCRIPT comes back
             # as that request's error and the caller appends it alone (which loads it)
-            pipe.evalsha(sha, len(ks), *ks, *args)
+            pipe.evalsha(sha, len(ks) + len(rq.writes), *ks, *(w.stream for w in rq.writes), *args)
         replies = pipe.execute(raise_on_error=False)
         out: list[AppendResult | Exception] = []
         for rq, payloads, reply in zip(requests, encoded, replies):
