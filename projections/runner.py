@@ -199,6 +199,27 @@ class RedisFeed(Feed):
         return taken
 
     def read(self, count: int = 100) -> list[Delivery]:
+        """One batch of the feeds.  A feed whose group is gone (``NOGROUP``: its stream was
+        deleted, the database flushed) gets the group again, from the start of what the
+        stream holds now, and the read is made once more: the runner never stays stuck on
+        a missing group (the ledger's apply is idempotent, so re-reading costs a no-op)."""
+        import redis
+
+        try:
+            return self._read(count)
+        except redis.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            log.warning("projection runner: consumer group %s is gone from a feed (%s): creating it again",
+                        self.group, exc)
+            # create it again, and re-read every bucket's pending entries (what the failed
+            # read delivered from the other buckets is pending on this consumer)
+            self._ready = False
+            self._maybe_pending = [True] * self.buckets
+            self._unacked = [set() for _ in range(self.buckets)]
+            return self._read(count)
+
+    def _read(self, count: int) -> list[Delivery]:
         if not self._ready:
             self.ensure_groups()
         out: list[Delivery] = []
