@@ -21,7 +21,7 @@ for its reply before the next):
 * the ratio serve ÷ floor (commands/s; p50 latency).
 
 Each figure is the median of ``--runs`` runs (default 3), serve and floor alternating on
-the same server; ``--scale K`` (default 4) makes each run K times longer (at c1 the
+the same server, after one short warm-up run of each that is not counted; ``--scale K`` (default 4) makes each run K times longer (at c1 the
 unscaled run is ~0.3 s, too short for a steady p50).  Then the Redis work per player command:
 
 * ``redis_commands_per_command``: INFO commandstats delta over the serve runs ÷ commands
@@ -371,6 +371,9 @@ def measure(url: str, runs: int, quick: bool, scale: int = 1) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     serve_calls = serve_cmds = 0
+    if not quick:  # one short run of each, not counted: the first run on a fresh server reads slower
+        run_serve(url, 1, 4)
+        run_floor(url, 1, 500)
     for c in LEVELS:
         matches = max(c, 4) if quick else max(2 * c, 10) * scale
         floor_commands = max(300 if quick else 2000, (20 if quick else 60) * c) * (1 if quick else scale)
