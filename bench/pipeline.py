@@ -132,7 +132,9 @@ def floor_server(url: str, stop: threading.Event | None = None, batch: int = 20)
 
     r = redis.Redis.from_url(url)
     ensure_group(r, keys.INBOX, FLOOR_GROUP)
-    append = r.register_script(FLOOR_APPEND)
+    # EVALSHA in the pipeline (a registered Script would make redis-py ask SCRIPT EXISTS
+    # before each pipeline: a round trip the protocol does not have)
+    sha = r.script_load(FLOOR_APPEND)
     stop = stop or threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print("ready", flush=True)
@@ -147,8 +149,8 @@ def floor_server(url: str, stop: threading.Event | None = None, batch: int = 20)
             c = msgpack.unpackb(fields[b"c"], raw=False)
             commands.append(c)
             match = c["match_id"]
-            append(keys=[f"sk:floor:{match}:events", f"sk:floor:{match}:cmds", "sk:floor:feed"],
-                   args=[c["command_id"], fields[b"c"], match], client=pipe)
+            pipe.evalsha(sha, 3, f"sk:floor:{match}:events", f"sk:floor:{match}:cmds", "sk:floor:feed",
+                         c["command_id"], fields[b"c"], match)
         results = pipe.execute()
         pipe = r.pipeline(transaction=False)
         for (_msg_id, fields), c, (_kind, version) in zip(entries, commands, results):

@@ -303,6 +303,29 @@ Command = Annotated[
 _COMMAND_ADAPTER: TypeAdapter[Any] = TypeAdapter(Command)
 
 
+def _flat_and_plain(data: dict[Any, Any]) -> bool:
+    """True when ``data`` is a map of ASCII text keys to ASCII text, 64-bit integers,
+    booleans, None or lists of 64-bit integers: plain for :func:`check_plain`, which then
+    need not walk it (a player command is this; anything else is walked and explained)."""
+    for k, v in data.items():
+        if type(k) is not str or not k.isascii():
+            return False
+        t = type(v)
+        if t is str:
+            if not v.isascii():
+                return False
+        elif t is int:
+            if not INT64_MIN <= v <= INT64_MAX:
+                return False
+        elif t is list or t is tuple:
+            for x in v:
+                if type(x) is not int or not INT64_MIN <= x <= INT64_MAX:
+                    return False
+        elif v is not None and t is not bool:
+            return False
+    return True
+
+
 def check_plain(data: Any, path: str = "", depth: int = 0) -> None:
     """Refuse what no command may hold, before validation: integers beyond 64 bits,
     text that is not encodable UTF-8 (a lone surrogate, as JavaScript's JSON.stringify
@@ -313,6 +336,8 @@ def check_plain(data: Any, path: str = "", depth: int = 0) -> None:
     ...
     engine.match.errors.BadCommand: player: not valid UTF-8 text (a lone surrogate?)
     """
+    if depth == 0 and type(data) is dict and _flat_and_plain(data):
+        return
     where = path or "(command)"
     if depth > MAX_NESTING:
         raise BadCommand(f"{where}: nested deeper than {MAX_NESTING} levels")

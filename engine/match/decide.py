@@ -291,7 +291,7 @@ def _own_turn(state: MatchState, i: int) -> None:
 
 def _reading_for(state: MatchState, i: int, cards: tuple[int, ...],
                  kind: str | None, rank: str | None) -> Combo:
-    from engine.rules.classify import classify, interpretations
+    from engine.rules.classify import counts_for, interpretations, interpretations_for_counts
 
     hand = set(state.seat(i).hand)
     bad = [c for c in cards if not 0 <= c < NUM_CARDS]
@@ -305,8 +305,8 @@ def _reading_for(state: MatchState, i: int, cards: tuple[int, ...],
     heavenly = state.heavenly
     twos = state.chain_bomb_twos  # the room's setting
     prev = state.to_beat
-    text = format_ranks(cards)
     if kind is not None or rank is not None:
+        text = format_ranks(cards)
         readings = [c for c in interpretations(list(cards), heavenly=heavenly, chain_bomb_twos=twos)
                     if (kind is None or c.kind == kind) and (rank is None or c.rank == rank)]
         named = " ".join(x for x in (kind, rank) if x)
@@ -319,17 +319,17 @@ def _reading_for(state: MatchState, i: int, cards: tuple[int, ...],
                 return r
         raise DoesNotBeat(f"{text} as {readings[0].describe()} does not beat "
                           f"{format_ranks(prev.cards)} ({prev.combo.describe()}) (R-5)")
-    best = classify(list(cards), heavenly=heavenly, chain_bomb_twos=twos)
-    if best is None:
-        raise NotACombination(f"{text} is not a combination (R-3, R-4.5)")
+    readings = interpretations_for_counts(counts_for(cards), heavenly, twos)  # best first
+    if not readings:
+        raise NotACombination(f"{format_ranks(cards)} is not a combination (R-3, R-4.5)")
     if prev is None:
-        return best
-    combo = classify(list(cards), beat=prev.combo, heavenly=heavenly, chain_bomb_twos=twos)
-    if combo is None:
-        why = _why_not(best, prev.combo)
-        raise DoesNotBeat(f"{text} ({best.describe()}) does not beat "
-                          f"{format_ranks(prev.cards)} ({prev.combo.describe()}): {why}")
-    return combo
+        return readings[0]
+    for combo in readings:  # the largest reading that beats the previous play
+        if beats(combo, prev.combo, heavenly):
+            return combo
+    best = readings[0]
+    raise DoesNotBeat(f"{format_ranks(cards)} ({best.describe()}) does not beat "
+                      f"{format_ranks(prev.cards)} ({prev.combo.describe()}): {_why_not(best, prev.combo)}")
 
 
 def _why_not(a: Combo, b: Combo) -> str:
