@@ -250,3 +250,153 @@ def test_only_a_store_on_the_publishers_own_plain_redis_carries(r) -> None:
     gw, svc = consumer(r, store)
     outs = svc.execute_many([], carry=None)
     assert outs == []
+
+
+def versions_on(r: Any, player: str, match: bytes = b"m1") -> list[int]:
+    """The versions of ``player``'s entries of ``match``, in stream order."""
+    return [int(f[b"version"]) for _, f in r.xrange(keys.outbox_key(player))
+            if f.get(b"match") == match and b"version" in f]
+
+
+def test_an_uncarried_append_holds_back_the_later_commands_of_its_match(r) -> None:
+    """An append that could not carry its publication (a reply stream of the wrong type:
+    the script writes none of its entries) is published after the appends; a later
+    command of the same match in that read must not be carried past it (each player's
+    stream in version order, docs/PROTOCOL.md §5)."""
+    gw, svc = consumer(r, RedisEventStore(r))
+    client = GatewayClient(r, ops=keys.INBOX, reply_to="sk:reply:t")
+    seat(client, gw)
+    st1 = svc.load_state("m1")
+    r.hset("sk:reply:broken", "not", "a stream")
+    broken = GatewayClient(r, ops=keys.INBOX, reply_to="sk:reply:broken")
+    first = broken.play("m1", st1.current_player, cards=[st1.seat(st1.turn).hand[0]],
+                        expected_version=st1.version)
+    nxt = "b" if st1.current_player == "a" else "a"
+    second = client.pass_("m1", nxt, expected_version=st1.version + 1)
+    assert gw.run_once(block_ms=None, count=10) == 2
+    assert svc.store.command_range("m1", first.command_id) is not None
+    assert svc.store.command_range("m1", second.command_id) is not None  # both accepted
+    for p in ("a", "b"):
+        got = versions_on(r, p)
+        assert got == sorted(got), (p, got)
+        assert got[-2:] == [st1.version + 1, st1.version + 2]
+
+
+MAX_ID = "18446744073709551615-18446744073709551615"
+
+
+@pytest.mark.parametrize("alone", [True, False], ids=["alone", "in-a-round"])
+def test_a_carried_write_the_server_refuses_after_the_events_is_not_a_failed_append(r, alone) -> None:
+    """A reply stream whose last id is the largest there is (anyone who may XADD to it --
+    the lobby user may to ``sk:reply:ops-*`` -- can make it so): the script's XADD of the
+    reply fails *after* the events, the command id and the deadline are stored (Lua does
+    not roll back).  The command is accepted once: its message is acknowledged, its players'
+    updates are on their streams once (in order), it is not dead-lettered as an engine
+    failure of an append that did not happen, and the stats count it accepted."""
+    gw, svc = consumer(r, RedisEventStore(r))
+    client = GatewayClient(r, ops=keys.INBOX, reply_to="sk:reply:t")
+    seat(client, gw)
+    st1 = svc.load_state("m1")
+    r.xadd("sk:reply:ops-full", {"x": "1"}, id=MAX_ID)
+    full = GatewayClient(r, ops=keys.INBOX, reply_to="sk:reply:ops-full")
+    if not alone:  # another match's command in the same round: the pipelined path
+        client.create_match("m2", CONFIG)
+        client.sit("m2", "c")
+        drain(gw)
+        client.sit("m2", "d")
+    accepted = gw.stats.accepted
+    sent = full.play("m1", st1.current_player, cards=[st1.seat(st1.turn).hand[0]], expected_version=st1.version)
+    gw.run_once(block_ms=None, count=10)
+    drain(gw)
+    assert svc.store.command_range("m1", sent.command_id) is not None  # the events are in
+    assert not r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"]
+    dead = [f for _, f in r.xrange(keys.DEAD_LETTERS)]
+    assert not [f for f in dead if b"not executed" in f.get(b"dead_reason", b"")]
+    for p in ("a", "b"):
+        mine = [f for _, f in r.xrange(keys.outbox_key(p)) if f[b"command_id"].decode() == sent.command_id]
+        assert len(mine) == 1, (p, mine)
+        got = versions_on(r, p)
+        assert got == sorted(got)
+    assert gw.stats.accepted == accepted + (1 if alone else 2)
+
+
+@pytest.mark.parametrize("bad", ["maxlen", "fields", "exhausted"])
+def test_a_carried_write_that_fails_in_the_script_is_undone_and_the_events_stay(r, bad) -> None:
+    """Whatever makes one carried write fail inside the script -- a malformed maxlen, more
+    fields than Lua can unpack, a stream out of ids -- the append still succeeds
+    (``wrote`` False: the caller publishes), and the entries written before it are removed
+    again (a stream the script created is gone) so nothing is published twice."""
+    store = RedisEventStore(r)
+    r.xadd("sk:out:old", {"kind": "earlier"})
+    r.xadd("sk:reply:full", {"x": "1"}, id=MAX_ID)
+    last: Write = {"maxlen": Write("sk:reply:x", {"kind": "r"}, "not-a-number"),  # type: ignore[arg-type]
+                   "fields": Write("sk:reply:x", {f"f{i}": "v" for i in range(10_000)}, 10),
+                   "exhausted": Write("sk:reply:full", {"kind": "r"}, 10, 60)}[bad]
+    writes = (Write("sk:out:new", {"kind": "update"}, 10, 60), Write("sk:out:old", {"kind": "update"}, 10, 60), last)
+    e = PlayerReady(match_id="mx", seq=1, ts=0, command_id="c1", player="a")
+    [result] = store.append_many([AppendRequest("mx", 0, "c1", (e,), None, writes)])
+    assert not isinstance(result, Exception) and not result.duplicate
+    assert (result.version, result.wrote) == (1, False)
+    assert store.version("mx") == 1 and store.command_range("mx", "c1") is not None
+    assert not r.exists("sk:out:new") and not r.exists("sk:reply:x")
+    assert [f[b"kind"] for _, f in r.xrange("sk:out:old")] == [b"earlier"]
+    # and the same append with good writes carries them all
+    ok = (Write("sk:out:new", {"kind": "update"}, 10, 60), Write("sk:out:old", {"kind": "update"}, 10, 60))
+    e2 = PlayerReady(match_id="mx", seq=2, ts=0, command_id="c2", player="b")
+    [result] = store.append_many([AppendRequest("mx", 1, "c2", (e2,), None, ok)])
+    assert result.wrote and r.xlen("sk:out:new") == 1 and r.xlen("sk:out:old") == 2
+    assert 0 < r.ttl("sk:out:new") <= 60
+
+
+class BrokenBalances:
+    """A ledger that fails for good on one player (an engine-side error, not transient)."""
+
+    def balance(self, player: str, mode: str) -> int:
+        if player == "z":
+            raise ValueError("no ledger record for z")
+        return 5000
+
+
+def test_a_command_the_engine_failed_on_holds_back_the_later_commands_of_its_match(r) -> None:
+    """A command the engine fails on is dead-lettered after the appends; a later command
+    of the same match in that read is published after it, not carried ahead of it (the
+    reply stream's entries of one match in message order)."""
+    gw, svc = consumer(r, RedisEventStore(r))
+    client = GatewayClient(r, ops=keys.INBOX, reply_to="sk:reply:t")
+    seat(client, gw)
+    svc.balances = BrokenBalances()
+    st1 = svc.load_state("m1")
+    failing = client.sit("m1", "z")
+    sent = client.play("m1", st1.current_player, cards=[st1.seat(st1.turn).hand[0]], expected_version=st1.version)
+    assert gw.run_once(block_ms=None, count=10) == 2
+    assert svc.store.command_range("m1", sent.command_id) is not None
+    order = [(f[b"command_id"].decode(), f[b"kind"]) for _, f in r.xrange("sk:reply:t")
+             if f[b"command_id"].decode() in (failing.command_id, sent.command_id)]
+    assert order == [(failing.command_id, b"dead"), (sent.command_id, b"accepted")]
+
+
+@pytest.mark.parametrize("others", [0, 1], ids=["alone", "with-another-match"])
+def test_an_append_redis_refuses_for_good_dead_letters_its_own_message(r, others) -> None:
+    """The store refuses one match's append for good (its command-id hash is not a hash):
+    that message alone is dead-lettered with the reason; the read does not fail, and the
+    other match's command in it is accepted and published once."""
+    gw, svc = consumer(r, RedisEventStore(r))
+    client = GatewayClient(r, ops=keys.INBOX, reply_to="sk:reply:t")
+    seat(client, gw)
+    if others:
+        client.create_match("m2", CONFIG)
+        drain(gw)
+    st1 = svc.load_state("m1")
+    b = svc.store.bucket_of("m1")
+    r.delete(keys.commands_key("m1", b))
+    r.set(keys.commands_key("m1", b), "corrupt")
+    sent = client.play("m1", st1.current_player, cards=[st1.seat(st1.turn).hand[0]], expected_version=st1.version)
+    other = client.sit("m2", "c") if others else None
+    assert gw.run_once(block_ms=None, count=10) == 1 + others  # does not raise
+    [dead] = [f for _, f in r.xrange(keys.DEAD_LETTERS)]
+    assert b"WRONGTYPE" in dead[b"dead_reason"] and b"not executed" not in dead[b"dead_reason"]
+    assert not r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"]
+    if other is not None:
+        assert [f[b"kind"] for _, f in r.xrange(keys.outbox_key("c"))] == [b"update"]
+        assert [m.kind for m in client.replies() if m.command_id == other.command_id] == ["accepted"]
+    assert [m.kind for m in client.replies() if m.command_id == sent.command_id] == ["dead"]

@@ -355,6 +355,7 @@ class MatchService:
                     round_.append((i, command, *planned))
             except Exception as exc:
                 results[i] = exc
+                held.add(command.match_id)  # its dead letter is the caller's to publish
                 if is_transient(exc):
                     failed = exc
         if failed is None:
@@ -406,6 +407,8 @@ class MatchService:
         for (i, cmd, state, events, new), reply in zip(round_, replies):
             if isinstance(reply, AppendResult) and not reply.duplicate:
                 results[i] = self._committed(state, new, events, 1, reply.wrote)
+                if not reply.wrote:  # the caller publishes it after the appends: nothing later
+                    held.add(cmd.match_id)  # of its match may be carried past it
                 continue
             if failed is not None:
                 results[i] = failed

@@ -23,8 +23,8 @@
 --          maxlen, ttl ("" = none), k, then k field/value pairs:
 --          XADD key MAXLEN ~ maxlen * field value …, then EXPIRE key ttl.
 --          Written only once the events are in, and only if every one of these keys is a
---          stream or missing (else none is: the caller publishes them itself and meets the
---          error there).
+--          stream or missing and every one of the writes succeeds (else none is: what was
+--          added is removed again; the caller publishes them itself and meets the error there).
 --
 -- Replies:
 --   {"ok", version, wrote}    appended; version = seq of the last event now;
@@ -53,6 +53,17 @@ if actual ~= expected then
   return redis.error_reply('WRONGVERSION ' .. actual)
 end
 
+-- the carried streams (KEYS[7…]) are checked here, before the first write: each must be a
+-- stream or missing (a pcall: a key the user may not read is not writable either)
+local carried = #KEYS - 6
+local kinds = {}
+local writable = carried > 0
+for j = 1, carried do
+  local t = redis.pcall('TYPE', KEYS[6 + j])
+  kinds[j] = type(t) == 'table' and t['ok'] or nil
+  if kinds[j] ~= 'stream' and kinds[j] ~= 'none' then writable = false end
+end
+
 local n = tonumber(ARGV[7])
 for i = 1, n do
   redis.call('XADD', KEYS[1], (expected + i) .. '-1', 'e', ARGV[7 + i])
@@ -74,30 +85,45 @@ if expected == 0 then
   redis.call('SADD', KEYS[6], ARGV[1])  -- a match joins its bucket's set on its first append
 end
 
+-- The carried entries, after the events.  Each XADD and EXPIRE is protected (a stream
+-- whose last id is the largest there is refuses XADD *, an argument may be malformed, a
+-- Lua error may be raised): on the first failure the entries added so far are removed
+-- again (a stream this script created is deleted) and wrote = 0 -- the events stay, the
+-- caller publishes every entry itself and meets the error there, as without carrying.
+-- No reader sees the removed entries: the script is atomic.
 local wrote = 0
-local carried = #KEYS - 6
-if carried > 0 then
-  local writable = true
+if writable then
+  local added = {}
+  local ok = true
+  local at = 8 + n
   for j = 1, carried do
-    local t = redis.call('TYPE', KEYS[6 + j])['ok']
-    if t ~= 'stream' and t ~= 'none' then writable = false end
-  end
-  if writable then
-    local at = 8 + n
-    for j = 1, carried do
-      local key = KEYS[6 + j]
-      local ttl, k = ARGV[at + 1], tonumber(ARGV[at + 2])
+    local key = KEYS[6 + j]
+    local ttl, k = ARGV[at + 1], tonumber(ARGV[at + 2])
+    local done, id = pcall(function()
       local args = {key, 'MAXLEN', '~', ARGV[at], '*'}
       for f = 1, 2 * k do
         args[5 + f] = ARGV[at + 2 + f]
       end
-      redis.call('XADD', unpack(args))
-      if ttl ~= '' then
-        redis.call('EXPIRE', key, ttl)
-      end
-      at = at + 3 + 2 * k
+      return redis.call('XADD', unpack(args))
+    end)
+    if not done then ok = false break end
+    added[#added + 1] = {key, id, kinds[j]}
+    if ttl ~= '' then
+      if not pcall(redis.call, 'EXPIRE', key, ttl) then ok = false break end
     end
+    at = at + 3 + 2 * k
+  end
+  if ok then
     wrote = 1
+  else
+    for a = #added, 1, -1 do
+      local key, id, kind = added[a][1], added[a][2], added[a][3]
+      if kind == 'none' then
+        redis.pcall('DEL', key)
+      else
+        redis.pcall('XDEL', key, id)
+      end
+    end
   end
 end
 return {'ok', version, wrote}

@@ -242,6 +242,8 @@ class RedisEventStore(EventStore):
                                             rq.writes)]
             except WrongVersion as exc:
                 return [exc]
+            except redis.ResponseError as exc:  # the request's error, as in a pipelined round
+                return [exc]
         pipe = self.client.pipeline(transaction=False)
         sha = self._append.sha
         encoded: list[list[bytes]] = []
