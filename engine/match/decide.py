@@ -52,6 +52,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from engine.rules.cards import (
     HAND_SIZE,
     NUM_CARDS,
@@ -80,6 +82,7 @@ from engine.match.commands import (
     Sync,
     TrusteeAct,
     TurnTimeout,
+    readable_validation_error,
 )
 from engine.config import ConfigError, RoomConfig
 from engine.match.errors import (
@@ -397,6 +400,8 @@ def _create(b: _Builder, c: CreateMatch) -> None:
     else:
         try:
             cfg = RoomConfig.from_record(c.config or {})
+        except ValidationError as exc:  # field: message, no pydantic URL
+            raise BadCommand(f"bad room config: {readable_validation_error(exc, root='')}") from None
         except (ConfigError, ValueError) as exc:
             raise BadCommand(f"bad room config: {exc}") from None
     seed = b.ctx.server_seed
