@@ -322,15 +322,15 @@ def _reading_for(state: MatchState, i: int, cards: tuple[int, ...],
                 return r
         raise DoesNotBeat(f"{text} as {readings[0].describe()} does not beat "
                           f"{format_ranks(prev.cards)} ({prev.combo.describe()}) (R-5)")
-    readings = interpretations_for_counts(counts_for(cards), heavenly, twos)  # best first
-    if not readings:
+    every = interpretations_for_counts(counts_for(cards), heavenly, twos)  # best first
+    if not every:
         raise NotACombination(f"{format_ranks(cards)} is not a combination (R-3, R-4.5)")
     if prev is None:
-        return readings[0]
-    for combo in readings:  # the largest reading that beats the previous play
+        return every[0]
+    for combo in every:  # the largest reading that beats the previous play
         if beats(combo, prev.combo, heavenly):
             return combo
-    best = readings[0]
+    best = every[0]
     raise DoesNotBeat(f"{format_ranks(cards)} ({best.describe()}) does not beat "
                       f"{format_ranks(prev.cards)} ({prev.combo.describe()}): {_why_not(best, prev.combo)}")
 
