@@ -80,3 +80,26 @@ def test_commands_doctests():
     import doctest
 
     assert doctest.testmod(commands).failed == 0
+
+
+ROOM_CASES = [  # a CreateMatch with a full config record the engine refuses (R-14 bounds)
+    ("turn_seconds", 0.3, "bad room config: @turn_seconds: must be 1..3600 s, got 0.3 s"),
+    ("mode", "gold", "bad room config: mode: Input should be 'points' or 'wealth'"),
+    ("kou", {"flat": -1}, "bad room config: kou.flat: Input should be greater than or equal to 0"),
+]
+
+
+@pytest.mark.parametrize("key, value, says", ROOM_CASES, ids=[c[0] for c in ROOM_CASES])
+def test_a_bad_room_config_reason_is_readable(key, value, says):
+    from engine.config import load_config
+    from engine.match.commands import CreateMatch
+    from engine.match.decide import Context, decide
+    from engine.match.state import MatchState
+
+    record = {**load_config("points").to_record(), key: value}
+    with pytest.raises(BadCommand) as caught:
+        decide(MatchState(match_id="m1"), CreateMatch(command_id="c1", match_id="m1", config=record),
+               Context(now_ms=0))
+    reason = str(caught.value)
+    assert reason == says, reason
+    _check_readable(reason, {})

@@ -51,6 +51,8 @@ BAD_SIMULATE = [
     (["--service-threads", "-1"], "--service-threads must be at least 1"),
     (["--turn-seconds", "-1"], "--turn-seconds must be above 0"),
     (["--turn-seconds", "nan"], "--turn-seconds must be above 0"),
+    (["--turn-seconds", "0.3"], "--turn-seconds must be 1..3600 s (a room's turn clock), got 0.3"),
+    (["--turn-seconds", "5000"], "--turn-seconds must be 1..3600 s (a room's turn clock), got 5000"),
     (["--redis", "not-a-url"], "is not a Redis URL"),
     (["--redis", "redis://127.0.0.1:1/0"], "cannot reach redis://127.0.0.1:1/0"),
 ]

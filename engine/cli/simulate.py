@@ -77,14 +77,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--external", action="store_true",
                         help="--redis: do not run the gateway or timers here (shuangkou serve and workers do)")
     parser.add_argument("--turn-seconds", type=float, default=None,
-                        help="override the config's turn clock (e.g. 0.3 with --redis and --timeout-rate)")
+                        help="override the config's turn clock, 1..3600 s (e.g. 1 with --redis and --timeout-rate)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
     from engine.cli import CliError
-    from engine.config import ConfigError, load_config
+    from engine.config import TIMER_SECONDS, ConfigError, load_config
 
     if args.matches < 1:
         raise CliError("-n must be at least 1")
@@ -98,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"--{name.replace('_', '-')} must be at least 1, got {v}")
     if args.turn_seconds is not None and not args.turn_seconds > 0:  # (NaN too)
         raise CliError(f"--turn-seconds must be above 0, got {args.turn_seconds}")
+    lo, hi = TIMER_SECONDS
+    if args.turn_seconds is not None and not lo <= args.turn_seconds <= hi:  # what CreateMatch accepts
+        raise CliError(f"--turn-seconds must be {lo:g}..{hi:g} s (a room's turn clock), got {args.turn_seconds:g}")
     if args.external and not args.redis:
         raise CliError("--external needs --redis")
     if not args.prefix or any(ch.isspace() or ch in "{}" for ch in args.prefix):

@@ -48,12 +48,13 @@ def _problem_text(err: Any) -> str:
     return msg if len(msg) <= _MAX_PROBLEM else msg[:_MAX_PROBLEM - 1] + "…"
 
 
-def readable_validation_error(exc: ValidationError, skip: int = 0, limit: int = 4) -> str:
+def readable_validation_error(exc: ValidationError, skip: int = 0, limit: int = 4, root: str = "(command)") -> str:
     """A pydantic ``ValidationError`` as one readable ``bad_command`` reason: ``field: message``
     for each of the first ``limit`` problems (``skip`` leading parts of each location dropped,
-    e.g. the command type of a tagged union), no input echoed, no documentation URL, at most
-    :data:`MAX_REASON` characters.  A sequence's "too short" that only follows from its
-    items' own errors is left out (pydantic reports it after dropping the bad items).
+    e.g. the command type of a tagged union; ``root`` names a problem of the whole), no input
+    echoed, no documentation URL, at most :data:`MAX_REASON` characters.  A sequence's "too
+    short" that only follows from its items' own errors is left out (pydantic reports it after
+    dropping the bad items).
 
     >>> try:
     ...     Play(command_id="c", match_id="m", player="a", cards=(999,))
@@ -72,8 +73,8 @@ def readable_validation_error(exc: ValidationError, skip: int = 0, limit: int = 
     for err in errors:
         if err.get("type") == "too_short" and tuple(err["loc"]) in item_errors:
             continue
-        path = ".".join(str(p) for p in err["loc"][skip:]) or "(command)"
-        problems.append(f"{path}: {_problem_text(err)}")
+        path = ".".join(str(p) for p in err["loc"][skip:]) or root  # root "": the message alone
+        problems.append(f"{path}: {_problem_text(err)}" if path else _problem_text(err))
     more = len(problems) - limit
     text = "; ".join(problems[:limit]) + (f"; and {more} more" if more > 0 else "")
     return text if len(text) <= MAX_REASON else text[:MAX_REASON - 1] + "…"
