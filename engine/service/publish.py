@@ -360,18 +360,27 @@ class Publisher:
                 # event's public fields, and the player-independent part of the view
                 publics = [public_event_dict(e) for e in events]
                 common: dict[str, Any] | None = None
+                # a body without a view is the same for players who see the same events (a
+                # play is public): packed once, by what the player sees
+                plain: list[tuple[list[dict[str, Any]], bytes]] = []
                 for player in recipients(state, events):
                     # compact (docs/PROTOCOL.md "Updates"): the entry's fields say the match,
                     # the command and the version; the events follow ``version - len(events)``
-                    body = compact_body([redact_event(e, player, state=state, public=pub)
-                                         for e, pub in zip(events, publics)], duplicate)
+                    seen = [redact_event(e, player, state=state, public=pub) for e, pub in zip(events, publics)]
                     if self._wants_view(player, events, version, duplicate):
                         if common is None:
                             common = view_common(state)
+                        body = compact_body(seen, duplicate)
                         body["view"] = view_for(state, player, common)
+                        packed = pack(body)
+                    else:
+                        packed = next((b for other, b in plain if other == seen), b"")
+                        if not packed:
+                            packed = pack(compact_body(seen, duplicate))
+                            plain.append((seen, packed))
                     out.append(self._delivery(keys.outbox_key(player),
                                               {"kind": "update", "match": match_id, "command_id": cmd_id,
-                                               "version": version, "body": pack(body)}))
+                                               "version": version, "body": packed}))
         if reply_to is not None:
             reply = {"kind": status, "match": match_id, "command_id": cmd_id, "version": version,
                      "inbox_id": msg_id if msg_id is not None else ""}
