@@ -23,7 +23,7 @@ import msgpack
 from engine.match.commands import MAX_COMMAND_BYTES, CommandBase, decode_command, parse_command
 from engine.match.errors import BadCommand, NotAllowed, Rejected
 from engine.match.state import MatchState
-from engine.service.service import Outcome
+from engine.service.service import Carry, Outcome
 from engine.match.protocols import ServiceLike
 from engine.service.publish import INTERNAL_ERROR, GatewayStats, Publisher, Write, text
 from engine.store import keys
@@ -248,7 +248,7 @@ class MessageHandler:
 
     def finish(self, prepared: Prepared, outcome: Any, carried: CarriedOutputs | None = None) -> Handled:
         """The writes that publish ``outcome`` of a prepared message (a dead letter if it
-        cannot be encoded: the events are stored, the sender is told).  None when its
+        cannot be encoded: the events are stored, the sender is told).  No writes when its
         append carried them (``outcome.published``, ``carried``): only counted then."""
         pub, msg_id = self.publisher, prepared.msg_id
         if carried is not None and getattr(outcome, "published", False):
@@ -283,7 +283,8 @@ class NotRun(Exception):
     """The result of a command :func:`run_many` did not start (a stop was asked for)."""
 
 
-def run_many(service: Any, commands: Sequence[CommandBase], stop: Any = None, carry: Any = None) -> list[Any]:
+def run_many(service: Any, commands: Sequence[CommandBase], stop: Any = None,
+             carry: Carry | None = None) -> list[Any]:
     """``service.execute_many(commands, carry)`` when the service's class has it (a wrapper
     that only delegates attributes does not count: it would skip the wrapper), else
     ``execute`` one by one -- there, once ``stop`` (a threading.Event) is set, the
