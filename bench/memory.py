@@ -90,12 +90,12 @@ def one_run(url: str, matches: int, seed: int) -> dict:
     client = redis.Redis.from_url(url)
     client.flushdb()
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    serve = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--redis", url, "--consumer", "bench-mem"],
+    serve = subprocess.Popen([sys.executable, "-m", "shuangkou", "serve", "--redis", url, "--consumer", "bench-mem"],
                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
     try:
         time.sleep(1.5)
-        sim = subprocess.run([sys.executable, "-m", "engine", "simulate", "--redis", url, "--external",
+        sim = subprocess.run([sys.executable, "-m", "shuangkou", "simulate", "--redis", url, "--external",
                               "-n", str(matches), "--seed", str(seed), "--no-progress", "--json"],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
         if sim.returncode != 0:

@@ -234,7 +234,7 @@ def run_serve(url: str, concurrency: int, matches: int) -> dict[str, Any]:
 
     r = redis.Redis.from_url(url)
     r.flushdb()
-    serve = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--redis", url, "--consumer", "bench",
+    serve = subprocess.Popen([sys.executable, "-m", "shuangkou", "serve", "--redis", url, "--consumer", "bench",
                               "--batch", "20"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True)
     # the bots' own CPU (Python, one GIL per process): above 8 matches in flight, two client processes
@@ -243,7 +243,7 @@ def run_serve(url: str, concurrency: int, matches: int) -> dict[str, Any]:
         _wait_ready(serve)
         before = _commandstats(r)
         t0 = time.perf_counter()
-        sims = [subprocess.Popen([sys.executable, "-m", "engine", "simulate", "-n", str(matches // clients),
+        sims = [subprocess.Popen([sys.executable, "-m", "shuangkou", "simulate", "-n", str(matches // clients),
                                   "--redis", url, "--external", "--json", "--seed", str(1 + k), "--concurrency",
                                   str(concurrency // clients), "--no-progress"], cwd=ROOT, env=_env(),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -300,7 +300,7 @@ def counted_serve(serve_args: list[str]) -> int:
     Connection.send_packed_command = counted_send_packed  # type: ignore[method-assign]
     Connection.send_command = counted_send_command  # type: ignore[method-assign]
     Connection.pack_commands = counted_pack_commands  # type: ignore[method-assign]
-    from engine.cli import main as cli_main
+    from shuangkou.cli import main as cli_main
 
     try:
         rc = cli_main(["serve", *serve_args])
@@ -323,7 +323,7 @@ def serve_redis_work(url: str, concurrency: int, matches: int) -> dict[str, Any]
     try:
         _wait_ready(serve)
         clients = 1 if concurrency < 16 else 2
-        sims = [subprocess.Popen([sys.executable, "-m", "engine", "simulate", "-n", str(matches // clients),
+        sims = [subprocess.Popen([sys.executable, "-m", "shuangkou", "simulate", "-n", str(matches // clients),
                                   "--redis", url, "--external", "--json", "--seed", str(11 + k), "--concurrency",
                                   str(concurrency // clients), "--no-progress"], cwd=ROOT, env=_env(),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

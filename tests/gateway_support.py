@@ -92,7 +92,7 @@ class Stack:
         return proc, out, err
 
     def start_engine(self) -> None:
-        serve, out, err = self._spawn("serve", [sys.executable, "-m", "engine", "serve", "--redis", self.store_url,
+        serve, out, err = self._spawn("serve", [sys.executable, "-m", "shuangkou", "serve", "--redis", self.store_url,
                                                 "--broker-url", self.broker_url, "--consumer", "gw-it-1"])
         wait_for(lambda: "ready consumer" in out.read_text(errors="replace") or serve.poll() is not None,
                  60, "serve did not start", tuple(self.logs))
@@ -105,7 +105,7 @@ class Stack:
 
     def start_gateway(self, name: str, *extra: str) -> Gateway:
         assert self.secret_file is not None
-        argv = [sys.executable, "-m", "engine", "gateway", "--redis", self.store_url, "--port", "0",
+        argv = [sys.executable, "-m", "shuangkou", "gateway", "--redis", self.store_url, "--port", "0",
                 "--secret-file", str(self.secret_file), "--id", name, *extra]
         for r in self.rooms:
             argv += ["--room", str(r)]

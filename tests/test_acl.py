@@ -144,7 +144,7 @@ def test_every_process_under_its_own_user(acl_redis, redis_server, tmp_path):
     stop = threading.Event()
     try:
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "engine", "serve", "--redis", acl_redis("service"), "--broker-url", broker_url,
+            [sys.executable, "-m", "shuangkou", "serve", "--redis", acl_redis("service"), "--broker-url", broker_url,
              "--no-projections", "--consumer", "acl-1"], cwd=ROOT, env=env, stdout=files[0],
             stderr=subprocess.STDOUT, start_new_session=True))
         procs.append(subprocess.Popen(
@@ -163,7 +163,7 @@ def test_every_process_under_its_own_user(acl_redis, redis_server, tmp_path):
 
         # the lobby: credits through the CLI, a fast room, matches created by room name and seated
         for player in ("alice", "bob"):
-            out = subprocess.run([sys.executable, "-m", "engine", "ledger", "credit", player, "5000",
+            out = subprocess.run([sys.executable, "-m", "shuangkou", "ledger", "credit", player, "5000",
                                   "--reason", "acl test deposit", "--operator", "op-acl", "--redis",
                                   acl_redis("lobby")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
             assert out.returncode == 0, out.stderr
@@ -226,7 +226,7 @@ def test_every_process_under_its_own_user(acl_redis, redis_server, tmp_path):
         assert any(m.kind == "update" for m in gw.updates("alice"))
 
         # read-only tools: replay checks a match and its settlement
-        out = subprocess.run([sys.executable, "-m", "engine", "replay", mids[0], "--redis", acl_redis("readonly")],
+        out = subprocess.run([sys.executable, "-m", "shuangkou", "replay", mids[0], "--redis", acl_redis("readonly")],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr
 
@@ -331,7 +331,7 @@ def test_a_match_through_the_real_gateway_with_every_process_under_its_own_user(
         return p
 
     try:
-        serve = spawn("serve", [sys.executable, "-m", "engine", "serve", "--redis", acl_redis("service"),
+        serve = spawn("serve", [sys.executable, "-m", "shuangkou", "serve", "--redis", acl_redis("service"),
                                 "--broker-url", broker_url, "--no-projections", "--consumer", "acl-gw-1"])
         spawn("worker", [sys.executable, "-m", "dramatiq", "--processes", "1", "--threads", "2", "workers.actors"],
               {"SK_REDIS_URL": acl_redis("worker")})
@@ -342,7 +342,7 @@ def test_a_match_through_the_real_gateway_with_every_process_under_its_own_user(
         runner = ProjectionRunner(RedisEventStore(proj), RedisLedger(proj), RedisFeed(proj, consumer="acl-gw-proj"))
         t = threading.Thread(target=runner.run_forever, args=(stop,), daemon=True)
         t.start()
-        gateway = spawn("gateway", [sys.executable, "-m", "engine", "gateway", "--redis", acl_redis("gateway"),
+        gateway = spawn("gateway", [sys.executable, "-m", "shuangkou", "gateway", "--redis", acl_redis("gateway"),
                                     "--lobby-redis", acl_redis("lobby"), "--port", "0", "--secret-file", str(secret),
                                     "--id", "acl", "--room", str(room)])
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from engine.cli import main
+from shuangkou.cli import main
 from engine.store import keys
 from engine.store.redis_store import RedisEventStore
 from projections.ledger import RedisLedger

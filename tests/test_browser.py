@@ -110,14 +110,14 @@ def stack(redis_server, tmp_path):
     procs: list[subprocess.Popen] = []
     try:
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "engine", "serve", "--redis", store_url, "--broker-url", broker_url,
+            [sys.executable, "-m", "shuangkou", "serve", "--redis", store_url, "--broker-url", broker_url,
              "--consumer", "browser-1"], cwd=ROOT, env=env, stdout=files[0], stderr=subprocess.STDOUT,
             start_new_session=True))
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "dramatiq", "--processes", "1", "--threads", "2", "workers.actors"],
             cwd=ROOT, env=env, stdout=files[1], stderr=subprocess.STDOUT, start_new_session=True))
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "engine", "gateway", "--redis", store_url, "--port", str(port),
+            [sys.executable, "-m", "shuangkou", "gateway", "--redis", store_url, "--port", str(port),
              "--secret-file", str(secret), "--dev", "--bots", "--room", str(_quick_room(tmp_path))],
             cwd=ROOT, env=env, stdout=files[2], stderr=subprocess.STDOUT, start_new_session=True))
         base = f"http://127.0.0.1:{port}"
@@ -373,7 +373,7 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
 
             # the viewer reads the export file too
             export = tmp_path / "match.jsonl"
-            out = subprocess.run([sys.executable, "-m", "engine", "export", match_id, "--redis", stack["store_url"],
+            out = subprocess.run([sys.executable, "-m", "shuangkou", "export", match_id, "--redis", stack["store_url"],
                                   "--out", str(export)], cwd=ROOT, capture_output=True, text=True, timeout=60)
             assert out.returncode == 0, out.stderr
             viewer.goto(f"{base}/replay/file")

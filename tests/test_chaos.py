@@ -196,7 +196,7 @@ def test_chaos_sigkill_serve_workers_and_the_store(tmp_path):
                SK_SWEEP_INTERVAL_MS="200", SK_SWEEP_GRACE_MS="500",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    serves = [Proc(f"serve-{i}", [sys.executable, "-m", "engine", "serve", "--redis", store_url,
+    serves = [Proc(f"serve-{i}", [sys.executable, "-m", "shuangkou", "serve", "--redis", store_url,
                                   "--broker-url", broker_url, "--consumer", f"chaos-{i}",
                                   "--reconcile-every", "5"], env, tmp_path / f"serve-{i}.log")
               for i in range(2)]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import EXIT_BROKEN_PIPE, main
+from shuangkou.cli import EXIT_BROKEN_PIPE, main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,7 +22,7 @@ def _to_closed_pipe(*args: str) -> subprocess.CompletedProcess:
     os.close(read_end)  # every write now fails with EPIPE
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     try:
-        return subprocess.run([sys.executable, "-m", "engine", *args], stdout=write_end, stderr=subprocess.PIPE,
+        return subprocess.run([sys.executable, "-m", "shuangkou", *args], stdout=write_end, stderr=subprocess.PIPE,
                               text=True, env=env, cwd=ROOT, timeout=120)
     finally:
         os.close(write_end)
@@ -31,7 +31,7 @@ def _to_closed_pipe(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def escape_events(tmp_path_factory) -> Path:
     """run-script --json of the escape example (R-12.2 points forfeit)."""
-    out = subprocess.run([sys.executable, "-m", "engine", "run-script", "examples/escape_forfeit.json", "--json"],
+    out = subprocess.run([sys.executable, "-m", "shuangkou", "run-script", "examples/escape_forfeit.json", "--json"],
                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                          timeout=120)
     assert out.returncode == 0, out.stderr

@@ -10,7 +10,7 @@ import pytest
 
 
 def _run(args, stdin=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "engine", *args], input=stdin, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "shuangkou", *args], input=stdin, capture_output=True,
                           text=True, timeout=timeout)
 
 

@@ -452,7 +452,7 @@ def test_interpretations_sorted_best_first_and_distinct(row: tuple) -> None:
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, object, str]:
     import json
 
-    from engine.cli import main
+    from shuangkou.cli import main
 
     code = main(["classify", *argv])
     out, err = capsys.readouterr()

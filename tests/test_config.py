@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main as cli_main
+from shuangkou.cli import main as cli_main
 from engine.config import CONFIG_DIR, ConfigError, RoomConfig, load_config, parse_config
 
 
@@ -142,9 +142,9 @@ def test_cli_bad_files_exit_2_without_traceback(tmp_path: Path, capsys, content,
 
 def test_cli_subprocess_exit_codes(tmp_path: Path):
     """The installed entry point: exit 0 / 2, never a traceback."""
-    ok = subprocess.run([sys.executable, "-m", "engine", "config", "check", "wealth"],
+    ok = subprocess.run([sys.executable, "-m", "shuangkou", "config", "check", "wealth"],
                         capture_output=True, text=True, timeout=60)
     assert (ok.returncode, ok.stdout.strip()) == (0, "ok: wealth (wealth)")
-    bad = subprocess.run([sys.executable, "-m", "engine", "config", "check", str(tmp_path / "x.toml")],
+    bad = subprocess.run([sys.executable, "-m", "shuangkou", "config", "check", str(tmp_path / "x.toml")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "file not found" in bad.stderr and "Traceback" not in bad.stderr

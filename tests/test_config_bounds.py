@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main as cli_main
+from shuangkou.cli import main as cli_main
 from engine.config import CONFIG_DIR, MAX_SETTLEMENT, ConfigError, RoomConfig, parse_config, worst_settlement
 from engine.match.commands import CreateMatch
 from engine.match.decide import Context, decide

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from engine.cli import main
+from shuangkou.cli import main
 from engine.match.events import event_from_dict
 from engine.store.redis_store import RedisEventStore
 from projections.ledger import RedisLedger

@@ -325,7 +325,7 @@ def _cli(*args: str, redis_url: str | None = None) -> subprocess.CompletedProces
     env["PYTHONPATH"] = str(ROOT)
     if redis_url is not None:
         env["SK_REDIS_URL"] = redis_url  # the default of --redis, as for replay/matches/ledger
-    return subprocess.run([sys.executable, "-m", "engine", "verify-deal", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "shuangkou", "verify-deal", *args], capture_output=True,
                           text=True, env=env, cwd=ROOT, timeout=120)
 
 
@@ -396,7 +396,7 @@ def test_events_from_a_run_script_json_verify(tmp_path):
     sp = tmp_path / "s.json"
     sp.write_text(json.dumps(script))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "engine", "run-script", str(sp), "--json"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "shuangkou", "run-script", str(sp), "--json"], capture_output=True,
                          text=True, env=env, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     (tmp_path / "e.json").write_text(out.stdout)

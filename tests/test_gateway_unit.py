@@ -55,7 +55,7 @@ def test_secrets_shorter_than_32_bytes_are_refused(tmp_path):
 
 
 def test_token_cli_mints_a_verifiable_token(tmp_path, capsys):
-    from engine.cli import main
+    from shuangkou.cli import main
 
     f = tmp_path / "s"
     f.write_bytes(SECRET)

@@ -1,7 +1,15 @@
-"""The layout contract (DESIGN.md, the layout issue): imports only go down —
-rules ← match ← store ← service/projections ← workers/tools ← cli (and the gateway) —
-the rules use the standard library only, the match domain is pure (no Redis,
-dramatiq, clock or randomness), and no package has an import cycle.
+"""The layout contract (DESIGN.md, the layout issues): imports only go down —
+rules ← match ← store ← projections ← service ← workers/tools ← gateway ← shuangkou
+(the application: the command line) — the rules use the standard library only, the
+match domain is pure (no Redis, dramatiq, clock or randomness), and no package has an
+import cycle.
+
+At the top level this reads as a staircase, engine → projections → workers / gateway
+→ shuangkou, with one arrow back up: engine/service and engine/tools import
+projections (the per-player views, the ledger, the settlement). That is the order on
+purpose: the command service publishes each player's redacted view and checks
+balances, so it reads the read models; the read models themselves know nothing of the
+service. ``shuangkou`` may import anything, and nothing imports ``shuangkou``.
 
 Every import counts, the ones inside functions too: a lazy import is still a dependency.
 """
@@ -15,7 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-OURS = ("engine", "workers", "projections", "gateway")
+OURS = ("engine", "workers", "projections", "gateway", "shuangkou")
 
 # the layer of each group; a module may import its own group and groups of a lower layer
 LAYERS: dict[str, int] = {
@@ -25,8 +33,13 @@ LAYERS: dict[str, int] = {
     "projections": 3,
     "engine.service": 4,
     "workers": 5, "engine.tools": 5,
-    "engine.cli": 6, "gateway": 6, "engine": 6,  # engine/__init__, engine/__main__
+    "gateway": 6,
+    "shuangkou": 7,  # the application: may import anything, nothing imports it
+    "engine": 0,  # engine/__init__: the version only
 }
+# the one arrow between top-level packages that runs back up the staircase (see the docstring)
+BACK_ARROWS = {("engine", "projections")}
+STAIRCASE = ("engine", "projections", "workers", "gateway", "shuangkou")
 IMPURE = {"redis", "dramatiq", "fakeredis", "time", "random", "secrets", "socket", "threading", "os",
           "subprocess", "asyncio", "prometheus_client"}
 
@@ -142,3 +155,22 @@ def test_layer_check_catches_an_upward_import(monkeypatch):  # positive control
     monkeypatch.setitem(IMPORTS, "engine.rules.cards", IMPORTS["engine.rules.cards"] | {"engine.match.events"})
     with pytest.raises(AssertionError):
         test_imports_only_go_down("engine.rules.cards")
+
+
+def test_nothing_imports_the_application():
+    importers = sorted(m for m in MODULES if not m.startswith("shuangkou")
+                       and any(t == "shuangkou" or t.startswith("shuangkou.") for t in IMPORTS[m]))
+    assert not importers, f"these modules import the application (shuangkou): {importers}"
+
+
+def test_top_level_reads_as_a_staircase_with_one_arrow_back_up():
+    """engine → projections → workers / gateway → shuangkou; only engine/service and
+    engine/tools reach up, into projections (the service reads the read models)."""
+    step = {top: i for i, top in enumerate(STAIRCASE)}
+    step["gateway"] = step["workers"]  # side by side on one stair
+    arrows = {(m.split(".")[0], t.split(".")[0]) for m in MODULES for t in _our_targets(m)}
+    back = {(a, b) for a, b in arrows if a != b and step[b] > step[a]}
+    assert back == BACK_ARROWS, f"arrows back up the staircase: {sorted(back)}"
+    reaching_up = {m.split(".")[1] for m in MODULES if m.startswith("engine.")
+                   and any(t.startswith("projections") for t in _our_targets(m))}
+    assert reaching_up <= {"service", "tools"}, reaching_up

@@ -18,7 +18,7 @@ import pytest
 
 import engine
 import engine.config as config_mod
-from engine.cli import main as cli_main
+from shuangkou.cli import main as cli_main
 from engine.config import ConfigError, builtin_config_dir, builtin_configs, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,7 +131,7 @@ def test_run_script_config_flag_names_a_room_or_a_file(tmp_path, capsys, monkeyp
 
 
 def _run(args: list[str], env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "shuangkou", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, env=env)
 
 
@@ -346,12 +346,13 @@ def test_wheel_carries_the_configs_inside_the_package_and_no_top_level_config(wh
     tops = {n.split("/")[0] for n in names}
     assert "config" not in tops
     packages = tops - {f"shuangkou-{engine.__version__}.dist-info"}
-    assert {"engine", "workers", "projections"} <= packages <= {"engine", "workers", "projections", "gateway"}
+    assert packages == {"engine", "workers", "projections", "gateway", "shuangkou"}
     if (ROOT / "gateway" / "static" / "index.html").exists():  # the browser client ships with the gateway
         assert "gateway/static/index.html" in names
     for room in ("points", "wealth"):
         assert f"engine/room_configs/{room}.toml" in names
     assert "engine/store/append.lua" in names and "workers/prometheus.py" in names
+    assert "shuangkou/__main__.py" in names and "shuangkou/cli/__init__.py" in names  # the application
     meta = zipfile.ZipFile(wheel).read(f"shuangkou-{engine.__version__}.dist-info/METADATA").decode()
     assert f"Version: {engine.__version__}" in meta
     assert "Description-Content-Type: text/markdown" in meta and "## Set-up: two commands" in meta  # the README
@@ -384,8 +385,8 @@ def test_installed_wheel_runs_from_outside_the_source_tree(wheel, tmp_path):
     for args in (["config", "check", "points"], ["config", "check", "wealth"], ["simulate", "-n", "3", "--json"],
                  ["run-script", "examples/normal_win.json"], ["run-script", "examples/settlement/wealth_capped_loss.json"],
                  ["--version"]):
-        out = run("-m", "engine", *args)
+        out = run("-m", "shuangkou", *args)
         assert out.returncode == 0, (args, out.stderr)
         assert "file not found" not in out.stderr
-    played = run("-m", "engine", "play", stdin="")
+    played = run("-m", "shuangkou", "play", stdin="")
     assert played.returncode == 0 and "file not found" not in played.stderr + played.stdout, played.stderr

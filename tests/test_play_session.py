@@ -1,4 +1,4 @@
-"""The terminal game's session (engine.cli.play.PlaySession) on the embedded fake clock.
+"""The terminal game's session (shuangkou.cli.play.PlaySession) on the embedded fake clock.
 
 Time moves only when a test moves it (``workers.clock.FakeClock``): the bot's
 own clock, the turn clock (R-13.1), trusteeship (R-13.3, R-13.5) and escapes
@@ -12,7 +12,7 @@ import io
 import pytest
 from rich.console import Console
 
-from engine.cli.play import BOT, YOU, PlaySession, says, settlement_sentences
+from shuangkou.cli.play import BOT, YOU, PlaySession, says, settlement_sentences
 from engine.config import load_config
 from engine.match.events import (
     CardsPlayed,

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from engine.cli import main
+from shuangkou.cli import main
 from engine.tools.export import export_text, parse_events_text, settlement_differences
 from projections.settlement import settle
 from tests.strategies import MatchSpec, play_match

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
+from shuangkou.cli import main
 from engine.match.replay import check_stream
 from engine.tools.script import ScriptError, run_script
 
@@ -66,7 +66,7 @@ def test_text_output_is_a_play_by_play(capsys) -> None:
 
 
 def test_cli_entry_point_subprocess() -> None:
-    p = subprocess.run([sys.executable, "-m", "engine", "run-script", str(ROOT / "examples" / "escape_forfeit.json"),
+    p = subprocess.run([sys.executable, "-m", "shuangkou", "run-script", str(ROOT / "examples" / "escape_forfeit.json"),
                         "--json"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["result"]["kou"] == "escape"

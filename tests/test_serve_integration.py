@@ -74,7 +74,7 @@ def stack(redis_server, tmp_path):
     procs: list[subprocess.Popen] = []
     files = [open(serve_out, "wb"), open(serve_err, "wb"), open(worker_log, "wb")]
     try:
-        serve = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--redis", store_url, "--broker-url",
+        serve = subprocess.Popen([sys.executable, "-m", "shuangkou", "serve", "--redis", store_url, "--broker-url",
                                   broker_url, "--metrics-port", "0", "--metrics-addr", "127.0.0.1",
                                   "--consumer", "it-1"], cwd=ROOT, env=env, stdout=files[0], stderr=files[1],
                                  start_new_session=True)
@@ -201,7 +201,7 @@ def test_serve_and_worker_metrics_match_what_happened(stack):
     # provably fair deals (docs/FAIRNESS.md): every match served can be verified from its record,
     # and no log line of serve or the worker carries a server seed
     for mid in ids:
-        out = subprocess.run([sys.executable, "-m", "engine", "verify-deal", mid, "--redis", stack["store_url"],
+        out = subprocess.run([sys.executable, "-m", "shuangkou", "verify-deal", mid, "--redis", stack["store_url"],
                               "--json"], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr
         assert json.loads(out.stdout)["status"] == "ok"

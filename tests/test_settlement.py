@@ -345,7 +345,7 @@ def _subset(expected, actual, where="result"):
 @pytest.mark.parametrize("path", SCRIPTS, ids=[p.stem for p in SCRIPTS])
 def test_settlement_scripts(path, capsys):
     """The worked examples of docs/SETTLEMENT.md, played through the real service."""
-    from engine.cli import main
+    from shuangkou.cli import main
 
     assert main(["run-script", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -274,7 +274,7 @@ def test_reconcile_settles_what_the_feed_lost_exactly_once(real_redis):
 def test_reconcile_and_replay_all_commands(real_redis, redis_server, capsys):
     """``replay --all`` exits 1 while a finished match has no settlement (and names it),
     ``shuangkou reconcile`` settles it, then ``replay --all`` exits 0."""
-    from engine.cli import main
+    from shuangkou.cli import main
 
     store = RedisEventStore(real_redis)
     for i in range(3):
@@ -301,7 +301,7 @@ def test_reconcile_and_replay_all_commands(real_redis, redis_server, capsys):
 
 @pytest.mark.redis
 def test_reconcile_exits_1_while_a_match_is_parked(real_redis, redis_server, capsys):
-    from engine.cli import main
+    from shuangkou.cli import main
 
     store = RedisEventStore(real_redis)
     store.append("huge", 0, "c", match_events("huge", seats=((2, HUGE, 1), (2, HUGE, 1)), left=12), None)

@@ -304,7 +304,7 @@ def test_operator_and_rooms_doctests():
 def test_ledger_and_room_cli(real_redis, redis_server, tmp_path, capsys):
     import threading
 
-    from engine.cli import main
+    from shuangkou.cli import main
 
     url = redis_server.url  # real_redis's database
     eng = Engine(real_redis)

@@ -47,7 +47,7 @@ def parse_since(text: str, now_ms: int) -> int:
     >>> parse_since("2023-11-14T22:13:20", 0)
     1700000000000
     """
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
 
     t = text.strip()
     if t.isdigit():
@@ -104,8 +104,8 @@ def summary(match_id: str, events: list[Any], stored: Any) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.cli import CliError
-    from engine.cli.export import read_only_store
+    from shuangkou.cli import CliError
+    from shuangkou.cli.export import read_only_store
     from projections.ledger import RedisLedger
 
     since = parse_since(args.since, int(time.time() * 1000)) if args.since else None

@@ -40,7 +40,7 @@ def _reading(combo, cards_text: str) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     from engine.rules.cards import CardNotationError, format_ranks, parse_cards
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
     from engine.rules.classify import classify, interpretations
 
     try:

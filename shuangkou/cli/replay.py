@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _load_file(path: str) -> Any:
     """The :class:`~engine.tools.export.ParsedEvents` of an export (JSON Lines,
     ``shuangkou export``) or a JSON events file."""
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
     from engine.tools.export import ExportFormatError, parse_events_text
 
     try:
@@ -140,7 +140,7 @@ def report(match_id: str, events: list[Any], ledger: Any = None, require_settlem
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
 
     if args.redis and args.events:
         raise CliError("give --redis URL or --events FILE, not both")

@@ -1,6 +1,6 @@
 """The ``shuangkou`` command line.
 
-Each sub-command lives in its own module under ``engine.cli`` and defines
+Each sub-command lives in its own module under ``shuangkou.cli`` and defines
 ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only
 when their command runs, so ``shuangkou classify`` stays fast.
 Exit codes: 0 success, 1 a check failed, 2 bad input (one readable line on stderr);
@@ -18,22 +18,22 @@ from collections.abc import Sequence
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "classify": ("engine.cli.classify", "print the reading of some cards as JSON"),
-    "run-script": ("engine.cli.run_script", "run a scripted match (JSON) and print its events and result"),
-    "replay": ("engine.cli.replay", "rebuild a stored match from its events, print it, check it"),
-    "simulate": ("engine.cli.simulate", "many bot matches through the full pipeline, with a summary"),
-    "play": ("engine.cli.play", "play a match against the bot in the terminal"),
-    "serve": ("engine.cli.serve", "run the command service and projections on real Redis"),
-    "config": ("engine.cli.config_cmd", "check an operator config file"),
-    "gateway": ("engine.cli.gateway", "run the players' WebSocket gateway (lobby, tables, spectators)"),
-    "token": ("engine.cli.token_cmd", "mint a gateway session token (JWT) for tests and development"),
-    "export": ("engine.cli.export", "write one stored match as a JSON Lines file (for replay --events and the viewer)"),
-    "matches": ("engine.cli.matches", "find stored matches by player, start time or room (disputes)"),
-    "ledger": ("engine.cli.ledger_cmd", "audited credits and debits, a player's balances and entries"),
-    "room": ("engine.cli.room_cmd", "register room configs, list and show them"),
-    "reconcile": ("engine.cli.reconcile", "settle finished matches that have no settlement (exactly once)"),
-    "archive": ("engine.cli.archive", "export finished, settled matches to files and delete them from Redis"),
-    "verify-deal": ("engine.cli.verify_deal", "check a finished match's deal against its commitment and seeds"),
+    "classify": ("shuangkou.cli.classify", "print the reading of some cards as JSON"),
+    "run-script": ("shuangkou.cli.run_script", "run a scripted match (JSON) and print its events and result"),
+    "replay": ("shuangkou.cli.replay", "rebuild a stored match from its events, print it, check it"),
+    "simulate": ("shuangkou.cli.simulate", "many bot matches through the full pipeline, with a summary"),
+    "play": ("shuangkou.cli.play", "play a match against the bot in the terminal"),
+    "serve": ("shuangkou.cli.serve", "run the command service and projections on real Redis"),
+    "config": ("shuangkou.cli.config_cmd", "check an operator config file"),
+    "gateway": ("shuangkou.cli.gateway", "run the players' WebSocket gateway (lobby, tables, spectators)"),
+    "token": ("shuangkou.cli.token_cmd", "mint a gateway session token (JWT) for tests and development"),
+    "export": ("shuangkou.cli.export", "write one stored match as a JSON Lines file (for replay --events and the viewer)"),
+    "matches": ("shuangkou.cli.matches", "find stored matches by player, start time or room (disputes)"),
+    "ledger": ("shuangkou.cli.ledger_cmd", "audited credits and debits, a player's balances and entries"),
+    "room": ("shuangkou.cli.room_cmd", "register room configs, list and show them"),
+    "reconcile": ("shuangkou.cli.reconcile", "settle finished matches that have no settlement (exactly once)"),
+    "archive": ("shuangkou.cli.archive", "export finished, settled matches to files and delete them from Redis"),
+    "verify-deal": ("shuangkou.cli.verify_deal", "check a finished match's deal against its commitment and seeds"),
 }
 
 

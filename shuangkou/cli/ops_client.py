@@ -22,8 +22,8 @@ def add_redis_arguments(parser: argparse.ArgumentParser, wait: bool = True) -> N
 
 
 def connect(args: argparse.Namespace) -> Any:
-    from engine.cli import CliError
-    from engine.cli.serve import connect_redis
+    from shuangkou.cli import CliError
+    from shuangkou.cli.serve import connect_redis
 
     if not args.redis:
         raise CliError("--redis URL is required (or set SK_REDIS_URL)")
@@ -32,7 +32,7 @@ def connect(args: argparse.Namespace) -> Any:
 
 def send_and_wait(client: Any, command: CommandBase, timeout: float) -> Any:
     """XADD ``command`` to sk:ops with a private reply stream; the reply (an OutMessage)."""
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
     from engine.service.client import GatewayClient
 
     reply_to = f"sk:reply:ops-{uuid.uuid4().hex}"

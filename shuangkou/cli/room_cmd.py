@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from engine.cli.ops_client import add_redis_arguments, connect, send_and_wait
+from shuangkou.cli.ops_client import add_redis_arguments, connect, send_and_wait
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
     from engine.service.rooms import RedisRooms
 
     if args.room_command == "add":

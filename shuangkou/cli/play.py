@@ -78,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _seconds(option: str, text: str | None, *, allow_zero: bool) -> float | None:
     """A seconds option checked by hand so a bad value is one line (exit 2), never a traceback."""
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
 
     if text is None:
         return None
@@ -728,7 +728,7 @@ def run_loop(session: PlaySession, inbox: queue.Queue[tuple[str, str | None]]) -
 def run(args: argparse.Namespace, stdin: Any = None, argv_console: Any = None) -> int:
     from rich.console import Console
 
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
     from engine.config import ConfigError, load_config
 
     stream = stdin if stdin is not None else sys.stdin

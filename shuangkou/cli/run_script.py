@@ -45,7 +45,7 @@ def with_config(data: dict[str, Any], config: str) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
     from engine.match.narrate import narrate
     from engine.tools.script import ScriptError, expect_mismatches, format_result, load_script, run_script
 

@@ -32,8 +32,8 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import sys
 
-    from engine.cli import CliError
-    from engine.cli.serve import connect_redis
+    from shuangkou.cli import CliError
+    from shuangkou.cli.serve import connect_redis
     from engine.config import ConfigError
 
     if not args.redis:

@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
     from gateway.tokens import load_secret, mint
 
     try:

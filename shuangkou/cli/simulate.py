@@ -83,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
     from engine.config import TIMER_SECONDS, ConfigError, load_config
 
     if args.matches < 1:
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if args.turn_seconds is not None:
         config = config.model_copy(update={"turn_seconds": float(args.turn_seconds)})
     if args.redis:
-        from engine.cli.serve import connect_redis
+        from shuangkou.cli.serve import connect_redis
 
         connect_redis(args.redis, "--redis").close()  # a readable error, not a traceback mid-run
 

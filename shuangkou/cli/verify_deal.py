@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _events(args: argparse.Namespace) -> tuple[str, list[Any]]:
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
 
     if args.redis and args.events:
         raise CliError("give --redis URL or --events FILE, not both")
@@ -43,7 +43,7 @@ def _events(args: argparse.Namespace) -> tuple[str, list[Any]]:
     if not args.redis and not args.events:
         raise CliError("give --redis URL (or set SK_REDIS_URL) or --events FILE")
     if args.events:
-        from engine.cli.replay import _load_file
+        from shuangkou.cli.replay import _load_file
 
         matches = _load_file(args.events).by_match
         if args.match_id:

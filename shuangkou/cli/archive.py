@@ -30,8 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.cli import CliError
-    from engine.cli.serve import connect_redis
+    from shuangkou.cli import CliError
+    from shuangkou.cli.serve import connect_redis
     from engine.store.redis_store import RedisEventStore
     from engine.tools.archive import DAY_MS, archive_matches
     from projections.ledger import RedisLedger

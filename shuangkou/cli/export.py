@@ -32,7 +32,7 @@ def read_only_store(url: str) -> Any:
     """
     import redis
 
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
     from engine.store import keys
     from engine.store.redis_store import RedisEventStore
 
@@ -48,7 +48,7 @@ def read_only_store(url: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
     from engine.tools.export import export_text
     from projections.ledger import RedisLedger
 

@@ -18,7 +18,7 @@ import getpass
 import json
 import sys
 
-from engine.cli.ops_client import add_redis_arguments, connect, send_and_wait
+from shuangkou.cli.ops_client import add_redis_arguments, connect, send_and_wait
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
 
     client = connect(args)
     if args.ledger_command == "show":

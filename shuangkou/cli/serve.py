@@ -72,7 +72,7 @@ def connect_redis(url: str, option: str):
     """A Redis client for ``url`` that answered PING; a readable CliError otherwise."""
     import redis
 
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
 
     try:
         client = redis.Redis.from_url(url)
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     import threading
 
-    from engine.cli import CliError
+    from shuangkou.cli import CliError
 
     if not args.redis:
         raise CliError("--redis URL is required (or set SK_REDIS_URL)")

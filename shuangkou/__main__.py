@@ -1,0 +1,5 @@
+import sys
+
+from shuangkou.cli import main
+
+sys.exit(main())
