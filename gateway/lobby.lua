@@ -20,9 +20,10 @@ local function note(player, msg)
   redis.call('XADD', P .. 'notes:' .. player, 'MAXLEN', '~', 200, '*', 'm', msg)
 end
 
-local function lobby_msg(state, room, tbl, match, reason)
+local function lobby_msg(state, room, tbl, match, reason, bot_level)
   return cjson.encode({kind = 'lobby', state = state, room = room or cjson.null, table = tbl or cjson.null,
-                       match = match or cjson.null, reason = reason or cjson.null})
+                       match = match or cjson.null, reason = reason or cjson.null,
+                       bot_level = bot_level or cjson.null})
 end
 
 local function enqueue(player, room, reason)
@@ -117,8 +118,9 @@ elseif op == 'seated' then
   redis.call('HSET', th, 'status', 'seated')
   redis.call('ZREM', P .. 'pending', t)
   local room = redis.call('HGET', th, 'room')
+  local level = redis.call('HGET', th, 'bot_level')
   for _, p in ipairs({redis.call('HGET', th, 'a'), redis.call('HGET', th, 'b')}) do
-    note(p, lobby_msg('seated', room, t, m, nil))
+    note(p, lobby_msg('seated', room, t, m, nil, level))
   end
   return 1
 
@@ -180,9 +182,9 @@ elseif op == 'advance' then
   return {'next', nm}
 
 elseif op == 'bot' then
-  -- ARGV[3] room, ARGV[4] waited ms: the oldest waiting player of the room, if they waited that
-  -- long, gets a trustee bot as opponent (shuangkou gateway --bots) -> {table, bot} | {}
-  local room, waited = ARGV[3], tonumber(ARGV[4])
+  -- ARGV[3] room, ARGV[4] waited ms, ARGV[5] the bot's level: the oldest waiting player of the
+  -- room, if they waited that long, gets a bot as opponent (shuangkou gateway --bots) -> {table, bot} | {}
+  local room, waited, level = ARGV[3], tonumber(ARGV[4]), ARGV[5] or 'normal'
   local q = P .. 'queue:' .. room
   local p = redis.call('LINDEX', q, 0)
   if not p then return {} end
@@ -198,7 +200,7 @@ elseif op == 'bot' then
   local bot = 'bot-' .. n
   local m = t .. '-1'
   redis.call('HSET', P .. 'table:' .. t, 'room', room, 'a', p, 'b', bot, 'n', 1, 'match', m,
-             'status', 'creating', 'since', now, 'bot', bot)
+             'status', 'creating', 'since', now, 'bot', bot, 'bot_level', level)
   redis.call('SET', P .. 'match:' .. m, t)
   redis.call('HSET', ph, 'state', 'table', 'table', t)
   redis.call('DEL', P .. 'player:' .. bot)

@@ -93,6 +93,7 @@ class Table:
     status: str
     finished: str
     escaped: str
+    bot_level: str | None = None  # the level of the table's bot (``gateway --bots``), None: no bot
 
     @classmethod
     def parse(cls, table_id: str, raw: dict) -> Table | None:
@@ -100,7 +101,8 @@ class Table:
         if not f.get("match"):
             return None
         return cls(table_id, f.get("room", ""), (f.get("a", ""), f.get("b", "")), int(f.get("n") or 1),
-                   f["match"], f.get("status", ""), f.get("finished", ""), f.get("escaped", ""))
+                   f["match"], f.get("status", ""), f.get("finished", ""), f.get("escaped", ""),
+                   f.get("bot_level") or None)
 
 
 @dataclass(frozen=True)
@@ -206,9 +208,10 @@ class Lobby:
             self._spawn_drive(t)
         return out[0], out[1], out[2]
 
-    async def bot_for(self, room: str, waited_ms: int) -> tuple[str, str] | None:
-        """A bot opposite the oldest waiting player of ``room`` who waited ``waited_ms``: (table, bot)."""
-        out = [_s(x) for x in await self._call("bot", room, waited_ms)]
+    async def bot_for(self, room: str, waited_ms: int, level: str) -> tuple[str, str] | None:
+        """A bot of ``level`` opposite the oldest waiting player of ``room`` who waited
+        ``waited_ms``: (table, bot).  The table keeps the level (the lobby's ``bot_level``)."""
+        out = [_s(x) for x in await self._call("bot", room, waited_ms, level)]
         return (out[0], out[1]) if len(out) == 2 else None
 
     def spawn_drive(self, table_id: str) -> None:

@@ -162,7 +162,9 @@ def server_schema() -> dict[str, Any]:
         "view": nullable_view, "match": _NULLABLE_STR}, "Your command was refused; nothing changed")
     defs["lobby"] = msg("lobby", {
         "state": {"enum": ["queued", "seated", "removed"]}, "room": _NULLABLE_STR, "table": _NULLABLE_STR,
-        "match": _NULLABLE_STR, "reason": _NULLABLE_STR}, "Where you are in the lobby")
+        "match": _NULLABLE_STR, "reason": _NULLABLE_STR,
+        "bot_level": {"enum": ["easy", "normal", "hard", None]}},
+        "Where you are in the lobby (bot_level: the level of a bot opponent, null for a person)")
     defs["settled"] = msg("settled", {
         "match": {"type": "string"}, "scores": {"type": "object", "additionalProperties": _INT},
         "breakdown": {"type": "object"}, "balances": {"type": "object", "additionalProperties": _INT}},

@@ -203,7 +203,8 @@ class Connection:
         elif table is not None:
             if table.status == "seated":
                 self.match = self._announced = table.match
-                await self.send(protocol.lobby("seated", table.room, table.id, table.match))
+                await self.send(protocol.lobby("seated", table.room, table.id, table.match,
+                                               bot_level=table.bot_level))
             else:
                 await self.send(protocol.lobby("queued", table.room, table.id))
         if self.match is not None:
@@ -379,7 +380,7 @@ class Connection:
         self.place = place
         if place.table is not None and place.table.status == "seated":
             await self.send(protocol.lobby("seated", place.room, place.table.id, place.table.match,
-                                           "already at a table"))
+                                           "already at a table", bot_level=place.table.bot_level))
         else:
             await self.send(protocol.lobby("queued", at_room or room, table_id or None, None, "already queued"))
 

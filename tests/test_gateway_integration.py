@@ -481,8 +481,9 @@ def test_healthz_and_metrics(stack):
 
 
 def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
-    """``--bots``: alone in the queue for a few seconds → a trustee bot sits opposite."""
-    gw = stack.start_gateway("bots", "--bots")
+    """``--bots --bot-level hard``: alone in the queue for a few seconds → a bot sits opposite;
+    the lobby names its level and it plays its own turns (issue 27), hand after hand."""
+    gw = stack.start_gateway("bots", "--bots", "--bot-level", "hard")
 
     async def main() -> None:
         c = await Client.connect(gw.url, stack.token("so-alice"), "so-alice")
@@ -493,8 +494,23 @@ def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
         view = (await c.expect(lambda x: x["kind"] == "update" and x["match"] == seated["match"]))["view"]
         opponent = next(s["player"] for s in view["seats"] if s and s["player"] != "so-alice")
         assert opponent.startswith("bot-")
-        s1 = await ready_and_play(c, seated["match"])
+        assert seated["bot_level"] == "hard"
+        bot_moves: list[str] = []
+        await c.send({"type": "Ready", "command_id": f"ready-{seated['match']}"})
+        asked = False
+        while True:  # alice hands her seat to the trustee; the bot plays its own turns
+            m = await c.recv()
+            if m["kind"] == "update" and m["match"] == seated["match"]:
+                bot_moves += [e["by"] for e in m["events"] if e["type"] in ("CardsPlayed", "Passed")
+                              and e["player"] == opponent]
+                if not asked and m["view"] and m["view"]["phase"] == "playing":
+                    await c.send({"type": "RequestTrustee"})
+                    asked = True
+            if m["kind"] == "settled" and m["match"] == seated["match"]:
+                s1 = m
+                break
         assert set(s1["scores"]) == {"so-alice", opponent}
+        assert "player" in bot_moves and "trustee" not in bot_moves and "timeout" not in bot_moves, bot_moves
         nxt = await c.expect(lobby("seated"), what="the next match against the bot")
         assert nxt["table"] == seated["table"] and nxt["match"] != seated["match"]
         await c.send({"type": "Leave"})

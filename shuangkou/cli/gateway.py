@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from engine.tools.levels import DEFAULT_LEVEL, LEVELS
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis", metavar="URL", default=os.environ.get("SK_REDIS_URL"),
@@ -24,7 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--id", default=None, help="this gateway's id (default <hostname>-<pid>)")
     parser.add_argument("--dev", action="store_true", help="development only: the browser page mints tokens by name, for any role "
                              "(operator included): never on a reachable host")
-    parser.add_argument("--bots", action="store_true", help="fill an empty seat with the trustee bot")
+    parser.add_argument("--bots", action="store_true",
+                        help="seat a bot opposite a player who waits alone for a few seconds (docs/BOTS.md)")
+    parser.add_argument("--bot-level", choices=LEVELS, default=DEFAULT_LEVEL,
+                        help="the bots' level where the room config sets no bot_level (default normal)")
     parser.add_argument("--log-level", default=os.environ.get("SK_LOG_LEVEL", "INFO"))
 
 
@@ -64,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             "--dev: anyone who reaches port %s can mint a token for any name and role, operator included "
             "(POST /api/dev/token); for development on loopback only, never on a reachable host", args.port)
     settings = GatewaySettings(redis_url=args.redis, secret=secret, rooms=rooms,
-                               gateway_id=args.id or default_gateway_id(), dev=args.dev, bots=args.bots,
+                               gateway_id=args.id or default_gateway_id(), dev=args.dev, bots=args.bots, bot_level=args.bot_level,
                                lobby_redis_url=args.lobby_redis)
     serve(settings, args.host, args.port, log_level=str(args.log_level))
     return 0

@@ -7,7 +7,7 @@ import { api, claims, clientConfig, devToken, forgetToken, storedToken, tokenFro
 import { cardElement, sortCards } from "./cards.js";
 import { Link } from "./socket.js";
 import { randomClientSeed, verifyDeal } from "./fair.js";
-import { BOMB_KINDS, KOU, REMOVED_REASON, TRUSTEE_REASON, describe, eventReading, modeWords, readingWords } from "./words.js";
+import { BOMB_KINDS, KOU, REMOVED_REASON, TRUSTEE_REASON, botWords, describe, eventReading, modeWords, readingWords } from "./words.js";
 
 const $ = (sel) => document.querySelector(sel);
 const root = $("#table");
@@ -107,6 +107,13 @@ function renderSeat(prefix, seat, view, { count = "data-opponent-count" } = {}) 
   const turn = view.phase === "playing" && seat && view.turn === seat.player;
   $(`#${prefix}`).classList.toggle("on-turn", !!turn);
   if (prefix === "opp") {
+    // a bot opponent shows its level (the lobby's bot_level): "bot · hard 機器人 · 困難"
+    const level = !S.spectator && S.lobby && S.lobby.bot_level && seat && seat.player !== S.me ? S.lobby.bot_level : "";
+    const name = $(`#${prefix}-name`);
+    if (level) {
+      name.dataset.botLevel = level;
+      name.textContent += ` · ${botWords(level)}`;
+    } else delete name.dataset.botLevel;
     const n = seat ? seat.cards_left : 0;
     const el = $("#opp-count");
     el.removeAttribute("data-opponent-count");
@@ -222,7 +229,10 @@ function render() {
   ready.hidden = !wantReady;
   if (!view) {
     if (S.lobby && S.lobby.state === "queued") setStatus(`Waiting for an opponent in ${modeWords(S.lobby.room)} 等待對手…`);
-    else if (S.lobby && S.lobby.state === "seated") setStatus(`Seated at table ${S.lobby.table || ""} — press Ready 按準備`);
+    else if (S.lobby && S.lobby.state === "seated") {
+      const bot = S.lobby.bot_level ? ` against a ${botWords(S.lobby.bot_level)}` : "";
+      setStatus(`Seated at table ${S.lobby.table || ""}${bot} — press Ready 按準備`);
+    }
     return;
   }
   const seats = seatsOf(view);

@@ -11,6 +11,16 @@ export const TRUSTEE_REASON = {
   escape: "escaped 逃跑",
 };
 
+// The bots' levels (docs/BOTS.md), as the lobby's bot_level names them.
+export const BOT_LEVEL = { easy: "easy 簡單", normal: "normal 普通", hard: "hard 困難" };
+
+/** "bot · hard 機器人 · 困難": a bot opponent and its level ("" for a person). */
+export function botWords(level) {
+  if (!level) return "";
+  const [en, zh] = (BOT_LEVEL[level] || level).split(" ");
+  return zh ? `bot · ${en} 機器人 · ${zh}` : `bot · ${en}`;
+}
+
 export const REMOVED_REASON = {
   not_ready: "not ready in time 未準備 (R-13.2)", left: "left the table 離開", escaped: "escaped 逃跑",
   disconnected: "disconnected too long 斷線", opponent_left: "the opponent left 對手離開",
