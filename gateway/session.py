@@ -578,10 +578,10 @@ class Connection:
         self.versions[e.match] = int(e.version or 0)
         if self.is_player:
             await self.send(protocol.update(e.match, int(e.version or 0), e.events, e.view,
-                                            channels.client_command_id(self.player, e.command_id)))
+                                            channels.client_command_id(self.player, e.command_id), e.brief))
         else:
             await self.send(protocol.update(e.match, int(e.version or 0), [spectator_event(x) for x in e.events],
-                                            spectator_view(e.view)))
+                                            spectator_view(e.view), brief=e.brief))
 
     async def _close_gap(self, match: str) -> None:
         """A gap that does not fill in :data:`GAP_WAIT_S`: resync from the current view."""
