@@ -33,6 +33,7 @@ from gateway.lobby import Lobby, notes_key
 log = logging.getLogger("shuangkou.gateway.bots")
 
 BOT_AFTER_S = 3.0
+DEFAULT_PAUSE_S = 0.5  # a bot's pause before it plays when its room is unknown (RoomConfig's default)
 
 
 class BotDriver:
@@ -79,7 +80,10 @@ class BotDriver:
         await self.player_redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
 
     async def _turn(self, bot: str, player: Bot, match: str, folder: ViewFolder) -> None:
-        """Play the bot's turn (a search runs off the event loop)."""
+        """Play the bot's turn after the room's trustee pause (a person sees the table move at
+        the pace trusteeship plays, never at machine speed); a search runs off the event loop."""
+        cfg = folder.config
+        await asyncio.sleep(cfg.trustee_delay_seconds if cfg is not None else DEFAULT_PAUSE_S)
         view = folder.view()
         play = await asyncio.to_thread(player.choose, view)
         tag = f"s{folder.seq}"  # one command per position: a redelivered update sends the same id

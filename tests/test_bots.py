@@ -96,9 +96,10 @@ def test_a_view_holds_no_hidden_card(match_states):
 
 
 def test_the_view_folder_sees_what_view_of_sees():
-    """The gateway's bots build their view from the redacted events of their update stream:
-    it equals the view read off the engine's state, at every step, for both players."""
+    """The gateway's bots build their view from the redacted events of their update stream
+    (compact, then expanded as outbox.parse_entry does): it equals the view read off the engine's state, at every step, for both players."""
     from engine.match.evolve import apply
+    from engine.service.publish import compact_event, expand_event
     from projections.views import redact_event
 
     events = _events(3)
@@ -108,7 +109,8 @@ def test_the_view_folder_sees_what_view_of_sees():
     for e in events:
         s = apply(s, e)
         for p, folder in folders.items():
-            folder.apply(json.loads(json.dumps(redact_event(e, p, state=s), default=list)))
+            sent = compact_event(json.loads(json.dumps(redact_event(e, p, state=s), default=list)))
+            folder.apply(expand_event(sent, "m", e.command_id, e.seq))  # as the update stream carries it
             if s.phase == "playing":
                 expected = view_of(s, p)
                 assert folder.view() == expected, (e.type, p)

@@ -214,19 +214,25 @@ def test_real_views_and_events_validate_and_wrong_ones_do_not():
 
 
 # -- the lobby's Lua ----------------------------------------------------------------------------
-@pytest.mark.redis
-def test_lobby_lua_pairs_removes_requeues_and_advances(real_redis):
+def _lobby_lua(real_redis, now: int = 1000):
+    """The lobby script at a fixed clock: (call(op, *args) → decoded reply, notes(player) → notes)."""
     from gateway.lobby import LUA
 
     script = real_redis.register_script(LUA)
 
     def call(*args):
-        out = script(keys=[], args=[args[0], 1000, *args[1:]])
+        out = script(keys=[], args=[args[0], now, *args[1:]])
         return [x.decode() if isinstance(x, bytes) else x for x in out] if isinstance(out, list) else out
 
     def notes(p):
         return [json.loads(f[b"m"]) for _id, f in real_redis.xrange(f"sk:{{lobby}}:notes:{p}")]
 
+    return call, notes
+
+
+@pytest.mark.redis
+def test_lobby_lua_pairs_removes_requeues_and_advances(real_redis):
+    call, notes = _lobby_lua(real_redis)
     assert call("join", "points", "a")[:1] == ["joined"]
     assert call("join", "points", "a")[:2] == ["queued", "points"]  # joining twice changes nothing
     out = call("join", "points", "b")
@@ -289,17 +295,7 @@ def test_engine_commands_the_gateway_builds_are_refused_with_readable_reasons(ct
 def test_lobby_lua_bot_table_keeps_its_level(real_redis):
     """``gateway --bots``: the bot's table keeps the level it was seated with, and the seated
     note names it (the browser shows "bot · hard"); a table of two people names none."""
-    from gateway.lobby import LUA
-
-    script = real_redis.register_script(LUA)
-
-    def call(*args):
-        out = script(keys=[], args=[args[0], 10_000, *args[1:]])
-        return [x.decode() if isinstance(x, bytes) else x for x in out] if isinstance(out, list) else out
-
-    def notes(p):
-        return [json.loads(f[b"m"]) for _id, f in real_redis.xrange(f"sk:{{lobby}}:notes:{p}")]
-
+    call, notes = _lobby_lua(real_redis, now=10_000)
     call("join", "points", "solo")
     table, bot = call("bot", "points", 0, "hard")
     assert bot.startswith("bot-") and real_redis.hget(f"sk:{{lobby}}:table:{table}", "bot_level") == b"hard"
