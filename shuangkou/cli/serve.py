@@ -57,6 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--outbox-ttl", type=int, default=86_400, metavar="SECONDS",
                         help="player outbox and reply streams expire this long after their last entry "
                              "(refreshed on every write; default 86400)")
+    parser.add_argument("--dead-maxlen", type=int, default=10_000, metavar="N",
+                        help="dead letters sk:dead keeps, about (MAXLEN ~; default 10000); an inbox entry over "
+                             "64 KB is kept as a record of its size and first 1 KB, never whole")
     parser.add_argument("--outbox-maxlen", type=int, default=200, metavar="N",
                         help="entries kept per outbox/reply stream (MAXLEN ~; default 200)")
     parser.add_argument("--full-view-every", type=int, default=60, metavar="N",
@@ -102,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--state-cache must be 0 or more, got {args.state_cache}")
     if args.outbox_ttl < 1:
         raise CliError(f"--outbox-ttl must be at least 1 second, got {args.outbox_ttl}")
+    if not 1 <= args.dead_maxlen <= 10_000_000:
+        raise CliError(f"--dead-maxlen must be 1..10000000, got {args.dead_maxlen}")
     if args.outbox_maxlen < 1:
         raise CliError(f"--outbox-maxlen must be at least 1, got {args.outbox_maxlen}")
     if args.full_view_every < 1:
@@ -173,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     metrics.register_room_labels(rooms.names())
     desk = OperatorDesk(ledger, rooms, service=isvc, clock=clock, on_room_added=metrics.register_room_labels)
     delivery = {"outbox_ttl": args.outbox_ttl, "outbox_maxlen": args.outbox_maxlen,
-                "full_view_every": args.full_view_every}
+                "full_view_every": args.full_view_every, "dead_maxlen": args.dead_maxlen}
     player_consumer = InboxConsumer(client, ChannelService(isvc, PLAYER), consumer, stream=PLAYER.stream,
                                     **delivery,
                                     on_dead=lambda _code, _reason: metrics.observe_dead_letter("inbox"))

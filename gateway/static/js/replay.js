@@ -4,6 +4,7 @@
 // (projections/timeline.py), the same one `shuangkou replay` prints.
 import { cardElement } from "./cards.js";
 import { KOU } from "./words.js";
+import { clientConfig, tokenFromHost } from "./auth.js";
 
 const $ = (s) => document.querySelector(s);
 const KEY = "shuangkou-operator-token";
@@ -282,10 +283,6 @@ function bind() {
     }
     useToken(body.token);
   });
-  window.addEventListener("message", (ev) => {
-    if (ev.source !== window.parent || window.parent === window) return;
-    if (ev.data && ev.data.type === "shuangkou-token" && typeof ev.data.token === "string") useToken(ev.data.token);
-  });
 }
 
 function useToken(t) {
@@ -308,8 +305,8 @@ async function boot() {
     useToken(token);
     return;
   }
-  if (window.parent !== window) window.parent.postMessage({ type: "shuangkou-ready" }, "*");
-  const cfg = await fetch("/api/client-config").then((r) => r.json()).catch(() => ({}));
+  tokenFromHost(useToken, KEY);  // only from the --frame-ancestors origins
+  const cfg = await clientConfig();
   if (cfg.dev) $("#login").hidden = false;
   setStatus("An operator token is needed: ?token=… 需要操作員權限");
 }

@@ -58,6 +58,13 @@ export class Link {
     });
   }
 
+  /** A fresh token for the same player before the old one's exp: the open socket sends it as a
+   * new Auth and keeps its place (docs/PROTOCOL.md §8); a reconnect uses it too. */
+  renew(token) {
+    this.token = token;
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify({ type: "Auth", token }));
+  }
+
   send(msg) {
     if (!msg.command_id) msg.command_id = (crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2));
     if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(msg));

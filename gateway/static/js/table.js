@@ -16,7 +16,7 @@ const watchPath = window.location.pathname.match(/^\/watch\/(.+)$/);
 const S = {
   token: null, me: null, role: null,
   spectator: !!watchPath, watchMatch: watchPath ? decodeURIComponent(watchPath[1]) : null,
-  link: null, linkState: "connecting",
+  link: null, linkState: "connecting", renewTimer: null,
   lobby: null, match: null, view: null, versions: {},
   selected: new Set(), readings: [], reading: 0, readingsSeq: 0,
   settled: null, balance: null, clock: { version: null, total: null }, offset: null,
@@ -828,8 +828,14 @@ function onLinkState(state, ev) {
 // ---- start ---------------------------------------------------------------------------------------
 
 function start(token) {
-  if (S.link) return;
+  if (S.link) {
+    S.token = token;  // the host page's (or --dev's) next token: same socket, same place
+    S.link.renew(token);
+    scheduleRenewal(token);
+    return;
+  }
   S.token = token;
+  scheduleRenewal(token);
   const c = claims(token);
   if (c) {
     S.me = c.sub;
@@ -841,6 +847,24 @@ function start(token) {
   S.link = new Link(token, { onMessage, onState: onLinkState });
   S.link.connect();
   render();
+}
+
+/** With --dev the page mints its own next token a minute before this one's exp; a framed page
+ * waits for its host page's (tokenFromHost). */
+function scheduleRenewal(token) {
+  const c = claims(token);
+  clearTimeout(S.renewTimer);
+  if (!c || typeof c.exp !== "number") return;
+  const due = c.exp * 1000 - Date.now() - 60000;
+  S.renewTimer = setTimeout(async () => {
+    const cfg = await clientConfig();
+    if (!cfg.dev || !S.link) return;
+    try {
+      start(await devToken(c.sub, c.role));
+    } catch (e) {
+      /* the socket closes 4401 at exp and the page says so */
+    }
+  }, Math.min(Math.max(due, 1000), 2 ** 31 - 1));
 }
 
 function roomPicker(rooms) {
