@@ -12,7 +12,7 @@ export const TRUSTEE_REASON = {
 };
 
 export const REMOVED_REASON = {
-  not_ready: "not ready in time 未準備 (R-13.2)", left: "left the table 離開", escaped: "escaped 逃跑",
+  not_ready: "not ready in time 未準備 (R-13.2)", no_opponent: "no opponent sat down in time 無對手入座", left: "left the table 離開", escaped: "escaped 逃跑",
   disconnected: "disconnected too long 斷線", opponent_left: "the opponent left 對手離開",
 };
 
