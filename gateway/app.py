@@ -75,7 +75,7 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
 
         lobby.on_sweep = fill
     hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
-              gateway_id=settings.gateway_id, metrics=metrics)
+              gateway_id=settings.gateway_id, metrics=metrics, limits=settings.limits)
     ctx = WebContext(redis=client, secret=settings.secret, dev=settings.dev, bots=settings.bots, hub=hub,
                      redis_url=settings.redis_url, allow_live_replay=settings.allow_live_replay,
                      frame_ancestors=settings.edge.frame_ancestors)

@@ -2,7 +2,7 @@
 Sync rate, unauthenticated sockets per address.  Pure bookkeeping, the clock passed in.
 
 * :class:`Limits` -- the settings (``shuangkou gateway --max-message-bytes --rate --burst
-  --sync-rate --max-unauthenticated-per-address --trusted-proxy``).
+  --rate-close-after --sync-rate --max-unauthenticated-per-address --trusted-proxy``).
 * :class:`TokenBucket` -- ``rate`` tokens a second up to ``burst``; a command takes one.
 * :class:`SocketBudget` -- one socket's buckets: a command over the rate is refused
   ``rate_limited``; a socket refused without a break for :attr:`Limits.close_after_s`
@@ -48,6 +48,8 @@ class Limits:
             raise ValueError(f"--rate must be > 0 and --burst >= 1, got {self.rate} and {self.burst}")
         if not 0 < self.sync_rate <= 1000:
             raise ValueError(f"--sync-rate must be > 0 and at most 1000, got {self.sync_rate}")
+        if not 0 < self.close_after_s <= 3600:
+            raise ValueError(f"--rate-close-after must be > 0 and at most 3600 s, got {self.close_after_s}")
         if self.unauthenticated_per_address < 1:
             raise ValueError("--max-unauthenticated-per-address must be at least 1")
         for p in self.trusted_proxies:

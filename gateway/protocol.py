@@ -147,13 +147,16 @@ def _loose_id(data: Any) -> str | None:
     return cid if isinstance(cid, str) and 0 < len(cid) <= CLIENT_ID_MAX and encodable(cid) else None
 
 
-def parse_client_message(raw: str | bytes, player: str) -> Any:
+def parse_client_message(raw: str | bytes, player: str, max_bytes: int = MAX_MESSAGE_BYTES) -> Any:
     """The validated message; :class:`ClientError` (``bad_command`` / ``not_allowed``) otherwise.
 
     ``player`` is the socket's token subject: a ``player`` field naming anyone else is
-    refused ``not_allowed`` (impersonation), before anything else is looked at."""
-    if len(raw) > MAX_MESSAGE_BYTES:
-        raise ClientError(BAD_COMMAND, f"message too large ({len(raw)} bytes, limit {MAX_MESSAGE_BYTES})")
+    refused ``not_allowed`` (impersonation), before anything else is looked at.  ``max_bytes``:
+    ``gateway --max-message-bytes`` (the transport closes a larger frame 1009 unread; this
+    catches a text whose characters fit but whose UTF-8 does not)."""
+    size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise ClientError(BAD_COMMAND, f"message too large ({size} bytes, limit {max_bytes})")
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -206,5 +209,9 @@ def settled(match: str, scores: dict[str, int], breakdown: dict[str, Any],
     return {"kind": "settled", "match": match, "scores": scores, "breakdown": breakdown, "balances": balances}
 
 
-def welcome(player: str, role: str, room: str | None, gateway: str) -> dict[str, Any]:
-    return {"kind": "welcome", "player": player, "role": role, "room": room, "gateway": gateway}
+def welcome(player: str, role: str, room: str | None, gateway: str, expires_at: int,
+            renewed: bool = False) -> dict[str, Any]:
+    """The token was accepted (``renewed``: a renewal on an open socket); the socket closes 4401
+    at ``expires_at`` (the token's exp, seconds since the epoch) unless renewed before."""
+    return {"kind": "welcome", "player": player, "role": role, "room": room, "gateway": gateway,
+            "expires_at": expires_at, "renewed": renewed}

@@ -169,7 +169,9 @@ def server_schema() -> dict[str, Any]:
         "A match of your table was settled: scores, breakdown, your balance from the ledger")
     defs["welcome"] = msg("welcome", {
         "player": {"type": "string"}, "role": {"enum": ["player", "spectator", "operator"]},
-        "room": _NULLABLE_STR, "gateway": {"type": "string"}}, "The token was accepted")
+        "room": _NULLABLE_STR, "gateway": {"type": "string"}, "expires_at": _INT, "renewed": {"type": "boolean"}},
+        "The token was accepted (renewed: a renewal Auth on an open socket); the socket closes 4401 at expires_at "
+        "(the token's exp, seconds since the epoch) unless renewed before")
     kinds = ["update", "rejected", "lobby", "settled", "welcome"]
     return {"$schema": DRAFT, "$id": "server.json", "title": "A server → client WebSocket message",
             "oneOf": [{"$ref": f"#/$defs/{k}"} for k in kinds], "$defs": defs}

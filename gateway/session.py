@@ -34,6 +34,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from engine.store import keys
 from gateway import channels, outbox, protocol
+from gateway.guard import Guard
+from gateway.limits import Limits
 from gateway.lobby import Lobby, Place, notes_key, now_ms
 from gateway.metrics import GatewayMetrics
 from gateway.rooms import RoomBook
@@ -71,6 +73,7 @@ class Hub:
     lobby: Lobby
     gateway_id: str
     metrics: GatewayMetrics
+    limits: Limits = field(default_factory=Limits)  # sizes and rates per client (gateway/limits.py)
     connections: set[Connection] = field(default_factory=set)
     stopping: bool = False
 
@@ -119,6 +122,7 @@ class Connection:
         self._announced: str | None = None  # the match this socket last told the client it is seated in
         self.subscription = Subscription(hub.redis, self.deliver, lambda: self.closed, identity.player)
         self.resync = Resync(self, GAP_WAIT_S)
+        self.guard = Guard(self, hub.limits)  # token lifetime and rates (the edge, gateway/guard.py)
 
     @property
     def is_player(self) -> bool:
@@ -165,7 +169,9 @@ class Connection:
         hub.connections.add(self)
         hub.metrics.connections.labels(self.identity.role).inc()
         try:
-            await self.send(protocol.welcome(self.player, self.identity.role, self.identity.room, hub.gateway_id))
+            await self.send(protocol.welcome(self.player, self.identity.role, self.identity.room, hub.gateway_id,
+                                             self.identity.expires_at))
+            self.guard.start()  # 4401 at the token's exp, unless renewed (gateway/guard.py)
             if self.is_player:
                 self._session_id = _s(await r.xadd(session_key(self.player), {"conn": self.id, "gw": hub.gateway_id},
                                                    maxlen=10, approximate=True))
@@ -180,6 +186,7 @@ class Connection:
             await self._receive_loop()
         finally:
             self.closed = True
+            self.guard.stop()
             self.subscription.stop()
             self.resync.cancel()
             hub.connections.discard(self)
@@ -221,12 +228,15 @@ class Connection:
             except (RuntimeError, OSError, KeyError):
                 return
             try:
-                msg = protocol.parse_client_message(raw, self.player)
+                msg = protocol.parse_client_message(raw, self.player, self.hub.limits.max_message_bytes)
             except protocol.ClientError as exc:
                 self.hub.metrics.message_in("other")
-                await self.reject(exc.command_id, exc.code, exc.reason)
+                if await self.guard.admit("other", exc.command_id):
+                    await self.reject(exc.command_id, exc.code, exc.reason)
                 continue
             self.hub.metrics.message_in(msg.type)
+            if not await self.guard.admit(msg.type, msg.command_id):
+                continue
             try:
                 await self._handle(msg)
             except protocol.ClientError as exc:
@@ -235,7 +245,7 @@ class Connection:
     async def _handle(self, msg: Any) -> None:
         t = msg.type
         if t == "Auth":
-            raise protocol.ClientError(protocol.NOT_ALLOWED, "this socket is already authenticated", msg.command_id)
+            return await self.guard.renew(msg)  # a fresh token for the same player (docs/PROTOCOL.md §8)
         if t == "Watch":
             return await self._watch(msg)
         if t == "Sync" and not self.is_player and self.watching is not None:
@@ -408,6 +418,7 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] |
             data = None
         if not isinstance(data, dict) or data.get("type") != "Auth" or not isinstance(data.get("token"), str):
             hub.metrics.auth_failures.labels("missing").inc()
+            hub.metrics.refused("before_auth")  # one message before the Auth, and it must be the Auth
             await ws.close(code=CLOSE_UNAUTHORIZED, reason="no token: the first message must be "
                                                            '{"type": "Auth", "token": ...}')
             return None

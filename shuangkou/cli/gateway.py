@@ -39,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="commands a socket may send a second, sustained (default 20); over it: rate_limited, "
                            "and 4429 after 10 s over")
     edge.add_argument("--burst", type=int, default=40, metavar="N", help="commands a socket may send at once (default 40)")
+    edge.add_argument("--rate-close-after", type=float, default=10.0, metavar="S",
+                      help="a socket over its rate for this long is closed 4429 (default 10)")
     edge.add_argument("--sync-rate", type=float, default=2.0, metavar="PER_S",
                       help="Syncs a socket may send the engine a second (default 2; more are refused rate_limited)")
     edge.add_argument("--max-unauthenticated-per-address", type=int, default=20, metavar="N",
@@ -129,7 +131,7 @@ def edge_settings(args: argparse.Namespace) -> tuple[EdgePolicy, Limits]:
                       dev=args.dev)
     try:
         limits = Limits(max_message_bytes=args.max_message_bytes, rate=args.rate, burst=args.burst,
-                        sync_rate=args.sync_rate, unauthenticated_per_address=args.max_unauthenticated_per_address,
+                        sync_rate=args.sync_rate, close_after_s=args.rate_close_after, unauthenticated_per_address=args.max_unauthenticated_per_address,
                         trusted_proxies=tuple(args.trusted_proxy))
     except ValueError as exc:
         if "does not appear to be" in str(exc):

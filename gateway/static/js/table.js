@@ -755,6 +755,7 @@ function renderSettlement(msg) {
 function onMessage(msg) {
   switch (msg.kind) {
     case "welcome":
+      if (msg.renewed) break;  // the token was renewed: same socket, same place
       S.me = msg.player;
       S.role = msg.role;
       if (S.spectator || msg.role === "spectator" || msg.role === "operator") {
