@@ -199,6 +199,9 @@ def serve(settings: GatewaySettings, host: str, port: int, log_level: str = "inf
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), lifespan="on",
                             ws_ping_interval=20, ws_ping_timeout=20, timeout_graceful_shutdown=5,
                             ws_max_size=settings.limits.max_message_bytes,  # a larger frame is never buffered
+                            # the peer is the peer: X-Forwarded-For counts only from a --trusted-proxy
+                            # (gateway/limits.py), never by uvicorn's default trust of 127.0.0.1
+                            proxy_headers=False,
                             access_log=False)
     for name in ("uvicorn.error", "uvicorn.access", "uvicorn"):  # no token reaches a log
         logging.getLogger(name).addFilter(TokenRedactingFilter())
