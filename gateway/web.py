@@ -398,7 +398,13 @@ def routes(ctx: Any) -> list[Any]:
 
     async def replay_get(request: Request) -> Response:
         _identity(ctx, request, ("operator",))
-        return JSONResponse(await source.load(request.path_params["match_id"]))
+        try:
+            return JSONResponse(await source.load(request.path_params["match_id"]))
+        except HttpError as exc:
+            metrics = getattr(getattr(ctx, "hub", None), "metrics", None)
+            if exc.code == "match_not_finished" and metrics is not None:
+                metrics.refused("live_replay")
+            raise
 
     async def replay_post(request: Request) -> Response:
         _identity(ctx, request, ("operator",))

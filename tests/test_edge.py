@@ -46,6 +46,7 @@ def stack(redis_server, tmp_path_factory):
         s.start_gateway("S", "--sync-rate", "0.001")
         s.start_gateway("O", "--allowed-origin", "https://casino.example", "--frame-ancestors",
                         "https://casino.example")
+        s.start_gateway("F", "--frame-ancestors", "http://casino.example")
         yield s
     finally:
         s.stop()
@@ -369,6 +370,69 @@ def test_csp_blocks_an_injected_inline_script_in_chromium(stack):
             assert sorted(violations) == ["script-src-attr", "script-src-elem"]
         finally:
             browser.close()
+
+
+HOST_PAGE = """<!doctype html><iframe id="f" src="%s"></iframe><script>
+window.readySeen = false;
+window.addEventListener("message", (e) => { if (e.data && e.data.type === "shuangkou-ready") window.readySeen = true; });
+</script>"""
+
+
+@pytest.mark.browser
+def test_postmessage_tokens_only_from_the_frame_ancestors_in_chromium(stack):
+    """Host pages at two origins frame the table (its CSP header removed here, so that the page's
+    own check is what is tested: a browser without frame-ancestors support) and post it a token;
+    only the --frame-ancestors origin's is taken, and only it hears shuangkou-ready."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
+
+    g = gw(stack, "F")  # --frame-ancestors http://casino.example
+    token = stack.token("pm-alice")
+    # the host pages are "public" origins framing a loopback gateway: let Chromium's local
+    # network access checks through (a real deployment serves both on public names)
+    args = CHROMIUM_ARGS + ["--disable-features=LocalNetworkAccessChecks,PrivateNetworkAccessSendPreflights,"
+                            "BlockInsecurePrivateNetworkRequests"]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=args, headless=True)
+        try:
+            context = browser.new_context()
+            # count the page's own "message" listeners, to post only once it listens
+            context.add_init_script("""window.__listening = 0; const add = window.addEventListener;
+                window.addEventListener = function (type, fn, opts) {
+                    if (type === "message") window.__listening += 1;
+                    return add.call(this, type, fn, opts);
+                };""")
+            for host in ("casino", "evil"):
+                context.route(f"http://{host}.example/**", lambda route: route.fulfill(
+                    status=200, content_type="text/html", body=HOST_PAGE % (g.http + "/")))
+
+            def without_csp(route: Any) -> None:  # a browser that ignores frame-ancestors
+                response = route.fetch()
+                headers = {k: v for k, v in response.headers.items() if k.lower() != "content-security-policy"}
+                route.fulfill(response=response, headers=headers)
+            context.route(g.http + "/", without_csp)
+            got = {}
+            for host in ("evil", "casino"):
+                page = context.new_page()
+                page.goto(f"http://{host}.example/host.html")
+                frame = next(f for f in page.frames if f.url.startswith(g.http))
+                frame.wait_for_function("() => window.__listening >= 1")  # tokenFromHost listens
+                # a marker listener registered after the page's own: when it has seen the marker the
+                # page has handled the token posted before it (same source, delivered in order)
+                frame.evaluate("""() => { window.markerSeen = new Promise((resolve) => window.addEventListener(
+                    "message", (e) => { if (e.data && e.data.type === "marker") resolve(true); })); }""")
+                page.evaluate(f"""() => {{ const w = document.getElementById("f").contentWindow;
+                    w.postMessage({{type: "shuangkou-token", token: {json.dumps(token)}}}, "*");
+                    w.postMessage({{type: "marker"}}, "*"); }}""")
+                frame.evaluate("() => window.markerSeen")
+                got[host] = (frame.evaluate("() => sessionStorage.getItem('shuangkou-token')"),
+                             page.evaluate("() => window.readySeen"))
+                page.close()
+        finally:
+            browser.close()
+    assert got["evil"] == (None, False)
+    assert got["casino"] == (token, True)
 
 
 # -- 7. bounded dead letters -------------------------------------------------------------------------
