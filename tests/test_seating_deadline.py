@@ -5,7 +5,9 @@ commands (Sit of three players, Ready, Leave, Disconnect/Reconnect, Escape, the 
 turn timers), straight through the pure ``decide`` + ``apply``:
 
     a match that is not finished has a deadline, or it is waiting on the one documented
-    external event: a seating match with nobody seated waits for the lobby's Sit.
+    external event: a seating match with nobody seated waits for the lobby's Sit.  (Between
+    the second Ready and the deal of the same decision both are seated and ready: the next
+    event is the HandDealt.)
 
 The incident it pins: the ready timer removed the first player before a delayed second Sit
 arrived; the second player sat and was Ready, alone, and no deadline was set (the match
@@ -15,7 +17,7 @@ the lone ready player is removed ``no_opponent``.
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from engine.match.commands import (
@@ -43,11 +45,16 @@ STEP = st.one_of(
 )
 
 
-def waits_legitimately(s: MatchState) -> bool:
-    """The invariant: finished, or a deadline, or nobody seated in seating (a Sit is awaited)."""
+def waits_legitimately(s: MatchState, next_event: str | None = None) -> bool:
+    """The invariant: finished, or a deadline, or nobody seated in seating (a Sit is awaited),
+    or both seated and ready with the deal as the next event of the same decision."""
     if s.phase == "finished" or s.deadline() is not None:
         return True
-    return s.phase == "seating" and all(x is None for x in s.seats)
+    if s.phase != "seating":
+        return False
+    if all(x is None for x in s.seats):
+        return True
+    return all(x is not None and x.ready for x in s.seats) and next_event == "HandDealt"
 
 
 def _command(m: M, step: tuple[str, str | None]) -> object:
@@ -71,10 +78,11 @@ def run(steps: list[tuple[str, str | None]], seed: int) -> M:
             events = decide(m.state, _command(m, step), ctx)
         except Rejected:
             continue
-        for e in events:  # after every appended event, not only after every command
+        for i, e in enumerate(events):  # after every appended event, not only after every command
             m.state = apply(m.state, e)
             m.history.append(e)
-            assert waits_legitimately(m.state), (
+            following = events[i + 1].type if i + 1 < len(events) else None
+            assert waits_legitimately(m.state, following), (
                 f"no deadline after {e.type} ({step}): phase {m.state.phase}, seats "
                 f"{[(x.player, x.ready) if x else None for x in m.state.seats]}")
     return m
@@ -82,6 +90,8 @@ def run(steps: list[tuple[str, str | None]], seed: int) -> M:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(STEP, max_size=40), st.integers(0, 10_000))
+@example([("sit", "a"), ("sit", "b"), ("ready", "a"), ("ready", "b"), ("turn_timeout", None)], 0)  # dealt
+@example([("sit", "a"), ("ready_timeout", None), ("sit", "b"), ("ready", "b"), ("sit", "c"), ("ready", "c")], 1)
 def test_a_match_never_waits_without_a_deadline(steps, seed) -> None:
     run(steps, seed)
 
