@@ -82,9 +82,12 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
     unauthenticated = AddressCount(settings.limits.unauthenticated_per_address)
 
     async def ws_endpoint(ws: WebSocket) -> None:
+        # a socket that will wait for its Auth message (no ?token=) holds a place of its address
+        # until it is authenticated or closed; one with ?token= is judged at once
+        waits = ws.query_params.get("token") is None
         address = client_address(ws.client.host if ws.client else None, ws.headers.get("x-forwarded-for"),
                                  settings.limits.trusted_proxies)
-        if not unauthenticated.acquire(address):
+        if waits and not unauthenticated.acquire(address):
             metrics.refused("unauthenticated_per_address")
             await deny(ws.scope, ws.send, 429, "too_many_sockets",
                        f"too many sockets from your address waiting for their Auth (at most "
@@ -97,7 +100,8 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
                 return
             auth = await authenticate(hub, ws)
         finally:
-            unauthenticated.release(address)
+            if waits:
+                unauthenticated.release(address)
         if auth is None:
             return
         identity, version = auth

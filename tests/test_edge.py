@@ -283,6 +283,7 @@ def test_unauthenticated_sockets_per_address_behind_a_trusted_proxy_or_not(stack
         out: dict[str, Any] = {}
         held = await hold(e.url, 3, "1.1.1.1")
         out["e_fourth"] = await handshake_status(e.url, additional_headers={"X-Forwarded-For": "2.2.2.2"})
+        out["e_query_token"] = await handshake_status(f"{e.url}?token={stack.token('ua-dave')}")  # judged at once
         await held[0].send(json.dumps({"type": "Auth", "token": stack.token("ua-alice")}))
         await held[0].recv()  # authenticated: no longer counted
         out["e_after_auth"] = await handshake_status(e.url)
@@ -297,7 +298,7 @@ def test_unauthenticated_sockets_per_address_behind_a_trusted_proxy_or_not(stack
 
     out = run(main())
     assert out["e_fourth"][0] == 429 and "too_many_sockets" in out["e_fourth"][1]  # the header is not believed
-    assert out["e_after_auth"][0] == 101
+    assert out["e_after_auth"][0] == 101 and out["e_query_token"][0] == 101
     assert out["p_same"][0] == 429 and out["p_spoof"][0] == 429
     assert out["p_other"][0] == 101
     assert refusals(e)["unauthenticated_per_address"] >= 1 and refusals(p)["unauthenticated_per_address"] >= 2

@@ -173,7 +173,7 @@ function renderSettlement(i) {
     li.append(el("b", v > 0 ? `+${v}` : `${v}`, { "data-score": p }));
     scores.append(li);
   }
-  const lines = el("pre", V.data.settlement_lines.join("\n"), { class: "muted", style: "white-space: pre-wrap; font-size: 0.8rem" });
+  const lines = el("pre", V.data.settlement_lines.join("\n"), { class: "muted settlement-lines" });  // no inline style (CSP)
   panel.replaceChildren(el("h2", `Settlement 結算 — ${st.winner} wins, ${KOU[st.kou] || st.kou}`), scores, table, lines);
   panel.hidden = false;
 }
