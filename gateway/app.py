@@ -49,18 +49,25 @@ class GatewaySettings:
 #: Redis connections of one gateway process, whatever its sockets: the players' pool (the
 #: fan-out's notice connection and readers, every socket's commands, the lobby's reply reader
 #: among them) and, with ``--lobby-redis``, the lobby's own.  A command waits for a free one.
+#: On a Cluster the bound is per node (redis-py's cluster client refuses, rather than waits,
+#: past it).
 REDIS_CONNECTIONS = 24
 LOBBY_REDIS_CONNECTIONS = 6
 
 
-def redis_client(url: str, connections: int, name: str) -> Any:
-    """An asyncio client of at most ``connections`` connections, each named ``name`` (CLIENT LIST)."""
+def redis_client(url: str, connections: int, name: str, option: str = "--redis") -> Any:
+    """An asyncio client of at most ``connections`` connections, each named ``name`` (CLIENT LIST);
+    a single node or a Cluster, detected from the node (engine/store/connect.py)."""
     import redis.asyncio as aioredis
 
-    pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=connections, timeout=20,
-                                                    socket_timeout=30, socket_connect_timeout=5,
-                                                    health_check_interval=0, client_name=name)
-    return aioredis.Redis(connection_pool=pool)
+    from engine.store.connect import connect_async, probe
+
+    kwargs: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 5, "health_check_interval": 0,
+                              "client_name": name}
+    if probe(url, option=option):
+        return connect_async(url, option=option, max_connections=connections, **kwargs)
+    pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=connections, timeout=20, **kwargs)
+    return aioredis.Redis.from_pool(pool)
 
 
 def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
@@ -69,7 +76,7 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
     metrics = GatewayMetrics()
     lobby_client = client
     if settings.lobby_redis_url and settings.lobby_redis_url != settings.redis_url:
-        lobby_client = redis_client(settings.lobby_redis_url, LOBBY_REDIS_CONNECTIONS, name)
+        lobby_client = redis_client(settings.lobby_redis_url, LOBBY_REDIS_CONNECTIONS, name, "--lobby-redis")
     lobby = Lobby(lobby_client, settings.rooms, settings.gateway_id, player_redis=client)
     hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
               gateway_id=settings.gateway_id, metrics=metrics)

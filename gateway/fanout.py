@@ -27,6 +27,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from engine.store.connect import is_cluster
+
 log = logging.getLogger("shuangkou.gateway")
 
 SWEEP_S = 1.0  # every stream is read at least this often, notice or not
@@ -38,11 +40,6 @@ LISTEN_S = 0.1  # the notice loop's poll (subscriptions asked for meanwhile go o
 
 def _s(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else ("" if v is None else str(v))
-
-
-def is_cluster(redis: Any) -> bool:
-    """Whether ``redis`` is a Redis Cluster client (redis-py's ``RedisCluster``, sync or asyncio)."""
-    return hasattr(redis, "nodes_manager")
 
 
 class Reading(Protocol):
