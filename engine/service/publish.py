@@ -323,8 +323,10 @@ class Publisher:
         at = 0
         for w in writes:  # one reply per write: the XADD's, or the error of its XADD or EXPIRE
             n = 2 if w.ttl is None else 3
-            mine = replies[at:at + n - 1]  # a notice refused (an ACL without it) only delays a reader
+            mine = replies[at:at + n]
             at += n
+            if isinstance(mine[-1], redis.exceptions.NoPermissionError):
+                mine = mine[:-1]  # a notice an ACL refuses (an old one, mid-upgrade) only delays a reader
             errors = [r for r in mine if isinstance(r, Exception)]
             out.append(errors[0] if errors else mine[0])
         if raise_on_error:
