@@ -14,7 +14,8 @@ Starts a throw-away redis-server, ``shuangkou serve`` (with a dramatiq worker) a
 Then ``--connected`` idle sockets (2,000 by default) are held at once and the gateway's
 Redis connections counted (CLIENT LIST, by the name ``sk-gateway:<id>``).
 
-Prints commands/s, p50 and p99 per run and the medians over the runs, with the ratios
+Commands/s count the play, from a run's first command sent to its last answer (the lobby's
+pairing before it is not the commands' throughput).  Prints commands/s, p50 and p99 per run and the medians over the runs, with the ratios
 gateway / inbox; ``--json`` prints the medians as one object (``gateway_cps``, ``inbox_cps``,
 ``gateway_p50_ms``, ``inbox_p50_ms``, ``gateway_p99_ms``, ``inbox_p99_ms``, the ratios and
 the connection counts)::
@@ -39,6 +40,17 @@ sys.path.insert(0, str(ROOT))
 
 from tests.conftest import start_redis_server, stop_redis_server  # noqa: E402
 from tests.gateway_support import start_stack  # noqa: E402
+
+
+def rate(answers: list[tuple[float, float]]) -> float:
+    """Commands per second over the play: from the first command sent to the last answer."""
+    if not answers:
+        return float("nan")
+    return len(answers) / max(1e-9, max(b for _a, b in answers) - min(a for a, _b in answers))
+
+
+def rtts_of(answers: list[tuple[float, float]]) -> list[float]:
+    return [b - a for a, b in answers]
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -89,7 +101,7 @@ class Tracker:
         return {"type": "Pass", "expected_version": self.version}
 
 
-async def ws_player(url: str, token: str, room: str, rtts: list[float], done: asyncio.Event) -> None:
+async def ws_player(url: str, token: str, room: str, rtts: list[tuple[float, float]], done: asyncio.Event) -> None:
     import websockets
 
     async with websockets.connect(f"{url}?token={token}", max_queue=None, open_timeout=60) as ws:
@@ -110,7 +122,7 @@ async def ws_player(url: str, token: str, room: str, rtts: list[float], done: as
             if k in ("update", "rejected"):
                 cid = msg.get("command_id")
                 if cid in sent:
-                    rtts.append(time.perf_counter() - sent.pop(cid))
+                    rtts.append((sent.pop(cid), time.perf_counter()))
             if k == "settled":
                 return
             if k != "update" or msg["match"] != match:
@@ -133,15 +145,15 @@ def tokens_sub(token: str) -> str:
     return str(jwt.decode(token, options={"verify_signature": False})["sub"])
 
 
-async def run_gateway(url: str, stack: Any, players: int, room: str, tag: str) -> list[float]:
-    rtts: list[float] = []
+async def run_gateway(url: str, stack: Any, players: int, room: str, tag: str) -> list[tuple[float, float]]:
+    rtts: list[tuple[float, float]] = []
     done = asyncio.Event()
     tasks = [ws_player(url, stack.token(f"{tag}-p{i}"), room, rtts, done) for i in range(players)]
     await asyncio.gather(*tasks)
     return rtts
 
 
-async def inbox_player(r: Any, player: str, match: str, rtts: list[float], start_id: str) -> None:
+async def inbox_player(r: Any, player: str, match: str, rtts: list[tuple[float, float]], start_id: str) -> None:
     from engine.store import keys
     from gateway import channels, outbox
 
@@ -159,7 +171,7 @@ async def inbox_player(r: Any, player: str, match: str, rtts: list[float], start
                 last = entry_id
                 e = outbox.parse_entry(entry_id, fields)
                 if e.command_id in sent:
-                    rtts.append(time.perf_counter() - sent.pop(e.command_id))
+                    rtts.append((sent.pop(e.command_id), time.perf_counter()))
                 if e.kind != "update" or e.match != match:
                     continue
                 view = e.view
@@ -188,14 +200,14 @@ async def inbox_player(r: Any, player: str, match: str, rtts: list[float], start
                 await r.xadd(channels.PLAYER_STREAM, channels.entry(command))
 
 
-async def run_inbox(redis_url: str, players: int, cfg: Any, tag: str) -> list[float]:
+async def run_inbox(redis_url: str, players: int, cfg: Any, tag: str) -> list[tuple[float, float]]:
     import redis.asyncio as aioredis
 
     from engine.store import keys
     from gateway import channels
 
     r = aioredis.Redis.from_url(redis_url, max_connections=players + 20, socket_timeout=30)
-    rtts: list[float] = []
+    rtts: list[tuple[float, float]] = []
     try:
         tasks = []
         for t in range(players // 2):
@@ -267,13 +279,14 @@ def main() -> int:
         peak = 0
         for run in range(args.runs):
             t0 = time.perf_counter()
-            g = asyncio.run(run_gateway(gw.url, stack, args.players, "bench", f"g{run}"))
+            ga = asyncio.run(run_gateway(gw.url, stack, args.players, "bench", f"g{run}"))
             tg = time.perf_counter() - t0
             peak = max(peak, gateway_connections(stack.store_url, "bench"))
             t0 = time.perf_counter()
-            d = asyncio.run(run_inbox(stack.store_url, args.players, cfg, f"d{run}"))
+            da = asyncio.run(run_inbox(stack.store_url, args.players, cfg, f"d{run}"))
             td = time.perf_counter() - t0
-            rows.append((pct(g, .5), pct(g, .99), pct(d, .5), pct(d, .99), len(g) / tg, len(d) / td))
+            g, d = rtts_of(ga), rtts_of(da)
+            rows.append((pct(g, .5), pct(g, .99), pct(d, .5), pct(d, .99), rate(ga), rate(da)))
             say(f"run {run + 1}: gateway {len(g)} commands in {tg:.1f}s ({rows[-1][4]:.0f}/s)  "
                 f"p50 {rows[-1][0]:.2f} ms  p99 {rows[-1][1]:.2f} ms | inbox {len(d)} commands in {td:.1f}s "
                 f"({rows[-1][5]:.0f}/s)  p50 {rows[-1][2]:.2f} ms  p99 {rows[-1][3]:.2f} ms", flush=True)

@@ -5,7 +5,7 @@ the session stream); what changes is how a socket learns there is something new.
 of one blocking ``XREAD`` per socket (one Redis connection each), the process holds:
 
 * one **notice** subscription: every writer of such a stream also sends a sharded pub/sub
-  message (``SPUBLISH <stream> ""``, docs/PROTOCOL.md "Notices") on the channel named like the
+  message (``SPUBLISH <stream> ""``, docs/PROTOCOL.md §2 "Notices") on the channel named like the
   stream.  The fan-out ``SSUBSCRIBE``\\ s to the streams of its sockets: one connection on a
   single Redis, one per master on a Cluster (redis-py's ``ClusterPubSub``);
 * a few **readers** that, on a notice, read the streams that have news from where each

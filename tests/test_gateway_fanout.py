@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -38,8 +39,21 @@ def _publisher(url: str) -> Any:
     return Publisher(redis.Redis.from_url(url), consumer="test-fanout")
 
 
-@pytest.fixture
-def url(redis_server):
+@pytest.fixture(scope="module")
+def local_cluster():
+    """Three masters on loopback, no replicas (tests/cluster_support.py)."""
+    from tests.cluster_support import start_cluster
+
+    c = start_cluster(masters=3, replicas=0)
+    yield c
+    c.stop()
+
+
+@pytest.fixture(params=["single", "cluster"])
+def url(request, redis_server):
+    """A single node's URL, or any node of a Redis Cluster's (the docs offer both)."""
+    if request.param == "cluster":
+        return request.getfixturevalue("local_cluster").url
     import redis
 
     u = redis_server.db_url(7)
@@ -51,18 +65,19 @@ def url(redis_server):
 @pytest.mark.parametrize("before", [0, 3])
 def test_published_entries_reach_every_subscription_once_in_order_by_notice_alone(url, before):
     """``before``: entries already in the stream after the positions were taken (read at once)."""
-    import redis.asyncio as aioredis
+    from engine.service.publish import Publisher
+    from engine.store.connect import connect, connect_async
 
-    players = [f"p{i}" for i in range(5)]
+    players = [f"p{i}-{before}-{uuid.uuid4().hex[:6]}" for i in range(5)]  # several slots on a Cluster
     per_player = 30
-    publisher = _publisher(url)
+    publisher = Publisher(connect(url), consumer="test-fanout")
 
     def write(n_from: int, n_to: int) -> None:
         publisher.write([Write(keys.outbox_key(p), {"kind": "rejected", "n": str(n)}, 1000)
                          for n in range(n_from, n_to) for p in players])
 
     async def main() -> dict[str, list[int]]:
-        r = aioredis.Redis.from_url(url)
+        r = connect_async(url)
         fanout = Fanout(r, sweep_s=3600.0)  # no sweep: only the notices wake the reader
         got: dict[str, list[int]] = {p: [] for p in players}
         done = asyncio.Event()
