@@ -159,3 +159,52 @@ def test_many_sockets_hold_no_more_redis_connections_than_the_pool(redis_server,
         stack.stop()
     assert 0 < held <= REDIS_CONNECTIONS < n
     assert [m["command_id"] for m in got] == [f"c{i}" for i in range(n)]
+
+
+def test_a_slow_socket_is_read_no_further_than_its_backlog_and_loses_nothing(url):
+    """A socket that does not take what is read for it: the fan-out stops reading its stream at
+    :data:`gateway.reader.BACKLOG` queued entries, and once the socket takes them again every
+    entry follows, once and in order."""
+    from engine.service.publish import Publisher
+    from engine.store.connect import connect, connect_async
+    from gateway.reader import BACKLOG
+
+    player = f"slow-{uuid.uuid4().hex[:6]}"
+    total = BACKLOG * 2 + 50
+    publisher = Publisher(connect(url), consumer="test-fanout")
+
+    async def main() -> tuple[list[int], int]:
+        r = connect_async(url)
+        fanout = Fanout(r, sweep_s=3600.0)
+        got: list[int] = []
+        release, done = asyncio.Event(), asyncio.Event()
+        queued: list[int] = []
+
+        async def deliver(stream: str, entry_id: str, fields: dict) -> None:
+            await release.wait()
+            got.append(int(fields[b"n"]))
+            if len(got) == total:
+                done.set()
+        sub = Subscription(fanout, r, deliver, done.is_set, player)
+        await sub.take([keys.outbox_key(player)])
+        sub.start()
+        await asyncio.to_thread(publisher.write, [Write(keys.outbox_key(player), {"kind": "rejected", "n": str(n)},
+                                                        total + 10) for n in range(total)])
+
+        async def held_back() -> None:
+            while not sub._held_back:  # the fan-out met the full queue and left the rest unread
+                await asyncio.sleep(0.05)
+            queued.append(len(sub._queue))
+        try:
+            await asyncio.wait_for(held_back(), WAIT_S)
+            release.set()
+            await asyncio.wait_for(done.wait(), WAIT_S)
+        finally:
+            sub.stop()
+            await fanout.aclose()
+            await r.aclose()
+        return got, queued[0]
+
+    got, queued = asyncio.run(main())
+    assert BACKLOG <= queued < total
+    assert got == list(range(total))
