@@ -1,5 +1,5 @@
-"""The gateway end to end: a real redis-server, ``shuangkou serve``, a dramatiq worker and
-``shuangkou gateway`` processes, clients on real WebSockets (the ``websockets`` library).
+"""The gateway end to end: a real redis-server, ``shuangkou serve`` (with a dramatiq worker, or
+alone: every test runs in both deployments) and ``shuangkou gateway`` processes, clients on real WebSockets (the ``websockets`` library).
 Every message sent and received is validated against gateway/schemas/ (tests/gateway_support.py).
 
 Matches finish quickly because both players ask for the trustee (R-13.5) in rooms whose
@@ -35,8 +35,10 @@ ROOMS: dict[str, dict[str, Any]] = {
 
 
 @pytest.fixture(scope="module")
-def stack(redis_server, tmp_path_factory):
-    s = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path_factory.mktemp("gw"), ROOMS)
+def stack(redis_server, tmp_path_factory, deployment):
+    """The whole stack, once per deployment (tests.gateway_support.DEPLOYMENTS)."""
+    s = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path_factory.mktemp("gw"), ROOMS,
+                    deployment)
     try:
         s.start_gateway("A")
         yield s
