@@ -777,7 +777,7 @@ def serving_registry(extra_collectors: Iterable[Collector] = ()) -> CollectorReg
     return registry
 
 
-def start_metrics_server(port: int, addr: str = "0.0.0.0",
+def start_metrics_server(port: int, addr: str = "127.0.0.1",
                          extra_collectors: Iterable[Collector] = ()) -> tuple[Any, Any]:
     """Serve ``/metrics`` on ``addr:port`` in a daemon thread; returns
     ``(server, thread)`` (``server.shutdown()`` stops it).  Port 0 picks a free

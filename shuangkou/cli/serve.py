@@ -47,7 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "path, for workers older than the deadline dispatcher; default $SK_TIMER_MESSAGES, off)")
     parser.add_argument("--metrics-port", type=int, default=None, metavar="P",
                         help="serve Prometheus /metrics on this port (0: pick a free one; default: off)")
-    parser.add_argument("--metrics-addr", default="0.0.0.0", help="address for /metrics (default 0.0.0.0)")
+    parser.add_argument("--metrics-addr", default="127.0.0.1",
+                        help="address for /metrics (default 127.0.0.1, this host only: pass 0.0.0.0 where a "
+                             "Prometheus on another host scrapes it, as compose does)")
     parser.add_argument("--consumer", default=None,
                         help="consumer name in the groups (default <hostname>-<pid>)")
     parser.add_argument("--no-projections", action="store_true", help="do not run the projection runner here")
