@@ -49,23 +49,24 @@ class GatewaySettings:
 #: Redis connections of one gateway process, whatever its sockets: the players' pool (the
 #: fan-out's notice connection and readers, every socket's commands, the lobby's reply reader
 #: among them) and, with ``--lobby-redis``, the lobby's own.  A command waits for a free one.
-#: On a Cluster the bound is per node (redis-py's cluster client refuses, rather than waits,
-#: past it).
+#: On a Cluster the bound is per node (gateway/gated.py: a command waits there too).
 REDIS_CONNECTIONS = 24
 LOBBY_REDIS_CONNECTIONS = 6
 
 
 def redis_client(url: str, connections: int, name: str, option: str = "--redis") -> Any:
-    """An asyncio client of at most ``connections`` connections, each named ``name`` (CLIENT LIST);
-    a single node or a Cluster, detected from the node (engine/store/connect.py)."""
+    """An asyncio client of at most ``connections`` connections (per node), each named ``name``
+    (CLIENT LIST); a single node or a Cluster, detected from the node (engine/store/connect.py)."""
     import redis.asyncio as aioredis
 
-    from engine.store.connect import connect_async, probe
+    from engine.store.connect import probe
 
     kwargs: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 5, "health_check_interval": 0,
                               "client_name": name}
     if probe(url, option=option):
-        return connect_async(url, option=option, max_connections=connections, **kwargs)
+        from gateway.gated import GatedCluster
+
+        return GatedCluster.from_url(url, max_connections=connections, **kwargs)
     pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=connections, timeout=20, **kwargs)
     return aioredis.Redis.from_pool(pool)
 
