@@ -74,9 +74,12 @@ function choose(brief) {
   return higher === undefined ? null : [higher];
 }
 
+// a move of ours on its way (until its update or rejection): the next briefs may still show our turn
+const moving = () => [...client.pending.values()].some((c) => c.type === "Play" || c.type === "Pass");
+
 function act(brief, again = false) {
   if (!brief || brief.phase !== "playing" || brief.turn !== client.player || match === null) return;
-  if (acted === brief.version && !again) return;
+  if ((acted === brief.version && !again) || moving()) return;
   acted = brief.version;
   const play = again ? null : choose(brief);
   if (play) client.play(play);
