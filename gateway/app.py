@@ -30,7 +30,7 @@ from gateway import web
 from gateway.context import WebContext
 from gateway.headers import EdgeMiddleware, EdgePolicy, deny
 from gateway.limits import AddressCount, Limits, client_address
-from gateway.lobby import Lobby
+from gateway.lobby import Lobby, queue_key
 from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from gateway.rooms import RoomBook
 from gateway.session import CLOSE_GOING_AWAY, Connection, Hub, authenticate
@@ -52,30 +52,53 @@ class GatewaySettings:
     allow_live_replay: bool = False  # dangerous: the replay viewer shows matches being played
 
 
-def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
-    from engine.store.connect import connect_async  # a single node or a Cluster, detected from the node
+#: Redis connections of one gateway process, whatever its sockets: the players' pool (the
+#: fan-out's notice connection and readers, every socket's commands, the lobby's reply reader
+#: among them) and, with ``--lobby-redis``, the lobby's own.  A command waits for a free one.
+#: On a Cluster the bound is per node (gateway/gated.py: a command waits there too).
+REDIS_CONNECTIONS = 24
+LOBBY_REDIS_CONNECTIONS = 6
 
-    client = redis or connect_async(settings.redis_url, max_connections=4000, socket_timeout=30,
-                                    socket_connect_timeout=5, health_check_interval=0)
+
+def redis_client(url: str, connections: int, name: str, option: str = "--redis") -> Any:
+    """An asyncio client of at most ``connections`` connections (per node), each named ``name``
+    (CLIENT LIST); a single node or a Cluster, detected from the node (engine/store/connect.py)."""
+    import redis.asyncio as aioredis
+
+    from engine.store.connect import probe
+
+    kwargs: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 5, "health_check_interval": 0,
+                              "client_name": name}
+    if probe(url, option=option):
+        from gateway.gated import GatedCluster
+
+        return GatedCluster.from_url(url, max_connections=connections, **kwargs)
+    pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=connections, timeout=20, **kwargs)
+    return aioredis.Redis.from_pool(pool)
+
+
+def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
+    name = f"sk-gateway:{settings.gateway_id}"
+    client = redis or redis_client(settings.redis_url, REDIS_CONNECTIONS, name)
     metrics = GatewayMetrics()
     lobby_client = client
     if settings.lobby_redis_url and settings.lobby_redis_url != settings.redis_url:
-        lobby_client = connect_async(settings.lobby_redis_url, option="--lobby-redis", max_connections=200,
-                                     socket_timeout=30, socket_connect_timeout=5)
+        lobby_client = redis_client(settings.lobby_redis_url, LOBBY_REDIS_CONNECTIONS, name, "--lobby-redis")
     lobby = Lobby(lobby_client, settings.rooms, settings.gateway_id, player_redis=client)
+    hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
+              gateway_id=settings.gateway_id, metrics=metrics, limits=settings.limits)
     if settings.bots:
         from gateway.bots import BotDriver
 
-        bots = BotDriver(lobby, client, lobby_client)
-        # a bot holds no coins: only rooms that seat a zero balance (R-11.1) get bots
-        names = [n for n in settings.rooms.names() if settings.rooms.admits(settings.rooms.rooms[n], 0)]
+        bots = BotDriver(lobby, client, lobby_client, hub.fanout)
 
         async def fill() -> None:
-            await bots.fill(names)
+            # every room served, those registered later with `shuangkou room add` included (read
+            # at each sweep); a bot holds no coins: only rooms that seat a zero balance (R-11.1)
+            book = settings.rooms
+            await bots.fill([n for n in book.names() if book.admits(book.rooms[n], 0)])
 
         lobby.on_sweep = fill
-    hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
-              gateway_id=settings.gateway_id, metrics=metrics, limits=settings.limits)
     ctx = WebContext(redis=client, secret=settings.secret, dev=settings.dev, bots=settings.bots, hub=hub,
                      redis_url=settings.redis_url, allow_live_replay=settings.allow_live_replay,
                      frame_ancestors=settings.edge.frame_ancestors)
@@ -122,6 +145,16 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
                              "connections": len(hub.connections)})
 
     async def metrics_endpoint(_request: Request) -> Response:
+        rooms = settings.rooms.names()  # the registry's rooms too (refreshed by the lobby)
+        try:
+            pipe = lobby_client.pipeline(transaction=False)
+            for room in rooms:
+                pipe.llen(queue_key(room))
+            lengths = await asyncio.wait_for(pipe.execute(), 2.0)
+        except Exception as exc:  # the lobby's Redis cannot answer: the other metrics still go out
+            log.warning("metrics: lobby queue lengths unavailable (%s)", type(exc).__name__)
+        else:
+            metrics.queue_lengths({room: int(n) for room, n in zip(rooms, lengths)})
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager
@@ -136,6 +169,7 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await hub.fanout.aclose()
             if redis is None:
                 await client.aclose()
             if lobby_client is not client:

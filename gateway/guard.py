@@ -28,7 +28,6 @@ from gateway.limits import CLOSE_RATE_LIMITED, Limits, SocketBudget
 from gateway.tokens import Identity, TokenError, verify
 
 CLOSE_UNAUTHORIZED = 4401
-RATE_LIMITED = "rate_limited"
 
 
 class Guarded(Protocol):
@@ -107,7 +106,7 @@ class Guard:
         else:
             reason = (f"over {self.limits.rate:g} messages a second (a burst of {self.limits.burst}): wait a "
                       f"moment; a socket that stays over for {self.limits.close_after_s:g} s is closed 4429")
-        await self.conn.send(protocol.rejected(command_id or _fresh_id(), RATE_LIMITED, reason, None,
+        await self.conn.send(protocol.rejected(command_id or _fresh_id(), protocol.RATE_LIMITED, reason, None,
                                                getattr(self.conn, "match", None)))
         return False
 

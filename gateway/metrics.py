@@ -8,10 +8,14 @@
 ``shuangkou_gateway_rejected_total{code}``                   counter    ``rejected`` sent (gateway + engine)
 ``shuangkou_gateway_command_round_trip_seconds{type}``       histogram  client message → its update/rejection
 ``shuangkou_gateway_refusals_total{reason}``                 counter    the edge's refusals (:data:`REFUSALS`)
+``shuangkou_gateway_lobby_queue_length{room}``               gauge      players waiting in a room's queue
+                                                                        (read from the lobby at each scrape)
 ==========================================================  =========  ===============================
 
 Labels are bounded: message types and kinds are the protocol's (anything else is
-``other``), auth reasons and codes a short fixed list.
+``other``), auth reasons and codes a short fixed list, rooms the ones the gateway serves.
+Every series of a known label exists at 0 from the first scrape (a panel or an alert
+on it sees the first increment).
 """
 
 from __future__ import annotations
@@ -55,10 +59,13 @@ class GatewayMetrics:
                                 "expired tokens, live replays)", ["reason"], registry=r)
         for reason in REFUSALS:
             self.refusals.labels(reason)
+        self.lobby_queue = Gauge("shuangkou_gateway_lobby_queue_length",
+                                 "Players waiting in a room's lobby queue (read at scrape time)", ["room"], registry=r)
         for role in ROLES:  # every series exists at zero
             self.connections.labels(role)
         for t in sorted(CLIENT_TYPES):
             self.messages_in.labels(t)
+            self.round_trip.labels(t)
         for k in KINDS:
             self.messages_out.labels(k)
         for reason in AUTH_REASONS:
@@ -74,6 +81,11 @@ class GatewayMetrics:
 
     def refused(self, reason: str) -> None:
         self.refusals.labels(reason if reason in REFUSALS else "other").inc()
+
+    def queue_lengths(self, lengths: dict[str, int]) -> None:
+        """The lobby queue length of each room served (``room`` → players waiting)."""
+        for room, n in lengths.items():
+            self.lobby_queue.labels(room).set(n)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
