@@ -482,7 +482,7 @@ def test_healthz_and_metrics(stack):
 
 def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
     """``--bots``: alone in the queue for a few seconds → a trustee bot sits opposite."""
-    gw = stack.start_gateway("bots", "--bots")
+    gw = stack.start_gateway("bots", "--bots", "--bot-think", "0.2")
 
     async def main() -> None:
         c = await Client.connect(gw.url, stack.token("so-alice"), "so-alice")

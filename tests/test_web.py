@@ -55,10 +55,18 @@ def test_dev_tokens_only_with_dev() -> None:
     from gateway.tokens import verify
 
     assert verify(SECRET, r.json()["token"]).player == "alice"
-    for body, needle in (({"name": ""}, "1–40"), ({"name": "a b"}, "letters"), ({"name": "x" * 41}, "1–40"),
-                         ({"name": "al", "role": "root"}, "role"), ([1], "name")):
+    # issue 25: a Chinese name signs in; the id is derived from it, the name travels in the token
+    r = c.post("/api/dev/token", json={"name": " 小明\u200b"})
+    assert r.status_code == 200 and r.json()["name"] == "小明" and r.json()["player"].startswith("u-")
+    ident = verify(SECRET, r.json()["token"])
+    assert (ident.player, ident.name) == (r.json()["player"], "小明")
+    assert c.post("/api/dev/token", json={"name": "小明"}).json()["player"] == ident.player  # same name, same id
+    assert c.post("/api/dev/token", json={"name": "a b"}).json()["player"].startswith("u-")
+    for body, needle, code in (({"name": ""}, "1–24", "bad_name"), ({"name": "\u202e\x00"}, "1–24", "bad_name"),
+                               ({"name": "x" * 25}, "1–24", "bad_name"), ({"name": 7}, "text", "bad_name"),
+                               ({"name": "al", "role": "root"}, "role", "bad_request"), ([1], "name", "bad_request")):
         r = c.post("/api/dev/token", json=body)
-        assert r.status_code == 400 and needle in r.json()["reason"], (body, r.json())
+        assert r.status_code == 400 and needle in r.json()["reason"] and r.json()["error"] == code, (body, r.json())
     assert c.post("/api/dev/token", content=b"{nope").json()["error"] == "bad_request"
 
 
