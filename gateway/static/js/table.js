@@ -18,7 +18,7 @@ const $ = (sel) => document.querySelector(sel);
 const root = $("#table");
 const watchPath = window.location.pathname.match(/^\/watch\/(.+)$/);
 const NOTICE_MS = 4500;  // a transient notice is gone within 5 s
-const LOG_SHOWN = 8;
+const LOG_SHOWN = 6;
 
 const S = {
   token: null, me: null, role: null,
@@ -618,7 +618,7 @@ function noteEvents(match, events, view) {
       case "CardsPlayed": {
         const r = eventReading(e.reading);
         const by = e.by === "timeout" ? ` ${t("log.byTimeout")}` : e.by === "trustee" ? ` ${t("log.byTrustee")}` : "";
-        p.log.push({ trick: p.trick, kind: BOMB_KINDS.has(r.kind) ? "bomb" : "play", text: () => `${name()}: ${readingWords(r)}${by}` });
+        p.log.push({ trick: p.trick, kind: BOMB_KINDS.has(r.kind) ? "bomb" : "play", text: () => t("log.play", { name: name(), what: readingWords(r) + by }) });
         if (BOMB_KINDS.has(r.kind)) {
           (p.bombs[e.player] = p.bombs[e.player] || []).push({ cards: e.cards, kind: r.kind, rank: r.rank });
           p.pendingBombs = [...(p.pendingBombs || []), { player: e.player, r }];
@@ -990,10 +990,11 @@ function renderFinished(view) {
   const scoreList = el("ul", "", { class: "scores" });
   if (settled) {
     for (const [p, v] of Object.entries(settled.scores || {})) {
-      const li = el("li", `${nameOf(p)}: `);
-      li.append(el("b", signed(v), { "data-score": p, "data-score-value": v }));
+      const li = el("li", `${t("settle.scoreOf", { name: nameOf(p) })} `);
+      // the number as a number (int() / Number() read it): ASCII signs, as before
+      li.append(el("b", v > 0 ? `+${v}` : `${v}`, { "data-score": p, "data-score-value": v }));
       if (settled.balances && p in settled.balances) {
-        li.append(el("span", ` · ${t("settle.newBalance", { n: "" }).trim()} `), el("b", `${settled.balances[p]}`, { "data-balance": p }));
+        li.append(el("span", ` · ${t("settle.balanceLabel")} `), el("b", `${settled.balances[p]}`, { "data-balance": p }));
       }
       scoreList.append(li);
     }
