@@ -617,7 +617,7 @@ function noteEvents(match, events, view) {
         break;
       case "CardsPlayed": {
         const r = eventReading(e.reading);
-        const by = e.by === "timeout" ? ` ${t("log.byTimeout")}` : e.by === "trustee" ? ` ${t("log.byTrustee")}` : "";
+        const by = e.by === "timeout" ? t("log.byTimeout") : e.by === "trustee" ? t("log.byTrustee") : "";
         p.log.push({ trick: p.trick, kind: BOMB_KINDS.has(r.kind) ? "bomb" : "play", text: () => t("log.play", { name: name(), what: readingWords(r) + by }) });
         if (BOMB_KINDS.has(r.kind)) {
           (p.bombs[e.player] = p.bombs[e.player] || []).push({ cards: e.cards, kind: r.kind, rank: r.rank });
