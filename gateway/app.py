@@ -48,15 +48,15 @@ class GatewaySettings:
 
 
 def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
-    import redis.asyncio as aioredis
+    from engine.store.connect import connect_async  # a single node or a Cluster, detected from the node
 
-    client = redis or aioredis.Redis.from_url(settings.redis_url, max_connections=4000, socket_timeout=30,
-                                                 socket_connect_timeout=5, health_check_interval=0)
+    client = redis or connect_async(settings.redis_url, max_connections=4000, socket_timeout=30,
+                                    socket_connect_timeout=5, health_check_interval=0)
     metrics = GatewayMetrics()
     lobby_client = client
     if settings.lobby_redis_url and settings.lobby_redis_url != settings.redis_url:
-        lobby_client = aioredis.Redis.from_url(settings.lobby_redis_url, max_connections=200, socket_timeout=30,
-                                               socket_connect_timeout=5)
+        lobby_client = connect_async(settings.lobby_redis_url, option="--lobby-redis", max_connections=200,
+                                     socket_timeout=30, socket_connect_timeout=5)
     lobby = Lobby(lobby_client, settings.rooms, settings.gateway_id, player_redis=client)
     if settings.bots:
         from gateway.bots import BotDriver

@@ -1,4 +1,5 @@
-"""One WebSocket connection: authenticate, then relay between the socket and Redis.
+"""One WebSocket connection: authenticate, then the socket protocol (the client's messages in,
+the server's out).
 
 * The socket is accepted first; the token comes as ``?token=`` or as the first message
   ``{"type": "Auth", "token": …}`` within :data:`AUTH_TIMEOUT_S`.  A missing, bad or
@@ -8,9 +9,10 @@
 * A newer connection of the same player (another tab, another gateway) closes this one
   with :data:`CLOSE_REPLACED` and a reason: every connection appends itself to the
   player's session stream and watches it.
-* The pump reads the player's update stream, the lobby's notes and the session stream in
-  one blocking XREAD and forwards updates of the current match once each (by version),
-  the player's own rejections (their own command ids) and the lobby's messages.
+* The socket's subscription (gateway/reader.py) reads the player's update stream, the
+  lobby's notes and the session stream; the socket forwards the lobby's messages, and its
+  resync (gateway/resync.py) the updates of the current match once each (by version) and
+  the player's own rejections (their own command ids).
 * On connect the player at once gets the lobby state and the current view of their match;
   given a last-seen ``version`` (``?version=``, ``Auth.version`` or ``Sync.version``) every
   later update follows instead, with no gap (or, when the stream no longer holds them, one
@@ -35,7 +37,8 @@ from gateway import channels, names, outbox, protocol
 from gateway.lobby import Lobby, Place, notes_key, now_ms
 from gateway.metrics import GatewayMetrics
 from gateway.rooms import RoomBook
-from gateway.spectate import spectator_event, spectator_view
+from gateway.reader import Subscription
+from gateway.resync import Resync
 from gateway.tokens import Identity, TokenError, verify
 
 log = logging.getLogger("shuangkou.gateway")
@@ -94,6 +97,10 @@ class Hub:
 
 
 class Connection:
+    """The socket protocol of one connection: who it is, its life cycle, the client's messages
+    and what is sent back.  What it reads is its :class:`~gateway.reader.Subscription`'s; what
+    it has of its match (gaps, resync, exactly once) its :class:`~gateway.resync.Resync`'s."""
+
     def __init__(self, hub: Hub, ws: WebSocket, identity: Identity):
         self.hub = hub
         self.ws = ws
@@ -106,17 +113,12 @@ class Connection:
         self.match: str | None = None  # the match whose updates this socket gets
         self.watching: str | None = None  # spectators: the watched match
         self.source: str | None = None  # spectators: the seated player whose stream is read
-        self.versions: dict[str, int] = {}  # match -> last version forwarded
         self.pending: dict[str, tuple[float, str]] = {}  # engine command id -> (sent at, type)
         self._send_lock = asyncio.Lock()
-        self._pump: asyncio.Task | None = None
         self._session_id = "0-0"
-        self._positions: dict[str, str] = {}
-        self._held: dict[str, dict[int, outbox.OutEntry]] = {}  # match -> first seq -> update ahead of a gap
-        self._gap_timers: dict[str, asyncio.Task] = {}
-        self._awaiting: dict[str, str] = {}  # match -> the engine id of the Sync whose view we wait for
-        self._viewed: set[str] = set()  # matches this socket has sent a view of
         self._announced: str | None = None  # the match this socket last told the client it is seated in
+        self.subscription = Subscription(hub.redis, self.deliver, lambda: self.closed, identity.player)
+        self.resync = Resync(self, GAP_WAIT_S)
 
     @property
     def is_player(self) -> bool:
@@ -125,6 +127,9 @@ class Connection:
     @property
     def player(self) -> str:
         return self.identity.player
+
+    def read_upto(self, stream: str) -> str:
+        return self.subscription.upto(stream)
 
     # -- sending --------------------------------------------------------------------------
     async def send(self, message: dict[str, Any]) -> None:
@@ -188,20 +193,18 @@ class Connection:
                 self._session_id = _s(await r.xadd(session_key(self.player), {"conn": self.id, "gw": hub.gateway_id},
                                                    maxlen=10, approximate=True))
                 # the positions first, the place after: whatever the lobby or the engine writes once
-                # the place is read (the table seated a moment later, say) reaches the pump
+                # the place is read (the table seated a moment later, say) reaches the reader
                 await self._take_positions()
                 self.place = await hub.lobby.place(self.player)
                 self.grace_ms = await hub.lobby.grace_ms(self.place)
                 await hub.lobby.present({self.player: now_ms() + HEARTBEAT_SLACK_MS + self.grace_ms})
                 await self._greet(first_version)
-            self._pump = asyncio.get_running_loop().create_task(self._pump_loop())
+            self.subscription.start()
             await self._receive_loop()
         finally:
             self.closed = True
-            if self._pump is not None:
-                self._pump.cancel()
-            for t in self._gap_timers.values():
-                t.cancel()
+            self.subscription.stop()
+            self.resync.cancel()
             hub.connections.discard(self)
             hub.metrics.connections.labels(self.identity.role).dec()
             if self.is_player and not self.replaced and not hub.stopping:
@@ -211,11 +214,9 @@ class Connection:
                     log.warning("could not start %s's grace window: %s", self.player, exc)
 
     async def _take_positions(self) -> None:
-        """Where the pump starts reading: after the newest entry of each of the player's streams."""
-        r = self.hub.redis
-        self._positions = {keys.outbox_key(self.player): await outbox.last_id(r, keys.outbox_key(self.player)),
-                           notes_key(self.player): await outbox.last_id(r, notes_key(self.player)),
-                           session_key(self.player): self._session_id}
+        """Where the reader starts: after the newest entry of each of the player's streams."""
+        await self.subscription.take([keys.outbox_key(self.player), notes_key(self.player),
+                                      session_key(self.player)], at={session_key(self.player): self._session_id})
 
     async def _greet(self, version: int | None) -> None:
         """The lobby state and the current view (or the updates after ``version``) at once."""
@@ -231,72 +232,7 @@ class Connection:
                 await self.send(protocol.lobby("queued", table.room, table.id))
         if self.match is not None:
             await self.hub.lobby.came_back(self.player, self.match)
-            await self._catch_up(self.match, version)
-
-    async def _catch_up(self, match: str, version: int | None) -> None:
-        """The updates after ``version`` when the stream still holds them all, else the current view."""
-        upto = self._positions.get(keys.outbox_key(self.source or self.player), "+")
-        r = self.hub.redis
-        if version is not None:
-            self.versions[match] = version  # the client has everything up to it
-            self._viewed.add(match)
-            later = await outbox.updates_after(r, self.source or self.player, match, version, upto)
-            if later and (later[0].first_seq is None or later[0].first_seq <= version + 1):
-                for e in later:
-                    await self._forward_update(e, observe=self.is_player)
-                return
-        await self._request_view(match)
-
-    async def _request_view(self, match: str, client_id: str | None = None) -> None:
-        """Ask the engine for the current view (a ``Sync``: it lands in the stream this socket reads);
-        updates that arrive meanwhile wait for it.  Without engine Sync: the newest view in the stream."""
-        source = self.source or self.player
-        if channels.ENGINE_SYNC:
-            engine_id = (channels.engine_command_id(self.player, client_id) if client_id is not None
-                         else channels.lobby_command_id("sync", self.id, channels.new_id()))
-            if client_id is not None:
-                self._track(engine_id, "Sync")
-            self._awaiting[match] = engine_id
-            command = channels.player_command("Sync", match, source, engine_id)
-            await self.hub.redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
-            if match not in self._gap_timers:
-                self._gap_timers[match] = asyncio.get_running_loop().create_task(self._sync_fallback(match))
-            return
-        latest = await outbox.latest_update(self.hub.redis, source, match,
-                                            self._positions.get(keys.outbox_key(source), "+"))
-        await self._apply_view(match, int(latest.version or 0) if latest else 0,
-                               latest.view if latest else None, client_id, force=True)
-
-    async def _sync_fallback(self, match: str) -> None:
-        """No Sync answer in :data:`GAP_WAIT_S` (an engine busy or away): the newest view in the stream."""
-        try:
-            await asyncio.sleep(GAP_WAIT_S * 2)
-            if self._awaiting.pop(match, None) is None or match != self.match:
-                return  # answered, or the table moved on (no view of a match left behind)
-            source = self.source or self.player
-            latest = await outbox.latest_update(self.hub.redis, source, match)
-            if latest is not None:
-                await self._apply_view(match, int(latest.version or 0), latest.view, None)
-            await self._flush(match)
-        finally:
-            self._gap_timers.pop(match, None)
-
-    async def _apply_view(self, match: str, version: int, view: dict | None, client_id: str | None,
-                          force: bool = False) -> None:
-        """Send a view-only update when it tells the client something (newer, first, or asked for)."""
-        last = self.versions.get(match)
-        if force or client_id is not None or last is None or version > last or match not in self._viewed:
-            await self.send(protocol.update(match, version, [], self._view(view), client_id))
-            self._viewed.add(match)
-        if last is None or version > last:
-            self.versions[match] = version
-        if self.is_player and view and view.get("phase") == "finished" and view.get("result"):
-            res = view["result"]  # a finish this socket may not have seen: the table settles it
-            await self.hub.lobby.observe(match, [{"type": "MatchFinished", "loser": res.get("loser"),
-                                                  "reason": res.get("reason")}])
-
-    def _view(self, view: dict | None) -> dict | None:
-        return spectator_view(view) if not self.is_player else view
+            await self.resync.catch_up(self.match, version)
 
     # -- client → server ------------------------------------------------------------------
     async def _receive_loop(self) -> None:
@@ -326,7 +262,7 @@ class Connection:
         if t == "Watch":
             return await self._watch(msg)
         if t == "Sync" and not self.is_player and self.watching is not None:
-            return await self._request_view(self.watching, msg.command_id)  # the spectator view again
+            return await self.resync.request_view(self.watching, msg.command_id)  # the spectator view again
         if not self.is_player:
             raise protocol.ClientError(protocol.NOT_ALLOWED, f"a {self.identity.role} token may only Watch",
                                        msg.command_id)
@@ -354,7 +290,7 @@ class Connection:
             fields = {"client_seed": msg.client_seed if msg.client_seed is not None else secrets.token_hex(16)}
         if t in ("Play", "Pass") and msg.expected_version is not None:
             fields["expected_version"] = msg.expected_version
-            seen = self.versions.get(match)
+            seen = self.resync.version(match)
             if not channels.ENGINE_EXPECTED_VERSION and seen is not None and seen != msg.expected_version:
                 raise protocol.ClientError(protocol.STALE, f"the match is at version {seen}, not "
                                            f"{msg.expected_version}: look at the current view and try again",
@@ -364,10 +300,11 @@ class Connection:
             command = channels.player_command(t, match, self.player, engine_id, **fields)
         except Exception as exc:  # e.g. bad card notation the engine's model refuses
             raise protocol.ClientError(protocol.BAD_COMMAND, str(exc)[:300], msg.command_id)
-        self._track(engine_id, t)
+        self.track(engine_id, t)
         await self.hub.redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
 
-    def _track(self, engine_id: str, ctype: str) -> None:
+    def track(self, engine_id: str, ctype: str) -> None:
+        """A command sent to the engine: its answer's round trip is measured (``answered``)."""
         now = time.monotonic()
         if len(self.pending) > 200:  # commands that never produced an update (bounded memory)
             for k, (at, _t) in list(self.pending.items()):
@@ -375,7 +312,7 @@ class Connection:
                     del self.pending[k]
         self.pending[engine_id] = (now, ctype)
 
-    def _answered(self, engine_id: str) -> None:
+    def answered(self, engine_id: str) -> None:
         sent = self.pending.pop(engine_id, None)
         if sent is not None:
             self.hub.metrics.round_trip.labels(sent[1]).observe(time.monotonic() - sent[0])
@@ -416,13 +353,12 @@ class Connection:
             return
         self.match = table.match
         if msg.version is not None:
-            self.versions.pop(table.match, None)
-            self._positions[keys.outbox_key(self.player)] = await outbox.last_id(
-                self.hub.redis, keys.outbox_key(self.player))
-            await self._catch_up(table.match, msg.version)
-            self._restart_pump()
+            self.resync.forget(table.match)
+            await self.subscription.skip_to_end(keys.outbox_key(self.player))
+            await self.resync.catch_up(table.match, msg.version)
+            self.subscription.restart()
             return
-        await self._request_view(table.match, msg.command_id)
+        await self.resync.request_view(table.match, msg.command_id)
 
     async def _watch(self, msg: Any) -> None:
         if self.is_player:
@@ -437,50 +373,14 @@ class Connection:
                                        msg.command_id)
         self.watching = self.match = msg.match
         self.source = table.players[0]
-        stream = keys.outbox_key(self.source)
-        self._positions = {stream: await outbox.last_id(self.hub.redis, stream)}
-        self.versions.pop(msg.match, None)
-        self._viewed.discard(msg.match)
-        self._restart_pump()
-        await self._request_view(msg.match, None)
-
-    def _restart_pump(self) -> None:
-        if self._pump is not None:
-            self._pump.cancel()
-            self._pump = asyncio.get_running_loop().create_task(self._pump_loop())
+        await self.subscription.take([keys.outbox_key(self.source)])
+        self.resync.forget(msg.match, unseen=True)
+        self.subscription.restart()
+        await self.resync.request_view(msg.match, None)
 
     # -- server → client ------------------------------------------------------------------
-    async def _pump_loop(self) -> None:
-        r = self.hub.redis
-        backoff = 0.1
-        while not self.closed:
-            if not self._positions:
-                await asyncio.sleep(1.0)  # a spectator that watches nothing yet
-                continue
-            try:
-                reply = await r.xread(dict(self._positions), count=100, block=5000)
-                backoff = 0.1
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("reading streams for %s failed: %s", self.player, exc)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-                continue
-            for stream_name, entries in reply or ():
-                stream = _s(stream_name)
-                for entry_id, fields in entries:
-                    self._positions[stream] = _s(entry_id)
-                    try:
-                        await self._dispatch(stream, _s(entry_id), fields)
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception:
-                        log.exception("could not relay %s %s", stream, _s(entry_id))
-                    if self.closed:
-                        return
-
-    async def _dispatch(self, stream: str, entry_id: str, fields: dict) -> None:
+    async def deliver(self, stream: str, entry_id: str, fields: dict) -> None:
+        """One new entry of a stream this socket reads (its subscription's reader calls it)."""
         if self.is_player and stream == session_key(self.player):
             if _s(fields.get(b"conn", fields.get("conn"))) != self.id:
                 self.replaced = True
@@ -499,121 +399,11 @@ class Connection:
                         self.grace_ms = int(1000 * cfg.reconnect_grace_seconds)
             await self.send(note)
             if note.get("kind") == "lobby" and note.get("state") == "seated" and self.match \
-                    and self.match not in self.versions:
+                    and not self.resync.has(self.match):
                 # the match's first updates came before the table said so: its view now
-                await self._catch_up(self.match, None)
+                await self.resync.catch_up(self.match, None)
             return
-        e = outbox.parse_entry(entry_id, fields)
-        if e.kind == "sync":
-            await self._on_sync(e)
-        elif e.kind == "update":
-            await self._forward_update(e, observe=self.is_player)
-        elif e.kind == "rejected" and e.command_id and self._awaiting.get(e.match) == e.command_id:
-            client_id = channels.client_command_id(self.player, e.command_id) if self.is_player else None
-            await self._sync_refused(e, client_id)
-            if client_id is not None:
-                self._answered(e.command_id)
-                await self.send(protocol.rejected(client_id, e.code or "rejected", e.reason or "", e.view,
-                                                  e.match or None))
-        elif e.kind == "rejected" and self.is_player:
-            client_id = channels.client_command_id(self.player, e.command_id)
-            if client_id is None:
-                return  # the lobby's own commands (e.g. a late Leave): not the client's business
-            self._answered(e.command_id)
-            await self.send(protocol.rejected(client_id, e.code or "rejected", e.reason or "", e.view,
-                                              e.match or None))
-
-    async def _forward_update(self, e: outbox.OutEntry, observe: bool) -> None:
-        if observe:
-            await self.hub.lobby.observe(e.match, e.events)
-        if e.match != self.match or e.version is None:
-            return
-        if self.is_player:
-            self._answered(e.command_id)
-        last = self.versions.get(e.match)
-        if last is not None and e.version <= last:
-            return  # a redelivery (duplicate) or what the client already has
-        first = e.first_seq
-        if e.match in self._awaiting and first is not None:
-            self._held.setdefault(e.match, {})[first] = e  # sent after the view it follows
-            return
-        if last is not None and first is not None and first > last + 1:
-            # the service and the timer workers publish independently: an update may arrive before
-            # the one just ahead of it; hold it until the gap fills (or resync from its view)
-            held = self._held.setdefault(e.match, {})
-            held[first] = e
-            if e.match not in self._gap_timers:
-                self._gap_timers[e.match] = asyncio.get_running_loop().create_task(self._close_gap(e.match))
-            return
-        await self._send_update(e)
-        await self._flush(e.match)
-
-    async def _flush(self, match: str) -> None:
-        """Send the held updates that now follow on; drop those the client has."""
-        held = self._held.get(match)
-        while held:
-            last = self.versions.get(match, 0)
-            for seq in [k for k, v in held.items() if int(v.version or 0) <= last]:
-                del held[seq]
-            nxt = held.pop(last + 1, None)
-            if nxt is None:
-                break
-            await self._send_update(nxt)
-        if held is not None and not held:
-            self._held.pop(match, None)
-        elif held and match not in self._gap_timers and match not in self._awaiting:
-            self._gap_timers[match] = asyncio.get_running_loop().create_task(self._close_gap(match))
-
-    async def _on_sync(self, e: outbox.OutEntry) -> None:
-        """The engine's answer to a Sync (ours, the client's, or another socket's of this stream).
-
-        The client's own Sync is always answered (an ``update`` with the view and its command
-        id), even when the table has moved on meanwhile; the connection's own (on connect, on a
-        gap) only while its match is current; another socket's only fills in a view not yet sent."""
-        mine = bool(e.command_id) and self._awaiting.get(e.match) == e.command_id
-        if mine:
-            self._awaiting.pop(e.match, None)
-        client_id = channels.client_command_id(self.player, e.command_id)  # a spectator's own Sync too
-        if client_id is not None:
-            self._answered(e.command_id)
-        if e.version is None:
-            await self._flush(e.match)
-            return
-        if client_id is not None and e.match != self.match:
-            await self.send(protocol.update(e.match, int(e.version), [], self._view(e.view), client_id))
-            return
-        if e.match != self.match:
-            return
-        if not mine and client_id is None and e.match in self._awaiting:
-            return  # someone else's; ours is on its way
-        await self._apply_view(e.match, int(e.version), e.view, client_id, force=mine)
-        await self._flush(e.match)
-
-    async def _sync_refused(self, e: outbox.OutEntry, client_id: str | None) -> None:
-        """The engine refused the Sync this socket waits for: its refusal carries the current view
-        when there is one (use it); either way the updates held for it go out now."""
-        self._awaiting.pop(e.match, None)
-        if e.match == self.match and e.view is not None and e.version:
-            await self._apply_view(e.match, int(e.version), e.view, None, force=client_id is None)
-        await self._flush(e.match)
-
-    async def _send_update(self, e: outbox.OutEntry) -> None:
-        self.versions[e.match] = int(e.version or 0)
-        if self.is_player:
-            await self.send(protocol.update(e.match, int(e.version or 0), e.events, e.view,
-                                            channels.client_command_id(self.player, e.command_id)))
-        else:
-            await self.send(protocol.update(e.match, int(e.version or 0), [spectator_event(x) for x in e.events],
-                                            spectator_view(e.view)))
-
-    async def _close_gap(self, match: str) -> None:
-        """A gap that does not fill in :data:`GAP_WAIT_S`: resync from the current view."""
-        try:
-            await asyncio.sleep(GAP_WAIT_S)
-        finally:
-            self._gap_timers.pop(match, None)
-        if self._held.get(match):
-            await self._request_view(match)
+        await self.resync.on_entry(outbox.parse_entry(entry_id, fields))
 
 
 async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] | None:

@@ -280,9 +280,9 @@ class ReplaySource:
         if self._client is None:
             url = os.environ.get("SK_REPLAY_REDIS_URL")
             if url:
-                import redis.asyncio as aioredis
+                from engine.store.connect import connect_async
 
-                self._client = aioredis.Redis.from_url(url)
+                self._client = connect_async(url, option="SK_REPLAY_REDIS_URL")
             else:
                 self._client = getattr(self.ctx, "redis", None)
         if self._client is None:

@@ -7,93 +7,36 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import socket
-import subprocess
-import tempfile
-import time
 
 import pytest
 
 pytestmark = pytest.mark.redis
 
 
-def _free_ports(n: int) -> list[int]:
-    """n free ports whose cluster bus ports (+10000) are free too."""
-    ports: list[int] = []
-    while len(ports) < n:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p + 10000 > 65535 or p in ports:
-            continue
-        try:
-            with socket.socket() as s2:
-                s2.bind(("127.0.0.1", p + 10000))
-        except OSError:
-            continue
-        ports.append(p)
-    return ports
-
-
 @pytest.fixture(scope="module")
-def cluster():
+def local_cluster():
+    """Three masters and three replicas on loopback (tests/cluster_support.py)."""
+    from tests.cluster_support import start_cluster
+
     if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
         msg = ("the cluster test needs redis-server and redis-cli (apt-get install redis-server); "
                "set SK_ALLOW_NO_REDIS=1 to skip it instead")
         if os.environ.get("SK_ALLOW_NO_REDIS") != "1":
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg)
-    import redis
-    from redis.cluster import ClusterNode, RedisCluster
+    c = start_cluster(masters=3, replicas=1)
+    yield c
+    c.stop()
 
-    for attempt in range(3):
-        workdir = tempfile.mkdtemp(prefix="sk-cluster-")
-        ports = _free_ports(3)
-        procs = []
-        for p in ports:
-            procs.append(subprocess.Popen(
-                ["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-                 "--cluster-config-file", f"nodes-{p}.conf", "--cluster-node-timeout", "5000",
-                 "--save", "", "--appendonly", "no", "--dir", workdir],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        try:
-            for p in ports:
-                end = time.monotonic() + 10
-                while True:
-                    try:
-                        redis.Redis(port=p).ping()
-                        break
-                    except redis.ConnectionError:
-                        if time.monotonic() > end:
-                            raise
-                        time.sleep(0.05)
-            out = subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
-                                  "--cluster-replicas", "0", "--cluster-yes"],
-                                 capture_output=True, text=True, timeout=60)
-            assert out.returncode == 0, out.stdout + out.stderr
-            end = time.monotonic() + 20
-            while True:
-                infos = [redis.Redis(port=p).cluster("info") for p in ports]
-                if all(i.get("cluster_state") == "ok" for i in infos):
-                    break
-                assert time.monotonic() < end, infos
-                time.sleep(0.1)
-            client = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", p) for p in ports])
-            yield client
-            client.close()
-            return
-        except (OSError, redis.ConnectionError):
-            if attempt == 2:
-                raise
-        finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-            shutil.rmtree(workdir, ignore_errors=True)
+
+@pytest.fixture(scope="module")
+def cluster(local_cluster):
+    """A redis-py Cluster client, from the shared factory (engine/store/connect.py)."""
+    from engine.store.connect import connect
+
+    client = connect(local_cluster.url)
+    yield client
+    client.close()
 
 
 def test_cluster_has_three_masters(cluster):
@@ -166,3 +109,39 @@ def test_matches_on_redis_cluster_replay_and_settle(cluster):
         booked = ledger.settlement(mid)
         assert booked is not None and booked.scores == s.scores
     assert set(ids) <= set(store.match_ids())
+
+
+def test_the_factory_detects_the_cluster_from_any_node(local_cluster):
+    """§1: cluster_enabled:1 in INFO cluster gives redis-py's RedisCluster, from any node, no flag."""
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+    from redis.cluster import RedisCluster
+
+    from engine.store.connect import connect, connect_async, is_cluster, probe
+
+    for port in local_cluster.ports:
+        url = f"redis://127.0.0.1:{port}/0"
+        assert probe(url)
+        client = connect(url)
+        try:
+            assert isinstance(client, RedisCluster) and is_cluster(client)
+            assert len([n for n in client.get_nodes() if n.server_type == "primary"]) == 3
+        finally:
+            client.close()
+    assert isinstance(connect_async(local_cluster.url), AsyncRedisCluster)
+
+
+def test_cli_commands_run_on_a_cluster_node(local_cluster, tmp_path):
+    """§1: the read-only dispute commands take a cluster node as --redis (no MovedError traceback)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.cluster_support import env_without_redis
+
+    env = env_without_redis()
+    for argv in (["matches", "--json"], ["replay", "--all", "--json"], ["reconcile", "--json"]):
+        out = subprocess.run([sys.executable, "-m", "shuangkou", *argv, "--redis", local_cluster.url],
+                             capture_output=True, text=True, timeout=120, env=env)
+        assert out.returncode == 0, (argv, out.stdout, out.stderr)
+        assert "Traceback" not in out.stderr and "MovedError" not in out.stderr
+        json.loads(out.stdout or "null")

@@ -21,12 +21,17 @@ key                                         type    holds
 ``sk:{b<N>}:deadlines``                     zset    member match id, score ``at_ms``
 ``sk:{b<N>}:deadline_info``                 hash    match id -> ``"<version>|<kind>|<at_ms>"``
 ``sk:{b<N>}:matches``                       set     ids of the bucket's matches
-``sk:inbox``                                stream  commands from gateways (consumer group
-                                                    ``sk-service``); NOT hash-tagged: on a
-                                                    Cluster the inbox lives on one node
-``sk:ops``                                   stream  lobby/operator commands (same group and
-                                                    format as the inbox; engine/service/channels.py)
-``sk:out:<player_id>``                      stream  per-player updates and rejections
+``sk:{b<N>}:inbox``                         stream  player commands of the bucket's matches
+                                                    (consumer group ``sk-service``), read by the
+                                                    bucket's owner only (:func:`inbox_key`)
+``sk:{b<N>}:ops``                           stream  CreateMatch, Sit, Deal of the bucket's matches
+                                                    (same group and format; :func:`ops_key`)
+``sk:{b<N>}:owner``                         string  the serve replica holding the bucket's lease
+``sk:ops``                                   stream  Credit, Debit, AddRoom (no match: any replica)
+``sk:inbox``                                stream  the single player channel before issue 24: still
+                                                    drained by serve during an upgrade
+``sk:out:{<player_id>}``                    stream  per-player updates and rejections; the player's
+                                                    own hash tag (:func:`outbox_key`)
 ``sk:dead``                                 stream  dead letters (raw message + reason)
 ``sk:reply:<anything>``                     stream  optional per-gateway replies (``reply_to``)
 ==========================================  ======  =============================================
@@ -39,6 +44,9 @@ than its history). The first store to touch a Redis records it under
 
 A match id containing ``{`` or ``}`` is harmless: Redis uses the *first*
 ``{…}`` of a key as its hash tag, which is always the bucket tag here.
+A *player* id is a hash tag itself (``sk:out:{alice}``), so a player id with
+``{`` or ``}`` is refused wherever one enters (the token, the Join, the inbox:
+:func:`player_id_problem`).
 """
 
 from __future__ import annotations
@@ -48,8 +56,8 @@ import zlib
 PREFIX = "sk"
 DEFAULT_BUCKETS = 16
 
-INBOX = f"{PREFIX}:inbox"
-OPS = f"{PREFIX}:ops"  # the operator channel (engine/service/channels.py)
+INBOX = f"{PREFIX}:inbox"  # the one player channel before issue 24 (drained during an upgrade)
+OPS = f"{PREFIX}:ops"  # the operator channel for commands of no match: Credit, Debit, AddRoom
 SERVICE_GROUP = "sk-service"
 DEAD_LETTERS = f"{PREFIX}:dead"
 REPLY_PREFIX = f"{PREFIX}:reply:"
@@ -98,8 +106,47 @@ def matches_key(bucket: int) -> str:
     return f"{PREFIX}:{{b{bucket}}}:matches"
 
 
+def inbox_key(bucket: int) -> str:
+    """The player channel of one bucket: ``sk:{b<N>}:inbox`` (N = :func:`bucket_of` the command's match)."""
+    return f"{PREFIX}:{{b{bucket}}}:inbox"
+
+
+def ops_key(bucket: int) -> str:
+    """The operator channel of one bucket's matches (CreateMatch, Sit, Deal): ``sk:{b<N>}:ops``."""
+    return f"{PREFIX}:{{b{bucket}}}:ops"
+
+
+def owner_key(bucket: int) -> str:
+    """The lease naming the serve replica that consumes the bucket's channels."""
+    return f"{PREFIX}:{{b{bucket}}}:owner"
+
+
+#: characters a player id may not hold: the id is a Cluster hash tag (``{<player>}``)
+PLAYER_ID_FORBIDDEN = "{}"
+
+
+def player_id_problem(player_id: str) -> str | None:
+    """Why ``player_id`` cannot be a player's id (None: it can).
+
+    >>> player_id_problem("alice") is None
+    True
+    >>> player_id_problem("a{b}")
+    "a player id may not contain '{' or '}' (it is the hash tag of the player's keys), got 'a{b}'"
+    """
+    if any(ch in PLAYER_ID_FORBIDDEN for ch in player_id):
+        return f"a player id may not contain '{{' or '}}' (it is the hash tag of the player's keys), got {player_id!r}"
+    return None
+
+
+def player_tag(player_id: str) -> str:
+    """The Cluster hash tag of a player's keys, e.g. ``{alice}``."""
+    return "{%s}" % player_id
+
+
 def outbox_key(player_id: str) -> str:
-    """The outbound stream of one player (updates and rejections)."""
+    """The outbound stream of one player (updates and rejections): ``sk:out:{<player>}``.
+
+    Any other key read or written together with it carries the same tag."""
     return f"{PREFIX}:out:{player_id}"
 
 

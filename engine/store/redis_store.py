@@ -117,8 +117,12 @@ class RedisEventStore(EventStore):
 
     @classmethod
     def from_url(cls, url: str, buckets: int = keys.DEFAULT_BUCKETS, **kwargs: Any) -> RedisEventStore:
-        """A store on ``redis://…`` (``rediss://``, ``unix://`` too); checks the bucket layout."""
-        store = cls(redis.Redis.from_url(url), buckets=buckets, **kwargs)
+        """A store on ``redis://…`` (``rediss://``, ``unix://`` too; a Cluster node too); checks the bucket layout.
+
+        Raises :class:`engine.store.connect.RedisUnavailable` when nothing usable answers."""
+        from engine.store.connect import connect
+
+        store = cls(connect(url), buckets=buckets, **kwargs)
         store.check_layout()
         return store
 

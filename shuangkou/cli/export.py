@@ -30,14 +30,14 @@ def read_only_store(url: str) -> Any:
     ``RedisEventStore.from_url`` records the bucket layout (SET NX), which the
     read-only user may not do; this one only compares it (GET).
     """
-    import redis
-
     from shuangkou.cli import CliError
+    from shuangkou.cli.serve import connect_redis
     from engine.store import keys
     from engine.store.redis_store import RedisEventStore
 
+    client = connect_redis(url, "--redis")
     try:
-        store = RedisEventStore(redis.Redis.from_url(url))
+        store = RedisEventStore(client)
         found = store.client.get(keys.LAYOUT)
     except Exception as exc:
         raise CliError(f"cannot read {url}: {exc}") from None

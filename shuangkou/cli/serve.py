@@ -68,21 +68,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default=os.environ.get("SK_LOG_LEVEL", "INFO"))
 
 
-def connect_redis(url: str, option: str):
-    """A Redis client for ``url`` that answered PING; a readable CliError otherwise."""
-    import redis
+def connect_redis(url: str, option: str, **kwargs):
+    """A client for ``url`` (single node or Cluster, engine.store.connect) that answered; CliError otherwise."""
+    from engine.store.connect import RedisUnavailable, connect
 
     from shuangkou.cli import CliError
 
     try:
-        client = redis.Redis.from_url(url)
-    except ValueError as exc:
-        raise CliError(f"{option} {url!r} is not a Redis URL: {exc}") from None
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        raise CliError(f"cannot reach {url}: {exc}") from None
-    return client
+        return connect(url, option=option, **kwargs)
+    except RedisUnavailable as exc:
+        raise CliError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -319,8 +319,6 @@ class Simulation:
 
     # -- set-up ----------------------------------------------------------------------------
     def _setup(self) -> None:
-        import redis as redis_mod
-
         from engine.service.channels import channel_consumers
         from engine.service.operator import OperatorDesk
         from engine.service.rooms import RedisRooms, register_shipped
@@ -336,8 +334,9 @@ class Simulation:
             # XREAD of its replies, each gateway thread one in XREADGROUP, the timers and the
             # projection runner a few more.  redis-py's default cap (100) fails a -c 256 run
             # with MaxConnectionsError.
-            self.client = redis_mod.Redis.from_url(self.redis_url, max_connections=self.pool_size())
-            self.client.ping()
+            from engine.store.connect import connect
+
+            self.client = connect(self.redis_url, max_connections=self.pool_size())
             self.clock: Any = SystemClock()
         else:
             import fakeredis

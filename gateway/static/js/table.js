@@ -4,11 +4,11 @@
 // Testability contract (issues 15, 25): hand cards data-card, buttons data-action,
 // data-opponent-count, data-opponent-name, data-status (+ data-code on a refusal),
 // data-settlement, data-score, data-balance, data-cards-left, data-fair, data-your-turn,
-// table cards data-table-card (never data-card).  The socket lives in socket.js alone (the
-// page's one networking seam).
+// table cards data-table-card (never data-card).  The socket is client.js's Client (the page's
+// one networking seam: auth, resume, command ids, expected versions, the brief).
 import { api, claims, clientConfig, devToken, forgetToken, storedToken, tokenFromHost, tokenFromUrl } from "./auth.js";
 import { cardElement, sortCards } from "./cards.js";
-import { Link } from "./socket.js";
+import { Client } from "./client.js";
 import { fairDeal, randomClientSeed, verifyDeal } from "./fair.js";
 import { BOMB_KINDS, eventReading, kouWords, modeWords, readingWords } from "./words.js";
 import { LANGS, currentLang, has, onLang, setLang, startLang, t } from "./i18n.js";
@@ -779,6 +779,21 @@ function foldEvents(view, events) {
   return v;
 }
 
+// The update's brief (docs/PROTOCOL.md §8 "brief") is always current: what the fold guessed
+// (the turn, the trick, the play to beat, the clock, the card counts) is taken from it.
+function applyBrief(view, brief) {
+  if (!brief || brief.version !== view.version) return view;
+  const v = { ...view, phase: brief.phase, turn: brief.turn, trick: brief.trick };
+  v.your_turn = v.phase === "playing" && !!v.you && v.turn === v.you;
+  v.leading = v.phase === "playing" && !brief.last_play;
+  v.last_play = brief.last_play ? { ...brief.last_play, describe: "" } : null;
+  if (brief.deadline_ms === null) v.deadline = null;
+  else v.deadline = { ...(v.deadline || { kind: "turn" }), at_ms: brief.deadline_ms, version: brief.version };
+  v.seats = (v.seats || []).map((s) => (s && s.player in brief.cards_left ? { ...s, cards_left: brief.cards_left[s.player] } : s));
+  if (v.opponent && v.opponent.player in brief.cards_left) v.opponent = { ...v.opponent, cards_left: brief.cards_left[v.opponent.player] };
+  return v;
+}
+
 function flySource(view, events) {
   // where the cards of this update's play come from: my hand, or the opponent's seat
   const playedBy = [...(events || [])].reverse().find((e) => e.type === "CardsPlayed");
@@ -799,7 +814,7 @@ function flySource(view, events) {
   return box.getBoundingClientRect();
 }
 
-function onUpdate(msg) {
+function onUpdate(msg, brief) {
   if (msg.names) Object.assign(S.names, msg.names);
   const seen = S.versions[msg.match];
   if (seen !== undefined && msg.version <= seen) return;  // a duplicate or an old redelivery
@@ -808,16 +823,15 @@ function onUpdate(msg) {
   if (!view) {
     if (!prev) {
       noteEvents(msg.match, msg.events, null);
-      S.link.send({ type: "Sync" });  // nothing to fold into: ask for the current view
+      S.link.sync();  // nothing to fold into: ask for the current view
       return;
     }
-    view = foldEvents(prev, msg.events || []);
+    view = applyBrief({ ...foldEvents(prev, msg.events || []), version: msg.version }, brief);
   } else {
     learnClock(view, msg.events);
   }
   view = { ...view, version: msg.version };
   S.versions[msg.match] = msg.version;
-  S.link.version = msg.version;
   if (S.match !== msg.match) {
     const old = S.views[S.match];
     // the finished match stays on the table until Ready (a spectator: until the next one plays)
@@ -1149,7 +1163,7 @@ function onMessage(msg) {
       render();
       break;
     case "update":
-      onUpdate(msg);
+      onUpdate(msg, S.link.brief);
       break;
     case "rejected":
       onRejected(msg);
@@ -1215,7 +1229,11 @@ function start(token) {
   }
   show("#login", false);
   show("#no-token", false);
-  S.link = new Link(token, { onMessage, onState: onLinkState });
+  const proto = window.location.protocol === "https:" ? "wss:" : "ws:";
+  S.link = new Client({ url: `${proto}//${window.location.host}/ws`, token });
+  for (const name of ["welcome", "lobby", "settled"]) S.link.on(name, onMessage);
+  for (const name of ["update", "rejected"]) S.link.on(name, ({ message }) => onMessage(message));
+  S.link.on("state", ({ state, code, reason }) => onLinkState(state, code === undefined ? undefined : { code, reason }));
   S.link.connect();
   render();
 }

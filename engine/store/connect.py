@@ -1,0 +1,155 @@
+"""One way to connect to the event store's Redis, single node or Cluster (issue 24 §1).
+
+Every process (``serve``, the workers, the gateway, every CLI command) takes a
+Redis URL (``--redis`` / ``SK_REDIS_URL``) and calls :func:`connect` (or
+:func:`connect_async` in the gateway).  The kind of deployment is detected from
+the node itself, with no flag: ``cluster_enabled:1`` in ``INFO cluster`` gives a
+redis-py :class:`~redis.cluster.RedisCluster` (or
+:class:`redis.asyncio.cluster.RedisCluster`), anything else a plain
+:class:`redis.Redis`.  Any node of a Cluster will do: the client discovers the
+others (``CLUSTER SLOTS``) and follows MOVED/ASK itself.
+
+A node that is down, a URL that names no Redis (an HTTP server, a closed port)
+or a malformed URL raise :class:`RedisUnavailable`: one readable line, which
+the command line prints with exit code 2 (no traceback).
+
+dramatiq's broker is *not* connected here: it stays a single Redis
+(docs/OPERATIONS.md), whatever the store is.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Union
+
+import redis
+import redis.exceptions as rex
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+    from redis.cluster import RedisCluster
+
+    SyncClient = Union[redis.Redis, RedisCluster]
+    AsyncClient = Union[aioredis.Redis, "aioredis.cluster.RedisCluster"]
+
+__all__ = ["RedisUnavailable", "connect", "connect_async", "is_cluster", "probe", "replica_acks_default"]
+
+#: how long the first contact with a node may take before it counts as down
+PROBE_TIMEOUT_S = 5.0
+
+
+class RedisUnavailable(Exception):
+    """The URL names no reachable Redis (down, not Redis, malformed): one readable line."""
+
+
+def probe(url: str, *, option: str = "--redis") -> bool:
+    """True when ``url``'s node runs in cluster mode; raises :class:`RedisUnavailable` otherwise unreachable.
+
+    One short-lived connection: PING, then ``INFO cluster``.  A node whose ACL
+    forbids INFO is taken as a single node only if ``CLUSTER INFO`` fails too.
+    """
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=PROBE_TIMEOUT_S,
+                                      socket_connect_timeout=PROBE_TIMEOUT_S)
+    except ValueError as exc:
+        raise RedisUnavailable(f"{option} {url!r} is not a Redis URL: {exc}") from None
+    try:
+        try:
+            client.ping()
+        except rex.AuthenticationError as exc:
+            raise RedisUnavailable(f"cannot log in to {_safe(url)}: {exc}") from None
+        except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
+            raise RedisUnavailable(f"cannot reach {_safe(url)}: {_reason(exc)}") from None
+        except rex.RedisError as exc:  # a reply that is not Redis's (an HTTP server, …)
+            raise RedisUnavailable(f"{_safe(url)} does not answer as a Redis server: {exc}") from None
+        return _cluster_enabled(client)
+    finally:
+        client.close()
+
+
+def _cluster_enabled(client: redis.Redis) -> bool:
+    try:
+        info = client.info("cluster")
+        return bool(int(info.get("cluster_enabled", 0)))
+    except rex.NoPermissionError:
+        pass
+    except rex.ResponseError:
+        return False
+    try:  # INFO not granted to this user: CLUSTER INFO answers only on a cluster node
+        client.execute_command("CLUSTER INFO")
+        return True
+    except rex.RedisError:
+        return False
+
+
+def connect(url: str, *, option: str = "--redis", **kwargs: Any) -> SyncClient:
+    """A client for the Redis (single node or Cluster) at ``url`` that answered; bytes replies.
+
+    ``kwargs`` go to the client (``max_connections``, ``socket_timeout``, …).
+    Raises :class:`RedisUnavailable` (one line) when nothing usable answers.
+    """
+    if probe(url, option=option):
+        from redis.cluster import RedisCluster
+
+        try:
+            return RedisCluster.from_url(url, **kwargs)
+        except (rex.RedisError, OSError) as exc:
+            raise RedisUnavailable(f"cannot join the Redis Cluster at {_safe(url)}: {_reason(exc)}") from None
+    return redis.Redis.from_url(url, **kwargs)
+
+
+def connect_async(url: str, *, option: str = "--redis", **kwargs: Any) -> AsyncClient:
+    """The asyncio counterpart of :func:`connect` (the gateway): the same detection, done once, synchronously.
+
+    The returned client connects lazily, as ``redis.asyncio`` clients do; a
+    Cluster client discovers the slots on its first command.
+    """
+    if probe(url, option=option):
+        from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+        return AsyncRedisCluster.from_url(url, **kwargs)
+    import redis.asyncio as aioredis
+
+    return aioredis.Redis.from_url(url, **kwargs)
+
+
+def is_cluster(client: object) -> bool:
+    """True for a redis-py Cluster client (sync or asyncio)."""
+    from redis.cluster import RedisCluster
+
+    if isinstance(client, RedisCluster):
+        return True
+    try:
+        from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(client, AsyncRedisCluster)
+
+
+def replica_acks_default() -> int:
+    """``$SK_REPLICA_ACKS`` (0 when unset): the replicas a write waits for (issue 24 §4)."""
+    raw = os.environ.get("SK_REPLICA_ACKS", "").strip()
+    if not raw:
+        return 0
+    try:
+        n = int(raw)
+    except ValueError:
+        raise RedisUnavailable(f"SK_REPLICA_ACKS must be a whole number, got {raw!r}") from None
+    if n < 0:
+        raise RedisUnavailable(f"SK_REPLICA_ACKS must be 0 or more, got {n}")
+    return n
+
+
+def _safe(url: str) -> str:
+    """``url`` without its password."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    cred, _, host = rest.rpartition("@")
+    user = cred.split(":", 1)[0]
+    return f"{scheme}://{user + '@' if user else ''}{host}"
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]

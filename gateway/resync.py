@@ -1,0 +1,272 @@
+"""Gap and resync: what one socket has of its match, and how it gets the rest exactly once.
+
+A :class:`Resync` keeps, per match, the last version the client has, the updates that came
+ahead of a missing one (``held``) and the view it waits for (a ``Sync`` sent to the engine).
+It turns the entries of the player's update stream (gateway/outbox.py) into ``update`` and
+``rejected`` messages:
+
+* an update at or below the client's version is a duplicate and is dropped;
+* an update ahead of a gap waits up to ``gap_wait_s`` for the missing one, then the socket
+  resyncs from the current view (one view-only ``update``, then what follows it);
+* while a view is awaited, updates are held and go out after it, in order;
+* given a last-seen version, :meth:`Resync.catch_up` replays the later updates the stream
+  still holds, or asks for the view when it no longer holds them all.
+
+It talks to its socket through :class:`Receiver` (gateway/session.py's ``Connection``); it
+reads Redis only to find a view or the updates after a version, never to wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from engine.store import keys
+from gateway import channels, outbox, protocol
+from gateway.spectate import spectator_event, spectator_view
+
+
+class Receiver(Protocol):
+    """What the resync needs of its socket: who it is, what it shows, and a way to send."""
+
+    id: str
+    hub: Any  # the gateway's Hub: ``redis`` and ``lobby``
+    match: str | None  # the match whose updates this socket gets
+    source: str | None  # spectators: the seated player whose stream is read
+
+    @property
+    def is_player(self) -> bool: ...
+
+    @property
+    def player(self) -> str: ...
+
+    async def send(self, message: dict[str, Any]) -> None: ...
+
+    def read_upto(self, stream: str) -> str:
+        """The id the socket's subscription has read ``stream`` up to ("+" when it reads nothing)."""
+        ...
+
+    def track(self, engine_id: str, ctype: str) -> None: ...
+
+    def answered(self, engine_id: str) -> None: ...
+
+
+class Resync:
+    def __init__(self, conn: Receiver, gap_wait_s: float):
+        self.conn = conn
+        self.gap_wait_s = gap_wait_s
+        self.versions: dict[str, int] = {}  # match -> last version forwarded
+        self._held: dict[str, dict[int, outbox.OutEntry]] = {}  # match -> first seq -> update ahead of a gap
+        self._gap_timers: dict[str, asyncio.Task] = {}
+        self._awaiting: dict[str, str] = {}  # match -> the engine id of the Sync whose view we wait for
+        self._viewed: set[str] = set()  # matches this socket has sent a view of
+
+    @property
+    def _stream_owner(self) -> str:
+        return self.conn.source or self.conn.player
+
+    def has(self, match: str) -> bool:
+        """Whether the client has a version of ``match`` (a view or an update of it)."""
+        return match in self.versions
+
+    def version(self, match: str) -> int | None:
+        return self.versions.get(match)
+
+    def forget(self, match: str, *, unseen: bool = False) -> None:
+        """The client's version of ``match`` is unknown again (it says which it has next); with
+        ``unseen`` the client has no view of it either (the next view goes out whatever its version)."""
+        self.versions.pop(match, None)
+        if unseen:
+            self._viewed.discard(match)
+
+    def cancel(self) -> None:
+        """The socket is gone: stop every timer."""
+        for t in list(self._gap_timers.values()):
+            t.cancel()
+
+    def _timer(self, match: str, coro: Any) -> None:
+        self._gap_timers[match] = asyncio.get_running_loop().create_task(coro)
+
+    # -- catching up ----------------------------------------------------------------------
+    async def catch_up(self, match: str, version: int | None) -> None:
+        """The updates after ``version`` when the stream still holds them all, else the current view."""
+        owner = self._stream_owner
+        upto = self.conn.read_upto(keys.outbox_key(owner))
+        if version is not None:
+            self.versions[match] = version  # the client has everything up to it
+            self._viewed.add(match)
+            later = await outbox.updates_after(self.conn.hub.redis, owner, match, version, upto)
+            if later and (later[0].first_seq is None or later[0].first_seq <= version + 1):
+                for e in later:
+                    await self._forward_update(e, observe=self.conn.is_player)
+                return
+        await self.request_view(match)
+
+    async def request_view(self, match: str, client_id: str | None = None) -> None:
+        """Ask the engine for the current view (a ``Sync``: it lands in the stream this socket reads);
+        updates that arrive meanwhile wait for it.  Without engine Sync: the newest view in the stream."""
+        conn = self.conn
+        source = self._stream_owner
+        if channels.ENGINE_SYNC:
+            engine_id = (channels.engine_command_id(conn.player, client_id) if client_id is not None
+                         else channels.lobby_command_id("sync", conn.id, channels.new_id()))
+            if client_id is not None:
+                conn.track(engine_id, "Sync")
+            self._awaiting[match] = engine_id
+            command = channels.player_command("Sync", match, source, engine_id)
+            await conn.hub.redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
+            if match not in self._gap_timers:
+                self._timer(match, self._sync_fallback(match))
+            return
+        latest = await outbox.latest_update(conn.hub.redis, source, match, conn.read_upto(keys.outbox_key(source)))
+        await self._apply_view(match, int(latest.version or 0) if latest else 0,
+                               latest.view if latest else None, client_id, force=True)
+
+    async def _sync_fallback(self, match: str) -> None:
+        """No Sync answer in twice the gap wait (an engine busy or away): the newest view in the stream."""
+        try:
+            await asyncio.sleep(self.gap_wait_s * 2)
+            if self._awaiting.pop(match, None) is None or match != self.conn.match:
+                return  # answered, or the table moved on (no view of a match left behind)
+            latest = await outbox.latest_update(self.conn.hub.redis, self._stream_owner, match)
+            if latest is not None:
+                await self._apply_view(match, int(latest.version or 0), latest.view, None)
+            await self._flush(match)
+        finally:
+            self._gap_timers.pop(match, None)
+
+    async def _apply_view(self, match: str, version: int, view: dict | None, client_id: str | None,
+                          force: bool = False) -> None:
+        """Send a view-only update when it tells the client something (newer, first, or asked for)."""
+        conn = self.conn
+        last = self.versions.get(match)
+        if force or client_id is not None or last is None or version > last or match not in self._viewed:
+            await conn.send(protocol.update(match, version, [], self._view(view), client_id))
+            self._viewed.add(match)
+        if last is None or version > last:
+            self.versions[match] = version
+        if conn.is_player and view and view.get("phase") == "finished" and view.get("result"):
+            res = view["result"]  # a finish this socket may not have seen: the table settles it
+            await conn.hub.lobby.observe(match, [{"type": "MatchFinished", "loser": res.get("loser"),
+                                                  "reason": res.get("reason")}])
+
+    def _view(self, view: dict | None) -> dict | None:
+        return spectator_view(view) if not self.conn.is_player else view
+
+    # -- the update stream's entries ------------------------------------------------------
+    async def on_entry(self, e: outbox.OutEntry) -> None:
+        """One entry of the update stream this socket reads."""
+        conn = self.conn
+        if e.kind == "sync":
+            await self._on_sync(e)
+        elif e.kind == "update":
+            await self._forward_update(e, observe=conn.is_player)
+        elif e.kind == "rejected" and e.command_id and self._awaiting.get(e.match) == e.command_id:
+            client_id = channels.client_command_id(conn.player, e.command_id) if conn.is_player else None
+            await self._sync_refused(e, client_id)
+            if client_id is not None:
+                conn.answered(e.command_id)
+                await conn.send(protocol.rejected(client_id, e.code or "rejected", e.reason or "", e.view,
+                                                  e.match or None))
+        elif e.kind == "rejected" and conn.is_player:
+            client_id = channels.client_command_id(conn.player, e.command_id)
+            if client_id is None:
+                return  # the lobby's own commands (e.g. a late Leave): not the client's business
+            conn.answered(e.command_id)
+            await conn.send(protocol.rejected(client_id, e.code or "rejected", e.reason or "", e.view,
+                                              e.match or None))
+
+    async def _forward_update(self, e: outbox.OutEntry, observe: bool) -> None:
+        conn = self.conn
+        if observe:
+            await conn.hub.lobby.observe(e.match, e.events)
+        if e.match != conn.match or e.version is None:
+            return
+        if conn.is_player:
+            conn.answered(e.command_id)
+        last = self.versions.get(e.match)
+        if last is not None and e.version <= last:
+            return  # a redelivery (duplicate) or what the client already has
+        first = e.first_seq
+        if e.match in self._awaiting and first is not None:
+            self._held.setdefault(e.match, {})[first] = e  # sent after the view it follows
+            return
+        if last is not None and first is not None and first > last + 1:
+            # the service and the timer workers publish independently: an update may arrive before
+            # the one just ahead of it; hold it until the gap fills (or resync from its view)
+            held = self._held.setdefault(e.match, {})
+            held[first] = e
+            if e.match not in self._gap_timers:
+                self._timer(e.match, self._close_gap(e.match))
+            return
+        await self._send_update(e)
+        await self._flush(e.match)
+
+    async def _flush(self, match: str) -> None:
+        """Send the held updates that now follow on; drop those the client has."""
+        held = self._held.get(match)
+        while held:
+            last = self.versions.get(match, 0)
+            for seq in [k for k, v in held.items() if int(v.version or 0) <= last]:
+                del held[seq]
+            nxt = held.pop(last + 1, None)
+            if nxt is None:
+                break
+            await self._send_update(nxt)
+        if held is not None and not held:
+            self._held.pop(match, None)
+        elif held and match not in self._gap_timers and match not in self._awaiting:
+            self._timer(match, self._close_gap(match))
+
+    async def _on_sync(self, e: outbox.OutEntry) -> None:
+        """The engine's answer to a Sync (ours, the client's, or another socket's of this stream).
+
+        The client's own Sync is always answered (an ``update`` with the view and its command
+        id), even when the table has moved on meanwhile; the connection's own (on connect, on a
+        gap) only while its match is current; another socket's only fills in a view not yet sent."""
+        conn = self.conn
+        mine = bool(e.command_id) and self._awaiting.get(e.match) == e.command_id
+        if mine:
+            self._awaiting.pop(e.match, None)
+        client_id = channels.client_command_id(conn.player, e.command_id)  # a spectator's own Sync too
+        if client_id is not None:
+            conn.answered(e.command_id)
+        if e.version is None:
+            await self._flush(e.match)
+            return
+        if client_id is not None and e.match != conn.match:
+            await conn.send(protocol.update(e.match, int(e.version), [], self._view(e.view), client_id))
+            return
+        if e.match != conn.match:
+            return
+        if not mine and client_id is None and e.match in self._awaiting:
+            return  # someone else's; ours is on its way
+        await self._apply_view(e.match, int(e.version), e.view, client_id, force=mine)
+        await self._flush(e.match)
+
+    async def _sync_refused(self, e: outbox.OutEntry, client_id: str | None) -> None:
+        """The engine refused the Sync this socket waits for: its refusal carries the current view
+        when there is one (use it); either way the updates held for it go out now."""
+        self._awaiting.pop(e.match, None)
+        if e.match == self.conn.match and e.view is not None and e.version:
+            await self._apply_view(e.match, int(e.version), e.view, None, force=client_id is None)
+        await self._flush(e.match)
+
+    async def _send_update(self, e: outbox.OutEntry) -> None:
+        conn = self.conn
+        self.versions[e.match] = int(e.version or 0)
+        if conn.is_player:
+            await conn.send(protocol.update(e.match, int(e.version or 0), e.events, e.view,
+                                            channels.client_command_id(conn.player, e.command_id), e.brief))
+        else:
+            await conn.send(protocol.update(e.match, int(e.version or 0), [spectator_event(x) for x in e.events],
+                                            spectator_view(e.view), brief=e.brief))
+
+    async def _close_gap(self, match: str) -> None:
+        """A gap that does not fill in ``gap_wait_s``: resync from the current view."""
+        try:
+            await asyncio.sleep(self.gap_wait_s)
+        finally:
+            self._gap_timers.pop(match, None)
+        if self._held.get(match):
+            await self.request_view(match)

@@ -1,0 +1,170 @@
+"""A throw-away Redis Cluster on loopback for tests and bench/cluster.py (issue 24 §8).
+
+``start_cluster(masters=3, replicas=1)`` starts ``masters * (1 + replicas)``
+``redis-server --cluster-enabled yes`` processes (no persistence), joins them with
+``redis-cli --cluster create`` and waits until every node says ``cluster_state:ok``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import redis
+
+
+def free_ports(n: int) -> list[int]:
+    """n free ports whose cluster bus ports (+10000) are free too."""
+    ports: list[int] = []
+    while len(ports) < n:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if p + 10000 > 65535 or p in ports:
+            continue
+        try:
+            with socket.socket() as s2:
+                s2.bind(("127.0.0.1", p + 10000))
+        except OSError:
+            continue
+        ports.append(p)
+    return ports
+
+
+def _wait(predicate, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            if predicate():
+                return
+        except (redis.RedisError, OSError):
+            pass
+        if time.monotonic() > end:
+            raise TimeoutError(f"waited {timeout:.0f}s for {what}")
+        time.sleep(0.05)
+
+
+@dataclass
+class LocalCluster:
+    """A running loopback cluster: its node ports, processes and work directory."""
+
+    ports: list[int]
+    procs: dict[int, subprocess.Popen]
+    workdir: str
+    node_timeout_ms: int
+    killed: set[int] = field(default_factory=set)
+
+    @property
+    def url(self) -> str:
+        """A URL naming one (live) node: what ``--redis`` is given."""
+        port = next(p for p in self.ports if p not in self.killed)
+        return f"redis://127.0.0.1:{port}/0"
+
+    def node(self, port: int) -> redis.Redis:
+        return redis.Redis(port=port, socket_timeout=5)
+
+    def masters(self) -> list[int]:
+        """Ports of the live masters (as the live nodes see them)."""
+        out = set()
+        for p in self.ports:
+            if p in self.killed:
+                continue
+            try:
+                for addr, info in self.node(p).execute_command("CLUSTER NODES").items():
+                    flags = info["flags"]
+                    if "master" in flags and "fail" not in flags:
+                        out.add(int(addr.split("@")[0].rsplit(":", 1)[1]))
+                return sorted(out - self.killed)
+            except (redis.RedisError, OSError):
+                continue
+        return []
+
+    def master_of(self, key: str) -> int:
+        slot = int(self.node(self.live()[0]).execute_command("CLUSTER KEYSLOT", key))
+        for p in self.live():
+            try:
+                for start, end, master, *_ in self.node(p).execute_command("CLUSTER SLOTS"):
+                    if start <= slot <= end:
+                        return int(master[1])
+            except (redis.RedisError, OSError):
+                continue
+        raise LookupError(key)
+
+    def live(self) -> list[int]:
+        return [p for p in self.ports if p not in self.killed]
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node."""
+        self.procs[port].send_signal(signal.SIGKILL)
+        self.procs[port].wait(timeout=10)
+        self.killed.add(port)
+
+    def wait_ok(self, timeout: float = 30.0) -> None:
+        """Until every live node reports ``cluster_state:ok`` (after a fail-over: a replica promoted)."""
+        def ok() -> bool:
+            return all(self.node(p).cluster("info").get("cluster_state") == "ok" for p in self.live())
+
+        _wait(ok, timeout, "cluster_state:ok")
+
+    def stop(self) -> None:
+        for p, proc in self.procs.items():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def start_cluster(masters: int = 3, replicas: int = 1, node_timeout_ms: int = 2000) -> LocalCluster:
+    """Start and join a cluster (three attempts: a port taken meanwhile is retried)."""
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        raise FileNotFoundError("a Redis Cluster needs redis-server and redis-cli (apt-get install redis-server)")
+    for attempt in range(3):
+        workdir = tempfile.mkdtemp(prefix="sk-cluster-")
+        ports = free_ports(masters * (1 + replicas))
+        procs: dict[int, subprocess.Popen] = {}
+        try:
+            for p in ports:
+                procs[p] = subprocess.Popen(
+                    ["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                     "--cluster-config-file", f"nodes-{p}.conf", "--cluster-node-timeout", str(node_timeout_ms),
+                     "--save", "", "--appendonly", "no", "--dir", workdir],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=workdir)
+            for p in ports:
+                _wait(lambda p=p: redis.Redis(port=p).ping(), 10, f"redis-server on {p}")
+            out = subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
+                                  "--cluster-replicas", str(replicas), "--cluster-yes"],
+                                 capture_output=True, text=True, timeout=60)
+            if out.returncode != 0:
+                raise RuntimeError(out.stdout + out.stderr)
+            cluster = LocalCluster(ports, procs, workdir, node_timeout_ms)
+            cluster.wait_ok()
+            if replicas:  # every master has its replicas attached (a fail-over needs them)
+                _wait(lambda: all(int(cluster.node(p).info("replication").get("connected_slaves", 0)) >= replicas
+                                  for p in cluster.masters()), 30, "replicas in sync")
+            return cluster
+        except (OSError, redis.RedisError, RuntimeError, TimeoutError):
+            for proc in procs.values():
+                proc.kill()
+                proc.wait()
+            shutil.rmtree(workdir, ignore_errors=True)
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def env_without_redis() -> dict[str, str]:
+    """The environment for a child process, without the suite's REDIS_URL/SK_REDIS_URL."""
+    env = dict(os.environ)
+    for k in ("REDIS_URL", "SK_REDIS_URL"):
+        env.pop(k, None)
+    return env

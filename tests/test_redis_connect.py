@@ -1,0 +1,96 @@
+"""The one Redis factory (engine/store/connect.py, issue 24 §1): a single node gives a plain
+client; a node that is down, a URL naming no Redis or no URL at all gives one readable line
+and exit code 2 from every command that takes --redis (no traceback)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from engine.store.connect import RedisUnavailable, connect, is_cluster, probe
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def http_port():
+    """A TCP server that answers every line with an HTTP error: something that is not Redis."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    stop = threading.Event()
+
+    def serve() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            with conn:
+                try:
+                    conn.recv(1024)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                except OSError:
+                    pass
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield srv.getsockname()[1]
+    stop.set()
+    t.join(timeout=5)
+    srv.close()
+
+
+@pytest.mark.redis
+def test_a_single_node_gives_a_plain_client(redis_server):
+    import redis
+
+    client = connect(redis_server.url)
+    assert isinstance(client, redis.Redis) and not is_cluster(client)
+    assert probe(redis_server.url) is False
+
+
+def test_unreachable_urls_raise_one_line(http_port):
+    for url, words in ((f"redis://127.0.0.1:{_closed_port()}/0", "cannot reach"),
+                       (f"redis://127.0.0.1:{http_port}/0", "does not answer as a Redis server"),
+                       ("http://example.invalid/", "is not a Redis URL")):
+        with pytest.raises(RedisUnavailable) as info:
+            connect(url)
+        assert words in str(info.value) and "\n" not in str(info.value), url
+
+
+def test_a_password_never_shows_in_the_line():
+    url = f"redis://user:s3cret@127.0.0.1:{_closed_port()}/0"
+    with pytest.raises(RedisUnavailable) as info:
+        connect(url)
+    assert "s3cret" not in str(info.value) and "user@127.0.0.1" in str(info.value)
+
+
+# every command that takes --redis: one line on stderr, exit 2
+COMMANDS = [
+    ["serve"], ["simulate", "-n", "1", "--no-progress"], ["replay", "--all"], ["export", "m1"],
+    ["matches"], ["verify-deal", "m1"], ["reconcile"], ["archive", "--older-than", "1", "--to", "{tmp}"],
+    ["ledger", "show", "alice"], ["room", "list"], ["gateway", "--secret-file", "{tmp}/secret"],
+]
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: a[0])
+@pytest.mark.parametrize("where", ["down", "not-redis"])
+def test_every_command_exits_2_with_one_line(argv, where, http_port, tmp_path):
+    port = _closed_port() if where == "down" else http_port
+    (tmp_path / "secret").write_text("s" * 64)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    out = subprocess.run([sys.executable, "-m", "shuangkou", *argv, "--redis", f"redis://127.0.0.1:{port}/0"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert f"127.0.0.1:{port}" in lines[0]
