@@ -21,11 +21,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-
 from engine.store import keys
 from gateway import channels, outbox
+from gateway.fanout import Fanout
 from gateway.lobby import Lobby, notes_key
+from gateway.reader import Subscription
 
 log = logging.getLogger("shuangkou.gateway.bots")
 
@@ -124,8 +124,10 @@ def bot_move(table: BotTable, heavenly: Any = "top", chain_bomb_twos: bool = Tru
 
 
 class BotDriver:
-    def __init__(self, lobby: Lobby, player_redis: Any, note_redis: Any, think_s: float = BOT_THINK_S):
+    def __init__(self, lobby: Lobby, player_redis: Any, note_redis: Any, fanout: Fanout,
+                 think_s: float = BOT_THINK_S):
         self.lobby = lobby
+        self.fanout = fanout
         self.player_redis = player_redis
         self.note_redis = note_redis
         self.think_s = max(0.0, float(think_s))
@@ -168,52 +170,52 @@ class BotDriver:
         await self._send(kind, table.match, bot, f"v{version}", expected_version=version, **move)
 
     async def _play(self, bot: str) -> None:
-        positions = {notes_key(bot): "0-0", keys.outbox_key(bot): "0-0"}
+        """Read the bot's notes and updates (through the gateway's fan-out) until it leaves: ready
+        for each match, and on its turn a move after thinking (:meth:`_move`)."""
         tables: dict[str, BotTable] = {}
-        room: str | None = None
-        mover: asyncio.Task | None = None
+        room: list[str | None] = [None]
+        mover: list[asyncio.Task | None] = [None]
+        done = asyncio.Event()
+
+        async def deliver(stream: str, entry_id: str, fields: dict) -> None:
+            if stream == notes_key(bot):
+                note = json.loads(fields.get(b"m", fields.get("m")))
+                if note.get("kind") != "lobby":
+                    return
+                if note["state"] == "seated":
+                    room[0] = note.get("room") or room[0]
+                    await self._send("Ready", note["match"], bot, "ready")
+                elif note["state"] in ("queued", "removed"):
+                    await self.lobby.dequeue(bot, "bot")
+                    done.set()
+                return
+            e = outbox.parse_entry(entry_id, fields)
+            table = tables.setdefault(e.match, BotTable(e.match))
+            if e.kind == "rejected":
+                if e.code == "stale":
+                    return  # the update that moved the table is on its way: the bot moves again then
+                table.refused += 1
+                if table.refused >= MAX_REFUSED and not table.trustee:
+                    table.trustee = True  # its picture is wrong: the trustee plays on
+                    await self._send("RequestTrustee", e.match, bot, "trustee")
+                return
+            if e.kind != "update":
+                return
+            table.fold(bot, e.version, e.events, e.view)
+            if mover[0] is not None and not mover[0].done():
+                mover[0].cancel()
+            if table.playing and table.turn == bot and not table.trustee:
+                mover[0] = asyncio.get_running_loop().create_task(self._move(bot, table, room[0]))
+            for m in [m for m, t in tables.items() if not t.playing and m != e.match]:
+                tables.pop(m, None)  # finished matches of this table: forgotten
+
+        streams = [notes_key(bot), keys.outbox_key(bot)]
+        reading = Subscription(self.fanout, self.player_redis, deliver, done.is_set, bot)
+        await reading.take(streams, at=dict.fromkeys(streams, "0-0"))
+        reading.start()
         try:
-            while True:
-                reply = await self.player_redis.xread(positions, count=100, block=5000)
-                for stream_name, entries in reply or ():
-                    stream = stream_name.decode() if isinstance(stream_name, bytes) else stream_name
-                    for entry_id, fields in entries:
-                        positions[stream] = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-                        if stream == notes_key(bot):
-                            note = json.loads(fields.get(b"m", fields.get("m")))
-                            if note.get("kind") != "lobby":
-                                continue
-                            if note["state"] == "seated":
-                                room = note.get("room") or room
-                                await self._send("Ready", note["match"], bot, "ready")
-                            elif note["state"] in ("queued", "removed"):
-                                await self.lobby.dequeue(bot, "bot")
-                                return
-                            continue
-                        e = outbox.parse_entry(entry_id, fields)
-                        table = tables.setdefault(e.match, BotTable(e.match))
-                        if e.kind == "rejected":
-                            if e.code == "stale":
-                                continue  # the update that moved the table is on its way: it moves again
-                            table.refused += 1
-                            if table.refused >= MAX_REFUSED and not table.trustee:
-                                table.trustee = True  # its picture is wrong: the trustee plays on
-                                await self._send("RequestTrustee", e.match, bot, "trustee")
-                            continue
-                        if e.kind != "update":
-                            continue
-                        table.fold(bot, e.version, e.events, e.view)
-                        if mover is not None and not mover.done():
-                            mover.cancel()
-                        if table.playing and table.turn == bot and not table.trustee:
-                            mover = asyncio.get_running_loop().create_task(self._move(bot, table, room))
-                for m in [m for m, t in tables.items() if not t.playing and len(tables) > 2]:
-                    tables.pop(m, None)  # finished matches of this table: forget them
-        except asyncio.CancelledError:
-            if mover is not None:
-                mover.cancel()
-            raise
-        except (ConnectionError, RedisConnectionError) as exc:  # Redis went away (a shutdown): no traceback
-            log.warning("bot %s stopped: Redis connection lost (%s)", bot, exc)
-        except Exception:
-            log.exception("bot %s stopped", bot)
+            await done.wait()
+        finally:
+            reading.stop()
+            if mover[0] is not None:
+                mover[0].cancel()

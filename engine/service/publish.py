@@ -306,7 +306,8 @@ class Publisher:
     # -- writing --------------------------------------------------------------------------
     def write(self, writes: Sequence[Write], raise_on_error: bool = True) -> list[Any]:
         """The writes in order, one pipeline (no MULTI: each stream is on its own; on
-        Redis Cluster the pipeline splits by node).  Raises if any of them failed, or
+        Redis Cluster the pipeline splits by node), each followed by its notice
+        (``SPUBLISH <stream> ""``: engine/store/keys.py "Notices").  Raises if any of them failed, or
         with ``raise_on_error=False`` returns each write's reply (an error reply as the
         exception); a connection failure always raises."""
         if not writes:
@@ -316,15 +317,22 @@ class Publisher:
             pipe.xadd(w.stream, cast("dict[Any, Any]", w.fields), maxlen=w.maxlen, approximate=True)
             if w.ttl is not None:
                 pipe.expire(w.stream, w.ttl)
-        replies = pipe.execute(raise_on_error=raise_on_error)
+            pipe.spublish(w.stream, "")  # the notice: a reader's wake-up (keys.py "Notices")
+        replies = pipe.execute(raise_on_error=False)
         out: list[Any] = []
         at = 0
         for w in writes:  # one reply per write: the XADD's, or the error of its XADD or EXPIRE
-            n = 1 if w.ttl is None else 2
+            n = 2 if w.ttl is None else 3
             mine = replies[at:at + n]
             at += n
+            if isinstance(mine[-1], redis.exceptions.NoPermissionError):
+                mine = mine[:-1]  # a notice an ACL refuses (an old one, mid-upgrade) only delays a reader
             errors = [r for r in mine if isinstance(r, Exception)]
             out.append(errors[0] if errors else mine[0])
+        if raise_on_error:
+            for r in out:
+                if isinstance(r, Exception):
+                    raise r
         return out
 
     def publish(self, command: CommandBase, outcome: OutcomeLike, reply_to: str | None = None,
