@@ -224,6 +224,8 @@ def test_play_is_disabled_for_a_non_combination(browser, site) -> None:
         lo, hi = by_rank[ranks[0]][0], by_rank[ranks[-1]][0]  # two ranks far apart: no combination
         page.click(f"#hand [data-card='{lo}']")
         page.click(f"#hand [data-card='{hi}']")
+        picked = sorted(int(x) for x in page.eval_on_selector_all("#hand [aria-pressed=true]", "els => els.map(e => e.dataset.card)"))
+        assert picked == sorted([lo, hi])
         page.wait_for_function("t => document.querySelector('[data-play-why]').textContent === t",
                                arg=CATALOGUES["zh-Hans"]["reading.notCombo"])
         assert page.is_disabled("[data-action=play]")
