@@ -91,8 +91,18 @@ class Console:
         self.errors: list[str] = []
 
     def watch(self, page, name: str) -> None:
+        """Console errors, uncaught exceptions, and every WebSocket frame the page receives that
+        does not validate against gateway/schemas/server.json (issue 26 §1)."""
         page.on("console", lambda m: self.errors.append(f"{name}: {m.text}") if m.type == "error" else None)
         page.on("pageerror", lambda e: self.errors.append(f"{name}: {e}"))
+        page.on("websocket", lambda ws: ws.on("framereceived", lambda frame: self._check(name, frame)))
+
+    def _check(self, name: str, frame: str | bytes) -> None:
+        from tests.gateway_support import schema_problem
+
+        problem = schema_problem(frame)
+        if problem:
+            self.errors.append(f"{name}: a frame off the schema: {problem}")
 
 
 def _attr_ints(page, selector: str, attr: str) -> list[int]:
