@@ -225,9 +225,10 @@ def settled(match: str, scores: dict[str, int], breakdown: dict[str, Any],
     return {"kind": "settled", "match": match, "scores": scores, "breakdown": breakdown, "balances": balances}
 
 
-def welcome(player: str, role: str, room: str | None, gateway: str, expires_at: int,
-            renewed: bool = False) -> dict[str, Any]:
+def welcome(player: str, role: str, room: str | None, gateway: str, expires_at: int | None = None,
+            name: str | None = None, renewed: bool = False) -> dict[str, Any]:
     """The token was accepted (``renewed``: a renewal on an open socket); the socket closes 4401
-    at ``expires_at`` (the token's exp, seconds since the epoch) unless renewed before."""
-    return {"kind": "welcome", "player": player, "role": role, "room": room, "gateway": gateway,
+    at ``expires_at`` (the token's exp, seconds since the epoch) unless renewed before.
+    ``name``: the token's display name (gateway/names.py), None without one."""
+    return {"kind": "welcome", "player": player, "role": role, "room": room, "gateway": gateway, "name": name,
             "expires_at": expires_at, "renewed": renewed}

@@ -890,6 +890,8 @@ export type UpdateMessage = {
   view: View | null;
   /** the table now, without folding events (docs/PROTOCOL.md §8 "The brief") */
   brief: Brief;
+  /** player id -> display name, for the players that have one (gateway/names.py) */
+  names?: Record<string, string>;
 };
 
 /** Your command was refused; nothing changed */
@@ -922,6 +924,8 @@ export type LobbyMessage = {
   match: string | null;
   /** why (removed: not_ready, no_opponent, left, escaped, disconnected, seat_refused: …; queued after the opponent left: opponent_left) */
   reason: "not_ready" | "no_opponent" | "left" | "escaped" | "disconnected" | "opponent_left" | string | null;
+  /** player id -> display name, for the players that have one (gateway/names.py) */
+  names?: Record<string, string>;
 };
 
 /** A match of your table was settled: scores, breakdown, your balance from the ledger */
@@ -936,6 +940,8 @@ export type SettledMessage = {
   breakdown: Breakdown;
   /** your balance from the ledger after the settlement */
   balances: Record<string, number>;
+  /** player id -> display name, for the players that have one (gateway/names.py) */
+  names?: Record<string, string>;
 };
 
 /** The token was accepted (renewed: a renewal Auth on an open socket); the socket closes 4401 at expires_at (the token's exp, seconds since the epoch) unless renewed before */
@@ -950,10 +956,12 @@ export type WelcomeMessage = {
   room: string | null;
   /** the gateway's id */
   gateway: string;
+  /** the token's display name (1-24 characters), null without one */
+  name?: string | null;
   /** the token's exp (seconds since the epoch): the socket closes 4401 then, unless an Auth with a fresh token renews it before */
-  expires_at: number;
+  expires_at?: number;
   /** true: the answer to a renewal (an Auth on an open socket); the socket kept its place */
-  renewed: boolean;
+  renewed?: boolean;
 };
 
 /** A client → server WebSocket message */
