@@ -49,7 +49,7 @@ class BotDriver:
 
     async def _send(self, ctype: str, match: str, bot: str, tag: str) -> None:
         command = channels.player_command(ctype, match, bot, channels.lobby_command_id(match, "bot", tag))
-        await self.player_redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
+        await self.player_redis.xadd(channels.stream_for(command), channels.entry(command))
 
     async def _play(self, bot: str) -> None:
         positions = {notes_key(bot): "0-0", keys.outbox_key(bot): "0-0"}
