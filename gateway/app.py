@@ -46,21 +46,44 @@ class GatewaySettings:
     lobby_redis_url: str | None = None  # the lobby's Redis user (default: redis_url)
 
 
-def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
-    from engine.store.connect import connect_async  # a single node or a Cluster, detected from the node
+#: Redis connections of one gateway process, whatever its sockets: the players' pool (the
+#: fan-out's notice connection and readers, every socket's commands, the lobby's reply reader
+#: among them) and, with ``--lobby-redis``, the lobby's own.  A command waits for a free one.
+#: On a Cluster the bound is per node (redis-py's cluster client refuses, rather than waits,
+#: past it).
+REDIS_CONNECTIONS = 24
+LOBBY_REDIS_CONNECTIONS = 6
 
-    client = redis or connect_async(settings.redis_url, max_connections=4000, socket_timeout=30,
-                                    socket_connect_timeout=5, health_check_interval=0)
+
+def redis_client(url: str, connections: int, name: str, option: str = "--redis") -> Any:
+    """An asyncio client of at most ``connections`` connections, each named ``name`` (CLIENT LIST);
+    a single node or a Cluster, detected from the node (engine/store/connect.py)."""
+    import redis.asyncio as aioredis
+
+    from engine.store.connect import connect_async, probe
+
+    kwargs: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 5, "health_check_interval": 0,
+                              "client_name": name}
+    if probe(url, option=option):
+        return connect_async(url, option=option, max_connections=connections, **kwargs)
+    pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=connections, timeout=20, **kwargs)
+    return aioredis.Redis.from_pool(pool)
+
+
+def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
+    name = f"sk-gateway:{settings.gateway_id}"
+    client = redis or redis_client(settings.redis_url, REDIS_CONNECTIONS, name)
     metrics = GatewayMetrics()
     lobby_client = client
     if settings.lobby_redis_url and settings.lobby_redis_url != settings.redis_url:
-        lobby_client = connect_async(settings.lobby_redis_url, option="--lobby-redis", max_connections=200,
-                                     socket_timeout=30, socket_connect_timeout=5)
+        lobby_client = redis_client(settings.lobby_redis_url, LOBBY_REDIS_CONNECTIONS, name, "--lobby-redis")
     lobby = Lobby(lobby_client, settings.rooms, settings.gateway_id, player_redis=client)
+    hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
+              gateway_id=settings.gateway_id, metrics=metrics)
     if settings.bots:
         from gateway.bots import BotDriver
 
-        bots = BotDriver(lobby, client, lobby_client)
+        bots = BotDriver(lobby, client, lobby_client, hub.fanout)
         # a bot holds no coins: only rooms that seat a zero balance (R-11.1) get bots
         names = [n for n in settings.rooms.names() if settings.rooms.admits(settings.rooms.rooms[n], 0)]
 
@@ -68,8 +91,6 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
             await bots.fill(names)
 
         lobby.on_sweep = fill
-    hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
-              gateway_id=settings.gateway_id, metrics=metrics)
     ctx = WebContext(redis=client, secret=settings.secret, dev=settings.dev, bots=settings.bots, hub=hub,
                      redis_url=settings.redis_url)
 
@@ -113,6 +134,7 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await hub.fanout.aclose()
             if redis is None:
                 await client.aclose()
             if lobby_client is not client:

@@ -15,11 +15,11 @@ import json
 import logging
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-
 from engine.store import keys
 from gateway import channels, outbox
+from gateway.fanout import Fanout
 from gateway.lobby import Lobby, notes_key
+from gateway.reader import Subscription
 
 log = logging.getLogger("shuangkou.gateway.bots")
 
@@ -27,8 +27,9 @@ BOT_AFTER_S = 3.0
 
 
 class BotDriver:
-    def __init__(self, lobby: Lobby, player_redis: Any, note_redis: Any):
+    def __init__(self, lobby: Lobby, player_redis: Any, note_redis: Any, fanout: Fanout):
         self.lobby = lobby
+        self.fanout = fanout
         self.player_redis = player_redis
         self.note_redis = note_redis
         self.tasks: dict[str, asyncio.Task] = {}
@@ -52,34 +53,33 @@ class BotDriver:
         await self.player_redis.xadd(channels.stream_for(command), channels.entry(command))
 
     async def _play(self, bot: str) -> None:
-        positions = {notes_key(bot): "0-0", keys.outbox_key(bot): "0-0"}
+        """Read the bot's notes and updates (through the gateway's fan-out) until it leaves."""
         asked: set[str] = set()
+        done = asyncio.Event()
+
+        async def deliver(stream: str, entry_id: str, fields: dict) -> None:
+            if stream == notes_key(bot):
+                note = json.loads(fields.get(b"m", fields.get("m")))
+                if note.get("kind") != "lobby":
+                    return
+                if note["state"] == "seated":
+                    await self._send("Ready", note["match"], bot, "ready")
+                elif note["state"] in ("queued", "removed"):
+                    await self.lobby.dequeue(bot, "bot")
+                    done.set()
+                return
+            e = outbox.parse_entry(entry_id, fields)
+            if e.kind != "update" or e.match in asked:
+                return
+            if any(x.get("type") == "HandDealt" for x in e.events):
+                asked.add(e.match)
+                await self._send("RequestTrustee", e.match, bot, "trustee")
+
+        streams = [notes_key(bot), keys.outbox_key(bot)]
+        reading = Subscription(self.fanout, self.player_redis, deliver, done.is_set, bot)
+        await reading.take(streams, at=dict.fromkeys(streams, "0-0"))
+        reading.start()
         try:
-            while True:
-                reply = await self.player_redis.xread(positions, count=100, block=5000)
-                for stream_name, entries in reply or ():
-                    stream = stream_name.decode() if isinstance(stream_name, bytes) else stream_name
-                    for entry_id, fields in entries:
-                        positions[stream] = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-                        if stream == notes_key(bot):
-                            note = json.loads(fields.get(b"m", fields.get("m")))
-                            if note.get("kind") != "lobby":
-                                continue
-                            if note["state"] == "seated":
-                                await self._send("Ready", note["match"], bot, "ready")
-                            elif note["state"] in ("queued", "removed"):
-                                await self.lobby.dequeue(bot, "bot")
-                                return
-                            continue
-                        e = outbox.parse_entry(entry_id, fields)
-                        if e.kind != "update" or e.match in asked:
-                            continue
-                        if any(x.get("type") == "HandDealt" for x in e.events):
-                            asked.add(e.match)
-                            await self._send("RequestTrustee", e.match, bot, "trustee")
-        except asyncio.CancelledError:
-            raise
-        except (ConnectionError, RedisConnectionError) as exc:  # Redis went away (a shutdown): no traceback
-            log.warning("bot %s stopped: Redis connection lost (%s)", bot, exc)
-        except Exception:
-            log.exception("bot %s stopped", bot)
+            await done.wait()
+        finally:
+            reading.stop()

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgpack
 
-from engine.service.publish import expand_events
+from engine.service.publish import expand_brief, expand_events
 from engine.store import keys
 
 SCAN_LIMIT = 1000  # entries looked at when searching a stream backwards (it is capped anyway)
@@ -43,6 +43,12 @@ class OutEntry:
         return self.body.get("view")
 
     @property
+    def brief(self) -> dict[str, Any] | None:
+        """The update's brief (docs/PROTOCOL.md §8), when the engine wrote one."""
+        b = self.body.get("brief")
+        return b if isinstance(b, dict) else None
+
+    @property
     def first_seq(self) -> int | None:
         ev = self.events
         return int(ev[0]["seq"]) if ev and "seq" in ev[0] else None
@@ -68,6 +74,8 @@ def parse_entry(entry_id: Any, fields: dict) -> OutEntry:
             body["events"] = expand_events(body, match, command_id,
                                            int(version) if version not in (None, b"", "") else None)
             body.pop("ts", None)
+        if isinstance(body.get("brief"), list) and version not in (None, b"", ""):
+            body["brief"] = expand_brief(body["brief"], int(version))
     return OutEntry(id=_s(entry_id), kind=_s(f.get("kind")), match=_s(f.get("match")),
                     command_id=_s(f.get("command_id")),
                     version=int(version) if version not in (None, b"", "") else None,

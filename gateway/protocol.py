@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from engine.match.commands import readable_validation_error
+from projections.views import brief_of_view
 
 MAX_MESSAGE_BYTES = 16 * 1024
 CLIENT_ID_MAX = 100
@@ -185,9 +186,13 @@ def parse_client_message(raw: str | bytes, player: str) -> Any:
 # -- server → client -------------------------------------------------------------------------
 
 def update(match: str, version: int, events: list[dict[str, Any]], view: dict[str, Any] | None,
-           command_id: str | None = None) -> dict[str, Any]:
+           command_id: str | None = None, brief: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An ``update``: every event carries the update's own ``command_id`` (the client's, or
+    null: never the engine's internal id); ``brief`` from the engine, else read off the view."""
+    if brief is None and view is not None:
+        brief = brief_of_view(view, version)
     return {"kind": "update", "match": match, "version": version, "command_id": command_id,
-            "events": events, "view": view}
+            "events": [{**e, "command_id": command_id} for e in events], "view": view, "brief": brief}
 
 
 def rejected(command_id: str | None, code: str, reason: str, view: dict[str, Any] | None = None,

@@ -257,10 +257,10 @@ class Resync:
         self.versions[e.match] = int(e.version or 0)
         if conn.is_player:
             await conn.send(protocol.update(e.match, int(e.version or 0), e.events, e.view,
-                                            channels.client_command_id(conn.player, e.command_id)))
+                                            channels.client_command_id(conn.player, e.command_id), e.brief))
         else:
             await conn.send(protocol.update(e.match, int(e.version or 0), [spectator_event(x) for x in e.events],
-                                            spectator_view(e.view)))
+                                            spectator_view(e.view), brief=e.brief))
 
     async def _close_gap(self, match: str) -> None:
         """A gap that does not fill in ``gap_wait_s``: resync from the current view."""

@@ -27,6 +27,8 @@ DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
 _NULLABLE_STR = {"type": ["string", "null"]}
 _INT = {"type": "integer"}
+_CAUSE = ("the command that caused it: your own command_id when your command did, else null "
+          "(the same as the update's command_id)")
 
 
 def _move_defs(schema: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
@@ -69,6 +71,9 @@ def events_schema() -> dict[str, Any]:
     for type_name, private in PRIVATE_FIELDS.items():
         for name in private:
             defs[f"event_{type_name}"]["properties"].pop(name, None)
+    for d in defs.values():  # the id of the command that caused it, as the update's (docs/PROTOCOL.md §8)
+        if "command_id" in d.get("properties", {}):
+            d["properties"]["command_id"] = {**_NULLABLE_STR, "description": _CAUSE}
     for d in defs.values():  # every field is present on the wire
         if d.get("type") == "object" and "properties" in d:
             d["required"] = sorted(d["properties"])
@@ -138,6 +143,25 @@ def view_schema() -> dict[str, Any]:
             "type": "object", "additionalProperties": False, "required": required, "properties": props}
 
 
+def brief_schema() -> dict[str, Any]:
+    """The ``brief`` of every update (projections.views.brief, docs/PROTOCOL.md §8)."""
+    props = {
+        "version": {**_INT, "description": "the match version this brief is of (the update's version)"},
+        "phase": {"enum": ["new", "seating", "playing", "finished"], "description": "the match's phase"},
+        "turn": {**_NULLABLE_STR, "description": "the player on turn; null outside the playing phase"},
+        "trick": {**_INT, "description": "tricks ended so far (a pass ends one, R-6.2)"},
+        "last_play": {"anyOf": [{"type": "null"}, {
+            "type": "object", "additionalProperties": False, "required": ["player", "cards", "reading"],
+            "properties": {"player": {"type": "string"}, "cards": {"type": "array", "items": _INT},
+                           "reading": {"type": "object"}}}],
+            "description": "the play to beat; null when the player on turn leads (after a pass ended the trick)"},
+        "deadline_ms": {"type": ["integer", "null"], "description": "when the running clock fires (ms since the epoch)"},
+        "cards_left": {"type": "object", "additionalProperties": _INT, "description": "each seated player's card count"},
+    }
+    return {"title": "What the table shows now: render from the newest brief without folding events",
+            "type": "object", "additionalProperties": False, "required": sorted(props), "properties": props}
+
+
 def server_schema() -> dict[str, Any]:
     events = events_schema()
     view = view_schema()
@@ -147,6 +171,7 @@ def server_schema() -> dict[str, Any]:
     view.pop("$schema"), view.pop("$id")
     defs["view"] = view
     nullable_view = {"anyOf": [{"$ref": "#/$defs/view"}, {"type": "null"}]}
+    defs["brief"] = brief_schema()
 
     def msg(kind: str, props: dict[str, Any], title: str) -> dict[str, Any]:
         p = {"kind": {"const": kind}, **props}
@@ -155,7 +180,8 @@ def server_schema() -> dict[str, Any]:
 
     defs["update"] = msg("update", {
         "match": {"type": "string"}, "version": _INT, "command_id": _NULLABLE_STR,
-        "events": {"type": "array", "items": {"$ref": "#/$defs/event"}}, "view": nullable_view},
+        "events": {"type": "array", "items": {"$ref": "#/$defs/event"}}, "view": nullable_view,
+        "brief": {"$ref": "#/$defs/brief"}},
         "The match changed (events as you may see them; the view on the first update, on Sync, on resync)")
     defs["rejected"] = msg("rejected", {
         "command_id": _NULLABLE_STR, "code": {"type": "string"}, "reason": {"type": "string"},

@@ -37,6 +37,7 @@ from gateway import channels, outbox, protocol
 from gateway.lobby import Lobby, Place, notes_key, now_ms
 from gateway.metrics import GatewayMetrics
 from gateway.rooms import RoomBook
+from gateway.fanout import Fanout
 from gateway.reader import Subscription
 from gateway.resync import Resync
 from gateway.tokens import Identity, TokenError, verify
@@ -73,6 +74,10 @@ class Hub:
     metrics: GatewayMetrics
     connections: set[Connection] = field(default_factory=set)
     stopping: bool = False
+    fanout: Fanout = field(init=False)  # the one reader of every socket's streams (gateway/fanout.py)
+
+    def __post_init__(self) -> None:
+        self.fanout = Fanout(self.redis)
 
     async def heartbeat(self, stop: asyncio.Event) -> None:
         """Keep every connected player's Disconnect in the future (reconnect grace)."""
@@ -117,7 +122,7 @@ class Connection:
         self._send_lock = asyncio.Lock()
         self._session_id = "0-0"
         self._announced: str | None = None  # the match this socket last told the client it is seated in
-        self.subscription = Subscription(hub.redis, self.deliver, lambda: self.closed, identity.player)
+        self.subscription = Subscription(hub.fanout, hub.redis, self.deliver, lambda: self.closed, identity.player)
         self.resync = Resync(self, GAP_WAIT_S)
 
     @property
@@ -167,8 +172,14 @@ class Connection:
         try:
             await self.send(protocol.welcome(self.player, self.identity.role, self.identity.room, hub.gateway_id))
             if self.is_player:
-                self._session_id = _s(await r.xadd(session_key(self.player), {"conn": self.id, "gw": hub.gateway_id},
-                                                   maxlen=10, approximate=True))
+                pipe = r.pipeline(transaction=False)  # the entry, and its notice (gateway/fanout.py)
+                pipe.xadd(session_key(self.player), {"conn": self.id, "gw": hub.gateway_id}, maxlen=10,
+                          approximate=True)
+                pipe.spublish(session_key(self.player), "")
+                added = (await pipe.execute(raise_on_error=False))[0]  # a refused notice only delays
+                if isinstance(added, Exception):
+                    raise added
+                self._session_id = _s(added)
                 # the positions first, the place after: whatever the lobby or the engine writes once
                 # the place is read (the table seated a moment later, say) reaches the reader
                 await self._take_positions()

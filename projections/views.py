@@ -122,6 +122,37 @@ def view_for(state: MatchState, player: str | None, common: dict[str, Any] | Non
     return out
 
 
+def brief(state: MatchState) -> dict[str, Any]:
+    """The brief of every ``update`` (docs/PROTOCOL.md §8 "The brief"): what a client renders
+    the table from without folding events -- whose turn, the phase, the trick, the play to beat
+    (``None`` when the player on turn leads: after a pass ended the trick), the clock's deadline,
+    each player's card count and the version.  Public: the same for every recipient.
+
+    >>> brief(MatchState(match_id="m"))
+    {'version': 0, 'phase': 'new', 'turn': None, 'trick': 0, 'last_play': None, 'deadline_ms': None, 'cards_left': {}}
+    """
+    lp = state.to_beat
+    d = state.deadline()
+    return {"version": state.version, "phase": state.phase, "turn": state.current_player, "trick": state.trick,
+            "last_play": None if lp is None else {"player": state.seat(lp.seat).player, "cards": list(lp.cards),
+                                                  "reading": lp.combo.to_json()},
+            "deadline_ms": None if d is None else d.at_ms,
+            "cards_left": {s.player: len(s.hand) for s in state.seats if s is not None}}
+
+
+def brief_of_view(view: dict[str, Any], version: int | None = None) -> dict[str, Any]:
+    """The :func:`brief` read off a view (the same dict as ``brief(state)`` for
+    ``view_for(state, …)``); ``version`` when the update's is newer than the view's own field."""
+    lp = view.get("last_play")
+    deadline = view.get("deadline")
+    return {"version": int(view.get("version") or 0) if version is None else version,
+            "phase": view.get("phase", "new"), "turn": view.get("turn"), "trick": int(view.get("trick") or 0),
+            "last_play": None if lp is None else {"player": lp["player"], "cards": list(lp["cards"]),
+                                                  "reading": lp["reading"]},
+            "deadline_ms": None if deadline is None else deadline["at_ms"],
+            "cards_left": {s["player"]: s["cards_left"] for s in view.get("seats") or () if s is not None}}
+
+
 def fair_view(state: MatchState) -> dict[str, Any] | None:
     """The provably-fair part of a view (docs/FAIRNESS.md): the commitment from the
     creation on, the client seeds from the deal on, and the server seed only once the

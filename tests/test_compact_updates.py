@@ -1,4 +1,4 @@
-"""Compact updates round-trip (issue 11 §8, docs/PROTOCOL.md "Updates").
+"""Compact updates round-trip, their briefs too (issue 11 §8, docs/PROTOCOL.md "Updates").
 
 An outbox update leaves out what its entry says (match, command id, version),
 each event's ``seq`` (the events are the versions ``version - len(events) + 1 …
@@ -19,9 +19,9 @@ import msgpack
 from hypothesis import HealthCheck, given, settings
 
 from engine.service.client import OutMessage
-from engine.service.publish import Publisher, compact_body, expand_events
+from engine.service.publish import Publisher, compact_body, compact_brief, expand_events, pack
 from gateway.outbox import parse_entry
-from projections.views import redact_event
+from projections.views import brief, brief_of_view, redact_event, view_for
 from tests.strategies import Step, match_specs, play_match
 
 
@@ -48,7 +48,12 @@ def _check_step(publisher: Publisher, step: Step, duplicate: bool) -> int:
         expected = _plain([redact_event(e, player, state=out.state) for e in out.events])
         fields = _wire(write.fields)
         assert OutMessage.parse("1-0", fields).body["events"] == expected
-        assert parse_entry(b"1-0", fields).body["events"] == expected
+        entry = parse_entry(b"1-0", fields)
+        assert entry.body["events"] == expected
+        # the brief (docs/PROTOCOL.md §8): the state's, the same as read off the player's view,
+        # and small (the outbox budget: issue 26 §3)
+        assert entry.brief == _plain(brief(out.state)) == _plain(brief_of_view(view_for(out.state, player)))
+        assert len(pack(compact_brief(brief(out.state)))) <= 150
         checked += 1
     return checked
 

@@ -224,6 +224,49 @@ def expand_events(body: dict[str, Any], match_id: str, command_id: str, version:
             if isinstance(e, dict) else e for i, e in enumerate(events)]
 
 
+#: a brief reading's fields at their defaults, left out of the stored brief (:func:`compact_brief`)
+_BRIEF_READING_DEFAULTS: dict[str, Any] = {"xiang": None, "chain": None, "regular": None, "m": None,
+                                           "bomb_sizes": None, "jokers_as": []}
+
+
+#: the order of a brief's fields in its stored form (:func:`compact_brief`)
+_BRIEF_FIELDS = ("phase", "turn", "trick", "deadline_ms", "cards_left", "last_play")
+
+
+def compact_brief(brief: dict[str, Any]) -> list[Any]:
+    """A brief (``projections.views.brief``) as an update's body stores it: its fields in the
+    order of :data:`_BRIEF_FIELDS` without the ``version`` (the entry's own field), the play to
+    beat as ``[player, cards, reading]`` and, in the reading, without the fields at their
+    defaults (40-100 bytes of msgpack).  :func:`expand_brief` undoes it.
+
+    >>> b = {"version": 9, "phase": "playing", "turn": "b", "trick": 1, "deadline_ms": 5, "cards_left": {"a": 26},
+    ...      "last_play": {"player": "a", "cards": [0], "reading": {"kind": "single", "rank": "3", "size": 1,
+    ...                    "xiang": None, "chain": None, "regular": None, "m": None, "bomb_sizes": None,
+    ...                    "jokers_as": []}}}
+    >>> compact_brief(b)
+    ['playing', 'b', 1, 5, {'a': 26}, ['a', [0], {'kind': 'single', 'rank': '3', 'size': 1}]]
+    >>> expand_brief(compact_brief(b), 9) == b
+    True
+    """
+    out = [brief[k] for k in _BRIEF_FIELDS]
+    lp = brief["last_play"]
+    if lp is not None:
+        reading = {k: v for k, v in lp["reading"].items()
+                   if not (k in _BRIEF_READING_DEFAULTS and v == _BRIEF_READING_DEFAULTS[k])}
+        out[-1] = [lp["player"], lp["cards"], reading]
+    return out
+
+
+def expand_brief(stored: list[Any], version: int) -> dict[str, Any]:
+    """The full brief of an update from its stored form (:func:`compact_brief`) and the entry's version."""
+    out: dict[str, Any] = {"version": version, **dict(zip(_BRIEF_FIELDS, stored))}
+    lp = out.get("last_play")
+    if isinstance(lp, (list, tuple)) and len(lp) == 3:
+        defaults = {k: (list(v) if isinstance(v, list) else v) for k, v in _BRIEF_READING_DEFAULTS.items()}
+        out["last_play"] = {"player": lp[0], "cards": list(lp[1]), "reading": {**defaults, **lp[2]}}
+    return out
+
+
 def rejection_fields(match_id: str | None, cmd_id: str | None, code: str, reason: str) -> dict[str, Any]:
     return {"kind": "rejected", "match": match_id or "", "command_id": cmd_id or "",
             "code": code, "reason": safe_text(reason)}
@@ -263,7 +306,8 @@ class Publisher:
     # -- writing --------------------------------------------------------------------------
     def write(self, writes: Sequence[Write], raise_on_error: bool = True) -> list[Any]:
         """The writes in order, one pipeline (no MULTI: each stream is on its own; on
-        Redis Cluster the pipeline splits by node).  Raises if any of them failed, or
+        Redis Cluster the pipeline splits by node), each followed by its notice
+        (``SPUBLISH <stream> ""``: engine/store/keys.py "Notices").  Raises if any of them failed, or
         with ``raise_on_error=False`` returns each write's reply (an error reply as the
         exception); a connection failure always raises."""
         if not writes:
@@ -273,15 +317,22 @@ class Publisher:
             pipe.xadd(w.stream, cast("dict[Any, Any]", w.fields), maxlen=w.maxlen, approximate=True)
             if w.ttl is not None:
                 pipe.expire(w.stream, w.ttl)
-        replies = pipe.execute(raise_on_error=raise_on_error)
+            pipe.spublish(w.stream, "")  # the notice: a reader's wake-up (keys.py "Notices")
+        replies = pipe.execute(raise_on_error=False)
         out: list[Any] = []
         at = 0
         for w in writes:  # one reply per write: the XADD's, or the error of its XADD or EXPIRE
-            n = 1 if w.ttl is None else 2
+            n = 2 if w.ttl is None else 3
             mine = replies[at:at + n]
             at += n
+            if isinstance(mine[-1], redis.exceptions.NoPermissionError):
+                mine = mine[:-1]  # a notice an ACL refuses (an old one, mid-upgrade) only delays a reader
             errors = [r for r in mine if isinstance(r, Exception)]
             out.append(errors[0] if errors else mine[0])
+        if raise_on_error:
+            for r in out:
+                if isinstance(r, Exception):
+                    raise r
         return out
 
     def publish(self, command: CommandBase, outcome: OutcomeLike, reply_to: str | None = None,
@@ -324,7 +375,7 @@ class Publisher:
         """The stream entries :meth:`publish` writes for one outcome (no I/O), counted in
         :attr:`stats` unless ``tally`` is False (:meth:`tally` then, once it is published)."""
         from engine.match.events import public_event_dict
-        from projections.views import redact_event, view_common, view_for
+        from projections.views import brief, redact_event, view_common, view_for
 
         out: list[Write] = []
         cmd_id = command.command_id
@@ -363,6 +414,8 @@ class Publisher:
                 # a body without a view is the same for players who see the same events (a
                 # play is public): packed once, by what the player sees
                 plain: list[tuple[list[dict[str, Any]], bytes]] = []
+                # the brief (docs/PROTOCOL.md §8): public, the same for every recipient
+                stored_brief = compact_brief(brief(state))
                 for player in recipients(state, events):
                     # compact (docs/PROTOCOL.md "Updates"): the entry's fields say the match,
                     # the command and the version; the events follow ``version - len(events)``
@@ -371,12 +424,13 @@ class Publisher:
                         if common is None:
                             common = view_common(state)
                         body = compact_body(seen, duplicate)
+                        body["brief"] = stored_brief
                         body["view"] = view_for(state, player, common)
                         packed = pack(body)
                     else:
                         packed = next((b for other, b in plain if other == seen), b"")
                         if not packed:
-                            packed = pack(compact_body(seen, duplicate))
+                            packed = pack({**compact_body(seen, duplicate), "brief": stored_brief})
                             plain.append((seen, packed))
                     out.append(self._delivery(keys.outbox_key(player),
                                               {"kind": "update", "match": match_id, "command_id": cmd_id,

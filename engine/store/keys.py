@@ -43,6 +43,12 @@ than its history). The first store to touch a Redis records it under
 ``sk:layout`` and later stores with a different count refuse to start
 (:meth:`engine.store.redis_store.RedisEventStore.check_layout`).
 
+Notices: whoever adds an entry to a stream a gateway reads for its sockets (the player's
+``sk:out:…``, the lobby's notes, the session stream; the publisher does it for every entry it
+writes) then sends ``SPUBLISH <stream> ""``, a sharded pub/sub message on the channel named
+like the stream (on a Cluster it lives in the stream's slot).  It is only a wake-up for the
+gateway's one reader (gateway/fanout.py): the stream stays the source of truth.
+
 A match id containing ``{`` or ``}`` is harmless: Redis uses the *first*
 ``{…}`` of a key as its hash tag, which is always the bucket tag here.
 A *player* id is a hash tag itself (``sk:out:{alice}``), so a player id with

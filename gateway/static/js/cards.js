@@ -1,28 +1,15 @@
-// Card ids and their names (docs/PROTOCOL.md §1): within a deck rank*4+suit for 0..51,
-// 52 small joker, 53 big joker; the second deck adds 54.  Suits never matter (R-1.6).
-export const RANKS = ["3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K", "A", "2", "SJ", "BJ"];
+// Cards on the page: names and elements.  The ids themselves (docs/PROTOCOL.md "Card ids") are
+// client.js's `cards`; suits never matter (R-1.6).
+import { RANKS, cards } from "./client.js";
+
+export { RANKS };
 export const SUITS = "SHCD";
 export const SUIT_SYMBOL = { S: "♠", H: "♥", C: "♣", D: "♦" };
-const DECK = 54;
-
-export function rankOf(id) {
-  const x = id % DECK;
-  return x >= 52 ? 13 + (x - 52) : Math.floor(x / 4);
-}
-
-export function suitOf(id) {
-  const x = id % DECK;
-  return x >= 52 ? null : SUITS[x % 4];
-}
-
-export function isJoker(id) {
-  return id % DECK >= 52;
-}
-
-/** Rank order, then suit, then id: the order hands are shown in (engine sort_cards). */
-export function sortCards(ids) {
-  return [...ids].sort((a, b) => rankOf(a) - rankOf(b) || a - b);
-}
+export const rankOf = cards.rank;
+export const suitOf = cards.suit;
+export const isJoker = cards.isJoker;
+/** Rank order, then id: the order hands are shown in (engine sort_cards). */
+export const sortCards = cards.sort;
 
 export function label(id) {
   const r = rankOf(id);

@@ -5,7 +5,7 @@
 // data-table-card (never data-card).
 import { api, claims, clientConfig, devToken, forgetToken, storedToken, tokenFromHost, tokenFromUrl } from "./auth.js";
 import { cardElement, sortCards } from "./cards.js";
-import { Link } from "./socket.js";
+import { Client } from "./client.js";
 import { randomClientSeed, verifyDeal } from "./fair.js";
 import { BOMB_KINDS, KOU, REMOVED_REASON, TRUSTEE_REASON, describe, eventReading, modeWords, readingWords } from "./words.js";
 
@@ -606,23 +606,42 @@ function foldEvents(view, events) {
   return v;
 }
 
-function onUpdate(msg) {
+// The update's brief (docs/PROTOCOL.md §8 "brief") is always current: what the fold guessed
+// (the turn, the trick, the play to beat, the clock, the card counts) is taken from it.
+function applyBrief(view, brief) {
+  if (!brief || brief.version !== view.version) return view;
+  const v = { ...view, phase: brief.phase, turn: brief.turn, trick: brief.trick };
+  v.your_turn = v.phase === "playing" && !!v.you && v.turn === v.you;
+  v.leading = v.phase === "playing" && !brief.last_play;
+  if (brief.last_play) {
+    const r = brief.last_play.reading;
+    v.last_play = { ...brief.last_play, describe: describe(r) };
+  } else {
+    v.last_play = null;
+  }
+  if (brief.deadline_ms === null) v.deadline = null;
+  else v.deadline = { ...(v.deadline || { kind: "turn" }), at_ms: brief.deadline_ms, version: brief.version };
+  v.seats = (v.seats || []).map((s) => (s && s.player in brief.cards_left ? { ...s, cards_left: brief.cards_left[s.player] } : s));
+  if (v.opponent && v.opponent.player in brief.cards_left) v.opponent = { ...v.opponent, cards_left: brief.cards_left[v.opponent.player] };
+  return v;
+}
+
+function onUpdate(msg, brief) {
   const seen = S.versions[msg.match];
   if (seen !== undefined && msg.version <= seen) return;  // a duplicate or an old redelivery
   let view = msg.view;
   if (!view) {
     if (!S.view || S.view.match_id !== msg.match) {
       noteEvents(msg.events);
-      S.link.send({ type: "Sync" });  // nothing to fold into: ask for the current view
+      S.link.sync();  // nothing to fold into: ask for the current view
       return;
     }
-    view = foldEvents(S.view, msg.events || []);
+    view = applyBrief({ ...foldEvents(S.view, msg.events || []), version: msg.version }, brief);
   } else {
     learnClock(view, msg.events);
   }
   view = { ...view, version: msg.version };
   S.versions[msg.match] = msg.version;
-  S.link.version = msg.version;
   if (S.match !== msg.match) {
     S.match = msg.match;
     S.fair = freshFair();
@@ -778,7 +797,7 @@ function onMessage(msg) {
       render();
       break;
     case "update":
-      onUpdate(msg);
+      onUpdate(msg, S.link.brief);
       break;
     case "rejected":
       if (S.pendingSeed && msg.command_id === S.pendingSeed.id && msg.code === "bad_command"
@@ -838,7 +857,11 @@ function start(token) {
   }
   show("#login", false);
   show("#no-token", false);
-  S.link = new Link(token, { onMessage, onState: onLinkState });
+  const proto = window.location.protocol === "https:" ? "wss:" : "ws:";
+  S.link = new Client({ url: `${proto}//${window.location.host}/ws`, token });
+  for (const name of ["welcome", "lobby", "settled"]) S.link.on(name, onMessage);
+  for (const name of ["update", "rejected"]) S.link.on(name, ({ message }) => onMessage(message));
+  S.link.on("state", ({ state, code, reason }) => onLinkState(state, code === undefined ? undefined : { code, reason }));
   S.link.connect();
   render();
 }
