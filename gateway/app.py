@@ -27,7 +27,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway import web
 from gateway.context import WebContext
-from gateway.lobby import Lobby
+from gateway.lobby import Lobby, queue_key
 from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from gateway.rooms import RoomBook
 from gateway.session import CLOSE_GOING_AWAY, Connection, Hub, authenticate
@@ -49,23 +49,24 @@ class GatewaySettings:
 #: Redis connections of one gateway process, whatever its sockets: the players' pool (the
 #: fan-out's notice connection and readers, every socket's commands, the lobby's reply reader
 #: among them) and, with ``--lobby-redis``, the lobby's own.  A command waits for a free one.
-#: On a Cluster the bound is per node (redis-py's cluster client refuses, rather than waits,
-#: past it).
+#: On a Cluster the bound is per node (gateway/gated.py: a command waits there too).
 REDIS_CONNECTIONS = 24
 LOBBY_REDIS_CONNECTIONS = 6
 
 
 def redis_client(url: str, connections: int, name: str, option: str = "--redis") -> Any:
-    """An asyncio client of at most ``connections`` connections, each named ``name`` (CLIENT LIST);
-    a single node or a Cluster, detected from the node (engine/store/connect.py)."""
+    """An asyncio client of at most ``connections`` connections (per node), each named ``name``
+    (CLIENT LIST); a single node or a Cluster, detected from the node (engine/store/connect.py)."""
     import redis.asyncio as aioredis
 
-    from engine.store.connect import connect_async, probe
+    from engine.store.connect import probe
 
     kwargs: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 5, "health_check_interval": 0,
                               "client_name": name}
     if probe(url, option=option):
-        return connect_async(url, option=option, max_connections=connections, **kwargs)
+        from gateway.gated import GatedCluster
+
+        return GatedCluster.from_url(url, max_connections=connections, **kwargs)
     pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=connections, timeout=20, **kwargs)
     return aioredis.Redis.from_pool(pool)
 
@@ -84,11 +85,12 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
         from gateway.bots import BotDriver
 
         bots = BotDriver(lobby, client, lobby_client, hub.fanout)
-        # a bot holds no coins: only rooms that seat a zero balance (R-11.1) get bots
-        names = [n for n in settings.rooms.names() if settings.rooms.admits(settings.rooms.rooms[n], 0)]
 
         async def fill() -> None:
-            await bots.fill(names)
+            # every room served, those registered later with `shuangkou room add` included (read
+            # at each sweep); a bot holds no coins: only rooms that seat a zero balance (R-11.1)
+            book = settings.rooms
+            await bots.fill([n for n in book.names() if book.admits(book.rooms[n], 0)])
 
         lobby.on_sweep = fill
     ctx = WebContext(redis=client, secret=settings.secret, dev=settings.dev, bots=settings.bots, hub=hub,
@@ -120,6 +122,16 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
                              "connections": len(hub.connections)})
 
     async def metrics_endpoint(_request: Request) -> Response:
+        rooms = settings.rooms.names()  # the registry's rooms too (refreshed by the lobby)
+        try:
+            pipe = lobby_client.pipeline(transaction=False)
+            for room in rooms:
+                pipe.llen(queue_key(room))
+            lengths = await asyncio.wait_for(pipe.execute(), 2.0)
+        except Exception as exc:  # the lobby's Redis cannot answer: the other metrics still go out
+            log.warning("metrics: lobby queue lengths unavailable (%s)", type(exc).__name__)
+        else:
+            metrics.queue_lengths({room: int(n) for room, n in zip(rooms, lengths)})
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager

@@ -72,7 +72,8 @@ class Fanout:
         self.cluster = is_cluster(redis)
         self.sweep_s = SWEEP_S if sweep_s is None else sweep_s
         self._readers: dict[str, set[Reading]] = {}  # stream -> who reads it
-        self._dirty: dict[tuple[Reading, str], None] = {}  # (reader, stream) to read, in order
+        self._dirty: dict[tuple[Reading, str], None] = {}  # (reader, stream) a notice asks to read, in order
+        self._swept: dict[tuple[Reading, str], None] = {}  # the sweep's, read after the notices'
         self._inflight: set[tuple[Reading, str]] = set()
         self._wake = asyncio.Event()
         self._subscribe: set[str] = set()  # channels to SSUBSCRIBE at the next turn of the notice loop
@@ -101,6 +102,7 @@ class Fanout:
                 continue
             holders.discard(reading)
             self._dirty.pop((reading, stream), None)
+            self._swept.pop((reading, stream), None)
             if not holders:
                 del self._readers[stream]
                 self._subscribe.discard(stream)
@@ -122,7 +124,7 @@ class Fanout:
 
     def kick(self) -> None:
         """A backlog was handed on: what waited for it may be read now."""
-        if self._dirty:
+        if self._dirty or self._swept:
             self._wake.set()
 
     def _notice(self, stream: str) -> None:
@@ -130,9 +132,11 @@ class Fanout:
             self.mark(reading, stream)
 
     def _mark_all(self) -> None:
+        """Read every stream (after the notices' reads: a sweep never delays a notice)."""
         for stream, holders in self._readers.items():
             for reading in holders:
-                self._dirty[(reading, stream)] = None
+                if (reading, stream) not in self._dirty:
+                    self._swept[(reading, stream)] = None
         self._wake.set()
 
     # -- running --------------------------------------------------------------------------
@@ -241,49 +245,58 @@ class Fanout:
                 await asyncio.sleep(0.2)
             finally:
                 self._inflight.difference_update(batch)
-                if self._dirty:
+                if self._dirty or self._swept:
                     self._wake.set()
 
     def _take_batch(self) -> list[tuple[Reading, str]]:
+        """Up to :data:`BATCH` streams to read: the notices' first, then the sweep's."""
         batch: list[tuple[Reading, str]] = []
-        for key in list(self._dirty):
-            if key in self._inflight:
-                continue  # one read of a stream for a reader at a time
-            reading, _stream = key
-            if reading.backlogged():
-                continue  # it asks again once its queue is handed on
-            del self._dirty[key]
-            batch.append(key)
-            if len(batch) >= BATCH:
-                break
+        for source in (self._dirty, self._swept):
+            for key in list(source):
+                if len(batch) >= BATCH:
+                    break
+                if key in self._inflight:
+                    continue  # one read of a stream for a reader at a time
+                if key[0].backlogged():
+                    continue  # it asks again once its queue is handed on
+                del source[key]
+                self._swept.pop(key, None)
+                batch.append(key)
         self._inflight.update(batch)
         return batch
 
     async def _read(self, batch: list[tuple[Reading, str]]) -> None:
-        pipe = self.redis.pipeline(transaction=False)
-        asked: list[tuple[Reading, str, int]] = []
+        """One pipeline: an XREAD (no BLOCK) per reader of the batch, of its streams from its
+        cursors (per stream on a Cluster, where one command's keys must share a slot)."""
+        groups: dict[tuple[Reading, str | None], dict[str, str]] = {}
         for reading, stream in batch:
             at = reading.cursor(stream)
-            if at is None:
-                continue
-            pipe.xread({stream: at}, count=COUNT)
-            asked.append((reading, stream, reading.generation()))
-        if not asked:
+            if at is not None:
+                groups.setdefault((reading, stream if self.cluster else None), {})[stream] = at
+        if not groups:
             return
+        pipe = self.redis.pipeline(transaction=False)
+        asked: list[tuple[Reading, list[str], int]] = []
+        for (reading, _one), cursors in groups.items():
+            pipe.xread(cursors, count=COUNT)
+            asked.append((reading, list(cursors), reading.generation()))
         replies = await pipe.execute(raise_on_error=False)
-        for (reading, stream, gen), reply in zip(asked, replies):
+        for (reading, streams, gen), reply in zip(asked, replies):
             if isinstance(reply, Exception):
-                log.warning("reading %s failed: %s", stream, reply)
-                self._dirty.setdefault((reading, stream), None)
+                log.warning("reading %s failed: %s", ", ".join(streams), reply)
+                for stream in streams:
+                    self._dirty.setdefault((reading, stream), None)
                 continue
-            if gen != reading.generation() or reading.cursor(stream) is None:
-                self._dirty.setdefault((reading, stream), None)  # set anew meanwhile: read from there
-                continue
-            entries = [(_s(i), f) for _name, got in _streams(reply) for i, f in got]
-            if entries:
-                reading.received(stream, entries)
-            if len(entries) >= COUNT:
-                self._dirty.setdefault((reading, stream), None)  # there may be more
+            got = {_s(name): entries for name, entries in _streams(reply)}
+            for stream in streams:
+                if gen != reading.generation() or reading.cursor(stream) is None:
+                    self._dirty.setdefault((reading, stream), None)  # set anew meanwhile: read from there
+                    continue
+                entries = [(_s(i), f) for i, f in got.get(stream) or ()]
+                if entries:
+                    reading.received(stream, entries)
+                if len(entries) >= COUNT:
+                    self._dirty.setdefault((reading, stream), None)  # there may be more
 
 
 def _streams(reply: Any) -> list[tuple[Any, list]]:

@@ -44,6 +44,7 @@ class Subscription:
         self._ready = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._running = False
+        self._held_back = False  # the fan-out skipped us for a backlog: say when it is handed on
 
     def upto(self, stream: str) -> str:
         """The id handed on up to in ``stream`` ("+" when it is not read)."""
@@ -93,7 +94,10 @@ class Subscription:
         return self._generation
 
     def backlogged(self) -> bool:
-        return len(self._queue) >= BACKLOG
+        if len(self._queue) >= BACKLOG:
+            self._held_back = True
+            return True
+        return False
 
     def received(self, stream: str, entries: list[tuple[str, dict]]) -> None:
         self._cursor[stream] = entries[-1][0]
@@ -104,7 +108,9 @@ class Subscription:
         while not self.closed():
             if not self._queue:
                 self._ready.clear()
-                self.fanout.kick()
+                if self._held_back:
+                    self._held_back = False
+                    self.fanout.kick()
                 await self._ready.wait()
                 continue
             gen, stream, entry_id, fields = self._queue.popleft()

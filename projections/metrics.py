@@ -757,6 +757,7 @@ def initialize_counters(config_names: Iterable[str] | None = None) -> None:
     for kind in _TIMER_KINDS.values():
         TIMERS_STALE.labels(kind)
         SWEEPER_FAILURES.labels(kind)
+        TIMER_LATENESS.labels(kind)  # a histogram the dashboard and ShuangkouTimersLate read
     for code in PARK_REASONS:
         SETTLEMENTS_PARKED.labels(code)
     for ctype, result in product(command_types(), COMMAND_RESULTS):
@@ -772,6 +773,14 @@ def initialize_counters(config_names: Iterable[str] | None = None) -> None:
         for event_type, (counter, attrs) in _EVENT_COUNTERS.items():
             for values in product(*(_literal_values(event_type, a) for a in attrs)):
                 counter.labels(cfg, *values)
+        SCORE_TRANSFER.labels(cfg)
+        for xiang, kind in _COMMON_BOMBS:  # chain bombs' (xiang, kind) start with their first play
+            BOMBS.labels(cfg, xiang, kind)
+
+
+#: the bombs whose series exist from start-up: plain bombs of 4 to 8 cards (R-3.7: xiang = size),
+#: the three-joker (6-xiang, R-3.8) and four-joker (7-xiang, R-3.9) bombs
+_COMMON_BOMBS = (*((str(n), "bomb") for n in range(4, 9)), ("6", "three_jokers"), ("7", "four_jokers"))
 
 
 initialize_counters()
@@ -803,7 +812,7 @@ def serving_registry(extra_collectors: Iterable[Collector] = ()) -> CollectorReg
     return registry
 
 
-def start_metrics_server(port: int, addr: str = "0.0.0.0",
+def start_metrics_server(port: int, addr: str = "127.0.0.1",
                          extra_collectors: Iterable[Collector] = ()) -> tuple[Any, Any]:
     """Serve ``/metrics`` on ``addr:port`` in a daemon thread; returns
     ``(server, thread)`` (``server.shutdown()`` stops it).  Port 0 picks a free

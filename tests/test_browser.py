@@ -1,7 +1,7 @@
 """The browser client end to end (issue 15): a real headless Chromium (Debian's
 ``/usr/bin/chromium`` driven by Playwright's Python API) against a real
-``shuangkou gateway --dev --bots``, ``shuangkou serve``, a dramatiq worker
-process and a real redis-server.
+``shuangkou gateway --dev --bots``, ``shuangkou serve`` and a real redis-server, in
+both deployments (with a dramatiq worker process, and serve alone).
 
 * A person types a name, joins a room, presses Ready; the trustee bot takes the
   other seat (``--bots``).  The test plays the whole match by clicking the
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -36,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import stop_group, tail, wait_for
+from tests.processes import tail, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.redis, pytest.mark.worker]
 
@@ -47,96 +46,34 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-
-
-
-
-
-
-def _quick_room(tmp_path: Path) -> Path:
-    """The points room with an 8 s turn clock, so the timeout notice shows quickly."""
-    import tomllib
-
-    rec = tomllib.loads((ROOT / "config" / "points.toml").read_text())
-    rec.update(name="quick", turn_seconds=8)
-
-    def value(v):
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, str):
-            return json.dumps(v)
-        if isinstance(v, list):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        if isinstance(v, dict):
-            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
-        return repr(v)
-
-    lines = [f"{k} = {value(v)}" for k, v in rec.items() if not isinstance(v, dict)]
-    for k, v in rec.items():
-        if isinstance(v, dict):
-            lines += [f"[{k}]"] + [f"{kk} = {value(vv)}" for kk, vv in v.items()]
-    path = tmp_path / "quick.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 @pytest.fixture
-def stack(redis_server, tmp_path):
-    """serve + a dramatiq worker + ``gateway --dev --bots`` on a real redis-server."""
-    import redis
+def stack(redis_server, tmp_path, deployment):
+    """serve (+ a dramatiq worker, or alone: both deployments) + ``gateway --dev --bots`` on a
+    real redis-server, with a points room whose 8 s turn clock shows the timeout notice quickly."""
+    from tests.gateway_support import start_stack
 
     if not Path(CHROMIUM).exists():
         msg = "the browser tests need Debian's chromium at /usr/bin/chromium (.ci/run installs it)"
         if os.environ.get("SK_ALLOW_NO_BROWSER") == "1":
             pytest.skip(msg)
         pytest.fail(msg, pytrace=False)
-    store_url, broker_url = redis_server.db_url(2), redis_server.db_url(3)
-    for url in (store_url, broker_url):
-        with redis.Redis.from_url(url) as c:
-            c.flushdb()
-    secret = tmp_path / "secret"
-    secret.write_bytes(os.urandom(32).hex().encode())
-    env = dict(os.environ, SK_REDIS_URL=store_url, SK_BROKER_URL=broker_url, PYTHONUNBUFFERED="1",
-               SK_SWEEP_INTERVAL_MS="200")
-    port = _free_port()
-    logs = [tmp_path / n for n in ("serve.log", "worker.log", "gateway.log")]
-    files = [open(p, "wb") for p in logs]
-    procs: list[subprocess.Popen] = []
+    s = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path, {"quick": {"turn_seconds": 8}},
+                    deployment)
     try:
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "shuangkou", "serve", "--redis", store_url, "--broker-url", broker_url,
-             "--consumer", "browser-1"], cwd=ROOT, env=env, stdout=files[0], stderr=subprocess.STDOUT,
-            start_new_session=True))
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "dramatiq", "--processes", "1", "--threads", "2", "workers.actors"],
-            cwd=ROOT, env=env, stdout=files[1], stderr=subprocess.STDOUT, start_new_session=True))
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "shuangkou", "gateway", "--redis", store_url, "--port", str(port),
-             "--secret-file", str(secret), "--dev", "--bots", "--room", str(_quick_room(tmp_path))],
-            cwd=ROOT, env=env, stdout=files[2], stderr=subprocess.STDOUT, start_new_session=True))
-        base = f"http://127.0.0.1:{port}"
+        gw = s.start_gateway("browser", "--dev", "--bots")
 
         def up() -> bool:
-            for p in procs:
-                assert p.poll() is None, "a process exited:\n" + "\n".join(tail(x) for x in logs)
+            for p in s.procs:
+                assert p.poll() is None, "a process exited:\n" + "\n".join(tail(x) for x in s.logs)
             try:
-                return urllib.request.urlopen(base + "/healthz", timeout=2).status == 200
+                return urllib.request.urlopen(gw.http + "/healthz", timeout=2).status == 200
             except OSError:
                 return False
 
-        wait_for(up, 60, "the gateway never answered /healthz", logs)
-        yield {"base": base, "store_url": store_url, "logs": logs}
+        wait_for(up, 60, "the gateway never answered /healthz", s.logs)
+        yield {"base": gw.http, "store_url": s.store_url, "logs": s.logs}
     finally:
-        for p in reversed(procs):
-            stop_group(p)
-        for f in files:
-            f.close()
+        s.stop()
 
 
 def _token(base: str, name: str, role: str) -> str:

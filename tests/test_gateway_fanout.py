@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from engine.service.publish import Publisher
 from engine.store import keys
 from engine.store.base import Write
 from gateway import channels
@@ -29,14 +30,6 @@ from tests.gateway_support import start_stack
 pytestmark = [pytest.mark.redis]
 
 WAIT_S = 60.0
-
-
-def _publisher(url: str) -> Any:
-    import redis
-
-    from engine.service.publish import Publisher
-
-    return Publisher(redis.Redis.from_url(url), consumer="test-fanout")
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +58,6 @@ def url(request, redis_server):
 @pytest.mark.parametrize("before", [0, 3])
 def test_published_entries_reach_every_subscription_once_in_order_by_notice_alone(url, before):
     """``before``: entries already in the stream after the positions were taken (read at once)."""
-    from engine.service.publish import Publisher
     from engine.store.connect import connect, connect_async
 
     players = [f"p{i}-{before}-{uuid.uuid4().hex[:6]}" for i in range(5)]  # several slots on a Cluster
@@ -109,15 +101,24 @@ def test_published_entries_reach_every_subscription_once_in_order_by_notice_alon
     assert got == {p: list(range(per_player)) for p in players}
 
 
-def test_many_sockets_hold_no_more_redis_connections_than_the_pool(redis_server, tmp_path):
+@pytest.mark.parametrize("mode", ["single", "cluster"])
+def test_many_sockets_hold_no_more_redis_connections_than_the_pool(mode, redis_server, tmp_path, request):
     """250 players connected to one gateway: its Redis connections (CLIENT LIST, named
-    ``sk-gateway:<id>``) stay within :data:`gateway.app.REDIS_CONNECTIONS` (one blocking read per
-    socket would hold 250), and every socket still gets the entry written for it."""
+    ``sk-gateway:<id>``) stay within :data:`gateway.app.REDIS_CONNECTIONS` on every node (one
+    blocking read per socket would hold 250), and every socket still gets the entry written for it."""
     import redis
     import websockets
 
+    from engine.store.connect import connect
+
     n = 250
-    stack = start_stack(redis_server.db_url(4), redis_server.db_url(5), tmp_path, {"fan": {}})
+    if mode == "cluster":
+        cluster = request.getfixturevalue("local_cluster")
+        store, nodes = cluster.url, [f"redis://127.0.0.1:{p}/0" for p in cluster.masters()]
+    else:
+        store = redis_server.db_url(4)
+        nodes = [store]
+    stack = start_stack(store, redis_server.db_url(5), tmp_path, {"fan": {}})
     try:
         gw = stack.start_gateway("fan")
 
@@ -128,16 +129,20 @@ def test_many_sockets_hold_no_more_redis_connections_than_the_pool(redis_server,
                 assert json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))["kind"] == "welcome"
                 socks.append(ws)
             # every socket's greeting is done once the lobby's presence lists all of them
-            with redis.Redis.from_url(stack.store_url) as c:
-                from gateway.lobby import PRESENCE
+            from gateway.lobby import PRESENCE
 
-                async def present() -> None:
-                    while c.zcard(PRESENCE) < n:
-                        await asyncio.sleep(0.1)
-                await asyncio.wait_for(present(), WAIT_S)
-                held = sum(1 for x in c.client_list() if x.get("name") == "sk-gateway:fan")
+            store_client = connect(stack.store_url)
+
+            async def present() -> None:
+                while store_client.zcard(PRESENCE) < n:
+                    await asyncio.sleep(0.1)
+            await asyncio.wait_for(present(), WAIT_S)
+            held = 0
+            for node in nodes:
+                with redis.Redis.from_url(node) as c:
+                    held = max(held, sum(1 for x in c.client_list() if x.get("name") == "sk-gateway:fan"))
             # a rejection of each player's own command, as the engine publishes it
-            _publisher(stack.store_url).write([
+            Publisher(store_client, consumer="test-fanout").write([
                 Write(keys.outbox_key(f"f{i}"), {"kind": "rejected", "match": "m", "code": "bad_command",
                                                  "reason": "test", "command_id":
                                                  channels.engine_command_id(f"f{i}", f"c{i}")}, 200)
@@ -159,3 +164,51 @@ def test_many_sockets_hold_no_more_redis_connections_than_the_pool(redis_server,
         stack.stop()
     assert 0 < held <= REDIS_CONNECTIONS < n
     assert [m["command_id"] for m in got] == [f"c{i}" for i in range(n)]
+
+
+def test_a_slow_socket_is_read_no_further_than_its_backlog_and_loses_nothing(url):
+    """A socket that does not take what is read for it: the fan-out stops reading its stream at
+    :data:`gateway.reader.BACKLOG` queued entries, and once the socket takes them again every
+    entry follows, once and in order."""
+    from engine.store.connect import connect, connect_async
+    from gateway.reader import BACKLOG
+
+    player = f"slow-{uuid.uuid4().hex[:6]}"
+    total = BACKLOG * 2 + 50
+    publisher = Publisher(connect(url), consumer="test-fanout")
+
+    async def main() -> tuple[list[int], int]:
+        r = connect_async(url)
+        fanout = Fanout(r, sweep_s=3600.0)
+        got: list[int] = []
+        release, done = asyncio.Event(), asyncio.Event()
+        queued: list[int] = []
+
+        async def deliver(stream: str, entry_id: str, fields: dict) -> None:
+            await release.wait()
+            got.append(int(fields[b"n"]))
+            if len(got) == total:
+                done.set()
+        sub = Subscription(fanout, r, deliver, done.is_set, player)
+        await sub.take([keys.outbox_key(player)])
+        sub.start()
+        await asyncio.to_thread(publisher.write, [Write(keys.outbox_key(player), {"kind": "rejected", "n": str(n)},
+                                                        total + 10) for n in range(total)])
+
+        async def held_back() -> None:
+            while not sub._held_back:  # the fan-out met the full queue and left the rest unread
+                await asyncio.sleep(0.05)
+            queued.append(len(sub._queue))
+        try:
+            await asyncio.wait_for(held_back(), WAIT_S)
+            release.set()
+            await asyncio.wait_for(done.wait(), WAIT_S)
+        finally:
+            sub.stop()
+            await fanout.aclose()
+            await r.aclose()
+        return got, queued[0]
+
+    got, queued = asyncio.run(main())
+    assert BACKLOG <= queued < total
+    assert got == list(range(total))

@@ -1,5 +1,5 @@
-"""The gateway end to end: a real redis-server, ``shuangkou serve``, a dramatiq worker and
-``shuangkou gateway`` processes, clients on real WebSockets (the ``websockets`` library).
+"""The gateway end to end: a real redis-server, ``shuangkou serve`` (with a dramatiq worker, or
+alone: every test runs in both deployments) and ``shuangkou gateway`` processes, clients on real WebSockets (the ``websockets`` library).
 Every message sent and received is validated against gateway/schemas/ (tests/gateway_support.py).
 
 Matches finish quickly because both players ask for the trustee (R-13.5) in rooms whose
@@ -35,8 +35,10 @@ ROOMS: dict[str, dict[str, Any]] = {
 
 
 @pytest.fixture(scope="module")
-def stack(redis_server, tmp_path_factory):
-    s = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path_factory.mktemp("gw"), ROOMS)
+def stack(redis_server, tmp_path_factory, deployment):
+    """The whole stack, once per deployment (tests.gateway_support.DEPLOYMENTS)."""
+    s = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path_factory.mktemp("gw"), ROOMS,
+                    deployment)
     try:
         s.start_gateway("A")
         yield s
@@ -482,8 +484,18 @@ def test_healthz_and_metrics(stack):
 
 
 def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
-    """``--bots``: alone in the queue for a few seconds → a trustee bot sits opposite."""
+    """``--bots``: alone in the queue for a few seconds → a trustee bot sits opposite; in a room
+    registered after the gateway started (``shuangkou room add``) too."""
+    import subprocess
+    import sys
+
+    from tests.gateway_support import ROOT, write_room
+
     gw = stack.start_gateway("bots", "--bots")
+    later = write_room(stack.tmp / "later.toml", "later", trustee_delay_seconds=0.0)
+    added = subprocess.run([sys.executable, "-m", "shuangkou", "room", "add", str(later), "--redis", stack.store_url],
+                           cwd=ROOT, env=stack.env(), capture_output=True, text=True, timeout=60)
+    assert added.returncode == 0, added.stdout + added.stderr
 
     async def main() -> None:
         c = await Client.connect(gw.url, stack.token("so-alice"), "so-alice")
@@ -502,6 +514,19 @@ def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
         gone = await c.expect(lobby("removed"))
         assert gone["reason"] == "left"
         await c.close()
+        # the registered room: the gateway serves it (re-read every few seconds) and fills it too
+        r = await Client.connect(gw.url, stack.token("so-rita"), "so-rita")
+        await r.expect(kind("welcome"))
+        while True:
+            await r.send({"type": "Join", "room": "later"})
+            m = await r.expect(lambda x: x["kind"] == "lobby" or x["kind"] == "rejected", what="join later")
+            if m["kind"] == "lobby":
+                break
+            await asyncio.sleep(0.5)  # not served yet: the lobby has not re-read the registry
+        seated = await r.expect(lobby("seated"), what="a bot opposite in the registered room")
+        view = (await r.expect(lambda x: x["kind"] == "update" and x["match"] == seated["match"]))["view"]
+        assert any(s and s["player"].startswith("bot-") for s in view["seats"])
+        await r.close()
 
     try:
         run(main())

@@ -232,6 +232,24 @@ def test_readme_set_up_is_two_commands_each_with_a_venv():
     assert commands[1] == "bash .ci/run"
 
 
+def test_readme_lists_every_command_one_exit_code_table_and_how_to_play_in_the_browser():
+    from shuangkou.cli import COMMANDS
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text.split("## Other commands", 1)[1].split("\n\n", 2)[1]
+    for name in COMMANDS:
+        assert f"| `shuangkou {name}" in table, name
+    codes = text.split("**Exit codes**", 1)[1]
+    rows = re.findall(r"^\| ([0-9]) \|", codes.split("\n\n", 2)[1], flags=re.M)
+    assert rows == ["0", "1", "2"]
+    browser = text.split("### Play in the browser", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line for line in browser.splitlines() if line.strip()]
+    assert len(commands) == 3, commands
+    assert commands[0].startswith("redis-server") and "shuangkou serve" in commands[1]
+    assert "shuangkou token --new-secret" in commands[2] and "shuangkou gateway" in commands[2]
+    assert "--bots" in commands[2] and "--dev" in commands[2]
+
+
 def test_ci_script_makes_its_own_venv_and_kills_nothing_by_name():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert not re.search(r"\b(pkill|killall)\b", ci)

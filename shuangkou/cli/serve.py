@@ -14,8 +14,9 @@ One process runs
   ``--broker-url`` (or ``SK_BROKER_URL``) the ``dramatiq workers.actors``
   processes dispatch and fire them (workers/dispatcher.py; serve sends nothing per
   commit unless ``--timer-messages``, the old path); without one, an in-process
-  dispatcher, dramatiq worker (StubBroker) and sweeper fire them here (a
-  one-process deployment);
+  dispatcher, dramatiq worker (StubBroker) and sweeper fire them here and publish
+  what they commit to the players' ``sk:out:<player>`` streams, with the same
+  outbox TTL, maxlen and compact form as the command loops (a one-process deployment);
 * ``/metrics`` on ``--metrics-port`` (projections.metrics).
 
 Several serve processes share the work through the consumer groups: give
@@ -46,7 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "path, for workers older than the deadline dispatcher; default $SK_TIMER_MESSAGES, off)")
     parser.add_argument("--metrics-port", type=int, default=None, metavar="P",
                         help="serve Prometheus /metrics on this port (0: pick a free one; default: off)")
-    parser.add_argument("--metrics-addr", default="0.0.0.0", help="address for /metrics (default 0.0.0.0)")
+    parser.add_argument("--metrics-addr", default="127.0.0.1",
+                        help="address for /metrics (default 127.0.0.1, this host only: pass 0.0.0.0 where a "
+                             "Prometheus on another host scrapes it, as compose does)")
     parser.add_argument("--consumer", default=None,
                         help="consumer name in the groups (default <hostname>-<pid>)")
     parser.add_argument("--no-projections", action="store_true", help="do not run the projection runner here")
@@ -54,14 +57,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-cache", type=int, default=20_000, metavar="N",
                         help="match states kept in memory (LRU; the append's version check validates them; "
                              "0: load every match from the store for each command; default 20000)")
-    parser.add_argument("--outbox-ttl", type=int, default=86_400, metavar="SECONDS",
+    parser.add_argument("--outbox-ttl", type=int, default=None, metavar="SECONDS",
                         help="player outbox and reply streams expire this long after their last entry "
-                             "(refreshed on every write; default 86400)")
-    parser.add_argument("--outbox-maxlen", type=int, default=200, metavar="N",
-                        help="entries kept per outbox/reply stream (MAXLEN ~; default 200)")
-    parser.add_argument("--full-view-every", type=int, default=60, metavar="N",
+                             "(refreshed on every write; default $SK_OUTBOX_TTL or 86400)")
+    parser.add_argument("--outbox-maxlen", type=int, default=None, metavar="N",
+                        help="entries kept per outbox/reply stream (MAXLEN ~; default $SK_OUTBOX_MAXLEN or 200)")
+    parser.add_argument("--full-view-every", type=int, default=None, metavar="N",
                         help="an update carries the player's full view at least every N match versions "
-                             "(and on a join, the deal, the finish, a Sync; 1: always; default 60)")
+                             "(and on a join, the deal, the finish, a Sync; 1: always; "
+                             "default $SK_FULL_VIEW_EVERY or 60)")
     parser.add_argument("--reconcile-every", type=float, default=300.0, metavar="SECONDS",
                         help="settle finished matches without a settlement every SECONDS "
                              "(shuangkou reconcile; 0: never; default 300)")
@@ -102,6 +106,15 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--batch must be at least 1, got {args.batch}")
     if args.state_cache < 0:
         raise CliError(f"--state-cache must be 0 or more, got {args.state_cache}")
+    from workers.runtime import delivery_from_env
+
+    try:
+        env_delivery = delivery_from_env()  # the workers read the same variables (workers/runtime.py)
+    except RuntimeError as exc:
+        raise CliError(str(exc)) from None
+    for key, value in env_delivery.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     if args.outbox_ttl < 1:
         raise CliError(f"--outbox-ttl must be at least 1 second, got {args.outbox_ttl}")
     if args.outbox_maxlen < 1:
@@ -156,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
     cache_kwargs: dict = {"state_cache": StateCache(args.state_cache) if args.state_cache else None,
                           "cache_size": 0}  # no second cache beside the shared one
 
+    delivery = {"outbox_ttl": args.outbox_ttl, "outbox_maxlen": args.outbox_maxlen,
+                "full_view_every": args.full_view_every}
     broker_url = args.broker_url or os.environ.get("SK_BROKER_URL") or None
     timers = None
     broker_client = None
@@ -174,7 +189,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         from workers.embedded import EmbeddedTimers
 
-        timers = EmbeddedTimers(store, clock=clock, rng=rng, **cache_kwargs)
+        from workers.runtime import gateway_publisher
+
+        # the in-process timers publish what they commit (trustee plays, timeouts, removals) to
+        # the players' sk:out:<player> streams like the workers do, with this process's delivery
+        timers = EmbeddedTimers(store, clock=clock, rng=rng, publish=gateway_publisher(client, **delivery),
+                                **cache_kwargs)
         service = timers.service
     isvc = metrics.InstrumentedService(service, store=store, clock=clock)
     if timers is not None:
@@ -192,8 +212,6 @@ def run(args: argparse.Namespace) -> int:
     # metrics are labelled by room: the registered rooms (a bounded set), anything else "other"
     metrics.register_room_labels(rooms.names())
     desk = OperatorDesk(ledger, rooms, service=isvc, clock=clock, on_room_added=metrics.register_room_labels)
-    delivery = {"outbox_ttl": args.outbox_ttl, "outbox_maxlen": args.outbox_maxlen,
-                "full_view_every": args.full_view_every}
     loop = {"block_ms": 500, "count": args.batch, "reclaim_every_s": 15.0, "min_idle_ms": 30_000}
     consumers: list[InboxConsumer] = []  # every consumer this process ran (their stats, on stopping)
 
