@@ -172,7 +172,9 @@ class Lobby:
         self.on_sweep: Callable[[], Awaitable[None]] | None = None
 
     async def _call(self, op: str, *args: Any) -> Any:
-        return await self._script(keys=[], args=[op, now_ms(), *args])
+        # one {lobby} key declared (the script does not read KEYS): on a Redis Cluster it routes
+        # the call to the node of the lobby's slot, where every key the script touches lives
+        return await self._script(keys=[f"{P}seq"], args=[op, now_ms(), *args])
 
     # -- reading --------------------------------------------------------------------------
     async def table(self, table_id: str) -> Table | None:
