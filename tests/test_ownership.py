@@ -80,3 +80,21 @@ def test_a_new_owner_takes_the_former_owners_pending_commands_first(real_redis):
     pend = real_redis.xpending_range(stream, group, min="-", max="+", count=10)
     assert {p["consumer"] for p in pend} == {b"new-owner"}
     assert all(p["times_delivered"] == 2 for p in pend)  # JUSTID kept the count (+ this read)
+
+
+def test_the_state_cache_metric_counts_hits_and_misses():
+    """§3: shuangkou_state_cache_requests_total{result="hit"|"miss"} reads the process's cache."""
+    import dataclasses
+
+    from engine.match.state import MatchState
+    from engine.service.state_cache import StateCache
+    from projections.metrics import StateCacheCollector
+
+    cache = StateCache(10)
+    cache.get("m")  # a miss
+    cache.put(dataclasses.replace(MatchState(match_id="m"), version=3))
+    cache.get("m")
+    cache.get("m")
+    [family] = list(StateCacheCollector(cache).collect())
+    got = {s.labels["result"]: s.value for s in family.samples if s.name.endswith("_total")}
+    assert family.name == "shuangkou_state_cache_requests" and got == {"hit": 2.0, "miss": 1.0}

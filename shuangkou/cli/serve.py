@@ -270,7 +270,8 @@ def run(args: argparse.Namespace) -> int:
         buckets = getattr(raw_store, "buckets", keys.DEFAULT_BUCKETS)
         feeds = ([keys.feed_key(b) for b in range(buckets)] + PLAYER.streams(buckets) + OPS.streams(buckets))
         extra = [metrics.FeedLagCollector(client, feeds),
-                 *([metrics.StateCacheCollector(cache_kwargs["state_cache"])] if cache_kwargs["state_cache"] else []),
+                 *([metrics.StateCacheCollector(cache_kwargs["state_cache"])] if cache_kwargs["state_cache"] is not None
+                   else []),
                  metrics.RedisMemoryCollector({"store": client, **({"broker": broker_client} if broker_client else {})})]
         if broker_client is not None:
             extra.append(metrics.DeadLetterQueueCollector(broker_client, queues=("sk-timers",),
