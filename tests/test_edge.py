@@ -238,14 +238,15 @@ def test_at_most_the_sync_rate_of_syncs_reaches_the_engine(stack):
     from gateway import channels
 
     g = gw(stack, "S")  # --sync-rate 0.001: one Sync (its bucket's burst) reaches the engine
+    match: list[str] = []
 
     async def main() -> dict[str, dict[str, Any]]:
         a = await Client.connect(g.url, stack.token("sy-alice"), "sy-alice")
         b = await Client.connect(g.url, stack.token("sy-bob"), "sy-bob")
         for c in (a, b):
             await c.send({"type": "Join", "room": "pairs"})
-        for c in (a, b):
-            await c.expect(lobby("seated"))
+        seated = [await c.expect(lobby("seated")) for c in (a, b)]
+        match.append(seated[0]["match"])
         for i in range(30):
             await a.send({"type": "Sync", "command_id": f"flood-{i}"})
         answers: dict[str, dict[str, Any]] = {}
@@ -263,7 +264,8 @@ def test_at_most_the_sync_rate_of_syncs_reaches_the_engine(stack):
     assert [m["kind"] for m in answers].count("update") == 1
     assert {m["code"] for m in answers if m["kind"] == "rejected"} == {"rate_limited"}
     with redis.Redis.from_url(stack.store_url) as r:
-        syncs = [decode_command(f[b"c"]) for _, f in r.xrange(keys.INBOX) if b"c" in f]
+        inbox = keys.inbox_key(keys.bucket_of(match[0]))  # the match's bucket's player channel
+        syncs = [decode_command(f[b"c"]) for _, f in r.xrange(inbox) if b"c" in f]
     flood = [s for s in syncs if s.type == "Sync" and s.player == "sy-alice"
              and (channels.client_command_id("sy-alice", s.command_id) or "").startswith("flood-")]
     assert len(flood) == 1
@@ -446,9 +448,10 @@ def test_hostile_inbox_entries_leave_redis_within_20_mb_of_its_start(stack):
     with redis.Redis.from_url(stack.store_url) as r:
         start = int(r.info("memory")["used_memory"])
         dead_before = r.xlen(keys.DEAD_LETTERS)
+        inbox = keys.inbox_key(0)  # a bucket's player channel, as a hostile writer of sk:{b*}:inbox would
         for i in range(100):
-            r.xadd(keys.INBOX, {"c" if i % 2 else "j": b"\xc1" * MB})
-        r.xadd(keys.INBOX, {"c": b"\xc1" * (100 * MB)})
+            r.xadd(inbox, {"c" if i % 2 else "j": b"\xc1" * MB})
+        r.xadd(inbox, {"c": b"\xc1" * (100 * MB)})
         wait_for(lambda: r.xlen(keys.DEAD_LETTERS) >= dead_before + 101, 120, "the hostile entries were not handled",
                  tuple(stack.logs))
         wait_for(lambda: int(r.info("memory")["used_memory"]) <= start + 20 * MB, 60,
