@@ -51,16 +51,18 @@ def plain(data: Any) -> Any:
     return json.loads(json.dumps(data))
 
 
-def _published(steps: list[Step]) -> list[tuple[str, Any, Step]]:
-    """(player, parsed outbox entry, step) for every update the engine's publisher writes."""
+def _published(steps: list[Step], players: tuple[str, ...] = ("a", "b")) -> list[tuple[str, Any, Step]]:
+    """(player, parsed outbox entry, step) for every update the engine's publisher writes to the
+    players' outboxes."""
     pub = Publisher(fakeredis.FakeRedis(), consumer="t")
     out = []
     for n, step in enumerate(steps):
         if step.outcome.rejection is not None:
             continue
         for w in pub.outputs(step.command, step.outcome, None, None):
-            if w.stream.startswith("sk:out:"):
-                out.append((w.stream[len("sk:out:"):], parse_entry(f"{n + 1}-0", w.fields), step))
+            player = next((p for p in players if w.stream == keys.outbox_key(p)), None)
+            if player is not None:
+                out.append((player, parse_entry(f"{n + 1}-0", w.fields), step))
     return out
 
 
