@@ -220,5 +220,6 @@ def settled(match: str, scores: dict[str, int], breakdown: dict[str, Any],
     return {"kind": "settled", "match": match, "scores": scores, "breakdown": breakdown, "balances": balances}
 
 
-def welcome(player: str, role: str, room: str | None, gateway: str) -> dict[str, Any]:
-    return {"kind": "welcome", "player": player, "role": role, "room": room, "gateway": gateway}
+def welcome(player: str, role: str, room: str | None, gateway: str, name: str | None = None) -> dict[str, Any]:
+    """``name``: the token's display name (gateway/names.py), None without one."""
+    return {"kind": "welcome", "player": player, "role": role, "room": room, "gateway": gateway, "name": name}

@@ -324,7 +324,16 @@ def server_schema() -> dict[str, Any]:
         "A match of your table was settled: scores, breakdown, your balance from the ledger")
     defs["welcome"] = msg("welcome", {
         "player": {"type": "string"}, "role": {"enum": ["player", "spectator", "operator"]},
-        "room": _NULLABLE_STR, "gateway": {"type": "string"}}, "The token was accepted")
+        "room": _NULLABLE_STR, "gateway": {"type": "string"},
+        "name": {**_NULLABLE_STR, "description": "the token's display name (1-24 characters), null without one"}},
+        "The token was accepted")
+    # the display name is new (issue 25): a gateway before it sends no "name"
+    defs["welcome"]["required"] = [k for k in defs["welcome"]["required"] if k != "name"]
+    # display names (issue 25): the gateway adds them to the messages that name a table's players
+    names = {"type": "object", "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 24},
+             "description": "player id -> display name, for the players that have one (gateway/names.py)"}
+    for k in ("update", "lobby", "settled"):
+        defs[k]["properties"]["names"] = names
     kinds = ["update", "rejected", "lobby", "settled", "welcome"]
     return _standard({"$schema": DRAFT, "$id": "server.json", "title": "A server → client WebSocket message",
                       "oneOf": [{"$ref": f"#/$defs/{k}"} for k in kinds], "$defs": defs})

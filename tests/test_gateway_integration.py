@@ -483,14 +483,15 @@ def test_healthz_and_metrics(stack):
 
 
 def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
-    """``--bots``: alone in the queue for a few seconds → a trustee bot sits opposite; in a room
+    """``--bots``: alone in the queue for a few seconds → a bot sits opposite (playing the trustee's
+    moves from its own view after ``--bot-think``); in a room
     registered after the gateway started (``shuangkou room add``) too."""
     import subprocess
     import sys
 
     from tests.gateway_support import ROOT, write_room
 
-    gw = stack.start_gateway("bots", "--bots")
+    gw = stack.start_gateway("bots", "--bots", "--bot-think", "0.2")
     later = write_room(stack.tmp / "later.toml", "later", trustee_delay_seconds=0.0)
     added = subprocess.run([sys.executable, "-m", "shuangkou", "room", "add", str(later), "--redis", stack.store_url],
                            cwd=ROOT, env=stack.env(), capture_output=True, text=True, timeout=60)

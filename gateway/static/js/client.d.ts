@@ -890,6 +890,8 @@ export type UpdateMessage = {
   view: View | null;
   /** the table now, without folding events (docs/PROTOCOL.md §8 "The brief") */
   brief: Brief;
+  /** player id -> display name, for the players that have one (gateway/names.py) */
+  names?: Record<string, string>;
 };
 
 /** Your command was refused; nothing changed */
@@ -922,6 +924,8 @@ export type LobbyMessage = {
   match: string | null;
   /** why (removed: not_ready, left, escaped, disconnected, seat_refused: …; queued after the opponent left: opponent_left) */
   reason: "not_ready" | "left" | "escaped" | "disconnected" | "opponent_left" | string | null;
+  /** player id -> display name, for the players that have one (gateway/names.py) */
+  names?: Record<string, string>;
 };
 
 /** A match of your table was settled: scores, breakdown, your balance from the ledger */
@@ -936,6 +940,8 @@ export type SettledMessage = {
   breakdown: Breakdown;
   /** your balance from the ledger after the settlement */
   balances: Record<string, number>;
+  /** player id -> display name, for the players that have one (gateway/names.py) */
+  names?: Record<string, string>;
 };
 
 /** The token was accepted */
@@ -950,6 +956,8 @@ export type WelcomeMessage = {
   room: string | null;
   /** the gateway's id */
   gateway: string;
+  /** the token's display name (1-24 characters), null without one */
+  name?: string | null;
 };
 
 /** A client → server WebSocket message */
