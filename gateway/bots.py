@@ -149,7 +149,7 @@ class BotDriver:
 
     async def _send(self, ctype: str, match: str, bot: str, tag: str, **fields: Any) -> None:
         command = channels.player_command(ctype, match, bot, channels.lobby_command_id(match, "bot", tag), **fields)
-        await self.player_redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
+        await self.player_redis.xadd(channels.stream_for(command), channels.entry(command))
 
     def _think(self) -> float:
         return random.uniform(0.4 * self.think_s, self.think_s)

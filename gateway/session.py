@@ -55,7 +55,7 @@ GAP_WAIT_S = 2.0  # how long an update ahead of a missing one waits before a res
 
 
 def session_key(player: str) -> str:
-    return f"sk:gw:session:{player}"
+    return f"sk:gw:session:{{{player}}}"  # the player's tag: read with sk:out:{<player>}
 
 
 def _s(v: Any) -> str:
@@ -312,7 +312,7 @@ class Connection:
         except Exception as exc:  # e.g. bad card notation the engine's model refuses
             raise protocol.ClientError(protocol.BAD_COMMAND, str(exc)[:300], msg.command_id)
         self.track(engine_id, t)
-        await self.hub.redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
+        await self.hub.redis.xadd(channels.stream_for(command), channels.entry(command))
 
     def track(self, engine_id: str, ctype: str) -> None:
         """A command sent to the engine: its answer's round trip is measured (``answered``)."""
@@ -330,6 +330,8 @@ class Connection:
 
     async def _join(self, msg: Any) -> None:
         room = msg.room
+        if (problem := keys.player_id_problem(self.player)) is not None:  # a hash tag (issue 24 §2)
+            raise protocol.ClientError(protocol.NOT_ALLOWED, problem, msg.command_id)
         cfg = self.hub.rooms.get(room)
         if cfg is None:
             raise protocol.ClientError(protocol.UNKNOWN_ROOM, f"no room {room!r} (rooms: "

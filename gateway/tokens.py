@@ -27,6 +27,7 @@ from typing import Literal
 
 import jwt
 
+from engine.store import keys
 from gateway.names import BadName, clean_name
 
 Role = Literal["player", "spectator", "operator"]
@@ -67,6 +68,8 @@ def mint(secret: bytes, player: str, role: Role = "player", ttl_seconds: int = 3
         raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
     if not 0 < len(player) <= MAX_SUBJECT:
         raise ValueError(f"the player id must be 1..{MAX_SUBJECT} characters")
+    if (problem := keys.player_id_problem(player)) is not None:
+        raise ValueError(problem)
     if ttl_seconds <= 0:
         raise ValueError(f"ttl must be positive, got {ttl_seconds}")
     issued = int(time.time()) if now is None else int(now)
@@ -107,6 +110,8 @@ def verify(secret: bytes, token: object, now: int | None = None) -> Identity:
     sub = claims.get("sub")
     if not isinstance(sub, str) or not 0 < len(sub) <= MAX_SUBJECT:
         raise TokenError(f"the token's sub claim must be 1..{MAX_SUBJECT} characters")
+    if (problem := keys.player_id_problem(sub)) is not None:
+        raise TokenError(f"the token's sub claim: {problem}")
     role = claims.get("role", "player")
     if role not in ROLES:
         raise TokenError(f"the token's role must be one of {', '.join(ROLES)}")
