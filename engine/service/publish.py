@@ -237,24 +237,26 @@ _BRIEF_FIELDS = ("phase", "turn", "trick", "deadline_ms", "cards_left", "last_pl
 def compact_brief(brief: dict[str, Any]) -> list[Any]:
     """A brief (``projections.views.brief``) as an update's body stores it: its fields in the
     order of :data:`_BRIEF_FIELDS` without the ``version`` (the entry's own field), the play to
-    beat as ``[player, cards, reading]`` and, in the reading, without the fields at their
-    defaults (40-100 bytes of msgpack).  :func:`expand_brief` undoes it.
+    beat as ``[player, cards, reading]``, the reading as ``[kind, rank, size]`` and a map of
+    its other fields that are not at their defaults, when there are any (40-90 bytes of
+    msgpack).  :func:`expand_brief` undoes it.
 
     >>> b = {"version": 9, "phase": "playing", "turn": "b", "trick": 1, "deadline_ms": 5, "cards_left": {"a": 26},
     ...      "last_play": {"player": "a", "cards": [0], "reading": {"kind": "single", "rank": "3", "size": 1,
     ...                    "xiang": None, "chain": None, "regular": None, "m": None, "bomb_sizes": None,
     ...                    "jokers_as": []}}}
     >>> compact_brief(b)
-    ['playing', 'b', 1, 5, {'a': 26}, ['a', [0], {'kind': 'single', 'rank': '3', 'size': 1}]]
+    ['playing', 'b', 1, 5, {'a': 26}, ['a', [0], ['single', '3', 1]]]
     >>> expand_brief(compact_brief(b), 9) == b
     True
     """
     out = [brief[k] for k in _BRIEF_FIELDS]
     lp = brief["last_play"]
     if lp is not None:
-        reading = {k: v for k, v in lp["reading"].items()
-                   if not (k in _BRIEF_READING_DEFAULTS and v == _BRIEF_READING_DEFAULTS[k])}
-        out[-1] = [lp["player"], lp["cards"], reading]
+        r = lp["reading"]
+        extra = {k: v for k, v in r.items()
+                 if k in _BRIEF_READING_DEFAULTS and v != _BRIEF_READING_DEFAULTS[k]}
+        out[-1] = [lp["player"], lp["cards"], [r["kind"], r["rank"], r["size"], *([extra] if extra else [])]]
     return out
 
 
@@ -263,8 +265,10 @@ def expand_brief(stored: list[Any], version: int) -> dict[str, Any]:
     out: dict[str, Any] = {"version": version, **dict(zip(_BRIEF_FIELDS, stored))}
     lp = out.get("last_play")
     if isinstance(lp, (list, tuple)) and len(lp) == 3:
+        kind, rank, size, *extra = lp[2]
         defaults = {k: (list(v) if isinstance(v, list) else v) for k, v in _BRIEF_READING_DEFAULTS.items()}
-        out["last_play"] = {"player": lp[0], "cards": list(lp[1]), "reading": {**defaults, **lp[2]}}
+        out["last_play"] = {"player": lp[0], "cards": list(lp[1]),
+                            "reading": {"kind": kind, "rank": rank, "size": size, **defaults, **(extra[0] if extra else {})}}
     return out
 
 
@@ -466,8 +470,7 @@ class Publisher:
                     if self._wants_view(player, events, version, duplicate):
                         if common is None:
                             common = view_common(state)
-                        body = compact_body(seen, duplicate)
-                        body["brief"] = stored_brief
+                        body = compact_body(seen, duplicate)  # no brief: the gateway reads it off the view
                         body["view"] = view_for(state, player, common)
                         packed = pack(body)
                     else:
