@@ -11,9 +11,17 @@ Starts a throw-away redis-server, ``shuangkou serve`` (with a dramatiq worker) a
   straight to ``sk:inbox`` and read their ``sk:out:<player>`` streams (matches created on
   the operator channel); the round trip is from the XADD to the update of that command.
 
-Prints p50/p99 per run and the medians over the runs, with the ratio gateway / inbox::
+Then ``--connected`` idle sockets (2,000 by default) are held at once and the gateway's
+Redis connections counted (CLIENT LIST, by the name ``sk-gateway:<id>``).
 
-    python bench/gateway.py [--players 200] [--runs 3]
+Both start the play together: every player waits until all are seated (through the lobby,
+or on the operator channel) before its Ready.  Commands/s count the play, from a run's first
+command sent to its last answer (how fast the lobby pairs is not the commands' throughput).  Prints commands/s, p50 and p99 per run and the medians over the runs, with the ratios
+gateway / inbox; ``--json`` prints the medians as one object (``gateway_cps``, ``inbox_cps``,
+``gateway_p50_ms``, ``inbox_p50_ms``, ``gateway_p99_ms``, ``inbox_p99_ms``, the ratios and
+the connection counts)::
+
+    python bench/gateway.py [--players 200] [--runs 3] [--connected 2000] [--json]
 """
 
 from __future__ import annotations
@@ -33,6 +41,17 @@ sys.path.insert(0, str(ROOT))
 
 from tests.conftest import start_redis_server, stop_redis_server  # noqa: E402
 from tests.gateway_support import start_stack  # noqa: E402
+
+
+def rate(answers: list[tuple[float, float]]) -> float:
+    """Commands per second over the play: from the first command sent to the last answer."""
+    if not answers:
+        return float("nan")
+    return len(answers) / max(1e-9, max(b for _a, b in answers) - min(a for a, _b in answers))
+
+
+def rtts_of(answers: list[tuple[float, float]]) -> list[float]:
+    return [b - a for a, b in answers]
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -83,7 +102,8 @@ class Tracker:
         return {"type": "Pass", "expected_version": self.version}
 
 
-async def ws_player(url: str, token: str, room: str, rtts: list[float], done: asyncio.Event) -> None:
+async def ws_player(url: str, token: str, room: str, rtts: list[tuple[float, float]],
+                    seated: asyncio.Barrier) -> None:
     import websockets
 
     async with websockets.connect(f"{url}?token={token}", max_queue=None, open_timeout=60) as ws:
@@ -99,12 +119,13 @@ async def ws_player(url: str, token: str, room: str, rtts: list[float], done: as
             k = msg["kind"]
             if k == "lobby" and msg["state"] == "seated" and match is None:
                 match = msg["match"]
+                await seated.wait()  # every table seated: the play starts together
                 await ws.send(json.dumps({"type": "Ready"}))
                 continue
             if k in ("update", "rejected"):
                 cid = msg.get("command_id")
                 if cid in sent:
-                    rtts.append(time.perf_counter() - sent.pop(cid))
+                    rtts.append((sent.pop(cid), time.perf_counter()))
             if k == "settled":
                 return
             if k != "update" or msg["match"] != match:
@@ -127,15 +148,16 @@ def tokens_sub(token: str) -> str:
     return str(jwt.decode(token, options={"verify_signature": False})["sub"])
 
 
-async def run_gateway(url: str, stack: Any, players: int, room: str, tag: str) -> list[float]:
-    rtts: list[float] = []
-    done = asyncio.Event()
-    tasks = [ws_player(url, stack.token(f"{tag}-p{i}"), room, rtts, done) for i in range(players)]
+async def run_gateway(url: str, stack: Any, players: int, room: str, tag: str) -> list[tuple[float, float]]:
+    rtts: list[tuple[float, float]] = []
+    seated = asyncio.Barrier(players)
+    tasks = [ws_player(url, stack.token(f"{tag}-p{i}"), room, rtts, seated) for i in range(players)]
     await asyncio.gather(*tasks)
     return rtts
 
 
-async def inbox_player(r: Any, player: str, match: str, rtts: list[float], start_id: str) -> None:
+async def inbox_player(r: Any, player: str, match: str, rtts: list[tuple[float, float]], start_id: str,
+                       seated: asyncio.Barrier) -> None:
     from engine.store import keys
     from gateway import channels, outbox
 
@@ -153,15 +175,16 @@ async def inbox_player(r: Any, player: str, match: str, rtts: list[float], start
                 last = entry_id
                 e = outbox.parse_entry(entry_id, fields)
                 if e.command_id in sent:
-                    rtts.append(time.perf_counter() - sent.pop(e.command_id))
+                    rtts.append((sent.pop(e.command_id), time.perf_counter()))
                 if e.kind != "update" or e.match != match:
                     continue
                 view = e.view
                 if not ready and view and view["phase"] == "seating" and any(
                         x and x["player"] == player for x in view["seats"]):
                     ready = True
-                    await r.xadd(channels.PLAYER_STREAM, channels.entry(channels.player_command(
-                        "Ready", match, player, f"{player}-ready")))
+                    await seated.wait()  # every match seated: the play starts together
+                    ready_cmd = channels.player_command("Ready", match, player, f"{player}-ready")
+                    await r.xadd(channels.stream_for(ready_cmd), channels.entry(ready_cmd))
                 if e.version is None:
                     continue
                 tracker.apply(e.version, e.events, view)
@@ -179,17 +202,18 @@ async def inbox_player(r: Any, player: str, match: str, rtts: list[float], start
                 fields_["expected_version"] = cmd["expected_version"]
                 command = channels.player_command(cmd["type"], match, player, cid, **fields_)
                 sent[cid] = time.perf_counter()
-                await r.xadd(channels.PLAYER_STREAM, channels.entry(command))
+                await r.xadd(channels.stream_for(command), channels.entry(command))
 
 
-async def run_inbox(redis_url: str, players: int, cfg: Any, tag: str) -> list[float]:
+async def run_inbox(redis_url: str, players: int, cfg: Any, tag: str) -> list[tuple[float, float]]:
     import redis.asyncio as aioredis
 
     from engine.store import keys
     from gateway import channels
 
     r = aioredis.Redis.from_url(redis_url, max_connections=players + 20, socket_timeout=30)
-    rtts: list[float] = []
+    rtts: list[tuple[float, float]] = []
+    seated = asyncio.Barrier(2 * (players // 2))
     try:
         tasks = []
         for t in range(players // 2):
@@ -199,23 +223,60 @@ async def run_inbox(redis_url: str, players: int, cfg: Any, tag: str) -> list[fl
             for p in (a, b):
                 last = await r.xrevrange(keys.outbox_key(p), count=1)
                 starts[p] = last[0][0] if last else "0-0"
-            await r.xadd(channels.OPS_STREAM, channels.entry(channels.create_match(match, cfg.name, cfg.to_record())))
+            create = channels.create_match(match, cfg.name, cfg.to_record())
+            await r.xadd(channels.stream_for(create), channels.entry(create))
             for p in (a, b):
-                await r.xadd(channels.OPS_STREAM, channels.entry(channels.sit(match, p, 0)))
-            tasks += [inbox_player(r, a, match, rtts, starts[a]), inbox_player(r, b, match, rtts, starts[b])]
+                sit = channels.sit(match, p, 0)
+                await r.xadd(channels.stream_for(sit), channels.entry(sit))
+            tasks += [inbox_player(r, a, match, rtts, starts[a], seated),
+                      inbox_player(r, b, match, rtts, starts[b], seated)]
         await asyncio.gather(*tasks)
     finally:
         await r.aclose()
     return rtts
 
 
+def gateway_connections(redis_url: str, gateway_id: str) -> int:
+    """The Redis connections the gateway holds now (CLIENT LIST, by their name)."""
+    import redis
+
+    with redis.Redis.from_url(redis_url) as r:
+        return sum(1 for c in r.client_list() if c.get("name") == f"sk-gateway:{gateway_id}")
+
+
+async def hold_connected(url: str, stack: Any, players: int, redis_url: str, gateway_id: str) -> dict[str, int]:
+    """``players`` sockets authenticated and greeted at once; the gateway's connections meanwhile."""
+    import websockets
+
+    socks: list[Any] = []
+    sem = asyncio.Semaphore(100)
+
+    async def one(i: int) -> None:
+        async with sem:
+            ws = await websockets.connect(f"{url}?token={stack.token(f'idle-{i}')}", open_timeout=120,
+                                          max_queue=None)
+            json.loads(await asyncio.wait_for(ws.recv(), 120))  # welcome: the greeting is under way
+            socks.append(ws)
+    try:
+        await asyncio.gather(*(one(i) for i in range(players)))
+        await asyncio.sleep(1.0)  # the greetings settle
+        held = await asyncio.to_thread(gateway_connections, redis_url, gateway_id)
+    finally:
+        await asyncio.gather(*(ws.close() for ws in socks), return_exceptions=True)
+    return {"connected_players": len(socks), "gateway_redis_connections": held}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--players", type=int, default=200)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--connected", type=int, default=2000,
+                    help="idle sockets held at once to count the gateway's Redis connections (0: skip)")
+    ap.add_argument("--json", action="store_true", help="print the medians as one JSON object")
     args = ap.parse_args()
     from engine.config import load_config
 
+    say = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if args.json else print
     proc, url, workdir = start_redis_server()
     tmp = Path(tempfile.mkdtemp(prefix="sk-bench-gw-"))
     room = {"trustee_delay_seconds": 0.0, "turn_seconds": 120, "ready_seconds": 120}
@@ -224,22 +285,40 @@ def main() -> int:
         gw = stack.start_gateway("bench")
         cfg = load_config(tmp / "bench.toml")
         rows = []
+        peak = 0
         for run in range(args.runs):
             t0 = time.perf_counter()
-            g = asyncio.run(run_gateway(gw.url, stack, args.players, "bench", f"g{run}"))
+            ga = asyncio.run(run_gateway(gw.url, stack, args.players, "bench", f"g{run}"))
             tg = time.perf_counter() - t0
+            peak = max(peak, gateway_connections(stack.store_url, "bench"))
             t0 = time.perf_counter()
-            d = asyncio.run(run_inbox(stack.store_url, args.players, cfg, f"d{run}"))
+            da = asyncio.run(run_inbox(stack.store_url, args.players, cfg, f"d{run}"))
             td = time.perf_counter() - t0
-            rows.append((pct(g, .5), pct(g, .99), pct(d, .5), pct(d, .99)))
-            print(f"run {run + 1}: gateway {len(g)} commands in {tg:.1f}s  p50 {rows[-1][0]:.2f} ms  "
-                  f"p99 {rows[-1][1]:.2f} ms | inbox {len(d)} commands in {td:.1f}s  p50 {rows[-1][2]:.2f} ms  "
-                  f"p99 {rows[-1][3]:.2f} ms", flush=True)
-        med = [statistics.median(r[i] for r in rows) for i in range(4)]
-        print(f"\n{args.players} clients ({args.players // 2} matches), medians of {args.runs} runs:")
-        print(f"  through the gateway   p50 {med[0]:7.2f} ms   p99 {med[1]:7.2f} ms")
-        print(f"  straight to the inbox p50 {med[2]:7.2f} ms   p99 {med[3]:7.2f} ms")
-        print(f"  ratio gateway/inbox   p50 {med[0] / med[2]:7.2f}x     p99 {med[1] / med[3]:7.2f}x")
+            g, d = rtts_of(ga), rtts_of(da)
+            rows.append((pct(g, .5), pct(g, .99), pct(d, .5), pct(d, .99), rate(ga), rate(da)))
+            say(f"run {run + 1}: gateway {len(g)} commands in {tg:.1f}s ({rows[-1][4]:.0f}/s)  "
+                f"p50 {rows[-1][0]:.2f} ms  p99 {rows[-1][1]:.2f} ms | inbox {len(d)} commands in {td:.1f}s "
+                f"({rows[-1][5]:.0f}/s)  p50 {rows[-1][2]:.2f} ms  p99 {rows[-1][3]:.2f} ms", flush=True)
+        med = [statistics.median(r[i] for r in rows) for i in range(6)]
+        held = (asyncio.run(hold_connected(gw.url, stack, args.connected, stack.store_url, "bench"))
+                if args.connected else {})
+        out = {"players": args.players, "runs": args.runs,
+               "gateway_cps": round(med[4], 1), "inbox_cps": round(med[5], 1),
+               "gateway_p50_ms": round(med[0], 2), "inbox_p50_ms": round(med[2], 2),
+               "gateway_p99_ms": round(med[1], 2), "inbox_p99_ms": round(med[3], 2),
+               "cps_ratio": round(med[4] / med[5], 3), "p50_ratio": round(med[0] / med[2], 3),
+               "gateway_redis_connections_at_players": peak, **held}
+        if args.json:
+            print(json.dumps(out))
+        else:
+            print(f"\n{args.players} clients ({args.players // 2} matches), medians of {args.runs} runs:")
+            print(f"  through the gateway   {med[4]:7.0f} commands/s  p50 {med[0]:7.2f} ms   p99 {med[1]:7.2f} ms")
+            print(f"  straight to the inbox {med[5]:7.0f} commands/s  p50 {med[2]:7.2f} ms   p99 {med[3]:7.2f} ms")
+            print(f"  ratio gateway/inbox   {med[4] / med[5]:7.2f}x throughput   p50 {med[0] / med[2]:7.2f}x     "
+                  f"p99 {med[1] / med[3]:7.2f}x")
+            print(f"  the gateway's Redis connections: {peak} with {args.players} playing"
+                  + (f", {held['gateway_redis_connections']} with {held['connected_players']} connected"
+                     if held else ""))
     finally:
         stack.stop()
         stop_redis_server(proc, workdir)

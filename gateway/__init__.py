@@ -5,7 +5,8 @@ Redis, reconnect with a grace window, spectators, settlement push (docs/PROTOCOL
 Modules: ``tokens`` (JWT), ``protocol`` (client messages, server messages), ``channels``
 (the one link to the engine's command channels), ``lobby`` (+ ``lobby.lua``: queue, tables,
 presence), ``session`` (one connection's socket protocol), ``reader`` (what it reads),
-``resync`` (gaps, resync, exactly once), ``outbox`` (reading players' update streams),
+``fanout`` (the process's one reader, woken by notices), ``resync`` (gaps, resync, exactly
+once), ``outbox`` (reading players' update streams),
 ``spectate`` (spectator redaction), ``metrics``, ``rooms``, ``app`` (Starlette + uvicorn),
 ``web`` (the browser client's routes), ``schemas/`` (JSON Schemas of every message).
 """

@@ -20,6 +20,7 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
@@ -27,7 +28,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway import web
 from gateway.context import WebContext
-from gateway.lobby import Lobby
+from gateway.headers import EdgeMiddleware, EdgePolicy, deny
+from gateway.limits import AddressCount, Limits, client_address
+from gateway.lobby import Lobby, queue_key
 from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from gateway.rooms import RoomBook
 from gateway.session import CLOSE_GOING_AWAY, Connection, Hub, authenticate
@@ -43,43 +46,88 @@ class GatewaySettings:
     gateway_id: str
     dev: bool = False
     bots: bool = False
+    bot_think_s: float = 2.5  # the longest a --bots bot thinks over a move (gateway/bots.py)
     bot_level: str = "normal"  # --bot-level: the bots' level where a room sets no bot_level (docs/BOTS.md)
     lobby_redis_url: str | None = None  # the lobby's Redis user (default: redis_url)
+    edge: EdgePolicy = EdgePolicy()  # headers, frame ancestors, allowed Origins (gateway/headers.py)
+    limits: Limits = Limits()  # sizes and rates per client (gateway/limits.py)
+    allow_live_replay: bool = False  # dangerous: the replay viewer shows matches being played
+
+
+#: Redis connections of one gateway process, whatever its sockets: the players' pool (the
+#: fan-out's notice connection and readers, every socket's commands, the lobby's reply reader
+#: among them) and, with ``--lobby-redis``, the lobby's own.  A command waits for a free one.
+#: On a Cluster the bound is per node (gateway/gated.py: a command waits there too).
+REDIS_CONNECTIONS = 24
+LOBBY_REDIS_CONNECTIONS = 6
+
+
+def redis_client(url: str, connections: int, name: str, option: str = "--redis") -> Any:
+    """An asyncio client of at most ``connections`` connections (per node), each named ``name``
+    (CLIENT LIST); a single node or a Cluster, detected from the node (engine/store/connect.py)."""
+    import redis.asyncio as aioredis
+
+    from engine.store.connect import probe
+
+    kwargs: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 5, "health_check_interval": 0,
+                              "client_name": name}
+    if probe(url, option=option):
+        from gateway.gated import GatedCluster
+
+        return GatedCluster.from_url(url, max_connections=connections, **kwargs)
+    pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=connections, timeout=20, **kwargs)
+    return aioredis.Redis.from_pool(pool)
 
 
 def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
-    from engine.store.connect import connect_async  # a single node or a Cluster, detected from the node
-
-    client = redis or connect_async(settings.redis_url, max_connections=4000, socket_timeout=30,
-                                    socket_connect_timeout=5, health_check_interval=0)
+    name = f"sk-gateway:{settings.gateway_id}"
+    client = redis or redis_client(settings.redis_url, REDIS_CONNECTIONS, name)
     metrics = GatewayMetrics()
     lobby_client = client
     if settings.lobby_redis_url and settings.lobby_redis_url != settings.redis_url:
-        lobby_client = connect_async(settings.lobby_redis_url, option="--lobby-redis", max_connections=200,
-                                     socket_timeout=30, socket_connect_timeout=5)
+        lobby_client = redis_client(settings.lobby_redis_url, LOBBY_REDIS_CONNECTIONS, name, "--lobby-redis")
     lobby = Lobby(lobby_client, settings.rooms, settings.gateway_id, player_redis=client)
+    hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
+              gateway_id=settings.gateway_id, metrics=metrics, limits=settings.limits)
     if settings.bots:
         from gateway.bots import BotDriver
 
-        bots = BotDriver(lobby, client, lobby_client, level=settings.bot_level, rooms=dict(settings.rooms.rooms))
-        # a bot holds no coins: only rooms that seat a zero balance (R-11.1) get bots
-        names = [n for n in settings.rooms.names() if settings.rooms.admits(settings.rooms.rooms[n], 0)]
+        bots = BotDriver(lobby, client, lobby_client, hub.fanout, think_s=settings.bot_think_s,
+                         level=settings.bot_level)
 
         async def fill() -> None:
-            await bots.fill(names)
+            # every room served, those registered later with `shuangkou room add` included (read
+            # at each sweep); a bot holds no coins: only rooms that seat a zero balance (R-11.1)
+            book = settings.rooms
+            await bots.fill([n for n in book.names() if book.admits(book.rooms[n], 0)])
 
         lobby.on_sweep = fill
-    hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
-              gateway_id=settings.gateway_id, metrics=metrics)
     ctx = WebContext(redis=client, secret=settings.secret, dev=settings.dev, bots=settings.bots, hub=hub,
-                     redis_url=settings.redis_url)
+                     redis_url=settings.redis_url, allow_live_replay=settings.allow_live_replay,
+                     frame_ancestors=settings.edge.frame_ancestors)
+    unauthenticated = AddressCount(settings.limits.unauthenticated_per_address)
 
     async def ws_endpoint(ws: WebSocket) -> None:
-        await ws.accept()
-        if hub.stopping:
-            await ws.close(code=CLOSE_GOING_AWAY, reason="gateway shutting down; connect to another one")
+        # a socket that will wait for its Auth message (no ?token=) holds a place of its address
+        # until it is authenticated or closed; one with ?token= is judged at once
+        waits = ws.query_params.get("token") is None
+        address = client_address(ws.client.host if ws.client else None, ws.headers.get("x-forwarded-for"),
+                                 settings.limits.trusted_proxies)
+        if waits and not unauthenticated.acquire(address):
+            metrics.refused("unauthenticated_per_address")
+            await deny(ws.scope, ws.send, 429, "too_many_sockets",
+                       f"too many sockets from your address waiting for their Auth (at most "
+                       f"{settings.limits.unauthenticated_per_address})")
             return
-        auth = await authenticate(hub, ws)
+        try:
+            await ws.accept()
+            if hub.stopping:
+                await ws.close(code=CLOSE_GOING_AWAY, reason="gateway shutting down; connect to another one")
+                return
+            auth = await authenticate(hub, ws)
+        finally:
+            if waits:
+                unauthenticated.release(address)
         if auth is None:
             return
         identity, version = auth
@@ -100,6 +148,16 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
                              "connections": len(hub.connections)})
 
     async def metrics_endpoint(_request: Request) -> Response:
+        rooms = settings.rooms.names()  # the registry's rooms too (refreshed by the lobby)
+        try:
+            pipe = lobby_client.pipeline(transaction=False)
+            for room in rooms:
+                pipe.llen(queue_key(room))
+            lengths = await asyncio.wait_for(pipe.execute(), 2.0)
+        except Exception as exc:  # the lobby's Redis cannot answer: the other metrics still go out
+            log.warning("metrics: lobby queue lengths unavailable (%s)", type(exc).__name__)
+        else:
+            metrics.queue_lengths({room: int(n) for room, n in zip(rooms, lengths)})
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager
@@ -114,6 +172,7 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await hub.fanout.aclose()
             if redis is None:
                 await client.aclose()
             if lobby_client is not client:
@@ -121,7 +180,8 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
 
     routes = [WebSocketRoute("/ws", ws_endpoint), Route("/healthz", healthz), Route("/metrics", metrics_endpoint)]
     routes += list(web.routes(ctx))
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    middleware=[Middleware(EdgeMiddleware, policy=settings.edge, on_refuse=metrics.refused)])
     app.state.hub = hub
     app.state.context = ctx
     return app
@@ -179,6 +239,10 @@ def serve(settings: GatewaySettings, host: str, port: int, log_level: str = "inf
     app = build_app(settings)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), lifespan="on",
                             ws_ping_interval=20, ws_ping_timeout=20, timeout_graceful_shutdown=5,
+                            ws_max_size=settings.limits.max_message_bytes,  # a larger frame is never buffered
+                            # the peer is the peer: X-Forwarded-For counts only from a --trusted-proxy
+                            # (gateway/limits.py), never by uvicorn's default trust of 127.0.0.1
+                            proxy_headers=False,
                             access_log=False)
     for name in ("uvicorn.error", "uvicorn.access", "uvicorn"):  # no token reaches a log
         logging.getLogger(name).addFilter(TokenRedactingFilter())

@@ -8,7 +8,8 @@
 --   sk:{lobby}:table:<t>        hash    room a b n match status(creating|seated|closed) finished escaped
 --   sk:{lobby}:match:<m>        string  the table of a match
 --   sk:{lobby}:seq              counter table numbers
---   sk:{lobby}:notes:<p>        stream  messages for the player's sockets (field m = JSON)
+--   sk:{lobby}:notes:<p>        stream  messages for the player's sockets (field m = JSON); each
+--                               entry is followed by its notice, SPUBLISH on the same name
 --   sk:{lobby}:pending          zset    tables with work to do -> due ms
 --   sk:{lobby}:presence         zset    connected players -> the ms their Disconnect is due
 --   sk:{lobby}:disconnected:<p> string  the match a Disconnect was sent for
@@ -16,8 +17,12 @@ local P = 'sk:{lobby}:'
 local op = ARGV[1]
 local now = tonumber(ARGV[2])
 
+-- a note, then its notice (SPUBLISH on the stream's name: engine/store/keys.py "Notices"; pcall:
+-- a notice refused only delays the reader, gateway/fanout.py reads every stream now and then)
 local function note(player, msg)
-  redis.call('XADD', P .. 'notes:' .. player, 'MAXLEN', '~', 200, '*', 'm', msg)
+  local key = P .. 'notes:' .. player
+  redis.call('XADD', key, 'MAXLEN', '~', 200, '*', 'm', msg)
+  redis.pcall('SPUBLISH', key, '')
 end
 
 local function lobby_msg(state, room, tbl, match, reason, bot_level)

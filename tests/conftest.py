@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.gateway_support import DEPLOYMENTS
+
 
 # -- stores ---------------------------------------------------------------------------------
 @pytest.fixture
@@ -179,3 +181,12 @@ def real_redis_store(real_redis):
     from engine.store.redis_store import RedisEventStore
 
     return RedisEventStore(real_redis)
+
+
+# -- deployments ------------------------------------------------------------------------------
+@pytest.fixture(scope="module", params=DEPLOYMENTS)
+def deployment(request) -> str:
+    """Each deployment docs/OPERATIONS.md offers (tests.gateway_support.DEPLOYMENTS): a test
+    whose stack takes this fixture runs once with ``serve --broker-url`` + a dramatiq worker
+    and once with ``serve`` alone (timers in-process)."""
+    return request.param

@@ -1,5 +1,6 @@
 """Helpers for the gateway tests and bench/gateway.py: a real stack (redis-server, ``shuangkou
-serve``, a dramatiq worker, ``shuangkou gateway`` processes) and a WebSocket client (the
+serve``, a dramatiq worker, ``shuangkou gateway`` processes) in each deployment the docs offer
+(:data:`DEPLOYMENTS`; the ``deployment`` fixture of tests/conftest.py parametrizes over them) and a WebSocket client (the
 ``websockets`` library) that checks every message it sends and receives against the JSON
 Schemas in gateway/schemas/."""
 
@@ -21,6 +22,10 @@ from tests.processes import stop_group, tail, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = b"test-secret-0123456789abcdef0123456789"
+
+#: the deployments docs/OPERATIONS.md offers: ``serve --broker-url`` with ``dramatiq workers.actors``
+#: processes firing the timers, or ``serve`` alone (its timers run and publish in-process)
+DEPLOYMENTS = ("broker+worker", "serve-alone")
 
 
 
@@ -77,10 +82,14 @@ class Stack:
     logs: list[Path] = field(default_factory=list)
     gateways: list[Gateway] = field(default_factory=list)
     secret_file: Path | None = None
+    deployment: str = DEPLOYMENTS[0]
 
     def env(self) -> dict[str, str]:
-        return dict(os.environ, SK_REDIS_URL=self.store_url, SK_BROKER_URL=self.broker_url, PYTHONUNBUFFERED="1",
-                    SK_SWEEP_INTERVAL_MS="200", PYTHONPATH=str(ROOT))
+        env = dict(os.environ, SK_REDIS_URL=self.store_url, SK_BROKER_URL=self.broker_url, PYTHONUNBUFFERED="1",
+                   SK_SWEEP_INTERVAL_MS="200", PYTHONPATH=str(ROOT))
+        if self.deployment == "serve-alone":
+            del env["SK_BROKER_URL"]  # serve's timers run in-process
+        return env
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path, Path]:
         out, err = self.tmp / f"{name}.out", self.tmp / f"{name}.err"
@@ -92,11 +101,17 @@ class Stack:
         return proc, out, err
 
     def start_engine(self) -> None:
+        """``serve`` (with ``--broker-url`` and a dramatiq worker, or alone: :attr:`deployment`)."""
+        if self.deployment not in DEPLOYMENTS:
+            raise ValueError(f"unknown deployment {self.deployment!r} (one of {DEPLOYMENTS})")
+        broker = ["--broker-url", self.broker_url] if self.deployment == "broker+worker" else []
         serve, out, err = self._spawn("serve", [sys.executable, "-m", "shuangkou", "serve", "--redis", self.store_url,
-                                                "--broker-url", self.broker_url, "--consumer", "gw-it-1"])
+                                                *broker, "--consumer", "gw-it-1"])
         wait_for(lambda: "ready consumer" in out.read_text(errors="replace") or serve.poll() is not None,
                  60, "serve did not start", tuple(self.logs))
         assert serve.poll() is None, tail(err)
+        if not broker:
+            return
         worker, _wout, werr = self._spawn("worker", [sys.executable, "-m", "dramatiq", "--processes", "1",
                                                      "--threads", "4", "workers.actors"])
         wait_for(lambda: "Worker process is ready" in werr.read_text(errors="replace") or worker.poll() is not None,
@@ -134,14 +149,17 @@ class Stack:
         return mint(SECRET, player, role=role, ttl_seconds=ttl, room=room)  # type: ignore[arg-type]
 
 
-def start_stack(store_url: str, broker_url: str, tmp: Path, rooms: dict[str, dict[str, Any]]) -> Stack:
+def start_stack(store_url: str, broker_url: str, tmp: Path, rooms: dict[str, dict[str, Any]],
+                deployment: str = DEPLOYMENTS[0]) -> Stack:
+    """A flushed store and broker, the rooms written as config files, the engine started in
+    ``deployment`` (:data:`DEPLOYMENTS`); gateways are started with :meth:`Stack.start_gateway`."""
     import redis
 
     for url in (store_url, broker_url):
         with redis.Redis.from_url(url) as c:
             c.flushdb()
     files = [write_room(tmp / f"{name}.toml", name, **kw) for name, kw in rooms.items()]
-    stack = Stack(store_url, broker_url, tmp, files)
+    stack = Stack(store_url, broker_url, tmp, files, deployment=deployment)
     stack.secret_file = tmp / "secret"
     stack.secret_file.write_bytes(SECRET)
     try:
@@ -150,6 +168,16 @@ def start_stack(store_url: str, broker_url: str, tmp: Path, rooms: dict[str, dic
         stack.stop()
         raise
     return stack
+
+
+def schema_problem(frame: str | bytes) -> str | None:
+    """Why a server → client frame does not validate against gateway/schemas/server.json (None: it does)."""
+    try:
+        msg = json.loads(frame)
+    except ValueError:
+        return f"not JSON: {frame[:200]!r}"
+    error = next(Client.validator("server.json").iter_errors(msg), None)
+    return None if error is None else f"{error.message[:300]} at {list(error.absolute_path)} in {str(frame)[:300]}"
 
 
 class Closed(Exception):

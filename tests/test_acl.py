@@ -7,6 +7,7 @@ user is refused on every key and command it must not touch."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -24,8 +25,10 @@ pytestmark = [pytest.mark.redis, pytest.mark.worker, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 ACL_FILE = ROOT / "deploy" / "redis" / "users.acl"
-#: the development passwords of deploy/redis/users.acl (docs/SECURITY.md: replace them)
-PASSWORDS = {u: f"dev-{u}-pw" for u in ("gateway", "lobby", "service", "worker", "projections", "readonly")}
+BROKER_ACL_FILE = ROOT / "deploy" / "redis" / "broker.acl"
+#: the development passwords of deploy/redis/users.acl and broker.acl (docs/SECURITY.md: replace them)
+PASSWORDS = {u: f"dev-{u}-pw" for u in ("gateway", "lobby", "service", "worker", "projections", "readonly",
+                                        "dramatiq")}
 
 
 def _free_port() -> int:
@@ -36,14 +39,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def acl_redis():
-    """A redis-server loading the shipped ACL file; yields a function user -> URL."""
+@contextlib.contextmanager
+def _acl_server(acl_file: Path, probe_user: str):
+    """A redis-server loading ``acl_file``; yields a function user -> URL (the dev passwords)."""
     import redis
 
     workdir = tempfile.mkdtemp(prefix="sk-acl-")
     # the shipped file, plus an admin user for this test only (to print ACL LOG on a failure)
-    text = ACL_FILE.read_text() + "user acl-admin on >acl-admin ~* &* +@all\n"
+    text = acl_file.read_text() + "user acl-admin on >acl-admin ~* &* +@all\n"
     (Path(workdir) / "users.acl").write_text(text)
     port = _free_port()
     proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
@@ -57,14 +60,14 @@ def acl_redis():
         admin = redis.Redis(host="127.0.0.1", port=port, username="acl-admin", password="acl-admin")
         return [(e.get("username"), e.get("reason"), e.get("object")) for e in admin.acl_log(count=20)]
 
-    ACL_LOG[:] = [acl_log]
+    ACL_LOG.append(acl_log)
 
     try:
         end = time.monotonic() + 10
         while True:
             assert proc.poll() is None, proc.stdout.read().decode(errors="replace")  # type: ignore[union-attr]
             try:
-                if redis.Redis.from_url(url("readonly"), socket_connect_timeout=0.2).ping():
+                if redis.Redis.from_url(url(probe_user), socket_connect_timeout=0.2).ping():
                     break
             except redis.ConnectionError:
                 if time.monotonic() > end:
@@ -72,6 +75,7 @@ def acl_redis():
                 time.sleep(0.05)
         yield url
     finally:
+        ACL_LOG.remove(acl_log)
         proc.terminate()
         try:
             proc.wait(timeout=5)
@@ -81,6 +85,20 @@ def acl_redis():
         if proc.stdout:
             proc.stdout.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def acl_redis():
+    """A redis-server loading the shipped deploy/redis/users.acl; yields a function user -> URL."""
+    with _acl_server(ACL_FILE, "readonly") as url:
+        yield url
+
+
+@pytest.fixture
+def acl_broker():
+    """dramatiq's Redis loading the shipped deploy/redis/broker.acl (user ``dramatiq``)."""
+    with _acl_server(BROKER_ACL_FILE, "dramatiq") as url:
+        yield url
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -96,14 +114,14 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
-ACL_LOG: list = []  # set by the test: a callable returning the server's ACL LOG
+ACL_LOG: list = []  # callables returning each running ACL server's ACL LOG
 
 
 def _wait(check, timeout_s: float, what: str, logs=()):
     end = time.monotonic() + timeout_s
     while not (value := check()):
         if time.monotonic() > end:
-            denied = ACL_LOG[0]() if ACL_LOG else []
+            denied = [entry for log in ACL_LOG for entry in log()]
             pytest.fail(f"{what}\nACL LOG: {denied}\n" + "\n".join(p.read_text(errors="replace")[-3000:]
                                                                     for p in logs))
         time.sleep(0.05)
@@ -120,7 +138,7 @@ def test_the_default_user_is_off_and_passwords_are_checked(acl_redis):
         redis.Redis.from_url(f"redis://gateway:wrong@{host}").ping()
 
 
-def test_every_process_under_its_own_user(acl_redis, redis_server, tmp_path):
+def test_every_process_under_its_own_user(acl_redis, acl_broker, tmp_path):
     import redis
 
     from engine.config import load_config
@@ -133,9 +151,7 @@ def test_every_process_under_its_own_user(acl_redis, redis_server, tmp_path):
     from projections.ledger import RedisLedger, balance_key, journal_key
     from projections.runner import ProjectionRunner, RedisFeed
 
-    broker_url = redis_server.db_url(2)
-    with redis.Redis.from_url(broker_url) as c:
-        c.flushdb()
+    broker_url = acl_broker("dramatiq")  # dramatiq's Redis under its ACL file too (compose does so)
     env = dict(os.environ, PYTHONUNBUFFERED="1", SK_BROKER_URL=broker_url, SK_SWEEP_INTERVAL_MS="200",
                SK_LOG_LEVEL="INFO")
     logs = [tmp_path / "serve.log", tmp_path / "worker.log"]
@@ -384,7 +400,9 @@ def test_a_match_through_the_real_gateway_with_every_process_under_its_own_user(
             stored = ro.hget(balance_key("points"), p)
             assert last["balances"] == {p: total} and int(stored or 0) == total
         assert all(ro.hexists(SETTLED_KEY, m) for m, _a, _b in done)
-        created = [decode(f[b"c"]) for _id, f in ro.xrange(keys.OPS)]
+        from engine.service.channels import OPS
+
+        created = [decode(f[b"c"]) for s in OPS.streams() for _id, f in ro.xrange(s)]
         creates = [c for c in created if c.type == "CreateMatch"]
         assert creates and all(c.room == "aclroom" and c.config is None for c in creates)
         # nothing the gateway or the lobby needed was denied (redis-py's optional CLIENT SETINFO aside)

@@ -95,3 +95,58 @@ def test_archive_keeps_recent_matches(real_redis, redis_server, tmp_path, capsys
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["archived"] == []
     assert main(["archive", "--older-than", "-1", "--to", str(tmp_path), "--redis", redis_server.url]) == 2
+
+
+def test_archived_matches_stay_findable(real_redis, redis_server, tmp_path, capsys):
+    """Issue 22 §5: after ``archive``, ``replay``, ``verify-deal`` and ``export`` of an archived
+    match say where it went (exit 1, not in the store) and ``matches`` lists it, marked, with
+    ``--archived`` / ``--live`` filters; an unknown match is "no such match" (exit 1) everywhere."""
+    store = RedisEventStore(real_redis)
+    ids = _copy_matches(store, 4)
+    ledger = RedisLedger(real_redis)
+    finished = [m for m in ids if settle(store.load(m)) is not None]
+    reconcile(store, ledger)
+    url = redis_server.url
+    arch = tmp_path / "arch"
+    assert main(["archive", "--older-than", "0", "--to", str(arch), "--redis", url]) == 0
+    gone = finished[0]
+    file = ledger.archived(gone)
+    assert file is not None and file.startswith(str(arch))
+    capsys.readouterr()
+    hints = {"replay": f"`shuangkou replay --events {file}`", "verify-deal": f"`shuangkou verify-deal --events {file}`",
+             "export": "that file is its export"}
+    for command, hint in hints.items():
+        assert main([command, gone, "--redis", url]) == 1, command
+        err = capsys.readouterr().err
+        assert f"match {gone!r} was archived on " in err and f" UTC to {file}; {hint}" in err, err
+        assert main([command, "no-such-id", "--redis", url]) == 1, command
+        assert "no such match: 'no-such-id'" in capsys.readouterr().err
+    assert main(["replay", "--events", file]) == 0  # the hint works
+    capsys.readouterr()
+    # matches: live and archived together, or one kind only
+    assert main(["matches", "--redis", url, "--json"]) == 0
+    rows = {r["match_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(rows) == set(ids)
+    assert {m for m, r in rows.items() if r["archived"]} == set(finished)
+    row = rows[gone]
+    assert row["archive_file"] == file and row["archived_at"] and row["players"] == ["a", "b"]
+    assert row["winner"] is not None and row["settled"] is True
+    for flag, expected in (("--archived", set(finished)), ("--live", set(ids) - set(finished))):
+        assert main(["matches", "--redis", url, flag, "--json"]) == 0
+        assert {r["match_id"] for r in json.loads(capsys.readouterr().out)} == expected, flag
+    assert main(["matches", "--redis", url, "--player", "a", "--archived"]) == 0
+    text = capsys.readouterr().out
+    assert "[archived on " in text and f"to {file}]" in text and gone in text
+    with pytest.raises(SystemExit) as usage:  # one or the other
+        main(["matches", "--redis", url, "--archived", "--live"])
+    assert usage.value.code == 2
+    capsys.readouterr()
+    # a file moved away: the match still lists, marked, without its players
+    import shutil
+
+    shutil.move(file, tmp_path / "moved.jsonl")
+    assert main(["matches", "--redis", url, "--archived", "--json"]) == 0
+    row = {r["match_id"]: r for r in json.loads(capsys.readouterr().out)}[gone]
+    assert row["archived"] and row["players"] == [] and row["archive_file"] == file
+    assert main(["replay", gone, "--redis", url]) == 1
+    assert f"match {gone!r} was archived to {file}" in capsys.readouterr().err

@@ -175,13 +175,16 @@ def test_an_unknown_level_is_a_typed_error():
 
 def test_a_room_bot_level_overrides_the_gateway_level():
     """``gateway --bots --bot-level L``; a room config's ``bot_level`` wins for that room."""
+    from types import SimpleNamespace
+
     from engine.config import parse_config
     from gateway.bots import BotDriver
 
     easy = parse_config({**POINTS.to_record(), "name": "practice", "bot_level": "easy"}, "practice.toml")
-    driver = BotDriver(None, None, None, level="hard", rooms={"points": POINTS, "practice": easy})  # type: ignore[arg-type]
+    lobby = SimpleNamespace(rooms={"points": POINTS, "practice": easy})
+    driver = BotDriver(lobby, None, None, None, level="hard")  # type: ignore[arg-type]
     assert driver.level_of("points") == "hard"
     assert driver.level_of("practice") == "easy"
-    assert driver.level_of("unknown") == "hard"
+    assert driver.level_of("unknown") == "hard" and driver.level_of(None) == "hard"
     with pytest.raises(ValueError, match="unknown bot level 'expert'"):
-        BotDriver(None, None, None, level="expert")  # type: ignore[arg-type]
+        BotDriver(lobby, None, None, None, level="expert")  # type: ignore[arg-type]

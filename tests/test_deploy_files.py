@@ -1,11 +1,14 @@
 """deploy/: the compose file, Prometheus config, alert rules and dashboard parse,
-and every metric they use is one the engine (projections.metrics) or dramatiq's
-Prometheus middleware actually exposes."""
+and every metric they use is one the engine (projections.metrics), the gateway
+(gateway/metrics.py) or dramatiq's Prometheus middleware actually exposes -- and
+is in the very first scrape of the process that exports it (a fresh serve, worker
+and gateway on a real redis-server)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -21,6 +24,20 @@ ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 METRIC_RE = re.compile(r"\b((?:shuangkou|dramatiq)_[a-z0-9_]+)\b")
 BUILTIN = {"up"}
+
+
+def _gateway_names() -> set[str]:
+    """Every sample name a gateway's /metrics can show (gateway/metrics.py)."""
+    from gateway.metrics import GatewayMetrics
+
+    names: set[str] = set()
+    for metric in GatewayMetrics().registry.collect():
+        names |= {metric.name + suffix for suffix in ("", "_total", "_bucket", "_sum", "_count", "_created")}
+    return names
+
+
+def _known() -> set[str]:
+    return metrics.exposed_names() | _gateway_names() | BUILTIN
 
 
 def _load_yaml(name: str):
@@ -58,7 +75,7 @@ def _dashboard_exprs():
 def test_compose_file_has_the_stack():
     doc = _load_yaml("compose.yaml")
     services = doc["services"]
-    for name in ("redis-events", "redis-broker", "serve", "worker", "prometheus", "grafana"):
+    for name in ("redis-events", "redis-broker", "serve", "worker", "gateway", "prometheus", "grafana"):
         assert name in services, name
     ev = " ".join(map(str, services["redis-events"]["command"]))
     assert "--appendonly yes" in ev
@@ -88,20 +105,91 @@ def test_compose_file_has_the_stack():
     assert "pip install -e" not in dockerfile and "--editable" not in dockerfile
 
 
-def test_prometheus_config_scrapes_serve_and_workers_and_loads_alerts():
+def test_prometheus_config_scrapes_serve_workers_and_gateway_and_loads_alerts():
     doc = _load_yaml("prometheus.yml")
-    assert "/etc/prometheus/alerts.yml" in doc["rule_files"]
+    assert doc["rule_files"] == ["alerts.yml"]  # beside it: /etc/prometheus/ in compose, deploy/ here
     jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
     assert jobs["shuangkou-serve"]["dns_sd_configs"][0]["port"] == 9400
     assert jobs["shuangkou-worker"]["dns_sd_configs"][0]["port"] == 9191
+    assert jobs["shuangkou-gateway"]["dns_sd_configs"][0] == {"names": ["gateway"], "type": "A", "port": 8080}
+    compose = _load_yaml("compose.yaml")
+    mounts = compose["services"]["prometheus"]["volumes"]
+    assert "./prometheus.yml:/etc/prometheus/prometheus.yml:ro" in mounts
+    assert "./alerts.yml:/etc/prometheus/alerts.yml:ro" in mounts
+
+
+def test_compose_gateway_redis_users_and_metrics_addresses():
+    """The gateway service (its own Redis users, its secret a Docker secret, port 8080); every
+    Redis loads an ACL file; the metrics listeners are 0.0.0.0 only inside compose, on purpose."""
+    services = _load_yaml("compose.yaml")["services"]
+    doc = _load_yaml("compose.yaml")
+    gw = services["gateway"]
+    cmd = [str(c) for c in gw["command"]]
+    assert cmd[0] == "gateway"
+    assert cmd[cmd.index("--port") + 1] == "8080" and cmd[cmd.index("--host") + 1] == "0.0.0.0"
+    assert cmd[cmd.index("--redis") + 1].startswith("redis://gateway:")
+    assert cmd[cmd.index("--lobby-redis") + 1].startswith("redis://lobby:")
+    assert cmd[cmd.index("--secret-file") + 1] == "/run/secrets/gateway_secret"
+    assert gw["secrets"] == ["gateway_secret"] and "gateway_secret" in doc["secrets"]
+    assert "8080:8080" in gw["ports"]
+    assert "--dev" not in cmd
+    assert "SK_REDIS_URL" not in gw["environment"]  # the gateway never connects as the service user
+    for name in ("redis-events", "redis-broker"):
+        command = [str(c) for c in services[name]["command"]]
+        assert "--aclfile" in command or "--requirepass" in command, name
+        acl = command[command.index("--aclfile") + 1]
+        assert any(str(v).endswith(":" + acl + ":ro") and (DEPLOY / str(v).split(":")[0]).exists()
+                   for v in services[name]["volumes"]), name
+    for url in (services["serve"]["command"][services["serve"]["command"].index("--broker-url") + 1],
+                doc["x-app"]["environment"]["SK_BROKER_URL"]):
+        assert url.startswith("redis://dramatiq:"), url
+    serve = [str(c) for c in services["serve"]["command"]]
+    assert serve[serve.index("--metrics-addr") + 1] == "0.0.0.0"
+    assert services["worker"]["environment"]["dramatiq_prom_host"] == "0.0.0.0"
+
+
+def test_metrics_listen_on_loopback_by_default():
+    import argparse
+
+    from shuangkou.cli import serve
+    from workers import broker
+
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    assert parser.parse_args([]).metrics_addr == "127.0.0.1"
+    assert broker.PROMETHEUS_DEFAULT_HOST == "127.0.0.1"
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_promtool_checks_the_prometheus_config():  # pragma: no cover - only where promtool exists
+    out = subprocess.run(["promtool", "check", "config", str(DEPLOY / "prometheus.yml")], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _docker_compose() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30).returncode == 0
+
+
+@pytest.mark.skipif(not _docker_compose(), reason="no docker compose here")
+def test_docker_compose_config(tmp_path):  # pragma: no cover - only where docker compose exists
+    secret = tmp_path / "gateway-secret"
+    secret.write_bytes(b"x" * 32)
+    out = subprocess.run(["docker", "compose", "-f", str(DEPLOY / "compose.yaml"), "config", "-q"],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "SK_GATEWAY_SECRET_FILE": str(secret)})
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_alert_rules_parse_and_use_existing_metrics():
-    known = metrics.exposed_names() | BUILTIN
+    known = _known()
     rules = _alert_rules()
     assert len(rules) >= 6
     names = {r["alert"] for r in rules}
-    for wanted in ("ShuangkouTimeoutSpike", "ShuangkouEscapeSpike", "ShuangkouProjectionLag", "ShuangkouDeadLetters"):
+    for wanted in ("ShuangkouTimeoutSpike", "ShuangkouEscapeSpike", "ShuangkouProjectionLag", "ShuangkouDeadLetters",
+                   "ShuangkouGatewayDown", "ShuangkouGatewayAuthFailureSpike", "ShuangkouGatewayRoundTripSlow"):
         assert wanted in names
     for r in rules:
         assert r["expr"].strip() and "summary" in r["annotations"]
@@ -111,7 +199,7 @@ def test_alert_rules_parse_and_use_existing_metrics():
 
 
 def test_dashboard_parses_and_uses_existing_metrics():
-    known = metrics.exposed_names() | BUILTIN
+    known = _known()
     dash, exprs = _dashboard_exprs()
     assert dash["uid"] and len(exprs) >= 20
     ids = [p["id"] for p in dash["panels"]]
@@ -127,8 +215,14 @@ def test_dashboard_parses_and_uses_existing_metrics():
                  "shuangkou_trusteeships_total", "shuangkou_disconnects_total", "shuangkou_escapes_total",
                  "shuangkou_rejections_total", "shuangkou_bombs_total", "shuangkou_command_duration_seconds_bucket",
                  "shuangkou_append_duration_seconds_bucket", "shuangkou_timer_lateness_seconds_bucket",
-                 "shuangkou_projection_lag_events", "shuangkou_dead_letters_total", "dramatiq_message_rejects_total"):
+                 "shuangkou_projection_lag_events", "shuangkou_dead_letters_total", "dramatiq_message_rejects_total",
+                 # the gateway row
+                 "shuangkou_gateway_connections", "shuangkou_gateway_messages_in_total",
+                 "shuangkou_gateway_messages_out_total", "shuangkou_gateway_auth_failures_total",
+                 "shuangkou_gateway_command_round_trip_seconds_bucket", "shuangkou_gateway_lobby_queue_length"):
         assert base in used_all, base
+    rows = [p["title"] for p in dash["panels"] if p["type"] == "row"]
+    assert "Gateway" in rows
 
 
 def test_grafana_provisioning_parses():

@@ -360,7 +360,8 @@ def test_cli_old_match_predates_and_bad_input(tmp_path):
                                  if k in type(e).model_fields}) for e in evs]
     old = _cli("m", "--events", str(_write(tmp_path, bare)))
     assert old.returncode == 0 and "predates fair deals" in old.stdout
-    assert _cli("nope", "--events", str(_write(tmp_path, evs))).returncode == 2
+    missing = _cli("nope", "--events", str(_write(tmp_path, evs)))
+    assert missing.returncode == 1 and "no such match" in missing.stderr  # not found: 1, as replay (README)
     assert _cli("m").returncode == 2  # neither --redis nor --events
     running = [e for e in evs if not isinstance(e, MatchFinished)]
     pending = _cli("m", "--events", str(_write(tmp_path, running, "run.json")))

@@ -1,5 +1,5 @@
-"""The gateway end to end: a real redis-server, ``shuangkou serve``, a dramatiq worker and
-``shuangkou gateway`` processes, clients on real WebSockets (the ``websockets`` library).
+"""The gateway end to end: a real redis-server, ``shuangkou serve`` (with a dramatiq worker, or
+alone: every test runs in both deployments) and ``shuangkou gateway`` processes, clients on real WebSockets (the ``websockets`` library).
 Every message sent and received is validated against gateway/schemas/ (tests/gateway_support.py).
 
 Matches finish quickly because both players ask for the trustee (R-13.5) in rooms whose
@@ -35,8 +35,10 @@ ROOMS: dict[str, dict[str, Any]] = {
 
 
 @pytest.fixture(scope="module")
-def stack(redis_server, tmp_path_factory):
-    s = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path_factory.mktemp("gw"), ROOMS)
+def stack(redis_server, tmp_path_factory, deployment):
+    """The whole stack, once per deployment (tests.gateway_support.DEPLOYMENTS)."""
+    s = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path_factory.mktemp("gw"), ROOMS,
+                    deployment)
     try:
         s.start_gateway("A")
         yield s
@@ -214,7 +216,6 @@ def test_impersonation_and_non_player_commands_are_refused_and_never_forwarded(s
     import redis
 
     from engine.match.commands import decode_command
-    from engine.store import keys
 
     gw = stack.gateways[0]
 
@@ -249,7 +250,9 @@ def test_impersonation_and_non_player_commands_are_refused_and_never_forwarded(s
 
     (m,) = run(main())
     with redis.Redis.from_url(stack.store_url) as r:
-        sent = [decode_command(f[b"c"]) for _id, f in r.xrange(keys.INBOX) if b"c" in f]
+        from engine.service.channels import PLAYER
+
+        sent = [decode_command(f[b"c"]) for s in PLAYER.streams() for _id, f in r.xrange(s) if b"c" in f]
     mine = [c for c in sent if c.match_id == m and getattr(c, "player", None) == "im-bob"]
     assert all(not c.command_id.startswith("p8:im-alice") for c in mine)
     assert not [c for c in sent if c.command_id.endswith((":f1", ":f2", ":f3", ":f4", ":f5", ":f9"))]
@@ -481,9 +484,20 @@ def test_healthz_and_metrics(stack):
 
 
 def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
-    """``--bots --bot-level hard``: alone in the queue for a few seconds → a bot sits opposite;
-    the lobby names its level and it plays its own turns (issue 27), hand after hand."""
-    gw = stack.start_gateway("bots", "--bots", "--bot-level", "hard")
+    """``--bots --bot-level hard``: alone in the queue for a few seconds → a bot sits opposite
+    (playing its own turns at its level from its own view after ``--bot-think``; the lobby
+    names its level, issue 27); in a room
+    registered after the gateway started (``shuangkou room add``) too."""
+    import subprocess
+    import sys
+
+    from tests.gateway_support import ROOT, write_room
+
+    gw = stack.start_gateway("bots", "--bots", "--bot-think", "0.2", "--bot-level", "hard")
+    later = write_room(stack.tmp / "later.toml", "later", trustee_delay_seconds=0.0, bot_level="easy")
+    added = subprocess.run([sys.executable, "-m", "shuangkou", "room", "add", str(later), "--redis", stack.store_url],
+                           cwd=ROOT, env=stack.env(), capture_output=True, text=True, timeout=60)
+    assert added.returncode == 0, added.stdout + added.stderr
 
     async def main() -> None:
         c = await Client.connect(gw.url, stack.token("so-alice"), "so-alice")
@@ -501,7 +515,7 @@ def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
         while True:  # alice hands her seat to the trustee; the bot plays its own turns
             m = await c.recv()
             if m["kind"] == "update" and m["match"] == seated["match"]:
-                bot_moves += [e["by"] for e in m["events"] if e["type"] in ("CardsPlayed", "Passed")
+                bot_moves += [e.get("by", "player") for e in m["events"] if e["type"] in ("CardsPlayed", "Passed")
                               and e["player"] == opponent]
                 if not asked and m["view"] and m["view"]["phase"] == "playing":
                     await c.send({"type": "RequestTrustee"})
@@ -517,6 +531,20 @@ def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
         gone = await c.expect(lobby("removed"))
         assert gone["reason"] == "left"
         await c.close()
+        # the registered room: the gateway serves it (re-read every few seconds) and fills it too
+        r = await Client.connect(gw.url, stack.token("so-rita"), "so-rita")
+        await r.expect(kind("welcome"))
+        while True:
+            await r.send({"type": "Join", "room": "later"})
+            m = await r.expect(lambda x: x["kind"] == "lobby" or x["kind"] == "rejected", what="join later")
+            if m["kind"] == "lobby":
+                break
+            await asyncio.sleep(0.5)  # not served yet: the lobby has not re-read the registry
+        seated = await r.expect(lobby("seated"), what="a bot opposite in the registered room")
+        assert seated["bot_level"] == "easy"  # the room's bot_level overrides --bot-level
+        view = (await r.expect(lambda x: x["kind"] == "update" and x["match"] == seated["match"]))["view"]
+        assert any(s and s["player"].startswith("bot-") for s in view["seats"])
+        await r.close()
 
     try:
         run(main())

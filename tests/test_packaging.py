@@ -169,9 +169,9 @@ def test_simulate_redis_prefix_json_ids_and_cleanup(redis_server, real_redis):
     ids = data["match_ids"]
     assert len(ids) == 3 and all(m.startswith("gone-") for m in ids)
     streams = {k.decode() for k in real_redis.scan_iter("sk:*", count=1000)}
-    assert not any(s.startswith(("sk:out:gone-", "sk:reply:gone-")) for s in streams)
+    assert not any(s.startswith(("sk:out:{gone-", "sk:reply:gone-")) for s in streams)
     assert data["cleaned_streams"] >= 2 * 3  # two players a match, plus the reply streams
-    assert any(s.startswith("sk:out:keep-") for s in streams) and any(s.startswith("sk:reply:keep-") for s in streams)
+    assert any(s.startswith("sk:out:{keep-") for s in streams) and any(s.startswith("sk:reply:keep-") for s in streams)
     assert outbox_key("someone-else") in streams
     replayed = _run(["replay", ids[0], "--json"], env=env)  # the match streams stay; replay reads SK_REDIS_URL
     assert replayed.returncode == 0, replayed.stderr
@@ -230,6 +230,24 @@ def test_readme_set_up_is_two_commands_each_with_a_venv():
     assert len(commands) == 2, commands
     assert "python3 -m venv .venv" in commands[0] and ".venv/bin/shuangkou simulate" in commands[0]
     assert commands[1] == "bash .ci/run"
+
+
+def test_readme_lists_every_command_one_exit_code_table_and_how_to_play_in_the_browser():
+    from shuangkou.cli import COMMANDS
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text.split("## Other commands", 1)[1].split("\n\n", 2)[1]
+    for name in COMMANDS:
+        assert f"| `shuangkou {name}" in table, name
+    codes = text.split("**Exit codes**", 1)[1]
+    rows = re.findall(r"^\| ([0-9]) \|", codes.split("\n\n", 2)[1], flags=re.M)
+    assert rows == ["0", "1", "2"]
+    browser = text.split("### Play in the browser", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line for line in browser.splitlines() if line.strip()]
+    assert len(commands) == 3, commands
+    assert commands[0].startswith("redis-server") and "shuangkou serve" in commands[1]
+    assert "shuangkou token --new-secret" in commands[2] and "shuangkou gateway" in commands[2]
+    assert "--bots" in commands[2] and "--dev" in commands[2]
 
 
 def test_ci_script_makes_its_own_venv_and_kills_nothing_by_name():

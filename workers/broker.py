@@ -39,6 +39,7 @@ from uuid import uuid4
 import dramatiq
 from dramatiq import Message
 from dramatiq.broker import Broker
+from dramatiq.common import dq_name
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import (
     AgeLimit,
@@ -265,11 +266,45 @@ def timer_middleware(prometheus: bool = False) -> list[Middleware]:
         Retries(max_retries=MAX_RETRIES, min_backoff=MIN_BACKOFF_MS, max_backoff=MAX_BACKOFF_MS),
     ]
     if prometheus:
-        # imported only when asked for: the module creates $dramatiq_prom_db on import
-        from dramatiq.middleware.prometheus import Prometheus
-
-        middleware.append(Prometheus())
+        middleware.append(prometheus_middleware())
     return middleware
+
+
+#: where dramatiq's exposition server listens unless ``$dramatiq_prom_host`` says otherwise:
+#: the loopback only (dramatiq's own default is every interface); compose sets 0.0.0.0
+PROMETHEUS_DEFAULT_HOST = "127.0.0.1"
+PROMETHEUS_HOST_ENV = "dramatiq_prom_host"
+
+
+def prometheus_middleware() -> Middleware:
+    """dramatiq's Prometheus middleware, with two changes (docs/OPERATIONS.md "Metrics"):
+
+    * its exposition server binds ``$dramatiq_prom_host``, default 127.0.0.1 (not 0.0.0.0);
+    * at process boot every series it can export is created at 0, for each actor of the
+      broker (its queue and its delay queue): ``dramatiq_messages_total``,
+      ``dramatiq_message_errors_total``, ``_retries_total``, ``_rejects_total``,
+      ``dramatiq_messages_inprogress``, ``dramatiq_delayed_messages_inprogress`` and
+      ``dramatiq_message_duration_milliseconds``, so a fresh worker's first scrape has
+      every name the dashboard and the alerts query, and ``increase()`` sees the first
+      dead letter.
+    """
+    import dramatiq.middleware.prometheus as prom_mod  # creates $dramatiq_prom_db on import: only when asked
+
+    if not os.environ.get(PROMETHEUS_HOST_ENV):
+        prom_mod.HTTP_HOST = PROMETHEUS_DEFAULT_HOST  # read by the forked exposition server
+
+    class ZeroedPrometheus(prom_mod.Prometheus):
+        def after_process_boot(self, broker: Broker) -> None:
+            super().after_process_boot(broker)
+            for actor in list(broker.actors.values()):
+                for queue in (actor.queue_name, dq_name(actor.queue_name)):
+                    labels = (queue, actor.actor_name)
+                    for metric in (self.total_messages, self.total_errored_messages, self.total_retried_messages,
+                                   self.total_rejected_messages, self.inprogress_messages,
+                                   self.inprogress_delayed_messages, self.message_durations):
+                        metric.labels(*labels)
+
+    return ZeroedPrometheus()
 
 
 def make_broker(url: str | None, *, prometheus: bool | None = None) -> Broker:

@@ -199,7 +199,14 @@ def from_env() -> Runtime:
     from workers.dispatcher import claims_for
     from workers.scheduler import DeadlineScheduler
 
+    from engine.store.connect import replica_acks_default
+
     store = RedisEventStore.from_url(url)
+    acks = replica_acks_default()  # SK_REPLICA_ACKS: a timer's append waits for N replicas (issue 24 §4)
+    if acks:
+        from engine.store.replicas import ReplicaAcks
+
+        store.replica_acks = ReplicaAcks(store.client, acks)
     clock = SystemClock()
     scheduler = DeadlineScheduler(clock) if timer_messages_from_env() else None
     # the old path alone (messages per commit, no dispatcher here): nothing marks deadlines
@@ -223,20 +230,39 @@ def timer_messages_from_env() -> bool:
     return os.environ.get(TIMER_MESSAGES_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def gateway_publisher(client: Any) -> Callable[[CommandBase, Any], None] | None:
+def gateway_publisher(client: Any, **delivery: Any) -> Callable[[CommandBase, Any], None] | None:
     """Publish a timer outcome to the players' outbound streams exactly as the
     command gateway publishes a player's command (per-player redacted events +
     the player's full view): a timeout notice, a trustee play, a removal reaches
-    the players although no gateway handled a command.  None if the gateway
-    module is not available."""
+    the players although no gateway handled a command.  ``delivery``: the
+    :class:`~engine.service.publish.Publisher`'s ``outbox_ttl``, ``outbox_maxlen``
+    and ``full_view_every`` (default: :func:`delivery_from_env`, the same settings
+    as ``serve``'s).  None if the gateway module is not available."""
     try:
         from engine.service.publish import Publisher
     except ImportError:  # pragma: no cover
         return None
     # the publisher alone: the timers never read or create the command channels (the
     # worker's Redis user has no rights on sk:inbox / sk:ops, docs/SECURITY.md)
-    publisher = Publisher(client, consumer="sk-timers")
+    publisher = Publisher(client, consumer="sk-timers", **(delivery or delivery_from_env()))
     return lambda command, outcome: publisher.publish(command, outcome)
+
+
+#: the environment variables that set the player outboxes' delivery, read by ``serve``
+#: (its --outbox-ttl / --outbox-maxlen / --full-view-every defaults) and by the timer workers
+DELIVERY_ENV = {"outbox_ttl": "SK_OUTBOX_TTL", "outbox_maxlen": "SK_OUTBOX_MAXLEN",
+                "full_view_every": "SK_FULL_VIEW_EVERY"}
+
+
+def delivery_from_env() -> dict[str, int]:
+    """``{outbox_ttl, outbox_maxlen, full_view_every}`` from ``SK_OUTBOX_TTL``,
+    ``SK_OUTBOX_MAXLEN``, ``SK_FULL_VIEW_EVERY`` (unset: the Publisher's defaults), so
+    the workers' updates expire and are capped like the ones ``serve`` writes."""
+    from engine.service.publish import DEFAULT_FULL_VIEW_EVERY, DEFAULT_OUTBOX_MAXLEN, DEFAULT_OUTBOX_TTL
+
+    defaults = {"outbox_ttl": DEFAULT_OUTBOX_TTL, "outbox_maxlen": DEFAULT_OUTBOX_MAXLEN,
+                "full_view_every": DEFAULT_FULL_VIEW_EVERY}
+    return {k: env_int(DELIVERY_ENV[k], v) for k, v in defaults.items()}
 
 
 def fire(match_id: str, version: int, kind: str, rt: Runtime | None = None,

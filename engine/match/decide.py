@@ -190,10 +190,12 @@ def _checked_handler(state: MatchState, command: CommandBase) -> Callable[[_Buil
     if state.phase == "new" and not isinstance(command, CreateMatch):
         raise UnknownMatch(f"no match {state.match_id!r}: create it first")
     expected = getattr(command, "expected_version", None)
-    if expected is not None and expected != state.version:
-        # the player decided on another situation: never apply it in this one (hardening §6)
-        raise StaleCommand(f"the match is at version {state.version}, not {expected} as the command "
-                           "expected: look at the current view and decide again")
+    if expected is not None and not state.table_version <= expected <= state.version:
+        # the player decided on another table: never apply it on this one (hardening §6); events
+        # that do not move the table (a ready mark, trusteeship, a disconnect) do not count (issue 26)
+        moved = (f"the table moved at version {state.table_version}, after version {expected}"
+                 if expected < state.table_version else f"the match is only at version {state.version}")
+        raise StaleCommand(f"{moved} that the command expected: look at the current view and decide again")
     if isinstance(command, Sync):  # any phase, a finished match too: it only reads
         return None
     if state.phase == "finished" and not isinstance(command, CreateMatch):
@@ -608,11 +610,18 @@ def _ready_timeout(b: _Builder, c: ReadyTimeout) -> None:
     _check_version(s, c.version, "ready timeout")
     if s.phase != "seating":
         raise StaleCommand(f"no ready clock runs (phase {s.phase})")
-    unready = [x.player for x in s.seats if x is not None and not x.ready]
-    if not unready:
+    seated = [x for x in s.seats if x is not None]
+    unready = [x.player for x in seated if not x.ready]
+    if unready:
+        for p in unready:
+            b.emit(PlayerRemoved, player=p, reason="not_ready")
+        return
+    if not seated or len(seated) == len(s.seats):
         raise StaleCommand("every seated player is ready")
-    for p in unready:
-        b.emit(PlayerRemoved, player=p, reason="not_ready")
+    # ready, but no opponent sat down in time (a Sit lost or late): the seat is freed, the
+    # match never waits without a deadline (issue 23 item 8)
+    for x in seated:
+        b.emit(PlayerRemoved, player=x.player, reason="no_opponent")
 
 
 def _request_trustee(b: _Builder, c: RequestTrustee) -> None:

@@ -8,8 +8,10 @@ After every event apply stamps the envelope (``version`` = the event's seq)
 and recomputes the match's deadline from the event's timestamp and the room
 config:
 
-* seating, some seated player not ready: ``ready`` at ts + ``ready_seconds``
-  (R-13.2); the clock restarts whenever a player sits down;
+* seating, someone seated and the match not ready to deal (a seated player not
+  ready, or a seat still empty): ``ready`` at ts + ``ready_seconds`` (R-13.2); the
+  clock restarts whenever a player sits down or is removed.  A seating match with nobody seated
+  has no deadline: it waits for the lobby's Sit (the one external event it waits on);
 * playing: ``turn`` at (the moment the player got the turn) + ``turn_seconds``
   (R-13.1), or ``trustee`` at ts + ``trustee_delay_seconds`` when the player on
   turn is in trusteeship (any reason, an escape under the trustee policy
@@ -49,6 +51,15 @@ from engine.match.state import Finish, LastPlay, MatchState, Seat
 
 
 Changes = dict[str, Any]
+
+#: the events that move the table (docs/PROTOCOL.md "expected_version"): the creation, a seating
+#: or a removal, the deal, a play, a pass (a turn change), the finish (a phase change).  A
+#: command's ``expected_version`` is stale only when one of these came after it; the others
+#: (PlayerReady, TurnTimedOut, TrusteeshipStarted/Ended, PlayerDisconnected/Reconnected,
+#: PlayerEscaped) leave a decision taken on the table as it was valid.
+MOVES_TABLE: tuple[type[EventBase], ...] = (
+    MatchCreated, PlayerSeated, PlayerRemoved, HandDealt, CardsPlayed, Passed, MatchFinished,
+)
 _HANDLERS: dict[type[EventBase], Callable[[Any, MatchState], Changes]] = {}
 
 
@@ -56,6 +67,8 @@ def apply(state: MatchState, event: EventBase) -> MatchState:
     """The state after ``event`` (no checks; see the module docstring for deadlines)."""
     handler = _HANDLERS.get(type(event))
     changes = handler(event, state) if handler is not None else {}  # unknown types change nothing
+    if isinstance(event, MOVES_TABLE):
+        changes = {**changes, "table_version": event.seq}
     new = replace(state, version=event.seq, last_ts=event.ts, **changes)
     # the deadline depends on the new state: set it on the fresh copy before anyone sees it
     for name, value in _deadline(state, new, event.ts).items():
@@ -84,11 +97,11 @@ def _deadline(old: MatchState, new: MatchState, ts: int) -> dict[str, object]:
     if cfg is None:
         return _NO_DEADLINE
     if new.phase == "seating":
-        unready = any(s is not None and not s.ready for s in new.seats)
-        if not unready:
-            return _NO_DEADLINE
+        seated = [s for s in new.seats if s is not None]
+        if not seated or (len(seated) == len(new.seats) and all(s.ready for s in seated)):
+            return _NO_DEADLINE  # nobody to wait for (the lobby's Sit is awaited), or the deal follows
         restarted = (old.deadline_kind != "ready" or old.deadline_at is None
-                     or any(o is None and n is not None for o, n in zip(old.seats, new.seats)))
+                     or any((o is None) != (n is None) for o, n in zip(old.seats, new.seats)))
         at = ts + _ms(cfg.ready_seconds) if restarted else old.deadline_at
         return {"deadline_at": at, "deadline_kind": "ready", "turn_started_at": None}
     if new.phase == "playing" and new.turn is not None:

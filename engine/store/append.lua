@@ -25,6 +25,9 @@
 --          Written only once the events are in, and only if every one of these keys is a
 --          stream or missing and every one of the writes succeeds (else none is: what was
 --          added is removed again; the caller publishes them itself and meets the error there).
+--          Once all are written, each carried stream gets its notice, SPUBLISH <stream> ""
+--          (engine/store/keys.py "Notices": it wakes the gateway's reader), sent with pcall: a
+--          notice the caller's ACL refuses only delays a reader, it never fails the append.
 --
 -- Replies:
 --   {"ok", version, wrote}    appended; version = seq of the last event now;
@@ -115,6 +118,9 @@ if writable then
   end
   if ok then
     wrote = 1
+    for j = 1, carried do
+      redis.pcall('SPUBLISH', KEYS[6 + j], '')
+    end
   else
     for a = #added, 1, -1 do
       local key, id, kind = added[a][1], added[a][2], added[a][3]

@@ -27,6 +27,7 @@ key                                         type    holds
 ``sk:{b<N>}:ops``                           stream  CreateMatch, Sit, Deal of the bucket's matches
                                                     (same group and format; :func:`ops_key`)
 ``sk:{b<N>}:owner``                         string  the serve replica holding the bucket's lease
+``sk:serve:replicas``                       zset    live serve replicas (name -> registration end ms)
 ``sk:ops``                                   stream  Credit, Debit, AddRoom (no match: any replica)
 ``sk:inbox``                                stream  the single player channel before issue 24: still
                                                     drained by serve during an upgrade
@@ -41,6 +42,12 @@ use the same count (changing it would send a match's appends to another bucket
 than its history). The first store to touch a Redis records it under
 ``sk:layout`` and later stores with a different count refuse to start
 (:meth:`engine.store.redis_store.RedisEventStore.check_layout`).
+
+Notices: whoever adds an entry to a stream a gateway reads for its sockets (the player's
+``sk:out:…``, the lobby's notes, the session stream; the publisher does it for every entry it
+writes) then sends ``SPUBLISH <stream> ""``, a sharded pub/sub message on the channel named
+like the stream (on a Cluster it lives in the stream's slot).  It is only a wake-up for the
+gateway's one reader (gateway/fanout.py): the stream stays the source of truth.
 
 A match id containing ``{`` or ``}`` is harmless: Redis uses the *first*
 ``{…}`` of a key as its hash tag, which is always the bucket tag here.
@@ -62,6 +69,8 @@ SERVICE_GROUP = "sk-service"
 DEAD_LETTERS = f"{PREFIX}:dead"
 REPLY_PREFIX = f"{PREFIX}:reply:"
 LAYOUT = f"{PREFIX}:layout"
+#: the live serve replicas (zset: name -> the ms their registration runs out; engine/service/ownership.py)
+REPLICAS = f"{PREFIX}:serve:replicas"
 
 
 def bucket_of(match_id: str, buckets: int = DEFAULT_BUCKETS) -> int:
@@ -147,7 +156,7 @@ def outbox_key(player_id: str) -> str:
     """The outbound stream of one player (updates and rejections): ``sk:out:{<player>}``.
 
     Any other key read or written together with it carries the same tag."""
-    return f"{PREFIX}:out:{player_id}"
+    return f"{PREFIX}:out:{{{player_id}}}"
 
 
 def entry_id(seq: int) -> str:

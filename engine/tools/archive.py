@@ -140,3 +140,51 @@ def read_archive(path: str | Path) -> tuple[dict[str, list[Any]], dict[str, dict
             events[mid] = evs
             stored[mid] = parsed.stored_forms(mid)
     return events, stored
+
+
+@dataclass(frozen=True)
+class ArchivedMatch:
+    """Where an archived match went: the ledger's marker (``sk:{ledger}:archived``) and,
+    when the file can be read here, the time it was written (its header) and its events."""
+
+    match_id: str
+    file: str
+    archived_at_ms: int | None = None
+    events: tuple[Any, ...] = ()
+    readable: bool = False
+
+    def where(self) -> str:
+        """``archived on 2026-12-01 20:05 UTC to FILE`` (the date when the file says it)."""
+        from projections.timeline import format_ts
+
+        when = f" on {format_ts(self.archived_at_ms)} UTC" if self.archived_at_ms else ""
+        return f"archived{when} to {self.file}"
+
+
+def load_archived(match_id: str, file: str) -> ArchivedMatch:
+    """The marker of ``match_id`` with the file's time and events, when the file is readable
+    here and holds that match (otherwise only where it went)."""
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+        header = json.loads(text.partition("\n")[0])
+        events = parse_events_text(text).by_match.get(match_id, [])
+    except (OSError, ValueError):
+        return ArchivedMatch(match_id, file)
+    at = header.get("exported_at_ms") if isinstance(header, dict) else None
+    return ArchivedMatch(match_id, file, at if isinstance(at, int) else None, tuple(events), bool(events))
+
+
+def archived_match(ledger: Ledger, match_id: str) -> ArchivedMatch | None:
+    """The archived match ``match_id`` (:func:`load_archived`), or None: never archived."""
+    file = ledger.archived(match_id)
+    return None if file is None else load_archived(match_id, file)
+
+
+def archived_markers(client: Any) -> dict[str, str]:
+    """Every archived match id → its file, from the ledger's ``sk:{ledger}:archived`` hash."""
+    from projections.ledger import ARCHIVED_KEY
+
+    def text(v: Any) -> str:
+        return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+    return {text(k): text(v) for k, v in (client.hgetall(ARCHIVED_KEY) or {}).items()}

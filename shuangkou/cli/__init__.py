@@ -3,7 +3,9 @@
 Each sub-command lives in its own module under ``shuangkou.cli`` and defines
 ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only
 when their command runs, so ``shuangkou classify`` stays fast.
-Exit codes: 0 success, 1 a check failed, 2 bad input (one readable line on stderr);
+Exit codes (one table for every command, README.md): 0 success, 1 a check failed or the
+thing asked for was not found (a match not in the store, one that was archived), 2 bad usage
+or input (one readable line on stderr);
 141 (128 + SIGPIPE) when the reader of the output went away (``shuangkou … | head``),
 without a traceback.
 """
@@ -39,6 +41,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 class CliError(Exception):
     """Bad input on the command line: printed as one line, exit code 2."""
+
+
+class NotFound(CliError):
+    """The thing asked for is not there (an unknown or archived match): one line, exit code 1."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,6 +108,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(args._module)
     try:
         return int(module.run(args) or 0)
+    except NotFound as exc:
+        print(f"shuangkou {args.command}: {exc}", file=sys.stderr)
+        return 1
     except CliError as exc:
         print(f"shuangkou {args.command}: {exc}", file=sys.stderr)
         return 2

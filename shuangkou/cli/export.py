@@ -5,7 +5,8 @@ ledger's stored settlement, then one JSON event per line) to stdout, or to
 ``--out FILE``.  ``shuangkou replay --events match.jsonl`` and the replay
 viewer (``/replay/<match_id>``) read it.  It only reads Redis (GET, XRANGE,
 HGET), so the read-only Redis user for disputes is enough.  An unknown match
-says "no such match" (exit 1).
+says "no such match" (exit 1); an archived one says where it went (exit 1: the file
+``shuangkou archive`` wrote is already an export of it).
 """
 
 from __future__ import annotations
@@ -47,6 +48,31 @@ def read_only_store(url: str) -> Any:
     return store
 
 
+def archived_notice(client: Any, match_id: str, hint: str) -> tuple[Any, str] | None:
+    """``(ArchivedMatch, message)`` when ``match_id`` was archived (``shuangkou archive``):
+    "match ID was archived on DATE to FILE; HINT" (``{file}`` in ``hint`` is replaced by the
+    file); None when it never was (or the ledger cannot be read)."""
+    from engine.tools.archive import archived_match
+    from projections.ledger import RedisLedger
+
+    try:
+        gone = archived_match(RedisLedger(client), match_id)
+    except Exception:  # the ledger cannot be read: say only what is certain
+        return None
+    if gone is None:
+        return None
+    return gone, f"match {match_id!r} was {gone.where()}; " + hint.format(file=gone.file)
+
+
+def missing_match(client: Any, match_id: str, hint: str) -> Exception:
+    """The :class:`~shuangkou.cli.NotFound` (exit 1) for a match with no events in the store:
+    where it went when it was archived (:func:`archived_notice`), else "no such match"."""
+    from shuangkou.cli import NotFound
+
+    notice = archived_notice(client, match_id, hint)
+    return NotFound(notice[1] if notice else f"no such match: {match_id!r}")
+
+
 def run(args: argparse.Namespace) -> int:
     from shuangkou.cli import CliError
     from engine.tools.export import export_text
@@ -62,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:
         raise CliError(f"cannot read match {args.match_id!r} from {args.redis}: {exc}") from None
     if not events:
-        print(f"shuangkou export: no such match: {args.match_id!r}", file=sys.stderr)
-        return 1
+        raise missing_match(store.client, args.match_id, "that file is its export")
     text = export_text(events, None if stored is None else stored.to_json(), int(time.time() * 1000))
     if args.out:
         try:

@@ -9,7 +9,14 @@ events; ``settled`` says which).  Filters:
 * ``--since T``: the match started at or after T -- an ISO date or time
   (``2026-12-01``, ``2026-12-01T10:30``, UTC unless it names a zone), ms
   since the epoch, or an age (``90m``, ``2h``, ``7d``);
-* ``--room R``: the room config's name (``points``, ``wealth``…).
+* ``--room R``: the room config's name (``points``, ``wealth``…);
+* ``--archived`` / ``--live``: only the matches ``shuangkou archive`` moved to files,
+  or only those still in Redis (default: both).
+
+An archived match is listed from its file (the ledger's ``sk:{ledger}:archived``
+says where) and marked ``[archived on DATE to FILE]`` (JSON: ``"archived": true``,
+``archive_file``, ``archived_at``); a file that cannot be read here still lists the
+match, without its players (``--player`` cannot find it then).
 
 Read-only (the read-only Redis user is enough).  Exit 0 (also when nothing
 matches: an empty list), 2 on bad input.
@@ -33,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--since", metavar="T", help="only matches started at or after T (ISO time, ms, or 2h / 7d)")
     parser.add_argument("--room", metavar="R", help="only matches of this room (config name)")
     parser.add_argument("--json", action="store_true", help="print a JSON list")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--archived", action="store_true", help="only archived matches (shuangkou archive)")
+    which.add_argument("--live", action="store_true", help="only matches still in Redis")
 
 
 _AGE = re.compile(r"^(\d+)\s*([smhd])$")
@@ -115,19 +125,34 @@ def run(args: argparse.Namespace) -> int:
     store = read_only_store(args.redis)
     ledger = RedisLedger(store.client)
     rows: list[dict[str, Any]] = []
+
+    def keep(row: dict[str, Any]) -> bool:
+        if args.player and args.player not in row["players"]:
+            return False
+        if args.room and row["room"] != args.room:
+            return False
+        return since is None or (row["started_ms"] or 0) >= since
+
     try:
-        for mid in store.match_ids():
-            events = store.load(mid)
-            if not events:
-                continue
-            row = summary(mid, events, ledger.settlement(mid))
-            if args.player and args.player not in row["players"]:
-                continue
-            if args.room and row["room"] != args.room:
-                continue
-            if since is not None and (row["started_ms"] or 0) < since:
-                continue
-            rows.append(row)
+        live: set[str] = set()
+        if not args.archived:
+            for mid in store.match_ids():
+                events = store.load(mid)
+                if not events:
+                    continue
+                live.add(mid)
+                row = {**summary(mid, events, ledger.settlement(mid)), "archived": False}
+                if keep(row):
+                    rows.append(row)
+        if not args.live:
+            from engine.tools.archive import archived_markers, load_archived
+
+            for mid, file in sorted(archived_markers(store.client).items()):
+                if mid in live:  # marked, not yet deleted (archive finishes it on its next run)
+                    continue
+                row = archived_row(load_archived(mid, file))
+                if keep(row):
+                    rows.append(row)
     except CliError:
         raise
     except Exception as exc:
@@ -142,7 +167,27 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         scores = ", ".join(f"{p} {v:+d}" for p, v in (r["scores"] or {}).items())
         result = (f"{r['winner']} wins ({r['reason']}, kou {r['kou']}): {scores}"
-                  + ("" if r["settled"] else " [not settled yet]")) if r["winner"] else "not finished"
+                  + ("" if r["settled"] else " [not settled yet]")) if r["winner"] \
+            else ("finished" if r["archived"] else "not finished")
+        if r["archived"]:
+            result += f"  [{r['archive_where']}]"
         print(f"{r['match_id']}  {r['started']}  {r['room']} ({r['mode']})  "
-              f"{' vs '.join(r['players'])}  {result}")
+              f"{' vs '.join(r['players']) or '?'}  {result}")
     return 0
+
+
+def archived_row(gone: Any) -> dict[str, Any]:
+    """The listing's row of an archived match (:class:`engine.tools.archive.ArchivedMatch`):
+    from its file when it is readable here (the file's settlement is the one the ledger stored)."""
+    from projections.timeline import format_ts
+
+    if gone.readable:
+        row = summary(gone.match_id, list(gone.events), None)
+        row["settled"] = True  # only settled matches are archived
+    else:
+        row = {"match_id": gone.match_id, "started_ms": None, "started": None, "finished_ms": None,
+               "room": None, "mode": None, "players": [], "phase": "finished", "winner": None, "reason": None,
+               "kou": None, "scores": None, "settled": True, "events": 0}
+    at = gone.archived_at_ms
+    return {**row, "archived": True, "archive_file": gone.file, "archived_at": format_ts(at) if at else None,
+            "archive_where": gone.where()}

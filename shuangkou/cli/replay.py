@@ -13,7 +13,9 @@ events come from Redis (``--redis``) or from a file (``--events``): an export
 (``shuangkou export``, JSON Lines) or JSON as printed by ``shuangkou run-script
 --json``.  ``--all`` checks every match in the store (one summary line each, or
 a JSON list).  ``--redis`` defaults to ``$SK_REDIS_URL``, as for ``shuangkou
-serve``.  An unknown match id says "no such match" (exit 1).  ``--json``
+serve``.  An unknown match id says "no such match" (exit 1); an archived one
+(``shuangkou archive``) says where it went -- "archived on DATE to FILE;
+`shuangkou replay --events FILE`" (exit 1: not in the store).  ``--json``
 carries the full event list (``events``), its length (``event_count``), the
 timeline ``steps`` and the ``settlement_lines``.
 """
@@ -179,6 +181,19 @@ def run(args: argparse.Namespace) -> int:
             raise
         except Exception as exc:
             raise CliError(f"cannot load from {args.redis}: {exc}") from None
+        if not args.all and not args.archive and not matches[args.match_id]:
+            from shuangkou.cli import NotFound
+            from shuangkou.cli.export import archived_notice
+
+            notice = archived_notice(store.client, args.match_id, "`shuangkou replay --events {file}`")
+            if notice is not None:  # not in the store: where it went (an unknown one is reported below)
+                gone, message = notice
+                if args.json:
+                    print(json.dumps({"match_id": args.match_id, "archived": True, "archive_file": gone.file,
+                                      "archived_at_ms": gone.archived_at_ms, "problems": [message], "notes": []},
+                                     ensure_ascii=False))
+                    return 1
+                raise NotFound(message)
     if args.archive:
         from engine.tools.archive import read_archive
 

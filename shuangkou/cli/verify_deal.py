@@ -9,8 +9,9 @@ MatchCreated recorded before any card was dealt, and both hands, the set-aside
 cards, the lead card and the first seat must be the fair deal.
 
 Exit 0 when they match (or the match predates fair deals: that is said), 1 when
-anything differs (a tampered record), 2 on bad input or a match that cannot be
-checked yet (not dealt, not finished).  ``--events`` reads the same files as
+anything differs (a tampered record) or the match is not there (unknown: "no such
+match"; archived: where it went, and the ``--events FILE`` to verify it from), 2 on
+bad input or a match that cannot be checked yet (not dealt, not finished).  ``--events`` reads the same files as
 ``shuangkou replay --events``; ``--commitment`` pins the commitment the player
 saw during play.
 """
@@ -34,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _events(args: argparse.Namespace) -> tuple[str, list[Any]]:
-    from shuangkou.cli import CliError
+    from shuangkou.cli import CliError, NotFound
 
     if args.redis and args.events:
         raise CliError("give --redis URL or --events FILE, not both")
@@ -48,7 +49,7 @@ def _events(args: argparse.Namespace) -> tuple[str, list[Any]]:
         matches = _load_file(args.events).by_match
         if args.match_id:
             if args.match_id not in matches:
-                raise CliError(f"{args.events} holds no events of match {args.match_id!r}")
+                raise NotFound(f"no such match: {args.events} holds no events of match {args.match_id!r}")
             return args.match_id, matches[args.match_id]
         if len(matches) != 1:
             raise CliError(f"{args.events} holds {len(matches)} matches: name one")
@@ -56,14 +57,15 @@ def _events(args: argparse.Namespace) -> tuple[str, list[Any]]:
         return mid, evs
     if not args.match_id:
         raise CliError("name the MATCH_ID to verify")
-    try:
-        from engine.store.redis_store import RedisEventStore
+    from shuangkou.cli.export import missing_match, read_only_store
 
-        events = RedisEventStore.from_url(args.redis).load(args.match_id)
+    store = read_only_store(args.redis)  # the read-only user is enough
+    try:
+        events = store.load(args.match_id)
     except Exception as exc:
         raise CliError(f"cannot load match {args.match_id!r} from {args.redis}: {exc}") from None
     if not events:
-        raise CliError(f"no match {args.match_id!r} in {args.redis}")
+        raise missing_match(store.client, args.match_id, "`shuangkou verify-deal --events {file}`")
     return args.match_id, list(events)
 
 
