@@ -140,8 +140,8 @@ class BotDriver:
 
     def __init__(self, lobby: Lobby, player_redis: Any, note_redis: Any, fanout: Fanout,
                  think_s: float = BOT_THINK_S, level: str = DEFAULT_LEVEL, seed: int | None = None):
-        if level not in LEVELS:
-            raise ValueError(f"unknown bot level {level!r} (one of {', '.join(LEVELS)})")
+        if level not in (*LEVELS, "trustee"):
+            raise ValueError(f"unknown bot level {level!r} (one of {', '.join(LEVELS)}, or trustee)")
         self.level = level
         self.rng = random.Random(seed)
         self.lobby = lobby

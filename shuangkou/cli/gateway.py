@@ -33,8 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(operator included): never on a reachable host")
     parser.add_argument("--bots", action="store_true",
                         help="seat a bot opposite a player who waits alone for a few seconds (docs/BOTS.md)")
-    parser.add_argument("--bot-level", choices=LEVELS, default=DEFAULT_LEVEL,
-                        help="the bots' level where the room config sets no bot_level (default normal)")
+    parser.add_argument("--bot-level", choices=(*LEVELS, "trustee"), default=DEFAULT_LEVEL,
+                        help="the bots' level where the room config sets no bot_level (default normal; "
+                             "trustee: the trusteeship policy, R-13.3, for tests)")
     parser.add_argument("--bot-think", type=float, default=2.5, metavar="SECONDS",
                         help="the longest a bot thinks over a move: each waits a random 40-100%% of it "
                              "(default 2.5: 1-2.5 s; 0 plays at once; at most 10)")

@@ -13,6 +13,7 @@ c.on("update", ({ brief, view, message }) => {
 c.on("rejected", ({ code, command }) => { if (code === "stale") console.log(command?.type); });
 c.on("settled", (m) => console.log(m.scores, m.breakdown.X, m.balances));
 c.on("closed", ({ code, reconnecting }) => console.log(code, reconnecting));
-const queued: ServerMessage = { kind: "lobby", state: "queued", room: "points", table: null, match: null, reason: null };
+const queued: ServerMessage = { kind: "lobby", state: "queued", room: "points", table: null, match: null, reason: null,
+  bot_level: null };
 console.log(queued);
 c.connect();
