@@ -75,8 +75,12 @@ def group_cpu_s(pgid: int) -> float:
     return total
 
 
+def commandstats(client: Any) -> dict[str, int]:
+    return {k: int(v.get("calls", 0)) for k, v in client.info("commandstats").items()}
+
+
 def commandstats_calls(client: Any) -> int:
-    return sum(int(v.get("calls", 0)) for v in client.info("commandstats").values())
+    return sum(commandstats(client).values())
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -146,6 +150,7 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
                  "the replicas own the 16 buckets", tuple(stack.logs))
         before_cmds = command_entries(client)
         before_calls = [commandstats_calls(m) for m in masters]
+        before_stats = [commandstats(m) for m in masters]
         before_mem = sum(int(m.info("memory")["used_memory"]) for m in masters)
         cpu0 = {"serve": sum(cpu_s(p.pid) for p in serves), "gateway": cpu_s(gw.proc.pid),
                 "workers": group_cpu_s(worker.pid), "redis": sum(cpu_s(n) for n in nodes)}
@@ -167,6 +172,9 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
         report = json.loads(sim_out)
         cmds = command_entries(client) - before_cmds
         calls = [commandstats_calls(m) - b for m, b in zip(masters, before_calls)]
+        busiest = max(range(len(masters)), key=lambda i: calls[i])
+        after = commandstats(masters[busiest])
+        top = sorted(((after[k] - before_stats[busiest].get(k, 0), k) for k in after), reverse=True)[:6]
         cpu1 = {"serve": sum(cpu_s(p.pid) for p in serves), "gateway": cpu_s(gw.proc.pid),
                 "workers": group_cpu_s(worker.pid), "redis": sum(cpu_s(n) for n in nodes)}
         if args.ws_pairs:
@@ -189,6 +197,7 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
             "cpu_us_per_command": {k: (cpu1[k] - cpu0[k]) * 1e6 / max(1, cmds) for k in cpu0},
             "p50_ms": report["command_latency_ms"]["p50"], "p99_ms": report["command_latency_ms"]["p99"],
             "bytes_per_match": mem / max(1, matches), "gateway_rss_kb": rss, "commands": cmds,
+            "busiest_master_top": {k: n for n, k in top},
             "seconds": elapsed, "errors": report.get("errors", 0) + report.get("mismatches", 0),
         }
     finally:
@@ -227,8 +236,8 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in runs[0].items():
         if isinstance(value, dict):
-            out[key] = {k: round(statistics.median(r[key][k] for r in runs), 1) for k in value}
-        elif isinstance(value, (int, float)):
+            out[key] = {k: round(statistics.median(r[key].get(k, 0) for r in runs), 1) for k in value}
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
             m = statistics.median(r[key] for r in runs)
             out[key] = round(m, 4) if isinstance(m, float) else m
     return out
