@@ -97,7 +97,7 @@ DISCONNECTS = Counter("shuangkou_disconnects", "Players disconnected (R-13.4).",
 RECONNECTS = Counter("shuangkou_reconnects", "Players reconnected.", ["config"], registry=REGISTRY)
 ESCAPES = Counter("shuangkou_escapes", "Players who escaped a running match, by escape policy (R-12).",
                   ["config", "policy"], registry=REGISTRY)
-PLAYERS_REMOVED = Counter("shuangkou_players_removed", "Seated players removed before the deal (not_ready/left).",
+PLAYERS_REMOVED = Counter("shuangkou_players_removed", "Seated players removed before the deal (not_ready/left/no_opponent).",
                           ["config", "reason"], registry=REGISTRY)
 SCORE_TRANSFER = Histogram("shuangkou_score_transfer", "Points or coins the winner gained in a settled match.",
                            ["config"], buckets=_TRANSFER_BUCKETS, registry=REGISTRY)
