@@ -183,8 +183,8 @@ async def inbox_player(r: Any, player: str, match: str, rtts: list[tuple[float, 
                         x and x["player"] == player for x in view["seats"]):
                     ready = True
                     await seated.wait()  # every match seated: the play starts together
-                    await r.xadd(channels.PLAYER_STREAM, channels.entry(channels.player_command(
-                        "Ready", match, player, f"{player}-ready")))
+                    ready_cmd = channels.player_command("Ready", match, player, f"{player}-ready")
+                    await r.xadd(channels.stream_for(ready_cmd), channels.entry(ready_cmd))
                 if e.version is None:
                     continue
                 tracker.apply(e.version, e.events, view)
@@ -202,7 +202,7 @@ async def inbox_player(r: Any, player: str, match: str, rtts: list[tuple[float, 
                 fields_["expected_version"] = cmd["expected_version"]
                 command = channels.player_command(cmd["type"], match, player, cid, **fields_)
                 sent[cid] = time.perf_counter()
-                await r.xadd(channels.PLAYER_STREAM, channels.entry(command))
+                await r.xadd(channels.stream_for(command), channels.entry(command))
 
 
 async def run_inbox(redis_url: str, players: int, cfg: Any, tag: str) -> list[tuple[float, float]]:
@@ -224,9 +224,11 @@ async def run_inbox(redis_url: str, players: int, cfg: Any, tag: str) -> list[tu
             for p in (a, b):
                 last = await r.xrevrange(keys.outbox_key(p), count=1)
                 starts[p] = last[0][0] if last else "0-0"
-            await r.xadd(channels.OPS_STREAM, channels.entry(channels.create_match(match, cfg.name, cfg.to_record())))
+            create = channels.create_match(match, cfg.name, cfg.to_record())
+            await r.xadd(channels.stream_for(create), channels.entry(create))
             for p in (a, b):
-                await r.xadd(channels.OPS_STREAM, channels.entry(channels.sit(match, p, 0)))
+                sit = channels.sit(match, p, 0)
+                await r.xadd(channels.stream_for(sit), channels.entry(sit))
             tasks += [inbox_player(r, a, match, rtts, starts[a], seated),
                       inbox_player(r, b, match, rtts, starts[b], seated)]
         await asyncio.gather(*tasks)

@@ -316,7 +316,7 @@ def server_schema() -> dict[str, Any]:
     defs["lobby"] = msg("lobby", {
         "state": {"enum": ["queued", "seated", "removed"]}, "room": _NULLABLE_STR, "table": _NULLABLE_STR,
         "match": _NULLABLE_STR, "reason": _nullable({"anyOf": [
-            {"enum": ["not_ready", "left", "escaped", "disconnected", "opponent_left"]},
+            {"enum": ["not_ready", "no_opponent", "left", "escaped", "disconnected", "opponent_left"]},
             {"type": "string", "pattern": "^seat_refused: "}]})}, "Where you are in the lobby")
     defs["settled"] = msg("settled", {
         "match": {"type": "string"}, "scores": {"type": "object", "additionalProperties": _INT},
@@ -324,7 +324,19 @@ def server_schema() -> dict[str, Any]:
         "A match of your table was settled: scores, breakdown, your balance from the ledger")
     defs["welcome"] = msg("welcome", {
         "player": {"type": "string"}, "role": {"enum": ["player", "spectator", "operator"]},
-        "room": _NULLABLE_STR, "gateway": {"type": "string"}}, "The token was accepted")
+        "room": _NULLABLE_STR, "gateway": {"type": "string"},
+        "name": {**_NULLABLE_STR, "description": "the token's display name (1-24 characters), null without one"},
+        "expires_at": _INT, "renewed": {"type": "boolean"}},
+        "The token was accepted (renewed: a renewal Auth on an open socket); the socket closes 4401 at expires_at "
+        "(the token's exp, seconds since the epoch) unless renewed before")
+    # the display name is new (issue 25), the token's lifetime too (issue 23): a gateway before them
+    # sends no "name", "expires_at", "renewed"
+    defs["welcome"]["required"] = [k for k in defs["welcome"]["required"] if k not in ("name", "expires_at", "renewed")]
+    # display names (issue 25): the gateway adds them to the messages that name a table's players
+    names = {"type": "object", "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 24},
+             "description": "player id -> display name, for the players that have one (gateway/names.py)"}
+    for k in ("update", "lobby", "settled"):
+        defs[k]["properties"]["names"] = names
     kinds = ["update", "rejected", "lobby", "settled", "welcome"]
     return _standard({"$schema": DRAFT, "$id": "server.json", "title": "A server → client WebSocket message",
                       "oneOf": [{"$ref": f"#/$defs/{k}"} for k in kinds], "$defs": defs})

@@ -33,7 +33,9 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from engine.store import keys
-from gateway import channels, outbox, protocol
+from gateway import channels, names, outbox, protocol
+from gateway.guard import Guard
+from gateway.limits import Limits
 from gateway.lobby import Lobby, Place, notes_key, now_ms
 from gateway.metrics import GatewayMetrics
 from gateway.rooms import RoomBook
@@ -55,7 +57,7 @@ GAP_WAIT_S = 2.0  # how long an update ahead of a missing one waits before a res
 
 
 def session_key(player: str) -> str:
-    return f"sk:gw:session:{player}"
+    return f"sk:gw:session:{{{player}}}"  # the player's tag: read with sk:out:{<player>}
 
 
 def _s(v: Any) -> str:
@@ -72,6 +74,7 @@ class Hub:
     lobby: Lobby
     gateway_id: str
     metrics: GatewayMetrics
+    limits: Limits = field(default_factory=Limits)  # sizes and rates per client (gateway/limits.py)
     connections: set[Connection] = field(default_factory=set)
     stopping: bool = False
     fanout: Fanout = field(init=False)  # the one reader of every socket's streams (gateway/fanout.py)
@@ -124,6 +127,7 @@ class Connection:
         self._announced: str | None = None  # the match this socket last told the client it is seated in
         self.subscription = Subscription(hub.fanout, hub.redis, self.deliver, lambda: self.closed, identity.player)
         self.resync = Resync(self, GAP_WAIT_S)
+        self.guard = Guard(self, hub.limits)  # token lifetime and rates (the edge, gateway/guard.py)
 
     @property
     def is_player(self) -> bool:
@@ -140,6 +144,7 @@ class Connection:
     async def send(self, message: dict[str, Any]) -> None:
         if self.closed:
             return
+        message = await self._named(message)
         async with self._send_lock:
             try:
                 await self.ws.send_text(json.dumps(message, separators=(",", ":"), ensure_ascii=False))
@@ -147,6 +152,26 @@ class Connection:
                 self.closed = True
                 return
         self.hub.metrics.message_out(message.get("kind", ""), message.get("code"))
+
+    async def _named(self, message: dict[str, Any]) -> dict[str, Any]:
+        """``message`` with ``names`` ({player: display name}, gateway/names.py) when it names the
+        players of a table: the lobby's ``seated``, a ``settled``, an ``update`` with a view."""
+        kind = message.get("kind")
+        players: list[str] = []
+        if kind == "update" and isinstance(message.get("view"), dict):
+            players = [s["player"] for s in message["view"].get("seats") or [] if s]
+        elif kind == "settled":
+            players = list(message.get("scores") or {})
+        elif kind == "lobby" and message.get("state") == "seated" and message.get("table"):
+            table = await self.hub.lobby.table(str(message["table"]))
+            players = list(table.players) if table is not None else []
+        if not players:
+            return message
+        try:
+            return {**message, "names": await names.names_of(self.hub.lobby.redis, players)}
+        except Exception as exc:  # names are a nicety: never hold a message back for them
+            log.warning("could not read display names: %s", exc)
+            return message
 
     async def reject(self, command_id: str | None, code: str, reason: str, view: dict | None = None) -> None:
         """Send a ``rejected``; one the client gave no usable id for gets a fresh one, as every
@@ -170,8 +195,11 @@ class Connection:
         hub.connections.add(self)
         hub.metrics.connections.labels(self.identity.role).inc()
         try:
-            await self.send(protocol.welcome(self.player, self.identity.role, self.identity.room, hub.gateway_id))
+            await self.send(protocol.welcome(self.player, self.identity.role, self.identity.room, hub.gateway_id,
+                                             self.identity.expires_at, self.identity.name))
+            self.guard.start()  # 4401 at the token's exp, unless renewed (gateway/guard.py)
             if self.is_player:
+                await names.remember(hub.lobby.redis, self.player, self.identity.name)
                 pipe = r.pipeline(transaction=False)  # the entry, and its notice (gateway/fanout.py)
                 pipe.xadd(session_key(self.player), {"conn": self.id, "gw": hub.gateway_id}, maxlen=10,
                           approximate=True)
@@ -191,6 +219,7 @@ class Connection:
             await self._receive_loop()
         finally:
             self.closed = True
+            self.guard.stop()
             self.subscription.stop()
             self.resync.cancel()
             hub.connections.discard(self)
@@ -232,12 +261,15 @@ class Connection:
             except (RuntimeError, OSError, KeyError):
                 return
             try:
-                msg = protocol.parse_client_message(raw, self.player)
+                msg = protocol.parse_client_message(raw, self.player, self.hub.limits.max_message_bytes)
             except protocol.ClientError as exc:
                 self.hub.metrics.message_in("other")
-                await self.reject(exc.command_id, exc.code, exc.reason)
+                if await self.guard.admit("other", exc.command_id):
+                    await self.reject(exc.command_id, exc.code, exc.reason)
                 continue
             self.hub.metrics.message_in(msg.type)
+            if not await self.guard.admit(msg.type, msg.command_id):
+                continue
             try:
                 await self._handle(msg)
             except protocol.ClientError as exc:
@@ -246,7 +278,7 @@ class Connection:
     async def _handle(self, msg: Any) -> None:
         t = msg.type
         if t == "Auth":
-            raise protocol.ClientError(protocol.NOT_ALLOWED, "this socket is already authenticated", msg.command_id)
+            return await self.guard.renew(msg)  # a fresh token for the same player (docs/PROTOCOL.md §8)
         if t == "Watch":
             return await self._watch(msg)
         if t == "Sync" and not self.is_player and self.watching is not None:
@@ -289,7 +321,7 @@ class Connection:
         except Exception as exc:  # e.g. bad card notation the engine's model refuses
             raise protocol.ClientError(protocol.BAD_COMMAND, str(exc)[:300], msg.command_id)
         self.track(engine_id, t)
-        await self.hub.redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
+        await self.hub.redis.xadd(channels.stream_for(command), channels.entry(command))
 
     def track(self, engine_id: str, ctype: str) -> None:
         """A command sent to the engine: its answer's round trip is measured (``answered``)."""
@@ -307,6 +339,8 @@ class Connection:
 
     async def _join(self, msg: Any) -> None:
         room = msg.room
+        if (problem := keys.player_id_problem(self.player)) is not None:  # a hash tag (issue 24 §2)
+            raise protocol.ClientError(protocol.NOT_ALLOWED, problem, msg.command_id)
         cfg = self.hub.rooms.get(room)
         if cfg is None:
             raise protocol.ClientError(protocol.UNKNOWN_ROOM, f"no room {room!r} (rooms: "
@@ -419,6 +453,7 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] |
             data = None
         if not isinstance(data, dict) or data.get("type") != "Auth" or not isinstance(data.get("token"), str):
             hub.metrics.auth_failures.labels("missing").inc()
+            hub.metrics.refused("before_auth")  # one message before the Auth, and it must be the Auth
             await ws.close(code=CLOSE_UNAUTHORIZED, reason="no token: the first message must be "
                                                            '{"type": "Auth", "token": ...}')
             return None

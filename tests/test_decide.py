@@ -238,7 +238,11 @@ def test_ready_timeout_removes_unready_players() -> None:  # R-13.2
     assert isinstance(m.no(ReadyTimeout, version=m.state.version - 1), StaleCommand)
     events = m.do(ReadyTimeout, version=m.state.version)
     assert [(e.type, e.player, e.reason) for e in events] == [("PlayerRemoved", "b", "not_ready")]
-    assert m.state.deadline() is None  # the one seated player is ready
+    # the one seated player is ready but alone: the clock runs on for an opponent (issue 23 item 8)
+    assert m.state.deadline().kind == "ready"
+    events = m.do(ReadyTimeout, version=m.state.version)
+    assert [(e.type, e.player, e.reason) for e in events] == [("PlayerRemoved", "a", "no_opponent")]
+    assert m.state.deadline() is None  # nobody seated: it waits for the lobby's Sit
     assert isinstance(m.no(ReadyTimeout, version=m.state.version), StaleCommand)
 
 

@@ -272,7 +272,9 @@ def test_malformed_messages_are_dead_lettered_and_the_loop_goes_on(rig):
     assert "must be a map" in reasons[2]
     assert "not JSON" in reasons[3]
     assert "too large" in reasons[4]
-    assert dead[4].get("truncated") == b"1" and len(dead[4]["c"]) == MAX_COMMAND_BYTES
+    # over 64 KB: a record of its size and its first 1 KB, never the entry whole (issue 23 item 7)
+    assert dead[4].get("truncated") == b"1" and len(dead[4]["c"]) == 1024
+    assert int(dead[4]["c_bytes"]) == MAX_COMMAND_BYTES + 10 and int(dead[4]["entry_bytes"]) == MAX_COMMAND_BYTES + 11
     assert dead[0]["c"] == b"\xc1 not msgpack" and dead[0]["dead_code"] == b"bad_command"
     # senders that can be identified hear why, as a rejection
     [fly] = client.updates("alice")
@@ -381,9 +383,11 @@ def test_client_helpers_build_valid_commands(fake_redis):
              client.cancel_trustee("m", "a"), client.disconnect("m", "a"), client.reconnect("m", "a"),
              client.escape("m", "a")]
     assert len({s.command_id for s in sends}) == len(sends)
-    # each command goes to its channel: CreateMatch, Sit and Deal to sk:ops, the rest to sk:inbox
-    assert [e[0].decode() for e in fake_redis.xrange(keys.OPS)] == [s.stream_id for s in sends[:2] + sends[4:5]]
-    assert fake_redis.xlen(keys.INBOX) == len(sends) - 3
+    # each command goes to its channel's stream of the match's bucket: CreateMatch, Sit and Deal
+    # to sk:{b<N>}:ops, the rest to sk:{b<N>}:inbox (issue 24 §2)
+    b = keys.bucket_of("m")
+    assert [e[0].decode() for e in fake_redis.xrange(keys.ops_key(b))] == [s.stream_id for s in sends[:2] + sends[4:5]]
+    assert fake_redis.xlen(keys.inbox_key(b)) == len(sends) - 3
     with pytest.raises(Exception):
         client.play("m", "a")  # neither text nor cards
 

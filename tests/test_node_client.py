@@ -37,7 +37,7 @@ def test_the_node_bot_plays_a_whole_match_against_the_gateway_bots(redis_server,
     stack = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path,
                         {"nodebots": {"trustee_delay_seconds": 0.0}})
     try:
-        gw = stack.start_gateway("nodebots", "--bots")
+        gw = stack.start_gateway("nodebots", "--bots", "--bot-think", "0.2")  # bots think a human time by default
         record = tmp_path / "received.jsonl"
         out = subprocess.run([node, str(BOT), "--url", gw.url, "--token", stack.token("node-alice"),
                               "--room", "nodebots", "--record", str(record), "--timeout", "300"],

@@ -420,7 +420,11 @@ def test_ready_timer_removes_unready_player(timers, clock):
     evs = m.new_events(lambda: timers.advance(0.1))
     assert [(type(e).__name__, e.player, e.reason) for e in evs] == [("PlayerRemoved", "b", "not_ready")]
     st = m.state()
-    assert st.players() == ["a"] and st.deadline() is None or st.deadline().kind == "ready"
+    assert st.players() == ["a"] and st.deadline().kind == "ready"  # a waits for an opponent, not for ever
+    assert m.new_events(lambda: timers.advance(29.9)) == []
+    evs = m.new_events(lambda: timers.advance(0.1))
+    assert [(type(e).__name__, e.player, e.reason) for e in evs] == [("PlayerRemoved", "a", "no_opponent")]
+    assert m.state().deadline() is None
 
 
 def test_ready_in_time_is_not_removed(timers):

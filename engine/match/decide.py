@@ -610,11 +610,18 @@ def _ready_timeout(b: _Builder, c: ReadyTimeout) -> None:
     _check_version(s, c.version, "ready timeout")
     if s.phase != "seating":
         raise StaleCommand(f"no ready clock runs (phase {s.phase})")
-    unready = [x.player for x in s.seats if x is not None and not x.ready]
-    if not unready:
+    seated = [x for x in s.seats if x is not None]
+    unready = [x.player for x in seated if not x.ready]
+    if unready:
+        for p in unready:
+            b.emit(PlayerRemoved, player=p, reason="not_ready")
+        return
+    if not seated or len(seated) == len(s.seats):
         raise StaleCommand("every seated player is ready")
-    for p in unready:
-        b.emit(PlayerRemoved, player=p, reason="not_ready")
+    # ready, but no opponent sat down in time (a Sit lost or late): the seat is freed, the
+    # match never waits without a deadline (issue 23 item 8)
+    for x in seated:
+        b.emit(PlayerRemoved, player=x.player, reason="no_opponent")
 
 
 def _request_trustee(b: _Builder, c: RequestTrustee) -> None:

@@ -8,8 +8,10 @@ After every event apply stamps the envelope (``version`` = the event's seq)
 and recomputes the match's deadline from the event's timestamp and the room
 config:
 
-* seating, some seated player not ready: ``ready`` at ts + ``ready_seconds``
-  (R-13.2); the clock restarts whenever a player sits down;
+* seating, someone seated and the match not ready to deal (a seated player not
+  ready, or a seat still empty): ``ready`` at ts + ``ready_seconds`` (R-13.2); the
+  clock restarts whenever a player sits down or is removed.  A seating match with nobody seated
+  has no deadline: it waits for the lobby's Sit (the one external event it waits on);
 * playing: ``turn`` at (the moment the player got the turn) + ``turn_seconds``
   (R-13.1), or ``trustee`` at ts + ``trustee_delay_seconds`` when the player on
   turn is in trusteeship (any reason, an escape under the trustee policy
@@ -95,11 +97,11 @@ def _deadline(old: MatchState, new: MatchState, ts: int) -> dict[str, object]:
     if cfg is None:
         return _NO_DEADLINE
     if new.phase == "seating":
-        unready = any(s is not None and not s.ready for s in new.seats)
-        if not unready:
-            return _NO_DEADLINE
+        seated = [s for s in new.seats if s is not None]
+        if not seated or (len(seated) == len(new.seats) and all(s.ready for s in seated)):
+            return _NO_DEADLINE  # nobody to wait for (the lobby's Sit is awaited), or the deal follows
         restarted = (old.deadline_kind != "ready" or old.deadline_at is None
-                     or any(o is None and n is not None for o, n in zip(old.seats, new.seats)))
+                     or any((o is None) != (n is None) for o, n in zip(old.seats, new.seats)))
         at = ts + _ms(cfg.ready_seconds) if restarted else old.deadline_at
         return {"deadline_at": at, "deadline_kind": "ready", "turn_started_at": None}
     if new.phase == "playing" and new.turn is not None:

@@ -25,7 +25,9 @@ from engine.match.errors import BadCommand, NotAllowed, Rejected
 from engine.match.state import MatchState
 from engine.service.service import Carry, Outcome
 from engine.match.protocols import ServiceLike
-from engine.service.publish import INTERNAL_ERROR, GatewayStats, Publisher, Write, text
+from engine.service.publish import (
+    INTERNAL_ERROR, MAX_ENTRY_BYTES, GatewayStats, Publisher, Write, entry_bytes, text,
+)
 from engine.store import keys
 from engine.store.base import WrongVersion
 from engine.store.redis_errors import is_transient
@@ -141,7 +143,7 @@ def decode(raw: Any, is_json: bool) -> CommandBase:
     if isinstance(raw, str):
         raw = raw.encode("utf-8")
     if not is_json:
-        return decode_command(raw)
+        return _player_checked(decode_command(raw))
     if len(raw) > MAX_COMMAND_BYTES:
         raise BadCommand(f"command too large: {len(raw)} bytes (limit {MAX_COMMAND_BYTES})")
     try:
@@ -152,7 +154,15 @@ def decode(raw: Any, is_json: bool) -> CommandBase:
         raise BadCommand("command is not JSON a command may be: nested too deeply") from None
     if not isinstance(data, dict):
         raise BadCommand("a command must be a map")
-    return parse_command(data)
+    return _player_checked(parse_command(data))
+
+
+def _player_checked(command: CommandBase) -> CommandBase:
+    """``command``, unless its player id cannot be one (a hash tag: ``{`` or ``}``, issue 24 §2)."""
+    player = getattr(command, "player", None)
+    if isinstance(player, str) and (problem := keys.player_id_problem(player)) is not None:
+        raise BadCommand(problem)
+    return command
 
 
 def reply_stream(value: Any) -> str | None:
@@ -202,6 +212,8 @@ class MessageHandler:
             return Handled(pub.dead_writes(msg_id, {}, "the message has no fields (deleted or trimmed "
                                            "from the inbox before it was handled)", None))
         fields = {text(k): v for k, v in fields.items()}
+        if entry_bytes(fields) > MAX_ENTRY_BYTES:
+            pub.stats.oversized += 1  # refused below (check_entry); the inbox is trimmed soon after
         reply_to = reply_stream(fields.get("reply_to"))
         raw, is_json = (fields.get("c"), False) if "c" in fields else (fields.get("j"), True)
         try:
