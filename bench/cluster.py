@@ -213,8 +213,9 @@ def run_once(args: argparse.Namespace, k: int, tmp: Path) -> dict[str, Any]:
         try:
             r = redis.Redis.from_url(single_url)
             (tmp / f"s{k}").mkdir()
-            single = one(single_url, [single_proc.pid], [r], broker_url.rsplit("/", 1)[0] + "/1", args,
-                         tmp / f"s{k}", f"bs{k}")
+            # one node has no replica to wait for: the baseline runs with --replica-acks 0
+            single = one(single_url, [single_proc.pid], [r], broker_url.rsplit("/", 1)[0] + "/1",
+                         argparse.Namespace(**{**vars(args), "replica_acks": 0}), tmp / f"s{k}", f"bs{k}")
         finally:
             stop_redis_server(single_proc, single_dir)
     finally:
