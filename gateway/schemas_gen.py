@@ -23,6 +23,18 @@ from typing import Any
 from pydantic import TypeAdapter
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
+
+
+def _phases() -> tuple[str, ...]:
+    from typing import get_args
+
+    from engine.match.state import Phase
+
+    return tuple(get_args(Phase))
+
+
+#: a match's phases (engine.match.state.Phase): new, seating, playing, finished, abandoned
+PHASES = _phases()
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
 _NULLABLE_STR = {"type": ["string", "null"]}
@@ -95,7 +107,7 @@ def view_schema() -> dict[str, Any]:
                            "bombs": {"type": "array", "items": {"type": "string"}}}}
     props: dict[str, Any] = {
         "match_id": {"type": "string"}, "version": _INT,
-        "phase": {"enum": ["new", "seating", "playing", "finished"]},
+        "phase": {"enum": list(PHASES)},
         "mode": {"enum": ["points", "wealth", None]},
         "you": _NULLABLE_STR,
         "seats": {"type": "array", "maxItems": 2, "items": {"anyOf": [seat, {"type": "null"}]}},
@@ -147,7 +159,7 @@ def brief_schema() -> dict[str, Any]:
     """The ``brief`` of every update (projections.views.brief, docs/PROTOCOL.md §8)."""
     props = {
         "version": {**_INT, "description": "the match version this brief is of (the update's version)"},
-        "phase": {"enum": ["new", "seating", "playing", "finished"], "description": "the match's phase"},
+        "phase": {"enum": list(PHASES), "description": "the match's phase (abandoned: ended before the deal)"},
         "turn": {**_NULLABLE_STR, "description": "the player on turn; null outside the playing phase"},
         "trick": {**_INT, "description": "tricks ended so far (a pass ends one, R-6.2)"},
         "last_play": {"anyOf": [{"type": "null"}, {

@@ -8,8 +8,10 @@ After every event apply stamps the envelope (``version`` = the event's seq)
 and recomputes the match's deadline from the event's timestamp and the room
 config:
 
-* seating, some seated player not ready: ``ready`` at ts + ``ready_seconds``
-  (R-13.2); the clock restarts whenever a player sits down;
+* seating, a seat empty or some seated player not ready: ``ready`` at ts +
+  ``ready_seconds`` (R-13.2), from the match's creation; the clock restarts whenever a
+  player sits down (a leave does not restart it), so a match nobody completes is
+  abandoned by its ReadyTimeout (MatchAbandoned);
 * playing: ``turn`` at (the moment the player got the turn) + ``turn_seconds``
   (R-13.1), or ``trustee`` at ts + ``trustee_delay_seconds`` when the player on
   turn is in trusteeship (any reason, an escape under the trustee policy
@@ -17,7 +19,7 @@ config:
   otherwise keeps running: an opponent's disconnect does not give the player
   on turn more time, and neither does asking for trusteeship and cancelling it
   (R-13.5) — the turn deadline comes back where it was;
-* new / finished: no deadline.
+* new / finished / abandoned: no deadline.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from engine.match.events import (
     CardsPlayed,
     EventBase,
     HandDealt,
+    MatchAbandoned,
     MatchCreated,
     MatchFinished,
     Passed,
@@ -84,9 +87,9 @@ def _deadline(old: MatchState, new: MatchState, ts: int) -> dict[str, object]:
     if cfg is None:
         return _NO_DEADLINE
     if new.phase == "seating":
-        unready = any(s is not None and not s.ready for s in new.seats)
-        if not unready:
-            return _NO_DEADLINE
+        waiting = any(s is None or not s.ready for s in new.seats)  # a seat to fill, a Ready to come
+        if not waiting:
+            return _NO_DEADLINE  # both ready and not dealt: an operator's Deal comes (fixed deals)
         restarted = (old.deadline_kind != "ready" or old.deadline_at is None
                      or any(o is None and n is not None for o, n in zip(old.seats, new.seats)))
         at = ts + _ms(cfg.ready_seconds) if restarted else old.deadline_at
@@ -213,3 +216,8 @@ def _finished(e: MatchFinished, s: MatchState) -> Changes:
     fin = Finish(winner=e.winner, loser=e.loser, kou=e.kou, reason=e.reason,
                  cards_left=tuple(sorted(e.cards_left.items())))
     return {"phase": "finished", "finished": fin, "turn": None}
+
+
+@_handles(MatchAbandoned)
+def _abandoned(e: MatchAbandoned, s: MatchState) -> Changes:
+    return {"phase": "abandoned", "abandoned": e.reason, "turn": None}
