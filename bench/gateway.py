@@ -14,8 +14,9 @@ Starts a throw-away redis-server, ``shuangkou serve`` (with a dramatiq worker) a
 Then ``--connected`` idle sockets (2,000 by default) are held at once and the gateway's
 Redis connections counted (CLIENT LIST, by the name ``sk-gateway:<id>``).
 
-Commands/s count the play, from a run's first command sent to its last answer (the lobby's
-pairing before it is not the commands' throughput).  Prints commands/s, p50 and p99 per run and the medians over the runs, with the ratios
+Both start the play together: every player waits until all are seated (through the lobby,
+or on the operator channel) before its Ready.  Commands/s count the play, from a run's first
+command sent to its last answer (how fast the lobby pairs is not the commands' throughput).  Prints commands/s, p50 and p99 per run and the medians over the runs, with the ratios
 gateway / inbox; ``--json`` prints the medians as one object (``gateway_cps``, ``inbox_cps``,
 ``gateway_p50_ms``, ``inbox_p50_ms``, ``gateway_p99_ms``, ``inbox_p99_ms``, the ratios and
 the connection counts)::
@@ -101,7 +102,8 @@ class Tracker:
         return {"type": "Pass", "expected_version": self.version}
 
 
-async def ws_player(url: str, token: str, room: str, rtts: list[tuple[float, float]], done: asyncio.Event) -> None:
+async def ws_player(url: str, token: str, room: str, rtts: list[tuple[float, float]],
+                    seated: asyncio.Barrier) -> None:
     import websockets
 
     async with websockets.connect(f"{url}?token={token}", max_queue=None, open_timeout=60) as ws:
@@ -117,6 +119,7 @@ async def ws_player(url: str, token: str, room: str, rtts: list[tuple[float, flo
             k = msg["kind"]
             if k == "lobby" and msg["state"] == "seated" and match is None:
                 match = msg["match"]
+                await seated.wait()  # every table seated: the play starts together
                 await ws.send(json.dumps({"type": "Ready"}))
                 continue
             if k in ("update", "rejected"):
@@ -147,13 +150,14 @@ def tokens_sub(token: str) -> str:
 
 async def run_gateway(url: str, stack: Any, players: int, room: str, tag: str) -> list[tuple[float, float]]:
     rtts: list[tuple[float, float]] = []
-    done = asyncio.Event()
-    tasks = [ws_player(url, stack.token(f"{tag}-p{i}"), room, rtts, done) for i in range(players)]
+    seated = asyncio.Barrier(players)
+    tasks = [ws_player(url, stack.token(f"{tag}-p{i}"), room, rtts, seated) for i in range(players)]
     await asyncio.gather(*tasks)
     return rtts
 
 
-async def inbox_player(r: Any, player: str, match: str, rtts: list[tuple[float, float]], start_id: str) -> None:
+async def inbox_player(r: Any, player: str, match: str, rtts: list[tuple[float, float]], start_id: str,
+                       seated: asyncio.Barrier) -> None:
     from engine.store import keys
     from gateway import channels, outbox
 
@@ -178,8 +182,9 @@ async def inbox_player(r: Any, player: str, match: str, rtts: list[tuple[float, 
                 if not ready and view and view["phase"] == "seating" and any(
                         x and x["player"] == player for x in view["seats"]):
                     ready = True
-                    await r.xadd(channels.PLAYER_STREAM, channels.entry(channels.player_command(
-                        "Ready", match, player, f"{player}-ready")))
+                    await seated.wait()  # every match seated: the play starts together
+                    ready_cmd = channels.player_command("Ready", match, player, f"{player}-ready")
+                    await r.xadd(channels.stream_for(ready_cmd), channels.entry(ready_cmd))
                 if e.version is None:
                     continue
                 tracker.apply(e.version, e.events, view)
@@ -197,7 +202,7 @@ async def inbox_player(r: Any, player: str, match: str, rtts: list[tuple[float, 
                 fields_["expected_version"] = cmd["expected_version"]
                 command = channels.player_command(cmd["type"], match, player, cid, **fields_)
                 sent[cid] = time.perf_counter()
-                await r.xadd(channels.PLAYER_STREAM, channels.entry(command))
+                await r.xadd(channels.stream_for(command), channels.entry(command))
 
 
 async def run_inbox(redis_url: str, players: int, cfg: Any, tag: str) -> list[tuple[float, float]]:
@@ -208,6 +213,7 @@ async def run_inbox(redis_url: str, players: int, cfg: Any, tag: str) -> list[tu
 
     r = aioredis.Redis.from_url(redis_url, max_connections=players + 20, socket_timeout=30)
     rtts: list[tuple[float, float]] = []
+    seated = asyncio.Barrier(2 * (players // 2))
     try:
         tasks = []
         for t in range(players // 2):
@@ -217,10 +223,13 @@ async def run_inbox(redis_url: str, players: int, cfg: Any, tag: str) -> list[tu
             for p in (a, b):
                 last = await r.xrevrange(keys.outbox_key(p), count=1)
                 starts[p] = last[0][0] if last else "0-0"
-            await r.xadd(channels.OPS_STREAM, channels.entry(channels.create_match(match, cfg.name, cfg.to_record())))
+            create = channels.create_match(match, cfg.name, cfg.to_record())
+            await r.xadd(channels.stream_for(create), channels.entry(create))
             for p in (a, b):
-                await r.xadd(channels.OPS_STREAM, channels.entry(channels.sit(match, p, 0)))
-            tasks += [inbox_player(r, a, match, rtts, starts[a]), inbox_player(r, b, match, rtts, starts[b])]
+                sit = channels.sit(match, p, 0)
+                await r.xadd(channels.stream_for(sit), channels.entry(sit))
+            tasks += [inbox_player(r, a, match, rtts, starts[a], seated),
+                      inbox_player(r, b, match, rtts, starts[b], seated)]
         await asyncio.gather(*tasks)
     finally:
         await r.aclose()

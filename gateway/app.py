@@ -43,6 +43,7 @@ class GatewaySettings:
     gateway_id: str
     dev: bool = False
     bots: bool = False
+    bot_think_s: float = 2.5  # the longest a --bots bot thinks over a move (gateway/bots.py)
     lobby_redis_url: str | None = None  # the lobby's Redis user (default: redis_url)
 
 
@@ -84,7 +85,7 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
     if settings.bots:
         from gateway.bots import BotDriver
 
-        bots = BotDriver(lobby, client, lobby_client, hub.fanout)
+        bots = BotDriver(lobby, client, lobby_client, hub.fanout, think_s=settings.bot_think_s)
 
         async def fill() -> None:
             # every room served, those registered later with `shuangkou room add` included (read

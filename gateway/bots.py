@@ -1,11 +1,15 @@
-"""``shuangkou gateway --bots``: an empty seat is filled with the trustee bot after a few seconds.
+"""``shuangkou gateway --bots``: an empty seat is filled with a bot after a few seconds.
 
 A player who has waited :data:`BOT_AFTER_S` alone in a room's queue is seated at a table
 with a bot (``bot-<n>``; lobby.lua ``bot``).  The bot is a player without a socket,
-driven by the gateway that seated it: it gets ready for every match of its table and hands
-its seat to the engine's trustee (R-13.3, R-13.5) once the cards are dealt; it never waits in
-a queue (when its opponent leaves, it leaves too).  If that gateway stops, the bot stops
-acting: the ready timer (R-13.2) or the turn timer then take over, as for any absent player.
+driven by the gateway that seated it: it gets ready for every match of its table and plays
+what the trustee would (R-13.3) from what a player sees (its own update stream: its hand,
+the play in front, whose turn it is), after thinking a human time (``--bot-think SECONDS``:
+each move waits a random 40–100 % of it; the default 2.5 s gives 1–2.5 s; 0 plays at once).
+When its picture of the match fails (a refused move), it hands the seat to the engine's
+trustee (R-13.5) for the rest of the match.  It never waits in a queue (when its opponent
+leaves, it leaves too).  If that gateway stops, the bot stops acting: the ready timer
+(R-13.2) or the turn timer then take over, as for any absent player.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.store import keys
@@ -24,14 +30,107 @@ from gateway.reader import Subscription
 log = logging.getLogger("shuangkou.gateway.bots")
 
 BOT_AFTER_S = 3.0
+BOT_THINK_S = 2.5  # the longest a bot thinks over a move (``--bot-think``)
+MAX_REFUSED = 2  # refused moves in a match before the bot hands its seat to the trustee
+
+
+@dataclass
+class BotTable:
+    """What the bot knows of its current match, from its own update stream (a player's view)."""
+
+    match: str
+    seat: int | None = None
+    hand: list[int] = field(default_factory=list)
+    turn: str | None = None
+    last: Any = None  # the CardsPlayed event to beat (None: the bot leads)
+    version: int = 0
+    playing: bool = False
+    refused: int = 0
+    trustee: bool = False
+
+    def fold(self, bot: str, version: int | None, events: list[dict[str, Any]], view: dict[str, Any] | None) -> None:
+        """Take an update: its view when it has one, else its events (as a player folds them)."""
+        if version is not None:
+            self.version = max(self.version, version)
+        if view is not None:
+            self.playing = view.get("phase") == "playing"
+            self.turn = view.get("turn")
+            self.hand = list((view.get("hand") or {}).get("ids") or [])
+            lp = view.get("last_play")
+            self.last = None if lp is None else {"player": lp["player"], "cards": lp["cards"],
+                                                 "kind": lp["reading"]["kind"], "rank": lp["reading"]["rank"]}
+            for i, st in enumerate(view.get("seats") or []):
+                if st and st.get("player") == bot:
+                    self.seat = i
+            if any(st and st.get("player") == bot and st.get("trustee") for st in view.get("seats") or []):
+                self.trustee = True
+            return
+        players: dict[int, str] = {}
+        for e in events:
+            t = e.get("type")
+            if t == "PlayerSeated":
+                players[int(e["seat"])] = e["player"]
+                if e["player"] == bot:
+                    self.seat = int(e["seat"])
+            elif t == "HandDealt" and self.seat is not None:
+                self.hand = list((e.get("hands") or [None, None])[self.seat] or [])
+                self.playing, self.last = True, None
+                self.turn = bot if e.get("first") == self.seat else "?"
+            elif t == "CardsPlayed":
+                if e["player"] == bot:
+                    self.hand = [c for c in self.hand if c not in e["cards"]]
+                reading = e.get("reading") or {}
+                self.last = {"player": e["player"], "cards": e["cards"], "kind": reading.get("kind"),
+                             "top": reading.get("top")}
+                self.turn = "?" if e["player"] == bot else bot
+            elif t == "Passed":
+                self.last = None
+                self.turn = "?" if e["player"] == bot else bot
+            elif t == "TrusteeshipStarted" and e.get("player") == bot:
+                self.trustee = True
+            elif t == "MatchFinished":
+                self.playing = False
+                self.turn = None
+
+
+def bot_move(table: BotTable, heavenly: Any = "top", chain_bomb_twos: bool = True) -> dict[str, Any] | None:
+    """The bot's move on its turn: the trustee's choice (R-13.3) for its hand and the play in
+    front -- ``{"type": "Play", "cards": [...]}`` / ``{"type": "Pass"}`` -- or None when
+    its picture has no hand.
+
+    >>> bot_move(BotTable("m", seat=0, hand=[0, 1, 4], turn="b", playing=True))
+    {'type': 'Play', 'cards': [0], 'reading_kind': 'single', 'reading_rank': '3'}
+    >>> bot_move(BotTable("m", hand=[0], last={"player": "x", "cards": [40], "kind": "single", "top": 10}))
+    {'type': 'Pass'}
+    """
+    from engine.rules.classify import interpretations
+    from engine.rules.moves import trustee_choice
+
+    if not table.hand:
+        return None
+    prev = None
+    if table.last is not None:
+        for r in interpretations(table.last["cards"], heavenly, chain_bomb_twos=chain_bomb_twos):
+            if r.kind == table.last["kind"] and (r.top == table.last.get("top") or r.rank == table.last.get("rank")):
+                prev = r
+                break
+        if prev is None:
+            return None
+    play = trustee_choice(table.hand, prev, heavenly, chain_bomb_twos=chain_bomb_twos)
+    if play is None:
+        return {"type": "Pass"}
+    return {"type": "Play", "cards": list(play.cards), "reading_kind": play.combo.kind,
+            "reading_rank": play.combo.rank}
 
 
 class BotDriver:
-    def __init__(self, lobby: Lobby, player_redis: Any, note_redis: Any, fanout: Fanout):
+    def __init__(self, lobby: Lobby, player_redis: Any, note_redis: Any, fanout: Fanout,
+                 think_s: float = BOT_THINK_S):
         self.lobby = lobby
         self.fanout = fanout
         self.player_redis = player_redis
         self.note_redis = note_redis
+        self.think_s = max(0.0, float(think_s))
         self.tasks: dict[str, asyncio.Task] = {}
 
     async def fill(self, rooms: list[str]) -> None:
@@ -48,13 +147,34 @@ class BotDriver:
             self.tasks[bot] = asyncio.get_running_loop().create_task(self._play(bot))
             self.tasks[bot].add_done_callback(lambda _t: self.tasks.pop(bot, None))
 
-    async def _send(self, ctype: str, match: str, bot: str, tag: str) -> None:
-        command = channels.player_command(ctype, match, bot, channels.lobby_command_id(match, "bot", tag))
-        await self.player_redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
+    async def _send(self, ctype: str, match: str, bot: str, tag: str, **fields: Any) -> None:
+        command = channels.player_command(ctype, match, bot, channels.lobby_command_id(match, "bot", tag), **fields)
+        await self.player_redis.xadd(channels.stream_for(command), channels.entry(command))
+
+    def _think(self) -> float:
+        return random.uniform(0.4 * self.think_s, self.think_s)
+
+    async def _move(self, bot: str, table: BotTable, room: str | None) -> None:
+        """Think, then play (or pass) -- unless the match moved on meanwhile (a newer version)."""
+        version = table.version
+        await asyncio.sleep(self._think())
+        if table.version != version or table.turn != bot or not table.playing or table.trustee:
+            return
+        cfg = self.lobby.rooms.get(room or "") if room else None
+        move = bot_move(table, cfg.heavenly_bomb if cfg else "top", cfg.chain_bomb_twos if cfg else True)
+        if move is None:
+            table.trustee = True
+            await self._send("RequestTrustee", table.match, bot, "trustee")
+            return
+        kind = move.pop("type")
+        await self._send(kind, table.match, bot, f"v{version}", expected_version=version, **move)
 
     async def _play(self, bot: str) -> None:
-        """Read the bot's notes and updates (through the gateway's fan-out) until it leaves."""
-        asked: set[str] = set()
+        """Read the bot's notes and updates (through the gateway's fan-out) until it leaves: ready
+        for each match, and on its turn a move after thinking (:meth:`_move`)."""
+        tables: dict[str, BotTable] = {}
+        room: list[str | None] = [None]
+        mover: list[asyncio.Task | None] = [None]
         done = asyncio.Event()
 
         async def deliver(stream: str, entry_id: str, fields: dict) -> None:
@@ -63,17 +183,31 @@ class BotDriver:
                 if note.get("kind") != "lobby":
                     return
                 if note["state"] == "seated":
+                    room[0] = note.get("room") or room[0]
                     await self._send("Ready", note["match"], bot, "ready")
                 elif note["state"] in ("queued", "removed"):
                     await self.lobby.dequeue(bot, "bot")
                     done.set()
                 return
             e = outbox.parse_entry(entry_id, fields)
-            if e.kind != "update" or e.match in asked:
+            table = tables.setdefault(e.match, BotTable(e.match))
+            if e.kind == "rejected":
+                if e.code == "stale":
+                    return  # the update that moved the table is on its way: the bot moves again then
+                table.refused += 1
+                if table.refused >= MAX_REFUSED and not table.trustee:
+                    table.trustee = True  # its picture is wrong: the trustee plays on
+                    await self._send("RequestTrustee", e.match, bot, "trustee")
                 return
-            if any(x.get("type") == "HandDealt" for x in e.events):
-                asked.add(e.match)
-                await self._send("RequestTrustee", e.match, bot, "trustee")
+            if e.kind != "update":
+                return
+            table.fold(bot, e.version, e.events, e.view)
+            if mover[0] is not None and not mover[0].done():
+                mover[0].cancel()
+            if table.playing and table.turn == bot and not table.trustee:
+                mover[0] = asyncio.get_running_loop().create_task(self._move(bot, table, room[0]))
+            for m in [m for m, t in tables.items() if not t.playing and m != e.match]:
+                tables.pop(m, None)  # finished matches of this table: forgotten
 
         streams = [notes_key(bot), keys.outbox_key(bot)]
         reading = Subscription(self.fanout, self.player_redis, deliver, done.is_set, bot)
@@ -83,3 +217,5 @@ class BotDriver:
             await done.wait()
         finally:
             reading.stop()
+            if mover[0] is not None:
+                mover[0].cancel()

@@ -1,8 +1,9 @@
 """The gateway's one link to the engine's command channels (docs/PROTOCOL.md §1, docs/SECURITY.md).
 
 * player commands (Ready, Play, Pass, …, for the token's subject) go to the
-  player channel ``sk:inbox``;
-* the lobby's commands (CreateMatch, Sit) go to the operator channel ``sk:ops``.
+  player channel, the match's ``sk:{b<N>}:inbox``;
+* the lobby's commands (CreateMatch, Sit) go to the operator channel, the match's
+  ``sk:{b<N>}:ops`` (AddRoom to ``sk:ops``): :func:`stream_for`.
 
 Both use the engine's reply format; the lobby waits for its replies on
 ``sk:reply:<gateway id>``.  Everything that depends on which engine build runs
@@ -10,8 +11,8 @@ Both use the engine's reply format; the lobby waits for its replies on
 ``expected_version``) is read from the engine itself here, so nothing else in
 ``gateway/`` needs to know.
 
->>> PLAYER_STREAM
-'sk:inbox'
+>>> stream_for(player_command("Ready", "t1-1", "alice", "c1"))
+'sk:{b5}:inbox'
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from typing import Any
 
 from engine.match import commands as engine_commands
 from engine.match.commands import CommandBase, encode_command
-from engine.store import keys
+from engine.service import channels as engine_channels
 
-PLAYER_STREAM: str = keys.INBOX
-#: the operator channel; an engine without the channel split reads lobby commands from the inbox
-OPS_STREAM: str = getattr(keys, "OPS", keys.INBOX)
+def stream_for(command: CommandBase) -> str:
+    """The engine stream that carries ``command``: its match's ``sk:{b<N>}:inbox`` (player
+    commands) or ``sk:{b<N>}:ops`` (CreateMatch, Sit), ``sk:ops`` for AddRoom (issue 24 §2)."""
+    return engine_channels.stream_for(command)
 
 #: the engine reads Sit balances from its own ledger (a ``balance`` field would be refused)
 SIT_TAKES_BALANCE: bool = "balance" in engine_commands.Sit.model_fields

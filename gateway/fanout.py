@@ -36,6 +36,9 @@ COUNT = 100  # entries read per stream and round
 BATCH = 500  # streams read in one pipeline
 READERS = 2  # pipelines in flight at once
 LISTEN_S = 0.1  # the notice loop's poll (subscriptions asked for meanwhile go out after it)
+#: on a Cluster redis-py polls the nodes' notice connections in turn, each for this long: a
+#: notice waits at most (nodes - 1) times it
+CLUSTER_POLL_S = 0.01
 
 
 def _s(v: Any) -> str:
@@ -192,7 +195,7 @@ class Fanout:
                     await asyncio.sleep(LISTEN_S)
                     continue
                 get = pubsub.get_sharded_message if self.cluster else pubsub.get_message
-                msg = await get(timeout=LISTEN_S)
+                msg = await get(timeout=CLUSTER_POLL_S if self.cluster else LISTEN_S)
                 while msg is not None:
                     kind = _s(msg.get("type"))
                     if kind in ("smessage", "message", "ssubscribe"):

@@ -172,7 +172,9 @@ class Lobby:
         self.on_sweep: Callable[[], Awaitable[None]] | None = None
 
     async def _call(self, op: str, *args: Any) -> Any:
-        return await self._script(keys=[], args=[op, now_ms(), *args])
+        # one {lobby} key declared (the script does not read KEYS): on a Redis Cluster it routes
+        # the call to the node of the lobby's slot, where every key the script touches lives
+        return await self._script(keys=[f"{P}seq"], args=[op, now_ms(), *args])
 
     # -- reading --------------------------------------------------------------------------
     async def table(self, table_id: str) -> Table | None:
@@ -309,12 +311,12 @@ class Lobby:
 
     async def _send_ops(self, command: Any) -> dict[str, str]:
         fut = self.replies.expect(command.command_id)
-        await self.redis.xadd(channels.OPS_STREAM, channels.entry(command, self.replies.stream))
+        await self.redis.xadd(channels.stream_for(command), channels.entry(command, self.replies.stream))
         return await asyncio.wait_for(fut, self.send_timeout_s)
 
     async def _send_player(self, ctype: str, match: str, player: str, command_id: str) -> None:
         command = channels.player_command(ctype, match, player, command_id)
-        await self.player_redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
+        await self.player_redis.xadd(channels.stream_for(command), channels.entry(command))
 
     async def register_rooms(self) -> list[str]:
         """Register the ``--room FILE`` rooms the registry does not hold with the same config

@@ -25,7 +25,11 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from engine.match.commands import readable_validation_error
+from engine.rules.combo import Kind
 from projections.views import brief_of_view
+
+#: a rank label in a command (engine.rules.cards.RANK_LABELS, and T for 10)
+RankLabel = Literal["3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K", "A", "2", "SJ", "BJ", "T"]
 
 MAX_MESSAGE_BYTES = 16 * 1024
 CLIENT_ID_MAX = 100
@@ -44,6 +48,9 @@ UNKNOWN_MATCH = "unknown_match"
 STALE = "stale"
 UNKNOWN_ROOM = "unknown_room"
 SEAT_REFUSED = "seat_refused"
+#: the codes the gateway itself refuses with (the engine's are engine.match.errors' ``code``s);
+#: the schemas' ``rejected.code`` enum is both (gateway/schemas_gen.py)
+GATEWAY_CODES = (BAD_COMMAND, NOT_ALLOWED, NOT_SEATED, UNKNOWN_MATCH, STALE, UNKNOWN_ROOM, SEAT_REFUSED)
 
 
 class ClientError(ValueError):
@@ -90,8 +97,10 @@ class Play(_Msg):
     type: Literal["Play"]
     cards: tuple[Annotated[int, Field(ge=0, le=107)], ...] | None = Field(None, min_length=1, max_length=27)
     text: str | None = Field(None, min_length=1, max_length=400)
-    reading_kind: str | None = Field(None, max_length=40)
-    reading_rank: str | None = Field(None, max_length=10)
+    reading_kind: Kind | None = Field(None, description="which reading of the cards you mean, when they have "
+                                      "several (e.g. 5 5 5 5 as a bomb)")
+    reading_rank: RankLabel | None = Field(None, description="the top rank of the reading you mean (a rank label; "
+                                           "T = 10)")
     expected_version: int | None = Field(None, ge=0)
 
     @model_validator(mode="after")
@@ -211,5 +220,6 @@ def settled(match: str, scores: dict[str, int], breakdown: dict[str, Any],
     return {"kind": "settled", "match": match, "scores": scores, "breakdown": breakdown, "balances": balances}
 
 
-def welcome(player: str, role: str, room: str | None, gateway: str) -> dict[str, Any]:
-    return {"kind": "welcome", "player": player, "role": role, "room": room, "gateway": gateway}
+def welcome(player: str, role: str, room: str | None, gateway: str, name: str | None = None) -> dict[str, Any]:
+    """``name``: the token's display name (gateway/names.py), None without one."""
+    return {"kind": "welcome", "player": player, "role": role, "room": room, "gateway": gateway, "name": name}

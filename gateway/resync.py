@@ -114,7 +114,7 @@ class Resync:
                 conn.track(engine_id, "Sync")
             self._awaiting[match] = engine_id
             command = channels.player_command("Sync", match, source, engine_id)
-            await conn.hub.redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
+            await conn.hub.redis.xadd(channels.stream_for(command), channels.entry(command))
             if match not in self._gap_timers:
                 self._timer(match, self._sync_fallback(match))
             return

@@ -33,7 +33,7 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from engine.store import keys
-from gateway import channels, outbox, protocol
+from gateway import channels, names, outbox, protocol
 from gateway.lobby import Lobby, Place, notes_key, now_ms
 from gateway.metrics import GatewayMetrics
 from gateway.rooms import RoomBook
@@ -55,7 +55,7 @@ GAP_WAIT_S = 2.0  # how long an update ahead of a missing one waits before a res
 
 
 def session_key(player: str) -> str:
-    return f"sk:gw:session:{player}"
+    return f"sk:gw:session:{{{player}}}"  # the player's tag: read with sk:out:{<player>}
 
 
 def _s(v: Any) -> str:
@@ -140,6 +140,7 @@ class Connection:
     async def send(self, message: dict[str, Any]) -> None:
         if self.closed:
             return
+        message = await self._named(message)
         async with self._send_lock:
             try:
                 await self.ws.send_text(json.dumps(message, separators=(",", ":"), ensure_ascii=False))
@@ -147,6 +148,26 @@ class Connection:
                 self.closed = True
                 return
         self.hub.metrics.message_out(message.get("kind", ""), message.get("code"))
+
+    async def _named(self, message: dict[str, Any]) -> dict[str, Any]:
+        """``message`` with ``names`` ({player: display name}, gateway/names.py) when it names the
+        players of a table: the lobby's ``seated``, a ``settled``, an ``update`` with a view."""
+        kind = message.get("kind")
+        players: list[str] = []
+        if kind == "update" and isinstance(message.get("view"), dict):
+            players = [s["player"] for s in message["view"].get("seats") or [] if s]
+        elif kind == "settled":
+            players = list(message.get("scores") or {})
+        elif kind == "lobby" and message.get("state") == "seated" and message.get("table"):
+            table = await self.hub.lobby.table(str(message["table"]))
+            players = list(table.players) if table is not None else []
+        if not players:
+            return message
+        try:
+            return {**message, "names": await names.names_of(self.hub.lobby.redis, players)}
+        except Exception as exc:  # names are a nicety: never hold a message back for them
+            log.warning("could not read display names: %s", exc)
+            return message
 
     async def reject(self, command_id: str | None, code: str, reason: str, view: dict | None = None) -> None:
         """Send a ``rejected``; one the client gave no usable id for gets a fresh one, as every
@@ -170,8 +191,10 @@ class Connection:
         hub.connections.add(self)
         hub.metrics.connections.labels(self.identity.role).inc()
         try:
-            await self.send(protocol.welcome(self.player, self.identity.role, self.identity.room, hub.gateway_id))
+            await self.send(protocol.welcome(self.player, self.identity.role, self.identity.room, hub.gateway_id,
+                                             self.identity.name))
             if self.is_player:
+                await names.remember(hub.lobby.redis, self.player, self.identity.name)
                 pipe = r.pipeline(transaction=False)  # the entry, and its notice (gateway/fanout.py)
                 pipe.xadd(session_key(self.player), {"conn": self.id, "gw": hub.gateway_id}, maxlen=10,
                           approximate=True)
@@ -293,7 +316,7 @@ class Connection:
         except Exception as exc:  # e.g. bad card notation the engine's model refuses
             raise protocol.ClientError(protocol.BAD_COMMAND, str(exc)[:300], msg.command_id)
         self.track(engine_id, t)
-        await self.hub.redis.xadd(channels.PLAYER_STREAM, channels.entry(command))
+        await self.hub.redis.xadd(channels.stream_for(command), channels.entry(command))
 
     def track(self, engine_id: str, ctype: str) -> None:
         """A command sent to the engine: its answer's round trip is measured (``answered``)."""
@@ -311,6 +334,8 @@ class Connection:
 
     async def _join(self, msg: Any) -> None:
         room = msg.room
+        if (problem := keys.player_id_problem(self.player)) is not None:  # a hash tag (issue 24 §2)
+            raise protocol.ClientError(protocol.NOT_ALLOWED, problem, msg.command_id)
         cfg = self.hub.rooms.get(room)
         if cfg is None:
             raise protocol.ClientError(protocol.UNKNOWN_ROOM, f"no room {room!r} (rooms: "

@@ -2,13 +2,16 @@
 
 Claims: ``sub`` (the player id), ``role`` (``player``, ``spectator`` or
 ``operator``), ``exp`` (expiry, seconds since the epoch) and optionally ``room``
-(the only room this token may join or watch).  The gateway takes the player of
+(the only room this token may join or watch) and ``name`` (the display name shown at
+the table: 1–24 characters of any script, cleaned by :func:`gateway.names.clean_name`).  The gateway takes the player of
 every command from ``sub``; nothing in a message can change it.
 
 >>> secret = b"0123456789abcdef0123456789abcdef"
 >>> token = mint(secret, "alice", ttl_seconds=60, now=1_000)
 >>> verify(secret, token, now=1_010)
-Identity(player='alice', role='player', room=None, expires_at=1060)
+Identity(player='alice', role='player', room=None, expires_at=1060, name=None)
+>>> verify(secret, mint(secret, 'u1', name=' 小明 ', now=1_000), now=1_010).name
+'小明'
 >>> verify(secret, token, now=2_000)
 Traceback (most recent call last):
 ...
@@ -23,6 +26,9 @@ from pathlib import Path
 from typing import Literal
 
 import jwt
+
+from engine.store import keys
+from gateway.names import BadName, clean_name
 
 Role = Literal["player", "spectator", "operator"]
 ROLES: tuple[Role, ...] = ("player", "spectator", "operator")
@@ -43,6 +49,7 @@ class Identity:
     role: Role
     room: str | None
     expires_at: int
+    name: str | None = None  # the display name (the ``name`` claim), cleaned
 
 
 def load_secret(path: str | Path) -> bytes:
@@ -54,18 +61,23 @@ def load_secret(path: str | Path) -> bytes:
 
 
 def mint(secret: bytes, player: str, role: Role = "player", ttl_seconds: int = 3600,
-         room: str | None = None, now: int | None = None) -> str:
-    """A signed token for ``player`` that expires ``ttl_seconds`` from ``now``."""
+         room: str | None = None, now: int | None = None, name: str | None = None) -> str:
+    """A signed token for ``player`` that expires ``ttl_seconds`` from ``now``; ``name`` (the
+    display name) is cleaned first, and a bad one is a ValueError (:class:`gateway.names.BadName`)."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
     if not 0 < len(player) <= MAX_SUBJECT:
         raise ValueError(f"the player id must be 1..{MAX_SUBJECT} characters")
+    if (problem := keys.player_id_problem(player)) is not None:
+        raise ValueError(problem)
     if ttl_seconds <= 0:
         raise ValueError(f"ttl must be positive, got {ttl_seconds}")
     issued = int(time.time()) if now is None else int(now)
     claims: dict[str, object] = {"sub": player, "role": role, "iat": issued, "exp": issued + int(ttl_seconds)}
     if room is not None:
         claims["room"] = room
+    if name is not None:
+        claims["name"] = clean_name(name)
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 
@@ -98,10 +110,18 @@ def verify(secret: bytes, token: object, now: int | None = None) -> Identity:
     sub = claims.get("sub")
     if not isinstance(sub, str) or not 0 < len(sub) <= MAX_SUBJECT:
         raise TokenError(f"the token's sub claim must be 1..{MAX_SUBJECT} characters")
+    if (problem := keys.player_id_problem(sub)) is not None:
+        raise TokenError(f"the token's sub claim: {problem}")
     role = claims.get("role", "player")
     if role not in ROLES:
         raise TokenError(f"the token's role must be one of {', '.join(ROLES)}")
     room = claims.get("room")
     if room is not None and (not isinstance(room, str) or not room):
         raise TokenError("the token's room claim must be a room name")
-    return Identity(player=sub, role=role, room=room, expires_at=exp)
+    name = claims.get("name")
+    if name is not None:
+        try:
+            name = clean_name(name)
+        except BadName as exc:
+            raise TokenError(f"the token's name claim: {exc}") from None
+    return Identity(player=sub, role=role, room=room, expires_at=exp, name=name)

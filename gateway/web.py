@@ -14,8 +14,11 @@ JSON endpoints (a token as ``Authorization: Bearer <jwt>``, verified like the
 socket's; errors are ``{"error": code, "reason": text}`` with 400/401/403/404):
 
 * ``POST /api/dev/token`` -- only with ``shuangkou gateway --dev``:
-  ``{"name": "alice", "role": "player"}`` → ``{"token", "player", "role"}``.
+  ``{"name": "小明", "role": "player"}`` → ``{"token", "player", "role", "name"}`` (the id is
+  derived from the name, :func:`dev_identity`; a bad name is ``{"error": "bad_name"}``).
   Without ``--dev`` the route does not exist (404).
+* ``GET /api/rooms`` (player) -- the rooms (:func:`room_list`: base, ``need``) with the
+  player's own ``balance`` and ``admits`` each, plus ``balances`` by mode (the lobby's list).
 * ``POST /api/hint`` (player) -- ``{"hand": [ids], "last_cards": [ids] | null,
   "last_kind", "last_rank"}`` → the trustee's choice for that hand (R-13.3):
   ``{"cards": [ids], "kind", "rank", "describe"}`` or ``{"pass": true}``.
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -51,7 +55,7 @@ from starlette.staticfiles import StaticFiles
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 MAX_BODY_BYTES = 8 * 1024 * 1024  # an export of a long match is ~100 kB
 DEV_ROLES = ("player", "spectator", "operator")
-NAME_MAX = 40
+_PLAIN_ID = re.compile(r"[A-Za-z0-9._-]{1,24}")
 
 
 class HttpError(Exception):
@@ -103,6 +107,30 @@ def _ids(value: Any, what: str, allow_none: bool = False, max_len: int = 27) -> 
             or len(set(value)) != len(value)):
         raise HttpError(400, "bad_request", f"{what} must be a list of 1–{max_len} distinct card ids 0..107")
     return list(value)
+
+
+def dev_identity(typed: Any) -> tuple[str, str]:
+    """The ``--dev`` login's (player id, display name) for the name a person typed: the name
+    cleaned (:func:`gateway.names.clean_name`); the id is the name itself when it is plain
+    ``[A-Za-z0-9._-]``, else derived from it (``u-`` and 12 hex digits of its SHA-256), so
+    the same name signs in as the same player.  A bad name is a 400 ``bad_name``.
+
+    >>> dev_identity(" alice ")
+    ('alice', 'alice')
+    >>> dev_identity("小明")
+    ('u-df3ea25a4369', '小明')
+    """
+    import hashlib
+
+    from gateway.names import BadName, clean_name
+
+    try:
+        name = clean_name(typed)
+    except BadName as exc:
+        raise HttpError(400, "bad_name", str(exc)) from None
+    if _PLAIN_ID.fullmatch(name):
+        return name, name
+    return "u-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:12], name
 
 
 class RoomRules(NamedTuple):
@@ -327,13 +355,39 @@ def replay_from_text(text: str, match_id: str | None) -> dict[str, Any]:
 
 
 def room_list(ctx: Any) -> list[dict[str, Any]]:
-    """The rooms the lobby offers (name, mode, turn clock), for the page's room picker."""
+    """The rooms the lobby offers, for the page's room picker: name, mode, turn clock, and what
+    sitting down takes (R-11.1): ``need`` (the lowest level's balance; a points room seats any
+    balance) and ``base`` (that level's X)."""
     book = getattr(getattr(ctx, "hub", None), "rooms", None)
     rooms = getattr(book, "rooms", None)
     if not isinstance(rooms, dict):
         return [{"name": "points", "mode": "points"}, {"name": "wealth", "mode": "wealth"}]
-    return [{"name": name, "mode": cfg.mode, "turn_seconds": cfg.turn_seconds,
-             "trustee_delay_seconds": cfg.trustee_delay_seconds} for name, cfg in sorted(rooms.items())]
+    out = []
+    for name, cfg in sorted(rooms.items()):
+        low = cfg.levels[0]
+        out.append({"name": name, "mode": cfg.mode, "turn_seconds": cfg.turn_seconds,
+                    "trustee_delay_seconds": cfg.trustee_delay_seconds,
+                    "reclaim_after_reconnect": cfg.reclaim_after_reconnect,
+                    "base": low.base, "need": low.need if cfg.mode == "wealth" else 0})
+    return out
+
+
+async def rooms_for(ctx: Any, player: str) -> dict[str, Any]:
+    """:func:`room_list` with the player's own balance in each room's mode (from the ledger) and
+    whether the room seats it (``admits``), so the lobby says why before Join."""
+    hub = getattr(ctx, "hub", None)
+    lobby = getattr(hub, "lobby", None)
+    book = getattr(hub, "rooms", None)
+    out = []
+    balances: dict[str, int] = {}
+    for r in room_list(ctx):
+        mode = r["mode"]
+        if mode not in balances:
+            balances[mode] = await lobby.balance(player, mode) if lobby is not None else 0
+        cfg = getattr(book, "rooms", {}).get(r["name"]) if book is not None else None
+        admits = book.admits(cfg, balances[mode]) if cfg is not None else True
+        out.append({**r, "balance": balances[mode], "admits": admits})
+    return {"rooms": out, "balances": balances}
 
 
 # -- routes --------------------------------------------------------------------------------
@@ -361,17 +415,12 @@ def routes(ctx: Any) -> list[Any]:
         data = await _json_body(request)
         if not isinstance(data, dict):
             raise HttpError(400, "bad_request", "send {\"name\": …}")
-        name = data.get("name")
         role = data.get("role", "player")
-        if not isinstance(name, str) or not name.strip() or len(name.strip()) > NAME_MAX:
-            raise HttpError(400, "bad_request", f"a name is 1–{NAME_MAX} characters")
-        name = name.strip()
-        if not all(ch.isalnum() or ch in "-_." for ch in name):
-            raise HttpError(400, "bad_request", "a name may hold letters, digits, - _ . only")
         if role not in DEV_ROLES:
             raise HttpError(400, "bad_request", f"role is one of {', '.join(DEV_ROLES)}")
-        token = mint(_secret(ctx), name, role=role, ttl_seconds=12 * 3600)
-        return JSONResponse({"token": token, "player": name, "role": role})
+        player, name = dev_identity(data.get("name"))
+        token = mint(_secret(ctx), player, role=role, ttl_seconds=12 * 3600, name=name)
+        return JSONResponse({"token": token, "player": player, "role": role, "name": name})
 
     async def hint(request: Request) -> Response:
         _identity(ctx, request, ("player",))
@@ -404,6 +453,10 @@ def routes(ctx: Any) -> list[Any]:
         mid = request.query_params.get("match") or None
         return JSONResponse(await run_in_threadpool(replay_from_text, text, mid))
 
+    async def rooms(request: Request) -> Response:
+        ident = _identity(ctx, request, ("player",))
+        return JSONResponse(await rooms_for(ctx, ident.player))
+
     async def config(request: Request) -> Response:
         return JSONResponse({"dev": bool(getattr(ctx, "dev", False)), "bots": bool(getattr(ctx, "bots", False)),
                              "rooms": room_list(ctx)})
@@ -413,6 +466,7 @@ def routes(ctx: Any) -> list[Any]:
         Route("/watch/{match_id:path}", page("index.html")),
         Route("/replay/{match_id:path}", page("replay.html")),
         Route("/api/client-config", config),
+        Route("/api/rooms", guarded(rooms)),
         Route("/api/hint", guarded(hint), methods=["POST"]),
         Route("/api/readings", guarded(readings), methods=["POST"]),
         Route("/api/standing", guarded(standing), methods=["POST"]),

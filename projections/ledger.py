@@ -575,6 +575,12 @@ class RedisLedger(Ledger):
         self._grant = client.register_script(_GRANT_LUA)
         self._entry = client.register_script(_ENTRY_LUA)
         self._archive = client.register_script(_ARCHIVE_LUA)
+        #: ``--replica-acks N`` (engine/store/replicas.py): a settlement or entry returns once on N replicas
+        self.replica_acks: Any = None
+
+    def _replicated(self) -> None:
+        if self.replica_acks is not None:
+            self.replica_acks.confirm([SETTLED_KEY])  # every ledger key shares the {ledger} tag
 
     def _run(self, script: Any, keys: list[str], args: list[Any]) -> int:
         import redis
@@ -602,6 +608,7 @@ class RedisLedger(Ledger):
         done = self._run(self._apply, [SETTLED_KEY, balance_key(mode), BURNED_KEY, PARKED_KEY, ARCHIVED_KEY],
                          args)
         self._journal_settlement(match_id, settlement, mode)
+        self._replicated()
         return done == 1
 
     def _journal_settlement(self, match_id: str, settlement: Settlement, mode: str) -> None:
@@ -626,6 +633,7 @@ class RedisLedger(Ledger):
         record = f"{mode}|{player}|{int(amount)}"
         done = self._run(self._grant, [GRANTS_KEY, balance_key(mode)],
                          [BALANCE_LIMIT // 10**9, ref, player, int(amount), record])
+        self._replicated()
         return done == 1
 
     def settled_matches(self) -> Iterator[str]:
@@ -642,6 +650,7 @@ class RedisLedger(Ledger):
             if not same_entry(booked, entry):
                 raise LedgerEntryConflict(booked)
             return ENTRY_DUPLICATE
+        self._replicated()
         return _s(out)
 
     def entries(self, player: str) -> list[LedgerEntry]:

@@ -49,7 +49,7 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from engine.config import RoomConfig
@@ -120,6 +120,14 @@ APPEND_LATENCY = Histogram("shuangkou_append_duration_seconds", "Time of one eve
 APPEND_CONFLICTS = Counter("shuangkou_append_conflicts", "Appends refused for a stale expected version (WrongVersion).",
                            registry=REGISTRY)
 EVENTS_APPENDED = Counter("shuangkou_events_appended", "Events appended to match streams.", registry=REGISTRY)
+BUCKETS_OWNED = Gauge("shuangkou_buckets_owned",
+                      "Buckets whose channels this serve replica consumes (it holds their leases; issue 24 §3).",
+                      registry=REGISTRY, multiprocess_mode="livesum")
+STATE_CACHE_REQUESTS = "shuangkou_state_cache_requests"
+
+
+def set_buckets_owned(n: int) -> None:
+    BUCKETS_OWNED.set(n)
 
 # --- timers, projections, dead letters -------------------------------------
 TIMER_LATENESS = Histogram("shuangkou_timer_lateness_seconds",
@@ -546,6 +554,24 @@ def instrumented_store(store: EventStore) -> EventStore:
 
 def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class StateCacheCollector(Collector):
+    """``shuangkou_state_cache_requests_total{result="hit"|"miss"}``: lookups of the process's
+    state cache (engine/service/state_cache.py) that found the match's state, or did not."""
+
+    def __init__(self, cache: Any):
+        self._cache = cache
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        family = CounterMetricFamily(STATE_CACHE_REQUESTS, "State cache lookups, by result (hit/miss).",
+                                     labels=["result"])
+        family.add_metric(["hit"], float(self._cache.hits))
+        family.add_metric(["miss"], float(self._cache.misses))
+        yield family
 
 
 class FeedLagCollector(Collector):

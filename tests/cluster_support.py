@@ -99,6 +99,12 @@ class LocalCluster:
     def live(self) -> list[int]:
         return [p for p in self.ports if p not in self.killed]
 
+    def restart(self, port: int) -> None:
+        """Start a killed node again (empty, its nodes.conf kept): it rejoins as a replica."""
+        self.procs[port] = _spawn_node(port, self.workdir, self.node_timeout_ms)
+        _wait(lambda: redis.Redis(port=port).ping(), 10, f"redis-server on {port}")
+        self.killed.discard(port)
+
     def kill(self, port: int) -> None:
         """SIGKILL one node."""
         self.procs[port].send_signal(signal.SIGKILL)
@@ -124,6 +130,14 @@ class LocalCluster:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def _spawn_node(port: int, workdir: str, node_timeout_ms: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+         "--cluster-config-file", f"nodes-{port}.conf", "--cluster-node-timeout", str(node_timeout_ms),
+         "--save", "", "--appendonly", "no", "--dir", workdir],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=workdir)
+
+
 def start_cluster(masters: int = 3, replicas: int = 1, node_timeout_ms: int = 2000) -> LocalCluster:
     """Start and join a cluster (three attempts: a port taken meanwhile is retried)."""
     if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
@@ -134,11 +148,7 @@ def start_cluster(masters: int = 3, replicas: int = 1, node_timeout_ms: int = 20
         procs: dict[int, subprocess.Popen] = {}
         try:
             for p in ports:
-                procs[p] = subprocess.Popen(
-                    ["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-                     "--cluster-config-file", f"nodes-{p}.conf", "--cluster-node-timeout", str(node_timeout_ms),
-                     "--save", "", "--appendonly", "no", "--dir", workdir],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=workdir)
+                procs[p] = _spawn_node(p, workdir, node_timeout_ms)
             for p in ports:
                 _wait(lambda p=p: redis.Redis(port=p).ping(), 10, f"redis-server on {p}")
             out = subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],

@@ -170,6 +170,16 @@ def start_stack(store_url: str, broker_url: str, tmp: Path, rooms: dict[str, dic
     return stack
 
 
+def schema_problem(frame: str | bytes) -> str | None:
+    """Why a server → client frame does not validate against gateway/schemas/server.json (None: it does)."""
+    try:
+        msg = json.loads(frame)
+    except ValueError:
+        return f"not JSON: {frame[:200]!r}"
+    error = next(Client.validator("server.json").iter_errors(msg), None)
+    return None if error is None else f"{error.message[:300]} at {list(error.absolute_path)} in {str(frame)[:300]}"
+
+
 class Closed(Exception):
     def __init__(self, code: int | None, reason: str):
         super().__init__(f"closed {code}: {reason}")

@@ -400,7 +400,9 @@ def test_a_match_through_the_real_gateway_with_every_process_under_its_own_user(
             stored = ro.hget(balance_key("points"), p)
             assert last["balances"] == {p: total} and int(stored or 0) == total
         assert all(ro.hexists(SETTLED_KEY, m) for m, _a, _b in done)
-        created = [decode(f[b"c"]) for _id, f in ro.xrange(keys.OPS)]
+        from engine.service.channels import OPS
+
+        created = [decode(f[b"c"]) for s in OPS.streams() for _id, f in ro.xrange(s)]
         creates = [c for c in created if c.type == "CreateMatch"]
         assert creates and all(c.room == "aclroom" and c.config is None for c in creates)
         # nothing the gateway or the lobby needed was denied (redis-py's optional CLIENT SETINFO aside)

@@ -49,7 +49,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 @pytest.fixture
 def stack(redis_server, tmp_path, deployment):
     """serve (+ a dramatiq worker, or alone: both deployments) + ``gateway --dev --bots`` on a
-    real redis-server, with a points room whose 8 s turn clock shows the timeout notice quickly."""
+    real redis-server, with a points room whose 12 s turn clock shows the timeout notice quickly
+    (and leaves a loaded machine the time to click a move)."""
     from tests.gateway_support import start_stack
 
     if not Path(CHROMIUM).exists():
@@ -57,10 +58,10 @@ def stack(redis_server, tmp_path, deployment):
         if os.environ.get("SK_ALLOW_NO_BROWSER") == "1":
             pytest.skip(msg)
         pytest.fail(msg, pytrace=False)
-    s = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path, {"quick": {"turn_seconds": 8}},
+    s = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path, {"quick": {"turn_seconds": 12}},
                     deployment)
     try:
-        gw = s.start_gateway("browser", "--dev", "--bots")
+        gw = s.start_gateway("browser", "--dev", "--bots", "--bot-think", "0.3")
 
         def up() -> bool:
             for p in s.procs:
@@ -71,7 +72,8 @@ def stack(redis_server, tmp_path, deployment):
                 return False
 
         wait_for(up, 60, "the gateway never answered /healthz", s.logs)
-        yield {"base": gw.http, "store_url": s.store_url, "logs": s.logs}
+        yield {"base": gw.http, "store_url": s.store_url, "logs": s.logs,
+               "secret": s.secret_file.read_bytes().strip()}
     finally:
         s.stop()
 
@@ -89,8 +91,18 @@ class Console:
         self.errors: list[str] = []
 
     def watch(self, page, name: str) -> None:
+        """Console errors, uncaught exceptions, and every WebSocket frame the page receives that
+        does not validate against gateway/schemas/server.json (issue 26 §1)."""
         page.on("console", lambda m: self.errors.append(f"{name}: {m.text}") if m.type == "error" else None)
         page.on("pageerror", lambda e: self.errors.append(f"{name}: {e}"))
+        page.on("websocket", lambda ws: ws.on("framereceived", lambda frame: self._check(name, frame)))
+
+    def _check(self, name: str, frame: str | bytes) -> None:
+        from tests.gateway_support import schema_problem
+
+        problem = schema_problem(frame)
+        if problem:
+            self.errors.append(f"{name}: a frame off the schema: {problem}")
 
 
 def _attr_ints(page, selector: str, attr: str) -> list[int]:
@@ -127,6 +139,12 @@ def _select(page, cards, version: str) -> bool:
     picked = sorted(_attr_ints(page, "#hand [data-card][aria-pressed=true]", "data-card"))
     if page.get_attribute("#table", "data-version") != version:
         return False
+    if picked != sorted(cards):  # a click lost while the page re-rendered the hand: once more
+        for cid in sorted(set(cards) - set(picked)):
+            page.click(f"#hand [data-card='{cid}']", timeout=5_000)
+        picked = sorted(_attr_ints(page, "#hand [data-card][aria-pressed=true]", "data-card"))
+        if page.get_attribute("#table", "data-version") != version:
+            return False
     assert picked == sorted(cards)
     return True
 
@@ -157,6 +175,7 @@ def _no_hand_in(frame: str) -> list[str]:
 def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
     from playwright.sync_api import sync_playwright
 
+    from gateway.web import dev_identity
     from projections.ledger import RedisLedger
     import redis
 
@@ -166,14 +185,15 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
-            player_ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+            player_ctx = browser.new_context(viewport={"width": 1280, "height": 900}, locale="zh-TW")
             page = player_ctx.new_page()
             console.watch(page, "table")
 
-            # -- sit down: dev login, join the quick points room, Ready -------------------------
+            # -- sit down: dev login with a Chinese name, join the quick points room, Ready -----
             page.goto(base + "/")
-            page.fill("#login-name", "alice")
+            page.fill("#login-name", "小明")
             page.click("[data-action=login]")
+            alice = dev_identity("小明")[0]  # the id the --dev login derives from the name
             page.check("input[name=room][value=quick]")
             page.click("[data-action=join]")
             page.wait_for_selector("[data-action=ready]:visible", timeout=60_000)
@@ -182,23 +202,27 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
             page.click("[data-action=ready]")
 
             # -- a spectator in a second browser ----------------------------------------------
-            spec_ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+            spec_ctx = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
             spec = spec_ctx.new_page()
             console.watch(spec, "spectator")
             frames: list[str] = []
             spec.on("websocket", lambda ws: ws.on("framereceived", lambda f: frames.append(f if isinstance(f, str) else "")))
-            spec.goto(f"{base}/watch/{match_id}?token={_token(base, 'watcher', 'spectator')}")
+            spec.goto(f"{base}/watch/{match_id}")  # straight as a spectator: --dev asks only for a name
+            spec.wait_for_selector("#login:not([hidden])")
+            assert spec.is_hidden("#login-spectator")
+            spec.fill("#login-name", "看客")
+            spec.click("[data-action=login]")
 
             # -- play until the settlement shows ----------------------------------------------
             page.wait_for_selector("#table[data-phase=playing]", timeout=60_000)
             turns = plays = passes = 0
-            hint_checked = timed_out = False
+            hint_checked = timed_out = refused_checked = False
             spectator_seen_cards = False
             deadline = time.monotonic() + 600
             while not page.locator("[data-settlement]:visible").count():
                 assert time.monotonic() < deadline, "the match did not finish in 10 minutes"
-                if spec.locator("[data-card]").count():
-                    pytest.fail("a data-card (a hand card) appeared on the spectator's page")
+                if spec.locator("#match [data-card]").count():
+                    pytest.fail("a data-card (a hand card) appeared on the spectator's table")
                 spectator_seen_cards = spectator_seen_cards or spec.locator("[data-table-card]").count() > 0
                 if page.get_attribute("#table", "data-your-turn") != "true":
                     page.wait_for_timeout(100)
@@ -209,11 +233,26 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
                 if not timed_out and turns == 3:
                     # R-13.1: let the turn clock run out once; the page says so in both languages
                     note = page.wait_for_selector("[data-notice=timeout]", timeout=30_000)
-                    text = note.text_content()
-                    assert "請注意，你已經超時1次了" in text and "timed out" in text, text
+                    text = note.text_content()  # one language: the page's (zh-Hant)
+                    assert "請注意，你已經超時1次了" in text and "timed out" not in text, text
                     timed_out = True
                     continue
-                if not hint_checked and prev is not None and choice is not None:
+                if not refused_checked and len({c % 54 // 4 for c in hand if c % 54 < 52}) >= 3:
+                    # issue 25: Play is disabled, with the reason under the hand, for a non-combination
+                    ranks = sorted({c % 54 // 4: c for c in hand if c % 54 < 52}.items())
+                    odd = [ranks[0][1], ranks[-1][1]]
+                    if not _select(page, odd, version):
+                        continue
+                    page.wait_for_function("() => document.querySelector('[data-action=play]').disabled"
+                                           " && document.querySelector('[data-play-why]').textContent === '不成牌型'"
+                                           " || document.querySelector('#table').dataset.yourTurn !== 'true'",
+                                           timeout=10_000)
+                    if page.get_attribute("#table", "data-version") != version:
+                        continue
+                    for cid in odd:
+                        page.click(f"#hand [data-card='{cid}']")
+                    refused_checked = True
+                elif not hint_checked and prev is not None and choice is not None:
                     page.click("[data-action=hint]")
                     page.wait_for_function(
                         "n => document.querySelectorAll('#hand [data-card][aria-pressed=true]').length === n"
@@ -244,7 +283,7 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
                     "v => document.querySelector('#table').dataset.version !== v"
                     " || document.querySelector('[data-status]').dataset.kind === 'error'"
                     " || !document.querySelector('[data-settlement]').hidden", arg=version, timeout=30_000)
-            assert plays >= 1 and passes >= 1 and timed_out and hint_checked
+            assert plays >= 1 and passes >= 1 and timed_out and hint_checked and refused_checked
             assert spectator_seen_cards
 
             # -- the settlement equals the ledger's ---------------------------------------------
@@ -253,12 +292,21 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
             shown = {p: int(page.text_content(f"[data-settlement] [data-score='{p}']")) for p in settled.scores}
             assert shown == settled.scores
             # the player's own new balance, from the ledger (the opponent's is not the player's business)
-            assert int(page.text_content("[data-settlement] [data-balance='alice']")) == ledger.balance("alice", "points")
+            assert int(page.text_content("[data-settlement] [data-balance='%s']" % alice)) == ledger.balance(alice, "points")
+            # issue 25: the loser's cards face up, a verdict in the page's language, the bot's word
+            loser = settled.loser
+            page.wait_for_selector(f"[data-cards-left='{loser}'][data-known=true]", state="attached")
+            assert page.locator(f"[data-cards-left='{loser}'] [data-card]").count() == settled.cards_left[loser]
+            assert page.locator(f"[data-cards-left='{settled.winner}'] [data-card]").count() == 0
+            verdict = page.text_content("[data-settlement] .verdict")
+            assert verdict.startswith("你贏了" if settled.scores[alice] > 0 else "你輸了"), verdict
+            assert page.text_content("[data-opponent-name]") == "機器人"
+            assert "小明" in spec.text_content("#match")  # spectators get the names too
             assert page.locator("[data-settlement] [data-term=X]").text_content().startswith(str(settled.breakdown["X"]))
             _shot(page, "table-settlement", 375)
             _shot(page, "table-settlement", 1280)
             spec.wait_for_selector("#table[data-phase=finished]", timeout=30_000)  # the result, in its status line
-            assert spec.locator("[data-card]").count() == 0
+            assert spec.locator("#match [data-card]").count() == 0
             leaks = [what for f in frames for what in _no_hand_in(f)]
             assert frames and not leaks, leaks
 
@@ -322,6 +370,46 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
             assert viewer.get_attribute("[data-ledger]", "data-ledger") == "true"  # the export's stored copy
             viewer_ctx.close()
             player_ctx.close()
+        finally:
+            browser.close()
+    assert console.errors == []
+
+
+def test_a_named_token_is_shown_to_the_opponent(stack) -> None:
+    """Issue 25: a token minted with a display name (``shuangkou token PLAYER --name 小明``) is
+    what the opponent's page shows in ``[data-opponent-name]`` -- never the player id."""
+    from playwright.sync_api import sync_playwright
+
+    from gateway.tokens import mint
+
+    base = stack["base"]
+    console = Console()
+    token = mint(stack["secret"], "p-xiaoming", name="小明", ttl_seconds=600)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            a_ctx = browser.new_context(viewport={"width": 1280, "height": 900}, locale="zh-CN")
+            b_ctx = browser.new_context(viewport={"width": 375, "height": 800}, locale="en-US")
+            a, b = a_ctx.new_page(), b_ctx.new_page()
+            console.watch(a, "小明")
+            console.watch(b, "bob")
+            a.goto(f"{base}/?token={token}")
+            b.goto(base + "/")
+            b.fill("#login-name", "Bob")
+            b.click("[data-action=login]")
+            for page in (a, b):
+                page.wait_for_selector("#lobby:not([hidden]) input[name=room][value=quick]")
+                page.check("input[name=room][value=quick]")
+            a.click("[data-action=join]")
+            b.click("[data-action=join]")  # at once: two waiting players are paired before any bot
+            b.wait_for_function("() => document.querySelector('[data-opponent-name]').textContent === '小明'",
+                                timeout=60_000)
+            a.wait_for_function("() => document.querySelector('[data-opponent-name]').textContent === 'Bob'",
+                                timeout=60_000)
+            assert "p-xiaoming" not in b.text_content("#table")
+            assert a.get_attribute("html", "lang") == "zh-Hans" and b.get_attribute("html", "lang") == "en"
+            a_ctx.close()
+            b_ctx.close()
         finally:
             browser.close()
     assert console.errors == []

@@ -131,7 +131,7 @@ def test_channel_policy_table(ctype, home, channel):
         assert ctype in TIMER_COMMANDS and channel_for(cmd) is None
         assert "timer command" in refusal.reason
     else:
-        assert keys.OPS in refusal.reason if home == "ops" else keys.INBOX in refusal.reason
+        assert channels.stream_for(cmd) in refusal.reason  # the stream it belongs on (issue 24 §2)
 
 
 def test_forged_turn_timeout_is_refused_on_both_channels(rig):
@@ -154,10 +154,10 @@ def test_forged_turn_timeout_is_refused_on_both_channels(rig):
 def test_operator_commands_on_the_player_channel_are_refused(rig, ctype):
     rig.start()
     before = rig.service.load_state("m1")
-    rig.xadd(keys.INBOX, _cmd(ctype, cid="wrong"))
+    rig.xadd(keys.inbox_key(keys.bucket_of("m1")), _cmd(ctype, cid="wrong"))
     msg = rig.reply("wrong")
     assert (msg.kind, msg.code) == ("rejected", "not_allowed")
-    assert "ops" in msg.reason and keys.OPS in msg.reason
+    assert "ops" in msg.reason and keys.ops_key(keys.bucket_of("m1")) in msg.reason
     assert rig.service.load_state("m1") == before
     assert rig.r.xlen(keys.DEAD_LETTERS) == 0
 
@@ -167,10 +167,10 @@ def test_player_commands_on_the_ops_channel_are_refused_and_the_player_hears_it(
     state = rig.service.load_state("m1")
     player = state.current_player
     before = rig.client.updates(player)[-1].id
-    rig.xadd(keys.OPS, Escape(command_id="esc", match_id="m1", player=player))
+    rig.xadd(keys.ops_key(keys.bucket_of("m1")), Escape(command_id="esc", match_id="m1", player=player))
     [msg] = rig.client.updates(player, last_id=before)
     assert (msg.kind, msg.code, msg.command_id) == ("rejected", "not_allowed", "esc")
-    assert keys.INBOX in msg.reason
+    assert keys.inbox_key(keys.bucket_of("m1")) in msg.reason
     assert rig.reply("esc").code == "not_allowed"
     assert rig.service.load_state("m1") == state
     assert rig.r.xlen(keys.DEAD_LETTERS) == 0
@@ -181,7 +181,8 @@ def test_a_whole_match_through_both_channels(rig):
     rig.start()
     state = rig.service.load_state("m1")
     assert state.phase == "playing"
-    assert rig.r.xlen(keys.OPS) >= 3 and rig.r.xlen(keys.INBOX) >= 2
+    b = keys.bucket_of("m1")  # each command on its match's bucket stream of its channel (issue 24 §2)
+    assert rig.r.xlen(keys.ops_key(b)) >= 3 and rig.r.xlen(keys.inbox_key(b)) >= 2
     sent = rig.client.escape("m1", state.current_player)
     rig.drain()
     assert rig.reply(sent.command_id).kind == "accepted"

@@ -34,6 +34,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from engine.store import keys
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.redis]
 
@@ -146,7 +148,7 @@ class Proc:
 
 def _updates(client, player: str) -> list[dict]:
     out = []
-    for _id, fields in client.xrange(f"sk:out:{player}"):
+    for _id, fields in client.xrange(keys.outbox_key(player)):
         f = {k.decode(): v for k, v in fields.items()}
         if f.get("kind") == b"update":
             body = msgpack.unpackb(f["body"], raw=False, strict_map_key=False)
@@ -358,7 +360,10 @@ def test_chaos_sigkill_serve_workers_and_the_store(tmp_path):
         end = time.monotonic() + 45
         pending = {}
         while time.monotonic() < end:
-            pending = {s: client.xpending(s, "sk-service")["pending"] for s in ("sk:inbox", "sk:ops")}
+            from engine.service.channels import OPS, PLAYER
+
+            pending = {s: client.xpending(s, "sk-service")["pending"] for s in PLAYER.streams() + OPS.streams()
+                       if client.exists(s)}
             if not any(pending.values()):
                 break
             time.sleep(0.5)
@@ -380,7 +385,7 @@ def _durable_bytes_per_match(client, n: int) -> int:
     total = 0
     for key in client.scan_iter(count=1000):
         k = key.decode(errors="replace")
-        if k.startswith(("sk:out:", "sk:reply:")) or k in ("sk:inbox", "sk:ops"):
+        if k.startswith(("sk:out:", "sk:reply:")) or k in ("sk:inbox", "sk:ops") or k.endswith((":inbox", ":ops")):
             continue
         total += int(client.memory_usage(key) or 0)
     return total // max(n, 1)

@@ -44,7 +44,7 @@ def _check_step(publisher: Publisher, step: Step, duplicate: bool) -> int:
     for write in publisher.outputs(step.command, out):
         if write.fields.get("kind") != "update":
             continue
-        player = write.stream.removeprefix("sk:out:")
+        player = write.stream.removeprefix("sk:out:{").removesuffix("}")
         expected = _plain([redact_event(e, player, state=out.state) for e in out.events])
         fields = _wire(write.fields)
         assert OutMessage.parse("1-0", fields).body["events"] == expected

@@ -220,7 +220,6 @@ def test_impersonation_and_non_player_commands_are_refused_and_never_forwarded(s
     import redis
 
     from engine.match.commands import decode_command
-    from engine.store import keys
 
     gw = stack.gateways[0]
 
@@ -255,7 +254,9 @@ def test_impersonation_and_non_player_commands_are_refused_and_never_forwarded(s
 
     (m,) = run(main())
     with redis.Redis.from_url(stack.store_url) as r:
-        sent = [decode_command(f[b"c"]) for _id, f in r.xrange(keys.INBOX) if b"c" in f]
+        from engine.service.channels import PLAYER
+
+        sent = [decode_command(f[b"c"]) for s in PLAYER.streams() for _id, f in r.xrange(s) if b"c" in f]
     mine = [c for c in sent if c.match_id == m and getattr(c, "player", None) == "im-bob"]
     assert all(not c.command_id.startswith("p8:im-alice") for c in mine)
     assert not [c for c in sent if c.command_id.endswith((":f1", ":f2", ":f3", ":f4", ":f5", ":f9"))]
@@ -487,7 +488,8 @@ def test_healthz_and_metrics(stack):
 
 
 def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
-    """``--bots``: alone in the queue for a few seconds → a trustee bot sits opposite; in a room
+    """``--bots``: alone in the queue for a few seconds → a bot sits opposite (playing the trustee's
+    moves from its own view after ``--bot-think``); in a room
     registered after the gateway started (``shuangkou room add``) too."""
     import subprocess
     import sys
@@ -496,7 +498,7 @@ def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
 
     from tests.processes import wait_for
 
-    gw = stack.start_gateway("bots", "--bots")
+    gw = stack.start_gateway("bots", "--bots", "--bot-think", "0.2")
     later = write_room(stack.tmp / "later.toml", "later", trustee_delay_seconds=0.0)
     added = subprocess.run([sys.executable, "-m", "shuangkou", "room", "add", str(later), "--redis", stack.store_url],
                            cwd=ROOT, env=stack.env(), capture_output=True, text=True, timeout=60)

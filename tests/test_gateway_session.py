@@ -20,6 +20,7 @@ import pytest
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from engine.match.commands import decode_command
+from engine.service.channels import OPS, PLAYER
 from engine.store import keys
 from gateway import channels, session
 from gateway.lobby import Lobby
@@ -83,12 +84,12 @@ class FakeEngine:
                 "hand": [1, 2, 3]}
 
     async def run(self) -> None:
-        last = "0-0"
+        positions = {s: "0-0" for s in PLAYER.streams()}  # every bucket's inbox (issue 24 §2)
         while True:
-            reply = await self.redis.xread({keys.INBOX: last}, block=200)
-            for _s, entries in reply or ():
+            reply = await self.redis.xread(dict(positions), block=200)
+            for stream, entries in reply or ():
                 for entry_id, fields in entries:
-                    last = entry_id
+                    positions[stream.decode() if isinstance(stream, bytes) else stream] = entry_id
                     cmd = decode_command(fields[b"c"])
                     if cmd.type != "Sync":
                         continue
@@ -265,7 +266,7 @@ def test_the_clients_own_sync_is_answered_with_an_update_carrying_the_view(aredi
 
         async def xadd_then_move(stream, fields, *a, **kw):
             out = await real_xadd(stream, fields, *a, **kw)
-            if stream == keys.INBOX and decode_command(fields["c"]).command_id.endswith(":s2"):
+            if stream.endswith(":inbox") and decode_command(fields["c"]).command_id.endswith(":s2"):
                 conn.match = "t1-2"
             return out
         conn.hub.redis.xadd = xadd_then_move
@@ -296,12 +297,12 @@ class FakeOps:
     async def run(self) -> None:
         from engine.service.rooms import ROOMS_KEY, named
 
-        last = "0-0"
+        positions = {s: "0-0" for s in OPS.streams()}  # sk:ops and every bucket's sk:{b<N>}:ops
         while True:
-            reply = await self.redis.xread({keys.OPS: last}, block=200)
-            for _s, entries in reply or ():
+            reply = await self.redis.xread(dict(positions), block=200)
+            for stream, entries in reply or ():
                 for entry_id, fields in entries:
-                    last = entry_id
+                    positions[stream.decode() if isinstance(stream, bytes) else stream] = entry_id
                     cmd = decode_command(fields[b"c"])
                     self.commands.append(cmd)
                     if cmd.type == "AddRoom":

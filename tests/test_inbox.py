@@ -381,9 +381,11 @@ def test_client_helpers_build_valid_commands(fake_redis):
              client.cancel_trustee("m", "a"), client.disconnect("m", "a"), client.reconnect("m", "a"),
              client.escape("m", "a")]
     assert len({s.command_id for s in sends}) == len(sends)
-    # each command goes to its channel: CreateMatch, Sit and Deal to sk:ops, the rest to sk:inbox
-    assert [e[0].decode() for e in fake_redis.xrange(keys.OPS)] == [s.stream_id for s in sends[:2] + sends[4:5]]
-    assert fake_redis.xlen(keys.INBOX) == len(sends) - 3
+    # each command goes to its channel's stream of the match's bucket: CreateMatch, Sit and Deal
+    # to sk:{b<N>}:ops, the rest to sk:{b<N>}:inbox (issue 24 §2)
+    b = keys.bucket_of("m")
+    assert [e[0].decode() for e in fake_redis.xrange(keys.ops_key(b))] == [s.stream_id for s in sends[:2] + sends[4:5]]
+    assert fake_redis.xlen(keys.inbox_key(b)) == len(sends) - 3
     with pytest.raises(Exception):
         client.play("m", "a")  # neither text nor cards
 

@@ -395,9 +395,9 @@ def test_outbox_and_reply_streams_expire_and_are_capped(r):
         client.sync("m1", "alice")
     drain(gw)
     names = [k.decode() for k in r.scan_iter("sk:out:*")] + [k.decode() for k in r.scan_iter("sk:reply:*")]
-    assert {"sk:out:ghost-1", "sk:out:alice", "sk:out:bob", "sk:reply:gw-1"} <= set(names)
+    assert {"sk:out:{ghost-1}", "sk:out:{alice}", "sk:out:{bob}", "sk:reply:gw-1"} <= set(names)
     assert all(0 < r.ttl(k) <= 600 for k in names)
-    assert r.xlen("sk:out:alice") < 20  # MAXLEN ~ 5 trims whole nodes: approximate, but bounded
+    assert r.xlen("sk:out:{alice}") < 20  # MAXLEN ~ 5 trims whole nodes: approximate, but bounded
 
 
 def test_updates_are_compact_with_a_full_view_on_join_deal_and_every_n(r):
@@ -422,7 +422,7 @@ def test_updates_are_compact_with_a_full_view_on_join_deal_and_every_n(r):
     assert [m.view is not None for m in plays] == [(m.version - len(m.events)) // 4 != m.version // 4
                                                    for m in plays]
     assert any(m.view is None for m in plays)
-    raw = [msgpack.unpackb(f[b"body"], raw=False) for _, f in r.xrange("sk:out:alice")]
+    raw = [msgpack.unpackb(f[b"body"], raw=False) for _, f in r.xrange("sk:out:{alice}")]
     assert all("version" not in b and "match_id" not in b for b in raw)  # the entry says them
     for m in plays:  # the events follow version - len(events), one version each
         assert [e["seq"] for e in m.events] == list(range(m.version - len(m.events) + 1, m.version + 1))

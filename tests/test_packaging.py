@@ -169,9 +169,9 @@ def test_simulate_redis_prefix_json_ids_and_cleanup(redis_server, real_redis):
     ids = data["match_ids"]
     assert len(ids) == 3 and all(m.startswith("gone-") for m in ids)
     streams = {k.decode() for k in real_redis.scan_iter("sk:*", count=1000)}
-    assert not any(s.startswith(("sk:out:gone-", "sk:reply:gone-")) for s in streams)
+    assert not any(s.startswith(("sk:out:{gone-", "sk:reply:gone-")) for s in streams)
     assert data["cleaned_streams"] >= 2 * 3  # two players a match, plus the reply streams
-    assert any(s.startswith("sk:out:keep-") for s in streams) and any(s.startswith("sk:reply:keep-") for s in streams)
+    assert any(s.startswith("sk:out:{keep-") for s in streams) and any(s.startswith("sk:reply:keep-") for s in streams)
     assert outbox_key("someone-else") in streams
     replayed = _run(["replay", ids[0], "--json"], env=env)  # the match streams stay; replay reads SK_REDIS_URL
     assert replayed.returncode == 0, replayed.stderr

@@ -94,3 +94,45 @@ def test_every_command_exits_2_with_one_line(argv, where, http_port, tmp_path):
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert f"127.0.0.1:{port}" in lines[0]
+
+
+def test_a_player_id_with_a_brace_is_refused_at_the_token_the_join_and_the_inbox(fake_redis):
+    """§2: a player id is a hash tag (sk:out:{<player>}); one with { or } is refused wherever it enters."""
+    import time
+
+    import jwt
+
+    from engine.service.client import GatewayClient
+    from engine.service.inbox import InboxConsumer
+    from engine.store import keys
+    from gateway.tokens import TokenError, mint, verify
+
+    secret = b"s" * 32
+    for bad in ("a{b", "x}", "{b1}"):
+        problem = keys.player_id_problem(bad)
+        assert problem is not None and "'{' or '}'" in problem
+        with pytest.raises(ValueError, match="may not contain"):
+            mint(secret, bad)
+        forged = jwt.encode({"sub": bad, "exp": int(time.time()) + 60}, secret, algorithm="HS256")
+        with pytest.raises(TokenError, match="may not contain"):
+            verify(secret, forged)
+    assert verify(secret, mint(secret, "alice")).player == "alice"  # the positive control
+    # the Join checks the subject too (engine.store.keys.player_id_problem in gateway/session.py)
+    import inspect
+
+    from gateway import session
+
+    assert "player_id_problem" in inspect.getsource(session.Connection._join)
+    # the inbox: a bad_command with the reason, nothing appended
+    from engine.service.service import MatchService
+    from engine.store.redis_store import RedisEventStore
+
+    gw = InboxConsumer(fake_redis, MatchService(RedisEventStore(fake_redis), lambda: 0, None), "w1",
+                       stream=keys.inbox_key(keys.bucket_of("m1")))
+    client = GatewayClient(fake_redis, reply_to="sk:reply:t")
+    sent = client.ready("m1", "a{b}")
+    assert gw.run_once(block_ms=None) == 1
+    [reply] = client.replies()
+    assert reply.command_id == sent.command.command_id
+    assert reply.code == "bad_command" and "may not contain" in (reply.reason or "")
+    assert gw.service.store.version("m1") == 0

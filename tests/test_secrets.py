@@ -94,7 +94,7 @@ class Audit:
         """Read every new entry of the players' and reply streams and check it."""
         streams = [keys.outbox_key(p) for p in PLAYERS] + [k.decode() for k in self.r.keys("sk:reply:*")]
         for stream in streams:
-            receiver = stream.rsplit(":", 1)[1] if stream.startswith("sk:out:") else None
+            receiver = stream[len("sk:out:{"):-1] if stream.startswith("sk:out:") else None
             for entry_id, fields in self.r.xrange(stream, min=f"({self.seen[stream]}" if stream in self.seen else "-"):
                 self.seen[stream] = entry_id.decode()
                 f = {k.decode(): v for k, v in fields.items()}

@@ -5,6 +5,7 @@ testability contract (issue 15).  Every refusal has a test."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,10 +56,18 @@ def test_dev_tokens_only_with_dev() -> None:
     from gateway.tokens import verify
 
     assert verify(SECRET, r.json()["token"]).player == "alice"
-    for body, needle in (({"name": ""}, "1–40"), ({"name": "a b"}, "letters"), ({"name": "x" * 41}, "1–40"),
-                         ({"name": "al", "role": "root"}, "role"), ([1], "name")):
+    # issue 25: a Chinese name signs in; the id is derived from it, the name travels in the token
+    r = c.post("/api/dev/token", json={"name": " 小明\u200b"})
+    assert r.status_code == 200 and r.json()["name"] == "小明" and r.json()["player"].startswith("u-")
+    ident = verify(SECRET, r.json()["token"])
+    assert (ident.player, ident.name) == (r.json()["player"], "小明")
+    assert c.post("/api/dev/token", json={"name": "小明"}).json()["player"] == ident.player  # same name, same id
+    assert c.post("/api/dev/token", json={"name": "a b"}).json()["player"].startswith("u-")
+    for body, needle, code in (({"name": ""}, "1–24", "bad_name"), ({"name": "\u202e\x00"}, "1–24", "bad_name"),
+                               ({"name": "x" * 25}, "1–24", "bad_name"), ({"name": 7}, "text", "bad_name"),
+                               ({"name": "al", "role": "root"}, "role", "bad_request"), ([1], "name", "bad_request")):
         r = c.post("/api/dev/token", json=body)
-        assert r.status_code == 400 and needle in r.json()["reason"], (body, r.json())
+        assert r.status_code == 400 and needle in r.json()["reason"] and r.json()["error"] == code, (body, r.json())
     assert c.post("/api/dev/token", content=b"{nope").json()["error"] == "bad_request"
 
 
@@ -207,14 +216,19 @@ def test_the_pages_keep_the_testability_contract() -> None:
     """The names hidden checks use (issue 15) are in the page sources; data-card only marks the hand."""
     html = (STATIC / "index.html").read_text()
     js = (STATIC / "js" / "table.js").read_text()
-    for action in ("play", "pass", "hint", "ready", "join"):
+    for action in ("play", "pass", "hint", "ready", "join", "lang", "mute", "verify"):
         assert f'data-action="{action}"' in html
-    for attr in ("data-opponent-count", "data-status", "data-settlement", 'data-your-turn="false"'):
+    for attr in ("data-opponent-count", "data-opponent-name", "data-status", "data-settlement", "data-fair",
+                 'data-your-turn="false"'):
         assert attr in html
+    assert '"data-cards-left": s.player' in js and '"data-score": p' in js and '"data-balance": p' in js
+    # CSP (issue 23): no inline script and no inline event handler in the page
+    assert "<script>" not in html and not re.search(r"\son[a-z]+=", html)
     assert '"data-card": id' in js and '"aria-pressed"' in js and '"data-table-card": id' in js
     replay_js = (STATIC / "js" / "replay.js").read_text()
     assert "\"data-card\"" not in replay_js and "data-card=" not in (STATIC / "replay.html").read_text()
-    assert js.count('"data-card"') == 1  # only renderHand makes hand cards
+    # renderHand makes hand cards; the end of a match shows the final hands face up (data-cards-left)
+    assert js.count('"data-card"') == 2
 
 
 def test_standing_is_the_effective_xiang_of_the_bombs_seen() -> None:
@@ -259,3 +273,28 @@ def test_hint_and_readings_read_the_cards_under_the_rooms_rules() -> None:
     with pytest.raises(web.HttpError) as err:
         web.readings_for({"cards": cards, "room": "nope"}, rooms)
     assert (err.value.status, err.value.code, err.value.reason) == (400, "bad_request", "unknown room")
+
+
+def test_the_lobby_lists_base_entry_and_the_players_own_balance() -> None:
+    """GET /api/rooms (issue 25): each room's base and entry (R-11.1) with the player's own
+    balance, so a player who cannot afford a room sees why before Join."""
+    from gateway.rooms import RoomBook
+
+    class Lobby:
+        async def balance(self, player: str, mode: str) -> int:
+            return {"points": 40, "wealth": 0}[mode] if player == "alice" else 999
+
+    @dataclass
+    class Hub:
+        rooms: Any
+        lobby: Any
+
+    c = client(hub=Hub(RoomBook.load([]), Lobby()))
+    assert c.get("/api/rooms").status_code == 401
+    assert c.get("/api/rooms", headers=bearer("sam", role="spectator")).status_code == 403
+    body = c.get("/api/rooms", headers=bearer("alice")).json()
+    rooms = {r["name"]: r for r in body["rooms"]}
+    assert body["balances"] == {"points": 40, "wealth": 0}
+    assert rooms["points"]["need"] == 0 and rooms["points"]["admits"] and rooms["points"]["balance"] == 40
+    assert rooms["wealth"]["need"] > 0 and not rooms["wealth"]["admits"] and rooms["wealth"]["balance"] == 0
+    assert all(isinstance(r["base"], int) and r["base"] > 0 for r in rooms.values())

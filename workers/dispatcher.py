@@ -54,6 +54,7 @@ from dramatiq.broker import Broker
 
 from engine.match.deadline import Deadline
 from engine.store import keys
+from engine.store.lease import LeaseScripts
 from engine.store.transient import Backoff, is_transient
 from workers.broker import FIRE_MANY_ACTOR, QUEUE
 from workers.clock import read_ms
@@ -500,26 +501,6 @@ class Dispatcher:
 
 # ---- one dispatcher at a time ------------------------------------------------------------------
 
-# KEYS: lease; ARGV: token, ttl ms.  1: renewed, 2: acquired, 0: someone else holds it
-_HOLD_LUA = """
-local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-if not v then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 2
-end
-return 0
-"""
-
-_DROP_LUA = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-
 class DispatcherLease:
     """``SET NX PX`` lease on the broker's Redis; ``client`` None: always held (in-process)."""
 
@@ -530,14 +511,13 @@ class DispatcherLease:
         self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self.held = client is None
         if client is not None:
-            self._hold = client.register_script(_HOLD_LUA)
-            self._drop = client.register_script(_DROP_LUA)
+            self._scripts = LeaseScripts(client)
 
     def hold(self) -> bool:
         """Renew the lease or take it if free; True while this process holds it."""
         if self.client is None:
             return True
-        got = int(self._hold(keys=[self.key], args=[self.token, self.ttl_ms]))
+        got = self._scripts.hold(self.key, self.token, self.ttl_ms)
         was, self.held = self.held, got > 0
         if self.held and not was:
             log.info("dispatcher lease acquired (%s)", self.token)
@@ -548,7 +528,7 @@ class DispatcherLease:
     def drop(self) -> None:
         if self.client is not None and self.held:
             try:
-                self._drop(keys=[self.key], args=[self.token])
+                self._scripts.drop(self.key, self.token)
             except Exception:  # the lease expires by itself
                 log.debug("could not drop the dispatcher lease", exc_info=True)
         self.held = self.client is None

@@ -199,7 +199,14 @@ def from_env() -> Runtime:
     from workers.dispatcher import claims_for
     from workers.scheduler import DeadlineScheduler
 
+    from engine.store.connect import replica_acks_default
+
     store = RedisEventStore.from_url(url)
+    acks = replica_acks_default()  # SK_REPLICA_ACKS: a timer's append waits for N replicas (issue 24 §4)
+    if acks:
+        from engine.store.replicas import ReplicaAcks
+
+        store.replica_acks = ReplicaAcks(store.client, acks)
     clock = SystemClock()
     scheduler = DeadlineScheduler(clock) if timer_messages_from_env() else None
     # the old path alone (messages per commit, no dispatcher here): nothing marks deadlines

@@ -196,10 +196,12 @@ def _checked_handler(state: MatchState, command: CommandBase) -> Callable[[_Buil
     if state.phase == "new" and not isinstance(command, CreateMatch):
         raise UnknownMatch(f"no match {state.match_id!r}: create it first")
     expected = getattr(command, "expected_version", None)
-    if expected is not None and expected != state.version:
-        # the player decided on another situation: never apply it in this one (hardening §6)
-        raise StaleCommand(f"the match is at version {state.version}, not {expected} as the command "
-                           "expected: look at the current view and decide again")
+    if expected is not None and not state.table_version <= expected <= state.version:
+        # the player decided on another table: never apply it on this one (hardening §6); events
+        # that do not move the table (a ready mark, trusteeship, a disconnect) do not count (issue 26)
+        moved = (f"the table moved at version {state.table_version}, after version {expected}"
+                 if expected < state.table_version else f"the match is only at version {state.version}")
+        raise StaleCommand(f"{moved} that the command expected: look at the current view and decide again")
     if isinstance(command, Sync):  # any phase, a finished match too: it only reads
         return None
     if state.over and not isinstance(command, CreateMatch):

@@ -52,6 +52,15 @@ from engine.match.state import Finish, LastPlay, MatchState, Seat
 
 
 Changes = dict[str, Any]
+
+#: the events that move the table (docs/PROTOCOL.md "expected_version"): the creation, a seating
+#: or a removal, the deal, a play, a pass (a turn change), the finish (a phase change).  A
+#: command's ``expected_version`` is stale only when one of these came after it; the others
+#: (PlayerReady, TurnTimedOut, TrusteeshipStarted/Ended, PlayerDisconnected/Reconnected,
+#: PlayerEscaped) leave a decision taken on the table as it was valid.
+MOVES_TABLE: tuple[type[EventBase], ...] = (
+    MatchCreated, PlayerSeated, PlayerRemoved, HandDealt, CardsPlayed, Passed, MatchFinished,
+)
 _HANDLERS: dict[type[EventBase], Callable[[Any, MatchState], Changes]] = {}
 
 
@@ -59,6 +68,8 @@ def apply(state: MatchState, event: EventBase) -> MatchState:
     """The state after ``event`` (no checks; see the module docstring for deadlines)."""
     handler = _HANDLERS.get(type(event))
     changes = handler(event, state) if handler is not None else {}  # unknown types change nothing
+    if isinstance(event, MOVES_TABLE):
+        changes = {**changes, "table_version": event.seq}
     new = replace(state, version=event.seq, last_ts=event.ts, **changes)
     # the deadline depends on the new state: set it on the fresh copy before anyone sees it
     for name, value in _deadline(state, new, event.ts).items():

@@ -78,6 +78,9 @@ class Finish:
 class MatchState:
     match_id: str
     version: int = 0
+    #: the version of the last event that moved the table (engine.match.evolve.MOVES_TABLE): a
+    #: command's ``expected_version`` is stale only when it is older than this (or newer than ``version``)
+    table_version: int = 0
     config: RoomConfig | None = None
     phase: Phase = "new"
     seats: tuple[Seat | None, Seat | None] = (None, None)
@@ -196,7 +199,7 @@ def _seat_from(d: dict[str, Any] | None) -> Seat | None:
 def state_to_dict(s: MatchState) -> dict[str, Any]:
     return {
         "codec": STATE_CODEC_VERSION,
-        "match_id": s.match_id, "version": s.version,
+        "match_id": s.match_id, "version": s.version, "table_version": s.table_version,
         "config": s.config.to_record() if s.config else None,
         "phase": s.phase, "seats": [_seat_to(x) for x in s.seats], "turn": s.turn,
         "to_beat": (None if s.to_beat is None else
@@ -222,6 +225,8 @@ def state_from_dict(d: dict[str, Any]) -> MatchState:
     seats = [_seat_from(x) for x in d["seats"]]
     return MatchState(
         match_id=d["match_id"], version=d["version"],
+        # a snapshot from before the table version: every older version counts as stale (as then)
+        table_version=d.get("table_version", d["version"]),
         config=RoomConfig.from_match_record(d["config"]) if d["config"] is not None else None,
         phase=d["phase"], seats=(seats[0], seats[1]), turn=d["turn"],
         to_beat=None if tb is None else LastPlay(tb[0], _combo_from(tb[1]), tuple(tb[2])),

@@ -1,13 +1,16 @@
-"""Who may send what: the player channel ``sk:inbox`` and the operator channel ``sk:ops``.
+"""Who may send what: the player channel ``sk:{b<N>}:inbox`` and the operator channel ``sk:{b<N>}:ops`` / ``sk:ops``.
 
-Two command channels feed the command service (docs/SECURITY.md):
+Two command channels feed the command service (docs/SECURITY.md); each is one stream
+per bucket of matches (N = ``engine.store.keys.bucket_of`` the match id, issue 24 §2),
+so no slot of a Redis Cluster carries every command (:func:`stream_for`):
 
-* **player** (``sk:inbox``): what a player does in a match -- Ready, Leave, Play,
+* **player** (``sk:{b<N>}:inbox``): what a player does in a match -- Ready, Leave, Play,
   Pass, RequestTrustee, CancelTrustee, Disconnect, Reconnect, Escape, Sync.
   Gateways write here; the engine trusts the gateway for *which* player a
   command is for (the reference gateway takes it from a signed token).
-* **ops** (``sk:ops``): what the lobby and operators do -- CreateMatch, Sit,
-  a fixed-hand Deal, ledger Credit/Debit, room registration (AddRoom).
+* **ops**: what the lobby and operators do -- CreateMatch, Sit, a fixed-hand Deal
+  (on the match's ``sk:{b<N>}:ops``), ledger Credit/Debit, room registration
+  (AddRoom; these name no match: on ``sk:ops``).
 * **Timer commands** (TurnTimeout, TrusteeAct, ReadyTimeout) come through
   neither: only the timer workers run them, straight through the service.
 
@@ -51,7 +54,7 @@ class Channel:
     """One command channel: its name, its stream and the command types it accepts."""
 
     name: str  # "player" | "ops"
-    stream: str
+    stream: str  # how refusals name the channel's streams
     accepts: frozenset[str]
 
     def refusal(self, command: CommandBase) -> Rejected | None:
@@ -67,12 +70,52 @@ class Channel:
             return NotAllowed(f"{ctype} is not accepted on any command channel")
         return NotAllowed(f"{ctype} is not accepted on the {self.name} channel ({self.stream}); "
                           f"it is a{'n' if other.name[0] in 'aeiou' else ''} {other.name} command "
-                          f"({other.stream})")
+                          f"({stream_for(command) if isinstance(command, CommandBase) else other.stream})")
 
 
-PLAYER = Channel("player", keys.INBOX, PLAYER_COMMANDS)
-OPS = Channel("ops", keys.OPS, OPS_COMMANDS)
+    def streams(self, buckets: int = keys.DEFAULT_BUCKETS) -> list[str]:
+        """Every stream of this channel: one per bucket, then the channel's unbucketed stream
+        (``sk:ops`` for Credit/Debit/AddRoom; ``sk:inbox``, drained during an upgrade)."""
+        per_bucket = keys.inbox_key if self.name == "player" else keys.ops_key
+        return [per_bucket(b) for b in range(buckets)] + [self.legacy]
+
+    @property
+    def legacy(self) -> str:
+        """The channel's one unbucketed stream (``sk:inbox`` / ``sk:ops``)."""
+        return keys.INBOX if self.name == "player" else keys.OPS
+
+
+#: shown in refusals: the player channel is one stream per bucket (issue 24 §2)
+PLAYER = Channel("player", "sk:{b<N>}:inbox", PLAYER_COMMANDS)
+OPS = Channel("ops", "sk:{b<N>}:ops or sk:ops", OPS_COMMANDS)
 CHANNELS: tuple[Channel, ...] = (PLAYER, OPS)
+
+#: operator commands that name no match: they stay on the one stream ``sk:ops`` (any replica)
+UNBUCKETED_OPS = frozenset({"Credit", "Debit", "AddRoom"})
+
+
+def stream_for(command: CommandBase, buckets: int = keys.DEFAULT_BUCKETS) -> str:
+    """The stream that carries ``command`` (issue 24 §2, docs/PROTOCOL.md §1).
+
+    A player command goes to its match's bucket, ``sk:{b<N>}:inbox``; CreateMatch, Sit and
+    Deal to ``sk:{b<N>}:ops``; Credit, Debit and AddRoom to ``sk:ops``; N =
+    :func:`engine.store.keys.bucket_of` the match id.  A timer command has no stream (ValueError).
+
+    >>> from engine.match.commands import Ready, Credit
+    >>> stream_for(Ready(command_id="c", match_id="t1-1", player="a"))
+    'sk:{b5}:inbox'
+    >>> stream_for(Credit(command_id="c", player="a", mode="points", amount=5, reason="r", operator="o"))
+    'sk:ops'
+    """
+    ctype = command_type(command)
+    if ctype in UNBUCKETED_OPS:
+        return keys.OPS
+    bucket = keys.bucket_of(command.match_id or "", buckets)
+    if ctype in OPS_COMMANDS:
+        return keys.ops_key(bucket)
+    if ctype in PLAYER_COMMANDS:
+        return keys.inbox_key(bucket)
+    raise ValueError(f"{ctype} is not sent on any command channel")
 
 
 def command_type(command: CommandBase | str) -> str:
@@ -166,16 +209,66 @@ def refused_outcome(service: Any, command: CommandBase, refusal: Rejected) -> An
     return Outcome((), state, refusal)
 
 
+class ChannelConsumers:
+    """The :class:`~engine.service.inbox.InboxConsumer` of every stream of one channel (one per
+    bucket and the unbucketed one), driven as one: for tests, ``simulate`` and one-process rigs.
+
+    ``serve`` does not use it: there each bucket's streams are consumed by the bucket's owner
+    only (engine/service/ownership.py)."""
+
+    def __init__(self, consumers: Sequence[Any]):
+        self.consumers = list(consumers)
+
+    @property
+    def streams(self) -> list[str]:
+        return [c.stream for c in self.consumers]
+
+    @property
+    def stats(self) -> Any:
+        from engine.service.publish import GatewayStats
+
+        total = GatewayStats()
+        for c in self.consumers:
+            for name, value in vars(c.stats).items():
+                if isinstance(value, int):
+                    setattr(total, name, getattr(total, name, 0) + value)
+        return total
+
+    def publish(self, *args: Any, **kwargs: Any) -> None:
+        self.consumers[0].publish(*args, **kwargs)
+
+    def run_once(self, block_ms: int | None = None, count: int = 10, **kwargs: Any) -> int:
+        """One non-blocking read of each stream; then, with ``block_ms`` and nothing read, a pause."""
+        import time
+
+        n = sum(c.run_once(block_ms=None, count=count, **kwargs) for c in self.consumers)
+        if not n and block_ms:
+            time.sleep(block_ms / 1000)
+        return n
+
+    def run(self, stop: Any, **kwargs: Any) -> None:
+        """Each stream's loop in its own thread, until ``stop`` is set."""
+        import threading
+
+        threads = [threading.Thread(target=c.run, args=(stop,), kwargs=kwargs, daemon=True,
+                                    name=f"consume {c.stream}") for c in self.consumers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
 def channel_consumers(redis_client: Any, service: Any, consumer: str,
                       operator: Callable[[CommandBase], Any] | None = None,
-                      **kwargs: Any) -> tuple[Any, Any]:
-    """The two :class:`~engine.service.inbox.InboxConsumer` of a command service: the
-    player channel's and the operator channel's, each refusing what its channel does
-    not carry (``kwargs`` go to both consumers; ``operator`` serves the ops channel)."""
+                      buckets: int = keys.DEFAULT_BUCKETS,
+                      **kwargs: Any) -> tuple[ChannelConsumers, ChannelConsumers]:
+    """The consumers of a command service's two channels, each over all the channel's streams
+    (:meth:`Channel.streams`), each refusing what its channel does not carry (``kwargs`` go to
+    every consumer; ``operator`` serves the ops channel)."""
     from engine.service.inbox import InboxConsumer
 
-    player = InboxConsumer(redis_client, ChannelService(service, PLAYER), consumer,
-                           stream=PLAYER.stream, **kwargs)
-    ops = InboxConsumer(redis_client, ChannelService(service, OPS, operator), consumer,
-                        stream=OPS.stream, **kwargs)
+    player = ChannelConsumers([InboxConsumer(redis_client, ChannelService(service, PLAYER), consumer,
+                                             stream=s, **kwargs) for s in PLAYER.streams(buckets)])
+    ops = ChannelConsumers([InboxConsumer(redis_client, ChannelService(service, OPS, operator), consumer,
+                                          stream=s, **kwargs) for s in OPS.streams(buckets)])
     return player, ops

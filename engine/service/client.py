@@ -135,18 +135,23 @@ class GatewayClient:
 
     ``reply_to``: a stream named ``sk:reply:…`` where the service reports the
     fate of each command this client sends (accepted / duplicate / rejected / dead).
-    ``inbox`` is the player channel's stream, ``ops`` the operator channel's: each
-    command goes to the one that carries its type (a test rig running one consumer
-    without channel policy may pass the same stream for both).
+    Each command goes to the stream that carries it
+    (:func:`engine.service.channels.stream_for`: its match's ``sk:{b<N>}:inbox`` or
+    ``sk:{b<N>}:ops``, or ``sk:ops``).  A test rig running one consumer without channel
+    policy may name its ``inbox`` (player commands) or ``ops`` stream instead (the one it does not
+    name is then the unbucketed ``sk:inbox`` / ``sk:ops``).
     """
 
-    def __init__(self, redis_client: Any, inbox: str = keys.INBOX, reply_to: str | None = None,
-                 ops: str = keys.OPS):
+    def __init__(self, redis_client: Any, inbox: str | None = None, reply_to: str | None = None,
+                 ops: str | None = None, buckets: int = keys.DEFAULT_BUCKETS):
         if reply_to is not None and not reply_to.startswith(keys.REPLY_PREFIX):
             raise ValueError(f"reply streams must be named {keys.REPLY_PREFIX}…")
         self.redis = redis_client
+        if inbox is not None or ops is not None:  # a rig naming its streams: the other one is the unbucketed one
+            inbox, ops = inbox or keys.INBOX, ops or keys.OPS
         self.inbox = inbox
         self.ops = ops
+        self.buckets = buckets
         self.reply_to = reply_to
         #: match id -> the newest match version this client has read (updates, syncs,
         #: rejections, replies); Play and Pass send it as ``expected_version`` by default
@@ -163,10 +168,12 @@ class GatewayClient:
 
     # -- sending --------------------------------------------------------------------------
     def stream_for(self, command: CommandBase) -> str:
-        """The stream ``command`` is sent to: ``ops`` for operator commands, else ``inbox``."""
-        from engine.service.channels import OPS_COMMANDS
+        """The stream ``command`` is sent to: its channel's bucket stream (or the ``inbox`` /
+        ``ops`` this client was given)."""
+        from engine.service.channels import OPS_COMMANDS, stream_for
 
-        return self.ops if getattr(command, "type", "") in OPS_COMMANDS else self.inbox
+        given = self.ops if getattr(command, "type", "") in OPS_COMMANDS else self.inbox
+        return given or stream_for(command, self.buckets)
 
     def send(self, command: CommandBase, stream: str | None = None) -> str:
         """XADD the command (field ``c`` = msgpack) to its channel's stream (or ``stream``);

@@ -141,7 +141,7 @@ def decode(raw: Any, is_json: bool) -> CommandBase:
     if isinstance(raw, str):
         raw = raw.encode("utf-8")
     if not is_json:
-        return decode_command(raw)
+        return _player_checked(decode_command(raw))
     if len(raw) > MAX_COMMAND_BYTES:
         raise BadCommand(f"command too large: {len(raw)} bytes (limit {MAX_COMMAND_BYTES})")
     try:
@@ -152,7 +152,15 @@ def decode(raw: Any, is_json: bool) -> CommandBase:
         raise BadCommand("command is not JSON a command may be: nested too deeply") from None
     if not isinstance(data, dict):
         raise BadCommand("a command must be a map")
-    return parse_command(data)
+    return _player_checked(parse_command(data))
+
+
+def _player_checked(command: CommandBase) -> CommandBase:
+    """``command``, unless its player id cannot be one (a hash tag: ``{`` or ``}``, issue 24 §2)."""
+    player = getattr(command, "player", None)
+    if isinstance(player, str) and (problem := keys.player_id_problem(player)) is not None:
+        raise BadCommand(problem)
+    return command
 
 
 def reply_stream(value: Any) -> str | None:

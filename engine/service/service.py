@@ -242,7 +242,10 @@ class MatchService:
         cache = self.state_cache
         state = cache.get(mid) if cache is not None else None
         verified = state is None  # a cached state is validated by the append's version check
-        if state is None or isinstance(command, Sync):  # a Sync reads the truth: no append checks it
+        if state is None and cache is not None and not isinstance(command, Sync):
+            state = self._load_fresh(mid)  # one miss counted, not a second one in load_state
+            cache.put(state)
+        elif state is None or isinstance(command, Sync):  # a Sync reads the truth: no append checks it
             state = self.load_state(mid)
             verified = True
         last_exc: WrongVersion | None = None
@@ -370,8 +373,8 @@ class MatchService:
         to append in a round; None when :meth:`execute` handles it alone (no cache, not
         cached, a Sync, a refusal, nothing to append)."""
         cache = self.state_cache
-        if cache is None or isinstance(command, Sync):
-            return None
+        if cache is None or isinstance(command, Sync) or cache.version(command.match_id) is None:
+            return None  # not cached: execute loads it (and counts the one miss)
         state = cache.get(command.match_id)
         if state is None:
             return None

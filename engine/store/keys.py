@@ -27,6 +27,7 @@ key                                         type    holds
 ``sk:{b<N>}:ops``                           stream  CreateMatch, Sit, Deal of the bucket's matches
                                                     (same group and format; :func:`ops_key`)
 ``sk:{b<N>}:owner``                         string  the serve replica holding the bucket's lease
+``sk:serve:replicas``                       zset    live serve replicas (name -> registration end ms)
 ``sk:ops``                                   stream  Credit, Debit, AddRoom (no match: any replica)
 ``sk:inbox``                                stream  the single player channel before issue 24: still
                                                     drained by serve during an upgrade
@@ -68,6 +69,8 @@ SERVICE_GROUP = "sk-service"
 DEAD_LETTERS = f"{PREFIX}:dead"
 REPLY_PREFIX = f"{PREFIX}:reply:"
 LAYOUT = f"{PREFIX}:layout"
+#: the live serve replicas (zset: name -> the ms their registration runs out; engine/service/ownership.py)
+REPLICAS = f"{PREFIX}:serve:replicas"
 
 
 def bucket_of(match_id: str, buckets: int = DEFAULT_BUCKETS) -> int:
@@ -153,7 +156,7 @@ def outbox_key(player_id: str) -> str:
     """The outbound stream of one player (updates and rejections): ``sk:out:{<player>}``.
 
     Any other key read or written together with it carries the same tag."""
-    return f"{PREFIX}:out:{player_id}"
+    return f"{PREFIX}:out:{{{player_id}}}"
 
 
 def entry_id(seq: int) -> str:

@@ -112,6 +112,8 @@ class RedisEventStore(EventStore):
         self.feed_maxlen = feed_maxlen
         self.page = page
         self._append = client.register_script(_load_script("append.lua"))
+        #: ``--replica-acks N`` (engine/store/replicas.py): an append returns once N replicas have it
+        self.replica_acks: Any = None
         # per-match key cache: building 6 key strings per append is measurable
         self._keys: dict[str, tuple[int, list[bytes]]] = {}
 
@@ -178,12 +180,16 @@ class RedisEventStore(EventStore):
             if wrong is not None:
                 raise wrong from None
             raise
-        return self._result(match_id, reply, payloads, events)
+        result = self._result(match_id, reply, payloads, events)
+        if self.replica_acks is not None:
+            self.replica_acks.confirm(ks[:1])
+        return result
 
     def can_carry(self, client: Any) -> bool:
         """Yes for writes to this store's own Redis (the same client or connection pool),
-        unless that is a Redis Cluster."""
-        if isinstance(self.client, RedisCluster):
+        unless that is a Redis Cluster, or writes wait for replicas (the updates must not
+        be readable before the append is replicated)."""
+        if isinstance(self.client, RedisCluster) or self.replica_acks is not None:
             return False
         if client is self.client:
             return True
@@ -271,6 +277,10 @@ class RedisEventStore(EventStore):
                 out.append(reply)
             else:
                 out.append(self._result(rq.match_id, reply, payloads, rq.events))
+        if self.replica_acks is not None:
+            appended = [self._match_keys(rq.match_id)[1][0] for rq, r in zip(requests, out)
+                        if isinstance(r, AppendResult)]
+            self.replica_acks.confirm(appended)
         return out
 
     def _range(self, match_id: str, first: int, last: int | None) -> list[EventBase]:

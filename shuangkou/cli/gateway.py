@@ -24,7 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--id", default=None, help="this gateway's id (default <hostname>-<pid>)")
     parser.add_argument("--dev", action="store_true", help="development only: the browser page mints tokens by name, for any role "
                              "(operator included): never on a reachable host")
-    parser.add_argument("--bots", action="store_true", help="fill an empty seat with the trustee bot")
+    parser.add_argument("--bots", action="store_true", help="fill an empty seat with a bot (it plays as the trustee would)")
+    parser.add_argument("--bot-think", type=float, default=2.5, metavar="SECONDS",
+                        help="the longest a bot thinks over a move: each waits a random 40-100%% of it "
+                             "(default 2.5: 1-2.5 s; 0 plays at once; at most 10)")
     parser.add_argument("--log-level", default=os.environ.get("SK_LOG_LEVEL", "INFO"))
 
 
@@ -38,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.redis:
         raise CliError("--redis URL is required (or set SK_REDIS_URL)")
+    if not 0 <= args.bot_think <= 10:
+        raise CliError(f"--bot-think must be 0..10 seconds, got {args.bot_think:g}")
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port must be 0..65535, got {args.port}")
     from gateway.app import GatewaySettings, default_gateway_id, serve
@@ -65,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             "(POST /api/dev/token); for development on loopback only, never on a reachable host", args.port)
     settings = GatewaySettings(redis_url=args.redis, secret=secret, rooms=rooms,
                                gateway_id=args.id or default_gateway_id(), dev=args.dev, bots=args.bots,
+                               bot_think_s=args.bot_think,
                                lobby_redis_url=args.lobby_redis)
     serve(settings, args.host, args.port, log_level=str(args.log_level))
     return 0

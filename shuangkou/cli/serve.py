@@ -69,6 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reconcile-every", type=float, default=300.0, metavar="SECONDS",
                         help="settle finished matches without a settlement every SECONDS "
                              "(shuangkou reconcile; 0: never; default 300)")
+    parser.add_argument("--replica-acks", type=int, default=None, metavar="N",
+                        help="every write that accepts a command, settles a match or moves a balance waits "
+                             "for N replicas (WAIT) before the command is acknowledged or its updates are "
+                             "published (default $SK_REPLICA_ACKS, else 0; docs/OPERATIONS.md)")
+    parser.add_argument("--lease-ms", type=int, default=4_000, metavar="MS",
+                        help="a bucket's lease runs out this long after its owner stopped renewing it (a "
+                             "SIGKILLed replica's buckets move within it plus one renewal tick; default 4000)")
     parser.add_argument("--log-level", default=os.environ.get("SK_LOG_LEVEL", "INFO"))
 
 
@@ -114,6 +121,17 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--outbox-maxlen must be at least 1, got {args.outbox_maxlen}")
     if args.full_view_every < 1:
         raise CliError(f"--full-view-every must be at least 1, got {args.full_view_every}")
+    from engine.store.connect import RedisUnavailable, replica_acks_default
+
+    if args.replica_acks is None:
+        try:
+            args.replica_acks = replica_acks_default()
+        except RedisUnavailable as exc:
+            raise CliError(str(exc)) from None
+    if args.replica_acks < 0:
+        raise CliError(f"--replica-acks must be 0 or more, got {args.replica_acks}")
+    if args.lease_ms < 400:
+        raise CliError(f"--lease-ms must be at least 400, got {args.lease_ms}")
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise CliError(f"--metrics-port must be 0..65535, got {args.metrics_port}")
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
@@ -125,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.service.rooms import RedisRooms, register_shipped
     from projections.ledger import RedisLedger
     from engine.service.inbox import InboxConsumer
+    from engine.service.ownership import BucketOwner, ConsumerThreads, take_over_pending
     from engine.service.state_cache import StateCache
     from engine.store import keys
     from engine.store.redis_store import RedisEventStore
@@ -134,6 +153,11 @@ def run(args: argparse.Namespace) -> int:
     consumer = args.consumer or f"{socket.gethostname()}-{os.getpid()}"
     client = connect_redis(args.redis, "--redis")
     raw_store = RedisEventStore(client)
+    acks = None
+    if args.replica_acks:
+        from engine.store.replicas import ReplicaAcks
+
+        acks = raw_store.replica_acks = ReplicaAcks(client, args.replica_acks)
     check = getattr(raw_store, "check_layout", None)
     if check is not None:
         check()
@@ -180,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
     # each consumer refuses the command types its channel does not carry
     # balances come from the engine's own ledger (R-11), rooms from the registry (sk:rooms)
     ledger = RedisLedger(client)
+    ledger.replica_acks = acks
     rooms = RedisRooms(client)
     register_shipped(rooms)  # the shipped configs as "points" and "wealth", where absent
     service.balances = ledger
@@ -187,17 +212,32 @@ def run(args: argparse.Namespace) -> int:
     # metrics are labelled by room: the registered rooms (a bounded set), anything else "other"
     metrics.register_room_labels(rooms.names())
     desk = OperatorDesk(ledger, rooms, service=isvc, clock=clock, on_room_added=metrics.register_room_labels)
-    player_consumer = InboxConsumer(client, ChannelService(isvc, PLAYER), consumer, stream=PLAYER.stream,
-                                    **delivery,
-                                    on_dead=lambda _code, _reason: metrics.observe_dead_letter("inbox"))
-    ops_consumer = InboxConsumer(client, ChannelService(isvc, OPS, desk), consumer, stream=OPS.stream, **delivery,
-                                 on_dead=lambda _code, _reason: metrics.observe_dead_letter("ops"))
+    loop = {"block_ms": 500, "count": args.batch, "reclaim_every_s": 15.0, "min_idle_ms": 30_000}
+    consumers: list[InboxConsumer] = []  # every consumer this process ran (their stats, on stopping)
+
+    def consumer_of(channel, stream: str, operator=None) -> InboxConsumer:
+        c = InboxConsumer(client, ChannelService(isvc, channel, operator), consumer, stream=stream, **delivery,
+                          on_dead=lambda _code, _reason: metrics.observe_dead_letter(channel.name.replace("player", "inbox")))
+        consumers.append(c)
+        return c
+
+    def own(bucket: int) -> ConsumerThreads:
+        """This replica now holds ``bucket``'s lease: its pending commands first, then its channels."""
+        streams = ((PLAYER, keys.inbox_key(bucket), None), (OPS, keys.ops_key(bucket), desk))
+        for _channel, stream, _op in streams:
+            taken = take_over_pending(client, stream, keys.SERVICE_GROUP, consumer)
+            if taken:
+                log.info("bucket %d: took over %d pending command(s) of %s", bucket, taken, stream)
+        return ConsumerThreads([consumer_of(ch, st, op) for ch, st, op in streams], f"b{bucket}", **loop)
+
+    # the channels of no bucket: Credit/Debit/AddRoom on sk:ops, and the single inbox of the
+    # builds before issue 24 (drained during an upgrade), read by every replica (consumer group)
+    unbucketed = ConsumerThreads([consumer_of(OPS, keys.OPS, desk), consumer_of(PLAYER, keys.INBOX)], "shared",
+                                 **loop)
+    owner = BucketOwner(client, consumer, own, buckets=raw_store.buckets, ttl_ms=args.lease_ms,
+                        tick_ms=max(50, min(500, args.lease_ms // 8)), on_owned=metrics.set_buckets_owned)
     stop = threading.Event()
-    threads: list[threading.Thread] = [
-        threading.Thread(target=ops_consumer.run, args=(stop,), name="ops", daemon=True,
-                         kwargs={"block_ms": 500, "count": args.batch, "reclaim_every_s": 15.0,
-                                 "min_idle_ms": 30_000}),
-    ]
+    threads: list[threading.Thread] = []
 
     runner = None
     if not args.no_projections:
@@ -228,8 +268,10 @@ def run(args: argparse.Namespace) -> int:
     server = None
     if args.metrics_port is not None:
         buckets = getattr(raw_store, "buckets", keys.DEFAULT_BUCKETS)
-        feeds = [keys.feed_key(b) for b in range(buckets)] + [keys.INBOX, keys.OPS]
+        feeds = ([keys.feed_key(b) for b in range(buckets)] + PLAYER.streams(buckets) + OPS.streams(buckets))
         extra = [metrics.FeedLagCollector(client, feeds),
+                 *([metrics.StateCacheCollector(cache_kwargs["state_cache"])] if cache_kwargs["state_cache"] is not None
+                   else []),
                  metrics.RedisMemoryCollector({"store": client, **({"broker": broker_client} if broker_client else {})})]
         if broker_client is not None:
             extra.append(metrics.DeadLetterQueueCollector(broker_client, queues=("sk-timers",),
@@ -254,14 +296,17 @@ def run(args: argparse.Namespace) -> int:
     for t in threads:
         t.start()
     log.info("rooms registered: %s", ", ".join(rooms.names()) or "(none)")
-    log.info("serving: consumer %s, channels %s + %s (group %s), timers %s, projections %s", consumer,
-             player_consumer.stream, ops_consumer.stream, player_consumer.group, "dramatiq " + broker_url.split("@")[-1] if broker_url else "in-process",
+    log.info("serving: consumer %s, the channels of the buckets it owns (sk:{b<N>}:inbox + sk:{b<N>}:ops, "
+             "lease %d ms) and %s + %s (group %s), timers %s, projections %s", consumer, args.lease_ms,
+             keys.OPS, keys.INBOX, keys.SERVICE_GROUP,
+             "dramatiq " + broker_url.split("@")[-1] if broker_url else "in-process",
              "on" if runner is not None else "off")
     print(f"ready consumer={consumer}", flush=True)
     try:
-        player_consumer.run(stop, block_ms=500, count=args.batch, reclaim_every_s=15.0, min_idle_ms=30_000)
+        owner.run(stop)  # hands every bucket over on stopping
     finally:
         stop.set()
+        unbucketed.stop()
         for t in threads:
             t.join(timeout=10)
         if timers is not None:
@@ -269,8 +314,8 @@ def run(args: argparse.Namespace) -> int:
         if server is not None:
             server.shutdown()
         metrics.mark_process_dead()
-        for c in (player_consumer, ops_consumer):
-            s = c.stats
-            log.info("stopped %s: %d messages handled (%d accepted, %d rejected, %d duplicates, %d dead)",
-                     c.inbox, s.processed, s.accepted, s.rejected, s.duplicates, s.dead)
+        total = {k: sum(getattr(c.stats, k) for c in consumers)
+                 for k in ("processed", "accepted", "rejected", "duplicates", "dead")}
+        log.info("stopped: %(processed)d messages handled (%(accepted)d accepted, %(rejected)d rejected, "
+                 "%(duplicates)d duplicates, %(dead)d dead)", total)
     return 0

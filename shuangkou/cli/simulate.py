@@ -421,7 +421,7 @@ class Simulation:
         stream = c.stream_for(cmd)
         if not self.redis_url:
             for gw in self.gateways:
-                if gw.stream == stream:
+                if stream in gw.streams:
                     gw.run_once(block_ms=None, count=10)
         deadline = time.monotonic() + 30
         while True:

@@ -1,6 +1,6 @@
 """``shuangkou token``: development tokens and the gateway's signing secret.
 
-* ``shuangkou token PLAYER --secret-file F [--role spectator] [--ttl 3600] [--room NAME]``:
+* ``shuangkou token PLAYER --secret-file F [--role spectator] [--ttl 3600] [--room NAME] [--name 小明]``:
   mint a gateway session token (JWT, HS256) for tests and development; prints it.
 * ``shuangkou token --new-secret FILE``: write a new signing secret for ``gateway
   --secret-file``: 32 random bytes (``secrets.token_bytes``), the file created with mode
@@ -24,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--role", default="player", choices=("player", "spectator", "operator"))
     parser.add_argument("--ttl", type=int, default=3600, help="seconds until it expires (default 3600)")
     parser.add_argument("--room", default=None, help="restrict the token to one room")
+    parser.add_argument("--name", default=None, help="the display name shown at the table (1–24 characters, "
+                        "any script; control and format characters are dropped)")
 
 
 def new_secret() -> bytes:
@@ -71,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("give PLAYER --secret-file F (a token), or --new-secret FILE (a secret)")
     try:
         secret = load_secret(args.secret_file)
-        print(mint(secret, args.player, role=args.role, ttl_seconds=args.ttl, room=args.room))
+        print(mint(secret, args.player, role=args.role, ttl_seconds=args.ttl, room=args.room, name=args.name))
     except OSError as exc:
         raise CliError(f"cannot read --secret-file {args.secret_file}: {exc.strerror or exc}") from None
     except ValueError as exc:

@@ -50,8 +50,8 @@ export async function devToken(name, role) {
     method: "POST", headers: { "Content-Type": "application/json" },
     body: JSON.stringify({ name, role }),
   });
-  const body = await r.json();
-  if (!r.ok) throw new Error(body.reason || `HTTP ${r.status}`);
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) throw Object.assign(new Error(body.reason || `HTTP ${r.status}`), { code: body.error || "rejected" });
   sessionStorage.setItem(KEY, body.token);
   return body.token;
 }

@@ -1,6 +1,7 @@
 // Cards on the page: names and elements.  The ids themselves (docs/PROTOCOL.md "Card ids") are
-// client.js's `cards`; suits never matter (R-1.6).
+// client.js's `cards`; suits never matter (R-1.6).  Labels in the page's language (i18n.js).
 import { RANKS, cards } from "./client.js";
+import { has, t } from "./i18n.js";
 
 export { RANKS };
 export const SUITS = "SHCD";
@@ -18,6 +19,9 @@ export function label(id) {
   return RANKS[r];
 }
 
+// the page's words when a catalogue is loaded (the table), else the fallback (the replay viewer)
+const w = (key, fallback, params) => (has(key) ? t(key, params) : fallback);
+
 /** One card as an element.  attrs: {"data-card": id} for the player's own hand only. */
 export function cardElement(id, { tag = "span", attrs = {}, wild = false, small = false } = {}) {
   const el = document.createElement(tag);
@@ -27,20 +31,22 @@ export function cardElement(id, { tag = "span", attrs = {}, wild = false, small 
   for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
   const rank = document.createElement("span");
   rank.className = "rank";
-  rank.textContent = isJoker(id) ? (rankOf(id) === 14 ? "BJ" : "SJ") : RANKS[rankOf(id)];
+  const big = rankOf(id) === 14;
+  rank.textContent = isJoker(id) ? "★" : RANKS[rankOf(id)];
   el.append(rank);
   const suit = document.createElement("span");
   suit.className = "suit";
-  suit.textContent = s ? SUIT_SYMBOL[s] : label(id);
+  suit.textContent = s ? SUIT_SYMBOL[s] : w(big ? "card.big" : "card.small", label(id));
   el.append(suit);
   if (wild && isJoker(id)) {
-    const w = document.createElement("span");
-    w.className = "wild";
-    w.textContent = "財神 wild";
-    w.title = "Jokers are wild with natural cards (R-4, 財神)";
-    el.append(w);
+    const tag = document.createElement("span");
+    tag.className = "wild";
+    tag.textContent = w("card.wild", "財神");
+    tag.title = w("card.wildTitle", "wild");
+    el.append(tag);
   }
-  el.setAttribute("aria-label", (isJoker(id) ? (rankOf(id) === 14 ? "big joker" : "small joker")
-    : RANKS[rankOf(id)] + (s ? " of " + { S: "spades", H: "hearts", C: "clubs", D: "diamonds" }[s] : "")));
+  el.setAttribute("aria-label", isJoker(id) ? w(big ? "card.ariaBig" : "card.ariaSmall", big ? "big joker" : "small joker")
+    : w("card.aria", `${RANKS[rankOf(id)]} of ${{ S: "spades", H: "hearts", C: "clubs", D: "diamonds" }[s]}`,
+      { rank: RANKS[rankOf(id)], suit: w(`suit.${s}`, s) }));
   return el;
 }

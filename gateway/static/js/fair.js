@@ -103,42 +103,44 @@ function sameSet(a, b) {
 // table: [ids played], mySeed (the client seed I sent, if any)}
 export async function verifyDeal(record) {
   const checks = [];
-  const check = (ok, text) => checks.push({ ok: !!ok, text });
+  // key (and params): the page's catalogue words for the check (i18n "fair.check.<key>")
+  const check = (ok, text, key = "", params = {}) => checks.push({ ok: !!ok, text, key, params });
   const mine = await commitmentOf(record.serverSeed, record.matchId);
   check(mine === String(record.commitment).toLowerCase(),
     mine === String(record.commitment).toLowerCase()
       ? `SHA-256(seed ‖ match id) = ${mine}: the commitment shown before the deal`
-      : `SHA-256(seed ‖ match id) = ${mine}, but the match committed to ${record.commitment}`);
+      : `SHA-256(seed ‖ match id) = ${mine}, but the match committed to ${record.commitment}`,
+    mine === String(record.commitment).toLowerCase() ? "commitment" : "commitmentBad");
   if (!record.clientSeeds) {
-    check(false, "the deal was not computed from the seeds (a fixed deal)");
+    check(false, "the deal was not computed from the seeds (a fixed deal)", "fixed");
     return { ok: false, checks, deal: null };
   }
   if (record.mySeed && record.seat !== null && record.seat !== undefined) {
-    check(record.clientSeeds[record.seat] === record.mySeed, `my client seed ${JSON.stringify(record.mySeed)} was used`);
+    check(record.clientSeeds[record.seat] === record.mySeed, `my client seed ${JSON.stringify(record.mySeed)} was used`, "mySeed");
   }
   const deal = await fairDeal(record.serverSeed, record.clientSeeds, record.matchId);
   const seat = record.seat;
   if (seat !== null && seat !== undefined) {
     if (record.dealtHand) {
-      check(sameSet(record.dealtHand, deal.hands[seat]), "my 27 dealt cards are the fair deal's");
+      check(sameSet(record.dealtHand, deal.hands[seat]), "my 27 dealt cards are the fair deal's", "myCards");
     } else if (record.hand) {
       const set = new Set(deal.hands[seat]);
-      check(record.hand.every((c) => set.has(c)), "the cards I still hold were dealt to me");
+      check(record.hand.every((c) => set.has(c)), "the cards I still hold were dealt to me", "myHand");
     }
   }
   for (const s of [0, 1]) {
     const played = (record.played || {})[s] || [];
     if (!played.length) continue;
     const set = new Set(deal.hands[s]);
-    check(played.every((c) => set.has(c)), `every card seat ${s} played was dealt to seat ${s}`);
+    check(played.every((c) => set.has(c)), `every card seat ${s} played was dealt to seat ${s}`, "played", { seat: s });
   }
   if (record.table && record.table.length) {
     const dealt = new Set(deal.deck.slice(0, DEALT));
-    check(record.table.every((c) => dealt.has(c)), "no played card came from the 54 set-aside cards");
+    check(record.table.every((c) => dealt.has(c)), "no played card came from the 54 set-aside cards", "table");
   }
   if (record.first !== null && record.first !== undefined) {
-    check(record.first === deal.first, `seat ${deal.first} held the lead card and led first`);
+    check(record.first === deal.first, `seat ${deal.first} held the lead card and led first`, "first");
   }
-  if (record.leadCard !== null && record.leadCard !== undefined) check(record.leadCard === deal.leadCard, "the lead card is the fair deal's");
+  if (record.leadCard !== null && record.leadCard !== undefined) check(record.leadCard === deal.leadCard, "the lead card is the fair deal's", "lead");
   return { ok: checks.every((c) => c.ok), checks, deal };
 }

@@ -1,57 +1,110 @@
 // The table page: join a room, play a match, settle, play the next one; or watch (/watch/<id>).
 // Renders from the view the gateway sends (docs/PROTOCOL.md "WebSocket"); uses events for
-// notices and the play log.  Testability contract (issue 15): hand cards data-card, buttons
-// data-action, data-opponent-count, data-status, data-settlement, data-your-turn, table cards
-// data-table-card (never data-card).
+// notices, the play log, sounds and motion.  One language at a time (i18n.js).
+// Testability contract (issues 15, 25): hand cards data-card, buttons data-action,
+// data-opponent-count, data-opponent-name, data-status (+ data-code on a refusal),
+// data-settlement, data-score, data-balance, data-cards-left, data-fair, data-your-turn,
+// table cards data-table-card (never data-card).  The socket is client.js's Client (the page's
+// one networking seam: auth, resume, command ids, expected versions, the brief).
 import { api, claims, clientConfig, devToken, forgetToken, storedToken, tokenFromHost, tokenFromUrl } from "./auth.js";
 import { cardElement, sortCards } from "./cards.js";
 import { Client } from "./client.js";
-import { randomClientSeed, verifyDeal } from "./fair.js";
-import { BOMB_KINDS, KOU, REMOVED_REASON, TRUSTEE_REASON, describe, eventReading, modeWords, readingWords } from "./words.js";
+import { fairDeal, randomClientSeed, verifyDeal } from "./fair.js";
+import { BOMB_KINDS, eventReading, kouWords, modeWords, readingWords } from "./words.js";
+import { LANGS, currentLang, has, onLang, setLang, startLang, t } from "./i18n.js";
+import { boom, flyIn, muted, setMuted, sound, unlockAudio } from "./fx.js";
 
 const $ = (sel) => document.querySelector(sel);
 const root = $("#table");
 const watchPath = window.location.pathname.match(/^\/watch\/(.+)$/);
+const NOTICE_MS = 4500;  // a transient notice is gone within 5 s
+const LOG_SHOWN = 6;
 
 const S = {
   token: null, me: null, role: null,
   spectator: !!watchPath, watchMatch: watchPath ? decodeURIComponent(watchPath[1]) : null,
-  link: null, linkState: "connecting",
-  lobby: null, match: null, view: null, versions: {},
-  selected: new Set(), readings: [], reading: 0, readingsSeq: 0,
-  settled: null, balance: null, clock: { version: null, total: null }, offset: null,
-  log: [], bombs: [], rooms: [], bombsSeen: {}, learned: {},
-  fair: null,  // what this page saw of the current match's deal (renderFair, verify-deal)
+  link: null, linkState: "connecting", dev: false,
+  lobby: null, match: null, views: {}, versions: {},
+  hold: null,  // a finished match that stays on the table until the player presses Ready
+  per: {},  // match -> what this page saw of it: fair, log, bombs, trick
+  selected: new Set(), readings: [], reading: 0, readingsSeq: 0, readingsKey: null,
+  settled: {}, balance: null, clock: { version: null, total: null }, offset: null,
+  rooms: [], lobbyRooms: null, names: {}, learned: {}, pendingSeed: null, refusal: null,
+  warned: null, wasMyTurn: null, shownPlay: null, finishSounded: null, readyFor: null, flyFrom: null,
 };
 
-function freshFair() {
-  return { dealtHand: null, first: null, leadCard: null, played: {}, mySeed: null, readyId: null, result: null };
+function shown() {
+  return S.views[S.hold || S.match] || null;
+}
+
+function per(match) {
+  if (!S.per[match]) {
+    S.per[match] = { fair: { dealtHand: null, first: null, leadCard: null, played: {}, mySeed: null, result: null },
+      log: [], bombs: {}, trick: null, deal: null, dealFor: null };
+  }
+  return S.per[match];
+}
+
+// ---- words ---------------------------------------------------------------------------------
+
+function isBot(p) {
+  return /^bot-\d+$/.test(p || "");
+}
+
+/** What a player is called: the display name the gateway passed, else the bot's word, else the id. */
+function nameOf(p) {
+  if (!p) return "";
+  if (S.names[p]) return S.names[p];
+  if (isBot(p)) {
+    const level = S.lobby && S.lobby.bot_level;
+    return level && has(`botLevel.${level}`) ? t("lobby.botLevel", { level: t(`botLevel.${level}`) }) : t("lobby.bot");
+  }
+  return p;
+}
+
+function signed(n) {
+  return n > 0 ? `+${n}` : n < 0 ? `−${-n}` : "0";
+}
+
+function refusalText(code) {
+  const c = String(code || "").split(":")[0];
+  return has(`refusal.${c}`) ? t(`refusal.${c}`) : t("refusal.other");
+}
+
+function removedText(code) {
+  const c = String(code || "").split(":")[0];
+  return has(`removed.${c}`) ? t(`removed.${c}`) : t("removed.other");
+}
+
+function el(tag, text = "", attrs = {}) {
+  const e = document.createElement(tag);
+  if (text) e.textContent = text;
+  for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null) e.setAttribute(k, String(v));
+  return e;
 }
 
 // ---- status, notices ------------------------------------------------------------------------
 
-function setStatus(text, kind = "") {
-  const el = $("[data-status]");
-  el.textContent = text;
-  el.dataset.kind = kind;
+function setStatus(text, kind = "", code = null) {
+  const s = $("[data-status]");
+  s.textContent = text;
+  s.dataset.kind = kind;
+  if (code) s.dataset.code = code;
+  else delete s.dataset.code;
 }
 
-function notice(text, kind = "info", ms = 8000, tag = "") {
-  const el = document.createElement("div");
-  el.className = `notice ${kind}`;
-  if (tag) el.dataset.notice = tag;
-  el.textContent = text;
-  $("#notices").prepend(el);
-  while ($("#notices").children.length > 4) $("#notices").lastChild.remove();
-  setTimeout(() => el.remove(), ms);
+/** A transient notice: gone after NOTICE_MS; a newer one with the same tag replaces it. */
+function notice(text, kind = "info", tag = kind) {
+  const box = $("#notices");
+  for (const old of box.querySelectorAll(`[data-notice="${CSS.escape(tag)}"]`)) old.remove();
+  const n = el("div", text, { class: `notice ${kind}`, "data-notice": tag });
+  box.prepend(n);
+  while (box.children.length > 3) box.lastChild.remove();
+  setTimeout(() => n.remove(), NOTICE_MS);
 }
 
 function show(id, on) {
   $(id).hidden = !on;
-}
-
-function nameOf(p) {
-  return p === S.me ? `${p} (you 你)` : p;
 }
 
 // ---- the view -------------------------------------------------------------------------------
@@ -60,27 +113,33 @@ function seatsOf(view) {
   return (view && view.seats ? view.seats : []).filter(Boolean);
 }
 
-function badges(el, seat) {
-  el.replaceChildren();
-  const add = (text, cls) => {
-    const b = document.createElement("span");
-    b.className = `badge ${cls}`;
-    b.textContent = text;
-    el.append(b);
-  };
+function roomCfg() {
+  const name = S.lobby && S.lobby.room;
+  return (S.rooms || []).find((r) => r.name === name) || {};
+}
+
+function badges(box, seat, view) {
+  box.replaceChildren();
   if (!seat) return;
-  if (seat.trustee) add(`託管 trusteeship · ${TRUSTEE_REASON[seat.trustee] || seat.trustee}`, "trustee");
-  if (seat.connected === false) add("斷線 disconnected", "offline");
-  if (seat.escaped) add("逃跑 escaped", "offline");
-  if (seat.timeouts) add(`超時 timeouts ${seat.timeouts}`, "warn");
-  if (S.view && S.view.phase === "seating") add(seat.ready ? "準備 ready" : "not ready 未準備", seat.ready ? "ok" : "");
+  const add = (text, cls, why = "") => box.append(el("span", text, { class: `badge ${cls}`, "data-badge": cls, title: why || null }));
+  if (seat.trustee) {
+    const key = has(`badge.trustee.${seat.trustee}`) ? `badge.trustee.${seat.trustee}` : "badge.trustee";
+    add(t(key), "trustee", seat.player !== S.me && seat.trustee === "disconnect" ? t("explain.disconnectOther", { name: nameOf(seat.player) }) : "");
+  }
+  if (seat.connected === false) add(t("badge.offline"), "offline");
+  if (seat.escaped) add(t("badge.escaped"), "escaped");
+  if (seat.timeouts && view.phase === "playing") add(t("badge.timeouts", { n: seat.timeouts }), "timeouts");
+  if (view.phase === "seating") add(seat.ready ? t("badge.ready") : t("badge.notReady"), seat.ready ? "ready" : "not-ready");
 }
 
 function contribText(view, player) {
   const c = view && view.contribution ? view.contribution[player] : null;
-  if (!c || !c.xiang) return "貢獻 contribution: no bomb yet";
-  const net = c.net > 0 ? `+${c.net}` : `${c.net}`;
-  return `貢獻 contribution c=${c.c} · ${c.xiang}相 (${c.source}) · net ${net}`;
+  if (!c || !c.xiang) return t("seat.noBomb");
+  return t("seat.contribution", { xiang: c.xiang, net: signed(c.net) });
+}
+
+function backs(n) {
+  return Array.from({ length: Math.min(n, 27) }, () => el("i", "", { class: "back" }));
 }
 
 function renderHand(view) {
@@ -88,66 +147,86 @@ function renderHand(view) {
   const ids = view.hand ? sortCards(view.hand.ids) : [];
   for (const id of [...S.selected]) if (!ids.includes(id)) S.selected.delete(id);
   const canAct = view.phase === "playing";
-  const frag = document.createDocumentFragment();
-  for (const id of ids) {
-    const el = cardElement(id, {
+  hand.replaceChildren(...ids.map((id) => {
+    const c = cardElement(id, {
       tag: "button", wild: true,
       attrs: { "data-card": id, "aria-pressed": S.selected.has(id) ? "true" : "false", type: "button" },
     });
-    el.disabled = !canAct;
-    frag.append(el);
-  }
-  hand.replaceChildren(frag);
+    c.disabled = !canAct;
+    return c;
+  }));
 }
 
-function renderSeat(prefix, seat, view, { count = "data-opponent-count" } = {}) {
-  $(`#${prefix}-name`).textContent = seat ? nameOf(seat.player) + (seat.level !== undefined ? ` · level ${seat.level}, X=${seat.base}` : "") : "—";
-  badges($(`#${prefix}-badges`), seat);
-  $(`#${prefix}-contrib`).textContent = seat ? contribText(view, seat.player) : "";
-  const turn = view.phase === "playing" && seat && view.turn === seat.player;
-  $(`#${prefix}`).classList.toggle("on-turn", !!turn);
+function renderSeat(prefix, seat, view, { countAttr = "data-opponent-count", isMine = false } = {}) {
+  const nameEl = $(`#${prefix}-name`);
+  nameEl.textContent = seat ? nameOf(seat.player) : "—";
+  if (isMine && seat && seat.player === S.me && !S.spectator) nameEl.append(el("small", ` (${t("seat.you")})`, { class: "you" }));
+  if (prefix === "opp") nameEl.dataset.player = seat ? seat.player : "";
+  $(`#${prefix}-level`).textContent = seat && seat.level !== undefined ? t("seat.level", { level: seat.level }) : "";
+  badges($(`#${prefix}-badges`), seat, view);
+  $(`#${prefix}-contrib`).textContent = seat && view.phase === "playing" ? contribText(view, seat.player) : "";
+  $(`#${prefix}`).classList.toggle("on-turn", !!(view.phase === "playing" && seat && view.turn === seat.player));
   if (prefix === "opp") {
     const n = seat ? seat.cards_left : 0;
-    const el = $("#opp-count");
-    el.removeAttribute("data-opponent-count");
-    el.removeAttribute("data-seat-count");
-    el.setAttribute(count, String(n));
-    el.textContent = String(n);
-    const backs = $("#opp-backs");
-    backs.replaceChildren(...Array.from({ length: Math.min(n, 27) }, () => {
-      const b = document.createElement("i");
-      b.className = "back";
-      return b;
-    }));
+    const c = $("#opp-count");
+    c.removeAttribute("data-opponent-count");
+    c.removeAttribute("data-seat-count");
+    c.setAttribute(countAttr, String(n));
+    c.textContent = String(n);
+    $("#opp-backs").replaceChildren(...backs(n));
   }
 }
 
-function renderLast(view) {
+function playKey(view) {
+  const lp = view.last_play;
+  return lp ? `${view.match_id}|${view.trick}|${lp.player}|${lp.cards.join(",")}` : `${view.match_id}|${view.trick}|-`;
+}
+
+function renderLast(view, from) {
   const lp = view.last_play;
   const cards = $("#last-cards");
+  const last = $("#last");
   if (!lp) {
-    const lead = view.phase === "playing" ? (view.turn === S.me ? "You lead: play any combination. 你先出" : `${view.turn} leads 先出`) : "";
-    $("#last-who").textContent = view.phase === "playing" ? `Trick ${view.trick} · new trick 新一輪` : "";
+    let lead = "";
+    if (view.phase === "playing") lead = view.turn === S.me && !S.spectator ? t("last.youLead") : t("last.leads", { name: nameOf(view.turn) });
+    $("#last-who").textContent = view.phase === "playing" ? t("last.newTrick", { n: view.trick }) : "";
     cards.replaceChildren();
     $("#last-reading").textContent = lead;
-    $("#last").dataset.lastKind = "";
-    $("#last").dataset.lastRank = "";
+    last.dataset.lastKind = "";
+    last.dataset.lastRank = "";
+    S.shownPlay = playKey(view);
     return;
   }
-  $("#last-who").textContent = `${nameOf(lp.player)} played · trick ${view.trick}`;
+  $("#last-who").textContent = `${t("last.trick", { n: view.trick })} · ${t("last.played", { name: nameOf(lp.player) })}`;
   cards.replaceChildren(...lp.cards.map((id) => cardElement(id, { attrs: { "data-table-card": id }, small: true })));
-  $("#last-reading").textContent = readingWords(lp.reading, lp.describe);
-  $("#last").dataset.lastKind = lp.reading.kind;
-  $("#last").dataset.lastRank = lp.reading.rank;
+  $("#last-reading").textContent = readingWords(lp.reading);
+  last.dataset.lastKind = lp.reading.kind;
+  last.dataset.lastRank = lp.reading.rank;
+  const key = playKey(view);
+  if (S.shownPlay !== null && key !== S.shownPlay && from) {
+    flyIn(cards, from);
+    if (BOMB_KINDS.has(lp.reading.kind)) {
+      boom(last);
+      sound("bomb");
+    } else {
+      sound("play");
+    }
+  }
+  S.shownPlay = key;
 }
 
-function renderLog() {
-  const log = $("#log");
-  log.replaceChildren(...S.log.slice(-6).map((t) => {
-    const li = document.createElement("li");
-    li.textContent = t;
-    return li;
-  }));
+function renderLog(match) {
+  const entries = per(match).log;
+  const out = [];
+  let trick = null;
+  for (const e of entries.slice(-LOG_SHOWN).reverse()) {  // the newest first: always in sight
+    if (e.trick !== trick) {
+      trick = e.trick;
+      out.push(el("li", t("log.trick", { n: e.trick }), { class: "trick-sep", "data-trick": e.trick }));
+    }
+    out.push(el("li", e.text(), { class: e.kind }));
+  }
+  $("#log").replaceChildren(...out);
 }
 
 function serverNow() {
@@ -155,7 +234,7 @@ function serverNow() {
 }
 
 function tickClock() {
-  const view = S.view;
+  const view = shown();
   const clock = $("#clock");
   if (!view || !view.deadline || view.phase === "finished") {
     clock.hidden = true;
@@ -164,266 +243,357 @@ function tickClock() {
   clock.hidden = false;
   const d = view.deadline;
   const left = Math.max(0, d.at_ms - serverNow());
-  if (S.clock.version !== `${view.match_id}/${d.version}/${d.at_ms}`) {
-    S.clock = { version: `${view.match_id}/${d.version}/${d.at_ms}`, total: Math.max(left, 1000) };
-  }
+  const id = `${view.match_id}/${d.version}/${d.at_ms}`;
+  if (S.clock.version !== id) S.clock = { version: id, total: Math.max(left, 1000) };
   const secs = Math.ceil(left / 1000);
-  $("#clock-n").textContent = d.kind === "trustee" ? `託管 auto-play in ${secs}s` : d.kind === "ready" ? `準備 ready within ${secs}s` : `${secs}s`;
+  $("#clock-n").textContent = t(d.kind === "trustee" ? "clock.trustee" : d.kind === "ready" ? "clock.ready" : "clock.turn", { s: secs });
   $("#clock-bar").style.width = `${Math.round((100 * left) / S.clock.total)}%`;
-  clock.dataset.urgent = left < 5000 ? "true" : "false";
+  const urgent = left < 5000;
+  clock.dataset.urgent = urgent ? "true" : "false";
+  if (urgent && left > 0 && d.kind === "turn" && view.your_turn && !S.spectator && S.warned !== id) {
+    S.warned = id;
+    sound("warn");
+  }
 }
 
 function statusFor(view) {
   const seats = seatsOf(view);
   if (view.phase === "seating" || view.phase === "new") {
-    if (S.spectator) return "Players are sitting down 入座中";
+    if (S.spectator) return t("status.sitting");
     const mine = seats.find((s) => s.player === S.me);
-    if (seats.length < 2) return "Waiting for an opponent to sit 等待對手入座";
-    if (mine && !mine.ready) return "Press Ready to deal 按準備開始";
-    return "Waiting for the opponent to be ready 等待對手準備";
+    if (seats.length < 2) return t("status.waitOpponent");
+    if (mine && !mine.ready) return t("status.pressReady");
+    return t("status.waitReady");
   }
   if (view.phase === "playing") {
-    if (S.spectator) return `${view.turn}'s turn 出牌中`;
-    if (view.your_turn) {
-      const me = seats.find((s) => s.player === S.me);
-      if (me && me.trustee) return "Your turn — trusteeship plays for you 託管中";
-      return view.leading ? "Your turn: lead any combination 輪到你出牌" : "Your turn: beat it or pass 輪到你：壓過或過";
-    }
-    return `${view.turn}'s turn 對手出牌中`;
+    if (S.spectator || !view.your_turn) return t("status.turnOf", { name: nameOf(view.turn) });
+    const me = seats.find((s) => s.player === S.me);
+    if (me && me.trustee) return t("status.yourTurnTrustee");
+    return view.leading ? t("status.yourLead") : t("status.yourFollow");
   }
-  if (view.phase === "finished" && view.result) {
-    const r = view.result;
-    const kou = KOU[r.kou] || r.kou;
-    const who = r.winner === S.me ? "You win 你贏了" : S.spectator ? `${r.winner} wins` : `${r.winner} wins 你輸了`;
-    return `${who} — ${kou}` + (S.settled && S.settled.match === view.match_id ? "" : " · settling 結算中…");
-  }
+  if (view.phase === "finished" && view.result) return verdictText(view, S.settled[view.match_id]);
   return "";
 }
 
 function render() {
-  const view = S.view;
+  const view = shown();
   const inMatch = !!view;
   show("#match", inMatch);
-  show("#lobby", !S.spectator && !!S.me && S.role === "player" && !S.lobby && !inMatch);
+  show("#lobby", !S.spectator && !!S.me && S.role === "player" && !S.lobby && (!inMatch || view.phase === "finished"));
   root.dataset.phase = view ? view.phase : (S.lobby ? `lobby-${S.lobby.state}` : "lobby");
   root.dataset.yourTurn = view && view.your_turn && !S.spectator ? "true" : "false";
   root.dataset.match = view ? view.match_id : (S.lobby && S.lobby.match) || "";
   root.dataset.version = view ? String(view.version) : "";
-  $("#me-name").textContent = S.me ? `${S.spectator || S.role !== "player" ? "watching as" : ""} ${S.me}`.trim() : "";
-  $("#me-balance").textContent = S.balance !== null ? `${S.view && S.view.mode === "wealth" ? "金幣 coins" : "積分 points"} ${S.balance}` : "";
-  const ready = $("[data-action=ready]");
-  let wantReady = false;
-  if (!S.spectator && S.lobby && S.lobby.state === "seated") {
-    const mine = view ? seatsOf(view).find((s) => s.player === S.me) : null;
-    const sameMatch = view && view.match_id === S.lobby.match;
-    wantReady = !sameMatch || view.phase === "finished" || ((view.phase === "seating" || view.phase === "new") && !(mine && mine.ready));
-    if (sameMatch && view.phase === "finished" && !(S.settled && S.settled.match === view.match_id)) wantReady = false;
-  }
-  ready.hidden = !wantReady;
+  $("#me-name").textContent = S.me ? (S.spectator ? t("status.watchingAs", { name: nameOf(S.me) }) : nameOf(S.me)) : "";
+  const mode = (view && view.mode) || roomCfg().mode || "points";
+  $("#me-balance").textContent = S.balance !== null && !S.spectator ? `${t(mode === "wealth" ? "unit.coins" : "unit.points")} ${S.balance}` : "";
+  renderReady(view);
+  renderFinished(view);
   if (!view) {
-    if (S.lobby && S.lobby.state === "queued") setStatus(`Waiting for an opponent in ${modeWords(S.lobby.room)} 等待對手…`);
-    else if (S.lobby && S.lobby.state === "seated") setStatus(`Seated at table ${S.lobby.table || ""} — press Ready 按準備`);
+    if (S.lobby && S.lobby.state === "queued") setStatus(t("status.queued", { room: roomWords(S.lobby.room) }));
+    else if (S.lobby && S.lobby.state === "seated") setStatus(t("status.seatedPressReady"));
+    renderFair(null);
     return;
   }
   const seats = seatsOf(view);
   if (S.spectator) {
-    renderSeat("opp", seats[0], view, { count: "data-seat-count" });
+    renderSeat("opp", seats[0], view, { countAttr: "data-seat-count" });
     const s1 = seats[1];
-    $("#mine-name").textContent = s1 ? s1.player + (s1.level !== undefined ? ` · level ${s1.level}, X=${s1.base}` : "") : "—";
-    badges($("#mine-badges"), s1);
-    $("#mine-contrib").textContent = s1 ? contribText(view, s1.player) : "";
-    $("#mine").classList.toggle("on-turn", !!(s1 && view.phase === "playing" && view.turn === s1.player));
+    renderSeat("mine", s1, view);
     $("#mine-count-row").hidden = false;
     const n1 = s1 ? s1.cards_left : 0;
     $("#mine-count").textContent = String(n1);
     $("#mine-count").setAttribute("data-seat-count", String(n1));
-    $("#mine-backs").replaceChildren(...Array.from({ length: Math.min(n1, 27) }, () => Object.assign(document.createElement("i"), { className: "back" })));
+    $("#mine-backs").replaceChildren(...backs(n1));
     $("#hand").replaceChildren();
     $("#hand").hidden = true;
     $("#play-actions").hidden = true;
+    $("#play-why").hidden = true;
+    $("#explain").hidden = true;
   } else {
     const mine = seats.find((s) => s.player === S.me);
     const opp = seats.find((s) => s.player !== S.me);
     renderSeat("opp", opp, view);
-    renderSeat("mine", mine, view);
+    renderSeat("mine", mine, view, { isMine: true });
     renderHand(view);
     const myTurn = canActNow(view);
-    $("[data-action=play]").disabled = !myTurn || S.selected.size === 0;
     $("[data-action=pass]").disabled = !myTurn || view.leading;
     $("[data-action=hint]").disabled = !myTurn;
     const playing = view.phase === "playing";
     $("#play-actions").hidden = !playing;
+    $("#play-why").hidden = !playing;
+    const room = roomCfg();
+    const reclaim = !!(mine && mine.trustee === "disconnect" && room.reclaim_after_reconnect && mine.connected !== false);
     $("[data-action=trustee]").hidden = !playing || !mine || !!mine.trustee;
-    $("[data-action=cancel-trustee]").hidden = !playing || !mine || !mine.trustee || !["requested", "timeouts"].includes(mine.trustee);
+    $("[data-action=cancel-trustee]").hidden = !playing || !mine || !mine.trustee
+      || !(["requested", "timeouts"].includes(mine.trustee) || reclaim);
+    renderExplain(view, mine, room, reclaim);
+    renderPlayButton(view);
   }
   $("#turn-who").textContent = view.phase === "playing" && view.turn
-    ? (view.turn === S.me && !S.spectator ? "Turn 輪到: you 你" : `Turn 輪到: ${view.turn}`) : "";
-  renderLast(view);
-  renderLog();
+    ? `${t("turn.label")} ${view.turn === S.me && !S.spectator ? t("turn.you") : nameOf(view.turn)}` : "";
+  renderLast(view, S.flyFrom);
+  S.flyFrom = null;
+  renderLog(view.match_id);
   renderReadings();
   renderFair(view);
   tickClock();
-  if (S.linkState === "open") setStatus(statusFor(view), view.your_turn ? "turn" : "");
+  if (S.linkState === "open" && !(S.refusal && S.refusal.version === view.version)) {
+    setStatus(statusFor(view), view.your_turn && !S.spectator ? "turn" : "");
+  }
+  const myTurn = !!(view.your_turn && !S.spectator && view.phase === "playing");
+  if (myTurn && S.wasMyTurn !== view.match_id) sound("turn");
+  S.wasMyTurn = myTurn ? view.match_id : null;
 }
 
-// ---- readings and hints -----------------------------------------------------------------------
-
-// why a player left the table, in words (docs/PROTOCOL.md lobby `removed` reasons)
-function removedReason(code) {
-  if (!code) return "left the table 離開";
-  if (String(code).startsWith("seat_refused")) return `seat refused 入座被拒 (${String(code).replace(/^seat_refused:?\s*/, "")})`;
-  return REMOVED_REASON[code] || code;
+function renderReady(view) {
+  const ready = $("[data-action=ready]");
+  let want = false;
+  if (!S.spectator && S.lobby && S.lobby.state === "seated") {
+    const current = S.views[S.lobby.match];
+    const mine = current ? seatsOf(current).find((s) => s.player === S.me) : null;
+    if (S.hold) want = !!S.settled[S.hold] || S.lobby.match !== S.hold;
+    else want = !current || ((current.phase === "seating" || current.phase === "new") && !(mine && mine.ready));
+  }
+  ready.hidden = !want;
 }
 
-// my turn, the match being played, and not in trusteeship (R-13.3: the trustee plays until I cancel)
+function renderExplain(view, mine, room, reclaim) {
+  const box = $("#explain");
+  let text = "";
+  if (view.phase === "playing" && mine && mine.trustee === "disconnect") {
+    text = t(reclaim ? "explain.disconnectReclaim" : "explain.disconnect", { s: room.reconnect_grace_seconds || 10 });
+  } else if (view.phase === "playing" && mine && mine.trustee === "timeouts") {
+    text = t("explain.timeouts");
+  }
+  box.textContent = text;
+  box.hidden = !text;
+  box.dataset.explain = text ? mine.trustee : "";
+}
+
+// ---- readings, the Play button, hints ----------------------------------------------------------
+
 function canActNow(view) {
-  if (!view || !view.your_turn || view.phase !== "playing") return false;
+  if (!view || !view.your_turn || view.phase !== "playing" || S.hold) return false;
   const mine = seatsOf(view).find((s) => s.player === S.me);
   return !(mine && mine.trustee);
 }
 
-function lastPlayFields() {
-  const lp = S.view && S.view.last_play;
-  // the room's rules (R-2.2 chain bombs to 2, R-5.4 heavenly bomb) decide how cards read
+function lastPlayFields(view) {
+  const lp = view && view.last_play;
   const room = S.lobby && S.lobby.room ? { room: S.lobby.room } : {};
-  return lp ? { ...room, last_cards: lp.cards, last_kind: lp.reading.kind, last_rank: lp.reading.rank }
-    : { ...room, last_cards: null };
+  return lp ? { ...room, last_cards: lp.cards, last_kind: lp.reading.kind, last_rank: lp.reading.rank } : { ...room, last_cards: null };
+}
+
+function selectionKey(view) {
+  return `${[...S.selected].sort((a, b) => a - b).join(",")}|${view ? playKey(view) : ""}`;
+}
+
+/** Play is enabled only when the selection is a combination that beats the play in front;
+ * otherwise it is disabled with the reason under the hand ([data-play-why]). */
+function renderPlayButton(view) {
+  const btn = $("[data-action=play]");
+  const why = $("#play-why");
+  let reason = "";
+  let ok = false;
+  if (!canActNow(view)) {
+    reason = S.selected.size && view && view.phase === "playing" && !S.hold ? t("reading.notYourTurn") : "";
+  } else if (!S.selected.size) {
+    reason = "";
+  } else if (S.readingsKey !== selectionKey(view)) {
+    reason = t("reading.checking");
+  } else if (S.readings === null) {
+    ok = true;  // the readings endpoint did not answer: the engine decides
+  } else if (!S.readings.length) {
+    reason = t("reading.notCombo");
+  } else if (!S.readings.some((r) => r.beats)) {
+    reason = t("reading.cannotBeat", { what: view.last_play ? readingWords(view.last_play.reading) : "" });
+  } else {
+    ok = true;
+  }
+  btn.disabled = !ok;
+  why.textContent = reason;
+  why.dataset.reason = ok ? "" : (reason ? "blocked" : "");
+  if (reason) btn.setAttribute("aria-describedby", "play-why");
+  else btn.removeAttribute("aria-describedby");
 }
 
 async function refreshReadings() {
+  const view = shown();
   const seq = ++S.readingsSeq;
-  if (S.selected.size === 0 || S.spectator) {
+  const key = selectionKey(view);
+  if (S.selected.size === 0 || S.spectator || !view) {
     S.readings = [];
+    S.readingsKey = key;
     renderReadings();
+    renderPlayButton(view);
     return;
   }
+  renderPlayButton(view);
+  let readings;
   try {
-    const r = await api("/api/readings", S.token, { cards: [...S.selected], ...lastPlayFields() });
-    if (seq !== S.readingsSeq) return;
-    S.readings = r.readings;
-    const legal = S.readings.filter((x) => x.beats);
-    S.reading = legal.length ? S.readings.indexOf(legal[0]) : 0;
+    readings = (await api("/api/readings", S.token, { cards: [...S.selected], ...lastPlayFields(view) })).readings;
   } catch (e) {
-    if (seq === S.readingsSeq) S.readings = [];
+    readings = null;
   }
+  if (seq !== S.readingsSeq) return;
+  S.readings = readings;
+  S.readingsKey = key;
+  const legal = (readings || []).filter((x) => x.beats);
+  S.reading = legal.length ? readings.indexOf(legal[0]) : 0;
   renderReadings();
+  renderPlayButton(shown());
 }
 
 function renderReadings() {
   const box = $("#readings");
-  if (S.spectator || S.selected.size === 0) {
+  const readings = S.readings || [];
+  if (S.spectator || S.selected.size === 0 || !readings.length) {
     box.replaceChildren();
     return;
   }
-  const legal = S.readings.filter((x) => x.beats);
-  if (!S.readings.length) {
-    box.replaceChildren(Object.assign(document.createElement("span"), { className: "muted", textContent: "not a combination 不成牌型" }));
-    return;
-  }
+  const legal = readings.filter((x) => x.beats);
   if (legal.length <= 1) {
-    const r = legal[0] || S.readings[0];
-    const t = Object.assign(document.createElement("span"), { className: legal.length ? "reading-one" : "muted",
-      textContent: (legal.length ? "= " : "does not beat the table 壓不過: ") + readingWords(r, r.describe) });
-    box.replaceChildren(t);
+    const r = legal[0] || readings[0];
+    box.replaceChildren(el("span", `= ${readingWords(r)}`, { class: legal.length ? "reading-one" : "muted" }));
     return;
   }
-  const label = Object.assign(document.createElement("span"), { className: "muted", textContent: "Reading 讀法:" });
   const opts = legal.map((r) => {
-    const i = S.readings.indexOf(r);
-    const b = document.createElement("button");
-    b.type = "button";
-    b.className = "reading";
-    b.dataset.reading = `${r.kind} ${r.rank}`;
-    b.setAttribute("role", "radio");
-    b.setAttribute("aria-checked", i === S.reading ? "true" : "false");
-    b.textContent = readingWords(r, r.describe);
+    const i = readings.indexOf(r);
+    const b = el("button", readingWords(r), { type: "button", class: "reading", "data-reading": `${r.kind} ${r.rank}`,
+      role: "radio", "aria-checked": i === S.reading ? "true" : "false" });
     b.addEventListener("click", () => {
       S.reading = i;
       renderReadings();
     });
     return b;
   });
-  box.replaceChildren(label, ...opts);
+  box.replaceChildren(el("span", t("reading.label"), { class: "muted" }), ...opts);
 }
 
 async function hint() {
-  if (!S.view || !S.view.hand) return;
+  const view = shown();
+  if (!view || !view.hand) return;
   try {
-    const r = await api("/api/hint", S.token, { hand: S.view.hand.ids, ...lastPlayFields() });
+    const r = await api("/api/hint", S.token, { hand: view.hand.ids, ...lastPlayFields(view) });
     S.selected = new Set(r.pass ? [] : r.cards);
-    if (r.pass) notice("Hint: nothing beats it — pass 提示：過", "info", 4000);
+    if (r.pass) notice(t("notice.hintPass"), "info", "hint");
     render();
     await refreshReadings();
     if (!r.pass) {
-      const i = S.readings.findIndex((x) => x.kind === r.kind && x.rank === r.rank);
+      const i = (S.readings || []).findIndex((x) => x.kind === r.kind && x.rank === r.rank);
       if (i >= 0) S.reading = i;
       renderReadings();
     }
   } catch (e) {
-    notice(`Hint failed: ${e.message}`, "error");
+    notice(t("notice.hintFailed"), "error", "hint");
   }
 }
 
 // ---- actions --------------------------------------------------------------------------------------
 
 function play() {
-  if (!S.view || !S.selected.size) return;
-  const msg = { type: "Play", cards: sortCards([...S.selected]), expected_version: S.view.version };
-  const legal = S.readings.filter((x) => x.beats);
-  const r = S.readings[S.reading];
+  const view = shown();
+  if (!view || !S.selected.size || $("[data-action=play]").disabled) return;
+  const msg = { type: "Play", cards: sortCards([...S.selected]), expected_version: view.version };
+  const readings = S.readings || [];
+  const legal = readings.filter((x) => x.beats);
+  const r = readings[S.reading];
   if (legal.length > 1 && r) {
     msg.reading_kind = r.kind;
     msg.reading_rank = r.rank;
   }
   S.link.send(msg);
-  setStatus("Playing… 出牌中");
+  setStatus(t("status.playing"));
 }
 
 function pass() {
-  if (!S.view) return;
-  S.link.send({ type: "Pass", expected_version: S.view.version });
+  const view = shown();
+  if (!view) return;
+  S.link.send({ type: "Pass", expected_version: view.version });
   S.selected.clear();
 }
 
+function ready() {
+  // a random client seed of our own: the operator cannot know it when committing (FAIRNESS.md)
+  const seed = randomClientSeed();
+  const id = randomClientSeed();
+  S.pendingSeed = { seed, id };
+  S.hold = null;  // the finished match leaves the table now
+  S.readyFor = S.lobby ? S.lobby.match : null;  // the match this Ready is for: no hold when it starts
+  S.selected.clear();
+  S.shownPlay = null;
+  S.link.send({ type: "Ready", command_id: id, client_seed: seed });
+  $("[data-action=ready]").hidden = true;
+  render();
+  setStatus(t("status.readyWait"));
+}
+
+function cycleLang() {
+  const i = LANGS.indexOf(currentLang());
+  setLang(LANGS[(i + 1) % LANGS.length]);
+}
+
+function renderLangButton() {
+  const b = $("[data-action=lang]");
+  b.dataset.lang = currentLang();
+  b.textContent = t("lang.name");
+  b.setAttribute("aria-label", `${t("lang.label")}: ${t("lang.name")}`);
+  b.title = t("lang.label");
+}
+
+function renderMute() {
+  const b = $("[data-action=mute]");
+  const off = muted();
+  b.setAttribute("aria-pressed", off ? "true" : "false");
+  b.setAttribute("aria-label", t(off ? "sound.off" : "sound.on"));
+  b.title = t(off ? "sound.off" : "sound.on");
+}
+
 function bind() {
+  document.addEventListener("pointerdown", unlockAudio, { capture: true });
+  document.addEventListener("keydown", unlockAudio, { capture: true });
   $("#hand").addEventListener("click", (ev) => {
-    const el = ev.target.closest("[data-card]");
-    if (!el || el.disabled) return;
-    const id = Number(el.dataset.card);
+    const c = ev.target.closest("[data-card]");
+    if (!c || c.disabled) return;
+    const id = Number(c.dataset.card);
     if (S.selected.has(id)) S.selected.delete(id);
     else S.selected.add(id);
-    el.setAttribute("aria-pressed", S.selected.has(id) ? "true" : "false");
-    $("[data-action=play]").disabled = !canActNow(S.view) || S.selected.size === 0;
+    c.setAttribute("aria-pressed", S.selected.has(id) ? "true" : "false");
     refreshReadings();
   });
   $("[data-action=play]").addEventListener("click", play);
-  $("[data-action=verify-deal]").addEventListener("click", verifyThisDeal);
+  $("[data-action=verify]").addEventListener("click", verifyThisDeal);
   $("[data-action=pass]").addEventListener("click", pass);
   $("[data-action=hint]").addEventListener("click", hint);
   $("[data-action=trustee]").addEventListener("click", () => S.link.send({ type: "RequestTrustee" }));
   $("[data-action=cancel-trustee]").addEventListener("click", () => S.link.send({ type: "CancelTrustee" }));
-  $("[data-action=ready]").addEventListener("click", () => {
-    // a random client seed of our own: the operator cannot know it when committing (FAIRNESS.md)
-    const seed = randomClientSeed();
-    const id = randomClientSeed();
-    S.pendingSeed = { seed, id };
-    S.link.send({ type: "Ready", command_id: id, client_seed: seed });
-    $("[data-action=ready]").hidden = true;
-    setStatus("Ready — waiting for the opponent 已準備，等待對手");
+  $("[data-action=ready]").addEventListener("click", ready);
+  $("[data-action=lang]").addEventListener("click", cycleLang);
+  $("[data-action=mute]").addEventListener("click", () => {
+    setMuted(!muted());
+    renderMute();
+    unlockAudio();
   });
   $("[data-action=join]").addEventListener("click", () => {
-    const room = document.querySelector("input[name=room]:checked").value;
-    S.link.send({ type: "Join", room });
-    setStatus(`Joining ${modeWords(room)}… 加入中`);
+    const picked = document.querySelector("input[name=room]:checked");
+    if (!picked) return;
+    S.link.send({ type: "Join", room: picked.value });
+    setStatus(t("status.joining", { room: roomWords(picked.value) }));
   });
+  document.querySelector(".rooms").addEventListener("change", renderLobbyWhy);
   $("#login-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    const name = $("#login-name").value.trim();
-    const role = $("#login-spectator").checked ? "spectator" : "player";
+    const name = $("#login-name").value;
+    const role = S.watchMatch || $("#login-spectator").checked ? "spectator" : "player";
+    const err = $("#login-error");
     try {
+      err.hidden = true;
       start(await devToken(name, role));
     } catch (e) {
-      setStatus(`Cannot sign in: ${e.message}`, "error");
+      err.textContent = e.code === "bad_name" || e.code === "bad_request" ? t("login.badName") : t("login.failed", { why: refusalText(e.code) });
+      err.dataset.code = e.code || "";
+      err.hidden = false;
     }
   });
   setInterval(tickClock, 250);
@@ -431,51 +601,57 @@ function bind() {
 
 // ---- messages -------------------------------------------------------------------------------------
 
-function noteEvents(events) {
+function noteEvents(match, events, view) {
+  const p = per(match);
+  if (p.trick === null) p.trick = view && view.trick ? view.trick : 1;
   for (const e of events || []) {
     if (typeof e.ts === "number") {
       const off = e.ts - Date.now();
       if (S.offset === null || off > S.offset) S.offset = off;  // ts <= the server's now: a lower bound
     }
-    const who = e.player === S.me ? "You 你" : e.player;
+    const you = e.player === S.me && !S.spectator;
+    const name = () => nameOf(e.player);
     switch (e.type) {
+      case "HandDealt":
+        p.trick = 1;
+        break;
       case "CardsPlayed": {
         const r = eventReading(e.reading);
-        const words = readingWords(r, describe(r));
-        S.log.push(`${e.player}: ${words}${e.by !== "player" ? ` [${e.by}]` : ""}`);
+        const by = e.by === "timeout" ? t("log.byTimeout") : e.by === "trustee" ? t("log.byTrustee") : "";
+        p.log.push({ trick: p.trick, kind: BOMB_KINDS.has(r.kind) ? "bomb" : "play", text: () => t("log.play", { name: name(), what: readingWords(r) + by }) });
         if (BOMB_KINDS.has(r.kind)) {
-          S.bombs.push({ player: e.player, words });
-          const mine = (S.bombsSeen[e.match_id] = S.bombsSeen[e.match_id] || {});
-          (mine[e.player] = mine[e.player] || []).push({ cards: e.cards, kind: r.kind, rank: r.rank });
+          (p.bombs[e.player] = p.bombs[e.player] || []).push({ cards: e.cards, kind: r.kind, rank: r.rank });
+          p.pendingBombs = [...(p.pendingBombs || []), { player: e.player, r }];
         }
         break;
       }
       case "Passed":
-        S.log.push(`${e.player} passes 過${e.by !== "player" ? ` [${e.by === "auto" ? "auto-pass 自動過" : e.by}]` : ""}`);
+        p.log.push({ trick: p.trick, kind: "pass", text: () => t(e.by === "auto" ? "log.autoPass" : "log.pass", { name: name() }) });
+        p.trick += 1;
         break;
       case "TurnTimedOut":
-        notice(`${e.player === S.me ? "" : e.player + ": "}${e.notice_zh} — ${e.notice_en}`, "warn", 12000, "timeout");
+        notice(you ? t("notice.timeout", { n: e.count }) : t("notice.timeoutOther", { name: name(), n: e.count }), "warn", "timeout");
         break;
       case "TrusteeshipStarted":
-        notice(`${who}: 託管 trusteeship started (${TRUSTEE_REASON[e.reason] || e.reason})`, "warn", 8000, "trustee");
+        notice(you ? t("notice.trusteeOnYou") : t("notice.trusteeOn", { name: name() }), "warn", `trustee-${e.player}`);
         break;
       case "TrusteeshipEnded":
-        notice(`${who}: trusteeship ended, back in control 取消託管 (${e.reason})`, "info");
+        notice(you ? t("notice.trusteeOffYou") : t("notice.trusteeOff", { name: name() }), "info", `trustee-${e.player}`);
         break;
       case "PlayerDisconnected":
-        notice(`${who}: 斷線 disconnected — trusteeship plays (R-13.4)`, "warn", 8000, "disconnect");
+        if (!you) notice(t("notice.disconnected", { name: name() }), "warn", `link-${e.player}`);
         break;
       case "PlayerReconnected":
-        notice(`${who}: reconnected 已重新連線`, "info", 8000, "reconnect");
+        if (!you) notice(t("notice.reconnected", { name: name() }), "info", `link-${e.player}`);
         break;
       case "PlayerEscaped":
-        notice(`${who}: 逃跑 escaped (${e.policy})`, "warn");
+        notice(t("notice.escaped", { name: name() }), "warn", `escape-${e.player}`);
         break;
       case "PlayerRemoved":
-        notice(`${who}: removed from the table (${removedReason(e.reason)})`, "warn");
+        notice(t("notice.removed", { name: name(), why: removedText(e.reason) }), "warn", `removed-${e.player}`);
         break;
       case "MatchFinished":
-        S.log.push(`${e.winner} wins — ${KOU[e.kou] || e.kou}`);
+        p.log.push({ trick: p.trick, kind: "end", text: () => `${t("log.wins", { name: nameOf(e.winner) })} · ${kouWords(e.kou)}` });
         break;
       default:
         break;
@@ -484,8 +660,8 @@ function noteEvents(events) {
 }
 
 async function standing(view) {
-  // R-8.5 "instant": recompute each player's contribution from the bombs seen in this match
-  const seen = S.bombsSeen[view.match_id] || {};
+  // R-8.5 "instant": each player's contribution from the bombs seen in this match
+  const seen = per(view.match_id).bombs;
   const seats = seatsOf(view);
   const bombs = {};
   for (const s of seats) bombs[s.player] = seen[s.player] || [];
@@ -494,9 +670,8 @@ async function standing(view) {
     const base = Math.min(...seats.map((s) => s.base));
     const out = {};
     for (const s of seats) {
-      const prev = (view.contribution || {})[s.player] || { xiang: 0, c: 0, source: "no bomb" };
-      const mine = r[s.player] && r[s.player].xiang >= prev.xiang ? r[s.player] : prev;
-      out[s.player] = { ...mine };
+      const prev = (view.contribution || {})[s.player] || { xiang: 0, c: 0, source: "" };
+      out[s.player] = { ...(r[s.player] && r[s.player].xiang >= prev.xiang ? r[s.player] : prev) };
     }
     for (const s of seats) {
       const o = seats.find((x) => x.player !== s.player);
@@ -509,34 +684,31 @@ async function standing(view) {
 }
 
 async function announceBombs(view, folded) {
-  if (!S.bombs.length) return;
-  const played = S.bombs.splice(0);
+  const p = per(view.match_id);
+  if (!p.pendingBombs || !p.pendingBombs.length) return;
+  const played = p.pendingBombs.splice(0);
   if (folded) {
     const c = await standing(view);
-    if (S.view && S.view.match_id === view.match_id && c) {
-      S.view.contribution = c;
+    const now = S.views[view.match_id];
+    if (now && c) {
+      now.contribution = c;
       render();
     }
   }
-  for (const { player, words } of played) {
-    const c = S.view && S.view.contribution ? S.view.contribution[player] : null;
-    notice(`炸彈 bomb! ${player === S.me ? "You 你" : player}: ${words}${c ? ` — 貢獻 contribution c=${c.c}, net ${c.net > 0 ? "+" : ""}${c.net}` : ""}`, "bomb", 6000, "bomb");
-  }
+  for (const { player, r } of played) notice(t("notice.bomb", { name: nameOf(player), what: readingWords(r) }), "bomb", "bomb");
 }
 
 // The engine sends the full view with the deal, the finish and every few versions; between
 // them an update carries only its events, and the page folds them into the last view (the
 // same rules as engine/match/evolve.py, for what a view shows).
 function roomOf() {
-  // the room's clocks: from the lobby's room, else what the last full view's deadline showed
-  const name = S.lobby && S.lobby.room;
-  const room = (S.rooms || []).find((r) => r.name === name);
-  if (room) return room;
+  const room = roomCfg();
+  if (room.name) return room;
   return { turn_seconds: S.learned.turn, trustee_delay_seconds: S.learned.trustee };
 }
 
 function learnClock(view, events) {
-  const ts = (events || []).map((e) => e.ts).filter((t) => typeof t === "number");
+  const ts = (events || []).map((e) => e.ts).filter((x) => typeof x === "number");
   if (!view.deadline || !ts.length) return;
   const secs = (view.deadline.at_ms - Math.max(...ts)) / 1000;
   if (secs > 0 && view.deadline.kind === "turn") S.learned.turn = secs;
@@ -558,11 +730,12 @@ function foldEvents(view, events) {
         if (s) {
           s.cards_left -= e.cards.length;
           s.plays = (s.plays || 0) + 1;
-          if (BOMB_KINDS.has(r.kind)) s.bombs = [...(s.bombs || []), describe(r)];
+          if (BOMB_KINDS.has(r.kind)) s.bombs = [...(s.bombs || []), readingWords(r)];
         }
         if (e.player === v.you && v.hand) v.hand.ids = v.hand.ids.filter((c) => !e.cards.includes(c));
         if (v.opponent && e.player === v.opponent.player) v.opponent.cards_left -= e.cards.length;
-        v.last_play = { player: e.player, cards: e.cards, reading: r, describe: describe(r) };
+        v.last_play = { player: e.player, cards: e.cards, reading: r, describe: "" };
+        v.table_ids = [...(v.table_ids || []), ...e.cards];
         v.table_count = (v.table_count || 0) + e.cards.length;
         v.turn = other(e.player);
         v.leading = false;
@@ -592,8 +765,8 @@ function foldEvents(view, events) {
   v.your_turn = v.phase === "playing" && !!v.you && v.turn === v.you;
   if (v.phase === "playing" && v.turn && lastTs !== null) {
     const room = roomOf();
-    const t = seat(v.turn);
-    if (t && t.trustee && room.trustee_delay_seconds !== undefined) {
+    const s = seat(v.turn);
+    if (s && s.trustee && room.trustee_delay_seconds !== undefined) {
       v.deadline = { at_ms: lastTs + 1000 * room.trustee_delay_seconds, kind: "trustee", version: v.version };
     } else if (room.turn_seconds) {
       v.deadline = { at_ms: lastTs + 1000 * room.turn_seconds, kind: "turn", version: v.version };
@@ -613,12 +786,7 @@ function applyBrief(view, brief) {
   const v = { ...view, phase: brief.phase, turn: brief.turn, trick: brief.trick };
   v.your_turn = v.phase === "playing" && !!v.you && v.turn === v.you;
   v.leading = v.phase === "playing" && !brief.last_play;
-  if (brief.last_play) {
-    const r = brief.last_play.reading;
-    v.last_play = { ...brief.last_play, describe: describe(r) };
-  } else {
-    v.last_play = null;
-  }
+  v.last_play = brief.last_play ? { ...brief.last_play, describe: "" } : null;
   if (brief.deadline_ms === null) v.deadline = null;
   else v.deadline = { ...(v.deadline || { kind: "turn" }), at_ms: brief.deadline_ms, version: brief.version };
   v.seats = (v.seats || []).map((s) => (s && s.player in brief.cards_left ? { ...s, cards_left: brief.cards_left[s.player] } : s));
@@ -626,51 +794,82 @@ function applyBrief(view, brief) {
   return v;
 }
 
+function flySource(view, events) {
+  // where the cards of this update's play come from: my hand, or the opponent's seat
+  const playedBy = [...(events || [])].reverse().find((e) => e.type === "CardsPlayed");
+  if (!playedBy || !view) return null;
+  if (playedBy.player === S.me && !S.spectator) {
+    const mine = [...document.querySelectorAll("#hand [data-card]")].filter((c) => playedBy.cards.includes(Number(c.dataset.card)));
+    const rects = mine.map((c) => c.getBoundingClientRect());
+    if (rects.length) {
+      const left = Math.min(...rects.map((r) => r.left));
+      const right = Math.max(...rects.map((r) => r.right));
+      return { left, top: rects[0].top, width: right - left, height: rects[0].height };
+    }
+    return $("#hand").getBoundingClientRect();
+  }
+  const seats = seatsOf(view);
+  const idx = seats.findIndex((s) => s.player === playedBy.player);
+  const box = S.spectator && idx === 1 ? $("#mine") : $("#opp");
+  return box.getBoundingClientRect();
+}
+
 function onUpdate(msg, brief) {
+  if (msg.names) Object.assign(S.names, msg.names);
   const seen = S.versions[msg.match];
   if (seen !== undefined && msg.version <= seen) return;  // a duplicate or an old redelivery
+  const prev = S.views[msg.match];
   let view = msg.view;
   if (!view) {
-    if (!S.view || S.view.match_id !== msg.match) {
-      noteEvents(msg.events);
+    if (!prev) {
+      noteEvents(msg.match, msg.events, null);
       S.link.sync();  // nothing to fold into: ask for the current view
       return;
     }
-    view = applyBrief({ ...foldEvents(S.view, msg.events || []), version: msg.version }, brief);
+    view = applyBrief({ ...foldEvents(prev, msg.events || []), version: msg.version }, brief);
   } else {
     learnClock(view, msg.events);
   }
   view = { ...view, version: msg.version };
   S.versions[msg.match] = msg.version;
   if (S.match !== msg.match) {
+    const old = S.views[S.match];
+    // the finished match stays on the table until Ready (a spectator: until the next one plays)
+    if (old && old.phase === "finished" && S.hold === null && S.readyFor !== msg.match) S.hold = S.match;
     S.match = msg.match;
-    S.fair = freshFair();
-    S.log = [];
     S.selected.clear();
     S.readings = [];
   }
-  noteEvents(msg.events);
-  noteFair(msg.events, view);
-  S.view = view;
+  S.flyFrom = (msg.match === (S.hold || S.match)) ? flySource(prev || view, msg.events) : null;
+  noteEvents(msg.match, msg.events, prev || view);
+  noteFair(msg.match, msg.events, view);
+  S.views[msg.match] = view;
+  if (view.phase === "finished" && prev && prev.phase !== "finished") onFinished(view);
   announceBombs(view, !msg.view);
-  if (view.phase === "playing" && S.settled && S.settled.match !== msg.match) show("[data-settlement]", false);
   render();
+}
+
+function onFinished(view) {
+  if (S.finishSounded === view.match_id) return;
+  S.finishSounded = view.match_id;
+  const r = view.result;
+  if (!S.spectator && r) sound(r.winner === S.me ? "win" : "lose");
 }
 
 // ---- provably fair deals (docs/FAIRNESS.md) -----------------------------------------------
 
-function noteFair(events, view) {
-  if (!S.fair) S.fair = freshFair();
+function noteFair(match, events, view) {
+  const f = per(match).fair;
   const mySeat = S.spectator ? null : seatsOf(view).findIndex((s) => s.player === S.me);
   for (const e of events || []) {
     if (e.type === "PlayerReady" && e.player === S.me && S.pendingSeed && e.client_seed === S.pendingSeed.seed) {
-      S.fair.mySeed = S.pendingSeed.seed;
+      f.mySeed = S.pendingSeed.seed;
     } else if (e.type === "HandDealt") {
-      S.fair.first = e.first;
-      S.fair.leadCard = e.lead_card;
-      if (mySeat !== null && mySeat >= 0 && e.hands && e.hands[mySeat]) S.fair.dealtHand = e.hands[mySeat];
+      f.first = e.first;
+      f.leadCard = e.lead_card;
+      if (mySeat !== null && mySeat >= 0 && e.hands && e.hands[mySeat]) f.dealtHand = e.hands[mySeat];
     } else if (e.type === "CardsPlayed") {
-      (S.fair.played[e.player] = S.fair.played[e.player] || []).push(...e.cards);
+      (f.played[e.player] = f.played[e.player] || []).push(...e.cards);
     }
   }
 }
@@ -679,33 +878,27 @@ function renderFair(view) {
   const fair = view && view.fair;
   show("#fair", !!fair);
   if (!fair) return;
-  const code = $("[data-commitment]");
-  code.textContent = fair.commitment;
+  $("[data-commitment]").textContent = fair.commitment;  // the shown match's own commitment
   const revealed = view.phase === "finished" && !!fair.server_seed;
   show("[data-verify]", revealed);
-  if (!revealed && S.fair) S.fair.result = null;
-  const res = S.fair && S.fair.result;
+  const res = revealed ? per(view.match_id).fair.result : null;
   const out = $("[data-verify-result]");
   out.dataset.verifyResult = res ? (res.ok ? "ok" : "mismatch") : "";
-  out.textContent = res ? (res.ok ? "✔ The deal is fair: it is the one the commitment and the seeds give. 發牌公平"
-    : "✘ The deal does NOT match its commitment and seeds. 發牌不符") : "";
-  const item = (c) => {
-    const li = document.createElement("li");
-    li.textContent = `${c.ok ? "✔" : "✘"} ${c.text}`;
-    li.className = c.ok ? "ok" : "bad";
-    return li;
-  };
-  $("[data-verify-checks]").replaceChildren(...(res ? res.checks.map(item) : []));
+  out.dataset.fair = res ? (res.ok ? "verified" : "failed") : "";
+  out.textContent = res ? t(res.ok ? "fair.ok" : "fair.bad") : "";
+  $("[data-verify-checks]").replaceChildren(...(res ? res.checks.map((c) => el("li",
+    `${c.ok ? "✔" : "✘"} ${c.key && has(`fair.check.${c.key}`) ? t(`fair.check.${c.key}`, c.params || {}) : c.text}`,
+    { class: c.ok ? "ok" : "bad", "data-check": c.key || "" })) : []));
 }
 
 async function verifyThisDeal() {
-  const view = S.view;
+  const view = shown();
   if (!view || !view.fair || !view.fair.server_seed) return;
   const seats = seatsOf(view);
   const mySeat = S.spectator ? null : seats.findIndex((s) => s.player === S.me);
+  const f = per(view.match_id).fair;
   const played = {};
-  seats.forEach((s, i) => { if (s && S.fair && S.fair.played[s.player]) played[i] = S.fair.played[s.player]; });
-  const f = S.fair || freshFair();
+  seats.forEach((s, i) => { if (f.played[s.player]) played[i] = f.played[s.player]; });
   try {
     f.result = await verifyDeal({
       matchId: view.match_id, commitment: view.fair.commitment, serverSeed: view.fair.server_seed,
@@ -714,111 +907,271 @@ async function verifyThisDeal() {
       played, table: view.table_ids, mySeed: f.mySeed,
     });
   } catch (err) {
-    f.result = { ok: false, checks: [{ ok: false, text: `could not recompute the deal: ${err.message}` }] };
+    f.result = { ok: false, checks: [{ ok: false, key: "cannot", params: { why: err.message }, text: err.message }] };
   }
-  S.fair = f;
-  renderFair(view);
+  renderFair(shown());
 }
 
-function renderSettlement(msg) {
+// ---- the end of a match: verdict, both hands, bombs, the formula behind a toggle ---------------
+
+function verdictText(view, settled) {
+  const r = view.result;
+  if (!r) return "";
+  const parts = [];
+  if (S.spectator) parts.push(t("settle.wins", { name: nameOf(r.winner) }));
+  else parts.push(t(r.winner === S.me ? "settle.win" : "settle.lose"));
+  parts.push(kouWords(r.kou));
+  if (settled && settled.scores && !S.spectator && S.me in settled.scores) {
+    parts.push(signed(settled.scores[S.me]));
+    if (settled.balances && S.me in settled.balances) parts.push(t("settle.newBalance", { n: settled.balances[S.me] }));
+  } else if (!settled) {
+    parts.push(t("status.settling"));
+  }
+  return parts.join(" · ");
+}
+
+/** Both final hands: mine from the view; the others' from the revealed fair deal (the server seed
+ * and both client seeds give every dealt card: the cards a seat holds at the end are its dealt
+ * cards that were never played).  Null for a seat the page cannot know (a fixed deal). */
+async function finalHands(view) {
+  const p = per(view.match_id);
+  const seats = seatsOf(view);
+  if (p.dealFor !== view.version) {
+    p.dealFor = view.version;
+    p.deal = null;
+    const fair = view.fair;
+    if (fair && fair.server_seed && fair.client_seeds) {
+      try {
+        p.deal = await fairDeal(fair.server_seed, fair.client_seeds, view.match_id);
+      } catch (e) {
+        p.deal = null;
+      }
+    }
+  }
+  const played = new Set(view.table_ids || []);
+  const out = {};
+  seats.forEach((s) => {
+    const i = s.seat !== undefined ? s.seat : seats.indexOf(s);
+    if (s.player === S.me && view.hand) out[s.player] = sortCards(view.hand.ids);
+    else if (s.cards_left === 0) out[s.player] = [];
+    else if (p.deal) out[s.player] = sortCards(p.deal.hands[i].filter((c) => !played.has(c)));
+    else out[s.player] = null;
+  });
+  return out;
+}
+
+function renderFinished(view) {
   const panel = $("[data-settlement]");
+  if (!view || view.phase !== "finished" || !view.result) {
+    panel.hidden = true;
+    panel.replaceChildren();
+    delete panel.dataset.match;
+    return;
+  }
+  const settled = S.settled[view.match_id] || null;
+  const key = `${view.match_id}|${view.version}|${settled ? 1 : 0}|${currentLang()}`;
+  if (panel.dataset.key === key) return;
+  panel.dataset.key = key;
+  panel.dataset.match = view.match_id;
+  panel.hidden = false;
+  const r = view.result;
+  const verdict = el("p", verdictText(view, settled), { class: "verdict", "data-verdict": S.spectator ? "watch" : (r.winner === S.me ? "win" : "lose") });
+  const hands = el("div", "", { class: "final-hands" });
+  const bombs = per(view.match_id).bombs;
+  for (const s of seatsOf(view)) {
+    const block = el("div", "", { class: "final-seat", "data-final-seat": s.player });
+    const n = (r.cards_left || {})[s.player] !== undefined ? r.cards_left[s.player] : s.cards_left;
+    block.append(el("div", n ? t("settle.cardsLeft", { name: nameOf(s.player), n }) : t("settle.noCardsLeft", { name: nameOf(s.player) }), { class: "final-name" }));
+    const cards = el("div", "", { class: "final-cards", "data-cards-left": s.player });
+    block.append(cards);
+    const mine = bombs[s.player] || [];
+    if (mine.length) {
+      block.append(el("div", t("settle.bombs", { name: nameOf(s.player) }), { class: "final-label" }));
+      const row = el("div", "", { class: "final-bombs", "data-bombs": s.player });
+      for (const b of mine) {
+        const g = el("span", "", { class: "bomb-group", title: readingWords({ kind: b.kind, rank: b.rank }) });
+        g.append(...b.cards.map((id) => cardElement(id, { small: true, attrs: { "data-table-card": id } })));
+        row.append(g);
+      }
+      block.append(row);
+    } else if ((s.bombs || []).length) {
+      block.append(el("div", `${t("settle.bombs", { name: nameOf(s.player) })}: ${s.bombs.length}`, { class: "final-label" }));
+    } else {
+      block.append(el("div", t("settle.noBombs", { name: nameOf(s.player) }), { class: "final-label muted" }));
+    }
+    hands.append(block);
+  }
+  const scoreList = el("ul", "", { class: "scores" });
+  if (settled) {
+    for (const [p, v] of Object.entries(settled.scores || {})) {
+      const li = el("li", `${t("settle.scoreOf", { name: nameOf(p) })} `);
+      // the number as a number (int() / Number() read it): ASCII signs, as before
+      li.append(el("b", v > 0 ? `+${v}` : `${v}`, { "data-score": p, "data-score-value": v }));
+      if (settled.balances && p in settled.balances) {
+        li.append(el("span", ` · ${t("settle.balanceLabel")} `), el("b", `${settled.balances[p]}`, { "data-balance": p }));
+      }
+      scoreList.append(li);
+    }
+  }
+  const next = el("p", S.spectator ? t("settle.nextWatch") : t("settle.next"), { class: "muted" });
+  const parts = [el("h2", t("settle.title")), verdict, scoreList, hands];
+  if (settled) parts.push(formulaDetails(settled));
+  if (!S.spectator || settled) parts.push(next);
+  panel.replaceChildren(...parts);
+  finalHands(view).then((cards) => {
+    if (panel.dataset.key !== key) return;
+    for (const [p, ids] of Object.entries(cards)) {
+      const box = panel.querySelector(`[data-cards-left="${CSS.escape(p)}"]`);
+      if (!box) continue;
+      if (ids === null) {
+        const n = (r.cards_left || {})[p] || 0;
+        box.replaceChildren(...backs(n));
+        box.dataset.known = "false";
+      } else {
+        box.replaceChildren(...ids.map((id) => cardElement(id, { small: true, attrs: { "data-card": id } })));
+        box.dataset.known = "true";
+      }
+    }
+  });
+}
+
+function formulaDetails(msg) {
   const b = msg.breakdown || {};
-  const scores = msg.scores || {};
-  const winner = b.winner || Object.keys(scores).find((p) => scores[p] > 0) || (S.view && S.view.result && S.view.result.winner);
-  const h = (tag, text, attrs = {}) => {
-    const el = document.createElement(tag);
-    el.textContent = text;
-    for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
-    return el;
-  };
+  const box = el("details", "", { class: "formula" });
+  box.append(el("summary", t("btn.details")));
   const rows = [];
   const row = (k, v, attrs = {}) => {
     const tr = document.createElement("tr");
-    tr.append(h("th", k), h("td", v, attrs));
+    tr.append(el("th", k), el("td", v, attrs));
     rows.push(tr);
   };
-  row("X 對局分 base", `${b.X} — lower level of the two (R-8.2)`, { "data-term": "X" });
+  const ids = Object.keys(msg.scores || b.xiang || {}).sort((x, y) => y.length - x.length);
+  const names = (text) => ids.reduce((s, p) => s.split(`c_${p}`).join(`c(${nameOf(p)})`), String(text || ""));
+  row(t("settle.X"), `${b.X} — ${t("settle.XWhy")}`, { "data-term": "X" });
   for (const [p, x] of Object.entries(b.xiang || {})) {
-    row(`${p}: 相 effective xiang`, `${x.xiang || 0} — ${x.source} · c=${x.c}, b=${x.b}`, { "data-xiang": p });
+    row(t("settle.xiang", { name: nameOf(p) }), `${x.xiang || 0}相 · c=${x.c} · b=${x.b}`, { "data-xiang": p, "data-xiang-value": x.xiang || 0 });
   }
   if (b.escape) {
-    const e = b.escape;
-    row("逃跑 escape", `${e.rule}: ${e.formula}`, { "data-term": "escape" });
-    row("received", `${e.received_formula}${b.burned ? ` · burned ${b.burned}` : ""}`);
+    row(t("settle.escape"), names(b.escape.formula), { "data-term": "escape" });
+    row(t("settle.received"), names(b.escape.received_formula));
   } else {
-    row("a 扣 kou", `${b.a} — ${KOU[b.kou] || b.kou} (${b.a_from || ""})`, { "data-term": "a" });
-    row("b 翻倍 doubling", `${b.b} — ${b.b_from || ""}`, { "data-term": "b" });
-    row("X·a·b", b.win_formula || "", { "data-term": "win" });
-    row("X·c 貢獻 contribution", b.contribution_formula || "", { "data-term": "contribution" });
-    if (b.cap && b.cap.applied) row("cap (R-11.2)", `${b.cap.payer} owed ${b.cap.owed}, paid ${b.cap.paid}`);
+    row(t("settle.a"), `${b.a} — ${kouWords(b.kou)}`, { "data-term": "a" });
+    row(t("settle.b"), `${b.b}`, { "data-term": "b" });
+    row(t("settle.win.formula"), b.win_formula || "", { "data-term": "win" });
+    row(t("settle.contribution"), names(b.contribution_formula), { "data-term": "contribution" });
+    if (b.cap && b.cap.applied) row(t("settle.cap"), t("settle.capText", { payer: nameOf(b.cap.payer), owed: b.cap.owed, paid: b.cap.paid }));
   }
   const table = document.createElement("table");
   table.append(...rows);
-  const scoreList = document.createElement("ul");
-  scoreList.className = "scores";
-  for (const [p, v] of Object.entries(scores)) {
-    const li = h("li", `${nameOf(p)}: `);
-    li.append(h("b", v > 0 ? `+${v}` : `${v}`, { "data-score": p }));
-    if (msg.balances && p in msg.balances) {
-      li.append(h("span", ` → new balance 新餘額 `), h("b", `${msg.balances[p]}`, { "data-balance": p }));
-    }
-    scoreList.append(li);
-  }
-  const next = h("p", S.spectator ? "The table goes on with the next match. 下一局" : "Press Ready for the next match at this table. 按準備開始下一局", { class: "muted" });
-  panel.replaceChildren(h("h2", "Settlement 結算"), h("p", `${winner ? nameOf(winner) + " wins" : ""} — ${KOU[b.kou] || b.kou || ""}`, { class: "result" }),
-    scoreList, table, next);
-  panel.dataset.match = msg.match;
-  panel.hidden = false;
+  box.append(table);
+  return box;
 }
 
+// ---- lobby ---------------------------------------------------------------------------------------
+
+function roomWords(name) {
+  const r = (S.rooms || []).find((x) => x.name === name);
+  const mode = r ? r.mode : name;
+  return name === "points" || name === "wealth" || !r ? modeWords(mode) : `${name} · ${modeWords(mode)}`;
+}
+
+function renderRooms() {
+  const list = S.lobbyRooms || S.rooms || [];
+  const box = document.querySelector(".rooms");
+  const wanted = new URL(window.location.href).searchParams.get("room");
+  const before = (document.querySelector("input[name=room]:checked") || {}).value;
+  const rooms = [...list];
+  if (wanted && !rooms.some((r) => r.name === wanted)) rooms.push({ name: wanted, mode: "points" });
+  box.replaceChildren(...rooms.map((r, i) => {
+    const l = el("label", "", { class: "room", "data-room": r.name });
+    const input = el("input", "", { type: "radio", name: "room", value: r.name });
+    input.checked = before ? r.name === before : wanted ? r.name === wanted : i === 0;
+    const facts = [];
+    if (r.base !== undefined) facts.push(t("lobby.base", { x: r.base }));
+    if (r.need !== undefined) facts.push(r.need > 0 ? t("lobby.need", { n: r.need }) : t("lobby.open"));
+    if (r.turn_seconds) facts.push(t("lobby.turn", { s: r.turn_seconds }));
+    const text = el("span", "", { class: "room-text" });
+    text.append(el("b", roomWords(r.name)), el("span", facts.join(" · "), { class: "room-facts" }));
+    if (r.balance !== undefined) {
+      text.append(el("span", t("lobby.balance", { n: `${r.balance} ${t(r.mode === "wealth" ? "unit.coins" : "unit.points")}` }),
+        { class: "room-balance", "data-room-balance": r.balance }));
+    }
+    if (r.admits === false) {
+      l.classList.add("closed");
+      text.append(el("span", t("lobby.cannot", { need: r.need, balance: r.balance }), { class: "room-why", "data-room-why": "balance" }));
+    }
+    l.append(input, text);
+    return l;
+  }));
+  renderLobbyWhy();
+}
+
+function renderLobbyWhy() {
+  const picked = (document.querySelector("input[name=room]:checked") || {}).value;
+  const r = (S.lobbyRooms || []).find((x) => x.name === picked);
+  const why = $("#lobby-why");
+  const blocked = !!(r && r.admits === false);
+  why.hidden = !blocked;
+  why.textContent = blocked ? t("lobby.cannot", { need: r.need, balance: r.balance }) : "";
+  $("[data-action=join]").disabled = blocked;
+}
+
+async function loadLobbyRooms() {
+  if (!S.token || S.spectator || S.role !== "player") return;
+  try {
+    const r = await api("/api/rooms", S.token);
+    S.lobbyRooms = r.rooms;
+    if (S.balance === null && r.rooms.length) {
+      const first = r.rooms[0];
+      S.balance = first.balance;
+    }
+    renderRooms();
+    render();
+  } catch (e) {
+    // an older gateway: the room list from /api/client-config stays
+  }
+}
+
+// ---- the socket's messages -----------------------------------------------------------------------
+
 function onMessage(msg) {
+  if (msg.names) Object.assign(S.names, msg.names);
   switch (msg.kind) {
     case "welcome":
       S.me = msg.player;
       S.role = msg.role;
+      if (msg.name) S.names[msg.player] = msg.name;
       if (S.spectator || msg.role === "spectator" || msg.role === "operator") {
         S.spectator = true;
         if (S.watchMatch) S.link.send({ type: "Watch", match: S.watchMatch });
-        else setStatus("A spectator token: open /watch/<match id> 觀戰");
-      } else if (!S.view && !S.lobby) {
-        setStatus("Choose a room and Join 選擇房間");
+        else setStatus(t("status.spectatorToken"));
+      } else if (!S.match && !S.lobby) {
+        setStatus(t("status.chooseRoom"));
+        loadLobbyRooms();
       }
       render();
       break;
     case "lobby":
       S.lobby = msg.state === "removed" ? null : msg;
       if (msg.state === "removed") {
-        S.view = null;
-        const why = removedReason(msg.reason);
-        notice(`Removed from the table: ${why}`, "warn", 12000);
-        setStatus(`Removed: ${why} — join again 重新加入`);
+        const why = removedText(msg.reason);
+        if (S.match && S.views[S.match] && S.views[S.match].phase !== "finished") delete S.views[S.match];
+        notice(t("status.removed", { why }), "warn", "removed");
+        setStatus(t("status.removed", { why }));
+        loadLobbyRooms();
       }
-      if (msg.state === "seated" && msg.match && S.view && S.view.match_id !== msg.match && S.view.phase !== "finished") S.view = null;
       render();
       break;
     case "update":
       onUpdate(msg, S.link.brief);
       break;
     case "rejected":
-      if (S.pendingSeed && msg.command_id === S.pendingSeed.id && msg.code === "bad_command"
-          && /client_seed/.test(msg.reason || "")) {
-        // a gateway that does not forward client seeds yet: be ready with the default seed
-        S.pendingSeed = null;
-        S.link.send({ type: "Ready" });
-        break;
-      }
-      setStatus(`Refused 不行: ${msg.reason} (${msg.code})`, "error");
-      if (msg.view && msg.view.match_id) {
-        S.view = msg.view;
-        S.versions[msg.view.match_id] = Math.max(S.versions[msg.view.match_id] || 0, msg.view.version);
-        render();
-        setStatus(`Refused 不行: ${msg.reason} (${msg.code})`, "error");
-      }
+      onRejected(msg);
       break;
     case "settled":
-      S.settled = msg;
+      S.settled[msg.match] = msg;
       if (msg.balances && S.me in msg.balances) S.balance = msg.balances[S.me];
-      renderSettlement(msg);
+      if (!S.hold && S.views[msg.match] && S.views[msg.match].phase === "finished" && S.match !== msg.match) S.hold = msg.match;
       render();
       break;
     default:
@@ -826,22 +1179,40 @@ function onMessage(msg) {
   }
 }
 
+function onRejected(msg) {
+  if (S.pendingSeed && msg.command_id === S.pendingSeed.id && msg.code === "bad_command"
+      && /client_seed/.test(msg.reason || "")) {
+    // a gateway that does not forward client seeds yet: be ready with the default seed
+    S.pendingSeed = null;
+    S.link.send({ type: "Ready" });
+    return;
+  }
+  if (msg.view && msg.view.match_id) {
+    S.views[msg.view.match_id] = msg.view;
+    S.versions[msg.view.match_id] = Math.max(S.versions[msg.view.match_id] || 0, msg.view.version);
+  }
+  const view = shown();
+  S.refusal = { code: msg.code, version: view ? view.version : null };
+  render();
+  // the catalogue's words for the code; the code itself stays in data-code (for support)
+  setStatus(refusalText(msg.code), "error", msg.code || "rejected");
+}
+
 function onLinkState(state, ev) {
   S.linkState = state;
-  const el = $("#link");
-  el.dataset.link = state;
-  el.textContent = { connecting: "connecting 連線中…", open: "● online 在線", reconnecting: "reconnecting 重新連線中…",
-    refused: "✕ closed 已關閉", closed: "closed" }[state] || state;
-  if (state === "reconnecting") setStatus("Connection lost — reconnecting… 連線中斷，重新連線中", "error");
+  const l = $("#link");
+  l.dataset.link = state;
+  l.textContent = has(`link.${state}`) ? t(`link.${state}`) : state;
+  if (state === "reconnecting") setStatus(t("status.connLost"), "error");
   if (state === "refused") {
-    const why = ev && ev.reason ? ev.reason : "the gateway closed this session";
-    setStatus(`Session closed: ${why} (${ev ? ev.code : ""})`, "error");
+    setStatus(t("status.sessionClosed", { why: t("link.refused") }), "error", ev ? String(ev.code) : null);
     if (ev && ev.code === 4401) {
       forgetToken();
+      S.link = null;
       boot();
     }
   }
-  if (state === "open" && S.view) render();
+  if (state === "open" && shown()) render();
 }
 
 // ---- start ---------------------------------------------------------------------------------------
@@ -852,8 +1223,9 @@ function start(token) {
   const c = claims(token);
   if (c) {
     S.me = c.sub;
-    S.role = c.role;
-    if (c.role !== "player") S.spectator = true;
+    S.role = c.role || "player";
+    if (c.name) S.names[c.sub] = c.name;
+    if (S.role !== "player") S.spectator = true;
   }
   show("#login", false);
   show("#no-token", false);
@@ -866,44 +1238,65 @@ function start(token) {
   render();
 }
 
-function roomPicker(rooms) {
-  S.rooms = rooms || [];
-  const wanted = new URL(window.location.href).searchParams.get("room");
-  const list = [...(rooms || [])];
-  if (wanted && !list.some((r) => r.name === wanted)) list.push({ name: wanted, mode: "points" });
-  if (!list.length) return;
-  const box = document.querySelector(".rooms");
-  box.replaceChildren(...list.map((r, i) => {
-    const l = document.createElement("label");
-    const input = Object.assign(document.createElement("input"), { type: "radio", name: "room", value: r.name });
-    input.checked = wanted ? r.name === wanted : i === 0;
-    const clock = r.turn_seconds ? ` · ${r.turn_seconds}s turns` : "";
-    l.append(input, ` ${r.name} — ${modeWords(r.mode)}${clock}`);
-    return l;
-  }));
+function usable(token) {
+  // /watch/<id> opens as a spectator: a player's token kept from the table does not watch
+  const c = token ? claims(token) : null;
+  if (!c) return null;
+  if (S.watchMatch && (c.role || "player") === "player") return null;
+  return token;
 }
 
 async function boot() {
   S.link = null;
-  const t = tokenFromUrl() || storedToken();
-  if (t) {
-    start(t);
-    clientConfig().then((cfg) => roomPicker(cfg.rooms));
+  const urlToken = tokenFromUrl();
+  const token = urlToken || usable(storedToken());
+  const cfg = clientConfig().then((x) => {
+    S.dev = !!x.dev;
+    S.rooms = x.rooms || [];
+    renderRooms();
+    return x;
+  });
+  if (token) {
+    start(token);
     return;
   }
   tokenFromHost(start);
-  const cfg = await clientConfig();
-  roomPicker(cfg.rooms);
+  const conf = await cfg;
   if (S.link) return;
-  if (cfg.dev) {
+  if (conf.dev) {
+    const watching = !!S.watchMatch;
+    $("#login-title").dataset.i18n = watching ? "login.titleWatch" : "login.title";
+    $("#login-submit").dataset.i18n = watching ? "login.submitWatch" : "login.submit";
+    $("#login-title").textContent = t($("#login-title").dataset.i18n);
+    $("#login-submit").textContent = t($("#login-submit").dataset.i18n);
+    $("#login-watch-row").hidden = watching;
     show("#login", true);
-    setStatus("Type a name to sit down 輸入名字入座");
+    setStatus(t(watching ? "status.typeNameWatch" : "status.typeName"));
     $("#login-name").focus();
   } else {
     show("#no-token", true);
-    setStatus("Waiting for a token from the operator's login 等待登入");
+    setStatus(t("status.waitToken"));
   }
 }
 
+function relabel() {
+  renderLangButton();
+  renderMute();
+  const terms = document.querySelector(".glossary [data-i18n='glossary.terms']");
+  if (terms) terms.lang = currentLang() === "en" ? "zh-Hans" : currentLang();
+  $("[data-settlement]").dataset.key = "";
+  onLinkState(S.linkState);
+  renderRooms();
+  render();
+  if (!shown() && !S.lobby) {
+    if (!$("#login").hidden) setStatus(t(S.watchMatch ? "status.typeNameWatch" : "status.typeName"));
+    else if (S.me && !S.spectator) setStatus(t("status.chooseRoom"));
+  }
+}
+
+onLang(relabel);
 bind();
-boot();
+startLang().catch(() => {}).then(() => {
+  relabel();
+  boot();
+});

@@ -1,0 +1,266 @@
+"""Scale-out benchmark (issue 24 §6): the whole stack on a Redis Cluster on loopback against the
+same load on one plain redis-server, in the same run.
+
+    python bench/cluster.py [--masters 3] [--replicas 1] [--serve 3] [--matches 40] [-c 8]
+                            [--ws-pairs 2] [--replica-acks 0] [--runs 3] [--json]
+
+Each run starts its own cluster (``redis-server --cluster-enabled yes``, ``redis-cli --cluster
+create``), a broker redis-server, ``--serve`` serve replicas (one ``--metrics-port`` each), one
+dramatiq worker and one gateway; then the load: ``shuangkou simulate --external`` clients (through
+the bucket inboxes) and ``--ws-pairs`` pairs of WebSocket clients through the gateway (Join, Ready,
+the trustee plays). The same is done on one plain redis-server (``single_node_cps``).
+
+Measured per run, printed as medians over the runs (JSON keys):
+
+* ``cps``: commands handled per second (entries of every ``sk:{b<N>}:inbox`` / ``sk:{b<N>}:ops``
+  and ``sk:ops`` stream, over the load's wall time); ``single_node_cps`` the same on one node;
+* ``busiest_master_share``: the largest master's fraction of all commands Redis ran
+  (``INFO commandstats`` calls, before and after the load);
+* ``append_conflicts``: ``shuangkou_append_conflicts_total`` summed over the serve replicas;
+* ``state_cache_hit_ratio``: hits / (hits + misses) of ``shuangkou_state_cache_requests_total``;
+* ``cpu_us_per_command``: CPU µs per command of each process kind (``serve``, ``redis``: every
+  cluster node, ``gateway``, ``workers``), from /proc before and after the load;
+* ``p50_ms``/``p99_ms`` of the simulate clients' command round trips, ``bytes_per_match``
+  (used memory of the masters over the matches), ``gateway_rss_kb``.
+
+The machine's other load changes the figures: compare ``cps`` with ``single_node_cps`` of the
+same run, not across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.cluster_support import start_cluster  # noqa: E402
+from tests.conftest import start_redis_server, stop_redis_server  # noqa: E402
+from tests.gateway_support import Client, Stack, kind, lobby, ready_and_play, start_stack  # noqa: E402
+from tests.processes import wait_for  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """utime + stime of a process and its waited-for children, in seconds (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / TICKS
+
+
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds of every live process of a process group (a dramatiq worker and its children)."""
+    total = 0.0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(d.name)) == pgid:
+                total += cpu_s(int(d.name))
+        except OSError:
+            continue
+    return total
+
+
+def commandstats_calls(client: Any) -> int:
+    return sum(int(v.get("calls", 0)) for v in client.info("commandstats").values())
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = out.get(name, 0.0) + float(value)
+    return out
+
+
+def command_entries(client: Any) -> int:
+    from engine.service.channels import OPS, PLAYER
+
+    return sum(int(client.xlen(s)) for s in PLAYER.streams() + OPS.streams())
+
+
+def _serve(stack: Stack, name: str, acks: int) -> int:
+    """Start a serve replica with /metrics on a free port; returns the port."""
+    proc, out, err = stack._spawn(name, [sys.executable, "-m", "shuangkou", "serve", "--redis", stack.store_url,
+                                         "--broker-url", stack.broker_url, "--consumer", name,
+                                         "--metrics-port", "0", "--metrics-addr", "127.0.0.1",
+                                         "--replica-acks", str(acks)])
+
+    def port() -> int | None:
+        assert proc.poll() is None, err.read_text()[-2000:]
+        for line in out.read_text(errors="replace").splitlines():
+            if line.startswith("metrics-port "):
+                return int(line.split()[1])
+        return None
+
+    return wait_for(port, 60, f"{name} did not report its metrics port", tuple(stack.logs))
+
+
+async def ws_pairs(url: str, stack: Stack, pairs: int, tag: str) -> None:
+    async def pair(k: int) -> None:
+        ca = await Client.connect(url, stack.token(f"{tag}a{k}"), f"{tag}a{k}")
+        cb = await Client.connect(url, stack.token(f"{tag}b{k}"), f"{tag}b{k}")
+        for c in (ca, cb):
+            await c.expect(kind("welcome"))
+            await c.send({"type": "Join", "room": "bench"})
+        sa = await ca.expect(lobby("seated"), what="seated")
+        await cb.expect(lobby("seated"), what="seated")
+        await asyncio.gather(ready_and_play(ca, sa["match"]), ready_and_play(cb, sa["match"]))
+        await ca.close()
+        await cb.close()
+
+    await asyncio.gather(*(pair(k) for k in range(pairs)))
+
+
+def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, args: argparse.Namespace,
+        tmp: Path, tag: str) -> dict[str, Any]:
+    """The stack on ``store_url``, the load, the figures."""
+    from engine.store.connect import connect
+
+    stack = start_stack(store_url, broker_url, tmp, {"bench": {"trustee_delay_seconds": 0.0}})
+    try:
+        stack.procs[0].terminate()  # start_stack's own serve: replaced by ours (with metrics)
+        stack.procs[0].wait(timeout=30)
+        ports = [_serve(stack, f"{tag}-s{i}", args.replica_acks) for i in range(args.serve)]
+        serves = [p for p in stack.procs if p.args[3:4] == ["serve"] and p.poll() is None]
+        worker = next(p for p in stack.procs if "dramatiq" in p.args)
+        gw = stack.start_gateway("bench")
+        client = connect(store_url)
+        wait_for(lambda: sum(scrape(p).get("shuangkou_buckets_owned", 0) for p in ports) == 16, 60,
+                 "the replicas own the 16 buckets", tuple(stack.logs))
+        before_cmds = command_entries(client)
+        before_calls = [commandstats_calls(m) for m in masters]
+        before_mem = sum(int(m.info("memory")["used_memory"]) for m in masters)
+        cpu0 = {"serve": sum(cpu_s(p.pid) for p in serves), "gateway": cpu_s(gw.proc.pid),
+                "workers": group_cpu_s(worker.pid), "redis": sum(cpu_s(n) for n in nodes)}
+        t0 = time.perf_counter()
+        sim = subprocess.Popen([sys.executable, "-m", "shuangkou", "simulate", "--external", "--redis", store_url,
+                                "-n", str(args.matches), "-c", str(args.concurrency), "--json", "--no-progress",
+                                "--prefix", f"{tag}-", "--seed", "1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=stack.env(), text=True)
+        import threading
+
+        ws = threading.Thread(target=lambda: asyncio.run(ws_pairs(gw.url, stack, args.ws_pairs, f"{tag}w")),
+                              daemon=True)
+        if args.ws_pairs:
+            ws.start()
+        sim_out, sim_err = sim.communicate(timeout=1800)
+        elapsed = time.perf_counter() - t0  # the window: the simulate clients' run (the sockets beside it)
+        if sim.returncode != 0:
+            raise RuntimeError(f"simulate failed: {sim_err[-2000:]}")
+        report = json.loads(sim_out)
+        cmds = command_entries(client) - before_cmds
+        calls = [commandstats_calls(m) - b for m, b in zip(masters, before_calls)]
+        cpu1 = {"serve": sum(cpu_s(p.pid) for p in serves), "gateway": cpu_s(gw.proc.pid),
+                "workers": group_cpu_s(worker.pid), "redis": sum(cpu_s(n) for n in nodes)}
+        if args.ws_pairs:
+            ws.join(timeout=600)
+        metrics = [scrape(p) for p in ports]
+        conflicts = sum(m.get("shuangkou_append_conflicts_total", 0) for m in metrics)
+        hits = sum(v for m in metrics for k, v in m.items() if k.startswith("shuangkou_state_cache_requests_total")
+                   and 'result="hit"' in k)
+        misses = sum(v for m in metrics for k, v in m.items() if k.startswith("shuangkou_state_cache_requests_total")
+                     and 'result="miss"' in k)
+        matches = report["finished"]
+        mem = sum(int(m.info("memory")["used_memory"]) for m in masters) - before_mem
+        rss = int(next((ln.split()[1] for ln in Path(f"/proc/{gw.proc.pid}/status").read_text().splitlines()
+                        if ln.startswith("VmRSS")), "0"))
+        return {
+            "cps": cmds / elapsed,
+            "busiest_master_share": max(calls) / max(1, sum(calls)),
+            "append_conflicts": int(conflicts),
+            "state_cache_hit_ratio": hits / max(1.0, hits + misses),
+            "cpu_us_per_command": {k: (cpu1[k] - cpu0[k]) * 1e6 / max(1, cmds) for k in cpu0},
+            "p50_ms": report["command_latency_ms"]["p50"], "p99_ms": report["command_latency_ms"]["p99"],
+            "bytes_per_match": mem / max(1, matches), "gateway_rss_kb": rss, "commands": cmds,
+            "seconds": elapsed, "errors": report.get("errors", 0) + report.get("mismatches", 0),
+        }
+    finally:
+        stack.stop()
+
+
+def run_once(args: argparse.Namespace, k: int, tmp: Path) -> dict[str, Any]:
+    import redis
+
+    broker_proc, broker_url, broker_dir = start_redis_server()
+    try:
+        cluster = start_cluster(masters=args.masters, replicas=args.replicas)
+        try:
+            masters = [redis.Redis(port=p) for p in cluster.masters()]
+            nodes = [cluster.procs[p].pid for p in cluster.ports]
+            (tmp / f"c{k}").mkdir()
+            on_cluster = one(cluster.url, nodes, masters, broker_url, args, tmp / f"c{k}", f"bc{k}")
+        finally:
+            cluster.stop()
+        single_proc, single_url, single_dir = start_redis_server()
+        try:
+            r = redis.Redis.from_url(single_url)
+            (tmp / f"s{k}").mkdir()
+            single = one(single_url, [single_proc.pid], [r], broker_url.rsplit("/", 1)[0] + "/1", args,
+                         tmp / f"s{k}", f"bs{k}")
+        finally:
+            stop_redis_server(single_proc, single_dir)
+    finally:
+        stop_redis_server(broker_proc, broker_dir)
+    on_cluster["single_node_cps"] = single["cps"]
+    on_cluster["single_node_p50_ms"] = single["p50_ms"]
+    return on_cluster
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in runs[0].items():
+        if isinstance(value, dict):
+            out[key] = {k: round(statistics.median(r[key][k] for r in runs), 1) for k in value}
+        elif isinstance(value, (int, float)):
+            m = statistics.median(r[key] for r in runs)
+            out[key] = round(m, 4) if isinstance(m, float) else m
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--masters", type=int, default=3)
+    ap.add_argument("--replicas", type=int, default=1, help="replicas per master")
+    ap.add_argument("--serve", type=int, default=3, help="serve replicas")
+    ap.add_argument("--matches", type=int, default=40, help="simulate matches per run")
+    ap.add_argument("-c", "--concurrency", type=int, default=8, help="simulate clients")
+    ap.add_argument("--ws-pairs", type=int, default=2, help="pairs of WebSocket players through the gateway")
+    ap.add_argument("--replica-acks", type=int, default=0, help="serve --replica-acks")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="sk-bench-cluster-"))
+    runs = [run_once(args, k, tmp) for k in range(args.runs)]
+    med = median_of(runs)
+    med = {"masters": args.masters, "serve_replicas": args.serve, "replicas_per_master": args.replicas,
+           "replica_acks": args.replica_acks, "runs": args.runs, **med}
+    med["cps_ratio_to_single_node"] = round(med["cps"] / med["single_node_cps"], 3) if med["single_node_cps"] else None
+    if args.json:
+        print(json.dumps(med))
+    else:
+        for k, v in med.items():
+            print(f"{k:>28}: {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""One owner per bucket: the serve replicas share the buckets under leases (issue 24 §3).
+
+Every serve replica registers in ``sk:serve:replicas`` (a sorted set: replica name →
+the ms its registration runs out, renewed every tick) and, of the live replicas sorted
+by name, bucket ``b`` is *wanted* by replica ``b % n``.  A replica consumes a bucket's
+channels (``sk:{b<N>}:inbox`` and ``sk:{b<N>}:ops``) only while it holds the bucket's
+lease ``sk:{b<N>}:owner`` (``SET NX PX``, renewed every tick; engine/store/lease.py):
+
+* **one owner**: a lease has one holder, so a match's commands are decided in order by
+  one process, against its warm state cache: no append conflicts between replicas;
+* **rebalancing**: a replica that starts registers, the others hand over the buckets it
+  now wants (stop consuming them after the message in hand, acknowledge, drop the
+  lease), it takes them at its next tick; a replica that stops hands all of its own over;
+* **takeover**: a SIGKILLed replica stops renewing; its registration and its leases run
+  out after ``ttl_ms`` (default 4 s) and the replicas that now want its buckets take them
+  at their next tick (every ``tick_ms``, default 0.5 s): at most 4.5 s;
+* **pending commands**: before a new owner reads a bucket's streams it claims every
+  entry pending there for another consumer (XAUTOCLAIM, min idle 0, JUSTID: the delivery
+  counts are kept) and handles them first, in stream order; their command ids make a
+  re-run of a command that was decided but not acknowledged a duplicate (decided once).
+
+The registry is one key (one slot on a Cluster): two commands per replica per tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from engine.store import keys
+from engine.store.lease import LeaseScripts
+from engine.store.redis_errors import is_transient
+
+log = logging.getLogger("shuangkou.ownership")
+
+DEFAULT_TTL_MS = 4_000
+DEFAULT_TICK_MS = 500
+
+
+class BucketWork(Protocol):
+    """What a replica runs for one bucket it owns (the bucket's consumer loops)."""
+
+    def stop(self) -> None:
+        """Finish the message in hand, acknowledge, return once nothing runs any more."""
+
+
+def wanted(bucket_count: int, live: Sequence[str], replica: str) -> set[int]:
+    """The buckets ``replica`` should own among the ``live`` replicas (sorted by name, ``b % n``).
+
+    >>> sorted(wanted(8, ["a", "b", "c"], "b"))
+    [1, 4, 7]
+    >>> wanted(4, [], "a") == set()
+    True
+    """
+    ordered = sorted(set(live))
+    if replica not in ordered:
+        return set()
+    i, n = ordered.index(replica), len(ordered)
+    return {b for b in range(bucket_count) if b % n == i}
+
+
+# KEYS: stream; ARGV: group, consumer, start.  The raw XAUTOCLAIM … JUSTID reply (cursor, ids, deleted):
+# redis-py drops the cursor of a JUSTID reply
+_CLAIM_LUA = """
+return redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'COUNT', 500, 'JUSTID')
+"""
+
+
+def take_over_pending(client: Any, stream: str, group: str, consumer: str) -> int:
+    """Claim every entry of ``stream`` pending for another consumer of ``group`` (a former owner's):
+    XAUTOCLAIM, min idle 0, JUSTID (delivery counts kept).  Returns how many."""
+    from engine.store.redis_store import ensure_group
+
+    ensure_group(client, stream, group)
+    claim = client.register_script(_CLAIM_LUA)
+    taken, start = 0, "0-0"
+    while True:
+        cursor, ids, *_ = claim(keys=[stream], args=[group, consumer, start])
+        start = cursor.decode() if isinstance(cursor, bytes) else str(cursor)
+        taken += len(ids)
+        if start == "0-0":
+            return taken
+
+
+class BucketOwner:
+    """Holds this replica's share of the bucket leases and runs ``start(bucket)`` for each one held.
+
+    ``start(bucket) -> BucketWork`` begins consuming a bucket (after the pending entries were
+    taken over); ``on_owned(n)`` reports how many buckets are held (the gauge
+    ``shuangkou_buckets_owned``).  :meth:`run` ticks until ``stop`` is set, then hands
+    every bucket over (stops its work, drops its lease) and unregisters.
+    """
+
+    def __init__(self, client: Any, replica: str, start: Callable[[int], BucketWork], *,
+                 buckets: int = keys.DEFAULT_BUCKETS, ttl_ms: int = DEFAULT_TTL_MS, tick_ms: int = DEFAULT_TICK_MS,
+                 on_owned: Callable[[int], None] | None = None):
+        if tick_ms * 2 > ttl_ms:
+            raise ValueError(f"the tick ({tick_ms} ms) must be at most half the lease TTL ({ttl_ms} ms)")
+        self.client = client
+        self.replica = replica
+        self.start = start
+        self.buckets = buckets
+        self.ttl_ms = ttl_ms
+        self.tick_ms = tick_ms
+        self.on_owned = on_owned
+        self.token = f"{replica}|{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owned: dict[int, BucketWork] = {}
+        self._leases = LeaseScripts(client)
+        self._lock = threading.Lock()
+
+    # -- one tick ----------------------------------------------------------------------
+    def live_replicas(self, now_ms: int) -> list[str]:
+        """Renew this replica's registration and list the live ones (expired ones removed)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zadd(keys.REPLICAS, {self.replica: now_ms + self.ttl_ms})
+        pipe.zremrangebyscore(keys.REPLICAS, "-inf", now_ms)
+        pipe.zrange(keys.REPLICAS, 0, -1)
+        *_, members = pipe.execute()
+        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+
+    def tick(self, now_ms: int | None = None) -> set[int]:
+        """Register, hand over what another replica wants, renew the rest, take what is wanted
+        and free; returns the buckets held after it."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        want = wanted(self.buckets, self.live_replicas(now_ms), self.replica)
+        for b in sorted(set(self.owned) - want):
+            self.hand_over(b)
+        for b in sorted(want | set(self.owned)):
+            try:
+                got = self._leases.hold(keys.owner_key(b), self.token, self.ttl_ms)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                log.warning("bucket %d: lease not renewed (%s); retrying next tick", b, exc)
+                continue
+            if got == 0 and b in self.owned:  # expired and taken (a pause longer than the TTL)
+                log.warning("bucket %d: lease lost to another replica; stopping its consumers", b)
+                self._stop_work(b)
+            elif got and b not in self.owned:
+                try:
+                    self._begin(b)
+                except Exception:
+                    self._leases.drop(keys.owner_key(b), self.token)
+                    raise
+        self._report()
+        return set(self.owned)
+
+    def _begin(self, b: int) -> None:
+        work = self.start(b)
+        with self._lock:
+            self.owned[b] = work
+        log.info("bucket %d: owned by %s", b, self.replica)
+
+    def _stop_work(self, b: int) -> None:
+        with self._lock:
+            work = self.owned.pop(b, None)
+        if work is not None:
+            work.stop()
+
+    def hand_over(self, b: int) -> None:
+        """Stop consuming bucket ``b`` (its message in hand finished and acknowledged), drop its lease."""
+        self._stop_work(b)
+        try:
+            self._leases.drop(keys.owner_key(b), self.token)
+        except Exception as exc:  # it expires by itself
+            log.warning("bucket %d: lease not dropped (%s); it runs out in %d ms", b, exc, self.ttl_ms)
+        log.info("bucket %d: handed over by %s", b, self.replica)
+
+    def _report(self) -> None:
+        if self.on_owned is not None:
+            self.on_owned(len(self.owned))
+
+    # -- the loop ----------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        """Tick every ``tick_ms`` until ``stop``; transient Redis failures are waited out."""
+        delay = self.tick_ms / 1000
+        try:
+            while not stop.is_set():
+                try:
+                    self.tick()
+                    delay = self.tick_ms / 1000
+                except Exception as exc:
+                    if is_transient(exc):
+                        log.warning("bucket leases: %s (retrying in %.2fs)", exc, delay)
+                    else:
+                        log.exception("bucket leases: tick failed (retrying in %.2fs)", delay)
+                    delay = min(delay * 2, self.ttl_ms / 2000)
+                stop.wait(delay)
+        finally:
+            self.release_all()
+
+    def release_all(self) -> None:
+        """Hand every bucket over and unregister (a clean stop: the others take over at once)."""
+        for b in sorted(self.owned):
+            self.hand_over(b)
+        try:
+            self.client.zrem(keys.REPLICAS, self.replica)
+        except Exception as exc:
+            log.warning("could not unregister %s (%s); the registration runs out by itself", self.replica, exc)
+        self._report()
+
+
+
+class ConsumerThreads:
+    """:class:`BucketWork` of inbox consumers: each one's :meth:`run` loop in a thread of its own,
+    stopped together (the message in hand finished, the acknowledgements flushed)."""
+
+    def __init__(self, consumers: Sequence[Any], name: str, **run_kwargs: Any):
+        self.consumers = list(consumers)
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=c.run, args=(self._stop,), kwargs=run_kwargs, daemon=True,
+                                          name=f"{name} {c.stream}") for c in self.consumers]
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=30)

@@ -1,0 +1,66 @@
+"""Display names (issue 25): what a player is called at the table, apart from their id.
+
+A token may carry a ``name`` claim (``shuangkou token PLAYER --name 小明``, the ``--dev``
+login).  :func:`clean_name` is the one rule for it: control and format characters
+(Unicode categories Cc, Cf, Zl, Zp, Co, Cs, Cn) are dropped, runs of white space become one
+space, and what is left must be 1–24 characters -- letters of any script, CJK included.
+The gateway keeps each player's name in the lobby's ``names`` hash when they connect and
+passes it, as ``names: {player: name}``, with the lobby's ``seated`` message, the
+``settled`` message and every update that carries a view (spectators too).
+
+>>> clean_name("  小明\\u200b ")
+'小明'
+>>> clean_name("a\\tb\\x00c")
+'a bc'
+>>> clean_name("\\u202e")
+Traceback (most recent call last):
+...
+gateway.names.BadName: a name is 1–24 letters, digits or signs (control characters do not count)
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+from typing import Any
+
+NAME_MAX = 24
+NAMES_KEY = "sk:{lobby}:names"  # hash: player id -> display name (the lobby's keys, gateway/lobby.py)
+_DROP = frozenset({"Cc", "Cf", "Zl", "Zp", "Co", "Cs", "Cn"})
+_SPACES = re.compile(r"\s+")
+
+
+class BadName(ValueError):
+    """A display name that is empty or too long once cleaned."""
+
+
+def clean_name(text: object) -> str:
+    """The display name ``text`` stands for; :class:`BadName` when it is not one."""
+    if not isinstance(text, str):
+        raise BadName("a name is text")
+    kept = "".join(" " if ch.isspace() else ch for ch in unicodedata.normalize("NFC", text)
+                   if ch.isspace() or unicodedata.category(ch) not in _DROP)
+    name = _SPACES.sub(" ", kept).strip()
+    if not 1 <= len(name) <= NAME_MAX:
+        raise BadName(f"a name is 1–{NAME_MAX} letters, digits or signs (control characters do not count)")
+    return name
+
+
+async def remember(redis: Any, player: str, name: str | None) -> None:
+    """Keep ``player``'s display name for the others at the table (a token without one: no entry)."""
+    if name:
+        await redis.hset(NAMES_KEY, player, name)
+
+
+async def names_of(redis: Any, players: Iterable[str | None]) -> dict[str, str]:
+    """``{player: name}`` for the players that have a display name (the others are left out:
+    the page shows their id, or its word for a bot)."""
+    out: dict[str, str] = {}
+    for p in players:
+        if not p or p in out:
+            continue
+        raw = await redis.hget(NAMES_KEY, p)
+        if raw is not None:
+            out[p] = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    return out

@@ -1,0 +1,43 @@
+"""docs/PROTOCOL.md §8 shows every message of a match as JSON (issue 26 §6): each one validates
+against the shipped schemas (→ client.json, ← server.json), and the sequence covers every
+server message kind a player meets from connect to settlement."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+
+from gateway.schemas_gen import load
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "PROTOCOL.md"
+
+
+def _sequence() -> list[tuple[str, dict]]:
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("### A match, from connect to settlement"):]
+    block = re.search(r"```json\n(.*?)```", section, re.S)
+    assert block, "no JSON sequence in §8"
+    out = []
+    for line in block.group(1).splitlines():
+        arrow, _, body = line.partition(" ")
+        assert arrow in ("→", "←"), line
+        out.append((arrow, json.loads(body)))
+    return out
+
+
+def test_every_message_of_the_documented_sequence_validates() -> None:
+    client = jsonschema.Draft202012Validator(load("client.json"))
+    server = jsonschema.Draft202012Validator(load("server.json"))
+    seq = _sequence()
+    for arrow, msg in seq:
+        (client if arrow == "→" else server).validate(msg)
+    kinds = {m["kind"] for a, m in seq if a == "←"}
+    assert kinds == {"welcome", "lobby", "update", "rejected", "settled"}
+    types = {m["type"] for a, m in seq if a == "→"}
+    assert {"Auth", "Join", "Ready", "Play", "Pass"} <= types
+    # the check can fail: a documented message off the schema
+    bad = dict(seq[1][1], role="king")
+    assert not server.is_valid(bad)
