@@ -587,9 +587,9 @@ def test_fifty_join_then_leave_cycles_leave_no_open_table_and_no_undealt_match(s
         await stay.expect(kind("welcome"))
         await stay.send({"type": "Join", "room": "churn"})
         await stay.expect(lobby("queued"))
+        c = await Client.connect(gw.url, stack.token("ch-move"), "ch-move")
+        await c.expect(kind("welcome"))
         for i in range(cycles):
-            c = await Client.connect(gw.url, stack.token(f"ch-{i}"), f"ch-{i}")
-            await c.expect(kind("welcome"))
             await c.send({"type": "Join", "room": "churn"})
             seated = await c.expect(lobby("seated"), what=f"cycle {i}: seated")
             await stay.expect(lambda m, t=seated["table"]: m.get("kind") == "lobby" and m.get("state") == "seated"
@@ -599,7 +599,7 @@ def test_fifty_join_then_leave_cycles_leave_no_open_table_and_no_undealt_match(s
             assert gone["reason"] == "left" and gone["table"] == seated["table"]
             back = await stay.expect(lobby("queued"), what=f"cycle {i}: back in the queue")
             assert back["reason"] == "opponent_left"
-            await c.close()
+        await c.close()
         await stay.send({"type": "Leave"})
         await stay.expect(lobby("removed"))
         await stay.close()
