@@ -20,6 +20,7 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
@@ -27,6 +28,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway import web
 from gateway.context import WebContext
+from gateway.headers import EdgeMiddleware, EdgePolicy, deny
+from gateway.limits import AddressCount, Limits, client_address
 from gateway.lobby import Lobby, queue_key
 from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from gateway.rooms import RoomBook
@@ -45,6 +48,9 @@ class GatewaySettings:
     bots: bool = False
     bot_think_s: float = 2.5  # the longest a --bots bot thinks over a move (gateway/bots.py)
     lobby_redis_url: str | None = None  # the lobby's Redis user (default: redis_url)
+    edge: EdgePolicy = EdgePolicy()  # headers, frame ancestors, allowed Origins (gateway/headers.py)
+    limits: Limits = Limits()  # sizes and rates per client (gateway/limits.py)
+    allow_live_replay: bool = False  # dangerous: the replay viewer shows matches being played
 
 
 #: Redis connections of one gateway process, whatever its sockets: the players' pool (the
@@ -81,7 +87,7 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
         lobby_client = redis_client(settings.lobby_redis_url, LOBBY_REDIS_CONNECTIONS, name, "--lobby-redis")
     lobby = Lobby(lobby_client, settings.rooms, settings.gateway_id, player_redis=client)
     hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
-              gateway_id=settings.gateway_id, metrics=metrics)
+              gateway_id=settings.gateway_id, metrics=metrics, limits=settings.limits)
     if settings.bots:
         from gateway.bots import BotDriver
 
@@ -95,14 +101,31 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
 
         lobby.on_sweep = fill
     ctx = WebContext(redis=client, secret=settings.secret, dev=settings.dev, bots=settings.bots, hub=hub,
-                     redis_url=settings.redis_url)
+                     redis_url=settings.redis_url, allow_live_replay=settings.allow_live_replay,
+                     frame_ancestors=settings.edge.frame_ancestors)
+    unauthenticated = AddressCount(settings.limits.unauthenticated_per_address)
 
     async def ws_endpoint(ws: WebSocket) -> None:
-        await ws.accept()
-        if hub.stopping:
-            await ws.close(code=CLOSE_GOING_AWAY, reason="gateway shutting down; connect to another one")
+        # a socket that will wait for its Auth message (no ?token=) holds a place of its address
+        # until it is authenticated or closed; one with ?token= is judged at once
+        waits = ws.query_params.get("token") is None
+        address = client_address(ws.client.host if ws.client else None, ws.headers.get("x-forwarded-for"),
+                                 settings.limits.trusted_proxies)
+        if waits and not unauthenticated.acquire(address):
+            metrics.refused("unauthenticated_per_address")
+            await deny(ws.scope, ws.send, 429, "too_many_sockets",
+                       f"too many sockets from your address waiting for their Auth (at most "
+                       f"{settings.limits.unauthenticated_per_address})")
             return
-        auth = await authenticate(hub, ws)
+        try:
+            await ws.accept()
+            if hub.stopping:
+                await ws.close(code=CLOSE_GOING_AWAY, reason="gateway shutting down; connect to another one")
+                return
+            auth = await authenticate(hub, ws)
+        finally:
+            if waits:
+                unauthenticated.release(address)
         if auth is None:
             return
         identity, version = auth
@@ -155,7 +178,8 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
 
     routes = [WebSocketRoute("/ws", ws_endpoint), Route("/healthz", healthz), Route("/metrics", metrics_endpoint)]
     routes += list(web.routes(ctx))
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    middleware=[Middleware(EdgeMiddleware, policy=settings.edge, on_refuse=metrics.refused)])
     app.state.hub = hub
     app.state.context = ctx
     return app
@@ -213,6 +237,10 @@ def serve(settings: GatewaySettings, host: str, port: int, log_level: str = "inf
     app = build_app(settings)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), lifespan="on",
                             ws_ping_interval=20, ws_ping_timeout=20, timeout_graceful_shutdown=5,
+                            ws_max_size=settings.limits.max_message_bytes,  # a larger frame is never buffered
+                            # the peer is the peer: X-Forwarded-For counts only from a --trusted-proxy
+                            # (gateway/limits.py), never by uvicorn's default trust of 127.0.0.1
+                            proxy_headers=False,
                             access_log=False)
     for name in ("uvicorn.error", "uvicorn.access", "uvicorn"):  # no token reaches a log
         logging.getLogger(name).addFilter(TokenRedactingFilter())

@@ -17,7 +17,10 @@ class WebContext:
     (``gateway.tokens.mint`` / ``verify``); ``dev``: ``--dev`` (a person may get a token by
     typing a name); ``bots``: ``--bots`` (an empty seat is filled with the trustee bot);
     ``hub``: the running :class:`gateway.session.Hub` (rooms, lobby, metrics), None in tests;
-    ``redis_url``: the URL the gateway connected with (the replay viewer's fallback)."""
+    ``redis_url``: the URL the gateway connected with (the replay viewer's fallback);
+    ``allow_live_replay``: ``--allow-live-replay`` (the replay viewer shows matches still
+    being played, both hands included: dangerous); ``frame_ancestors``: the origins that may
+    frame the pages and post them a token (``--frame-ancestors``)."""
 
     redis: Any
     secret: bytes
@@ -25,3 +28,5 @@ class WebContext:
     bots: bool = False
     hub: Any = None
     redis_url: str | None = None
+    allow_live_replay: bool = False
+    frame_ancestors: tuple[str, ...] = ()

@@ -7,6 +7,7 @@
 ``shuangkou_gateway_auth_failures_total{reason}``            counter    sockets closed 4401
 ``shuangkou_gateway_rejected_total{code}``                   counter    ``rejected`` sent (gateway + engine)
 ``shuangkou_gateway_command_round_trip_seconds{type}``       histogram  client message → its update/rejection
+``shuangkou_gateway_refusals_total{reason}``                 counter    the edge's refusals (:data:`REFUSALS`)
 ``shuangkou_gateway_lobby_queue_length{room}``               gauge      players waiting in a room's queue
                                                                         (read from the lobby at each scrape)
 ==========================================================  =========  ===============================
@@ -27,6 +28,12 @@ from gateway.protocol import CLIENT_TYPES
 KINDS = ("update", "rejected", "lobby", "settled", "welcome")
 AUTH_REASONS = ("missing", "invalid", "expired", "timeout")
 ROLES = ("player", "spectator", "operator")
+#: why the gateway's edge refused something (issue 23): a handshake's Origin (403), a message over
+#: ``--max-message-bytes`` (1009), a command over the socket's rate (``rate_limited``), a Sync over
+#: the Sync rate, a socket closed 4429, an address over its unauthenticated sockets (1013), a
+#: socket closed 4401 at its token's exp, a second message before the Auth, a live match's replay (409)
+REFUSALS = ("origin", "too_large", "rate_limited", "sync_limited", "rate_closed",
+            "unauthenticated_per_address", "token_expired", "before_auth", "live_replay")
 
 
 class GatewayMetrics:
@@ -47,6 +54,11 @@ class GatewayMetrics:
                                     "From a client's command to the update or rejection it caused",
                                     ["type"], registry=r,
                                     buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
+        self.refusals = Counter("shuangkou_gateway_refusals_total",
+                                "What the gateway's edge refused (Origin, size, rate, Sync rate, sockets per address, "
+                                "expired tokens, live replays)", ["reason"], registry=r)
+        for reason in REFUSALS:
+            self.refusals.labels(reason)
         self.lobby_queue = Gauge("shuangkou_gateway_lobby_queue_length",
                                  "Players waiting in a room's lobby queue (read at scrape time)", ["room"], registry=r)
         for role in ROLES:  # every series exists at zero
@@ -66,6 +78,9 @@ class GatewayMetrics:
         self.messages_out.labels(kind if kind in KINDS else "other").inc()
         if kind == "rejected" and code:
             self.rejected.labels(code if len(code) <= 32 and code.isidentifier() else "other").inc()
+
+    def refused(self, reason: str) -> None:
+        self.refusals.labels(reason if reason in REFUSALS else "other").inc()
 
     def queue_lengths(self, lengths: dict[str, int]) -> None:
         """The lobby queue length of each room served (``room`` → players waiting)."""

@@ -44,7 +44,8 @@ class OutEntry:
 
     @property
     def brief(self) -> dict[str, Any] | None:
-        """The update's brief (docs/PROTOCOL.md §8), when the engine wrote one."""
+        """The update's brief (docs/PROTOCOL.md §8), when the engine stored one (an update with a
+        view has none: ``gateway.protocol.update`` reads it off the view)."""
         b = self.body.get("brief")
         return b if isinstance(b, dict) else None
 

@@ -48,9 +48,11 @@ UNKNOWN_MATCH = "unknown_match"
 STALE = "stale"
 UNKNOWN_ROOM = "unknown_room"
 SEAT_REFUSED = "seat_refused"
+RATE_LIMITED = "rate_limited"  # over the socket's message or Sync rate (gateway/guard.py)
 #: the codes the gateway itself refuses with (the engine's are engine.match.errors' ``code``s);
 #: the schemas' ``rejected.code`` enum is both (gateway/schemas_gen.py)
-GATEWAY_CODES = (BAD_COMMAND, NOT_ALLOWED, NOT_SEATED, UNKNOWN_MATCH, STALE, UNKNOWN_ROOM, SEAT_REFUSED)
+GATEWAY_CODES = (BAD_COMMAND, NOT_ALLOWED, NOT_SEATED, UNKNOWN_MATCH, STALE, UNKNOWN_ROOM, SEAT_REFUSED,
+                 RATE_LIMITED)
 
 
 class ClientError(ValueError):
@@ -157,13 +159,16 @@ def _loose_id(data: Any) -> str | None:
     return cid if isinstance(cid, str) and 0 < len(cid) <= CLIENT_ID_MAX and encodable(cid) else None
 
 
-def parse_client_message(raw: str | bytes, player: str) -> Any:
+def parse_client_message(raw: str | bytes, player: str, max_bytes: int = MAX_MESSAGE_BYTES) -> Any:
     """The validated message; :class:`ClientError` (``bad_command`` / ``not_allowed``) otherwise.
 
     ``player`` is the socket's token subject: a ``player`` field naming anyone else is
-    refused ``not_allowed`` (impersonation), before anything else is looked at."""
-    if len(raw) > MAX_MESSAGE_BYTES:
-        raise ClientError(BAD_COMMAND, f"message too large ({len(raw)} bytes, limit {MAX_MESSAGE_BYTES})")
+    refused ``not_allowed`` (impersonation), before anything else is looked at.  ``max_bytes``:
+    ``gateway --max-message-bytes`` (the transport closes a larger frame 1009 unread; this
+    catches a text whose characters fit but whose UTF-8 does not)."""
+    size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise ClientError(BAD_COMMAND, f"message too large ({size} bytes, limit {max_bytes})")
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -220,6 +225,10 @@ def settled(match: str, scores: dict[str, int], breakdown: dict[str, Any],
     return {"kind": "settled", "match": match, "scores": scores, "breakdown": breakdown, "balances": balances}
 
 
-def welcome(player: str, role: str, room: str | None, gateway: str, name: str | None = None) -> dict[str, Any]:
-    """``name``: the token's display name (gateway/names.py), None without one."""
-    return {"kind": "welcome", "player": player, "role": role, "room": room, "gateway": gateway, "name": name}
+def welcome(player: str, role: str, room: str | None, gateway: str, expires_at: int | None = None,
+            name: str | None = None, renewed: bool = False) -> dict[str, Any]:
+    """The token was accepted (``renewed``: a renewal on an open socket); the socket closes 4401
+    at ``expires_at`` (the token's exp, seconds since the epoch) unless renewed before.
+    ``name``: the token's display name (gateway/names.py), None without one."""
+    return {"kind": "welcome", "player": player, "role": role, "room": room, "gateway": gateway, "name": name,
+            "expires_at": expires_at, "renewed": renewed}

@@ -160,12 +160,16 @@ BY_OWNER: dict[tuple[str, str], str] = {
     ("rejected", "match"): "the match the command was for, when known",
     ("lobby", "table"): "the table's id (t<N>), when at one",
     ("lobby", "match"): "the table's current match (seated: send Ready for it)",
-    ("lobby", "reason"): "why (removed: not_ready, left, escaped, disconnected, seat_refused: …; queued after the "
+    ("lobby", "reason"): "why (removed: not_ready, no_opponent, left, escaped, disconnected, seat_refused: …; queued "
+                         "after the "
                          "opponent left: opponent_left)",
     ("lobby", "room"): "the room",
     ("settled", "match"): "the settled match",
     ("welcome", "player"): "your player id (the token's subject)",
     ("welcome", "room"): "the only room this token may join or watch; null: any",
+    ("welcome", "expires_at"): "the token's exp (seconds since the epoch): the socket closes 4401 then, unless an "
+                               "Auth with a fresh token renews it before",
+    ("welcome", "renewed"): "true: the answer to a renewal (an Auth on an open socket); the socket kept its place",
     # the settlement breakdown (projections/settlement.py, docs/SETTLEMENT.md)
     ("breakdown", "mode"): "the room's mode",
     ("breakdown", "room"): "the room's name",

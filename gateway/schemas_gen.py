@@ -325,7 +325,7 @@ def server_schema() -> dict[str, Any]:
     defs["lobby"] = msg("lobby", {
         "state": {"enum": ["queued", "seated", "removed"]}, "room": _NULLABLE_STR, "table": _NULLABLE_STR,
         "match": _NULLABLE_STR, "reason": _nullable({"anyOf": [
-            {"enum": ["not_ready", "left", "escaped", "disconnected", "opponent_left"]},
+            {"enum": ["not_ready", "no_opponent", "left", "escaped", "disconnected", "opponent_left"]},
             {"type": "string", "pattern": "^seat_refused: "}]})}, "Where you are in the lobby")
     defs["settled"] = msg("settled", {
         "match": {"type": "string"}, "scores": {"type": "object", "additionalProperties": _INT},
@@ -334,10 +334,13 @@ def server_schema() -> dict[str, Any]:
     defs["welcome"] = msg("welcome", {
         "player": {"type": "string"}, "role": {"enum": ["player", "spectator", "operator"]},
         "room": _NULLABLE_STR, "gateway": {"type": "string"},
-        "name": {**_NULLABLE_STR, "description": "the token's display name (1-24 characters), null without one"}},
-        "The token was accepted")
-    # the display name is new (issue 25): a gateway before it sends no "name"
-    defs["welcome"]["required"] = [k for k in defs["welcome"]["required"] if k != "name"]
+        "name": {**_NULLABLE_STR, "description": "the token's display name (1-24 characters), null without one"},
+        "expires_at": _INT, "renewed": {"type": "boolean"}},
+        "The token was accepted (renewed: a renewal Auth on an open socket); the socket closes 4401 at expires_at "
+        "(the token's exp, seconds since the epoch) unless renewed before")
+    # the display name is new (issue 25), the token's lifetime too (issue 23): a gateway before them
+    # sends no "name", "expires_at", "renewed"
+    defs["welcome"]["required"] = [k for k in defs["welcome"]["required"] if k not in ("name", "expires_at", "renewed")]
     # display names (issue 25): the gateway adds them to the messages that name a table's players
     names = {"type": "object", "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 24},
              "description": "player id -> display name, for the players that have one (gateway/names.py)"}

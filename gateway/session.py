@@ -34,6 +34,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from engine.store import keys
 from gateway import channels, names, outbox, protocol
+from gateway.guard import Guard
+from gateway.limits import Limits
 from gateway.lobby import Lobby, Place, notes_key, now_ms
 from gateway.metrics import GatewayMetrics
 from gateway.rooms import RoomBook
@@ -72,6 +74,7 @@ class Hub:
     lobby: Lobby
     gateway_id: str
     metrics: GatewayMetrics
+    limits: Limits = field(default_factory=Limits)  # sizes and rates per client (gateway/limits.py)
     connections: set[Connection] = field(default_factory=set)
     stopping: bool = False
     fanout: Fanout = field(init=False)  # the one reader of every socket's streams (gateway/fanout.py)
@@ -124,6 +127,7 @@ class Connection:
         self._announced: str | None = None  # the match this socket last told the client it is seated in
         self.subscription = Subscription(hub.fanout, hub.redis, self.deliver, lambda: self.closed, identity.player)
         self.resync = Resync(self, GAP_WAIT_S)
+        self.guard = Guard(self, hub.limits)  # token lifetime and rates (the edge, gateway/guard.py)
 
     @property
     def is_player(self) -> bool:
@@ -192,7 +196,8 @@ class Connection:
         hub.metrics.connections.labels(self.identity.role).inc()
         try:
             await self.send(protocol.welcome(self.player, self.identity.role, self.identity.room, hub.gateway_id,
-                                             self.identity.name))
+                                             self.identity.expires_at, self.identity.name))
+            self.guard.start()  # 4401 at the token's exp, unless renewed (gateway/guard.py)
             if self.is_player:
                 await names.remember(hub.lobby.redis, self.player, self.identity.name)
                 pipe = r.pipeline(transaction=False)  # the entry, and its notice (gateway/fanout.py)
@@ -214,6 +219,7 @@ class Connection:
             await self._receive_loop()
         finally:
             self.closed = True
+            self.guard.stop()
             self.subscription.stop()
             self.resync.cancel()
             hub.connections.discard(self)
@@ -255,12 +261,15 @@ class Connection:
             except (RuntimeError, OSError, KeyError):
                 return
             try:
-                msg = protocol.parse_client_message(raw, self.player)
+                msg = protocol.parse_client_message(raw, self.player, self.hub.limits.max_message_bytes)
             except protocol.ClientError as exc:
                 self.hub.metrics.message_in("other")
-                await self.reject(exc.command_id, exc.code, exc.reason)
+                if await self.guard.admit("other", exc.command_id):
+                    await self.reject(exc.command_id, exc.code, exc.reason)
                 continue
             self.hub.metrics.message_in(msg.type)
+            if not await self.guard.admit(msg.type, msg.command_id):
+                continue
             try:
                 await self._handle(msg)
             except protocol.ClientError as exc:
@@ -269,7 +278,7 @@ class Connection:
     async def _handle(self, msg: Any) -> None:
         t = msg.type
         if t == "Auth":
-            raise protocol.ClientError(protocol.NOT_ALLOWED, "this socket is already authenticated", msg.command_id)
+            return await self.guard.renew(msg)  # a fresh token for the same player (docs/PROTOCOL.md §8)
         if t == "Watch":
             return await self._watch(msg)
         if t == "Sync" and not self.is_player and self.watching is not None:
@@ -448,6 +457,7 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] |
             data = None
         if not isinstance(data, dict) or data.get("type") != "Auth" or not isinstance(data.get("token"), str):
             hub.metrics.auth_failures.labels("missing").inc()
+            hub.metrics.refused("before_auth")  # one message before the Auth, and it must be the Auth
             await ws.close(code=CLOSE_UNAUTHORIZED, reason="no token: the first message must be "
                                                            '{"type": "Auth", "token": ...}')
             return None

@@ -11,7 +11,7 @@ build step: HTML, CSS and JavaScript modules under ``gateway/static/``):
 ==========================  ===========================================================
 
 JSON endpoints (a token as ``Authorization: Bearer <jwt>``, verified like the
-socket's; errors are ``{"error": code, "reason": text}`` with 400/401/403/404):
+socket's; errors are ``{"error": code, "reason": text}`` with 400/401/403/404/409):
 
 * ``POST /api/dev/token`` -- only with ``shuangkou gateway --dev``:
   ``{"name": "小明", "role": "player"}`` → ``{"token", "player", "role", "name"}`` (the id is
@@ -31,7 +31,10 @@ socket's; errors are ``{"error": code, "reason": text}`` with 400/401/403/404):
   the page shows contributions as bombs are played, between full views.
 * ``GET /api/replay/<match_id>`` (operator) -- the match's
   :func:`projections.timeline.timeline` plus the ledger's stored settlement and
-  whether it equals the replayed one.  Read-only (XRANGE, HGET): it uses the
+  whether it equals the replayed one.  A match that has not finished is refused
+  409 ``match_not_finished`` (its timeline shows both hands) unless the gateway runs
+  with ``--allow-live-replay`` (dangerous: any operator token then reads the hands
+  of a match being played).  Read-only (XRANGE, HGET): it uses the
   Redis URL in ``SK_REPLAY_REDIS_URL`` (the read-only user of deploy/) when
   set, else the gateway's own client (development without ACLs).
 * ``POST /api/replay`` (operator) -- the body is an export file
@@ -309,6 +312,11 @@ class ReplaySource:
             start = f"{keys.seq_of(page[-1][0]) + 1}-0"
         if not events:
             raise HttpError(404, "unknown_match", f"no such match: {match_id!r}")
+        if not any(e.type == "MatchFinished" for e in events) and not getattr(self.ctx, "allow_live_replay", False):
+            raise HttpError(409, "match_not_finished",
+                            f"match {match_id!r} has not finished: its replay would show both hands of a match "
+                            f"being played (replay it once it is over; shuangkou gateway --allow-live-replay "
+                            f"opts in)")
         raw = await r.hget(SETTLED_KEY, match_id)
         stored = None if raw is None else Settlement.model_validate_json(raw).to_json()
         return await run_in_threadpool(replay_answer, events, stored)
@@ -439,7 +447,13 @@ def routes(ctx: Any) -> list[Any]:
 
     async def replay_get(request: Request) -> Response:
         _identity(ctx, request, ("operator",))
-        return JSONResponse(await source.load(request.path_params["match_id"]))
+        try:
+            return JSONResponse(await source.load(request.path_params["match_id"]))
+        except HttpError as exc:
+            metrics = getattr(getattr(ctx, "hub", None), "metrics", None)
+            if exc.code == "match_not_finished" and metrics is not None:
+                metrics.refused("live_replay")
+            raise
 
     async def replay_post(request: Request) -> Response:
         _identity(ctx, request, ("operator",))
@@ -459,7 +473,8 @@ def routes(ctx: Any) -> list[Any]:
 
     async def config(request: Request) -> Response:
         return JSONResponse({"dev": bool(getattr(ctx, "dev", False)), "bots": bool(getattr(ctx, "bots", False)),
-                             "rooms": room_list(ctx)})
+                             "rooms": room_list(ctx),
+                             "frame_ancestors": list(getattr(ctx, "frame_ancestors", ()) or ())})
 
     out: list[Any] = [
         Route("/", page("index.html")),

@@ -100,7 +100,7 @@ ESCAPES = Counter("shuangkou_escapes", "Players who escaped a running match, by 
 MATCHES_ABANDONED = Counter("shuangkou_matches_abandoned",
                             "Matches ended before the deal (MatchAbandoned), by reason (not_ready/left/seat_empty).",
                             ["config", "reason"], registry=REGISTRY)
-PLAYERS_REMOVED = Counter("shuangkou_players_removed", "Seated players removed before the deal (not_ready/left).",
+PLAYERS_REMOVED = Counter("shuangkou_players_removed", "Seated players removed before the deal (not_ready/left/no_opponent).",
                           ["config", "reason"], registry=REGISTRY)
 SCORE_TRANSFER = Histogram("shuangkou_score_transfer", "Points or coins the winner gained in a settled match.",
                            ["config"], buckets=_TRANSFER_BUCKETS, registry=REGISTRY)

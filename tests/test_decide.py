@@ -248,12 +248,12 @@ def test_ready_timeout_removes_unready_players() -> None:  # R-13.2
 
 
 # ---- abandoned before the deal (R-13.2 decision) ----------------------------------------
-@pytest.mark.parametrize("seats, leaves, reason", [
-    ((), (), "seat_empty"),            # created, nobody ever sat: the ready clock runs from the creation
-    (("a",), (), "seat_empty"),        # one player, the second seat never taken
-    (("a", "b"), ("a",), "seat_empty"),  # one left, the other stays ready: the clock is not restarted
+@pytest.mark.parametrize("seats, leaves, removed, reason", [
+    ((), (), [], "seat_empty"),                      # created, nobody ever sat: the clock runs from the creation
+    (("a",), (), ["a"], "seat_empty"),               # ready, the second seat never taken: a is freed (no_opponent)
+    (("a", "b"), ("a",), ["b"], "seat_empty"),       # one left, the other stays ready and alone
 ])
-def test_a_match_that_cannot_be_dealt_is_abandoned_by_its_ready_clock(seats, leaves, reason) -> None:
+def test_a_match_that_cannot_be_dealt_is_abandoned_by_its_ready_clock(seats, leaves, removed, reason) -> None:
     m = M(seat=False)
     created_at = m.now
     ready_ms = int(m.config.ready_seconds * 1000)
@@ -265,7 +265,8 @@ def test_a_match_that_cannot_be_dealt_is_abandoned_by_its_ready_clock(seats, lea
         m.do(Leave, player=p)
     assert m.state.phase == "seating" and m.state.deadline().kind == "ready"
     events = m.do(ReadyTimeout, version=m.state.version)
-    assert [(e.type, e.reason) for e in events] == [("MatchAbandoned", reason)]
+    assert [(e.type, getattr(e, "player", None), e.reason) for e in events] == [
+        *(("PlayerRemoved", p, "no_opponent") for p in removed), ("MatchAbandoned", None, reason)]
     assert m.state.phase == "abandoned" and m.state.abandoned == reason and m.state.deadline() is None
     assert check_stream(m.history) == []
 

@@ -83,14 +83,20 @@ def _match() -> M:
     return m
 
 
-@pytest.mark.parametrize("what,before,step", STAYS, ids=[s[0] for s in STAYS])
-def test_events_that_leave_the_table_do_not_make_a_move_stale(what, before, step) -> None:
+def _after(before: Callable[[M], None], step: Callable[[M], None]) -> tuple[M, int]:
+    """A match where a saw version ``seen`` (after ``before``), then ``step`` happened."""
     m = _match()
     before(m)
     seen = m.state.version
     step(m)
-    assert m.state.version > seen  # something was appended ...
-    if m.state.current_player != "a":  # ... and a, on turn, still plays on the table seen
+    assert m.state.version > seen  # something was appended
+    return m, seen
+
+
+@pytest.mark.parametrize("what,before,step", STAYS, ids=[s[0] for s in STAYS])
+def test_events_that_leave_the_table_do_not_make_a_move_stale(what, before, step) -> None:
+    m, seen = _after(before, step)
+    if m.state.current_player != "a":  # a, on turn, still plays on the table seen
         pytest.fail(f"{what} moved the turn")
     events = m.do(Play, player="a", cards=(min(m.state.seat(0).hand),), expected_version=seen)
     assert isinstance(events[0], CardsPlayed)
@@ -98,10 +104,7 @@ def test_events_that_leave_the_table_do_not_make_a_move_stale(what, before, step
 
 @pytest.mark.parametrize("what,before,step", MOVES, ids=[s[0] for s in MOVES])
 def test_events_that_move_the_table_make_a_command_stale(what, before, step) -> None:
-    m = _match()
-    before(m)
-    seen = m.state.version
-    step(m)
+    m, seen = _after(before, step)
     for cmd in (Pass, RequestTrustee):  # whoever sends it, whatever it is
         for who in ("a", "b"):
             assert isinstance(m.no(cmd, player=who, expected_version=seen), StaleCommand), (what, cmd, who)

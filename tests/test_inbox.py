@@ -272,7 +272,9 @@ def test_malformed_messages_are_dead_lettered_and_the_loop_goes_on(rig):
     assert "must be a map" in reasons[2]
     assert "not JSON" in reasons[3]
     assert "too large" in reasons[4]
-    assert dead[4].get("truncated") == b"1" and len(dead[4]["c"]) == MAX_COMMAND_BYTES
+    # over 64 KB: a record of its size and its first 1 KB, never the entry whole (issue 23 item 7)
+    assert dead[4].get("truncated") == b"1" and len(dead[4]["c"]) == 1024
+    assert int(dead[4]["c_bytes"]) == MAX_COMMAND_BYTES + 10 and int(dead[4]["entry_bytes"]) == MAX_COMMAND_BYTES + 11
     assert dead[0]["c"] == b"\xc1 not msgpack" and dead[0]["dead_code"] == b"bad_command"
     # senders that can be identified hear why, as a rejection
     [fly] = client.updates("alice")

@@ -219,9 +219,10 @@ def test_play_is_disabled_for_a_non_combination(browser, site) -> None:
 
         by_rank: dict[int, list[int]] = {}
         for c in hand:
-            by_rank.setdefault(rank_of(c), []).append(c)
+            if rank_of(c) < 13:  # no joker: a joker beside a natural card is a wild pair (R-4)
+                by_rank.setdefault(rank_of(c), []).append(c)
         ranks = sorted(by_rank)
-        lo, hi = by_rank[ranks[0]][0], by_rank[ranks[-1]][0]  # two ranks far apart: no combination
+        lo, hi = by_rank[ranks[0]][0], by_rank[ranks[-1]][0]  # two natural ranks apart: no combination
         page.click(f"#hand [data-card='{lo}']")
         page.click(f"#hand [data-card='{hi}']")
         picked = sorted(int(x) for x in page.eval_on_selector_all("#hand [aria-pressed=true]", "els => els.map(e => e.dataset.card)"))
@@ -348,6 +349,34 @@ def test_the_end_of_a_match_stays_with_the_losers_cards_and_a_verdict(browser, s
         page.click("[data-action=ready]")
         page.wait_for_function("m => document.querySelector('#table').dataset.match === m", arg=m2.mid)
         assert page.is_hidden("[data-settlement]")
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+def test_trusteeship_is_a_badge_its_notices_replace_each_other_and_a_disconnect_is_explained(browser, site) -> None:
+    """States are badges on the seat; a newer trusteeship notice replaces the older one; after a
+    disconnect the page says why and for how long (to the end of this match, R-13.4)."""
+    from engine.match.commands import CancelTrustee, Disconnect, Reconnect, RequestTrustee
+
+    context, page, errors = _open(browser, site, "zh-CN")
+    try:
+        m = Match()
+        _seat(page, m)
+        words = CATALOGUES["zh-Hans"]
+        _feed(page, m.run(RequestTrustee(command_id="t1", match_id=m.mid, player="alice")))
+        page.wait_for_selector("#mine-badges [data-badge=trustee]")
+        _feed(page, m.run(CancelTrustee(command_id="t2", match_id=m.mid, player="alice")))
+        page.wait_for_function("() => !document.querySelector('#mine-badges [data-badge=trustee]')")
+        notes = page.eval_on_selector_all("[data-notice='trustee-alice']", "els => els.map(e => e.textContent)")
+        assert notes == [words["notice.trusteeOffYou"]]  # "ended" replaced "started"
+        _feed(page, m.run(Disconnect(command_id="t3", match_id=m.mid, player="alice"))
+              + m.run(Reconnect(command_id="t4", match_id=m.mid, player="alice")))
+        page.wait_for_selector("[data-explain='disconnect']")
+        text = page.text_content("[data-explain]")
+        assert text == words["explain.disconnect"].replace("{s}", "10") and "R-" not in text
+        assert page.is_hidden("[data-action=cancel-trustee]")  # the points room: reclaim_after_reconnect = false
+        page.wait_for_function("() => !document.querySelector('[data-notice]')")  # transient: they go by themselves
         assert not errors, errors
     finally:
         context.close()

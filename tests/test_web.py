@@ -28,6 +28,8 @@ class Ctx:
     dev: bool = False
     bots: bool = False
     hub: Any = None
+    allow_live_replay: bool = False
+    frame_ancestors: tuple[str, ...] = ()
 
 
 def client(**kw: Any) -> TestClient:
@@ -210,6 +212,39 @@ def test_replay_from_redis_is_read_only_and_says_no_such_match(redis_server, rea
         r = c.get("/api/replay/nope", headers=op)
         assert r.status_code == 404 and "no such match" in r.json()["reason"]
     assert {k: real_redis.type(k) for k in real_redis.keys("*")} == before  # nothing written
+
+
+def test_the_replay_of_a_live_match_is_refused_409_unless_allowed(redis_server, real_redis) -> None:
+    """Issue 23 item 4: the timeline shows both hands, so a match being played is refused
+    (and counted), unless the gateway runs with --allow-live-replay."""
+    import redis.asyncio as aioredis
+
+    from engine.store.redis_store import RedisEventStore
+    from gateway.metrics import GatewayMetrics
+    from tests.strategies import MatchSpec, play_match
+
+    store = RedisEventStore(real_redis)
+    events = play_match(MatchSpec(seed=4), match_id="live1").store.load("live1")
+    live = [e for e in events if e.type != "MatchFinished"][:12]
+    assert any(e.type == "HandDealt" for e in live)
+    for e in live:
+        store.append("live1", e.seq - 1, f"c{e.seq}", [e], None)
+    op = bearer("olga", "operator")
+
+    @dataclass
+    class Hub:
+        metrics: GatewayMetrics
+
+    hub = Hub(GatewayMetrics())
+    with client(redis=aioredis.Redis.from_url(redis_server.url), hub=hub) as c:
+        r = c.get("/api/replay/live1", headers=op)
+        assert r.status_code == 409 and r.json()["error"] == "match_not_finished"
+        assert "has not finished" in r.json()["reason"] and "--allow-live-replay" in r.json()["reason"]
+        assert "hands" not in r.text.replace("both hands", "")
+    assert b'shuangkou_gateway_refusals_total{reason="live_replay"} 1.0' in hub.metrics.exposition()
+    with client(redis=aioredis.Redis.from_url(redis_server.url), allow_live_replay=True) as c:
+        data = c.get("/api/replay/live1", headers=op).json()
+        assert len(data["steps"]) == len(live)
 
 
 def test_the_pages_keep_the_testability_contract() -> None:

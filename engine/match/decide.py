@@ -626,13 +626,19 @@ def _ready_timeout(b: _Builder, c: ReadyTimeout) -> None:
     _check_version(s, c.version, "ready timeout")
     if s.phase != "seating":
         raise StaleCommand(f"no ready clock runs (phase {s.phase})")
-    unready = [x.player for x in s.seats if x is not None and not x.ready]
-    empty = any(x is None for x in s.seats)
-    if not unready and not empty:
+    seated = [x for x in s.seats if x is not None]
+    unready = [x.player for x in seated if not x.ready]
+    if not unready and len(seated) == len(s.seats):
         raise StaleCommand("every seated player is ready")
     for p in unready:
         b.emit(PlayerRemoved, player=p, reason="not_ready")
+    if not unready:
+        # ready, but no opponent sat down in time (a Sit lost or late): the seat is freed
+        # (issue 23 item 8)
+        for x in seated:
+            b.emit(PlayerRemoved, player=x.player, reason="no_opponent")
     # the ready clock ran out and the match cannot be dealt: it ends without a settlement
+    # (issue 22: no match waits for ever, with or without a deadline)
     b.emit(MatchAbandoned, reason="not_ready" if unready else "seat_empty")
 
 

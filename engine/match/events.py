@@ -102,11 +102,12 @@ class PlayerReady(EventBase):
 
 
 class PlayerRemoved(EventBase):
-    """A seated player leaves before the deal (R-13.2 ready timer, or by request)."""
+    """A seated player leaves before the deal: not ready in time (R-13.2), by request, or
+    ready but alone when the ready clock ran out (``no_opponent``: the other Sit never came)."""
 
     type: Literal["PlayerRemoved"] = "PlayerRemoved"
     player: str
-    reason: Literal["not_ready", "left"]
+    reason: Literal["not_ready", "left", "no_opponent"]
 
 
 class HandDealt(EventBase):

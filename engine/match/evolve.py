@@ -10,8 +10,8 @@ config:
 
 * seating, a seat empty or some seated player not ready: ``ready`` at ts +
   ``ready_seconds`` (R-13.2), from the match's creation; the clock restarts whenever a
-  player sits down (a leave does not restart it), so a match nobody completes is
-  abandoned by its ReadyTimeout (MatchAbandoned);
+  player sits down or is removed, so a match nobody completes is abandoned by its
+  ReadyTimeout (MatchAbandoned) and a lone ready player is not kept waiting (issue 23 item 8);
 * playing: ``turn`` at (the moment the player got the turn) + ``turn_seconds``
   (R-13.1), or ``trustee`` at ts + ``trustee_delay_seconds`` when the player on
   turn is in trusteeship (any reason, an escape under the trustee policy
@@ -100,9 +100,9 @@ def _deadline(old: MatchState, new: MatchState, ts: int) -> dict[str, object]:
     if new.phase == "seating":
         waiting = any(s is None or not s.ready for s in new.seats)  # a seat to fill, a Ready to come
         if not waiting:
-            return _NO_DEADLINE  # both ready and not dealt: an operator's Deal comes (fixed deals)
+            return _NO_DEADLINE  # both ready: the deal follows (or an operator's Deal, fixed deals)
         restarted = (old.deadline_kind != "ready" or old.deadline_at is None
-                     or any(o is None and n is not None for o, n in zip(old.seats, new.seats)))
+                     or any((o is None) != (n is None) for o, n in zip(old.seats, new.seats)))
         at = ts + _ms(cfg.ready_seconds) if restarted else old.deadline_at
         return {"deadline_at": at, "deadline_kind": "ready", "turn_started_at": None}
     if new.phase == "playing" and new.turn is not None:

@@ -45,6 +45,7 @@ from engine.match.errors import BadCommand
 from engine.match.protocols import OutcomeLike, ServiceLike
 from engine.service.inbox_message import Accepts, Handled, MessageHandler, accept_all, decode
 from engine.service.publish import (
+    DEFAULT_DEAD_MAXLEN,
     DEFAULT_FULL_VIEW_EVERY,
     DEFAULT_OUTBOX_MAXLEN,
     DEFAULT_OUTBOX_TTL,
@@ -100,7 +101,7 @@ class InboxConsumer:
                  stream: str = keys.INBOX, group: str = keys.SERVICE_GROUP,
                  accepts: Accepts = accept_all,
                  outbox_maxlen: int = DEFAULT_OUTBOX_MAXLEN, outbox_ttl: int | None = DEFAULT_OUTBOX_TTL,
-                 full_view_every: int = DEFAULT_FULL_VIEW_EVERY, dead_maxlen: int = 100_000,
+                 full_view_every: int = DEFAULT_FULL_VIEW_EVERY, dead_maxlen: int = DEFAULT_DEAD_MAXLEN,
                  max_deliveries: int = 5, forget_idle_ms: int = 3_600_000,
                  on_dead: Callable[[str, str], None] | None = None, inbox: str | None = None):
         if inbox is not None:  # the former name of ``stream``
@@ -421,7 +422,8 @@ class InboxConsumer:
         """Loop until ``stop`` is set (the message in hand is finished first).
 
         Every ``reclaim_every_s`` it reclaims idle pending messages, every
-        ``trim_every_s`` it trims the inbox below what every group has handled.
+        ``trim_every_s`` it trims the inbox below what every group has handled (at once after
+        an entry over 64 KB: it does not stay in Redis for a minute).
         Redis outages are waited out with a capped back-off; any other failure
         of a round is logged and retried the same way (the loop never dies on
         one message: :meth:`handle` dead-letters what it cannot process).
@@ -442,10 +444,15 @@ class InboxConsumer:
         next_reclaim = time.monotonic() + reclaim_every_s
         next_trim = time.monotonic() + trim_every_s
         backoff = 0.05
+        oversized = self.stats.oversized
         while not stop.is_set():
             try:
                 self.run_once(block_ms=block_ms, count=count, stop=stop, defer_ack=True)
                 now = time.monotonic()
+                if self.stats.oversized != oversized:  # an oversized entry handled: out of Redis now
+                    oversized = self.stats.oversized
+                    self.flush_acks()
+                    next_trim = now
                 if now >= next_reclaim and not stop.is_set():
                     self.reclaim(min_idle_ms=min_idle_ms)
                     next_reclaim = now + reclaim_every_s

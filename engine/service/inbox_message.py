@@ -25,7 +25,9 @@ from engine.match.errors import BadCommand, NotAllowed, Rejected
 from engine.match.state import MatchState
 from engine.service.service import Carry, Outcome
 from engine.match.protocols import ServiceLike
-from engine.service.publish import INTERNAL_ERROR, GatewayStats, Publisher, Write, text
+from engine.service.publish import (
+    INTERNAL_ERROR, MAX_ENTRY_BYTES, GatewayStats, Publisher, Write, entry_bytes, text,
+)
 from engine.store import keys
 from engine.store.base import WrongVersion
 from engine.store.redis_errors import is_transient
@@ -210,6 +212,8 @@ class MessageHandler:
             return Handled(pub.dead_writes(msg_id, {}, "the message has no fields (deleted or trimmed "
                                            "from the inbox before it was handled)", None))
         fields = {text(k): v for k, v in fields.items()}
+        if entry_bytes(fields) > MAX_ENTRY_BYTES:
+            pub.stats.oversized += 1  # refused below (check_entry); the inbox is trimmed soon after
         reply_to = reply_stream(fields.get("reply_to"))
         raw, is_json = (fields.get("c"), False) if "c" in fields else (fields.get("j"), True)
         try:

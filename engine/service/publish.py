@@ -65,6 +65,7 @@ class GatewayStats:
     dead: int = 0
     retried: int = 0  # left pending after a transient failure (redelivered later)
     published: int = 0  # entries written to player/reply streams
+    oversized: int = 0  # inbox entries over MAX_ENTRY_BYTES (dead-lettered as a record, the inbox trimmed soon)
 
 
 #: events after which every recipient's update carries the full view: a seating, the deal,
@@ -236,24 +237,26 @@ _BRIEF_FIELDS = ("phase", "turn", "trick", "deadline_ms", "cards_left", "last_pl
 def compact_brief(brief: dict[str, Any]) -> list[Any]:
     """A brief (``projections.views.brief``) as an update's body stores it: its fields in the
     order of :data:`_BRIEF_FIELDS` without the ``version`` (the entry's own field), the play to
-    beat as ``[player, cards, reading]`` and, in the reading, without the fields at their
-    defaults (40-100 bytes of msgpack).  :func:`expand_brief` undoes it.
+    beat as ``[player, cards, reading]``, the reading as ``[kind, rank, size]`` and a map of
+    its other fields that are not at their defaults, when there are any (40-90 bytes of
+    msgpack).  :func:`expand_brief` undoes it.
 
     >>> b = {"version": 9, "phase": "playing", "turn": "b", "trick": 1, "deadline_ms": 5, "cards_left": {"a": 26},
     ...      "last_play": {"player": "a", "cards": [0], "reading": {"kind": "single", "rank": "3", "size": 1,
     ...                    "xiang": None, "chain": None, "regular": None, "m": None, "bomb_sizes": None,
     ...                    "jokers_as": []}}}
     >>> compact_brief(b)
-    ['playing', 'b', 1, 5, {'a': 26}, ['a', [0], {'kind': 'single', 'rank': '3', 'size': 1}]]
+    ['playing', 'b', 1, 5, {'a': 26}, ['a', [0], ['single', '3', 1]]]
     >>> expand_brief(compact_brief(b), 9) == b
     True
     """
     out = [brief[k] for k in _BRIEF_FIELDS]
     lp = brief["last_play"]
     if lp is not None:
-        reading = {k: v for k, v in lp["reading"].items()
-                   if not (k in _BRIEF_READING_DEFAULTS and v == _BRIEF_READING_DEFAULTS[k])}
-        out[-1] = [lp["player"], lp["cards"], reading]
+        r = lp["reading"]
+        extra = {k: v for k, v in r.items()
+                 if k in _BRIEF_READING_DEFAULTS and v != _BRIEF_READING_DEFAULTS[k]}
+        out[-1] = [lp["player"], lp["cards"], [r["kind"], r["rank"], r["size"], *([extra] if extra else [])]]
     return out
 
 
@@ -262,14 +265,58 @@ def expand_brief(stored: list[Any], version: int) -> dict[str, Any]:
     out: dict[str, Any] = {"version": version, **dict(zip(_BRIEF_FIELDS, stored))}
     lp = out.get("last_play")
     if isinstance(lp, (list, tuple)) and len(lp) == 3:
+        kind, rank, size, *extra = lp[2]
         defaults = {k: (list(v) if isinstance(v, list) else v) for k, v in _BRIEF_READING_DEFAULTS.items()}
-        out["last_play"] = {"player": lp[0], "cards": list(lp[1]), "reading": {**defaults, **lp[2]}}
+        out["last_play"] = {"player": lp[0], "cards": list(lp[1]),
+                            "reading": {"kind": kind, "rank": rank, "size": size, **defaults, **(extra[0] if extra else {})}}
     return out
 
 
 def rejection_fields(match_id: str | None, cmd_id: str | None, code: str, reason: str) -> dict[str, Any]:
     return {"kind": "rejected", "match": match_id or "", "command_id": cmd_id or "",
             "code": code, "reason": safe_text(reason)}
+
+
+#: an inbox entry larger than this (all its fields) is never kept whole: its dead letter is a record of
+#: its size and the first DEAD_HEAD_BYTES of each field (issue 23 item 7)
+MAX_ENTRY_BYTES = MAX_COMMAND_BYTES
+DEAD_HEAD_BYTES = 1024
+DEFAULT_DEAD_MAXLEN = 10_000  # sk:dead keeps about this many dead letters (serve --dead-maxlen)
+
+
+def entry_bytes(fields: dict[str, Any]) -> int:
+    """The size of an inbox entry: its field names and values (bytes or text).
+
+    >>> entry_bytes({"c": b"x" * 10, "reply_to": "sk:reply:g"})
+    21
+    """
+    return sum(len(k) + (len(v) if isinstance(v, (bytes, str)) else len(str(v))) for k, v in fields.items())
+
+
+def dead_record(fields: dict[str, Any]) -> dict[str, Any]:
+    """What a dead letter keeps of an entry: the entry itself when it is at most
+    :data:`MAX_ENTRY_BYTES`, else ``entry_bytes`` and, per field, its first
+    :data:`DEAD_HEAD_BYTES` and its size (``<field>_bytes``), marked ``truncated``.
+
+    >>> r = dead_record({"c": b"x" * 100_000})
+    >>> len(r["c"]), r["c_bytes"], r["entry_bytes"], r["truncated"]
+    (1024, 100000, 100001, '1')
+    >>> dead_record({"c": b"abc"})
+    {'c': b'abc'}
+    """
+    total = entry_bytes(fields)
+    out: dict[str, Any] = {}
+    for k, v in fields.items():
+        if isinstance(v, str):
+            v = safe_text(v, MAX_ENTRY_BYTES + 1)
+        if total > MAX_ENTRY_BYTES and isinstance(v, (bytes, str)) and len(v) > DEAD_HEAD_BYTES:
+            out[f"{k}_bytes"] = len(fields[k])
+            v = v[:DEAD_HEAD_BYTES]
+        out[k] = v
+    if total > MAX_ENTRY_BYTES:
+        out["entry_bytes"] = total
+        out["truncated"] = "1"
+    return out
 
 
 class Publisher:
@@ -281,7 +328,7 @@ class Publisher:
 
     def __init__(self, redis_client: redis.Redis, *, consumer: str, stats: GatewayStats | None = None,
                  outbox_maxlen: int = DEFAULT_OUTBOX_MAXLEN, outbox_ttl: int | None = DEFAULT_OUTBOX_TTL,
-                 full_view_every: int = DEFAULT_FULL_VIEW_EVERY, dead_maxlen: int = 100_000,
+                 full_view_every: int = DEFAULT_FULL_VIEW_EVERY, dead_maxlen: int = DEFAULT_DEAD_MAXLEN,
                  on_dead: Callable[[str, str], None] | None = None):
         if outbox_maxlen < 1:
             raise ValueError(f"outbox_maxlen must be at least 1, got {outbox_maxlen}")
@@ -423,8 +470,7 @@ class Publisher:
                     if self._wants_view(player, events, version, duplicate):
                         if common is None:
                             common = view_common(state)
-                        body = compact_body(seen, duplicate)
-                        body["brief"] = stored_brief
+                        body = compact_body(seen, duplicate)  # no brief: the gateway reads it off the view
                         body["view"] = view_for(state, player, common)
                         packed = pack(body)
                     else:
@@ -465,7 +511,8 @@ class Publisher:
 
     def dead_writes(self, msg_id: Any, fields: dict[str, Any], reason: str, loose: dict[str, Any] | None,
                     reply_to: str | None = None, code: str = BadCommand.code) -> list[Write]:
-        """Dead-letter the raw message with its reason, and tell the sender when it is
+        """Dead-letter the message (:func:`dead_record`: never whole when over 64 KB) with its reason
+        in ``sk:dead`` (about ``dead_maxlen`` kept), and tell the sender when it is
         identifiable (``loose``: the message's map as far as it could be read).  Counted
         and reported to ``on_dead`` now; written with the batch."""
         reason = safe_text(reason)
@@ -476,14 +523,7 @@ class Publisher:
                 self.on_dead(code, reason)
             except Exception:
                 log.exception("the on_dead callback failed")
-        dead: dict[str, Any] = {}
-        for k, v in fields.items():
-            if isinstance(v, str):
-                v = safe_text(v, MAX_COMMAND_BYTES + 1)
-            if isinstance(v, (bytes, str)) and len(v) > MAX_COMMAND_BYTES:
-                v = v[:MAX_COMMAND_BYTES]
-                dead["truncated"] = "1"
-            dead[k] = v
+        dead = dead_record(fields)
         dead.update({"dead_reason": reason[:2000], "dead_code": code, "inbox_id": msg_id,
                      "consumer": self.consumer, "dead_at_ms": int(time.time() * 1000)})
         out: list[Write] = [Write(keys.DEAD_LETTERS, dead, self.dead_maxlen)]

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.headers import EdgePolicy
+    from gateway.limits import Limits
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +34,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the longest a bot thinks over a move: each waits a random 40-100%% of it "
                              "(default 2.5: 1-2.5 s; 0 plays at once; at most 10)")
     parser.add_argument("--log-level", default=os.environ.get("SK_LOG_LEVEL", "INFO"))
+    edge = parser.add_argument_group("the edge (docs/SECURITY.md, issue 23)")
+    edge.add_argument("--max-message-bytes", type=int, default=16 * 1024, metavar="N",
+                      help="the largest WebSocket message, before and after Auth: a larger frame closes the "
+                           "socket 1009 unread (default 16384)")
+    edge.add_argument("--rate", type=float, default=20.0, metavar="PER_S",
+                      help="commands a socket may send a second, sustained (default 20); over it: rate_limited, "
+                           "and 4429 after 10 s over")
+    edge.add_argument("--burst", type=int, default=40, metavar="N", help="commands a socket may send at once (default 40)")
+    edge.add_argument("--rate-close-after", type=float, default=10.0, metavar="S",
+                      help="a socket over its rate for this long is closed 4429 (default 10)")
+    edge.add_argument("--sync-rate", type=float, default=2.0, metavar="PER_S",
+                      help="Syncs a socket may send the engine a second (default 2; more are refused rate_limited)")
+    edge.add_argument("--max-unauthenticated-per-address", type=int, default=20, metavar="N",
+                      help="sockets one client address may hold before their Auth (default 20; more: HTTP 429)")
+    edge.add_argument("--trusted-proxy", action="append", default=[], metavar="CIDR",
+                      help="a reverse proxy whose X-Forwarded-For names the client address; repeatable "
+                           "(default: none, the peer address counts)")
+    edge.add_argument("--frame-ancestors", action="append", default=[], metavar="ORIGIN",
+                      help="an origin that may frame the pages and post them a token (CSP frame-ancestors); "
+                           "repeatable (default: none, 'none')")
+    edge.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                      help="a page origin that may open /ws (repeatable; '*' for any; default: the gateway's own "
+                           "origin, any with --dev); a wrong Origin is refused 403, none at all is let through")
+    edge.add_argument("--allow-live-replay", action="store_true",
+                      help="DANGEROUS: the replay viewer (/api/replay/<id>) shows matches still being played, both "
+                           "hands included, to any operator token (default: 409 until the match has finished)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,9 +99,48 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("shuangkou.gateway").warning(
             "--dev: anyone who reaches port %s can mint a token for any name and role, operator included "
             "(POST /api/dev/token); for development on loopback only, never on a reachable host", args.port)
+    try:
+        edge, limits = edge_settings(args)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if args.allow_live_replay:
+        logging.getLogger("shuangkou.gateway").warning(
+            "--allow-live-replay: any operator token can read both hands of a match being played")
     settings = GatewaySettings(redis_url=args.redis, secret=secret, rooms=rooms,
                                gateway_id=args.id or default_gateway_id(), dev=args.dev, bots=args.bots,
                                bot_think_s=args.bot_think,
-                               lobby_redis_url=args.lobby_redis)
+                               lobby_redis_url=args.lobby_redis, edge=edge, limits=limits,
+                               allow_live_replay=args.allow_live_replay)
     serve(settings, args.host, args.port, log_level=str(args.log_level))
     return 0
+
+
+def edge_settings(args: argparse.Namespace) -> tuple[EdgePolicy, Limits]:
+    """The edge's policy and limits from the flags; ValueError naming a bad one."""
+    from gateway.headers import EdgePolicy, normalize_origin
+    from gateway.limits import Limits
+
+    def origins(values: list[str], flag: str) -> tuple[str, ...]:
+        out = []
+        for v in values:
+            for item in v.replace(",", " ").split():
+                try:
+                    out.append(normalize_origin(item))
+                except ValueError as exc:
+                    raise ValueError(f"{flag}: {exc}") from None
+        return tuple(out)
+
+    ancestors = origins(args.frame_ancestors, "--frame-ancestors")
+    if "*" in ancestors:
+        raise ValueError("--frame-ancestors: name the origins that may frame the page, not '*'")
+    edge = EdgePolicy(frame_ancestors=ancestors, allowed_origins=origins(args.allowed_origin, "--allowed-origin"),
+                      dev=args.dev)
+    try:
+        limits = Limits(max_message_bytes=args.max_message_bytes, rate=args.rate, burst=args.burst,
+                        sync_rate=args.sync_rate, close_after_s=args.rate_close_after, unauthenticated_per_address=args.max_unauthenticated_per_address,
+                        trusted_proxies=tuple(args.trusted_proxy))
+    except ValueError as exc:
+        if "does not appear to be" in str(exc):
+            raise ValueError(f"--trusted-proxy: {exc}") from None
+        raise
+    return edge, limits

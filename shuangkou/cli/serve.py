@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--outbox-ttl", type=int, default=None, metavar="SECONDS",
                         help="player outbox and reply streams expire this long after their last entry "
                              "(refreshed on every write; default $SK_OUTBOX_TTL or 86400)")
+    parser.add_argument("--dead-maxlen", type=int, default=10_000, metavar="N",
+                        help="dead letters sk:dead keeps, about (MAXLEN ~; default 10000); an inbox entry over "
+                             "64 KB is kept as a record of its size and first 1 KB, never whole")
     parser.add_argument("--outbox-maxlen", type=int, default=None, metavar="N",
                         help="entries kept per outbox/reply stream (MAXLEN ~; default $SK_OUTBOX_MAXLEN or 200)")
     parser.add_argument("--full-view-every", type=int, default=None, metavar="N",
@@ -117,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
             setattr(args, key, value)
     if args.outbox_ttl < 1:
         raise CliError(f"--outbox-ttl must be at least 1 second, got {args.outbox_ttl}")
+    if not 1 <= args.dead_maxlen <= 10_000_000:
+        raise CliError(f"--dead-maxlen must be 1..10000000, got {args.dead_maxlen}")
     if args.outbox_maxlen < 1:
         raise CliError(f"--outbox-maxlen must be at least 1, got {args.outbox_maxlen}")
     if args.full_view_every < 1:
@@ -217,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
 
     def consumer_of(channel, stream: str, operator=None) -> InboxConsumer:
         c = InboxConsumer(client, ChannelService(isvc, channel, operator), consumer, stream=stream, **delivery,
+                          dead_maxlen=args.dead_maxlen,
                           on_dead=lambda _code, _reason: metrics.observe_dead_letter(channel.name.replace("player", "inbox")))
         consumers.append(c)
         return c

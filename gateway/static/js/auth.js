@@ -32,17 +32,23 @@ export function forgetToken() {
   sessionStorage.removeItem(KEY);
 }
 
-/** Resolves with a token from the host page (when the page is framed), never rejects. */
-export function tokenFromHost(onToken) {
-  window.addEventListener("message", (ev) => {
-    if (ev.source !== window.parent || window.parent === window) return;
-    const d = ev.data;
-    if (d && typeof d === "object" && d.type === "shuangkou-token" && typeof d.token === "string") {
-      sessionStorage.setItem(KEY, d.token);
-      onToken(d.token);
-    }
+/** Calls onToken with each token the host page posts ({type: "shuangkou-token", token}): only
+ * from the origins of `shuangkou gateway --frame-ancestors` (none by default), so no other page
+ * can plant a token.  A later token renews the socket's (docs/PROTOCOL.md §8). */
+export function tokenFromHost(onToken, storageKey = KEY) {
+  if (window.parent === window) return;
+  clientConfig().then((cfg) => {
+    const allowed = Array.isArray(cfg.frame_ancestors) ? cfg.frame_ancestors : [];
+    window.addEventListener("message", (ev) => {
+      if (ev.source !== window.parent || !allowed.includes(ev.origin)) return;
+      const d = ev.data;
+      if (d && typeof d === "object" && d.type === "shuangkou-token" && typeof d.token === "string") {
+        sessionStorage.setItem(storageKey, d.token);
+        onToken(d.token);
+      }
+    });
+    for (const origin of allowed) window.parent.postMessage({ type: "shuangkou-ready" }, origin);
   });
-  if (window.parent !== window) window.parent.postMessage({ type: "shuangkou-ready" }, "*");
 }
 
 export async function devToken(name, role) {

@@ -368,7 +368,7 @@ export type PlayerRemovedEvent = {
   /** a player's id (the token subject of their sockets) */
   player: string;
   /** not_ready: the ready timer removed the player; left: they left */
-  reason: "not_ready" | "left";
+  reason: "not_ready" | "left" | "no_opponent";
 };
 
 /** PlayerSeated */
@@ -919,7 +919,7 @@ export type RejectedMessage = {
   /** the command_id of your refused command */
   command_id: string | null;
   /** a stable machine-readable code (docs/PROTOCOL.md §8 "Codes") */
-  code: "bad_command" | "cannot_pass" | "command_id_reused" | "does_not_beat" | "insufficient_balance" | "internal_error" | "match_exists" | "match_over" | "not_a_combination" | "not_allowed" | "not_in_hand" | "not_seated" | "not_your_turn" | "rejected" | "seat_refused" | "stale" | "unknown_match" | "unknown_room" | "wrong_phase";
+  code: "bad_command" | "cannot_pass" | "command_id_reused" | "does_not_beat" | "insufficient_balance" | "internal_error" | "match_exists" | "match_over" | "not_a_combination" | "not_allowed" | "not_in_hand" | "not_seated" | "not_your_turn" | "rate_limited" | "rejected" | "seat_refused" | "stale" | "unknown_match" | "unknown_room" | "wrong_phase";
   /** why, in English, for a person */
   reason: string;
   /** your current view of the match, when there is one: decide again on it */
@@ -940,8 +940,8 @@ export type LobbyMessage = {
   table: string | null;
   /** the table's current match (seated: send Ready for it) */
   match: string | null;
-  /** why (removed: not_ready, left, escaped, disconnected, seat_refused: …; queued after the opponent left: opponent_left) */
-  reason: "not_ready" | "left" | "escaped" | "disconnected" | "opponent_left" | string | null;
+  /** why (removed: not_ready, no_opponent, left, escaped, disconnected, seat_refused: …; queued after the opponent left: opponent_left) */
+  reason: "not_ready" | "no_opponent" | "left" | "escaped" | "disconnected" | "opponent_left" | string | null;
   /** player id -> display name, for the players that have one (gateway/names.py) */
   names?: Record<string, string>;
 };
@@ -962,7 +962,7 @@ export type SettledMessage = {
   names?: Record<string, string>;
 };
 
-/** The token was accepted */
+/** The token was accepted (renewed: a renewal Auth on an open socket); the socket closes 4401 at expires_at (the token's exp, seconds since the epoch) unless renewed before */
 export type WelcomeMessage = {
   /** the message kind (the tag of the union) */
   kind: "welcome";
@@ -976,6 +976,10 @@ export type WelcomeMessage = {
   gateway: string;
   /** the token's display name (1-24 characters), null without one */
   name?: string | null;
+  /** the token's exp (seconds since the epoch): the socket closes 4401 then, unless an Auth with a fresh token renews it before */
+  expires_at?: number;
+  /** true: the answer to a renewal (an Auth on an open socket); the socket kept its place */
+  renewed?: boolean;
 };
 
 /** A client → server WebSocket message */

@@ -287,6 +287,15 @@ export class Client {
     return m.command_id;
   }
 
+  /** A fresh token for the same player before the old one's exp (docs/PROTOCOL.md §8): the open
+   * socket sends it as an Auth and keeps its place (the answer is a welcome with renewed: true);
+   * a reconnect uses it too. */
+  renew(token) {
+    this.token = token;
+    const open = this.ws && this.ws.readyState === (this.WS.OPEN ?? 1);
+    if (open) this.ws.send(JSON.stringify({ type: "Auth", token, command_id: newId() }));
+  }
+
   /** the version a Play or Pass is decided on: the newest one seen (null: none yet) */
   expected() {
     return this.version;

@@ -4,6 +4,7 @@
 // (projections/timeline.py), the same one `shuangkou replay` prints.
 import { cardElement } from "./cards.js";
 import { KOU } from "./words.js";
+import { clientConfig, tokenFromHost } from "./auth.js";
 
 const $ = (s) => document.querySelector(s);
 const KEY = "shuangkou-operator-token";
@@ -172,7 +173,7 @@ function renderSettlement(i) {
     li.append(el("b", v > 0 ? `+${v}` : `${v}`, { "data-score": p }));
     scores.append(li);
   }
-  const lines = el("pre", V.data.settlement_lines.join("\n"), { class: "muted", style: "white-space: pre-wrap; font-size: 0.8rem" });
+  const lines = el("pre", V.data.settlement_lines.join("\n"), { class: "muted settlement-lines" });  // no inline style (CSP)
   panel.replaceChildren(el("h2", `Settlement 結算 — ${st.winner} wins, ${KOU[st.kou] || st.kou}`), scores, table, lines);
   panel.hidden = false;
 }
@@ -282,10 +283,6 @@ function bind() {
     }
     useToken(body.token);
   });
-  window.addEventListener("message", (ev) => {
-    if (ev.source !== window.parent || window.parent === window) return;
-    if (ev.data && ev.data.type === "shuangkou-token" && typeof ev.data.token === "string") useToken(ev.data.token);
-  });
 }
 
 function useToken(t) {
@@ -308,8 +305,8 @@ async function boot() {
     useToken(token);
     return;
   }
-  if (window.parent !== window) window.parent.postMessage({ type: "shuangkou-ready" }, "*");
-  const cfg = await fetch("/api/client-config").then((r) => r.json()).catch(() => ({}));
+  tokenFromHost(useToken, KEY);  // only from the --frame-ancestors origins
+  const cfg = await clientConfig();
   if (cfg.dev) $("#login").hidden = false;
   setStatus("An operator token is needed: ?token=… 需要操作員權限");
 }

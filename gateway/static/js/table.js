@@ -23,7 +23,7 @@ const LOG_SHOWN = 6;
 const S = {
   token: null, me: null, role: null,
   spectator: !!watchPath, watchMatch: watchPath ? decodeURIComponent(watchPath[1]) : null,
-  link: null, linkState: "connecting", dev: false,
+  link: null, linkState: "connecting", dev: false, renewTimer: null,
   lobby: null, match: null, views: {}, versions: {},
   hold: null,  // a finished match that stays on the table until the player presses Ready
   per: {},  // match -> what this page saw of it: fair, log, bombs, trick
@@ -1138,6 +1138,7 @@ function onMessage(msg) {
   if (msg.names) Object.assign(S.names, msg.names);
   switch (msg.kind) {
     case "welcome":
+      if (msg.renewed) break;  // the token was renewed: same socket, same place
       S.me = msg.player;
       S.role = msg.role;
       if (msg.name) S.names[msg.player] = msg.name;
@@ -1218,8 +1219,14 @@ function onLinkState(state, ev) {
 // ---- start ---------------------------------------------------------------------------------------
 
 function start(token) {
-  if (S.link) return;
+  if (S.link) {
+    S.token = token;  // the host page's (or --dev's) next token: same socket, same place
+    S.link.renew(token);
+    scheduleRenewal(token);
+    return;
+  }
   S.token = token;
+  scheduleRenewal(token);
   const c = claims(token);
   if (c) {
     S.me = c.sub;
@@ -1236,6 +1243,24 @@ function start(token) {
   S.link.on("state", ({ state, code, reason }) => onLinkState(state, code === undefined ? undefined : { code, reason }));
   S.link.connect();
   render();
+}
+
+/** With --dev the page mints its own next token a minute before this one's exp; a framed page
+ * waits for its host page's (tokenFromHost). */
+function scheduleRenewal(token) {
+  const c = claims(token);
+  clearTimeout(S.renewTimer);
+  if (!c || typeof c.exp !== "number") return;
+  const due = c.exp * 1000 - Date.now() - 60000;
+  S.renewTimer = setTimeout(async () => {
+    const cfg = await clientConfig();
+    if (!cfg.dev || !S.link) return;
+    try {
+      start(await devToken(c.sub, c.role || "player"));
+    } catch (e) {
+      /* the socket closes 4401 at exp and the page says so */
+    }
+  }, Math.min(Math.max(due, 1000), 2 ** 31 - 1));
 }
 
 function usable(token) {

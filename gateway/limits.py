@@ -1,0 +1,181 @@
+"""What one client may cost the gateway (issue 23 items 1 and 5): message size, command rate,
+Sync rate, unauthenticated sockets per address.  Pure bookkeeping, the clock passed in.
+
+* :class:`Limits` -- the settings (``shuangkou gateway --max-message-bytes --rate --burst
+  --rate-close-after --sync-rate --max-unauthenticated-per-address --trusted-proxy``).
+* :class:`TokenBucket` -- ``rate`` tokens a second up to ``burst``; a command takes one.
+* :class:`SocketBudget` -- one socket's buckets: a command over the rate is refused
+  ``rate_limited``; a socket refused without a break for :attr:`Limits.close_after_s`
+  is closed 4429; a Sync also needs the Sync bucket (at most ``sync_rate`` a second reach
+  the engine).
+* :class:`AddressCount` -- unauthenticated sockets per client address (the peer, or the
+  first untrusted hop of ``X-Forwarded-For`` when the peer is a ``--trusted-proxy``).
+
+>>> b = TokenBucket(rate=20, burst=40, now=0.0)
+>>> sum(b.take(0.0) for _ in range(50))
+40
+>>> b.take(0.05)  # one token back after 1/20 s
+True
+>>> b.take(0.05)
+False
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+CLOSE_RATE_LIMITED = 4429
+CALM_S = 1.0  # a socket with no refusal for this long is no longer over its rate
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The gateway's per-client limits (defaults: docs/SECURITY.md)."""
+
+    max_message_bytes: int = 16 * 1024
+    rate: float = 20.0
+    burst: int = 40
+    sync_rate: float = 2.0
+    close_after_s: float = 10.0
+    unauthenticated_per_address: int = 20
+    trusted_proxies: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 256 <= self.max_message_bytes <= 16 * 1024 * 1024:
+            raise ValueError(f"--max-message-bytes must be 256..16777216, got {self.max_message_bytes}")
+        if not 0 < self.rate <= 100_000 or not 1 <= self.burst <= 1_000_000:
+            raise ValueError(f"--rate must be > 0 and --burst >= 1, got {self.rate} and {self.burst}")
+        if not 0 < self.sync_rate <= 1000:
+            raise ValueError(f"--sync-rate must be > 0 and at most 1000, got {self.sync_rate}")
+        if not 0 < self.close_after_s <= 3600:
+            raise ValueError(f"--rate-close-after must be > 0 and at most 3600 s, got {self.close_after_s}")
+        if self.unauthenticated_per_address < 1:
+            raise ValueError("--max-unauthenticated-per-address must be at least 1")
+        for p in self.trusted_proxies:
+            ipaddress.ip_network(p, strict=False)  # ValueError names the bad one
+
+
+@dataclass
+class TokenBucket:
+    rate: float
+    burst: float
+    now: float
+    tokens: float = -1.0
+
+    def __post_init__(self) -> None:
+        if self.tokens < 0:
+            self.tokens = float(self.burst)
+
+    def take(self, now: float, cost: float = 1.0) -> bool:
+        """Take ``cost`` tokens at time ``now`` (seconds); False (nothing taken) when short."""
+        if now > self.now:
+            self.tokens = min(float(self.burst), self.tokens + (now - self.now) * self.rate)
+            self.now = now
+        if self.tokens >= cost:
+            self.tokens -= cost
+            return True
+        return False
+
+
+@dataclass
+class SocketBudget:
+    """One socket's command and Sync buckets and how long it has been over them.
+
+    A socket is *over* from its first refusal until it goes :data:`CALM_S` without one; a
+    refusal while it has been over for ``close_after_s`` is ``close``.
+
+    >>> s = SocketBudget(Limits(rate=1, burst=1), now=0.0)
+    >>> flood = [s.admit("Play", i / 10) for i in range(110)]  # 10 a second against 1 a second
+    >>> flood[:3], flood.count("ok"), "close" in flood[:100], "close" in flood[100:103]
+    (['ok', 'rate_limited', 'rate_limited'], 11, False, True)
+    >>> s = SocketBudget(Limits(rate=1, burst=1), now=0.0)
+    >>> s.admit("Play", 0.0), s.admit("Play", 0.5), s.admit("Play", 3.0), s.admit("Play", 11.0), s.admit("Play", 11.1)
+    ('ok', 'rate_limited', 'ok', 'ok', 'rate_limited')
+    >>> s = SocketBudget(Limits(), now=0.0)
+    >>> [s.admit("Sync", 0.0) for _ in range(3)]
+    ['ok', 'ok', 'sync_limited']
+    """
+
+    limits: Limits
+    now: float
+    commands: TokenBucket = field(init=False)
+    syncs: TokenBucket = field(init=False)
+    over_since: float | None = None
+    last_refused: float | None = None
+
+    def __post_init__(self) -> None:
+        self.commands = TokenBucket(self.limits.rate, self.limits.burst, self.now)
+        self.syncs = TokenBucket(self.limits.sync_rate, max(1.0, self.limits.sync_rate), self.now)
+
+    def admit(self, message_type: str, now: float) -> str:
+        """``ok``; ``rate_limited`` (refuse it); ``sync_limited`` (a Sync over the Sync rate:
+        refuse it, it never reaches the engine); ``close`` (over for ``close_after_s``: 4429)."""
+        if self.last_refused is not None and now - self.last_refused >= CALM_S:
+            self.over_since = None  # it calmed down
+        if not self.commands.take(now):
+            self.last_refused = now
+            if self.over_since is None:
+                self.over_since = now
+            elif now - self.over_since >= self.limits.close_after_s:
+                return "close"
+            return "rate_limited"
+        if message_type == "Sync" and not self.syncs.take(now):
+            return "sync_limited"
+        return "ok"
+
+
+def client_address(peer: str | None, forwarded_for: str | None, trusted: tuple[str, ...]) -> str:
+    """The client's address: the peer, unless the peer is a trusted proxy; then the last
+    address of ``X-Forwarded-For`` that is not itself a trusted proxy (the header's earlier
+    entries are the client's own word).
+
+    >>> client_address("10.0.0.5", "6.6.6.6, 1.2.3.4", ("10.0.0.0/8",))
+    '1.2.3.4'
+    >>> client_address("9.9.9.9", "1.2.3.4", ("10.0.0.0/8",))  # not a proxy of ours: its header is ignored
+    '9.9.9.9'
+    """
+    peer = peer or "unknown"
+    if not trusted or not forwarded_for or not _trusted(peer, trusted):
+        return peer
+    for hop in reversed([h.strip() for h in forwarded_for.split(",") if h.strip()]):
+        if not _trusted(hop, trusted):
+            return hop[:64]
+    return peer
+
+
+def _trusted(address: str, trusted: tuple[str, ...]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in ipaddress.ip_network(t, strict=False) for t in trusted)
+
+
+@dataclass
+class AddressCount:
+    """Unauthenticated sockets per address, at most ``limit`` each.
+
+    >>> c = AddressCount(limit=2)
+    >>> c.acquire("a"), c.acquire("a"), c.acquire("a"), c.acquire("b")
+    (True, True, False, True)
+    >>> c.release("a"); c.acquire("a")
+    True
+    """
+
+    limit: int
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def acquire(self, address: str) -> bool:
+        n = self.counts.get(address, 0)
+        if n >= self.limit:
+            return False
+        self.counts[address] = n + 1
+        return True
+
+    def release(self, address: str) -> None:
+        n = self.counts.get(address, 0) - 1
+        if n > 0:
+            self.counts[address] = n
+        else:
+            self.counts.pop(address, None)
