@@ -18,7 +18,7 @@ recorded in the ``pending`` set first and done by whichever gateway's
 so doing it twice changes nothing.
 
 The lobby learns what happens in a match from the players' own update streams
-(the gateway's pumps call :meth:`Lobby.observe`): it never reads a match stream.
+(the gateway's resync calls :meth:`Lobby.observe`): it never reads a match stream.
 """
 
 from __future__ import annotations

@@ -360,7 +360,7 @@ class Connection:
         state, at_room, table_id = await self.hub.lobby.join(self.player, room)
         self.grace_ms = int(1000 * cfg.reconnect_grace_seconds)
         if state == "joined":
-            return  # the lobby's note says queued (then seated) through the pump
+            return  # the lobby's note says queued (then seated) through the reader
         place = await self.hub.lobby.place(self.player)
         self.place = place
         if place.table is not None and place.table.status == "seated":
