@@ -296,6 +296,10 @@ class Connection:
             await self.hub.lobby.dequeue(self.player, "left")
             return
         table = place.table
+        if t == "Leave" and table is not None and (table.status == "creating" or table.finished == table.match):
+            # between two matches (at the settlement): no next match is offered, the table closes
+            if await self.hub.lobby.leave_between_matches(table, self.player):
+                return
         if table is None or table.status != "seated":
             raise protocol.ClientError(protocol.NOT_SEATED, "you are not seated at a table (send Join first)",
                                        msg.command_id)
