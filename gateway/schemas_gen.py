@@ -38,7 +38,16 @@ _CAUSE = ("the command that caused it: your own command_id when your command did
           "(the same as the update's command_id)")
 _NAT = {"type": "integer", "minimum": 0}
 _CARD = {"type": "integer", "minimum": 0, "maximum": 107}
-_PHASES = ["new", "seating", "playing", "finished"]
+def _phases() -> list[str]:
+    from typing import get_args
+
+    from engine.match.state import Phase
+
+    return list(get_args(Phase))
+
+
+#: a match's phases (engine.match.state.Phase): new, seating, playing, finished, abandoned
+_PHASES = _phases()
 
 
 def _move_defs(schema: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:

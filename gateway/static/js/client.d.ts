@@ -189,6 +189,24 @@ export type HandDealtEvent = {
   set_aside_count: number;
 };
 
+/** MatchAbandoned */
+export type MatchAbandonedEvent = {
+  /** the match's id */
+  match_id: string;
+  /** the event's number in its match: 1, 2, 3…; the match's version after it */
+  seq: number;
+  /** milliseconds since the epoch, from the decide context */
+  ts: number;
+  /** the command that caused it: your own command_id when your command did, else null (the same as the update's command_id) */
+  command_id: string | null;
+  /** the event schema version (1) */
+  v: number;
+  /** the message or event type (the tag of the union) */
+  type: "MatchAbandoned";
+  /** why (see the enum) */
+  reason: "not_ready" | "left" | "seat_empty";
+};
+
 /** MatchCreated */
 export type MatchCreatedEvent = {
   /** the match's id */
@@ -537,7 +555,7 @@ export type RoomConfig = {
   bot_level?: "easy" | "normal" | "hard" | null;
 };
 
-export type MatchEvent = MatchCreatedEvent | PlayerSeatedEvent | PlayerReadyEvent | PlayerRemovedEvent | HandDealtEvent | CardsPlayedEvent | PassedEvent | TurnTimedOutEvent | TrusteeshipStartedEvent | TrusteeshipEndedEvent | PlayerDisconnectedEvent | PlayerReconnectedEvent | PlayerEscapedEvent | MatchFinishedEvent;
+export type MatchEvent = MatchCreatedEvent | PlayerSeatedEvent | PlayerReadyEvent | PlayerRemovedEvent | HandDealtEvent | CardsPlayedEvent | PassedEvent | TurnTimedOutEvent | TrusteeshipStartedEvent | TrusteeshipEndedEvent | PlayerDisconnectedEvent | PlayerReconnectedEvent | PlayerEscapedEvent | MatchFinishedEvent | MatchAbandonedEvent;
 
 /** A reading: what combination the cards were played as */
 export type Reading = {
@@ -568,7 +586,7 @@ export type View = {
   /** a match version: the seq of the match's newest event */
   version: number;
   /** the match's phase: new, seating, playing, finished */
-  phase: "new" | "seating" | "playing" | "finished";
+  phase: "new" | "seating" | "playing" | "finished" | "abandoned";
   /** the room's mode: points or wealth (coins); null before the creation */
   mode: "points" | "wealth" | null;
   /** your player id; null for a spectator */
@@ -690,7 +708,7 @@ export type Brief = {
   /** the match version this brief is of (the update's version) */
   version: number;
   /** the match's phase: new, seating, playing, finished */
-  phase: "new" | "seating" | "playing" | "finished";
+  phase: "new" | "seating" | "playing" | "finished" | "abandoned";
   /** the player on turn; null outside the playing phase */
   turn: string | null;
   /** tricks ended so far (a pass ends one, R-6.2) */
