@@ -12,8 +12,8 @@ the trustee plays). The same is done on one plain redis-server (``single_node_cp
 
 Measured per run, printed as medians over the runs (JSON keys):
 
-* ``cps``: commands handled per second (entries of every ``sk:{b<N>}:inbox`` / ``sk:{b<N>}:ops``
-  and ``sk:ops`` stream, over the load's wall time); ``single_node_cps`` the same on one node;
+* ``cps``: commands per second (the simulate clients' commands, each answered, over the
+  load's wall time); ``single_node_cps`` the same on one node;
 * ``busiest_master_share``: the largest master's fraction of all commands Redis ran
   (``INFO commandstats`` calls, before and after the load);
 * ``append_conflicts``: ``shuangkou_append_conflicts_total`` summed over the serve replicas;
@@ -75,8 +75,12 @@ def group_cpu_s(pgid: int) -> float:
     return total
 
 
+def commandstats(client: Any) -> dict[str, int]:
+    return {k: int(v.get("calls", 0)) for k, v in client.info("commandstats").items()}
+
+
 def commandstats_calls(client: Any) -> int:
-    return sum(int(v.get("calls", 0)) for v in client.info("commandstats").values())
+    return sum(commandstats(client).values())
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -87,12 +91,6 @@ def scrape(port: int) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             out[name] = out.get(name, 0.0) + float(value)
     return out
-
-
-def command_entries(client: Any) -> int:
-    from engine.service.channels import OPS, PLAYER
-
-    return sum(int(client.xlen(s)) for s in PLAYER.streams() + OPS.streams())
 
 
 def _serve(stack: Stack, name: str, acks: int) -> int:
@@ -131,8 +129,6 @@ async def ws_pairs(url: str, stack: Stack, pairs: int, tag: str) -> None:
 def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, args: argparse.Namespace,
         tmp: Path, tag: str) -> dict[str, Any]:
     """The stack on ``store_url``, the load, the figures."""
-    from engine.store.connect import connect
-
     stack = start_stack(store_url, broker_url, tmp, {"bench": {"trustee_delay_seconds": 0.0}})
     try:
         stack.procs[0].terminate()  # start_stack's own serve: replaced by ours (with metrics)
@@ -141,11 +137,10 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
         serves = [p for p in stack.procs if p.args[3:4] == ["serve"] and p.poll() is None]
         worker = next(p for p in stack.procs if "dramatiq" in p.args)
         gw = stack.start_gateway("bench")
-        client = connect(store_url)
         wait_for(lambda: sum(scrape(p).get("shuangkou_buckets_owned", 0) for p in ports) == 16, 60,
                  "the replicas own the 16 buckets", tuple(stack.logs))
-        before_cmds = command_entries(client)
         before_calls = [commandstats_calls(m) for m in masters]
+        before_stats = [commandstats(m) for m in masters]
         before_mem = sum(int(m.info("memory")["used_memory"]) for m in masters)
         cpu0 = {"serve": sum(cpu_s(p.pid) for p in serves), "gateway": cpu_s(gw.proc.pid),
                 "workers": group_cpu_s(worker.pid), "redis": sum(cpu_s(n) for n in nodes)}
@@ -165,8 +160,13 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
         if sim.returncode != 0:
             raise RuntimeError(f"simulate failed: {sim_err[-2000:]}")
         report = json.loads(sim_out)
-        cmds = command_entries(client) - before_cmds
+        # the commands the simulate clients sent (the inboxes are trimmed while they run: their
+        # lengths undercount); the few of the sockets beside them are not counted
+        cmds = int(report["commands"])
         calls = [commandstats_calls(m) - b for m, b in zip(masters, before_calls)]
+        busiest = max(range(len(masters)), key=lambda i: calls[i])
+        after = commandstats(masters[busiest])
+        top = sorted(((after[k] - before_stats[busiest].get(k, 0), k) for k in after), reverse=True)[:6]
         cpu1 = {"serve": sum(cpu_s(p.pid) for p in serves), "gateway": cpu_s(gw.proc.pid),
                 "workers": group_cpu_s(worker.pid), "redis": sum(cpu_s(n) for n in nodes)}
         if args.ws_pairs:
@@ -189,6 +189,7 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
             "cpu_us_per_command": {k: (cpu1[k] - cpu0[k]) * 1e6 / max(1, cmds) for k in cpu0},
             "p50_ms": report["command_latency_ms"]["p50"], "p99_ms": report["command_latency_ms"]["p99"],
             "bytes_per_match": mem / max(1, matches), "gateway_rss_kb": rss, "commands": cmds,
+            "busiest_master_top": {k: n for n, k in top},
             "seconds": elapsed, "errors": report.get("errors", 0) + report.get("mismatches", 0),
         }
     finally:
@@ -212,8 +213,9 @@ def run_once(args: argparse.Namespace, k: int, tmp: Path) -> dict[str, Any]:
         try:
             r = redis.Redis.from_url(single_url)
             (tmp / f"s{k}").mkdir()
-            single = one(single_url, [single_proc.pid], [r], broker_url.rsplit("/", 1)[0] + "/1", args,
-                         tmp / f"s{k}", f"bs{k}")
+            # one node has no replica to wait for: the baseline runs with --replica-acks 0
+            single = one(single_url, [single_proc.pid], [r], broker_url.rsplit("/", 1)[0] + "/1",
+                         argparse.Namespace(**{**vars(args), "replica_acks": 0}), tmp / f"s{k}", f"bs{k}")
         finally:
             stop_redis_server(single_proc, single_dir)
     finally:
@@ -227,8 +229,8 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in runs[0].items():
         if isinstance(value, dict):
-            out[key] = {k: round(statistics.median(r[key][k] for r in runs), 1) for k in value}
-        elif isinstance(value, (int, float)):
+            out[key] = {k: round(statistics.median(r[key].get(k, 0) for r in runs), 1) for k in value}
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
             m = statistics.median(r[key] for r in runs)
             out[key] = round(m, 4) if isinstance(m, float) else m
     return out

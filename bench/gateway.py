@@ -211,7 +211,8 @@ async def run_inbox(redis_url: str, players: int, cfg: Any, tag: str) -> list[tu
     from engine.store import keys
     from gateway import channels
 
-    r = aioredis.Redis.from_url(redis_url, max_connections=players + 20, socket_timeout=30)
+    r = aioredis.Redis.from_url(redis_url, max_connections=players + 20, socket_timeout=60,
+                                socket_connect_timeout=60)  # a loaded machine accepts 200 slowly
     rtts: list[tuple[float, float]] = []
     seated = asyncio.Barrier(2 * (players // 2))
     try:

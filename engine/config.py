@@ -29,6 +29,8 @@ PACKAGED_CONFIGS = "room_configs"
 SOURCE_CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 CONFIG_DIR = SOURCE_CONFIG_DIR  # the old name (a source checkout's config/); prefer builtin_configs()
 XIANGS = tuple(range(4, 13))
+#: the levels of the bots a gateway seats (engine/tools/bot.py, docs/BOTS.md)
+BotLevel = Literal["easy", "normal", "hard"]
 
 
 def _raise(problems: list[tuple[str, str]]) -> None:
@@ -156,6 +158,10 @@ class RoomConfig(_Strict):
     #: fixed-hand Deal commands allowed on the operator channel (test rooms only; off in
     #: the shipped configs; run-script and the tests deal through the engine's own path)
     test_deals: bool = False
+    #: ``gateway --bots``: the level of the bot seated in this room (docs/BOTS.md); unset:
+    #: the gateway's ``--bot-level``.  Not a rule: a match plays the same whoever sits.
+    bot_level: BotLevel | None = Field(None, description="gateway --bots: the level of a bot seated in this "
+                                       "room (easy, normal or hard); unset: the gateway's --bot-level")
 
     @field_validator("contribution", "doubling")
     @classmethod

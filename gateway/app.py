@@ -24,6 +24,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
+from redis.exceptions import RedisError
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway import web
@@ -37,6 +38,8 @@ from gateway.session import CLOSE_GOING_AWAY, Connection, Hub, authenticate
 
 log = logging.getLogger("shuangkou.gateway")
 
+CLOSE_TRY_AGAIN = 1013  # WebSocket "try again later": Redis failed under this socket
+
 
 @dataclass(frozen=True)
 class GatewaySettings:
@@ -47,6 +50,7 @@ class GatewaySettings:
     dev: bool = False
     bots: bool = False
     bot_think_s: float = 2.5  # the longest a --bots bot thinks over a move (gateway/bots.py)
+    bot_level: str = "normal"  # --bot-level: the bots' level where a room sets no bot_level (docs/BOTS.md)
     lobby_redis_url: str | None = None  # the lobby's Redis user (default: redis_url)
     edge: EdgePolicy = EdgePolicy()  # headers, frame ancestors, allowed Origins (gateway/headers.py)
     limits: Limits = Limits()  # sizes and rates per client (gateway/limits.py)
@@ -74,7 +78,7 @@ def redis_client(url: str, connections: int, name: str, option: str = "--redis")
         from gateway.gated import GatedCluster
 
         return GatedCluster.from_url(url, max_connections=connections, **kwargs)
-    pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=connections, timeout=20, **kwargs)
+    pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=connections, timeout=60, **kwargs)
     return aioredis.Redis.from_pool(pool)
 
 
@@ -91,7 +95,8 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
     if settings.bots:
         from gateway.bots import BotDriver
 
-        bots = BotDriver(lobby, client, lobby_client, hub.fanout, think_s=settings.bot_think_s)
+        bots = BotDriver(lobby, client, lobby_client, hub.fanout, think_s=settings.bot_think_s,
+                         level=settings.bot_level)
 
         async def fill() -> None:
             # every room served, those registered later with `shuangkou room add` included (read
@@ -130,7 +135,12 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
             return
         identity, version = auth
         conn = Connection(hub, ws, identity)
-        await conn.run(version)
+        try:
+            await conn.run(version)
+        except RedisError as exc:  # Redis away or the pool busy past its wait: the client may retry
+            log.warning("socket of %s closed, Redis failed: %s", identity.player, exc)
+            with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
+                await ws.close(code=CLOSE_TRY_AGAIN, reason="the gateway cannot reach Redis now; reconnect")
         if ws.application_state != WebSocketState.DISCONNECTED:
             with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
                 await ws.close()

@@ -3,11 +3,14 @@
 A player who has waited :data:`BOT_AFTER_S` alone in a room's queue is seated at a table
 with a bot (``bot-<n>``; lobby.lua ``bot``).  The bot is a player without a socket,
 driven by the gateway that seated it: it gets ready for every match of its table and plays
-what the trustee would (R-13.3) from what a player sees (its own update stream: its hand,
-the play in front, whose turn it is), after thinking a human time (``--bot-think SECONDS``:
+its own turns at its level (``--bot-level easy|normal|hard``, or the room config's
+``bot_level``; engine/tools/bot.py, docs/BOTS.md) from what a player sees -- its own update
+stream folded into a :class:`engine.tools.view.PlayerView` (its hand, the plays, the play in
+front, the opponent's card count, the bombs) -- after thinking a human time (``--bot-think SECONDS``:
 each move waits a random 40–100 % of it; the default 2.5 s gives 1–2.5 s; 0 plays at once).
-When its picture of the match fails (a refused move), it hands the seat to the engine's
-trustee (R-13.5) for the rest of the match.  It never waits in a queue (when its opponent
+When its picture has no hand it plays what the trustee would (R-13.3); when its picture of
+the match fails (a refused move), it hands the seat to the engine's trustee (R-13.5) for the
+rest of the match.  It never waits in a queue (when its opponent
 leaves, it leaves too).  If that gateway stops, the bot stops acting: the ready timer
 (R-13.2) or the turn timer then take over, as for any absent player.
 """
@@ -22,6 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.store import keys
+from engine.tools.bot import Bot
+from engine.tools.levels import DEFAULT_LEVEL, LEVELS
+from engine.tools.view import ViewFolder
 from gateway import channels, outbox
 from gateway.fanout import Fanout
 from gateway.lobby import Lobby, notes_key
@@ -47,11 +53,16 @@ class BotTable:
     playing: bool = False
     refused: int = 0
     trustee: bool = False
+    #: the same updates folded into the bot's PlayerView (the level bots decide from it)
+    folder: ViewFolder | None = None
 
     def fold(self, bot: str, version: int | None, events: list[dict[str, Any]], view: dict[str, Any] | None) -> None:
         """Take an update: its view when it has one, else its events (as a player folds them)."""
         if version is not None:
             self.version = max(self.version, version)
+        if self.folder is not None:
+            for e in events:
+                self.folder.apply(e)
         if view is not None:
             self.playing = view.get("phase") == "playing"
             self.turn = view.get("turn")
@@ -124,8 +135,15 @@ def bot_move(table: BotTable, heavenly: Any = "top", chain_bomb_twos: bool = Tru
 
 
 class BotDriver:
+    """Seats and drives the bots of one gateway.  ``level``: the bots' level where the room
+    config sets no ``bot_level``; ``seed``: the bots' generators (None: unpredictable)."""
+
     def __init__(self, lobby: Lobby, player_redis: Any, note_redis: Any, fanout: Fanout,
-                 think_s: float = BOT_THINK_S):
+                 think_s: float = BOT_THINK_S, level: str = DEFAULT_LEVEL, seed: int | None = None):
+        if level not in (*LEVELS, "trustee"):
+            raise ValueError(f"unknown bot level {level!r} (one of {', '.join(LEVELS)}, or trustee)")
+        self.level = level
+        self.rng = random.Random(seed)
         self.lobby = lobby
         self.fanout = fanout
         self.player_redis = player_redis
@@ -133,10 +151,15 @@ class BotDriver:
         self.think_s = max(0.0, float(think_s))
         self.tasks: dict[str, asyncio.Task] = {}
 
+    def level_of(self, room: str | None) -> str:
+        """The level of a bot seated in ``room``: the room's ``bot_level``, else the default."""
+        cfg = self.lobby.rooms.get(room) if room else None
+        return (cfg.bot_level if cfg is not None else None) or self.level
+
     async def fill(self, rooms: list[str]) -> None:
         """Seat a bot opposite every player who waited long enough (called by the lobby sweep)."""
         for room in rooms:
-            out = await self.lobby.bot_for(room, int(BOT_AFTER_S * 1000))
+            out = await self.lobby.bot_for(room, int(BOT_AFTER_S * 1000), self.level_of(room))
             if out:
                 table, bot = out
                 self.start(bot)
@@ -161,13 +184,30 @@ class BotDriver:
         if table.version != version or table.turn != bot or not table.playing or table.trustee:
             return
         cfg = self.lobby.rooms.get(room or "") if room else None
-        move = bot_move(table, cfg.heavenly_bomb if cfg else "top", cfg.chain_bomb_twos if cfg else True)
+        move = await self._level_move(table, room)
+        if move is None:
+            move = bot_move(table, cfg.heavenly_bomb if cfg else "top", cfg.chain_bomb_twos if cfg else True)
         if move is None:
             table.trustee = True
             await self._send("RequestTrustee", table.match, bot, "trustee")
             return
         kind = move.pop("type")
         await self._send(kind, table.match, bot, f"v{version}", expected_version=version, **move)
+
+    async def _level_move(self, table: BotTable, room: str | None) -> dict[str, Any] | None:
+        """The level bot's move from the bot's PlayerView (a search runs off the event loop),
+        or None when the view disagrees with the table's picture (then the trustee's choice)."""
+        folder = table.folder
+        if folder is None or not folder.my_turn or sorted(folder.hand) != sorted(table.hand):
+            return None
+        if folder.config is None and room:
+            folder.config = self.lobby.rooms.get(room)
+        player = Bot(self.level_of(room), random.Random(self.rng.getrandbits(64)))
+        play = await asyncio.to_thread(player.choose, folder.view())
+        if play is None:
+            return {"type": "Pass"}
+        return {"type": "Play", "cards": list(play.cards), "reading_kind": play.combo.kind,
+                "reading_rank": play.combo.rank}
 
     async def _play(self, bot: str) -> None:
         """Read the bot's notes and updates (through the gateway's fan-out) until it leaves: ready
@@ -190,7 +230,7 @@ class BotDriver:
                     done.set()
                 return
             e = outbox.parse_entry(entry_id, fields)
-            table = tables.setdefault(e.match, BotTable(e.match))
+            table = tables.setdefault(e.match, BotTable(e.match, folder=ViewFolder(bot)))
             if e.kind == "rejected":
                 if e.code == "stale":
                     return  # the update that moved the table is on its way: the bot moves again then

@@ -6,6 +6,7 @@
 --   sk:{lobby}:queue:<room>     list    waiting players, oldest first
 --   sk:{lobby}:player:<p>       hash    state (queued|table), room, table, since
 --   sk:{lobby}:table:<t>        hash    room a b n match status(creating|seated|closed) finished escaped
+--                                       leaving (a player who left at the settlement) bot (a bot's id)
 --   sk:{lobby}:match:<m>        string  the table of a match
 --   sk:{lobby}:seq              counter table numbers
 --   sk:{lobby}:notes:<p>        stream  messages for the player's sockets (field m = JSON); each
@@ -25,9 +26,10 @@ local function note(player, msg)
   redis.pcall('SPUBLISH', key, '')
 end
 
-local function lobby_msg(state, room, tbl, match, reason)
+local function lobby_msg(state, room, tbl, match, reason, bot_level)
   return cjson.encode({kind = 'lobby', state = state, room = room or cjson.null, table = tbl or cjson.null,
-                       match = match or cjson.null, reason = reason or cjson.null})
+                       match = match or cjson.null, reason = reason or cjson.null,
+                       bot_level = bot_level or cjson.null})
 end
 
 local function enqueue(player, room, reason)
@@ -71,8 +73,11 @@ local function pair(room)
 end
 
 local function close_table(t, room, removed, reasons)
-  -- removed: set of players leaving the room (with reasons); the others go back to the queue
+  -- removed: set of players leaving the room (with reasons); the person who stays goes back
+  -- to the queue, a bot never does (it leaves with the table). Returns who stayed (requeued
+  -- people and the bot): they leave the table's match (the caller sends their Leave)
   local th = P .. 'table:' .. t
+  local bot = redis.call('HGET', th, 'bot')
   local requeued = {}
   for _, p in ipairs({redis.call('HGET', th, 'a'), redis.call('HGET', th, 'b')}) do
     local ph = P .. 'player:' .. p
@@ -80,6 +85,10 @@ local function close_table(t, room, removed, reasons)
     if removed[p] then
       if mine then redis.call('DEL', ph) end
       note(p, lobby_msg('removed', room, t, redis.call('HGET', th, 'match'), reasons[p]))
+    elseif mine and p == bot then
+      redis.call('DEL', ph)
+      note(p, lobby_msg('removed', room, t, redis.call('HGET', th, 'match'), 'table_closed'))
+      table.insert(requeued, p)
     elseif mine then
       enqueue(p, room, 'opponent_left')
       table.insert(requeued, p)
@@ -122,8 +131,9 @@ elseif op == 'seated' then
   redis.call('HSET', th, 'status', 'seated')
   redis.call('ZREM', P .. 'pending', t)
   local room = redis.call('HGET', th, 'room')
+  local level = redis.call('HGET', th, 'bot_level')
   for _, p in ipairs({redis.call('HGET', th, 'a'), redis.call('HGET', th, 'b')}) do
-    note(p, lobby_msg('seated', room, t, m, nil))
+    note(p, lobby_msg('seated', room, t, m, nil, level))
   end
   return 1
 
@@ -167,10 +177,19 @@ elseif op == 'advance' then
   note(b, ARGV[6])
   local room = redis.call('HGET', th, 'room')
   local escaper = redis.call('HGET', th, 'escaped')
-  if escaper and escaper ~= '' then
+  local leaving = redis.call('HGET', th, 'leaving')
+  if (escaper and escaper ~= '') or (leaving and leaving ~= '') then
+    -- an escaper leaves the room (R-12.1); so does a player who left at the settlement: the
+    -- table offers no next match, the other player goes back to the queue (a bot leaves too)
     local removed, reasons = {}, {}
-    removed[escaper] = true
-    reasons[escaper] = 'escaped'
+    if escaper and escaper ~= '' then
+      removed[escaper] = true
+      reasons[escaper] = 'escaped'
+    end
+    if leaving and leaving ~= '' then
+      removed[leaving] = true
+      reasons[leaving] = 'left'
+    end
     local out = {'closed'}
     for _, p in ipairs(close_table(t, room, removed, reasons)) do table.insert(out, p) end
     table.insert(out, '|')
@@ -184,10 +203,37 @@ elseif op == 'advance' then
   redis.call('ZADD', P .. 'pending', now, t)
   return {'next', nm}
 
+elseif op == 'leave' then
+  -- ARGV[3] table, ARGV[4] match, ARGV[5] player: the player leaves a table between two matches.
+  -- The match finished (not yet settled): noted, the settle step closes the table instead of
+  -- offering the next match -> {'noted'}.  The next match is being created: the table closes
+  -- now -> {'closed', stayed..., '|', new tables...}.  Otherwise {} (the engine decides: a Leave
+  -- before the deal, an escape during play).
+  local t, m, player = ARGV[3], ARGV[4], ARGV[5]
+  local th = P .. 'table:' .. t
+  if redis.call('HGET', th, 'match') ~= m then return {} end
+  if redis.call('HGET', th, 'a') ~= player and redis.call('HGET', th, 'b') ~= player then return {} end
+  local status = redis.call('HGET', th, 'status')
+  if status == 'seated' and redis.call('HGET', th, 'finished') == m then
+    redis.call('HSET', th, 'leaving', player)
+    redis.call('ZADD', P .. 'pending', now, t)
+    return {'noted'}
+  end
+  if status ~= 'creating' then return {} end
+  local removed, reasons = {}, {}
+  removed[player] = true
+  reasons[player] = 'left'
+  local room = redis.call('HGET', th, 'room')
+  local out = {'closed'}
+  for _, p in ipairs(close_table(t, room, removed, reasons)) do table.insert(out, p) end
+  table.insert(out, '|')
+  for _, nt in ipairs(pair(room)) do table.insert(out, nt) end
+  return out
+
 elseif op == 'bot' then
-  -- ARGV[3] room, ARGV[4] waited ms: the oldest waiting player of the room, if they waited that
-  -- long, gets a trustee bot as opponent (shuangkou gateway --bots) -> {table, bot} | {}
-  local room, waited = ARGV[3], tonumber(ARGV[4])
+  -- ARGV[3] room, ARGV[4] waited ms, ARGV[5] the bot's level: the oldest waiting player of the
+  -- room, if they waited that long, gets a bot as opponent (shuangkou gateway --bots) -> {table, bot} | {}
+  local room, waited, level = ARGV[3], tonumber(ARGV[4]), ARGV[5] or 'normal'
   local q = P .. 'queue:' .. room
   local p = redis.call('LINDEX', q, 0)
   if not p then return {} end
@@ -203,7 +249,7 @@ elseif op == 'bot' then
   local bot = 'bot-' .. n
   local m = t .. '-1'
   redis.call('HSET', P .. 'table:' .. t, 'room', room, 'a', p, 'b', bot, 'n', 1, 'match', m,
-             'status', 'creating', 'since', now, 'bot', bot)
+             'status', 'creating', 'since', now, 'bot', bot, 'bot_level', level)
   redis.call('SET', P .. 'match:' .. m, t)
   redis.call('HSET', ph, 'state', 'table', 'table', t)
   redis.call('DEL', P .. 'player:' .. bot)

@@ -18,7 +18,7 @@ recorded in the ``pending`` set first and done by whichever gateway's
 so doing it twice changes nothing.
 
 The lobby learns what happens in a match from the players' own update streams
-(the gateway's pumps call :meth:`Lobby.observe`): it never reads a match stream.
+(the gateway's resync calls :meth:`Lobby.observe`): it never reads a match stream.
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ class Table:
     status: str
     finished: str
     escaped: str
+    bot_level: str | None = None  # the level of the table's bot (``gateway --bots``), None: no bot
 
     @classmethod
     def parse(cls, table_id: str, raw: dict) -> Table | None:
@@ -100,7 +101,8 @@ class Table:
         if not f.get("match"):
             return None
         return cls(table_id, f.get("room", ""), (f.get("a", ""), f.get("b", "")), int(f.get("n") or 1),
-                   f["match"], f.get("status", ""), f.get("finished", ""), f.get("escaped", ""))
+                   f["match"], f.get("status", ""), f.get("finished", ""), f.get("escaped", ""),
+                   f.get("bot_level") or None)
 
 
 @dataclass(frozen=True)
@@ -208,9 +210,10 @@ class Lobby:
             self._spawn_drive(t)
         return out[0], out[1], out[2]
 
-    async def bot_for(self, room: str, waited_ms: int) -> tuple[str, str] | None:
-        """A bot opposite the oldest waiting player of ``room`` who waited ``waited_ms``: (table, bot)."""
-        out = [_s(x) for x in await self._call("bot", room, waited_ms)]
+    async def bot_for(self, room: str, waited_ms: int, level: str) -> tuple[str, str] | None:
+        """A bot of ``level`` opposite the oldest waiting player of ``room`` who waited
+        ``waited_ms``: (table, bot).  The table keeps the level (the lobby's ``bot_level``)."""
+        out = [_s(x) for x in await self._call("bot", room, waited_ms, level)]
         return (out[0], out[1]) if len(out) == 2 else None
 
     def spawn_drive(self, table_id: str) -> None:
@@ -219,6 +222,20 @@ class Lobby:
     async def dequeue(self, player: str, reason: str) -> bool:
         return bool(await self._call("dequeue", player, reason))
 
+    async def leave_between_matches(self, table: Table, player: str) -> bool:
+        """``player`` leaves a table between two matches: after a finish (before the next match
+        is offered: the settle step closes the table instead) or while the next match is being
+        created (the table closes now).  The other player goes back to the queue, a bot leaves.
+        False when the table is not between two matches (the engine decides the Leave)."""
+        out = [_s(x) for x in await self._call("leave", table.id, table.match, player)]
+        if not out:
+            return False
+        if out[0] == "noted":
+            self._spawn_drive(table.id)
+        else:  # closed: whoever stayed leaves the match being created (if it exists yet)
+            await self._after_removal(table, table.match, out[1:], {player})
+        return True
+
     # -- what the players' update streams show -------------------------------------------
     async def observe(self, match: str, events: list[dict[str, Any]]) -> None:
         """React to a match's events: a removal (R-13.2, a leave) frees the table, a finish
@@ -226,18 +243,22 @@ class Lobby:
         removed = [(e.get("player"), e.get("reason") or "removed") for e in events
                    if e.get("type") == "PlayerRemoved"]
         finished = [e for e in events if e.get("type") == "MatchFinished"]
-        if not removed and not finished:
+        abandoned = any(e.get("type") == "MatchAbandoned" for e in events)
+        if not removed and not finished and not abandoned:
             return
         table = await self.table_of_match(match)
         if table is None or table.match != match:
             return
-        if removed:
+        if removed or abandoned:
+            # a removal closes the table (the other player goes back to the queue, a bot leaves);
+            # so does the match's end before the deal when the table is still open (the match
+            # is over: nobody needs a Leave in it then)
             args: list[str] = []
             for p, reason in removed:
                 args += [str(p), str(reason)]
             await self._after_removal(table, match,
                                       [_s(x) for x in await self._call("removed", table.id, match, *args)],
-                                      {str(p) for p, _ in removed})
+                                      {str(p) for p, _ in removed}, leave=not abandoned)
         if finished:
             f = finished[-1]
             escaper = f.get("loser") if f.get("reason") == "escape" else ""

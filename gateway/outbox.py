@@ -87,7 +87,12 @@ def parse_entry(entry_id: Any, fields: dict) -> OutEntry:
 async def last_id(redis: Any, stream: str) -> str:
     """The id of the stream's newest entry ("0-0" when empty): read after it for new entries only."""
     last = await redis.xrevrange(stream, count=1)
-    return _s(last[0][0]) if last else "0-0"
+    return entry_id(last[0][0]) if last else "0-0"
+
+
+def entry_id(value: Any) -> str:
+    """A stream entry id as text."""
+    return _s(value)
 
 
 async def latest_update(redis: Any, player: str, match: str, before: str = "+") -> OutEntry | None:

@@ -216,8 +216,11 @@ def rejected(command_id: str | None, code: str, reason: str, view: dict[str, Any
 
 
 def lobby(state: str, room: str | None, table: str | None = None, match: str | None = None,
-          reason: str | None = None) -> dict[str, Any]:
-    return {"kind": "lobby", "state": state, "room": room, "table": table, "match": match, "reason": reason}
+          reason: str | None = None, bot_level: str | None = None) -> dict[str, Any]:
+    """Where the player is; ``bot_level``: the level of a bot opponent at the table
+    (``easy`` / ``normal`` / ``hard``, docs/BOTS.md), None when the opponent is a person."""
+    return {"kind": "lobby", "state": state, "room": room, "table": table, "match": match, "reason": reason,
+            "bot_level": bot_level}
 
 
 def settled(match: str, scores: dict[str, int], breakdown: dict[str, Any],

@@ -52,8 +52,17 @@ class Subscription:
 
     async def take(self, streams: list[str], at: dict[str, str] | None = None) -> None:
         """Read ``streams`` from now on: after their newest entry, or after the ids in ``at``."""
-        at = at or {}
-        self.positions = {s: at[s] if s in at else await outbox.last_id(self.redis, s) for s in streams}
+        at = dict(at or {})
+        missing = [s for s in streams if s not in at]
+        if len(missing) == 1:
+            at[missing[0]] = await outbox.last_id(self.redis, missing[0])
+        elif missing:  # one round trip, the streams in the order given
+            pipe = self.redis.pipeline(transaction=False)
+            for s in missing:
+                pipe.xrevrange(s, count=1)
+            for s, last in zip(missing, await pipe.execute()):
+                at[s] = outbox.entry_id(last[0][0]) if last else "0-0"
+        self.positions = {s: at[s] for s in streams}
 
     async def skip_to_end(self, stream: str) -> None:
         """Read ``stream`` after its newest entry (what came before is caught up otherwise)."""

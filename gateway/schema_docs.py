@@ -164,6 +164,8 @@ BY_OWNER: dict[tuple[str, str], str] = {
                          "after the "
                          "opponent left: opponent_left)",
     ("lobby", "room"): "the room",
+    ("lobby", "bot_level"): "the level of a bot opponent at the table (easy, normal, hard; gateway --bots, "
+                            "docs/BOTS.md); null when the opponent is a person",
     ("settled", "match"): "the settled match",
     ("welcome", "player"): "your player id (the token's subject)",
     ("welcome", "room"): "the only room this token may join or watch; null: any",

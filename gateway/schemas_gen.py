@@ -38,7 +38,16 @@ _CAUSE = ("the command that caused it: your own command_id when your command did
           "(the same as the update's command_id)")
 _NAT = {"type": "integer", "minimum": 0}
 _CARD = {"type": "integer", "minimum": 0, "maximum": 107}
-_PHASES = ["new", "seating", "playing", "finished"]
+def _phases() -> list[str]:
+    from typing import get_args
+
+    from engine.match.state import Phase
+
+    return list(get_args(Phase))
+
+
+#: a match's phases (engine.match.state.Phase): new, seating, playing, finished, abandoned
+_PHASES = _phases()
 
 
 def _move_defs(schema: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
@@ -317,7 +326,9 @@ def server_schema() -> dict[str, Any]:
         "state": {"enum": ["queued", "seated", "removed"]}, "room": _NULLABLE_STR, "table": _NULLABLE_STR,
         "match": _NULLABLE_STR, "reason": _nullable({"anyOf": [
             {"enum": ["not_ready", "no_opponent", "left", "escaped", "disconnected", "opponent_left"]},
-            {"type": "string", "pattern": "^seat_refused: "}]})}, "Where you are in the lobby")
+            {"type": "string", "pattern": "^seat_refused: "}]}),
+        "bot_level": {"enum": ["easy", "normal", "hard", None]}},
+        "Where you are in the lobby (bot_level: the level of a bot opponent, null for a person)")
     defs["settled"] = msg("settled", {
         "match": {"type": "string"}, "scores": {"type": "object", "additionalProperties": _INT},
         "breakdown": {"$ref": "#/$defs/breakdown"}, "balances": {"type": "object", "additionalProperties": _INT}},

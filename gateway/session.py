@@ -244,7 +244,8 @@ class Connection:
         elif table is not None:
             if table.status == "seated":
                 self.match = self._announced = table.match
-                await self.send(protocol.lobby("seated", table.room, table.id, table.match))
+                await self.send(protocol.lobby("seated", table.room, table.id, table.match,
+                                               bot_level=table.bot_level))
             else:
                 await self.send(protocol.lobby("queued", table.room, table.id))
         if self.match is not None:
@@ -296,6 +297,10 @@ class Connection:
             await self.hub.lobby.dequeue(self.player, "left")
             return
         table = place.table
+        if t == "Leave" and table is not None and (table.status == "creating" or table.finished == table.match):
+            # between two matches (at the settlement): no next match is offered, the table closes
+            if await self.hub.lobby.leave_between_matches(table, self.player):
+                return
         if table is None or table.status != "seated":
             raise protocol.ClientError(protocol.NOT_SEATED, "you are not seated at a table (send Join first)",
                                        msg.command_id)
@@ -356,12 +361,12 @@ class Connection:
         state, at_room, table_id = await self.hub.lobby.join(self.player, room)
         self.grace_ms = int(1000 * cfg.reconnect_grace_seconds)
         if state == "joined":
-            return  # the lobby's note says queued (then seated) through the pump
+            return  # the lobby's note says queued (then seated) through the reader
         place = await self.hub.lobby.place(self.player)
         self.place = place
         if place.table is not None and place.table.status == "seated":
             await self.send(protocol.lobby("seated", place.room, place.table.id, place.table.match,
-                                           "already at a table"))
+                                           "already at a table", bot_level=place.table.bot_level))
         else:
             await self.send(protocol.lobby("queued", at_room or room, table_id or None, None, "already queued"))
 

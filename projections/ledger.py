@@ -262,6 +262,11 @@ class Ledger(ABC):
         leaves Redis, a small marker stays so that it is never applied again."""
 
     @abstractmethod
+    def mark_archived_unsettled(self, match_id: str, where: str) -> None:
+        """An abandoned match (MatchAbandoned: nothing was settled) was exported to ``where``:
+        the same marker as :meth:`mark_archived`, with no settlement to take out of Redis."""
+
+    @abstractmethod
     def archived(self, match_id: str) -> str | None:
         """Where an archived match was exported, or None."""
 
@@ -407,6 +412,10 @@ class InMemoryLedger(Ledger):
             self._archived[match_id] = where
             del self._settled[match_id]
             return True
+
+    def mark_archived_unsettled(self, match_id: str, where: str) -> None:
+        with self._lock:
+            self._archived[match_id] = where
 
     def archived(self, match_id: str) -> str | None:
         with self._lock:
@@ -672,6 +681,9 @@ class RedisLedger(Ledger):
 
     def mark_archived(self, match_id: str, where: str) -> bool:
         return self._run(self._archive, [SETTLED_KEY, ARCHIVED_KEY], [match_id, where]) == 1
+
+    def mark_archived_unsettled(self, match_id: str, where: str) -> None:
+        self.client.hset(ARCHIVED_KEY, match_id, where)
 
     def archived(self, match_id: str) -> str | None:
         v = self.client.hget(ARCHIVED_KEY, match_id)

@@ -97,6 +97,9 @@ DISCONNECTS = Counter("shuangkou_disconnects", "Players disconnected (R-13.4).",
 RECONNECTS = Counter("shuangkou_reconnects", "Players reconnected.", ["config"], registry=REGISTRY)
 ESCAPES = Counter("shuangkou_escapes", "Players who escaped a running match, by escape policy (R-12).",
                   ["config", "policy"], registry=REGISTRY)
+MATCHES_ABANDONED = Counter("shuangkou_matches_abandoned",
+                            "Matches ended before the deal (MatchAbandoned), by reason (not_ready/left/seat_empty).",
+                            ["config", "reason"], registry=REGISTRY)
 PLAYERS_REMOVED = Counter("shuangkou_players_removed", "Seated players removed before the deal (not_ready/left/no_opponent).",
                           ["config", "reason"], registry=REGISTRY)
 SCORE_TRANSFER = Histogram("shuangkou_score_transfer", "Points or coins the winner gained in a settled match.",
@@ -276,6 +279,7 @@ _EVENT_COUNTERS: dict[str, tuple[Counter, tuple[str, ...]]] = {
     "PlayerEscaped": (ESCAPES, ("policy",)),
     "PlayerRemoved": (PLAYERS_REMOVED, ("reason",)),
     "MatchFinished": (MATCHES_FINISHED, ("kou", "reason")),
+    "MatchAbandoned": (MATCHES_ABANDONED, ("reason",)),
 }
 
 

@@ -162,12 +162,12 @@ def start_cluster(masters: int = 3, replicas: int = 1, node_timeout_ms: int = 20
                 _wait(lambda: all(int(cluster.node(p).info("replication").get("connected_slaves", 0)) >= replicas
                                   for p in cluster.masters()), 30, "replicas in sync")
             return cluster
-        except (OSError, redis.RedisError, RuntimeError, TimeoutError):
+        except BaseException as exc:  # nothing is left running, whatever went wrong
             for proc in procs.values():
                 proc.kill()
                 proc.wait()
             shutil.rmtree(workdir, ignore_errors=True)
-            if attempt == 2:
+            if attempt == 2 or not isinstance(exc, (OSError, redis.RedisError, RuntimeError, TimeoutError)):
                 raise
     raise AssertionError("unreachable")
 

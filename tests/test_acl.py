@@ -147,7 +147,7 @@ def test_every_process_under_its_own_user(acl_redis, acl_broker, tmp_path):
     from engine.service.service import MatchService
     from engine.store import keys
     from engine.store.redis_store import RedisEventStore
-    from engine.tools.bot import Bot
+    from engine.tools.bot import Bot, choose_for
     from projections.ledger import RedisLedger, balance_key, journal_key
     from projections.runner import ProjectionRunner, RedisFeed
 
@@ -227,7 +227,7 @@ def test_every_process_under_its_own_user(acl_redis, acl_broker, tmp_path):
                     v = st.version
                     _wait(lambda: reader.load_state(mid).version > v, 30, "the worker never fired", logs)
                     continue
-                play = bot.choose(st, seat.player)
+                play = choose_for(bot, st, seat.player)
                 sent = gw.pass_(mid, seat.player) if play is None else gw.play(mid, seat.player, cards=play.cards)
                 await_reply(gw, sent)
             assert reader.load_state(mid).phase == "finished", mid

@@ -150,3 +150,46 @@ def test_archived_matches_stay_findable(real_redis, redis_server, tmp_path, caps
     assert row["archived"] and row["players"] == [] and row["archive_file"] == file
     assert main(["replay", gone, "--redis", url]) == 1
     assert f"match {gone!r} was archived to {file}" in capsys.readouterr().err
+
+
+def test_an_abandoned_match_is_named_listed_and_archived(real_redis, redis_server, tmp_path, capsys):
+    """Issue 22 §6: a match that ends before the deal (MatchAbandoned) -- replay names it (never
+    "settlement ok"), matches shows it ``abandoned``, archive takes it (no settlement in its file)."""
+    from engine.config import load_config
+    from engine.match.commands import CreateMatch, Leave, Sit
+    from engine.service.service import MatchService
+    from engine.service.shuffle import seeded_random
+
+    store = RedisEventStore(real_redis)
+    service = MatchService(store, clock=lambda: 1_700_000_000_000, rng=seeded_random(1))
+    cfg = load_config("points").to_record()
+    for cmd in (CreateMatch(command_id="c1", match_id="ab-1", config=cfg),
+                Sit(command_id="c2", match_id="ab-1", player="a"),
+                Leave(command_id="c3", match_id="ab-1", player="a")):
+        out = service.execute(cmd)
+        assert out.rejection is None, out.rejection
+    assert type(store.load("ab-1")[-1]).__name__ == "MatchAbandoned"
+    url = redis_server.url
+    capsys.readouterr()
+    assert main(["replay", "ab-1", "--redis", url]) == 0
+    out = capsys.readouterr().out
+    assert "result: abandoned before the deal (left): nothing to settle" in out
+    assert "rules of every play, settlement)" not in out  # never the finished match's "settlement ok"
+    assert "check: ok (seq, match id; abandoned before the deal" in out
+    assert main(["replay", "ab-1", "--redis", url, "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["phase"] == "abandoned" and rep["abandoned"] == "left" and rep["problems"] == []
+    assert main(["matches", "--redis", url, "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["phase"] == "abandoned" and row["abandoned"] == "left" and row["winner"] is None
+    assert main(["matches", "--redis", url]) == 0
+    assert "abandoned (left)" in capsys.readouterr().out
+    assert main(["archive", "--older-than", "0", "--to", str(tmp_path), "--redis", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["archived"] == ["ab-1"]
+    assert store.load("ab-1") == []
+    file = RedisLedger(real_redis).archived("ab-1")
+    assert file and json.loads(open(file).read().splitlines()[0])["settlement"] is None
+    assert main(["matches", "--redis", url, "--archived", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["phase"] == "abandoned" and row["archived"] and row["settled"] is False
+    assert main(["replay", "--events", file]) == 0

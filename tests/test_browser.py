@@ -61,7 +61,8 @@ def stack(redis_server, tmp_path, deployment):
     s = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path, {"quick": {"turn_seconds": 12}},
                     deployment)
     try:
-        gw = s.start_gateway("browser", "--dev", "--bots", "--bot-think", "0.3")
+        gw = s.start_gateway("browser", "--dev", "--bots", "--bot-think", "0.3",
+                             "--bot-level", "trustee")  # the clicks below expect the trustee's simple plays
 
         def up() -> bool:
             for p in s.procs:

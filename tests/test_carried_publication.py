@@ -32,7 +32,7 @@ from engine.store import keys
 from engine.store.base import AppendRequest, EventStore, Write
 from engine.store.memory import InMemoryEventStore
 from engine.store.redis_store import RedisEventStore
-from engine.tools.bot import Bot
+from engine.tools.bot import Bot, choose_for
 
 CONFIG = load_config("points").to_record()
 
@@ -111,7 +111,7 @@ def play_matches(r: Any, store: Any, seed: int, matches: int, batch: int) -> Inb
             break
         for mid in rng.sample(live, min(len(live), batch)):
             s = svc.load_state(mid)
-            play = bot.choose(s, s.current_player)
+            play = choose_for(bot, s, s.current_player)
             if play is None:
                 client.pass_(mid, s.current_player, cid(), expected_version=s.version)
             else:

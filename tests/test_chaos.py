@@ -186,7 +186,7 @@ def test_chaos_sigkill_serve_workers_and_the_store(tmp_path):
     from engine.service.service import MatchService
     from engine.service.state_cache import StateCache
     from engine.store.redis_store import RedisEventStore
-    from engine.tools.bot import Bot
+    from engine.tools.bot import Bot, choose_for
     from projections.ledger import RedisLedger
     from projections.settlement import settle
 
@@ -308,7 +308,7 @@ def test_chaos_sigkill_serve_workers_and_the_store(tmp_path):
                     if turns[m] % 9 == 0:  # let the clock run out now and then
                         acted[m] = st.version
                         continue
-                    play = bot.choose(st, seat.player)
+                    play = choose_for(bot, st, seat.player)
                     if play is None:
                         gw.pass_(m, seat.player)
                     else:
@@ -404,7 +404,7 @@ def test_oom_episode_loses_no_accepted_update(tmp_path):
     from engine.service.client import GatewayClient
     from engine.service.service import MatchService
     from engine.store.redis_store import RedisEventStore
-    from engine.tools.bot import Bot
+    from engine.tools.bot import Bot, choose_for
 
     rs = OwnRedis(tmp_path)
     rs.start()
@@ -475,7 +475,7 @@ def test_oom_episode_loses_no_accepted_update(tmp_path):
             if st.phase == "finished":
                 break
             seat = st.seat(st.turn)
-            play = bot.choose(st, seat.player)
+            play = choose_for(bot, st, seat.player)
             if play is None:
                 send(gw.pass_, mid, seat.player)
             else:

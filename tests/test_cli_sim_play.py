@@ -35,6 +35,22 @@ def test_simulate_json_with_escapes_and_timeouts():
     assert data["kou"].get("escape", 0) > 0  # wealth room: escape policy forfeit
 
 
+@pytest.mark.parametrize("level", ["easy", "normal", "hard"])
+def test_simulate_plays_every_bot_level(level):
+    """``simulate --bot hard`` (issue 27): the levels play whole matches through the pipeline."""
+    out = _run(["simulate", "-n", "2", "--seed", "5", "--bot", level, "--json"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    data = json.loads(out.stdout)
+    assert data["finished"] == 2 and data["errors"] == [] and data["mismatches"] == []
+
+
+@pytest.mark.parametrize("command", ["play", "simulate"])
+def test_an_unknown_bot_level_is_refused(command):
+    out = _run([command, "--bot", "expert"], stdin="")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "invalid choice: 'expert'" in out.stderr and "'easy', 'normal', 'hard'" in out.stderr
+
+
 def test_simulate_is_reproducible_with_a_seed():
     a = json.loads(_run(["simulate", "-n", "5", "--seed", "11", "--json"]).stdout)
     b = json.loads(_run(["simulate", "-n", "5", "--seed", "11", "--json"]).stdout)
@@ -90,6 +106,14 @@ def test_play_piped_until_the_match_ends():
     assert "You win." in out.stdout or "The bot wins." in out.stdout
     assert "you wins" not in out.stdout.lower() and "{'" not in out.stdout
     assert "the bot's clock ran out" not in out.stdout
+
+
+def test_play_against_the_hard_bot():
+    """``play --bot hard`` (issue 27): the terminal opponent is the same bot as everywhere."""
+    out = _run(["play", "--seed", "4", "--bot", "hard"], stdin="auto\n" * 300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "You win." in out.stdout or "The bot wins." in out.stdout
+    assert "the bot's move was refused" not in out.stdout
 
 
 def test_play_shows_rejections_and_exits_cleanly_on_eof():

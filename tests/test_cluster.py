@@ -45,7 +45,7 @@ def test_cluster_has_three_masters(cluster):
 
 
 def test_matches_on_redis_cluster_replay_and_settle(cluster):
-    from engine.tools.bot import Bot
+    from engine.tools.bot import Bot, choose_for
     from engine.match.commands import CreateMatch, Escape, Pass, Play, Ready, Sit
     from engine.config import load_config
     from engine.match.replay import check_stream, replay
@@ -89,7 +89,7 @@ def test_matches_on_redis_cluster_replay_and_settle(cluster):
             st = run(Escape, player="a").state
         while st.phase != "finished":
             p = st.current_player
-            play = bot.choose(st, p)
+            play = choose_for(bot, st, p)
             st = (run(Pass, player=p) if play is None else run(Play, player=p, cards=play.cards)).state
         # an idempotent retry on the cluster: the same command id appends nothing
         again = service.execute(CreateMatch(command_id=f"{mid}:1", match_id=mid, config=cfg))

@@ -68,6 +68,7 @@ PROBLEMS = [
     ("level base zero", ("levels", 3, "base"), 0, "levels[3].base: Input should be greater than 0"),
     ("levels not ascending", ("levels", 4, "need"), 150, "levels[4].need: need must ascend"),
     ("points first level needs 0", ("levels", 0, "need"), 10, "levels[0].need: a points room's first level must need 0"),
+    ("unknown bot level", ("bot_level",), "expert", "bot_level: Input should be 'easy', 'normal' or 'hard'"),
 ]
 
 
@@ -87,6 +88,12 @@ def test_every_problem_is_listed():
         parse_config(data, "room.toml")
     paths = sorted(p.split(":")[0] for p in exc.value.problems)
     assert paths == ["colour", "kou.flat", "levels", "mode"]
+
+
+def test_bot_level_is_a_room_key():
+    """``bot_level`` (issue 27): the level of a bot seated in the room; unset in the shipped rooms."""
+    assert load_config("points").bot_level is None
+    assert parse_config({**raw("points"), "bot_level": "hard"}, "room.toml").bot_level == "hard"
 
 
 def test_wealth_first_level_may_need_coins():

@@ -48,6 +48,7 @@ from engine.match.errors import (
     WrongPhase,
 )
 from engine.match.evolve import apply
+from engine.match.replay import check_stream
 from engine.match.state import MatchState
 
 T0 = 1_000_000
@@ -237,13 +238,59 @@ def test_ready_timeout_removes_unready_players() -> None:  # R-13.2
     assert m.state.deadline().kind == "ready"
     assert isinstance(m.no(ReadyTimeout, version=m.state.version - 1), StaleCommand)
     events = m.do(ReadyTimeout, version=m.state.version)
-    assert [(e.type, e.player, e.reason) for e in events] == [("PlayerRemoved", "b", "not_ready")]
-    # the one seated player is ready but alone: the clock runs on for an opponent (issue 23 item 8)
-    assert m.state.deadline().kind == "ready"
-    events = m.do(ReadyTimeout, version=m.state.version)
-    assert [(e.type, e.player, e.reason) for e in events] == [("PlayerRemoved", "a", "no_opponent")]
-    assert m.state.deadline() is None  # nobody seated: it waits for the lobby's Sit
+    assert [(e.type, getattr(e, "player", None), e.reason) for e in events] == [
+        ("PlayerRemoved", "b", "not_ready"), ("MatchAbandoned", None, "not_ready")]
+    # the match can never be dealt: it ends (no settlement), nothing runs or is decided after it
+    assert m.state.phase == "abandoned" and m.state.over and m.state.deadline() is None
     assert isinstance(m.no(ReadyTimeout, version=m.state.version), StaleCommand)
+    assert isinstance(m.no(Sit, player="c"), MatchOver)
+    assert isinstance(m.no(Ready, player="a"), MatchOver)
+
+
+# ---- abandoned before the deal (R-13.2 decision) ----------------------------------------
+@pytest.mark.parametrize("seats, leaves, removed, reason", [
+    ((), (), [], "seat_empty"),                      # created, nobody ever sat: the clock runs from the creation
+    (("a",), (), ["a"], "seat_empty"),               # ready, the second seat never taken: a is freed (no_opponent)
+    (("a", "b"), ("a",), ["b"], "seat_empty"),       # one left, the other stays ready and alone
+])
+def test_a_match_that_cannot_be_dealt_is_abandoned_by_its_ready_clock(seats, leaves, removed, reason) -> None:
+    m = M(seat=False)
+    created_at = m.now
+    ready_ms = int(m.config.ready_seconds * 1000)
+    assert m.state.deadline().kind == "ready" and m.state.deadline().at_ms == created_at + ready_ms
+    for p in seats:
+        m.do(Sit, player=p)
+        m.do(Ready, player=p)
+    for p in leaves:
+        m.do(Leave, player=p)
+    assert m.state.phase == "seating" and m.state.deadline().kind == "ready"
+    events = m.do(ReadyTimeout, version=m.state.version)
+    assert [(e.type, getattr(e, "player", None), e.reason) for e in events] == [
+        *(("PlayerRemoved", p, "no_opponent") for p in removed), ("MatchAbandoned", None, reason)]
+    assert m.state.phase == "abandoned" and m.state.abandoned == reason and m.state.deadline() is None
+    assert check_stream(m.history) == []
+
+
+@pytest.mark.parametrize("how", [Leave, Escape])
+def test_the_last_seated_player_leaving_abandons_the_match_at_once(how) -> None:
+    m = M()
+    assert [e.type for e in m.do(Leave, player="a")] == ["PlayerRemoved"]
+    events = m.do(how, player="b")
+    assert [(e.type, e.reason) for e in events] == [("PlayerRemoved", "left"), ("MatchAbandoned", "left")]
+    assert m.state.over and m.state.deadline() is None
+    assert isinstance(m.no(Sit, player="a"), MatchOver)
+    assert check_stream(m.history) == []
+
+
+def test_an_abandoned_match_after_the_deal_is_a_stream_problem() -> None:
+    from engine.match.events import MatchAbandoned
+
+    m = M()
+    m.do(Ready, player="a")
+    m.do(Ready, player="b", ctx=Context(now_ms=m.now + 1000, deck=shuffled_deck(seeded_random(1)), lead_index=0))
+    assert m.state.phase == "playing"
+    bad = MatchAbandoned(match_id="m", seq=m.state.version + 1, ts=m.now, command_id="x", reason="left")
+    assert any("abandoned in phase playing" in p for p in check_stream([*m.history, bad]))
 
 
 def test_ready_clock_restarts_when_a_player_sits() -> None:

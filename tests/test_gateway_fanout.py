@@ -212,3 +212,33 @@ def test_a_slow_socket_is_read_no_further_than_its_backlog_and_loses_nothing(url
     got, queued = asyncio.run(main())
     assert BACKLOG <= queued < total
     assert got == list(range(total))
+
+
+def test_a_socket_whose_redis_fails_is_closed_1013_try_again_with_a_reason():
+    """Redis down (or the bounded pool busy past its wait): the socket is told to come back
+    (1013, docs/PROTOCOL.md close codes), never left with a traceback and no answer."""
+    import socket
+
+    import redis.asyncio as aioredis
+    from starlette.testclient import TestClient
+    from starlette.websockets import WebSocketDisconnect
+
+    from gateway.app import CLOSE_TRY_AGAIN, GatewaySettings, build_app
+    from gateway.rooms import RoomBook
+    from gateway.tokens import mint
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    secret = b"s" * 32
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    dead = aioredis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
+    app = build_app(GatewaySettings("redis://127.0.0.1:%d/0" % port, secret, RoomBook.load(), "gw-dead"), dead)
+    with TestClient(app) as client:
+        with client.websocket_connect(f"/ws?token={mint(secret, 'alice')}") as ws:
+            assert ws.receive_json()["kind"] == "welcome"
+            with pytest.raises(WebSocketDisconnect) as closed:
+                ws.receive_json()
+    assert closed.value.code == CLOSE_TRY_AGAIN and "reconnect" in closed.value.reason

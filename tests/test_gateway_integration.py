@@ -31,7 +31,11 @@ ROOMS: dict[str, dict[str, Any]] = {
     "hasty": {"trustee_delay_seconds": 0.0, "ready_seconds": 1},
     "term": {"trustee_delay_seconds": 0.0},
     "solo": {"trustee_delay_seconds": 0.0},
+    "churn": {"trustee_delay_seconds": 0.0, "ready_seconds": 2},
+    "quits": {"trustee_delay_seconds": 0.0},
 }
+#: how long after its deadline a timer may fire in these stacks (the sweeper's grace; serve alone: 500 ms)
+GRACE_S = 2.0
 
 
 @pytest.fixture(scope="module")
@@ -484,16 +488,19 @@ def test_healthz_and_metrics(stack):
 
 
 def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
-    """``--bots``: alone in the queue for a few seconds → a bot sits opposite (playing the trustee's
-    moves from its own view after ``--bot-think``); in a room
+    """``--bots --bot-level hard``: alone in the queue for a few seconds → a bot sits opposite
+    (playing its own turns at its level from its own view after ``--bot-think``; the lobby
+    names its level, issue 27); in a room
     registered after the gateway started (``shuangkou room add``) too."""
     import subprocess
     import sys
 
     from tests.gateway_support import ROOT, write_room
 
-    gw = stack.start_gateway("bots", "--bots", "--bot-think", "0.2")
-    later = write_room(stack.tmp / "later.toml", "later", trustee_delay_seconds=0.0)
+    from tests.processes import wait_for
+
+    gw = stack.start_gateway("bots", "--bots", "--bot-think", "0.2", "--bot-level", "hard")
+    later = write_room(stack.tmp / "later.toml", "later", trustee_delay_seconds=0.0, bot_level="easy")
     added = subprocess.run([sys.executable, "-m", "shuangkou", "room", "add", str(later), "--redis", stack.store_url],
                            cwd=ROOT, env=stack.env(), capture_output=True, text=True, timeout=60)
     assert added.returncode == 0, added.stdout + added.stderr
@@ -507,14 +514,35 @@ def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
         view = (await c.expect(lambda x: x["kind"] == "update" and x["match"] == seated["match"]))["view"]
         opponent = next(s["player"] for s in view["seats"] if s and s["player"] != "so-alice")
         assert opponent.startswith("bot-")
-        s1 = await ready_and_play(c, seated["match"])
+        assert seated["bot_level"] == "hard"
+        bot_moves: list[str] = []
+        await c.send({"type": "Ready", "command_id": f"ready-{seated['match']}"})
+        asked = False
+        while True:  # alice hands her seat to the trustee; the bot plays its own turns
+            m = await c.recv()
+            if m["kind"] == "update" and m["match"] == seated["match"]:
+                bot_moves += [e.get("by", "player") for e in m["events"] if e["type"] in ("CardsPlayed", "Passed")
+                              and e["player"] == opponent]
+                if not asked and m["view"] and m["view"]["phase"] == "playing":
+                    await c.send({"type": "RequestTrustee"})
+                    asked = True
+            if m["kind"] == "settled" and m["match"] == seated["match"]:
+                s1 = m
+                break
         assert set(s1["scores"]) == {"so-alice", opponent}
+        assert "player" in bot_moves and "trustee" not in bot_moves and "timeout" not in bot_moves, bot_moves
         nxt = await c.expect(lobby("seated"), what="the next match against the bot")
         assert nxt["table"] == seated["table"] and nxt["match"] != seated["match"]
         await c.send({"type": "Leave"})
         gone = await c.expect(lobby("removed"))
         assert gone["reason"] == "left"
         await c.close()
+        # a bot is never left seated alone: it leaves the match and the table with the person
+        wait_for(lambda: not undealt(stack, [nxt["match"]]), 30 + GRACE_S + 60, "the bot's match is still open")
+        evs = match_events(stack, nxt["match"])
+        assert type(evs[-1]).__name__ == "MatchAbandoned", [type(e).__name__ for e in evs]
+        assert lobby_tables(stack, "solo")[nxt["table"]]["status"] == "closed"
+        assert bot_place(stack, opponent) == {}  # not back in the queue, not at a table
         # the registered room: the gateway serves it (re-read every few seconds) and fills it too
         r = await Client.connect(gw.url, stack.token("so-rita"), "so-rita")
         await r.expect(kind("welcome"))
@@ -525,6 +553,7 @@ def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
                 break
             await asyncio.sleep(0.5)  # not served yet: the lobby has not re-read the registry
         seated = await r.expect(lobby("seated"), what="a bot opposite in the registered room")
+        assert seated["bot_level"] == "easy"  # the room's bot_level overrides --bot-level
         view = (await r.expect(lambda x: x["kind"] == "update" and x["match"] == seated["match"]))["view"]
         assert any(s and s["player"].startswith("bot-") for s in view["seats"])
         await r.close()
@@ -533,3 +562,123 @@ def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
         run(main())
     finally:
         stop_group(gw.proc)
+
+
+def lobby_tables(stack, room: str) -> dict[str, dict[str, str]]:
+    """Every lobby table of ``room`` (``sk:{lobby}:table:<t>``) with its fields."""
+    import redis
+
+    out = {}
+    with redis.Redis.from_url(stack.store_url, decode_responses=True) as r:
+        for key in r.scan_iter("sk:{lobby}:table:*"):
+            fields = r.hgetall(key)
+            if fields.get("room") == room:
+                out[key.rsplit(":", 1)[1]] = fields
+    return out
+
+
+def undealt(stack, matches) -> dict[str, str]:
+    """The matches among ``matches`` that are neither dealt nor over: their phase."""
+    from engine.match.replay import replay
+
+    out = {}
+    for m in matches:
+        evs = match_events(stack, m)
+        phase = replay(evs, match_id=m).phase if evs else "missing"
+        if phase in ("new", "seating"):
+            out[m] = phase
+    return out
+
+
+def test_fifty_join_then_leave_cycles_leave_no_open_table_and_no_undealt_match(stack):
+    """Issue 22 §6: a player joins, is seated opposite the one waiting, leaves before the deal;
+    50 times.  Each table closes at once (the one who stays goes back to the queue), each match
+    ends with MatchAbandoned (no settlement), none is left undealt past ready_seconds + grace."""
+    from tests.processes import wait_for
+
+    gw = stack.gateways[0]
+    cycles = 50
+
+    async def main() -> None:
+        stay = await Client.connect(gw.url, stack.token("ch-stay"), "ch-stay")
+        await stay.expect(kind("welcome"))
+        await stay.send({"type": "Join", "room": "churn"})
+        await stay.expect(lobby("queued"))
+        c = await Client.connect(gw.url, stack.token("ch-move"), "ch-move")
+        await c.expect(kind("welcome"))
+        for i in range(cycles):
+            await c.send({"type": "Join", "room": "churn"})
+            seated = await c.expect(lobby("seated"), what=f"cycle {i}: seated")
+            await stay.expect(lambda m, t=seated["table"]: m.get("kind") == "lobby" and m.get("state") == "seated"
+                              and m.get("table") == t, what=f"cycle {i}: the one waiting seated")
+            await c.send({"type": "Leave"})
+            gone = await c.expect(lobby("removed"), what=f"cycle {i}: removed")
+            assert gone["reason"] == "left" and gone["table"] == seated["table"]
+            back = await stay.expect(lobby("queued"), what=f"cycle {i}: back in the queue")
+            assert back["reason"] == "opponent_left"
+        await c.close()
+        await stay.send({"type": "Leave"})
+        await stay.expect(lobby("removed"))
+        await stay.close()
+
+    run(main())
+    tables = lobby_tables(stack, "churn")
+    assert len(tables) == cycles
+    assert {t: f["status"] for t, f in tables.items() if f["status"] != "closed"} == {}  # 0 open tables
+    matches = sorted(f["match"] for f in tables.values())
+    # every match ends: the leaver's Leave, then the stayer's, empty it (MatchAbandoned "left"); the
+    # ready clock (ready_seconds + the grace) bounds what any other order leaves behind
+    wait_for(lambda: not undealt(stack, matches), 2 + GRACE_S + 60, f"undealt matches: {undealt(stack, matches)}")
+    for m in matches:
+        evs = match_events(stack, m)
+        last = evs[-1]
+        assert type(last).__name__ == "MatchAbandoned", (m, [type(e).__name__ for e in evs])
+        assert not any(type(e).__name__ in ("HandDealt", "MatchFinished") for e in evs)
+        assert ledger_settlement(stack, m) is None  # nothing settled, no ledger entry
+
+
+def ledger_settlement(stack, match: str):
+    import redis
+
+    from projections.ledger import RedisLedger
+
+    with redis.Redis.from_url(stack.store_url) as r:
+        return RedisLedger(r).settlement(match)
+
+
+def test_a_player_who_leaves_at_the_settlement_closes_the_table(stack):
+    """After a settlement the table offers the next match; a player who leaves at the settlement
+    leaves the room, the other goes back to the queue, and no match is left waiting."""
+    from tests.processes import wait_for
+
+    gw = stack.gateways[0]
+
+    async def main() -> tuple[str, str]:
+        ca, cb, m1 = await seat_pair(gw.url, gw.url, stack, "qu-alice", "qu-bob", "quits")
+        await asyncio.gather(ready_and_play(ca, m1), ready_and_play(cb, m1))
+        await ca.send({"type": "Leave"})  # at the settlement: the next match is being offered, or seated
+        gone = await ca.expect(lobby("removed"), what="alice removed")
+        assert gone["reason"] == "left"
+        back = await cb.expect(lobby("queued"), what="bob back in the queue")
+        assert back["reason"] == "opponent_left"
+        await cb.send({"type": "Leave"})
+        await cb.expect(lobby("removed"))
+        await ca.close()
+        await cb.close()
+        return m1, gone["table"]
+
+    m1, table = run(main())
+    t = lobby_tables(stack, "quits")[table]
+    assert t["status"] == "closed"
+    later = [f"{table}-{n}" for n in range(2, int(t["n"]) + 1)]  # a next match, if it was created
+    wait_for(lambda: not undealt(stack, later), 30 + GRACE_S + 60, f"undealt: {undealt(stack, later)}")
+    for m in later:
+        evs = match_events(stack, m)
+        assert not evs or type(evs[-1]).__name__ == "MatchAbandoned", [type(e).__name__ for e in evs]
+
+
+def bot_place(stack, bot: str) -> dict[str, str]:
+    import redis
+
+    with redis.Redis.from_url(stack.store_url, decode_responses=True) as r:
+        return r.hgetall(f"sk:{{lobby}}:player:{bot}")

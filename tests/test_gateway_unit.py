@@ -156,7 +156,7 @@ def _bot_match_states(seed: int):
     from engine.match.commands import CreateMatch, Ready, Sit, Pass, Play
     from engine.service.service import MatchService
     from engine.store.memory import InMemoryEventStore
-    from engine.tools.bot import Bot
+    from engine.tools.bot import Bot, choose_for
 
     clock = iter(range(10**6, 10**9, 700))
     svc = MatchService(InMemoryEventStore(), lambda: next(clock), random.Random(seed))
@@ -178,7 +178,7 @@ def _bot_match_states(seed: int):
         if st.phase == "finished":
             return
         p = st.seat(st.turn).player
-        choice = bot.choose(st, p)
+        choice = choose_for(bot, st, p)
         cmd = (Pass(command_id=f"c{next(n)}", match_id=m, player=p) if choice is None else
                Play(command_id=f"c{next(n)}", match_id=m, player=p, cards=tuple(choice.cards)))
         outcome = svc.execute(cmd)
@@ -232,19 +232,25 @@ def test_real_views_and_events_validate_and_wrong_ones_do_not():
 
 
 # -- the lobby's Lua ----------------------------------------------------------------------------
-@pytest.mark.redis
-def test_lobby_lua_pairs_removes_requeues_and_advances(real_redis):
+def _lobby_lua(real_redis, now: int = 1000):
+    """The lobby script at a fixed clock: (call(op, *args) → decoded reply, notes(player) → notes)."""
     from gateway.lobby import LUA
 
     script = real_redis.register_script(LUA)
 
     def call(*args):
-        out = script(keys=[], args=[args[0], 1000, *args[1:]])
+        out = script(keys=[], args=[args[0], now, *args[1:]])
         return [x.decode() if isinstance(x, bytes) else x for x in out] if isinstance(out, list) else out
 
     def notes(p):
         return [json.loads(f[b"m"]) for _id, f in real_redis.xrange(f"sk:{{lobby}}:notes:{p}")]
 
+    return call, notes
+
+
+@pytest.mark.redis
+def test_lobby_lua_pairs_removes_requeues_and_advances(real_redis):
+    call, notes = _lobby_lua(real_redis)
     assert call("join", "points", "a")[:1] == ["joined"]
     assert call("join", "points", "a")[:2] == ["queued", "points"]  # joining twice changes nothing
     out = call("join", "points", "b")
@@ -264,7 +270,7 @@ def test_lobby_lua_pairs_removes_requeues_and_advances(real_redis):
     out = call("removed", "t1", "t1-2", "b", "not_ready")
     assert out[0] == "a" and out[1] == "|" and out[2:] == ["t2"]
     assert notes("b")[-1] == {"kind": "lobby", "state": "removed", "room": "points", "table": "t1",
-                              "match": "t1-2", "reason": "not_ready"}
+                              "match": "t1-2", "reason": "not_ready", "bot_level": None}
     assert notes("a")[-1]["state"] == "queued"
     assert call("removed", "t1", "t1-2", "a", "left") == []  # the table is closed
     assert real_redis.hget("sk:{lobby}:player:b", "state") is None
@@ -301,3 +307,19 @@ def test_engine_commands_the_gateway_builds_are_refused_with_readable_reasons(ct
     with pytest.raises(BadCommand) as err:
         channels.player_command(ctype, "m", "a", "c", **fields)
     assert needle in str(err.value) and "pydantic.dev" not in str(err.value)
+
+
+@pytest.mark.redis
+def test_lobby_lua_bot_table_keeps_its_level(real_redis):
+    """``gateway --bots``: the bot's table keeps the level it was seated with, and the seated
+    note names it (the browser shows "bot · hard"); a table of two people names none."""
+    call, notes = _lobby_lua(real_redis, now=10_000)
+    call("join", "points", "solo")
+    table, bot = call("bot", "points", 0, "hard")
+    assert bot.startswith("bot-") and real_redis.hget(f"sk:{{lobby}}:table:{table}", "bot_level") == b"hard"
+    assert call("seated", table, f"{table}-1") == 1
+    assert notes("solo")[-1]["bot_level"] == notes(bot)[-1]["bot_level"] == "hard"
+    call("join", "points", "p1")
+    made = call("join", "points", "p2")
+    assert call("seated", made[3], f"{made[3]}-1") == 1
+    assert notes("p1")[-1]["state"] == "seated" and notes("p1")[-1]["bot_level"] is None

@@ -1,7 +1,7 @@
 """The protocol's JSON Schemas are standard (issue 26 §1): JSON Schema 2020-12 documents that
 Python's ``jsonschema`` accepts and ajv compiles in its default strict mode (node, with ajv
 from ``npm install`` in tests/js: .ci/run does it), with every property typed and described;
-``client.d.ts`` is their current TypeScript.  The messages of whole random matches, and the
+``client.d.ts`` is their current TypeScript, and compiles with ``tsc --strict``.  The messages of whole random matches, and the
 settlements of the example scripts, validate in both validators.
 """
 
@@ -85,6 +85,16 @@ def test_every_property_is_typed_and_described(name: str) -> None:
 
 def test_ajv_compiles_every_schema_in_strict_mode() -> None:
     assert _ajv()["compiled"] == list(NAMES)
+
+
+def test_client_d_ts_compiles_with_tsc_strict_and_types_a_client() -> None:
+    tsc = ROOT / "tests" / "js" / "node_modules" / ".bin" / "tsc"
+    assert tsc.exists(), "typescript is not installed: run `npm install` in tests/js (.ci/run does it)"
+    out = subprocess.run([str(tsc), "--noEmit", "--strict", "--target", "es2022", "--module", "nodenext",
+                          "--moduleResolution", "nodenext", "--lib", "es2022,dom",
+                          str(ROOT / "tests" / "js" / "types" / "use_client.ts")],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
 
 
 def test_rejection_codes_and_rank_labels_are_the_engines() -> None:

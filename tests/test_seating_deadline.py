@@ -4,15 +4,15 @@ The invariant, checked after every single appended event over random orders of t
 commands (Sit of three players, Ready, Leave, Disconnect/Reconnect, Escape, the ready and
 turn timers), straight through the pure ``decide`` + ``apply``:
 
-    a match that is not finished has a deadline, or it is waiting on the one documented
-    external event: a seating match with nobody seated waits for the lobby's Sit.  (Between
-    the second Ready and the deal of the same decision both are seated and ready: the next
-    event is the HandDealt.)
+    a match that is not over (finished or abandoned) has a deadline.  (Between the second
+    Ready and the deal of the same decision both are seated and ready: the next event is the
+    HandDealt.)  Since issue 22 a seating match with nobody seated has its ready clock too: a
+    match nobody completes ends with MatchAbandoned.
 
 The incident it pins: the ready timer removed the first player before a delayed second Sit
 arrived; the second player sat and was Ready, alone, and no deadline was set (the match
 stayed in seating for good).  Now the ready clock runs while a seat is empty, and at its end
-the lone ready player is removed ``no_opponent``.
+the lone ready player is removed ``no_opponent`` and the match is abandoned (issue 22).
 """
 
 from __future__ import annotations
@@ -46,14 +46,12 @@ STEP = st.one_of(
 
 
 def waits_legitimately(s: MatchState, next_event: str | None = None) -> bool:
-    """The invariant: finished, or a deadline, or nobody seated in seating (a Sit is awaited),
-    or both seated and ready with the deal as the next event of the same decision."""
-    if s.phase == "finished" or s.deadline() is not None:
+    """The invariant: over (finished or abandoned), or a deadline, or both seated and ready with
+    the deal as the next event of the same decision."""
+    if s.over or s.deadline() is not None:
         return True
     if s.phase != "seating":
         return False
-    if all(x is None for x in s.seats):
-        return True
     return all(x is not None and x.ready for x in s.seats) and next_event == "HandDealt"
 
 
@@ -96,15 +94,17 @@ def test_a_match_never_waits_without_a_deadline(steps, seed) -> None:
     run(steps, seed)
 
 
-def test_a_sit_after_a_ready_timer_removal_still_has_a_deadline() -> None:  # the incident, R-13.2
+def test_a_sit_after_a_ready_timer_removal_finds_the_match_over() -> None:  # the incident, R-13.2
     m = run([("sit", "a"), ("ready_timeout", None), ("sit", "b"), ("ready", "b")], seed=1)
     assert [(e.type, getattr(e, "reason", None)) for e in m.history[1:]] == [
-        ("PlayerSeated", None), ("PlayerRemoved", "not_ready"), ("PlayerSeated", None), ("PlayerReady", None)]
-    d = m.state.deadline()
-    assert d is not None and d.kind == "ready" and d.version == m.state.version
-    m = run([("sit", "a"), ("ready_timeout", None), ("sit", "b"), ("ready", "b"), ("ready_timeout", None)], seed=1)
-    assert (m.history[-1].type, m.history[-1].reason, m.history[-1].player) == ("PlayerRemoved", "no_opponent", "b")
-    assert m.state.deadline() is None and waits_legitimately(m.state)  # empty again: the lobby's Sit
+        ("PlayerSeated", None), ("PlayerRemoved", "not_ready"), ("MatchAbandoned", "not_ready")]
+    assert m.state.phase == "abandoned" and m.state.deadline() is None  # the late Sit was refused
+    m = run([("sit", "b"), ("ready", "b"), ("ready_timeout", None)], seed=1)
+    assert [(e.type, e.reason) for e in m.history[-2:]] == [("PlayerRemoved", "no_opponent"),
+                                                            ("MatchAbandoned", "seat_empty")]
+    assert m.state.deadline() is None and waits_legitimately(m.state)
+    m = run([], seed=1)  # nobody ever sits: the clock runs from the creation
+    assert m.state.deadline() is not None and m.state.deadline().kind == "ready"
 
 
 def test_the_property_can_fail() -> None:

@@ -123,7 +123,7 @@ def _play(store_url: str, n: int, timeout_every: int) -> list[str]:
 
     import redis
 
-    from engine.tools.bot import Bot
+    from engine.tools.bot import Bot, choose_for
     from engine.service.client import GatewayClient
     from engine.config import load_config
     from engine.service.service import MatchService
@@ -170,7 +170,7 @@ def _play(store_url: str, n: int, timeout_every: int) -> list[str]:
                 while reader.load_state(mid).version == v and time.monotonic() < end:
                     time.sleep(0.02)
                 continue
-            play = bot.choose(st, seat.player)
+            play = choose_for(bot, st, seat.player)
             if play is None:
                 send(gw.pass_(mid, seat.player))
             else:

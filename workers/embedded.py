@@ -256,10 +256,10 @@ class EmbeddedTimers:
         return sweep(self.runtime, now_ms=now_ms)
 
     def wait_finished(self, match_id: str, timeout_s: float = 30.0) -> Any:
-        """Real clock: wait until the match is finished; returns its state."""
+        """Real clock: wait until the match is over (finished or abandoned); returns its state."""
         end = time.monotonic() + timeout_s
         while True:
             st = self.service.load_state(match_id)
-            if st.phase == "finished" or time.monotonic() > end:
+            if st.over or time.monotonic() > end:
                 return st
             time.sleep(0.02)

@@ -36,6 +36,11 @@ Decisions where the rules are silent (documented in the tests too):
   next timeout (count ≥ ``timeouts_before_trustee``) starts it again.
 * ``Escape`` before the deal is a ``Leave`` (PlayerRemoved(left)), nothing is
   settled; after the finish it is refused (:class:`MatchOver`).
+* A match that cannot be dealt ends with ``MatchAbandoned`` (no settlement, no ledger
+  entry): when the last seated player leaves (``left``), or when the ready clock runs out
+  (``ReadyTimeout``, R-13.2) -- the unready are removed (``not_ready``), or a seat was
+  never taken (``seat_empty``).  The ready clock runs from the creation while a seat is
+  empty or a seated player is not ready (engine/match/evolve.py).
 * ``Disconnect`` before the deal only marks the player; if they are still
   disconnected when the cards are dealt, TrusteeshipStarted(disconnect)
   follows HandDealt in the same decision (R-13.4).
@@ -108,6 +113,7 @@ from engine.match.events import (
     CardsPlayed,
     EventBase,
     HandDealt,
+    MatchAbandoned,
     MatchCreated,
     MatchFinished,
     Passed,
@@ -198,9 +204,9 @@ def _checked_handler(state: MatchState, command: CommandBase) -> Callable[[_Buil
         raise StaleCommand(f"{moved} that the command expected: look at the current view and decide again")
     if isinstance(command, Sync):  # any phase, a finished match too: it only reads
         return None
-    if state.phase == "finished" and not isinstance(command, CreateMatch):
-        # MatchFinished is the last event a match ever gets (settlement and the
-        # projection runner rely on it): nothing is decided after it
+    if state.over and not isinstance(command, CreateMatch):
+        # MatchFinished / MatchAbandoned is the last event a match ever gets (settlement
+        # and the projection runner rely on it): nothing is decided after it
         if isinstance(command, (TurnTimeout, TrusteeAct, ReadyTimeout)):
             raise StaleCommand(f"match {state.match_id} is over: the timer has nothing to do")
         _not_over(state)
@@ -256,6 +262,8 @@ def _cfg(state: MatchState) -> RoomConfig:
 
 
 def _not_over(state: MatchState) -> None:
+    if state.phase == "abandoned":
+        raise MatchOver(f"match {state.match_id} was abandoned before the deal ({state.abandoned})")
     if state.phase == "finished":
         f = state.finished
         who = f" ({f.winner} won)" if f else ""
@@ -451,6 +459,14 @@ def _leave(b: _Builder, c: Leave) -> None:
     if s.phase != "seating":
         raise WrongPhase(f"{c.player} cannot leave a running match; leaving now is an escape (R-12)")
     b.emit(PlayerRemoved, player=c.player, reason="left")
+    _abandon_if_empty(b)
+
+
+def _abandon_if_empty(b: _Builder) -> None:
+    """The last seated player left before the deal: the match ends (MatchAbandoned), it
+    can never be dealt (R-13.2 decision: a match nobody sits in is not kept open)."""
+    if all(x is None for x in b.state.seats):
+        b.emit(MatchAbandoned, reason="left")
 
 
 def _ready(b: _Builder, c: Ready) -> None:
@@ -612,16 +628,18 @@ def _ready_timeout(b: _Builder, c: ReadyTimeout) -> None:
         raise StaleCommand(f"no ready clock runs (phase {s.phase})")
     seated = [x for x in s.seats if x is not None]
     unready = [x.player for x in seated if not x.ready]
-    if unready:
-        for p in unready:
-            b.emit(PlayerRemoved, player=p, reason="not_ready")  # R-13.2
-        return
-    if not seated or len(seated) == len(s.seats):
+    if not unready and len(seated) == len(s.seats):
         raise StaleCommand("every seated player is ready")
-    # ready, but no opponent sat down in time (a Sit lost or late): the seat is freed, the
-    # match never waits without a deadline (issue 23 item 8)
-    for x in seated:
-        b.emit(PlayerRemoved, player=x.player, reason="no_opponent")
+    for p in unready:
+        b.emit(PlayerRemoved, player=p, reason="not_ready")  # R-13.2
+    if not unready:
+        # ready, but no opponent sat down in time (a Sit lost or late): the seat is freed
+        # (issue 23 item 8)
+        for x in seated:
+            b.emit(PlayerRemoved, player=x.player, reason="no_opponent")
+    # the ready clock ran out and the match cannot be dealt: it ends without a settlement
+    # (issue 22: no match waits for ever, with or without a deadline)
+    b.emit(MatchAbandoned, reason="not_ready" if unready else "seat_empty")
 
 
 def _request_trustee(b: _Builder, c: RequestTrustee) -> None:
@@ -680,6 +698,7 @@ def _escape(b: _Builder, c: Escape) -> None:
     i = _seat_in_open_match(s, c.player)
     if s.phase == "seating":
         b.emit(PlayerRemoved, player=c.player, reason="left")  # nothing dealt: a plain leave
+        _abandon_if_empty(b)
         return
     seat = s.seat(i)
     if seat.escaped:

@@ -190,18 +190,30 @@ class MatchFinished(EventBase):
                                     "with a commitment; None before fair deals")
 
 
+class MatchAbandoned(EventBase):
+    """The match ends before any card was dealt (R-13.2): nothing to settle, no ledger entry.
+
+    ``reason``: ``not_ready`` (the ready timer ran out and removed who was not ready),
+    ``left`` (the last seated player left) or ``seat_empty`` (the ready timer ran out with a
+    seat nobody took).  The other terminal event beside :class:`MatchFinished`.
+    """
+
+    type: Literal["MatchAbandoned"] = "MatchAbandoned"
+    reason: Literal["not_ready", "left", "seat_empty"]
+
+
 Event = Annotated[
     Union[
         MatchCreated, PlayerSeated, PlayerReady, PlayerRemoved, HandDealt, CardsPlayed, Passed,
         TurnTimedOut, TrusteeshipStarted, TrusteeshipEnded, PlayerDisconnected,
-        PlayerReconnected, PlayerEscaped, MatchFinished,
+        PlayerReconnected, PlayerEscaped, MatchFinished, MatchAbandoned,
     ],
     Field(discriminator="type"),
 ]
 EVENT_TYPES: tuple[type[EventBase], ...] = (
     MatchCreated, PlayerSeated, PlayerReady, PlayerRemoved, HandDealt, CardsPlayed,
     Passed, TurnTimedOut, TrusteeshipStarted, TrusteeshipEnded, PlayerDisconnected,
-    PlayerReconnected, PlayerEscaped, MatchFinished,
+    PlayerReconnected, PlayerEscaped, MatchFinished, MatchAbandoned,
 )
 _EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)
 

@@ -8,10 +8,10 @@ After every event apply stamps the envelope (``version`` = the event's seq)
 and recomputes the match's deadline from the event's timestamp and the room
 config:
 
-* seating, someone seated and the match not ready to deal (a seated player not
-  ready, or a seat still empty): ``ready`` at ts + ``ready_seconds`` (R-13.2); the
-  clock restarts whenever a player sits down or is removed.  A seating match with nobody seated
-  has no deadline: it waits for the lobby's Sit (the one external event it waits on);
+* seating, a seat empty or some seated player not ready: ``ready`` at ts +
+  ``ready_seconds`` (R-13.2), from the match's creation; the clock restarts whenever a
+  player sits down or is removed, so a match nobody completes is abandoned by its
+  ReadyTimeout (MatchAbandoned) and a lone ready player is not kept waiting (issue 23 item 8);
 * playing: ``turn`` at (the moment the player got the turn) + ``turn_seconds``
   (R-13.1), or ``trustee`` at ts + ``trustee_delay_seconds`` when the player on
   turn is in trusteeship (any reason, an escape under the trustee policy
@@ -19,7 +19,7 @@ config:
   otherwise keeps running: an opponent's disconnect does not give the player
   on turn more time, and neither does asking for trusteeship and cancelling it
   (R-13.5) — the turn deadline comes back where it was;
-* new / finished: no deadline.
+* new / finished / abandoned: no deadline.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from engine.match.events import (
     CardsPlayed,
     EventBase,
     HandDealt,
+    MatchAbandoned,
     MatchCreated,
     MatchFinished,
     Passed,
@@ -97,9 +98,9 @@ def _deadline(old: MatchState, new: MatchState, ts: int) -> dict[str, object]:
     if cfg is None:
         return _NO_DEADLINE
     if new.phase == "seating":
-        seated = [s for s in new.seats if s is not None]
-        if not seated or (len(seated) == len(new.seats) and all(s.ready for s in seated)):
-            return _NO_DEADLINE  # nobody to wait for (the lobby's Sit is awaited), or the deal follows
+        waiting = any(s is None or not s.ready for s in new.seats)  # a seat to fill, a Ready to come
+        if not waiting:
+            return _NO_DEADLINE  # both ready: the deal follows (or an operator's Deal, fixed deals)
         restarted = (old.deadline_kind != "ready" or old.deadline_at is None
                      or any((o is None) != (n is None) for o, n in zip(old.seats, new.seats)))
         at = ts + _ms(cfg.ready_seconds) if restarted else old.deadline_at
@@ -226,3 +227,8 @@ def _finished(e: MatchFinished, s: MatchState) -> Changes:
     fin = Finish(winner=e.winner, loser=e.loser, kou=e.kou, reason=e.reason,
                  cards_left=tuple(sorted(e.cards_left.items())))
     return {"phase": "finished", "finished": fin, "turn": None}
+
+
+@_handles(MatchAbandoned)
+def _abandoned(e: MatchAbandoned, s: MatchState) -> Changes:
+    return {"phase": "abandoned", "abandoned": e.reason, "turn": None}

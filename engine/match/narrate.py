@@ -13,6 +13,7 @@ from engine.match.events import (
     CardsPlayed,
     EventBase,
     HandDealt,
+    MatchAbandoned,
     MatchCreated,
     MatchFinished,
     Passed,
@@ -68,5 +69,6 @@ def narrate(events: Sequence[EventBase]) -> list[str]:
         PlayerReconnected: lambda e: f"{e.player} reconnected",
         PlayerEscaped: lambda e: f"{e.player} escaped (policy {e.policy})",
         MatchFinished: finished,
+        MatchAbandoned: lambda e: f"the match is abandoned before the deal ({e.reason}): nothing to settle",
     }
     return [f"#{e.seq:<3} " + line_of.get(type(e), lambda e: type(e).__name__)(e) for e in events]

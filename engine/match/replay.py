@@ -20,7 +20,15 @@ from collections.abc import Iterable, Sequence
 
 from engine.rules.cards import NUM_CARDS, format_ranks_lenient
 from engine.rules.combo import Combo, beats
-from engine.match.events import CardsPlayed, EventBase, HandDealt, MatchCreated, MatchFinished, Passed
+from engine.match.events import (
+    CardsPlayed,
+    EventBase,
+    HandDealt,
+    MatchAbandoned,
+    MatchCreated,
+    MatchFinished,
+    Passed,
+)
 from engine.match.evolve import apply
 from engine.match.state import MatchState
 
@@ -60,8 +68,8 @@ def check_stream(events: Sequence[EventBase]) -> list[str]:
             problems.append(f"{where}: expected seq {i + 1} (gap or reordering)")
         if e.match_id != mid:
             problems.append(f"{where}: match id {e.match_id!r} differs from {mid!r}")
-        if state.phase == "finished":
-            problems.append(f"{where}: event after the match finished")
+        if state.over:
+            problems.append(f"{where}: event after the match {state.phase}")
         problems.extend(f"{where}: {p}" for p in _rule_problems(state, e))
         try:
             state = apply(state, e)
@@ -133,6 +141,9 @@ def _rule_problems(state: MatchState, e: EventBase) -> list[str]:
                 and not beats(combo, prev.combo, state.heavenly)):
             out.append(f"{text} ({combo.describe()}) does not beat "
                        f"{format_ranks_lenient(prev.cards)} ({prev.combo.describe()}) (R-5)")
+    elif isinstance(e, MatchAbandoned):
+        if state.phase != "seating":
+            out.append(f"abandoned in phase {state.phase} (only a match not yet dealt is abandoned)")
     elif isinstance(e, MatchFinished):
         if state.phase != "playing":
             out.append(f"finish in phase {state.phase}")

@@ -28,7 +28,8 @@ from engine.config import RoomConfig
 from engine.match.frozen import evolve
 from engine.match.deadline import Deadline, DeadlineKind
 
-Phase = Literal["new", "seating", "playing", "finished"]
+#: ``abandoned``: ended before the deal (MatchAbandoned, R-13.2); ``finished``: MatchFinished
+Phase = Literal["new", "seating", "playing", "finished", "abandoned"]
 STATE_CODEC_VERSION = 1
 
 
@@ -92,6 +93,7 @@ class MatchState:
     first: int | None = None  # seat that led the first trick (R-1.4)
     lead_card: int | None = None
     finished: Finish | None = None
+    abandoned: str | None = None  # MatchAbandoned's reason (phase "abandoned")
     deadline_at: int | None = None
     deadline_kind: DeadlineKind | None = None
     turn_started_at: int | None = None  # when the player on turn got it (the turn clock's start)
@@ -127,6 +129,11 @@ class MatchState:
             return None
         s = self.seats[self.turn]
         return s.player if s else None
+
+    @property
+    def over(self) -> bool:
+        """Finished or abandoned: a terminal event was applied, nothing more happens."""
+        return self.phase in ("finished", "abandoned")
 
     @property
     def leading(self) -> bool:
@@ -202,6 +209,7 @@ def state_to_dict(s: MatchState) -> dict[str, Any]:
         "finished": (None if s.finished is None else
                      [s.finished.winner, s.finished.loser, s.finished.kou, s.finished.reason,
                       [list(p) for p in s.finished.cards_left]]),
+        "abandoned": s.abandoned,
         "deadline_at": s.deadline_at, "deadline_kind": s.deadline_kind,
         "turn_started_at": s.turn_started_at, "last_ts": s.last_ts, "plays_total": s.plays_total,
         "commitment": s.commitment, "server_seed": s.server_seed,
@@ -226,6 +234,7 @@ def state_from_dict(d: dict[str, Any]) -> MatchState:
         table=tuple(d["table"]), first=d["first"], lead_card=d["lead_card"],
         finished=None if fin is None else Finish(fin[0], fin[1], fin[2], fin[3],
                                                  tuple((p, n) for p, n in fin[4])),
+        abandoned=d.get("abandoned"),
         deadline_at=d["deadline_at"], deadline_kind=d["deadline_kind"],
         turn_started_at=d.get("turn_started_at"), last_ts=d["last_ts"], plays_total=d["plays_total"],
         commitment=d.get("commitment"), server_seed=d.get("server_seed"),

@@ -2,12 +2,12 @@
 
 Protocol (stream names, fields, codes): docs/PROTOCOL.md.  In short:
 
-* Gateways XADD commands to ``sk:inbox`` (field ``c`` = msgpack command map,
+* Gateways XADD commands to their match's ``sk:{b<N>}:inbox`` (field ``c`` = msgpack command map,
   or ``j`` = the same map as JSON text; optional ``reply_to`` = a stream named
   ``sk:reply:…``).
 * :class:`InboxConsumer` reads them with the consumer group ``sk-service``
   (XREADGROUP), runs :meth:`MatchService.execute`, publishes to each player's
-  ``sk:out:<player>`` stream (``update``: the events as that player may see
+  ``sk:out:{<player>}`` stream (``update``: the events as that player may see
   them plus the player's view; ``rejected``: code + reason) and only then
   XACKs.  A crash before the XACK leaves the message pending;
   :meth:`InboxConsumer.reclaim` (XAUTOCLAIM) hands it to a live consumer and
@@ -25,9 +25,9 @@ outcome publishes (updates, rejections, replies, dead letters).  One consumer
 reads one ``stream`` and may refuse command types with an ``accepts`` policy
 (e.g. a second consumer on an operator stream).
 
-The inbox is one stream, not hash-tagged per match: on Redis Cluster it lives
-on one node (its throughput is that node's).  Run more inboxes (one
-InboxConsumer per inbox) if that ever limits; every other key spreads.
+The channels are one stream per bucket (``sk:{b<N>}:inbox``, ``sk:{b<N>}:ops``): serve runs
+one InboxConsumer per stream of each bucket it owns (engine/service/ownership.py), so no
+single Cluster slot carries every command.
 """
 
 from __future__ import annotations

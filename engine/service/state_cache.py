@@ -66,8 +66,9 @@ class StateCache:
         self.misses = 0
 
     def _set(self, mid: str, state: Any) -> None:
-        """Cache ``state`` (lock held), or drop the match when it is finished; then evict."""
-        if getattr(state, "phase", None) == "finished":
+        """Cache ``state`` (lock held), or drop the match when it is over (finished or
+        abandoned: no command changes it again); then evict."""
+        if getattr(state, "phase", None) in ("finished", "abandoned"):
             self._pop(mid)
             return
         n = estimated_bytes(state)

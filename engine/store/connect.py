@@ -92,9 +92,11 @@ def connect(url: str, *, option: str = "--redis", **kwargs: Any) -> SyncClient:
         from redis.cluster import RedisCluster
 
         try:
-            return RedisCluster.from_url(url, **kwargs)
+            cluster = RedisCluster.from_url(url, **kwargs)
         except (rex.RedisError, OSError) as exc:
             raise RedisUnavailable(f"cannot join the Redis Cluster at {_safe(url)}: {_reason(exc)}") from None
+        _local_stream_keys(cluster.commands_parser, asynchronous=False)
+        return cluster
     return redis.Redis.from_url(url, **kwargs)
 
 
@@ -107,10 +109,53 @@ def connect_async(url: str, *, option: str = "--redis", **kwargs: Any) -> AsyncC
     if probe(url, option=option):
         from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-        return AsyncRedisCluster.from_url(url, **kwargs)
+        cluster = AsyncRedisCluster.from_url(url, **kwargs)
+        _local_stream_keys(cluster.commands_parser, asynchronous=True)
+        return cluster
     import redis.asyncio as aioredis
 
     return aioredis.Redis.from_url(url, **kwargs)
+
+
+#: commands whose keys redis-py would ask the server for (``COMMAND GETKEYS``: "movable keys")
+#: before each call, one round trip more and a hot default node; their keys follow STREAMS
+_STREAMS_COMMANDS = frozenset({"xread", "xreadgroup"})
+
+
+def stream_keys(args: tuple[Any, ...]) -> list[Any] | None:
+    """The keys of an XREAD / XREADGROUP call (the first half after ``STREAMS``), else None.
+
+    >>> stream_keys(("XREADGROUP", "GROUP", "g", "c", "COUNT", 10, "STREAMS", "a", "b", ">", ">"))
+    ['a', 'b']
+    >>> stream_keys(("GET", "k")) is None
+    True
+    """
+    if not args or str(args[0] if not isinstance(args[0], bytes) else args[0].decode()).lower() not in _STREAMS_COMMANDS:
+        return None
+    words = [a.decode().upper() if isinstance(a, bytes) else str(a).upper() for a in args]
+    if "STREAMS" not in words:
+        return None
+    rest = list(args[words.index("STREAMS") + 1:])
+    return rest[:len(rest) // 2]
+
+
+def _local_stream_keys(parser: Any, *, asynchronous: bool) -> None:
+    """Teach a Cluster client's command parser the keys of XREAD/XREADGROUP (no COMMAND GETKEYS)."""
+    original = parser.get_keys
+
+    if asynchronous:
+        async def get_keys_async(*args: Any) -> Any:
+            keys = stream_keys(args)
+            return keys if keys is not None else await original(*args)
+
+        parser.get_keys = get_keys_async
+        return
+
+    def get_keys(redis_conn: Any, *args: Any) -> Any:
+        keys = stream_keys(args)
+        return keys if keys is not None else original(redis_conn, *args)
+
+    parser.get_keys = get_keys
 
 
 def is_cluster(client: object) -> bool:

@@ -16,7 +16,9 @@ file alone.  The order of the steps makes a crash at any point harmless:
 
 A re-run after a crash between 3 and 4 finds the marker and finishes the deletion.
 Only matches whose ``MatchFinished`` is older than the cut-off and whose
-settlement is stored are archived; parked or unsettled ones stay.
+settlement is stored are archived; parked or unsettled ones stay.  An abandoned match
+(``MatchAbandoned``: ended before the deal, nothing to settle) is archived once its
+terminal event is older than the cut-off, with no settlement in its file.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from engine.match.events import MatchFinished
+from engine.match.events import MatchAbandoned, MatchFinished
 from engine.tools.export import export_text, parse_events_text
 from projections.ledger import Ledger
 from projections.settlement import Settlement
@@ -95,30 +97,35 @@ def archive_matches(store: Any, ledger: Ledger, to_dir: str | Path, older_than_m
         if version == 0:
             continue
         last = store.load(mid, after=version - 1)
-        if not last or not isinstance(last[-1], MatchFinished) or last[-1].ts > cutoff:
+        if not last or not isinstance(last[-1], (MatchFinished, MatchAbandoned)) or last[-1].ts > cutoff:
             continue
         if ledger.archived(mid) is not None:  # a crash after step 3: finish the deletion
             store.delete_match(mid)
             archived.append(mid)
             continue
-        settlement = ledger.settlement(mid)
-        if settlement is None:
+        abandoned = isinstance(last[-1], MatchAbandoned)  # ended before the deal: nothing to settle
+        settlement = None if abandoned else ledger.settlement(mid)
+        if settlement is None and not abandoned:
             unsettled.append(mid)
             continue
         events = store.load(mid)
-        text = export_text(events, settlement.to_json(), now_ms)
-        header, _, rest = text.partition("\n")
-        head = json.loads(header)
-        head["ledger_entries"] = ledger_entries(mid, settlement)
-        head["settlement_record"] = json.loads(settlement.model_dump_json())
-        text = json.dumps(head, ensure_ascii=False) + "\n" + rest
+        text = export_text(events, None if settlement is None else settlement.to_json(), now_ms)
+        if settlement is not None:
+            header, _, rest = text.partition("\n")
+            head = json.loads(header)
+            head["ledger_entries"] = ledger_entries(mid, settlement)
+            head["settlement_record"] = json.loads(settlement.model_dump_json())
+            text = json.dumps(head, ensure_ascii=False) + "\n" + rest
         path = out_dir / archive_file_name(mid)
         _write_atomic(path, text)
         back = parse_events_text(path.read_text(encoding="utf-8")).by_match.get(mid, [])
         if [e.seq for e in back] != [e.seq for e in events]:
             raise RuntimeError(f"archive of {mid} at {path} does not read back: nothing deleted")
         written += len(text.encode("utf-8"))
-        ledger.mark_archived(mid, str(path))
+        if abandoned:
+            ledger.mark_archived_unsettled(mid, str(path))
+        else:
+            ledger.mark_archived(mid, str(path))
         store.delete_match(mid)
         archived.append(mid)
     return ArchiveReport(checked=checked, archived=tuple(archived), skipped_unsettled=tuple(unsettled),

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from gateway.headers import EdgePolicy
     from gateway.limits import Limits
 
+from engine.tools.levels import DEFAULT_LEVEL, LEVELS
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis", metavar="URL", default=os.environ.get("SK_REDIS_URL"),
@@ -29,7 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--id", default=None, help="this gateway's id (default <hostname>-<pid>)")
     parser.add_argument("--dev", action="store_true", help="development only: the browser page mints tokens by name, for any role "
                              "(operator included): never on a reachable host")
-    parser.add_argument("--bots", action="store_true", help="fill an empty seat with a bot (it plays as the trustee would)")
+    parser.add_argument("--bots", action="store_true",
+                        help="seat a bot opposite a player who waits alone for a few seconds (docs/BOTS.md)")
+    parser.add_argument("--bot-level", choices=(*LEVELS, "trustee"), default=DEFAULT_LEVEL,
+                        help="the bots' level where the room config sets no bot_level (default normal; "
+                             "trustee: the trusteeship policy, R-13.3, for tests)")
     parser.add_argument("--bot-think", type=float, default=2.5, metavar="SECONDS",
                         help="the longest a bot thinks over a move: each waits a random 40-100%% of it "
                              "(default 2.5: 1-2.5 s; 0 plays at once; at most 10)")
@@ -107,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("shuangkou.gateway").warning(
             "--allow-live-replay: any operator token can read both hands of a match being played")
     settings = GatewaySettings(redis_url=args.redis, secret=secret, rooms=rooms,
-                               gateway_id=args.id or default_gateway_id(), dev=args.dev, bots=args.bots,
+                               gateway_id=args.id or default_gateway_id(), dev=args.dev, bots=args.bots, bot_level=args.bot_level,
                                bot_think_s=args.bot_think,
                                lobby_redis_url=args.lobby_redis, edge=edge, limits=limits,
                                allow_live_replay=args.allow_live_replay)

@@ -1,7 +1,8 @@
 """``shuangkou matches --redis URL [--player P] [--since T] [--room R] [--json]``: find matches for a dispute.
 
 Lists the matches in the store, newest first, one line each: id, start time
-(UTC), room and mode, the two players, phase, winner, kou and scores (the
+(UTC), room and mode, the two players, phase (``open``, ``finished``, or
+``abandoned`` with its reason: ended before the deal, nothing settled), winner, kou and scores (the
 ledger's stored settlement when there is one, else recomputed from the
 events; ``settled`` says which).  Filters:
 
@@ -77,13 +78,14 @@ def parse_since(text: str, now_ms: int) -> int:
 
 def summary(match_id: str, events: list[Any], stored: Any) -> dict[str, Any]:
     """One match as the listing shows it (no hands: a summary for finding matches)."""
-    from engine.match.events import MatchCreated, MatchFinished, PlayerRemoved, PlayerSeated
+    from engine.match.events import MatchAbandoned, MatchCreated, MatchFinished, PlayerRemoved, PlayerSeated
     from projections.settlement import settle
     from projections.timeline import format_ts
 
     room = mode = None
     players: dict[str, int] = {}
     finish = None
+    abandoned = None
     for e in events:
         if isinstance(e, MatchCreated):
             room, mode = e.config.get("name"), e.config.get("mode")
@@ -93,6 +95,8 @@ def summary(match_id: str, events: list[Any], stored: Any) -> dict[str, Any]:
             players.pop(e.player, None)
         elif isinstance(e, MatchFinished):
             finish = e
+        elif isinstance(e, MatchAbandoned):
+            abandoned = e.reason
     scores: dict[str, int] | None = None
     kou = None
     if stored is not None:
@@ -107,7 +111,8 @@ def summary(match_id: str, events: list[Any], stored: Any) -> dict[str, Any]:
     return {
         "match_id": match_id, "started_ms": started, "started": format_ts(started) if started else None,
         "finished_ms": finish.ts if finish else None, "room": room, "mode": mode,
-        "players": sorted(players, key=lambda p: players[p]), "phase": "finished" if finish else "open",
+        "players": sorted(players, key=lambda p: players[p]), "phase": "finished" if finish else ("abandoned" if abandoned else "open"),
+        "abandoned": abandoned,
         "winner": finish.winner if finish else None, "reason": finish.reason if finish else None,
         "kou": kou, "scores": scores, "settled": stored is not None, "events": len(events),
     }
@@ -166,9 +171,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for r in rows:
         scores = ", ".join(f"{p} {v:+d}" for p, v in (r["scores"] or {}).items())
-        result = (f"{r['winner']} wins ({r['reason']}, kou {r['kou']}): {scores}"
-                  + ("" if r["settled"] else " [not settled yet]")) if r["winner"] \
-            else ("finished" if r["archived"] else "not finished")
+        if r["winner"]:
+            result = (f"{r['winner']} wins ({r['reason']}, kou {r['kou']}): {scores}"
+                      + ("" if r["settled"] else " [not settled yet]"))
+        elif r["phase"] == "abandoned":
+            result = f"abandoned ({r['abandoned']}): never dealt, nothing settled"
+        else:
+            result = "finished" if r["archived"] else "not finished"
         if r["archived"]:
             result += f"  [{r['archive_where']}]"
         print(f"{r['match_id']}  {r['started']}  {r['room']} ({r['mode']})  "
@@ -183,10 +192,11 @@ def archived_row(gone: Any) -> dict[str, Any]:
 
     if gone.readable:
         row = summary(gone.match_id, list(gone.events), None)
-        row["settled"] = True  # only settled matches are archived
+        row["settled"] = row["phase"] == "finished"  # only settled (or abandoned: nothing to settle) ones are
     else:
         row = {"match_id": gone.match_id, "started_ms": None, "started": None, "finished_ms": None,
-               "room": None, "mode": None, "players": [], "phase": "finished", "winner": None, "reason": None,
+               "room": None, "mode": None, "players": [], "phase": "finished", "abandoned": None,
+               "winner": None, "reason": None,
                "kou": None, "scores": None, "settled": True, "events": 0}
     at = gone.archived_at_ms
     return {**row, "archived": True, "archive_file": gone.file, "archived_at": format_ts(at) if at else None,

@@ -38,6 +38,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from engine.tools.levels import POLICIES
+
 if TYPE_CHECKING:
     from rich.text import Text
 
@@ -69,8 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="seed for the deal (default: unpredictable)")
     parser.add_argument("--turn-seconds", metavar="SECONDS",
                         help="override the room's turn clock (seconds above 0)")
-    parser.add_argument("--bot", default="trustee", choices=("trustee", "greedy", "random"),
-                        help="the opponent's policy (default: trusteeship, R-13.3)")
+    parser.add_argument("--bot", default="trustee", choices=POLICIES,
+                        help="the opponent: a level (easy, normal, hard; docs/BOTS.md) or a policy "
+                             "(trustee, greedy, random; default: trusteeship, R-13.3)")
     parser.add_argument("--bot-seconds", metavar="SECONDS",
                         help="how long the bot thinks before it plays (default 1 on a terminal, "
                              "0 with piped input; never more than half the turn clock)")
@@ -344,8 +347,9 @@ class PlaySession:
 
     def _bot_play(self, st: Any) -> None:
         from engine.match.commands import Pass, Play
+        from engine.tools.bot import choose_for
 
-        play = self.bot.choose(st, BOT)
+        play = choose_for(self.bot, st, BOT)  # the bot sees its own view only (docs/BOTS.md)
         if play is None:
             cmd: Any = Pass(command_id=self.cid(), match_id=self.match_id, player=BOT)
         else:

@@ -137,8 +137,29 @@ def report(match_id: str, events: list[Any], ledger: Any = None, require_settlem
         problems += found
         notes += [note] if note else []
     lines = settlement_lines(result) if result.get("winner") is not None and "error" not in result else []
-    return {**base, "phase": state.phase, "problems": problems, "notes": notes, "result": result,
-            "settlement_lines": lines}
+    return {**base, "phase": state.phase, "abandoned": state.abandoned, "problems": problems, "notes": notes,
+            "result": result, "settlement_lines": lines}
+
+
+def check_line(phase: str | None) -> str:
+    """What an ``ok`` check covered, by the match's final phase: only a finished match has a
+    settlement to check; an abandoned or an undealt one is never called "settlement ok"."""
+    if phase == "finished":
+        return "check: ok (seq, match id, 108 cards, rules of every play, settlement)"
+    if phase == "abandoned":
+        return "check: ok (seq, match id; abandoned before the deal: no cards, no settlement)"
+    if phase == "playing":
+        return "check: ok (seq, match id, 108 cards, rules of every play so far; not finished: no settlement yet)"
+    return "check: ok (seq, match id; not dealt yet: no cards, no settlement)"
+
+
+def result_line(r: dict[str, Any]) -> str:
+    """The result line of a report: an abandoned match says so (it has no winner, no scores)."""
+    from engine.tools.script import format_result
+
+    if r.get("phase") == "abandoned":
+        return f"result: abandoned before the deal ({r.get('abandoned')}): nothing to settle, no ledger entry"
+    return format_result(r["result"])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -218,7 +239,6 @@ def run(args: argparse.Namespace) -> int:
         out = [{k: v for k, v in r.items() if k not in ("lines", "missing")} for r in reports]
         print(json.dumps(out if args.all else out[0], ensure_ascii=False))
         return 1 if bad else 0
-    from engine.tools.script import format_result
     from projections.timeline import settlement_heading
 
     for r in reports:
@@ -230,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             for line in r["lines"]:
                 print(line)
-            print(format_result(r["result"]))
+            print(result_line(r))
             if r["settlement_lines"]:
                 print(settlement_heading(r["result"]))
                 for line in r["settlement_lines"]:
@@ -241,5 +261,5 @@ def run(args: argparse.Namespace) -> int:
             for note in r["notes"]:
                 print(note)
         if not args.all and not r["problems"]:
-            print("check: ok (seq, match id, 108 cards, rules of every play, settlement)")
+            print(check_line(r["phase"]))
     return 1 if bad else 0

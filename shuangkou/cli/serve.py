@@ -2,12 +2,14 @@
 
 One process runs
 
-* the command loops (:class:`engine.service.inbox.InboxConsumer`), one per channel
-  (engine/service/channels.py): the player channel ``sk:inbox`` and the operator
-  channel ``sk:ops``, each refusing the command types it does not carry; each reads
-  its stream with the consumer group ``sk-service``, decides, appends, publishes
-  per-player updates; idle pending messages of dead consumers are reclaimed
-  (XAUTOCLAIM);
+* the command loops (:class:`engine.service.inbox.InboxConsumer`): one per stream of each
+  bucket this replica owns (``sk:{b<N>}:inbox`` for players, ``sk:{b<N>}:ops`` for the
+  lobby's CreateMatch/Sit/Deal; engine/service/channels.py), under the bucket's lease
+  (engine/service/ownership.py: one owner per bucket, rebalanced as replicas start and
+  stop, a dead replica's buckets and pending commands taken over), plus ``sk:ops``
+  (Credit, Debit, AddRoom) and the single ``sk:inbox`` of older builds on every replica;
+  each refuses the command types its channel does not carry, reads with the consumer
+  group ``sk-service``, decides, appends, publishes per-player updates;
 * the projection runner (:class:`projections.runner.ProjectionRunner`): the
   bucket feeds → settlement → ledger, consumer group ``sk-projections``;
 * timers: every append records the match's deadline in the store's index; with
@@ -19,9 +21,12 @@ One process runs
   outbox TTL, maxlen and compact form as the command loops (a one-process deployment);
 * ``/metrics`` on ``--metrics-port`` (projections.metrics).
 
-Several serve processes share the work through the consumer groups: give
-each a distinct ``--consumer`` (default ``<hostname>-<pid>``; keep it stable
-across restarts of one replica so it finishes its own pending messages first).
+Several serve processes share the buckets (and the projections' consumer groups): give
+each a distinct ``--consumer`` (default ``<hostname>-<pid>``; keep it stable across
+restarts of one replica so it finishes its own pending messages first).  ``--redis`` may
+name any node of a Redis Cluster (engine/store/connect.py); ``--replica-acks N``
+(``SK_REPLICA_ACKS``) makes every accepting, settling or balance-moving write wait for N
+replicas before the command is acknowledged or its updates are published.
 
 SIGTERM / SIGINT: the message in hand is finished and acknowledged, the rest
 stay pending (another consumer or this one after a restart takes them), then

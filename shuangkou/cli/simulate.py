@@ -46,6 +46,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from engine.tools.levels import POLICIES
+
 if TYPE_CHECKING:
     from engine.match.commands import CommandBase
     from engine.match.protocols import OutcomeLike, ServiceLike
@@ -64,8 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cleanup", action="store_true",
                         help="--redis: at the end delete the player and reply streams this run created")
     parser.add_argument("--seed", type=int, help="seed for deals and bots (default: unpredictable)")
-    parser.add_argument("--bot", default="greedy", choices=("greedy", "trustee", "random"),
-                        help="bot policy (engine.tools.bot; default greedy)")
+    parser.add_argument("--bot", default="greedy", choices=POLICIES,
+                        help="bot level (easy, normal, hard) or policy (greedy, trustee, random) of both "
+                             "players (engine.tools.bot, docs/BOTS.md; default greedy)")
     parser.add_argument("--escape-rate", type=float, default=0.0, metavar="P",
                         help="probability that a match has a player escape at a random moment")
     parser.add_argument("--timeout-rate", type=float, default=0.0, metavar="P",
@@ -469,7 +472,7 @@ class Simulation:
 
     # -- one match -------------------------------------------------------------------------
     def play_match(self, i: int) -> str:
-        from engine.tools.bot import Bot
+        from engine.tools.bot import Bot, choose_for
         from engine.match.commands import CreateMatch, Credit, Escape, Pass, Play, Ready, Sit
 
         mid = f"{self.prefix}{self.run_id}-{i:05d}"
@@ -520,7 +523,7 @@ class Simulation:
                 turns += 1
                 continue
             else:
-                play = bot.choose(st, seat.player)
+                play = choose_for(bot, st, seat.player)  # the bot sees that player's view only
                 if play is None:
                     cmd: Any = Pass(command_id=cid(), match_id=mid, player=seat.player, expected_version=st.version)
                 else:

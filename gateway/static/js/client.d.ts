@@ -189,6 +189,24 @@ export type HandDealtEvent = {
   set_aside_count: number;
 };
 
+/** MatchAbandoned */
+export type MatchAbandonedEvent = {
+  /** the match's id */
+  match_id: string;
+  /** the event's number in its match: 1, 2, 3…; the match's version after it */
+  seq: number;
+  /** milliseconds since the epoch, from the decide context */
+  ts: number;
+  /** the command that caused it: your own command_id when your command did, else null (the same as the update's command_id) */
+  command_id: string | null;
+  /** the event schema version (1) */
+  v: number;
+  /** the message or event type (the tag of the union) */
+  type: "MatchAbandoned";
+  /** why (see the enum) */
+  reason: "not_ready" | "left" | "seat_empty";
+};
+
 /** MatchCreated */
 export type MatchCreatedEvent = {
   /** the match's id */
@@ -533,9 +551,11 @@ export type RoomConfig = {
   cap_loss_at_balance?: boolean;
   /** fixed deals allowed on the operator channel (tests only) */
   test_deals?: boolean;
+  /** gateway --bots: the level of a bot seated in this room (easy, normal or hard); unset: the gateway's --bot-level */
+  bot_level?: "easy" | "normal" | "hard" | null;
 };
 
-export type MatchEvent = MatchCreatedEvent | PlayerSeatedEvent | PlayerReadyEvent | PlayerRemovedEvent | HandDealtEvent | CardsPlayedEvent | PassedEvent | TurnTimedOutEvent | TrusteeshipStartedEvent | TrusteeshipEndedEvent | PlayerDisconnectedEvent | PlayerReconnectedEvent | PlayerEscapedEvent | MatchFinishedEvent;
+export type MatchEvent = MatchCreatedEvent | PlayerSeatedEvent | PlayerReadyEvent | PlayerRemovedEvent | HandDealtEvent | CardsPlayedEvent | PassedEvent | TurnTimedOutEvent | TrusteeshipStartedEvent | TrusteeshipEndedEvent | PlayerDisconnectedEvent | PlayerReconnectedEvent | PlayerEscapedEvent | MatchFinishedEvent | MatchAbandonedEvent;
 
 /** A reading: what combination the cards were played as */
 export type Reading = {
@@ -566,7 +586,7 @@ export type View = {
   /** a match version: the seq of the match's newest event */
   version: number;
   /** the match's phase: new, seating, playing, finished */
-  phase: "new" | "seating" | "playing" | "finished";
+  phase: "new" | "seating" | "playing" | "finished" | "abandoned";
   /** the room's mode: points or wealth (coins); null before the creation */
   mode: "points" | "wealth" | null;
   /** your player id; null for a spectator */
@@ -688,7 +708,7 @@ export type Brief = {
   /** the match version this brief is of (the update's version) */
   version: number;
   /** the match's phase: new, seating, playing, finished */
-  phase: "new" | "seating" | "playing" | "finished";
+  phase: "new" | "seating" | "playing" | "finished" | "abandoned";
   /** the player on turn; null outside the playing phase */
   turn: string | null;
   /** tricks ended so far (a pass ends one, R-6.2) */
@@ -910,7 +930,7 @@ export type RejectedMessage = {
   match: string | null;
 };
 
-/** Where you are in the lobby */
+/** Where you are in the lobby (bot_level: the level of a bot opponent, null for a person) */
 export type LobbyMessage = {
   /** the message kind (the tag of the union) */
   kind: "lobby";
@@ -924,6 +944,8 @@ export type LobbyMessage = {
   match: string | null;
   /** why (removed: not_ready, no_opponent, left, escaped, disconnected, seat_refused: …; queued after the opponent left: opponent_left) */
   reason: "not_ready" | "no_opponent" | "left" | "escaped" | "disconnected" | "opponent_left" | string | null;
+  /** the level of a bot opponent at the table (easy, normal, hard; gateway --bots, docs/BOTS.md); null when the opponent is a person */
+  bot_level: "easy" | "normal" | "hard" | null;
   /** player id -> display name, for the players that have one (gateway/names.py) */
   names?: Record<string, string>;
 };

@@ -167,6 +167,10 @@ function renderSeat(prefix, seat, view, { countAttr = "data-opponent-count", isM
   $(`#${prefix}-contrib`).textContent = seat && view.phase === "playing" ? contribText(view, seat.player) : "";
   $(`#${prefix}`).classList.toggle("on-turn", !!(view.phase === "playing" && seat && view.turn === seat.player));
   if (prefix === "opp") {
+    // a bot opponent's level (the lobby's bot_level; nameOf shows it in the page's language)
+    const level = !S.spectator && S.lobby && S.lobby.bot_level && seat && isBot(seat.player) ? S.lobby.bot_level : "";
+    if (level) nameEl.dataset.botLevel = level;
+    else delete nameEl.dataset.botLevel;
     const n = seat ? seat.cards_left : 0;
     const c = $("#opp-count");
     c.removeAttribute("data-opponent-count");

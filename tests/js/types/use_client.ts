@@ -1,0 +1,19 @@
+// Compiles against gateway/static/js/client.d.ts with tsc --strict (tests/test_schemas.py): the
+// generated types are valid TypeScript and say what a front end reads.
+import { Client, cards, type Brief, type ServerMessage } from "../../../gateway/static/js/client.js";
+
+const c = new Client({ url: "ws://127.0.0.1:8080/ws", token: "JWT" });
+c.on("update", ({ brief, view, message }) => {
+  const b: Brief | null = brief;
+  if (b && b.turn === c.player && (b.last_play === null || b.last_play.reading.kind === "single")) {
+    c.play([cards.sort(view?.hand?.ids ?? [])[0]], { expected_version: b.version });
+  }
+  for (const e of message.events) if (e.type === "CardsPlayed") console.log(e.player, e.reading.top, e.cards);
+});
+c.on("rejected", ({ code, command }) => { if (code === "stale") console.log(command?.type); });
+c.on("settled", (m) => console.log(m.scores, m.breakdown.X, m.balances));
+c.on("closed", ({ code, reconnecting }) => console.log(code, reconnecting));
+const queued: ServerMessage = { kind: "lobby", state: "queued", room: "points", table: null, match: null, reason: null,
+  bot_level: null };
+console.log(queued);
+c.connect();
