@@ -12,6 +12,8 @@ every page and an Origin check on ``/ws``.
 >>> p = EdgePolicy(frame_ancestors=("https://casino.example",))
 >>> content_security_policy(p, "gw.example:8080").split("; ")[2]
 "connect-src 'self' ws://gw.example:8080 wss://gw.example:8080"
+>>> content_security_policy(p, "x; script-src *").split("; ")[2]  # a forged Host adds nothing
+"connect-src 'self'"
 >>> p.origin_allowed("http://gw.example:8080", "gw.example:8080"), p.origin_allowed("https://evil.example", "gw.example:8080")
 (True, False)
 >>> EdgePolicy(dev=True).origin_allowed("https://evil.example", "gw.example:8080")
@@ -21,6 +23,7 @@ True
 from __future__ import annotations
 
 import json
+import re
 
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -34,6 +37,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 ANY = "*"
+_HOST = re.compile(r"[A-Za-z0-9.\-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?")
 
 
 def normalize_origin(text: str) -> str:
@@ -85,7 +89,7 @@ def content_security_policy(policy: EdgePolicy, host: str | None) -> str:
     """The page's CSP: its own files only, no inline script, its own socket, framed only by
     ``policy.frame_ancestors``."""
     connect = "'self'"
-    if host:
+    if host and _HOST.fullmatch(host):  # never a header value into the policy unchecked
         connect += f" ws://{host} wss://{host}"
     ancestors = " ".join(policy.frame_ancestors) if policy.frame_ancestors else "'none'"
     return "; ".join((
