@@ -327,7 +327,7 @@ def server_schema() -> dict[str, Any]:
         "match": _NULLABLE_STR, "reason": _nullable({"anyOf": [
             {"enum": ["not_ready", "no_opponent", "left", "escaped", "disconnected", "opponent_left"]},
             {"type": "string", "pattern": "^seat_refused: "}]}),
-        "bot_level": {"enum": ["easy", "normal", "hard", None]}},
+        "bot_level": {"enum": ["easy", "normal", "hard", "trustee", None]}},
         "Where you are in the lobby (bot_level: the level of a bot opponent, null for a person)")
     defs["settled"] = msg("settled", {
         "match": {"type": "string"}, "scores": {"type": "object", "additionalProperties": _INT},

@@ -945,7 +945,7 @@ export type LobbyMessage = {
   /** why (removed: not_ready, no_opponent, left, escaped, disconnected, seat_refused: …; queued after the opponent left: opponent_left) */
   reason: "not_ready" | "no_opponent" | "left" | "escaped" | "disconnected" | "opponent_left" | string | null;
   /** the level of a bot opponent at the table (easy, normal, hard; gateway --bots, docs/BOTS.md); null when the opponent is a person */
-  bot_level: "easy" | "normal" | "hard" | null;
+  bot_level: "easy" | "normal" | "hard" | "trustee" | null;
   /** player id -> display name, for the players that have one (gateway/names.py) */
   names?: Record<string, string>;
 };
