@@ -255,7 +255,8 @@ class Client:
             left = end - time.monotonic()
             if left <= 0:
                 raise AssertionError(f"{self.name}: no {what} in {timeout_s}s; got "
-                                     f"{[m.get('kind') for m in self.received[-20:]]}")
+                                     f"{[m.get('kind') for m in self.received[-20:]]}; the last: "
+                                     f"{self.received[-3:]}")
             try:
                 msg = await self.recv(left)
             except asyncio.TimeoutError:
