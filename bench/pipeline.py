@@ -131,7 +131,10 @@ def floor_server(url: str, stop: threading.Event | None = None, batch: int = 20)
     from engine.store.redis_store import ensure_group, stream_replies
 
     r = redis.Redis.from_url(url)
-    ensure_group(r, keys.INBOX, FLOOR_GROUP)
+    # the bucket inboxes serve reads (issue 24): one XREADGROUP over all of them, as serve does
+    inboxes = [keys.inbox_key(b) for b in range(keys.DEFAULT_BUCKETS)]
+    for inbox in inboxes:
+        ensure_group(r, inbox, FLOOR_GROUP)
     # EVALSHA in the pipeline (a registered Script would make redis-py ask SCRIPT EXISTS
     # before each pipeline: a round trip the protocol does not have)
     sha = r.script_load(FLOOR_APPEND)
@@ -139,8 +142,9 @@ def floor_server(url: str, stop: threading.Event | None = None, batch: int = 20)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print("ready", flush=True)
     while not stop.is_set():
-        reply = r.xreadgroup(FLOOR_GROUP, "floor-1", {keys.INBOX: ">"}, count=batch, block=200)
-        entries = [e for _, es in stream_replies(reply) for e in es]
+        reply = r.xreadgroup(FLOOR_GROUP, "floor-1", {inbox: ">" for inbox in inboxes}, count=batch, block=200)
+        by_stream = [(stream, es) for stream, es in stream_replies(reply) if es]
+        entries = [e for _, es in by_stream for e in es]
         if not entries:
             continue
         commands = []
@@ -155,12 +159,13 @@ def floor_server(url: str, stop: threading.Event | None = None, batch: int = 20)
         pipe = r.pipeline(transaction=False)
         for (_msg_id, fields), c, (_kind, version) in zip(entries, commands, results):
             body = msgpack.packb({"match_id": c["match_id"], "command_id": c["command_id"], "version": version})
-            pipe.xadd(f"sk:out:{c.get('player', 'x')}", {"kind": "update", "match": c["match_id"], "body": body},
+            pipe.xadd(keys.outbox_key(c.get("player", "x")), {"kind": "update", "match": c["match_id"], "body": body},
                       maxlen=100, approximate=True)
             pipe.xadd(fields[b"reply_to"], {"kind": "accepted", "match": c["match_id"],
                                             "command_id": c["command_id"], "version": version},
                       maxlen=1000, approximate=True)
-        pipe.xack(keys.INBOX, FLOOR_GROUP, *[m for m, _ in entries])
+        for stream, es in by_stream:
+            pipe.xack(stream, FLOOR_GROUP, *[m for m, _ in es])
         pipe.execute()
 
 
