@@ -55,6 +55,7 @@ class GatewaySettings:
     edge: EdgePolicy = EdgePolicy()  # headers, frame ancestors, allowed Origins (gateway/headers.py)
     limits: Limits = Limits()  # sizes and rates per client (gateway/limits.py)
     allow_live_replay: bool = False  # dangerous: the replay viewer shows matches being played
+    replica_acks: int = 0  # SK_REPLICA_ACKS: the lobby's transitions wait for N replicas (issue 24 §4)
 
 
 #: Redis connections of one gateway process, whatever its sockets: the players' pool (the
@@ -89,7 +90,8 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
     lobby_client = client
     if settings.lobby_redis_url and settings.lobby_redis_url != settings.redis_url:
         lobby_client = redis_client(settings.lobby_redis_url, LOBBY_REDIS_CONNECTIONS, name, "--lobby-redis")
-    lobby = Lobby(lobby_client, settings.rooms, settings.gateway_id, player_redis=client)
+    lobby = Lobby(lobby_client, settings.rooms, settings.gateway_id, player_redis=client,
+                  replica_acks=settings.replica_acks)
     hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
               gateway_id=settings.gateway_id, metrics=metrics, limits=settings.limits)
     if settings.bots:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.store.replicas import AsyncReplicaAcks
 from gateway import channels
 from gateway.rooms import RoomBook
 from projections.ledger import SETTLED_KEY, balance_key
@@ -157,7 +158,7 @@ class Lobby:
     """The lobby of one gateway process (the state is shared in Redis)."""
 
     def __init__(self, redis: Any, rooms: RoomBook, gateway_id: str, *, send_timeout_s: float = 15.0,
-                 lease_ms: int = 15_000, player_redis: Any = None):
+                 lease_ms: int = 15_000, player_redis: Any = None, replica_acks: int = 0):
         self.redis = redis  # the lobby's own connection (its Redis user: lobby keys, sk:ops, ledger reads)
         #: the player channel's connection (the gateway's user), for Leave / Disconnect / Reconnect
         self.player_redis = player_redis if player_redis is not None else redis
@@ -167,6 +168,8 @@ class Lobby:
         self.send_timeout_s = send_timeout_s
         self.lease_ms = lease_ms
         self._script = redis.register_script(LUA)
+        #: ``SK_REPLICA_ACKS``: each transition is on N replicas before the lobby acts on it
+        self.acks = AsyncReplicaAcks(redis, replica_acks)
         self._kick = asyncio.Event()
         self._driving: set[str] = set()
         self._registering = asyncio.Lock()
@@ -175,8 +178,12 @@ class Lobby:
 
     async def _call(self, op: str, *args: Any) -> Any:
         # one {lobby} key declared (the script does not read KEYS): on a Redis Cluster it routes
-        # the call to the node of the lobby's slot, where every key the script touches lives
-        return await self._script(keys=[f"{P}seq"], args=[op, now_ms(), *args])
+        # the call to the node of the lobby's slot, where every key the script touches lives.
+        # With SK_REPLICA_ACKS=N the transition is on N replicas before anyone acts on it (a
+        # reply to the socket, a command to the engine, a table's work): issue 24 §4
+        out = await self._script(keys=[f"{P}seq"], args=[op, now_ms(), *args])
+        await self.acks.confirm([f"{P}seq"])
+        return out
 
     # -- reading --------------------------------------------------------------------------
     async def table(self, table_id: str) -> Table | None:

@@ -208,13 +208,17 @@ def _split(owners: dict[int, str]) -> list[int]:
     return sorted(list(owners.values()).count(r) for r in set(owners.values()))
 
 
-def test_the_whole_stack_on_a_cluster_two_serve_replicas_websockets_and_replay(cluster, redis_server, tmp_path):
+def test_the_whole_stack_on_a_cluster_two_serve_replicas_websockets_and_replay(cluster, redis_server, tmp_path,
+                                                                             monkeypatch):
     """§1, §3, §8: matches over real WebSockets through a gateway, two serve replicas sharing the
-    16 buckets (each bucket one owner), a worker; replay --all is clean against the cluster."""
+    16 buckets (each bucket one owner), a worker; replay --all is clean against the cluster.
+    The gateway's lobby runs with SK_REPLICA_ACKS=1 (§4): each transition waits on its slot's node."""
     from engine.store.connect import connect
+    from engine.store.replicas import marker_key
 
     stack = _stack(cluster, redis_server.db_url(4), tmp_path)
     try:
+        monkeypatch.setenv("SK_REPLICA_ACKS", "1")  # the gateway only: serve and the worker are up
         gw = stack.start_gateway("C")
         client = connect(cluster.url)
         # the first replica up holds every bucket until the second registers; then they rebalance
@@ -241,6 +245,8 @@ def test_the_whole_stack_on_a_cluster_two_serve_replicas_websockets_and_replay(c
             return matches
 
         matches = asyncio.run(main())
+        # the lobby waited (INCR + WAIT on the {lobby} node) for every transition of the 2 tables
+        assert int(client.get(marker_key("sk:{lobby}:seq")) or 0) >= 4
         driver = Driver(cluster.url, "stack")
         for k in range(4):
             driver.play(f"cl-direct-{k}", f"cl-d{k}", f"cl-e{k}")

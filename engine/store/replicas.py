@@ -86,3 +86,63 @@ class ReplicaAcks:
         if int(got) < self.n:
             raise rex.ResponseError(f"NOREPLICAS {int(got)} of {self.n} replica(s) acknowledged "
                                     f"{tag_of(key)} within {self.timeout_ms} ms")
+
+
+class AsyncReplicaAcks:
+    """The asyncio counterpart of :class:`ReplicaAcks` (the gateway's lobby, ``SK_REPLICA_ACKS``).
+
+    The INCR and the WAIT go out as one pipeline on one connection of the node holding
+    the key: a plain client's pipeline takes one connection; on a Cluster they are sent
+    to the key's node directly (redis-py's cluster pipeline would route the keyless WAIT
+    elsewhere).
+    """
+
+    def __init__(self, client: Any, n: int, timeout_ms: int = DEFAULT_TIMEOUT_MS):
+        if n < 0:
+            raise ValueError(f"replica acks must be 0 or more, got {n}")
+        self.client = client
+        self.n = n
+        self.timeout_ms = timeout_ms
+        self.waits = 0
+
+    async def confirm(self, keys: Iterable[str | bytes]) -> None:
+        """One INCR + WAIT per distinct hash tag of ``keys``; NOREPLICAS when too few acknowledged."""
+        if self.n <= 0:
+            return
+        seen: set[str] = set()
+        for k in keys:
+            key = k.decode() if isinstance(k, bytes) else k
+            if tag_of(key) not in seen:
+                seen.add(tag_of(key))
+                got = await (self._cluster_one(key) if is_cluster(self.client) else self._single_one(key))
+                self.waits += 1
+                if got < self.n:
+                    raise rex.ResponseError(f"NOREPLICAS {got} of {self.n} replica(s) acknowledged "
+                                            f"{tag_of(key)} within {self.timeout_ms} ms")
+
+    async def _single_one(self, key: str) -> int:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.incr(marker_key(key))
+        pipe.execute_command("WAIT", self.n, self.timeout_ms)
+        _, got = await pipe.execute()
+        return int(got)
+
+    async def _cluster_one(self, key: str) -> int:
+        from contextlib import nullcontext
+
+        from redis.asyncio.cluster import PipelineCommand
+
+        client = self.client
+        await client.initialize()  # a no-op once the slots are known
+        node = client.get_node_from_key(key)
+        commands = [PipelineCommand(0, "INCR", marker_key(key)),
+                    PipelineCommand(1, "WAIT", self.n, self.timeout_ms)]
+        turn = client.turn() if hasattr(client, "turn") else nullcontext()  # gateway/gated.py's bound
+        async with turn:
+            await node.execute_pipeline(commands)
+        for c in commands:
+            if isinstance(c.result, BaseException):
+                if str(c.result).startswith("MOVED"):
+                    await client.nodes_manager.initialize()  # the slot moved (a fail-over): learn where
+                raise c.result
+        return int(commands[1].result)

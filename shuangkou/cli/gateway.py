@@ -96,6 +96,12 @@ def run(args: argparse.Namespace) -> int:
         rooms = RoomBook.load(args.room)
     except ConfigError as exc:
         raise CliError(str(exc)) from None
+    from engine.store.connect import RedisUnavailable, replica_acks_default
+
+    try:
+        replica_acks = replica_acks_default()
+    except RedisUnavailable as exc:
+        raise CliError(str(exc)) from None
     connect_redis(args.redis, "--redis").close()
     if args.lobby_redis:
         connect_redis(args.lobby_redis, "--lobby-redis").close()  # a readable error now rather than on the first socket
@@ -116,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
                                gateway_id=args.id or default_gateway_id(), dev=args.dev, bots=args.bots, bot_level=args.bot_level,
                                bot_think_s=args.bot_think,
                                lobby_redis_url=args.lobby_redis, edge=edge, limits=limits,
-                               allow_live_replay=args.allow_live_replay)
+                               allow_live_replay=args.allow_live_replay, replica_acks=replica_acks)
     serve(settings, args.host, args.port, log_level=str(args.log_level))
     return 0
 

@@ -1,0 +1,169 @@
+"""``--replica-acks N`` / ``SK_REPLICA_ACKS`` (issue 24 §4): one contract for the sync waiter
+(serve, the workers, the ledger) and the asyncio one (the gateway's lobby), on a real
+redis-server with and without a replica.  The Cluster path runs in tests/test_cluster_stack.py."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from engine.store.redis_errors import is_transient
+from engine.store.replicas import AsyncReplicaAcks, ReplicaAcks, marker_key
+from tests.conftest import start_redis_server, stop_redis_server
+from tests.gateway_support import ROOT
+
+pytestmark = [pytest.mark.redis]
+
+
+class Node:
+    def __init__(self) -> None:
+        self.proc, self.url, self.workdir = start_redis_server()
+
+    def client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.url)
+
+    def stop(self) -> None:
+        stop_redis_server(self.proc, self.workdir)
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[Node, Node]]:
+    """A primary and its replica (REPLICAOF), caught up."""
+    primary, replica = Node(), Node()
+    try:
+        host, port = primary.url.split("//")[1].split("/")[0].split(":")
+        replica.client().replicaof(host, port)
+        deadline = time.monotonic() + 20
+        while replica.client().info("replication").get("master_link_status") != "up":
+            assert time.monotonic() < deadline, "the replica did not connect"
+            time.sleep(0.05)
+        yield primary, replica
+    finally:
+        replica.stop()
+        primary.stop()
+
+
+@pytest.fixture(scope="module")
+def alone() -> Iterator[Node]:
+    """A primary without a replica: WAIT 1 never gets its acknowledgement."""
+    node = Node()
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+def _sync(url: str, n: int, timeout_ms: int) -> tuple[Any, Any]:
+    acks = ReplicaAcks(redis.Redis.from_url(url), n, timeout_ms)
+    return acks, acks.confirm
+
+
+def _async(url: str, n: int, timeout_ms: int) -> tuple[Any, Any]:
+    import redis.asyncio as aioredis
+
+    acks = AsyncReplicaAcks(aioredis.Redis.from_url(url), n, timeout_ms)
+
+    def confirm(keys: list[str]) -> None:
+        async def main() -> None:
+            try:
+                await acks.confirm(keys)
+            finally:
+                await acks.client.aclose()
+
+        asyncio.run(main())
+
+    return acks, confirm
+
+
+WAITERS = [pytest.param(_sync, id="sync"), pytest.param(_async, id="asyncio")]
+KEYS = ["sk:{b3}:m:x:events", "sk:{b3}:m:y:events", "sk:{ledger}:settled", b"sk:{lobby}:seq"]
+
+
+@pytest.mark.parametrize("make", WAITERS)
+def test_n_zero_sends_nothing(make, alone):
+    acks, confirm = make(alone.url, 0, 50)
+    before = alone.client().dbsize()
+    confirm(KEYS)
+    assert acks.waits == 0 and alone.client().dbsize() == before
+
+
+@pytest.mark.parametrize("make", WAITERS)
+def test_one_wait_per_hash_tag_and_the_replica_holds_the_writes(make, pair):
+    primary, replica = pair
+    marker = marker_key("sk:{b3}:m:x:events")
+    before = int(primary.client().get(marker) or 0)
+    primary.client().set("sk:{b3}:written-before", "1")  # another connection's write, before the wait
+    acks, confirm = make(primary.url, 1, 2_000)
+    confirm(KEYS)
+    assert acks.waits == 3  # {b3}, {ledger}, {lobby}: one INCR + WAIT each
+    assert int(primary.client().get(marker)) == before + 1
+    # WAIT returned: the replica has the marker and every write the primary made before it
+    assert int(replica.client().get(marker)) == before + 1
+    assert replica.client().get("sk:{b3}:written-before") == b"1"
+
+
+@pytest.mark.parametrize("make", WAITERS)
+def test_too_few_replicas_is_a_transient_noreplicas(make, alone):
+    _acks, confirm = make(alone.url, 1, 50)
+    with pytest.raises(redis.ResponseError) as err:
+        confirm(["sk:{lobby}:seq"])
+    assert str(err.value).startswith("NOREPLICAS 0 of 1 replica(s) acknowledged {lobby}")
+    assert is_transient(err.value)  # the command stays pending and is redelivered
+
+
+@pytest.mark.parametrize("make", WAITERS)
+def test_a_negative_count_is_refused(make, alone):
+    with pytest.raises(ValueError, match="0 or more"):
+        make(alone.url, -1, 50)
+
+
+def _lobby_join(url: str, n: int, player: str) -> tuple[str, str, str]:
+    import redis.asyncio as aioredis
+
+    from gateway.lobby import Lobby
+    from gateway.rooms import RoomBook
+
+    async def main() -> tuple[str, str, str]:
+        client = aioredis.Redis.from_url(url)
+        try:
+            return await Lobby(client, RoomBook.load([]), "acks-test", replica_acks=n).join(player, "points")
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+def test_the_lobby_waits_for_its_replicas_before_it_answers(pair, alone):
+    """SK_REPLICA_ACKS for the gateway's lobby: a Join is answered once the replica has it; with
+    no replica to acknowledge it the call fails (the socket gets a retryable error, not a reply)."""
+    from gateway.lobby import player_key
+
+    primary, replica = pair
+    assert _lobby_join(primary.url, 1, "acks-p1")[0] == "joined"
+    assert replica.client().hget(player_key("acks-p1"), "state") == b"queued"
+    assert int(replica.client().get(marker_key("sk:{lobby}:seq"))) >= 1
+    with pytest.raises(redis.ResponseError, match="NOREPLICAS"):
+        _lobby_join(alone.url, 1, "acks-p2")
+    assert _lobby_join(alone.url, 0, "acks-p3")[0] == "joined"  # the default: no wait
+
+
+@pytest.mark.parametrize("value, message", [
+    ("x", "SK_REPLICA_ACKS must be a whole number, got 'x'"),
+    ("-2", "SK_REPLICA_ACKS must be 0 or more, got -2"),
+])
+def test_the_gateway_refuses_a_bad_sk_replica_acks(value, message, tmp_path, alone):
+    secret = tmp_path / "secret"
+    secret.write_text("s" * 40)
+    env = {**dict(__import__("os").environ), "SK_REPLICA_ACKS": value}
+    proc = subprocess.run([sys.executable, "-m", "shuangkou", "gateway", "--redis", alone.url,
+                           "--secret-file", str(secret), "--port", "0"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
