@@ -145,4 +145,5 @@ class AsyncReplicaAcks:
                 if str(c.result).startswith("MOVED"):
                     await client.nodes_manager.initialize()  # the slot moved (a fail-over): learn where
                 raise c.result
-        return int(commands[1].result)
+        got: Any = commands[1].result
+        return int(got)
