@@ -58,11 +58,15 @@ class GatewaySettings:
     replica_acks: int = 0  # SK_REPLICA_ACKS: the lobby's transitions wait for N replicas (issue 24 §4)
 
 
-#: Redis connections of one gateway process, whatever its sockets: the players' pool (the
-#: fan-out's notice connection and readers, every socket's commands, the lobby's reply reader
-#: among them) and, with ``--lobby-redis``, the lobby's own.  A command waits for a free one.
+#: Redis connections of one gateway process, whatever its sockets: the players' pool (every
+#: socket's commands, the lobby's reply reader among them), the fan-out's own (its notice
+#: connection and its readers' pipelines: a notice is never read behind the sockets' commands)
+#: and, with ``--lobby-redis``, the lobby's own.  A command waits for a free one.
 #: On a Cluster the bound is per node (gateway/gated.py: a command waits there too).
-REDIS_CONNECTIONS = 24
+REDIS_CONNECTIONS = 20
+READER_CONNECTIONS = 4
+#: the most one gateway holds on one node without ``--lobby-redis``
+MAX_REDIS_CONNECTIONS = REDIS_CONNECTIONS + READER_CONNECTIONS
 LOBBY_REDIS_CONNECTIONS = 6
 
 
@@ -92,8 +96,9 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
         lobby_client = redis_client(settings.lobby_redis_url, LOBBY_REDIS_CONNECTIONS, name, "--lobby-redis")
     lobby = Lobby(lobby_client, settings.rooms, settings.gateway_id, player_redis=client,
                   replica_acks=settings.replica_acks)
+    reader = None if redis is not None else redis_client(settings.redis_url, READER_CONNECTIONS, name)
     hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
-              gateway_id=settings.gateway_id, metrics=metrics, limits=settings.limits)
+              gateway_id=settings.gateway_id, metrics=metrics, limits=settings.limits, reader_redis=reader)
     if settings.bots:
         from gateway.bots import BotDriver
 

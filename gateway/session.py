@@ -64,6 +64,11 @@ def _s(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else ("" if v is None else str(v))
 
 
+#: the commands of a seated player that use the place known from the last lookup: the engine
+#: decides them against the match anyway, and any note of the lobby drops what is known
+HOT = frozenset({"Play", "Pass"})
+
+
 @dataclass
 class Hub:
     """Everything one gateway process shares between its connections."""
@@ -79,8 +84,12 @@ class Hub:
     stopping: bool = False
     fanout: Fanout = field(init=False)  # the one reader of every socket's streams (gateway/fanout.py)
 
+    #: the fan-out's own connections (its notices and reads never queue behind the sockets'
+    #: commands in ``redis``'s pool); None: it shares ``redis``
+    reader_redis: Any = None
+
     def __post_init__(self) -> None:
-        self.fanout = Fanout(self.redis)
+        self.fanout = Fanout(self.reader_redis if self.reader_redis is not None else self.redis)
 
     async def heartbeat(self, stop: asyncio.Event) -> None:
         """Keep every connected player's Disconnect in the future (reconnect grace)."""
@@ -117,6 +126,8 @@ class Connection:
         self.closed = False
         self.replaced = False
         self.place = Place("")
+        #: the seated place Play and Pass use without a lookup; None after any lobby note
+        self._seated: Place | None = None
         self.grace_ms = 10_000
         self.match: str | None = None  # the match whose updates this socket gets
         self.watching: str | None = None  # spectators: the watched match
@@ -291,7 +302,7 @@ class Connection:
             return await self._join(msg)
         if t == "Sync":
             return await self._sync(msg)
-        place = await self.hub.lobby.place(self.player)
+        place = self._seated if t in HOT and self._seated is not None else await self.hub.lobby.place(self.player)
         self.place = place
         if t == "Leave" and place.state == "queued":
             await self.hub.lobby.dequeue(self.player, "left")
@@ -306,6 +317,8 @@ class Connection:
                                        msg.command_id)
         match = table.match
         self.match = match
+        # Play and Pass go on to this match until the lobby says otherwise (not past its finish)
+        self._seated = place if table.finished != match else None
         fields: dict[str, Any] = {}
         if t == "Play":
             fields = {"cards": msg.cards, "text": msg.text, "reading_kind": msg.reading_kind,
@@ -414,6 +427,7 @@ class Connection:
                 await self.close(CLOSE_REPLACED, "replaced by a newer connection of the same player")
             return
         if self.is_player and stream == notes_key(self.player):
+            self._seated = None  # the lobby moved this player: look the place up again
             raw = fields.get(b"m", fields.get("m"))
             note = json.loads(_s(raw))
             if note.get("kind") == "lobby":

@@ -22,7 +22,7 @@ from engine.service.publish import Publisher
 from engine.store import keys
 from engine.store.base import Write
 from gateway import channels
-from gateway.app import REDIS_CONNECTIONS
+from gateway.app import MAX_REDIS_CONNECTIONS
 from gateway.fanout import Fanout
 from gateway.reader import Subscription
 from tests.gateway_support import start_stack
@@ -104,7 +104,7 @@ def test_published_entries_reach_every_subscription_once_in_order_by_notice_alon
 @pytest.mark.parametrize("mode", ["single", "cluster"])
 def test_many_sockets_hold_no_more_redis_connections_than_the_pool(mode, redis_server, tmp_path, request):
     """250 players connected to one gateway: its Redis connections (CLIENT LIST, named
-    ``sk-gateway:<id>``) stay within :data:`gateway.app.REDIS_CONNECTIONS` on every node (one
+    ``sk-gateway:<id>``) stay within :data:`gateway.app.MAX_REDIS_CONNECTIONS` on every node (one
     blocking read per socket would hold 250), and every socket still gets the entry written for it."""
     import redis
     import websockets
@@ -162,7 +162,7 @@ def test_many_sockets_hold_no_more_redis_connections_than_the_pool(mode, redis_s
         held, got = asyncio.run(main())
     finally:
         stack.stop()
-    assert 0 < held <= REDIS_CONNECTIONS < n
+    assert 0 < held <= MAX_REDIS_CONNECTIONS < n
     assert [m["command_id"] for m in got] == [f"c{i}" for i in range(n)]
 
 

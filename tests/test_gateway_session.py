@@ -391,3 +391,47 @@ def test_a_registry_room_changed_is_offered_changed():
     assert rooms.get("r").turn_seconds == 12
     rooms.update_registry({})
     assert rooms.get("r") is None  # removed from the registry: no longer offered
+
+
+def test_play_and_pass_of_a_seated_player_skip_the_place_lookup_until_the_lobby_moves_them(aredis):
+    """The hot path (issue 24 §5): a seated player's Play and Pass go to the match the last
+    lookup found, with no lookup of their own; any lobby note (here the table closing) drops
+    it, so the next Play is looked up again and refused ``not_seated``, never sent to the old match."""
+    lookups: list[str] = []
+
+    async def count(lobby: Lobby) -> None:
+        lookups.append("place")
+
+    async def commands(r: Any, match: str) -> list[str]:
+        stream = channels.stream_for(channels.player_command("Pass", match, "alice", "probe"))
+        return [decode_command(f[b"c"]).type for _i, f in await r.xrange(stream)
+                if decode_command(f[b"c"]).match_id == match]
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        await ws.inbox.put(json.dumps({"type": "Ready", "command_id": "r1"}))
+        for i, msg in enumerate([{"type": "Play", "cards": [5]}, {"type": "Pass"}, {"type": "Play", "cards": [7]}]):
+            await ws.inbox.put(json.dumps({**msg, "command_id": f"h{i}"}))
+        r = conn.hub.redis
+        while (await commands(r, "t1-1")).count("Play") < 2:
+            await asyncio.sleep(0.02)
+        before = len(lookups)
+        assert await commands(r, "t1-1") == ["Sync", "Ready", "Play", "Pass", "Play"]
+        assert before == 2, lookups  # the connection's own and the Ready's: none for Play or Pass
+        # bob leaves: the table closes, alice is queued again (a lobby note)
+        await conn.hub.lobby._call("removed", "t1", "t1-1", "bob", "left")
+        await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "queued", "queued again")
+        await ws.inbox.put(json.dumps({"type": "Play", "cards": [9], "command_id": "late"}))
+        refused = await ws.expect(lambda m: m["kind"] == "rejected" and m["command_id"] == "late", "the refusal")
+        assert refused["code"] == "not_seated" and len(lookups) == before + 1
+        assert (await commands(r, "t1-1")).count("Play") == 2
+
+    async def main() -> None:
+        r = aredis()
+        lobby = Lobby(r, RoomBook.load(), "setup")
+        await _table_creating(lobby)
+        assert await lobby._call("seated", "t1", "t1-1") == 1
+        await r.aclose()
+        await _with_connection(aredis, {"t1-1": 3}, body, place_hook=count)
+
+    asyncio.run(main())
