@@ -21,7 +21,14 @@ Measured per run, printed as medians over the runs (JSON keys):
 * ``cpu_us_per_command``: CPU µs per command of each process kind (``serve``, ``redis``: every
   cluster node, ``gateway``, ``workers``), from /proc before and after the load;
 * ``p50_ms``/``p99_ms`` of the simulate clients' command round trips, ``bytes_per_match``
-  (used memory of the masters over the matches), ``gateway_rss_kb``.
+  (used memory of the masters over the matches), ``gateway_rss_kb``;
+* ``slot_shares`` (once per invocation, an extra run of the same load on one plain
+  redis-server watched by ``MONITOR``, so the watching costs none of the figures above): of
+  every command Redis ran (a script's own calls included), the fraction on the ledger's slot
+  (``{ledger}``), the lobby's (``{lobby}``), the operator channel's (``sk:ops``) and the
+  busiest bucket's (``{b<N>}``); ``commands_per_match`` by slot for the matches played
+  (``lobby`` over the WebSocket matches only: the simulate clients do not go through the lobby).
+  ``--no-slot-shares`` skips it.
 
 The machine's other load changes the figures: compare ``cps`` with ``single_node_cps`` of the
 same run, not across machines.
@@ -33,6 +40,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -83,6 +91,86 @@ def commandstats_calls(client: Any) -> int:
     return sum(commandstats(client).values())
 
 
+_SLOT = re.compile(r'"(sk:(?:\{([^}]+)\}|[^"{]+))')
+
+
+def slot_of(command: str) -> str | None:
+    """The slot a ``MONITOR`` line's command works on, by the first ``sk:`` key it names: the
+    hash tag (``{ledger}``) or, without one, the key itself (``sk:ops``); None without a key.
+
+    >>> slot_of('1.0 [0 127.0.0.1:5] "EVALSHA" "ab" "1" "sk:{lobby}:seq" "join"')
+    '{lobby}'
+    >>> slot_of('1.0 [0 lua] "XADD" "sk:ops" "*" "c" "x"'), slot_of('1.0 [0 127.0.0.1:5] "PING"')
+    ('sk:ops', None)
+    """
+    m = _SLOT.search(command)
+    if m is None:
+        return None
+    return "{" + m.group(2) + "}" if m.group(2) is not None else m.group(1)
+
+
+class SlotCounter:
+    """Counts the commands of one node by slot (:func:`slot_of`), from ``MONITOR``, in a thread."""
+
+    def __init__(self, url: str):
+        import socket
+        import threading
+
+        host, port = url.split("//")[1].split("/")[0].split(":")
+        self.sock = socket.create_connection((host, int(port)))
+        self.sock.sendall(b"MONITOR\r\n")
+        self.counts: dict[str, int] = {}
+        self.total = 0
+        self._stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        buf = b""
+        self.sock.settimeout(0.5)
+        while not self._stop:
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not chunk:
+                return
+            buf += chunk
+            *lines, buf = buf.split(b"\r\n")
+            for line in lines:
+                if not line.startswith(b"+") or line == b"+OK":
+                    continue
+                self.total += 1
+                slot = slot_of(line.decode("utf-8", "replace"))
+                if slot is not None:
+                    self.counts[slot] = self.counts.get(slot, 0) + 1
+
+    def stop(self) -> None:
+        self._stop = True
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+def slot_shares(counter: SlotCounter, matches: int, ws_matches: int) -> dict[str, Any]:
+    total = max(1, counter.total)
+    buckets = {k: v for k, v in counter.counts.items() if re.fullmatch(r"\{b\d+\}", k)}
+    busiest = max(buckets.values(), default=0)
+    get = counter.counts.get
+    return {
+        "commands": counter.total,
+        "ledger": round(get("{ledger}", 0) / total, 4), "lobby": round(get("{lobby}", 0) / total, 4),
+        "ops": round(get("sk:ops", 0) / total, 4), "busiest_bucket": round(busiest / total, 4),
+        "commands_per_match": {
+            "all": round(counter.total / max(1, matches + ws_matches), 1),
+            "ledger": round(get("{ledger}", 0) / max(1, matches + ws_matches), 1),
+            "lobby": round(get("{lobby}", 0) / max(1, ws_matches), 1),
+            "busiest_bucket": round(busiest / max(1, (matches + ws_matches) / max(1, len(buckets))), 1),
+        },
+    }
+
+
 def scrape(port: int) -> dict[str, float]:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     out: dict[str, float] = {}
@@ -127,8 +215,9 @@ async def ws_pairs(url: str, stack: Stack, pairs: int, tag: str) -> None:
 
 
 def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, args: argparse.Namespace,
-        tmp: Path, tag: str) -> dict[str, Any]:
-    """The stack on ``store_url``, the load, the figures."""
+        tmp: Path, tag: str, watch: bool = False) -> dict[str, Any]:
+    """The stack on ``store_url``, the load, the figures; with ``watch``, only the slot shares
+    (``MONITOR`` on ``store_url``, a single node, during the load)."""
     stack = start_stack(store_url, broker_url, tmp, {"bench": {"trustee_delay_seconds": 0.0}})
     try:
         stack.procs[0].terminate()  # start_stack's own serve: replaced by ours (with metrics)
@@ -144,6 +233,7 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
         before_mem = sum(int(m.info("memory")["used_memory"]) for m in masters)
         cpu0 = {"serve": sum(cpu_s(p.pid) for p in serves), "gateway": cpu_s(gw.proc.pid),
                 "workers": group_cpu_s(worker.pid), "redis": sum(cpu_s(n) for n in nodes)}
+        counter = SlotCounter(store_url) if watch else None
         t0 = time.perf_counter()
         sim = subprocess.Popen([sys.executable, "-m", "shuangkou", "simulate", "--external", "--redis", store_url,
                                 "-n", str(args.matches), "-c", str(args.concurrency), "--json", "--no-progress",
@@ -171,6 +261,10 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
                 "workers": group_cpu_s(worker.pid), "redis": sum(cpu_s(n) for n in nodes)}
         if args.ws_pairs:
             ws.join(timeout=600)
+        if counter is not None:
+            time.sleep(2.0)  # the last settlements and lobby steps of the sockets' matches
+            counter.stop()
+            return slot_shares(counter, int(report["finished"]), args.ws_pairs)
         metrics = [scrape(p) for p in ports]
         conflicts = sum(m.get("shuangkou_append_conflicts_total", 0) for m in metrics)
         hits = sum(v for m in metrics for k, v in m.items() if k.startswith("shuangkou_state_cache_requests_total")
@@ -225,6 +319,21 @@ def run_once(args: argparse.Namespace, k: int, tmp: Path) -> dict[str, Any]:
     return on_cluster
 
 
+def watched_run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """The load once more on one plain redis-server under ``MONITOR``: the slots' shares."""
+    import redis
+
+    broker_proc, broker_url, broker_dir = start_redis_server()
+    node_proc, node_url, node_dir = start_redis_server()
+    try:
+        (tmp / "w").mkdir()
+        return one(node_url, [node_proc.pid], [redis.Redis.from_url(node_url)], broker_url,
+                   argparse.Namespace(**{**vars(args), "replica_acks": 0}), tmp / "w", "bw", watch=True)
+    finally:
+        stop_redis_server(node_proc, node_dir)
+        stop_redis_server(broker_proc, broker_dir)
+
+
 def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in runs[0].items():
@@ -247,12 +356,16 @@ def main() -> int:
     ap.add_argument("--replica-acks", type=int, default=0, help="serve --replica-acks")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-slot-shares", dest="slot_shares", action="store_false",
+                    help="skip the extra run that measures the slots' shares (MONITOR)")
     args = ap.parse_args()
     import tempfile
 
     tmp = Path(tempfile.mkdtemp(prefix="sk-bench-cluster-"))
     runs = [run_once(args, k, tmp) for k in range(args.runs)]
     med = median_of(runs)
+    if args.slot_shares:
+        med["slot_shares"] = watched_run(args, tmp)
     med = {"masters": args.masters, "serve_replicas": args.serve, "replicas_per_master": args.replicas,
            "replica_acks": args.replica_acks, "runs": args.runs, **med}
     med["cps_ratio_to_single_node"] = round(med["cps"] / med["single_node_cps"], 3) if med["single_node_cps"] else None

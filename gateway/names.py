@@ -56,11 +56,9 @@ async def remember(redis: Any, player: str, name: str | None) -> None:
 async def names_of(redis: Any, players: Iterable[str | None]) -> dict[str, str]:
     """``{player: name}`` for the players that have a display name (the others are left out:
     the page shows their id, or its word for a bot)."""
-    out: dict[str, str] = {}
-    for p in players:
-        if not p or p in out:
-            continue
-        raw = await redis.hget(NAMES_KEY, p)
-        if raw is not None:
-            out[p] = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-    return out
+    wanted = list(dict.fromkeys(p for p in players if p))
+    if not wanted:
+        return {}
+    raws = await redis.hmget(NAMES_KEY, wanted)  # one round trip, whatever the number of players
+    return {p: raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            for p, raw in zip(wanted, raws) if raw is not None}
