@@ -26,8 +26,9 @@ Measured per run, printed as medians over the runs (JSON keys):
   redis-server watched by ``MONITOR``, so the watching costs none of the figures above): of
   every command Redis ran (a script's own calls included), the fraction on the ledger's slot
   (``{ledger}``), the lobby's (``{lobby}``), the operator channel's (``sk:ops``) and the
-  busiest bucket's (``{b<N>}``); ``commands_per_match`` by slot for the matches played
-  (``lobby`` over the WebSocket matches only: the simulate clients do not go through the lobby).
+  busiest bucket's (``{b<N>}``); ``per_match``: the commands a match adds to the ledger's and
+  the lobby's slot over their idle rate (``lobby`` over the WebSocket matches only: the simulate
+  clients do not go through the lobby); ``idle_per_s``: the stack's idle commands a second.
   ``--no-slot-shares`` skips it.
 
 The machine's other load changes the figures: compare ``cps`` with ``single_node_cps`` of the
@@ -58,6 +59,7 @@ from tests.gateway_support import Client, Stack, kind, lobby, ready_and_play, st
 from tests.processes import wait_for  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
+IDLE_S = 5.0  # the watched run's idle window (after a settling one as long), before the load
 
 
 def cpu_s(pid: int) -> float:
@@ -121,6 +123,7 @@ class SlotCounter:
         self.sock.sendall(b"MONITOR\r\n")
         self.counts: dict[str, int] = {}
         self.total = 0
+        self._base: tuple[dict[str, int], int, float] = ({}, 0, time.perf_counter())
         self._stop = False
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -147,27 +150,43 @@ class SlotCounter:
                 if slot is not None:
                     self.counts[slot] = self.counts.get(slot, 0) + 1
 
+    def snapshot(self) -> tuple[dict[str, int], int, float]:
+        """(counts by slot, all commands, seconds) since the last snapshot (or the start)."""
+        now = time.perf_counter()
+        counts, total = dict(self.counts), self.total
+        out = ({k: v - self._base[0].get(k, 0) for k, v in counts.items()}, total - self._base[1], now - self._base[2])
+        self._base = (counts, total, now)
+        return out
+
     def stop(self) -> None:
         self._stop = True
         self.thread.join(timeout=5)
         self.sock.close()
 
 
-def slot_shares(counter: SlotCounter, matches: int, ws_matches: int) -> dict[str, Any]:
-    total = max(1, counter.total)
-    buckets = {k: v for k, v in counter.counts.items() if re.fullmatch(r"\{b\d+\}", k)}
+def slot_shares(idle: tuple[dict[str, int], int, float], load: tuple[dict[str, int], int, float],
+                matches: int, ws_matches: int) -> dict[str, Any]:
+    """The slots' shares of the load window, and what a match adds to the ledger's and the
+    lobby's slot over their idle rate (the polls and sweeps that run whatever the load).
+
+    ``idle`` and ``load`` are (counts by slot, all commands, seconds) of the two windows."""
+    (ic, _it, isec), (lc, lt, lsec) = idle, load
+    total = max(1, lt)
+    buckets = {k: v for k, v in lc.items() if re.fullmatch(r"\{b\d+\}", k)}
     busiest = max(buckets.values(), default=0)
-    get = counter.counts.get
+
+    def per_match(slot: str, n: int) -> float:
+        added = lc.get(slot, 0) - ic.get(slot, 0) * lsec / max(1e-9, isec)
+        return round(max(0.0, added) / max(1, n), 1)
+
     return {
-        "commands": counter.total,
-        "ledger": round(get("{ledger}", 0) / total, 4), "lobby": round(get("{lobby}", 0) / total, 4),
-        "ops": round(get("sk:ops", 0) / total, 4), "busiest_bucket": round(busiest / total, 4),
-        "commands_per_match": {
-            "all": round(counter.total / max(1, matches + ws_matches), 1),
-            "ledger": round(get("{ledger}", 0) / max(1, matches + ws_matches), 1),
-            "lobby": round(get("{lobby}", 0) / max(1, ws_matches), 1),
-            "busiest_bucket": round(busiest / max(1, (matches + ws_matches) / max(1, len(buckets))), 1),
-        },
+        "commands": lt, "seconds": round(lsec, 1),
+        "ledger": round(lc.get("{ledger}", 0) / total, 4), "lobby": round(lc.get("{lobby}", 0) / total, 4),
+        "ops": round(lc.get("sk:ops", 0) / total, 4), "busiest_bucket": round(busiest / total, 4),
+        "per_match": {"ledger": per_match("{ledger}", matches + ws_matches),
+                      "lobby": per_match("{lobby}", ws_matches)},
+        "idle_per_s": {"all": round(_it / max(1e-9, isec)), "lobby": round(ic.get("{lobby}", 0) / max(1e-9, isec)),
+                       "buckets": round(sum(v for k, v in ic.items() if k.startswith("{b")) / max(1e-9, isec))},
     }
 
 
@@ -205,9 +224,10 @@ async def ws_pairs(url: str, stack: Stack, pairs: int, tag: str) -> None:
         for c in (ca, cb):
             await c.expect(kind("welcome"))
             await c.send({"type": "Join", "room": "bench"})
+        # the lobby pairs whoever waits: the two of a pair may sit at different tables
         sa = await ca.expect(lobby("seated"), what="seated")
-        await cb.expect(lobby("seated"), what="seated")
-        await asyncio.gather(ready_and_play(ca, sa["match"]), ready_and_play(cb, sa["match"]))
+        sb = await cb.expect(lobby("seated"), what="seated")
+        await asyncio.gather(ready_and_play(ca, sa["match"]), ready_and_play(cb, sb["match"]))
         await ca.close()
         await cb.close()
 
@@ -234,6 +254,11 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
         cpu0 = {"serve": sum(cpu_s(p.pid) for p in serves), "gateway": cpu_s(gw.proc.pid),
                 "workers": group_cpu_s(worker.pid), "redis": sum(cpu_s(n) for n in nodes)}
         counter = SlotCounter(store_url) if watch else None
+        if counter is not None:
+            time.sleep(IDLE_S)
+            counter.snapshot()
+            time.sleep(IDLE_S)
+            idle = counter.snapshot()  # the stack idle: its polls, leases and sweeps
         t0 = time.perf_counter()
         sim = subprocess.Popen([sys.executable, "-m", "shuangkou", "simulate", "--external", "--redis", store_url,
                                 "-n", str(args.matches), "-c", str(args.concurrency), "--json", "--no-progress",
@@ -263,8 +288,9 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
             ws.join(timeout=600)
         if counter is not None:
             time.sleep(2.0)  # the last settlements and lobby steps of the sockets' matches
+            load = counter.snapshot()
             counter.stop()
-            return slot_shares(counter, int(report["finished"]), args.ws_pairs)
+            return slot_shares(idle, load, int(report["finished"]), args.ws_pairs)
         metrics = [scrape(p) for p in ports]
         conflicts = sum(m.get("shuangkou_append_conflicts_total", 0) for m in metrics)
         hits = sum(v for m in metrics for k, v in m.items() if k.startswith("shuangkou_state_cache_requests_total")

@@ -39,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.cluster import cpu_s, group_cpu_s  # noqa: E402
 from tests.conftest import start_redis_server, stop_redis_server  # noqa: E402
 from tests.gateway_support import start_stack  # noqa: E402
 
@@ -245,7 +246,8 @@ def gateway_connections(redis_url: str, gateway_id: str) -> int:
         return sum(1 for c in r.client_list() if c.get("name") == f"sk-gateway:{gateway_id}")
 
 
-async def hold_connected(url: str, stack: Any, players: int, redis_url: str, gateway_id: str) -> dict[str, int]:
+async def hold_connected(url: str, stack: Any, players: int, redis_url: str, gateway_id: str,
+                         gateway_pid: int) -> dict[str, int]:
     """``players`` sockets authenticated and greeted at once; the gateway's connections meanwhile."""
     import websockets
 
@@ -262,9 +264,33 @@ async def hold_connected(url: str, stack: Any, players: int, redis_url: str, gat
         await asyncio.gather(*(one(i) for i in range(players)))
         await asyncio.sleep(1.0)  # the greetings settle
         held = await asyncio.to_thread(gateway_connections, redis_url, gateway_id)
+        rss = rss_kb(gateway_pid)
     finally:
         await asyncio.gather(*(ws.close() for ws in socks), return_exceptions=True)
-    return {"connected_players": len(socks), "gateway_redis_connections": held}
+    return {"connected_players": len(socks), "gateway_redis_connections": held, "rss_kb_held": rss}
+
+
+class CpuMeter:
+    """CPU seconds of each process kind of the stack (and of this process: the clients)."""
+
+    def __init__(self, stack: Any, gateway_pid: int, redis_pid: int):
+        self.serve = [p.pid for p in stack.procs if p.args[3:4] == ["serve"]]
+        self.workers = [p.pid for p in stack.procs if "dramatiq" in p.args]
+        self.gateway, self.redis = gateway_pid, redis_pid
+
+    def read(self) -> dict[str, float]:
+        return {"serve": sum(cpu_s(p) for p in self.serve), "gateway": cpu_s(self.gateway),
+                "redis": cpu_s(self.redis), "workers": sum(group_cpu_s(p) for p in self.workers),
+                "clients": time.process_time()}
+
+    @staticmethod
+    def per_command(before: dict[str, float], after: dict[str, float], commands: int) -> dict[str, float]:
+        return {k: (after[k] - before[k]) * 1e6 / max(1, commands) for k in before}
+
+
+def rss_kb(pid: int) -> int:
+    return int(next((ln.split()[1] for ln in Path(f"/proc/{pid}/status").read_text().splitlines()
+                     if ln.startswith("VmRSS")), "0"))
 
 
 def main() -> int:
@@ -286,29 +312,38 @@ def main() -> int:
         gw = stack.start_gateway("bench")
         cfg = load_config(tmp / "bench.toml")
         rows = []
+        cpu: dict[str, list[dict[str, float]]] = {"gateway": [], "inbox": []}
+        meter = CpuMeter(stack, gw.proc.pid, proc.pid)
         peak = 0
         for run in range(args.runs):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), meter.read()
             ga = asyncio.run(run_gateway(gw.url, stack, args.players, "bench", f"g{run}"))
-            tg = time.perf_counter() - t0
+            tg, c1 = time.perf_counter() - t0, meter.read()
+            cpu["gateway"].append(CpuMeter.per_command(c0, c1, len(ga)))
             peak = max(peak, gateway_connections(stack.store_url, "bench"))
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), meter.read()
             da = asyncio.run(run_inbox(stack.store_url, args.players, cfg, f"d{run}"))
-            td = time.perf_counter() - t0
+            td, c1 = time.perf_counter() - t0, meter.read()
+            cpu["inbox"].append(CpuMeter.per_command(c0, c1, len(da)))
             g, d = rtts_of(ga), rtts_of(da)
             rows.append((pct(g, .5), pct(g, .99), pct(d, .5), pct(d, .99), rate(ga), rate(da)))
             say(f"run {run + 1}: gateway {len(g)} commands in {tg:.1f}s ({rows[-1][4]:.0f}/s)  "
                 f"p50 {rows[-1][0]:.2f} ms  p99 {rows[-1][1]:.2f} ms | inbox {len(d)} commands in {td:.1f}s "
                 f"({rows[-1][5]:.0f}/s)  p50 {rows[-1][2]:.2f} ms  p99 {rows[-1][3]:.2f} ms", flush=True)
         med = [statistics.median(r[i] for r in rows) for i in range(6)]
-        held = (asyncio.run(hold_connected(gw.url, stack, args.connected, stack.store_url, "bench"))
+        rss_before = rss_kb(gw.proc.pid)
+        held = (asyncio.run(hold_connected(gw.url, stack, args.connected, stack.store_url, "bench",
+                                           gw.proc.pid))
                 if args.connected else {})
+        if held:
+            held["gateway_kb_per_socket"] = round((held.pop("rss_kb_held") - rss_before) / args.connected, 1)
+        cpu_med = {path: {k: round(statistics.median(r[k] for r in rs), 1) for k in rs[0]} for path, rs in cpu.items()}
         out = {"players": args.players, "runs": args.runs,
                "gateway_cps": round(med[4], 1), "inbox_cps": round(med[5], 1),
                "gateway_p50_ms": round(med[0], 2), "inbox_p50_ms": round(med[2], 2),
                "gateway_p99_ms": round(med[1], 2), "inbox_p99_ms": round(med[3], 2),
                "cps_ratio": round(med[4] / med[5], 3), "p50_ratio": round(med[0] / med[2], 3),
-               "gateway_redis_connections_at_players": peak, **held}
+               "gateway_redis_connections_at_players": peak, "cpu_us_per_command": cpu_med, **held}
         if args.json:
             print(json.dumps(out))
         else:
