@@ -190,6 +190,8 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
             await hub.fanout.aclose()
             if redis is None:
                 await client.aclose()
+            if reader is not None:
+                await reader.aclose()
             if lobby_client is not client:
                 await lobby_client.aclose()
 

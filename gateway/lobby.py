@@ -64,6 +64,9 @@ def notes_key(player: str) -> str:
     return f"{P}notes:{player}"
 
 
+#: the sweep's operations: when they find nothing to do they changed nothing (no wait)
+IDLE_OPS = frozenset({"claim", "absent"})
+
 ROOMS_REFRESH_S = 2.0  # how often the lobby reads the room registry again
 
 PENDING = f"{P}pending"
@@ -182,7 +185,11 @@ class Lobby:
         # With SK_REPLICA_ACKS=N the transition is on N replicas before anyone acts on it (a
         # reply to the socket, a command to the engine, a table's work): issue 24 §4
         out = await self._script(keys=[f"{P}seq"], args=[op, now_ms(), *args])
-        await self.acks.confirm([f"{P}seq"])
+        if self.acks.n and (out or op not in IDLE_OPS):
+            try:
+                await self.acks.confirm([f"{P}seq"])
+            except Exception as exc:  # NOREPLICAS, or the node away: the transition is made, do its work
+                log.warning("lobby %s: %s; going on without the replicas' acknowledgement", op, exc)
         return out
 
     # -- reading --------------------------------------------------------------------------

@@ -128,6 +128,7 @@ class Connection:
         self.place = Place("")
         #: the seated place Play and Pass use without a lookup; None after any lobby note
         self._seated: Place | None = None
+        self._notes_seen = 0  # lobby notes delivered (a lookup overtaken by one is not kept)
         self.grace_ms = 10_000
         self.match: str | None = None  # the match whose updates this socket gets
         self.watching: str | None = None  # spectators: the watched match
@@ -302,6 +303,7 @@ class Connection:
             return await self._join(msg)
         if t == "Sync":
             return await self._sync(msg)
+        notes_seen = self._notes_seen  # a note during the lookup below makes its answer old
         place = self._seated if t in HOT and self._seated is not None else await self.hub.lobby.place(self.player)
         self.place = place
         if t == "Leave" and place.state == "queued":
@@ -318,7 +320,7 @@ class Connection:
         match = table.match
         self.match = match
         # Play and Pass go on to this match until the lobby says otherwise (not past its finish)
-        self._seated = place if table.finished != match else None
+        self._seated = place if table.finished != match and self._notes_seen == notes_seen else None
         fields: dict[str, Any] = {}
         if t == "Play":
             fields = {"cards": msg.cards, "text": msg.text, "reading_kind": msg.reading_kind,
@@ -428,6 +430,7 @@ class Connection:
             return
         if self.is_player and stream == notes_key(self.player):
             self._seated = None  # the lobby moved this player: look the place up again
+            self._notes_seen += 1
             raw = fields.get(b"m", fields.get("m"))
             note = json.loads(_s(raw))
             if note.get("kind") == "lobby":

@@ -287,6 +287,12 @@ def test_every_process_under_its_own_user(acl_redis, acl_broker, tmp_path):
             allowed.append(what)
         assert allowed == [], f"the gateway user may {allowed}"
 
+        # the lobby's display names (one HMGET) and its SK_REPLICA_ACKS wait (INCR + WAIT)
+        from engine.store.replicas import marker_key
+        from gateway.names import NAMES_KEY
+
+        assert lobby_r.hmget(NAMES_KEY, ["alice", "bob"]) is not None
+        assert lobby_r.incr(marker_key("sk:{lobby}:seq")) >= 1 and lobby_r.execute_command("WAIT", 0, 0) == 0
         # and the lobby may not act as a player gateway nor move coins itself
         for call in (lambda: lobby_r.xadd(keys.INBOX, {"j": "{}"}), lambda: lobby_r.xrange(events),
                      lambda: lobby_r.hincrby(balance_key("wealth"), "alice", 1)):

@@ -435,3 +435,40 @@ def test_play_and_pass_of_a_seated_player_skip_the_place_lookup_until_the_lobby_
         await _with_connection(aredis, {"t1-1": 3}, body, place_hook=count)
 
     asyncio.run(main())
+
+
+def test_a_lookup_overtaken_by_a_lobby_note_is_not_kept_for_play_and_pass(aredis):
+    """The table closes (its note delivered) while a Ready's place lookup is under way: the
+    place it found is not kept, so the next Play is looked up again and refused ``not_seated``."""
+    state: dict[str, Any] = {}
+
+    async def overtake(lobby: Lobby) -> None:
+        conn = state.get("conn")
+        if conn is None or not state.get("armed") or state.get("done"):
+            return
+        state["done"] = True
+        seen = conn._notes_seen
+        await lobby._call("removed", "t1", "t1-1", "bob", "left")
+        while conn._notes_seen == seen:  # the note reached the socket before the lookup returns
+            await asyncio.sleep(0.01)
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        state["conn"] = conn
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        state["armed"] = True
+        await ws.inbox.put(json.dumps({"type": "Ready", "command_id": "r1"}))
+        await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "queued", "queued again")
+        assert state.get("done")
+        await ws.inbox.put(json.dumps({"type": "Play", "cards": [9], "command_id": "late"}))
+        refused = await ws.expect(lambda m: m["kind"] == "rejected" and m["command_id"] == "late", "the refusal")
+        assert refused["code"] == "not_seated"
+
+    async def main() -> None:
+        r = aredis()
+        lobby = Lobby(r, RoomBook.load(), "setup")
+        await _table_creating(lobby)
+        assert await lobby._call("seated", "t1", "t1-1") == 1
+        await r.aclose()
+        await _with_connection(aredis, {"t1-1": 3}, body, place_hook=overtake)
+
+    asyncio.run(main())
