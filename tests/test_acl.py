@@ -7,6 +7,7 @@ user is refused on every key and command it must not touch."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
@@ -288,11 +289,28 @@ def test_every_process_under_its_own_user(acl_redis, acl_broker, tmp_path):
         assert allowed == [], f"the gateway user may {allowed}"
 
         # the lobby's display names (one HMGET) and its SK_REPLICA_ACKS wait (INCR + WAIT)
-        from engine.store.replicas import marker_key
         from gateway.names import NAMES_KEY
 
         assert lobby_r.hmget(NAMES_KEY, ["alice", "bob"]) is not None
-        assert lobby_r.incr(marker_key("sk:{lobby}:seq")) >= 1 and lobby_r.execute_command("WAIT", 0, 0) == 0
+        # every user whose writes wait for replicas (serve's, the workers', the ledger's, the
+        # lobby's) may send the INCR + WAIT: with no replica here the answer is NOREPLICAS, not NOPERM
+        from engine.store.replicas import AsyncReplicaAcks, ReplicaAcks
+
+        for user, key in (("service", "sk:{b3}:m:x:events"), ("worker", "sk:{b3}:m:x:events"),
+                          ("projections", "sk:{ledger}:settled")):
+            with pytest.raises(redis.ResponseError, match="^NOREPLICAS"):
+                ReplicaAcks(redis.Redis.from_url(acl_redis(user)), 1, 10).confirm([key])
+
+        async def lobby_waits() -> None:
+            import redis.asyncio as aioredis
+
+            client = aioredis.Redis.from_url(acl_redis("lobby"))
+            try:
+                await AsyncReplicaAcks(client, 1, 10).confirm(["sk:{lobby}:seq"])
+            finally:
+                await client.aclose()
+        with pytest.raises(redis.ResponseError, match="^NOREPLICAS"):
+            asyncio.run(lobby_waits())
         # and the lobby may not act as a player gateway nor move coins itself
         for call in (lambda: lobby_r.xadd(keys.INBOX, {"j": "{}"}), lambda: lobby_r.xrange(events),
                      lambda: lobby_r.hincrby(balance_key("wealth"), "alice", 1)):

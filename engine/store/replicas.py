@@ -74,7 +74,7 @@ class ReplicaAcks:
         if is_cluster(self.client):
             node = self.client.get_redis_connection(self.client.get_node_from_key(key))
         pipe = node.pipeline(transaction=False)
-        pipe.incr(marker_key(key))
+        pipe.execute_command("INCR", marker_key(key))  # INCR, not redis-py's INCRBY: the ACL users have +incr
         pipe.execute_command("WAIT", self.n, self.timeout_ms)
         try:
             _, got = pipe.execute()
@@ -122,7 +122,7 @@ class AsyncReplicaAcks:
 
     async def _single_one(self, key: str) -> int:
         pipe = self.client.pipeline(transaction=False)
-        pipe.incr(marker_key(key))
+        pipe.execute_command("INCR", marker_key(key))  # INCR, not redis-py's INCRBY: the ACL users have +incr
         pipe.execute_command("WAIT", self.n, self.timeout_ms)
         _, got = await pipe.execute()
         return int(got)
