@@ -158,6 +158,17 @@ async def _table_creating(lobby: Lobby) -> None:
     await lobby._call("join", "points", "bob")
 
 
+async def _at_a_seated_table(aredis, engine_versions: dict[str, int], body: Callable[..., Awaitable[None]],
+                             **kwargs: Any) -> None:
+    """alice and bob seated at t1 (match t1-1), then ``body`` on alice's connection."""
+    r = aredis()
+    lobby = Lobby(r, RoomBook.load(), "setup")
+    await _table_creating(lobby)
+    assert await lobby._call("seated", "t1", "t1-1") == 1
+    await r.aclose()
+    await _with_connection(aredis, engine_versions, body, **kwargs)
+
+
 def _view_update(match: str) -> Callable[[dict[str, Any]], bool]:
     return lambda m: m["kind"] == "update" and m["match"] == match and m["view"] is not None
 
@@ -242,15 +253,7 @@ def test_the_gateways_own_sync_refused_still_gives_the_view_the_refusal_carries(
         got = await ws.expect(_view_update("t1-1"), "the view of t1-1")
         assert got["version"] == 5 and got["command_id"] is None
 
-    async def main() -> None:
-        r = aredis()
-        lobby = Lobby(r, RoomBook.load(), "setup")
-        await _table_creating(lobby)
-        assert await lobby._call("seated", "t1", "t1-1") == 1
-        await r.aclose()
-        await _with_connection(aredis, {"t1-1": 5}, body, refuse=True)
-
-    asyncio.run(main())
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 5}, body, refuse=True))
 
 
 def test_the_clients_own_sync_is_answered_with_an_update_carrying_the_view(aredis):
@@ -275,15 +278,7 @@ def test_the_clients_own_sync_is_answered_with_an_update_carrying_the_view(aredi
         assert got["match"] == "t1-1" and got["view"] is not None
         assert [c for _m, _p, c in engine.syncs][-1] == channels.engine_command_id("alice", "s2")
 
-    async def main() -> None:
-        r = aredis()
-        lobby = Lobby(r, RoomBook.load(), "setup")
-        await _table_creating(lobby)
-        assert await lobby._call("seated", "t1", "t1-1") == 1
-        await r.aclose()
-        await _with_connection(aredis, {"t1-1": 4}, body)
-
-    asyncio.run(main())
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 4}, body))
 
 
 # -- the lobby's rooms: registered, then named (issue 12 "Rooms are registered, not sent") ------
@@ -369,15 +364,7 @@ def test_a_spectators_sync_gets_the_spectator_view_again_never_a_hand(aredis):
             assert m["view"]["hand"] is None and m["view"]["you"] is None and m["view"]["phase"] == "seating"
         assert engine.syncs[-1][1] == "alice"  # the seated player's view, redacted by the gateway
 
-    async def main() -> None:
-        r = aredis()
-        lobby = Lobby(r, RoomBook.load(), "setup")
-        await _table_creating(lobby)
-        assert await lobby._call("seated", "t1", "t1-1") == 1
-        await r.aclose()
-        await _with_connection(aredis, {"t1-1": 4}, body, player="watcher", role="spectator")
-
-    asyncio.run(main())
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 4}, body, player="watcher", role="spectator"))
 
 
 def test_a_registry_room_changed_is_offered_changed():
@@ -426,15 +413,7 @@ def test_play_and_pass_of_a_seated_player_skip_the_place_lookup_until_the_lobby_
         assert refused["code"] == "not_seated" and len(lookups) == before + 1
         assert (await commands(r, "t1-1")).count("Play") == 2
 
-    async def main() -> None:
-        r = aredis()
-        lobby = Lobby(r, RoomBook.load(), "setup")
-        await _table_creating(lobby)
-        assert await lobby._call("seated", "t1", "t1-1") == 1
-        await r.aclose()
-        await _with_connection(aredis, {"t1-1": 3}, body, place_hook=count)
-
-    asyncio.run(main())
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3}, body, place_hook=count))
 
 
 def test_a_lookup_overtaken_by_a_lobby_note_is_not_kept_for_play_and_pass(aredis):
@@ -463,12 +442,4 @@ def test_a_lookup_overtaken_by_a_lobby_note_is_not_kept_for_play_and_pass(aredis
         refused = await ws.expect(lambda m: m["kind"] == "rejected" and m["command_id"] == "late", "the refusal")
         assert refused["code"] == "not_seated"
 
-    async def main() -> None:
-        r = aredis()
-        lobby = Lobby(r, RoomBook.load(), "setup")
-        await _table_creating(lobby)
-        assert await lobby._call("seated", "t1", "t1-1") == 1
-        await r.aclose()
-        await _with_connection(aredis, {"t1-1": 3}, body, place_hook=overtake)
-
-    asyncio.run(main())
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3}, body, place_hook=overtake))

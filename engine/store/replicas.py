@@ -45,8 +45,8 @@ def marker_key(key: str) -> str:
     return f"sk:{tag_of(key)}:acks"
 
 
-class ReplicaAcks:
-    """Waits until ``n`` replicas of the nodes holding some keys have every write made so far."""
+class _Waiter:
+    """What both waiters share: the count, the timeout, one key per hash tag, the verdict."""
 
     def __init__(self, client: Any, n: int, timeout_ms: int = DEFAULT_TIMEOUT_MS):
         if n < 0:
@@ -56,17 +56,29 @@ class ReplicaAcks:
         self.timeout_ms = timeout_ms
         self.waits = 0  # WAIT calls sent (bench/cluster.py, tests)
 
-    def confirm(self, keys: Iterable[str | bytes]) -> None:
-        """One INCR + WAIT per distinct hash tag of ``keys``; NOREPLICAS when too few acknowledged."""
+    def _one_per_tag(self, keys: Iterable[str | bytes]) -> list[str]:
+        """A key of each distinct hash tag of ``keys`` (none at all when n is 0)."""
         if self.n <= 0:
-            return
-        seen: set[str] = set()
+            return []
+        by_tag: dict[str, str] = {}
         for k in keys:
             key = k.decode() if isinstance(k, bytes) else k
-            tag = tag_of(key)
-            if tag in seen:
-                continue
-            seen.add(tag)
+            by_tag.setdefault(tag_of(key), key)
+        return list(by_tag.values())
+
+    def _verdict(self, key: str, got: Any) -> None:
+        self.waits += 1
+        if int(got) < self.n:
+            raise rex.ResponseError(f"NOREPLICAS {int(got)} of {self.n} replica(s) acknowledged "
+                                    f"{tag_of(key)} within {self.timeout_ms} ms")
+
+
+class ReplicaAcks(_Waiter):
+    """Waits until ``n`` replicas of the nodes holding some keys have every write made so far."""
+
+    def confirm(self, keys: Iterable[str | bytes]) -> None:
+        """One INCR + WAIT per distinct hash tag of ``keys``; NOREPLICAS when too few acknowledged."""
+        for key in self._one_per_tag(keys):
             self._confirm_one(key)
 
     def _confirm_one(self, key: str) -> None:
@@ -82,13 +94,10 @@ class ReplicaAcks:
             if str(exc).startswith("MOVED") and is_cluster(self.client):
                 self.client.nodes_manager.initialize()  # the slot moved (a fail-over): learn where
             raise
-        self.waits += 1
-        if int(got) < self.n:
-            raise rex.ResponseError(f"NOREPLICAS {int(got)} of {self.n} replica(s) acknowledged "
-                                    f"{tag_of(key)} within {self.timeout_ms} ms")
+        self._verdict(key, got)
 
 
-class AsyncReplicaAcks:
+class AsyncReplicaAcks(_Waiter):
     """The asyncio counterpart of :class:`ReplicaAcks` (the gateway's lobby, ``SK_REPLICA_ACKS``).
 
     The INCR and the WAIT go out as one pipeline on one connection of the node holding
@@ -97,28 +106,10 @@ class AsyncReplicaAcks:
     elsewhere).
     """
 
-    def __init__(self, client: Any, n: int, timeout_ms: int = DEFAULT_TIMEOUT_MS):
-        if n < 0:
-            raise ValueError(f"replica acks must be 0 or more, got {n}")
-        self.client = client
-        self.n = n
-        self.timeout_ms = timeout_ms
-        self.waits = 0
-
     async def confirm(self, keys: Iterable[str | bytes]) -> None:
         """One INCR + WAIT per distinct hash tag of ``keys``; NOREPLICAS when too few acknowledged."""
-        if self.n <= 0:
-            return
-        seen: set[str] = set()
-        for k in keys:
-            key = k.decode() if isinstance(k, bytes) else k
-            if tag_of(key) not in seen:
-                seen.add(tag_of(key))
-                got = await (self._cluster_one(key) if is_cluster(self.client) else self._single_one(key))
-                self.waits += 1
-                if got < self.n:
-                    raise rex.ResponseError(f"NOREPLICAS {got} of {self.n} replica(s) acknowledged "
-                                            f"{tag_of(key)} within {self.timeout_ms} ms")
+        for key in self._one_per_tag(keys):
+            self._verdict(key, await (self._cluster_one(key) if is_cluster(self.client) else self._single_one(key)))
 
     async def _single_one(self, key: str) -> int:
         pipe = self.client.pipeline(transaction=False)
