@@ -18,8 +18,10 @@ Both start the play together: every player waits until all are seated (through t
 or on the operator channel) before its Ready.  Commands/s count the play, from a run's first
 command sent to its last answer (how fast the lobby pairs is not the commands' throughput).  Prints commands/s, p50 and p99 per run and the medians over the runs, with the ratios
 gateway / inbox; ``--json`` prints the medians as one object (``gateway_cps``, ``inbox_cps``,
-``gateway_p50_ms``, ``inbox_p50_ms``, ``gateway_p99_ms``, ``inbox_p99_ms``, the ratios and
-the connection counts)::
+``gateway_p50_ms``, ``inbox_p50_ms``, ``gateway_p99_ms``, ``inbox_p99_ms``, the ratios, the
+connection counts, ``cpu_us_per_command`` of each process kind on each path (serve, redis, gateway,
+workers, and this process: the clients; from /proc over the play) and ``gateway_kb_per_socket``
+(the gateway's RSS growth with the ``--connected`` sockets held, per socket))::
 
     python bench/gateway.py [--players 200] [--runs 3] [--connected 2000] [--json]
 """
