@@ -17,9 +17,11 @@ from __future__ import annotations
 import base64
 import json
 import threading
+from collections.abc import Iterator
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,18 +55,22 @@ class _Static(SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
-def site():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Static, directory=str(STATIC)))
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
+def serve_static(handler: type[SimpleHTTPRequestHandler]) -> Iterator[str]:
+    """``gateway/static`` served by ``handler`` on a loopback port, for a module's ``site`` fixture."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(STATIC)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
 
 
 @pytest.fixture(scope="module")
-def browser():
+def site():
+    yield from serve_static(_Static)
+
+
+def chromium() -> Iterator[Any]:
+    """Debian's Chromium under Playwright, for a module's ``browser`` fixture."""
     pw_sync = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is not installed")
@@ -72,6 +78,11 @@ def browser():
         b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         yield b
         b.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    yield from chromium()
 
 
 def test_fair_js_matches_the_vectors(site, browser):

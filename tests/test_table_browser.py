@@ -23,9 +23,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from functools import partial
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -38,7 +35,7 @@ from engine.service.shuffle import seeded_random
 from engine.store.memory import InMemoryEventStore
 from projections.settlement import settle
 from projections.views import redact_event, view_for
-from tests.test_fair_browser import CHROMIUM, FAKE_SOCKET, STATIC, _feed, _Static, _token
+from tests.test_fair_browser import FAKE_SOCKET, STATIC, _feed, _Static, _token, chromium, serve_static
 
 pytestmark = [pytest.mark.browser]
 
@@ -86,22 +83,12 @@ class _Site(_Static):
 
 @pytest.fixture(scope="module")
 def site():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Site, directory=str(STATIC)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    yield from serve_static(_Site)
 
 
 @pytest.fixture(scope="module")
 def browser():
-    pw_sync = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is not installed")
-    with pw_sync.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
+    yield from chromium()
 
 
 class Match:
