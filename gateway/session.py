@@ -126,9 +126,10 @@ class Connection:
         self.closed = False
         self.replaced = False
         self.place = Place("")
-        #: the seated place Play and Pass use without a lookup; None after any lobby note
-        self._seated: Place | None = None
-        self._notes_seen = 0  # lobby notes delivered (a lookup overtaken by one is not kept)
+        #: the seated place Play and Pass use without a lookup, with the count of lobby notes
+        #: delivered when it was looked up: any later note makes it old
+        self._seated: tuple[Place, int] | None = None
+        self._notes_seen = 0  # lobby notes delivered to this socket
         self.grace_ms = 10_000
         self.match: str | None = None  # the match whose updates this socket gets
         self.watching: str | None = None  # spectators: the watched match
@@ -304,7 +305,11 @@ class Connection:
         if t == "Sync":
             return await self._sync(msg)
         notes_seen = self._notes_seen  # a note during the lookup below makes its answer old
-        place = self._seated if t in HOT and self._seated is not None else await self.hub.lobby.place(self.player)
+        known = self._seated
+        if t in HOT and known is not None and known[1] == notes_seen:
+            place = known[0]
+        else:
+            place = await self.hub.lobby.place(self.player)
         self.place = place
         if t == "Leave" and place.state == "queued":
             await self.hub.lobby.dequeue(self.player, "left")
@@ -320,7 +325,7 @@ class Connection:
         match = table.match
         self.match = match
         # Play and Pass go on to this match until the lobby says otherwise (not past its finish)
-        self._seated = place if table.finished != match and self._notes_seen == notes_seen else None
+        self._seated = (place, notes_seen) if table.finished != match else None
         fields: dict[str, Any] = {}
         if t == "Play":
             fields = {"cards": msg.cards, "text": msg.text, "reading_kind": msg.reading_kind,
@@ -429,8 +434,7 @@ class Connection:
                 await self.close(CLOSE_REPLACED, "replaced by a newer connection of the same player")
             return
         if self.is_player and stream == notes_key(self.player):
-            self._seated = None  # the lobby moved this player: look the place up again
-            self._notes_seen += 1
+            self._notes_seen += 1  # the lobby moved this player: Play and Pass look the place up again
             raw = fields.get(b"m", fields.get("m"))
             note = json.loads(_s(raw))
             if note.get("kind") == "lobby":
