@@ -56,7 +56,7 @@ def test_every_metric_a_panel_or_an_alert_uses_is_in_the_first_scrape(redis_serv
         with redis.Redis.from_url(url) as c:
             c.flushdb()
     secret = tmp_path / "secret"
-    secret.write_bytes(os.urandom(32))
+    secret.write_text(os.urandom(32).hex())  # text, as a secret file is: raw bytes may end in whitespace, which is stripped
     prom_dir = tmp_path / "prom"
     prom_dir.mkdir()
     wport, gport = _free_port(), _free_port()
