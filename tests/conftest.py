@@ -168,6 +168,23 @@ def redis_server() -> Iterator[RedisServer]:
         stop_redis_server(proc, workdir)
 
 
+def own_redis_server() -> Iterator[RedisServer]:
+    """A redis-server of one test module alone, for a module-scoped ``redis_server`` override:
+    for tests that change server-wide state (``SCRIPT FLUSH``), which on the shared server
+    (``REDIS_URL``, every xdist worker) would pull the scripts from under the others' calls."""
+    if shutil.which("redis-server") is None:
+        msg = ("these tests need redis-server (apt-get install redis-server); "
+               "set SK_ALLOW_NO_REDIS=1 to skip them instead")
+        if os.environ.get("SK_ALLOW_NO_REDIS") == "1":
+            pytest.skip(msg)
+        pytest.fail(msg, pytrace=False)
+    proc, url, workdir = start_redis_server()
+    try:
+        yield RedisServer(base_url=url, process=proc)
+    finally:
+        stop_redis_server(proc, workdir)
+
+
 @pytest.fixture
 def real_redis(redis_server):
     client = redis_server.client()

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 import redis
 
 from engine.match.deadline import Deadline
@@ -49,6 +50,14 @@ from workers.dispatcher import (
     sent_key,
 )
 from workers.embedded import EmbeddedTimers
+from tests.conftest import own_redis_server
+
+
+@pytest.fixture(scope="module")
+def redis_server():
+    """This module's own redis-server: its tests SCRIPT FLUSH, which is server-wide."""
+    yield from own_redis_server()
+
 
 pytestmark = pytest.mark.redis
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 import redis
 
 from engine.config import load_config
@@ -27,8 +28,15 @@ from engine.store import keys
 from engine.store.base import AppendRequest, EventStore
 from engine.store.memory import InMemoryEventStore
 from engine.store.redis_store import RedisEventStore
+from tests.conftest import own_redis_server
 
 CONFIG = load_config("points").to_record()
+
+
+@pytest.fixture(scope="module")
+def redis_server():
+    """This module's own redis-server: its tests SCRIPT FLUSH, which is server-wide."""
+    yield from own_redis_server()
 
 
 @pytest.fixture(params=["memory", "fakeredis", pytest.param("redis", marks=pytest.mark.redis)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+
 import redis
 from redis.cluster import key_slot
 
@@ -12,6 +13,13 @@ from engine.store import keys
 from engine.match.deadline import Deadline
 from engine.store.base import Snapshot, WrongVersion
 from engine.store.redis_store import LayoutMismatch, RedisEventStore
+from tests.conftest import own_redis_server
+
+
+@pytest.fixture(scope="module")
+def redis_server():
+    """This module's own redis-server: its tests SCRIPT FLUSH, which is server-wide."""
+    yield from own_redis_server()
 
 
 @pytest.fixture(params=["fakeredis", pytest.param("redis", marks=pytest.mark.redis)])
