@@ -387,7 +387,14 @@ class Lobby:
         except asyncio.TimeoutError:
             log.warning("table %s: no reply from the engine in %.0fs (retried)", table.id, self.send_timeout_s)
             return False
-        await self._call("seated", table.id, table.match)
+        if not await self._call("seated", table.id, table.match):
+            now = await self.table(table.id)
+            if now is not None and now.status == "closed" and now.match == table.match:
+                # closed while its match was created (a Leave at the settlement): nobody stays
+                # seated in it (the same command ids as the stayer's Leave: the engine dedupes)
+                for p in table.players:
+                    await self._send_player("Leave", table.match, p,
+                                            channels.lobby_command_id(table.match, "leave", p))
         return True
 
     async def _settle(self, table: Table) -> bool:

@@ -67,6 +67,8 @@ def _s(v: Any) -> str:
 #: the commands of a seated player that use the place known from the last lookup: the engine
 #: decides them against the match anyway, and any note of the lobby drops what is known
 HOT = frozenset({"Play", "Pass"})
+#: how many times a Leave looks the player's place up again when the lobby moved them meanwhile
+LEAVE_LOOKUPS = 4
 
 
 @dataclass
@@ -306,19 +308,17 @@ class Connection:
             return await self._sync(msg)
         notes_seen = self._notes_seen  # a note during the lookup below makes its answer old
         known = self._seated
-        if t in HOT and known is not None and known[1] == notes_seen:
+        if t == "Leave":
+            found = await self._leave_in_the_lobby()
+            if found is None:
+                return
+            place = found
+        elif t in HOT and known is not None and known[1] == notes_seen:
             place = known[0]
         else:
             place = await self.hub.lobby.place(self.player)
         self.place = place
-        if t == "Leave" and place.state == "queued":
-            await self.hub.lobby.dequeue(self.player, "left")
-            return
         table = place.table
-        if t == "Leave" and table is not None and (table.status == "creating" or table.finished == table.match):
-            # between two matches (at the settlement): no next match is offered, the table closes
-            if await self.hub.lobby.leave_between_matches(table, self.player):
-                return
         if table is None or table.status != "seated":
             raise protocol.ClientError(protocol.NOT_SEATED, "you are not seated at a table (send Join first)",
                                        msg.command_id)
@@ -347,6 +347,26 @@ class Connection:
             raise protocol.ClientError(protocol.BAD_COMMAND, str(exc)[:300], msg.command_id)
         self.track(engine_id, t)
         await self.hub.redis.xadd(channels.stream_for(command), channels.entry(command))
+
+    async def _leave_in_the_lobby(self) -> Place | None:
+        """A Leave the lobby decides: out of the queue, or off a table between two matches (at
+        the settlement: no next match is offered, the table closes).  None when it is done; else
+        the place whose match the engine decides the Leave in.  The lobby may move the player
+        between the lookup and the transition (paired, the next match seated): a refused
+        transition looks again, so the Leave is never lost to that race."""
+        place = await self.hub.lobby.place(self.player)
+        for _ in range(LEAVE_LOOKUPS):
+            table = place.table
+            if place.state == "queued":
+                if await self.hub.lobby.dequeue(self.player, "left"):
+                    return None
+            elif table is not None and (table.status == "creating" or table.finished == table.match):
+                if await self.hub.lobby.leave_between_matches(table, self.player):
+                    return None
+            else:
+                return place
+            place = await self.hub.lobby.place(self.player)
+        return place
 
     def track(self, engine_id: str, ctype: str) -> None:
         """A command sent to the engine: its answer's round trip is measured (``answered``)."""

@@ -285,9 +285,10 @@ def test_the_clients_own_sync_is_answered_with_an_update_carrying_the_view(aredi
 class FakeOps:
     """Accepts every command on ``sk:ops`` like the engine (AddRoom stored in ``sk:rooms``)."""
 
-    def __init__(self, redis: Any) -> None:
+    def __init__(self, redis: Any, before_reply: Callable[[Any], Awaitable[None]] | None = None) -> None:
         self.redis = redis
         self.commands: list[Any] = []
+        self.before_reply = before_reply  # what happens meanwhile, before the engine answers
 
     async def run(self) -> None:
         from engine.service.rooms import ROOMS_KEY, named
@@ -303,6 +304,8 @@ class FakeOps:
                     if cmd.type == "AddRoom":
                         await self.redis.hset(ROOMS_KEY, cmd.name,
                                               json.dumps(named(cmd.name, cmd.config).to_record(), sort_keys=True))
+                    if self.before_reply is not None:
+                        await self.before_reply(cmd)
                     await self.redis.xadd(fields[b"reply_to"].decode(),
                                           {"kind": "accepted", "command_id": cmd.command_id})
 
@@ -443,3 +446,99 @@ def test_a_lookup_overtaken_by_a_lobby_note_is_not_kept_for_play_and_pass(aredis
         assert refused["code"] == "not_seated"
 
     asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3}, body, place_hook=overtake))
+
+
+async def _player_commands(r: Any, match: str) -> list[tuple[str, str]]:
+    stream = channels.stream_for(channels.player_command("Pass", match, "alice", "probe"))
+    return [(c.type, c.player) for c in (decode_command(f[b"c"]) for _i, f in await r.xrange(stream))
+            if c.match_id == match]
+
+
+@pytest.mark.parametrize("case", [
+    # the next match was being created at the lookup, and seated before the lobby's leave:
+    # the engine decides the Leave (before the deal: PlayerRemoved left), never not_seated
+    "creating, then seated",
+    # queued at the lookup, paired before the dequeue: the table closes at once, alice leaves
+    # the room and bob goes back to the queue
+    "queued, then paired",
+])
+def test_a_leave_overtaken_by_the_lobby_is_looked_up_again_never_lost(aredis, case):
+    """The CI failure of test_a_player_who_leaves_at_the_settlement_closes_the_table: the
+    lobby moved the player between the Leave's place lookup and its transition; the Leave was
+    refused ``not_seated`` and the ready clock removed the player ``not_ready`` instead."""
+    state: dict[str, Any] = {}
+
+    async def overtake(lobby: Lobby) -> None:
+        if not state.get("armed") or state.get("done"):
+            return
+        state["done"] = True
+        if case == "creating, then seated":
+            assert await lobby._call("seated", "t1", "t1-1") == 1
+        else:
+            await lobby._call("join", "points", "bob")
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(lambda m: m["kind"] == "lobby", "where alice is")
+        state["armed"] = True
+        await ws.inbox.put(json.dumps({"type": "Leave", "command_id": "bye"}))
+        if case == "creating, then seated":
+            r = conn.hub.redis
+            for _ in range(int(WAIT_S / 0.02)):
+                if ("Leave", "alice") in await _player_commands(r, "t1-1"):
+                    break
+                await asyncio.sleep(0.02)
+            assert ("Leave", "alice") in await _player_commands(r, "t1-1")
+        else:
+            gone = await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "removed"
+                                   or m["kind"] == "rejected", "alice removed")
+            assert (gone["kind"], gone.get("reason"), gone.get("table")) == ("lobby", "left", "t1")
+            bob = await conn.hub.lobby.place("bob")
+            assert bob.state == "queued"
+        assert state.get("done")
+        assert not [m for m in list(ws.out._queue) if m["kind"] == "rejected"]  # type: ignore[attr-defined]
+
+    async def setup() -> None:
+        r = aredis()
+        lobby = Lobby(r, RoomBook.load(), "setup")
+        if case == "creating, then seated":
+            await _table_creating(lobby)
+        else:
+            await lobby._call("join", "points", "alice")
+        await r.aclose()
+        await _with_connection(aredis, {"t1-1": 3}, body, place_hook=overtake)
+
+    asyncio.run(setup())
+
+
+def test_a_table_closed_while_its_match_is_created_leaves_nobody_seated_in_it(aredis):
+    """alice leaves while the next match is created (the table closes at once); the match the
+    lobby goes on creating gets both players' Leave, so it ends now instead of waiting for its
+    ready clock (R-13.2) with alice seated in it."""
+
+    async def main() -> None:
+        r = aredis()
+        lobby = Lobby(r, RoomBook.load(), "gw-close")
+
+        async def leave_at_bobs_sit(cmd: Any) -> None:
+            if cmd.type == "Sit" and cmd.player == "bob":
+                assert (await lobby._call("leave", "t1", "t1-1", "alice"))[0] in (b"closed", "closed")
+
+        ops = FakeOps(r, leave_at_bobs_sit)
+        stop = asyncio.Event()
+        await lobby.replies.start()
+        tasks = [asyncio.create_task(ops.run()), asyncio.create_task(lobby.replies.run(stop))]
+        try:
+            await _table_creating(lobby)
+            table = await lobby.table("t1")
+            assert table is not None and table.status == "creating"
+            assert await asyncio.wait_for(lobby._create(table), WAIT_S)
+            assert (await lobby.table("t1")).status == "closed"
+            leaves = [p for t, p in await _player_commands(r, "t1-1") if t == "Leave"]
+            assert set(leaves) == {"alice", "bob"}
+        finally:
+            stop.set()
+            tasks[0].cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await r.aclose()
+
+    asyncio.run(main())
