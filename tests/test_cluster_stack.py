@@ -178,7 +178,8 @@ def _check_received_in_store(url: str, received: list[Any]) -> int:
         assert m.version is not None and m.version <= len(events), (m.match_id, m.version, len(events))
         for e in m.body.get("events") or ():
             stored = events[e["seq"] - 1]
-            assert stored.type == e["type"] and stored.seq == e["seq"], (m.match_id, e)
+            assert stored.type == e["type"] and stored.seq == e["seq"], (
+                m.match_id, e, "stored:", [(x.seq, x.type, x.command_id) for x in events[:6]], len(events))
             checked += 1
     return checked
 
