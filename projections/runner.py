@@ -35,7 +35,8 @@ applies it to a ledger directly.
 Errors (issue 11 §3): a *transient* failure (:func:`engine.store.transient.is_transient`:
 OOM, LOADING, BUSY, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, a dropped
 connection) leaves the entry pending and the runner retries with a capped
-back-off.  A *permanent* one (the ledger refused the settlement, the events
+back-off; so does ``NOSCRIPT`` (the script cache flushed between redis-py's load and
+its retry).  A *permanent* one (the ledger refused the settlement, the events
 cannot be settled or decoded, a bug) moves that match's settlement aside
 (:meth:`~projections.ledger.Ledger.park`, with its reason; metric
 ``shuangkou_settlements_parked_total``) and the runner goes on with the others.
@@ -60,6 +61,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import NoScriptError
+
 from engine.match.events import EventBase, MatchFinished
 from engine.store import keys
 from engine.store.base import EventStore, FeedEntry
@@ -68,6 +71,13 @@ from projections.ledger import Ledger, LedgerRefused
 from projections.settlement import Settlement, SettlementError, settle
 
 log = logging.getLogger(__name__)
+
+
+def _retry_later(exc: BaseException) -> bool:
+    """A failure that leaves the entry pending (retried) instead of parking the settlement:
+    a transient one, or NOSCRIPT -- the server's script cache was flushed (SCRIPT FLUSH, a
+    restart, a fail-over) between redis-py's load and its second try; the next try loads it."""
+    return is_transient(exc) or isinstance(exc, NoScriptError)
 
 GROUP = "sk-projections"
 _MORE_PENDING = "more"  # in RedisFeed._unacked: a pending re-read was full, read the bucket's pending again
@@ -435,7 +445,7 @@ class ProjectionRunner:
                 return None, False
             applied = self.ledger.apply_settlement(match_id, s)
         except Exception as exc:
-            if is_transient(exc):
+            if _retry_later(exc):
                 raise
             if isinstance(exc, LedgerRefused):
                 code = exc.code
@@ -461,7 +471,7 @@ class ProjectionRunner:
             # match only if its own last event is one: read from there, not from its first
             tail = self.store.load(match_id, after=max(d.entry.last - 1, 0))
         except Exception as exc:
-            if is_transient(exc):
+            if _retry_later(exc):
                 raise
             self._park(match_id, "unreadable", f"{type(exc).__name__}: {exc}")
             return None
@@ -479,7 +489,7 @@ class ProjectionRunner:
                 try:
                     self.process(d)
                 except Exception as exc:
-                    if is_transient(exc):
+                    if _retry_later(exc):
                         raise  # left pending: redelivered once the store answers again
                     log.exception("feed entry %s of match %s failed", d.entry.id, d.entry.match_id)
                     self._park(d.entry.match_id, "error", f"{type(exc).__name__}: {exc}")

@@ -131,10 +131,13 @@ class LocalCluster:
 
 
 def _spawn_node(port: int, workdir: str, node_timeout_ms: int) -> subprocess.Popen:
+    """One node; with ``SK_TEST_CLUSTER_LOGS=DIR`` its log goes to ``DIR/node-<port>.log`` (kept)."""
+    log_dir = os.environ.get("SK_TEST_CLUSTER_LOGS")
+    log = ["--logfile", os.path.join(os.path.abspath(log_dir), f"node-{port}.log")] if log_dir else []
     return subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
          "--cluster-config-file", f"nodes-{port}.conf", "--cluster-node-timeout", str(node_timeout_ms),
-         "--save", "", "--appendonly", "no", "--dir", workdir],
+         "--save", "", "--appendonly", "no", "--dir", workdir, *log],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=workdir)
 
 

@@ -205,6 +205,38 @@ def test_oom_is_retried_never_parked(rig):
     assert ledger.parked() == {} and runner.errors == [] and totals(ledger, "a", "b") == (20, -20)
 
 
+class _NoScriptOnce:
+    """A ledger whose settlements fail with NOSCRIPT ``times`` times: redis-py reloads a
+    flushed script once, so a second flush (SCRIPT FLUSH, a restart, a fail-over to a node
+    that never loaded it) within one call reaches the runner like this."""
+
+    def __init__(self, ledger, times):
+        self._ledger, self.times = ledger, times
+
+    def __getattr__(self, name):
+        return getattr(self._ledger, name)
+
+    def apply_settlement(self, match_id, s):
+        if self.times:
+            self.times -= 1
+            raise redis.exceptions.NoScriptError("No matching script. Please use EVAL.")
+        return self._ledger.apply_settlement(match_id, s)
+
+
+def test_noscript_is_retried_never_parked(rig):
+    """NOSCRIPT is the server's state, not the settlement's: the entry stays pending (the CI
+    failure of test_archive: a SCRIPT FLUSH storm parked a settlement as ``error``)."""
+    store, ledger, feed = rig
+    append(store, match_events("m1", left=7))
+    flaky = _NoScriptOnce(ledger, 2)
+    runner = ProjectionRunner(store, flaky, feed)
+    for _ in range(2):
+        with pytest.raises(redis.exceptions.NoScriptError):
+            runner.drain()
+    runner.drain()
+    assert ledger.parked() == {} and runner.errors == [] and totals(ledger, "a", "b") == (20, -20)
+
+
 def test_run_forever_backs_off_and_recovers_from_a_transient_failure():
     import threading
 
