@@ -59,6 +59,28 @@ class LocalCluster:
     workdir: str
     node_timeout_ms: int
     killed: set[int] = field(default_factory=set)
+    log_dir: str | None = None  # the nodes' logs (start_cluster(log_dir=...)), kept after stop
+
+    def cluster_log(self, limit: int = 120) -> str:
+        """The nodes' log lines about roles, fail-overs and syncs, in time order: what a
+        durability failure needs to be explained (empty without ``log_dir``)."""
+        if not self.log_dir:
+            return ""
+        words = ("ailover", "FAIL", "MASTER", "master", "REPLICA", "replica", "sync", "state changed",
+                 "epoch", "Configuration change")
+        lines = []
+        for p in self.ports:
+            path = os.path.join(self.log_dir, f"node-{p}.log")
+            if not os.path.exists(path):
+                continue
+            with open(path, errors="replace") as f:
+                for line in f:
+                    if any(w in line for w in words):
+                        parts = line.split(None, 5)  # pid:role day mon year time message
+                        at = parts[4] if len(parts) > 5 else ""
+                        lines.append((at, f"{p} {line.rstrip()}"))
+        lines.sort()
+        return "\n".join(x for _at, x in lines[-limit:])
 
     @property
     def url(self) -> str:
@@ -101,7 +123,7 @@ class LocalCluster:
 
     def restart(self, port: int) -> None:
         """Start a killed node again (empty, its nodes.conf kept): it rejoins as a replica."""
-        self.procs[port] = _spawn_node(port, self.workdir, self.node_timeout_ms)
+        self.procs[port] = _spawn_node(port, self.workdir, self.node_timeout_ms, self.log_dir)
         _wait(lambda: redis.Redis(port=port).ping(), 10, f"redis-server on {port}")
         self.killed.discard(port)
 
@@ -130,10 +152,11 @@ class LocalCluster:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _spawn_node(port: int, workdir: str, node_timeout_ms: int) -> subprocess.Popen:
-    """One node; with ``SK_TEST_CLUSTER_LOGS=DIR`` its log goes to ``DIR/node-<port>.log`` (kept)."""
-    log_dir = os.environ.get("SK_TEST_CLUSTER_LOGS")
+def _spawn_node(port: int, workdir: str, node_timeout_ms: int, log_dir: str | None = None) -> subprocess.Popen:
+    """One node; with ``log_dir`` its log goes to ``log_dir/node-<port>.log`` (appended: a restart adds to it)."""
     log = ["--logfile", os.path.join(os.path.abspath(log_dir), f"node-{port}.log")] if log_dir else []
+    if log_dir:
+        os.makedirs(log_dir, exist_ok=True)
     return subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
          "--cluster-config-file", f"nodes-{port}.conf", "--cluster-node-timeout", str(node_timeout_ms),
@@ -141,8 +164,11 @@ def _spawn_node(port: int, workdir: str, node_timeout_ms: int) -> subprocess.Pop
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=workdir)
 
 
-def start_cluster(masters: int = 3, replicas: int = 1, node_timeout_ms: int = 2000) -> LocalCluster:
-    """Start and join a cluster (three attempts: a port taken meanwhile is retried)."""
+def start_cluster(masters: int = 3, replicas: int = 1, node_timeout_ms: int = 2000,
+                  log_dir: str | None = None) -> LocalCluster:
+    """Start and join a cluster (three attempts: a port taken meanwhile is retried); with
+    ``log_dir`` (or ``SK_TEST_CLUSTER_LOGS``) each node logs to ``node-<port>.log`` there."""
+    log_dir = log_dir or os.environ.get("SK_TEST_CLUSTER_LOGS") or None
     if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
         raise FileNotFoundError("a Redis Cluster needs redis-server and redis-cli (apt-get install redis-server)")
     for attempt in range(3):
@@ -151,7 +177,7 @@ def start_cluster(masters: int = 3, replicas: int = 1, node_timeout_ms: int = 20
         procs: dict[int, subprocess.Popen] = {}
         try:
             for p in ports:
-                procs[p] = _spawn_node(p, workdir, node_timeout_ms)
+                procs[p] = _spawn_node(p, workdir, node_timeout_ms, log_dir)
             for p in ports:
                 _wait(lambda p=p: redis.Redis(port=p).ping(), 10, f"redis-server on {p}")
             out = subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
@@ -159,7 +185,7 @@ def start_cluster(masters: int = 3, replicas: int = 1, node_timeout_ms: int = 20
                                  capture_output=True, text=True, timeout=60)
             if out.returncode != 0:
                 raise RuntimeError(out.stdout + out.stderr)
-            cluster = LocalCluster(ports, procs, workdir, node_timeout_ms)
+            cluster = LocalCluster(ports, procs, workdir, node_timeout_ms, log_dir=log_dir)
             cluster.wait_ok()
             if replicas:  # every master has its replicas attached (a fail-over needs them)
                 _wait(lambda: all(int(cluster.node(p).info("replication").get("connected_slaves", 0)) >= replicas

@@ -29,12 +29,12 @@ ROOMS: dict[str, dict[str, Any]] = {"pairs": {"trustee_delay_seconds": 0.0}}
 
 
 @pytest.fixture
-def cluster():
+def cluster(tmp_path_factory):
     import shutil
 
     if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
         pytest.fail("the cluster tests need redis-server and redis-cli (apt-get install redis-server)", pytrace=False)
-    c = start_cluster(masters=3, replicas=1)
+    c = start_cluster(masters=3, replicas=1, log_dir=str(tmp_path_factory.mktemp("nodes")))
     try:
         yield c
     finally:
@@ -312,13 +312,16 @@ def test_failover_of_the_busiest_master_loses_nothing_with_replica_acks(cluster,
         wait_for(promoted, 60, "the victim's slots moved to its replica")
         cluster.restart(victim)
         t.join(timeout=600)
-        assert not failures, failures
-        assert done == ids
-        for p in stack.procs:
-            assert p.poll() is None, "a process exited during the fail-over:\n" + "\n".join(tail(x) for x in stack.logs)
-        assert _check_received_in_store(cluster.url, driver.received) > 0
-        _check_ledger(cluster.url, ids)
-        _replay_all(cluster.url)
+        try:
+            assert not failures, failures
+            assert done == ids
+            for p in stack.procs:
+                assert p.poll() is None, "a process exited during the fail-over:\n" + "\n".join(tail(x) for x in stack.logs)
+            assert _check_received_in_store(cluster.url, driver.received) > 0
+            _check_ledger(cluster.url, ids)
+            _replay_all(cluster.url)
+        except AssertionError as exc:  # what the nodes did: the victim, its replica, any other fail-over
+            raise AssertionError(f"{exc}\n-- victim {victim}, the cluster's log:\n{cluster.cluster_log()}") from None
     finally:
         stack.stop()
 
