@@ -174,11 +174,13 @@ def _check_received_in_store(url: str, received: list[Any]) -> int:
     checked = 0
     cache: dict[str, list[Any]] = {}
     for _player, m in received:
-        events = cache.setdefault(m.match_id, list(store.load(m.match_id)))
+        if m.match_id not in cache:
+            cache[m.match_id] = list(store.load(m.match_id))
+        events = cache[m.match_id]
         assert m.version is not None and m.version <= len(events), (m.match_id, m.version, len(events))
         for e in m.body.get("events") or ():
             stored = events[e["seq"] - 1]
-            assert stored.type == e["type"] and stored.seq == e["seq"], (
+            assert (stored.type, stored.seq, stored.command_id) == (e["type"], e["seq"], e["command_id"]), (
                 m.match_id, e, "stored:", [(x.seq, x.type, x.command_id) for x in events[:6]], len(events))
             checked += 1
     return checked
