@@ -303,6 +303,8 @@ def test_the_end_of_a_match_stays_with_the_losers_cards_and_a_verdict(browser, s
         assert m.state.phase == "finished"
         _feed(page, [m.settled()])
         page.wait_for_selector("[data-settlement] [data-score='alice']")
+        page.wait_for_timeout(300)  # a bomb notice of the last plays is async (announceBombs)
+        assert page.locator("[data-notice=bomb]").count() == 0  # it would cover the result panel
         f = m.state.finished
         loser = f.loser
         assert dict(f.cards_left)[loser] > 0

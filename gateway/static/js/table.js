@@ -96,6 +96,8 @@ function setStatus(text, kind = "", code = null) {
 /** A transient notice: gone after NOTICE_MS; a newer one with the same tag replaces it. */
 function notice(text, kind = "info", tag = kind) {
   const box = $("#notices");
+  // the result panel counts the bombs: a late bomb notice would only cover it (a 375 px screen)
+  if (kind === "bomb" && !$("[data-settlement]").hidden) return;
   for (const old of box.querySelectorAll(`[data-notice="${CSS.escape(tag)}"]`)) old.remove();
   const n = el("div", text, { class: `notice ${kind}`, "data-notice": tag });
   box.prepend(n);
@@ -976,6 +978,9 @@ function renderFinished(view) {
   const key = `${view.match_id}|${view.version}|${settled ? 1 : 0}|${currentLang()}`;
   if (panel.dataset.key === key) return;
   panel.dataset.key = key;
+  if (panel.dataset.match !== view.match_id) {
+    for (const n of $("#notices").querySelectorAll("[data-notice=bomb]")) n.remove();  // see notice()
+  }
   panel.dataset.match = view.match_id;
   panel.hidden = false;
   const r = view.result;
