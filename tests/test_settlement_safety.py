@@ -121,6 +121,18 @@ def test_park_and_unpark(ledger):
     (redis.ConnectionError("Connection refused"), True),
     (redis.TimeoutError("Timeout reading from socket"), True),
     (ConnectionResetError(104, "reset"), True),
+    # a Cluster client mid-fail-over (issue 24 §4): its slots cannot be refreshed yet
+    (redis.exceptions.RedisClusterException("Redis Cluster cannot be connected. Please provide at least one "
+                                            "reachable node: Error 111 connecting to 127.0.0.1:7001."), True),
+    (redis.exceptions.RedisClusterException("All slots are not covered after query all startup_nodes. "
+                                            "10923 of 16384 covered..."), True),
+    (redis.exceptions.RedisClusterException("startup_nodes could not agree on a valid slots cache: "
+                                            "a vs b on slot: 7"), True),
+    (redis.exceptions.SlotNotCoveredError('Slot "7" not covered by the cluster.'), True),
+    (redis.exceptions.ClusterError("TTL exhausted."), True),
+    (redis.exceptions.RedisClusterException("Invalid args in command: ('GET',)"), False),
+    (redis.exceptions.RedisClusterException("method eval() is not implemented"), False),
+    (redis.ResponseError("CROSSSLOT Keys in request don't hash to the same slot"), False),
     (redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), False),
     (redis.ResponseError("ERR LEDGER overflow a balance would leave the limit"), False),
     (LedgerRefused("overflow", "x"), False),

@@ -55,7 +55,7 @@ from engine.service.publish import (
     text,
 )
 from engine.store import keys
-from engine.store.redis_errors import is_transient
+from engine.store.redis_errors import REDIS_FAILURES, is_transient
 from engine.store.redis_store import ensure_group, stream_replies
 
 log = logging.getLogger("shuangkou.gateway")
@@ -435,7 +435,7 @@ class InboxConsumer:
         finally:
             try:
                 self.flush_acks()
-            except redis.RedisError as exc:  # redelivered after a restart: duplicates, published again
+            except REDIS_FAILURES as exc:  # redelivered after a restart: duplicates, published again
                 log.warning("%s: could not acknowledge %d message(s) on stopping: %s",
                             self.stream, len(self._unsent_acks), exc)
 
@@ -460,7 +460,7 @@ class InboxConsumer:
                     self.trim_inbox()
                     next_trim = now + trim_every_s
                 backoff = 0.05
-            except redis.RedisError as exc:
+            except REDIS_FAILURES as exc:
                 log.warning("redis error in the gateway loop (retrying in %.2fs): %s", backoff, exc)
                 self._backlog = True
                 stop.wait(backoff)
@@ -528,7 +528,7 @@ class InboxConsumer:
         for handled in batch.handled:
             try:
                 replies.extend(self.publisher.write(handled.writes, raise_on_error=False))
-            except redis.RedisError:
+            except REDIS_FAILURES:
                 raise
             except Exception as exc:
                 replies.extend([exc] * len(handled.writes))
@@ -549,11 +549,11 @@ class InboxConsumer:
         try:
             try:
                 replies = self.publisher.write(writes, raise_on_error=False)
-            except redis.RedisError:
+            except REDIS_FAILURES:
                 raise
             except Exception:  # not sent at all (encoding): find the message it belongs to
                 replies = self._write_each(batch)
-        except redis.RedisError:
+        except REDIS_FAILURES:
             self.stats.retried += len(batch.acks)
             self._left_pending(list(batch.acks))
             batch.clear()  # nothing is acknowledged: the messages are redelivered
@@ -579,7 +579,7 @@ class InboxConsumer:
                 self.publisher.write(self.publisher.dead_writes(
                     msg_id, handled.fields, f"internal error while publishing: "
                     f"{type(errors[0]).__name__}: {errors[0]}", None, code=INTERNAL_ERROR))
-            except redis.RedisError as exc:
+            except REDIS_FAILURES as exc:
                 retry = retry or exc
                 waiting.append(msg_id)
                 continue

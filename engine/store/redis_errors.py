@@ -18,6 +18,14 @@ True
 False
 >>> is_transient(redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"))
 False
+
+A Cluster client that cannot refresh its slots mid-fail-over is transient too; its
+argument errors are not:
+
+>>> is_transient(redis.exceptions.RedisClusterException("startup_nodes could not agree on a valid slots cache: x"))
+True
+>>> is_transient(redis.exceptions.RedisClusterException("Invalid args in command: ('GET',)"))
+False
 """
 
 from __future__ import annotations
@@ -32,8 +40,19 @@ TRANSIENT_CLASSES: tuple[type[BaseException], ...] = (
     rex.ConnectionError, rex.TimeoutError, rex.BusyLoadingError, rex.ReadOnlyError,
     rex.OutOfMemoryError, rex.TryAgainError, rex.ClusterDownError, rex.MasterDownError,
     rex.MovedError, rex.AskError, rex.NoPermissionError, rex.AuthenticationError,
+    rex.SlotNotCoveredError, rex.ClusterError,  # a Cluster mid-fail-over; retries run out
     OSError,
 )
+
+#: what redis-py's Cluster client raises (a ``RedisClusterException``, not a ``RedisError``)
+#: when its view of the slots cannot be refreshed during a fail-over: no node answered, the
+#: nodes disagree on an owner, a failed master's slots are not covered yet.  Its other
+#: messages (bad arguments, a command Cluster mode lacks) are the caller's: permanent.
+CLUSTER_REFRESH_TEXTS = ("cannot be connected", "not covered", "could not agree")
+
+#: what a Redis call raises other than a bug: redis-py's errors and its Cluster client's own
+#: (``except REDIS_FAILURES``, then :func:`is_transient` decides whether to retry)
+REDIS_FAILURES: tuple[type[BaseException], ...] = (redis.RedisError, rex.RedisClusterException)
 
 #: the same as reply prefixes (fakeredis, other clients, replies redis-py has no class for)
 TRANSIENT_PREFIXES = ("OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
@@ -47,6 +66,8 @@ def is_transient(exc: BaseException) -> bool:
     """True when ``exc`` is a Redis (or socket) failure worth retrying unchanged."""
     if isinstance(exc, TRANSIENT_CLASSES):
         return True
+    if isinstance(exc, rex.RedisClusterException):
+        return any(t in str(exc) for t in CLUSTER_REFRESH_TEXTS)
     if not isinstance(exc, redis.RedisError):
         return False
     message = str(exc).lstrip()
