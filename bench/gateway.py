@@ -46,6 +46,10 @@ from tests.conftest import start_redis_server, stop_redis_server  # noqa: E402
 from tests.gateway_support import start_stack  # noqa: E402
 
 
+
+def _text(v: object) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
 def rate(answers: list[tuple[float, float]]) -> float:
     """Commands per second over the play: from the first command sent to the last answer."""
     if not answers:
@@ -223,10 +227,10 @@ async def run_inbox(redis_url: str, players: int, cfg: Any, tag: str) -> list[tu
         for t in range(players // 2):
             match = f"{tag}-m{t}"
             a, b = f"{tag}-a{t}", f"{tag}-b{t}"
-            starts = {}
+            starts: dict[str, str] = {}
             for p in (a, b):
                 last = await r.xrevrange(keys.outbox_key(p), count=1)
-                starts[p] = last[0][0] if last else "0-0"
+                starts[p] = _text(last[0][0]) if last else "0-0"
             create = channels.create_match(match, cfg.name, cfg.to_record())
             await r.xadd(channels.stream_for(create), channels.entry(create))
             for p in (a, b):

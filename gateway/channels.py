@@ -22,6 +22,8 @@ import json
 import uuid
 from typing import Any
 
+from redis.typing import EncodableT, FieldT
+
 from engine.match import commands as engine_commands
 from engine.match.commands import CommandBase, encode_command
 from engine.service import channels as engine_channels
@@ -107,9 +109,9 @@ def sit(match_id: str, player: str, balance: int) -> CommandBase:
                                player=player, **fields)
 
 
-def entry(command: CommandBase, reply_to: str | None = None) -> dict[str, Any]:
+def entry(command: CommandBase, reply_to: str | None = None) -> dict[FieldT, EncodableT]:
     """The stream fields of one command (``c`` = msgpack, optional ``reply_to``)."""
-    fields: dict[str, Any] = {"c": encode_command(command)}
+    fields: dict[FieldT, EncodableT] = {"c": encode_command(command)}
     if reply_to is not None:
         fields["reply_to"] = reply_to
     return fields
