@@ -171,3 +171,23 @@ def test_play_bad_options_exit_2(args, message):
     assert message in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "Your hand" not in out.stdout
+
+
+@pytest.mark.redis
+def test_simulate_against_redis_publishes_the_timer_moves_to_the_players(real_redis, redis_server, tmp_path):
+    """``simulate --redis``: the in-process timers' moves (here the trustee's plays after an
+    escape, R-12.1) reach the players' ``sk:out:{<player>}`` streams, as serve's do."""
+    from gateway import outbox
+    from tests.gateway_support import write_room
+
+    room = write_room(tmp_path / "trust.toml", "trust", escape_policy="trustee", trustee_delay_seconds=0.0)
+    out = _run(["simulate", "-n", "2", "--seed", "4", "--redis", redis_server.url, "--config", str(room),
+                "--escape-rate", "1.0", "--prefix", "simt-", "--json", "--no-progress"], timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    timer_updates = 0
+    for raw in real_redis.scan_iter(match="sk:out:*"):
+        for entry_id, fields in real_redis.xrange(raw):
+            e = outbox.parse_entry(entry_id, fields)
+            if e.kind == "update" and e.match.startswith("simt-") and e.command_id.startswith("timer:"):
+                timer_updates += 1
+    assert timer_updates > 0
