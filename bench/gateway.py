@@ -234,7 +234,7 @@ async def run_inbox(redis_url: str, players: int, cfg: Any, tag: str) -> list[tu
             create = channels.create_match(match, cfg.name, cfg.to_record())
             await r.xadd(channels.stream_for(create), channels.entry(create))
             for p in (a, b):
-                sit = channels.sit(match, p, 0)
+                sit = channels.sit(match, p)
                 await r.xadd(channels.stream_for(sit), channels.entry(sit))
             tasks += [inbox_player(r, a, match, rtts, starts[a], seated),
                       inbox_player(r, b, match, rtts, starts[b], seated)]

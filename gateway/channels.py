@@ -33,14 +33,6 @@ def stream_for(command: CommandBase) -> str:
     commands) or ``sk:{b<N>}:ops`` (CreateMatch, Sit), ``sk:ops`` for AddRoom (issue 24 §2)."""
     return engine_channels.stream_for(command)
 
-#: the engine reads Sit balances from its own ledger (a ``balance`` field would be refused)
-SIT_TAKES_BALANCE: bool = "balance" in engine_commands.Sit.model_fields
-#: the engine answers a ``Sync`` command with the player's current view
-ENGINE_SYNC: bool = hasattr(engine_commands, "Sync")
-#: the engine checks ``expected_version`` on Play and Pass itself
-ENGINE_EXPECTED_VERSION: bool = "expected_version" in engine_commands.Play.model_fields
-#: the engine takes a client seed with Ready (fair deals, docs/FAIRNESS.md)
-ENGINE_CLIENT_SEED: bool = "client_seed" in engine_commands.Ready.model_fields
 
 
 def engine_command_id(player: str, client_id: str) -> str:
@@ -72,8 +64,6 @@ def lobby_command_id(*parts: str) -> str:
 def player_command(ctype: str, match_id: str, player: str, command_id: str, **fields: Any) -> CommandBase:
     """An engine command of ``ctype`` for ``player`` (the token's subject, never a message's)."""
     cls = getattr(engine_commands, ctype)
-    if not ENGINE_EXPECTED_VERSION:
-        fields.pop("expected_version", None)
     data = {k: v for k, v in fields.items() if v is not None}
     return engine_commands.command_of(cls, command_id=command_id, match_id=match_id, player=player, **data)
 
@@ -103,10 +93,10 @@ def add_room(name: str, config_record: dict[str, Any], operator: str) -> Command
                                    config=config_record, replace=True, operator=f"gateway:{operator}"[:100])
 
 
-def sit(match_id: str, player: str, balance: int) -> CommandBase:
-    fields: dict[str, Any] = {"balance": balance} if SIT_TAKES_BALANCE else {}
+def sit(match_id: str, player: str) -> CommandBase:
+    """The lobby's Sit (the engine reads the balance from its own ledger, R-11)."""
     return engine_commands.Sit(command_id=lobby_command_id(match_id, "sit", player), match_id=match_id,
-                               player=player, **fields)
+                               player=player)
 
 
 def entry(command: CommandBase, reply_to: str | None = None) -> dict[FieldT, EncodableT]:

@@ -373,8 +373,7 @@ class Lobby:
                 return False
             refused: list[str] = []
             for p in table.players:
-                balance = await self.balance(p, cfg.mode)
-                reply = await self._send_ops(channels.sit(table.match, p, balance))
+                reply = await self._send_ops(channels.sit(table.match, p))
                 if reply.get("kind") not in ("accepted", "duplicate"):
                     if reply.get("code") == "seat_refused" and "already seated" in reply.get("reason", ""):
                         continue

@@ -104,23 +104,18 @@ class Resync:
 
     async def request_view(self, match: str, client_id: str | None = None) -> None:
         """Ask the engine for the current view (a ``Sync``: it lands in the stream this socket reads);
-        updates that arrive meanwhile wait for it.  Without engine Sync: the newest view in the stream."""
+        updates that arrive meanwhile wait for it."""
         conn = self.conn
         source = self._stream_owner
-        if channels.ENGINE_SYNC:
-            engine_id = (channels.engine_command_id(conn.player, client_id) if client_id is not None
-                         else channels.lobby_command_id("sync", conn.id, channels.new_id()))
-            if client_id is not None:
-                conn.track(engine_id, "Sync")
-            self._awaiting[match] = engine_id
-            command = channels.player_command("Sync", match, source, engine_id)
-            await conn.hub.redis.xadd(channels.stream_for(command), channels.entry(command))
-            if match not in self._gap_timers:
-                self._timer(match, self._sync_fallback(match))
-            return
-        latest = await outbox.latest_update(conn.hub.redis, source, match, conn.read_upto(keys.outbox_key(source)))
-        await self._apply_view(match, int(latest.version or 0) if latest else 0,
-                               latest.view if latest else None, client_id, force=True)
+        engine_id = (channels.engine_command_id(conn.player, client_id) if client_id is not None
+                     else channels.lobby_command_id("sync", conn.id, channels.new_id()))
+        if client_id is not None:
+            conn.track(engine_id, "Sync")
+        self._awaiting[match] = engine_id
+        command = channels.player_command("Sync", match, source, engine_id)
+        await conn.hub.redis.xadd(channels.stream_for(command), channels.entry(command))
+        if match not in self._gap_timers:
+            self._timer(match, self._sync_fallback(match))
 
     async def _sync_fallback(self, match: str) -> None:
         """No Sync answer in twice the gap wait (an engine busy or away): the newest view in the stream."""

@@ -330,16 +330,11 @@ class Connection:
         if t == "Play":
             fields = {"cards": msg.cards, "text": msg.text, "reading_kind": msg.reading_kind,
                       "reading_rank": msg.reading_rank}
-        if t == "Ready" and channels.ENGINE_CLIENT_SEED:
+        if t == "Ready":
             # the player's own entropy for the fair deal, or a random one (docs/FAIRNESS.md)
             fields = {"client_seed": msg.client_seed if msg.client_seed is not None else secrets.token_hex(16)}
         if t in ("Play", "Pass") and msg.expected_version is not None:
-            fields["expected_version"] = msg.expected_version
-            seen = self.resync.version(match)
-            if not channels.ENGINE_EXPECTED_VERSION and seen is not None and seen != msg.expected_version:
-                raise protocol.ClientError(protocol.STALE, f"the match is at version {seen}, not "
-                                           f"{msg.expected_version}: look at the current view and try again",
-                                           msg.command_id)
+            fields["expected_version"] = msg.expected_version  # the engine refuses a stale one (code stale)
         engine_id = channels.engine_command_id(self.player, msg.command_id)
         try:
             command = channels.player_command(t, match, self.player, engine_id, **fields)

@@ -163,10 +163,9 @@ def _bot_match_states(seed: int):
     cfg = load_config("points")
     m = f"m{seed}"
     n = iter(range(10**6))
-    sit_extra = {"balance": 0} if channels.SIT_TAKES_BALANCE else {}
     svc.execute(CreateMatch(command_id=f"c{next(n)}", match_id=m, config=cfg.to_record()))
     for p in ("a", "b"):
-        svc.execute(Sit(command_id=f"c{next(n)}", match_id=m, player=p, **sit_extra))
+        svc.execute(Sit(command_id=f"c{next(n)}", match_id=m, player=p))
     yield svc.load_state(m)
     for p in ("a", "b"):
         svc.execute(Ready(command_id=f"c{next(n)}", match_id=m, player=p))
