@@ -29,7 +29,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway import web
 from gateway.context import WebContext
-from gateway.headers import EdgeMiddleware, EdgePolicy, deny
+from gateway.headers import DeniedHandshakeFilter, EdgeMiddleware, EdgePolicy, deny
 from gateway.limits import AddressCount, Limits, client_address
 from gateway.lobby import Lobby, queue_key
 from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
@@ -263,6 +263,7 @@ def serve(settings: GatewaySettings, host: str, port: int, log_level: str = "inf
                             access_log=False)
     for name in ("uvicorn.error", "uvicorn.access", "uvicorn"):  # no token reaches a log
         logging.getLogger(name).addFilter(TokenRedactingFilter())
+    logging.getLogger("uvicorn.error").addFilter(DeniedHandshakeFilter())  # a refusal is no error
     import signal
 
     # uvicorn re-raises the signal that stopped it once it is done: exit 0 after a clean stop

@@ -22,7 +22,9 @@ True
 
 from __future__ import annotations
 
+import contextvars
 import json
+import logging
 import re
 
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -144,10 +146,27 @@ class EdgeMiddleware:
 
 
 
+#: set in the task of a handshake :func:`deny` refused (read by :class:`DeniedHandshakeFilter`)
+_DENIED: contextvars.ContextVar[bool] = contextvars.ContextVar("sk_denied_handshake", default=False)
+
+#: what uvicorn's websockets-sansio protocol logs at ERROR once an app that sent a denial
+#: response returns: it never marks that handshake complete (Kludex/uvicorn#3138, open)
+INCOMPLETE_HANDSHAKE = "ASGI callable returned without completing handshake."
+
+
+class DeniedHandshakeFilter(logging.Filter):
+    """Drops uvicorn's spurious ERROR after a handshake :func:`deny` refused (it runs in that
+    handshake's task, so it sees the mark); the same line for any other handshake stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_DENIED.get() and record.getMessage() == INCOMPLETE_HANDSHAKE)
+
+
 async def deny(scope: Scope, send: Send, status: int, error: str, reason: str) -> None:
     """Refuse a WebSocket handshake with HTTP ``status`` and ``{"error", "reason"}`` when the
     server can send a denial response (uvicorn can), else by closing before the accept (which
     servers answer with 403)."""
+    _DENIED.set(True)  # this task's own context: the ASGI app runs in it, and uvicorn's log after it
     if "websocket.http.response" in (scope.get("extensions") or {}):
         body = json.dumps({"error": error, "reason": reason}).encode()
         await send({"type": "websocket.http.response.start", "status": status,
