@@ -348,9 +348,11 @@ class Connection:
         the settlement: no next match is offered, the table closes).  None when it is done; else
         the place whose match the engine decides the Leave in.  The lobby may move the player
         between the lookup and the transition (paired, the next match seated): a refused
-        transition looks again, so the Leave is never lost to that race."""
-        place = await self.hub.lobby.place(self.player)
+        transition looks again (every place looked up is tried), so the Leave is never lost to
+        that race; after :data:`LEAVE_LOOKUPS` such races the last place is the caller's."""
+        place = Place("")
         for _ in range(LEAVE_LOOKUPS):
+            place = await self.hub.lobby.place(self.player)
             table = place.table
             if place.state == "queued":
                 if await self.hub.lobby.dequeue(self.player, "left"):
@@ -360,7 +362,6 @@ class Connection:
                     return None
             else:
                 return place
-            place = await self.hub.lobby.place(self.player)
         return place
 
     def track(self, engine_id: str, ctype: str) -> None:

@@ -191,6 +191,28 @@ def test_an_unencodable_output_dead_letters_that_message_alone(r):
     assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
 
 
+def test_a_cluster_clients_permanent_error_on_the_outputs_dead_letters_that_message_alone(r):
+    """A Cluster client's own error that is not an outage (a bug: a command it cannot route)
+    goes the per-message way like any other exception: dead-lettered, never a wedge."""
+    service = make_service(r)
+    gw = InboxConsumer(r, service, "w1", max_deliveries=2)
+    client = GatewayClient(r, ops=keys.INBOX)
+    real = gw.publisher.write
+
+    def write(writes, raise_on_error=True):
+        if any(w.stream == keys.outbox_key("alice") for w in writes):
+            raise redis_mod.exceptions.RedisClusterException("No way to dispatch this command to Redis Cluster.")
+        return real(writes, raise_on_error=raise_on_error)
+
+    gw.publisher.write = write
+    client.create_match("m1", CONFIG)
+    client.sit("m1", "alice", command_id="unroutable")
+    assert gw.run_once(block_ms=None, count=10) == 2
+    [dead] = dead_letters(r)
+    assert b"RedisClusterException" in dead["dead_reason"]
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
+
+
 def test_a_permanent_redis_error_of_one_command_dead_letters_it_alone(r):
     service = make_service(r)
 

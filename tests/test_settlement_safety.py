@@ -109,6 +109,12 @@ def test_park_and_unpark(ledger):
 
 # ---- transient or permanent -------------------------------------------------------------------
 
+def _caused(exc: BaseException, cause: BaseException) -> BaseException:
+    """``exc`` raised ``from cause``, as redis-py's Cluster client raises its refresh failure."""
+    exc.__cause__ = cause
+    return exc
+
+
 @pytest.mark.parametrize("exc,transient", [
     (redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."), True),
     (redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'. script: abc"), True),
@@ -130,6 +136,13 @@ def test_park_and_unpark(ledger):
                                             "a vs b on slot: 7"), True),
     (redis.exceptions.SlotNotCoveredError('Slot "7" not covered by the cluster.'), True),
     (redis.exceptions.ClusterError("TTL exhausted."), True),
+    (_caused(redis.exceptions.RedisClusterException("Redis Cluster cannot be connected. Please provide at least "
+                                                    "one reachable node: Connection refused"),
+             redis.ConnectionError("Connection refused")), True),
+    # the URL names a Redis that is no Cluster node: an operator's mistake, never retried
+    (_caused(redis.exceptions.RedisClusterException("Redis Cluster cannot be connected. Please provide at least "
+                                                    "one reachable node: Cluster mode is not enabled on this node"),
+             redis.exceptions.RedisClusterException("Cluster mode is not enabled on this node")), False),
     (redis.exceptions.RedisClusterException("Invalid args in command: ('GET',)"), False),
     (redis.exceptions.RedisClusterException("method eval() is not implemented"), False),
     (redis.ResponseError("CROSSSLOT Keys in request don't hash to the same slot"), False),

@@ -55,7 +55,7 @@ from engine.service.publish import (
     text,
 )
 from engine.store import keys
-from engine.store.redis_errors import REDIS_FAILURES, is_transient
+from engine.store.redis_errors import REDIS_FAILURES, is_outage, is_transient
 from engine.store.redis_store import ensure_group, stream_replies
 
 log = logging.getLogger("shuangkou.gateway")
@@ -528,9 +528,9 @@ class InboxConsumer:
         for handled in batch.handled:
             try:
                 replies.extend(self.publisher.write(handled.writes, raise_on_error=False))
-            except REDIS_FAILURES:
-                raise
             except Exception as exc:
+                if is_outage(exc):
+                    raise
                 replies.extend([exc] * len(handled.writes))
         return replies
 
@@ -549,10 +549,10 @@ class InboxConsumer:
         try:
             try:
                 replies = self.publisher.write(writes, raise_on_error=False)
-            except REDIS_FAILURES:
-                raise
-            except Exception:  # not sent at all (encoding): find the message it belongs to
-                replies = self._write_each(batch)
+            except Exception as exc:
+                if is_outage(exc):
+                    raise
+                replies = self._write_each(batch)  # not sent at all (encoding): find the message it belongs to
         except REDIS_FAILURES:
             self.stats.retried += len(batch.acks)
             self._left_pending(list(batch.acks))

@@ -54,6 +54,13 @@ CLUSTER_REFRESH_TEXTS = ("cannot be connected", "not covered", "could not agree"
 #: (``except REDIS_FAILURES``, then :func:`is_transient` decides whether to retry)
 REDIS_FAILURES: tuple[type[BaseException], ...] = (redis.RedisError, rex.RedisClusterException)
 
+
+def is_outage(exc: BaseException) -> bool:
+    """A failure of Redis itself, not of the one request: a ``RedisError`` (as before), or a
+    Cluster client's error that :func:`is_transient` retries.  A Cluster client's permanent
+    error (bad arguments) is the request's, like any other exception."""
+    return isinstance(exc, redis.RedisError) or (isinstance(exc, rex.RedisClusterException) and is_transient(exc))
+
 #: the same as reply prefixes (fakeredis, other clients, replies redis-py has no class for)
 TRANSIENT_PREFIXES = ("OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
                       "NOREPLICAS", "MISCONF", "MOVED", "ASK", "NOPERM", "NOAUTH")
@@ -67,6 +74,8 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, TRANSIENT_CLASSES):
         return True
     if isinstance(exc, rex.RedisClusterException):
+        if "cannot be connected" in str(exc) and exc.__cause__ is not None:
+            return is_transient(exc.__cause__)  # nothing answered, or a node is no Cluster node at all
         return any(t in str(exc) for t in CLUSTER_REFRESH_TEXTS)
     if not isinstance(exc, redis.RedisError):
         return False
