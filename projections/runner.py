@@ -555,7 +555,7 @@ class ProjectionRunner:
                     stop.wait(poll_seconds)
             except Exception as exc:  # keep the projection alive; the message stays pending
                 delay = backoff.next()
-                if is_transient(exc):
+                if _retry_later(exc):  # the server's state (down, full, a flushed script): one line
                     log.warning("projection runner: Redis unavailable (%s), retrying in %.2fs", exc, delay)
                 else:
                     log.exception("projection runner: batch failed, retrying in %.2fs", delay)
