@@ -155,26 +155,22 @@ def redis_server() -> Iterator[RedisServer]:
     if url:
         yield RedisServer(base_url=url, process=None)
         return
-    if shutil.which("redis-server") is None:
-        msg = ("these tests need a real Redis: set REDIS_URL, or install redis-server "
-               "(apt-get install redis-server); set SK_ALLOW_NO_REDIS=1 to skip them instead")
-        if os.environ.get("SK_ALLOW_NO_REDIS") == "1":
-            pytest.skip(msg)
-        pytest.fail(msg, pytrace=False)
-    proc, url, workdir = start_redis_server()
-    try:
-        yield RedisServer(base_url=url, process=proc)
-    finally:
-        stop_redis_server(proc, workdir)
+    yield from _started_redis_server("these tests need a real Redis: set REDIS_URL, or install redis-server "
+                                     "(apt-get install redis-server)")
 
 
 def own_redis_server() -> Iterator[RedisServer]:
     """A redis-server of one test module alone, for a module-scoped ``redis_server`` override:
     for tests that change server-wide state (``SCRIPT FLUSH``), which on the shared server
     (``REDIS_URL``, every xdist worker) would pull the scripts from under the others' calls."""
+    yield from _started_redis_server("these tests need redis-server (apt-get install redis-server)")
+
+
+def _started_redis_server(missing: str) -> Iterator[RedisServer]:
+    """A redis-server started here and stopped after; without one, ``missing`` fails the
+    tests (or skips them with ``SK_ALLOW_NO_REDIS=1``)."""
     if shutil.which("redis-server") is None:
-        msg = ("these tests need redis-server (apt-get install redis-server); "
-               "set SK_ALLOW_NO_REDIS=1 to skip them instead")
+        msg = f"{missing}; set SK_ALLOW_NO_REDIS=1 to skip them instead"
         if os.environ.get("SK_ALLOW_NO_REDIS") == "1":
             pytest.skip(msg)
         pytest.fail(msg, pytrace=False)
