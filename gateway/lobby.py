@@ -27,7 +27,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -285,9 +285,8 @@ class Lobby:
             return
         cut = out.index("|")
         requeued, made = out[:cut], out[cut + 1:]
-        for p in requeued:  # the one who stays leaves the abandoned match (before the deal)
-            if leave and p not in removed:
-                await self._send_player("Leave", match, p, channels.lobby_command_id(match, "leave", p))
+        if leave:  # the one who stays leaves the abandoned match (before the deal)
+            await self._leave(match, [p for p in requeued if p not in removed])
         for t in made:
             self._spawn_drive(t)
 
@@ -330,6 +329,12 @@ class Lobby:
         fut = self.replies.expect(command.command_id)
         await self.redis.xadd(channels.stream_for(command), channels.entry(command, self.replies.stream))
         return await asyncio.wait_for(fut, self.send_timeout_s)
+
+    async def _leave(self, match: str, players: Iterable[str]) -> None:
+        """The lobby's Leave of ``players`` in ``match``: one command id per player and match,
+        so a second one for the same player is the engine's duplicate."""
+        for p in players:
+            await self._send_player("Leave", match, p, channels.lobby_command_id(match, "leave", p))
 
     async def _send_player(self, ctype: str, match: str, player: str, command_id: str) -> None:
         command = channels.player_command(ctype, match, player, command_id)
@@ -390,10 +395,8 @@ class Lobby:
             now = await self.table(table.id)
             if now is not None and now.status == "closed" and now.match == table.match:
                 # closed while its match was created (a Leave at the settlement): nobody stays
-                # seated in it (the same command ids as the stayer's Leave: the engine dedupes)
-                for p in table.players:
-                    await self._send_player("Leave", table.match, p,
-                                            channels.lobby_command_id(table.match, "leave", p))
+                # seated in it (the stayer's Leave may have gone already: the engine dedupes)
+                await self._leave(table.match, table.players)
         return True
 
     async def _settle(self, table: Table) -> bool:
