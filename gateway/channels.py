@@ -34,7 +34,6 @@ def stream_for(command: CommandBase) -> str:
     return engine_channels.stream_for(command)
 
 
-
 def engine_command_id(player: str, client_id: str) -> str:
     """The engine's command id of a client's command: namespaced by the player, so no client can
     collide with another player's ids or with the lobby's (``lobby:…``).

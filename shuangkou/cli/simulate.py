@@ -361,13 +361,12 @@ class Simulation:
         else:
             # one state cache shared by the gateway's service and the timer fires
             from engine.service.shuffle import seeded_server_seeds
-
-            # --seed makes the run reproducible: the server seeds of the fair deals too
             from workers.runtime import gateway_publisher
 
             # against a real Redis the timer moves (timeouts, trustee plays, removals) reach the
             # players' sk:out:{<player>} streams as serve's in-process timers publish them
             publish = gateway_publisher(self.client) if self.redis_url else None
+            # --seed makes the run reproducible: the server seeds of the fair deals too
             self.timers = EmbeddedTimers(self.store, clock=self.clock, rng=deal_rng,
                                          state_cache=StateCache(), cache_size=0,
                                          server_seeds=seeded_server_seeds(self.seed), publish=publish)
