@@ -393,9 +393,7 @@ def test_play_and_pass_of_a_seated_player_skip_the_place_lookup_until_the_lobby_
         lookups.append("place")
 
     async def commands(r: Any, match: str) -> list[str]:
-        stream = channels.stream_for(channels.player_command("Pass", match, "alice", "probe"))
-        return [decode_command(f[b"c"]).type for _i, f in await r.xrange(stream)
-                if decode_command(f[b"c"]).match_id == match]
+        return [t for t, _p in await _player_commands(r, match)]
 
     async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
         await ws.expect(_view_update("t1-1"), "the view of t1-1")
