@@ -20,7 +20,8 @@ command sent to its last answer (how fast the lobby pairs is not the commands' t
 gateway / inbox; ``--json`` prints the medians as one object (``gateway_cps``, ``inbox_cps``,
 ``gateway_p50_ms``, ``inbox_p50_ms``, ``gateway_p99_ms``, ``inbox_p99_ms``, the ratios, the
 connection counts, ``cpu_us_per_command`` of each process kind on each path (serve, redis, gateway,
-workers, and this process: the clients; from /proc over the play) and ``gateway_kb_per_socket``
+workers, and this process: the clients; from /proc, sampled every 0.1 s, over the play alone: the
+window the commands/s count) and ``gateway_kb_per_socket``
 (the gateway's RSS growth with the ``--connected`` sockets held, per socket))::
 
     python bench/gateway.py [--players 200] [--runs 3] [--connected 2000] [--json]
@@ -294,6 +295,44 @@ class CpuMeter:
         return {k: (after[k] - before[k]) * 1e6 / max(1, commands) for k in before}
 
 
+class CpuSampler:
+    """:class:`CpuMeter` readings every :data:`SAMPLE_S` in a thread, so the CPU of the play alone
+    (the window the commands/s count: first command sent to last answer) can be told apart from
+    the joining and settling around it."""
+
+    SAMPLE_S = 0.1
+
+    def __init__(self, meter: CpuMeter):
+        import threading
+
+        self.meter = meter
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append((time.perf_counter(), self.meter.read()))
+            if self._stop.wait(self.SAMPLE_S):
+                self.samples.append((time.perf_counter(), self.meter.read()))
+                return
+
+    def per_command(self, answers: list[tuple[float, float]]) -> dict[str, float]:
+        """CPU µs per command of each process kind over the play of ``answers``."""
+        start, end = min(a for a, _b in answers), max(b for _a, b in answers)
+        before = max((s for s in self.samples if s[0] <= start), key=lambda s: s[0], default=self.samples[0])
+        after = min((s for s in self.samples if s[0] >= end), key=lambda s: s[0], default=self.samples[-1])
+        return CpuMeter.per_command(before[1], after[1], len(answers))
+
+
 def rss_kb(pid: int) -> int:
     return int(next((ln.split()[1] for ln in Path(f"/proc/{pid}/status").read_text().splitlines()
                      if ln.startswith("VmRSS")), "0"))
@@ -322,15 +361,17 @@ def main() -> int:
         meter = CpuMeter(stack, gw.proc.pid, proc.pid)
         peak = 0
         for run in range(args.runs):
-            t0, c0 = time.perf_counter(), meter.read()
-            ga = asyncio.run(run_gateway(gw.url, stack, args.players, "bench", f"g{run}"))
-            tg, c1 = time.perf_counter() - t0, meter.read()
-            cpu["gateway"].append(CpuMeter.per_command(c0, c1, len(ga)))
+            t0 = time.perf_counter()
+            with CpuSampler(meter) as sampler:
+                ga = asyncio.run(run_gateway(gw.url, stack, args.players, "bench", f"g{run}"))
+            tg = time.perf_counter() - t0
+            cpu["gateway"].append(sampler.per_command(ga))
             peak = max(peak, gateway_connections(stack.store_url, "bench"))
-            t0, c0 = time.perf_counter(), meter.read()
-            da = asyncio.run(run_inbox(stack.store_url, args.players, cfg, f"d{run}"))
-            td, c1 = time.perf_counter() - t0, meter.read()
-            cpu["inbox"].append(CpuMeter.per_command(c0, c1, len(da)))
+            t0 = time.perf_counter()
+            with CpuSampler(meter) as sampler:
+                da = asyncio.run(run_inbox(stack.store_url, args.players, cfg, f"d{run}"))
+            td = time.perf_counter() - t0
+            cpu["inbox"].append(sampler.per_command(da))
             g, d = rtts_of(ga), rtts_of(da)
             rows.append((pct(g, .5), pct(g, .99), pct(d, .5), pct(d, .99), rate(ga), rate(da)))
             say(f"run {run + 1}: gateway {len(g)} commands in {tg:.1f}s ({rows[-1][4]:.0f}/s)  "
