@@ -164,6 +164,8 @@ def test_many_sockets_hold_no_more_redis_connections_than_the_pool(mode, redis_s
         stack.stop()
     assert 0 < held <= MAX_REDIS_CONNECTIONS < n
     assert [m["command_id"] for m in got] == [f"c{i}" for i in range(n)]
+    # the sockets ran on uvloop (a dependency; uvicorn's "auto" loop picks it)
+    assert "event loop: uvloop" in gw.err.read_text(errors="replace") + gw.out.read_text(errors="replace")
 
 
 def test_a_slow_socket_is_read_no_further_than_its_backlog_and_loses_nothing(url):
