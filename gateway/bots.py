@@ -219,7 +219,7 @@ class BotDriver:
 
         async def deliver(stream: str, entry_id: str, fields: dict) -> None:
             if stream == notes_key(bot):
-                note = json.loads(fields.get(b"m", fields.get("m")))
+                note = json.loads(fields.get(b"m", fields.get("m")) or "{}")
                 if note.get("kind") != "lobby":
                     return
                 if note["state"] == "seated":

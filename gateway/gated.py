@@ -48,7 +48,7 @@ class GatedCluster(RedisCluster):
     def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
         if shard_hint:
             raise RedisClusterException("shard_hint is deprecated in cluster mode")
-        return GatedPipeline(self, transaction)
+        return GatedPipeline(self, transaction)  # type: ignore[abstract]  # redis-py leaves _event_dispatcher abstract in its stubs only
 
 
 class GatedPipeline(ClusterPipeline):

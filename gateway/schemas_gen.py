@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import TypeAdapter
 
@@ -113,7 +113,7 @@ def combo_reading_schema() -> dict[str, Any]:
     from engine.rules.combo import Kind
 
     return _obj({
-        "kind": {"enum": list(Kind.__args__), "description": "the combination (docs/PROTOCOL.md \"Readings\")"},
+        "kind": {"enum": list(get_args(Kind)), "description": "the combination (docs/PROTOCOL.md \"Readings\")"},
         "rank": {"enum": list(RANK_LABELS)},
         "size": {"type": "integer", "minimum": 1},
         "xiang": {"type": ["integer", "null"]}, "chain": {"type": ["integer", "null"]},
@@ -157,7 +157,7 @@ def events_schema() -> dict[str, Any]:
     cp["cards"] = {"type": "array", "items": _CARD, "minItems": 1}
     reading = defs["event_Reading"]
     reading["title"] = "A reading as events carry it (engine.match.events.Reading)"
-    reading["properties"]["kind"] = {"enum": list(Kind.__args__),
+    reading["properties"]["kind"] = {"enum": list(get_args(Kind)),
                                      "description": "the combination (docs/PROTOCOL.md \"Readings\")"}
     reading["properties"]["top"] = {"type": "integer", "minimum": 0, "maximum": 14}
     reading["properties"]["counts"] = {"type": "array", "items": _NAT, "minItems": 15, "maxItems": 15}
@@ -191,7 +191,7 @@ def view_schema() -> dict[str, Any]:
     seat = _obj({"seat": {"type": "integer", "minimum": 0, "maximum": 1}, "player": {"type": "string"},
                  "level": _NAT, "base": _NAT, "ready": {"type": "boolean"},
                  "cards_left": _NAT, "timeouts": _NAT,
-                 "trustee": {"enum": [*TrusteeReason.__args__, None]}, "connected": {"type": "boolean"},
+                 "trustee": {"enum": [*get_args(TrusteeReason), None]}, "connected": {"type": "boolean"},
                  "escaped": {"type": "boolean"}, "plays": _NAT,
                  "bombs": {"type": "array", "items": {"type": "string"}}})
     props: dict[str, Any] = {

@@ -91,7 +91,7 @@ def verify(secret: bytes, token: object, now: int | None = None) -> Identity:
         raise TokenError("no token")
     if len(token) > 4096:
         raise TokenError("the token is too long")
-    options = {"require": ["exp", "sub"], "verify_exp": now is None}
+    options: jwt.types.Options = {"require": ["exp", "sub"], "verify_exp": now is None}
     try:
         claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options=options)
     except jwt.ExpiredSignatureError:

@@ -393,7 +393,7 @@ async def rooms_for(ctx: Any, player: str) -> dict[str, Any]:
         if mode not in balances:
             balances[mode] = await lobby.balance(player, mode) if lobby is not None else 0
         cfg = getattr(book, "rooms", {}).get(r["name"]) if book is not None else None
-        admits = book.admits(cfg, balances[mode]) if cfg is not None else True
+        admits = book.admits(cfg, balances[mode]) if cfg is not None and book is not None else True
         out.append({**r, "balance": balances[mode], "admits": admits})
     return {"rooms": out, "balances": balances}
 

@@ -65,5 +65,5 @@ def sweep_deadlines() -> None:
         log.info("sweep_deadlines fired %d overdue deadline(s)", fired)
 
 
-ACTORS = [fire_deadline, fire_deadlines, sweep_deadlines]
+ACTORS: list[dramatiq.Actor] = [fire_deadline, fire_deadlines, sweep_deadlines]  # type: ignore[type-arg]
 register_actors(ACTORS)

@@ -48,7 +48,7 @@ FireResult = Literal["committed", "duplicate", "stale", "rejected", "conflict"]
 #: that the message fails and is retried by dramatiq, whose re-run publishes again
 PUBLISH_RETRY_S = 20.0
 
-_COMMANDS: dict[str, type[CommandBase]] = {
+_COMMANDS: dict[str, type[TurnTimeout | TrusteeAct | ReadyTimeout]] = {
     "turn": TurnTimeout,
     "trustee": TrusteeAct,
     "ready": ReadyTimeout,
@@ -347,7 +347,7 @@ def _fire(match_id: str, version: int, kind: str, rt: Runtime, source: str) -> F
         return "rejected"
     if getattr(outcome, "duplicate", False):
         log.debug("%s %s v%d (%s): duplicate, already handled", kind, match_id, version, source)
-        if rt.publish is not None and getattr(outcome, "events", ()):
+        if rt.publish is not None and getattr(outcome, "events", None):
             # applied before, maybe by a worker that died before publishing: publish the
             # stored events again (updates are at-least-once; players dedupe on version)
             publish_outcome(rt, cmd, outcome)

@@ -151,6 +151,7 @@ def sweep(rt: rt_mod.Runtime | None = None, *, now_ms: int | None = None,
             if backoff.skip(key, now):
                 done.append((d, "backoff"))
                 continue
+            result: str
             try:
                 result = rt_mod.fire(d.match_id, d.version, d.kind, rt, source="sweeper")
             except Exception as exc:
