@@ -41,6 +41,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.rooms import RoomBook
 from gateway.fanout import Fanout
 from gateway.reader import Subscription
+from gateway.sender import CommandSender
 from gateway.resync import Resync
 from gateway.tokens import Identity, TokenError, verify
 
@@ -85,6 +86,7 @@ class Hub:
     connections: set[Connection] = field(default_factory=set)
     stopping: bool = False
     fanout: Fanout = field(init=False)  # the one reader of every socket's streams (gateway/fanout.py)
+    sender: CommandSender = field(init=False)  # the one writer of every socket's commands (gateway/sender.py)
 
     #: the fan-out's own connections (its notices and reads never queue behind the sockets'
     #: commands in ``redis``'s pool); None: it shares ``redis``
@@ -92,6 +94,7 @@ class Hub:
 
     def __post_init__(self) -> None:
         self.fanout = Fanout(self.reader_redis if self.reader_redis is not None else self.redis)
+        self.sender = CommandSender(self.redis)
 
     async def heartbeat(self, stop: asyncio.Event) -> None:
         """Keep every connected player's Disconnect in the future (reconnect grace)."""
@@ -341,7 +344,7 @@ class Connection:
         except Exception as exc:  # e.g. bad card notation the engine's model refuses
             raise protocol.ClientError(protocol.BAD_COMMAND, str(exc)[:300], msg.command_id)
         self.track(engine_id, t)
-        await self.hub.redis.xadd(channels.stream_for(command), channels.entry(command))
+        await self.hub.sender.send(channels.stream_for(command), channels.entry(command))
 
     async def _leave_in_the_lobby(self) -> Place | None:
         """A Leave the lobby decides: out of the queue, or off a table between two matches (at
