@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.store.replicas import AsyncReplicaAcks
-from gateway import channels
+from gateway import channels, outbox
 from gateway.rooms import RoomBook
 from projections.ledger import SETTLED_KEY, balance_key
 from projections.views import breakdown_for
@@ -66,6 +66,9 @@ def notes_key(player: str) -> str:
 
 #: the sweep's operations: when they find nothing to do they changed nothing (no wait)
 IDLE_OPS = frozenset({"claim", "absent"})
+#: the events of a match that the lobby acts on (``Lobby.observe``): a table's match is over
+#: for its players after them
+END_EVENTS = frozenset({"PlayerRemoved", "MatchFinished", "MatchAbandoned"})
 
 ROOMS_REFRESH_S = 2.0  # how often the lobby reads the room registry again
 
@@ -251,6 +254,17 @@ class Lobby:
         return True
 
     # -- what the players' update streams show -------------------------------------------
+    async def missed_end(self, player: str, match: str) -> bool:
+        """The end of ``match`` that no socket observed (both players away when it was abandoned,
+        a player removed or the match finished: nobody's socket read that update): the player's
+        newest update of the match is observed now, as a socket would have.  True when it ended
+        the match (the player's place may have changed)."""
+        e = await outbox.latest_update(self.player_redis, player, match, with_view=False)
+        if e is None or not any(ev.get("type") in END_EVENTS for ev in e.events):
+            return False
+        await self.observe(match, e.events)
+        return True
+
     async def observe(self, match: str, events: list[dict[str, Any]]) -> None:
         """React to a match's events: a removal (R-13.2, a leave) frees the table, a finish
         starts the settle-and-offer-the-next-match step."""

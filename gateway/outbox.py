@@ -95,8 +95,10 @@ def entry_id(value: Any) -> str:
     return _s(value)
 
 
-async def latest_update(redis: Any, player: str, match: str, before: str = "+") -> OutEntry | None:
-    """The newest update of ``match`` in the player's stream that carries a view."""
+async def latest_update(redis: Any, player: str, match: str, before: str = "+",
+                        with_view: bool = True) -> OutEntry | None:
+    """The newest update of ``match`` in the player's stream that carries a view (any update of
+    it: ``with_view=False``)."""
     stream = keys.outbox_key(player)
     end, seen = before, 0
     while seen < SCAN_LIMIT:
@@ -105,7 +107,7 @@ async def latest_update(redis: Any, player: str, match: str, before: str = "+") 
             return None
         for entry_id, fields in chunk:
             e = parse_entry(entry_id, fields)
-            if e.kind == "update" and e.match == match and e.view is not None:
+            if e.kind == "update" and e.match == match and (e.view is not None or not with_view):
                 return e
         seen += len(chunk)
         ms, n = keys.stream_pos(_s(chunk[-1][0]))

@@ -230,6 +230,8 @@ class Connection:
                 # the place is read (the table seated a moment later, say) reaches the reader
                 await self._take_positions()
                 self.place = await hub.lobby.place(self.player)
+                if await self._missed_end(self.place):
+                    self.place = await hub.lobby.place(self.player)
                 self.grace_ms = await hub.lobby.grace_ms(self.place)
                 await hub.lobby.present({self.player: now_ms() + HEARTBEAT_SLACK_MS + self.grace_ms})
                 await self._greet(first_version)
@@ -346,6 +348,15 @@ class Connection:
         self.track(engine_id, t)
         await self.hub.sender.send(channels.stream_for(command), channels.entry(command))
 
+    async def _missed_end(self, place: Place) -> bool:
+        """Whether the lobby has just seen the end of the match of the player's table: a match
+        that ended while both players were away (abandoned at the ready clock, say) is observed
+        now (``Lobby.missed_end``), so nobody is held at a table whose match is over.  True:
+        the place has changed (read it again)."""
+        table = place.table
+        return (table is not None and table.status == "seated" and table.finished != table.match
+                and await self.hub.lobby.missed_end(self.player, table.match))
+
     async def _leave_in_the_lobby(self) -> Place | None:
         """A Leave the lobby decides: out of the queue, or off a table between two matches (at
         the settlement: no next match is offered, the table closes).  None when it is done; else
@@ -398,6 +409,8 @@ class Connection:
             raise protocol.ClientError(protocol.SEAT_REFUSED, f"this room needs {low.need} {cfg.mode} for level "
                                        f"{low.level} (R-11.1)", msg.command_id)
         state, at_room, table_id = await self.hub.lobby.join(self.player, room)
+        if state != "joined" and await self._missed_end(await self.hub.lobby.place(self.player)):
+            state, at_room, table_id = await self.hub.lobby.join(self.player, room)  # its table is gone now
         self.grace_ms = int(1000 * cfg.reconnect_grace_seconds)
         if state == "joined":
             return  # the lobby's note says queued (then seated) through the reader

@@ -45,6 +45,7 @@ ROOMS: dict[str, dict[str, Any]] = {
     "solo": {"trustee_delay_seconds": 0.0},
     "churn": {"trustee_delay_seconds": 0.0, "ready_seconds": CHURN_READY_S},
     "quits": {"trustee_delay_seconds": 0.0},
+    "away": {"trustee_delay_seconds": 0.0, "ready_seconds": 1, "reconnect_grace_seconds": 1},
 }
 #: how long after its deadline a timer may fire in these stacks (the sweeper's grace; serve alone: 500 ms)
 GRACE_S = 2.0
@@ -404,6 +405,38 @@ def test_ready_timer_removes_the_unready_player_and_requeues_the_other(stack):
         await ca.expect(lobby("removed"))
         await ca.close()
         await cb.close()
+
+    run(main())
+
+
+def test_players_away_when_their_match_is_abandoned_are_not_held_at_its_table(stack):
+    """Both players close their sockets before the Ready: the ready clock abandons the match
+    (R-13.2) while no socket reads its update.  Back, neither is held at that table (before,
+    the Join said "already at a table" and every Ready and Leave was refused ``match_over``,
+    for good): the Join queues them again, and they are paired at a new match."""
+    gw = stack.gateways[0]
+    players = ("aw-alice", "aw-bob")
+
+    async def main() -> None:
+        ca, cb, m = await seat_pair(gw.url, gw.url, stack, *players, "away")
+        await ca.close()
+        await cb.close()
+        deadline = time.monotonic() + 60
+        while not any(type(e).__name__ == "MatchAbandoned" for e in match_events(stack, m)):
+            assert time.monotonic() < deadline, "the ready clock did not abandon the match"
+            await asyncio.sleep(0.2)
+        back = []
+        for p in players:
+            c = await Client.connect(gw.url, stack.token(p), p)
+            await c.expect(kind("welcome"))
+            await c.send({"type": "Join", "room": "away"})
+            back.append(c)
+        seated = [await c.expect(lobby("seated"), what=f"{p} seated again") for c, p in zip(back, players)]
+        assert seated[0]["match"] == seated[1]["match"] != m, seated
+        for c in back:
+            await c.send({"type": "Leave"})
+            await c.expect(lobby("removed"))
+            await c.close()
 
     run(main())
 
