@@ -261,7 +261,25 @@ class TokenRedactingFilter(logging.Filter):
         return True
 
 
-def serve(settings: GatewaySettings, host: str, port: int, log_level: str = "info") -> None:
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The gateway's listening socket, bound before uvicorn starts (OSError: the address is in
+    use, or not this host's: the command line says so in one line)."""
+    family, kind, proto, _name, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(settings: GatewaySettings, host: str, port: int, log_level: str = "info",
+          sock: socket.socket | None = None) -> None:
+    """Run the gateway (on ``sock`` when given: :func:`listen_socket`) until SIGTERM or SIGINT."""
     app = build_app(settings)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), lifespan="on",
                             ws_ping_interval=20, ws_ping_timeout=20, timeout_graceful_shutdown=5,
@@ -278,4 +296,4 @@ def serve(settings: GatewaySettings, host: str, port: int, log_level: str = "inf
     # uvicorn re-raises the signal that stopped it once it is done: exit 0 after a clean stop
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_a: None)
-    GatewayServer(config, app).run()
+    GatewayServer(config, app).run(sockets=[sock] if sock is not None else None)

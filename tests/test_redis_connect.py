@@ -96,6 +96,25 @@ def test_every_command_exits_2_with_one_line(argv, where, http_port, tmp_path):
     assert f"127.0.0.1:{port}" in lines[0]
 
 
+def test_a_gateway_on_a_port_in_use_exits_2_with_one_line(redis_server, tmp_path):
+    """The port is bound before uvicorn starts: one line, exit 2 (uvicorn alone exits 3 after
+    its start-up lines and an ERROR line)."""
+    import socket
+
+    (tmp_path / "secret").write_text("s" * 64)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "shuangkou", "gateway", "--secret-file", str(tmp_path / "secret"),
+                              "--redis", redis_server.db_url(7), "--host", "127.0.0.1", "--port", str(port)],
+                             capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in lines[0] and "in use" in lines[0], lines
+
+
 def test_a_player_id_with_a_brace_is_refused_at_the_token_the_join_and_the_inbox(fake_redis):
     """§2: a player id is a hash tag (sk:out:{<player>}); one with { or } is refused wherever it enters."""
     import time

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--bot-think must be 0..10 seconds, got {args.bot_think:g}")
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port must be 0..65535, got {args.port}")
-    from gateway.app import GatewaySettings, default_gateway_id, serve
+    from gateway.app import GatewaySettings, default_gateway_id, listen_socket, serve
     from gateway.rooms import RoomBook
     from gateway.tokens import load_secret
 
@@ -123,7 +123,11 @@ def run(args: argparse.Namespace) -> int:
                                bot_think_s=args.bot_think,
                                lobby_redis_url=args.lobby_redis, edge=edge, limits=limits,
                                allow_live_replay=args.allow_live_replay, replica_acks=replica_acks)
-    serve(settings, args.host, args.port, log_level=str(args.log_level))
+    try:
+        sock = listen_socket(args.host, args.port)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    serve(settings, args.host, args.port, log_level=str(args.log_level), sock=sock)
     return 0
 
 
