@@ -278,7 +278,9 @@ def test_failover_of_the_busiest_master_loses_nothing_with_replica_acks(cluster,
                                                                        monkeypatch):
     """§4, §8: SIGKILL the master owning most buckets mid-run, serve --replica-acks 1 (and the
     worker SK_REPLICA_ACKS=1): after the promotion every update a client received is in the
-    store, every match finishes, and the ledger equals the settlements."""
+    store, every match finishes, and the ledger equals the settlements.  ``simulate --external``,
+    an operator's check of the pipeline, rides through it too (before, each of its matches in
+    flight at the kill ended as a ConnectionError)."""
     from engine.store import keys
 
     monkeypatch.setenv("SK_REPLICA_ACKS", "1")  # both serve replicas and the worker (Stack.env)
@@ -301,6 +303,10 @@ def test_failover_of_the_busiest_master_loses_nothing_with_replica_acks(cluster,
         t, failures = _run_in_thread(run)
         wait_for(lambda: len(done) >= 2 or failures, 240, "two matches played before the fail-over", tuple(stack.logs))
         moved = next(keys.feed_key(b) for b in range(keys.DEFAULT_BUCKETS) if cluster.master_of(keys.feed_key(b)) == victim)
+        sim = subprocess.Popen([sys.executable, "-m", "shuangkou", "simulate", "--redis", cluster.url, "--external",
+                                "-n", "40", "-c", "4", "--prefix", "fosim-", "--json", "--no-progress"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        time.sleep(2.0)  # its matches under way
         cluster.kill(victim)
         cluster.wait_ok(60)  # a replica promoted ...
         # ... which has no replica of its own: writes there wait (WAIT 1) until the old master
@@ -314,8 +320,11 @@ def test_failover_of_the_busiest_master_loses_nothing_with_replica_acks(cluster,
         wait_for(promoted, 60, "the victim's slots moved to its replica")
         cluster.restart(victim)
         t.join(timeout=600)
+        sim_out, sim_err = sim.communicate(timeout=600)
         try:
             assert not failures, failures
+            report = json.loads(sim_out)
+            assert sim.returncode == 0 and report["finished"] == 40 and not report["errors"], (sim_out, sim_err[-2000:])
             assert done == ids
             for p in stack.procs:
                 assert p.poll() is None, "a process exited during the fail-over:\n" + "\n".join(tail(x) for x in stack.logs)

@@ -44,7 +44,8 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine.tools.levels import POLICIES
 
@@ -52,6 +53,12 @@ if TYPE_CHECKING:
     from engine.match.commands import CommandBase
     from engine.match.protocols import OutcomeLike, ServiceLike
     from engine.match.state import MatchState
+
+T = TypeVar("T")
+#: how long a simulated client rides a Redis outage (a fail-over) before the match is an error
+RIDE_S = 60.0
+#: after an outage, a command with no reply for this long is sent again (same id)
+RESEND_S = 5.0
 
 # engine, redis, dramatiq and rich are imported inside functions: `shuangkou --help` stays fast
 
@@ -195,6 +202,7 @@ class Report:
     errors: list[str] = field(default_factory=list)
     match_ids: list[str] = field(default_factory=list)
     cleaned: int | None = None  # --cleanup: streams deleted
+    redis_retries: int = 0  # calls retried after a transient Redis failure (a fail-over ridden through)
 
     # -- figures ----------------------------------------------------------------------------
     def _pct(self, q: float) -> float:
@@ -222,7 +230,7 @@ class Report:
                          "stdev": round(statistics.pstdev(t), 2) if t else None,
                          "min": min(t) if t else None, "median": statistics.median(t) if t else None,
                          "max": max(t) if t else None},
-            "burned": self.burned,
+            "burned": self.burned, "redis_retries": self.redis_retries,
             "replayed_ok": self.replayed_ok, "ledger_checked": self.ledger_checked,
             "mismatches": self.mismatches, "errors": self.errors,
             "match_ids": self.match_ids,
@@ -419,12 +427,35 @@ class Simulation:
             local.last = "0"
         return c
 
+    def _ride(self, call: Callable[[], T]) -> tuple[T, bool]:
+        """``call()``, retried with back-off while Redis fails transiently (a fail-over, a lost
+        connection: docs/OPERATIONS.md), for at most :data:`RIDE_S`; and whether it had to."""
+        from engine.store.transient import Backoff, is_transient
+
+        backoff = Backoff(first=0.05, cap=1.0)
+        give_up = time.monotonic() + RIDE_S
+        retried = False
+        while True:
+            try:
+                return call(), retried
+            except Exception as exc:
+                if not self.redis_url or not is_transient(exc) or time.monotonic() > give_up:
+                    raise
+                retried = True
+                with self._lock:
+                    self.report.redis_retries += 1
+                time.sleep(backoff.next())
+
     def submit(self, cmd: Any) -> Any:
-        """Send a command through the inbox; returns the reply (accepted/duplicate/rejected/dead)."""
+        """Send a command through the inbox; returns the reply (accepted/duplicate/rejected/dead).
+        A fail-over is ridden through: the command is sent again (same id: the engine's duplicate)
+        when no reply came :data:`RESEND_S` after an outage, since an accepted XADD the old
+        master had not replicated is gone."""
         c = self._client()
         local = self._local
         t0 = time.perf_counter()
-        c.send(cmd)
+        _sent, outage = self._ride(lambda: c.send(cmd))
+        sent_at = time.monotonic()
         stream = c.stream_for(cmd)
         if not self.redis_url:
             for gw in self.gateways:
@@ -432,7 +463,14 @@ class Simulation:
                     gw.run_once(block_ms=None, count=10)
         deadline = time.monotonic() + 30
         while True:
-            for msg in c.replies(local.last, block_ms=None if not self.redis_url else 2000, count=100):
+            replies, retried = self._ride(lambda: list(c.replies(local.last, block_ms=None if not self.redis_url
+                                                                 else 2000, count=100)))
+            if retried:
+                outage, deadline = True, time.monotonic() + 30
+            if outage and not replies and time.monotonic() - sent_at > RESEND_S:
+                self._ride(lambda: c.send(cmd))
+                sent_at = time.monotonic()
+            for msg in replies:
                 local.last = msg.id
                 if msg.command_id == cmd.command_id:
                     dt = time.perf_counter() - t0
@@ -450,7 +488,7 @@ class Simulation:
             st = self.capture.states.get(mid)
             if st is not None:
                 return st
-        return self.reader.load_state(mid)
+        return self._ride(lambda: self.reader.load_state(mid))[0]
 
     def wait_timer(self, mid: str, st: Any) -> Any:
         """Let the match's clock run out; the timer workers act (turn timeout / trustee play)."""
@@ -468,7 +506,7 @@ class Simulation:
             return new
         limit = time.monotonic() + max(0.0, (d.at_ms - self.clock()) / 1000) + 15
         while time.monotonic() < limit:
-            new = self.reader.load_state(mid)
+            new = self._ride(lambda: self.reader.load_state(mid))[0]
             if new.version > st.version:
                 return new
             time.sleep(0.01)
