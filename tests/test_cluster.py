@@ -130,6 +130,16 @@ def test_the_factory_detects_the_cluster_from_any_node(local_cluster):
     assert isinstance(connect_async(local_cluster.url), AsyncRedisCluster)
 
 
+def test_a_cluster_node_url_with_a_database_other_than_0_says_so_in_one_line(local_cluster):
+    """A Cluster has database 0 only: the line names that, not "does not answer as a Redis server"."""
+    from engine.store.connect import RedisUnavailable, connect
+
+    with pytest.raises(RedisUnavailable) as info:
+        connect(f"redis://127.0.0.1:{local_cluster.ports[0]}/3")
+    assert "Redis Cluster node" in str(info.value) and "/0" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
 def test_cli_commands_run_on_a_cluster_node(local_cluster, tmp_path):
     """§1: the read-only dispute commands take a cluster node as --redis (no MovedError traceback)."""
     import json

@@ -67,6 +67,23 @@ def test_unreachable_urls_raise_one_line(http_port):
         assert words in str(info.value) and "\n" not in str(info.value), url
 
 
+def test_a_server_that_accepts_and_never_answers_is_not_redis_not_unreachable():
+    """Something listens (the TCP connection opens) but sends no reply: e.g. an HTTP server that
+    waits for a request line."""
+    import socket
+
+    from engine.store.connect import PROBE_TIMEOUT_S
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # never accepted: the kernel's backlog completes the handshake
+        port = silent.getsockname()[1]
+        with pytest.raises(RedisUnavailable) as info:
+            connect(f"redis://127.0.0.1:{port}/0")
+    assert str(info.value) == (f"redis://127.0.0.1:{port}/0 does not answer as a Redis server "
+                               f"(no reply in {PROBE_TIMEOUT_S:g} s)")
+
+
 def test_a_password_never_shows_in_the_line():
     url = f"redis://user:s3cret@127.0.0.1:{_closed_port()}/0"
     with pytest.raises(RedisUnavailable) as info:

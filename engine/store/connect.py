@@ -58,9 +58,17 @@ def probe(url: str, *, option: str = "--redis") -> bool:
             client.ping()
         except rex.AuthenticationError as exc:
             raise RedisUnavailable(f"cannot log in to {_safe(url)}: {exc}") from None
-        except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
+        except rex.TimeoutError as exc:
+            if "reading" in str(exc):  # connected, but no reply: something listens that is not Redis
+                raise RedisUnavailable(f"{_safe(url)} does not answer as a Redis server (no reply in "
+                                       f"{PROBE_TIMEOUT_S:g} s)") from None
+            raise RedisUnavailable(f"cannot reach {_safe(url)}: {_reason(exc)}") from None
+        except (rex.ConnectionError, OSError) as exc:
             raise RedisUnavailable(f"cannot reach {_safe(url)}: {_reason(exc)}") from None
         except rex.RedisError as exc:  # a reply that is not Redis's (an HTTP server, …)
+            if "SELECT is not allowed in cluster mode" in str(exc):
+                raise RedisUnavailable(f"{_safe(url)} is a Redis Cluster node, and a Cluster has database 0 "
+                                       f"only: end the URL with /0") from None
             raise RedisUnavailable(f"{_safe(url)} does not answer as a Redis server: {exc}") from None
         return _cluster_enabled(client)
     finally:
