@@ -195,6 +195,20 @@ def test_replay_cli_checks_run_script_output(tmp_path, capsys) -> None:
     assert any("expected seq" in p for p in json.loads(capsys.readouterr().out)["problems"])
 
 
+def test_replay_all_of_an_empty_store_says_so(monkeypatch, capsys) -> None:
+    """Nothing to audit (every match archived, say): exit 0 and one line that says so."""
+    import fakeredis
+
+    from engine.store.redis_store import RedisEventStore
+    from shuangkou.cli import main
+
+    store = RedisEventStore(fakeredis.FakeRedis(server=fakeredis.FakeServer()))
+    monkeypatch.setattr(RedisEventStore, "from_url", classmethod(lambda cls, url, **kw: store))
+    assert main(["replay", "--redis", "redis://x", "--all"]) == 0
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.strip() == "shuangkou replay: no matches to check: the store holds none"
+
+
 def test_replay_cli_needs_a_source(capsys) -> None:
     assert main(["replay", "m1"]) == 2
 

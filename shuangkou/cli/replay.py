@@ -241,6 +241,8 @@ def run(args: argparse.Namespace) -> int:
         return 1 if bad else 0
     from projections.timeline import settlement_heading
 
+    if args.all and not reports:  # say so: an empty audit is not a silent one
+        print("shuangkou replay: no matches to check: the store holds none", file=sys.stderr)
     for r in reports:
         if args.all:
             status = "ok" if not r["problems"] else f"{len(r['problems'])} problem(s)"
