@@ -263,6 +263,20 @@ elseif op == 'claim' then
   for _, t in ipairs(due) do redis.call('ZADD', P .. 'pending', now + tonumber(ARGV[3]), t) end
   return due
 
+elseif op == 'away' then
+  -- ARGV[3] table: 1 when no person at it is connected (no presence due after now; its bot
+  -- does not count), else 0: nobody's socket reads its match's updates
+  local th = P .. 'table:' .. ARGV[3]
+  local t = redis.call('HMGET', th, 'a', 'b', 'bot')
+  for i = 1, 2 do
+    local p = t[i]
+    if p and p ~= t[3] then
+      local due = redis.call('ZSCORE', P .. 'presence', p)
+      if due and tonumber(due) > now then return 0 end
+    end
+  end
+  return 1
+
 elseif op == 'absent' then
   -- ARGV[3] limit: players whose grace ran out (removed from presence) -> {player, state, table, ...}
   local due = redis.call('ZRANGEBYSCORE', P .. 'presence', '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))

@@ -66,11 +66,15 @@ def notes_key(player: str) -> str:
 
 #: the sweep's operations: when they find nothing to do they changed nothing (no wait)
 IDLE_OPS = frozenset({"claim", "absent"})
+#: the operations that only read: nothing to put on the replicas
+READ_OPS = frozenset({"away"})
 #: the events of a match that the lobby acts on (``Lobby.observe``): a table's match is over
 #: for its players after them
 END_EVENTS = frozenset({"PlayerRemoved", "MatchFinished", "MatchAbandoned"})
 
 ROOMS_REFRESH_S = 2.0  # how often the lobby reads the room registry again
+#: how often a table whose players are all away is looked at (its match may end unseen)
+AWAY_CHECK_MS = 2_000
 
 PENDING = f"{P}pending"
 PRESENCE = f"{P}presence"
@@ -188,7 +192,7 @@ class Lobby:
         # With SK_REPLICA_ACKS=N the transition is on N replicas before anyone acts on it (a
         # reply to the socket, a command to the engine, a table's work): issue 24 §4
         out = await self._script(keys=[f"{P}seq"], args=[op, now_ms(), *args])
-        if self.acks.n and (out or op not in IDLE_OPS):
+        if self.acks.n and op not in READ_OPS and (out or op not in IDLE_OPS):
             try:
                 await self.acks.confirm([f"{P}seq"])
             except Exception as exc:  # NOREPLICAS, or the node away: the transition is made, do its work
@@ -336,8 +340,21 @@ class Lobby:
                     await self.redis.zadd(PENDING, {table_id: now_ms() + 250})
                     return
                 continue
+            if table.status == "seated" and await self._call("away", table.id):
+                # nobody's socket reads its match: look at its end here, and again later
+                if await self._missed_end(table):
+                    continue
+                await self.redis.zadd(PENDING, {table_id: now_ms() + AWAY_CHECK_MS})
+                return
             await self.redis.zrem(PENDING, table_id)
             return
+
+    async def _missed_end(self, table: Table) -> bool:
+        """:meth:`missed_end` of the table's match, from either player's update stream."""
+        for p in table.players:
+            if await self.missed_end(p, table.match):
+                return True
+        return False
 
     async def _send_ops(self, command: Any) -> dict[str, str]:
         fut = self.replies.expect(command.command_id)
@@ -496,6 +513,8 @@ class Lobby:
                 await self.redis.set(disconnected_key(player), match, ex=86_400)
                 await self._send_player("Disconnect", match, player,
                                         channels.lobby_command_id(match, "disconnect", player, channels.new_id()))
+                # its match may now end with nobody's socket to read it: drive() looks
+                await self.redis.zadd(PENDING, {table_id: now_ms() + AWAY_CHECK_MS})
                 log.info("%s did not come back within the grace window: Disconnect in %s", player, match)
 
     async def came_back(self, player: str, match: str | None) -> None:

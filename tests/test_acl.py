@@ -292,6 +292,15 @@ def test_every_process_under_its_own_user(acl_redis, acl_broker, tmp_path):
         from gateway.names import NAMES_KEY
 
         assert lobby_r.hmget(NAMES_KEY, ["alice", "bob"]) is not None
+        # the lobby's script under its user: "away" reads the presence (ZSCORE) of a table's players
+        from gateway.lobby import LUA
+
+        lobby_r.hset("sk:{lobby}:table:acl-t", mapping={"a": "alice", "b": "bob"})
+        lobby_r.zadd("sk:{lobby}:presence", {"alice": 2**50})
+        away = lobby_r.register_script(LUA)
+        assert away(keys=["sk:{lobby}:seq"], args=["away", 1, "acl-t"]) == 0  # alice is connected
+        lobby_r.zrem("sk:{lobby}:presence", "alice")
+        assert away(keys=["sk:{lobby}:seq"], args=["away", 1, "acl-t"]) == 1
         # every user whose writes wait for replicas (serve's, the workers', the ledger's, the
         # lobby's) may send the INCR + WAIT: with no replica here the answer is NOREPLICAS, not NOPERM
         from engine.store.replicas import AsyncReplicaAcks, ReplicaAcks

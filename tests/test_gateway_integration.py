@@ -409,13 +409,16 @@ def test_ready_timer_removes_the_unready_player_and_requeues_the_other(stack):
     run(main())
 
 
-def test_players_away_when_their_match_is_abandoned_are_not_held_at_its_table(stack):
+@pytest.mark.parametrize("back", ["at_once", "after_the_grace"])
+def test_players_away_when_their_match_is_abandoned_are_not_held_at_its_table(stack, back):
     """Both players close their sockets before the Ready: the ready clock abandons the match
-    (R-13.2) while no socket reads its update.  Back, neither is held at that table (before,
-    the Join said "already at a table" and every Ready and Leave was refused ``match_over``,
-    for good): the Join queues them again, and they are paired at a new match."""
+    (R-13.2) while no socket reads its update.  Before, the table stayed seated for good (the
+    Join said "already at a table", every Ready and Leave was refused ``match_over``).  Now
+    the lobby closes it once their grace has run out (``after_the_grace``: nobody comes back
+    meanwhile), or their greeting does (``at_once``); then the Join queues them again and they
+    are paired at a new match."""
     gw = stack.gateways[0]
-    players = ("aw-alice", "aw-bob")
+    players = (f"aw-{back}-alice", f"aw-{back}-bob")
 
     async def main() -> None:
         ca, cb, m = await seat_pair(gw.url, gw.url, stack, *players, "away")
@@ -425,15 +428,20 @@ def test_players_away_when_their_match_is_abandoned_are_not_held_at_its_table(st
         while not any(type(e).__name__ == "MatchAbandoned" for e in match_events(stack, m)):
             assert time.monotonic() < deadline, "the ready clock did not abandon the match"
             await asyncio.sleep(0.2)
-        back = []
+        if back == "after_the_grace":
+            while any(t.get("match") == m and t.get("status") != "closed"
+                      for t in lobby_tables(stack, "away").values()):
+                assert time.monotonic() < deadline, "the lobby left the table of an abandoned match open"
+                await asyncio.sleep(0.2)
+        back_ = []
         for p in players:
             c = await Client.connect(gw.url, stack.token(p), p)
             await c.expect(kind("welcome"))
             await c.send({"type": "Join", "room": "away"})
-            back.append(c)
-        seated = [await c.expect(lobby("seated"), what=f"{p} seated again") for c, p in zip(back, players)]
+            back_.append(c)
+        seated = [await c.expect(lobby("seated"), what=f"{p} seated again") for c, p in zip(back_, players)]
         assert seated[0]["match"] == seated[1]["match"] != m, seated
-        for c in back:
+        for c in back_:
             await c.send({"type": "Leave"})
             await c.expect(lobby("removed"))
             await c.close()
