@@ -327,6 +327,8 @@ class CpuSampler:
 
     def per_command(self, answers: list[tuple[float, float]]) -> dict[str, float]:
         """CPU µs per command of each process kind over the play of ``answers``."""
+        if not answers:
+            return CpuMeter.per_command(self.samples[0][1], self.samples[-1][1], 0)
         start, end = min(a for a, _b in answers), max(b for _a, b in answers)
         before = max((s for s in self.samples if s[0] <= start), key=lambda s: s[0], default=self.samples[0])
         after = min((s for s in self.samples if s[0] >= end), key=lambda s: s[0], default=self.samples[-1])

@@ -264,12 +264,11 @@ class TokenRedactingFilter(logging.Filter):
 def listen_socket(host: str, port: int) -> socket.socket:
     """The gateway's listening socket, bound before uvicorn starts (OSError: the address is in
     use, or not this host's: the command line says so in one line)."""
-    family, kind, proto, _name, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
-    sock = socket.socket(family, kind, proto)
+    # the family as uvicorn chooses it: IPv6 for an address with a colon, else IPv4
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
+        sock.bind((host, port))
     except OSError:
         sock.close()
         raise

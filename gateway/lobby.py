@@ -71,6 +71,7 @@ READ_OPS = frozenset({"away"})
 #: the events of a match that the lobby acts on (``Lobby.observe``): a table's match is over
 #: for its players after them
 END_EVENTS = frozenset({"PlayerRemoved", "MatchFinished", "MatchAbandoned"})
+MISSED_END_UPDATES = 5  # the newest updates of a match looked at for its end
 
 ROOMS_REFRESH_S = 2.0  # how often the lobby reads the room registry again
 #: how often a table whose players are all away is looked at (its match may end unseen)
@@ -261,13 +262,14 @@ class Lobby:
     async def missed_end(self, player: str, match: str) -> bool:
         """The end of ``match`` that no socket observed (both players away when it was abandoned,
         a player removed or the match finished: nobody's socket read that update): the player's
-        newest update of the match is observed now, as a socket would have.  True when it ended
-        the match (the player's place may have changed)."""
-        e = await outbox.latest_update(self.player_redis, player, match, with_view=False)
-        if e is None or not any(ev.get("type") in END_EVENTS for ev in e.events):
-            return False
-        await self.observe(match, e.events)
-        return True
+        newest updates of the match are observed now, as a socket would have (a few: the service
+        and the timers publish independently, a later update may come before the end's).  True
+        when one ended the match (the player's place may have changed)."""
+        for e in await outbox.recent_updates(self.player_redis, player, match, MISSED_END_UPDATES):
+            if any(ev.get("type") in END_EVENTS for ev in e.events):
+                await self.observe(match, e.events)
+                return True
+        return False
 
     async def observe(self, match: str, events: list[dict[str, Any]]) -> None:
         """React to a match's events: a removal (R-13.2, a leave) frees the table, a finish

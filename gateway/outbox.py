@@ -95,29 +95,38 @@ def entry_id(value: Any) -> str:
     return _s(value)
 
 
-async def latest_update(redis: Any, player: str, match: str, before: str = "+",
-                        with_view: bool = True) -> OutEntry | None:
-    """The newest update of ``match`` in the player's stream that carries a view (any update of
-    it: ``with_view=False``)."""
+async def latest_update(redis: Any, player: str, match: str, before: str = "+") -> OutEntry | None:
+    """The newest update of ``match`` in the player's stream that carries a view."""
+    found = await recent_updates(redis, player, match, 1, before, with_view=True)
+    return found[0] if found else None
+
+
+async def recent_updates(redis: Any, player: str, match: str, n: int, before: str = "+",
+                         with_view: bool = False) -> list[OutEntry]:
+    """Up to ``n`` of the newest updates of ``match`` in the player's stream (those with a view
+    only: ``with_view``), newest first; :data:`SCAN_LIMIT` entries looked at at most."""
     stream = keys.outbox_key(player)
     end, seen = before, 0
+    out: list[OutEntry] = []
     while seen < SCAN_LIMIT:
         chunk = await redis.xrevrange(stream, max=end, min="-", count=100)
         if not chunk:
-            return None
+            return out
         for entry_id, fields in chunk:
             e = parse_entry(entry_id, fields)
             if e.kind == "update" and e.match == match and (e.view is not None or not with_view):
-                return e
+                out.append(e)
+                if len(out) >= n:
+                    return out
         seen += len(chunk)
-        ms, n = keys.stream_pos(_s(chunk[-1][0]))
-        if n > 0:
-            end = f"{ms}-{n - 1}"
+        ms, k = keys.stream_pos(_s(chunk[-1][0]))
+        if k > 0:
+            end = f"{ms}-{k - 1}"
         elif ms > 0:
             end = f"{ms - 1}-18446744073709551615"
         else:
-            return None
-    return None
+            return out
+    return out
 
 
 async def updates_after(redis: Any, player: str, match: str, version: int, upto: str) -> list[OutEntry]:

@@ -10,12 +10,18 @@ and an idle gateway sends each command at once, alone.
 One socket sends its commands one at a time (it waits for the answer), so their order is
 kept; a failure is the failing command's own (or the whole round's, when the connection
 dropped), raised in the socket that sent it, as a direct XADD would have.
+
+On a Redis Cluster each command is its own XADD, as before: redis-py's cluster pipeline
+retries a whole pipeline when one node is away (closing every node's connections between
+tries), so one master's fail-over would fail the commands of every shard in its round.
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
+
+from engine.store.connect import is_cluster
 
 BATCH = 200  # commands per pipeline
 
@@ -26,11 +32,15 @@ class CommandSender:
         self._queue: list[tuple[str, dict, asyncio.Future[Any]]] = []
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0  # pipelines sent (tests, the benchmark)
+        self.pipelined = not is_cluster(redis)
 
     async def send(self, stream: str, fields: dict) -> Any:
         """XADD ``fields`` to ``stream``; the new entry's id (or Redis's exception, raised)."""
+        if not self.pipelined:
+            return await self.redis.xadd(stream, fields)
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Any] = loop.create_future()
+        answer.add_done_callback(_retrieved)
         self._queue.append((stream, fields, answer))
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._write())
@@ -38,27 +48,41 @@ class CommandSender:
 
     async def _write(self) -> None:
         while self._queue:
-            batch, self._queue = self._queue[:BATCH], self._queue[BATCH:]
+            # a socket that stopped waiting (closed meanwhile) sends nothing
+            batch = [q for q in self._queue[:BATCH] if not q[2].done()]
+            self._queue = self._queue[BATCH:]
+            if batch:
+                await self._round(batch)
+
+    async def _round(self, batch: list[tuple[str, dict, asyncio.Future[Any]]]) -> None:
+        """One pipeline; every command of it is answered, whatever happens (none waits for ever)."""
+        replies: list[Any] = []
+        failure: BaseException | None = None
+        try:
             pipe = self.redis.pipeline(transaction=False)
             for stream, fields, _answer in batch:
                 pipe.xadd(stream, fields)
             self.rounds += 1
-            try:
-                replies = await pipe.execute(raise_on_error=False)
-            except asyncio.CancelledError:
-                for _s, _f, answer in batch + self._queue:
-                    answer.cancel()
-                self._queue = []
-                raise
-            except Exception as exc:  # the round failed as a whole (the connection, the pool)
-                for _s, _f, answer in batch:
-                    if not answer.done():
-                        answer.set_exception(exc)
+            replies = await pipe.execute(raise_on_error=False)
+        except asyncio.CancelledError:
+            for _s, _f, answer in batch + self._queue:
+                answer.cancel()
+            self._queue = []
+            raise
+        except Exception as exc:  # the round failed as a whole (the connection, the pool)
+            failure = exc
+        for i, (_s, _f, answer) in enumerate(batch):
+            if answer.done():  # its socket stopped waiting (closed): nothing to tell
                 continue
-            for (_s, _f, answer), reply in zip(batch, replies):
-                if answer.done():  # its socket stopped waiting (closed): nothing to tell
-                    continue
-                if isinstance(reply, Exception):
-                    answer.set_exception(reply)
-                else:
-                    answer.set_result(reply)
+            reply = replies[i] if failure is None else failure
+            if isinstance(reply, BaseException):
+                answer.set_exception(reply)
+            else:
+                answer.set_result(reply)
+
+
+def _retrieved(answer: asyncio.Future[Any]) -> None:
+    """Mark an answer's exception as seen: a socket cancelled after its answer was set is no
+    "exception was never retrieved" in the log."""
+    if not answer.cancelled():
+        answer.exception()

@@ -285,6 +285,7 @@ def test_failover_of_the_busiest_master_loses_nothing_with_replica_acks(cluster,
 
     monkeypatch.setenv("SK_REPLICA_ACKS", "1")  # both serve replicas and the worker (Stack.env)
     stack = _stack(cluster, redis_server.db_url(5), tmp_path, "--replica-acks", "1")
+    sim: subprocess.Popen | None = None
     try:
         by_master: dict[int, int] = {}
         for b in range(keys.DEFAULT_BUCKETS):
@@ -325,6 +326,7 @@ def test_failover_of_the_busiest_master_loses_nothing_with_replica_acks(cluster,
             assert not failures, failures
             report = json.loads(sim_out)
             assert sim.returncode == 0 and report["finished"] == 40 and not report["errors"], (sim_out, sim_err[-2000:])
+            assert report["redis_retries"] > 0, "simulate met no outage: the kill came too late for it"
             assert done == ids
             for p in stack.procs:
                 assert p.poll() is None, "a process exited during the fail-over:\n" + "\n".join(tail(x) for x in stack.logs)
@@ -334,6 +336,9 @@ def test_failover_of_the_busiest_master_loses_nothing_with_replica_acks(cluster,
         except AssertionError as exc:  # what the nodes did: the victim, its replica, any other fail-over
             raise AssertionError(f"{exc}\n-- victim {victim}, the cluster's log:\n{cluster.cluster_log()}") from None
     finally:
+        if sim is not None and sim.poll() is None:
+            sim.kill()
+            sim.wait()
         stack.stop()
 
 

@@ -103,4 +103,31 @@ def test_a_socket_that_stops_waiting_does_not_hold_up_the_others():
         return entry, await r.xrange("s")
 
     entry, stored = run(main())
-    assert entry in [i for i, _f in stored]
+    assert [(i, f[b"who"]) for i, f in stored] == [(entry, b"stays")]  # the one that stopped waiting: not sent
+
+
+def test_on_a_cluster_each_command_is_its_own_xadd():
+    """redis-py's cluster pipeline retries a whole pipeline when one node is away: one master's
+    fail-over would fail every shard's commands of the round.  So no pipeline there."""
+    from redis.asyncio.cluster import RedisCluster
+
+    sent: list[tuple[str, dict]] = []
+    cluster = object.__new__(RedisCluster)  # only its type matters here
+
+    async def xadd(stream: str, fields: dict) -> str:
+        sent.append((stream, fields))
+        return "1-0"
+
+    cluster.xadd = xadd  # type: ignore[method-assign]
+
+    def no_pipeline(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("a pipeline on a Cluster")
+
+    cluster.pipeline = no_pipeline  # type: ignore[method-assign]
+
+    async def main() -> list[Any]:
+        sender = CommandSender(cluster)
+        assert not sender.pipelined
+        return await asyncio.gather(*(sender.send(f"s{i}", {"i": str(i)}) for i in range(3)))
+
+    assert run(main()) == ["1-0"] * 3 and [s for s, _f in sent] == ["s0", "s1", "s2"]

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 #: how long a simulated client rides a Redis outage (a fail-over) before the match is an error
 RIDE_S = 60.0
-#: after an outage, a command with no reply for this long is sent again (same id)
+#: a command with no reply for this long is sent again (same id: a duplicate for the engine)
 RESEND_S = 5.0
 
 # engine, redis, dramatiq and rich are imported inside functions: `shuangkou --help` stays fast
@@ -448,13 +448,14 @@ class Simulation:
 
     def submit(self, cmd: Any) -> Any:
         """Send a command through the inbox; returns the reply (accepted/duplicate/rejected/dead).
-        A fail-over is ridden through: the command is sent again (same id: the engine's duplicate)
-        when no reply came :data:`RESEND_S` after an outage, since an accepted XADD the old
-        master had not replicated is gone."""
+        A fail-over is ridden through: a command with no reply after :data:`RESEND_S` is sent
+        again (same id: the engine's duplicate), since an XADD the old master acknowledged and
+        had not replicated is gone (an outage this thread need not have seen: its reply stream
+        may live on another master)."""
         c = self._client()
         local = self._local
         t0 = time.perf_counter()
-        _sent, outage = self._ride(lambda: c.send(cmd))
+        self._ride(lambda: c.send(cmd))
         sent_at = time.monotonic()
         stream = c.stream_for(cmd)
         if not self.redis_url:
@@ -466,8 +467,8 @@ class Simulation:
             replies, retried = self._ride(lambda: list(c.replies(local.last, block_ms=None if not self.redis_url
                                                                  else 2000, count=100)))
             if retried:
-                outage, deadline = True, time.monotonic() + 30
-            if outage and not replies and time.monotonic() - sent_at > RESEND_S:
+                deadline = time.monotonic() + 30
+            if self.redis_url and not replies and time.monotonic() - sent_at > RESEND_S:
                 self._ride(lambda: c.send(cmd))
                 sent_at = time.monotonic()
             for msg in replies:
