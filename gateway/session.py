@@ -409,12 +409,15 @@ class Connection:
             raise protocol.ClientError(protocol.SEAT_REFUSED, f"this room needs {low.need} {cfg.mode} for level "
                                        f"{low.level} (R-11.1)", msg.command_id)
         state, at_room, table_id = await self.hub.lobby.join(self.player, room)
-        if state != "joined" and await self._missed_end(await self.hub.lobby.place(self.player)):
-            state, at_room, table_id = await self.hub.lobby.join(self.player, room)  # its table is gone now
         self.grace_ms = int(1000 * cfg.reconnect_grace_seconds)
         if state == "joined":
             return  # the lobby's note says queued (then seated) through the reader
         place = await self.hub.lobby.place(self.player)
+        if await self._missed_end(place):  # its table is gone now: join
+            state, at_room, table_id = await self.hub.lobby.join(self.player, room)
+            if state == "joined":
+                return
+            place = await self.hub.lobby.place(self.player)
         self.place = place
         if place.table is not None and place.table.status == "seated":
             await self.send(protocol.lobby("seated", place.room, place.table.id, place.table.match,
