@@ -118,14 +118,23 @@ class LocalCluster:
                 continue
         raise LookupError(key)
 
+    def online_replicas(self, master: int) -> list[int]:
+        """Ports of ``master``'s replicas that finished their sync (``state=online``): a replica
+        still waiting for its RDB is connected, yet acknowledges nothing (WAIT) and holds nothing."""
+        info = self.node(master).info("replication")
+        return [int(v["port"]) for k, v in info.items()
+                if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online"]
+
     def live(self) -> list[int]:
         return [p for p in self.ports if p not in self.killed]
 
-    def restart(self, port: int) -> None:
-        """Start a killed node again (empty, its nodes.conf kept): it rejoins as a replica."""
-        self.procs[port] = _spawn_node(port, self.workdir, self.node_timeout_ms, self.log_dir)
-        _wait(lambda: redis.Redis(port=port).ping(), 10, f"redis-server on {port}")
-        self.killed.discard(port)
+    def restart(self, *ports: int) -> None:
+        """Start killed nodes again, all at once (empty, their nodes.conf kept): each rejoins as a replica."""
+        for port in ports:
+            self.procs[port] = _spawn_node(port, self.workdir, self.node_timeout_ms, self.log_dir)
+        for port in ports:
+            _wait(lambda port=port: redis.Redis(port=port).ping(), 10, f"redis-server on {port}")
+            self.killed.discard(port)
 
     def kill(self, port: int) -> None:
         """SIGKILL one node."""
@@ -153,14 +162,21 @@ class LocalCluster:
 
 
 def _spawn_node(port: int, workdir: str, node_timeout_ms: int, log_dir: str | None = None) -> subprocess.Popen:
-    """One node; with ``log_dir`` its log goes to ``log_dir/node-<port>.log`` (appended: a restart adds to it)."""
+    """One node; with ``log_dir`` its log goes to ``log_dir/node-<port>.log`` (appended: a restart adds to it).
+
+    Each node has its own RDB file name in the shared ``workdir``: a replica's full sync
+    saves the received RDB to ``--dbfilename`` and loads it from there, so replicas sharing
+    one ``dump.rdb`` and syncing at once loaded *each other's* masters' data (the fail-over
+    test then found the head of a stream missing on the promoted replica).  A master starts
+    a replica's sync at once (no 5 s diskless delay: nothing is gained by waiting here)."""
     log = ["--logfile", os.path.join(os.path.abspath(log_dir), f"node-{port}.log")] if log_dir else []
     if log_dir:
         os.makedirs(log_dir, exist_ok=True)
     return subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
          "--cluster-config-file", f"nodes-{port}.conf", "--cluster-node-timeout", str(node_timeout_ms),
-         "--save", "", "--appendonly", "no", "--dir", workdir, *log],
+         "--save", "", "--appendonly", "no", "--dir", workdir, "--dbfilename", f"dump-{port}.rdb",
+         "--repl-diskless-sync-delay", "0", *log],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=workdir)
 
 
@@ -187,9 +203,9 @@ def start_cluster(masters: int = 3, replicas: int = 1, node_timeout_ms: int = 20
                 raise RuntimeError(out.stdout + out.stderr)
             cluster = LocalCluster(ports, procs, workdir, node_timeout_ms, log_dir=log_dir)
             cluster.wait_ok()
-            if replicas:  # every master has its replicas attached (a fail-over needs them)
-                _wait(lambda: all(int(cluster.node(p).info("replication").get("connected_slaves", 0)) >= replicas
-                                  for p in cluster.masters()), 30, "replicas in sync")
+            if replicas:  # every master has its replicas synced (a fail-over needs them)
+                _wait(lambda: all(len(cluster.online_replicas(p)) >= replicas for p in cluster.masters()),
+                      30, "replicas in sync")
             return cluster
         except BaseException as exc:  # nothing is left running, whatever went wrong
             for proc in procs.values():
