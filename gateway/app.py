@@ -56,6 +56,10 @@ class GatewaySettings:
     limits: Limits = Limits()  # sizes and rates per client (gateway/limits.py)
     allow_live_replay: bool = False  # dangerous: the replay viewer shows matches being played
     replica_acks: int = 0  # SK_REPLICA_ACKS: the lobby's transitions wait for N replicas (issue 24 §4)
+    #: --ws-compression: offer permessage-deflate (RFC 7692) to the clients that ask for it.
+    #: Off by default: our frames are small, and per socket it costs a deflate and an inflate
+    #: context (memory) and CPU on both ends for every frame (docs/CAPACITY.md)
+    ws_compression: bool = False
 
 
 #: Redis connections of one gateway process, whatever its sockets: the players' pool (every
@@ -283,6 +287,7 @@ def serve(settings: GatewaySettings, host: str, port: int, log_level: str = "inf
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), lifespan="on",
                             ws_ping_interval=20, ws_ping_timeout=20, timeout_graceful_shutdown=5,
                             ws_max_size=settings.limits.max_message_bytes,  # a larger frame is never buffered
+                            ws_per_message_deflate=settings.ws_compression,
                             # the peer is the peer: X-Forwarded-For counts only from a --trusted-proxy
                             # (gateway/limits.py), never by uvicorn's default trust of 127.0.0.1
                             proxy_headers=False,

@@ -66,16 +66,18 @@ class GatewayMetrics:
         for t in sorted(CLIENT_TYPES):
             self.messages_in.labels(t)
             self.round_trip.labels(t)
-        for k in KINDS:
-            self.messages_out.labels(k)
+        #: the per-message series, looked up once (``labels()`` takes a lock and hashes its values
+        #: on every call: two of them for each message sent and received)
+        self._out = {k: self.messages_out.labels(k) for k in (*KINDS, "other")}
+        self._in = {t: self.messages_in.labels(t) for t in (*sorted(CLIENT_TYPES), "other")}
         for reason in AUTH_REASONS:
             self.auth_failures.labels(reason)
 
     def message_in(self, mtype: str) -> None:
-        self.messages_in.labels(mtype if mtype in CLIENT_TYPES else "other").inc()
+        self._in.get(mtype, self._in["other"]).inc()
 
     def message_out(self, kind: str, code: str | None = None) -> None:
-        self.messages_out.labels(kind if kind in KINDS else "other").inc()
+        self._out.get(kind, self._out["other"]).inc()
         if kind == "rejected" and code:
             self.rejected.labels(code if len(code) <= 32 and code.isidentifier() else "other").inc()
 

@@ -53,6 +53,52 @@ async def remember(redis: Any, player: str, name: str | None) -> None:
         await redis.hset(NAMES_KEY, player, name)
 
 
+class NameBook:
+    """One gateway's display names, read through a short-lived cache: an update with a view
+    names its table's players, and asking Redis each time cost a round trip per message.
+
+    A name this gateway :meth:`remember`\ s is seen at once; one remembered by another
+    gateway (the player reconnected there under a new name) within :attr:`ttl_s`.
+    """
+
+    def __init__(self, redis: Any, ttl_s: float = 5.0, size: int = 50_000):
+        self.redis = redis
+        self.ttl_s = ttl_s
+        self.size = size
+        self._known: dict[str, tuple[str | None, float]] = {}  # player -> (name or None, read at)
+
+    async def remember(self, player: str, name: str | None) -> None:
+        """:func:`remember`, and this gateway knows it at once."""
+        await remember(self.redis, player, name)
+        if name:
+            self._keep(player, name)
+
+    async def names_of(self, players: Iterable[str | None]) -> dict[str, str]:
+        """:func:`names_of`, from the cache where it is fresh (one HMGET for the rest)."""
+        import time
+
+        now = time.monotonic()
+        wanted = list(dict.fromkeys(p for p in players if p))
+        stale = [p for p in wanted if (k := self._known.get(p)) is None or now - k[1] > self.ttl_s]
+        if stale:
+            fresh = await names_of(self.redis, stale)
+            for p in stale:
+                self._keep(p, fresh.get(p), now)
+        out: dict[str, str] = {}
+        for p in wanted:
+            name = self._known.get(p, (None, 0.0))[0]
+            if name is not None:
+                out[p] = name
+        return out
+
+    def _keep(self, player: str, name: str | None, at: float | None = None) -> None:
+        import time
+
+        if len(self._known) >= self.size:
+            self._known.clear()
+        self._known[player] = (name, time.monotonic() if at is None else at)
+
+
 async def names_of(redis: Any, players: Iterable[str | None]) -> dict[str, str]:
     """``{player: name}`` for the players that have a display name (the others are left out:
     the page shows their id, or its word for a bot)."""

@@ -87,6 +87,7 @@ class Hub:
     stopping: bool = False
     fanout: Fanout = field(init=False)  # the one reader of every socket's streams (gateway/fanout.py)
     sender: CommandSender = field(init=False)  # the one writer of every socket's commands (gateway/sender.py)
+    names: names.NameBook = field(init=False)  # the display names, cached for a few seconds (gateway/names.py)
 
     #: the fan-out's own connections (its notices and reads never queue behind the sockets'
     #: commands in ``redis``'s pool); None: it shares ``redis``
@@ -95,6 +96,7 @@ class Hub:
     def __post_init__(self) -> None:
         self.fanout = Fanout(self.reader_redis if self.reader_redis is not None else self.redis)
         self.sender = CommandSender(self.redis)
+        self.names = names.NameBook(self.lobby.redis)
 
     async def heartbeat(self, stop: asyncio.Event) -> None:
         """Keep every connected player's Disconnect in the future (reconnect grace)."""
@@ -186,7 +188,7 @@ class Connection:
         if not players:
             return message
         try:
-            return {**message, "names": await names.names_of(self.hub.lobby.redis, players)}
+            return {**message, "names": await self.hub.names.names_of(players)}
         except Exception as exc:  # names are a nicety: never hold a message back for them
             log.warning("could not read display names: %s", exc)
             return message
@@ -217,7 +219,7 @@ class Connection:
                                              self.identity.expires_at, self.identity.name))
             self.guard.start()  # 4401 at the token's exp, unless renewed (gateway/guard.py)
             if self.is_player:
-                await names.remember(hub.lobby.redis, self.player, self.identity.name)
+                await hub.names.remember(self.player, self.identity.name)
                 pipe = r.pipeline(transaction=False)  # the entry, and its notice (gateway/fanout.py)
                 pipe.xadd(session_key(self.player), {"conn": self.id, "gw": hub.gateway_id}, maxlen=10,
                           approximate=True)

@@ -47,6 +47,7 @@ def stack(redis_server, tmp_path_factory):
         s.start_gateway("O", "--allowed-origin", "https://casino.example", "--frame-ancestors",
                         "https://casino.example")
         s.start_gateway("F", "--frame-ancestors", "http://casino.example")
+        s.start_gateway("Z", "--ws-compression")
         yield s
     finally:
         s.stop()
@@ -351,6 +352,21 @@ def test_ws_checks_the_origin(stack):
     assert "forbidden_origin" in out["evil"][1]
     assert refusals(e)["origin"] >= 2 and refusals(o)["origin"] >= 1
     assert_no_error_logged(e, o)
+
+
+def test_permessage_deflate_only_with_ws_compression(stack):
+    """A client offering permessage-deflate (websockets does, browsers do) gets plain frames from a
+    default gateway and compressed ones from ``--ws-compression``; both greet it alike."""
+    import websockets
+
+    async def extensions(g: Gateway) -> tuple[str | None, str]:
+        async with websockets.connect(f"{g.url}?token={stack.token('deflate-1')}", open_timeout=20) as ws:
+            welcome = json.loads(await asyncio.wait_for(ws.recv(), 20))
+            return ws.response.headers.get("Sec-WebSocket-Extensions"), welcome["kind"]
+
+    plain, compressed = run(extensions(gw(stack, "E"))), run(extensions(gw(stack, "Z")))
+    assert plain == (None, "welcome")
+    assert compressed[0] is not None and compressed[0].startswith("permessage-deflate") and compressed[1] == "welcome"
 
 
 @pytest.mark.browser

@@ -108,3 +108,38 @@ def test_a_bot_takes_a_full_view_when_one_comes_and_passes_when_nothing_beats() 
     assert (t.seat, t.turn, t.hand) == (1, "bot-1", [0, 1])
     assert bot_move(t) == {"type": "Pass"}
     assert bot_move(BotTable("m")) is None  # no hand known: the bot hands its seat to the trustee
+
+
+def test_the_name_book_reads_once_sees_its_own_renames_at_once_and_others_after_its_ttl() -> None:
+    """gateway/names.py NameBook: one HMGET for the names it has not read lately, none for the
+    fresh ones; a rename this gateway remembers is seen at once, another gateway's after ttl_s."""
+    import asyncio
+
+    import fakeredis
+
+    from gateway.names import NAMES_KEY, NameBook
+
+    class Counting(fakeredis.FakeAsyncRedis):
+        hmgets = 0
+
+        async def hmget(self, *a, **kw):  # type: ignore[override]
+            Counting.hmgets += 1
+            return await super().hmget(*a, **kw)
+
+    async def main() -> None:
+        r = Counting(server=fakeredis.FakeServer())
+        here, there = NameBook(r, ttl_s=60.0), NameBook(r, ttl_s=0.0)
+        await here.remember("p1", "小明")
+        await r.hset(NAMES_KEY, "p2", "Ann")
+        assert await here.names_of(["p1", "p2", "p3", None]) == {"p1": "小明", "p2": "Ann"}
+        assert Counting.hmgets == 1  # p2 and p3 only: p1 was remembered here
+        assert await here.names_of(["p2", "p3", "p1"]) == {"p1": "小明", "p2": "Ann"}
+        assert Counting.hmgets == 1  # all fresh: no round trip
+        await here.remember("p1", "阿明")  # a reconnection under a new name, on this gateway
+        assert (await here.names_of(["p1"]))["p1"] == "阿明"
+        await there.remember("p2", "Annie")  # ... and on another one: this one knows after its ttl
+        assert (await here.names_of(["p2"]))["p2"] == "Ann"
+        assert (await NameBook(r, ttl_s=0.0).names_of(["p2"]))["p2"] == "Annie"
+        assert await there.names_of([]) == {}
+
+    asyncio.run(main())

@@ -63,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     edge.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
                       help="a page origin that may open /ws (repeatable; '*' for any; default: the gateway's own "
                            "origin, any with --dev); a wrong Origin is refused 403, none at all is let through")
+    parser.add_argument("--ws-compression", action="store_true",
+                        help="offer permessage-deflate to the clients that ask for it (default off: the frames are "
+                             "small; compression costs CPU on both ends and memory per socket)")
     edge.add_argument("--allow-live-replay", action="store_true",
                       help="DANGEROUS: the replay viewer (/api/replay/<id>) shows matches still being played, both "
                            "hands included, to any operator token (default: 409 until the match has finished)")
@@ -122,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
                                gateway_id=args.id or default_gateway_id(), dev=args.dev, bots=args.bots, bot_level=args.bot_level,
                                bot_think_s=args.bot_think,
                                lobby_redis_url=args.lobby_redis, edge=edge, limits=limits,
-                               allow_live_replay=args.allow_live_replay, replica_acks=replica_acks)
+                               allow_live_replay=args.allow_live_replay, replica_acks=replica_acks,
+                               ws_compression=args.ws_compression)
     try:
         sock = listen_socket(args.host, args.port)
     except OSError as exc:
