@@ -14,6 +14,8 @@ Starts a throw-away redis-server, ``shuangkou serve`` (with a dramatiq worker) a
 Then ``--connected`` idle sockets (2,000 by default) are held at once and the gateway's
 Redis connections counted (CLIENT LIST, by the name ``sk-gateway:<id>``).
 
+Each path starts on an idle stack (:func:`quiesce`: the previous path's tail, the lobby's
+next-match offers and the closed tables, is not charged to it).
 Both start the play together: every player waits until all are seated (through the lobby,
 or on the operator channel) before its Ready.  Commands/s count the play, from a run's first
 command sent to its last answer (how fast the lobby pairs is not the commands' throughput).  Prints commands/s, p50 and p99 per run and the medians over the runs, with the ratios
@@ -335,6 +337,23 @@ class CpuSampler:
         return CpuMeter.per_command(before[1], after[1], len(answers))
 
 
+def quiesce(meter: CpuMeter, busy_cores: float = 0.1, window_s: float = 0.5, limit_s: float = 60.0) -> float:
+    """Wait until the stack is idle: serve, Redis, the gateway and the workers together below
+    ``busy_cores`` over ``window_s`` (at most ``limit_s``); the seconds waited.  A path's play
+    must not pay for the previous one's tail: the tables the lobby offers again after each
+    settlement, the Leaves and the abandoned matches of the closed sockets."""
+    stack_keys = ("serve", "redis", "gateway", "workers")
+    t0 = time.perf_counter()
+    before = meter.read()
+    while time.perf_counter() - t0 < limit_s:
+        time.sleep(window_s)
+        after = meter.read()
+        if sum(after[k] - before[k] for k in stack_keys) < busy_cores * window_s:
+            break
+        before = after
+    return time.perf_counter() - t0
+
+
 def rss_kb(pid: int) -> int:
     return int(next((ln.split()[1] for ln in Path(f"/proc/{pid}/status").read_text().splitlines()
                      if ln.startswith("VmRSS")), "0"))
@@ -363,12 +382,14 @@ def main() -> int:
         meter = CpuMeter(stack, gw.proc.pid, proc.pid)
         peak = 0
         for run in range(args.runs):
+            quiesce(meter)
             t0 = time.perf_counter()
             with CpuSampler(meter) as sampler:
                 ga = asyncio.run(run_gateway(gw.url, stack, args.players, "bench", f"g{run}"))
             tg = time.perf_counter() - t0
             cpu["gateway"].append(sampler.per_command(ga))
             peak = max(peak, gateway_connections(stack.store_url, "bench"))
+            quiesce(meter)
             t0 = time.perf_counter()
             with CpuSampler(meter) as sampler:
                 da = asyncio.run(run_inbox(stack.store_url, args.players, cfg, f"d{run}"))
