@@ -136,7 +136,8 @@ async def ws_player(url: str, token: str, room: str, rtts: list[tuple[float, flo
                 cid = msg.get("command_id")
                 if cid in sent:
                     rtts.append((sent.pop(cid), time.perf_counter()))
-            if k == "settled":
+            if k == "settled":  # done: leave the table as a player who quits does (it closes; no
+                await ws.send(json.dumps({"type": "Leave"}))  # next match waits for its ready clock)
                 return
             if k != "update" or msg["match"] != match:
                 continue
