@@ -6,7 +6,9 @@
 --   sk:{lobby}:queue:<room>     list    waiting players, oldest first
 --   sk:{lobby}:player:<p>       hash    state (queued|table), room, table, since
 --   sk:{lobby}:table:<t>        hash    room a b n match status(creating|seated|closed) finished escaped
---                                       leaving (a player who left at the settlement) bot (a bot's id)
+--                                       leaving_a leaving_b ('1': that seat's player left at the
+--                                       settlement; 'leaving' = a player, as older gateways wrote it)
+--                                       bot (a bot's id)
 --   sk:{lobby}:match:<m>        string  the table of a match
 --   sk:{lobby}:seq              counter table numbers
 --   sk:{lobby}:notes:<p>        stream  messages for the player's sockets (field m = JSON); each
@@ -99,6 +101,46 @@ local function close_table(t, room, removed, reasons)
   return requeued
 end
 
+-- the player leaves the queue -> 1, or 0 when not waiting
+local function dequeue(player, reason)
+  local ph = P .. 'player:' .. player
+  if redis.call('HGET', ph, 'state') ~= 'queued' then return 0 end
+  local room = redis.call('HGET', ph, 'room')
+  redis.call('LREM', P .. 'queue:' .. room, 0, player)
+  redis.call('DEL', ph)
+  note(player, lobby_msg('removed', room, nil, nil, reason))
+  return 1
+end
+
+-- the player leaves table t between two matches (m, the table's match): after its finish
+-- (not yet settled) it is noted, and the settle step closes the table instead of offering the
+-- next match -> {'noted'}; while the next match is created the table closes now ->
+-- {'closed', stayed..., '|', new tables...}; otherwise {} (the engine decides)
+local function leave_table(t, m, player)
+  local th = P .. 'table:' .. t
+  if redis.call('HGET', th, 'match') ~= m then return {} end
+  if redis.call('HGET', th, 'a') ~= player and redis.call('HGET', th, 'b') ~= player then return {} end
+  local status = redis.call('HGET', th, 'status')
+  if status == 'seated' and redis.call('HGET', th, 'finished') == m then
+    -- one field per seat: both players may leave at the settlement (one 'leaving' field kept
+    -- the last of them, and the first went back to the queue as if they had stayed)
+    local seat = redis.call('HGET', th, 'a') == player and 'a' or 'b'
+    redis.call('HSET', th, 'leaving_' .. seat, '1')
+    redis.call('ZADD', P .. 'pending', now, t)
+    return {'noted'}
+  end
+  if status ~= 'creating' then return {} end
+  local removed, reasons = {}, {}
+  removed[player] = true
+  reasons[player] = 'left'
+  local room = redis.call('HGET', th, 'room')
+  local out = {'closed'}
+  for _, p in ipairs(close_table(t, room, removed, reasons)) do table.insert(out, p) end
+  table.insert(out, '|')
+  for _, nt in ipairs(pair(room)) do table.insert(out, nt) end
+  return out
+end
+
 if op == 'join' then
   -- ARGV[3] room, ARGV[4] player -> {state, room, table, new tables...}
   local room, player = ARGV[3], ARGV[4]
@@ -114,14 +156,34 @@ if op == 'join' then
 
 elseif op == 'dequeue' then
   -- ARGV[3] player, ARGV[4] reason -> 1 when the player was waiting and left the queue
-  local player, reason = ARGV[3], ARGV[4]
+  return dequeue(ARGV[3], ARGV[4])
+
+elseif op == 'quit' then
+  -- ARGV[3] player: the player's Leave, wherever the lobby has them now, in one step (a lookup
+  -- then a transition raced the lobby moving them: paired, requeued, the next match offered).
+  -- -> {'dequeued'} | {'noted', table} | {'closed', table, match, stayed..., '|', new tables...}
+  --    | {'engine', table, match} (seated in a match: the engine decides the Leave) | {} (nowhere)
+  local player = ARGV[3]
   local ph = P .. 'player:' .. player
-  if redis.call('HGET', ph, 'state') ~= 'queued' then return 0 end
-  local room = redis.call('HGET', ph, 'room')
-  redis.call('LREM', P .. 'queue:' .. room, 0, player)
-  redis.call('DEL', ph)
-  note(player, lobby_msg('removed', room, nil, nil, reason))
-  return 1
+  local st = redis.call('HGET', ph, 'state')
+  if st == 'queued' then
+    dequeue(player, 'left')
+    return {'dequeued'}
+  end
+  if st ~= 'table' then return {} end
+  local t = redis.call('HGET', ph, 'table')
+  local th = P .. 'table:' .. t
+  local m = redis.call('HGET', th, 'match')
+  local status = redis.call('HGET', th, 'status')
+  if not m or status == false or status == 'closed' then return {} end
+  local out = leave_table(t, m, player)
+  if out[1] == 'noted' then return {'noted', t} end
+  if out[1] == 'closed' then
+    local reply = {'closed', t, m}
+    for i = 2, #out do table.insert(reply, out[i]) end
+    return reply
+  end
+  return {'engine', t, m}
 
 elseif op == 'seated' then
   -- ARGV[3] table, ARGV[4] match: the match exists and both players sit in it
@@ -177,8 +239,13 @@ elseif op == 'advance' then
   note(b, ARGV[6])
   local room = redis.call('HGET', th, 'room')
   local escaper = redis.call('HGET', th, 'escaped')
-  local leaving = redis.call('HGET', th, 'leaving')
-  if (escaper and escaper ~= '') or (leaving and leaving ~= '') then
+  local left = {}
+  local leaving = redis.call('HGET', th, 'leaving')  -- a table noted by a gateway before leaving_<seat>
+  if leaving and leaving ~= '' then left[leaving] = true end
+  for _, seat in ipairs({'a', 'b'}) do
+    if redis.call('HGET', th, 'leaving_' .. seat) == '1' then left[redis.call('HGET', th, seat)] = true end
+  end
+  if (escaper and escaper ~= '') or next(left) ~= nil then
     -- an escaper leaves the room (R-12.1); so does a player who left at the settlement: the
     -- table offers no next match, the other player goes back to the queue (a bot leaves too)
     local removed, reasons = {}, {}
@@ -186,9 +253,9 @@ elseif op == 'advance' then
       removed[escaper] = true
       reasons[escaper] = 'escaped'
     end
-    if leaving and leaving ~= '' then
-      removed[leaving] = true
-      reasons[leaving] = 'left'
+    for p, _ in pairs(left) do
+      removed[p] = true
+      reasons[p] = 'left'
     end
     local out = {'closed'}
     for _, p in ipairs(close_table(t, room, removed, reasons)) do table.insert(out, p) end
@@ -209,26 +276,7 @@ elseif op == 'leave' then
   -- offering the next match -> {'noted'}.  The next match is being created: the table closes
   -- now -> {'closed', stayed..., '|', new tables...}.  Otherwise {} (the engine decides: a Leave
   -- before the deal, an escape during play).
-  local t, m, player = ARGV[3], ARGV[4], ARGV[5]
-  local th = P .. 'table:' .. t
-  if redis.call('HGET', th, 'match') ~= m then return {} end
-  if redis.call('HGET', th, 'a') ~= player and redis.call('HGET', th, 'b') ~= player then return {} end
-  local status = redis.call('HGET', th, 'status')
-  if status == 'seated' and redis.call('HGET', th, 'finished') == m then
-    redis.call('HSET', th, 'leaving', player)
-    redis.call('ZADD', P .. 'pending', now, t)
-    return {'noted'}
-  end
-  if status ~= 'creating' then return {} end
-  local removed, reasons = {}, {}
-  removed[player] = true
-  reasons[player] = 'left'
-  local room = redis.call('HGET', th, 'room')
-  local out = {'closed'}
-  for _, p in ipairs(close_table(t, room, removed, reasons)) do table.insert(out, p) end
-  table.insert(out, '|')
-  for _, nt in ipairs(pair(room)) do table.insert(out, nt) end
-  return out
+  return leave_table(ARGV[3], ARGV[4], ARGV[5])
 
 elseif op == 'bot' then
   -- ARGV[3] room, ARGV[4] waited ms, ARGV[5] the bot's level: the oldest waiting player of the

@@ -244,6 +244,25 @@ class Lobby:
     async def dequeue(self, player: str, reason: str) -> bool:
         return bool(await self._call("dequeue", player, reason))
 
+    async def quit(self, player: str) -> Place | None:
+        """``player``'s Leave, decided by the lobby in one step wherever it has them now: out of
+        the queue, or off a table between two matches (see :meth:`leave_between_matches`).  None
+        when that is done; else the place whose match the engine decides the Leave in (seated in
+        a match), or ``Place("")`` when the player is nowhere."""
+        out = [_s(x) for x in await self._call("quit", player)]
+        if not out:
+            return Place("")
+        if out[0] == "noted":
+            self._spawn_drive(out[1])
+        elif out[0] == "closed":  # whoever stayed leaves the match being created (if it exists yet)
+            await self._after_removal(None, out[2], out[3:], {player})
+        elif out[0] == "engine":
+            table = await self.table(out[1])
+            if table is not None and table.match == out[2]:
+                return Place("table", table.room, table)
+            return await self.place(player)  # moved on meanwhile: the engine decides where it is now
+        return None
+
     async def leave_between_matches(self, table: Table, player: str) -> bool:
         """``player`` leaves a table between two matches: after a finish (before the next match
         is offered: the settle step closes the table instead) or while the next match is being
@@ -299,7 +318,7 @@ class Lobby:
             if await self._call("finished", table.id, match, escaper or ""):
                 self._spawn_drive(table.id)
 
-    async def _after_removal(self, table: Table, match: str, out: list[str], removed: set[str],
+    async def _after_removal(self, table: Table | None, match: str, out: list[str], removed: set[str],
                              leave: bool = True) -> None:
         if "|" not in out:
             return

@@ -68,8 +68,6 @@ def _s(v: Any) -> str:
 #: the commands of a seated player that use the place known from the last lookup: the engine
 #: decides them against the match anyway, and any note of the lobby drops what is known
 HOT = frozenset({"Play", "Pass"})
-#: how many times a Leave looks the player's place up again when the lobby moved them meanwhile
-LEAVE_LOOKUPS = 4
 
 
 @dataclass
@@ -362,23 +360,11 @@ class Connection:
     async def _leave_in_the_lobby(self) -> Place | None:
         """A Leave the lobby decides: out of the queue, or off a table between two matches (at
         the settlement: no next match is offered, the table closes).  None when it is done; else
-        the place whose match the engine decides the Leave in.  The lobby may move the player
-        between the lookup and the transition (paired, the next match seated): a refused
-        transition looks again (every place looked up is tried), so the Leave is never lost to
-        that race; after :data:`LEAVE_LOOKUPS` such races the last place is the caller's."""
-        place = Place("")
-        for _ in range(LEAVE_LOOKUPS):
-            place = await self.hub.lobby.place(self.player)
-            table = place.table
-            if place.state == "queued":
-                if await self.hub.lobby.dequeue(self.player, "left"):
-                    return None
-            elif table is not None and (table.status == "creating" or table.finished == table.match):
-                if await self.hub.lobby.leave_between_matches(table, self.player):
-                    return None
-            else:
-                return place
-        return place
+        the place whose match the engine decides the Leave in.  One atomic lobby step
+        (``Lobby.quit``): a lookup then a transition raced the lobby moving the player (requeued
+        when the opponent left, paired, the next match seated), and under enough such moves the
+        Leave was lost and the player, gone, was seated opposite newcomers."""
+        return await self.hub.lobby.quit(self.player)
 
     def track(self, engine_id: str, ctype: str) -> None:
         """A command sent to the engine: its answer's round trip is measured (``answered``)."""

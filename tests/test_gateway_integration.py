@@ -46,6 +46,7 @@ ROOMS: dict[str, dict[str, Any]] = {
     "churn": {"trustee_delay_seconds": 0.0, "ready_seconds": CHURN_READY_S},
     "quits": {"trustee_delay_seconds": 0.0},
     "away": {"trustee_delay_seconds": 0.0, "ready_seconds": 1, "reconnect_grace_seconds": 1},
+    "metered": {"trustee_delay_seconds": 0.0},
 }
 #: how long after its deadline a timer may fire in these stacks (the sweeper's grace; serve alone: 500 ms)
 GRACE_S = 2.0
@@ -525,6 +526,13 @@ def test_healthz_and_metrics(stack):
         await c.close()
         bad = await Client.connect(gw.url, "nope", "bad")
         await bad.closed()
+        # a command the engine answers: its round trip is measured (the test alone saw none)
+        ca, cb, _match = await seat_pair(gw.url, gw.url, stack, "me-m1", "me-m2", "metered")
+        await ca.send({"type": "Ready", "command_id": "r1"})
+        await ca.expect(lambda m: m.get("kind") == "update" and m.get("command_id") == "r1", what="Ready's update")
+        for c in (ca, cb):
+            await c.send({"type": "Leave"})
+            await c.close()
 
     run(one_round_trip())
     body = urllib.request.urlopen(gw.http + "/metrics", timeout=5).read().decode()

@@ -279,6 +279,50 @@ def test_lobby_lua_pairs_removes_requeues_and_advances(real_redis):
     assert notes("d")[-1]["reason"] == "disconnected"
 
 
+@pytest.mark.redis
+def test_lobby_lua_both_players_leaving_at_the_settlement_both_leave_the_room(real_redis):
+    """Both players Leave after the finish, before the settlement: the table closes and nobody
+    goes back to the queue.  One ``leaving`` field kept the second leaver only; the first was
+    requeued 'opponent_left' with no socket, and seated opposite newcomers (bench/gateway.py)."""
+    call, notes = _lobby_lua(real_redis)
+    call("join", "points", "a")
+    call("join", "points", "b")
+    assert call("seated", "t1", "t1-1") == 1 and call("finished", "t1", "t1-1", "") == 1
+    assert call("quit", "a") == ["noted", "t1"]
+    assert call("quit", "b") == ["noted", "t1"]
+    settled = json.dumps({"kind": "settled", "match": "t1-1"})
+    assert call("advance", "t1", "t1-1", settled, settled) == ["closed", "|"]
+    for p in ("a", "b"):
+        assert notes(p)[-1]["state"] == "removed" and notes(p)[-1]["reason"] == "left"
+        assert real_redis.hget(f"sk:{{lobby}}:player:{p}", "state") is None
+    assert real_redis.llen("sk:{lobby}:queue:points") == 0
+    # a table noted by an older gateway (one 'leaving' field) still closes for that player
+    call("join", "points", "c")
+    call("join", "points", "d")
+    assert call("seated", "t2", "t2-1") == 1 and call("finished", "t2", "t2-1", "") == 1
+    real_redis.hset("sk:{lobby}:table:t2", "leaving", "c")
+    assert call("advance", "t2", "t2-1", settled, settled) == ["closed", "d", "|"]
+    assert notes("d")[-1]["reason"] == "opponent_left"
+
+
+@pytest.mark.redis
+def test_lobby_lua_quit_decides_a_leave_wherever_the_player_is(real_redis):
+    """``quit``, a Leave in one step: out of the queue; a table whose next match is created
+    closes (the other player is requeued); seated in a match: the engine decides; nowhere: {}."""
+    call, notes = _lobby_lua(real_redis)
+    assert call("quit", "nobody") == []
+    call("join", "points", "a")
+    assert call("quit", "a") == ["dequeued"] and notes("a")[-1]["reason"] == "left"
+    call("join", "points", "a")
+    call("join", "points", "b")
+    assert call("quit", "a") == ["closed", "t1", "t1-1", "b", "|"]  # being created: closes now
+    assert notes("b")[-1]["state"] == "queued" and notes("b")[-1]["reason"] == "opponent_left"
+    call("join", "points", "c")  # pairs with b at t2
+    assert call("seated", "t2", "t2-1") == 1
+    assert call("quit", "c") == ["engine", "t2", "t2-1"]  # before the deal or in play: the engine's
+    assert real_redis.hget("sk:{lobby}:player:c", "state") == b"table"
+
+
 @pytest.mark.parametrize("raw, field", [
     ('{"type": "Play", "cards": [999]}', "cards.0: a card id is 0–107"),
     ('{"type": "Play", "text": 5}', "text"),
