@@ -246,36 +246,24 @@ class Lobby:
 
     async def quit(self, player: str) -> Place | None:
         """``player``'s Leave, decided by the lobby in one step wherever it has them now: out of
-        the queue, or off a table between two matches (see :meth:`leave_between_matches`).  None
-        when that is done; else the place whose match the engine decides the Leave in (seated in
-        a match), or ``Place("")`` when the player is nowhere."""
+        the queue, or off a table between two matches (after a finish, before the next match is
+        offered: the settle step closes the table instead; while the next match is created: the
+        table closes now; the other player goes back to the queue, a bot leaves).  None when that
+        is done; else the place whose match the engine decides the Leave in (seated in a match),
+        or ``Place("")`` when the player is nowhere."""
         out = [_s(x) for x in await self._call("quit", player)]
         if not out:
             return Place("")
         if out[0] == "noted":
             self._spawn_drive(out[1])
         elif out[0] == "closed":  # whoever stayed leaves the match being created (if it exists yet)
-            await self._after_removal(None, out[2], out[3:], {player})
+            await self._after_removal(out[2], out[3:], {player})
         elif out[0] == "engine":
             table = await self.table(out[1])
             if table is not None and table.match == out[2]:
                 return Place("table", table.room, table)
             return await self.place(player)  # moved on meanwhile: the engine decides where it is now
         return None
-
-    async def leave_between_matches(self, table: Table, player: str) -> bool:
-        """``player`` leaves a table between two matches: after a finish (before the next match
-        is offered: the settle step closes the table instead) or while the next match is being
-        created (the table closes now).  The other player goes back to the queue, a bot leaves.
-        False when the table is not between two matches (the engine decides the Leave)."""
-        out = [_s(x) for x in await self._call("leave", table.id, table.match, player)]
-        if not out:
-            return False
-        if out[0] == "noted":
-            self._spawn_drive(table.id)
-        else:  # closed: whoever stayed leaves the match being created (if it exists yet)
-            await self._after_removal(table, table.match, out[1:], {player})
-        return True
 
     # -- what the players' update streams show -------------------------------------------
     async def missed_end(self, player: str, match: str) -> bool:
@@ -309,8 +297,7 @@ class Lobby:
             args: list[str] = []
             for p, reason in removed:
                 args += [str(p), str(reason)]
-            await self._after_removal(table, match,
-                                      [_s(x) for x in await self._call("removed", table.id, match, *args)],
+            await self._after_removal(match, [_s(x) for x in await self._call("removed", table.id, match, *args)],
                                       {str(p) for p, _ in removed}, leave=not abandoned)
         if finished:
             f = finished[-1]
@@ -318,8 +305,7 @@ class Lobby:
             if await self._call("finished", table.id, match, escaper or ""):
                 self._spawn_drive(table.id)
 
-    async def _after_removal(self, table: Table | None, match: str, out: list[str], removed: set[str],
-                             leave: bool = True) -> None:
+    async def _after_removal(self, match: str, out: list[str], removed: set[str], leave: bool = True) -> None:
         if "|" not in out:
             return
         cut = out.index("|")
@@ -438,7 +424,7 @@ class Lobby:
                     refused += [p, f"seat_refused: {reply.get('reason', '')}"[:200]]
             if refused:
                 out = [_s(x) for x in await self._call("removed", table.id, table.match, *refused)]
-                await self._after_removal(table, table.match, out, set(refused[0::2]))
+                await self._after_removal(table.match, out, set(refused[0::2]))
                 return False
         except asyncio.TimeoutError:
             log.warning("table %s: no reply from the engine in %.0fs (retried)", table.id, self.send_timeout_s)
@@ -466,7 +452,7 @@ class Lobby:
                                      "balances": {p: await self.balance(p, mode)}}))
         out = [_s(x) for x in await self._call("advance", table.id, table.match, *notes)]
         if out and out[0] == "closed":
-            await self._after_removal(table, table.match, out[1:], {table.escaped}, leave=False)
+            await self._after_removal(table.match, out[1:], {table.escaped}, leave=False)
         return True
 
     async def run(self, stop: asyncio.Event, interval_s: float = 0.2) -> None:
