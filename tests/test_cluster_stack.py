@@ -165,6 +165,18 @@ class Driver:
         raise AssertionError(f"{mid} did not finish")
 
 
+#: simulate's matches through the fail-over: enough that it is still running at the kill
+SIM_MATCHES = 120
+
+
+def _started(client: Any, prefix: str) -> int:
+    """How many matches whose id starts with ``prefix`` the store holds (every bucket's set)."""
+    from engine.store import keys
+
+    return sum(1 for b in range(keys.DEFAULT_BUCKETS) for m in client.smembers(keys.matches_key(b))
+               if (m.decode() if isinstance(m, bytes) else m).startswith(prefix))
+
+
 def _check_received_in_store(url: str, received: list[Any]) -> int:
     """Every update a player received is in the store: its events are the stored ones at those seqs."""
     from engine.store.connect import connect
@@ -304,10 +316,19 @@ def test_failover_of_the_busiest_master_loses_nothing_with_replica_acks(cluster,
         t, failures = _run_in_thread(run)
         wait_for(lambda: len(done) >= 2 or failures, 240, "two matches played before the fail-over", tuple(stack.logs))
         moved = next(keys.feed_key(b) for b in range(keys.DEFAULT_BUCKETS) if cluster.master_of(keys.feed_key(b)) == victim)
+        sim_log = open(tmp_path / "simulate.err", "w")
         sim = subprocess.Popen([sys.executable, "-m", "shuangkou", "simulate", "--redis", cluster.url, "--external",
-                                "-n", "40", "-c", "4", "--prefix", "fosim-", "--json", "--no-progress"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-        time.sleep(2.0)  # its matches under way
+                                "-n", str(SIM_MATCHES), "-c", "4", "--prefix", "fosim-", "--json", "--no-progress"],
+                               stdout=subprocess.PIPE, stderr=sim_log, text=True, cwd=ROOT)  # a file: its
+        # retry warnings never fill a pipe nobody reads until the end
+        # its matches under way, most of them still to come: the kill falls in its run whatever
+        # the machine's speed (a fixed 2 s wait let a quick simulate finish first)
+        from engine.store.connect import connect
+
+        watcher = connect(cluster.url)
+        wait_for(lambda: _started(watcher, "fosim-") >= 4 or sim.poll() is not None, 120,
+                 "simulate's first matches", tuple(stack.logs))
+        watcher.close()
         cluster.kill(victim)
         cluster.wait_ok(60)  # a replica promoted ...
         # ... which has no replica of its own: writes there wait (WAIT 1) until the old master
@@ -321,11 +342,13 @@ def test_failover_of_the_busiest_master_loses_nothing_with_replica_acks(cluster,
         wait_for(promoted, 60, "the victim's slots moved to its replica")
         cluster.restart(victim)
         t.join(timeout=600)
-        sim_out, sim_err = sim.communicate(timeout=600)
+        sim_out, _ = sim.communicate(timeout=600)
+        sim_log.close()
+        sim_err = (tmp_path / "simulate.err").read_text(errors="replace")
         try:
             assert not failures, failures
             report = json.loads(sim_out)
-            assert sim.returncode == 0 and report["finished"] == 40 and not report["errors"], (sim_out, sim_err[-2000:])
+            assert sim.returncode == 0 and report["finished"] == SIM_MATCHES and not report["errors"], (sim_out, sim_err[-2000:])
             assert report["redis_retries"] > 0, "simulate met no outage: the kill came too late for it"
             assert done == ids
             for p in stack.procs:
