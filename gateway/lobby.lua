@@ -101,6 +101,16 @@ local function close_table(t, room, removed, reasons)
   return requeued
 end
 
+-- close table t (close_table), then pair the room's queue -> {head, stayed..., '|', new tables...}
+-- (no head when head is nil)
+local function close_and_pair(t, room, removed, reasons, head)
+  local out = {head}
+  for _, p in ipairs(close_table(t, room, removed, reasons)) do table.insert(out, p) end
+  table.insert(out, '|')
+  for _, nt in ipairs(pair(room)) do table.insert(out, nt) end
+  return out
+end
+
 -- the player leaves the queue -> 1, or 0 when not waiting
 local function dequeue(player, reason)
   local ph = P .. 'player:' .. player
@@ -133,12 +143,7 @@ local function leave_table(t, m, player)
   local removed, reasons = {}, {}
   removed[player] = true
   reasons[player] = 'left'
-  local room = redis.call('HGET', th, 'room')
-  local out = {'closed'}
-  for _, p in ipairs(close_table(t, room, removed, reasons)) do table.insert(out, p) end
-  table.insert(out, '|')
-  for _, nt in ipairs(pair(room)) do table.insert(out, nt) end
-  return out
+  return close_and_pair(t, redis.call('HGET', th, 'room'), removed, reasons, 'closed')
 end
 
 if op == 'join' then
@@ -211,11 +216,7 @@ elseif op == 'removed' then
     removed[ARGV[i]] = true
     reasons[ARGV[i]] = ARGV[i + 1]
   end
-  local room = redis.call('HGET', th, 'room')
-  local out = close_table(t, room, removed, reasons)
-  table.insert(out, '|')
-  for _, nt in ipairs(pair(room)) do table.insert(out, nt) end
-  return out
+  return close_and_pair(t, redis.call('HGET', th, 'room'), removed, reasons, nil)
 
 elseif op == 'finished' then
   -- ARGV[3] table, ARGV[4] match, ARGV[5] escaper ('' for none): settle, then offer the next match
@@ -257,11 +258,7 @@ elseif op == 'advance' then
       removed[p] = true
       reasons[p] = 'left'
     end
-    local out = {'closed'}
-    for _, p in ipairs(close_table(t, room, removed, reasons)) do table.insert(out, p) end
-    table.insert(out, '|')
-    for _, nt in ipairs(pair(room)) do table.insert(out, nt) end
-    return out
+    return close_and_pair(t, room, removed, reasons, 'closed')
   end
   local n = tonumber(redis.call('HGET', th, 'n')) + 1
   local nm = t .. '-' .. n
