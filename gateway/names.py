@@ -21,6 +21,7 @@ gateway.names.BadName: a name is 1–24 letters, digits or signs (control charac
 from __future__ import annotations
 
 import re
+import time
 import unicodedata
 from collections.abc import Iterable
 from typing import Any
@@ -75,8 +76,6 @@ class NameBook:
 
     async def names_of(self, players: Iterable[str | None]) -> dict[str, str]:
         """:func:`names_of`, from the cache where it is fresh (one HMGET for the rest)."""
-        import time
-
         now = time.monotonic()
         wanted = list(dict.fromkeys(p for p in players if p))
         stale = [p for p in wanted if (k := self._known.get(p)) is None or now - k[1] > self.ttl_s]
@@ -92,8 +91,6 @@ class NameBook:
         return out
 
     def _keep(self, player: str, name: str | None, at: float | None = None) -> None:
-        import time
-
         if len(self._known) >= self.size:
             self._known.clear()
         self._known[player] = (name, time.monotonic() if at is None else at)

@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the longest a bot thinks over a move: each waits a random 40-100%% of it "
                              "(default 2.5: 1-2.5 s; 0 plays at once; at most 10)")
     parser.add_argument("--log-level", default=os.environ.get("SK_LOG_LEVEL", "INFO"))
+    parser.add_argument("--ws-compression", action="store_true",
+                        help="offer permessage-deflate to the clients that ask for it (default off: the frames are "
+                             "small; compression costs CPU on both ends and memory per socket)")
     edge = parser.add_argument_group("the edge (docs/SECURITY.md, issue 23)")
     edge.add_argument("--max-message-bytes", type=int, default=16 * 1024, metavar="N",
                       help="the largest WebSocket message, before and after Auth: a larger frame closes the "
@@ -63,9 +66,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     edge.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
                       help="a page origin that may open /ws (repeatable; '*' for any; default: the gateway's own "
                            "origin, any with --dev); a wrong Origin is refused 403, none at all is let through")
-    parser.add_argument("--ws-compression", action="store_true",
-                        help="offer permessage-deflate to the clients that ask for it (default off: the frames are "
-                             "small; compression costs CPU on both ends and memory per socket)")
     edge.add_argument("--allow-live-replay", action="store_true",
                       help="DANGEROUS: the replay viewer (/api/replay/<id>) shows matches still being played, both "
                            "hands included, to any operator token (default: 409 until the match has finished)")
