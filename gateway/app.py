@@ -68,25 +68,38 @@ class GatewaySettings:
 #: and, with ``--lobby-redis``, the lobby's own.  A command waits for a free one.
 #: On a Cluster the bound is per node (gateway/gated.py: a command waits there too).
 REDIS_CONNECTIONS = 20
+#: the hot path's own: the notice connection, the fan-out's :data:`~gateway.fanout.READERS`
+#: pipelines and the command sender's one (gateway/sender.py)
 READER_CONNECTIONS = 4
 #: the most one gateway holds on one node without ``--lobby-redis``
 MAX_REDIS_CONNECTIONS = REDIS_CONNECTIONS + READER_CONNECTIONS
 LOBBY_REDIS_CONNECTIONS = 6
 
 
-def redis_client(url: str, connections: int, name: str, option: str = "--redis") -> Any:
+#: a reply that takes longer is a dead connection (it is dropped, and the command fails)
+SOCKET_TIMEOUT_S = 30
+
+
+def redis_client(url: str, connections: int, name: str, option: str = "--redis", hot: bool = False) -> Any:
     """An asyncio client of at most ``connections`` connections (per node), each named ``name``
-    (CLIENT LIST); a single node or a Cluster, detected from the node (engine/store/connect.py)."""
+    (CLIENT LIST); a single node or a Cluster, detected from the node (engine/store/connect.py).
+
+    ``hot``: the fan-out's and the sender's client, whose callers bound each round with one
+    timeout of their own (:data:`SOCKET_TIMEOUT_S`); on a single node its replies are read with
+    none (redis-py's timeout per reply is an ``asyncio.timeout``, and a ``wait_for`` per write:
+    ≈ 10 % of the gateway's CPU per command, docs/CAPACITY.md)."""
     import redis.asyncio as aioredis
 
     from engine.store.connect import probe
 
-    kwargs: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 5, "health_check_interval": 0,
-                              "client_name": name}
+    kwargs: dict[str, Any] = {"socket_timeout": SOCKET_TIMEOUT_S, "socket_connect_timeout": 5,
+                              "health_check_interval": 0, "client_name": name}
     if probe(url, option=option):
         from gateway.gated import GatedCluster
 
         return GatedCluster.from_url(url, max_connections=connections, **kwargs)
+    if hot:
+        kwargs["socket_timeout"] = None
     pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=connections, timeout=60, **kwargs)
     return aioredis.Redis.from_pool(pool)
 
@@ -100,7 +113,7 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
         lobby_client = redis_client(settings.lobby_redis_url, LOBBY_REDIS_CONNECTIONS, name, "--lobby-redis")
     lobby = Lobby(lobby_client, settings.rooms, settings.gateway_id, player_redis=client,
                   replica_acks=settings.replica_acks)
-    reader = None if redis is not None else redis_client(settings.redis_url, READER_CONNECTIONS, name)
+    reader = None if redis is not None else redis_client(settings.redis_url, READER_CONNECTIONS, name, hot=True)
     hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
               gateway_id=settings.gateway_id, metrics=metrics, limits=settings.limits, reader_redis=reader)
     if settings.bots:

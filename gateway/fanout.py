@@ -39,6 +39,10 @@ LISTEN_S = 0.1  # the notice loop's poll (subscriptions asked for meanwhile go o
 #: on a Cluster redis-py polls the nodes' notice connections in turn, each for this long: a
 #: notice waits at most (nodes - 1) times it
 CLUSTER_POLL_S = 0.01
+#: one round (a pipeline: its write and every reply) that takes longer failed: its connection
+#: is dropped and what it read is read again.  The hot client reads each reply with no timeout
+#: of its own (gateway/app.py ``redis_client(hot=True)``): one per round is cheaper
+ROUND_TIMEOUT_S = 30.0
 
 
 def _s(v: Any) -> str:
@@ -269,29 +273,31 @@ class Fanout:
         return batch
 
     async def _read(self, batch: list[tuple[Reading, str]]) -> None:
-        """One pipeline: an XREAD (no BLOCK) per reader of the batch, of its streams from its
-        cursors (per stream on a Cluster, where one command's keys must share a slot)."""
-        groups: dict[tuple[Reading, str | None], dict[str, str]] = {}
+        """One pipeline of non-blocking XREADs of the batch's streams, each from its reader's
+        cursor: on a single node one XREAD holds many streams (:func:`_xreads`: a command's cost
+        in redis-py is most of a small read's), on a Cluster each stream is its own (one
+        command's keys share a slot)."""
+        asked: list[tuple[Reading, str, str, int]] = []
         for reading, stream in batch:
             at = reading.cursor(stream)
             if at is not None:
-                groups.setdefault((reading, stream if self.cluster else None), {})[stream] = at
-        if not groups:
+                asked.append((reading, stream, at, reading.generation()))
+        if not asked:
             return
+        commands = [[a] for a in asked] if self.cluster else _xreads(asked)
         pipe = self.redis.pipeline(transaction=False)
-        asked: list[tuple[Reading, list[str], int]] = []
-        for (reading, _one), cursors in groups.items():
-            pipe.xread(cursors, count=COUNT)
-            asked.append((reading, list(cursors), reading.generation()))
-        replies = await pipe.execute(raise_on_error=False)
-        for (reading, streams, gen), reply in zip(asked, replies):
+        for command in commands:
+            pipe.xread({stream: at for _r, stream, at, _g in command}, count=COUNT)
+        async with asyncio.timeout(ROUND_TIMEOUT_S):
+            replies = await pipe.execute(raise_on_error=False)
+        for command, reply in zip(commands, replies):
             if isinstance(reply, Exception):
-                log.warning("reading %s failed: %s", ", ".join(streams), reply)
-                for stream in streams:
+                log.warning("reading %s failed: %s", ", ".join(a[1] for a in command), reply)
+                for reading, stream, _at, _gen in command:
                     self._dirty.setdefault((reading, stream), None)
                 continue
             got = {_s(name): entries for name, entries in _streams(reply)}
-            for stream in streams:
+            for reading, stream, _at, gen in command:
                 if gen != reading.generation() or reading.cursor(stream) is None:
                     self._dirty.setdefault((reading, stream), None)  # set anew meanwhile: read from there
                     continue
@@ -300,6 +306,31 @@ class Fanout:
                     reading.received(stream, entries)
                 if len(entries) >= COUNT:
                     self._dirty.setdefault((reading, stream), None)  # there may be more
+
+
+#: streams in one XREAD (single node)
+XREAD_STREAMS = 100
+
+
+def _xreads(asked: list[tuple[Reading, str, str, int]]) -> list[list[tuple[Reading, str, str, int]]]:
+    """``asked`` split into XREADs of at most :data:`XREAD_STREAMS` streams, each stream at most
+    once in one (two readers of one stream, a spectator's and its player's, go into two).
+
+    >>> [[a[1] for a in x] for x in _xreads([(None, "a", "0", 0), (None, "b", "0", 0), (None, "a", "1", 0)])]
+    [['a', 'b'], ['a']]
+    """
+    commands: list[list[tuple[Reading, str, str, int]]] = []
+    keys: list[set[str]] = []
+    for a in asked:
+        for command, held in zip(commands, keys):
+            if a[1] not in held and len(command) < XREAD_STREAMS:
+                command.append(a)
+                held.add(a[1])
+                break
+        else:
+            commands.append([a])
+            keys.append({a[1]})
+    return commands
 
 
 def _streams(reply: Any) -> list[tuple[Any, list]]:

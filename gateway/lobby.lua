@@ -8,7 +8,9 @@
 --   sk:{lobby}:table:<t>        hash    room a b n match status(creating|seated|closed) finished escaped
 --                                       leaving_a leaving_b ('1': that seat's player left at the
 --                                       settlement; 'leaving' = a player, as older gateways wrote it)
---                                       bot (a bot's id)
+--                                       quit_a quit_b (the match whose engine got that seat's Leave:
+--                                       closed while it is the table's match, that player leaves
+--                                       the room too, never requeued) bot (a bot's id)
 --   sk:{lobby}:match:<m>        string  the table of a match
 --   sk:{lobby}:seq              counter table numbers
 --   sk:{lobby}:notes:<p>        stream  messages for the player's sockets (field m = JSON); each
@@ -80,10 +82,18 @@ local function close_table(t, room, removed, reasons)
   -- people and the bot): they leave the table's match (the caller sends their Leave)
   local th = P .. 'table:' .. t
   local bot = redis.call('HGET', th, 'bot')
+  local m = redis.call('HGET', th, 'match')
   local requeued = {}
-  for _, p in ipairs({redis.call('HGET', th, 'a'), redis.call('HGET', th, 'b')}) do
+  for _, seat in ipairs({'a', 'b'}) do
+    local p = redis.call('HGET', th, seat)
     local ph = P .. 'player:' .. p
     local mine = redis.call('HGET', ph, 'table') == t
+    if not removed[p] and m and redis.call('HGET', th, 'quit_' .. seat) == m then
+      -- their Leave went to this match's engine: its removal may be observed after the other
+      -- player's (or never, both sockets gone); they left all the same
+      removed[p] = true
+      reasons[p] = 'left'
+    end
     if removed[p] then
       if mine then redis.call('DEL', ph) end
       note(p, lobby_msg('removed', room, t, redis.call('HGET', th, 'match'), reasons[p]))
@@ -188,6 +198,9 @@ elseif op == 'quit' then
     for i = 2, #out do table.insert(reply, out[i]) end
     return reply
   end
+  -- the engine decides; should the table close in this match meanwhile (the other player's
+  -- removal observed first), the player leaves the room with it (close_table)
+  redis.call('HSET', th, 'quit_' .. (redis.call('HGET', th, 'a') == player and 'a' or 'b'), m)
   return {'engine', t, m}
 
 elseif op == 'seated' then

@@ -58,7 +58,7 @@ class NameBook:
     """One gateway's display names, read through a short-lived cache: an update with a view
     names its table's players, and asking Redis each time cost a round trip per message.
 
-    A name this gateway :meth:`remember`\ s is seen at once; one remembered by another
+    A name this gateway :meth:`remember`\\ s is seen at once; one remembered by another
     gateway (the player reconnected there under a new name) within :attr:`ttl_s`.
     """
 

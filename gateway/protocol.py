@@ -22,6 +22,7 @@ import json
 import uuid
 from typing import Annotated, Any, Literal, Union
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from engine.match.commands import readable_validation_error
@@ -198,6 +199,21 @@ def parse_client_message(raw: str | bytes, player: str, max_bytes: int = MAX_MES
 
 
 # -- server → client -------------------------------------------------------------------------
+def encode(message: dict[str, Any]) -> str:
+    """A server message as one compact JSON text (orjson: a third of the standard library's
+    CPU per frame; the standard library for what orjson refuses, an int beyond 64 bits).
+
+    >>> encode({"kind": "lobby", "state": "queued", "room": "新手", "n": [1, None, True]})
+    '{"kind":"lobby","state":"queued","room":"新手","n":[1,null,true]}'
+    >>> encode({"big": 2 ** 70})
+    '{"big":1180591620717411303424}'
+    """
+    try:
+        return orjson.dumps(message, option=orjson.OPT_NON_STR_KEYS).decode("utf-8")
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+
+
 
 def update(match: str, version: int, events: list[dict[str, Any]], view: dict[str, Any] | None,
            command_id: str | None = None, brief: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import asyncio
 from typing import Any
 
 from engine.store.connect import is_cluster
+from gateway.fanout import ROUND_TIMEOUT_S
 
 BATCH = 200  # commands per pipeline
 
@@ -37,7 +38,8 @@ class CommandSender:
     async def send(self, stream: str, fields: dict) -> Any:
         """XADD ``fields`` to ``stream``; the new entry's id (or Redis's exception, raised)."""
         if not self.pipelined:
-            return await self.redis.xadd(stream, fields)
+            async with asyncio.timeout(ROUND_TIMEOUT_S):
+                return await self.redis.xadd(stream, fields)
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Any] = loop.create_future()
         answer.add_done_callback(_retrieved)
@@ -63,7 +65,8 @@ class CommandSender:
             for stream, fields, _answer in batch:
                 pipe.xadd(stream, fields)
             self.rounds += 1
-            replies = await pipe.execute(raise_on_error=False)
+            async with asyncio.timeout(ROUND_TIMEOUT_S):  # the client reads its replies with none
+                replies = await pipe.execute(raise_on_error=False)
         except asyncio.CancelledError:
             for _s, _f, answer in batch + self._queue:
                 answer.cancel()

@@ -87,13 +87,14 @@ class Hub:
     sender: CommandSender = field(init=False)  # the one writer of every socket's commands (gateway/sender.py)
     names: names.NameBook = field(init=False)  # the display names, cached for a few seconds (gateway/names.py)
 
-    #: the fan-out's own connections (its notices and reads never queue behind the sockets'
-    #: commands in ``redis``'s pool); None: it shares ``redis``
+    #: the hot path's own connections, the fan-out's and the sender's (its notices, reads and
+    #: the players' commands never queue behind the sockets' other calls in ``redis``'s pool);
+    #: None: they share ``redis``
     reader_redis: Any = None
 
     def __post_init__(self) -> None:
         self.fanout = Fanout(self.reader_redis if self.reader_redis is not None else self.redis)
-        self.sender = CommandSender(self.redis)
+        self.sender = CommandSender(self.reader_redis if self.reader_redis is not None else self.redis)
         self.names = names.NameBook(self.lobby.redis)
 
     async def heartbeat(self, stop: asyncio.Event) -> None:
@@ -165,7 +166,7 @@ class Connection:
         message = await self._named(message)
         async with self._send_lock:
             try:
-                await self.ws.send_text(json.dumps(message, separators=(",", ":"), ensure_ascii=False))
+                await self.ws.send_text(protocol.encode(message))
             except (WebSocketDisconnect, RuntimeError, OSError):
                 self.closed = True
                 return
