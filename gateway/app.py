@@ -27,6 +27,7 @@ from starlette.routing import Route, WebSocketRoute
 from redis.exceptions import RedisError
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from engine.service.gc_tuning import tune_gc
 from gateway import web
 from gateway.context import WebContext
 from gateway.headers import DeniedHandshakeFilter, EdgeMiddleware, EdgePolicy, deny
@@ -235,6 +236,7 @@ class GatewayServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
+        tune_gc()  # engine/service/gc_tuning.py
         # uvicorn's "auto" loop is uvloop where it is installed (a dependency: the frames, the
         # Redis replies and the tasks cost ≈ 15 % less CPU per command, docs/CAPACITY.md)
         logging.getLogger("uvicorn.error").info("event loop: %s", event_loop_name())

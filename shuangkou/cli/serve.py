@@ -312,6 +312,9 @@ def run(args: argparse.Namespace) -> int:
              keys.OPS, keys.INBOX, keys.SERVICE_GROUP,
              "dramatiq " + broker_url.split("@")[-1] if broker_url else "in-process",
              "on" if runner is not None else "off")
+    from engine.service.gc_tuning import tune_gc
+
+    tune_gc()  # what start-up loaded is never walked again; fewer young collections
     print(f"ready consumer={consumer}", flush=True)
     try:
         owner.run(stop)  # hands every bucket over on stopping
