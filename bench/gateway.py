@@ -4,9 +4,12 @@ Starts a throw-away redis-server, ``shuangkou serve`` (with a dramatiq worker) a
 ``shuangkou gateway``; then, per run:
 
 * **gateway**: 200 concurrent WebSocket clients join one room, are paired at 100 tables
-  and play one match each (lead the lowest single, pass when following).  The round trip
-  of a command is from the client's send to the ``update``/``rejected`` echoing its
-  ``command_id``.
+  and play one match each (lead the lowest single, pass when following), then leave the
+  room (``--leave finish``, the default: a Leave as the match ends, so the table closes at the
+  settlement and the engine does what it does on the inbox path; ``--leave settled``: after the
+  ``settled`` message, by when the lobby has offered the next match, which it then creates
+  and tears down).  The round trip of a command is from the client's send to the
+  ``update``/``rejected`` echoing its ``command_id``.
 * **inbox** (the baseline, same run): 200 asyncio players send the same kind of commands
   straight to ``sk:inbox`` and read their ``sk:out:<player>`` streams (matches created on
   the operator channel); the round trip is from the XADD to the update of that command.
@@ -26,7 +29,7 @@ workers, and this process: the clients; from /proc, sampled every 0.1 s, over th
 window the commands/s count) and ``gateway_kb_per_socket``
 (the gateway's RSS growth with the ``--connected`` sockets held, per socket))::
 
-    python bench/gateway.py [--players 200] [--runs 3] [--connected 2000] [--json]
+    python bench/gateway.py [--players 200] [--runs 3] [--connected 2000] [--leave finish|settled] [--json]
 """
 
 from __future__ import annotations
@@ -113,7 +116,11 @@ class Tracker:
 
 
 async def ws_player(url: str, token: str, room: str, rtts: list[tuple[float, float]],
-                    seated: asyncio.Barrier) -> None:
+                    seated: asyncio.Barrier, leave: str = "finish") -> None:
+    """One player: Join, Ready once every table is seated, play the match, leave the room.
+    ``leave``: ``finish``, the Leave as the match's end arrives (noted: the settlement closes
+    the table, as the inbox path's matches end); ``settled``, after the ``settled`` message
+    (the lobby has offered the next match by then: it is created, then torn down)."""
     import websockets
 
     async with websockets.connect(f"{url}?token={token}", max_queue=None, open_timeout=60) as ws:
@@ -124,6 +131,7 @@ async def ws_player(url: str, token: str, room: str, rtts: list[tuple[float, flo
         match = None
         me = tokens_sub(token)
         tracker = Tracker(me)
+        left = False
         while True:
             msg = json.loads(await asyncio.wait_for(ws.recv(), 120))
             k = msg["kind"]
@@ -136,12 +144,17 @@ async def ws_player(url: str, token: str, room: str, rtts: list[tuple[float, flo
                 cid = msg.get("command_id")
                 if cid in sent:
                     rtts.append((sent.pop(cid), time.perf_counter()))
-            if k == "settled":  # done: leave the table as a player who quits does (it closes; no
-                await ws.send(json.dumps({"type": "Leave"}))  # next match waits for its ready clock)
+            if k == "settled":  # done: the room is left (no next match waits for its ready clock)
+                if not left:
+                    await ws.send(json.dumps({"type": "Leave"}))
                 return
             if k != "update" or msg["match"] != match:
                 continue
             tracker.apply(msg["version"], msg["events"], msg["view"])
+            if tracker.phase == "finished" and leave == "finish" and not left:
+                left = True  # at the settlement: noted, no next match is offered
+                await ws.send(json.dumps({"type": "Leave"}))
+                continue
             if tracker.version == acted_at:
                 continue
             cmd = tracker.choose()
@@ -159,10 +172,11 @@ def tokens_sub(token: str) -> str:
     return str(jwt.decode(token, options={"verify_signature": False})["sub"])
 
 
-async def run_gateway(url: str, stack: Any, players: int, room: str, tag: str) -> list[tuple[float, float]]:
+async def run_gateway(url: str, stack: Any, players: int, room: str, tag: str,
+                      leave: str = "finish") -> list[tuple[float, float]]:
     rtts: list[tuple[float, float]] = []
     seated = asyncio.Barrier(players)
-    tasks = [ws_player(url, stack.token(f"{tag}-p{i}"), room, rtts, seated) for i in range(players)]
+    tasks = [ws_player(url, stack.token(f"{tag}-p{i}"), room, rtts, seated, leave) for i in range(players)]
     await asyncio.gather(*tasks)
     return rtts
 
@@ -367,6 +381,10 @@ def main() -> int:
     ap.add_argument("--connected", type=int, default=2000,
                     help="idle sockets held at once to count the gateway's Redis connections (0: skip)")
     ap.add_argument("--json", action="store_true", help="print the medians as one JSON object")
+    ap.add_argument("--leave", choices=("finish", "settled"), default="finish",
+                    help="when a gateway player leaves the room: as its match ends (default: the "
+                         "table closes at the settlement, the inbox path's work) or after 'settled' "
+                         "(the lobby creates the next match, then tears it down)")
     args = ap.parse_args()
     from engine.config import load_config
 
@@ -386,7 +404,7 @@ def main() -> int:
             quiesce(meter)
             t0 = time.perf_counter()
             with CpuSampler(meter) as sampler:
-                ga = asyncio.run(run_gateway(gw.url, stack, args.players, "bench", f"g{run}"))
+                ga = asyncio.run(run_gateway(gw.url, stack, args.players, "bench", f"g{run}", args.leave))
             tg = time.perf_counter() - t0
             cpu["gateway"].append(sampler.per_command(ga))
             peak = max(peak, gateway_connections(stack.store_url, "bench"))
@@ -409,7 +427,7 @@ def main() -> int:
         if held:
             held["gateway_kb_per_socket"] = round((held.pop("rss_kb_held") - rss_before) / args.connected, 1)
         cpu_med = {path: {k: round(statistics.median(r[k] for r in rs), 1) for k in rs[0]} for path, rs in cpu.items()}
-        out = {"players": args.players, "runs": args.runs,
+        out = {"players": args.players, "runs": args.runs, "leave": args.leave,
                "gateway_cps": round(med[4], 1), "inbox_cps": round(med[5], 1),
                "gateway_p50_ms": round(med[0], 2), "inbox_p50_ms": round(med[2], 2),
                "gateway_p99_ms": round(med[1], 2), "inbox_p99_ms": round(med[3], 2),

@@ -70,7 +70,7 @@ class GatewaySettings:
 #: On a Cluster the bound is per node (gateway/gated.py: a command waits there too).
 REDIS_CONNECTIONS = 20
 #: the hot path's own: the notice connection, the fan-out's :data:`~gateway.fanout.READERS`
-#: pipelines and the command sender's one (gateway/sender.py)
+#: pipelines and, on a single node, the command sender's one (gateway/sender.py)
 READER_CONNECTIONS = 4
 #: the most one gateway holds on one node without ``--lobby-redis``
 MAX_REDIS_CONNECTIONS = REDIS_CONNECTIONS + READER_CONNECTIONS

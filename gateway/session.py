@@ -33,6 +33,7 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from engine.store import keys
+from engine.store.connect import is_cluster
 from gateway import channels, names, outbox, protocol
 from gateway.guard import Guard
 from gateway.limits import Limits
@@ -94,7 +95,10 @@ class Hub:
 
     def __post_init__(self) -> None:
         self.fanout = Fanout(self.reader_redis if self.reader_redis is not None else self.redis)
-        self.sender = CommandSender(self.reader_redis if self.reader_redis is not None else self.redis)
+        # one pipeline at a time on the hot client; on a Cluster each command is its own XADD,
+        # as many at once as sockets send: those take the players' larger pool
+        hot = self.reader_redis is not None and not is_cluster(self.reader_redis)
+        self.sender = CommandSender(self.reader_redis if hot else self.redis)
         self.names = names.NameBook(self.lobby.redis)
 
     async def heartbeat(self, stop: asyncio.Event) -> None:

@@ -131,3 +131,36 @@ def test_on_a_cluster_each_command_is_its_own_xadd():
         return await asyncio.gather(*(sender.send(f"s{i}", {"i": str(i)}) for i in range(3)))
 
     assert run(main()) == ["1-0"] * 3 and [s for s, _f in sent] == ["s0", "s1", "s2"]
+
+
+class _HangsFirstRound(_DropsFirstRound):
+    """A client whose first pipeline never answers (a dead connection: the hot client reads
+    its replies with no timeout of its own, gateway/app.py ``redis_client(hot=True)``)."""
+
+    def pipeline(self, transaction: bool = False) -> Any:
+        pipe = self.real.pipeline(transaction=transaction)
+        if not self.failed:
+            self.failed = True
+
+            async def execute(raise_on_error: bool = True) -> list[Any]:
+                await asyncio.Event().wait()  # for ever
+                return []
+            pipe.execute = execute  # type: ignore[method-assign]
+        return pipe
+
+
+def test_a_round_with_no_answer_fails_its_commands_at_the_round_timeout_and_the_next_goes_through(monkeypatch):
+    import gateway.sender
+
+    monkeypatch.setattr(gateway.sender, "ROUND_TIMEOUT_S", 0.05)
+
+    async def main() -> tuple[list[Any], Any, list[Any]]:
+        client = _HangsFirstRound()
+        sender = CommandSender(client)
+        first = await asyncio.gather(*(sender.send("s", {"i": str(i)}) for i in range(3)), return_exceptions=True)
+        again = await sender.send("s", {"i": "again"})
+        return first, again, await client.real.xrange("s")
+
+    first, again, stored = run(main())
+    assert all(isinstance(x, TimeoutError) for x in first)  # each socket hears it, none waits for ever
+    assert [f[b"i"] for _id, f in stored] == [b"again"] and stored[0][0] == again
