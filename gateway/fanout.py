@@ -82,6 +82,10 @@ class Fanout:
         self._dirty: dict[tuple[Reading, str], None] = {}  # (reader, stream) a notice asks to read, in order
         self._swept: dict[tuple[Reading, str], None] = {}  # the sweep's, read after the notices'
         self._inflight: set[tuple[Reading, str]] = set()
+        #: (reader, stream)s whose XREAD was refused (a key of another type, say): read alone
+        #: from then on, at the sweeps, so they neither hold up the streams they shared an
+        #: XREAD with nor spin the reader; back with the others once a read of theirs succeeds
+        self._alone: set[tuple[Reading, str]] = set()
         self._wake = asyncio.Event()
         self._subscribe: set[str] = set()  # channels to SSUBSCRIBE at the next turn of the notice loop
         self._unsubscribe: set[str] = set()
@@ -110,6 +114,7 @@ class Fanout:
             holders.discard(reading)
             self._dirty.pop((reading, stream), None)
             self._swept.pop((reading, stream), None)
+            self._alone.discard((reading, stream))
             if not holders:
                 del self._readers[stream]
                 self._subscribe.discard(stream)
@@ -191,10 +196,12 @@ class Fanout:
                 pubsub = self._pubsub
                 if self._unsubscribe:
                     gone, self._unsubscribe = self._unsubscribe, set()
-                    await self._each_slot(pubsub.sunsubscribe, gone)
+                    async with asyncio.timeout(ROUND_TIMEOUT_S):  # the hot client's replies have none
+                        await self._each_slot(pubsub.sunsubscribe, gone)
                 if self._subscribe:
                     new, self._subscribe = self._subscribe, set()
-                    await self._each_slot(pubsub.ssubscribe, new)
+                    async with asyncio.timeout(ROUND_TIMEOUT_S):
+                        await self._each_slot(pubsub.ssubscribe, new)
                 if not (pubsub.subscribed if not self.cluster else self._readers):
                     await asyncio.sleep(LISTEN_S)
                     continue
@@ -284,7 +291,9 @@ class Fanout:
                 asked.append((reading, stream, at, reading.generation()))
         if not asked:
             return
-        commands = [[a] for a in asked] if self.cluster else _xreads(asked)
+        alone = [[a] for a in asked if (a[0], a[1]) in self._alone]
+        together = [a for a in asked if (a[0], a[1]) not in self._alone]
+        commands = alone + ([[a] for a in together] if self.cluster else _xreads(together))
         pipe = self.redis.pipeline(transaction=False)
         for command in commands:
             pipe.xread({stream: at for _r, stream, at, _g in command}, count=COUNT)
@@ -294,10 +303,14 @@ class Fanout:
             if isinstance(reply, Exception):
                 log.warning("reading %s failed: %s", ", ".join(a[1] for a in command), reply)
                 for reading, stream, _at, _gen in command:
-                    self._dirty.setdefault((reading, stream), None)
+                    if len(command) > 1:  # which one is refused: each alone, at once
+                        self._dirty.setdefault((reading, stream), None)
+                    # else this one: again at the next sweep or notice (never in a loop)
+                    self._alone.add((reading, stream))
                 continue
             got = {_s(name): entries for name, entries in _streams(reply)}
             for reading, stream, _at, gen in command:
+                self._alone.discard((reading, stream))
                 if gen != reading.generation() or reading.cursor(stream) is None:
                     self._dirty.setdefault((reading, stream), None)  # set anew meanwhile: read from there
                     continue

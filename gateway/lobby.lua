@@ -8,9 +8,10 @@
 --   sk:{lobby}:table:<t>        hash    room a b n match status(creating|seated|closed) finished escaped
 --                                       leaving_a leaving_b ('1': that seat's player left at the
 --                                       settlement; 'leaving' = a player, as older gateways wrote it)
---                                       quit_a quit_b (the match whose engine got that seat's Leave:
---                                       closed while it is the table's match, that player leaves
---                                       the room too, never requeued) bot (a bot's id)
+--                                       quit_a quit_b (the match whose engine got that seat's Leave
+--                                       before its finish: should the table close in that match, that
+--                                       player leaves the room too, never requeued; cleared at the
+--                                       finish, when such a Leave was refused) bot (a bot's id)
 --   sk:{lobby}:match:<m>        string  the table of a match
 --   sk:{lobby}:seq              counter table numbers
 --   sk:{lobby}:notes:<p>        stream  messages for the player's sockets (field m = JSON); each
@@ -79,7 +80,8 @@ end
 local function close_table(t, room, removed, reasons)
   -- removed: set of players leaving the room (with reasons); the person who stays goes back
   -- to the queue, a bot never does (it leaves with the table). Returns who stayed (requeued
-  -- people and the bot): they leave the table's match (the caller sends their Leave)
+  -- people and the bot) and who left by a Leave the engine has (quit_<seat>): they leave the
+  -- table's match (the caller sends their Leave; the engine's own is a duplicate)
   local th = P .. 'table:' .. t
   local bot = redis.call('HGET', th, 'bot')
   local m = redis.call('HGET', th, 'match')
@@ -88,11 +90,13 @@ local function close_table(t, room, removed, reasons)
     local p = redis.call('HGET', th, seat)
     local ph = P .. 'player:' .. p
     local mine = redis.call('HGET', ph, 'table') == t
-    if not removed[p] and m and redis.call('HGET', th, 'quit_' .. seat) == m then
+    local quit = not removed[p] and m and redis.call('HGET', th, 'quit_' .. seat) == m
+    if quit then
       -- their Leave went to this match's engine: its removal may be observed after the other
       -- player's (or never, both sockets gone); they left all the same
       removed[p] = true
       reasons[p] = 'left'
+      table.insert(requeued, p)  -- the lobby's Leave too: the session's may not be sent now
     end
     if removed[p] then
       if mine then redis.call('DEL', ph) end
@@ -177,7 +181,8 @@ elseif op == 'quit' then
   -- ARGV[3] player: the player's Leave, wherever the lobby has them now, in one step (a lookup
   -- then a transition raced the lobby moving them: paired, requeued, the next match offered).
   -- -> {'dequeued'} | {'noted', table} | {'closed', table, match, stayed..., '|', new tables...}
-  --    | {'engine', table, match} (seated in a match: the engine decides the Leave) | {} (nowhere)
+  --    | {'engine', table, match} (seated in a match: the engine decides the Leave; quit_<seat>
+  --    records it, see close_table) | {} (nowhere)
   local player = ARGV[3]
   local ph = P .. 'player:' .. player
   local st = redis.call('HGET', ph, 'state')
@@ -198,8 +203,8 @@ elseif op == 'quit' then
     for i = 2, #out do table.insert(reply, out[i]) end
     return reply
   end
-  -- the engine decides; should the table close in this match meanwhile (the other player's
-  -- removal observed first), the player leaves the room with it (close_table)
+  -- the engine decides; should the table close in this match before its finish (the other
+  -- player's removal observed first), the player leaves the room with it (close_table)
   redis.call('HSET', th, 'quit_' .. (redis.call('HGET', th, 'a') == player and 'a' or 'b'), m)
   return {'engine', t, m}
 
@@ -238,6 +243,7 @@ elseif op == 'finished' then
   if redis.call('HGET', th, 'status') ~= 'seated' or redis.call('HGET', th, 'match') ~= m then return 0 end
   if redis.call('HGET', th, 'finished') == m then return 0 end
   redis.call('HSET', th, 'finished', m, 'escaped', ARGV[5])
+  redis.call('HDEL', th, 'quit_a', 'quit_b')  -- a Leave in a match that finished was refused
   redis.call('ZADD', P .. 'pending', now, t)
   return 1
 

@@ -261,6 +261,8 @@ class Lobby:
         elif out[0] == "engine":
             table = await self.table(out[1])
             if table is not None and table.match == out[2]:
+                if table.status == "closed":  # closed meanwhile: the player left with it (lobby.lua
+                    return None  # quit_<seat>), and the closing step sent their Leave
                 return Place("table", table.room, table)
             return await self.place(player)  # moved on meanwhile: the engine decides where it is now
         return None

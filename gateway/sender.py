@@ -37,9 +37,8 @@ class CommandSender:
 
     async def send(self, stream: str, fields: dict) -> Any:
         """XADD ``fields`` to ``stream``; the new entry's id (or Redis's exception, raised)."""
-        if not self.pipelined:
-            async with asyncio.timeout(ROUND_TIMEOUT_S):
-                return await self.redis.xadd(stream, fields)
+        if not self.pipelined:  # a Cluster client: its socket timeout bounds each reply
+            return await self.redis.xadd(stream, fields)
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Any] = loop.create_future()
         answer.add_done_callback(_retrieved)

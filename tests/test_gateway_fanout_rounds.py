@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 import fakeredis
+import pytest
 
 import gateway.fanout
 from gateway.fanout import Fanout
@@ -67,3 +68,68 @@ def test_a_read_round_with_no_answer_is_given_up_and_read_again(monkeypatch):
 
     got, hung = asyncio.run(main())
     assert hung == 1 and got == [b"0", b"1", b"2"]  # the hung round given up, then read once, in order
+
+
+class _CountsRounds:
+    """A client that counts the fan-out's read pipelines."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.rounds = 0
+
+    def pipeline(self, transaction: bool = False) -> Any:
+        self.rounds += 1
+        return self.real.pipeline(transaction=transaction)
+
+    def pubsub(self) -> Any:
+        return self.real.pubsub()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+@pytest.mark.redis
+def test_a_refused_stream_does_not_hold_up_those_read_with_it_nor_spin_the_reader(real_redis, redis_server):
+    """One XREAD holds many sockets' streams on a single node: a key of another type (WRONGTYPE,
+    a real redis-server's refusal; fakeredis raises instead) fails that whole XREAD.  Its streams
+    are then read alone: the good ones at once, the refused one at the sweeps only (no busy loop)."""
+    import redis.asyncio as aioredis
+
+    async def main() -> tuple[list[bytes], int, int]:
+        client = _CountsRounds(aioredis.Redis.from_url(redis_server.url))
+        await client.real.set("sk:out:{bad}", "not a stream")
+        for i in range(2):
+            await client.real.xadd("sk:out:{good}", {"n": str(i)})
+        fanout = Fanout(client, sweep_s=3600.0)
+        got: list[bytes] = []
+        done = asyncio.Event()
+
+        async def deliver(_stream: str, _id: str, fields: dict) -> None:
+            got.append(fields[b"n"])
+            if len(got) == 2:
+                done.set()
+
+        async def never(*_a: Any) -> None:
+            raise AssertionError("nothing to hand on from a refused stream")
+
+        good = Subscription(fanout, client, deliver, done.is_set, "good")
+        bad = Subscription(fanout, client, never, done.is_set, "bad")
+        await good.take(["sk:out:{good}"], at={"sk:out:{good}": "0-0"})
+        await bad.take(["sk:out:{bad}"], at={"sk:out:{bad}": "0-0"})
+        good.start()
+        bad.start()
+        try:
+            await asyncio.wait_for(done.wait(), 30)
+            settled = client.rounds
+            await asyncio.sleep(0.3)  # a spinning reader would send round after round meanwhile
+            later = client.rounds
+        finally:
+            good.stop()
+            bad.stop()
+            await fanout.aclose()
+            await client.real.aclose()
+        return got, settled, later
+
+    got, settled, later = asyncio.run(main())
+    assert got == [b"0", b"1"]
+    assert settled <= 3 and later == settled  # together, then each alone; then nothing until a sweep

@@ -324,42 +324,53 @@ def test_lobby_lua_quit_decides_a_leave_wherever_the_player_is(real_redis):
 
 
 @pytest.mark.redis
-@pytest.mark.parametrize("closing", ["removed", "escape"])
-def test_lobby_lua_a_leave_the_engine_decides_is_kept_when_the_table_closes_first(real_redis, closing):
+def test_lobby_lua_a_leave_the_engine_decides_is_kept_when_the_table_closes_first(real_redis):
     """Both players Leave a match before its deal: each Leave goes to the engine, and the
     lobby may observe the first removal alone (the second one after, or never: both sockets
     closed).  The table closes then, and the second leaver leaves the room with it: requeued
     'opponent_left' with no socket, they were seated opposite newcomers until their grace
-    ran out (bench/gateway.py, a client waiting for the opponent's Ready).  The Leave only
-    counts in its match: the next match's table closing requeues as before."""
+    ran out (bench/gateway.py, a client waiting for the opponent's Ready).  The closing step
+    lists them with those who leave the match, so the lobby sends their Leave too (the
+    session's may not go out once the table is closed; the engine's second is a duplicate)."""
     call, notes = _lobby_lua(real_redis)
     call("join", "points", "a")
     call("join", "points", "b")
     assert call("seated", "t1", "t1-1") == 1
     assert call("quit", "a") == ["engine", "t1", "t1-1"]
     assert call("quit", "b") == ["engine", "t1", "t1-1"]
-    if closing == "removed":  # a's removal observed first: b is not requeued, b left too
-        assert call("removed", "t1", "t1-1", "a", "left") == ["|"]
-    else:  # an escape in that match ends it: the table closes for both
-        assert call("finished", "t1", "t1-1", "a") == 1
-        settled = json.dumps({"kind": "settled", "match": "t1-1"})
-        assert call("advance", "t1", "t1-1", settled, settled) == ["closed", "|"]
+    assert call("removed", "t1", "t1-1", "a", "left") == ["b", "|"]  # b leaves the match, not requeued
     assert call("removed", "t1", "t1-1", "b", "left") == []  # the table is closed: nothing more
     for p in ("a", "b"):
-        assert notes(p)[-1]["state"] == "removed" and notes(p)[-1]["reason"] in ("left", "escaped")
+        assert notes(p)[-1]["state"] == "removed" and notes(p)[-1]["reason"] == "left"
         assert real_redis.hget(f"sk:{{lobby}}:player:{p}", "state") is None
     assert real_redis.llen("sk:{lobby}:queue:points") == 0
-    # a Leave the engine refused (in play) is not carried to the table's next match
+
+
+@pytest.mark.redis
+def test_lobby_lua_a_leave_the_engine_refused_counts_for_nothing(real_redis):
+    """A Leave during play is refused by the engine (R-12: leaving then is an escape): the
+    player plays on.  When the match finishes (here the opponent escapes) the table closes for
+    the escaper alone, and the player who had asked goes back to the queue as before."""
+    call, notes = _lobby_lua(real_redis)
     call("join", "points", "c")
     call("join", "points", "d")
+    assert call("seated", "t1", "t1-1") == 1
+    assert call("quit", "c") == ["engine", "t1", "t1-1"]  # refused by the engine: dealt already
+    assert call("finished", "t1", "t1-1", "d") == 1  # d escapes
+    settled = json.dumps({"kind": "settled", "match": "t1-1"})
+    assert call("advance", "t1", "t1-1", settled, settled) == ["closed", "c", "|"]
+    assert notes("c")[-1]["state"] == "queued" and notes("c")[-1]["reason"] == "opponent_left"
+    assert notes("d")[-1]["reason"] == "escaped"
+    # and it is not carried to the table's next match either (another room: c waits in this one)
+    call("join", "wealth", "e")
+    call("join", "wealth", "f")
     assert call("seated", "t2", "t2-1") == 1
-    assert call("quit", "c") == ["engine", "t2", "t2-1"]
+    assert call("quit", "e") == ["engine", "t2", "t2-1"]
     assert call("finished", "t2", "t2-1", "") == 1
-    settled = json.dumps({"kind": "settled", "match": "t2-1"})
     assert call("advance", "t2", "t2-1", settled, settled) == ["next", "t2-2"]
     assert call("seated", "t2", "t2-2") == 1
-    assert call("removed", "t2", "t2-2", "d", "not_ready") == ["c", "|"]
-    assert notes("c")[-1]["reason"] == "opponent_left"
+    assert call("removed", "t2", "t2-2", "f", "not_ready") == ["e", "|"]
+    assert notes("e")[-1]["reason"] == "opponent_left"
 
 
 @pytest.mark.parametrize("raw, field", [
