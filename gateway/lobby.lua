@@ -243,7 +243,9 @@ elseif op == 'finished' then
   if redis.call('HGET', th, 'status') ~= 'seated' or redis.call('HGET', th, 'match') ~= m then return 0 end
   if redis.call('HGET', th, 'finished') == m then return 0 end
   redis.call('HSET', th, 'finished', m, 'escaped', ARGV[5])
-  redis.call('HDEL', th, 'quit_a', 'quit_b')  -- a Leave in a match that finished was refused
+  -- a Leave in a match that finished was refused (emptied, not deleted: the lobby's Redis user
+  -- has HSET, not HDEL, deploy/redis/users.acl)
+  redis.call('HSET', th, 'quit_a', '', 'quit_b', '')
   redis.call('ZADD', P .. 'pending', now, t)
   return 1
 
