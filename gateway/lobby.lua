@@ -100,10 +100,10 @@ local function close_table(t, room, removed, reasons)
     end
     if removed[p] then
       if mine then redis.call('DEL', ph) end
-      note(p, lobby_msg('removed', room, t, redis.call('HGET', th, 'match'), reasons[p]))
+      note(p, lobby_msg('removed', room, t, m, reasons[p]))
     elseif mine and p == bot then
       redis.call('DEL', ph)
-      note(p, lobby_msg('removed', room, t, redis.call('HGET', th, 'match'), 'table_closed'))
+      note(p, lobby_msg('removed', room, t, m, 'table_closed'))
       table.insert(requeued, p)
     elseif mine then
       enqueue(p, room, 'opponent_left')

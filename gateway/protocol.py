@@ -214,7 +214,6 @@ def encode(message: dict[str, Any]) -> str:
         return json.dumps(message, separators=(",", ":"), ensure_ascii=False)
 
 
-
 def update(match: str, version: int, events: list[dict[str, Any]], view: dict[str, Any] | None,
            command_id: str | None = None, brief: dict[str, Any] | None = None) -> dict[str, Any]:
     """An ``update``: every event carries the update's own ``command_id`` (the client's, or

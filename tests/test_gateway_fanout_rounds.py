@@ -7,31 +7,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import fakeredis
 import pytest
 
 import gateway.fanout
 from gateway.fanout import Fanout
 from gateway.reader import Subscription
+from tests.test_gateway_sender import _HangsFirstRound
 
 
-class _HangsFirstRead:
-    """A client whose first XREAD pipeline never answers (a dead connection)."""
+class _Client:
+    """The fan-out's view of a client: ``real``'s, but for what a subclass changes."""
 
-    def __init__(self) -> None:
-        self.real = fakeredis.aioredis.FakeRedis()
-        self.hung = 0
-
-    def pipeline(self, transaction: bool = False) -> Any:
-        pipe = self.real.pipeline(transaction=transaction)
-        if not self.hung:
-            self.hung += 1
-
-            async def execute(raise_on_error: bool = True) -> list[Any]:
-                await asyncio.Event().wait()  # for ever
-                return []
-            pipe.execute = execute  # type: ignore[method-assign]
-        return pipe
+    real: Any
 
     def pubsub(self) -> Any:
         return self.real.pubsub()
@@ -40,22 +27,31 @@ class _HangsFirstRead:
         return getattr(self.real, name)
 
 
+class _HangsFirstRead(_Client, _HangsFirstRound):
+    """A client whose first XREAD pipeline never answers (a dead connection)."""
+
+
+def _collect(n: int) -> tuple[list[bytes], asyncio.Event, Any]:
+    """The ``n`` field of what a subscription hands on, and an event set once ``n`` are in."""
+    got: list[bytes] = []
+    done = asyncio.Event()
+
+    async def deliver(_stream: str, _id: str, fields: dict) -> None:
+        got.append(fields[b"n"])
+        if len(got) == n:
+            done.set()
+    return got, done, deliver
+
+
 def test_a_read_round_with_no_answer_is_given_up_and_read_again(monkeypatch):
     monkeypatch.setattr(gateway.fanout, "ROUND_TIMEOUT_S", 0.05)
 
-    async def main() -> tuple[list[bytes], int]:
+    async def main() -> tuple[list[bytes], bool]:
         client = _HangsFirstRead()
         for i in range(3):
             await client.real.xadd("sk:out:{p}", {"n": str(i)})
         fanout = Fanout(client, sweep_s=3600.0)
-        got: list[bytes] = []
-        done = asyncio.Event()
-
-        async def deliver(_stream: str, _id: str, fields: dict) -> None:
-            got.append(fields[b"n"])
-            if len(got) == 3:
-                done.set()
-
+        got, done, deliver = _collect(3)
         sub = Subscription(fanout, client, deliver, done.is_set, "p")
         await sub.take(["sk:out:{p}"], at={"sk:out:{p}": "0-0"})
         sub.start()
@@ -64,13 +60,13 @@ def test_a_read_round_with_no_answer_is_given_up_and_read_again(monkeypatch):
         finally:
             sub.stop()
             await fanout.aclose()
-        return got, client.hung
+        return got, client.failed
 
     got, hung = asyncio.run(main())
-    assert hung == 1 and got == [b"0", b"1", b"2"]  # the hung round given up, then read once, in order
+    assert hung and got == [b"0", b"1", b"2"]  # the hung round given up, then read once, in order
 
 
-class _CountsRounds:
+class _CountsRounds(_Client):
     """A client that counts the fan-out's read pipelines."""
 
     def __init__(self, real: Any) -> None:
@@ -80,12 +76,6 @@ class _CountsRounds:
     def pipeline(self, transaction: bool = False) -> Any:
         self.rounds += 1
         return self.real.pipeline(transaction=transaction)
-
-    def pubsub(self) -> Any:
-        return self.real.pubsub()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.real, name)
 
 
 @pytest.mark.redis
@@ -101,13 +91,7 @@ def test_a_refused_stream_does_not_hold_up_those_read_with_it_nor_spin_the_reade
         for i in range(2):
             await client.real.xadd("sk:out:{good}", {"n": str(i)})
         fanout = Fanout(client, sweep_s=3600.0)
-        got: list[bytes] = []
-        done = asyncio.Event()
-
-        async def deliver(_stream: str, _id: str, fields: dict) -> None:
-            got.append(fields[b"n"])
-            if len(got) == 2:
-                done.set()
+        got, done, deliver = _collect(2)
 
         async def never(*_a: Any) -> None:
             raise AssertionError("nothing to hand on from a refused stream")

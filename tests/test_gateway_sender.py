@@ -64,13 +64,17 @@ class _DropsFirstRound:
         self.real = fakeredis.aioredis.FakeRedis()
         self.failed = False
 
+    async def first_round(self) -> list[Any]:
+        """What the first pipeline's ``execute`` does instead of sending."""
+        raise RedisConnectionError("connection lost")
+
     def pipeline(self, transaction: bool = False) -> Any:
         pipe = self.real.pipeline(transaction=transaction)
         if not self.failed:
             self.failed = True
 
             async def execute(raise_on_error: bool = True) -> list[Any]:
-                raise RedisConnectionError("connection lost")
+                return await self.first_round()
             pipe.execute = execute  # type: ignore[method-assign]
         return pipe
 
@@ -137,16 +141,9 @@ class _HangsFirstRound(_DropsFirstRound):
     """A client whose first pipeline never answers (a dead connection: the hot client reads
     its replies with no timeout of its own, gateway/app.py ``redis_client(hot=True)``)."""
 
-    def pipeline(self, transaction: bool = False) -> Any:
-        pipe = self.real.pipeline(transaction=transaction)
-        if not self.failed:
-            self.failed = True
-
-            async def execute(raise_on_error: bool = True) -> list[Any]:
-                await asyncio.Event().wait()  # for ever
-                return []
-            pipe.execute = execute  # type: ignore[method-assign]
-        return pipe
+    async def first_round(self) -> list[Any]:
+        await asyncio.Event().wait()  # for ever
+        return []
 
 
 def test_a_round_with_no_answer_fails_its_commands_at_the_round_timeout_and_the_next_goes_through(monkeypatch):
