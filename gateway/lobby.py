@@ -73,6 +73,15 @@ READ_OPS = frozenset({"away"})
 END_EVENTS = frozenset({"PlayerRemoved", "MatchFinished", "MatchAbandoned"})
 MISSED_END_UPDATES = 5  # the newest updates of a match looked at for its end
 
+
+def acts_on(events: Iterable[dict[str, Any]]) -> bool:
+    """Whether :meth:`Lobby.observe` does anything with these events (an end of the match).
+
+    >>> acts_on([{"type": "CardsPlayed"}]), acts_on([{"type": "CardsPlayed"}, {"type": "MatchFinished"}])
+    (False, True)
+    """
+    return any(e.get("type") in END_EVENTS for e in events)
+
 ROOMS_REFRESH_S = 2.0  # how often the lobby reads the room registry again
 #: how often a table whose players are all away is looked at (its match may end unseen)
 AWAY_CHECK_MS = 2_000
@@ -275,7 +284,7 @@ class Lobby:
         and the timers publish independently, a later update may come before the end's).  True
         when one ended the match (the player's place may have changed)."""
         for e in await outbox.recent_updates(self.player_redis, player, match, MISSED_END_UPDATES):
-            if any(ev.get("type") in END_EVENTS for ev in e.events):
+            if acts_on(e.events):
                 await self.observe(match, e.events)
                 return True
         return False
@@ -283,12 +292,12 @@ class Lobby:
     async def observe(self, match: str, events: list[dict[str, Any]]) -> None:
         """React to a match's events: a removal (R-13.2, a leave) frees the table, a finish
         starts the settle-and-offer-the-next-match step."""
+        if not acts_on(events):
+            return
         removed = [(e.get("player"), e.get("reason") or "removed") for e in events
                    if e.get("type") == "PlayerRemoved"]
         finished = [e for e in events if e.get("type") == "MatchFinished"]
         abandoned = any(e.get("type") == "MatchAbandoned" for e in events)
-        if not removed and not finished and not abandoned:
-            return
         table = await self.table_of_match(match)
         if table is None or table.match != match:
             return

@@ -10,7 +10,11 @@ It turns the entries of the player's update stream (gateway/outbox.py) into ``up
   resyncs from the current view (one view-only ``update``, then what follows it);
 * while a view is awaited, updates are held and go out after it, in order;
 * given a last-seen version, :meth:`Resync.catch_up` replays the later updates the stream
-  still holds, or asks for the view when it no longer holds them all.
+  still holds, or asks for the view when it no longer holds them all;
+* an end of the match (a finish, a removal) goes to the client first and to the lobby right
+  after (``Lobby.observe``: its Redis calls never hold the update back); the client's next
+  message waits until the lobby has it (:meth:`Resync.lobby_caught_up`), so whatever the
+  client does on seeing the end (a Leave, say) finds the lobby past it.
 
 It talks to its socket through :class:`Receiver` (gateway/session.py's ``Connection``); it
 reads Redis only to find a view or the updates after a version, never to wait.
@@ -19,10 +23,13 @@ reads Redis only to find a view or the updates after a version, never to wait.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 from engine.store import keys
 from gateway import channels, outbox, protocol
+from gateway.lobby import acts_on
 from gateway.spectate import spectator_event, spectator_view
 
 
@@ -60,6 +67,25 @@ class Resync:
         self._gap_timers: dict[str, asyncio.Task] = {}
         self._awaiting: dict[str, str] = {}  # match -> the engine id of the Sync whose view we wait for
         self._viewed: set[str] = set()  # matches this socket has sent a view of
+        self._lobby_steps = 0  # ends of a match sent to the client and not yet observed by the lobby
+        self._lobby_idle = asyncio.Event()
+        self._lobby_idle.set()
+
+    async def lobby_caught_up(self) -> None:
+        """Return once the lobby has observed every end of a match this socket has sent."""
+        await self._lobby_idle.wait()
+
+    @asynccontextmanager
+    async def _lobby_step(self) -> AsyncIterator[None]:
+        """Sending an end of a match, then the lobby's observing it: :meth:`lobby_caught_up` waits."""
+        self._lobby_steps += 1
+        self._lobby_idle.clear()
+        try:
+            yield
+        finally:
+            self._lobby_steps -= 1
+            if not self._lobby_steps:
+                self._lobby_idle.set()
 
     @property
     def _stream_owner(self) -> str:
@@ -134,16 +160,22 @@ class Resync:
                           force: bool = False) -> None:
         """Send a view-only update when it tells the client something (newer, first, or asked for)."""
         conn = self.conn
+        if not (conn.is_player and view and view.get("phase") == "finished" and view.get("result")):
+            return await self._send_view(match, version, view, client_id, force)
+        res = view["result"]  # a finish this socket may not have seen: the table settles it
+        async with self._lobby_step():
+            await self._send_view(match, version, view, client_id, force)
+            await conn.hub.lobby.observe(match, [{"type": "MatchFinished", "loser": res.get("loser"),
+                                                  "reason": res.get("reason")}])
+
+    async def _send_view(self, match: str, version: int, view: dict | None, client_id: str | None,
+                         force: bool) -> None:
         last = self.versions.get(match)
         if force or client_id is not None or last is None or version > last or match not in self._viewed:
-            await conn.send(protocol.update(match, version, [], self._view(view), client_id))
+            await self.conn.send(protocol.update(match, version, [], self._view(view), client_id))
             self._viewed.add(match)
         if last is None or version > last:
             self.versions[match] = version
-        if conn.is_player and view and view.get("phase") == "finished" and view.get("result"):
-            res = view["result"]  # a finish this socket may not have seen: the table settles it
-            await conn.hub.lobby.observe(match, [{"type": "MatchFinished", "loser": res.get("loser"),
-                                                  "reason": res.get("reason")}])
 
     def _view(self, view: dict | None) -> dict | None:
         return spectator_view(view) if not self.conn.is_player else view
@@ -172,9 +204,16 @@ class Resync:
                                               e.match or None))
 
     async def _forward_update(self, e: outbox.OutEntry, observe: bool) -> None:
+        """Send an update on; with ``observe`` (a player's socket) the lobby then sees its end of
+        the match, if it holds one (the client's next message waits for that)."""
+        if not (observe and acts_on(e.events)):
+            return await self._forward(e)
+        async with self._lobby_step():
+            await self._forward(e)
+            await self.conn.hub.lobby.observe(e.match, e.events)
+
+    async def _forward(self, e: outbox.OutEntry) -> None:
         conn = self.conn
-        if observe:
-            await conn.hub.lobby.observe(e.match, e.events)
         if e.match != conn.match or e.version is None:
             return
         if conn.is_player:

@@ -37,7 +37,7 @@ from engine.store.connect import is_cluster
 from gateway import channels, names, outbox, protocol
 from gateway.guard import Guard
 from gateway.limits import Limits
-from gateway.lobby import Lobby, Place, notes_key, now_ms
+from gateway.lobby import Lobby, Place, Table, notes_key, now_ms
 from gateway.metrics import GatewayMetrics
 from gateway.rooms import RoomBook
 from gateway.fanout import Fanout
@@ -66,9 +66,10 @@ def _s(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else ("" if v is None else str(v))
 
 
-#: the commands of a seated player that use the place known from the last lookup: the engine
-#: decides them against the match anyway, and any note of the lobby drops what is known
-HOT = frozenset({"Play", "Pass"})
+#: the commands of a seated player that use the place known from the last lookup (or from the
+#: lobby's ``seated`` note): the engine decides them against the match anyway, and any later
+#: note of the lobby drops what is known
+HOT = frozenset({"Play", "Pass", "Ready"})
 
 
 @dataclass
@@ -136,8 +137,8 @@ class Connection:
         self.closed = False
         self.replaced = False
         self.place = Place("")
-        #: the seated place Play and Pass use without a lookup, with the count of lobby notes
-        #: delivered when it was looked up: any later note makes it old
+        #: the seated place :data:`HOT` commands use without a lookup, with the count of lobby
+        #: notes delivered when it was looked up: any later note makes it old
         self._seated: tuple[Place, int] | None = None
         self._notes_seen = 0  # lobby notes delivered to this socket
         self.grace_ms = 10_000
@@ -164,10 +165,11 @@ class Connection:
         return self.subscription.upto(stream)
 
     # -- sending --------------------------------------------------------------------------
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: dict[str, Any], table: Table | None = None) -> None:
+        """Send ``message`` (``table``: the lobby's table it names, when already read)."""
         if self.closed:
             return
-        message = await self._named(message)
+        message = await self._named(message, table)
         async with self._send_lock:
             try:
                 await self.ws.send_text(protocol.encode(message))
@@ -176,9 +178,10 @@ class Connection:
                 return
         self.hub.metrics.message_out(message.get("kind", ""), message.get("code"))
 
-    async def _named(self, message: dict[str, Any]) -> dict[str, Any]:
+    async def _named(self, message: dict[str, Any], table: Table | None = None) -> dict[str, Any]:
         """``message`` with ``names`` ({player: display name}, gateway/names.py) when it names the
-        players of a table: the lobby's ``seated``, a ``settled``, an ``update`` with a view."""
+        players of a table: the lobby's ``seated`` (its ``table`` read here unless given), a
+        ``settled``, an ``update`` with a view."""
         kind = message.get("kind")
         players: list[str] = []
         if kind == "update" and isinstance(message.get("view"), dict):
@@ -186,7 +189,8 @@ class Connection:
         elif kind == "settled":
             players = list(message.get("scores") or {})
         elif kind == "lobby" and message.get("state") == "seated" and message.get("table"):
-            table = await self.hub.lobby.table(str(message["table"]))
+            if table is None or table.id != message["table"]:
+                table = await self.hub.lobby.table(str(message["table"]))
             players = list(table.players) if table is not None else []
         if not players:
             return message
@@ -296,6 +300,7 @@ class Connection:
             self.hub.metrics.message_in(msg.type)
             if not await self.guard.admit(msg.type, msg.command_id):
                 continue
+            await self.resync.lobby_caught_up()  # an end of a match the client saw is the lobby's too
             try:
                 await self._handle(msg)
             except protocol.ClientError as exc:
@@ -334,8 +339,7 @@ class Connection:
                                        msg.command_id)
         match = table.match
         self.match = match
-        # Play and Pass go on to this match until the lobby says otherwise (not past its finish)
-        self._seated = (place, notes_seen) if table.finished != match else None
+        self._know(place, notes_seen)
         fields: dict[str, Any] = {}
         if t == "Play":
             fields = {"cards": msg.cards, "text": msg.text, "reading_kind": msg.reading_kind,
@@ -352,6 +356,13 @@ class Connection:
             raise protocol.ClientError(protocol.BAD_COMMAND, str(exc)[:300], msg.command_id)
         self.track(engine_id, t)
         await self.hub.sender.send(channels.stream_for(command), channels.entry(command))
+
+    def _know(self, place: Place, notes_seen: int) -> None:
+        """The place :data:`HOT` commands use while no later note of the lobby comes: a table
+        seated in a match not over (after its finish the place is looked up again)."""
+        table = place.table
+        seated = table is not None and table.status == "seated" and table.finished != table.match
+        self._seated = (place, notes_seen) if seated else None
 
     async def _missed_end(self, place: Place) -> bool:
         """Whether the lobby has just seen the end of the match of the player's table: a match
@@ -462,9 +473,10 @@ class Connection:
                 await self.close(CLOSE_REPLACED, "replaced by a newer connection of the same player")
             return
         if self.is_player and stream == notes_key(self.player):
-            self._notes_seen += 1  # the lobby moved this player: Play and Pass look the place up again
+            self._notes_seen += 1  # the lobby moved this player: HOT commands look the place up again
             raw = fields.get(b"m", fields.get("m"))
             note = json.loads(_s(raw))
+            table: Table | None = None
             if note.get("kind") == "lobby":
                 if note.get("state") == "seated":
                     if note.get("match") and note.get("match") == self._announced:
@@ -473,7 +485,11 @@ class Connection:
                     cfg = self.hub.rooms.get(note.get("room") or "")
                     if cfg is not None:
                         self.grace_ms = int(1000 * cfg.reconnect_grace_seconds)
-            await self.send(note)
+                    if note.get("table"):  # read once: the names, and the place the Ready goes to
+                        table = await self.hub.lobby.table(str(note["table"]))
+                        if table is not None and table.match == note.get("match"):
+                            self._know(Place("table", table.room, table), self._notes_seen)
+            await self.send(note, table)
             if note.get("kind") == "lobby" and note.get("state") == "seated" and self.match \
                     and not self.resync.has(self.match):
                 # the match's first updates came before the table said so: its view now

@@ -23,7 +23,7 @@ from engine.match.commands import decode_command
 from engine.service.channels import OPS, PLAYER
 from engine.store import keys
 from gateway import channels, session
-from gateway.lobby import Lobby
+from gateway.lobby import Lobby, table_key
 from gateway.metrics import GatewayMetrics
 from gateway.rooms import RoomBook
 from gateway.tokens import Identity
@@ -449,6 +449,101 @@ def test_a_lookup_overtaken_by_a_lobby_note_is_not_kept_for_play_and_pass(aredis
         assert refused["code"] == "not_seated"
 
     asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3}, body, place_hook=overtake))
+
+
+def test_a_ready_after_the_lobbys_seated_note_goes_to_its_match_without_a_lookup(aredis):
+    """The ``seated`` note names the table, which the connection reads once (for the names):
+    the Ready that follows goes to that match with no place lookup of its own (under load the
+    lookups of every socket's Ready queued for the pool); a later note drops what is known, so
+    a Ready after the table closed is looked up again and refused ``not_seated``."""
+    lookups: list[str] = []
+
+    async def count(lobby: Lobby) -> None:
+        lookups.append("place")
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "queued", "at a table being created")
+        assert await conn.hub.lobby._call("seated", "t1", "t1-1") == 1
+        await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "seated" and m["match"] == "t1-1",
+                        "seated")
+        before = len(lookups)  # the connection's own
+        await ws.inbox.put(json.dumps({"type": "Ready", "command_id": "r1"}))
+        r = conn.hub.redis
+        while ("Ready", "alice") not in await _player_commands(r, "t1-1"):
+            await asyncio.sleep(0.02)
+        assert len(lookups) == before == 1, lookups
+        await conn.hub.lobby._call("removed", "t1", "t1-1", "bob", "left")
+        await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "queued", "queued again")
+        await ws.inbox.put(json.dumps({"type": "Ready", "command_id": "late"}))
+        refused = await ws.expect(lambda m: m["kind"] == "rejected" and m["command_id"] == "late", "the refusal")
+        assert refused["code"] == "not_seated" and len(lookups) == before + 1
+        assert (await _player_commands(r, "t1-1")).count(("Ready", "alice")) == 1
+
+    async def main() -> None:
+        r = aredis()
+        await _table_creating(Lobby(r, RoomBook.load(), "setup"))
+        await r.aclose()
+        await _with_connection(aredis, {"t1-1": 3}, body, place_hook=count)
+
+    asyncio.run(main())
+
+
+def test_the_end_of_a_match_reaches_the_client_first_and_its_next_message_waits_for_the_lobby(aredis):
+    """The finish goes out before the lobby's step on it (its Redis calls, queued behind every
+    socket's under load, held the last update of each match back by up to half a second); the
+    client's Leave on seeing it waits until the lobby has the finish, so it is noted for the
+    settlement (the table closes then), never sent to the engine for a match that is over."""
+    order: list[str] = []
+    gate = asyncio.Event()
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        lobby = conn.hub.lobby
+        observe, quit_, caught_up = lobby.observe, lobby.quit, conn.resync.lobby_caught_up
+
+        async def slow_observe(match: str, events: list[dict[str, Any]]) -> None:
+            order.append("observing")
+            await gate.wait()
+            await observe(match, events)
+            order.append("observed")
+
+        async def quit(player: str) -> Any:
+            order.append("leave")
+            return await quit_(player)
+
+        async def waits() -> None:
+            order.append("next message waits")
+            await caught_up()
+        lobby.observe = slow_observe  # type: ignore[method-assign]
+        lobby.quit = quit  # type: ignore[method-assign]
+        conn.resync.lobby_caught_up = waits  # type: ignore[method-assign]
+        r = conn.hub.redis
+        finish = {"events": [{"type": "MatchFinished", "loser": "bob", "reason": "cards_out"}]}
+        await r.xadd(keys.outbox_key("alice"), {"kind": "update", "match": "t1-1", "command_id": "bob-c9",
+                                                "version": 4, "body": msgpack.packb(finish)})
+        await r.spublish(keys.outbox_key("alice"), "")
+        got = await ws.expect(lambda m: m["kind"] == "update" and m["version"] == 4, "the finish")
+        assert [e["type"] for e in got["events"]] == ["MatchFinished"]
+        assert order == ["observing"]  # sent while the lobby's step waits
+        await ws.inbox.put(json.dumps({"type": "Leave", "command_id": "bye"}))
+        while "next message waits" not in order:
+            await asyncio.sleep(0.01)
+        assert "leave" not in order
+        gate.set()
+        while "leave" not in order:
+            await asyncio.sleep(0.01)
+        assert order == ["observing", "next message waits", "observed", "leave"]
+        table = await lobby.table("t1")
+        assert table is not None and table.finished == "t1-1"
+        while _s(await r.hget(table_key("t1"), "leaving_a")) != "1":  # noted for the settlement
+            await asyncio.sleep(0.01)
+        assert ("Leave", "alice") not in await _player_commands(r, "t1-1")
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3}, body))
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else ("" if v is None else str(v))
 
 
 async def _player_commands(r: Any, match: str) -> list[tuple[str, str]]:
