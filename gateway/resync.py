@@ -23,6 +23,7 @@ reads Redis only to find a view or the updates after a version, never to wait.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
@@ -31,6 +32,11 @@ from engine.store import keys
 from gateway import channels, outbox, protocol
 from gateway.lobby import acts_on
 from gateway.spectate import spectator_event, spectator_view
+
+log = logging.getLogger("shuangkou.gateway")
+
+OBSERVE_TRIES = 3  # the lobby's step on an end of a match, tried this often (Redis away) before it gives up
+OBSERVE_BACKOFF_S = 0.2  # the wait after a failed try, times the tries so far
 
 
 class Receiver(Protocol):
@@ -56,6 +62,10 @@ class Receiver(Protocol):
     def track(self, engine_id: str, ctype: str) -> None: ...
 
     def answered(self, engine_id: str) -> None: ...
+
+    def ended(self, match: str) -> None:
+        """The client was sent an end of ``match``: a place known for it is looked up again."""
+        ...
 
 
 class Resync:
@@ -165,8 +175,8 @@ class Resync:
         res = view["result"]  # a finish this socket may not have seen: the table settles it
         async with self._lobby_step():
             await self._send_view(match, version, view, client_id, force)
-            await conn.hub.lobby.observe(match, [{"type": "MatchFinished", "loser": res.get("loser"),
-                                                  "reason": res.get("reason")}])
+            await self._observe(match, [{"type": "MatchFinished", "loser": res.get("loser"),
+                                         "reason": res.get("reason")}])
 
     async def _send_view(self, match: str, version: int, view: dict | None, client_id: str | None,
                          force: bool) -> None:
@@ -210,7 +220,23 @@ class Resync:
             return await self._forward(e)
         async with self._lobby_step():
             await self._forward(e)
-            await self.conn.hub.lobby.observe(e.match, e.events)
+            await self._observe(e.match, e.events)
+
+    async def _observe(self, match: str, events: list[dict[str, Any]]) -> None:
+        """The lobby's step on an end of ``match`` the client has been sent (inside a
+        :meth:`_lobby_step`): tried again after a failure, since the client may act on the end
+        as soon as the step is over."""
+        self.conn.ended(match)
+        for attempt in range(1, OBSERVE_TRIES + 1):
+            try:
+                return await self.conn.hub.lobby.observe(match, events)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if attempt == OBSERVE_TRIES:
+                    raise
+                log.warning("the lobby's step on the end of %s failed (%s); trying again", match, exc)
+                await asyncio.sleep(OBSERVE_BACKOFF_S * attempt)
 
     async def _forward(self, e: outbox.OutEntry) -> None:
         conn = self.conn

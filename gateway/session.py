@@ -357,6 +357,13 @@ class Connection:
         self.track(engine_id, t)
         await self.hub.sender.send(channels.stream_for(command), channels.entry(command))
 
+    def ended(self, match: str) -> None:
+        """The client was sent an end of ``match`` (gateway/resync.py): HOT commands look the
+        place up again (a removal closes the table: ``not_seated`` from here, as before)."""
+        known = self._seated
+        if known is not None and known[0].table is not None and known[0].table.match == match:
+            self._seated = None
+
     def _know(self, place: Place, notes_seen: int) -> None:
         """The place :data:`HOT` commands use while no later note of the lobby comes: a table
         seated in a match not over (after its finish the place is looked up again)."""

@@ -23,7 +23,7 @@ from engine.match.commands import decode_command
 from engine.service.channels import OPS, PLAYER
 from engine.store import keys
 from gateway import channels, session
-from gateway.lobby import Lobby, table_key
+from gateway.lobby import Lobby, notes_key, table_key
 from gateway.metrics import GatewayMetrics
 from gateway.rooms import RoomBook
 from gateway.tokens import Identity
@@ -469,8 +469,7 @@ def test_a_ready_after_the_lobbys_seated_note_goes_to_its_match_without_a_lookup
         before = len(lookups)  # the connection's own
         await ws.inbox.put(json.dumps({"type": "Ready", "command_id": "r1"}))
         r = conn.hub.redis
-        while ("Ready", "alice") not in await _player_commands(r, "t1-1"):
-            await asyncio.sleep(0.02)
+        await _eventually(lambda: _has_command(r, "t1-1", ("Ready", "alice")), "the Ready sent")
         assert len(lookups) == before == 1, lookups
         await conn.hub.lobby._call("removed", "t1", "t1-1", "bob", "left")
         await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "queued", "queued again")
@@ -488,13 +487,16 @@ def test_a_ready_after_the_lobbys_seated_note_goes_to_its_match_without_a_lookup
     asyncio.run(main())
 
 
-def test_the_end_of_a_match_reaches_the_client_first_and_its_next_message_waits_for_the_lobby(aredis):
+@pytest.mark.parametrize("fails", [0, 1], ids=["lobby up", "lobby step failing once"])
+def test_the_end_of_a_match_reaches_the_client_first_and_its_next_message_waits_for_the_lobby(aredis, fails):
     """The finish goes out before the lobby's step on it (its Redis calls, queued behind every
     socket's under load, held the last update of each match back by up to half a second); the
-    client's Leave on seeing it waits until the lobby has the finish, so it is noted for the
-    settlement (the table closes then), never sent to the engine for a match that is over."""
+    client's Leave on seeing it waits until the lobby has the finish (a failed step is tried
+    again first), so it is noted for the settlement (the table closes then), never sent to the
+    engine for a match that is over."""
     order: list[str] = []
     gate = asyncio.Event()
+    failures = [fails]
 
     async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
         await ws.expect(_view_update("t1-1"), "the view of t1-1")
@@ -504,6 +506,9 @@ def test_the_end_of_a_match_reaches_the_client_first_and_its_next_message_waits_
         async def slow_observe(match: str, events: list[dict[str, Any]]) -> None:
             order.append("observing")
             await gate.wait()
+            if failures[0]:
+                failures[0] -= 1
+                raise ConnectionError("the lobby's Redis is away")
             await observe(match, events)
             order.append("observed")
 
@@ -526,24 +531,80 @@ def test_the_end_of_a_match_reaches_the_client_first_and_its_next_message_waits_
         assert [e["type"] for e in got["events"]] == ["MatchFinished"]
         assert order == ["observing"]  # sent while the lobby's step waits
         await ws.inbox.put(json.dumps({"type": "Leave", "command_id": "bye"}))
-        while "next message waits" not in order:
-            await asyncio.sleep(0.01)
+        await _eventually(lambda: "next message waits" in order, "the Leave held back")
         assert "leave" not in order
         gate.set()
-        while "leave" not in order:
-            await asyncio.sleep(0.01)
-        assert order == ["observing", "next message waits", "observed", "leave"]
+        await _eventually(lambda: "leave" in order, "the Leave handled")
+        assert order == ["observing", "next message waits"] + ["observing"] * fails + ["observed", "leave"]
         table = await lobby.table("t1")
         assert table is not None and table.finished == "t1-1"
-        while _s(await r.hget(table_key("t1"), "leaving_a")) != "1":  # noted for the settlement
-            await asyncio.sleep(0.01)
+
+        async def noted() -> bool:  # for the settlement
+            return _s(await r.hget(table_key("t1"), "leaving_a")) == "1"
+        await _eventually(noted, "the Leave noted")
         assert ("Leave", "alice") not in await _player_commands(r, "t1-1")
 
     asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3}, body))
 
 
+def test_a_ready_after_the_table_closed_under_it_is_refused_here_never_sent_to_its_match(aredis):
+    """bob leaves before the deal: alice's socket sends her the removal, then the lobby closes
+    the table and queues her again.  Her Ready right after it is looked up again (the place the
+    ``seated`` note gave is dropped with the end of its match) and refused ``not_seated``, even
+    while the ``queued`` note has not reached her socket yet."""
+    release = asyncio.Event()
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "queued", "at a table being created")
+        assert await conn.hub.lobby._call("seated", "t1", "t1-1") == 1
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        deliver = conn.subscription.deliver
+
+        async def notes_held(stream: str, entry_id: str, fields: dict) -> None:
+            if stream == notes_key("alice"):
+                await release.wait()
+            await deliver(stream, entry_id, fields)
+        conn.subscription.deliver = notes_held  # type: ignore[method-assign]
+        r = conn.hub.redis
+        removal = {"events": [{"type": "PlayerRemoved", "player": "bob", "reason": "left"}]}
+        await r.xadd(keys.outbox_key("alice"), {"kind": "update", "match": "t1-1", "command_id": "bob-leave",
+                                                "version": 4, "body": msgpack.packb(removal)})
+        await r.spublish(keys.outbox_key("alice"), "")
+        await ws.expect(lambda m: m["kind"] == "update" and m["version"] == 4, "the removal")
+        await ws.inbox.put(json.dumps({"type": "Ready", "command_id": "r2"}))
+        refused = await ws.expect(lambda m: m["kind"] == "rejected" and m["command_id"] == "r2", "the refusal")
+        assert refused["code"] == "not_seated"
+        release.set()
+        await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "queued", "queued again")
+        assert ("Ready", "alice") not in await _player_commands(r, "t1-1")
+
+    async def main() -> None:
+        r = aredis()
+        await _table_creating(Lobby(r, RoomBook.load(), "setup"))
+        await r.aclose()
+        await _with_connection(aredis, {"t1-1": 3}, body)
+
+    asyncio.run(main())
+
+
 def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else ("" if v is None else str(v))
+
+
+async def _eventually(check: Callable[[], Any], what: str) -> None:
+    """Wait until ``check()`` (or what it returns, awaited) is true; fail after :data:`WAIT_S`."""
+    for _ in range(int(WAIT_S / 0.01)):
+        got = check()
+        if asyncio.iscoroutine(got):
+            got = await got
+        if got:
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail(f"never {what}")
+
+
+async def _has_command(r: Any, match: str, command: tuple[str, str]) -> bool:
+    return command in await _player_commands(r, match)
 
 
 async def _player_commands(r: Any, match: str) -> list[tuple[str, str]]:

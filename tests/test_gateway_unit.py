@@ -416,3 +416,23 @@ def test_lobby_lua_bot_table_keeps_its_level(real_redis):
     made = call("join", "points", "p2")
     assert call("seated", made[3], f"{made[3]}-1") == 1
     assert notes("p1")[-1]["state"] == "seated" and notes("p1")[-1]["bot_level"] is None
+
+
+def _gateway_modules_with_examples() -> list[str]:
+    import pkgutil
+    from pathlib import Path
+
+    import gateway
+
+    return [f"gateway.{m.name}" for m in pkgutil.iter_modules(gateway.__path__)
+            if ">>>" in (Path(gateway.__path__[0]) / f"{m.name}.py").read_text(encoding="utf-8")]
+
+
+@pytest.mark.parametrize("module", _gateway_modules_with_examples())
+def test_the_gateways_docstring_examples_hold(module):
+    """Every example in a gateway module's docstrings runs as written (doctest)."""
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0, (module, result)
