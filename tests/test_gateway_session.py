@@ -523,10 +523,7 @@ def test_the_end_of_a_match_reaches_the_client_first_and_its_next_message_waits_
         lobby.quit = quit  # type: ignore[method-assign]
         conn.resync.lobby_caught_up = waits  # type: ignore[method-assign]
         r = conn.hub.redis
-        finish = {"events": [{"type": "MatchFinished", "loser": "bob", "reason": "cards_out"}]}
-        await r.xadd(keys.outbox_key("alice"), {"kind": "update", "match": "t1-1", "command_id": "bob-c9",
-                                                "version": 4, "body": msgpack.packb(finish)})
-        await r.spublish(keys.outbox_key("alice"), "")
+        await _publish_update(r, "alice", "t1-1", 4, {"type": "MatchFinished", "loser": "bob", "reason": "cards_out"})
         got = await ws.expect(lambda m: m["kind"] == "update" and m["version"] == 4, "the finish")
         assert [e["type"] for e in got["events"]] == ["MatchFinished"]
         assert order == ["observing"]  # sent while the lobby's step waits
@@ -566,10 +563,7 @@ def test_a_ready_after_the_table_closed_under_it_is_refused_here_never_sent_to_i
             await deliver(stream, entry_id, fields)
         conn.subscription.deliver = notes_held  # type: ignore[method-assign]
         r = conn.hub.redis
-        removal = {"events": [{"type": "PlayerRemoved", "player": "bob", "reason": "left"}]}
-        await r.xadd(keys.outbox_key("alice"), {"kind": "update", "match": "t1-1", "command_id": "bob-leave",
-                                                "version": 4, "body": msgpack.packb(removal)})
-        await r.spublish(keys.outbox_key("alice"), "")
+        await _publish_update(r, "alice", "t1-1", 4, {"type": "PlayerRemoved", "player": "bob", "reason": "left"})
         await ws.expect(lambda m: m["kind"] == "update" and m["version"] == 4, "the removal")
         await ws.inbox.put(json.dumps({"type": "Ready", "command_id": "r2"}))
         refused = await ws.expect(lambda m: m["kind"] == "rejected" and m["command_id"] == "r2", "the refusal")
@@ -601,6 +595,14 @@ async def _eventually(check: Callable[[], Any], what: str) -> None:
             return
         await asyncio.sleep(0.01)
     pytest.fail(f"never {what}")
+
+
+async def _publish_update(r: Any, player: str, match: str, version: int, *events: dict[str, Any]) -> None:
+    """An update of ``match`` at ``version`` in ``player``'s stream, as the engine publishes it
+    (the compact body, docs/PROTOCOL.md §2), and its notice."""
+    await r.xadd(keys.outbox_key(player), {"kind": "update", "match": match, "command_id": f"engine-{version}",
+                                           "version": version, "body": msgpack.packb({"events": list(events)})})
+    await r.spublish(keys.outbox_key(player), "")
 
 
 async def _has_command(r: Any, match: str, command: tuple[str, str]) -> bool:
