@@ -73,6 +73,13 @@ READ_OPS = frozenset({"away"})
 END_EVENTS = frozenset({"PlayerRemoved", "MatchFinished", "MatchAbandoned"})
 MISSED_END_UPDATES = 5  # the newest updates of a match looked at for its end
 
+ROOMS_REFRESH_S = 2.0  # how often the lobby reads the room registry again
+#: how often a table whose players are all away is looked at (its match may end unseen)
+AWAY_CHECK_MS = 2_000
+
+PENDING = f"{P}pending"
+PRESENCE = f"{P}presence"
+
 
 def acts_on(events: Iterable[dict[str, Any]]) -> bool:
     """Whether :meth:`Lobby.observe` does anything with these events (an end of the match).
@@ -81,13 +88,6 @@ def acts_on(events: Iterable[dict[str, Any]]) -> bool:
     (False, True)
     """
     return any(e.get("type") in END_EVENTS for e in events)
-
-ROOMS_REFRESH_S = 2.0  # how often the lobby reads the room registry again
-#: how often a table whose players are all away is looked at (its match may end unseen)
-AWAY_CHECK_MS = 2_000
-
-PENDING = f"{P}pending"
-PRESENCE = f"{P}presence"
 
 
 def disconnected_key(player: str) -> str:

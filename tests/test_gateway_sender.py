@@ -79,15 +79,17 @@ class _DropsFirstRound:
         return pipe
 
 
-def test_a_failed_round_raises_in_every_socket_of_it_and_the_next_round_goes_through():
-    async def main() -> tuple[list[Any], Any, list[Any]]:
-        client = _DropsFirstRound()
-        sender = CommandSender(client)
-        first = await asyncio.gather(*(sender.send("s", {"i": str(i)}) for i in range(3)), return_exceptions=True)
-        again = await sender.send("s", {"i": "again"})
-        return first, again, await client.real.xrange("s")
+async def _a_round_then_one_more(client: _DropsFirstRound) -> tuple[list[Any], Any, list[Any]]:
+    """Three sockets' commands in the client's first round, one more after it: what each socket
+    was answered, the last one's id, and what the stream holds."""
+    sender = CommandSender(client)
+    first = await asyncio.gather(*(sender.send("s", {"i": str(i)}) for i in range(3)), return_exceptions=True)
+    again = await sender.send("s", {"i": "again"})
+    return first, again, await client.real.xrange("s")
 
-    first, again, stored = run(main())
+
+def test_a_failed_round_raises_in_every_socket_of_it_and_the_next_round_goes_through():
+    first, again, stored = run(_a_round_then_one_more(_DropsFirstRound()))
     assert all(isinstance(x, RedisConnectionError) for x in first)
     assert [f[b"i"] for _id, f in stored] == [b"again"]  # nothing of the failed round half-written
     assert stored[0][0] == again
@@ -150,14 +152,6 @@ def test_a_round_with_no_answer_fails_its_commands_at_the_round_timeout_and_the_
     import gateway.sender
 
     monkeypatch.setattr(gateway.sender, "ROUND_TIMEOUT_S", 0.05)
-
-    async def main() -> tuple[list[Any], Any, list[Any]]:
-        client = _HangsFirstRound()
-        sender = CommandSender(client)
-        first = await asyncio.gather(*(sender.send("s", {"i": str(i)}) for i in range(3)), return_exceptions=True)
-        again = await sender.send("s", {"i": "again"})
-        return first, again, await client.real.xrange("s")
-
-    first, again, stored = run(main())
+    first, again, stored = run(_a_round_then_one_more(_HangsFirstRound()))
     assert all(isinstance(x, TimeoutError) for x in first)  # each socket hears it, none waits for ever
     assert [f[b"i"] for _id, f in stored] == [b"again"] and stored[0][0] == again
