@@ -365,18 +365,25 @@ def server_schema() -> dict[str, Any]:
         "player": {"type": "string"}, "role": {"enum": ["player", "spectator", "operator"]},
         "room": _NULLABLE_STR, "gateway": {"type": "string"},
         "name": {**_NULLABLE_STR, "description": "the token's display name (1-24 characters), null without one"},
-        "expires_at": _INT, "renewed": {"type": "boolean"}},
+        "expires_at": _INT, "renewed": {"type": "boolean"},
+        "rate": {"type": "number", "exclusiveMinimum": 0}, "burst": {"type": "integer", "minimum": 1},
+        "sync_rate": {"type": "number", "exclusiveMinimum": 0}},
         "The token was accepted (renewed: a renewal Auth on an open socket); the socket closes 4401 at expires_at "
         "(the token's exp, seconds since the epoch) unless renewed before")
+    defs["ack"] = msg("ack", {"command_id": {"type": "string"}},
+                      "Your command was accepted and changed nothing (a Ready from a player already ready, or after "
+                      "the deal)")
     # the display name is new (issue 25), the token's lifetime too (issue 23): a gateway before them
     # sends no "name", "expires_at", "renewed"
-    defs["welcome"]["required"] = [k for k in defs["welcome"]["required"] if k not in ("name", "expires_at", "renewed")]
+    # the rates in force are newer still (issue 36)
+    defs["welcome"]["required"] = [k for k in defs["welcome"]["required"]
+                                   if k not in ("name", "expires_at", "renewed", "rate", "burst", "sync_rate")]
     # display names (issue 25): the gateway adds them to the messages that name a table's players
     names = {"type": "object", "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 24},
              "description": "player id -> display name, for the players that have one (gateway/names.py)"}
     for k in ("update", "lobby", "settled"):
         defs[k]["properties"]["names"] = names
-    kinds = ["update", "rejected", "lobby", "settled", "welcome"]
+    kinds = ["update", "rejected", "lobby", "settled", "welcome", "ack"]
     return _standard({"$schema": DRAFT, "$id": "server.json", "title": "A server → client WebSocket message",
                       "oneOf": [{"$ref": f"#/$defs/{k}"} for k in kinds], "$defs": defs})
 
@@ -402,7 +409,7 @@ def _ts_name(ref: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in name.replace("-", "_").split("_"))
 
 
-_TS_NAMES = {"event": "MatchEvent", "update": "UpdateMessage", "rejected": "RejectedMessage",
+_TS_NAMES = {"event": "MatchEvent", "update": "UpdateMessage", "rejected": "RejectedMessage", "ack": "AckMessage",
              "lobby": "LobbyMessage", "settled": "SettledMessage", "welcome": "WelcomeMessage",
              "Reading": "EventReading", "reading": "Reading", "play_reading": "PlayReading", "view": "View",
              "brief": "Brief",

@@ -69,7 +69,7 @@ class OutMessage:
     """One entry of a player's outbound stream (or of a reply stream)."""
 
     id: str  # stream entry id: pass the last one back as ``last_id``
-    kind: str  # update | sync | rejected (outbound); accepted | duplicate | rejected | dead (replies)
+    kind: str  # update | sync | rejected | ack (outbound); accepted | duplicate | rejected | dead (replies)
     match_id: str
     command_id: str
     version: int | None = None

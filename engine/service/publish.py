@@ -25,7 +25,7 @@ import redis
 
 from engine.match.commands import MAX_COMMAND_BYTES, CommandBase
 from engine.match.errors import BadCommand
-from engine.match.commands import Sync
+from engine.match.commands import Ready, Sync
 from engine.match.events import (
     SCHEMA_VERSION,
     EventBase,
@@ -469,6 +469,12 @@ class Publisher:
         else:
             status = "duplicate" if outcome.duplicate else "accepted"
             events = tuple(outcome.events)
+            player = short_str(getattr(command, "player", None))
+            if not events and isinstance(command, Ready) and player is not None:
+                # a Ready that changed nothing (engine.match.decide.ready_changes_nothing): answered
+                out.append(self._delivery(keys.outbox_key(player),
+                                          {"kind": "ack", "match": match_id, "command_id": cmd_id,
+                                           "version": version}))
             if events:
                 duplicate = bool(outcome.duplicate)
                 # what does not depend on the recipient, once per command (issue 13 §4): each

@@ -1016,12 +1016,26 @@ export type WelcomeMessage = {
   expires_at?: number;
   /** true: the answer to a renewal (an Auth on an open socket); the socket kept its place */
   renewed?: boolean;
+  /** messages a second this socket may send (the gateway's --rate): pace below it */
+  rate?: number;
+  /** how many messages may come at once above the rate (--burst) */
+  burst?: number;
+  /** Syncs a second that reach the engine (--sync-rate); more are refused rate_limited */
+  sync_rate?: number;
+};
+
+/** Your command was accepted and changed nothing (a Ready from a player already ready, or after the deal) */
+export type AckMessage = {
+  /** the message kind (the tag of the union) */
+  kind: "ack";
+  /** the command_id of your command that changed nothing */
+  command_id: string;
 };
 
 /** A client → server WebSocket message */
 export type ClientMessage = AuthMessage | JoinMessage | WatchMessage | ReadyMessage | PlayMessage | PassMessage | RequestTrusteeMessage | CancelTrusteeMessage | EscapeMessage | LeaveMessage | SyncMessage;
 /** A server → client WebSocket message */
-export type ServerMessage = UpdateMessage | RejectedMessage | LobbyMessage | SettledMessage | WelcomeMessage;
+export type ServerMessage = UpdateMessage | RejectedMessage | LobbyMessage | SettledMessage | WelcomeMessage | AckMessage;
 
 /** A client message with its optional fields (command_id is made for you when absent). */
 export type Command = ClientMessage;
