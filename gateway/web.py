@@ -262,7 +262,7 @@ def standing_for(data: Any, rooms: Any) -> dict[str, Any]:
     current between full views.)
 
     >>> standing_for({"room": "points", "bombs": {"a": [{"cards": [8, 9, 10, 11, 62], "kind": "bomb", "rank": "5"}]}}, None)
-    {'a': {'xiang': 5, 'source': 'played 55555 (5-xiang)', 'c': 0}}
+    {'a': {'xiang': 5, 'source': 'played 5 5 5 5 5 (5-xiang)', 'c': 0}}
     """
     from engine.config import ConfigError, load_config
     from projections.scoring import contribution_of, effective_xiang
