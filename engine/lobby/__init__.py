@@ -1,0 +1,1 @@
+"""The lobby as aggregates (issue 34): placeholder, rewritten below."""
