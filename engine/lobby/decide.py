@@ -480,8 +480,10 @@ def _match_ended(b: _Builder, c: MatchEnded) -> None:
         return
     if t.dealt:
         raise WrongPhase(f"match {c.match} was dealt: it ends by its finish")
+    gone = dict(c.removed)
+    removed = list(c.removed) + [(q, "left") for q in t.quit if q not in gone]  # before the fold forgets them
     b.emit(ev.MatchEnded, match=c.match, outcome=c.outcome, removed=c.removed)
-    _close(b, list(c.removed))
+    _close(b, removed)
 
 
 @_on(_TABLE_HANDLERS, Settle)
