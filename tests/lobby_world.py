@@ -51,6 +51,7 @@ class World:
     rejections: list[tuple[Target, str, str]] = field(default_factory=list)  # (target, command, code)
     #: properties: who left (and has not joined since), who was dealt when
     gone: set[str] = field(default_factory=set)
+    table_left: dict[str, set[str]] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     joined_at: dict[str, int] = field(default_factory=dict)
     dealt_at: dict[str, int] = field(default_factory=dict)
@@ -242,12 +243,17 @@ class World:
             self.gone.add(e.player)
 
     def _watch_table(self, state: TableState, e: ev.LobbyEvent) -> None:
+        # the queue has the player's Leave first (the one entry point); a table learns of it
+        # when its process manager hands it on: from then on it never seats them again
+        left = self.table_left.setdefault(state.table, set())
+        if isinstance(e, (ev.LeaveDeferred, ev.LeaveNoted)):
+            left.add(e.player)
         if isinstance(e, ev.TableClosed):
             for p, _r in e.removed:
                 self.gone.add(p)
         if isinstance(e, (ev.MatchSeated, ev.NextMatchOffered)):
-            for p in state.people:
-                self._seat(p, f"seated in {state.match}")
+            for p in set(state.people) & left:
+                self.violations.append(f"{p} left table {state.table} and was seated in {state.match}")
 
     # -- invariants ----------------------------------------------------------------------------
     def places(self) -> dict[str, list[str]]:
