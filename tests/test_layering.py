@@ -1,4 +1,4 @@
-"""The layout contract (DESIGN.md, the layout issues): imports only go down —
+"""The layout contract (docs/ARCHITECTURE.md "Layers", the layout issues): imports only go down —
 rules ← match, lobby ← store ← projections ← service ← workers/tools ← gateway ← shuangkou
 (the application: the command line) — the rules use the standard library only, the
 match and lobby domains are pure (no Redis, dramatiq, clock or randomness), and no package has an
