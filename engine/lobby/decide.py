@@ -246,8 +246,10 @@ def _join(b: _Builder, c: Join) -> None:
     if cfg is None:
         raise UnknownRoom(f"no room {c.room!r}")
     placed = q.place_of(c.player)
-    if placed is not None and (placed.leaving or placed.away):
+    if placed is not None and placed.leaving:
         raise AlreadyPlaced(f"{c.player} is leaving table {placed.table}: join again once it has closed")
+    if placed is not None and placed.away:
+        raise AlreadyPlaced(f"{c.player} is away from table {placed.table}: come back to it (Returned) first")
     if q.waiting_of(c.player) is not None or placed is not None:
         return  # already here: nothing changes (the gateway tells them where they are)
     if b.ctx.elsewhere is not None:
