@@ -65,6 +65,8 @@ QUEUE_REFUSALS = [
     ("waiting in another room", Q0, join("a"), {"elsewhere": "room wealth"}, "already_placed"),
     ("below the lowest level (R-11.1)", QueueState(room="wealth"), join("a", "wealth"),
      {"room": load_config("wealth"), "balance": 0}, "seat_refused"),
+    ("away from a table of this room", run(Q_A, join("b"), lc.GraceExpired(command_id="g", room="points", player="b")),
+     join("b"), {}, "already_placed"),
     ("a Leave from nobody", Q0, lc.Leave(command_id="l", room="points", player="z"), {}, "not_seated"),
     ("a Leave naming a table sent to the queue", Q_A,
      lc.Leave(command_id="l", room="points", player="a", table="tA"), {}, "bad_command"),
@@ -375,3 +377,15 @@ def test_a_match_recorded_before_the_keys_reads_with_the_defaults() -> None:
     cfg = RoomConfig.from_match_record(old)
     assert (cfg.leave_cooldown_seconds, cfg.leave_cooldown_max_seconds) == (5.0, 300.0)
     assert parse_config({**old, "leave_cooldown_seconds": 0, "leave_cooldown_max_seconds": 0}).leave_cooldown_seconds == 0
+
+
+def test_a_leave_racing_the_tables_close_is_kept_by_the_queue_never_requeued() -> None:
+    """The queue has a's Leave; the table closes first by b's removal (R-13.2) and has a stay:
+    the release does not put a back in line, and a left before the deal, so a cools down."""
+    q = run(Q_A, join("b"), lc.Leave(command_id="l", room="points", player="a"))
+    release = lc.ReleaseTable(command_id="r", room="points", table="tA", removed=(("b", "not_ready"),),
+                              stayed=("a",), dealt=False)
+    events, q2 = decide_and_apply(q, release, ctx())
+    assert [type(e).__name__ for e in events] == ["TableReleased", "LeftWithTable", "CooldownStarted"]
+    assert q2.waiting == () and q2.placed == () and route(q2, "a") is None
+    assert decide(q2, release, ctx()) == []  # released already: a second release changes nothing
