@@ -389,3 +389,15 @@ def test_a_leave_racing_the_tables_close_is_kept_by_the_queue_never_requeued() -
     assert [type(e).__name__ for e in events] == ["TableReleased", "LeftWithTable", "CooldownStarted"]
     assert q2.waiting == () and q2.placed == () and route(q2, "a") is None
     assert decide(q2, release, ctx()) == []  # released already: a second release changes nothing
+
+
+def test_the_lobby_modules_docstring_examples_run() -> None:
+    import doctest
+    import importlib
+
+    tried = 0
+    for name in ("errors", "events", "commands", "state", "decide", "replay", "managers"):
+        result = doctest.testmod(importlib.import_module(f"engine.lobby.{name}"))
+        assert result.failed == 0, name
+        tried += result.attempted
+    assert tried >= 10
