@@ -29,6 +29,7 @@ lobby.lua / lobby.py        the model
                             table should it close in that match, never requeued
 ``leaving_<seat>``          LeaveNoted's ``leaving``
 ``dequeue`` (grace, bot)    ``GraceExpired`` → PlayerLeftQueue(disconnected); a bot never waits
+                            (it is never queued, so it never dequeues itself)
 ``seated``                  table ``ConfirmSeated`` → MatchSeated (the ``seated`` notes)
 ``_create`` (CreateMatch,   managers.to_match on TableOpened / NextMatchOffered: CreateMatch and
 Sit; ``seat_refused``)      the Sits with fixed ids; a refused Sit: ``MatchEnded(removed,

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 SCHEMA_VERSION = 1
 
 #: why a player is no longer waiting in the queue (the ``removed`` note's reason)
-DequeueReason = Literal["left", "disconnected", "bot"]
+DequeueReason = Literal["left", "disconnected"]
 #: why a player leaves a table and the room (R-13.2 ``not_ready``; ``left``; R-12.1 ``escaped``;
 #: ``no_opponent``; the engine's refusal of a Sit, ``seat_refused``; ``unknown_room``)
 RemovalReason = Literal["left", "not_ready", "escaped", "no_opponent", "seat_refused", "unknown_room"]
@@ -78,7 +78,7 @@ class PlayerQueued(LobbyEvent):
 
 
 class PlayerLeftQueue(LobbyEvent):
-    """The player waits no more (a Leave, the grace after a lost socket, a bot's own exit)."""
+    """The player waits no more (a Leave, or the grace after a lost socket ran out)."""
 
     type: Literal["PlayerLeftQueue"] = "PlayerLeftQueue"
     player: str
