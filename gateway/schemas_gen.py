@@ -309,6 +309,7 @@ def breakdown_schema() -> dict[str, Any]:
 def rejection_codes() -> list[str]:
     """Every code a ``rejected`` may carry: the engine's (each :class:`Rejected`'s ``code``),
     the gateway's (:data:`gateway.protocol.GATEWAY_CODES`) and ``internal_error``."""
+    import engine.lobby.errors  # noqa: F401 - the lobby's codes are in the hierarchy whatever was imported
     from engine.match.errors import Rejected
     from engine.service.publish import INTERNAL_ERROR
     from gateway.protocol import GATEWAY_CODES

@@ -703,6 +703,7 @@ COMMAND_RESULTS: tuple[str, ...] = ("ok", "rejected", "duplicate", "error")
 
 def rejection_codes() -> tuple[str, ...]:
     """Every rejection ``code`` of the :class:`engine.match.errors.Rejected` hierarchy."""
+    import engine.lobby.errors  # noqa: F401 - the lobby's codes are in the hierarchy whatever was imported
     from engine.match.errors import Rejected
 
     codes: set[str] = set()

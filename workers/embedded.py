@@ -1,4 +1,4 @@
-"""The embedded default: timers without any server (DESIGN.md "Embedded default").
+"""The embedded default: timers without any server (docs/ARCHITECTURE.md "Embedded default").
 
 One process holds everything: an event store (in memory, or fakeredis with
 Lua — the same Lua append as production), dramatiq's ``StubBroker`` and an

@@ -49,7 +49,8 @@ Decisions where the rules are silent (documented in the tests too):
   the room allows reclaiming and the player is connected again; from an
   escape never (R-13.5).
 * A timer command is judged by version and the deadline kind only, not by
-  ``ctx.now_ms``: timer messages may be late, never early (DESIGN.md).
+  ``ctx.now_ms``: timer messages may be late, never early (docs/ARCHITECTURE.md
+  "Process managers").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The event catalogue of a match (DESIGN.md "Event sourcing") and its msgpack codec.
+"""The event catalogue of a match (docs/ARCHITECTURE.md "Event sourcing") and its msgpack codec.
 
 Every event is a frozen pydantic model with a ``type`` tag and the envelope
 fields ``match_id``, ``seq`` (1, 2, 3… within the match), ``ts`` (milliseconds

@@ -1,4 +1,4 @@
-"""The state of one match, as folded from its events (DESIGN.md "Event sourcing").
+"""The state of one match, as folded from its events (docs/ARCHITECTURE.md "Event sourcing").
 
 :class:`MatchState` is a frozen value: :func:`engine.match.evolve.apply` returns a
 new one for every event and never checks anything; :func:`engine.match.decide.decide`

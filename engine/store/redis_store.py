@@ -1,4 +1,4 @@
-"""Redis Streams event store (DESIGN.md "Redis layout"; key layout in :mod:`engine.store.keys`).
+"""Redis Streams event store (docs/ARCHITECTURE.md "Redis layout"; keys in :mod:`engine.store.keys`).
 
 One stream per match (entry id ``<seq>-1``, field ``e`` = msgpack event); the
 append is one Lua script (``append.lua``) that checks the command id and the

@@ -547,6 +547,10 @@ export type RoomConfig = {
   reclaim_after_reconnect?: boolean;
   /** gateway: a dropped socket becomes a Disconnect only after this long without a reconnect */
   reconnect_grace_seconds?: number;
+  /** lobby: a player who leaves a table before its deal may Join again only after this long, doubled for each such leave in a row (0: no cooldown) */
+  leave_cooldown_seconds?: number;
+  /** lobby: the longest leave cooldown (the doubling stops here) */
+  leave_cooldown_max_seconds?: number;
   /** a player pays at most the balance seated with */
   cap_loss_at_balance?: boolean;
   /** fixed deals allowed on the operator channel (tests only) */
@@ -953,7 +957,7 @@ export type RejectedMessage = {
   /** the command_id of your refused command */
   command_id: string | null;
   /** a stable machine-readable code (docs/PROTOCOL.md §8 "Codes") */
-  code: "bad_command" | "cannot_pass" | "command_id_reused" | "does_not_beat" | "insufficient_balance" | "internal_error" | "match_exists" | "match_over" | "not_a_combination" | "not_allowed" | "not_in_hand" | "not_seated" | "not_your_turn" | "rate_limited" | "rejected" | "seat_refused" | "stale" | "unknown_match" | "unknown_room" | "wrong_phase";
+  code: "already_placed" | "bad_command" | "cannot_pass" | "command_id_reused" | "cooldown" | "does_not_beat" | "insufficient_balance" | "internal_error" | "match_exists" | "match_over" | "not_a_combination" | "not_allowed" | "not_in_hand" | "not_seated" | "not_your_turn" | "rate_limited" | "rejected" | "seat_refused" | "stale" | "table_closed" | "unknown_match" | "unknown_room" | "unknown_table" | "wrong_phase";
   /** why, in English, for a person */
   reason: string;
   /** your current view of the match, when there is one: decide again on it */
