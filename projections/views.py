@@ -5,8 +5,10 @@ hand (ids and notation), the opponent's card *count* only, the table and the
 play to beat, whose turn it is and the deadline, timeouts and trusteeship,
 each player's standing contribution (R-8.5 "instant"), the phase and the
 result when finished, and the fair-deal commitment (the server seed only after the
-finish, docs/FAIRNESS.md).  The opponent's cards and the set-aside cards never
-appear (R-1.3); a spectator (``player=None``) sees no hand at all.
+finish, docs/FAIRNESS.md), and the match's plays so far (``history``).  The opponent's
+cards and the set-aside cards never appear (R-1.3); a spectator (``player=None``) sees no
+hand at all.  :func:`brief` is the short form every update carries: the same for every
+recipient except the receiver's own ``hand``.
 
 :func:`redact_event` is the same rule for a single event (what the gateway
 may forward to a player): HandDealt keeps only the receiver's own hand.
