@@ -438,7 +438,7 @@ export class Client {
       if (same) return same.command_id;
     }
     if (!m.command_id) m.command_id = newId();
-    this.pending.set(m.command_id, m);
+    if (m.type !== "Auth") this.pending.set(m.command_id, m);  // a renewal is answered by a welcome
     this.queue.push(m);
     this.pump();
     return m.command_id;
