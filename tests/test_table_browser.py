@@ -277,13 +277,30 @@ def test_mute_is_remembered_across_a_reload(browser, site) -> None:
         context.close()
 
 
+#: the screenshot sizes (issue 36): a phone in portrait, the same phone in landscape, a desktop
+SIZES = ((375, 812), (812, 375), (1280, 800))
+
+
+def _no_overflow(page) -> None:
+    """Nothing wider than the screen: no sideways scrolling, no hand card off the edge."""
+    width = page.evaluate("() => window.innerWidth")
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= width
+    edges = page.eval_on_selector_all("#hand [data-card] .card", "els => els.map(e => { const r = e.getBoundingClientRect();"
+                                      " return [r.left, r.right]; })")
+    assert all(left >= -1 and right <= width + 1 for left, right in edges), (width, edges)
+
+
 def _shot(page, name: str) -> None:
+    """``name-<w>x<h>.png`` at each of SIZES (what the screen shows, no scrolling), each checked
+    for overflow."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    for width in (375, 1280):
-        page.set_viewport_size({"width": width, "height": 900})
-        page.wait_for_timeout(150)  # one layout pass at the new width before the picture
-        page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
+    for width, height in SIZES:
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(200)  # the hand is laid out again after a resize
+        _no_overflow(page)
+        page.screenshot(path=str(SHOTS / f"{name}-{width}x{height}.png"))
     page.set_viewport_size({"width": 1280, "height": 900})
+    page.wait_for_timeout(150)
 
 
 @pytest.mark.parametrize("locale", sorted(LOCALES))
@@ -366,6 +383,87 @@ def test_trusteeship_is_a_badge_its_notices_replace_each_other_and_a_disconnect_
         assert text == words["explain.disconnect"].replace("{s}", "10") and "R-" not in text
         assert page.is_hidden("[data-action=cancel-trustee]")  # the points room: reclaim_after_reconnect = false
         page.wait_for_function("() => !document.querySelector('[data-notice]')")  # transient: they go by themselves
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+# ---- the scene (issue 36) ------------------------------------------------------------------------
+
+NAMES = ("小明", "Bob")  # the players' names: the only words of another language a page may show
+
+
+def _box(page, sel: str) -> dict:
+    return page.eval_on_selector(sel, "e => { const r = e.getBoundingClientRect();"
+                                      " return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; }")
+
+
+@pytest.mark.parametrize("locale", sorted(LOCALES))
+def test_the_table_is_a_scene_at_each_size(browser, site, locale: str) -> None:
+    """The opponent's seat (avatar, name, level) at the top, the trick in the middle, the hand
+    fanned at the bottom with large overlapping cards that lift when selected; in the Chinese
+    pages no English word but the names; screenshots at each size."""
+    lang = LOCALES[locale]
+    words = CATALOGUES[lang]
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        m = Match(f"scene-{lang}")
+        _seat(page, m)
+        _feed(page, m.step(3))
+        if m.state.seats[m.state.turn].player != "alice":
+            _feed(page, m.step(1))
+        page.wait_for_selector("#table[data-your-turn=true]")
+        ids = [int(x) for x in page.eval_on_selector_all("#hand [data-card]", "els => els.map(e => e.dataset.card)")]
+        page.click(f"#hand [data-card='{ids[-1]}']")
+        page.wait_for_function("() => !document.querySelector('[data-play-why]').textContent")
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_timeout(200)
+            _no_overflow(page)
+            opp, last, hand = _box(page, "[data-seat=top]"), _box(page, "#last"), _box(page, "#hand")
+            assert opp["bottom"] <= last["top"] + 1 and last["bottom"] <= hand["top"] + 1, (width, opp, last, hand)
+            assert hand["bottom"] <= height + 1, (width, hand)  # the whole hand on screen, no scrolling
+            # each card's corner is in sight: the next card starts after the rank and suit
+            face = _box(page, f"#hand [data-card='{ids[0]}'] .card")
+            slot = _box(page, f"#hand [data-card='{ids[0]}']")
+            assert face["right"] - face["left"] >= 48 and face["bottom"] - face["top"] >= 70  # large cards
+            assert slot["right"] - slot["left"] < face["right"] - face["left"]  # they overlap
+            lifted, flat = _box(page, f"#hand [data-card='{ids[-1]}']"), _box(page, f"#hand [data-card='{ids[-2]}']")
+            assert lifted["top"] < flat["top"] - 8  # the selected card lifts
+            play = _box(page, "[data-action=play]")
+            assert play["bottom"] <= hand["top"] + 14  # the buttons float above the hand
+        for seat, player in (("top", "bob"), ("bottom", "alice")):
+            assert page.get_attribute(f"[data-seat={seat}]", "data-player") == player
+            assert page.get_attribute(f"[data-seat={seat}] [data-avatar]", "data-avatar") == player
+            assert page.locator(f"[data-seat={seat}] [data-avatar] svg text").count() == 1
+        assert page.text_content("[data-seat=top] [data-avatar] text") == "B"
+        assert page.text_content("[data-seat=bottom] [data-avatar] text") == "小"
+        level = m.state.seats[m.state.seat_of("bob")].level
+        assert page.text_content("#opp-level") == words["level.points"].replace("{level}", str(level))
+        # the commitment folds into the info icon
+        assert page.is_visible("[data-action=fair-info]") and page.is_hidden("[data-commitment]")
+        page.click("[data-action=fair-info]")
+        assert page.is_visible("[data-commitment]") and page.is_visible("[data-fair-panel]")
+        assert re.fullmatch(r"[0-9a-f]{64}", page.text_content("[data-commitment]"))
+        page.keyboard.press("Escape")
+        assert page.is_hidden("[data-fair-panel]")
+        if lang != "en":
+            text = _visible_text(page)
+            for name in NAMES:
+                text = text.replace(name, "")
+            assert not re.findall(r"[A-Za-z]{2,}", text), re.findall(r"[A-Za-z]{2,}", text)
+        _shot(page, f"table-{lang}-play")
+        page.click("[data-action=fair-info]")
+        _shot(page, f"table-{lang}-fair")
+        page.keyboard.press("Escape")
+        page.click("#opp-level")
+        assert page.is_visible("[data-level-table] tr[data-level-row='16']")
+        _shot(page, f"table-{lang}-level")
+        page.keyboard.press("Escape")
+        page.click("[data-action=history]")
+        assert page.is_visible("[data-history]")
+        assert page.locator("[data-history] [data-history-entry]").count() >= 3
+        _shot(page, f"table-{lang}-history")
         assert not errors, errors
     finally:
         context.close()

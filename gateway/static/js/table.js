@@ -4,7 +4,10 @@
 // Testability contract (issues 15, 25): hand cards data-card, buttons data-action,
 // data-opponent-count, data-opponent-name, data-status (+ data-code on a refusal),
 // data-settlement, data-score, data-balance, data-cards-left, data-fair, data-your-turn,
-// table cards data-table-card (never data-card).  The socket is client.js's Client (the page's
+// table cards data-table-card (never data-card).  The scene (issue 36): seats data-seat="top" |
+// "bottom" with data-player and an avatar data-avatar, the level badge data-level, the 理牌
+// toggle data-action=arrange (data-arrange="rank" | "groups"), the hand's groups data-group,
+// the history drawer data-history, the fairness info data-action=fair-info / data-fair-panel.  The socket is client.js's Client (the page's
 // one networking seam: auth, resume, command ids, expected versions, the brief).
 import { api, claims, clientConfig, devToken, forgetToken, storedToken, tokenFromHost, tokenFromUrl } from "./auth.js";
 import { cardElement, sortCards } from "./cards.js";
@@ -13,12 +16,21 @@ import { fairDeal, randomClientSeed, verifyDeal } from "./fair.js";
 import { BOMB_KINDS, eventReading, kouWords, modeWords, readingWords } from "./words.js";
 import { LANGS, currentLang, has, onLang, setLang, startLang, t } from "./i18n.js";
 import { boom, flyIn, muted, setMuted, sound, unlockAudio } from "./fx.js";
+import { avatarSvg } from "./avatar.js";
 
 const $ = (sel) => document.querySelector(sel);
 const root = $("#table");
 const watchPath = window.location.pathname.match(/^\/watch\/(.+)$/);
 const NOTICE_MS = 4500;  // a transient notice is gone within 5 s
-const LOG_SHOWN = 6;
+const ARRANGE_KEY = "shuangkou-arrange";
+
+function storedArrange() {
+  try {
+    return localStorage.getItem(ARRANGE_KEY) === "groups";
+  } catch (e) {
+    return false;
+  }
+}
 
 const S = {
   token: null, me: null, role: null,
@@ -31,6 +43,7 @@ const S = {
   settled: {}, balance: null, clock: { version: null, total: null }, offset: null,
   rooms: [], lobbyRooms: null, names: {}, learned: {}, pendingSeed: null, refusal: null,
   warned: null, wasMyTurn: null, shownPlay: null, finishSounded: null, readyFor: null, flyFrom: null,
+  arrange: storedArrange(), groups: { key: null, groups: null }, arrangeSeq: 0, handKey: null,
 };
 
 function shown() {
@@ -144,19 +157,214 @@ function backs(n) {
   return Array.from({ length: Math.min(n, 27) }, () => el("i", "", { class: "back" }));
 }
 
+// ---- the hand: a fan of large overlapping cards, in rank order or grouped (理牌) ------------
+
+/** The rows of the fan for `groups` (lists of ids) in a box `width` wide with cards `cardW` wide:
+ * as few rows as keep each card's corner (rank and suit) in sight, the step between cards, and
+ * the rows themselves (lists of groups; a group stays on one row unless it is longer than one). */
+function fanLayout(groups, width, cardW) {
+  const n = groups.reduce((a, g) => a + g.length, 0);
+  const gap = cardW * 0.22;
+  const minStep = Math.max(cardW * 0.4, 20);
+  const maxStep = cardW * 0.62;
+  const spread = 2 * (cardW / 0.7) * Math.sin((5 * Math.PI) / 180) + 4;  // the fan's tilt (±5°) widens a row
+  let rows = [];
+  let step = maxStep;
+  for (let r = 1; r <= 3; r += 1) {
+    const per = Math.ceil(n / r);
+    rows = [];
+    let row = [];
+    let count = 0;
+    for (const g of groups) {
+      for (let i = 0; i < g.length; i += per) {
+        const part = g.slice(i, i + per);
+        if (count && count + part.length > per && rows.length < r - 1) {
+          rows.push(row);
+          row = [];
+          count = 0;
+        }
+        row.push(part);
+        count += part.length;
+      }
+    }
+    if (row.length) rows.push(row);
+    const narrowest = Math.min(...rows.map((rw) => {
+      const cards = rw.reduce((a, g) => a + g.length, 0);
+      return { cards, gaps: rw.length - 1 };
+    }).map(({ cards, gaps }) => (cards > 1 ? (width - spread - cardW - gaps * gap) / (cards - 1) : maxStep)));
+    step = Math.min(maxStep, narrowest);
+    if (step >= minStep || r === 3) break;
+  }
+  return { rows, step: Math.max(step, 8), gap };
+}
+
+function cardWidth(box) {
+  const probe = el("span", "", { class: "card", "aria-hidden": "true" });
+  probe.style.visibility = "hidden";
+  probe.style.position = "absolute";
+  box.append(probe);
+  const w = probe.getBoundingClientRect().width || 48;
+  probe.remove();
+  return w;
+}
+
+function handGroups(ids) {
+  const key = ids.join(",");
+  if (S.arrange && S.groups.key === key && S.groups.groups) {
+    const seen = new Set();
+    const out = [];
+    for (const g of S.groups.groups) {
+      const cards = g.cards.filter((c) => ids.includes(c) && !seen.has(c));
+      cards.forEach((c) => seen.add(c));
+      if (cards.length) out.push({ kind: g.kind, cards });
+    }
+    const rest = ids.filter((c) => !seen.has(c));
+    if (rest.length) out.push({ kind: "single", cards: rest });
+    return out;
+  }
+  return [{ kind: "rank", cards: ids }];
+}
+
+/** Ask the gateway how this hand splits into combinations (POST /api/arrange). */
+async function arrangeHand(ids) {
+  const key = ids.join(",");
+  if (!S.arrange || !ids.length || S.groups.key === key) return;
+  const seq = ++S.arrangeSeq;
+  let groups = null;
+  try {
+    groups = (await api("/api/arrange", S.token, { cards: ids })).groups;
+  } catch (e) {
+    groups = null;
+  }
+  if (seq !== S.arrangeSeq) return;
+  if (!Array.isArray(groups)) {
+    notice(t("notice.arrangeFailed"), "error", "arrange");
+    S.arrange = false;
+    renderArrange();
+  } else {
+    S.groups = { key, groups };
+  }
+  const view = shown();
+  if (view) renderHand(view);
+}
+
+function renderArrange() {
+  const b = $("[data-action=arrange]");
+  b.setAttribute("aria-pressed", S.arrange ? "true" : "false");
+  b.dataset.arrange = S.arrange ? "groups" : "rank";
+  b.title = t(S.arrange ? "arrange.on" : "arrange.off");
+}
+
 function renderHand(view) {
   const hand = $("#hand");
   const ids = view.hand ? sortCards(view.hand.ids) : [];
   for (const id of [...S.selected]) if (!ids.includes(id)) S.selected.delete(id);
   const canAct = view.phase === "playing";
-  hand.replaceChildren(...ids.map((id) => {
-    const c = cardElement(id, {
-      tag: "button", wild: true,
-      attrs: { "data-card": id, "aria-pressed": S.selected.has(id) ? "true" : "false", type: "button" },
-    });
-    c.disabled = !canAct;
-    return c;
-  }));
+  if (S.arrange) arrangeHand(ids);
+  const groups = handGroups(ids);
+  const grouped = groups.length > 1 || (groups[0] && groups[0].kind !== "rank");
+  hand.dataset.arranged = grouped ? "groups" : "rank";
+  if (!ids.length) {
+    hand.replaceChildren();
+    return;
+  }
+  const cardW = cardWidth(hand);
+  const width = hand.clientWidth || window.innerWidth - 16;
+  const { rows, step } = fanLayout(groups.map((g) => g.cards), width, cardW);
+  hand.style.setProperty("--step", `${step.toFixed(1)}px`);
+  const kinds = new Map(groups.flatMap((g) => g.cards.map((c) => [c, g.kind])));
+  const out = rows.map((row) => {
+    const r = el("div", "", { class: "hand-row" });
+    const count = row.reduce((a, g) => a + g.length, 0);
+    const tilt = Math.min(0.9, 10 / Math.max(count, 1));  // the ends at ±5° at most
+    let i = 0;
+    for (const g of row) {
+      const box = grouped ? el("span", "", { class: "hand-group", "data-group": kinds.get(g[0]) || "single" }) : r;
+      for (const id of g) {
+        const slot = el("button", "", { type: "button", class: "slot", "data-card": id,
+          "aria-pressed": S.selected.has(id) ? "true" : "false" });
+        const face = cardElement(id, { wild: true });
+        slot.setAttribute("aria-label", face.getAttribute("aria-label"));
+        face.removeAttribute("aria-label");
+        slot.append(face);
+        const off = i - (count - 1) / 2;
+        slot.style.setProperty("--rot", `${(off * tilt).toFixed(2)}deg`);
+        slot.style.setProperty("--arc", `${(Math.abs(off * tilt) ** 2 * 0.12).toFixed(1)}px`);
+        slot.disabled = !canAct;
+        box.append(slot);
+        i += 1;
+      }
+      if (box !== r) r.append(box);
+    }
+    return r;
+  });
+  hand.replaceChildren(...out);
+}
+
+function renderAvatar(prefix, seat) {
+  const box = $(`#${prefix}-avatar`);
+  const name = seat ? nameOf(seat.player) : "";
+  const key = seat ? `${seat.player}|${name}` : "";
+  $(`#${prefix}`).dataset.player = seat ? seat.player : "";
+  if (box.dataset.key === key) return;
+  box.dataset.key = key;
+  box.dataset.avatar = seat ? seat.player : "";
+  box.replaceChildren(...(seat ? [avatarSvg(seat.player, name)] : []));
+}
+
+/** The room's R-11 level table ([{level, need, base}]) for this view, when the page knows it. */
+function levelTable(view) {
+  const mode = (view && view.mode) || roomCfg().mode;
+  const room = roomCfg().levels ? roomCfg() : (S.lobbyRooms || S.rooms || []).find((r) => r.mode === mode && r.levels);
+  return room && room.levels ? room.levels : null;
+}
+
+/** The level badge says what it is (积分等级 N, R-11) and opens the room's table; hidden in a
+ * room whose levels all have the same base, where the level changes nothing (R-8.2). */
+function renderLevel(prefix, seat, view) {
+  const b = $(`#${prefix}-level`);
+  const table = levelTable(view);
+  const matters = !table || new Set(table.map((l) => l.base)).size > 1;
+  if (!seat || seat.level === undefined || seat.level === null || !matters) {
+    b.hidden = true;
+    b.dataset.level = "";
+    return;
+  }
+  const mode = (view && view.mode) || roomCfg().mode || "points";
+  b.hidden = false;
+  b.dataset.level = String(seat.level);
+  b.dataset.levelMode = mode;
+  b.textContent = t(mode === "wealth" ? "level.wealth" : "level.points", { level: seat.level });
+  const unit = t(mode === "wealth" ? "unit.coins" : "unit.points");
+  b.title = [t("level.why", { unit }), ...(table || []).map((l) => `${l.level}: ${l.need} → ${l.base}`)].join("\n");
+}
+
+function showLevelTable(button) {
+  const panel = $("[data-level-table]");
+  if (!panel.hidden && panel.dataset.for === button.id) {
+    panel.hidden = true;
+    return;
+  }
+  const view = shown();
+  const mode = button.dataset.levelMode || "points";
+  const unit = t(mode === "wealth" ? "unit.coins" : "unit.points");
+  const levels = new Set(seatsOf(view).map((s) => String(s.level)));
+  const rows = (levelTable(view) || []).map((l) => {
+    const tr = el("tr", "", { "data-level-row": l.level, "data-current": levels.has(String(l.level)) ? "" : null });
+    tr.append(el("td", String(l.level)), el("td", String(l.need)), el("td", String(l.base)));
+    return tr;
+  });
+  const parts = [el("h2", button.textContent), el("p", t("level.why", { unit }))];
+  if (rows.length) {
+    const table = el("table");
+    const head = el("tr");
+    head.append(el("th", t("level.level")), el("th", t("level.need", { unit })), el("th", t("level.base")));
+    table.append(head, ...rows);
+    parts.push(table);
+  }
+  panel.replaceChildren(...parts);
+  panel.dataset.for = button.id;
+  panel.hidden = false;
 }
 
 function renderSeat(prefix, seat, view, { countAttr = "data-opponent-count", isMine = false } = {}) {
@@ -164,7 +372,8 @@ function renderSeat(prefix, seat, view, { countAttr = "data-opponent-count", isM
   nameEl.textContent = seat ? nameOf(seat.player) : "—";
   if (isMine && seat && seat.player === S.me && !S.spectator) nameEl.append(el("small", ` (${t("seat.you")})`, { class: "you" }));
   if (prefix === "opp") nameEl.dataset.player = seat ? seat.player : "";
-  $(`#${prefix}-level`).textContent = seat && seat.level !== undefined ? t("seat.level", { level: seat.level }) : "";
+  renderAvatar(prefix, seat);
+  renderLevel(prefix, seat, view);
   badges($(`#${prefix}-badges`), seat, view);
   $(`#${prefix}-contrib`).textContent = seat && view.phase === "playing" ? contribText(view, seat.player) : "";
   $(`#${prefix}`).classList.toggle("on-turn", !!(view.phase === "playing" && seat && view.turn === seat.player));
@@ -221,18 +430,33 @@ function renderLast(view, from) {
   S.shownPlay = key;
 }
 
+/** The history drawer ([data-history]): every play of the match so far, the newest first,
+ * with a separator per trick. */
 function renderLog(match) {
   const entries = per(match).log;
   const out = [];
   let trick = null;
-  for (const e of entries.slice(-LOG_SHOWN).reverse()) {  // the newest first: always in sight
+  for (const e of [...entries].reverse()) {  // the newest first: always in sight
     if (e.trick !== trick) {
       trick = e.trick;
       out.push(el("li", t("log.trick", { n: e.trick }), { class: "trick-sep", "data-trick": e.trick }));
     }
-    out.push(el("li", e.text(), { class: e.kind }));
+    const li = el("li", e.text(), { class: e.kind, "data-history-entry": e.kind, "data-player": e.player || null });
+    if (e.cards && e.cards.length) {
+      const mini = el("span", "", { class: "mini", "aria-hidden": "true" });
+      mini.append(...sortCards(e.cards).map((id) => cardElement(id, { attrs: { "data-history-card": id } })));
+      li.append(mini);
+    }
+    out.push(li);
   }
   $("#log").replaceChildren(...out);
+}
+
+function openHistory(open) {
+  const drawer = $("[data-history]");
+  drawer.hidden = !open;
+  $("[data-action=history]").setAttribute("aria-expanded", open ? "true" : "false");
+  if (open) $("[data-action=history-close]").focus();
 }
 
 function serverNow() {
@@ -569,6 +793,50 @@ function bind() {
     refreshReadings();
   });
   $("[data-action=play]").addEventListener("click", play);
+  $("[data-action=arrange]").addEventListener("click", () => {
+    S.arrange = !S.arrange;
+    try {
+      localStorage.setItem(ARRANGE_KEY, S.arrange ? "groups" : "rank");
+    } catch (e) {
+      // private mode: for this page only
+    }
+    renderArrange();
+    const view = shown();
+    if (view) renderHand(view);
+  });
+  $("[data-action=history]").addEventListener("click", () => openHistory($("[data-history]").hidden));
+  $("[data-action=history-close]").addEventListener("click", () => {
+    openHistory(false);
+    $("[data-action=history]").focus();
+  });
+  $("[data-action=fair-info]").addEventListener("click", () => {
+    const panel = $("[data-fair-panel]");
+    panel.hidden = !panel.hidden;
+    $("[data-action=fair-info]").setAttribute("aria-expanded", panel.hidden ? "false" : "true");
+  });
+  for (const b of document.querySelectorAll("button[data-level]")) b.addEventListener("click", () => showLevelTable(b));
+  document.addEventListener("keydown", (ev) => {
+    if (ev.key !== "Escape") return;
+    $("[data-fair-panel]").hidden = true;
+    $("[data-level-table]").hidden = true;
+    openHistory(false);
+  });
+  document.addEventListener("click", (ev) => {
+    // a tap outside a popover closes it
+    if (!ev.target.closest("[data-fair-panel], [data-action=fair-info]")) {
+      $("[data-fair-panel]").hidden = true;
+      $("[data-action=fair-info]").setAttribute("aria-expanded", "false");
+    }
+    if (!ev.target.closest("[data-level-table], button[data-level]")) $("[data-level-table]").hidden = true;
+  });
+  let resizeTimer = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => {
+      const view = shown();
+      if (view && !S.spectator) renderHand(view);
+    }, 60);
+  });
   $("[data-action=verify]").addEventListener("click", verifyThisDeal);
   $("[data-action=pass]").addEventListener("click", pass);
   $("[data-action=hint]").addEventListener("click", hint);
@@ -624,7 +892,7 @@ function noteEvents(match, events, view) {
       case "CardsPlayed": {
         const r = eventReading(e.reading);
         const by = e.by === "timeout" ? t("log.byTimeout") : e.by === "trustee" ? t("log.byTrustee") : "";
-        p.log.push({ trick: p.trick, kind: BOMB_KINDS.has(r.kind) ? "bomb" : "play", text: () => t("log.play", { name: name(), what: readingWords(r) + by }) });
+        p.log.push({ trick: p.trick, player: e.player, cards: e.cards, kind: BOMB_KINDS.has(r.kind) ? "bomb" : "play", text: () => t("log.play", { name: name(), what: readingWords(r) + by }) });
         if (BOMB_KINDS.has(r.kind)) {
           (p.bombs[e.player] = p.bombs[e.player] || []).push({ cards: e.cards, kind: r.kind, rank: r.rank });
           p.pendingBombs = [...(p.pendingBombs || []), { player: e.player, r }];
@@ -632,7 +900,7 @@ function noteEvents(match, events, view) {
         break;
       }
       case "Passed":
-        p.log.push({ trick: p.trick, kind: "pass", text: () => t(e.by === "auto" ? "log.autoPass" : "log.pass", { name: name() }) });
+        p.log.push({ trick: p.trick, player: e.player, kind: "pass", text: () => t(e.by === "auto" ? "log.autoPass" : "log.pass", { name: name() }) });
         p.trick += 1;
         break;
       case "TurnTimedOut":
@@ -880,10 +1148,21 @@ function noteFair(match, events, view) {
   }
 }
 
+function renderSheet() {
+  $("#sheet").hidden = $("[data-settlement]").hidden && $("[data-verify]").hidden;
+}
+
+/** The fairness commitment behind an info icon ([data-action=fair-info] opens [data-fair-panel]
+ * with the explanation and the hex); the deal check of a finished match sits under its result. */
 function renderFair(view) {
   const fair = view && view.fair;
   show("#fair", !!fair);
-  if (!fair) return;
+  if (!fair) {
+    show("[data-verify]", false);
+    $("[data-fair-panel]").hidden = true;
+    renderSheet();
+    return;
+  }
   $("[data-commitment]").textContent = fair.commitment;  // the shown match's own commitment
   const revealed = view.phase === "finished" && !!fair.server_seed;
   show("[data-verify]", revealed);
@@ -895,6 +1174,7 @@ function renderFair(view) {
   $("[data-verify-checks]").replaceChildren(...(res ? res.checks.map((c) => el("li",
     `${c.ok ? "✔" : "✘"} ${c.key && has(`fair.check.${c.key}`) ? t(`fair.check.${c.key}`, c.params || {}) : c.text}`,
     { class: c.ok ? "ok" : "bad", "data-check": c.key || "" })) : []));
+  renderSheet();
 }
 
 async function verifyThisDeal() {
@@ -972,6 +1252,7 @@ function renderFinished(view) {
     panel.hidden = true;
     panel.replaceChildren();
     delete panel.dataset.match;
+    renderSheet();
     return;
   }
   const settled = S.settled[view.match_id] || null;
@@ -983,6 +1264,7 @@ function renderFinished(view) {
   }
   panel.dataset.match = view.match_id;
   panel.hidden = false;
+  renderSheet();
   const r = view.result;
   const verdict = el("p", verdictText(view, settled), { class: "verdict", "data-verdict": S.spectator ? "watch" : (r.winner === S.me ? "win" : "lose") });
   const hands = el("div", "", { class: "final-hands" });
@@ -1315,6 +1597,7 @@ async function boot() {
 
 function relabel() {
   renderLangButton();
+  renderArrange();
   renderMute();
   const terms = document.querySelector(".glossary [data-i18n='glossary.terms']");
   if (terms) terms.lang = currentLang() === "en" ? "zh-Hans" : currentLang();
