@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from engine.store import keys
 from gateway import channels, outbox, protocol
 from gateway.lobby import acts_on
-from gateway.spectate import spectator_event, spectator_view
+from gateway.spectate import spectator_brief, spectator_event, spectator_view
 
 log = logging.getLogger("shuangkou.gateway")
 
@@ -320,7 +320,7 @@ class Resync:
                                             channels.client_command_id(conn.player, e.command_id), e.brief))
         else:
             await conn.send(protocol.update(e.match, int(e.version or 0), [spectator_event(x) for x in e.events],
-                                            spectator_view(e.view), brief=e.brief))
+                                            spectator_view(e.view), brief=spectator_brief(e.brief)))
 
     async def _close_gap(self, match: str) -> None:
         """A gap that does not fill in ``gap_wait_s``: resync from the current view."""

@@ -149,6 +149,21 @@ BY_OWNER: dict[tuple[str, str], str] = {
     ("view.contribution", "xiang"): "the player's effective xiang so far (R-8.3); 0 without a bomb",
     ("view.result", "cards_left"): "cards each player held at the finish",
     ("brief", "version"): "the match version this brief is of (the update's version)",
+    ("brief", "hand"): "your own hand: card ids in rank order (the engine's, as view.hand.ids); null for a "
+                       "spectator",
+    ("brief", "trick_plays"): "the plays of the current trick, oldest first (the last is last_play); empty when "
+                              "the player on turn leads",
+    ("brief.trick_plays", "player"): "who played it",
+    ("brief.trick_plays", "cards"): "the cards played, as ids",
+    ("brief.trick_plays", "reading"): "what combination they were played as (short: kind, rank, xiang)",
+    ("view", "history"): "every play of the match so far, oldest first (a trick ends with the other player's pass, "
+                         "R-6.2)",
+    ("view.history", "trick"): "the trick it was played in (the brief's trick while it ran)",
+    ("view.history", "player"): "who played it",
+    ("view.history", "cards"): "the cards played, as ids",
+    ("view.history", "reading"): "what combination they were played as (short: kind, rank, xiang)",
+    ("play_reading", "rank"): "the top rank's label (the highest rank of a run or chain)",
+    ("play_reading", "xiang"): "a bomb's xiang (R-3.7-R-3.10); null for other plays",
     ("brief", "cards_left"): "each seated player's card count, by player id",
     ("update", "version"): "the match version after this update (strictly grows within a match)",
     ("update", "command_id"): "your command_id when your command caused this update, else null; the events "

@@ -123,6 +123,26 @@ def combo_reading_schema() -> dict[str, Any]:
     }, title="A reading: what combination the cards were played as")
 
 
+def play_reading_schema() -> dict[str, Any]:
+    """The short reading of a play in ``view.history`` and ``brief.trick_plays``
+    (``projections.views.play_reading``)."""
+    from engine.rules.cards import RANK_LABELS
+    from engine.rules.combo import Kind
+
+    return _obj({
+        "kind": {"enum": list(get_args(Kind)), "description": "the combination (docs/PROTOCOL.md \"Readings\")"},
+        "rank": {"enum": list(RANK_LABELS)}, "xiang": {"type": ["integer", "null"]},
+    }, title="A play's short reading: its kind, top rank and xiang (null unless a bomb)")
+
+
+def _play(with_trick: bool) -> dict[str, Any]:
+    props: dict[str, Any] = {"player": {"type": "string"}, "cards": {"type": "array", "items": _CARD, "minItems": 1},
+                             "reading": {"$ref": "#/$defs/play_reading"}}
+    if with_trick:
+        props = {"trick": _NAT, **props}
+    return _obj(props)
+
+
 def client_schema() -> dict[str, Any]:
     from gateway.protocol import ClientMessage
 
@@ -221,13 +241,17 @@ def view_schema() -> dict[str, Any]:
             "kou": {"enum": ["flat", "single", "double", "escape"]},
             "reason": {"enum": ["out", "escape"]},
             "cards_left": {"type": "object", "additionalProperties": _NAT}})),
+        "history": {"type": "array", "items": _play(True)},
     }
-    required = sorted(k for k in props if k != "opponent")
+    # a view from an engine before the history (issue 36) has none
+    required = sorted(k for k in props if k not in ("opponent", "history"))
     out = {"$schema": DRAFT, "$id": "view.json",
            "title": "A player's view of a match (a spectator's: you null, hand null, no opponent key)",
-           **_obj(props, required), "$defs": {"reading": combo_reading_schema()}}
+           **_obj(props, required), "$defs": {"reading": combo_reading_schema(),
+                                              "play_reading": play_reading_schema()}}
     _describe(out, "view")
     _describe(out["$defs"]["reading"], "reading")
+    _describe(out["$defs"]["play_reading"], "play_reading")
     return out
 
 
@@ -239,6 +263,8 @@ def brief_schema() -> dict[str, Any]:
                                      "reading": {"$ref": "#/$defs/reading"}})),
         "deadline_ms": {"type": ["integer", "null"]},
         "cards_left": {"type": "object", "additionalProperties": _NAT},
+        "hand": _nullable({"type": "array", "items": _CARD}),
+        "trick_plays": {"type": "array", "items": _play(False)},
     }, title="What the table shows now: render from the newest brief without folding events")
     _describe(out, "brief")
     return out
@@ -302,7 +328,9 @@ def server_schema() -> dict[str, Any]:
     defs: dict[str, Any] = dict(events.pop("$defs"))
     events.pop("$schema"), events.pop("$id"), events.pop("title")
     defs["event"] = events
-    defs["reading"] = view.pop("$defs")["reading"]
+    view_defs = view.pop("$defs")
+    defs["reading"] = view_defs["reading"]
+    defs["play_reading"] = view_defs["play_reading"]
     view.pop("$schema"), view.pop("$id")
     defs["view"] = view
     defs["brief"] = brief_schema()
@@ -376,7 +404,8 @@ def _ts_name(ref: str) -> str:
 
 _TS_NAMES = {"event": "MatchEvent", "update": "UpdateMessage", "rejected": "RejectedMessage",
              "lobby": "LobbyMessage", "settled": "SettledMessage", "welcome": "WelcomeMessage",
-             "Reading": "EventReading", "reading": "Reading", "view": "View", "brief": "Brief",
+             "Reading": "EventReading", "reading": "Reading", "play_reading": "PlayReading", "view": "View",
+             "brief": "Brief",
              "breakdown": "Breakdown"}
 
 

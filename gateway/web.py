@@ -26,6 +26,10 @@ socket's; errors are ``{"error": code, "reason": text}`` with 400/401/403/404/40
 * ``POST /api/readings`` (player) -- ``{"cards": [ids], "last_cards", "last_kind",
   "last_rank"}`` → every reading of the selection (R-4.6), best first, each with
   ``beats`` (legal where it would be played).
+* ``POST /api/arrange`` (player) -- ``{"cards": [ids], "room"?}`` → ``{"groups": [{"kind",
+  "cards"}]}``: 理牌, the split of the cards with the fewest combinations, bombs first, then
+  chains, triples, pairs and singles (:func:`engine.rules.arrange.arrange`; the jokers are
+  never wild in it).  Bad cards are ``{"error": "bad_cards"}`` (400).
 * ``POST /api/standing`` (player, spectator) -- ``{"room", "bombs": {player: [{cards,
   kind, rank}]}}`` → each player's effective xiang, its source and c (R-8.3, R-8.5), so
   the page shows contributions as bombs are played, between full views.
@@ -226,6 +230,28 @@ def readings_for(data: Any, rooms: Any = None) -> dict[str, Any]:
     out = [{**_reading_json(c), "beats": prev is None or beats(c, prev, rules.heavenly)}
            for c in interpretations(cards or [], rules.heavenly, chain_bomb_twos=rules.chain_bomb_twos)]
     return {"readings": out}
+
+
+def arrange_for(data: Any, rooms: Any = None) -> dict[str, Any]:
+    """理牌: the page's cards split into the fewest combinations (:func:`engine.rules.arrange.arrange`),
+    under the chain-bomb rule of the room the page names (R-2.2).
+
+    >>> arrange_for({"cards": [0, 1, 4]})
+    {'groups': [{'kind': 'pair', 'cards': [0, 1]}, {'kind': 'single', 'cards': [4]}]}
+    """
+    from engine.rules.arrange import BadCards, arrange
+
+    if not isinstance(data, dict) or set(data) - {"cards", "room"}:
+        raise HttpError(400, "bad_request", "send {\"cards\": [ids]} (and optionally \"room\")")
+    cards = data.get("cards")
+    if not isinstance(cards, list):
+        raise HttpError(400, "bad_cards", "cards must be a list of card ids")
+    rules = room_rules(data, rooms)
+    try:
+        groups = arrange(cards, chain_bomb_twos=rules.chain_bomb_twos)
+    except BadCards as exc:
+        raise HttpError(400, "bad_cards", str(exc)) from None
+    return {"groups": [{"kind": g.kind, "cards": list(g.cards)} for g in groups]}
 
 
 def standing_for(data: Any, rooms: Any) -> dict[str, Any]:
@@ -452,6 +478,11 @@ def routes(ctx: Any) -> list[Any]:
         return JSONResponse(readings_for(await _json_body(request),
                                          getattr(getattr(ctx, "hub", None), "rooms", None)))
 
+    async def arrange(request: Request) -> Response:
+        _identity(ctx, request, ("player",))
+        return JSONResponse(arrange_for(await _json_body(request),
+                                        getattr(getattr(ctx, "hub", None), "rooms", None)))
+
     source = ReplaySource(ctx)
 
     async def replay_get(request: Request) -> Response:
@@ -493,6 +524,7 @@ def routes(ctx: Any) -> list[Any]:
         Route("/api/rooms", guarded(rooms)),
         Route("/api/hint", guarded(hint), methods=["POST"]),
         Route("/api/readings", guarded(readings), methods=["POST"]),
+        Route("/api/arrange", guarded(arrange), methods=["POST"]),
         Route("/api/standing", guarded(standing), methods=["POST"]),
         Route("/api/replay/{match_id:path}", guarded(replay_get)),
         Route("/api/replay", guarded(replay_post), methods=["POST"]),

@@ -48,7 +48,7 @@ from engine.match.events import (
     TurnTimedOut,
 )
 from engine.match.frozen import evolve as replace
-from engine.match.state import Finish, LastPlay, MatchState, Seat
+from engine.match.state import Finish, LastPlay, MatchState, PlayRecord, Seat
 
 
 Changes = dict[str, Any]
@@ -180,7 +180,8 @@ def _played(e: CardsPlayed, s: MatchState) -> Changes:
                    bombs=seat.bombs + ((combo,) if combo.is_bomb else ()))
     return {**_seats_with(s, i, seat), "table": s.table + tuple(e.cards),
             "to_beat": LastPlay(i, combo, tuple(e.cards)), "turn": 1 - i,
-            "trick_plays": s.trick_plays + 1, "plays_total": s.plays_total + 1}
+            "trick_plays": s.trick_plays + 1, "plays_total": s.plays_total + 1,
+            "history": s.history + (PlayRecord(s.trick, i, tuple(e.cards), combo.kind, combo.top, combo.xiang),)}
 
 
 @_handles(Passed)

@@ -231,44 +231,61 @@ _BRIEF_READING_DEFAULTS: dict[str, Any] = {"xiang": None, "chain": None, "regula
 
 
 #: the order of a brief's fields in its stored form (:func:`compact_brief`)
-_BRIEF_FIELDS = ("phase", "turn", "trick", "deadline_ms", "cards_left", "last_play")
+_BRIEF_FIELDS = ("phase", "turn", "trick", "deadline_ms", "cards_left", "last_play", "hand", "trick_plays")
 
 
 def compact_brief(brief: dict[str, Any]) -> list[Any]:
     """A brief (``projections.views.brief``) as an update's body stores it: its fields in the
     order of :data:`_BRIEF_FIELDS` without the ``version`` (the entry's own field), the play to
     beat as ``[player, cards, reading]``, the reading as ``[kind, rank, size]`` and a map of
-    its other fields that are not at their defaults, when there are any (40-90 bytes of
-    msgpack).  :func:`expand_brief` undoes it.
+    its other fields that are not at their defaults, when there are any, and of the trick's
+    plays only those before the play to beat (which is the trick's last), each as
+    ``[player, cards, kind, rank, xiang]`` (40-90 bytes of msgpack, and the hand: one byte a
+    card).  :func:`expand_brief` undoes it.
 
     >>> b = {"version": 9, "phase": "playing", "turn": "b", "trick": 1, "deadline_ms": 5, "cards_left": {"a": 26},
     ...      "last_play": {"player": "a", "cards": [0], "reading": {"kind": "single", "rank": "3", "size": 1,
     ...                    "xiang": None, "chain": None, "regular": None, "m": None, "bomb_sizes": None,
-    ...                    "jokers_as": []}}}
+    ...                    "jokers_as": []}}, "hand": [4, 5],
+    ...      "trick_plays": [{"player": "a", "cards": [0], "reading": {"kind": "single", "rank": "3", "xiang": None}}]}
     >>> compact_brief(b)
-    ['playing', 'b', 1, 5, {'a': 26}, ['a', [0], ['single', '3', 1]]]
+    ['playing', 'b', 1, 5, {'a': 26}, ['a', [0], ['single', '3', 1]], [4, 5], []]
     >>> expand_brief(compact_brief(b), 9) == b
     True
     """
-    out = [brief[k] for k in _BRIEF_FIELDS]
+    out = [brief.get(k) for k in _BRIEF_FIELDS]
     lp = brief["last_play"]
     if lp is not None:
         r = lp["reading"]
         extra = {k: v for k, v in r.items()
                  if k in _BRIEF_READING_DEFAULTS and v != _BRIEF_READING_DEFAULTS[k]}
-        out[-1] = [lp["player"], lp["cards"], [r["kind"], r["rank"], r["size"], *([extra] if extra else [])]]
+        out[5] = [lp["player"], lp["cards"], [r["kind"], r["rank"], r["size"], *([extra] if extra else [])]]
+    plays = brief.get("trick_plays") or []
+    out[7] = [[p["player"], p["cards"], p["reading"]["kind"], p["reading"]["rank"], p["reading"]["xiang"]]
+              for p in plays[:-1]]
     return out
 
 
 def expand_brief(stored: list[Any], version: int) -> dict[str, Any]:
-    """The full brief of an update from its stored form (:func:`compact_brief`) and the entry's version."""
+    """The full brief of an update from its stored form (:func:`compact_brief`) and the entry's
+    version (one stored by an engine before ``hand`` and ``trick_plays``: no hand, the play to
+    beat as the trick's only known play)."""
     out: dict[str, Any] = {"version": version, **dict(zip(_BRIEF_FIELDS, stored))}
+    out.setdefault("hand", None)
+    earlier = out.get("trick_plays") or []
+    plays: list[dict[str, Any]] = [{"player": p[0], "cards": list(p[1]),
+                                    "reading": {"kind": p[2], "rank": p[3], "xiang": p[4]}} for p in earlier]
     lp = out.get("last_play")
     if isinstance(lp, (list, tuple)) and len(lp) == 3:
         kind, rank, size, *extra = lp[2]
         defaults = {k: (list(v) if isinstance(v, list) else v) for k, v in _BRIEF_READING_DEFAULTS.items()}
-        out["last_play"] = {"player": lp[0], "cards": list(lp[1]),
-                            "reading": {"kind": kind, "rank": rank, "size": size, **defaults, **(extra[0] if extra else {})}}
+        reading = {"kind": kind, "rank": rank, "size": size, **defaults, **(extra[0] if extra else {})}
+        out["last_play"] = {"player": lp[0], "cards": list(lp[1]), "reading": reading}
+        plays.append({"player": lp[0], "cards": list(lp[1]),
+                      "reading": {"kind": kind, "rank": rank, "xiang": reading["xiang"]}})
+    if isinstance(out.get("hand"), (list, tuple)):
+        out["hand"] = list(out["hand"])
+    out["trick_plays"] = plays
     return out
 
 
@@ -422,7 +439,7 @@ class Publisher:
         """The stream entries :meth:`publish` writes for one outcome (no I/O), counted in
         :attr:`stats` unless ``tally`` is False (:meth:`tally` then, once it is published)."""
         from engine.match.events import public_event_dict
-        from projections.views import brief, redact_event, view_common, view_for
+        from projections.views import brief, own_hand, redact_event, view_common, view_for
 
         out: list[Write] = []
         cmd_id = command.command_id
@@ -458,10 +475,7 @@ class Publisher:
                 # event's public fields, and the player-independent part of the view
                 publics = [public_event_dict(e) for e in events]
                 common: dict[str, Any] | None = None
-                # a body without a view is the same for players who see the same events (a
-                # play is public): packed once, by what the player sees
-                plain: list[tuple[list[dict[str, Any]], bytes]] = []
-                # the brief (docs/PROTOCOL.md §8): public, the same for every recipient
+                # the brief (docs/PROTOCOL.md §8): all but the recipient's own hand is public
                 stored_brief = compact_brief(brief(state))
                 for player in recipients(state, events):
                     # compact (docs/PROTOCOL.md "Updates"): the entry's fields say the match,
@@ -474,10 +488,8 @@ class Publisher:
                         body["view"] = view_for(state, player, common)
                         packed = pack(body)
                     else:
-                        packed = next((b for other, b in plain if other == seen), b"")
-                        if not packed:
-                            packed = pack({**compact_body(seen, duplicate), "brief": stored_brief})
-                            plain.append((seen, packed))
+                        stored_brief[6] = own_hand(state, player)
+                        packed = pack({**compact_body(seen, duplicate), "brief": stored_brief})
                     out.append(self._delivery(keys.outbox_key(player),
                                               {"kind": "update", "match": match_id, "command_id": cmd_id,
                                                "version": version, "body": packed}))

@@ -579,6 +579,16 @@ export type Reading = {
   jokers_as: Array<"3" | "4" | "5" | "6" | "7" | "8" | "9" | "10" | "J" | "Q" | "K" | "A" | "2" | "SJ" | "BJ">;
 };
 
+/** A play's short reading: its kind, top rank and xiang (null unless a bomb) */
+export type PlayReading = {
+  /** the combination (docs/PROTOCOL.md "Readings") */
+  kind: "single" | "pair" | "pair_run" | "triple" | "triple_run" | "straight" | "bomb" | "chain_bomb" | "three_jokers" | "four_jokers";
+  /** the top rank's label (the highest rank of a run or chain) */
+  rank: "3" | "4" | "5" | "6" | "7" | "8" | "9" | "10" | "J" | "Q" | "K" | "A" | "2" | "SJ" | "BJ";
+  /** a bomb's xiang (R-3.7-R-3.10); null for other plays */
+  xiang: number | null;
+};
+
 /** A player's view of a match (a spectator's: you null, hand null, no opponent key) */
 export type View = {
   /** the match's id */
@@ -701,6 +711,17 @@ export type View = {
     /** cards each player held at the finish */
     cards_left: Record<string, number>;
   } | null;
+  /** every play of the match so far, oldest first (a trick ends with the other player's pass, R-6.2) */
+  history?: Array<{
+    /** the trick it was played in (the brief's trick while it ran) */
+    trick: number;
+    /** who played it */
+    player: string;
+    /** the cards played, as ids */
+    cards: Array<number>;
+    /** what combination they were played as (short: kind, rank, xiang) */
+    reading: PlayReading;
+  }>;
 };
 
 /** What the table shows now: render from the newest brief without folding events */
@@ -726,6 +747,17 @@ export type Brief = {
   deadline_ms: number | null;
   /** each seated player's card count, by player id */
   cards_left: Record<string, number>;
+  /** your own hand: card ids in rank order (the engine's, as view.hand.ids); null for a spectator */
+  hand: Array<number> | null;
+  /** the plays of the current trick, oldest first (the last is last_play); empty when the player on turn leads */
+  trick_plays: Array<{
+    /** who played it */
+    player: string;
+    /** the cards played, as ids */
+    cards: Array<number>;
+    /** what combination they were played as (short: kind, rank, xiang) */
+    reading: PlayReading;
+  }>;
 };
 
 /** How the scores were computed (docs/SETTLEMENT.md) */
