@@ -63,7 +63,7 @@ class _Site(_Static):
         from gateway import web
 
         body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"null")
-        fn = {"/api/readings": web.readings_for, "/api/hint": web.hint_for,
+        fn = {"/api/readings": web.readings_for, "/api/hint": web.hint_for, "/api/arrange": web.arrange_for,
               "/api/standing": lambda d: web.standing_for(d, None)}.get(self.path)
         if fn is None:
             return self._json({"error": "not_found"}, 404)
@@ -390,7 +390,7 @@ def test_trusteeship_is_a_badge_its_notices_replace_each_other_and_a_disconnect_
 
 # ---- the scene (issue 36) ------------------------------------------------------------------------
 
-NAMES = ("小明", "Bob")  # the players' names: the only words of another language a page may show
+NAMES = ("小明", "Bob", "Bo")  # the names and their avatars' initials: the only words of another language
 
 
 def _box(page, sel: str) -> dict:
@@ -436,7 +436,7 @@ def test_the_table_is_a_scene_at_each_size(browser, site, locale: str) -> None:
             assert page.get_attribute(f"[data-seat={seat}]", "data-player") == player
             assert page.get_attribute(f"[data-seat={seat}] [data-avatar]", "data-avatar") == player
             assert page.locator(f"[data-seat={seat}] [data-avatar] svg text").count() == 1
-        assert page.text_content("[data-seat=top] [data-avatar] text") == "B"
+        assert page.text_content("[data-seat=top] [data-avatar] text") == "Bo"
         assert page.text_content("[data-seat=bottom] [data-avatar] text") == "小"
         level = m.state.seats[m.state.seat_of("bob")].level
         assert page.text_content("#opp-level") == words["level.points"].replace("{level}", str(level))
@@ -464,6 +464,94 @@ def test_the_table_is_a_scene_at_each_size(browser, site, locale: str) -> None:
         assert page.is_visible("[data-history]")
         assert page.locator("[data-history] [data-history-entry]").count() >= 3
         _shot(page, f"table-{lang}-history")
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+def _hand_order(page) -> list[int]:
+    return [int(x) for x in page.eval_on_selector_all("#hand [data-card]", "els => els.map(e => e.dataset.card)")]
+
+
+@pytest.mark.parametrize("locale", sorted(LOCALES))
+def test_arrange_groups_the_hand_and_back(browser, site, locale: str) -> None:
+    """理牌 ([data-action=arrange]) shows the hand in the groups of POST /api/arrange (each a
+    [data-group=<kind>]), pressed again the rank order; the choice survives a reload."""
+    from engine.rules.cards import sort_cards
+    from gateway import web
+
+    lang = LOCALES[locale]
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        m = Match(f"arrange-{lang}")
+        _seat(page, m)
+        hand = list(m.state.seats[m.state.seat_of("alice")].hand)
+        assert _hand_order(page) == list(sort_cards(hand))
+        assert page.get_attribute("#hand", "data-arranged") == "rank"
+        page.click(f"#hand [data-card='{_hand_order(page)[0]}']")
+        page.click("[data-action=arrange]")
+        page.wait_for_selector("#hand[data-arranged=groups]")
+        assert page.get_attribute("[data-action=arrange]", "data-arrange") == "groups"
+        assert page.get_attribute("[data-action=arrange]", "aria-pressed") == "true"
+        want = web.arrange_for({"cards": hand, "room": "points"})["groups"]
+        shown = page.eval_on_selector_all("#hand [data-group]", "els => els.map(g => ({kind: g.dataset.group,"
+                                          " cards: [...g.querySelectorAll('[data-card]')].map(c => Number(c.dataset.card))}))")
+        assert shown == want
+        assert page.locator("#hand [data-card][aria-pressed=true]").count() == 1  # the selection stays
+        _no_overflow(page)
+        _shot(page, f"table-{lang}-arranged")
+        page.reload()  # the choice is remembered
+        page.wait_for_function("() => !!window.__ws && window.__ws.readyState === 1")
+        _seat(page, m)
+        page.wait_for_selector("#hand[data-arranged=groups]")
+        page.click("[data-action=arrange]")
+        page.wait_for_selector("#hand[data-arranged=rank]")
+        assert page.locator("#hand [data-group]").count() == 0
+        assert _hand_order(page) == list(sort_cards(hand))
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+def _drawer(page) -> list[tuple]:
+    return [tuple(x) for x in page.eval_on_selector_all(
+        "[data-history] [data-history-entry]",
+        "els => els.map(e => [e.dataset.historyEntry, e.dataset.player || '',"
+        " [...e.querySelectorAll('[data-history-card]')].map(c => Number(c.dataset.historyCard))])")]
+
+
+def test_the_trick_history_survives_a_reload(browser, site) -> None:
+    """The drawer ([data-history]) lists every play so far, the newest first; after a reload the
+    page has only the view (its ``history``) and the drawer lists the same plays and passes."""
+    context, page, errors = _open(browser, site, "zh-CN", reduced_motion="reduce")
+    try:
+        m = Match("history-1")
+        _seat(page, m)
+        for _ in range(60):  # into the third trick: two tricks that ended with a pass
+            if m.state.trick >= 3:
+                break
+            _feed(page, m.step(1))
+        assert m.state.phase == "playing" and m.state.trick >= 3
+        page.click("[data-action=history]")
+        page.wait_for_selector("[data-history]:not([hidden])")
+        before = _drawer(page)
+        plays = [e for e in before if e[0] in ("play", "bomb")]
+        assert len(plays) == len(m.state.history) and any(e[0] == "pass" for e in before)
+        newest = m.state.history[-1]
+        assert before[0] == ("pass", m.state.seats[1 - newest.seat].player, [])  # the pass that ended trick 2
+        assert plays[0][1:] == (m.state.seats[newest.seat].player, sorted(newest.cards))
+        page.click("[data-action=history-close]")
+        assert page.is_hidden("[data-history]")
+        page.reload()
+        page.wait_for_function("() => !!window.__ws && window.__ws.readyState === 1")
+        _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
+                     {"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m.mid},
+                     {"kind": "update", "match": m.mid, "version": m.state.version, "events": [],
+                      "view": json.loads(json.dumps(view_for(m.state, "alice"))), "names": {"alice": "小明", "bob": "Bob"}}])
+        page.wait_for_selector("#hand [data-card]")
+        page.click("[data-action=history]")
+        assert _drawer(page) == before
+        _shot(page, "table-zh-Hans-history-reloaded")
         assert not errors, errors
     finally:
         context.close()

@@ -162,23 +162,26 @@ function backs(n) {
 /** The rows of the fan for `groups` (lists of ids) in a box `width` wide with cards `cardW` wide:
  * as few rows as keep each card's corner (rank and suit) in sight, the step between cards, and
  * the rows themselves (lists of groups; a group stays on one row unless it is longer than one). */
-function fanLayout(groups, width, cardW) {
+function fanLayout(groups, width, cardW, maxRows = 4) {
   const n = groups.reduce((a, g) => a + g.length, 0);
-  const gap = cardW * 0.22;
+  let gap = groups.length > 1 ? cardW * 0.3 : 0;
   const minStep = Math.max(cardW * 0.4, 20);
   const maxStep = cardW * 0.62;
   const spread = 2 * (cardW / 0.7) * Math.sin((5 * Math.PI) / 180) + 4;  // the fan's tilt (±5°) widens a row
-  let rows = [];
-  let step = maxStep;
-  for (let r = 1; r <= 3; r += 1) {
+  const stepOf = (row) => {
+    const cards = row.reduce((a, g) => a + g.length, 0);
+    return cards > 1 ? (width - spread - cardW - (row.length - 1) * gap) / (cards - 1) : maxStep;
+  };
+  let best = null;
+  for (let r = 1; r <= maxRows; r += 1) {
     const per = Math.ceil(n / r);
-    rows = [];
+    const rows = [];
     let row = [];
     let count = 0;
     for (const g of groups) {
       for (let i = 0; i < g.length; i += per) {
         const part = g.slice(i, i + per);
-        if (count && count + part.length > per && rows.length < r - 1) {
+        if (count && count + part.length > per) {
           rows.push(row);
           row = [];
           count = 0;
@@ -188,14 +191,15 @@ function fanLayout(groups, width, cardW) {
       }
     }
     if (row.length) rows.push(row);
-    const narrowest = Math.min(...rows.map((rw) => {
-      const cards = rw.reduce((a, g) => a + g.length, 0);
-      return { cards, gaps: rw.length - 1 };
-    }).map(({ cards, gaps }) => (cards > 1 ? (width - spread - cardW - gaps * gap) / (cards - 1) : maxStep)));
-    step = Math.min(maxStep, narrowest);
-    if (step >= minStep || r === 3) break;
+    let step = Math.min(maxStep, ...rows.map(stepOf));
+    if (step < minStep && r === maxRows && gap) {
+      gap = cardW * 0.12;  // the last chance: narrower gaps between the groups
+      step = Math.min(maxStep, ...rows.map(stepOf));
+    }
+    if (!best || step > best.step) best = { rows, step };
+    if (step >= minStep) break;
   }
-  return { rows, step: Math.max(step, 8), gap };
+  return { rows: best.rows, step: Math.max(best.step, 8), gap };
 }
 
 function cardWidth(box) {
@@ -232,7 +236,8 @@ async function arrangeHand(ids) {
   const seq = ++S.arrangeSeq;
   let groups = null;
   try {
-    groups = (await api("/api/arrange", S.token, { cards: ids })).groups;
+    const room = S.lobby && S.lobby.room ? { room: S.lobby.room } : {};
+    groups = (await api("/api/arrange", S.token, { cards: ids, ...room })).groups;
   } catch (e) {
     groups = null;
   }
@@ -270,8 +275,11 @@ function renderHand(view) {
   }
   const cardW = cardWidth(hand);
   const width = hand.clientWidth || window.innerWidth - 16;
-  const { rows, step } = fanLayout(groups.map((g) => g.cards), width, cardW);
+  // one row when the screen is short (a phone in landscape), up to four on a tall one
+  const maxRows = window.innerHeight < 520 ? 1 : window.innerHeight < 700 ? 2 : 4;
+  const { rows, step, gap } = fanLayout(groups.map((g) => g.cards), width, cardW, maxRows);
   hand.style.setProperty("--step", `${step.toFixed(1)}px`);
+  hand.style.setProperty("--group-gap", `${gap.toFixed(1)}px`);
   const kinds = new Map(groups.flatMap((g) => g.cards.map((c) => [c, g.kind])));
   const out = rows.map((row) => {
     const r = el("div", "", { class: "hand-row" });
@@ -397,7 +405,31 @@ function playKey(view) {
   return lp ? `${view.match_id}|${view.trick}|${lp.player}|${lp.cards.join(",")}` : `${view.match_id}|${view.trick}|-`;
 }
 
+/** The plays of the current trick: the brief's, else the view's history of this trick. */
+function trickPlays(view) {
+  if (Array.isArray(view.trick_plays)) return view.trick_plays;
+  return (view.history || []).filter((h) => h.trick === view.trick);
+}
+
+/** The play the one in front beat, smaller, above it: what the trick went through. */
+function renderTrickPrev(view) {
+  const box = $("#trick-prev");
+  const plays = view.phase === "playing" && view.last_play ? trickPlays(view) : [];
+  const prev = plays.length >= 2 ? plays[plays.length - 2] : null;
+  box.hidden = !prev;
+  if (!prev) {
+    box.replaceChildren();
+    return;
+  }
+  const cards = el("span", "", { class: "prev-cards" });
+  cards.append(...sortCards(prev.cards).map((id) => cardElement(id, { attrs: { "data-trick-card": id } })));
+  box.dataset.player = prev.player;
+  box.replaceChildren(el("span", t("log.play", { name: nameOf(prev.player), what: readingWords({ ...prev.reading, jokers_as: [] }) }),
+    { class: "prev-who" }), cards);
+}
+
 function renderLast(view, from) {
+  renderTrickPrev(view);
   const lp = view.last_play;
   const cards = $("#last-cards");
   const last = $("#last");
@@ -933,6 +965,41 @@ function noteEvents(match, events, view) {
   }
 }
 
+/** A full view's `history` (every play so far) fills what this page did not see itself: after
+ * a reload, the drawer's plays (a trick that ended, ended with the other player's pass, R-6.2),
+ * the bombs drawn at the end, and the plays the deal check needs. */
+function noteHistory(match, view) {
+  const hist = Array.isArray(view.history) ? view.history : null;
+  const p = per(match);
+  if (!hist || p.log.filter((e) => e.kind === "play" || e.kind === "bomb").length >= hist.length) return;
+  const seats = seatsOf(view);
+  const log = [];
+  const bombs = {};
+  const played = {};
+  hist.forEach((h, i) => {
+    const r = { ...h.reading, jokers_as: [] };
+    const bomb = BOMB_KINDS.has(r.kind);
+    log.push({ trick: h.trick, player: h.player, cards: h.cards, kind: bomb ? "bomb" : "play",
+      text: () => t("log.play", { name: nameOf(h.player), what: readingWords(r) }) });
+    if (bomb) (bombs[h.player] = bombs[h.player] || []).push({ cards: h.cards, kind: r.kind, rank: r.rank });
+    (played[h.player] = played[h.player] || []).push(...h.cards);
+    const next = hist[i + 1];
+    const other = (seats.find((s) => s.player !== h.player) || {}).player;
+    if (other && (next ? next.trick > h.trick : view.trick > h.trick)) {
+      log.push({ trick: h.trick, player: other, kind: "pass", text: () => t("log.pass", { name: nameOf(other) }) });
+    }
+  });
+  const r = view.result;
+  if (view.phase === "finished" && r) {
+    const last = hist.length ? hist[hist.length - 1].trick : 1;
+    log.push({ trick: last, kind: "end", text: () => `${t("log.wins", { name: nameOf(r.winner) })} · ${kouWords(r.kou)}` });
+  }
+  p.log = log;
+  p.bombs = bombs;
+  p.trick = view.trick || p.trick;
+  if (!Object.keys(p.fair.played).length) p.fair.played = played;
+}
+
 async function standing(view) {
   // R-8.5 "instant": each player's contribution from the bombs seen in this match
   const seen = per(view.match_id).bombs;
@@ -991,6 +1058,7 @@ function learnClock(view, events) {
 
 function foldEvents(view, events) {
   const v = JSON.parse(JSON.stringify(view));
+  delete v.trick_plays;  // the brief's, when this update has one (applyBrief); else the history's
   const seat = (p) => (v.seats || []).find((s) => s && s.player === p);
   const other = (p) => ((v.seats || []).find((s) => s && s.player !== p) || {}).player;
   let lastTs = null;
@@ -1009,6 +1077,8 @@ function foldEvents(view, events) {
         if (e.player === v.you && v.hand) v.hand.ids = v.hand.ids.filter((c) => !e.cards.includes(c));
         if (v.opponent && e.player === v.opponent.player) v.opponent.cards_left -= e.cards.length;
         v.last_play = { player: e.player, cards: e.cards, reading: r, describe: "" };
+        v.history = [...(v.history || []), { trick: v.trick, player: e.player, cards: e.cards,
+          reading: { kind: r.kind, rank: r.rank, xiang: r.xiang === undefined ? null : r.xiang } }];
         v.table_ids = [...(v.table_ids || []), ...e.cards];
         v.table_count = (v.table_count || 0) + e.cards.length;
         v.turn = other(e.player);
@@ -1064,6 +1134,8 @@ function applyBrief(view, brief) {
   if (brief.deadline_ms === null) v.deadline = null;
   else v.deadline = { ...(v.deadline || { kind: "turn" }), at_ms: brief.deadline_ms, version: brief.version };
   v.seats = (v.seats || []).map((s) => (s && s.player in brief.cards_left ? { ...s, cards_left: brief.cards_left[s.player] } : s));
+  if (Array.isArray(brief.hand) && v.hand) v.hand = { ...v.hand, ids: brief.hand };
+  if (Array.isArray(brief.trick_plays)) v.trick_plays = brief.trick_plays;
   if (v.opponent && v.opponent.player in brief.cards_left) v.opponent = { ...v.opponent, cards_left: brief.cards_left[v.opponent.player] };
   return v;
 }
@@ -1117,6 +1189,7 @@ function onUpdate(msg, brief) {
   S.flyFrom = (msg.match === (S.hold || S.match)) ? flySource(prev || view, msg.events) : null;
   noteEvents(msg.match, msg.events, prev || view);
   noteFair(msg.match, msg.events, view);
+  if (msg.view) noteHistory(msg.match, msg.view);
   S.views[msg.match] = view;
   if (view.phase === "finished" && prev && prev.phase !== "finished") onFinished(view);
   announceBombs(view, !msg.view);
