@@ -555,3 +555,35 @@ def test_the_trick_history_survives_a_reload(browser, site) -> None:
         assert not errors, errors
     finally:
         context.close()
+
+
+def _answer(data: dict):
+    """A Playwright route handler answering ``data`` as JSON."""
+    body = json.dumps(data)
+    return lambda route: route.fulfill(status=200, content_type="application/json", body=body)
+
+
+def test_the_level_badge_is_hidden_where_levels_change_nothing(browser, site) -> None:
+    """In a room whose R-11 levels all have the same base X the level changes nothing (R-8.2):
+    no badge.  The built-in points room's levels do: the badge names itself and shows the table."""
+    flat = [{"name": "points", "mode": "points", "levels": [{"level": 0, "need": 0, "base": 5},
+                                                          {"level": 1, "need": 50, "base": 5}]}]
+    for rooms, shown in ((flat, False), (None, True)):
+        context = browser.new_context(locale="en-US", viewport={"width": 1280, "height": 800})
+        page = context.new_page()
+        try:
+            if rooms is not None:
+                page.route("**/api/client-config", _answer({"dev": False, "bots": False, "rooms": rooms}))
+                page.route("**/api/rooms", _answer({"rooms": [{**x, "balance": 0, "admits": True} for x in rooms],
+                                                    "balances": {"points": 0}}))
+            page.add_init_script(FAKE_SOCKET)
+            page.goto(f"{site}/?token={_token('alice')}")
+            page.wait_for_function("() => !!window.__ws && window.__ws.readyState === 1 && !!document.documentElement.lang")
+            _seat(page, Match(f"levels-{shown}"))
+            assert page.is_visible("#opp-level") == shown and page.is_visible("#mine-level") == shown
+            if shown:
+                assert page.get_attribute("#opp-level", "data-level") == "0"
+                assert page.text_content("#opp-level") == "Points level 0"
+                assert "16: 2000000 → 800" in page.get_attribute("#opp-level", "title")
+        finally:
+            context.close()

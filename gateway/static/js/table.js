@@ -544,6 +544,7 @@ function render() {
   show("#lobby", !S.spectator && !!S.me && S.role === "player" && !S.lobby && (!inMatch || view.phase === "finished"));
   root.dataset.phase = view ? view.phase : (S.lobby ? `lobby-${S.lobby.state}` : "lobby");
   root.dataset.yourTurn = view && view.your_turn && !S.spectator ? "true" : "false";
+  root.dataset.spectator = S.spectator ? "true" : "false";
   root.dataset.match = view ? view.match_id : (S.lobby && S.lobby.match) || "";
   root.dataset.version = view ? String(view.version) : "";
   $("#me-name").textContent = S.me ? (S.spectator ? t("status.watchingAs", { name: nameOf(S.me) }) : nameOf(S.me)) : "";
