@@ -164,8 +164,8 @@ function backs(n) {
  * the rows themselves (lists of groups; a group stays on one row unless it is longer than one). */
 function fanLayout(groups, width, cardW, maxRows = 4) {
   const n = groups.reduce((a, g) => a + g.length, 0);
-  let gap = groups.length > 1 ? cardW * 0.3 : 0;
-  const minStep = Math.max(cardW * 0.4, 20);
+  let gap = groups.length > 1 ? cardW * 0.25 : 0;
+  const minStep = Math.max(cardW * 0.37, 20);
   const maxStep = cardW * 0.62;
   const spread = 2 * (cardW / 0.7) * Math.sin((5 * Math.PI) / 180) + 4;  // the fan's tilt (±5°) widens a row
   const stepOf = (row) => {
@@ -275,8 +275,8 @@ function renderHand(view) {
   }
   const cardW = cardWidth(hand);
   const width = hand.clientWidth || window.innerWidth - 16;
-  // one row when the screen is short (a phone in landscape), up to four on a tall one
-  const maxRows = window.innerHeight < 520 ? 1 : window.innerHeight < 700 ? 2 : 4;
+  // one row on a wide screen (a phone in landscape, a desktop), up to four on a tall one
+  const maxRows = window.innerHeight <= window.innerWidth ? 1 : 4;
   const { rows, step, gap } = fanLayout(groups.map((g) => g.cards), width, cardW, maxRows);
   hand.style.setProperty("--step", `${step.toFixed(1)}px`);
   hand.style.setProperty("--group-gap", `${gap.toFixed(1)}px`);
