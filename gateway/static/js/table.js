@@ -43,7 +43,7 @@ const S = {
   settled: {}, balance: null, clock: { version: null, total: null }, offset: null,
   rooms: [], lobbyRooms: null, names: {}, learned: {}, pendingSeed: null, refusal: null,
   warned: null, wasMyTurn: null, shownPlay: null, finishSounded: null, readyFor: null, flyFrom: null,
-  arrange: storedArrange(), groups: { key: null, groups: null }, arrangeSeq: 0, handKey: null,
+  arrange: storedArrange(), groups: { key: null, groups: null }, arrangeSeq: 0, arrangeAsked: null,
 };
 
 function shown() {
@@ -232,7 +232,8 @@ function handGroups(ids) {
 /** Ask the gateway how this hand splits into combinations (POST /api/arrange). */
 async function arrangeHand(ids) {
   const key = ids.join(",");
-  if (!S.arrange || !ids.length || S.groups.key === key) return;
+  if (!S.arrange || !ids.length || S.groups.key === key || S.arrangeAsked === key) return;
+  S.arrangeAsked = key;  // one question per hand, however many renders come before the answer
   const seq = ++S.arrangeSeq;
   let groups = null;
   try {
@@ -242,6 +243,7 @@ async function arrangeHand(ids) {
     groups = null;
   }
   if (seq !== S.arrangeSeq) return;
+  S.arrangeAsked = null;
   if (!Array.isArray(groups)) {
     notice(t("notice.arrangeFailed"), "error", "arrange");
     S.arrange = false;
