@@ -205,6 +205,11 @@ class Resync:
                 conn.answered(e.command_id)
                 await conn.send(protocol.rejected(client_id, e.code or "rejected", e.reason or "", e.view,
                                                   e.match or None))
+        elif e.kind == "ack" and conn.is_player:  # a Ready that changed nothing (docs/PROTOCOL.md §8)
+            client_id = channels.client_command_id(conn.player, e.command_id)
+            if client_id is not None:
+                conn.answered(e.command_id)
+                await conn.send(protocol.ack(client_id))
         elif e.kind == "rejected" and conn.is_player:
             client_id = channels.client_command_id(conn.player, e.command_id)
             if client_id is None:

@@ -365,18 +365,25 @@ def server_schema() -> dict[str, Any]:
         "player": {"type": "string"}, "role": {"enum": ["player", "spectator", "operator"]},
         "room": _NULLABLE_STR, "gateway": {"type": "string"},
         "name": {**_NULLABLE_STR, "description": "the token's display name (1-24 characters), null without one"},
-        "expires_at": _INT, "renewed": {"type": "boolean"}},
+        "expires_at": _INT, "renewed": {"type": "boolean"},
+        "rate": {"type": "number", "exclusiveMinimum": 0}, "burst": {"type": "integer", "minimum": 1},
+        "sync_rate": {"type": "number", "exclusiveMinimum": 0}},
         "The token was accepted (renewed: a renewal Auth on an open socket); the socket closes 4401 at expires_at "
         "(the token's exp, seconds since the epoch) unless renewed before")
+    defs["ack"] = msg("ack", {"command_id": {"type": "string"}},
+                      "Your command was accepted and changed nothing (a Ready from a player already ready, or after "
+                      "the deal)")
     # the display name is new (issue 25), the token's lifetime too (issue 23): a gateway before them
     # sends no "name", "expires_at", "renewed"
-    defs["welcome"]["required"] = [k for k in defs["welcome"]["required"] if k not in ("name", "expires_at", "renewed")]
+    # the rates in force are newer still (issue 36)
+    defs["welcome"]["required"] = [k for k in defs["welcome"]["required"]
+                                   if k not in ("name", "expires_at", "renewed", "rate", "burst", "sync_rate")]
     # display names (issue 25): the gateway adds them to the messages that name a table's players
     names = {"type": "object", "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 24},
              "description": "player id -> display name, for the players that have one (gateway/names.py)"}
     for k in ("update", "lobby", "settled"):
         defs[k]["properties"]["names"] = names
-    kinds = ["update", "rejected", "lobby", "settled", "welcome"]
+    kinds = ["update", "rejected", "lobby", "settled", "welcome", "ack"]
     return _standard({"$schema": DRAFT, "$id": "server.json", "title": "A server → client WebSocket message",
                       "oneOf": [{"$ref": f"#/$defs/{k}"} for k in kinds], "$defs": defs})
 
@@ -402,7 +409,7 @@ def _ts_name(ref: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in name.replace("-", "_").split("_"))
 
 
-_TS_NAMES = {"event": "MatchEvent", "update": "UpdateMessage", "rejected": "RejectedMessage",
+_TS_NAMES = {"event": "MatchEvent", "update": "UpdateMessage", "rejected": "RejectedMessage", "ack": "AckMessage",
              "lobby": "LobbyMessage", "settled": "SettledMessage", "welcome": "WelcomeMessage",
              "Reading": "EventReading", "reading": "Reading", "play_reading": "PlayReading", "view": "View",
              "brief": "Brief",
@@ -467,13 +474,24 @@ export type Command = ClientMessage;
 export interface UpdateEvent { message: UpdateMessage; brief: Brief | null; view: View | null; events: MatchEvent[] }
 export interface RejectedEvent { message: RejectedMessage; command: ClientMessage | null;
   code: RejectedMessage["code"]; reason: string }
+export interface AckEvent { message: AckMessage; command: ClientMessage | null }
+export interface RetryEvent { command: ClientMessage; tries: number; delay_ms: number }
 export interface ClosedEvent { code: number; reason: string; reconnecting: boolean }
-export interface StateEvent { state: "connecting" | "open" | "reconnecting" | "refused" | "closed";
-  code?: number; reason?: string }
+export type LinkState = "connecting" | "open" | "reconnecting" | "refused" | "closed";
+export interface StateEvent { state: LinkState; code?: number; reason?: string }
 export interface ClientEvents {
-  update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rejected: RejectedEvent;
-  closed: ClosedEvent; welcome: WelcomeMessage; state: StateEvent; error: unknown;
+  update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rejected: RejectedEvent; ack: AckEvent;
+  closed: ClosedEvent; welcome: WelcomeMessage; state: StateEvent; link: StateEvent; retry: RetryEvent;
+  /** a server message of a kind client.js does not handle itself */
+  message: ServerMessage | Record<string, unknown>; error: unknown;
 }
+/** The table from the newest brief alone (client.state): render from it without folding events. */
+export interface ClientState {
+  match: string | null; version: number | null; phase: Brief["phase"] | null; turn: string | null;
+  your_turn: boolean; hand: number[] | null; trick: number; trick_plays: Brief["trick_plays"];
+  last_play: Brief["last_play"]; deadline_ms: number | null; cards_left: Record<string, number>;
+}
+export interface Limits { rate: number; burst: number; sync_rate: number }
 
 export interface CardInfo { id: number; rank: number; rank_label: RankLabel; suit: "S" | "H" | "C" | "D" | null;
   deck: 0 | 1; joker: boolean }
@@ -483,6 +501,9 @@ export declare const SUITS: readonly ("S" | "H" | "C" | "D")[];
 export declare const DECK_SIZE: 54;
 export declare const NUM_CARDS: 108;
 export declare const FINAL_CLOSE_CODES: readonly number[];
+export declare const RATE_CLOSE_CODE: 4429;
+export declare const DEFAULT_LIMITS: Readonly<Limits>;
+export declare const RETRIED_TYPES: readonly ("Play" | "Pass" | "Ready")[];
 export declare const cards: {
   rank(id: number): number; suit(id: number): "S" | "H" | "C" | "D" | null; deck(id: number): number;
   isJoker(id: number): boolean; label(id: number): string; info(id: number): CardInfo;
@@ -490,6 +511,7 @@ export declare const cards: {
   byRank(ids: readonly number[]): Record<number, number[]>;
 };
 export declare function briefOf(message: { version: number; view?: View | null; brief?: Brief | null }): Brief | null;
+export declare function stateOf(match: string | null, brief: Brief | null, player: string | null): ClientState;
 
 export interface ClientOptions {
   url: string; token: string;
@@ -500,14 +522,19 @@ export interface ClientOptions {
 export interface PlayOptions { reading_kind?: Reading["kind"]; reading_rank?: string; expected_version?: number | null }
 export declare class Client {
   constructor(options: ClientOptions);
-  readonly url: string; version: number | null; match: string | null; brief: Brief | null; view: View | null;
-  lobby: LobbyMessage | null; player: string | null; role: WelcomeMessage["role"] | null; state: StateEvent["state"] | "idle";
-  pending: Map<string, ClientMessage>;
+  readonly url: string; token: string; version: number | null; match: string | null; brief: Brief | null;
+  view: View | null; state: ClientState; lobby: LobbyMessage | null; player: string | null;
+  role: WelcomeMessage["role"] | null; link: LinkState | "idle"; limits: Limits;
+  pending: Map<string, ClientMessage>; queue: ClientMessage[];
   on<K extends keyof ClientEvents>(name: K, fn: (payload: ClientEvents[K]) => void): () => void;
   off<K extends keyof ClientEvents>(name: K, fn: (payload: ClientEvents[K]) => void): void;
   once<K extends keyof ClientEvents>(name: K, test?: (payload: ClientEvents[K]) => boolean): Promise<ClientEvents[K]>;
+  emit<K extends keyof ClientEvents>(name: K, payload: ClientEvents[K]): void;
+  setState(link: LinkState, detail?: { code?: number; reason?: string }): void;
   connect(): this; close(): void; receive(message: ServerMessage): void;
+  answered(commandId: string): void; retry(command: ClientMessage): boolean; pump(): void;
   send(message: Partial<ClientMessage> & { type: ClientMessage["type"] }): string;
+  renew(token: string): void;
   expected(): number | null;
   join(room: string): string; ready(clientSeed?: string): string;
   play(cards: readonly number[] | string, options?: PlayOptions): string;

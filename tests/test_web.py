@@ -306,7 +306,7 @@ def test_standing_is_the_effective_xiang_of_the_bombs_seen() -> None:
     body = {"room": "points", "bombs": {"a": [{"cards": four, "kind": "bomb", "rank": "4"},
                                               {"cards": five, "kind": "bomb", "rank": "5"}], "b": []}}
     r = c.post("/api/standing", json=body, headers=bearer("sam", "spectator")).json()
-    assert r == {"a": {"xiang": 5, "source": "R-9: 4444 and 5555 consecutive → 5", "c": 0},
+    assert r == {"a": {"xiang": 5, "source": "R-9: 4 4 4 4 and 5 5 5 5 consecutive → 5", "c": 0},
                  "b": {"xiang": 0, "source": "no bomb", "c": 0}}
     assert c.post("/api/standing", json=body).status_code == 401
     bad = {"room": "points", "bombs": {"a": [{"cards": parse_cards("3 3"), "kind": "pair", "rank": "3"}]}}

@@ -12,7 +12,8 @@ Lifecycle (phase ``new`` → ``seating`` → ``playing`` → ``finished``):
 * ``Sit`` ×2 → PlayerSeated, level and base from the balance (R-11); a third
   player, a duplicate or (wealth) a balance below the lowest level (R-11.1)
   is refused.  ``Leave`` → PlayerRemoved(left) before the deal.
-* ``Ready`` ×2 → PlayerReady; when the second player gets ready and
+* ``Ready`` ×2 → PlayerReady (a Ready from a player already ready, or after the deal, changes
+  nothing: no event, :func:`ready_changes_nothing`); when the second player gets ready and
   ``ctx.deck`` is given, the deal follows in the same decision (HandDealt
   with both hands, the set-aside cards, the lead card picked by
   ``ctx.lead_index`` among the 54 dealt cards and its holder as first
@@ -187,7 +188,8 @@ def decide(state: MatchState, command: CommandBase, ctx: Context) -> list[EventB
 
 
 def _checked_handler(state: MatchState, command: CommandBase) -> Callable[[_Builder, Any], None] | None:
-    """The command's handler once the checks every command passes are passed (None: a Sync)."""
+    """The command's handler once the checks every command passes are passed (None: a Sync, or
+    a Ready that changes nothing: :func:`ready_changes_nothing`)."""
     if command.match_id != state.match_id:
         raise BadCommand(f"command for match {command.match_id!r} sent to match {state.match_id!r}")
     handler = _HANDLERS.get(type(command))
@@ -204,6 +206,8 @@ def _checked_handler(state: MatchState, command: CommandBase) -> Callable[[_Buil
         raise StaleCommand(f"{moved} that the command expected: look at the current view and decide again")
     if isinstance(command, Sync):  # any phase, a finished match too: it only reads
         return None
+    if isinstance(command, Ready) and ready_changes_nothing(state, command.player):
+        return None  # idempotent (issue 36): no event, the publisher answers it with an ack
     if state.over and not isinstance(command, CreateMatch):
         # MatchFinished / MatchAbandoned is the last event a match ever gets (settlement
         # and the projection runner rely on it): nothing is decided after it
@@ -213,6 +217,20 @@ def _checked_handler(state: MatchState, command: CommandBase) -> Callable[[_Buil
     return handler
 
 
+def ready_changes_nothing(state: MatchState, player: str) -> bool:
+    """A Ready of ``player`` that changes nothing: they are seated and already ready, or the
+    cards of the match have been dealt (playing or finished).  It is accepted with no event
+    (a reconnecting client may send Ready again on the lobby's ``seated`` note).
+
+    >>> ready_changes_nothing(MatchState(match_id="m", phase="playing"), "a")
+    False
+    """
+    i = state.seat_of(player)
+    if i is None:
+        return False
+    return state.phase in ("playing", "finished") or (state.phase == "seating" and state.seat(i).ready)
+
+
 def decide_and_apply(state: MatchState, command: CommandBase,
                      ctx: Context) -> tuple[list[EventBase], MatchState]:
     """:func:`decide` and the state after its events: decide applies each event as it
@@ -220,7 +238,7 @@ def decide_and_apply(state: MatchState, command: CommandBase,
     (the result equals ``replay(events, state)``).  A :class:`Rejected` is raised as by
     :func:`decide`."""
     handler = _checked_handler(state, command)
-    if handler is None:  # a Sync: it only reads
+    if handler is None:  # a Sync (it only reads) or a Ready that changes nothing
         return [], state
     b = _Builder(state, command, ctx)
     handler(b, command)
@@ -471,11 +489,7 @@ def _abandon_if_empty(b: _Builder) -> None:
 
 def _ready(b: _Builder, c: Ready) -> None:
     s = b.state
-    i = _seat_in_open_match(s, c.player)
-    if s.phase != "seating":
-        raise WrongPhase("the cards have already been dealt")
-    if s.seat(i).ready:
-        raise NotAllowed(f"{c.player} is already ready")
+    _seat_in_open_match(s, c.player)  # a seated player's Ready after the deal or a second one: no-ops
     seed = None
     if s.commitment is not None:
         seed = c.client_seed if c.client_seed is not None else fairness.default_client_seed(c.player)

@@ -7,7 +7,7 @@ of the commands they run through :meth:`Publisher.publish`.
 
 >>> from engine.store import keys
 >>> Write(keys.outbox_key("alice"), {"kind": "rejected"}, 200).stream
-'sk:out:alice'
+'sk:out:{alice}'
 
 Formats: docs/PROTOCOL.md ("Outbound streams").
 """
@@ -25,7 +25,7 @@ import redis
 
 from engine.match.commands import MAX_COMMAND_BYTES, CommandBase
 from engine.match.errors import BadCommand
-from engine.match.commands import Sync
+from engine.match.commands import Ready, Sync
 from engine.match.events import (
     SCHEMA_VERSION,
     EventBase,
@@ -41,7 +41,7 @@ from engine.match.events import (
     TrusteeshipStarted,
 )
 from engine.match.protocols import OutcomeLike
-from engine.rules.cards import NUM_RANKS
+from engine.rules.cards import NUM_RANKS, RANK_LABELS
 from engine.match.state import MatchState
 from engine.store import keys
 from engine.store.base import Write
@@ -240,8 +240,8 @@ def compact_brief(brief: dict[str, Any]) -> list[Any]:
     beat as ``[player, cards, reading]``, the reading as ``[kind, rank, size]`` and a map of
     its other fields that are not at their defaults, when there are any, and of the trick's
     plays only those before the play to beat (which is the trick's last), each as
-    ``[player, cards, kind, rank, xiang]`` (40-90 bytes of msgpack, and the hand: one byte a
-    card).  :func:`expand_brief` undoes it.
+    ``[player, cards, kind, rank, xiang]`` (30-170 bytes of msgpack, 54 on average: the hand
+    costs one byte a card).  :func:`expand_brief` undoes it.
 
     >>> b = {"version": 9, "phase": "playing", "turn": "b", "trick": 1, "deadline_ms": 5, "cards_left": {"a": 26},
     ...      "last_play": {"player": "a", "cards": [0], "reading": {"kind": "single", "rank": "3", "size": 1,
@@ -289,6 +289,55 @@ def expand_brief(stored: list[Any], version: int) -> dict[str, Any]:
     return out
 
 
+def _kinds() -> tuple[str, ...]:
+    from typing import get_args
+
+    from engine.rules.combo import Kind
+
+    return tuple(get_args(Kind))
+
+
+#: a reading's kinds in the order a stored history row names them (:func:`compact_view`)
+_KINDS = _kinds()
+
+
+def compact_view(view: dict[str, Any]) -> dict[str, Any]:
+    """A view as an outbox entry stores it: its ``history`` (every play of the match) as rows
+    ``[trick, seat, cards, kind index, top rank index, xiang]`` -- about 10 bytes of msgpack a
+    play instead of 75; the rest as it is (a copy when it changes).  :func:`expand_view` undoes it.
+
+    >>> v = {"seats": [{"player": "a"}, {"player": "b"}], "history": [
+    ...     {"trick": 1, "player": "b", "cards": [28, 29, 82, 83], "reading": {"kind": "bomb", "rank": "10", "xiang": 4}}]}
+    >>> compact_view(v)["history"]
+    [[1, 1, [28, 29, 82, 83], 6, 7, 4]]
+    >>> expand_view(compact_view(v)) == v
+    True
+    """
+    history = view.get("history")
+    if not history:
+        return view
+    seat_of = {s["player"]: i for i, s in enumerate(view.get("seats") or ()) if s is not None}
+    rows = [[p["trick"], seat_of[p["player"]], p["cards"], _KINDS.index(p["reading"]["kind"]),
+             RANK_LABELS.index(p["reading"]["rank"]), p["reading"]["xiang"]] for p in history]
+    return {**view, "history": rows}
+
+
+def expand_view(view: Any) -> Any:
+    """The full view of an outbox entry's stored one (:func:`compact_view`); any other value as it is."""
+    if not isinstance(view, dict):
+        return view
+    history = view.get("history")
+    if not history or not isinstance(history[0], (list, tuple)):
+        return view
+    seats = view.get("seats") or ()
+    out = []
+    for trick, seat, cards, kind, top, xiang in history:
+        s = seats[seat] if 0 <= seat < len(seats) else None
+        out.append({"trick": trick, "player": s["player"] if s else "", "cards": list(cards),
+                    "reading": {"kind": _KINDS[kind], "rank": RANK_LABELS[top], "xiang": xiang}})
+    return {**view, "history": out}
+
+
 def rejection_fields(match_id: str | None, cmd_id: str | None, code: str, reason: str) -> dict[str, Any]:
     return {"kind": "rejected", "match": match_id or "", "command_id": cmd_id or "",
             "code": code, "reason": safe_text(reason)}
@@ -305,7 +354,7 @@ def entry_bytes(fields: dict[str, Any]) -> int:
     """The size of an inbox entry: its field names and values (bytes or text).
 
     >>> entry_bytes({"c": b"x" * 10, "reply_to": "sk:reply:g"})
-    21
+    29
     """
     return sum(len(k) + (len(v) if isinstance(v, (bytes, str)) else len(str(v))) for k, v in fields.items())
 
@@ -456,12 +505,12 @@ class Publisher:
                 fields["version"] = version
                 if version > 0:  # the player's current view: decide again on it
                     fields["body"] = pack({"match_id": match_id, "command_id": cmd_id, "version": version,
-                                           "view": view_for(state, player)})
+                                           "view": compact_view(view_for(state, player))})
                 out.append(self._delivery(keys.outbox_key(player), fields))
             status = "rejected"
         elif isinstance(command, Sync):
             sync_body = {"match_id": match_id, "command_id": cmd_id, "version": version,
-                         "view": view_for(state, command.player)}
+                         "view": compact_view(view_for(state, command.player))}
             out.append(self._delivery(keys.outbox_key(command.player),
                                       {"kind": "sync", "match": match_id, "command_id": cmd_id,
                                        "version": version, "body": pack(sync_body)}))
@@ -469,6 +518,12 @@ class Publisher:
         else:
             status = "duplicate" if outcome.duplicate else "accepted"
             events = tuple(outcome.events)
+            player = short_str(getattr(command, "player", None))
+            if not events and isinstance(command, Ready) and player is not None:
+                # a Ready that changed nothing (engine.match.decide.ready_changes_nothing): answered
+                out.append(self._delivery(keys.outbox_key(player),
+                                          {"kind": "ack", "match": match_id, "command_id": cmd_id,
+                                           "version": version}))
             if events:
                 duplicate = bool(outcome.duplicate)
                 # what does not depend on the recipient, once per command (issue 13 §4): each
@@ -485,7 +540,7 @@ class Publisher:
                         if common is None:
                             common = view_common(state)
                         body = compact_body(seen, duplicate)  # no brief: the gateway reads it off the view
-                        body["view"] = view_for(state, player, common)
+                        body["view"] = compact_view(view_for(state, player, common))
                         packed = pack(body)
                     else:
                         stored_brief[6] = own_hand(state, player)

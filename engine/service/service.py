@@ -269,7 +269,12 @@ class MatchService:
                 if stored:
                     return Outcome(stored, state, None, True, attempt)
                 return Outcome((), state, rej, False, attempt)
-            if not events:  # a read (Sync): nothing to append, nothing recorded
+            if not events:  # a read (Sync) or a no-op (a second Ready): nothing to append, nothing recorded
+                if not verified:  # a no-op is judged on the truth, never on a cached state alone
+                    verified = True
+                    state = self._verify(mid, state)
+                    attempt -= 1
+                    continue
                 return Outcome((), state, None, False, attempt)
             try:
                 result = self.store.append(mid, state.version, command.command_id, events,
