@@ -587,3 +587,26 @@ def test_the_level_badge_is_hidden_where_levels_change_nothing(browser, site) ->
                 assert "16: 2000000 → 800" in page.get_attribute("#opp-level", "title")
         finally:
             context.close()
+
+
+@pytest.mark.parametrize("size", SIZES[:2], ids=["portrait", "landscape"])
+def test_every_card_of_the_fan_takes_a_tap(browser, site, size: tuple[int, int]) -> None:
+    """Overlapping (and, in portrait, in rows over each other) every card still takes a tap where
+    it shows: Playwright clicks each slot's centre, which fails when another card covers it."""
+    context, page, errors = _open(browser, site, "zh-CN", reduced_motion="reduce")
+    try:
+        page.set_viewport_size({"width": size[0], "height": size[1]})
+        m = Match(f"taps-{size[0]}")
+        _seat(page, m)
+        page.wait_for_timeout(150)
+        ids = _hand_order(page)
+        assert len(ids) == 27
+        for cid in reversed(ids):  # select all from the front row: a lifted card over a flat one behind it
+            page.click(f"#hand [data-card='{cid}']", timeout=3_000)
+        assert page.locator("#hand [data-card][aria-pressed=true]").count() == 27
+        for cid in ids:
+            page.click(f"#hand [data-card='{cid}']", timeout=3_000)
+        assert page.locator("#hand [data-card][aria-pressed=true]").count() == 0
+        assert not errors, errors
+    finally:
+        context.close()
