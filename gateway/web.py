@@ -391,19 +391,28 @@ def replay_from_text(text: str, match_id: str | None) -> dict[str, Any]:
 def room_list(ctx: Any) -> list[dict[str, Any]]:
     """The rooms the lobby offers, for the page's room picker: name, mode, turn clock, and what
     sitting down takes (R-11.1): ``need`` (the lowest level's balance; a points room seats any
-    balance) and ``base`` (that level's X)."""
+    balance) and ``base`` (that level's X); ``levels`` is the room's R-11 table
+    (``[{level, need, base}]``, the page's level badge shows it).  With no room book: the
+    built-in points and wealth rooms."""
     book = getattr(getattr(ctx, "hub", None), "rooms", None)
     rooms = getattr(book, "rooms", None)
     if not isinstance(rooms, dict):
-        return [{"name": "points", "mode": "points"}, {"name": "wealth", "mode": "wealth"}]
+        from engine.config import load_config
+
+        return [{"name": mode, "mode": mode, "levels": _levels(load_config(mode))} for mode in ("points", "wealth")]
     out = []
     for name, cfg in sorted(rooms.items()):
         low = cfg.levels[0]
         out.append({"name": name, "mode": cfg.mode, "turn_seconds": cfg.turn_seconds,
                     "trustee_delay_seconds": cfg.trustee_delay_seconds,
                     "reclaim_after_reconnect": cfg.reclaim_after_reconnect,
-                    "base": low.base, "need": low.need if cfg.mode == "wealth" else 0})
+                    "base": low.base, "need": low.need if cfg.mode == "wealth" else 0,
+                    "levels": _levels(cfg)})
     return out
+
+
+def _levels(cfg: Any) -> list[dict[str, int]]:
+    return [{"level": lv.level, "need": lv.need, "base": lv.base} for lv in cfg.levels]
 
 
 async def rooms_for(ctx: Any, player: str) -> dict[str, Any]:

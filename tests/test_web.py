@@ -364,3 +364,8 @@ def test_the_lobby_lists_base_entry_and_the_players_own_balance() -> None:
     assert rooms["points"]["need"] == 0 and rooms["points"]["admits"] and rooms["points"]["balance"] == 40
     assert rooms["wealth"]["need"] > 0 and not rooms["wealth"]["admits"] and rooms["wealth"]["balance"] == 0
     assert all(isinstance(r["base"], int) and r["base"] > 0 for r in rooms.values())
+    # each room's R-11 table, for the page's level badge (issue 36)
+    assert rooms["points"]["levels"][0] == {"level": 0, "need": 0, "base": 5}
+    assert rooms["points"]["levels"][-1] == {"level": 16, "need": 2000000, "base": 800}
+    assert rooms["wealth"]["levels"][0] == {"level": 1, "need": 100, "base": 5}
+    assert [lv["level"] for lv in web.room_list(None)[0]["levels"]] == list(range(17))  # no room book: the built-in ones
