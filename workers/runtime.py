@@ -199,13 +199,14 @@ def from_env() -> Runtime:
     from workers.dispatcher import claims_for
     from workers.scheduler import DeadlineScheduler
 
-    from engine.store.connect import replica_acks_default
+    from engine.store.replicas import ReplicaAcks, resolve_replica_acks
 
     store = RedisEventStore.from_url(url)
-    acks = replica_acks_default()  # SK_REPLICA_ACKS: a timer's append waits for N replicas (issue 24 §4)
+    # a timer's append waits for N replicas: SK_REPLICA_ACKS, else 1 on a Cluster whose every
+    # master has a replica, else 0 (issue 35 §3)
+    acks, why = resolve_replica_acks(store.client, None, os.environ.get("SK_REPLICA_ACKS", ""))
+    log.info("replica acks %d (%s)", acks, why)
     if acks:
-        from engine.store.replicas import ReplicaAcks
-
         store.replica_acks = ReplicaAcks(store.client, acks)
     clock = SystemClock()
     scheduler = DeadlineScheduler(clock) if timer_messages_from_env() else None
