@@ -789,6 +789,8 @@ def initialize_counters(config_names: Iterable[str] | None = None) -> None:
         TIMER_LATENESS.labels(kind)  # a histogram the dashboard and ShuangkouTimersLate read
     for code in PARK_REASONS:
         SETTLEMENTS_PARKED.labels(code)
+    for result in ("ok", "noreplicas"):  # ShuangkouReplicaAcksStalled sees the first short WAIT
+        REPLICA_WAITS.labels(result)
     for ctype, result in product(command_types(), COMMAND_RESULTS):
         COMMANDS.labels(ctype, result)
     for ctype in command_types():  # the latency histogram too: a dashboard's quantile has its series

@@ -178,3 +178,34 @@ def test_the_gateway_refuses_a_bad_sk_replica_acks(value, message, tmp_path, alo
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_duplicate_found_through_a_refusal_waits_for_the_replicas(alone, pair):
+    """Issue 35 §3: a retried CreateMatch is refused (the match exists) and then found stored:
+    a ``duplicate``.  It is answered only once the original write is on the replicas -- without
+    one in time it is a transient NOREPLICAS (redelivered), never a duplicate reply."""
+    import random
+
+    from engine.config import load_config
+    from engine.match.commands import CreateMatch
+    from engine.service.service import MatchService
+    from engine.store.redis_store import RedisEventStore
+
+    cfg = load_config("points").to_record()
+    create = CreateMatch(match_id="acks-dup", command_id="acks-dup-create", config=cfg)
+    for node, answered in ((alone, False), (pair[0], True)):
+        first = MatchService(RedisEventStore(node.client()), lambda: 1_000, random.Random(0))
+        assert first.execute(create).rejection is None  # written, no wait (as a master cut off would)
+        store = RedisEventStore(node.client())
+        store.replica_acks = ReplicaAcks(store.client, 1, 200)
+        retry = MatchService(store, lambda: 2_000, random.Random(0))
+        if answered:
+            outcome = retry.execute(create)
+            assert outcome.duplicate and store.replica_acks.waits == 1
+            from engine.store import keys
+
+            assert pair[1].client().exists(keys.events_key("acks-dup", store.bucket_of("acks-dup"))) == 1
+        else:
+            with pytest.raises(redis.ResponseError, match="^NOREPLICAS 0 of 1") as err:
+                retry.execute(create)
+            assert is_transient(err.value)
