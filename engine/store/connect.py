@@ -179,16 +179,20 @@ def is_cluster(client: object) -> bool:
     return isinstance(client, AsyncRedisCluster)
 
 
-def replica_acks_default(client: Any = None) -> int:
-    """The replicas a write waits for when no flag says: ``$SK_REPLICA_ACKS`` if set, else
-    (with ``client``) 1 on a Cluster whose every master has a replica, else 0 (issue 35 §3;
-    :func:`engine.store.replicas.resolve_replica_acks` says why)."""
-    from engine.store.replicas import resolve_replica_acks
-
+def replica_acks_default() -> int:
+    """``$SK_REPLICA_ACKS`` (0 when unset): the replicas a write waits for (issue 24 §4).
+    Without it the processes take the topology's default (issue 35 §3):
+    :func:`engine.store.replicas.resolve_replica_acks`."""
+    raw = os.environ.get("SK_REPLICA_ACKS", "").strip()
+    if not raw:
+        return 0
     try:
-        return resolve_replica_acks(client, None, os.environ.get("SK_REPLICA_ACKS", ""))[0]
-    except ValueError as exc:
-        raise RedisUnavailable(str(exc)) from None
+        n = int(raw)
+    except ValueError:
+        raise RedisUnavailable(f"SK_REPLICA_ACKS must be a whole number, got {raw!r}") from None
+    if n < 0:
+        raise RedisUnavailable(f"SK_REPLICA_ACKS must be 0 or more, got {n}")
+    return n
 
 
 def _safe(url: str) -> str:
