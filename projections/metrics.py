@@ -131,6 +131,10 @@ REPLICA_WAITS = Counter("shuangkou_replica_waits",
                         "WAITs for replica acknowledgements, by result (ok/noreplicas: too few within the "
                         "timeout, the command is not acknowledged and is retried).",
                         ["result"], registry=REGISTRY)
+CLOCKS_PAUSED = Counter("shuangkou_clocks_paused",
+                        "Turn and ready clocks moved later because the player could not have acted "
+                        "(ClockExtended: update published late, writes unconfirmed; issue 35 §4).",
+                        ["kind", "reason"], registry=REGISTRY)
 REPLICA_WAIT_LATENCY = Histogram("shuangkou_replica_wait_duration_seconds",
                                  "Time of one INCR + WAIT for replica acknowledgements.",
                                  buckets=_LATENCY_BUCKETS, registry=REGISTRY)
@@ -143,6 +147,12 @@ def set_buckets_owned(n: int) -> None:
 def set_replica_acks(n: int) -> None:
     """The replica acks in force in this process (``shuangkou_replica_acks``)."""
     REPLICA_ACKS.set(n)
+
+
+def observe_clock_paused(kind: str, reason: str) -> None:
+    """A ClockExtended appended by a timer (workers/runtime.py)."""
+    CLOCKS_PAUSED.labels("ready" if kind == "ready" else "turn",
+                         "unconfirmed" if reason == "unconfirmed" else "unpublished").inc()
 
 
 def observe_replica_wait(result: str, seconds: float) -> None:
@@ -791,6 +801,9 @@ def initialize_counters(config_names: Iterable[str] | None = None) -> None:
         SETTLEMENTS_PARKED.labels(code)
     for result in ("ok", "noreplicas"):  # ShuangkouReplicaAcksStalled sees the first short WAIT
         REPLICA_WAITS.labels(result)
+    for kind in ("turn", "ready"):
+        for reason in ("unpublished", "unconfirmed"):
+            CLOCKS_PAUSED.labels(kind, reason)
     for ctype, result in product(command_types(), COMMAND_RESULTS):
         COMMANDS.labels(ctype, result)
     for ctype in command_types():  # the latency histogram too: a dashboard's quantile has its series

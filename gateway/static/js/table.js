@@ -638,6 +638,9 @@ function noteEvents(match, events, view) {
       case "TurnTimedOut":
         notice(you ? t("notice.timeout", { n: e.count }) : t("notice.timeoutOther", { name: name(), n: e.count }), "warn", "timeout");
         break;
+      case "ClockExtended":
+        notice(t("notice.clockPaused", { s: Math.round(e.by_ms / 1000) }), "info", "clock");
+        break;
       case "TrusteeshipStarted":
         notice(you ? t("notice.trusteeOnYou") : t("notice.trusteeOn", { name: name() }), "warn", `trustee-${e.player}`);
         break;
