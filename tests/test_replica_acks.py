@@ -209,3 +209,58 @@ def test_a_duplicate_found_through_a_refusal_waits_for_the_replicas(alone, pair)
             with pytest.raises(redis.ResponseError, match="^NOREPLICAS 0 of 1") as err:
                 retry.execute(create)
             assert is_transient(err.value)
+
+
+def test_the_default_on_a_single_node_is_zero_and_an_explicit_value_wins(pair, alone, monkeypatch):
+    """Issue 35 §3: without a flag or SK_REPLICA_ACKS a single node (with or without a replica
+    of its own: no Cluster, no CLUSTER SHARDS) waits for nobody; the Cluster's case runs in
+    tests/test_cluster_replica_acks.py."""
+    from engine.store.replicas import replicas_per_master, resolve_replica_acks
+
+    for node in (alone, pair[0]):
+        client = node.client()
+        assert replicas_per_master(client) is None
+        assert resolve_replica_acks(client) == (0, "a single node: no replica to wait for")
+        assert resolve_replica_acks(client, 2) == (2, "--replica-acks")
+        assert resolve_replica_acks(client, None, " 1 ") == (1, "SK_REPLICA_ACKS")
+    with pytest.raises(ValueError, match="SK_REPLICA_ACKS must be a whole number"):
+        resolve_replica_acks(None, None, "one")
+
+
+def test_the_value_in_force_is_a_gauge():
+    from projections import metrics
+
+    metrics.set_replica_acks(1)
+    assert "shuangkou_replica_acks" in metrics.exposed_names()
+    assert metrics.REGISTRY.get_sample_value("shuangkou_replica_acks") == 1
+    metrics.set_replica_acks(0)
+    assert metrics.REGISTRY.get_sample_value("shuangkou_replica_acks") == 0
+
+
+def test_serve_logs_and_exports_the_replica_acks_in_force(alone, tmp_path):
+    """serve on a single node: ``replica acks 0 (a single node ...)`` in its log at start, and
+    ``shuangkou_replica_acks 0`` on /metrics; ``--replica-acks 1`` is logged as the flag's."""
+    import os
+    import urllib.request
+
+    from tests.processes import wait_for
+
+    for extra, line, value in (([], "replica acks 0 (a single node: no replica to wait for)", 0.0),
+                               (["--replica-acks", "1"], "replica acks 1 (--replica-acks)", 1.0)):
+        out, err = tmp_path / f"serve{value}.out", tmp_path / f"serve{value}.err"
+        env = {k: v for k, v in os.environ.items() if k != "SK_REPLICA_ACKS"}
+        with open(out, "wb") as fo, open(err, "wb") as fe:
+            proc = subprocess.Popen([sys.executable, "-m", "shuangkou", "serve", "--redis", alone.url,
+                                     "--metrics-port", "0", "--no-projections", *extra],
+                                    cwd=ROOT, env=env, stdout=fo, stderr=fe)
+            try:
+                wait_for(lambda: "ready consumer" in out.read_text() or proc.poll() is not None, 60,
+                         "serve did not start", (err,))
+                assert proc.poll() is None, err.read_text()[-2000:]
+                assert line in err.read_text()
+                port = next(int(x.split()[1]) for x in out.read_text().splitlines() if x.startswith("metrics-port"))
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+                assert f"shuangkou_replica_acks {value}" in body
+            finally:
+                proc.terminate()
+                proc.wait(timeout=30)
