@@ -264,3 +264,16 @@ def test_serve_logs_and_exports_the_replica_acks_in_force(alone, tmp_path):
             finally:
                 proc.terminate()
                 proc.wait(timeout=30)
+
+
+def test_a_duplicate_operator_entry_waits_for_the_replicas(alone):
+    """Issue 35 §3: a Credit retried after its first answer was lost is answered ``duplicate``
+    only once the booked entry is on the replicas; without one in time, NOREPLICAS."""
+    from projections.ledger import ENTRY_APPLIED, LedgerEntry, RedisLedger
+
+    entry = LedgerEntry("credit", "acks-ledger-p", "wealth", 100, "acks-ledger-credit-1", 1, "test", "op")
+    assert RedisLedger(alone.client()).record_entry(entry) == ENTRY_APPLIED  # booked, no wait
+    ledger = RedisLedger(alone.client())
+    ledger.replica_acks = ReplicaAcks(ledger.client, 1, 100)
+    with pytest.raises(redis.ResponseError, match="^NOREPLICAS 0 of 1"):
+        ledger.record_entry(entry)

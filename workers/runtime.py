@@ -616,5 +616,8 @@ def _republish(rt: Runtime, cmd: CommandBase, state: Any) -> bool:
     from engine.service.service import Outcome
 
     log.info("%s: applied before (seqs %d..%d), publishing its events again", cmd.command_id, first, last)
+    confirm = getattr(rt.store, "confirm_replicated", None)
+    if callable(confirm):
+        confirm(cmd.match_id)  # published only once on the replicas (issue 35 §3): NOREPLICAS retries
     publish_outcome(rt, cmd, Outcome(tuple(events), state, None, True))
     return True
