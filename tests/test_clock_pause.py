@@ -300,3 +300,21 @@ def test_no_reconnect_grace_ends_until_a_whole_grace_after_the_lobbys_redis_is_b
     # end none, until the whole grace passed (then every sweep does: the last three)
     later = f"absent@{lobby.resume_after_outage_ms() / 1000:.0f}"
     assert calls == ["absent@0", later, later, later], calls
+
+
+def test_a_clock_pauses_once_in_a_row_when_nothing_reaches_the_player(timers, published):
+    """Publishing is broken, not late: the update carrying the paused clock does not reach the
+    player either.  The clock pauses once, then runs out: no match waits for ever."""
+    t, clock = timers
+    m = Match(t, cfg(turn_seconds=15)).start()
+    t.lose_pending_timers()
+    s = m.state()
+    player = _on_turn(s)
+    published[(player, s.version)] = None
+    published[(player, s.version + 1)] = None
+    clock.set(s.deadline().at_ms)
+    assert rt_mod.fire("m1", s.version, "turn", t.runtime) == "extended"
+    after = m.state()
+    clock.set(after.deadline().at_ms)
+    assert rt_mod.fire("m1", after.version, "turn", t.runtime) == "committed"
+    assert isinstance(m.events(after=after.version)[0], TurnTimedOut)

@@ -37,6 +37,7 @@ from typing import Any, Literal
 from engine.match.commands import CommandBase, ExtendClock, ReadyTimeout, TrusteeAct, TurnTimeout
 from engine.match.errors import Rejected, StaleCommand
 from engine.match.deadline import DeadlineKind
+from engine.match.events import ClockExtended
 from engine.store.base import EventStore, WrongVersion
 from engine.store.transient import Backoff, is_transient
 from workers.clock import SystemClock, read_ms
@@ -460,6 +461,11 @@ def clock_pause(rt: Runtime, state: Any, version: int, kind: str) -> tuple[int, 
         published = published_at(client, player, state.match_id, version)
         delay = max(delay, (now if published is None else published) - int(state.last_ts or 0))
     if delay > rt.clock_pause_min_ms and now < state.deadline_at + delay:
+        last = rt.store.load(state.match_id, after=version - 1) if version > 0 else []
+        if last and isinstance(last[-1], ClockExtended) and last[-1].reason == "unpublished":
+            # its own update did not reach the player either (publishing is broken, not late):
+            # one pause in a row, then the clock runs, so a match never waits for ever
+            return None
         return delay, "unpublished"
     return None
 
