@@ -190,3 +190,38 @@ def test_execute_many_keeps_the_other_masters_matches_going(local_cluster):
                 assert isinstance(r, Outcome) and r.rejection is None and not r.duplicate, r
     finally:
         client.close()
+
+
+def test_due_deadlines_skip_only_the_buckets_of_a_node_that_cannot_answer(local_cluster, monkeypatch):
+    """The sweeper's read of the due deadlines: a node cut off (its pipeline part fails with
+    CLUSTERDOWN) holds back only its own buckets' deadlines."""
+    from engine.match.deadline import Deadline
+
+    client = _client(local_cluster)
+    try:
+        store = RedisEventStore(client)
+        by_master = _one_match_per_master(local_cluster, store)
+        for mid in by_master.values():
+            store.append(mid, 0, f"{mid}-d", [], Deadline(match_id=mid, version=0, at_ms=1_000, kind="turn"))
+        assert sorted(d.match_id for d in store.due_deadlines(2_000)) == sorted(by_master.values())
+        victim = sorted(by_master)[0]
+        cut = by_master[victim]
+        cut_key = keys.deadlines_key(store.bucket_of(cut))
+        down = redis.exceptions.ClusterDownError("CLUSTERDOWN The cluster is down")
+
+        def pipeline(*_a: Any, **_k: Any) -> Any:
+            raise down
+
+        real = client.zrangebyscore
+
+        def zrangebyscore(key: Any, *a: Any, **k: Any) -> Any:
+            if (key.decode() if isinstance(key, bytes) else key) == cut_key:
+                raise down
+            return real(key, *a, **k)
+
+        monkeypatch.setattr(client, "pipeline", pipeline)
+        monkeypatch.setattr(client, "zrangebyscore", zrangebyscore)
+        assert sorted(d.match_id for d in store.due_deadlines(2_000)) == sorted(
+            m for m in by_master.values() if m != cut)
+    finally:
+        client.close()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib.resources
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import msgpack
@@ -29,6 +29,7 @@ from redis.exceptions import AskError, MovedError, NoScriptError
 
 from engine.match.events import EventBase, MatchFinished, decode_event, encode_event
 from engine.store import keys
+from engine.store.redis_errors import is_transient
 from engine.store.base import (
     AppendRequest,
     AppendResult,
@@ -416,21 +417,17 @@ class RedisEventStore(EventStore):
                 yield _s(member)
 
     def due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
-        pipe = self.client.pipeline(transaction=False)
-        for b in range(self.buckets):
-            pipe.zrangebyscore(keys.deadlines_key(b), "-inf", now_ms, start=0, num=limit)
-        members = pipe.execute()
-        pipe = self.client.pipeline(transaction=False)
-        asked: list[list[str]] = []
-        for b, ms in enumerate(members):
-            if ms:
-                ids = [_s(m) for m in ms]
-                asked.append(ids)
-                pipe.hmget(keys.deadline_info_key(b), ids)
+        """Due deadlines of every bucket (two pipelines).  On a Cluster, a node that cannot
+        answer (cut off, failing over) holds back only its own buckets': they are read one
+        by one and the failing ones skipped (none answering: the error is raised)."""
+        members = self._by_bucket(range(self.buckets), lambda c, b: c.zrangebyscore(
+            keys.deadlines_key(b), "-inf", now_ms, start=0, num=limit))
+        asked = {b: [_s(m) for m in ms] for b, ms in members.items() if ms}
         if not asked:
             return []
+        infos_of = self._by_bucket(asked, lambda c, b: c.hmget(keys.deadline_info_key(b), asked[b]))
         due: list[Deadline] = []
-        for ids, infos in zip(asked, pipe.execute()):
+        for ids, infos in ((asked[b], infos) for b, infos in infos_of.items()):
             for match_id, raw in zip(ids, infos):
                 # the hash is the truth: a deadline replaced or cleared between the
                 # two reads shows up here as a later at_ms or as nothing
@@ -441,6 +438,31 @@ class RedisEventStore(EventStore):
                     due.append(d)
         due.sort(key=lambda d: (d.at_ms, d.match_id.encode("utf-8")))
         return due[:limit]
+
+    def _by_bucket(self, buckets: Iterable[int], call: Callable[[Any, int], Any]) -> dict[int, Any]:
+        """``call(client_or_pipeline, bucket)`` for each bucket, in one pipeline; on a Cluster
+        whose pipeline fails for a transient reason, bucket by bucket, without the failing
+        ones (all failing: the first error is raised)."""
+        wanted = list(buckets)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for b in wanted:
+                call(pipe, b)
+            return dict(zip(wanted, pipe.execute()))
+        except Exception as exc:
+            if not isinstance(self.client, RedisCluster) or not is_transient(exc):
+                raise
+            first: Exception = exc
+        out: dict[int, Any] = {}
+        for b in wanted:
+            try:
+                out[b] = call(self.client, b)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+        if not out and wanted:
+            raise first
+        return out
 
     def deadline(self, match_id: str) -> Deadline | None:
         b = self.bucket_of(match_id)
