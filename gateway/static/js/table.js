@@ -719,6 +719,7 @@ function roomOf() {
 function learnClock(view, events) {
   const ts = (events || []).map((e) => e.ts).filter((x) => typeof x === "number");
   if (!view.deadline || !ts.length) return;
+  if ((events || []).some((e) => e.type === "ClockExtended")) return;  // a paused clock: not the room's length
   const secs = (view.deadline.at_ms - Math.max(...ts)) / 1000;
   if (secs > 0 && view.deadline.kind === "turn") S.learned.turn = secs;
   if (secs >= 0 && view.deadline.kind === "trustee") S.learned.trustee = secs;
