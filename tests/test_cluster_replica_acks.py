@@ -225,3 +225,40 @@ def test_due_deadlines_skip_only_the_buckets_of_a_node_that_cannot_answer(local_
             m for m in by_master.values() if m != cut)
     finally:
         client.close()
+
+
+def test_the_lobbys_wait_takes_no_turn_of_the_gateways_bound(local_cluster):
+    """gateway/gated.py bounds the commands in flight; a WAIT (up to 2 s on a master whose
+    replicas do not answer) held one of those turns, so a few of them stopped the players'
+    commands to every other master.  The WAIT now goes outside the bound."""
+    import asyncio
+
+    from engine.store.replicas import AsyncReplicaAcks
+    from gateway.gated import GatedCluster
+
+    async def main() -> int:
+        client = GatedCluster.from_url(local_cluster.url, max_connections=4)  # two turns
+        try:
+            await client.initialize()
+            acks = AsyncReplicaAcks(client, 1, 2_000)
+            held, release = asyncio.Event(), asyncio.Event()
+            inside = 0
+
+            async def hold() -> None:
+                nonlocal inside
+                async with client.turn():
+                    inside += 1
+                    if inside == 2:
+                        held.set()
+                    await release.wait()
+
+            holders = [asyncio.create_task(hold()) for _ in range(2)]
+            await held.wait()  # every turn is taken
+            await asyncio.wait_for(acks.confirm(["sk:{lobby}:seq"]), 60)  # a bound, not a timing
+            release.set()
+            await asyncio.gather(*holders)
+            return acks.waits
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main()) == 1

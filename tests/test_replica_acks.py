@@ -277,3 +277,30 @@ def test_a_duplicate_operator_entry_waits_for_the_replicas(alone):
     ledger.replica_acks = ReplicaAcks(ledger.client, 1, 100)
     with pytest.raises(redis.ResponseError, match="^NOREPLICAS 0 of 1"):
         ledger.record_entry(entry)
+
+
+def test_concurrent_asyncio_waits_share_rounds(pair, alone):
+    """Issue 35 §3: callers of one hash tag that wait at the same time share one INCR + WAIT
+    (the round's INCR comes after each of their writes): one WAIT out per tag, not one per
+    caller holding a connection each.  Too few replicas: every caller gets NOREPLICAS."""
+    import redis.asyncio as aioredis
+
+    async def many(url: str, n: int) -> tuple[list[Any], int]:
+        client = aioredis.Redis.from_url(url)
+        acks = AsyncReplicaAcks(client, 1, 200)
+        try:
+            for k in range(n):  # each caller's own write first, then its wait
+                await client.set(f"sk:{{lobby}}:round-{k}", k)
+            out = await asyncio.gather(*(acks.confirm(["sk:{lobby}:seq"]) for _ in range(n)),
+                                       return_exceptions=True)
+            return out, acks.waits
+        finally:
+            await client.aclose()
+
+    primary, replica = pair
+    out, waits = asyncio.run(many(primary.url, 20))
+    assert out == [None] * 20 and 1 <= waits <= 2, (out, waits)
+    assert replica.client().get("sk:{lobby}:round-19") == b"19"  # the replica had every caller's write
+    out, waits = asyncio.run(many(alone.url, 20))
+    assert all(isinstance(x, redis.ResponseError) and str(x).startswith("NOREPLICAS 0 of 1") for x in out), out
+    assert waits <= 2

@@ -25,6 +25,7 @@ each WAIT: serve counts them (``shuangkou_replica_waits_total``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -140,15 +141,60 @@ class AsyncReplicaAcks(_Waiter):
     The INCR and the WAIT go out as one pipeline on one connection of the node holding
     the key: a plain client's pipeline takes one connection; on a Cluster they are sent
     to the key's node directly (redis-py's cluster pipeline would route the keyless WAIT
-    elsewhere).
+    elsewhere), outside the gateway's bound on commands in flight (gateway/gated.py): a
+    WAIT on a master whose replicas do not answer holds none of the turns the commands
+    for the other masters need (issue 35 §3).
+
+    Waits share rounds, one per hash tag at a time: the callers that arrive while a
+    round is out are all answered by the next one (its INCR comes after each of their
+    writes, and a replica that acknowledged it holds them all), so a tag never has more
+    than one WAIT out and a slow one delays only the callers of that tag.
     """
 
+    def __init__(self, client: Any, n: int, timeout_ms: int = DEFAULT_TIMEOUT_MS):
+        super().__init__(client, n, timeout_ms)
+        self._queued: dict[str, list[asyncio.Future[None]]] = {}
+        self._running: set[str] = set()
+
     async def confirm(self, keys: Iterable[str | bytes]) -> None:
-        """One INCR + WAIT per distinct hash tag of ``keys``; NOREPLICAS when too few acknowledged."""
+        """One INCR + WAIT per distinct hash tag of ``keys`` (shared with concurrent callers);
+        NOREPLICAS when too few acknowledged."""
         for key in self._one_per_tag(keys):
-            started = time.perf_counter()
-            got = await (self._cluster_one(key) if is_cluster(self.client) else self._single_one(key))
-            self._verdict(key, got, started)
+            await self._in_round(key)
+
+    async def _in_round(self, key: str) -> None:
+        tag = tag_of(key)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._queued.setdefault(tag, []).append(fut)
+        if tag not in self._running:
+            self._running.add(tag)
+            loop.create_task(self._rounds(tag, key))
+        await fut
+
+    async def _rounds(self, tag: str, key: str) -> None:
+        """Rounds of INCR + WAIT on ``tag`` while callers wait; each answers those queued before it."""
+        try:
+            while self._queued.get(tag):
+                batch = self._queued.pop(tag)
+                started = time.perf_counter()
+                error: BaseException | None
+                try:
+                    got = await (self._cluster_one(key) if is_cluster(self.client) else self._single_one(key))
+                    self.waits += 1
+                    error = self.shortfall(key, got)
+                    self.report("ok" if error is None else "noreplicas", time.perf_counter() - started)
+                except Exception as exc:
+                    error = exc
+                for f in batch:
+                    if f.done():  # its caller went away
+                        continue
+                    if error is None:
+                        f.set_result(None)
+                    else:
+                        f.set_exception(_copy(error))
+        finally:
+            self._running.discard(tag)
 
     async def _single_one(self, key: str) -> int:
         pipe = self.client.pipeline(transaction=False)
@@ -158,8 +204,6 @@ class AsyncReplicaAcks(_Waiter):
         return int(got)
 
     async def _cluster_one(self, key: str) -> int:
-        from contextlib import nullcontext
-
         from redis.asyncio.cluster import PipelineCommand
 
         client = self.client
@@ -167,9 +211,8 @@ class AsyncReplicaAcks(_Waiter):
         node = client.get_node_from_key(key)
         commands = [PipelineCommand(0, "INCR", marker_key(key)),
                     PipelineCommand(1, "WAIT", self.n, self.timeout_ms)]
-        turn = client.turn() if hasattr(client, "turn") else nullcontext()  # gateway/gated.py's bound
-        async with turn:
-            await node.execute_pipeline(commands)
+        # not under gateway/gated.py's bound: one round per tag at a time takes the node's spare connection
+        await node.execute_pipeline(commands)
         for c in commands:
             if isinstance(c.result, BaseException):
                 if str(c.result).startswith("MOVED"):
@@ -177,6 +220,15 @@ class AsyncReplicaAcks(_Waiter):
                 raise c.result
         got: Any = commands[1].result
         return int(got)
+
+
+def _copy(error: BaseException) -> BaseException:
+    """A fresh exception like ``error`` for each caller (one object raised in several tasks
+    would collect all their tracebacks)."""
+    try:
+        return type(error)(*error.args)
+    except Exception:
+        return error
 
 
 # -- the default (issue 35 §3) -----------------------------------------------------------
