@@ -134,6 +134,12 @@ BY_OWNER: dict[tuple[str, str], str] = {
     ("event_HandDealt", "client_seeds"): "the client seeds of seats 0 and 1 the deal was computed from; null "
                                          "before fair deals",
     ("event_PlayerReady", "client_seed"): "the player's entropy for the fair deal; null before fair deals",
+    ("event_ClockExtended", "kind"): "which clock moved: turn (R-13.1) or ready (R-13.2)",
+    ("event_ClockExtended", "by_ms"): "how many milliseconds later the clock now runs out (the deadline in the "
+                                      "view and the brief moved by this much)",
+    ("event_ClockExtended", "reason"): "unpublished: the update that started the clock reached the player late; "
+                                       "unconfirmed: the match's writes could not be confirmed on the replicas "
+                                       "(issue 35 §4)",
     ("view.result", "reason"): "out: the winner played their last card; escape: the loser escaped",
     ("view.deadline", "kind"): "which clock: turn (R-13.1), trustee (the trustee's delay, R-13.3), ready (R-13.2)",
     ("view.deadline", "version"): "the version the clock was set at",

@@ -610,3 +610,28 @@ def test_every_card_of_the_fan_takes_a_tap(browser, site, size: tuple[int, int])
         assert not errors, errors
     finally:
         context.close()
+
+
+def test_a_paused_clock_is_shown_and_the_deadline_moves(browser, site) -> None:
+    """Issue 35 §4: a ClockExtended update shows the paused-clock notice and the turn clock
+    counts down to the moved deadline (the view's and the brief's)."""
+    from engine.match.commands import ExtendClock
+
+    context, page, errors = _open(browser, site, "en-US")
+    try:
+        m = Match()
+        _seat(page, m)
+        before = m.state.deadline()
+        _feed(page, m.run(ExtendClock(command_id="x1", match_id=m.mid, version=m.state.version,
+                                      by_ms=60_000, reason="unpublished")))
+        page.wait_for_selector("[data-notice='clock']")
+        words = CATALOGUES["en"]
+        assert page.text_content("[data-notice='clock']") == words["notice.clockPaused"].replace("{s}", "60")
+        assert m.state.deadline().at_ms == before.at_ms + 60_000
+        # the clock shows the moved deadline: more than the room's 15 s turn is left
+        page.wait_for_function("() => /\\d+/.test(document.querySelector('#clock-n').textContent)")
+        left = int(re.search(r"\d+", page.text_content("#clock-n")).group())
+        assert left > load_config("points").turn_seconds
+        assert not errors, errors
+    finally:
+        context.close()

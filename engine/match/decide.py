@@ -24,7 +24,9 @@ Lifecycle (phase ``new`` → ``seating`` → ``playing`` → ``finished``):
   emptied ends the match: MatchFinished with kou (R-6.3, R-7).
 * ``TurnTimeout``/``TrusteeAct``/``ReadyTimeout`` are the system's timer
   commands: each carries the match version it was set for and is refused as
-  stale (:class:`StaleCommand`) otherwise (R-13.1–R-13.3).
+  stale (:class:`StaleCommand`) otherwise (R-13.1–R-13.3).  ``ExtendClock``
+  (also the timers') moves the running turn or ready clock later: ClockExtended,
+  when the player could not have acted (issue 35 §4).
 * ``RequestTrustee``/``CancelTrustee`` (R-13.5), ``Disconnect``/``Reconnect``
   (R-13.4), ``Escape`` (R-12.1).
 
@@ -78,6 +80,7 @@ from engine.match.commands import (
     Deal,
     Disconnect,
     Escape,
+    ExtendClock,
     Leave,
     Pass,
     Play,
@@ -113,6 +116,7 @@ from engine.match.errors import (
 from engine.match import fairness
 from engine.match.events import (
     CardsPlayed,
+    ClockExtended,
     EventBase,
     HandDealt,
     MatchAbandoned,
@@ -212,7 +216,7 @@ def _checked_handler(state: MatchState, command: CommandBase) -> Callable[[_Buil
     if state.over and not isinstance(command, CreateMatch):
         # MatchFinished / MatchAbandoned is the last event a match ever gets (settlement
         # and the projection runner rely on it): nothing is decided after it
-        if isinstance(command, (TurnTimeout, TrusteeAct, ReadyTimeout)):
+        if isinstance(command, (TurnTimeout, TrusteeAct, ReadyTimeout, ExtendClock)):
             raise StaleCommand(f"match {state.match_id} is over: the timer has nothing to do")
         _not_over(state)
     return handler
@@ -657,6 +661,15 @@ def _ready_timeout(b: _Builder, c: ReadyTimeout) -> None:
     b.emit(MatchAbandoned, reason="not_ready" if unready else "seat_empty")
 
 
+def _extend_clock(b: _Builder, c: ExtendClock) -> None:
+    s = b.state
+    _check_version(s, c.version, "clock extension")
+    if s.deadline_kind not in ("turn", "ready"):
+        raise StaleCommand(f"no turn or ready clock runs (deadline {s.deadline_kind})")
+    kind = "turn" if s.deadline_kind == "turn" else "ready"
+    b.emit(ClockExtended, kind=kind, by_ms=c.by_ms, reason=c.reason)  # issue 35 §4
+
+
 def _request_trustee(b: _Builder, c: RequestTrustee) -> None:
     s = b.state
     i = _playing_seat(s, c.player)
@@ -732,6 +745,7 @@ def _escape(b: _Builder, c: Escape) -> None:
 _HANDLERS: dict[type[CommandBase], Callable[[_Builder, Any], None]] = {
     CreateMatch: _create, Sit: _sit, Leave: _leave, Ready: _ready, Deal: _deal, Play: _play_cmd,
     Pass: _pass, TurnTimeout: _turn_timeout, TrusteeAct: _trustee_act, ReadyTimeout: _ready_timeout,
+    ExtendClock: _extend_clock,
     RequestTrustee: _request_trustee, CancelTrustee: _cancel_trustee, Disconnect: _disconnect,
     Reconnect: _reconnect, Escape: _escape, Sync: lambda b, c: None,
 }

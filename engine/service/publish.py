@@ -34,6 +34,7 @@ from engine.match.events import (
     PlayerDisconnected,
     PlayerEscaped,
     PlayerReconnected,
+    ClockExtended,
     PlayerRemoved,
     PlayerSeated,
     Reading,
@@ -72,7 +73,7 @@ class GatewayStats:
 #: the finish, and the rare changes of a player's status (connection, trusteeship, escape, removal)
 _VIEW_EVENTS: tuple[type[EventBase], ...] = (
     PlayerSeated, HandDealt, MatchFinished, PlayerDisconnected, PlayerReconnected, TrusteeshipStarted, TrusteeshipEnded,
-    PlayerEscaped, PlayerRemoved,
+    PlayerEscaped, PlayerRemoved, ClockExtended,
 )
 
 

@@ -159,6 +159,28 @@ export type CardsPlayedEvent = {
   by: "player" | "timeout" | "trustee";
 };
 
+/** ClockExtended */
+export type ClockExtendedEvent = {
+  /** the match's id */
+  match_id: string;
+  /** the event's number in its match: 1, 2, 3…; the match's version after it */
+  seq: number;
+  /** milliseconds since the epoch, from the decide context */
+  ts: number;
+  /** the command that caused it: your own command_id when your command did, else null (the same as the update's command_id) */
+  command_id: string | null;
+  /** the event schema version (1) */
+  v: number;
+  /** the message or event type (the tag of the union) */
+  type: "ClockExtended";
+  /** which clock moved: turn or ready */
+  kind: "turn" | "ready";
+  /** how many milliseconds later the clock now runs out (the deadline in the view and the brief moved by this much) */
+  by_ms: number;
+  /** unpublished: the update that started the clock reached the player late; unconfirmed: the match's writes could not be confirmed on the replicas (issue 35 §4) */
+  reason: "unpublished" | "unconfirmed";
+};
+
 /** HandDealt */
 export type HandDealtEvent = {
   /** the match's id */
@@ -559,7 +581,7 @@ export type RoomConfig = {
   bot_level?: "easy" | "normal" | "hard" | null;
 };
 
-export type MatchEvent = MatchCreatedEvent | PlayerSeatedEvent | PlayerReadyEvent | PlayerRemovedEvent | HandDealtEvent | CardsPlayedEvent | PassedEvent | TurnTimedOutEvent | TrusteeshipStartedEvent | TrusteeshipEndedEvent | PlayerDisconnectedEvent | PlayerReconnectedEvent | PlayerEscapedEvent | MatchFinishedEvent | MatchAbandonedEvent;
+export type MatchEvent = MatchCreatedEvent | PlayerSeatedEvent | PlayerReadyEvent | PlayerRemovedEvent | HandDealtEvent | CardsPlayedEvent | PassedEvent | TurnTimedOutEvent | TrusteeshipStartedEvent | TrusteeshipEndedEvent | PlayerDisconnectedEvent | PlayerReconnectedEvent | PlayerEscapedEvent | MatchFinishedEvent | MatchAbandonedEvent | ClockExtendedEvent;
 
 /** A reading: what combination the cards were played as */
 export type Reading = {

@@ -941,6 +941,9 @@ function noteEvents(match, events, view) {
       case "TurnTimedOut":
         notice(you ? t("notice.timeout", { n: e.count }) : t("notice.timeoutOther", { name: name(), n: e.count }), "warn", "timeout");
         break;
+      case "ClockExtended":
+        notice(t("notice.clockPaused", { s: Math.round(e.by_ms / 1000) }), "info", "clock");
+        break;
       case "TrusteeshipStarted":
         notice(you ? t("notice.trusteeOnYou") : t("notice.trusteeOn", { name: name() }), "warn", `trustee-${e.player}`);
         break;
@@ -1054,6 +1057,7 @@ function roomOf() {
 function learnClock(view, events) {
   const ts = (events || []).map((e) => e.ts).filter((x) => typeof x === "number");
   if (!view.deadline || !ts.length) return;
+  if ((events || []).some((e) => e.type === "ClockExtended")) return;  // a paused clock: not the room's length
   const secs = (view.deadline.at_ms - Math.max(...ts)) / 1000;
   if (secs > 0 && view.deadline.kind === "turn") S.learned.turn = secs;
   if (secs >= 0 && view.deadline.kind === "trustee") S.learned.trustee = secs;
