@@ -206,6 +206,43 @@ def wilson_upper(k: int, n: int) -> float:
     return float(binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson").high)
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process used so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def serve_baseline(matches: int = 160, concurrency: int = 16) -> dict[str, Any]:
+    """``shuangkou serve``'s CPU per player command at ``concurrency`` clients, as in
+    bench/pipeline.py's c16 run (one serve, projections and in-process timers on, driven by
+    ``simulate --external`` in two client processes), on its own redis-server."""
+    import subprocess
+
+    from bench.pipeline import ROOT, _env, _stop, _wait_ready, start_redis
+
+    proc, url, _ = start_redis()
+    serve = subprocess.Popen([sys.executable, "-m", "shuangkou", "serve", "--redis", url, "--consumer", "bench",
+                              "--batch", "20"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    try:
+        _wait_ready(serve)
+        c0 = _cpu_s(serve.pid)
+        sims = [subprocess.Popen([sys.executable, "-m", "shuangkou", "simulate", "-n", str(matches // 2), "--redis", url,
+                                  "--external", "--json", "--seed", str(1 + k), "--concurrency", str(concurrency // 2),
+                                  "--no-progress"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for k in range(2)]
+        outs = [p.communicate(timeout=1800) for p in sims]
+        cpu = _cpu_s(serve.pid) - c0
+        reps = [json.loads(o) for o, _ in outs]
+        commands = sum(int(r["commands"]) for r in reps)
+        finished = sum(int(r["finished"]) for r in reps)
+    finally:
+        _stop(serve)
+        _stop(proc)
+    return {"serve_cpu_ms_per_command": round(cpu * 1000 / max(1, commands), 4), "commands": commands,
+            "matches": finished, "commands_per_match": round(commands / max(1, finished), 1)}
+
+
 def read_out(pop: Population, store: Any, threshold: float) -> dict[str, Any]:
     from projections.integrity.features import pair_key
 
@@ -232,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dumpers", type=int, default=None, help="dumper groups of each kind")
     ap.add_argument("--fakeredis", action="store_true",
                     help="keep the projection's state in fakeredis (its CPU then counts as the projection's)")
+    ap.add_argument("--serve-baseline", action="store_true",
+                    help="also measure serve's CPU per command at c16 (bench/pipeline.py's set-up) and report "
+                         "the integrity share of it (needs redis-server)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--progress", metavar="FILE", help="rewrite FILE with a progress line after every round")
     args = ap.parse_args(argv)
@@ -262,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         client = fakeredis.FakeRedis()
     store = IntegrityStore(client)
     proj = IntegrityProjection(store)
+    import scipy.stats  # noqa: F401 - a one-off import, not a cost of each match
     rng = random.Random(args.seed * 7919)
     start = time.perf_counter()
     cpu0 = time.process_time()
@@ -305,6 +346,11 @@ def main(argv: list[str] | None = None) -> int:
         "process_cpu_seconds": round(time.process_time() - cpu0, 1),
         "load_average": [round(load0, 2), round(os.getloadavg()[0], 2)],
     }
+    if args.serve_baseline:
+        base = serve_baseline()
+        report["serve_baseline"] = base
+        per_match = base["serve_cpu_ms_per_command"] * report["commands_per_match"]
+        report["integrity_share_of_serve"] = round(report["cpu_ms_per_match"] / per_match, 3) if per_match else None
     if args.json:
         print(json.dumps(report, indent=2))
     else:

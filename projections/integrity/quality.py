@@ -30,10 +30,13 @@ from engine.tools.plan import Counts, counts, remove
 from engine.tools.search import Scoring, playout
 from engine.tools.view import PlayerView, unseen_cards, view_of
 
-__all__ = ["NODES", "evaluate", "regret", "seeded"]
+__all__ = ["MAX_CANDIDATES", "NODES", "evaluate", "regret", "seeded"]
 
 #: playout moves per evaluated decision (``hard`` plays with 1,000; a review needs fewer)
 NODES = 400
+#: candidates weighed per decision: ``hard``'s first ones (``normal``'s choice first) and the
+#: move made -- fewer moves, more sampled opponent hands within the same budget
+MAX_CANDIDATES = 4
 
 
 def seeded(match_id: str, seq: int) -> random.Random:
@@ -55,9 +58,9 @@ def regret(view: PlayerView, chosen: Combo | None, rng: random.Random, nodes: in
     size = sum(h)
     if chosen is not None and chosen.size == size:
         return 0.0, chosen
-    cands: list[Combo | None] = list(candidates(view, h))
+    cands: list[Combo | None] = list(candidates(view, h))[:MAX_CANDIDATES]
     if _key(chosen) not in {_key(c) for c in cands}:
-        cands.append(chosen)
+        cands[-1:] = [cands[-1], chosen] if len(cands) < MAX_CANDIDATES else [chosen]
     if len(cands) <= 1:
         return 0.0, chosen
     scoring = scoring or Scoring.of(view.config)

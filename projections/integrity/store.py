@@ -58,7 +58,7 @@ POP_REGRETS = 2000
 WATCH_SCORE = 5.0
 #: decisions sampled of the losing player of a watched pair's match; 1 in BACKGROUND_EVERY
 #: other matches gives one decision of each player (everyone's baseline)
-WATCH_DECISIONS = 3
+WATCH_DECISIONS = 2
 BACKGROUND_EVERY = 16
 #: a pair is rescored after a match that shows a choice signal (escape, trusteeship asked,
 #: a pass that gave a win or a play away) or was sampled for quality, and every
@@ -107,29 +107,30 @@ class IntegrityStore:
     def add(self, record: dict[str, Any]) -> bool:
         """Store ``record`` under both players; False when it was stored before (nothing changes)."""
         text = json.dumps(record, separators=(",", ":"))
-        new = False
+        pipe = self.client.pipeline(transaction=False)
         for p in record["players"]:
             k = keys.integrity_records_key(p)
-            pipe = self.client.pipeline(transaction=True)
             pipe.hsetnx(k, record["m"], text)
             pipe.expire(k, RECORD_TTL_S)
-            added = bool(pipe.execute()[0])
-            if added:
-                new = True
-                self._count(record, p)
-        return new
+        added = pipe.execute()[0::2]
+        fresh = [p for p, a in zip(record["players"], added) if a]
+        if fresh:
+            self._count(record, fresh)
+        return bool(fresh)
 
-    def _count(self, record: dict[str, Any], player: str) -> None:
+    def _count(self, record: dict[str, Any], players: Sequence[str]) -> None:
         from projections.integrity.score import indicators
 
-        pipe = self.client.pipeline(transaction=True)
-        for s, on in indicators(record["f"][player]).items():
-            pipe.hincrby(keys.INTEGRITY_POPULATION, f"{s}:k", int(on))
-            pipe.hincrby(keys.INTEGRITY_POPULATION, f"{s}:n", 1)
-        regrets = [q[1] for q in (record.get("q") or {}).get(player, [])]
-        if regrets:
-            pipe.lpush(keys.INTEGRITY_POP_REGRETS, *[str(r) for r in regrets])
-            pipe.ltrim(keys.INTEGRITY_POP_REGRETS, 0, POP_REGRETS - 1)
+        pipe = self.client.pipeline(transaction=False)
+        for player in players:
+            for s, on in indicators(record["f"][player]).items():
+                if on:
+                    pipe.hincrby(keys.INTEGRITY_POPULATION, f"{s}:k", 1)
+            regrets = [q[1] for q in (record.get("q") or {}).get(player, [])]
+            if regrets:
+                pipe.lpush(keys.INTEGRITY_POP_REGRETS, *[str(r) for r in regrets])
+                pipe.ltrim(keys.INTEGRITY_POP_REGRETS, 0, POP_REGRETS - 1)
+        pipe.hincrby(keys.INTEGRITY_POPULATION, "rows", len(players))
         pipe.execute()
 
     def records(self, player: str) -> list[dict[str, Any]]:
@@ -141,7 +142,7 @@ class IntegrityStore:
         pop = Rates()
         raw = {_s(k): int(v) for k, v in (self.client.hgetall(keys.INTEGRITY_POPULATION) or {}).items()}
         for s in SIGNALS:
-            pop.counts[s] = [raw.get(f"{s}:k", 0), raw.get(f"{s}:n", 0)]
+            pop.counts[s] = [raw.get(f"{s}:k", 0), raw.get("rows", 0)]
         pop.regrets = [float(_s(v)) for v in self.client.lrange(keys.INTEGRITY_POP_REGRETS, 0, -1)]
         return pop
 
@@ -155,7 +156,7 @@ class IntegrityStore:
         ev = self.evidence(pair)
         row = {"reason": reason, "at": str(now_ms), "by": by, "score": str(ev["score"] if ev else 0.0)}
         k = keys.integrity_dismissed_key(pair)
-        pipe = self.client.pipeline(transaction=True)
+        pipe = self.client.pipeline(transaction=False)
         pipe.delete(k)
         pipe.hset(k, mapping=row)
         pipe.expire(k, DISMISS_TTL_S)
@@ -183,7 +184,7 @@ class IntegrityStore:
         (counted in ``shuangkou_integrity_flags_total``)."""
         pair = evidence["pair"]
         before = self.client.zscore(keys.INTEGRITY_SCORES, pair)
-        pipe = self.client.pipeline(transaction=True)
+        pipe = self.client.pipeline(transaction=False)
         pipe.set(keys.integrity_pair_key(pair), json.dumps(evidence, separators=(",", ":")), ex=PAIR_TTL_S)
         if evidence["score"] > 0:
             pipe.zadd(keys.INTEGRITY_SCORES, {pair: evidence["score"]})
@@ -273,10 +274,14 @@ class IntegrityProjection:
                 return None
             a, b = rec["players"]
             pair = pair_key(a, b)
-            if self.store.client.hexists(keys.integrity_records_key(a), rec["m"]):
+            pipe = self.store.client.pipeline(transaction=False)
+            pipe.hexists(keys.integrity_records_key(a), rec["m"])
+            pipe.zscore(keys.INTEGRITY_SCORES, pair)
+            pipe.get(keys.integrity_pair_key(pair))
+            seen, before, raw = pipe.execute()
+            if seen:
                 return None
-            before = self.store.client.zscore(keys.INTEGRITY_SCORES, pair)
-            ev = self.store.evidence(pair)
+            ev = json.loads(_s(raw)) if raw else None
             watched = before is not None and float(before) >= WATCH_SCORE and ev is not None
             picks = sample(rec, watched)
             if picks:
@@ -289,6 +294,7 @@ class IntegrityProjection:
             self.store.add(rec)
             if not (picks or ev is None or _shows_choice(rec) or _pair_matches(ev) % RESCORE_EVERY == 0):
                 ev["matches"] = _pair_matches(ev) + 1
+                ev["last_ts"], ev["last_match"] = rec["ts"], rec["m"]
                 self.store.client.set(keys.integrity_pair_key(pair), json.dumps(ev, separators=(",", ":")),
                                       ex=PAIR_TTL_S)
                 self.matches += 1
