@@ -127,14 +127,15 @@ def build(seed: int, groups: int, friends: int, dumpers: int) -> Population:
 class Engine:
     """Plays matches through the match service on one in-memory event store."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: Any = None) -> None:
+        """``store``: the event store to play into (default a fresh in-memory one)."""
         from engine.service.service import FixedBalances, MatchService
         from engine.service.shuffle import seeded_random, seeded_server_seeds
         from engine.store.memory import InMemoryEventStore
         from engine.tools.script import FakeClock
 
         self.config = load_config("wealth")
-        self.store = InMemoryEventStore()
+        self.store = store if store is not None else InMemoryEventStore()
         self.clock = FakeClock()
 
         class Rich(FixedBalances):

@@ -13,7 +13,9 @@ trustee plays are never held against anyone):
 * ``held`` -- the player lost still holding a bomb;
 * ``left`` -- the player's cards left when they lost (the kou, R-7).
 
-``ev`` lists (event seq, what) for each concession: a replay position an operator can open
+``ev`` lists (event seq, what) for each concession (``escape``, ``trustee_requested``,
+``passed_a_win``, ``broke_a_bomb``; ``passed_a_play`` for the first :data:`PASSES_LISTED`
+passes that let a play go): a replay position an operator can open
 (``shuangkou replay MATCH``).  ``dec`` lists the seqs of the player's own decisions, from
 which :mod:`projections.integrity.quality` samples.
 """
@@ -39,6 +41,8 @@ __all__ = ["BOT_ID", "is_bot", "match_record", "pair_key", "split_pair"]
 #: the ids ``gateway --bots`` gives its bots (gateway/lobby.lua ``bot``): never scored
 BOT_ID = re.compile(r"bot-\d+")
 _SEP = "|"
+#: the passes that let a play go listed as evidence per player and match (the count is kept whole)
+PASSES_LISTED = 5
 
 
 def is_bot(player: str) -> bool:
@@ -154,6 +158,9 @@ def _decision(state: MatchState, e: CardsPlayed | Passed, f: dict[str, dict[str,
         if weakest is not None and not weakest.combo.is_bomb:
             row["fopp"] += 1
             row["vpass"] += 1
+            listed = ev.setdefault(e.player, [])
+            if row["vpass"] <= PASSES_LISTED and not (listed and listed[-1][0] == e.seq):
+                listed.append([e.seq, "passed_a_play"])
         return
     if prev is not None:
         weakest = smallest_beating(hand, prev, heavenly, chain_bomb_twos=twos)
