@@ -246,7 +246,13 @@ def _play_population(rounds: int, seed: int) -> tuple[Any, Any, list[Any]]:
 
 @pytest.mark.slow
 def test_a_blatant_dumper_pair_is_flagged_and_honest_pairs_are_not() -> None:
+    from projections.metrics import INTEGRITY_FLAGS, REGISTRY
+
+    flags_before = REGISTRY.get_sample_value("shuangkou_integrity_flags_total") or 0.0
     pop, proj, last = _play_population(rounds=8, seed=7)
+    # the metric counts the pair once, when it crossed the threshold (not at every rescoring)
+    assert INTEGRITY_FLAGS is not None
+    assert REGISTRY.get_sample_value("shuangkou_integrity_flags_total") == flags_before + 1
     assert len(pop.pairs) == 6 + 1 + 1 + 4
     flagged = {e["pair"]: e for e in proj.store.ranked(DEFAULT_MIN_SCORE)}
     assert set(flagged) == {pair_key("dumper", "partner")}
@@ -319,3 +325,12 @@ def test_integrity_commands(redis_server, real_redis, real_redis_store, capsys, 
     assert back[0]["dismissed"]["reason"] == "family, checked"
     assert back[0]["concessions"] and all(c["match"].startswith("n") for c in back[0]["concessions"])
     assert main(["integrity", "dismiss", "dumper", "partner", "--reason", "  ", "--redis", url]) == 2
+
+
+@pytest.mark.skipif(__import__("shutil").which("promtool") is None, reason="promtool not installed")
+def test_promtool_integrity_alert() -> None:  # pragma: no cover - only where promtool exists
+    import subprocess
+
+    out = subprocess.run(["promtool", "test", "rules", "integrity_test.yml"], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent / "promtool", timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr

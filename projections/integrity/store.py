@@ -34,20 +34,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import Counter
-
 from engine.match.events import EventBase
 from engine.store import keys
 from projections.integrity.features import match_record, pair_key
 from projections.integrity.quality import NODES, evaluate
 from projections.integrity.score import DEFAULT_MIN_SCORE, SIGNALS, Rates, score_pair
-from projections.metrics import REGISTRY
+from projections.metrics import INTEGRITY_FLAGS
 from projections.settlement import Settlement
 
 log = logging.getLogger(__name__)
 
 __all__ = ["FLAGS", "IntegrityProjection", "IntegrityRunner", "IntegrityStore", "RECORD_TTL_S", "PAIR_TTL_S",
-           "DISMISS_TTL_S", "sample"]
+           "DISMISS_TTL_S", "integrity_thread", "sample"]
 
 DAY = 86_400
 RECORD_TTL_S = 90 * DAY
@@ -65,9 +63,7 @@ BACKGROUND_EVERY = 16
 #: RESCORE_EVERY-th match of the pair otherwise (outcomes alone move a score slowly)
 RESCORE_EVERY = 5
 
-FLAGS = Counter("shuangkou_integrity_flags_total",
-                "Pairs of accounts newly flagged by the integrity projection (score at or above the default "
-                "threshold; a dismissed pair counts again only on new evidence).", registry=REGISTRY)
+FLAGS = INTEGRITY_FLAGS
 
 
 def _s(v: bytes | str) -> str:
@@ -352,3 +348,14 @@ class IntegrityRunner:
             except Exception as exc:  # noqa: BLE001 - transient: retried
                 log.warning("integrity runner: %s; retrying", exc)
                 stop.wait(idle_seconds)
+
+
+def integrity_thread(client: Any, event_store: Any, consumer: str, stop: threading.Event) -> threading.Thread:
+    """The projection as a daemon thread of ``shuangkou serve --integrity`` (not started):
+    the bucket feeds with the consumer group ``sk-integrity`` until ``stop``."""
+    from projections.runner import RedisFeed
+
+    runner = IntegrityRunner(event_store, IntegrityProjection(IntegrityStore(client)),
+                             RedisFeed(client, consumer=consumer, group=keys.INTEGRITY_GROUP,
+                                       buckets=getattr(event_store, "buckets", keys.DEFAULT_BUCKETS)))
+    return threading.Thread(target=runner.run_forever, args=(stop,), name="integrity", daemon=True)
