@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from engine.tools.script import run_script
 from projections.integrity.features import is_bot, match_record, pair_key, split_pair
-from projections.integrity.score import (CAPS, DEFAULT_MIN_SCORE, FLOORS, MIN_MATCHES, SIGNALS, Rates, indicators,
+from projections.integrity.score import (CAPS, DEFAULT_MIN_SCORE, FLOORS, MIN_LOSSES, MIN_MATCHES, SIGNALS, Rates, indicators,
                                          population, score_pair, surprise)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -91,6 +91,8 @@ def test_pair_keys_are_unordered(a: str, b: str) -> None:
     ({"treq": 1}, {"trustee"}),
     ({"wpass": 1, "vpass": 1, "fopp": 6}, {"win_pass"}),
     ({"vpass": 3, "fopp": 6}, {"passive"}),            # half the chances to follow passed
+    ({"vpass": 3, "fopp": 3, "lost": 1, "left": 5}, {"passive", "conceded"}),  # every chance, and lost
+    ({"vpass": 3, "fopp": 3, "won": 1}, {"passive"}),  # every chance, but won
     ({"vpass": 3, "fopp": 7}, set()),                  # fewer than half
     ({"vpass": 2, "fopp": 2}, set()),                  # fewer than 3
     ({"lost": 1, "left": 12}, {"heavy"}),              # the double kou
@@ -194,9 +196,9 @@ def test_score_properties(draw_rows: list[tuple[dict[str, int], dict[str, int], 
     assert ev["score"] == score_pair("b", "a", h, pop)["score"]
     assert 0.0 <= ev["score"] <= sum(CAPS.values())
     for d in ev["directions"]:
-        giver_net = -d["net_coins"]
-        # a giver who lost no coins to the receiver, or with too few matches, scores 0
-        if giver_net >= 0 or d["matches"] < MIN_MATCHES:
+        # a giver who lost fewer than MIN_LOSSES matches to the receiver scores 0
+        assert d["losses"] == sum(1 for r in h["a"] if r["winner"] != d["giver"])
+        if d["losses"] < MIN_LOSSES or d["matches"] < MIN_MATCHES:
             assert d["score"] == 0.0
     # friends who play only each other: the share alone (1.0 here) never flags
     quiet = _records([({**ra, "esc": 0, "treq": 0, "wpass": 0, "vpass": 0, "broke": 0, "held": 0, "left": 0},

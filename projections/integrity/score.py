@@ -13,6 +13,8 @@ signal   a match counts when the giver …                                      
 escape   escaped                                                              0.02
 trustee  asked for trusteeship                                                0.02
 win_pass passed while a play that beats would have emptied the hand          0.02
+conceded lost after passing at every chance (3 or more) where a non-bomb      0.01
+         play would have beaten
 passive  passed at least 3 times, and at least half the times, a non-bomb     0.05
          play would have beaten
 heavy    lost with the double kou (12 cards or more left, R-7)               0.10
@@ -24,8 +26,10 @@ plus ``quality``: the giver's sampled regrets against the receiver against their
 against everyone else (or the population's, with fewer than 8 of their own), one-sided
 Mann-Whitney U, ``-log10 p``, capped.
 
-A direction scores 0 unless coins moved from the giver to the receiver (net) over at least
-:data:`MIN_MATCHES` matches: a player who loses nothing dumps nothing.  The share of the
+An escape's surprise counts twice (:data:`WEIGHTS`: it forfeits 12 X at once, R-12).
+A direction scores 0 until the giver lost :data:`MIN_LOSSES` matches to the receiver: a
+player who loses nothing dumps nothing (the net coins moved are reported with the evidence,
+not required: a dumper who also wins honestly may still come out even).  The share of the
 giver's matches that are against the receiver is reported, never scored (friends at a
 private table play only each other).  The pair's score is its higher direction's.
 """
@@ -38,7 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CAP", "CAPS", "DEFAULT_MIN_SCORE", "FLOORS", "MIN_MATCHES", "PRIOR_MATCHES", "SIGNALS", "Rates",
+__all__ = ["CAP", "CAPS", "DEFAULT_MIN_SCORE", "FLOORS", "MIN_LOSSES", "MIN_MATCHES", "WEIGHTS", "PRIOR_MATCHES", "SIGNALS", "Rates",
            "indicators", "population", "score_pair", "surprise"]
 
 #: the default ``--min-score`` of ``shuangkou integrity report`` (fixed before the benchmark run)
@@ -50,13 +54,17 @@ MIN_MATCHES = 3
 #: the population's rate weighs as much as this many of the giver's own matches
 PRIOR_MATCHES = 10.0
 #: the lowest base rate a signal is tested against (people escape, misclick, play badly)
-FLOORS: dict[str, float] = {"escape": 0.02, "trustee": 0.02, "win_pass": 0.02, "passive": 0.05,
+FLOORS: dict[str, float] = {"escape": 0.02, "trustee": 0.02, "win_pass": 0.02, "conceded": 0.01, "passive": 0.05,
                             "heavy": 0.10, "held": 0.10, "broke": 0.10}
 SIGNALS: tuple[str, ...] = tuple(FLOORS)
+#: an escape forfeits 12 X at once (R-12), the largest transfer one choice makes: its surprise counts twice
+WEIGHTS: dict[str, float] = {"escape": 2.0}
+#: a direction needs this many matches the giver lost to the receiver before it scores
+MIN_LOSSES = 3
 #: the most one signal adds: what the giver chose (escapes, passes, trusteeship) up to
 #: :data:`CAP`; outcomes a weaker player shows too (heavy losses, bombs held or split) and
 #: the sampled quality up to a third of it, so they corroborate and never flag alone
-CAPS: dict[str, float] = {"escape": CAP, "trustee": CAP, "win_pass": CAP, "passive": CAP,
+CAPS: dict[str, float] = {"escape": CAP, "trustee": CAP, "win_pass": CAP, "conceded": CAP, "passive": CAP,
                           "heavy": CAP / 3, "held": CAP / 3, "broke": CAP / 3, "quality": CAP / 2}
 _QUALITY_MIN = 4
 _BASELINE_MIN = 8
@@ -73,6 +81,7 @@ def indicators(row: dict[str, Any]) -> dict[str, bool]:
     return {"escape": int(row.get("esc", 0)) > 0,
             "trustee": int(row.get("treq", 0)) > 0,
             "win_pass": int(row.get("wpass", 0)) > 0,
+            "conceded": lost and vpass >= 3 and vpass >= fopp,
             "passive": vpass >= 3 and 2 * vpass >= fopp,
             "heavy": lost and int(row.get("left", 0)) >= 12,
             "held": lost and bool(row.get("held")),
@@ -138,12 +147,14 @@ def population(records: Iterable[dict[str, Any]]) -> Rates:
 
 def _direction(giver: str, receiver: str, vs: Sequence[dict[str, Any]], base: Rates, pop: Rates) -> dict[str, Any]:
     mine = Rates()
+    losses = 0
     net = 0
     flow_x = 0.0
     for rec in vs:
         row = rec["f"][giver]
         mine.add(row, _regrets(rec, giver))
         net += int(row.get("net", 0))
+        losses += int(bool(row.get("lost")))
         flow_x += -int(row.get("net", 0)) / max(1, int(rec.get("X", 1)))
     n = mine.matches
     signals: dict[str, dict[str, Any]] = {}
@@ -152,7 +163,7 @@ def _direction(giver: str, receiver: str, vs: Sequence[dict[str, Any]], base: Ra
         k = mine.counts[s][0]
         kb, nb = base.counts[s]
         p0 = max(FLOORS[s], (kb + PRIOR_MATCHES * pop.rate(s)) / (nb + PRIOR_MATCHES))
-        sp = surprise(k, n, p0, CAPS[s])
+        sp = min(CAPS[s], WEIGHTS.get(s, 1.0) * surprise(k, n, p0, CAPS[s]))
         signals[s] = {"k": k, "n": n, "base_rate": round(p0, 4), "surprise": round(sp, 2)}
         total += sp
     q: dict[str, Any] = {"n": len(mine.regrets), "mean": _mean(mine.regrets), "baseline_n": len(base.regrets),
@@ -166,8 +177,8 @@ def _direction(giver: str, receiver: str, vs: Sequence[dict[str, Any]], base: Ra
         q["surprise"] = round(CAPS["quality"] if pval <= 0 else min(CAPS["quality"], max(0.0, -math.log10(pval))), 2)
         total += q["surprise"]
     signals["quality"] = q
-    scored = n >= MIN_MATCHES and net < 0
-    return {"giver": giver, "receiver": receiver, "matches": n, "net_coins": -net, "net_x": round(flow_x, 2),
+    scored = n >= MIN_MATCHES and losses >= MIN_LOSSES
+    return {"giver": giver, "receiver": receiver, "matches": n, "losses": losses, "net_coins": -net, "net_x": round(flow_x, 2),
             "score": round(total, 2) if scored else 0.0, "raw_score": round(total, 2), "signals": signals}
 
 

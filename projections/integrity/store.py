@@ -247,7 +247,7 @@ def _shows_choice(record: dict[str, Any]) -> bool:
     from projections.integrity.score import indicators
 
     return any(on for row in record["f"].values() for s, on in indicators(row).items()
-               if s in ("escape", "trustee", "win_pass", "passive"))
+               if s in ("escape", "trustee", "win_pass", "conceded", "passive"))
 
 
 @dataclass
