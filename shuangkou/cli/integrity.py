@@ -91,7 +91,16 @@ def _report(store: Any, args: argparse.Namespace) -> int:
         from shuangkou.cli.matches import parse_since
 
         since = parse_since(args.since, int(time.time() * 1000))
-    rows = store.ranked(args.min_score, since)
+    # the index ranks by the score of each pair's last rescoring; the listed pairs are scored
+    # again now (a few reads each), so the evidence shown is current
+    pop = store.population()
+    rows = []
+    for stored in store.ranked(args.min_score, since):
+        ev = store.score(stored["a"], stored["b"], pop)
+        ev["last_ts"], ev["last_match"] = stored.get("last_ts"), stored.get("last_match")
+        if ev["score"] >= args.min_score:
+            rows.append(ev)
+    rows.sort(key=lambda ev: -ev["score"])
     if args.json:
         print(json.dumps({"min_score": args.min_score, "pairs": rows}, ensure_ascii=False, indent=2))
         return 0
@@ -114,8 +123,10 @@ def _summary(rank: int, ev: dict[str, Any]) -> str:
         lines.append("   signals: " + "; ".join(sig))
     q = d["signals"]["quality"]
     if q["n"]:
+        elsewhere = "n/a" if q["baseline_mean"] is None else q["baseline_mean"]
         lines.append(f"   quality: mean regret {q['mean']} over {q['n']} sampled decisions against the partner, "
-                     f"{q['baseline_mean']} elsewhere ({q['baseline']} baseline), +{q['surprise']}")
+                     f"{elsewhere} elsewhere ({q['baseline_n']} of the player's own; tested against the "
+                     f"{q['baseline']}'s), +{q['surprise']}")
     for w in ev.get("worst", [])[:3]:
         lines.append(f"   worst: match {w['match']} seq {w['seq']}: played {w['chosen']}, best {w['best']} "
                      f"(−{w['regret']:.0%} chance to win)")
