@@ -72,6 +72,33 @@ def test_bot_seats_and_unfinished_matches_are_never_scored() -> None:
     assert match_record(unfinished.events) is None
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from(["points", "wealth"]), st.sampled_from(["forfeit", "trustee"]))
+def test_records_of_random_matches_count_only_the_players_own_choices(seed: int, mode: str, policy: str) -> None:
+    """Random matches with timeouts, trusteeship, disconnects and escapes (tests/strategies.py)."""
+    from tests.strategies import MatchSpec, play_match
+
+    run = play_match(MatchSpec(seed=seed, mode=mode, escape_policy=policy, chaos=0.25))
+    events = list(run.store.load("m1"))
+    rec = match_record(events)
+    if rec is None:
+        assert not events or events[-1].type != "MatchFinished"
+        return
+    own = {p: [e.seq for e in events if e.type in ("CardsPlayed", "Passed") and e.player == p and e.by == "player"]
+           for p in rec["players"]}
+    for p, row in rec["f"].items():
+        assert rec["dec"][p] == own[p]  # every decision of the player's own, and nothing else
+        assert row["vpass"] <= row["fopp"] and row["wpass"] <= sum(
+            1 for e in events if e.type == "Passed" and e.player == p and e.by == "player")
+        assert row["esc"] == sum(1 for e in events if e.type == "PlayerEscaped" and e.player == p)
+        assert row["lost"] + row["won"] == 1
+        assert all(seq in own[p] or what in ("escape", "trustee_requested") for seq, what in rec["ev"][p])
+    from projections.settlement import settle
+
+    s = settle(events)
+    assert s is not None and sum(row["net"] for row in rec["f"].values()) + s.burned == 0
+
+
 @pytest.mark.parametrize(("player", "bot"), [("bot-1", True), ("bot-204", True), ("bot-", False), ("robot-1", False),
                                              ("bot-1x", False), ("alice", False)])
 def test_bot_ids(player: str, bot: bool) -> None:
