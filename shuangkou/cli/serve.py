@@ -12,6 +12,8 @@ One process runs
   group ``sk-service``, decides, appends, publishes per-player updates;
 * the projection runner (:class:`projections.runner.ProjectionRunner`): the
   bucket feeds → settlement → ledger, consumer group ``sk-projections``;
+* with ``--integrity``, the integrity projection (:mod:`projections.integrity`, docs/INTEGRITY.md):
+  the bucket feeds → chip-dumping records, scores and flags, consumer group ``sk-integrity``;
 * timers: every append records the match's deadline in the store's index; with
   ``--broker-url`` (or ``SK_BROKER_URL``) the ``dramatiq workers.actors``
   processes dispatch and fire them (workers/dispatcher.py; serve sends nothing per
