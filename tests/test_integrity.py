@@ -363,3 +363,47 @@ def test_promtool_integrity_alert() -> None:  # pragma: no cover - only where pr
     out = subprocess.run(["promtool", "test", "rules", "integrity_test.yml"], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parent / "promtool", timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# -- the store: TTLs, the index, sampling --------------------------------------------------------------
+def test_store_keys_expire_by_the_documented_policy_and_the_index_drops_expired_pairs() -> None:
+    import fakeredis
+
+    from engine.store import keys
+    from projections.integrity.store import (DISMISS_TTL_S, PAIR_TTL_S, RECORD_TTL_S, IntegrityStore)
+
+    store = IntegrityStore(fakeredis.FakeRedis())
+    h = _history("dump", 20, 3)
+    for rec in h["g"]:
+        store.add(rec)
+    assert store.add(h["g"][0]) is False  # once per match
+    assert 0 < store.client.ttl(keys.integrity_records_key("g")) <= RECORD_TTL_S
+    ev = store.score("g", "r")
+    assert ev["score"] >= DEFAULT_MIN_SCORE
+    ev["last_ts"] = 5
+    assert store.keep(ev) is True and store.keep(ev) is False  # counted when it crosses, not again
+    assert 0 < store.client.ttl(keys.integrity_pair_key(ev["pair"])) <= PAIR_TTL_S
+    assert [e["pair"] for e in store.ranked(DEFAULT_MIN_SCORE)] == [pair_key("g", "r")]
+    assert store.ranked(DEFAULT_MIN_SCORE, since_ms=6) == []
+    store.dismiss("g", "r", "checked", now_ms=10)
+    assert 0 < store.client.ttl(keys.integrity_dismissed_key(pair_key("g", "r"))) <= DISMISS_TTL_S
+    assert store.ranked(0.0) == []
+    store.keep(ev)
+    store.client.delete(keys.integrity_pair_key(ev["pair"]))  # its evidence expired
+    assert store.ranked(0.0) == [] and store.client.zcard(keys.INTEGRITY_SCORES) == 0
+
+
+@given(st.text(min_size=1, max_size=12), st.booleans(),
+       st.lists(st.integers(1, 200), min_size=0, max_size=40, unique=True))
+def test_sampling_is_reproducible_and_bounded(mid: str, watched: bool, seqs: list[int]) -> None:
+    from projections.integrity.store import BACKGROUND_EVERY, WATCH_DECISIONS, sample
+
+    rec = {"m": mid, "players": ["a", "b"], "winner": "b", "dec": {"a": seqs, "b": seqs[:3]}}
+    picks = sample(rec, watched)
+    assert picks == sample(rec, watched)
+    if watched:
+        assert set(picks.values()) <= {"a"} and len(picks) == min(WATCH_DECISIONS, len(seqs))
+    else:
+        assert len(picks) <= 1
+    assert all(seq in rec["dec"][p] for seq, p in picks.items())
+    assert BACKGROUND_EVERY >= 2

@@ -52,6 +52,7 @@ RECORD_TTL_S = 90 * DAY
 PAIR_TTL_S = 30 * DAY
 DISMISS_TTL_S = 180 * DAY
 POP_REGRETS = 2000
+CACHED_PLAYERS = 10_000
 #: a pair whose score (before the match) is at least this has its matches sampled closely
 WATCH_SCORE = 5.0
 #: decisions sampled of the losing player of a watched pair's match; 1 in BACKGROUND_EVERY
@@ -99,6 +100,9 @@ class IntegrityStore:
     """The integrity projection's keys on one Redis client (a real one or fakeredis)."""
 
     client: Any
+    #: player -> their decoded records, reused while the hash holds as many (records are
+    #: written once, never changed: HSETNX); bounded by :data:`CACHED_PLAYERS`
+    _cache: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
 
     def add(self, record: dict[str, Any]) -> bool:
         """Store ``record`` under both players; False when it was stored before (nothing changes)."""
@@ -110,6 +114,10 @@ class IntegrityStore:
             pipe.expire(k, RECORD_TTL_S)
         added = pipe.execute()[0::2]
         fresh = [p for p, a in zip(record["players"], added) if a]
+        for p in fresh:  # keep a cached list whole: it had every record but this one
+            cached = self._cache.get(p)
+            if cached is not None:
+                self._cache[p] = sorted([*cached, json.loads(text)], key=lambda r: (int(r["ts"]), r["m"]))
         if fresh:
             self._count(record, fresh)
         return bool(fresh)
@@ -131,8 +139,16 @@ class IntegrityStore:
 
     def records(self, player: str) -> list[dict[str, Any]]:
         """Every stored record of ``player``, oldest first."""
-        raw = self.client.hvals(keys.integrity_records_key(player))
-        return sorted((json.loads(_s(v)) for v in raw), key=lambda r: (int(r["ts"]), r["m"]))
+        k = keys.integrity_records_key(player)
+        cached = self._cache.get(player)
+        if cached is not None and self.client.hlen(k) == len(cached):
+            return cached
+        raw = self.client.hvals(k)
+        out = sorted((json.loads(_s(v)) for v in raw), key=lambda r: (int(r["ts"]), r["m"]))
+        if len(self._cache) >= CACHED_PLAYERS:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[player] = out
+        return out
 
     def population(self) -> Rates:
         pop = Rates()
