@@ -3,7 +3,7 @@
 A pair {A, B} is looked at in both directions: *giver* → *receiver*.  For a direction the
 score is the sum of the surprises of a few per-match signals of the giver (docs/INTEGRITY.md):
 how unlikely the giver's count against the receiver is (one-sided binomial tail,
-``-log10``, capped at :data:`CAP`) when the giver's true rate is the rate they show against
+``-log10``, capped per signal: :data:`CAPS`) when the giver's true rate is the rate they show against
 everyone else, shrunk towards the population's rate with a weight of :data:`PRIOR_MATCHES`
 matches and never below the signal's floor:
 
