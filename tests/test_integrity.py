@@ -407,3 +407,22 @@ def test_sampling_is_reproducible_and_bounded(mid: str, watched: bool, seqs: lis
         assert len(picks) <= 1
     assert all(seq in rec["dec"][p] for seq, p in picks.items())
     assert BACKGROUND_EVERY >= 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(rows, rows, st.booleans()), min_size=0, max_size=40))
+def test_outcomes_and_quality_alone_never_flag_a_pair(draw_rows: list[tuple[dict[str, int], dict[str, int], bool]]) -> None:
+    """A weak player loses heavily, holds and splits bombs and plays badly everywhere: without a
+    choice signal (escape, trusteeship, a pass that let a play or a win go) no pair is flagged."""
+    from projections.integrity.score import OUTCOMES_CAP
+
+    quiet = {"esc": 0, "treq": 0, "wpass": 0, "vpass": 0}
+    h = _records([({**ra, **quiet}, {**rb, **quiet}, w) for ra, rb, w in draw_rows])
+    for rec in h["a"]:  # the worst regrets there are, against this partner only
+        rec["q"] = {"a": [[1, 1.0, "pass", "3"]] * 3, "b": [[1, 1.0, "pass", "3"]] * 3}
+    pop = population(h["a"])
+    pop.regrets = [0.0] * 50
+    ev = score_pair("a", "b", h, pop)
+    assert ev["score"] < DEFAULT_MIN_SCORE
+    for d in ev["directions"]:
+        assert d["score"] <= OUTCOMES_CAP + CAPS["quality"] + 1e-9

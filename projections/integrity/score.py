@@ -24,7 +24,9 @@ broke    split a bomb into a smaller combination                              0.
 
 plus ``quality``: the giver's sampled regrets against the receiver against their regrets
 against everyone else (or the population's, with fewer than 8 of their own), one-sided
-Mann-Whitney U, ``-log10 p``, capped.
+Mann-Whitney U, ``-log10 p``, capped.  The outcome signals (``heavy``, ``held``, ``broke``)
+add at most :data:`OUTCOMES_CAP` together; with the quality that stays below the default
+threshold, so a pair is flagged only with a choice signal of the giver's behind it.
 
 An escape's surprise counts twice (:data:`WEIGHTS`: it forfeits 12 X at once, R-12).
 A direction scores 0 until the giver lost :data:`MIN_LOSSES` matches to the receiver: a
@@ -42,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CAP", "CAPS", "DEFAULT_MIN_SCORE", "FLOORS", "MIN_LOSSES", "MIN_MATCHES", "WEIGHTS", "PRIOR_MATCHES", "SIGNALS", "Rates",
+__all__ = ["CAP", "CAPS", "DEFAULT_MIN_SCORE", "OUTCOMES", "OUTCOMES_CAP", "FLOORS", "MIN_LOSSES", "MIN_MATCHES", "WEIGHTS", "PRIOR_MATCHES", "SIGNALS", "Rates",
            "indicators", "population", "score_pair", "surprise"]
 
 #: the default ``--min-score`` of ``shuangkou integrity report`` (fixed before the benchmark run)
@@ -63,9 +65,13 @@ WEIGHTS: dict[str, float] = {"escape": 2.0}
 MIN_LOSSES = 3
 #: the most one signal adds: what the giver chose (escapes, passes, trusteeship) up to
 #: :data:`CAP`; outcomes a weaker player shows too (heavy losses, bombs held or split) and
-#: the sampled quality up to a third of it, so they corroborate and never flag alone
+#: the sampled quality up to a third of it
 CAPS: dict[str, float] = {"escape": CAP, "trustee": CAP, "win_pass": CAP, "conceded": CAP, "passive": CAP,
-                          "heavy": CAP / 3, "held": CAP / 3, "broke": CAP / 3, "quality": CAP / 2}
+                          "heavy": CAP / 3, "held": CAP / 3, "broke": CAP / 3, "quality": CAP / 3}
+#: the outcome signals together add at most this: with the quality they stay below the flag
+#: threshold, so only a choice of the giver's can flag a pair (a weak player is no dumper)
+OUTCOMES: tuple[str, ...] = ("heavy", "held", "broke")
+OUTCOMES_CAP = CAP / 3
 _QUALITY_MIN = 4
 _BASELINE_MIN = 8
 
@@ -159,13 +165,18 @@ def _direction(giver: str, receiver: str, vs: Sequence[dict[str, Any]], base: Ra
     n = mine.matches
     signals: dict[str, dict[str, Any]] = {}
     total = 0.0
+    outcomes = 0.0
     for s in SIGNALS:
         k = mine.counts[s][0]
         kb, nb = base.counts[s]
         p0 = max(FLOORS[s], (kb + PRIOR_MATCHES * pop.rate(s)) / (nb + PRIOR_MATCHES))
         sp = min(CAPS[s], WEIGHTS.get(s, 1.0) * surprise(k, n, p0, CAPS[s]))
         signals[s] = {"k": k, "n": n, "base_rate": round(p0, 4), "surprise": round(sp, 2)}
-        total += sp
+        if s in OUTCOMES:
+            outcomes += sp
+        else:
+            total += sp
+    total += min(OUTCOMES_CAP, outcomes)
     q: dict[str, Any] = {"n": len(mine.regrets), "mean": _mean(mine.regrets), "baseline_n": len(base.regrets),
                          "baseline_mean": _mean(base.regrets), "surprise": 0.0}
     ref = base.regrets if len(base.regrets) >= _BASELINE_MIN else pop.regrets
