@@ -302,7 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         client = fakeredis.FakeRedis()
     store = IntegrityStore(client)
-    proj = IntegrityProjection(store)
+    from engine.tools.quality import evaluate
+
+    proj = IntegrityProjection(store, evaluate=evaluate)
     import scipy.stats  # noqa: F401 - a one-off import, not a cost of each match
     rng = random.Random(args.seed * 7919)
     start = time.perf_counter()

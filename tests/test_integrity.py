@@ -263,7 +263,9 @@ def _play_population(rounds: int, seed: int) -> tuple[Any, Any, list[Any]]:
     pop.pairs += [(giver.name, receiver.name, "blatant")] + [(x, o, "honest") for x in (giver.name, receiver.name)
                                                              for o in others]
     engine = bench.Engine()
-    proj = IntegrityProjection(IntegrityStore(fakeredis.FakeRedis()))
+    from engine.tools.quality import evaluate
+
+    proj = IntegrityProjection(IntegrityStore(fakeredis.FakeRedis()), evaluate=evaluate)
     rng = random.Random(seed)
     events: list[Any] = []
     for rnd in range(rounds):

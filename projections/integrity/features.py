@@ -17,7 +17,7 @@ trustee plays are never held against anyone):
 ``passed_a_win``, ``broke_a_bomb``; ``passed_a_play`` for the first :data:`PASSES_LISTED`
 passes that let a play go): a replay position an operator can open
 (``shuangkou replay MATCH``).  ``dec`` lists the seqs of the player's own decisions, from
-which :mod:`projections.integrity.quality` samples.
+which :mod:`engine.tools.quality` samples.
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ from engine.match.events import (CardsPlayed, EventBase, MatchCreated, MatchFini
                                  TrusteeshipStarted)
 from engine.match.evolve import apply
 from engine.match.state import MatchState
-from engine.rules.classify import classify_counts
+from engine.rules.classify import classify_counts, counts_for
 from engine.rules.combo import beats
 from engine.rules.moves import smallest_beating
-from engine.tools.plan import counts
 from projections.settlement import Settlement, settle
 
 __all__ = ["BOT_ID", "is_bot", "match_record", "pair_key", "split_pair"]
@@ -125,7 +124,7 @@ def match_record(events: Sequence[EventBase], settlement: Settlement | None = No
             row["lost"] = 1
             row["left"] = int(fin.cards_left.get(p, 0))
             seat = state.seats[i]
-            if seat is not None and _has_bomb(counts(seat.hand)) and fin.reason == "out":
+            if seat is not None and _has_bomb(counts_for(seat.hand)) and fin.reason == "out":
                 row["held"] = 1
         else:
             row["won"] = 1
@@ -144,7 +143,7 @@ def _decision(state: MatchState, e: CardsPlayed | Passed, f: dict[str, dict[str,
     row = f.setdefault(e.player, _blank())
     dec.setdefault(e.player, []).append(e.seq)
     hand = state.seat(i).hand
-    h = counts(hand)
+    h = counts_for(hand)
     prev = state.to_beat.combo if state.to_beat is not None and state.to_beat.seat != i else None
     twos, heavenly = state.chain_bomb_twos, state.heavenly
     if isinstance(e, Passed):
@@ -169,7 +168,7 @@ def _decision(state: MatchState, e: CardsPlayed | Passed, f: dict[str, dict[str,
     combo = e.reading.combo()
     if combo.is_bomb:
         return
-    played = counts(e.cards)
+    played = counts_for(e.cards)
     if any(h[r] >= 4 and played[r] and h[r] - played[r] < 4 for r in range(13)):
         row["broke"] += 1
         ev.setdefault(e.player, []).append([e.seq, "broke_a_bomb"])

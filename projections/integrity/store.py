@@ -37,7 +37,6 @@ from typing import Any
 from engine.match.events import EventBase
 from engine.store import keys
 from projections.integrity.features import match_record, pair_key
-from projections.integrity.quality import NODES, evaluate
 from projections.integrity.score import DEFAULT_MIN_SCORE, SIGNALS, Rates, score_pair
 from projections.metrics import INTEGRITY_FLAGS
 from projections.settlement import Settlement
@@ -45,7 +44,7 @@ from projections.settlement import Settlement
 log = logging.getLogger(__name__)
 
 __all__ = ["FLAGS", "IntegrityProjection", "IntegrityRunner", "IntegrityStore", "RECORD_TTL_S", "PAIR_TTL_S",
-           "DISMISS_TTL_S", "integrity_thread", "sample"]
+           "DISMISS_TTL_S", "Evaluate", "sample"]
 
 DAY = 86_400
 RECORD_TTL_S = 90 * DAY
@@ -266,13 +265,19 @@ def _shows_choice(record: dict[str, Any]) -> bool:
                if s in ("escape", "trustee", "win_pass", "conceded", "passive"))
 
 
+#: scores sampled decisions: (events, {seq: player}) → [{"seq", "player", "regret", "chosen",
+#: "best"}, …] -- :func:`engine.tools.quality.evaluate` (the bots' layer: passed in, never imported here)
+Evaluate = Callable[[Sequence[EventBase], dict[int, str]], list[dict[str, Any]]]
+
+
 @dataclass
 class IntegrityProjection:
-    """Settled matches → records, quality samples, pair scores and flags.  ``nodes``: playout
-    moves per sampled decision; ``cpu_ms``: CPU time spent (a figure for the bench)."""
+    """Settled matches → records, quality samples, pair scores and flags.  ``evaluate``: what
+    scores the sampled decisions (:func:`engine.tools.quality.evaluate`; None: no quality
+    signal); ``cpu_ms``: CPU time spent (a figure for the bench)."""
 
     store: IntegrityStore
-    nodes: int = NODES
+    evaluate: Evaluate | None = None
     cpu_ms: float = 0.0
     matches: int = 0
     on_flag: Callable[[dict[str, Any]], None] | None = None
@@ -295,10 +300,10 @@ class IntegrityProjection:
                 return None
             ev = json.loads(_s(raw)) if raw else None
             watched = before is not None and float(before) >= WATCH_SCORE and ev is not None
-            picks = sample(rec, watched)
-            if picks:
+            picks = sample(rec, watched) if self.evaluate is not None else {}
+            if picks and self.evaluate is not None:
                 q: dict[str, list[list[Any]]] = {}
-                for row in evaluate(events, picks, self.nodes):
+                for row in self.evaluate(events, picks):
                     q.setdefault(str(row["player"]), []).append([row["seq"], row["regret"], row["chosen"],
                                                                  row["best"]])
                 rec["q"] = q
@@ -365,13 +370,3 @@ class IntegrityRunner:
                 log.warning("integrity runner: %s; retrying", exc)
                 stop.wait(idle_seconds)
 
-
-def integrity_thread(client: Any, event_store: Any, consumer: str, stop: threading.Event) -> threading.Thread:
-    """The projection as a daemon thread of ``shuangkou serve --integrity`` (not started):
-    the bucket feeds with the consumer group ``sk-integrity`` until ``stop``."""
-    from projections.runner import RedisFeed
-
-    runner = IntegrityRunner(event_store, IntegrityProjection(IntegrityStore(client)),
-                             RedisFeed(client, consumer=consumer, group=keys.INTEGRITY_GROUP,
-                                       buckets=getattr(event_store, "buckets", keys.DEFAULT_BUCKETS)))
-    return threading.Thread(target=runner.run_forever, args=(stop,), name="integrity", daemon=True)

@@ -166,15 +166,11 @@ def _dismiss(store: Any, args: argparse.Namespace) -> int:
 def _scan(client: Any, store: Any, args: argparse.Namespace) -> int:
     import threading
 
-    from engine.store import keys
     from engine.store.redis_store import RedisEventStore
-    from projections.integrity.store import IntegrityProjection, IntegrityRunner
-    from projections.runner import RedisFeed
 
-    events = RedisEventStore(client)
-    runner = IntegrityRunner(events, IntegrityProjection(store),
-                             RedisFeed(client, consumer=args.consumer, group=keys.INTEGRITY_GROUP,
-                                       buckets=events.buckets))
+    from engine.tools.integrity import integrity_runner
+
+    runner = integrity_runner(client, RedisEventStore(client), args.consumer)
     if not args.follow:
         n = runner.drain()
         print(f"scanned {n} feed entries, scored {runner.projection.matches} match(es)"

@@ -282,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
         threads.append(t)
 
     if args.integrity:
-        from projections.integrity.store import integrity_thread
+        from engine.tools.integrity import integrity_thread
 
         threads.append(integrity_thread(client, raw_store, consumer, stop))
 

@@ -1,4 +1,6 @@
-"""Play quality from the player's own view: how much a chosen move gave away.
+"""Play quality from the player's own view: how much a chosen move gave away (the integrity
+projection's quality signal, docs/INTEGRITY.md; handed to
+:class:`projections.integrity.store.IntegrityProjection` as its ``evaluate``).
 
 For one decision, :func:`regret` takes the player's :class:`~engine.tools.view.PlayerView`
 (their hand, the table, the play in front, the opponent's card count -- never the
@@ -19,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Sequence
+from typing import Any
 
 from engine.match.events import CardsPlayed, EventBase, Passed
 from engine.match.evolve import apply
@@ -95,7 +98,7 @@ def regret(view: PlayerView, chosen: Combo | None, rng: random.Random, nodes: in
     return max(0.0, rates[best] - mine), cands[best]
 
 
-def evaluate(events: Sequence[EventBase], picks: dict[int, str], nodes: int = NODES) -> list[dict[str, object]]:
+def evaluate(events: Sequence[EventBase], picks: dict[int, str], nodes: int = NODES) -> list[dict[str, Any]]:
     """The regret of the decisions at the event seqs ``picks`` ({seq: player}) of one match:
     ``[{"seq", "player", "regret", "chosen", "best"}, …]`` (``chosen``/``best``: the moves
     as card-rank text, ``pass``), in seq order."""
@@ -104,7 +107,7 @@ def evaluate(events: Sequence[EventBase], picks: dict[int, str], nodes: int = NO
     def text(c: Combo | None) -> str:
         return "pass" if c is None else format_counts(c.counts)
 
-    out: list[dict[str, object]] = []
+    out: list[dict[str, Any]] = []
     if not events:
         return out
     state = MatchState(match_id=events[0].match_id)
