@@ -20,7 +20,22 @@ from projections.integrity.features import is_bot, match_record, pair_key, split
 from projections.integrity.score import (CAPS, DEFAULT_MIN_SCORE, FLOORS, MIN_LOSSES, MIN_MATCHES, SIGNALS, Rates, indicators,
                                          population, score_pair, surprise)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+
+def _bench() -> Any:
+    """bench/integrity.py, loaded from its file: putting bench/ on sys.path would shadow the
+    ``gateway`` package with bench/gateway.py for every test collected after this one."""
+    import importlib.util
+
+    if (mod := sys.modules.get("sk_bench_integrity")) is not None:
+        return mod
+    spec = importlib.util.spec_from_file_location(
+        "sk_bench_integrity", Path(__file__).resolve().parents[1] / "bench" / "integrity.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["sk_bench_integrity"] = mod  # dataclasses look their module up by name
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _script(hands: tuple[str, str], first: int, actions: list[dict[str, Any]], config: str = "wealth") -> Any:
@@ -250,7 +265,7 @@ def _play_population(rounds: int, seed: int) -> tuple[Any, Any, list[Any]]:
     """A blatant dumper pair and honest pairs (bench/integrity.py's accounts) through the real
     engine into the projection on fakeredis; the population, the projection, the last match."""
     import fakeredis
-    import integrity as bench  # bench/integrity.py
+    bench = _bench()
 
     from projections.integrity.store import IntegrityProjection, IntegrityStore
 
@@ -302,7 +317,7 @@ def test_a_blatant_dumper_pair_is_flagged_and_honest_pairs_are_not() -> None:
 @pytest.mark.redis
 @pytest.mark.slow
 def test_integrity_commands(redis_server, real_redis, real_redis_store, capsys, monkeypatch) -> None:
-    import integrity as bench
+    bench = _bench()
 
     from engine.store import keys
     from shuangkou.cli import main

@@ -58,6 +58,7 @@ A *player* id is a hash tag itself (``sk:out:{alice}``), so a player id with
 
 from __future__ import annotations
 
+import re
 import zlib
 
 PREFIX = "sk"
@@ -145,6 +146,19 @@ def player_id_problem(player_id: str) -> str | None:
     if any(ch in PLAYER_ID_FORBIDDEN for ch in player_id):
         return f"a player id may not contain '{{' or '}}' (it is the hash tag of the player's keys), got {player_id!r}"
     return None
+
+
+#: the ids ``gateway --bots`` gives its bots (``bot-<n>``): reserved, never a token's subject
+BOT_ID = re.compile(r"bot-\d+")
+
+
+def is_bot_id(player_id: str) -> bool:
+    """Whether ``player_id`` is a bot seat's id (``bot-<n>``), which no token may claim.
+
+    >>> is_bot_id("bot-17"), is_bot_id("alice"), is_bot_id("bot-x")
+    (True, False, False)
+    """
+    return BOT_ID.fullmatch(player_id) is not None
 
 
 def player_tag(player_id: str) -> str:

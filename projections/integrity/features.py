@@ -22,7 +22,6 @@ which :mod:`engine.tools.quality` samples.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,12 +32,12 @@ from engine.match.state import MatchState
 from engine.rules.classify import classify_counts, counts_for
 from engine.rules.combo import beats
 from engine.rules.moves import smallest_beating
+from engine.store import keys
 from projections.settlement import Settlement, settle
 
 __all__ = ["BOT_ID", "is_bot", "match_record", "pair_key", "split_pair"]
 
-#: the ids ``gateway --bots`` gives its bots (gateway/lobby.lua ``bot``): never scored
-BOT_ID = re.compile(r"bot-\d+")
+BOT_ID = keys.BOT_ID  #: the bot seats of ``gateway --bots``: never scored
 _SEP = "|"
 #: the passes that let a play go listed as evidence per player and match (the count is kept whole)
 PASSES_LISTED = 5
@@ -50,7 +49,7 @@ def is_bot(player: str) -> bool:
     >>> is_bot("bot-17"), is_bot("alice"), is_bot("bot-x")
     (True, False, False)
     """
-    return BOT_ID.fullmatch(player) is not None
+    return keys.is_bot_id(player)
 
 
 def pair_key(a: str, b: str) -> str:
