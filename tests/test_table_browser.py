@@ -610,3 +610,37 @@ def test_every_card_of_the_fan_takes_a_tap(browser, site, size: tuple[int, int])
         assert not errors, errors
     finally:
         context.close()
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["left"] < b["right"] - 1 and b["left"] < a["right"] - 1 and a["top"] < b["bottom"] - 1 and b["top"] < a["bottom"] - 1
+
+
+@pytest.mark.parametrize("locale", sorted(LOCALES))
+def test_ready_is_a_wide_button_clear_of_the_players_seat(browser, site, locale: str) -> None:
+    """Before the deal Ready floats at the bottom as a wide button (not squeezed by the phone's row
+    of play buttons) and covers nothing of the player's seat: the name, the level, the "not
+    ready" badge stay readable at each size."""
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        m = Match(f"ready-{locale}")
+        msgs = m.run(CreateMatch(command_id="c1", match_id=m.mid, config=load_config("points").to_record()))
+        msgs += m.run(Sit(command_id="c2", match_id=m.mid, player="alice"))
+        msgs += m.run(Sit(command_id="c3", match_id=m.mid, player="bob"))
+        _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
+                     {"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m.mid,
+                      "names": {"alice": "小明", "bob": "Bob"}}] + msgs)
+        page.wait_for_selector("[data-action=ready]:visible")
+        page.wait_for_selector("#mine-badges [data-badge]")
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_timeout(200)
+            ready = _box(page, "[data-action=ready]")
+            assert ready["right"] - ready["left"] >= 160, (width, ready)
+            for part in ("#mine-avatar", "#mine-name", "#mine-level", "#mine-badges"):
+                box = _box(page, part)
+                assert not _overlap(ready, box), (width, part, ready, box)
+        assert not errors, errors
+    finally:
+        context.close()
+
