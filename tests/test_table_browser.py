@@ -644,3 +644,29 @@ def test_ready_is_a_wide_button_clear_of_the_players_seat(browser, site, locale:
     finally:
         context.close()
 
+
+@pytest.mark.parametrize("locale", sorted(LOCALES))
+def test_the_result_sheet_scrolls_under_the_top_bar_never_behind_it(browser, site, locale: str) -> None:
+    """The end of a match is a sheet that scrolls; it starts under the top bar (which wraps to more
+    rows on a phone), so nothing scrolled in it shows through behind the bar's status line and
+    buttons."""
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        m = Match(f"sheet-{locale}")
+        _seat(page, m)
+        _feed(page, m.step(400))
+        assert m.state.phase == "finished"
+        _feed(page, [m.settled()])
+        page.wait_for_selector("[data-settlement] [data-score='alice']")
+        page.click("[data-settlement] details summary")  # the formula open: more to scroll
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_timeout(200)
+            page.eval_on_selector("#sheet", "s => { s.scrollTop = s.scrollHeight; }")
+            sheet, bar, status = _box(page, "#sheet"), _box(page, ".topbar"), _box(page, "[data-status]")
+            assert sheet["top"] >= bar["bottom"] - 1, (width, sheet, bar)
+            assert status["bottom"] <= sheet["top"] + 1, (width, status, sheet)
+        assert not errors, errors
+    finally:
+        context.close()
+

@@ -864,6 +864,12 @@ function bind() {
     }
     if (!ev.target.closest("[data-level-table], button[data-level]")) $("[data-level-table]").hidden = true;
   });
+  // the result sheet starts under the top bar, whose height changes as it wraps (a phone, a long
+  // balance): --topbar-h is its bottom edge
+  const bar = $(".topbar");
+  const barBottom = () => document.documentElement.style.setProperty("--topbar-h", `${Math.ceil(bar.offsetTop + bar.offsetHeight)}px`);
+  if (typeof ResizeObserver === "function") new ResizeObserver(barBottom).observe(bar);
+  barBottom();
   let resizeTimer = null;
   window.addEventListener("resize", () => {
     clearTimeout(resizeTimer);
