@@ -670,3 +670,20 @@ def test_the_result_sheet_scrolls_under_the_top_bar_never_behind_it(browser, sit
     finally:
         context.close()
 
+
+def test_avatar_initials_are_letters_of_the_name() -> None:
+    """The avatar's initials (js/avatar.js initialsOf, run in Node): a CJK name's first character,
+    the first letters of a Latin name's first two words, never a separator such as the "·" of
+    "bot · hard"."""
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    assert node, "node is needed"
+    table = {"bot · hard": "BH", "机器人 · 困难": "机", "小明": "小", "Bob": "Bo", "alice_b": "AB",
+             "·小明": "小", "Émile Zola": "ÉZ", " x ": "X"}
+    script = (f"import({json.dumps((STATIC / 'js' / 'avatar.js').as_uri())}).then(m => console.log(JSON.stringify("
+              f"{json.dumps(list(table))}.map(m.initialsOf))))")
+    out = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert dict(zip(table, json.loads(out.stdout))) == table
