@@ -687,3 +687,32 @@ def test_avatar_initials_are_letters_of_the_name() -> None:
     out = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert dict(zip(table, json.loads(out.stdout))) == table
+
+
+@pytest.mark.parametrize("locale", sorted(LOCALES))
+def test_a_match_abandoned_before_the_deal_says_the_player_waits_for_an_opponent(browser, site, locale: str) -> None:
+    """The opponent was not ready in time (R-13.2): the match is abandoned and the lobby queues the
+    player again (``opponent_left``); the status line says so instead of going blank."""
+    from engine.match.commands import ReadyTimeout
+
+    lang = LOCALES[locale]
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        m = Match(f"abandoned-{locale}")
+        msgs = m.run(CreateMatch(command_id="c1", match_id=m.mid, config=load_config("points").to_record()))
+        msgs += m.run(Sit(command_id="c2", match_id=m.mid, player="alice"))
+        msgs += m.run(Sit(command_id="c3", match_id=m.mid, player="bob"))
+        msgs += m.run(Ready(command_id="c4", match_id=m.mid, player="alice"))
+        _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
+                     {"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m.mid,
+                      "names": {"alice": "小明", "bob": "Bob"}}] + msgs)
+        page.wait_for_selector("#mine-badges [data-badge=ready]")
+        _feed(page, m.run(ReadyTimeout(command_id="c5", match_id=m.mid, version=m.state.version)))
+        assert m.state.phase == "abandoned"
+        _feed(page, [{"kind": "lobby", "state": "queued", "room": "points", "table": None, "match": None,
+                      "reason": "opponent_left", "bot_level": None}])
+        want = CATALOGUES[lang]["status.queued"].replace("{room}", CATALOGUES[lang]["mode.points"])
+        page.wait_for_function("w => document.querySelector('[data-status]').textContent === w", arg=want)
+        assert not errors, errors
+    finally:
+        context.close()

@@ -536,6 +536,8 @@ function statusFor(view) {
     return view.leading ? t("status.yourLead") : t("status.yourFollow");
   }
   if (view.phase === "finished" && view.result) return verdictText(view, S.settled[view.match_id]);
+  // a match never dealt (abandoned: the opponent was not ready in time): what the lobby does next
+  if (!S.spectator && S.lobby && S.lobby.state === "queued") return t("status.queued", { room: roomWords(S.lobby.room) });
   return "";
 }
 
