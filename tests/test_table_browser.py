@@ -716,3 +716,21 @@ def test_a_match_abandoned_before_the_deal_says_the_player_waits_for_an_opponent
         assert not errors, errors
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("locale", sorted(LOCALES))
+def test_the_fairness_panel_is_punctuated_in_the_pages_language(browser, site, locale: str) -> None:
+    """The label over the commitment's hex comes whole from the catalogue: 承诺： / 承諾： with the
+    full-width colon of the Chinese pages, never an ASCII one added by the page."""
+    lang = LOCALES[locale]
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        _seat(page, Match(f"fair-label-{locale}"))
+        page.click("[data-action=fair-info]")
+        label = page.text_content("[data-fair-panel] p.muted").strip()
+        assert label == CATALOGUES[lang]["fair.commitment"], label
+        if lang != "en":
+            assert label.endswith("：") and ":" not in page.text_content("[data-fair-panel]")
+        assert not errors, errors
+    finally:
+        context.close()
