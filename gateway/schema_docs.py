@@ -70,7 +70,7 @@ BY_NAME: dict[str, str] = {
     "jokers_as": "the ranks the jokers stand for (財神, R-4), one per wild joker",
     "bomb_sizes": "a chain bomb's bomb sizes, lowest rank first",
     # views
-    "phase": "the match's phase: new, seating, playing, finished",
+    "phase": "the match's phase: new, seating, playing, finished, abandoned (never dealt: a seat stayed empty or a player was not ready in time, R-13.2)",
     "mode": "the room's mode: points or wealth (coins); null before the creation",
     "you": "your player id; null for a spectator",
     "seats": "the two seats (null while empty)",

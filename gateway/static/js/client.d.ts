@@ -621,7 +621,7 @@ export type View = {
   match_id: string;
   /** a match version: the seq of the match's newest event */
   version: number;
-  /** the match's phase: new, seating, playing, finished */
+  /** the match's phase: new, seating, playing, finished, abandoned (never dealt: a seat stayed empty or a player was not ready in time, R-13.2) */
   phase: "new" | "seating" | "playing" | "finished" | "abandoned";
   /** the room's mode: points or wealth (coins); null before the creation */
   mode: "points" | "wealth" | null;
@@ -754,7 +754,7 @@ export type View = {
 export type Brief = {
   /** the match version this brief is of (the update's version) */
   version: number;
-  /** the match's phase: new, seating, playing, finished */
+  /** the match's phase: new, seating, playing, finished, abandoned (never dealt: a seat stayed empty or a player was not ready in time, R-13.2) */
   phase: "new" | "seating" | "playing" | "finished" | "abandoned";
   /** the player on turn; null outside the playing phase */
   turn: string | null;

@@ -536,6 +536,8 @@ function statusFor(view) {
     return view.leading ? t("status.yourLead") : t("status.yourFollow");
   }
   if (view.phase === "finished" && view.result) return verdictText(view, S.settled[view.match_id]);
+  // a match never dealt (abandoned: the opponent was not ready in time): what the lobby does next
+  if (!S.spectator && S.lobby && S.lobby.state === "queued") return t("status.queued", { room: roomWords(S.lobby.room) });
   return "";
 }
 
@@ -864,6 +866,12 @@ function bind() {
     }
     if (!ev.target.closest("[data-level-table], button[data-level]")) $("[data-level-table]").hidden = true;
   });
+  // the result sheet starts under the top bar, whose height changes as it wraps (a phone, a long
+  // balance): --topbar-h is its bottom edge
+  const bar = $(".topbar");
+  const barBottom = () => document.documentElement.style.setProperty("--topbar-h", `${Math.ceil(bar.offsetTop + bar.offsetHeight)}px`);
+  if (typeof ResizeObserver === "function") new ResizeObserver(barBottom).observe(bar);
+  barBottom();
   let resizeTimer = null;
   window.addEventListener("resize", () => {
     clearTimeout(resizeTimer);
