@@ -1,16 +1,18 @@
 """The one-node command path, stage by stage: serve's CPU µs and Redis's work per player command.
 
-    python bench/path.py [--matches 16] [--runs 3] [--one-stream] [--json]
+    python bench/path.py [--matches 16] [--runs 3] [--per-stream | --one-stream] [--json]
 
 In this process, on a redis-server of its own (no persistence): bot matches played through
 the bucket inboxes as ``serve`` runs them on one node (one
-:class:`~engine.service.inbox.InboxConsumer` per bucket stream behind the player channel, a
+:class:`~engine.service.inbox.InboxConsumer` per bucket stream behind the player channel, the
+streams read together by :func:`~engine.service.inbox.run_together`, a
 :class:`~engine.service.service.MatchService` with its state cache, the publication carried
 by the append, the acknowledgements sent with the next read, the collector tuned as serve
 tunes it).  Each round sends one command per live match (as gateways do: no ``reply_to``)
-and every consumer whose stream got one reads once, so the Redis figures are exact counts.
-``--one-stream``: every player command through the one unbucketed ``sk:inbox`` and its one
-consumer instead (the layout before the bucket inboxes): the same code, batched reads.
+and the consumers read once, so the Redis figures are exact counts.
+``--per-stream``: each consumer whose stream got a command reads it alone (a Cluster's
+serve, a thread per stream); ``--one-stream``: every player command through the one
+unbucketed ``sk:inbox`` and its one consumer (the layout before the bucket inboxes).
 
 Per player command, medians over ``--runs`` runs (seeds 7, 8, …):
 
@@ -71,6 +73,7 @@ def instrument() -> Callable[..., Any]:
     from engine.store.redis_store import RedisEventStore
 
     inbox_mod.InboxConsumer._read = timed("read", inbox_mod.InboxConsumer._read)  # type: ignore[method-assign]
+    inbox_mod._read_together = timed("read", inbox_mod._read_together)
     im.MessageHandler.prepare = timed("decode", im.MessageHandler.prepare)  # type: ignore[method-assign]
     svc_mod.decide_and_apply = timed("decide", svc_mod.decide_and_apply)  # type: ignore[assignment]
     Publisher.outputs = timed("build updates", Publisher.outputs)  # type: ignore[method-assign]
@@ -90,14 +93,14 @@ def _server_cpu(r: Any) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def one(run_once: Callable[..., Any], matches: int, seed: int, one_stream: bool = False) -> dict[str, Any]:
+def one(run_once: Callable[..., Any], matches: int, seed: int, mode: str = "together") -> dict[str, Any]:
     import redis
 
     from engine.config import load_config
     from engine.service.channels import PLAYER, ChannelService
     from engine.service.client import GatewayClient
     from engine.service.gc_tuning import tune_gc
-    from engine.service.inbox import InboxConsumer
+    from engine.service.inbox import InboxConsumer, run_together
     from engine.service.service import MatchService
     from engine.service.shuffle import seeded_random, seeded_server_seeds
     from engine.service.state_cache import StateCache
@@ -113,6 +116,7 @@ def one(run_once: Callable[..., Any], matches: int, seed: int, one_stream: bool 
         svc = MatchService(RedisEventStore(r), lambda: next(clock), seeded_random(seed), state_cache=cache,
                            server_seeds=seeded_server_seeds(seed))
         setup = InboxConsumer(r, svc, "bench", stream="sk:setup")  # the lobby's commands: not measured
+        one_stream = mode == "one-stream"
         streams_read = [keys.INBOX] if one_stream else [keys.inbox_key(b) for b in range(keys.DEFAULT_BUCKETS)]
         consumers = {st: InboxConsumer(r, ChannelService(svc, PLAYER), "bench", stream=st) for st in streams_read}
         client = GatewayClient(r, inbox=keys.INBOX) if one_stream else GatewayClient(r)
@@ -127,6 +131,8 @@ def one(run_once: Callable[..., Any], matches: int, seed: int, one_stream: bool 
                 lobby.ready(mid, mid + p)
         while setup.run_once(block_ms=None, count=50):
             pass
+        together = timed("total", run_together)
+        together(list(consumers.values()), block_ms=None)  # their own pending entries first: none
         gc.collect()
         tune_gc()  # as serve does at start-up
         cpu.clear()
@@ -146,9 +152,12 @@ def one(run_once: Callable[..., Any], matches: int, seed: int, one_stream: bool 
                 streams.add(client.stream_for(sent.command))
                 n += 1
             before, cpu0 = _calls(r), _server_cpu(r)
-            for stream, c in consumers.items():
-                if stream in streams:
-                    run_once(c, block_ms=None, count=50, defer_ack=True)
+            if mode == "together":
+                together(list(consumers.values()), block_ms=None, count=50)
+            else:
+                for stream, c in consumers.items():
+                    if stream in streams:
+                        run_once(c, block_ms=None, count=50, defer_ack=True)
             got += _calls(r) - before
             server += _server_cpu(r) - cpu0
         before = _calls(r)
@@ -169,14 +178,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--matches", type=int, default=16, help="matches in flight (one command each per round)")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--one-stream", action="store_true", help="every player command through sk:inbox")
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--one-stream", dest="mode", action="store_const", const="one-stream",
+                     help="every player command through sk:inbox")
+    how.add_argument("--per-stream", dest="mode", action="store_const", const="per-stream",
+                     help="each bucket stream read alone (a Cluster's serve)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     run_once = instrument()
-    runs = [one(run_once, args.matches, 7 + k, args.one_stream) for k in range(args.runs)]
+    mode = args.mode or "together"
+    runs = [one(run_once, args.matches, 7 + k, mode) for k in range(args.runs)]
     names = sorted(set().union(*(x["redis_commands"] for x in runs)))
     out: dict[str, Any] = {
-        "matches": args.matches, "runs": args.runs, "one_stream": args.one_stream, "commands": [x["commands"] for x in runs],
+        "matches": args.matches, "runs": args.runs, "mode": mode, "commands": [x["commands"] for x in runs],
         "serve_cpu_us": {k: round(statistics.median(x["serve_cpu_us"][k] for x in runs), 1)
                          for k in runs[0]["serve_cpu_us"]},
         "redis_commands": {k: round(statistics.median(x["redis_commands"].get(k, 0.0) for x in runs), 3)
@@ -188,7 +202,7 @@ def main() -> int:
     if args.json:
         print(json.dumps(out))
         return 0
-    print(f"{args.matches} matches in flight, medians of {args.runs} runs; load {out['load']}")
+    print(f"{args.matches} matches in flight, {mode}, medians of {args.runs} runs; load {out['load']}")
     for k, v in out["serve_cpu_us"].items():
         print(f"  serve CPU µs per command, {k:<17} {v:>7}")
     print(f"  Redis CPU µs per command {out['redis_cpu_us']:>25}")

@@ -664,31 +664,9 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
     if not readers:
         return handled
     first = readers[0]
-    pipe = first.redis.pipeline(transaction=False)
-    acking = [(c, c._ack_entries()) for c in consumers if c._unsent_acks]
-    for c, acks in acking:
-        pipe.xack(c.stream, c.group, *acks)
-    pipe.xreadgroup(first.group, first.consumer, {c.stream: ">" for c in readers}, count=count,
-                    block=None if handled else block_ms)
-    try:
-        replies = pipe.execute(raise_on_error=False)
-    except Exception:
-        for c, acks in acking:  # not sent: they go with the next read
-            c._unsent_acks[:0] = acks
-        raise
-    for (c, acks), acked in zip(acking, replies):
-        if isinstance(acked, Exception):
-            c._unsent_acks[:0] = acks
-            raise acked
-    reply = replies[-1]
-    if isinstance(reply, redis.ResponseError) and "NOGROUP" in str(reply):
-        for c in readers:  # a stream deleted under us
-            c.ensure_group()
+    by_stream = _read_together(consumers, readers, None if handled else block_ms, count)
+    if by_stream is None:
         return handled
-    if isinstance(reply, Exception):
-        raise reply
-    by_stream = {text(stream): [e for e in es if e[0] is not None and e[1] is not None]
-                 for stream, es in stream_replies(reply)}
     work: list[tuple[InboxConsumer, list[Any], list[Any], _Batch]] = []
     failure: Exception | None = None
     for c in readers:
@@ -733,3 +711,35 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
     if failure is not None:
         raise failure
     return handled
+
+
+def _read_together(consumers: list[InboxConsumer], readers: list[InboxConsumer], block_ms: int | None,
+                   count: int) -> dict[str, list[Any]] | None:
+    """One pipeline: every consumer's unsent acknowledgements, then one XREADGROUP of the
+    ``readers``' streams; their new entries by stream (None: a stream had lost its group,
+    now created again)."""
+    first = readers[0]
+    pipe = first.redis.pipeline(transaction=False)
+    acking = [(c, c._ack_entries()) for c in consumers if c._unsent_acks]
+    for c, acks in acking:
+        pipe.xack(c.stream, c.group, *acks)
+    pipe.xreadgroup(first.group, first.consumer, {c.stream: ">" for c in readers}, count=count, block=block_ms)
+    try:
+        replies = pipe.execute(raise_on_error=False)
+    except Exception:
+        for c, acks in acking:  # not sent: they go with the next read
+            c._unsent_acks[:0] = acks
+        raise
+    for (c, acks), acked in zip(acking, replies):
+        if isinstance(acked, Exception):
+            c._unsent_acks[:0] = acks
+            raise acked
+    reply = replies[-1]
+    if isinstance(reply, redis.ResponseError) and "NOGROUP" in str(reply):
+        for c in readers:  # a stream deleted under us
+            c.ensure_group()
+        return None
+    if isinstance(reply, Exception):
+        raise reply
+    return {text(stream): [e for e in es if e[0] is not None and e[1] is not None]
+            for stream, es in stream_replies(reply)}
