@@ -27,7 +27,9 @@ reads one ``stream`` and may refuse command types with an ``accepts`` policy
 
 The channels are one stream per bucket (``sk:{b<N>}:inbox``, ``sk:{b<N>}:ops``): serve runs
 one InboxConsumer per stream of each bucket it owns (engine/service/ownership.py), so no
-single Cluster slot carries every command.
+single Cluster slot carries every command.  On a plain Redis the owned streams of a channel
+are read together (:func:`run_together`: one XREADGROUP, one round of appends); on a Cluster
+each stream is read on its own.
 """
 
 from __future__ import annotations

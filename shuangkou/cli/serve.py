@@ -9,7 +9,9 @@ One process runs
   stop, a dead replica's buckets and pending commands taken over), plus ``sk:ops``
   (Credit, Debit, AddRoom) and the single ``sk:inbox`` of older builds on every replica;
   each refuses the command types its channel does not carry, reads with the consumer
-  group ``sk-service``, decides, appends, publishes per-player updates;
+  group ``sk-service``, decides, appends, publishes per-player updates; on a plain Redis
+  one thread per channel reads all its owned bucket streams with one XREADGROUP
+  (engine.service.ownership.InboxGroup), on a Cluster a thread per stream;
 * the projection runner (:class:`projections.runner.ProjectionRunner`): the
   bucket feeds → settlement → ledger, consumer group ``sk-projections``;
 * timers: every append records the match's deadline in the store's index; with
