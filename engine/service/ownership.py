@@ -244,8 +244,8 @@ class InboxGroup:
     :meth:`add` returns the :class:`BucketWork` of one consumer: its ``stop`` takes the
     stream out of the reads, waits for the round in hand to finish and sends that
     consumer's acknowledgements.  Every ``reclaim_every_s`` each member reclaims idle
-    pending messages and every ``trim_every_s`` trims its stream, as
-    :meth:`InboxConsumer.run` does."""
+    pending messages and every ``trim_every_s`` trims its stream (at once after an
+    oversized entry), as :meth:`InboxConsumer.run` does."""
 
     def __init__(self, name: str, *, block_ms: int = 500, count: int = 10, reclaim_every_s: float = 30.0,
                  min_idle_ms: int = 60_000, trim_every_s: float = 60.0):
@@ -317,8 +317,13 @@ class InboxGroup:
                 continue
             try:
                 try:
+                    oversized = sum(c.stats.oversized for c in members)
                     run_together(members, self.block_ms, self.count, self._stop)
                     now = time.monotonic()
+                    if sum(c.stats.oversized for c in members) != oversized:
+                        for c in members:  # an oversized entry handled: out of Redis now
+                            c.flush_acks()
+                        next_trim = now
                     if now >= next_reclaim and not self._stop.is_set():
                         for c in members:
                             c.reclaim(min_idle_ms=self.min_idle_ms)
