@@ -178,3 +178,32 @@ def stream_pos(entry: bytes | str) -> tuple[int, int]:
         entry = entry.decode()
     ms, _, n = entry.partition("-")
     return int(ms), int(n or 0)
+
+
+# -- the integrity projection (projections/integrity, docs/INTEGRITY.md) --------------------------
+#: the consumer group the integrity projection reads the bucket feeds with
+INTEGRITY_GROUP = "sk-integrity"
+#: zset: pair key ("a|b", ids sorted) -> the pair's current suspicion score (pairs with a score > 0)
+INTEGRITY_SCORES = f"{PREFIX}:integrity:scores"
+#: hash: signal -> "k n" counts over every person's matches (the prior of every signal)
+INTEGRITY_POPULATION = f"{PREFIX}:integrity:population"
+#: list: the newest sampled regrets of everyone (the quality baseline of players without their own)
+INTEGRITY_POP_REGRETS = f"{PREFIX}:integrity:population:regrets"
+
+
+def integrity_records_key(player_id: str) -> str:
+    """Hash of one player's integrity records, match id -> JSON: ``sk:integrity:m:{<player>}``
+    (expires 90 days after the player's last scored match)."""
+    return f"{PREFIX}:integrity:m:{{{player_id}}}"
+
+
+def integrity_pair_key(pair: str) -> str:
+    """String: the JSON evidence of one pair (``a|b``) as last scored: ``sk:integrity:pair:<a|b>``
+    (expires 30 days after the pair's last match)."""
+    return f"{PREFIX}:integrity:pair:{pair}"
+
+
+def integrity_dismissed_key(pair: str) -> str:
+    """Hash: an operator's review of a pair (reason, when, the score then):
+    ``sk:integrity:dismissed:<a|b>`` (expires after 180 days)."""
+    return f"{PREFIX}:integrity:dismissed:{pair}"

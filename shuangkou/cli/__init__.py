@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reconcile": ("shuangkou.cli.reconcile", "settle finished matches that have no settlement (exactly once)"),
     "archive": ("shuangkou.cli.archive", "export finished, settled matches to files and delete them from Redis"),
     "verify-deal": ("shuangkou.cli.verify_deal", "check a finished match's deal against its commitment and seeds"),
+    "integrity": ("shuangkou.cli.integrity", "chip-dumping flags: report, show or dismiss suspicious pairs"),
 }
 
 

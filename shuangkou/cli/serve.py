@@ -14,6 +14,8 @@ One process runs
   (engine.service.ownership.InboxGroup), on a Cluster a thread per stream;
 * the projection runner (:class:`projections.runner.ProjectionRunner`): the
   bucket feeds → settlement → ledger, consumer group ``sk-projections``;
+* with ``--integrity``, the integrity projection (:mod:`projections.integrity`, docs/INTEGRITY.md):
+  the bucket feeds → chip-dumping records, scores and flags, consumer group ``sk-integrity``;
 * timers: every append records the match's deadline in the store's index; with
   ``--broker-url`` (or ``SK_BROKER_URL``) the ``dramatiq workers.actors``
   processes dispatch and fire them (workers/dispatcher.py; serve sends nothing per
@@ -62,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--consumer", default=None,
                         help="consumer name in the groups (default <hostname>-<pid>)")
     parser.add_argument("--no-projections", action="store_true", help="do not run the projection runner here")
+    parser.add_argument("--integrity", action="store_true",
+                        help="also run the integrity projection (chip-dumping flags, docs/INTEGRITY.md; "
+                             "consumer group sk-integrity)")
     parser.add_argument("--batch", type=int, default=10, help="inbox messages read per call (default 10)")
     parser.add_argument("--state-cache", type=int, default=20_000, metavar="N",
                         help="match states kept in memory (LRU; the append's version check validates them; "
@@ -295,6 +300,11 @@ def run(args: argparse.Namespace) -> int:
         t = threading.Thread(target=runner.run_forever, args=(stop,), name="projections", daemon=True,
                              kwargs={"reconcile_every_s": every, "on_reconciled": reconciled})
         threads.append(t)
+
+    if args.integrity:
+        from engine.tools.integrity import integrity_thread
+
+        threads.append(integrity_thread(client, raw_store, consumer, stop))
 
     server = None
     if args.metrics_port is not None:
