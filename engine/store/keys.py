@@ -47,7 +47,8 @@ Notices: whoever adds an entry to a stream a gateway reads for its sockets (the 
 ``sk:out:…``, the lobby's notes, the session stream; the publisher does it for every entry it
 writes) then sends ``SPUBLISH <stream> ""``, a sharded pub/sub message on the channel named
 like the stream (on a Cluster it lives in the stream's slot).  It is only a wake-up for the
-gateway's one reader (gateway/fanout.py): the stream stays the source of truth.
+gateway's one reader (gateway/fanout.py): the stream stays the source of truth.  A reply
+stream (``sk:reply:…``) is read by polling (a blocking XREAD): it gets no notice.
 
 A match id containing ``{`` or ``}`` is harmless: Redis uses the *first*
 ``{…}`` of a key as its hash tag, which is always the bucket tag here.

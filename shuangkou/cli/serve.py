@@ -9,7 +9,9 @@ One process runs
   stop, a dead replica's buckets and pending commands taken over), plus ``sk:ops``
   (Credit, Debit, AddRoom) and the single ``sk:inbox`` of older builds on every replica;
   each refuses the command types its channel does not carry, reads with the consumer
-  group ``sk-service``, decides, appends, publishes per-player updates;
+  group ``sk-service``, decides, appends, publishes per-player updates; on a plain Redis
+  one thread per channel reads all its owned bucket streams with one XREADGROUP
+  (engine.service.ownership.InboxGroup), on a Cluster a thread per stream;
 * the projection runner (:class:`projections.runner.ProjectionRunner`): the
   bucket feeds → settlement → ledger, consumer group ``sk-projections``;
 * with ``--integrity``, the integrity projection (:mod:`projections.integrity`, docs/INTEGRITY.md):
@@ -162,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.service.rooms import RedisRooms, register_shipped
     from projections.ledger import RedisLedger
     from engine.service.inbox import InboxConsumer
-    from engine.service.ownership import BucketOwner, ConsumerThreads, take_over_pending
+    from engine.service.ownership import BucketOwner, ConsumerThreads, GroupedWork, InboxGroup, take_over_pending
     from engine.service.state_cache import StateCache
     from engine.store import keys
     from engine.store.redis_store import RedisEventStore
@@ -246,13 +248,22 @@ def run(args: argparse.Namespace) -> int:
         consumers.append(c)
         return c
 
-    def own(bucket: int) -> ConsumerThreads:
+    # on one node each channel's owned bucket streams are read together, one XREADGROUP for all
+    # (a read carries every bucket's commands); a Cluster reads each bucket's streams on its own
+    from redis.cluster import RedisCluster
+
+    groups = None if isinstance(client, RedisCluster) else \
+        {ch.name: InboxGroup(f"read {ch.name}", **{**loop, "block_ms": 100}) for ch in (PLAYER, OPS)}
+
+    def own(bucket: int) -> ConsumerThreads | GroupedWork:
         """This replica now holds ``bucket``'s lease: its pending commands first, then its channels."""
         streams = ((PLAYER, keys.inbox_key(bucket), None), (OPS, keys.ops_key(bucket), desk))
         for _channel, stream, _op in streams:
             taken = take_over_pending(client, stream, keys.SERVICE_GROUP, consumer)
             if taken:
                 log.info("bucket %d: took over %d pending command(s) of %s", bucket, taken, stream)
+        if groups is not None:
+            return GroupedWork([groups[ch.name].add(consumer_of(ch, st, op)) for ch, st, op in streams])
         return ConsumerThreads([consumer_of(ch, st, op) for ch, st, op in streams], f"b{bucket}", **loop)
 
     # the channels of no bucket: Credit/Debit/AddRoom on sk:ops, and the single inbox of the
@@ -340,6 +351,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         stop.set()
         unbucketed.stop()
+        for g in (groups or {}).values():
+            g.stop()
         for t in threads:
             t.join(timeout=10)
         if timers is not None:
