@@ -557,6 +557,18 @@ export type RoomConfig = {
   test_deals?: boolean;
   /** gateway --bots: the level of a bot seated in this room (easy, normal or hard); unset: the gateway's --bot-level */
   bot_level?: "easy" | "normal" | "hard" | null;
+  /** ranked room: its finished matches move a rating per season (docs/RANKED.md) */
+  ranked?: boolean;
+  /** ranked: matches against a bot are rated too (tests, benches) */
+  rate_bots?: boolean;
+  /** ranked: rated matches before a player's rating stops being provisional */
+  provisional_matches?: number;
+  /** ranked: the rating window a new waiter is paired within (rating points) */
+  match_window?: number;
+  /** ranked: how fast the window widens (rating points per second waited) */
+  match_window_per_second?: number;
+  /** ranked: after this wait the player is paired with anyone, or a bot where the room has one */
+  match_max_wait_seconds?: number;
 };
 
 export type MatchEvent = MatchCreatedEvent | PlayerSeatedEvent | PlayerReadyEvent | PlayerRemovedEvent | HandDealtEvent | CardsPlayedEvent | PassedEvent | TurnTimedOutEvent | TrusteeshipStartedEvent | TrusteeshipEndedEvent | PlayerDisconnectedEvent | PlayerReconnectedEvent | PlayerEscapedEvent | MatchFinishedEvent | MatchAbandonedEvent;
