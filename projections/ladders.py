@@ -189,21 +189,27 @@ class RatingStore(ABC):
         rows = self.top(room, season, 0, limit - 1)
         mine: list[tuple[str, float]] = []
         pos = self.rank(room, season, me) if me is not None else None
-        lo = 0
         if pos is not None:
-            lo = max(0, pos - NEIGHBOURS)
-            mine = self.top(room, season, lo, pos + NEIGHBOURS)
+            mine = self.top(room, season, max(0, pos - NEIGHBOURS), pos + NEIGHBOURS)
         names = self.names(list(dict.fromkeys([p for p, _ in rows] + [p for p, _ in mine])))
-        out: dict[str, Any] = {"room": room, "season": season,
-                               "entries": [_entry(i + 1, p, s, names) for i, (p, s) in enumerate(rows)]}
-        if me is not None:
-            if pos is None:
-                out["me"] = None
-            else:
-                neighbours = [_entry(lo + i + 1, p, s, names) for i, (p, s) in enumerate(mine)]
-                own = next(e for e in neighbours if e["player"] == me)
-                out["me"] = {**own, "neighbours": neighbours}
-        return out
+        return board_answer(room, season, rows, me, pos, mine, names)
+
+
+def board_answer(room: str, season: str, rows: list[tuple[str, float]], me: str | None, pos: int | None,
+                 mine: list[tuple[str, float]], names: dict[str, str | None]) -> dict[str, Any]:
+    """The leaderboard's answer from the board's rows (the top, and ``mine``: the rows from
+    ``max(0, pos - NEIGHBOURS)`` around ``me`` at 0-based ``pos``) and the display names."""
+    out: dict[str, Any] = {"room": room, "season": season,
+                           "entries": [_entry(i + 1, p, s, names) for i, (p, s) in enumerate(rows)]}
+    if me is not None:
+        if pos is None:
+            out["me"] = None
+        else:
+            lo = max(0, pos - NEIGHBOURS)
+            neighbours = [_entry(lo + i + 1, p, s, names) for i, (p, s) in enumerate(mine)]
+            own = next(e for e in neighbours if e["player"] == me)
+            out["me"] = {**own, "neighbours": neighbours}
+    return out
 
 
 class MemoryRatingStore(RatingStore):
@@ -445,18 +451,3 @@ def rebuild(events: EventStore, store: RatingStore, season_name: str, write: boo
             store.replace(lad)
     return RebuildReport(season.name, ladders, same)
 
-
-def outbox_publisher(client: Any, **delivery: Any) -> Callable[[str, dict[str, Any]], None]:
-    """``publish(player, message)`` onto the player's update stream ``sk:out:{<player>}`` as an
-    entry of kind ``rating`` (its ``body``: the message, msgpack), with the stream's notice."""
-    import msgpack
-
-    from engine.service.publish import Publisher
-
-    publisher = Publisher(client, consumer="sk-ratings", **delivery)
-
-    def publish(player: str, message: dict[str, Any]) -> None:
-        publisher.write([publisher._delivery(keys.outbox_key(player), {
-            "kind": "rating", "match": message["match"], "command_id": "", "body": msgpack.packb(message)})])
-
-    return publish

@@ -1002,10 +1002,38 @@ export type WelcomeMessage = {
   renewed?: boolean;
 };
 
+/** A settled match of a ranked room moved your rating (docs/RANKED.md) */
+export type RatingMessage = {
+  /** the message kind (the tag of the union) */
+  kind: "rating";
+  /** the settled match that moved the rating */
+  match: string;
+  /** the ranked room (its ladder) */
+  room: string;
+  /** the season the match belongs to (by its finish time) */
+  season: string;
+  /** your rating and tier before the match */
+  before: {
+    /** the rating shown: 1000 + 40 × (mu − 3·sigma), rounded */
+    rating: number;
+    /** the tier id (bronze, silver, gold, platinum, diamond, master; names in the i18n files) */
+    tier: "bronze" | "silver" | "gold" | "platinum" | "diamond" | "master";
+  };
+  /** your rating and tier after the match */
+  after: {
+    /** the rating shown: 1000 + 40 × (mu − 3·sigma), rounded */
+    rating: number;
+    /** the tier id (bronze, silver, gold, platinum, diamond, master; names in the i18n files) */
+    tier: "bronze" | "silver" | "gold" | "platinum" | "diamond" | "master";
+  };
+  /** true while you have fewer rated matches this season than the room's provisional_matches */
+  provisional: boolean;
+};
+
 /** A client → server WebSocket message */
 export type ClientMessage = AuthMessage | JoinMessage | WatchMessage | ReadyMessage | PlayMessage | PassMessage | RequestTrusteeMessage | CancelTrusteeMessage | EscapeMessage | LeaveMessage | SyncMessage;
 /** A server → client WebSocket message */
-export type ServerMessage = UpdateMessage | RejectedMessage | LobbyMessage | SettledMessage | WelcomeMessage;
+export type ServerMessage = UpdateMessage | RejectedMessage | LobbyMessage | SettledMessage | WelcomeMessage | RatingMessage;
 
 /** A client message with its optional fields (command_id is made for you when absent). */
 export type Command = ClientMessage;
@@ -1017,7 +1045,7 @@ export interface ClosedEvent { code: number; reason: string; reconnecting: boole
 export interface StateEvent { state: "connecting" | "open" | "reconnecting" | "refused" | "closed";
   code?: number; reason?: string }
 export interface ClientEvents {
-  update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rejected: RejectedEvent;
+  update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rating: RatingMessage; rejected: RejectedEvent;
   closed: ClosedEvent; welcome: WelcomeMessage; state: StateEvent; error: unknown;
 }
 
@@ -1047,7 +1075,7 @@ export interface PlayOptions { reading_kind?: Reading["kind"]; reading_rank?: st
 export declare class Client {
   constructor(options: ClientOptions);
   readonly url: string; version: number | null; match: string | null; brief: Brief | null; view: View | null;
-  lobby: LobbyMessage | null; player: string | null; role: WelcomeMessage["role"] | null; state: StateEvent["state"] | "idle";
+  lobby: LobbyMessage | null; rating: RatingMessage | null; player: string | null; role: WelcomeMessage["role"] | null; state: StateEvent["state"] | "idle";
   pending: Map<string, ClientMessage>;
   on<K extends keyof ClientEvents>(name: K, fn: (payload: ClientEvents[K]) => void): () => void;
   off<K extends keyof ClientEvents>(name: K, fn: (payload: ClientEvents[K]) => void): void;

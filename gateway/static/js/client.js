@@ -16,7 +16,7 @@
 //   (`view.version` may be older than `brief.version`: the events between them are in the updates);
 // * it sends commands with a `command_id` and, for Play and Pass, the `expected_version` of the
 //   table it last saw; a `rejected` is matched to the command that caused it (`command`).
-// Events (`on(name, fn)`): update, lobby, settled, rejected, closed; plus welcome and state
+// Events (`on(name, fn)`): update, lobby, settled, rating, rejected, closed; plus welcome and state
 // (the link: connecting, open, reconnecting, refused, closed).
 
 export const RANKS = Object.freeze(["3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K", "A", "2", "SJ", "BJ"]);
@@ -121,6 +121,7 @@ export class Client {
     this.brief = null;        // the newest brief
     this.view = null;         // the newest full view
     this.lobby = null;        // the newest lobby message
+    this.rating = null;       // the newest rating message (ranked rooms)
     this.player = null;       // from the welcome
     this.role = null;
     this.state = "idle";
@@ -270,6 +271,11 @@ export class Client {
         break;
       case "settled":
         this.emit("settled", msg);
+        break;
+      case "rating":
+        // a settled match of a ranked room moved this player's rating (docs/RANKED.md)
+        this.rating = msg;
+        this.emit("rating", msg);
         break;
       default:
         this.emit("message", msg);
