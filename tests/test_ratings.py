@@ -260,3 +260,17 @@ def test_rebuild_equals_the_live_projection(fake_redis, fake_redis_store, capsys
     assert main(["ratings", "rebuild", "--season", "s2", "--check", "--redis", "redis://x"]) == 1
     assert "DIFFERS" in capsys.readouterr().out
     assert main(["ratings", "rebuild", "--season", "nope", "--redis", "redis://x"]) == 1
+
+
+def test_every_tier_has_a_name_in_the_three_languages():
+    from pathlib import Path
+
+    from projections.ratings import TIERS
+
+    root = Path(__file__).resolve().parents[1] / "gateway" / "static" / "i18n"
+    for lang in ("en", "zh-Hans", "zh-Hant"):
+        catalogue = json.loads((root / f"{lang}.json").read_text(encoding="utf-8"))
+        assert [t for t, _ in TIERS] == ["bronze", "silver", "gold", "platinum", "diamond", "master"]
+        for tier, _ in TIERS:
+            assert catalogue.get(f"tier.{tier}"), (lang, tier)
+    assert json.loads((root / "zh-Hant.json").read_text(encoding="utf-8"))["tier.bronze"] == "青銅"
