@@ -165,3 +165,38 @@ def test_rating_message_on_the_update_stream(fake_redis):
     proj.project(match_events("m2", "alice", "bot-1", "alice", 2000, config=ranked_config(rate_bots=True)))
     assert not fake_redis.exists(keys.outbox_key("bot-1"))
     assert len(fake_redis.xrange(keys.outbox_key("alice"))) == 2
+
+
+class _Conn:
+    """A socket as the resync sees it (gateway/resync.py Receiver)."""
+
+    def __init__(self, player: str, role: str = "player"):
+        self.id, self.hub, self.match, self.source = "c1", None, None, None
+        self._player, self._role, self.sent = player, role, []
+
+    @property
+    def is_player(self) -> bool:
+        return self._role == "player"
+
+    @property
+    def player(self) -> str:
+        return self._player
+
+    async def send(self, message: dict) -> None:
+        self.sent.append(message)
+
+
+def test_the_gateway_forwards_a_rating_entry_to_the_player_only():
+    import asyncio
+
+    from gateway.resync import Resync
+
+    msg = {"kind": "rating", "match": "m1", "room": "ranked", "season": "s1",
+           "before": {"rating": 1000, "tier": "bronze"}, "after": {"rating": 1090, "tier": "bronze"},
+           "provisional": True}
+    entry = parse_entry(b"5-0", {b"kind": b"rating", b"match": b"m1", b"command_id": b"",
+                                 b"body": msgpack.packb(msg)})
+    player, spectator = _Conn("alice"), _Conn("alice", role="spectator")
+    for conn in (player, spectator):
+        asyncio.run(Resync(conn, gap_wait_s=0.1).on_entry(entry))
+    assert player.sent == [msg] and spectator.sent == []
