@@ -24,6 +24,7 @@ socket's; errors are ``{"error": code, "reason": text}`` with 400/401/403/404/40
   ``{"room", "season", "entries": [{"rank", "player", "name", "rating", "tier"}]}`` and with
   ``around=me`` also ``me`` (the player's entry with ``neighbours``, or null).  404
   ``unknown_room`` / ``not_ranked`` / ``unknown_season``, 400 ``bad_request`` (limit 1..1000).
+  ``&players=a,b`` (1..10 ids) adds ``players``: each one's entry or null (the table's tier badges).
 * ``POST /api/leaderboard/name`` (player) -- ``{"hidden": true|false}``: hide the player's name
   from every leaderboard (``name`` null) or show it again.
 * ``POST /api/hint`` (player) -- ``{"hand": [ids], "last_cards": [ids] | null,
@@ -409,14 +410,14 @@ LEADERBOARD_LIMIT = 100  # the default of ``limit``; at most projections.ladders
 
 
 async def leaderboard_for(redis: Any, room: str, season: str | None, limit: int,
-                          me: str | None = None) -> dict[str, Any]:
+                          me: str | None = None, players: list[str] | None = None) -> dict[str, Any]:
     """``GET /api/leaderboard``: the top ``limit`` of ``room``'s ladder in ``season`` (None: the
     running season, else the last), and with ``me`` the player's own entry and neighbours
     (projections.ladders.board_answer).  Reads only: ZREVRANGE/ZREVRANK on the ladder's board
     (O(log n) each), the season list, the display names; a player who hides their name
     (``sk:{lobby}:hidden``) shows as ``name: null``."""
     from engine.store import keys
-    from projections.ladders import HIDDEN_KEY, NAMES_KEY, NEIGHBOURS, board_answer
+    from projections.ladders import HIDDEN_KEY, NAMES_KEY, NEIGHBOURS, board_answer, board_entry
     from projections.ratings import Season
 
     raw = await redis.hgetall(keys.SEASONS)
@@ -439,13 +440,20 @@ async def leaderboard_for(redis: Any, room: str, season: str | None, limit: int,
     if pos is not None:
         pos = int(pos)
         mine = rows(await redis.zrevrange(board, max(0, pos - NEIGHBOURS), pos + NEIGHBOURS, withscores=True))
-    players = list(dict.fromkeys([p for p, _ in top] + [p for p, _ in mine]))
+    asked: dict[str, tuple[int, float] | None] = {}
+    for p in players or ():  # the table's players (their tier badges): rank and rating each
+        r, sc = await redis.zrevrank(board, p), await redis.zscore(board, p)
+        asked[p] = None if r is None or sc is None else (int(r), float(sc))
+    everyone = list(dict.fromkeys([p for p, _ in top] + [p for p, _ in mine] + list(asked)))
     names: dict[str, str | None] = {}
-    if players:
-        got = await redis.hmget(NAMES_KEY, players)
-        hidden = await redis.smismember(HIDDEN_KEY, players)
-        names = {p: None if h else (None if n is None else _text(n)) for p, n, h in zip(players, got, hidden)}
-    return board_answer(room, found.name, top, me, pos, mine, names)
+    if everyone:
+        got = await redis.hmget(NAMES_KEY, everyone)
+        hidden = await redis.smismember(HIDDEN_KEY, everyone)
+        names = {p: None if h else (None if n is None else _text(n)) for p, n, h in zip(everyone, got, hidden)}
+    out = board_answer(room, found.name, top, me, pos, mine, names)
+    if players is not None:
+        out["players"] = {p: None if v is None else board_entry(v[0] + 1, p, v[1], names) for p, v in asked.items()}
+    return out
 
 
 def _text(v: Any) -> str:
@@ -553,7 +561,12 @@ def routes(ctx: Any) -> list[Any]:
             me = _identity(ctx, request, ("player",)).player
         if season is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", season):
             raise HttpError(404, "unknown_season", f"no season {season!r}")
-        return JSONResponse(await leaderboard_for(lobby_redis(), room, season, limit, me))
+        players = None
+        if q.get("players") is not None:
+            players = [p for p in q.get("players", "").split(",") if p]
+            if not 1 <= len(players) <= 10 or any(len(p) > 100 for p in players):
+                raise HttpError(400, "bad_request", "players is 1..10 player ids, comma-separated")
+        return JSONResponse(await leaderboard_for(lobby_redis(), room, season, limit, me, players))
 
     async def leaderboard_name(request: Request) -> Response:
         from projections.ladders import HIDDEN_KEY

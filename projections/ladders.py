@@ -57,7 +57,9 @@ class SeasonError(ValueError):
         self.code = code
 
 
-def _entry(rank: int, player: str, score: float, names: dict[str, str | None]) -> dict[str, Any]:
+def board_entry(rank: int, player: str, score: float, names: dict[str, str | None]) -> dict[str, Any]:
+    """One leaderboard entry: ``{"rank", "player", "name", "rating", "tier"}`` (``score``: the
+    board's exact rating)."""
     ordinal = (score - RATING_BASE) / RATING_SCALE
     return {"rank": rank, "player": player, "name": names.get(player), "rating": round(score),
             "tier": tier_of(ordinal)}
@@ -200,13 +202,13 @@ def board_answer(room: str, season: str, rows: list[tuple[str, float]], me: str 
     """The leaderboard's answer from the board's rows (the top, and ``mine``: the rows from
     ``max(0, pos - NEIGHBOURS)`` around ``me`` at 0-based ``pos``) and the display names."""
     out: dict[str, Any] = {"room": room, "season": season,
-                           "entries": [_entry(i + 1, p, s, names) for i, (p, s) in enumerate(rows)]}
+                           "entries": [board_entry(i + 1, p, s, names) for i, (p, s) in enumerate(rows)]}
     if me is not None:
         if pos is None:
             out["me"] = None
         else:
             lo = max(0, pos - NEIGHBOURS)
-            neighbours = [_entry(lo + i + 1, p, s, names) for i, (p, s) in enumerate(mine)]
+            neighbours = [board_entry(lo + i + 1, p, s, names) for i, (p, s) in enumerate(mine)]
             own = next(e for e in neighbours if e["player"] == me)
             out["me"] = {**own, "neighbours": neighbours}
     return out

@@ -93,6 +93,16 @@ def test_top_n_and_me_with_neighbours(world):
     assert stranger["me"] is None
 
 
+def test_the_table_players_entries(world):
+    client, ratings, _ = world
+    body = client.get("/api/leaderboard?room=ranked&limit=1&players=p29,p00,nobody").json()
+    board = {e["player"]: e for e in ratings.leaderboard("ranked", "s1", 30)["entries"]}
+    assert body["players"]["p29"] == board["p29"] and body["players"]["p00"] == board["p00"]
+    assert body["players"]["nobody"] is None
+    r = client.get("/api/leaderboard?room=ranked&players=" + ",".join(f"x{i}" for i in range(11)))
+    assert (r.status_code, r.json()["error"]) == (400, "bad_request")
+
+
 def test_a_player_hides_their_name(world):
     client, _, _ = world
     r = client.post("/api/leaderboard/name", json={"hidden": True}, headers=bearer("p29"))
