@@ -377,14 +377,15 @@ def room_list(ctx: Any) -> list[dict[str, Any]]:
     book = getattr(getattr(ctx, "hub", None), "rooms", None)
     rooms = getattr(book, "rooms", None)
     if not isinstance(rooms, dict):
-        return [{"name": "points", "mode": "points"}, {"name": "wealth", "mode": "wealth"}]
+        return [{"name": "points", "mode": "points", "ranked": False}, {"name": "wealth", "mode": "wealth", "ranked": False}]
     out = []
     for name, cfg in sorted(rooms.items()):
         low = cfg.levels[0]
         out.append({"name": name, "mode": cfg.mode, "turn_seconds": cfg.turn_seconds,
                     "trustee_delay_seconds": cfg.trustee_delay_seconds,
                     "reclaim_after_reconnect": cfg.reclaim_after_reconnect,
-                    "base": low.base, "need": low.need if cfg.mode == "wealth" else 0})
+                    "base": low.base, "need": low.need if cfg.mode == "wealth" else 0,
+                    "ranked": bool(getattr(cfg, "ranked", False))})
     return out
 
 
@@ -591,6 +592,7 @@ def routes(ctx: Any) -> list[Any]:
         Route("/", page("index.html")),
         Route("/watch/{match_id:path}", page("index.html")),
         Route("/replay/{match_id:path}", page("replay.html")),
+        Route("/leaderboard", page("leaderboard.html")),
         Route("/api/client-config", config),
         Route("/api/rooms", guarded(rooms)),
         Route("/api/leaderboard", guarded(leaderboard)),
