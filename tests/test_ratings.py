@@ -274,3 +274,31 @@ def test_every_tier_has_a_name_in_the_three_languages():
         for tier, _ in TIERS:
             assert catalogue.get(f"tier.{tier}"), (lang, tier)
     assert json.loads((root / "zh-Hant.json").read_text(encoding="utf-8"))["tier.bronze"] == "青銅"
+
+
+def test_season_and_ratings_show_commands(fake_redis, capsys, monkeypatch):
+    from shuangkou.cli import main
+
+    monkeypatch.setattr("shuangkou.cli.serve.connect_redis", lambda url, opt: fake_redis)
+    r = ["--redis", "redis://x"]
+    assert main(["season", "end", *r]) == 1  # none running
+    assert "no season is running" in capsys.readouterr().err
+    assert main(["season", "start", "2026-12", "--json", *r]) == 0
+    started = json.loads(capsys.readouterr().out)
+    assert started["name"] == "2026-12" and started["end_ms"] is None and started["soft_reset"] == 1.0
+    assert main(["season", "start", "bad name", *r]) == 2
+    assert main(["season", "start", "2027-01", "--soft-reset", "1.5", *r]) == 2
+    assert main(["season", "start", "2027-01", "--soft-reset", "0.5", *r]) == 0
+    capsys.readouterr()
+    assert main(["season", "list", "--json", *r]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in listed] == ["2026-12", "2027-01"] and listed[0]["end_ms"] == listed[1]["start_ms"]
+    store = RedisRatingStore(fake_redis)
+    store.apply(RatedMatch("m1", "ranked", listed[1]["start_ms"] + 1, "a", "b"), "2027-01")
+    assert main(["ratings", "show", "ranked", "--json", *r]) == 0
+    board = json.loads(capsys.readouterr().out)
+    assert board["season"] == "2027-01" and [e["player"] for e in board["entries"]] == ["a", "b"]
+    assert main(["ratings", "show", "ranked", "--season", "2026-12", "--json", *r]) == 0
+    assert json.loads(capsys.readouterr().out)["entries"] == []  # the earlier season stays queryable
+    assert main(["season", "end", *r]) == 0
+    assert "2027-01" in capsys.readouterr().out
