@@ -539,13 +539,14 @@ def routes(ctx: Any) -> list[Any]:
         return getattr(lobby, "redis", None) or ctx.redis
 
     async def leaderboard(request: Request) -> Response:
+        from engine.config import RANKED_NAME
         from projections.ladders import MAX_LIMIT
 
         q = request.query_params
         room, season = q.get("room") or "", q.get("season") or None
         book = getattr(getattr(ctx, "hub", None), "rooms", None)
         cfg = getattr(book, "rooms", {}).get(room) if book is not None else None
-        if not room or (book is not None and cfg is None):
+        if not RANKED_NAME.fullmatch(room) or (book is not None and cfg is None):
             raise HttpError(404, "unknown_room", f"no room {room!r}")
         if cfg is not None and not getattr(cfg, "ranked", False):
             raise HttpError(404, "not_ranked", f"room {room!r} is not ranked: it has no leaderboard")

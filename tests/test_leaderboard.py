@@ -117,6 +117,7 @@ def test_a_player_hides_their_name(world):
 REFUSALS = [
     ("no room", "/api/leaderboard", {}, 404, "unknown_room"),
     ("an unknown room", "/api/leaderboard?room=nope", {}, 404, "unknown_room"),
+    ("a room name that is no ranked name", "/api/leaderboard?room=a%7Db", {}, 404, "unknown_room"),
     ("a room that is not ranked", "/api/leaderboard?room=points", {}, 404, "not_ranked"),
     ("an unknown season", "/api/leaderboard?room=ranked&season=s9", {}, 404, "unknown_season"),
     ("a limit too large", "/api/leaderboard?room=ranked&limit=5000", {}, 400, "bad_request"),

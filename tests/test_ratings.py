@@ -302,3 +302,15 @@ def test_season_and_ratings_show_commands(fake_redis, capsys, monkeypatch):
     assert json.loads(capsys.readouterr().out)["entries"] == []  # the earlier season stays queryable
     assert main(["season", "end", *r]) == 0
     assert "2027-01" in capsys.readouterr().out
+
+
+def test_ladder_keys_spread_over_the_cluster_by_their_own_tags():
+    from redis.crc import key_slot
+
+    from engine.store import keys
+
+    one = {key_slot(keys.ladder_key("ranked", "s1", part).encode()) for part in ("players", "board", "results", "meta")}
+    assert len(one) == 1  # one ladder: one slot (its fold is one script)
+    many = {key_slot(keys.ladder_key(room, season, "board").encode())
+            for room in ("ranked", "r2", "r3", "r4") for season in ("s1", "s2", "s3", "s4")}
+    assert len(many) > 8  # sixteen ladders: many slots, no global tag
