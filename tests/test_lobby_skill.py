@@ -131,3 +131,16 @@ def test_pairs_stay_inside_a_window_unless_fallback_and_replay_needs_no_projecti
             if e.fallback:
                 assert e.ts - min(ta, tb) >= RANKED.match_max_wait_seconds * 1000
     assert replay_queue("ranked", q.events) == q.state
+
+
+def test_the_live_gateway_bot_waits_for_a_ranked_rooms_longest_wait():
+    """gateway --bots (the live lobby, gateway/bots.py): in a ranked room a bot sits only after
+    match_max_wait_seconds, elsewhere after BOT_AFTER_S."""
+    from types import SimpleNamespace
+
+    from gateway.bots import BOT_AFTER_S, BotDriver
+
+    lobby = SimpleNamespace(rooms={"ranked": RANKED, "points": load_config("points")})
+    driver = BotDriver(lobby, None, None, None)
+    assert driver.wait_ms_of("ranked") == int(max(BOT_AFTER_S, RANKED.match_max_wait_seconds) * 1000) == 20_000
+    assert driver.wait_ms_of("points") == int(BOT_AFTER_S * 1000)
