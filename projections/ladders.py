@@ -9,8 +9,8 @@ projection (the projection runner calls it for each settled match, projections/r
 rebuild``) and must give exactly what the live projection holds.
 
 A Redis write is one Lua script per match (the ladder's keys share its tag): it applies
-the fold only if the ladder's last folded match is still the one the fold started from and
-the match is not there yet; otherwise the projector reads again and retries.  So a
+the fold only if the ladder's last folded match and its number of matches are still what the
+fold started from, and the match is not there yet; otherwise the projector reads again and retries.  So a
 redelivered settlement changes nothing, and two projectors never lose a match.
 """
 
@@ -311,9 +311,13 @@ class RedisRatingStore(RatingStore):
         for _ in range(100):
             if self.client.hexists(ks[2], m.match_id):
                 return None
-            last_raw = self.client.hget(ks[3], "last")
-            expect = "" if last_raw is None else _s(last_raw)
-            last = None if last_raw is None else tuple(json.loads(expect))
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(ks[3], "last")
+            pipe.hlen(ks[2])
+            last_raw, folded = pipe.execute()
+            last_text = "" if last_raw is None else _s(last_raw)
+            expect = f"{last_text}|{int(folded)}"  # what the script checks before it writes
+            last = None if last_raw is None else tuple(json.loads(last_text))
             if last is None or m.key > last:
                 start = self.starter(m.room, season)
                 stored = self._skills(m.room, season, [m.winner, m.loser])

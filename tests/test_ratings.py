@@ -314,3 +314,28 @@ def test_ladder_keys_spread_over_the_cluster_by_their_own_tags():
     many = {key_slot(keys.ladder_key(room, season, "board").encode())
             for room in ("ranked", "r2", "r3", "r4") for season in ("s1", "s2", "s3", "s4")}
     assert len(many) > 8  # sixteen ladders: many slots, no global tag
+
+
+def test_a_fold_that_raced_another_projector_reads_again(fake_redis, monkeypatch):
+    """Two projectors: while one folds a match that arrived out of order, the other folds another
+    one (also out of order, so the ladder's last match stays the same); the first one's write is
+    refused ('moved'), it reads again, and the ladder equals the fold in settlement order."""
+    store = RedisRatingStore(fake_redis)
+    store.start_season("s1", 0)
+    ms = [RatedMatch("m5", "ranked", 50, "a", "b"), RatedMatch("m1", "ranked", 10, "c", "a"),
+          RatedMatch("m2", "ranked", 20, "b", "c")]
+    store.apply(ms[0], "s1")
+    other = RedisRatingStore(fake_redis)
+    real_ladder = store.ladder
+    raced = []
+
+    def ladder_then_race(room, season):
+        lad = real_ladder(room, season)
+        if not raced:
+            raced.append(other.apply(ms[2], "s1"))  # lands between the read and the write
+        return lad
+
+    monkeypatch.setattr(store, "ladder", ladder_then_race)
+    assert store.apply(ms[1], "s1") is not None and raced[0] is not None
+    monkeypatch.undo()
+    assert store.ladder("ranked", "s1").same(Ladder.build("ranked", "s1", ms))
