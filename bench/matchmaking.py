@@ -26,10 +26,9 @@ It prints one JSON object (``--json``; else a few lines):
   strength once the players averaged 10, 30 and 100 matches (keys ``"10"``, ``"30"``, ``"100"``);
 * ``bot_levels_ordered``: whether ``easy < greedy < normal < hard`` on the ladder of a
   ``rate_bots`` room after ``--bot-matches`` (200) real bot-vs-bot matches -- full matches through
-  the engine (bench/bots.py ``play_match``), scheduled by the room's queue aggregate pairing by
-  skill, each table's deal played twice with the seats swapped, their events rated by the live
-  projection's code (:class:`projections.ladders.RatingProjector`); ``bot_ratings`` gives each
-  level's rating, ``bot_pairings`` how often each pair of levels met.
+  the engine (bench/bots.py ``play_match``: duplicate deals, seats swapped), their events rated
+  by the live projection's code (:class:`projections.ladders.RatingProjector`); ``bot_ratings``
+  gives each level's rating.
 * ``seconds``: the wall time.
 """
 
@@ -58,7 +57,6 @@ from projections.ratings import RatedMatch  # noqa: E402
 
 ROOM = "ranked"
 SEASON = "bench"
-BOT_ROOM = "botladder"
 LEVELS = ("easy", "greedy", "normal", "hard")  # weakest first, as the ladder must order them
 CHECKPOINTS = (10, 30, 100)
 
@@ -162,18 +160,17 @@ def simulate(players: int, seed: int, rate: float = 1.0, sharpness: float = 1.5,
                                                   "match_max_wait_seconds", "provisional_matches")}}
 
 
-def _bot_match(args: tuple[int, int, str, str, int, int]) -> list[Any]:
-    """One real bot-vs-bot match of the rate_bots room (``i``: its number, which orders the
-    finish times; ``a`` sits first unless ``swap``; deal ``d`` of the seed); its events."""
+def _bot_match(args: tuple[int, int, str, str, int]) -> list[Any]:
+    """One real bot-vs-bot match of the rate_bots room; its events."""
     from engine.store.memory import InMemoryEventStore
     from engine.tools.bot import Bot
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bots import deal, play_match  # bench/bots.py
 
-    i, seed, a, b, swap, d = args
-    h0, h1, first = deal(seed, d)
-    cfg = ranked_room(name=BOT_ROOM, rate_bots=True)
+    i, seed, a, b, swap = args
+    h0, h1, first = deal(seed, i // 2)
+    cfg = ranked_room(name="botladder", rate_bots=True)
     levels = (b, a) if swap else (a, b)
     bots = (Bot(levels[0], random.Random(seed * 7919 + 2 * i)), Bot(levels[1], random.Random(seed * 7919 + 2 * i + 1)))
     store = InMemoryEventStore()
@@ -184,66 +181,23 @@ def _bot_match(args: tuple[int, int, str, str, int, int]) -> list[Any]:
 
 
 def bot_ladder(matches: int, seed: int, workers: int) -> dict[str, Any]:
-    """``matches`` rated bot-vs-bot matches in a ``rate_bots`` room, scheduled by the room's own
-    queue aggregate: each round the four bots Join with the rating the ladder shows them (in a
-    random order) and the queue pairs them by skill (PairTimer each simulated second until both
-    tables are set); each table plays one deal twice, the seats swapped (duplicate deals); the
-    matches' events are rated by the live projection's code.  The ladder's rating of each level,
-    and whether they are ordered."""
-    cfg = ranked_room(name=BOT_ROOM, rate_bots=True)
-    rng = random.Random(seed)
+    """``matches`` rated bot-vs-bot matches, the six pairs of levels in turn, each deal twice
+    with the seats swapped; the ladder's rating of each level and whether they are ordered."""
+    pairs = [(LEVELS[i], LEVELS[j]) for i in range(len(LEVELS)) for j in range(i + 1, len(LEVELS))]
+    jobs = [(i, seed, *pairs[(i // 2) % len(pairs)], i % 2) for i in range(matches)]
     ratings = MemoryRatingStore()
     ratings.start_season(SEASON, 0)
     projector = RatingProjector(ratings)
-    bots = [f"bot-{lv}" for lv in LEVELS]
-    queue = QueueState(room=BOT_ROOM)
-    now, n, i, rated, pairs = 0, 0, 0, 0, 0
-    met: dict[str, int] = {}
-
-    def decide(cmd: lc.LobbyCommand) -> list[ev.LobbyEvent]:
-        nonlocal queue, n
-        n += 1
-        out, queue = decide_and_apply(queue, cmd, LobbyContext(now_ms=now, room=cfg, table_id=f"b{n}"))
-        return out
-
-    def shown(p: str) -> float | None:
-        sk = ratings.skill(BOT_ROOM, SEASON, p)
-        return None if sk is None else sk.rating
-
-    pool = ProcessPoolExecutor(workers) if workers > 1 else None
-    try:
-        while i < matches:
-            tables: list[ev.TablePaired] = []
-            for p in rng.sample(bots, len(bots)):
-                now += 1
-                tables += [e for e in decide(lc.Join(command_id=f"j-{p}-{now}", room=BOT_ROOM, player=p,
-                                                     rating=shown(p))) if isinstance(e, ev.TablePaired)]
-            while len(tables) < 2:
-                now += 1000
-                tables += [e for e in decide(lc.PairTimer(command_id=f"t-{now}", room=BOT_ROOM))
-                           if isinstance(e, ev.TablePaired)]
-            jobs = []
-            for t in tables:
-                a, b = (x.removeprefix("bot-") for x in t.players)
-                key = "_vs_".join(sorted((a, b)))
-                met[key] = met.get(key, 0) + 2
-                pairs += 1
-                for swap in (0, 1):
-                    if i < matches:
-                        jobs.append((i, seed, a, b, swap, pairs))
-                        i += 1
-            results = list(pool.map(_bot_match, jobs)) if pool is not None else [_bot_match(j) for j in jobs]
-            for events in results:
-                rated += projector.project(events) is not None
-            for t in tables:
-                decide(lc.ReleaseTable(command_id=f"rel-{t.table}", room=BOT_ROOM, table=t.table, dealt=True))
-    finally:
-        if pool is not None:
-            pool.shutdown()
-    shown_levels = {lv: round(shown(f"bot-{lv}") or 1000.0, 1) for lv in LEVELS}
-    ordered = all(shown_levels[x] < shown_levels[y] for x, y in zip(LEVELS, LEVELS[1:]))
-    return {"bot_levels_ordered": ordered, "bot_ratings": shown_levels, "bot_matches_rated": rated,
-            "bot_pairings": dict(sorted(met.items()))}
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            results = list(pool.map(_bot_match, jobs, chunksize=4))
+    else:
+        results = [_bot_match(j) for j in jobs]
+    rated = sum(projector.project(events) is not None for events in results)
+    shown = {lv: round((ratings.skill("botladder", SEASON, f"bot-{lv}") or ratings.ladder("botladder", SEASON).skill(
+        f"bot-{lv}")).rating, 1) for lv in LEVELS}
+    ordered = all(shown[x] < shown[y] for x, y in zip(LEVELS, LEVELS[1:]))
+    return {"bot_levels_ordered": ordered, "bot_ratings": shown, "bot_matches_rated": rated}
 
 
 def main(argv: list[str] | None = None) -> int:
