@@ -64,8 +64,8 @@ def _shots(page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     for width, height in SIZES:
         page.set_viewport_size({"width": width, "height": height})
-        page.wait_for_timeout(50)
-        assert page.evaluate("() => document.documentElement.scrollWidth") <= width + 1, (name, width)
+        # nothing wider than the screen once the layout (and any card's motion) has settled
+        page.wait_for_function(f"() => document.documentElement.scrollWidth <= {width + 1}", timeout=5000)
         page.screenshot(path=str(SHOTS / f"{name}-{width}x{height}.png"))
 
 
