@@ -610,3 +610,17 @@ class Publisher:
                                                  "command_id": cmd_id or "", "code": code,
                                                  "reason": reason[:2000], "inbox_id": msg_id}))
         return out
+
+
+def message_publisher(redis_client: redis.Redis, **delivery: Any) -> Callable[[str, dict[str, Any]], None]:
+    """``publish(player, message)``: ``message`` (a dict with ``kind`` and ``match``) onto the
+    player's update stream ``sk:out:{<player>}`` as an entry of that kind, its ``body`` the
+    message (msgpack), with the stream's notice; the gateway sends the body on to the player's
+    sockets (the ``rating`` message of a ranked room, projections/ladders.py)."""
+    publisher = Publisher(redis_client, consumer="sk-projections", **delivery)
+
+    def publish(player: str, message: dict[str, Any]) -> None:
+        publisher.write([publisher._delivery(keys.outbox_key(player), {
+            "kind": message["kind"], "match": message.get("match", ""), "command_id": "", "body": pack(message)})])
+
+    return publish

@@ -34,6 +34,14 @@ key                                         type    holds
 ``sk:out:{<player_id>}``                    stream  per-player updates and rejections; the player's
                                                     own hash tag (:func:`outbox_key`)
 ``sk:dead``                                 stream  dead letters (raw message + reason)
+``sk:{rk:<room>:<season>}:players``        hash    a ranked room's ladder in one season: player ->
+                                                    ``[mu, sigma, n]`` (projections/ratings.py)
+``sk:{rk:<room>:<season>}:board``          zset    player -> exact rating (the leaderboard)
+``sk:{rk:<room>:<season>}:results``        hash    rated match id -> ``[finished_ms, winner, loser, p]``
+``sk:{rk:<room>:<season>}:meta``           hash    ``last`` (the last match folded, settlement order)
+``sk:{seasons}:list``                       hash    season name -> JSON ``{name, start_ms, end_ms,
+                                                    soft_reset}`` (a few keys of metadata)
+``sk:{seasons}:ladders``                    set     ``<room>:<season>`` of every ladder kept
 ``sk:reply:<anything>``                     stream  optional per-gateway replies (``reply_to``)
 ==========================================  ======  =============================================
 
@@ -221,3 +229,24 @@ def integrity_dismissed_key(pair: str) -> str:
     """Hash: an operator's review of a pair (reason, when, the score then):
     ``sk:integrity:dismissed:<a|b>`` (expires after 180 days)."""
     return f"{PREFIX}:integrity:dismissed:{pair}"
+
+
+#: the seasons of ranked play (a few fields of metadata; the ladders have their own tags)
+SEASONS = f"{PREFIX}:{{seasons}}:list"
+LADDERS = f"{PREFIX}:{{seasons}}:ladders"
+
+
+def ladder_tag(room: str, season: str) -> str:
+    """The Cluster hash tag of one ranked room's ladder in one season: ``{rk:<room>:<season>}``
+    (room and season names are ``[A-Za-z0-9_.-]``, engine/config.py ``RANKED_NAME``), so the
+    ladders of many rooms and seasons spread over the cluster's slots.
+
+    >>> ladder_key("ranked", "s1", "board")
+    'sk:{rk:ranked:s1}:board'
+    """
+    return "{rk:%s:%s}" % (room, season)
+
+
+def ladder_key(room: str, season: str, part: str) -> str:
+    """A key of a ladder: ``part`` is ``players``, ``board``, ``results`` or ``meta``."""
+    return f"{PREFIX}:{ladder_tag(room, season)}:{part}"

@@ -277,6 +277,8 @@ def run(args: argparse.Namespace) -> int:
 
     runner = None
     if not args.no_projections:
+        from engine.service.publish import message_publisher
+        from projections.ladders import RatingProjector, RedisRatingStore
         from projections.runner import ProjectionRunner, RedisFeed
 
         def settled(s, applied: bool) -> None:
@@ -288,6 +290,8 @@ def run(args: argparse.Namespace) -> int:
                                   RedisFeed(client, consumer=consumer, buckets=raw_store.buckets,
                                             feed_maxlen=raw_store.feed_maxlen),
                                   on_settled=settled,
+                                  ratings=RatingProjector(RedisRatingStore(client),
+                                                          message_publisher(client, **delivery)),
                                   on_error=lambda _match, _reason: metrics.observe_dead_letter("feed"),
                                   on_parked=lambda _match, code, _reason: metrics.observe_parked(code))
 
