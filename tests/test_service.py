@@ -322,6 +322,27 @@ def test_a_retried_command_id_is_looked_up_in_the_command_hash_not_scanned(reque
     assert sum(n for _, _, n in reads) == len(first_play)
 
 
+@pytest.mark.parametrize("cached", [False, True])
+def test_a_redelivered_ready_is_a_duplicate_not_an_ack(cached: bool) -> None:  # issues 36, 13
+    """A Ready whose events are stored but whose update was never published (an OOM refused
+    the publication) comes back from the inbox with the same command id: it is a duplicate,
+    with its stored events to publish again -- an ``ack`` would lose the player's update."""
+    from engine.service.state_cache import StateCache
+
+    svc = new_service(state_cache=StateCache() if cached else None)
+    for c in (CreateMatch(command_id="c1", match_id="m", config=load_config("points").to_record()),
+              Sit(command_id="c2", match_id="m", player="a"), Sit(command_id="c3", match_id="m", player="b")):
+        assert svc.execute(c).rejection is None
+    ready = Ready(command_id="c4", match_id="m", player="a")
+    first = svc.execute(ready)
+    assert first.rejection is None and not first.duplicate and first.events
+    again = svc.execute(ready)
+    assert again.duplicate and again.rejection is None
+    assert [e.seq for e in again.events] == [e.seq for e in first.events]
+    other = svc.execute(Ready(command_id="c4b", match_id="m", player="a"))  # the control: another command
+    assert not other.duplicate and other.events == () and other.rejection is None
+
+
 def test_a_ready_that_changes_nothing_appends_nothing_and_is_acked() -> None:  # issue 36
     """A second Ready, and a Ready after the deal (a reconnecting client's), are accepted with no
     event; the publisher answers each with an ``ack`` entry on the player's stream."""

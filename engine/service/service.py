@@ -297,6 +297,14 @@ class MatchService:
                     state = self._verify(mid, state)
                     attempt -= 1
                     continue
+                # a redelivered command whose events are stored (its publication failed) is a
+                # duplicate to publish again, not a no-op: a second Ready is answered ack only
+                # when it is another command
+                stored = (self._stored_events_of(mid, command.command_id)
+                          if state.version and not isinstance(command, Sync) else ())
+                if stored:
+                    self.store.confirm_replicated(mid)
+                    return Outcome(stored, state, None, True, attempt)
                 return Outcome((), state, None, False, attempt)
             try:
                 result = self.store.append(mid, state.version, command.command_id, events,
