@@ -1,0 +1,267 @@
+"""The lobby's aggregates on the real stack (issue 34 §2, §3, §6): the queue and table streams
+in Redis through the match's append script (tests of the lobby store's contract, in memory,
+on a redis-server and on a Redis Cluster), their keys spread over the slots, and the
+properties of tests/test_lobby_properties.py again with every command going through the
+command service, the real store, the real match service and the real projection runner
+(tests/lobby_stack.py), on a redis-server and on a Cluster, plus a crashed lobby process
+that recovers from the streams:
+
+* a player is in at most one place; a player who left is never seated again without a new
+  Join; every match belongs to a table; a bot never sits alone; each stored queue and table
+  stream replays to the live state; every table ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from engine.lobby.events import PlayerQueued, TableOpened
+from engine.store import keys
+from engine.store.base import WrongVersion
+from engine.store.lobby_store import InMemoryLobbyStore, RedisLobbyStore
+from tests.lobby_stack import StackWorld
+
+
+# ---- the store's contract -----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def local_cluster():
+    from tests.cluster_support import start_cluster
+
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        if os.environ.get("SK_ALLOW_NO_REDIS") != "1":
+            pytest.fail("the cluster test needs redis-server and redis-cli", pytrace=False)
+        pytest.skip("no redis-server")
+    c = start_cluster(masters=3, replicas=0)
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster_client(local_cluster):
+    from engine.store.connect import connect
+
+    client = connect(local_cluster.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def lobby_store(request):
+    if request.param == "memory":
+        return InMemoryLobbyStore()
+    client = request.getfixturevalue("real_redis")
+    return RedisLobbyStore(client)
+
+
+def _queued(seq: int, player: str, cid: str = "c", room: str = "points") -> PlayerQueued:
+    return PlayerQueued(aggregate=f"queue:{room}", seq=seq, ts=5, command_id=cid, player=player, since=5)
+
+
+def _opened(table: str) -> TableOpened:
+    return TableOpened(aggregate=f"table:{table}", seq=1, ts=5, command_id="open", table=table, room="points",
+                       players=("a", "b"), match=f"{table}-1", ready_ms=1000, grace_ms=1000)
+
+
+def test_append_checks_the_command_id_then_the_version(lobby_store):
+    s = lobby_store
+    assert s.append("queue:points", 0, "c1", [_queued(1, "a", "c1")]).version == 1
+    dup = s.append("queue:points", 0, "c1", [_queued(1, "a", "c1")])
+    assert dup.duplicate and dup.version == 1 and [e.player for e in dup.events] == ["a"]
+    with pytest.raises(WrongVersion):
+        s.append("queue:points", 0, "c2", [_queued(1, "b", "c2")])
+    assert s.append("queue:points", 1, "c2", [_queued(2, "b", "c2")]).version == 2
+    assert [e.player for e in s.load("queue:points")] == ["a", "b"]
+    assert [e.seq for e in s.load("queue:points", after=1)] == [2]
+    assert s.version("queue:points") == 2
+    assert s.command_events("queue:points", "c2")[0].player == "b"
+    assert s.command_events("queue:points", "nope") == []
+
+
+def test_an_append_of_another_aggregates_events_is_refused(lobby_store):
+    with pytest.raises(ValueError):
+        lobby_store.append("queue:wealth", 0, "c", [_queued(1, "a")])
+    with pytest.raises(ValueError):
+        lobby_store.append("match:x", 0, "c", [])
+    with pytest.raises(ValueError):
+        lobby_store.append("queue:points", 0, "c", [_queued(2, "a")])
+
+
+def test_tables_are_listed_and_deleted(lobby_store):
+    s = lobby_store
+    s.append("table:t1", 0, "open", [_opened("t1")])
+    s.append("table:t2", 0, "open", [_opened("t2")])
+    assert sorted(s.table_ids()) == ["t1", "t2"]
+    s.delete_table("t1")
+    assert sorted(s.table_ids()) == ["t2"] and s.load("table:t1") == []
+
+
+@pytest.mark.redis
+def test_a_table_append_notifies_its_bucket_feed_and_the_projections_skip_it(real_redis):
+    from engine.store.redis_store import RedisEventStore
+
+    RedisLobbyStore(real_redis).append("table:t1", 0, "open", [_opened("t1")])
+    entries = RedisEventStore(real_redis).read_feed(keys.table_bucket("t1"))
+    assert [(e.match_id, e.first, e.last, e.finished) for e in entries] == [("table:t1", 1, 1, False)]
+    assert list(RedisEventStore(real_redis).match_ids()) == []  # a table is no match
+    RedisLobbyStore(real_redis).append("queue:points", 0, "c", [_queued(1, "a")])
+    assert real_redis.xlen(keys.room_feed_key("points")) == 1
+
+
+def test_every_key_of_a_table_or_a_queue_shares_one_slot_and_none_is_under_the_lobby_tag():
+    from redis.crc import key_slot
+
+    for table in ("t1", "t0123456789ab", "x-y"):
+        ks = keys.table_keys(table)
+        assert len({key_slot(k.encode()) for k in ks}) == 1
+        assert keys.bucket_tag(keys.table_bucket(table)) in ks[0]
+    for room in ("points", "wealth", "a}b"):
+        assert len({key_slot(k.encode()) for k in keys.queue_keys(room)}) == 1
+    rooms = {key_slot(keys.queue_keys(r)[0].encode()) for r in ("points", "wealth", "vip", "beginners")}
+    assert len(rooms) == 4  # each room its own slot: no {lobby}
+    assert not any("{lobby}" in k for k in keys.table_keys("t1") + keys.queue_keys("points"))
+
+
+@pytest.mark.redis
+def test_the_lobby_store_works_on_a_cluster(cluster_client):
+    cluster_client.flushall()
+    s = RedisLobbyStore(cluster_client)
+    for i in range(6):
+        s.append(f"table:t{i}", 0, "open", [_opened(f"t{i}")])
+        s.append(f"queue:room{i}", 0, "c", [_queued(1, "a", room=f"room{i}")])
+    assert sorted(s.table_ids()) == [f"t{i}" for i in range(6)]
+    assert s.append("table:t3", 0, "open", [_opened("t3")]).duplicate
+
+
+# ---- the properties on the stack ----------------------------------------------------------------
+
+PEOPLE = ["p1", "p2", "p3", "p4"]
+people = st.sampled_from(PEOPLE)
+
+
+class StackMachine(RuleBasedStateMachine):
+    client = None  # set per test
+
+    def __init__(self) -> None:
+        super().__init__()
+        assert self.client is not None
+        self.client.flushall()
+        self.world = StackWorld(self.client)
+
+    @rule(p=people)
+    def join(self, p: str) -> None:
+        self.world.join(p)
+
+    @rule(p=people)
+    def leave(self, p: str) -> None:
+        self.world.leave(p)
+
+    @rule(p=people)
+    def ready(self, p: str) -> None:
+        self.world.ready(p)
+
+    @rule(p=people)
+    def grace_expired(self, p: str) -> None:
+        self.world.grace_expired(p)
+
+    @rule(p=people)
+    def returned(self, p: str) -> None:
+        self.world.returned(p)
+
+    @rule()
+    def queue_timer(self) -> None:
+        self.world.queue_timer()
+
+    @rule()
+    def bots_ready(self) -> None:
+        self.world.bots_ready()
+
+    @precondition(lambda self: bool(self.world.engine.pending))
+    @rule(picks=st.lists(st.integers(min_value=0, max_value=20), min_size=1, max_size=8))
+    def deliver(self, picks: list[int]) -> None:
+        for i in picks:
+            targets = list(self.world.engine.pending)
+            if not targets:
+                return
+            self.world.engine.deliver(targets[i % len(targets)])
+
+    @rule(i=st.integers(min_value=0, max_value=20))
+    def play_out(self, i: int) -> None:
+        live = sorted(t.match for t in self.world.tables().values() if t.status == "seated" and t.match)
+        if live:
+            self.world.play_out(live[i % len(live)])
+
+    @rule()
+    def settle(self) -> None:
+        self.world.settle()
+
+    @rule(ms=st.sampled_from([1_000, 3_000, 21_000]))
+    def time_passes(self, ms: int) -> None:
+        self.world.now += ms
+        self.world.fire_ready_clocks()
+
+    @rule()
+    def crash(self) -> None:
+        self.world.crash()
+
+    @invariant()
+    def sound(self) -> None:
+        self.world.check()
+
+    def teardown(self) -> None:
+        self.world.quiesce(PEOPLE)
+        self.world.check()
+        assert all(t.status == "closed" for t in self.world.tables().values())
+
+
+def _run_machine(client, examples: int, steps: int) -> None:
+    from hypothesis.stateful import run_state_machine_as_test
+
+    machine = type("Machine", (StackMachine,), {"client": client})
+    run_state_machine_as_test(machine, settings=settings(
+        max_examples=examples, stateful_step_count=steps, deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+
+
+@pytest.mark.redis
+def test_lobby_properties_on_a_redis_server(real_redis):
+    _run_machine(real_redis, examples=int(os.environ.get("SK_LOBBY_STACK_EXAMPLES", "15")), steps=40)
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_lobby_properties_on_a_cluster(cluster_client):
+    _run_machine(cluster_client, examples=int(os.environ.get("SK_LOBBY_STACK_EXAMPLES", "6")), steps=30)
+
+
+@pytest.mark.redis
+def test_a_crash_between_a_pairing_and_its_table_loses_nothing(real_redis):
+    """The process dies after the queue paired two players and before the table opened: the
+    recovery opens it (the TablePaired's fixed id), once."""
+    w = StackWorld(real_redis)
+    w.join("a")
+    w.join("b")
+    assert w.engine.pending and not list(w.lobby_store.table_ids())
+    w.crash()
+    w.engine.drain()
+    (table,) = w.tables().values()
+    assert table.status == "seated" and table.players == ("a", "b")
+    w.crash()  # everything again: every command a duplicate
+    w.engine.drain()
+    assert [t.version for t in w.tables().values()] == [table.version]
+    w.check()
+
+
+def test_the_lobby_store_and_key_doctests():
+    import doctest
+
+    from engine.store import lobby_store
+
+    assert doctest.testmod(lobby_store).failed == 0
+    assert doctest.testmod(keys).failed == 0
