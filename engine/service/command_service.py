@@ -18,9 +18,12 @@ verified state does, up to ``retries``, after which the :class:`WrongVersion` pr
 unless the command id's events are stored (a retried command: a duplicate).
 
 The aggregate is a value: :class:`Aggregate` says how to name, build, decide and frame
-it; :class:`Streams` how to read and append its events.  The lobby's queue and table use
-it as is (engine/service/lobby.py); the match's :class:`engine.service.service.MatchService`
-still runs its own loop (it pipelines appends, carries publications and snapshots).
+it; :class:`Streams` how to read and append its events.  Every aggregate runs here: the
+match (:meth:`engine.service.service.MatchService.execute`: its snapshot is the streams'
+``base``, its deadline goes with each append, a Sync reads the truth), a room's queue and
+a table (engine/service/lobby.py).  What the match adds around it: pipelined rounds of
+appends (``MatchService.execute_many``), which fall back to this path for anything but a
+plain accepted append.
 """
 
 from __future__ import annotations
@@ -78,19 +81,30 @@ class Appended(Protocol):
 
 
 class Streams(Protocol):
-    """The event store as one aggregate kind sees it."""
+    """The event store as one aggregate kind sees it.  ``append`` gets the state after the
+    events too (a match records its next deadline with them); a store may offer
+    ``base(ident)``, a saved state to replay the tail on (a match's snapshot)."""
 
     def load(self, ident: str, after: int = 0) -> list[Any]: ...
 
-    def append(self, ident: str, expected_version: int, command_id: str, events: Sequence[Any]) -> Appended: ...
+    def version(self, ident: str) -> int: ...
+
+    def append(self, ident: str, expected_version: int, command_id: str, events: Sequence[Any],
+               state: Any) -> Appended: ...
 
     def command_events(self, ident: str, command_id: str) -> list[Any]: ...
 
 
 class Cache(Protocol):
+    """The newest known states by aggregate id (never trusted: an append checks them)."""
+
     def get(self, ident: str) -> Any | None: ...
 
     def put(self, ident: str, state: Any) -> None: ...
+
+    def replace(self, ident: str, state: Any) -> None:
+        """Keep ``state`` even if the cached one looks newer (the stream is behind it)."""
+        ...
 
 
 class DictCache:
@@ -107,6 +121,9 @@ class DictCache:
         old = self._states.get(ident)
         if old is not None and getattr(old, "version", 0) > getattr(state, "version", 0):
             return
+        self.replace(ident, state)
+
+    def replace(self, ident: str, state: Any) -> None:
         if len(self._states) >= self.size and ident not in self._states:
             self._states.pop(next(iter(self._states)))
         self._states[ident] = state
@@ -115,7 +132,8 @@ class DictCache:
 @dataclass(frozen=True)
 class Outcome(Generic[S]):
     """What one command did: its events (appended now, or the stored ones of a duplicate),
-    the state after it, or the refusal."""
+    the state after it (``before``: the state it was decided on), or the refusal;
+    ``attempts``: the decisions made on a verified state (catching up a cache is free)."""
 
     ident: str
     events: tuple[Any, ...]
@@ -123,69 +141,107 @@ class Outcome(Generic[S]):
     rejection: Rejected | None = None
     duplicate: bool = False
     attempts: int = field(default=1, compare=False)
+    before: S | None = field(default=None, compare=False)
 
     @property
     def accepted(self) -> bool:
         return self.rejection is None
+
+    @property
+    def committed(self) -> bool:
+        """Events were appended now (not a refusal, a duplicate or a read)."""
+        return self.rejection is None and not self.duplicate and bool(self.events)
 
 
 class CommandService(Generic[S, C]):
     """Load, decide, append, publish (the module docstring); one instance per aggregate kind."""
 
     def __init__(self, aggregate: Aggregate[S, C], streams: Streams, *, cache: Cache | None = None,
-                 retries: int = 5, on_commit: Callable[[Outcome[S]], None] | None = None):
+                 retries: int = 5, on_commit: Callable[[Outcome[S]], None] | None = None,
+                 reads_truth: Callable[[C], bool] | None = None):
         self.aggregate = aggregate
         self.streams = streams
         self.cache = cache
         self.retries = retries
         self.on_commit = on_commit
+        #: commands decided on the stream's state, never a cached one (a match's Sync: no
+        #: append checks what it reads)
+        self.reads_truth = reads_truth
 
-    def load(self, ident: str) -> S:
-        """The aggregate's state from its stream (on top of the cached state, if any)."""
-        cached = self.cache.get(ident) if self.cache is not None else None
-        base = cached if cached is not None else self.aggregate.empty(ident)
-        state = self.aggregate.replay(self.streams.load(ident, after=self.aggregate.version(base)), base)
+    # -- loading ------------------------------------------------------------------------------
+    def load(self, ident: str, fresh: bool = False) -> S:
+        """The aggregate's state: the cached state (``fresh``: ignored) or the store's saved
+        base (a snapshot), and the stream after it; cached."""
+        agg = self.aggregate
+        base = None if fresh or self.cache is None else self.cache.get(ident)
+        if base is None:
+            saved = getattr(self.streams, "base", None)
+            base = saved(ident) if saved is not None else None
+        if base is None:
+            base = agg.empty(ident)
+        state = agg.replay(self.streams.load(ident, after=agg.version(base)), base)
         if self.cache is not None:
             self.cache.put(ident, state)
         return state
 
+    def catch_up(self, ident: str, state: S, actual: int | None = None) -> S:
+        """The stream's state, from ``state`` that may be stale (``actual``: the stream's
+        version a :class:`WrongVersion` reported): the tail after it when the stream is
+        ahead, ``state`` when the stream is at its version, else a fresh load (a stream
+        behind the cache was deleted or rebuilt: the cache is replaced)."""
+        agg, v = self.aggregate, self.aggregate.version(state)
+        if actual is None or actual > v:
+            tail = self.streams.load(ident, after=v)
+            if tail and tail[0].seq == v + 1 and (actual is None or tail[-1].seq >= actual):
+                new = agg.replay(tail, state)
+                if self.cache is not None:
+                    self.cache.put(ident, new)
+                return new
+            if not tail and actual is None and v and self.streams.version(ident) == v:
+                return state
+        fresh = self.load(ident, fresh=True)
+        if self.cache is not None:
+            self.cache.replace(ident, fresh)
+        return fresh
+
+    # -- the path of a command ----------------------------------------------------------------
     def execute(self, command: C) -> Outcome[S]:
         agg = self.aggregate
         ident = agg.id_of(command)
         cid: str = getattr(command, "command_id")
-        state = self.cache.get(ident) if self.cache is not None else None
+        truth = self.reads_truth is not None and self.reads_truth(command)
+        state = self.cache.get(ident) if self.cache is not None and not truth else None
         verified = state is None
         if state is None:
-            state = self.load(ident)
-        attempts, conflicts = 0, 0
+            state = self.load(ident) if truth else self.load(ident, fresh=True)
+        conflicts = 0
         while True:
-            attempts += 1
             try:
                 events, new = agg.decide_and_apply(state, command, agg.context(command, state))
             except Rejected as rej:
                 if not verified:  # never refuse on a cached state: decide again on the stream's
-                    state, verified = self.load(ident), True
+                    state, verified = self.catch_up(ident, state), True
                     continue
                 stored = self.streams.command_events(ident, cid) if agg.version(state) else []
                 if stored:
-                    return Outcome(ident, tuple(stored), state, None, True, attempts)
-                return Outcome(ident, (), state, rej, False, attempts)
-            if not events:
-                return Outcome(ident, (), state, None, False, attempts)
+                    return Outcome(ident, tuple(stored), state, None, True, conflicts + 1, state)
+                return Outcome(ident, (), state, rej, False, conflicts + 1, state)
+            if not events:  # a read: nothing to append
+                return Outcome(ident, (), state, None, False, conflicts + 1, state)
             try:
-                result = self.streams.append(ident, agg.version(state), cid, events)
-            except WrongVersion:
+                result = self.streams.append(ident, agg.version(state), cid, events, new)
+            except WrongVersion as exc:
                 if verified:
                     conflicts += 1
                     if conflicts >= self.retries:
                         raise
-                state, verified = self.load(ident), True
+                state, verified = self.catch_up(ident, state, exc.actual), True
                 continue
             if result.duplicate:
-                return Outcome(ident, tuple(result.events), self.load(ident), None, True, attempts)
+                return Outcome(ident, tuple(result.events), self.load(ident), None, True, conflicts + 1, state)
             if self.cache is not None:
                 self.cache.put(ident, new)
-            outcome: Outcome[S] = Outcome(ident, tuple(events), new, None, False, attempts)
+            outcome: Outcome[S] = Outcome(ident, tuple(events), new, None, False, conflicts + 1, state)
             if self.on_commit is not None:
                 try:
                     self.on_commit(outcome)

@@ -56,7 +56,11 @@ class LobbyStreams:
     def load(self, ident: str, after: int = 0) -> list[Any]:
         return list(self.store.load(ident, after))
 
-    def append(self, ident: str, expected_version: int, command_id: str, events: Sequence[Any]) -> AppendResult:
+    def version(self, ident: str) -> int:
+        return self.store.version(ident)
+
+    def append(self, ident: str, expected_version: int, command_id: str, events: Sequence[Any],
+               state: Any) -> AppendResult:
         return self.store.append(ident, expected_version, command_id, events)
 
     def command_events(self, ident: str, command_id: str) -> list[Any]:
@@ -222,7 +226,7 @@ class LobbyEngine:
     # -- running ----------------------------------------------------------------------------
     def _run_queue(self, command: lc.LobbyCommand) -> Outcome[Any]:
         out = self.queues.execute(command)
-        if out.accepted and not out.duplicate:
+        if out.committed:
             room = out.state.room
             for e in out.events:
                 self._emit(e)
@@ -231,15 +235,9 @@ class LobbyEngine:
         return out
 
     def _run_table(self, command: lc.LobbyCommand) -> Outcome[Any]:
-        ident = ev.table_aggregate(getattr(command, "table"))
-        before = self.tables.cache.get(ident) if self.tables.cache is not None else None
         out = self.tables.execute(command)
-        if not out.accepted or out.duplicate or not out.events:
-            return out
-        state = before if before is not None and before.version == out.events[0].seq - 1 else None
-        if state is None:  # the state before this command: its stream up to there
-            state = replay_table(ident.partition(":")[2], self.store.load(ident)[:out.events[0].seq - 1])
-        self._follow_table(state, out.events)
+        if out.committed and out.before is not None:
+            self._follow_table(out.before, out.events)
         return out
 
     def _follow_table(self, state: TableState, events: Sequence[ev.LobbyEvent]) -> None:
