@@ -84,3 +84,33 @@ def test_table_life_doctests() -> None:
     from engine.tools import table_life
 
     assert doctest.testmod(table_life).failed == 0
+
+
+def test_archive_takes_a_closed_table_with_its_matches(redis_server, real_redis, tmp_path, capsys) -> None:
+    from engine.tools.archive import read_table_archive
+
+    w = StackWorld(real_redis, bots=False)
+    for p in ("a", "b", "c", "d"):
+        w.join(p)
+    w.engine.drain()
+    first, second = sorted(w.tables())
+    for p in ("a", "b"):
+        w.ready(p)
+    w.engine.drain()
+    w.play_out(f"{first}-1")
+    w.engine.drain()
+    w.leave("a")  # between the finish and the settlement: the settlement closes the table
+    w.engine.drain()
+    w.settle()
+    w.engine.drain()
+    assert w.engine.table(first).status == "closed" and w.engine.table(second).status == "seated"
+    url = redis_server.url
+    assert main(["archive", "--older-than", "0", "--to", str(tmp_path), "--redis", url, "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["archived"] == [f"{first}-1"] and rep["tables_archived"] == [first]  # the open one stays
+    assert sorted(w.lobby_store.table_ids()) == [second]
+    (path,) = tmp_path.glob("table-*.jsonl")
+    head, events = read_table_archive(path)
+    assert (head["table"], head["matches"], head["close_reason"]) == (first, [f"{first}-1"], "left")
+    assert events[0].type == "TableOpened" and events[-1].type == "TableClosed"
+    assert main(["replay", "--table", first, "--redis", url]) == 1  # gone from Redis
