@@ -166,6 +166,13 @@ class RedisLobbyStore(LobbyStore):
         self.page = page
         self._append = client.register_script(_load_script("append.lua"))
 
+    def check_layout(self) -> None:
+        """Record the bucket count, or refuse another recorded one (as the match store: a
+        table's bucket is part of the layout)."""
+        from engine.store.redis_store import RedisEventStore
+
+        RedisEventStore(self.client, buckets=self.buckets).check_layout()
+
     def _keys(self, aggregate: str) -> tuple[str, str, str, str, str, str]:
         return keys.lobby_keys(aggregate, self.buckets)
 

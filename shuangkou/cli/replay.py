@@ -180,11 +180,11 @@ def run_table(args: argparse.Namespace) -> int:
     from engine.lobby.events import queue_aggregate, table_aggregate
     from engine.match.replay import replay as replay_match
     from engine.store.lobby_store import RedisLobbyStore
-    from engine.store.redis_store import RedisEventStore
     from engine.tools.table_life import format_table_life, table_life
+    from shuangkou.cli.export import read_only_store
 
+    store = read_only_store(url)  # the read-only user is enough
     try:
-        store = RedisEventStore.from_url(url)
         lobby = RedisLobbyStore(store.client, buckets=store.buckets)
         events = lobby.load(table_aggregate(args.table))
         room = getattr(events[0], "room", None) if events else None
