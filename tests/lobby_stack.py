@@ -18,6 +18,7 @@ from engine.lobby.decide import BotPolicy
 from engine.lobby.replay import check_lobby_stream, replay_queue, replay_table
 from engine.match import commands as mc
 from engine.service.lobby import LobbyEngine
+from engine.service.lobby_feed import LobbyFeedManager
 from engine.service.service import MatchService
 from engine.store.lobby_store import RedisLobbyStore
 from engine.store.redis_store import RedisEventStore
@@ -34,8 +35,11 @@ def room_config(name: str = "points", **changes: Any) -> RoomConfig:
 
 
 class StackWorld:
-    def __init__(self, client: Any, cfg: RoomConfig | None = None, bots: bool = True):
+    def __init__(self, client: Any, cfg: RoomConfig | None = None, bots: bool = True, feed: bool = False):
+        """``feed``: the managers follow the feeds (engine/service/lobby_feed.py) instead of
+        the engine's own lines."""
         self.client = client
+        self.feed_mode = feed
         self.cfg = cfg or room_config()
         self.rooms = {self.cfg.name: self.cfg}
         self.now = 1_000_000
@@ -54,12 +58,37 @@ class StackWorld:
         self.table_left: dict[str, set[str]] = {}
         self.violations: list[str] = []
         self.engine = self._engine()
+        self.manager = self._manager()
 
     def _engine(self) -> LobbyEngine:
         return LobbyEngine(self.lobby_store, self.matches, clock=lambda: self.now, rooms=self.rooms,
                            balances=self.ledger, settlements=self.ledger,
                            bots=BotPolicy(BOT_AFTER_MS, "normal") if self.bots else None,
-                           table_ids=self._table_id, bot_ids=lambda: self._next("bot-"), on_event=self._watch)
+                           table_ids=self._table_id, bot_ids=lambda: self._next("bot-"), on_event=self._watch,
+                           follow_appends=not self.feed_mode)
+
+    def _manager(self) -> LobbyFeedManager | None:
+        if not self.feed_mode:
+            return None
+        return LobbyFeedManager(self.client, self.engine, consumer="lobby-test", rooms=lambda: [self.room])
+
+    def drain(self) -> None:
+        """Every manager command, until nothing is left to do."""
+        if self.manager is not None:
+            self.manager.run_until_quiet()
+        else:
+            self.engine.drain()
+
+    def step(self, picks: list[int]) -> None:
+        """Some of the managers' work: a round of the feeds, or commands of the lines picked."""
+        if self.manager is not None:
+            self.manager.run_once(count=max(picks) % 5 + 1)
+            return
+        for i in picks:
+            targets = list(self.engine.pending)
+            if not targets:
+                return
+            self.engine.deliver(targets[i % len(targets)])
 
     @property
     def room(self) -> str:
@@ -76,7 +105,9 @@ class StackWorld:
         """The lobby's process dies (its lines and caches are lost) and a new one recovers
         from the stored streams."""
         self.engine = self._engine()
-        self.engine.recover([self.room])
+        self.manager = self._manager()
+        if self.manager is None:  # the feeds' consumer group keeps what the manager had not done
+            self.engine.recover([self.room])
 
     # -- what players and the system do -------------------------------------------------------
     def join(self, p: str) -> Any:
@@ -136,16 +167,25 @@ class StackWorld:
         """The projection runner settles what finished; the lobby hears it from the ledger."""
         while self.projections.run_once():
             pass
-        self.engine.settle_due(sorted(self.lobby_store.table_ids()))
+        if self.manager is not None:
+            self.manager.run_until_quiet()
+        else:
+            self.engine.settle_due(sorted(self.lobby_store.table_ids()))
 
     def fire_ready_clocks(self) -> None:
+        """The timer workers: each due deadline of a table's match (ready, turn, trustee)."""
+        timers = {"ready": mc.ReadyTimeout, "turn": mc.TurnTimeout, "trustee": mc.TrusteeAct}
         for t in self.tables().values():
             if t.match is None or t.status != "seated":
                 continue
-            m = self.matches.load_state(t.match)
-            if m.deadline_kind == "ready" and m.deadline_at is not None and m.deadline_at <= self.now:
-                self.engine.run_match(mc.ReadyTimeout(command_id=f"rt:{t.match}:{m.version}", match_id=t.match,
-                                                      version=m.version))
+            for _ in range(50):  # a trustee acts, then the next deadline may be due too
+                m = self.matches.load_state(t.match)
+                kind = m.deadline_kind
+                if kind not in timers or m.deadline_at is None or m.deadline_at > self.now:
+                    break
+                cls = timers[kind]
+                self.engine.run_match(cls(command_id=f"{kind}:{t.match}:{m.version}", match_id=t.match,
+                                          version=m.version))
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def _seat(self, player: str, where: str) -> None:
@@ -213,12 +253,12 @@ class StackWorld:
         for p in people:
             self.leave(p)
         for _ in range(rounds):
-            self.engine.drain()
+            self.drain()
             self.settle()
             for t in self.tables().values():
                 if t.match:
                     self.play_out(t.match)
-            self.engine.drain()
+            self.drain()
             q = self.engine.queue(self.room)
             tables = self.tables()
             if not any(t.open for t in tables.values()) and not q.waiting and not q.placed:

@@ -165,8 +165,11 @@ class LobbyEngine:
                  rooms: RoomSource | None, balances: BalanceSource | None = None,
                  settlements: SettlementSource | None = None, bots: BotPolicy | None = None,
                  table_ids: Callable[[], str] = new_table_id, bot_ids: Callable[[], str] | None = None,
-                 on_event: Callable[[ev.LobbyEvent], None] | None = None):
+                 on_event: Callable[[ev.LobbyEvent], None] | None = None, follow_appends: bool = True):
         self.store = store
+        #: derive the managers' commands from each append this engine makes (True), or leave
+        #: that to :class:`engine.service.lobby_feed.LobbyFeedManager` reading the feeds (False)
+        self.follow_appends = follow_appends
         self.matches = matches
         self.settlements = settlements
         self.queues: CommandService[QueueState, lc.LobbyCommand] = CommandService(
@@ -189,13 +192,17 @@ class LobbyEngine:
         """A match command (a player's Ready or Play, a timer's) through the match service; the
         table hears of what it did (:func:`managers.from_match`)."""
         out = self.matches.execute(command)
-        if getattr(out, "accepted", False) and not getattr(out, "duplicate", False) and out.events:
+        if self.follow_appends and getattr(out, "accepted", False) and not getattr(out, "duplicate", False) \
+                and out.events:
             self._after_match(command.match_id, out)
         return out
 
     # -- the managers' lines ----------------------------------------------------------------
-    def _send(self, target: Target, command: Any) -> None:
+    def send(self, target: Target, command: Any) -> None:
+        """Queue ``command`` on ``target``'s line (run by :meth:`deliver` / :meth:`drain`)."""
         self.pending.setdefault(target, deque()).append(command)
+
+    _send = send
 
     def deliver(self, target: Target) -> None:
         """Run the oldest command waiting for ``target``."""
@@ -227,22 +234,30 @@ class LobbyEngine:
     def _run_queue(self, command: lc.LobbyCommand) -> Outcome[Any]:
         out = self.queues.execute(command)
         if out.committed:
-            room = out.state.room
             for e in out.events:
                 self._emit(e)
-                for c in managers.from_queue(room, e):
-                    self._send(("table", getattr(c, "table")), c)
+                if self.follow_appends:
+                    self.follow_queue(out.state.room, e)
         return out
+
+    def follow_queue(self, room: str, e: ev.LobbyEvent) -> None:
+        """The tables' commands a queue event causes, on their lines."""
+        for c in managers.from_queue(room, e):
+            self._send(("table", getattr(c, "table")), c)
 
     def _run_table(self, command: lc.LobbyCommand) -> Outcome[Any]:
         out = self.tables.execute(command)
         if out.committed and out.before is not None:
-            self._follow_table(out.before, out.events)
+            for e in out.events:
+                self._emit(e)
+            if self.follow_appends:
+                self.follow_table(out.before, out.events)
         return out
 
-    def _follow_table(self, state: TableState, events: Sequence[ev.LobbyEvent]) -> None:
+    def follow_table(self, state: TableState, events: Sequence[ev.LobbyEvent]) -> None:
+        """The match's and the queue's commands a table's ``events`` cause (``state``: the
+        table before them), on their lines."""
         for e in events:
-            self._emit(e)
             for mcmd in managers.to_match(state, e):
                 self._send(("match", mcmd.match_id), mcmd)
             if isinstance(e, (ev.TableOpened, ev.NextMatchOffered)):
@@ -319,7 +334,7 @@ class LobbyEngine:
                     self._send(("table", getattr(c, "table")), c)
         for table in sorted(self.store.table_ids()):
             events = self.store.load(ev.table_aggregate(table))
-            self._follow_table(TableState(table=table), events)
+            self.follow_table(TableState(table=table), events)
             t = replay_table(table, events)
             for n in range(1, t.n + 1):
                 match = ev.match_of(table, n)
