@@ -265,6 +265,7 @@ export class Client {
         break;
       }
       case "lobby":
+        if (msg.command_id) this.pending.delete(msg.command_id);  // the Join or Leave it answers
         this.lobby = msg;
         this.emit("lobby", msg);
         break;
