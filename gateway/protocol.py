@@ -227,8 +227,8 @@ def update(match: str, version: int, events: list[dict[str, Any]], view: dict[st
 def rejected(command_id: str | None, code: str, reason: str, view: dict[str, Any] | None = None,
              match: str | None = None, retry_after_ms: int | None = None) -> dict[str, Any]:
     """A refusal; ``retry_after_ms`` only with the lobby's ``cooldown`` (when a Join is accepted again)."""
-    out = {"kind": "rejected", "command_id": command_id, "code": code, "reason": reason, "view": view,
-           "match": match}
+    out: dict[str, Any] = {"kind": "rejected", "command_id": command_id, "code": code, "reason": reason,
+                           "view": view, "match": match}
     if retry_after_ms is not None:
         out["retry_after_ms"] = int(retry_after_ms)
     return out
