@@ -19,6 +19,8 @@ from engine.lobby.replay import check_lobby_stream, replay_queue, replay_table
 from engine.match import commands as mc
 from engine.service.lobby import LobbyEngine
 from engine.service.lobby_feed import LobbyFeedManager
+from engine.service.lobby_notes import OutboxNotes, messages_of
+from engine.match.events import MatchFinished, PlayerEscaped, PlayerRemoved
 from engine.service.service import MatchService
 from engine.store.lobby_store import RedisLobbyStore
 from engine.store.redis_store import RedisEventStore
@@ -57,6 +59,10 @@ class StackWorld:
         self.gone: set[str] = set()
         self.table_left: dict[str, set[str]] = {}
         self.violations: list[str] = []
+        #: the lobby messages each player was told, and the command id of each one's last Join
+        self.told: dict[str, list[dict[str, Any]]] = {}
+        self.joins: dict[str, str] = {}
+        self.outbox = OutboxNotes(client)
         self.engine = self._engine()
         self.manager = self._manager()
 
@@ -65,7 +71,7 @@ class StackWorld:
                            balances=self.ledger, settlements=self.ledger,
                            bots=BotPolicy(BOT_AFTER_MS, "normal") if self.bots else None,
                            table_ids=self._table_id, bot_ids=lambda: self._next("bot-"), on_event=self._watch,
-                           follow_appends=not self.feed_mode)
+                           follow_appends=not self.feed_mode, notes=self._note)
 
     def _manager(self) -> LobbyFeedManager | None:
         if not self.feed_mode:
@@ -111,7 +117,9 @@ class StackWorld:
 
     # -- what players and the system do -------------------------------------------------------
     def join(self, p: str) -> Any:
-        return self.engine.submit(lc.Join(command_id=self._next("c"), room=self.room, player=p))
+        cid = self._next("c")
+        self.joins[p] = cid
+        return self.engine.submit(lc.Join(command_id=cid, room=self.room, player=p))
 
     def leave(self, p: str) -> Any:
         return self.engine.submit(lc.Leave(command_id=self._next("c"), room=self.room, player=p))
@@ -213,6 +221,29 @@ class StackWorld:
         elif isinstance(e, ev.TableClosed):
             for p, _r in e.removed:
                 self.gone.add(p)
+
+    def _note(self, e: ev.LobbyEvent, table: Any) -> None:
+        """The lobby's messages never contradict the player's match stream: a ``seated`` names a
+        match the player sits in, not over; a ``removed`` ``not_ready`` / ``escaped`` follows the
+        match's removal / escape; a ``queued`` after a Join names that Join."""
+        self.outbox(e, table)  # the real stream too (engine/service/lobby_notes.py)
+        for player, m in messages_of(e, table):
+            self.told.setdefault(player, []).append(m)
+            where = f"{player} told {m['state']} ({m['reason']}) for {m['match']}"
+            if m["state"] == "seated":
+                ms = self.matches.load_state(m["match"])
+                if ms.seat_of(player) is None or ms.over:
+                    self.violations.append(f"{where}: not seated there, or it is over")
+            elif m["state"] == "removed" and m["reason"] in ("not_ready", "escaped"):
+                events = self.store.load(m["match"])
+                saw = any(isinstance(x, PlayerRemoved) and x.player == player and x.reason == "not_ready"
+                          for x in events) if m["reason"] == "not_ready" else any(
+                    (isinstance(x, PlayerEscaped) and x.player == player)
+                    or (isinstance(x, MatchFinished) and x.reason == "escape" and x.loser == player) for x in events)
+                if not saw:
+                    self.violations.append(f"{where}: the match says nothing of it")
+            elif m["state"] == "queued" and m["reason"] is None and m["command_id"] != self.joins.get(player):
+                self.violations.append(f"{where}: names {m['command_id']}, not the Join {self.joins.get(player)}")
 
     # -- invariants -------------------------------------------------------------------------------
     def check(self) -> None:

@@ -320,3 +320,40 @@ def test_the_stack_property_can_fail(real_redis, monkeypatch):
     monkeypatch.setattr(managers, "from_table", lambda table, e: [])
     with pytest.raises(AssertionError, match="not quiet"):
         _run_machine(real_redis, examples=40, steps=20, feed=True, shrink=False)
+
+
+@pytest.mark.redis
+def test_the_lobby_messages_go_to_the_players_streams_in_the_websocket_shape(real_redis):
+    """Each lobby event's messages are entries ``kind`` ``lobby`` on ``sk:out:{<player>}``, in
+    order, each a valid server message (gateway/schemas/server.json): the Join's queued names
+    the Join, the seating none; a Leave from the queue names the Leave."""
+    import json
+
+    import jsonschema
+
+    from gateway.schemas_gen import load
+
+    server = jsonschema.Draft202012Validator(load("server.json"))
+
+    w = StackWorld(real_redis, bots=False)
+    w.join("a")
+    w.join("b")
+    w.drain()
+    w.join("c")
+    leave = w.leave("c")
+    w.drain()
+
+    def told(player):
+        return [json.loads(f[b"m"]) for _id, f in real_redis.xrange(keys.outbox_key(player))
+                if f[b"kind"] == b"lobby"]
+
+    (table,) = w.tables()
+    a = told("a")
+    assert [(m["state"], m["command_id"]) for m in a] == [("queued", w.joins["a"]), ("seated", None)]
+    assert (a[1]["table"], a[1]["match"], a[1]["room"]) == (table, f"{table}-1", "points")
+    c = told("c")
+    assert [(m["state"], m["reason"], m["command_id"]) for m in c] == [
+        ("queued", None, w.joins["c"]), ("removed", "left", leave.events[0].command_id)]
+    for m in a + c + told("b"):
+        server.validate(m)
+    w.check()

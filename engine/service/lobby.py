@@ -165,7 +165,8 @@ class LobbyEngine:
                  rooms: RoomSource | None, balances: BalanceSource | None = None,
                  settlements: SettlementSource | None = None, bots: BotPolicy | None = None,
                  table_ids: Callable[[], str] = new_table_id, bot_ids: Callable[[], str] | None = None,
-                 on_event: Callable[[ev.LobbyEvent], None] | None = None, follow_appends: bool = True):
+                 on_event: Callable[[ev.LobbyEvent], None] | None = None, follow_appends: bool = True,
+                 notes: Callable[[ev.LobbyEvent, TableState | None], None] | None = None):
         self.store = store
         #: derive the managers' commands from each append this engine makes (True), or leave
         #: that to :class:`engine.service.lobby_feed.LobbyFeedManager` reading the feeds (False)
@@ -177,8 +178,11 @@ class LobbyEngine:
         self.tables: CommandService[TableState, lc.LobbyCommand] = CommandService(
             TableAggregate(clock, rooms), LobbyStreams(store), cache=DictCache())
         self.pending: dict[Target, deque[Any]] = {}
-        #: each lobby event once it is appended (the gateway's lobby messages, the tests' watchers)
+        #: each lobby event once it is appended (the tests' watchers)
         self.on_event = on_event
+        #: the players' lobby messages of each appended event, with the table's state after it
+        #: (engine/service/lobby_notes.py: :class:`OutboxNotes` writes them to their streams)
+        self.notes = notes
 
     # -- commands in ------------------------------------------------------------------------
     def submit(self, command: lc.LobbyCommand) -> Outcome[Any]:
@@ -235,7 +239,7 @@ class LobbyEngine:
         out = self.queues.execute(command)
         if out.committed:
             for e in out.events:
-                self._emit(e)
+                self._emit(e, None)
                 if self.follow_appends:
                     self.follow_queue(out.state.room, e)
         return out
@@ -248,8 +252,10 @@ class LobbyEngine:
     def _run_table(self, command: lc.LobbyCommand) -> Outcome[Any]:
         out = self.tables.execute(command)
         if out.committed and out.before is not None:
+            state = out.before
             for e in out.events:
-                self._emit(e)
+                state = lobby_apply(state, e)
+                self._emit(e, state)
             if self.follow_appends:
                 self.follow_table(out.before, out.events)
         return out
@@ -297,12 +303,14 @@ class LobbyEngine:
                 command_id=f"{check.command_id}:refused", table=check.table, match=check.match, outcome="removed",
                 removed=tuple((p, "seat_refused") for p in missing)))
 
-    def _emit(self, e: ev.LobbyEvent) -> None:
-        if self.on_event is not None:
+    def _emit(self, e: ev.LobbyEvent, table: TableState | None) -> None:
+        for hook, args in ((self.on_event, (e,)), (self.notes, (e, table))):
+            if hook is None:
+                continue
             try:
-                self.on_event(e)
-            except Exception:
-                _log.exception("on_event failed for %s", e.type)  # type: ignore[attr-defined]
+                hook(*args)  # type: ignore[operator]
+            except Exception:  # the event is stored: a lost message is a reader's resync
+                _log.exception("a lobby hook failed for %s", type(e).__name__)
 
     # -- the settlement and recovery ----------------------------------------------------------
     def settle_due(self, tables: Sequence[str]) -> int:
