@@ -105,7 +105,8 @@ class EmbeddedTimers:
             on_commit=self.scheduler.on_commit if self.scheduler is not None else None, **service_kwargs)
         self.runtime = rt_mod.Runtime(store=self.store, service=self.service, clock=self.clock,
                                       scheduler=self.scheduler, grace_ms=grace_ms,
-                                      publish=publish, claims=self.claims)
+                                      publish=publish, claims=self.claims,
+                                      clock_pause_min_ms=rt_mod.clock_pause_setting(self.clock))
         if publish == "gateway":
             self.runtime.publish = rt_mod.gateway_publisher(self.store.client)  # type: ignore[attr-defined]
         self.broker: StubBroker = make_broker(None)  # type: ignore[assignment]

@@ -11,8 +11,8 @@
 4. **publish**: the cache, then ``on_commit`` (the process managers, a publisher).
 
 One retry rule: a decision is made again on the stream's state whenever the state it was
-made on may be stale -- a :class:`WrongVersion` from the append, or a refusal decided on
-a cached (unverified) state.  Catching up a cached state costs no retry; a conflict on a
+made on may be stale -- a :class:`WrongVersion` from the append, or a refusal or a no-op
+decided on a cached (unverified) state.  Catching up a cached state costs no retry; a conflict on a
 verified state does, up to ``retries``, after which the :class:`WrongVersion` propagates
 (the caller redelivers).  A refusal never raises: it comes back in the :class:`Outcome`,
 unless the command id's events are stored (a retried command: a duplicate).
@@ -83,7 +83,9 @@ class Appended(Protocol):
 class Streams(Protocol):
     """The event store as one aggregate kind sees it.  ``append`` gets the state after the
     events too (a match records its next deadline with them); a store may offer
-    ``base(ident)``, a saved state to replay the tail on (a match's snapshot)."""
+    ``base(ident)``, a saved state to replay the tail on (a match's snapshot), and
+    ``confirm(ident)``, called before a duplicate found without an append is answered (the
+    original write on the replicas, ``--replica-acks``)."""
 
     def load(self, ident: str, after: int = 0) -> list[Any]: ...
 
@@ -224,9 +226,15 @@ class CommandService(Generic[S, C]):
                     continue
                 stored = self.streams.command_events(ident, cid) if agg.version(state) else []
                 if stored:
+                    confirm = getattr(self.streams, "confirm", None)
+                    if confirm is not None:
+                        confirm(ident)
                     return Outcome(ident, tuple(stored), state, None, True, conflicts + 1, state)
                 return Outcome(ident, (), state, rej, False, conflicts + 1, state)
-            if not events:  # a read: nothing to append
+            if not events:  # a read or a no-op: nothing to append, judged on the stream's state
+                if not verified:
+                    state, verified = self.catch_up(ident, state), True
+                    continue
                 return Outcome(ident, (), state, None, False, conflicts + 1, state)
             try:
                 result = self.streams.append(ident, agg.version(state), cid, events, new)
