@@ -180,20 +180,22 @@ class StackWorld:
         else:
             self.engine.settle_due(sorted(self.lobby_store.table_ids()))
 
-    def fire_ready_clocks(self) -> None:
-        """The timer workers: each due deadline of a table's match (ready, turn, trustee)."""
+    def fire_ready_clocks(self, every_match: bool = False) -> None:
+        """The timer workers: each due deadline (ready, turn, trustee) of a seated table's match,
+        or (``every_match``) of every match in the store."""
         timers = {"ready": mc.ReadyTimeout, "turn": mc.TurnTimeout, "trustee": mc.TrusteeAct}
-        for t in self.tables().values():
-            if t.match is None or t.status != "seated":
-                continue
+        if every_match:
+            ids = list(self.store.match_ids())
+        else:
+            ids = [t.match for t in self.tables().values() if t.match is not None and t.status == "seated"]
+        for mid in ids:
             for _ in range(50):  # a trustee acts, then the next deadline may be due too
-                m = self.matches.load_state(t.match)
+                m = self.matches.load_state(mid)
                 kind = m.deadline_kind
                 if kind not in timers or m.deadline_at is None or m.deadline_at > self.now:
                     break
                 cls = timers[kind]
-                self.engine.run_match(cls(command_id=f"{kind}:{t.match}:{m.version}", match_id=t.match,
-                                          version=m.version))
+                self.engine.run_match(cls(command_id=f"{kind}:{mid}:{m.version}", match_id=mid, version=m.version))
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def _seat(self, player: str, where: str) -> None:

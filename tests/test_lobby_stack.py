@@ -228,6 +228,13 @@ class StackMachine(RuleBasedStateMachine):
         self.world.quiesce(PEOPLE)
         self.world.check()
         assert all(t.status == "closed" for t in self.world.tables().values())
+        # every match ends: with its table, at the latest by its ready clock
+        self.world.now += self.world.cfg.ready_seconds * 1000 + 1
+        self.world.fire_ready_clocks(every_match=True)
+        self.world.drain()
+        live = [m for m in self.world.store.match_ids() if not self.world.matches.load_state(m).over]
+        assert not live, f"matches left open after their table closed and their clock ran out: {live}"
+        self.world.check()
 
 
 def _run_machine(client, examples: int, steps: int, feed: bool = False, shrink: bool = True) -> None:
