@@ -48,9 +48,11 @@ def deal(seed: int, i: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
 
 
 def play_match(config: RoomConfig, hands: tuple[tuple[int, ...], tuple[int, ...]], first: int,
-               bots: tuple[Bot, Bot], times: dict[str, list[float]], mid: str, store: Any = None) -> dict[str, int]:
-    """One match, seat 0 = ``bots[0]``; the settlement's scores by seat (``s0``, ``s1``).
-    ``store``: the event store to play into (default a fresh in-memory one)."""
+               bots: tuple[Bot, Bot], times: dict[str, list[float]], mid: str, store: Any = None,
+               players: tuple[str, str] = ("s0", "s1"), start_ms: int | None = None) -> dict[str, int]:
+    """One match, seat 0 = ``bots[0]``; the settlement's scores by player (``players``, by
+    default ``s0``, ``s1``).  ``store``: the event store to play into (default a fresh
+    in-memory one); ``start_ms``: the match's clock at its start."""
     from engine.service.shuffle import seeded_random, seeded_server_seeds
     from engine.service.service import FixedBalances, MatchService
     from engine.store.memory import InMemoryEventStore
@@ -59,8 +61,7 @@ def play_match(config: RoomConfig, hands: tuple[tuple[int, ...], tuple[int, ...]
 
     store = store if store is not None else InMemoryEventStore()
     bal = config.levels[min(2, len(config.levels) - 1)].need
-    players = ("s0", "s1")
-    service = MatchService(store, FakeClock(), seeded_random(0), deal_on_ready=False,
+    service = MatchService(store, FakeClock() if start_ms is None else FakeClock(start_ms), seeded_random(0), deal_on_ready=False,
                            server_seeds=seeded_server_seeds(0), balances=FixedBalances({p: bal for p in players}))
     n = 0
 

@@ -2,7 +2,7 @@
 same load on one plain redis-server, in the same run.
 
     python bench/cluster.py [--masters 3] [--replicas 1] [--serve 3] [--matches 40] [-c 8]
-                            [--ws-pairs 2] [--replica-acks 0] [--runs 3] [--json]
+                            [--ws-pairs 2] [--replica-acks 0] [--runs 3] [--idle-s 3] [--json]
 
 Each run starts its own cluster (``redis-server --cluster-enabled yes``, ``redis-cli --cluster
 create``), a broker redis-server, ``--serve`` serve replicas (one ``--metrics-port`` each), one
@@ -20,6 +20,11 @@ Measured per run, printed as medians over the runs (JSON keys):
 * ``state_cache_hit_ratio``: hits / (hits + misses) of ``shuangkou_state_cache_requests_total``;
 * ``cpu_us_per_command``: CPU µs per command of each process kind (``serve``, ``redis``: every
   cluster node, ``gateway``, ``workers``), from /proc before and after the load;
+  ``single_node_cpu_us_per_command`` (``serve``, ``redis``): the same run's single-node leg's;
+* ``idle_cpu_per_s``: CPU ms per second of each process kind (``serve``, ``worker``,
+  ``gateway``, ``redis``) with the stack up and idle, over ``--idle-s`` seconds (default 3)
+  before the load, after as long a settling (leases, polls, sweeps: what a replica costs
+  whatever the load); ``single_node_idle_cpu_per_s`` the same on one node;
 * ``p50_ms``/``p99_ms`` of the simulate clients' command round trips, ``bytes_per_match``
   (used memory of the masters over the matches), ``gateway_rss_kb``;
 * ``slot_shares`` (once per invocation, an extra run of the same load on one plain
@@ -276,6 +281,17 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
         gw = stack.start_gateway("bench")
         wait_for(lambda: sum(scrape(p).get("shuangkou_buckets_owned", 0) for p in ports) == 16, 60,
                  "the replicas own the 16 buckets", tuple(stack.logs))
+        idle_cpu = None
+        if not watch and args.idle_s > 0:  # the stack idle: its leases, polls and sweeps
+            def cpu_now() -> dict[str, float]:
+                return {"serve": sum(cpu_s(p.pid) for p in serves), "worker": group_cpu_s(worker.pid),
+                        "gateway": cpu_s(gw.proc.pid), "redis": sum(cpu_s(n) for n in nodes)}
+
+            time.sleep(args.idle_s)  # settling: the buckets just taken, the first sweeps
+            idle0, i0 = cpu_now(), time.perf_counter()
+            time.sleep(args.idle_s)
+            idle1, i1 = cpu_now(), time.perf_counter()
+            idle_cpu = {k: (idle1[k] - idle0[k]) * 1000 / (i1 - i0) for k in idle0}
         before_calls = [commandstats_calls(m) for m in masters]
         before_stats = [commandstats(m) for m in masters]
         before_mem = sum(int(m.info("memory")["used_memory"]) for m in masters)
@@ -335,6 +351,7 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
             "append_conflicts": int(conflicts),
             "state_cache_hit_ratio": hits / max(1.0, hits + misses),
             "cpu_us_per_command": {k: (cpu1[k] - cpu0[k]) * 1e6 / max(1, cmds) for k in cpu0},
+            "idle_cpu_per_s": idle_cpu or {},
             "p50_ms": report["command_latency_ms"]["p50"], "p99_ms": report["command_latency_ms"]["p99"],
             "bytes_per_match": mem / max(1, matches), "gateway_rss_kb": rss, "commands": cmds,
             "busiest_master_top": {k: n for n, k in top},
@@ -370,6 +387,8 @@ def run_once(args: argparse.Namespace, k: int, tmp: Path) -> dict[str, Any]:
         stop_redis_server(broker_proc, broker_dir)
     on_cluster["single_node_cps"] = single["cps"]
     on_cluster["single_node_p50_ms"] = single["p50_ms"]
+    on_cluster["single_node_cpu_us_per_command"] = {k: single["cpu_us_per_command"][k] for k in ("serve", "redis")}
+    on_cluster["single_node_idle_cpu_per_s"] = single["idle_cpu_per_s"]
     return on_cluster
 
 
@@ -410,6 +429,8 @@ def main() -> int:
     ap.add_argument("--replica-acks", type=int, default=0,
                     help="serve --replica-acks, and SK_REPLICA_ACKS for the workers and the gateway")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--idle-s", type=float, default=3.0,
+                    help="seconds of idle CPU measured before the load (after as long a settling; 0: none)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-slot-shares", dest="slot_shares", action="store_false",
                     help="skip the extra run that measures the slots' shares (MONITOR)")

@@ -15,6 +15,7 @@ so a later edit to a file never changes an old match's replay.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -29,6 +30,8 @@ PACKAGED_CONFIGS = "room_configs"
 SOURCE_CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 CONFIG_DIR = SOURCE_CONFIG_DIR  # the old name (a source checkout's config/); prefer builtin_configs()
 XIANGS = tuple(range(4, 13))
+#: the name of a ranked room: it is part of its ladder's key tags (engine/store/keys.py)
+RANKED_NAME = re.compile(r"[A-Za-z0-9_.-]{1,40}")
 #: the levels of the bots a gateway seats (engine/tools/bot.py, docs/BOTS.md)
 BotLevel = Literal["easy", "normal", "hard"]
 
@@ -170,6 +173,24 @@ class RoomConfig(_Strict):
     #: the gateway's ``--bot-level``.  Not a rule: a match plays the same whoever sits.
     bot_level: BotLevel | None = Field(None, description="gateway --bots: the level of a bot seated in this "
                                        "room (easy, normal or hard); unset: the gateway's --bot-level")
+    # ---- ranked play (docs/RANKED.md): ratings, the ladder, pairing by skill
+    #: the room keeps a rated ladder per season (projections/ratings.py)
+    ranked: bool = Field(False, description="ranked room: its finished matches move a rating per season "
+                         "(docs/RANKED.md)")
+    #: matches against a bot count (tests and benches only; ranked rooms otherwise skip them)
+    rate_bots: bool = Field(False, description="ranked: matches against a bot are rated too (tests, benches)")
+    #: a player is shown as provisional until this many rated matches in the season
+    provisional_matches: int = Field(10, ge=0, le=1000, description="ranked: rated matches before a "
+                                     "player's rating stops being provisional")
+    #: the queue pairs a waiting player with the closest rating within this window (rating points) ...
+    match_window: float = Field(50.0, ge=0, le=100_000, description="ranked: the rating window a new "
+                                "waiter is paired within (rating points)")
+    #: ... which widens by this much per second waited ...
+    match_window_per_second: float = Field(10.0, ge=0, le=100_000, description="ranked: how fast the "
+                                           "window widens (rating points per second waited)")
+    #: ... until this wait, after which anyone (or a bot, with gateway --bots) will do
+    match_max_wait_seconds: float = Field(20.0, ge=0, le=3600, description="ranked: after this wait the "
+                                          "player is paired with anyone, or a bot where the room has one")
 
     @field_validator("contribution", "doubling")
     @classmethod
@@ -231,6 +252,11 @@ class RoomConfig(_Strict):
                                                     f"({self.leave_cooldown_max_seconds} < {self.leave_cooldown_seconds})"))
         if len(self.name) > 100:
             p.append(("name", f"at most 100 characters, got {len(self.name)}"))
+        if (self.ranked or self.rate_bots) and not RANKED_NAME.fullmatch(self.name):
+            p.append(("name", "a ranked room's name is 1-40 letters, digits, '_', '-' or '.' (it names the "
+                              f"ladder's keys), got {self.name!r}"))
+        if self.rate_bots and not self.ranked:
+            p.append(("rate_bots", "only a ranked room rates matches (set ranked = true)"))
         if len(self.levels) > MAX_LEVELS:
             p.append(("levels", f"at most {MAX_LEVELS} levels, got {len(self.levels)}"))
         for i, lv in enumerate(self.levels):

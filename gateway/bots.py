@@ -156,10 +156,20 @@ class BotDriver:
         cfg = self.lobby.rooms.get(room) if room else None
         return (cfg.bot_level if cfg is not None else None) or self.level
 
+    def wait_ms_of(self, room: str | None) -> int:
+        """How long a player waits alone before a bot sits opposite them: :data:`BOT_AFTER_S`, and
+        in a ranked room at least its ``match_max_wait_seconds`` (a bot never pre-empts the
+        widening window, docs/RANKED.md)."""
+        cfg = self.lobby.rooms.get(room) if room else None
+        wait = BOT_AFTER_S
+        if cfg is not None and getattr(cfg, "ranked", False):
+            wait = max(wait, cfg.match_max_wait_seconds)
+        return int(wait * 1000)
+
     async def fill(self, rooms: list[str]) -> None:
         """Seat a bot opposite every player who waited long enough (called by the lobby sweep)."""
         for room in rooms:
-            out = await self.lobby.bot_for(room, int(BOT_AFTER_S * 1000), self.level_of(room))
+            out = await self.lobby.bot_for(room, self.wait_ms_of(room), self.level_of(room))
             if out:
                 table, bot = out
                 self.start(bot)

@@ -198,6 +198,8 @@ class Resync:
             await self._on_sync(e)
         elif e.kind == "update":
             await self._forward_update(e, observe=conn.is_player)
+        elif e.kind == "rating" and conn.is_player and e.body.get("kind") == "rating":
+            await conn.send(dict(e.body))  # a ranked match moved the rating (projections/ladders.py)
         elif e.kind == "rejected" and e.command_id and self._awaiting.get(e.match) == e.command_id:
             client_id = channels.client_command_id(conn.player, e.command_id) if conn.is_player else None
             await self._sync_refused(e, client_id)

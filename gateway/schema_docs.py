@@ -70,7 +70,7 @@ BY_NAME: dict[str, str] = {
     "jokers_as": "the ranks the jokers stand for (財神, R-4), one per wild joker",
     "bomb_sizes": "a chain bomb's bomb sizes, lowest rank first",
     # views
-    "phase": "the match's phase: new, seating, playing, finished",
+    "phase": "the match's phase: new, seating, playing, finished, abandoned (never dealt: a seat stayed empty or a player was not ready in time, R-13.2)",
     "mode": "the room's mode: points or wealth (coins); null before the creation",
     "you": "your player id; null for a spectator",
     "seats": "the two seats (null while empty)",
@@ -195,6 +195,15 @@ BY_OWNER: dict[tuple[str, str], str] = {
     ("lobby", "bot_level"): "the level of a bot opponent at the table (easy, normal, hard; gateway --bots, "
                             "docs/BOTS.md); null when the opponent is a person",
     ("settled", "match"): "the settled match",
+    ("rating", "match"): "the settled match that moved the rating",
+    ("rating", "room"): "the ranked room (its ladder)",
+    ("rating", "season"): "the season the match belongs to (by its finish time)",
+    ("rating", "before"): "your rating and tier before the match",
+    ("rating", "after"): "your rating and tier after the match",
+    ("rating", "provisional"): "true while you have fewer rated matches this season than the room's "
+                               "provisional_matches",
+    ("rating_shown", "rating"): "the rating shown: 1000 + 40 × (mu − 3·sigma), rounded",
+    ("rating_shown", "tier"): "the tier id (bronze, silver, gold, platinum, diamond, master; names in the i18n files)",
     ("welcome", "player"): "your player id (the token's subject)",
     ("welcome", "room"): "the only room this token may join or watch; null: any",
     ("welcome", "expires_at"): "the token's exp (seconds since the epoch): the socket closes 4401 then, unless an "

@@ -28,6 +28,10 @@ from typing import Any, get_args
 
 from pydantic import TypeAdapter
 
+from projections.ratings import TIERS
+
+TIER_IDS = tuple(t for t, _ in TIERS)
+
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 TYPES_FILE = Path(__file__).resolve().parent / "static" / "js" / "client.d.ts"
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -389,7 +393,13 @@ def server_schema() -> dict[str, Any]:
              "description": "player id -> display name, for the players that have one (gateway/names.py)"}
     for k in ("update", "lobby", "settled"):
         defs[k]["properties"]["names"] = names
-    kinds = ["update", "rejected", "lobby", "settled", "welcome", "ack"]
+    shown = _obj({"rating": _INT, "tier": {"enum": list(TIER_IDS)}}, title="A rating as shown")
+    _describe(shown, "rating_shown")
+    defs["rating"] = msg("rating", {
+        "match": {"type": "string"}, "room": {"type": "string"}, "season": {"type": "string"},
+        "before": shown, "after": copy.deepcopy(shown), "provisional": {"type": "boolean"}},
+        "A settled match of a ranked room moved your rating (docs/RANKED.md)")
+    kinds = ["update", "rejected", "lobby", "settled", "welcome", "ack", "rating"]
     return _standard({"$schema": DRAFT, "$id": "server.json", "title": "A server → client WebSocket message",
                       "oneOf": [{"$ref": f"#/$defs/{k}"} for k in kinds], "$defs": defs})
 
@@ -417,6 +427,7 @@ def _ts_name(ref: str) -> str:
 
 _TS_NAMES = {"event": "MatchEvent", "update": "UpdateMessage", "rejected": "RejectedMessage", "ack": "AckMessage",
              "lobby": "LobbyMessage", "settled": "SettledMessage", "welcome": "WelcomeMessage",
+             "rating": "RatingMessage",
              "Reading": "EventReading", "reading": "Reading", "play_reading": "PlayReading", "view": "View",
              "brief": "Brief",
              "breakdown": "Breakdown"}
@@ -486,7 +497,7 @@ export interface ClosedEvent { code: number; reason: string; reconnecting: boole
 export type LinkState = "connecting" | "open" | "reconnecting" | "refused" | "closed";
 export interface StateEvent { state: LinkState; code?: number; reason?: string }
 export interface ClientEvents {
-  update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rejected: RejectedEvent; ack: AckEvent;
+  update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rating: RatingMessage; rejected: RejectedEvent; ack: AckEvent;
   closed: ClosedEvent; welcome: WelcomeMessage; state: StateEvent; link: StateEvent; retry: RetryEvent;
   /** a server message of a kind client.js does not handle itself */
   message: ServerMessage | Record<string, unknown>; error: unknown;
@@ -529,7 +540,7 @@ export interface PlayOptions { reading_kind?: Reading["kind"]; reading_rank?: st
 export declare class Client {
   constructor(options: ClientOptions);
   readonly url: string; token: string; version: number | null; match: string | null; brief: Brief | null;
-  view: View | null; state: ClientState; lobby: LobbyMessage | null; player: string | null;
+  view: View | null; state: ClientState; lobby: LobbyMessage | null; rating: RatingMessage | null; player: string | null;
   role: WelcomeMessage["role"] | null; link: LinkState | "idle"; limits: Limits;
   pending: Map<string, ClientMessage>; queue: ClientMessage[];
   on<K extends keyof ClientEvents>(name: K, fn: (payload: ClientEvents[K]) => void): () => void;

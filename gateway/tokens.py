@@ -70,6 +70,8 @@ def mint(secret: bytes, player: str, role: Role = "player", ttl_seconds: int = 3
         raise ValueError(f"the player id must be 1..{MAX_SUBJECT} characters")
     if (problem := keys.player_id_problem(player)) is not None:
         raise ValueError(problem)
+    if keys.is_bot_id(player):
+        raise ValueError(f"{player!r} is a bot seat's id (bot-<n>), reserved for the gateway's bots")
     if ttl_seconds <= 0:
         raise ValueError(f"ttl must be positive, got {ttl_seconds}")
     issued = int(time.time()) if now is None else int(now)
@@ -112,6 +114,8 @@ def verify(secret: bytes, token: object, now: int | None = None) -> Identity:
         raise TokenError(f"the token's sub claim must be 1..{MAX_SUBJECT} characters")
     if (problem := keys.player_id_problem(sub)) is not None:
         raise TokenError(f"the token's sub claim: {problem}")
+    if keys.is_bot_id(sub):
+        raise TokenError("the token's sub claim is a bot seat's id (bot-<n>), reserved for the gateway's bots")
     role = claims.get("role", "player")
     if role not in ROLES:
         raise TokenError(f"the token's role must be one of {', '.join(ROLES)}")

@@ -19,6 +19,14 @@ socket's; errors are ``{"error": code, "reason": text}`` with 400/401/403/404/40
   Without ``--dev`` the route does not exist (404).
 * ``GET /api/rooms`` (player) -- the rooms (:func:`room_list`: base, ``need``) with the
   player's own ``balance`` and ``admits`` each, plus ``balances`` by mode (the lobby's list).
+* ``GET /api/leaderboard?room=R&season=S&limit=N`` (anyone; ``&around=me`` with a player's
+  token) -- a ranked room's ladder (:func:`leaderboard_for`, docs/RANKED.md):
+  ``{"room", "season", "entries": [{"rank", "player", "name", "rating", "tier"}]}`` and with
+  ``around=me`` also ``me`` (the player's entry with ``neighbours``, or null).  404
+  ``unknown_room`` / ``not_ranked`` / ``unknown_season``, 400 ``bad_request`` (limit 1..1000).
+  ``&players=a,b`` (1..10 ids) adds ``players``: each one's entry or null (the table's tier badges).
+* ``POST /api/leaderboard/name`` (player) -- ``{"hidden": true|false}``: hide the player's name
+  from every leaderboard (``name`` null) or show it again.
 * ``POST /api/hint`` (player) -- ``{"hand": [ids], "last_cards": [ids] | null,
   "last_kind", "last_rank"}`` → the trustee's choice for that hand (R-13.3):
   ``{"cards": [ids], "kind", "rank", "describe"}`` or ``{"pass": true}``.
@@ -399,7 +407,7 @@ def room_list(ctx: Any) -> list[dict[str, Any]]:
     if not isinstance(rooms, dict):
         from engine.config import load_config
 
-        return [{"name": mode, "mode": mode, "levels": _levels(load_config(mode))} for mode in ("points", "wealth")]
+        return [{"name": mode, "mode": mode, "levels": _levels(load_config(mode)), "ranked": False} for mode in ("points", "wealth")]
     out = []
     for name, cfg in sorted(rooms.items()):
         low = cfg.levels[0]
@@ -407,7 +415,7 @@ def room_list(ctx: Any) -> list[dict[str, Any]]:
                     "trustee_delay_seconds": cfg.trustee_delay_seconds,
                     "reclaim_after_reconnect": cfg.reclaim_after_reconnect,
                     "base": low.base, "need": low.need if cfg.mode == "wealth" else 0,
-                    "levels": _levels(cfg)})
+                    "levels": _levels(cfg), "ranked": bool(getattr(cfg, "ranked", False))})
     return out
 
 
@@ -431,6 +439,60 @@ async def rooms_for(ctx: Any, player: str) -> dict[str, Any]:
         admits = book.admits(cfg, balances[mode]) if cfg is not None and book is not None else True
         out.append({**r, "balance": balances[mode], "admits": admits})
     return {"rooms": out, "balances": balances}
+
+
+LEADERBOARD_LIMIT = 100  # the default of ``limit``; at most projections.ladders.MAX_LIMIT
+
+
+async def leaderboard_for(redis: Any, room: str, season: str | None, limit: int,
+                          me: str | None = None, players: list[str] | None = None) -> dict[str, Any]:
+    """``GET /api/leaderboard``: the top ``limit`` of ``room``'s ladder in ``season`` (None: the
+    running season, else the last), and with ``me`` the player's own entry and neighbours
+    (projections.ladders.board_answer).  Reads only: ZREVRANGE/ZREVRANK on the ladder's board
+    (O(log n) each), the season list, the display names; a player who hides their name
+    (``sk:{lobby}:hidden``) shows as ``name: null``."""
+    from engine.store import keys
+    from projections.ladders import HIDDEN_KEY, NAMES_KEY, NEIGHBOURS, board_answer, board_entry
+    from projections.ratings import Season
+
+    raw = await redis.hgetall(keys.SEASONS)
+    seasons = sorted((Season.from_json(json.loads(v)) for v in raw.values()), key=lambda x: (x.start_ms, x.name))
+    if season is None:
+        running = [x for x in seasons if x.end_ms is None]
+        found = running[-1] if running else (seasons[-1] if seasons else None)
+    else:
+        found = next((x for x in seasons if x.name == season), None)
+    if found is None:
+        raise HttpError(404, "unknown_season", f"no season {season!r}" if season else "no season has started yet")
+    board = keys.ladder_key(room, found.name, "board")
+
+    def rows(reply: Any) -> list[tuple[str, float]]:
+        return [(_text(p), float(sc)) for p, sc in reply]
+
+    top = rows(await redis.zrevrange(board, 0, limit - 1, withscores=True))
+    pos = None if me is None else await redis.zrevrank(board, me)
+    mine: list[tuple[str, float]] = []
+    if pos is not None:
+        pos = int(pos)
+        mine = rows(await redis.zrevrange(board, max(0, pos - NEIGHBOURS), pos + NEIGHBOURS, withscores=True))
+    asked: dict[str, tuple[int, float] | None] = {}
+    for p in players or ():  # the table's players (their tier badges): rank and rating each
+        r, sc = await redis.zrevrank(board, p), await redis.zscore(board, p)
+        asked[p] = None if r is None or sc is None else (int(r), float(sc))
+    everyone = list(dict.fromkeys([p for p, _ in top] + [p for p, _ in mine] + list(asked)))
+    names: dict[str, str | None] = {}
+    if everyone:
+        got = await redis.hmget(NAMES_KEY, everyone)
+        hidden = await redis.smismember(HIDDEN_KEY, everyone)
+        names = {p: None if h else (None if n is None else _text(n)) for p, n, h in zip(everyone, got, hidden)}
+    out = board_answer(room, found.name, top, me, pos, mine, names)
+    if players is not None:
+        out["players"] = {p: None if v is None else board_entry(v[0] + 1, p, v[1], names) for p, v in asked.items()}
+    return out
+
+
+def _text(v: Any) -> str:
+    return v.decode("utf-8") if isinstance(v, bytes) else str(v)
 
 
 # -- routes --------------------------------------------------------------------------------
@@ -511,6 +573,56 @@ def routes(ctx: Any) -> list[Any]:
         ident = _identity(ctx, request, ("player",))
         return JSONResponse(await rooms_for(ctx, ident.player))
 
+    def lobby_redis() -> Any:
+        lobby = getattr(getattr(ctx, "hub", None), "lobby", None)
+        return getattr(lobby, "redis", None) or ctx.redis
+
+    async def leaderboard(request: Request) -> Response:
+        from engine.config import RANKED_NAME
+        from projections.ladders import MAX_LIMIT
+
+        q = request.query_params
+        room, season = q.get("room") or "", q.get("season") or None
+        book = getattr(getattr(ctx, "hub", None), "rooms", None)
+        cfg = getattr(book, "rooms", {}).get(room) if book is not None else None
+        if not RANKED_NAME.fullmatch(room) or (book is not None and cfg is None):
+            raise HttpError(404, "unknown_room", f"no room {room!r}")
+        if cfg is not None and not getattr(cfg, "ranked", False):
+            raise HttpError(404, "not_ranked", f"room {room!r} is not ranked: it has no leaderboard")
+        try:
+            limit = int(q.get("limit") or LEADERBOARD_LIMIT)
+        except ValueError:
+            raise HttpError(400, "bad_request", "limit must be a whole number") from None
+        if not 1 <= limit <= MAX_LIMIT:
+            raise HttpError(400, "bad_request", f"limit must be 1..{MAX_LIMIT}, got {limit}")
+        me = None
+        if q.get("around") is not None:
+            if q.get("around") != "me":
+                raise HttpError(400, "bad_request", "around must be 'me' (with the player's token)")
+            me = _identity(ctx, request, ("player",)).player
+        if season is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", season):
+            raise HttpError(404, "unknown_season", f"no season {season!r}")
+        players = None
+        if q.get("players") is not None:
+            players = [p for p in q.get("players", "").split(",") if p]
+            if not 1 <= len(players) <= 10 or any(len(p) > 100 for p in players):
+                raise HttpError(400, "bad_request", "players is 1..10 player ids, comma-separated")
+        return JSONResponse(await leaderboard_for(lobby_redis(), room, season, limit, me, players))
+
+    async def leaderboard_name(request: Request) -> Response:
+        from projections.ladders import HIDDEN_KEY
+
+        ident = _identity(ctx, request, ("player",))
+        data = await _json_body(request)
+        if not isinstance(data, dict) or not isinstance(data.get("hidden"), bool):
+            raise HttpError(400, "bad_request", 'send {"hidden": true} or {"hidden": false}')
+        redis = lobby_redis()
+        if data["hidden"]:
+            await redis.sadd(HIDDEN_KEY, ident.player)
+        else:
+            await redis.srem(HIDDEN_KEY, ident.player)
+        return JSONResponse({"player": ident.player, "hidden": data["hidden"]})
+
     async def config(request: Request) -> Response:
         return JSONResponse({"dev": bool(getattr(ctx, "dev", False)), "bots": bool(getattr(ctx, "bots", False)),
                              "rooms": room_list(ctx),
@@ -520,8 +632,11 @@ def routes(ctx: Any) -> list[Any]:
         Route("/", page("index.html")),
         Route("/watch/{match_id:path}", page("index.html")),
         Route("/replay/{match_id:path}", page("replay.html")),
+        Route("/leaderboard", page("leaderboard.html")),
         Route("/api/client-config", config),
         Route("/api/rooms", guarded(rooms)),
+        Route("/api/leaderboard", guarded(leaderboard)),
+        Route("/api/leaderboard/name", guarded(leaderboard_name), methods=["POST"]),
         Route("/api/hint", guarded(hint), methods=["POST"]),
         Route("/api/readings", guarded(readings), methods=["POST"]),
         Route("/api/arrange", guarded(arrange), methods=["POST"]),

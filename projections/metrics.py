@@ -174,6 +174,11 @@ DEAD_LETTERS = Counter("shuangkou_dead_letters",
                        ["source"], registry=REGISTRY)
 
 # --- hardening (issue 11): parked settlements, reconciliation, sweeper, timer publishes ---
+#: pairs of accounts newly flagged by the integrity projection (projections/integrity, docs/INTEGRITY.md)
+INTEGRITY_FLAGS = Counter("shuangkou_integrity_flags",
+                          "Pairs of accounts newly flagged for chip dumping by the integrity projection (score at "
+                          "or above the default threshold; a dismissed pair counts again only on new evidence).",
+                          registry=REGISTRY)
 SETTLEMENTS_PARKED = Counter("shuangkou_settlements_parked",
                              "Settlements moved aside for a permanent error (ledger overflow, unsettleable "
                              "events, a bug), by reason code; see sk:{ledger}:parked.",

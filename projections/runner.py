@@ -420,6 +420,9 @@ class ProjectionRunner:
     errors: list[tuple[str, str]] = field(default_factory=list)
     on_error: Callable[[str, str], None] | None = None
     on_parked: Callable[[str, str, str], None] | None = None
+    #: the ranked ladders (projections/ladders.py ``RatingProjector``): each settled match's
+    #: events go to it after the ledger (idempotent per match, so a redelivery is harmless)
+    ratings: Any = None
 
     def _park(self, match_id: str, code: str, reason: str) -> None:
         log.error("match %s cannot be settled (%s), parked: %s", match_id, code, reason)
@@ -440,7 +443,8 @@ class ProjectionRunner:
     def _settle(self, match_id: str, events: Sequence[EventBase] | None = None) -> tuple[Settlement | None, bool]:
         """:meth:`settle_match` and whether this call applied it (False: applied before, or none)."""
         try:
-            s = settle(self.store.load(match_id) if events is None else events)
+            events = self.store.load(match_id) if events is None else events
+            s = settle(events)
             if s is None:
                 return None, False
             applied = self.ledger.apply_settlement(match_id, s)
@@ -456,6 +460,13 @@ class ProjectionRunner:
                 code = "error"
             self._park(match_id, code, f"{type(exc).__name__}: {exc}" if code == "error" else str(exc))
             return None, False
+        if self.ratings is not None:
+            try:
+                self.ratings.project(list(events))
+            except Exception as exc:
+                if _retry_later(exc):
+                    raise  # left pending: the ledger's apply is a no-op the next time
+                log.exception("rating match %s failed", match_id)
         if self.on_settled is not None:
             self.on_settled(s, applied)
         return s, applied

@@ -124,6 +124,22 @@ def _choice(page):
     return hand, prev, trustee_choice(hand, prev)
 
 
+def _click_in_turn(page, selector: str, version: str) -> bool:
+    """Click ``selector``; False (no click) when the view moved on first (the turn clock or
+    trusteeship played), so a loaded machine's slow screenshot never fails the match."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for _ in range(24):  # two minutes: far past any turn clock
+        if page.get_attribute("#table", "data-version") != version:
+            return False
+        try:
+            page.click(selector, timeout=5_000)
+            return True
+        except PlaywrightTimeout:
+            continue
+    raise AssertionError(f"{selector} stayed disabled for two minutes at version {version}")
+
+
 def _select(page, cards, version: str) -> bool:
     """Click each card; True when exactly they are selected and the view did not move meanwhile."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -277,7 +293,8 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
                         _shot(page, "table-play", 375)
                         _shot(page, "table-play", 1280)
                         _shot(spec, "spectator", 1280)
-                    page.click("[data-action=play]")
+                    if not _click_in_turn(page, "[data-action=play]", version):
+                        continue  # the clock ran out while the screenshots were taken
                     plays += 1
                 # the next view (or a refusal, when the clock ran out first) before the next turn
                 page.wait_for_function(

@@ -320,18 +320,20 @@ def test_a_carried_write_the_server_refuses_after_the_events_is_not_a_failed_app
     assert gw.stats.accepted == accepted + (1 if alone else 2)
 
 
-@pytest.mark.parametrize("bad", ["maxlen", "fields", "exhausted"])
+@pytest.mark.parametrize("bad", ["maxlen", "fields", "exhausted", "wrongtype"])
 def test_a_carried_write_that_fails_in_the_script_is_undone_and_the_events_stay(r, bad) -> None:
     """Whatever makes one carried write fail inside the script -- a malformed maxlen, more
-    fields than Lua can unpack, a stream out of ids -- the append still succeeds
+    fields than Lua can unpack, a stream out of ids, a key that is not a stream -- the append still succeeds
     (``wrote`` False: the caller publishes), and the entries written before it are removed
     again (a stream the script created is gone) so nothing is published twice."""
     store = RedisEventStore(r)
     r.xadd("sk:out:old", {"kind": "earlier"})
     r.xadd("sk:reply:full", {"x": "1"}, id=MAX_ID)
+    r.set("sk:reply:str", "a string, not a stream")
     last: Write = {"maxlen": Write("sk:reply:x", {"kind": "r"}, "not-a-number"),  # type: ignore[arg-type]
                    "fields": Write("sk:reply:x", {f"f{i}": "v" for i in range(10_000)}, 10),
-                   "exhausted": Write("sk:reply:full", {"kind": "r"}, 10, 60)}[bad]
+                   "exhausted": Write("sk:reply:full", {"kind": "r"}, 10, 60),
+                   "wrongtype": Write("sk:reply:str", {"kind": "r"}, 10, 60)}[bad]
     writes = (Write("sk:out:new", {"kind": "update"}, 10, 60), Write("sk:out:old", {"kind": "update"}, 10, 60), last)
     e = PlayerReady(match_id="mx", seq=1, ts=0, command_id="c1", player="a")
     [result] = store.append_many([AppendRequest("mx", 0, "c1", (e,), None, writes)])
@@ -339,6 +341,7 @@ def test_a_carried_write_that_fails_in_the_script_is_undone_and_the_events_stay(
     assert (result.version, result.wrote) == (1, False)
     assert store.version("mx") == 1 and store.command_range("mx", "c1") is not None
     assert not r.exists("sk:out:new") and not r.exists("sk:reply:x")
+    assert r.get("sk:reply:str") == b"a string, not a stream"
     assert [f[b"kind"] for _, f in r.xrange("sk:out:old")] == [b"earlier"]
     # and the same append with good writes carries them all
     ok = (Write("sk:out:new", {"kind": "update"}, 10, 60), Write("sk:out:old", {"kind": "update"}, 10, 60))
@@ -400,3 +403,31 @@ def test_an_append_redis_refuses_for_good_dead_letters_its_own_message(r, others
         assert [f[b"kind"] for _, f in r.xrange(keys.outbox_key("c"))] == [b"update"]
         assert [m.kind for m in client.replies() if m.command_id == other.command_id] == ["accepted"]
     assert [m.kind for m in client.replies() if m.command_id == sent.command_id] == ["dead"]
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("carried", [True, False])
+def test_a_players_stream_gets_its_notice_and_a_reply_stream_none(real_redis, carried) -> None:
+    """The notice (``SPUBLISH <stream> ""``, engine/store/keys.py "Notices") follows each entry
+    of a stream a gateway reads on notices; a reply stream, read by polling, gets none:
+    whether the append carries the entries or the publisher writes them."""
+    r = real_redis
+    sub = r.pubsub()
+    sub.ssubscribe("sk:out:n1", "sk:reply:n1")
+    for _ in range(2):
+        assert sub.get_message(timeout=2)["type"] == "ssubscribe"
+    pub = Publisher(r, consumer="t")
+    writes = [pub._delivery("sk:out:n1", {"kind": "update"}), pub._delivery("sk:reply:n1", {"kind": "accepted"})]
+    assert [w.notice for w in writes] == [True, False]
+    if carried:
+        e = PlayerReady(match_id="mn", seq=1, ts=0, command_id="c1", player="a")
+        [result] = RedisEventStore(r).append_many([AppendRequest("mn", 0, "c1", (e,), None, tuple(writes))])
+        assert result.wrote
+    else:
+        assert all(isinstance(x, bytes) for x in pub.write(writes))
+    assert r.xlen("sk:out:n1") == r.xlen("sk:reply:n1") == 1
+    got = []
+    while (m := sub.get_message(timeout=0.5)) is not None:
+        got.append(m["channel"])
+    sub.close()
+    assert got == [b"sk:out:n1"]

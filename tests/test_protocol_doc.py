@@ -41,3 +41,15 @@ def test_every_message_of_the_documented_sequence_validates() -> None:
     # the check can fail: a documented message off the schema
     bad = dict(seq[1][1], role="king")
     assert not server.is_valid(bad)
+
+
+def test_every_phase_a_brief_may_carry_is_documented() -> None:
+    """A client meets every phase of the brief's schema (an abandoned match too): §8's brief table
+    and the schema's own description name each one."""
+    phase = load("server.json")["$defs"]["brief"]["properties"]["phase"]
+    assert "abandoned" in phase["enum"], phase
+    text = DOC.read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| `phase` |"))
+    for value in phase["enum"]:
+        assert f"`{value}`" in row, (value, row)
+        assert value in phase["description"], (value, phase["description"])

@@ -172,3 +172,23 @@ def test_a_player_id_with_a_brace_is_refused_at_the_token_the_join_and_the_inbox
     assert reply.command_id == sent.command.command_id
     assert reply.code == "bad_command" and "may not contain" in (reply.reason or "")
     assert gw.service.store.version("m1") == 0
+
+
+@pytest.mark.parametrize("bot", ["bot-1", "bot-17"])
+def test_no_token_may_claim_a_bot_seats_id(bot: str) -> None:
+    """``bot-<n>`` is the gateway's bots' (engine.store.keys.BOT_ID): a person holding such a
+    token would play unscored by the integrity projection, which skips bot seats."""
+    import time
+
+    import jwt
+
+    from gateway.tokens import TokenError, mint, verify
+
+    secret = b"s" * 32
+    with pytest.raises(ValueError, match="bot seat"):
+        mint(secret, bot)
+    forged = jwt.encode({"sub": bot, "exp": int(time.time()) + 60}, secret, algorithm="HS256")
+    with pytest.raises(TokenError, match="bot seat"):
+        verify(secret, forged)
+    for person in ("bot-x", "robot-1", "bot"):  # the positive controls: only bot-<digits> is reserved
+        assert verify(secret, mint(secret, person)).player == person

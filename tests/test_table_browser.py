@@ -635,3 +635,127 @@ def test_a_paused_clock_is_shown_and_the_deadline_moves(browser, site) -> None:
         assert not errors, errors
     finally:
         context.close()
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["left"] < b["right"] - 1 and b["left"] < a["right"] - 1 and a["top"] < b["bottom"] - 1 and b["top"] < a["bottom"] - 1
+
+
+@pytest.mark.parametrize("locale", sorted(LOCALES))
+def test_ready_is_a_wide_button_clear_of_the_players_seat(browser, site, locale: str) -> None:
+    """Before the deal Ready floats at the bottom as a wide button (not squeezed by the phone's row
+    of play buttons) and covers nothing of the player's seat: the name, the level, the "not
+    ready" badge stay readable at each size."""
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        m = Match(f"ready-{locale}")
+        msgs = m.run(CreateMatch(command_id="c1", match_id=m.mid, config=load_config("points").to_record()))
+        msgs += m.run(Sit(command_id="c2", match_id=m.mid, player="alice"))
+        msgs += m.run(Sit(command_id="c3", match_id=m.mid, player="bob"))
+        _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
+                     {"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m.mid,
+                      "names": {"alice": "小明", "bob": "Bob"}}] + msgs)
+        page.wait_for_selector("[data-action=ready]:visible")
+        page.wait_for_selector("#mine-badges [data-badge]")
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_timeout(200)
+            ready = _box(page, "[data-action=ready]")
+            assert ready["right"] - ready["left"] >= 160, (width, ready)
+            for part in ("#mine-avatar", "#mine-name", "#mine-level", "#mine-badges"):
+                box = _box(page, part)
+                assert not _overlap(ready, box), (width, part, ready, box)
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("locale", sorted(LOCALES))
+def test_the_result_sheet_scrolls_under_the_top_bar_never_behind_it(browser, site, locale: str) -> None:
+    """The end of a match is a sheet that scrolls; it starts under the top bar (which wraps to more
+    rows on a phone), so nothing scrolled in it shows through behind the bar's status line and
+    buttons."""
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        m = Match(f"sheet-{locale}")
+        _seat(page, m)
+        _feed(page, m.step(400))
+        assert m.state.phase == "finished"
+        _feed(page, [m.settled()])
+        page.wait_for_selector("[data-settlement] [data-score='alice']")
+        page.click("[data-settlement] details summary")  # the formula open: more to scroll
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_timeout(200)
+            page.eval_on_selector("#sheet", "s => { s.scrollTop = s.scrollHeight; }")
+            sheet, bar, status = _box(page, "#sheet"), _box(page, ".topbar"), _box(page, "[data-status]")
+            assert sheet["top"] >= bar["bottom"] - 1, (width, sheet, bar)
+            assert status["bottom"] <= sheet["top"] + 1, (width, status, sheet)
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+def test_avatar_initials_are_letters_of_the_name() -> None:
+    """The avatar's initials (js/avatar.js initialsOf, run in Node): a CJK name's first character,
+    the first letters of a Latin name's first two words, never a separator such as the "·" of
+    "bot · hard"."""
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    assert node, "node is needed"
+    table = {"bot · hard": "BH", "机器人 · 困难": "机", "小明": "小", "Bob": "Bo", "alice_b": "AB",
+             "·小明": "小", "Émile Zola": "ÉZ", " x ": "X"}
+    script = (f"import({json.dumps((STATIC / 'js' / 'avatar.js').as_uri())}).then(m => console.log(JSON.stringify("
+              f"{json.dumps(list(table))}.map(m.initialsOf))))")
+    out = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert dict(zip(table, json.loads(out.stdout))) == table
+
+
+@pytest.mark.parametrize("locale", sorted(LOCALES))
+def test_a_match_abandoned_before_the_deal_says_the_player_waits_for_an_opponent(browser, site, locale: str) -> None:
+    """The opponent was not ready in time (R-13.2): the match is abandoned and the lobby queues the
+    player again (``opponent_left``); the status line says so instead of going blank."""
+    from engine.match.commands import ReadyTimeout
+
+    lang = LOCALES[locale]
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        m = Match(f"abandoned-{locale}")
+        msgs = m.run(CreateMatch(command_id="c1", match_id=m.mid, config=load_config("points").to_record()))
+        msgs += m.run(Sit(command_id="c2", match_id=m.mid, player="alice"))
+        msgs += m.run(Sit(command_id="c3", match_id=m.mid, player="bob"))
+        msgs += m.run(Ready(command_id="c4", match_id=m.mid, player="alice"))
+        _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
+                     {"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m.mid,
+                      "names": {"alice": "小明", "bob": "Bob"}}] + msgs)
+        page.wait_for_selector("#mine-badges [data-badge=ready]")
+        _feed(page, m.run(ReadyTimeout(command_id="c5", match_id=m.mid, version=m.state.version)))
+        assert m.state.phase == "abandoned"
+        _feed(page, [{"kind": "lobby", "state": "queued", "room": "points", "table": None, "match": None,
+                      "reason": "opponent_left", "bot_level": None}])
+        want = CATALOGUES[lang]["status.queued"].replace("{room}", CATALOGUES[lang]["mode.points"])
+        page.wait_for_function("w => document.querySelector('[data-status]').textContent === w", arg=want)
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("locale", sorted(LOCALES))
+def test_the_fairness_panel_is_punctuated_in_the_pages_language(browser, site, locale: str) -> None:
+    """The label over the commitment's hex comes whole from the catalogue: 承诺： / 承諾： with the
+    full-width colon of the Chinese pages, never an ASCII one added by the page."""
+    lang = LOCALES[locale]
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        _seat(page, Match(f"fair-label-{locale}"))
+        page.click("[data-action=fair-info]")
+        label = page.text_content("[data-fair-panel] p.muted").strip()
+        assert label == CATALOGUES[lang]["fair.commitment"], label
+        if lang != "en":
+            assert label.endswith("：") and ":" not in page.text_content("[data-fair-panel]")
+        assert not errors, errors
+    finally:
+        context.close()

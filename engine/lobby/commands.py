@@ -39,6 +39,9 @@ class Join(LobbyCommand):
     type: Literal["Join"] = "Join"
     room: Id
     player: PlayerId
+    #: ranked rooms: the player's rating when they joined, a snapshot from the ladder (the
+    #: queue's replay never reads the ratings projection; engine/lobby/skill.py); None: unrated
+    rating: float | None = Field(None, allow_inf_nan=False)
 
 
 class Leave(LobbyCommand):
@@ -80,6 +83,14 @@ class QueueTimer(LobbyCommand):
     type: Literal["QueueTimer"] = "QueueTimer"
     room: Id
     version: int = Field(ge=0)
+
+
+class PairTimer(LobbyCommand):
+    """A ranked room's matchmaking timer: pair again now that the waiting players' windows
+    widened (engine/lobby/skill.py); changes nothing when nobody is close enough yet."""
+
+    type: Literal["PairTimer"] = "PairTimer"
+    room: Id
 
 
 class ReleaseTable(LobbyCommand):
@@ -155,11 +166,11 @@ class Settle(LobbyCommand):
     scores: dict[str, int] = Field(default_factory=dict)
 
 
-QueueCommand = Union[Join, Leave, GraceExpired, Returned, QueueTimer, ReleaseTable]
+QueueCommand = Union[Join, Leave, GraceExpired, Returned, QueueTimer, PairTimer, ReleaseTable]
 TableCommand = Union[OpenTable, ConfirmSeated, NoteReady, NoteDealt, Leave, GraceExpired, Returned,
                      MatchEnded, Settle]
 AnyLobbyCommand = Annotated[
-    Union[Join, Leave, GraceExpired, Returned, QueueTimer, ReleaseTable, OpenTable, ConfirmSeated,
+    Union[Join, Leave, GraceExpired, Returned, QueueTimer, PairTimer, ReleaseTable, OpenTable, ConfirmSeated,
           NoteReady, NoteDealt, MatchEnded, Settle],
     Field(discriminator="type"),
 ]

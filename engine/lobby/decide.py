@@ -21,6 +21,10 @@ The queue (``QueueState``):
 * ``QueueTimer`` (``gateway --bots``): BotSeated when the oldest waiting player waited
   ``ctx.bots.after_ms``; ``stale`` when the queue moved since the timer was set or nobody
   waited long enough; ``not_allowed`` without a bot policy.
+* Ranked rooms (``ranked = true``) pair by skill (:mod:`engine.lobby.skill`: the closest
+  rating of the Join's snapshot inside a window that widens with the wait); ``PairTimer``
+  pairs again as the windows widen (nothing when nobody is close enough; ``not_allowed`` in
+  a room that is not ranked); the queue timer's bot waits for ``match_max_wait_seconds``.
 * ``ReleaseTable`` (a table closed): TableReleased, then each player the table had stay
   waits again (PlayerQueued ``opponent_left``, their Join's time kept) unless their Leave
   or grace had come (LeftWithTable); CooldownStarted for each who left before the table's
@@ -73,6 +77,7 @@ from engine.lobby.commands import (
     NoteDealt,
     NoteReady,
     OpenTable,
+    PairTimer,
     QueueTimer,
     ReleaseTable,
     Returned,
@@ -81,6 +86,7 @@ from engine.lobby.commands import (
 from engine.lobby.errors import AlreadyPlaced, Cooldown, TableClosed, UnknownTable
 from engine.lobby import events as ev
 from engine.lobby.evolve import apply
+from engine.lobby.skill import choose_pair, overdue
 from engine.lobby.state import QueueState, TableState
 
 #: the doubling of the leave cooldown stops growing after this many leaves (2^40 × base)
@@ -229,15 +235,24 @@ def _on(table: dict[type[LobbyCommand], Callable[[_Builder, Any], None]],
 
 
 def _pair(b: _Builder) -> None:
-    """Seat the two oldest waiting players at a new table (``ctx.table_id``)."""
+    """Seat the two oldest waiting players at a new table (``ctx.table_id``); in a ranked room
+    the pair :func:`engine.lobby.skill.choose_pair` picks, if any."""
     q = b.queue
     if len(q.waiting) < 2:
         return
+    cfg = b.ctx.room
+    fallback = False
+    if cfg is not None and cfg.ranked:
+        pick = choose_pair(q.waiting, cfg, b.ctx.now_ms)
+        if pick is None:
+            return
+        (a, c), fallback = pick.players, pick.fallback
+    else:
+        a, c = q.waiting[0].player, q.waiting[1].player
     table = b.ctx.table_id
     if table is None:
         raise BadCommand("two players wait and the context names no table id")
-    a, c = q.waiting[0].player, q.waiting[1].player
-    b.emit(ev.TablePaired, table=table, players=(a, c), match=ev.match_of(table, 1))
+    b.emit(ev.TablePaired, table=table, players=(a, c), match=ev.match_of(table, 1), fallback=fallback)
 
 
 @_on(_QUEUE_HANDLERS, Join)
@@ -262,7 +277,7 @@ def _join(b: _Builder, c: Join) -> None:
         wait = cd.until - now
         raise Cooldown(f"{c.player} left a table before its deal: join again in {(wait + 999) // 1000} s",
                        retry_after_ms=wait)
-    b.emit(ev.PlayerQueued, player=c.player, since=now, reason="joined")
+    b.emit(ev.PlayerQueued, player=c.player, since=now, reason="joined", rating=c.rating)
     _pair(b)
 
 
@@ -309,11 +324,24 @@ def _queue_timer(b: _Builder, c: QueueTimer) -> None:
         raise StaleCommand(f"the queue moved (version {q.version}) since the timer was set (version {c.version})")
     if not q.waiting or now - q.waiting[0].since < bots.after_ms:
         raise StaleCommand("nobody has waited long enough for a bot")
+    cfg = b.ctx.room
+    if cfg is not None and cfg.ranked and not overdue(cfg, q.waiting[0], now):
+        raise StaleCommand("a ranked room's window is still widening (match_max_wait_seconds)")
     if b.ctx.table_id is None or b.ctx.bot_id is None:
         raise BadCommand("a bot's table needs a table id and a bot id in the context")
     oldest = q.waiting[0]
     b.emit(ev.BotSeated, table=b.ctx.table_id, player=oldest.player, bot=b.ctx.bot_id,
            bot_level=bots.level, match=ev.match_of(b.ctx.table_id, 1), waited_ms=now - oldest.since)
+
+
+@_on(_QUEUE_HANDLERS, PairTimer)
+def _pair_timer(b: _Builder, c: PairTimer) -> None:
+    cfg = b.ctx.room
+    if cfg is None:
+        raise UnknownRoom(f"no room {c.room!r}")
+    if not cfg.ranked:
+        raise NotAllowed(f"room {c.room} is not ranked: it pairs whoever waits at once")
+    _pair(b)
 
 
 def _cool(b: _Builder, player: str) -> None:
@@ -343,7 +371,7 @@ def _release(b: _Builder, c: ReleaseTable) -> None:
         elif p.away:
             b.emit(ev.LeftWithTable, player=p.player, table=c.table, reason="disconnected")
         else:
-            b.emit(ev.PlayerQueued, player=p.player, since=p.since, reason="opponent_left")
+            b.emit(ev.PlayerQueued, player=p.player, since=p.since, reason="opponent_left", rating=p.rating)
     mine = {p.player for p in at}
     for player in dict.fromkeys([*c.left_before_deal, *cooled]):  # each once, in order
         if player in mine:

@@ -75,6 +75,8 @@ class PlayerQueued(LobbyEvent):
     player: str
     since: int = Field(ge=0)
     reason: Literal["joined", "opponent_left"] = "joined"
+    #: ranked rooms: the rating the Join carried (engine/lobby/skill.py); None: unrated
+    rating: float | None = None
 
 
 class PlayerLeftQueue(LobbyEvent):
@@ -92,6 +94,8 @@ class TablePaired(LobbyEvent):
     table: str
     players: tuple[str, str]
     match: str
+    #: ranked rooms: paired past the room's longest wait, outside both windows (skill.py)
+    fallback: bool = False
 
 
 class BotSeated(LobbyEvent):

@@ -84,14 +84,15 @@ def _unwait(s: QueueState, *players: str) -> tuple[Waiting, ...]:
 
 def _place(s: QueueState, table: str, *pairs: tuple[str, int]) -> tuple[Placed, ...]:
     new = {p.player: p for p in s.placed}
+    ratings = {w.player: w.rating for w in s.waiting}
     for player, since in pairs:
-        new[player] = Placed(player, table, since)
+        new[player] = Placed(player, table, since, rating=ratings.get(player))
     return tuple(new[k] for k in sorted(new))
 
 
 @_queue(PlayerQueued)
 def _queued(e: PlayerQueued, s: QueueState) -> Changes:
-    waiting = _unwait(s, e.player) + (Waiting(e.player, e.since),)
+    waiting = _unwait(s, e.player) + (Waiting(e.player, e.since, e.rating),)
     # oldest Join first: a requeued player goes back to the place their wait gives them
     return {"waiting": tuple(sorted(waiting, key=lambda w: w.since)),
             "placed": tuple(p for p in s.placed if p.player != e.player)}

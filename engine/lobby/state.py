@@ -24,6 +24,7 @@ class Waiting:
 
     player: str
     since: int
+    rating: float | None = None  # ranked rooms: the Join's rating snapshot (engine/lobby/skill.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,7 @@ class Placed:
     since: int
     leaving: bool = False
     away: bool = False
+    rating: float | None = None  # the Join's rating snapshot, kept for a requeue
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,9 @@ reads one ``stream`` and may refuse command types with an ``accepts`` policy
 
 The channels are one stream per bucket (``sk:{b<N>}:inbox``, ``sk:{b<N>}:ops``): serve runs
 one InboxConsumer per stream of each bucket it owns (engine/service/ownership.py), so no
-single Cluster slot carries every command.
+single Cluster slot carries every command.  On a plain Redis the owned streams of a channel
+are read together (:func:`run_together`: one XREADGROUP, one round of appends); on a Cluster
+each stream is read on its own.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ from engine.store.redis_store import ensure_group, stream_replies
 
 log = logging.getLogger("shuangkou.gateway")
 
-__all__ = ["INTERNAL_ERROR", "GatewayStats", "InboxConsumer"]
+__all__ = ["INTERNAL_ERROR", "GatewayStats", "InboxConsumer", "run_together"]
 
 
 class _Batch:
@@ -320,7 +322,7 @@ class InboxConsumer:
         stays pending (with every later one the service did not finish) and that error is
         raised once the rest are in the batch; a WrongVersion the service gave up on leaves
         its message pending too."""
-        from engine.service.inbox_message import NotRun, Prepared, run_many
+        from engine.service.inbox_message import Prepared, run_many
 
         prepared = [s for s in slots if isinstance(s, Prepared)]
         results: dict[int, Any] = {}
@@ -329,6 +331,15 @@ class InboxConsumer:
             assert self.service is not None, "a publish-only consumer cannot handle inbox messages"
             for p, r in zip(prepared, run_many(self.service, [p.command for p in prepared], stop, carried)):
                 results[id(p)] = r
+        self._finish_prepared(slots, ids, batch, results, carried)
+
+    def _finish_prepared(self, slots: list[Any], ids: list[Any], batch: _Batch, results: dict[int, Any],
+                         carried: Any) -> None:
+        """Put every finished message of ``slots`` (in order) into ``batch``, given the
+        results of their commands (``results``: by ``id`` of each Prepared); see
+        :meth:`_run_prepared`."""
+        from engine.service.inbox_message import NotRun, Prepared
+
         waiting: list[Any] = []
         transient: Exception | None = None
         for msg_id, slot in zip(ids, slots):
@@ -356,6 +367,12 @@ class InboxConsumer:
             self._backlog = True
             self._left_pending(waiting)
             raise transient
+
+    def _ack_entries(self) -> list[Any]:
+        """The acknowledgements :meth:`run` left for the next read, taken (see :func:`read_together`)."""
+        acks = list(self._unsent_acks)
+        del self._unsent_acks[:len(acks)]
+        return acks
 
     def reclaim(self, min_idle_ms: int = 60_000, count: int = 100) -> int:
         """Take over messages pending longer than ``min_idle_ms`` (any consumer's, a dead
@@ -604,3 +621,127 @@ class InboxConsumer:
                 msg_id: Any = None) -> None:
         """Publish one command's outcome (:meth:`Publisher.publish`)."""
         self.publisher.publish(command, outcome, reply_to, msg_id)
+
+
+class _Carries:
+    """The outputs several consumers' reads offer to one ``execute_many`` (each command's
+    own read's :class:`~engine.service.inbox_message.CarriedOutputs`)."""
+
+    def __init__(self, parts: list[Any]):
+        self.parts = parts
+
+    @property
+    def redis(self) -> Any:
+        return self.parts[0].redis
+
+    def outputs_of(self, command: CommandBase, outcome: Any) -> Any:
+        for part in self.parts:
+            out = part.outputs_of(command, outcome)
+            if out is not None:
+                return out
+        return None
+
+
+def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, count: int = 10,
+                 stop: threading.Event | None = None) -> int:
+    """:meth:`InboxConsumer.run_once` of several consumers at once, on one Redis node.
+
+    The consumers read streams of one channel with one service, one group and one consumer
+    name (serve's consumers of the buckets it owns on a plain Redis).  A consumer with
+    pending entries of its own reads them first, alone (:meth:`InboxConsumer.run_once`).
+    The others' streams are read with one XREADGROUP (the acknowledgements of their last
+    reads in its pipeline); the commands of every stream are executed together (one
+    ``execute_many``: one round of pipelined appends, the publications carried); then each
+    consumer publishes what no append carried and leaves its acknowledgements for the next
+    read, as ``run_once(defer_ack=True)`` does.  A Redis Cluster cannot: a read of several
+    keys must stay in one slot.  Returns how many messages were handled; the first
+    transient error is raised once every consumer's batch is committed."""
+    from engine.service.inbox_message import Prepared, run_many
+
+    handled = 0
+    for c in consumers:
+        if c._backlog:
+            handled += c.run_once(block_ms=None, count=count, stop=stop, defer_ack=True)
+    readers = [c for c in consumers if not c._backlog]
+    if not readers:
+        return handled
+    first = readers[0]
+    by_stream = _read_together(consumers, readers, None if handled else block_ms, count)
+    if by_stream is None:
+        return handled
+    work: list[tuple[InboxConsumer, list[Any], list[Any], _Batch]] = []
+    failure: Exception | None = None
+    for c in readers:
+        entries = by_stream.get(c.stream) or []
+        if not entries:
+            continue
+        slots: list[Any] = []
+        ids: list[Any] = []
+        try:
+            for msg_id, fields in entries:
+                if stop is not None and stop.is_set():
+                    c._backlog = True
+                    break
+                slots.append(c.handler.prepare(msg_id, fields))
+                ids.append(msg_id)
+        except Exception as exc:
+            c._backlog = True
+            if is_transient(exc):  # this message and the rest of the read wait; the prepared go on
+                c._left_pending([e[0] for e in entries[len(slots):]])
+            failure = failure or exc
+        work.append((c, slots, ids, _Batch()))
+    carries = {id(c): c.handler.carry(slots) for c, slots, _ids, _b in work
+               if any(isinstance(x, Prepared) for x in slots)}
+    prepared = [p for _c, slots, _ids, _b in work for p in slots if isinstance(p, Prepared)]
+    results: dict[int, Any] = {}
+    if prepared:
+        assert first.service is not None, "a publish-only consumer cannot handle inbox messages"
+        together = _Carries(list(carries.values()))
+        for p, r in zip(prepared, run_many(first.service, [p.command for p in prepared], stop, together)):
+            results[id(p)] = r
+    for c, slots, ids, batch in work:
+        try:
+            c._finish_prepared(slots, ids, batch, results, carries.get(id(c)))
+        except Exception as exc:
+            failure = failure or exc
+        finally:
+            try:
+                c._commit(batch, defer_ack=True)
+            except Exception as exc:
+                failure = failure or exc
+        handled += len(batch.acks)
+    if failure is not None:
+        raise failure
+    return handled
+
+
+def _read_together(consumers: list[InboxConsumer], readers: list[InboxConsumer], block_ms: int | None,
+                   count: int) -> dict[str, list[Any]] | None:
+    """One pipeline: every consumer's unsent acknowledgements, then one XREADGROUP of the
+    ``readers``' streams; their new entries by stream (None: a stream had lost its group,
+    now created again)."""
+    first = readers[0]
+    pipe = first.redis.pipeline(transaction=False)
+    acking = [(c, c._ack_entries()) for c in consumers if c._unsent_acks]
+    for c, acks in acking:
+        pipe.xack(c.stream, c.group, *acks)
+    pipe.xreadgroup(first.group, first.consumer, {c.stream: ">" for c in readers}, count=count, block=block_ms)
+    try:
+        replies = pipe.execute(raise_on_error=False)
+    except Exception:
+        for c, acks in acking:  # not sent: they go with the next read
+            c._unsent_acks[:0] = acks
+        raise
+    for (c, acks), acked in zip(acking, replies):
+        if isinstance(acked, Exception):
+            c._unsent_acks[:0] = acks
+            raise acked
+    reply = replies[-1]
+    if isinstance(reply, redis.ResponseError) and "NOGROUP" in str(reply):
+        for c in readers:  # a stream deleted under us
+            c.ensure_group()
+        return None
+    if isinstance(reply, Exception):
+        raise reply
+    return {text(stream): [e for e in es if e[0] is not None and e[1] is not None]
+            for stream, es in stream_replies(reply)}

@@ -232,3 +232,145 @@ class ConsumerThreads:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=30)
+
+
+class InboxGroup:
+    """The consumers of one channel's bucket streams on one Redis node, read together by one
+    thread (:func:`engine.service.inbox.run_together`: one XREADGROUP for all the streams,
+    one round of appends for all their commands) instead of a thread per stream: a read
+    carries the commands of every bucket, as one stream's would.  A Redis Cluster keeps
+    :class:`ConsumerThreads` (one read cannot span slots).
+
+    :meth:`add` returns the :class:`BucketWork` of one consumer: its ``stop`` takes the
+    stream out of the reads, waits for the round in hand to finish and sends that
+    consumer's acknowledgements.  Every ``reclaim_every_s`` each member reclaims idle
+    pending messages and every ``trim_every_s`` trims its stream (at once after an
+    oversized entry), as :meth:`InboxConsumer.run` does."""
+
+    def __init__(self, name: str, *, block_ms: int = 500, count: int = 10, reclaim_every_s: float = 30.0,
+                 min_idle_ms: int = 60_000, trim_every_s: float = 60.0):
+        self.block_ms = block_ms
+        self.count = count
+        self.reclaim_every_s = reclaim_every_s
+        self.min_idle_ms = min_idle_ms
+        self.trim_every_s = trim_every_s
+        self._members: list[Any] = []
+        #: held briefly (adding never waits for a read); guards the members and _started
+        self._members_lock = threading.Lock()
+        self._started = 0  # rounds begun (each on the members of that moment)
+        self._done = 0  # rounds finished: taking a stream out waits for the round it is in
+        self._finished = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
+        self._thread.start()
+
+    def add(self, consumer: Any) -> _Member:
+        with self._members_lock:
+            self._members.append(consumer)
+        return _Member(self, consumer)
+
+    def remove(self, consumer: Any) -> None:
+        """Take ``consumer``'s stream out of the reads, wait for the round that may hold its
+        messages, send its acknowledgements."""
+        self.settle(self.take_out(consumer))
+        consumer.flush_acks()
+
+    def take_out(self, consumer: Any) -> int:
+        """Take ``consumer``'s stream out of the next reads; returns the last round that may
+        still hold its messages (for :meth:`settle`)."""
+        with self._members_lock:
+            if consumer in self._members:
+                self._members.remove(consumer)
+            return self._started
+
+    def settle(self, last: int) -> None:
+        """Wait until round ``last`` is finished."""
+        with self._finished:
+            self._finished.wait_for(lambda: self._done >= last or not self._thread.is_alive(), timeout=30)
+
+    def stop(self) -> None:
+        """Stop the thread (the round in hand finished) and send every member's acknowledgements."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+        with self._members_lock:
+            members = list(self._members)
+        for c in members:
+            try:
+                c.flush_acks()
+            except Exception as exc:  # redelivered after a restart: duplicates, published again
+                log.warning("%s: could not acknowledge on stopping: %s", c.stream, exc)
+
+    def _run(self) -> None:
+        from engine.service.inbox import run_together
+        from engine.store.redis_errors import REDIS_FAILURES
+
+        next_reclaim = time.monotonic() + self.reclaim_every_s
+        next_trim = time.monotonic() + self.trim_every_s
+        backoff = 0.05
+        while not self._stop.is_set():
+            with self._members_lock:
+                members = list(self._members)
+                if members:
+                    self._started += 1
+            if not members:
+                self._stop.wait(self.block_ms / 1000)
+                continue
+            try:
+                try:
+                    oversized = sum(c.stats.oversized for c in members)
+                    run_together(members, self.block_ms, self.count, self._stop)
+                    now = time.monotonic()
+                    if sum(c.stats.oversized for c in members) != oversized:
+                        for c in members:  # an oversized entry handled: out of Redis now
+                            c.flush_acks()
+                        next_trim = now
+                    if now >= next_reclaim and not self._stop.is_set():
+                        for c in members:
+                            c.reclaim(min_idle_ms=self.min_idle_ms)
+                        next_reclaim = now + self.reclaim_every_s
+                    if now >= next_trim and not self._stop.is_set():
+                        for c in members:
+                            c.trim_inbox()
+                        next_trim = now + self.trim_every_s
+                finally:
+                    with self._finished:
+                        self._done += 1
+                        self._finished.notify_all()
+                backoff = 0.05
+            except REDIS_FAILURES as exc:
+                log.warning("redis error reading %d stream(s) (retrying in %.2fs): %s", len(members), backoff, exc)
+                for c in members:
+                    c._backlog = True
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+            except Exception:
+                log.exception("reading %d stream(s) failed (retrying in %.2fs)", len(members), backoff)
+                for c in members:
+                    c._backlog = True
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+
+class _Member:
+    """One consumer's place in an :class:`InboxGroup` (its :class:`BucketWork`)."""
+
+    def __init__(self, group: InboxGroup, consumer: Any):
+        self.group = group
+        self.consumer = consumer
+
+    def stop(self) -> None:
+        self.group.remove(self.consumer)
+
+
+class GroupedWork:
+    """The :class:`BucketWork` of a bucket whose streams are members of :class:`InboxGroup`\\ s:
+    ``stop`` takes them all out of the reads first, then waits for the rounds in hand."""
+
+    def __init__(self, members: Sequence[_Member]):
+        self.members = list(members)
+
+    def stop(self) -> None:
+        lasts = [(m, m.group.take_out(m.consumer)) for m in self.members]
+        for m, last in lasts:
+            m.group.settle(last)
+            m.consumer.flush_acks()

@@ -414,14 +414,17 @@ class Publisher:
         self.on_dead = on_dead
 
     def _delivery(self, stream: str, fields: dict[str, Any]) -> Write:
-        """An entry of a player's outbox or of a reply stream (capped, expiring when idle)."""
-        return Write(stream, fields, self.outbox_maxlen, self.outbox_ttl)
+        """An entry of a player's outbox or of a reply stream (capped, expiring when idle; a
+        reply stream is read by polling, never on notices: it gets none)."""
+        return Write(stream, fields, self.outbox_maxlen, self.outbox_ttl,
+                     notice=not stream.startswith(keys.REPLY_PREFIX))
 
     # -- writing --------------------------------------------------------------------------
     def write(self, writes: Sequence[Write], raise_on_error: bool = True) -> list[Any]:
         """The writes in order, one pipeline (no MULTI: each stream is on its own; on
         Redis Cluster the pipeline splits by node), each followed by its notice
-        (``SPUBLISH <stream> ""``: engine/store/keys.py "Notices").  Raises if any of them failed, or
+        (``SPUBLISH <stream> ""``: engine/store/keys.py "Notices"; unless :attr:`Write.notice`
+        is False).  Raises if any of them failed, or
         with ``raise_on_error=False`` returns each write's reply (an error reply as the
         exception); a connection failure always raises."""
         if not writes:
@@ -431,15 +434,16 @@ class Publisher:
             pipe.xadd(w.stream, cast("dict[Any, Any]", w.fields), maxlen=w.maxlen, approximate=True)
             if w.ttl is not None:
                 pipe.expire(w.stream, w.ttl)
-            pipe.spublish(w.stream, "")  # the notice: a reader's wake-up (keys.py "Notices")
+            if w.notice:
+                pipe.spublish(w.stream, "")  # the notice: a reader's wake-up (keys.py "Notices")
         replies = pipe.execute(raise_on_error=False)
         out: list[Any] = []
         at = 0
         for w in writes:  # one reply per write: the XADD's, or the error of its XADD or EXPIRE
-            n = 2 if w.ttl is None else 3
+            n = 1 + (w.ttl is not None) + w.notice
             mine = replies[at:at + n]
             at += n
-            if isinstance(mine[-1], redis.exceptions.NoPermissionError):
+            if w.notice and isinstance(mine[-1], redis.exceptions.NoPermissionError):
                 mine = mine[:-1]  # a notice an ACL refuses (an old one, mid-upgrade) only delays a reader
             errors = [r for r in mine if isinstance(r, Exception)]
             out.append(errors[0] if errors else mine[0])
@@ -606,3 +610,17 @@ class Publisher:
                                                  "command_id": cmd_id or "", "code": code,
                                                  "reason": reason[:2000], "inbox_id": msg_id}))
         return out
+
+
+def message_publisher(redis_client: redis.Redis, **delivery: Any) -> Callable[[str, dict[str, Any]], None]:
+    """``publish(player, message)``: ``message`` (a dict with ``kind`` and ``match``) onto the
+    player's update stream ``sk:out:{<player>}`` as an entry of that kind, its ``body`` the
+    message (msgpack), with the stream's notice; the gateway sends the body on to the player's
+    sockets (the ``rating`` message of a ranked room, projections/ladders.py)."""
+    publisher = Publisher(redis_client, consumer="sk-projections", **delivery)
+
+    def publish(player: str, message: dict[str, Any]) -> None:
+        publisher.write([publisher._delivery(keys.outbox_key(player), {
+            "kind": message["kind"], "match": message.get("match", ""), "command_id": "", "body": pack(message)})])
+
+    return publish

@@ -20,14 +20,16 @@
 -- KEYS[7…] streams the append carries entries to (the command's updates and reply,
 --          engine/service/publish.py; only on a plain Redis, never on Cluster: other slots),
 --          one per carried write; after the payloads, for each of them:
---          maxlen, ttl ("" = none), k, then k field/value pairs:
+--          maxlen, ttl ("" = none), notice ("1" or "0"), k, then k field/value pairs:
 --          XADD key MAXLEN ~ maxlen * field value …, then EXPIRE key ttl.
---          Written only once the events are in, and only if every one of these keys is a
---          stream or missing and every one of the writes succeeds (else none is: what was
---          added is removed again; the caller publishes them itself and meets the error there).
---          Once all are written, each carried stream gets its notice, SPUBLISH <stream> ""
---          (engine/store/keys.py "Notices": it wakes the gateway's reader), sent with pcall: a
---          notice the caller's ACL refuses only delays a reader, it never fails the append.
+--          Written only once the events are in, and only if every one of the writes succeeds
+--          (a key that is not a stream, or that the caller may not write, fails its XADD):
+--          else none is -- what was added is removed again, a stream this script created is
+--          deleted, and the caller publishes them itself and meets the error there.
+--          Once all are written, each carried stream whose notice is "1" gets its notice,
+--          SPUBLISH <stream> "" (engine/store/keys.py "Notices": it wakes the gateway's
+--          reader; a reply stream, read by polling, gets none), sent with pcall: a notice
+--          the caller's ACL refuses only delays a reader, it never fails the append.
 --
 -- Replies:
 --   {"ok", version, wrote}    appended; version = seq of the last event now;
@@ -56,17 +58,6 @@ if actual ~= expected then
   return redis.error_reply('WRONGVERSION ' .. actual)
 end
 
--- the carried streams (KEYS[7…]) are checked here, before the first write: each must be a
--- stream or missing (a pcall: a key the user may not read is not writable either)
-local carried = #KEYS - 6
-local kinds = {}
-local writable = carried > 0
-for j = 1, carried do
-  local t = redis.pcall('TYPE', KEYS[6 + j])
-  kinds[j] = type(t) == 'table' and t['ok'] or nil
-  if kinds[j] ~= 'stream' and kinds[j] ~= 'none' then writable = false end
-end
-
 local n = tonumber(ARGV[7])
 for i = 1, n do
   redis.call('XADD', KEYS[1], (expected + i) .. '-1', 'e', ARGV[7 + i])
@@ -88,46 +79,57 @@ if expected == 0 then
   redis.call('SADD', KEYS[6], ARGV[1])  -- a match joins its bucket's set on its first append
 end
 
--- The carried entries, after the events.  Each XADD and EXPIRE is protected (a stream
--- whose last id is the largest there is refuses XADD *, an argument may be malformed, a
--- Lua error may be raised): on the first failure the entries added so far are removed
--- again (a stream this script created is deleted) and wrote = 0 -- the events stay, the
--- caller publishes every entry itself and meets the error there, as without carrying.
--- No reader sees the removed entries: the script is atomic.
+-- The carried entries, after the events.  Each XADD and EXPIRE is protected (a key that
+-- is not a stream, or that the caller may not write, refuses XADD; so does a stream whose
+-- last id is the largest there is; an argument may be malformed): on the first failure the
+-- entries added so far are removed again and wrote = 0 -- the events stay, the caller
+-- publishes every entry itself and meets the error there, as without carrying.  No reader
+-- sees the removed entries: the script is atomic.  A stream this script created (its
+-- entry the only one ever added to it: XINFO STREAM entries-added) is deleted again.
+local carried = #KEYS - 6
 local wrote = 0
-if writable then
+if carried > 0 then
   local added = {}
   local ok = true
   local at = 8 + n
   for j = 1, carried do
     local key = KEYS[6 + j]
-    local ttl, k = ARGV[at + 1], tonumber(ARGV[at + 2])
+    local ttl, k = ARGV[at + 1], tonumber(ARGV[at + 3])
     local done, id = pcall(function()
       local args = {key, 'MAXLEN', '~', ARGV[at], '*'}
       for f = 1, 2 * k do
-        args[5 + f] = ARGV[at + 2 + f]
+        args[5 + f] = ARGV[at + 3 + f]
       end
       return redis.call('XADD', unpack(args))
     end)
     if not done then ok = false break end
-    added[#added + 1] = {key, id, kinds[j]}
+    added[#added + 1] = {key, id}
     if ttl ~= '' then
       if not pcall(redis.call, 'EXPIRE', key, ttl) then ok = false break end
     end
-    at = at + 3 + 2 * k
+    at = at + 4 + 2 * k
   end
   if ok then
     wrote = 1
+    at = 8 + n
     for j = 1, carried do
-      redis.pcall('SPUBLISH', KEYS[6 + j], '')
+      if ARGV[at + 2] == '1' then
+        redis.pcall('SPUBLISH', KEYS[6 + j], '')
+      end
+      at = at + 4 + 2 * tonumber(ARGV[at + 3])
     end
   else
     for a = #added, 1, -1 do
-      local key, id, kind = added[a][1], added[a][2], added[a][3]
-      if kind == 'none' then
-        redis.pcall('DEL', key)
-      else
-        redis.pcall('XDEL', key, id)
+      local key, id = added[a][1], added[a][2]
+      redis.pcall('XDEL', key, id)
+      local info = redis.pcall('XINFO', 'STREAM', key)
+      if type(info) == 'table' and not info['err'] then
+        for i = 1, #info, 2 do
+          if info[i] == 'entries-added' then
+            if info[i + 1] == 1 then redis.pcall('DEL', key) end
+            break
+          end
+        end
       end
     end
   end

@@ -49,7 +49,8 @@ class AppendResult:
 
 class Write(NamedTuple):
     """One stream entry to add: ``XADD stream MAXLEN ~ maxlen * fields``, then (``ttl``
-    seconds given) ``EXPIRE stream ttl``: a delivery stream expires when idle.  The
+    seconds given) ``EXPIRE stream ttl``: a delivery stream expires when idle; and its notice
+    unless ``notice`` is False.  The
     publisher's unit (engine/service/publish.py); an append may carry some
     (:attr:`AppendRequest.writes`)."""
 
@@ -57,6 +58,9 @@ class Write(NamedTuple):
     fields: dict[str, Any]
     maxlen: int
     ttl: int | None = None
+    #: then ``SPUBLISH stream ""`` (engine/store/keys.py "Notices": a gateway reads the stream
+    #: when told); False for a stream read by polling (a reply stream): no notice
+    notice: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,14 @@ key                                         type    holds
 ``sk:out:{<player_id>}``                    stream  per-player updates and rejections; the player's
                                                     own hash tag (:func:`outbox_key`)
 ``sk:dead``                                 stream  dead letters (raw message + reason)
+``sk:{rk:<room>:<season>}:players``        hash    a ranked room's ladder in one season: player ->
+                                                    ``[mu, sigma, n]`` (projections/ratings.py)
+``sk:{rk:<room>:<season>}:board``          zset    player -> exact rating (the leaderboard)
+``sk:{rk:<room>:<season>}:results``        hash    rated match id -> ``[finished_ms, winner, loser, p]``
+``sk:{rk:<room>:<season>}:meta``           hash    ``last`` (the last match folded, settlement order)
+``sk:{seasons}:list``                       hash    season name -> JSON ``{name, start_ms, end_ms,
+                                                    soft_reset}`` (a few keys of metadata)
+``sk:{seasons}:ladders``                    set     ``<room>:<season>`` of every ladder kept
 ``sk:reply:<anything>``                     stream  optional per-gateway replies (``reply_to``)
 ==========================================  ======  =============================================
 
@@ -60,7 +68,8 @@ Notices: whoever adds an entry to a stream a gateway reads for its sockets (the 
 ``sk:out:…``, the lobby's notes, the session stream; the publisher does it for every entry it
 writes) then sends ``SPUBLISH <stream> ""``, a sharded pub/sub message on the channel named
 like the stream (on a Cluster it lives in the stream's slot).  It is only a wake-up for the
-gateway's one reader (gateway/fanout.py): the stream stays the source of truth.
+gateway's one reader (gateway/fanout.py): the stream stays the source of truth.  A reply
+stream (``sk:reply:…``) is read by polling (a blocking XREAD): it gets no notice.
 
 A match id containing ``{`` or ``}`` is harmless: Redis uses the *first*
 ``{…}`` of a key as its hash tag, which is always the bucket tag here.
@@ -71,6 +80,7 @@ A *player* id is a hash tag itself (``sk:out:{alice}``), so a player id with
 
 from __future__ import annotations
 
+import re
 import zlib
 
 PREFIX = "sk"
@@ -158,6 +168,19 @@ def player_id_problem(player_id: str) -> str | None:
     if any(ch in PLAYER_ID_FORBIDDEN for ch in player_id):
         return f"a player id may not contain '{{' or '}}' (it is the hash tag of the player's keys), got {player_id!r}"
     return None
+
+
+#: the ids ``gateway --bots`` gives its bots (``bot-<n>``): reserved, never a token's subject
+BOT_ID = re.compile(r"bot-\d+")
+
+
+def is_bot_id(player_id: str) -> bool:
+    """Whether ``player_id`` is a bot seat's id (``bot-<n>``), which no token may claim.
+
+    >>> is_bot_id("bot-17"), is_bot_id("alice"), is_bot_id("bot-x")
+    (True, False, False)
+    """
+    return BOT_ID.fullmatch(player_id) is not None
 
 
 def player_tag(player_id: str) -> str:
@@ -256,3 +279,53 @@ def lobby_keys(aggregate: str, buckets: int = DEFAULT_BUCKETS) -> tuple[str, str
     if kind == "queue":
         return queue_keys(ident)
     raise ValueError(f"not a lobby aggregate id: {aggregate!r}")
+
+
+# -- the integrity projection (projections/integrity, docs/INTEGRITY.md) --------------------------
+#: the consumer group the integrity projection reads the bucket feeds with
+INTEGRITY_GROUP = "sk-integrity"
+#: zset: pair key ("a|b", ids sorted) -> the pair's current suspicion score (pairs with a score > 0)
+INTEGRITY_SCORES = f"{PREFIX}:integrity:scores"
+#: hash: signal -> "k n" counts over every person's matches (the prior of every signal)
+INTEGRITY_POPULATION = f"{PREFIX}:integrity:population"
+#: list: the newest sampled regrets of everyone (the quality baseline of players without their own)
+INTEGRITY_POP_REGRETS = f"{PREFIX}:integrity:population:regrets"
+
+
+def integrity_records_key(player_id: str) -> str:
+    """Hash of one player's integrity records, match id -> JSON: ``sk:integrity:m:{<player>}``
+    (expires 90 days after the player's last scored match)."""
+    return f"{PREFIX}:integrity:m:{{{player_id}}}"
+
+
+def integrity_pair_key(pair: str) -> str:
+    """String: the JSON evidence of one pair (``a|b``) as last scored: ``sk:integrity:pair:<a|b>``
+    (expires 30 days after the pair's last match)."""
+    return f"{PREFIX}:integrity:pair:{pair}"
+
+
+def integrity_dismissed_key(pair: str) -> str:
+    """Hash: an operator's review of a pair (reason, when, the score then):
+    ``sk:integrity:dismissed:<a|b>`` (expires after 180 days)."""
+    return f"{PREFIX}:integrity:dismissed:{pair}"
+
+
+#: the seasons of ranked play (a few fields of metadata; the ladders have their own tags)
+SEASONS = f"{PREFIX}:{{seasons}}:list"
+LADDERS = f"{PREFIX}:{{seasons}}:ladders"
+
+
+def ladder_tag(room: str, season: str) -> str:
+    """The Cluster hash tag of one ranked room's ladder in one season: ``{rk:<room>:<season>}``
+    (room and season names are ``[A-Za-z0-9_.-]``, engine/config.py ``RANKED_NAME``), so the
+    ladders of many rooms and seasons spread over the cluster's slots.
+
+    >>> ladder_key("ranked", "s1", "board")
+    'sk:{rk:ranked:s1}:board'
+    """
+    return "{rk:%s:%s}" % (room, season)
+
+
+def ladder_key(room: str, season: str, part: str) -> str:
+    """A key of a ladder: ``part`` is ``players``, ``board``, ``results`` or ``meta``."""
+    return f"{PREFIX}:{ladder_tag(room, season)}:{part}"

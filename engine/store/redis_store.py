@@ -223,7 +223,7 @@ class RedisEventStore(EventStore):
             finishes = "0"
         args: list[Any] = [match_id, str(expected_version), command_id, finishes, at, info, len(payloads), *payloads]
         for w in writes:
-            args += (w.maxlen, "" if w.ttl is None else w.ttl, len(w.fields))
+            args += (w.maxlen, "" if w.ttl is None else w.ttl, "1" if w.notice else "0", len(w.fields))
             for k, v in w.fields.items():
                 args += (k, v)
         return args

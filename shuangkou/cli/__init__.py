@@ -35,7 +35,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "room": ("shuangkou.cli.room_cmd", "register room configs, list and show them"),
     "reconcile": ("shuangkou.cli.reconcile", "settle finished matches that have no settlement (exactly once)"),
     "archive": ("shuangkou.cli.archive", "export finished, settled matches to files and delete them from Redis"),
+    "ratings": ("shuangkou.cli.ratings_cmd", "ranked ladders: rebuild a season from the events, show a leaderboard"),
+    "season": ("shuangkou.cli.season_cmd", "seasons of ranked play: start, end, list"),
     "verify-deal": ("shuangkou.cli.verify_deal", "check a finished match's deal against its commitment and seeds"),
+    "integrity": ("shuangkou.cli.integrity", "chip-dumping flags: report, show or dismiss suspicious pairs"),
 }
 
 

@@ -9,9 +9,13 @@ One process runs
   stop, a dead replica's buckets and pending commands taken over), plus ``sk:ops``
   (Credit, Debit, AddRoom) and the single ``sk:inbox`` of older builds on every replica;
   each refuses the command types its channel does not carry, reads with the consumer
-  group ``sk-service``, decides, appends, publishes per-player updates;
+  group ``sk-service``, decides, appends, publishes per-player updates; on a plain Redis
+  one thread per channel reads all its owned bucket streams with one XREADGROUP
+  (engine.service.ownership.InboxGroup), on a Cluster a thread per stream;
 * the projection runner (:class:`projections.runner.ProjectionRunner`): the
   bucket feeds → settlement → ledger, consumer group ``sk-projections``;
+* with ``--integrity``, the integrity projection (:mod:`projections.integrity`, docs/INTEGRITY.md):
+  the bucket feeds → chip-dumping records, scores and flags, consumer group ``sk-integrity``;
 * timers: every append records the match's deadline in the store's index; with
   ``--broker-url`` (or ``SK_BROKER_URL``) the ``dramatiq workers.actors``
   processes dispatch and fire them (workers/dispatcher.py; serve sends nothing per
@@ -60,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--consumer", default=None,
                         help="consumer name in the groups (default <hostname>-<pid>)")
     parser.add_argument("--no-projections", action="store_true", help="do not run the projection runner here")
+    parser.add_argument("--integrity", action="store_true",
+                        help="also run the integrity projection (chip-dumping flags, docs/INTEGRITY.md; "
+                             "consumer group sk-integrity)")
     parser.add_argument("--batch", type=int, default=10, help="inbox messages read per call (default 10)")
     parser.add_argument("--state-cache", type=int, default=20_000, metavar="N",
                         help="match states kept in memory (LRU; the append's version check validates them; "
@@ -157,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.service.rooms import RedisRooms, register_shipped
     from projections.ledger import RedisLedger
     from engine.service.inbox import InboxConsumer
-    from engine.service.ownership import BucketOwner, ConsumerThreads, take_over_pending
+    from engine.service.ownership import BucketOwner, ConsumerThreads, GroupedWork, InboxGroup, take_over_pending
     from engine.service.state_cache import StateCache
     from engine.store import keys
     from engine.store.redis_store import RedisEventStore
@@ -241,13 +248,22 @@ def run(args: argparse.Namespace) -> int:
         consumers.append(c)
         return c
 
-    def own(bucket: int) -> ConsumerThreads:
+    # on one node each channel's owned bucket streams are read together, one XREADGROUP for all
+    # (a read carries every bucket's commands); a Cluster reads each bucket's streams on its own
+    from redis.cluster import RedisCluster
+
+    groups = None if isinstance(client, RedisCluster) else \
+        {ch.name: InboxGroup(f"read {ch.name}", **{**loop, "block_ms": 100}) for ch in (PLAYER, OPS)}
+
+    def own(bucket: int) -> ConsumerThreads | GroupedWork:
         """This replica now holds ``bucket``'s lease: its pending commands first, then its channels."""
         streams = ((PLAYER, keys.inbox_key(bucket), None), (OPS, keys.ops_key(bucket), desk))
         for _channel, stream, _op in streams:
             taken = take_over_pending(client, stream, keys.SERVICE_GROUP, consumer)
             if taken:
                 log.info("bucket %d: took over %d pending command(s) of %s", bucket, taken, stream)
+        if groups is not None:
+            return GroupedWork([groups[ch.name].add(consumer_of(ch, st, op)) for ch, st, op in streams])
         return ConsumerThreads([consumer_of(ch, st, op) for ch, st, op in streams], f"b{bucket}", **loop)
 
     # the channels of no bucket: Credit/Debit/AddRoom on sk:ops, and the single inbox of the
@@ -261,6 +277,8 @@ def run(args: argparse.Namespace) -> int:
 
     runner = None
     if not args.no_projections:
+        from engine.service.publish import message_publisher
+        from projections.ladders import RatingProjector, RedisRatingStore
         from projections.runner import ProjectionRunner, RedisFeed
 
         def settled(s, applied: bool) -> None:
@@ -272,6 +290,8 @@ def run(args: argparse.Namespace) -> int:
                                   RedisFeed(client, consumer=consumer, buckets=raw_store.buckets,
                                             feed_maxlen=raw_store.feed_maxlen),
                                   on_settled=settled,
+                                  ratings=RatingProjector(RedisRatingStore(client),
+                                                          message_publisher(client, **delivery)),
                                   on_error=lambda _match, _reason: metrics.observe_dead_letter("feed"),
                                   on_parked=lambda _match, code, _reason: metrics.observe_parked(code))
 
@@ -284,6 +304,11 @@ def run(args: argparse.Namespace) -> int:
         t = threading.Thread(target=runner.run_forever, args=(stop,), name="projections", daemon=True,
                              kwargs={"reconcile_every_s": every, "on_reconciled": reconciled})
         threads.append(t)
+
+    if args.integrity:
+        from engine.tools.integrity import integrity_thread
+
+        threads.append(integrity_thread(client, raw_store, consumer, stop))
 
     server = None
     if args.metrics_port is not None:
@@ -330,6 +355,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         stop.set()
         unbucketed.stop()
+        for g in (groups or {}).values():
+            g.stop()
         for t in threads:
             t.join(timeout=10)
         if timers is not None:

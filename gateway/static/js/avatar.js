@@ -17,11 +17,12 @@ export function hashOf(text) {
 export function initialsOf(name) {
   const text = String(name || "").trim();
   if (!text) return "?";
-  const chars = [...text];
-  if (/[\u3400-\u9fff\uf900-\ufaff]/u.test(chars[0])) return chars[0];
-  const words = text.split(/[\s._-]+/).filter(Boolean);
-  if (words.length > 1) return (words[0][0] + words[1][0]).toUpperCase();
-  return (chars[0].toUpperCase() + (chars[1] || "")).slice(0, 2);
+  // words are runs of letters and digits: "bot · hard" is BH, never "B·"
+  const words = text.split(/[^\p{L}\p{N}]+/u).filter(Boolean);
+  const first = [...(words[0] || text)];
+  if (/[\u3400-\u9fff\uf900-\ufaff]/u.test(first[0])) return first[0];
+  if (words.length > 1) return (first[0] + [...words[1]][0]).toUpperCase();
+  return (first[0].toUpperCase() + (first[1] || "")).slice(0, 2);
 }
 
 function node(tag, attrs) {

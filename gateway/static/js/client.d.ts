@@ -579,6 +579,18 @@ export type RoomConfig = {
   test_deals?: boolean;
   /** gateway --bots: the level of a bot seated in this room (easy, normal or hard); unset: the gateway's --bot-level */
   bot_level?: "easy" | "normal" | "hard" | null;
+  /** ranked room: its finished matches move a rating per season (docs/RANKED.md) */
+  ranked?: boolean;
+  /** ranked: matches against a bot are rated too (tests, benches) */
+  rate_bots?: boolean;
+  /** ranked: rated matches before a player's rating stops being provisional */
+  provisional_matches?: number;
+  /** ranked: the rating window a new waiter is paired within (rating points) */
+  match_window?: number;
+  /** ranked: how fast the window widens (rating points per second waited) */
+  match_window_per_second?: number;
+  /** ranked: after this wait the player is paired with anyone, or a bot where the room has one */
+  match_max_wait_seconds?: number;
 };
 
 export type MatchEvent = MatchCreatedEvent | PlayerSeatedEvent | PlayerReadyEvent | PlayerRemovedEvent | HandDealtEvent | CardsPlayedEvent | PassedEvent | TurnTimedOutEvent | TrusteeshipStartedEvent | TrusteeshipEndedEvent | PlayerDisconnectedEvent | PlayerReconnectedEvent | PlayerEscapedEvent | MatchFinishedEvent | MatchAbandonedEvent | ClockExtendedEvent;
@@ -621,7 +633,7 @@ export type View = {
   match_id: string;
   /** a match version: the seq of the match's newest event */
   version: number;
-  /** the match's phase: new, seating, playing, finished */
+  /** the match's phase: new, seating, playing, finished, abandoned (never dealt: a seat stayed empty or a player was not ready in time, R-13.2) */
   phase: "new" | "seating" | "playing" | "finished" | "abandoned";
   /** the room's mode: points or wealth (coins); null before the creation */
   mode: "points" | "wealth" | null;
@@ -754,7 +766,7 @@ export type View = {
 export type Brief = {
   /** the match version this brief is of (the update's version) */
   version: number;
-  /** the match's phase: new, seating, playing, finished */
+  /** the match's phase: new, seating, playing, finished, abandoned (never dealt: a seat stayed empty or a player was not ready in time, R-13.2) */
   phase: "new" | "seating" | "playing" | "finished" | "abandoned";
   /** the player on turn; null outside the playing phase */
   turn: string | null;
@@ -1062,10 +1074,38 @@ export type AckMessage = {
   command_id: string;
 };
 
+/** A settled match of a ranked room moved your rating (docs/RANKED.md) */
+export type RatingMessage = {
+  /** the message kind (the tag of the union) */
+  kind: "rating";
+  /** the settled match that moved the rating */
+  match: string;
+  /** the ranked room (its ladder) */
+  room: string;
+  /** the season the match belongs to (by its finish time) */
+  season: string;
+  /** your rating and tier before the match */
+  before: {
+    /** the rating shown: 1000 + 40 × (mu − 3·sigma), rounded */
+    rating: number;
+    /** the tier id (bronze, silver, gold, platinum, diamond, master; names in the i18n files) */
+    tier: "bronze" | "silver" | "gold" | "platinum" | "diamond" | "master";
+  };
+  /** your rating and tier after the match */
+  after: {
+    /** the rating shown: 1000 + 40 × (mu − 3·sigma), rounded */
+    rating: number;
+    /** the tier id (bronze, silver, gold, platinum, diamond, master; names in the i18n files) */
+    tier: "bronze" | "silver" | "gold" | "platinum" | "diamond" | "master";
+  };
+  /** true while you have fewer rated matches this season than the room's provisional_matches */
+  provisional: boolean;
+};
+
 /** A client → server WebSocket message */
 export type ClientMessage = AuthMessage | JoinMessage | WatchMessage | ReadyMessage | PlayMessage | PassMessage | RequestTrusteeMessage | CancelTrusteeMessage | EscapeMessage | LeaveMessage | SyncMessage;
 /** A server → client WebSocket message */
-export type ServerMessage = UpdateMessage | RejectedMessage | LobbyMessage | SettledMessage | WelcomeMessage | AckMessage;
+export type ServerMessage = UpdateMessage | RejectedMessage | LobbyMessage | SettledMessage | WelcomeMessage | AckMessage | RatingMessage;
 
 /** A client message with its optional fields (command_id is made for you when absent). */
 export type Command = ClientMessage;
@@ -1079,7 +1119,7 @@ export interface ClosedEvent { code: number; reason: string; reconnecting: boole
 export type LinkState = "connecting" | "open" | "reconnecting" | "refused" | "closed";
 export interface StateEvent { state: LinkState; code?: number; reason?: string }
 export interface ClientEvents {
-  update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rejected: RejectedEvent; ack: AckEvent;
+  update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rating: RatingMessage; rejected: RejectedEvent; ack: AckEvent;
   closed: ClosedEvent; welcome: WelcomeMessage; state: StateEvent; link: StateEvent; retry: RetryEvent;
   /** a server message of a kind client.js does not handle itself */
   message: ServerMessage | Record<string, unknown>; error: unknown;
@@ -1122,7 +1162,7 @@ export interface PlayOptions { reading_kind?: Reading["kind"]; reading_rank?: st
 export declare class Client {
   constructor(options: ClientOptions);
   readonly url: string; token: string; version: number | null; match: string | null; brief: Brief | null;
-  view: View | null; state: ClientState; lobby: LobbyMessage | null; player: string | null;
+  view: View | null; state: ClientState; lobby: LobbyMessage | null; rating: RatingMessage | null; player: string | null;
   role: WelcomeMessage["role"] | null; link: LinkState | "idle"; limits: Limits;
   pending: Map<string, ClientMessage>; queue: ClientMessage[];
   on<K extends keyof ClientEvents>(name: K, fn: (payload: ClientEvents[K]) => void): () => void;

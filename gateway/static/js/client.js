@@ -23,7 +23,7 @@
 //   sends your moves before queued Syncs and folds a Sync already queued into one; a Play, Pass or
 //   Ready refused `rate_limited` is sent again with the same command_id once the bucket refilled,
 //   within the turn (Ready: while seated).
-// Events (`on(name, fn)`): update, lobby, settled, rejected, ack, closed, welcome, message (any
+// Events (`on(name, fn)`): update, lobby, settled, rating, rejected, ack, closed, welcome, message (any
 // other kind), retry (a rate-limited move sent again), error; and state (the link: connecting,
 // open, reconnecting, refused, closed; also as `link`).
 
@@ -193,6 +193,7 @@ export class Client {
     this.view = null;         // the newest full view
     this.state = stateOf(null, null, null);  // the table from the newest brief (render from it)
     this.lobby = null;        // the newest lobby message
+    this.rating = null;       // the newest rating message (ranked rooms)
     this.player = null;       // from the welcome
     this.role = null;
     this.link = "idle";       // the socket: connecting, open, reconnecting, refused, closed
@@ -372,6 +373,11 @@ export class Client {
         break;
       case "settled":
         this.emit("settled", msg);
+        break;
+      case "rating":
+        // a settled match of a ranked room moved this player's rating (docs/RANKED.md)
+        this.rating = msg;
+        this.emit("rating", msg);
         break;
       default:
         this.emit("message", msg);

@@ -7,7 +7,9 @@
 // table cards data-table-card (never data-card).  The scene (issue 36): seats data-seat="top" |
 // "bottom" with data-player and an avatar data-avatar, the level badge data-level, the 理牌
 // toggle data-action=arrange (data-arrange="rank" | "groups"), the hand's groups data-group,
-// the history drawer data-history, the fairness info data-action=fair-info / data-fair-panel.  The socket is client.js's Client (the page's
+// the history drawer data-history, the fairness info data-action=fair-info / data-fair-panel;
+// data-tier (a tier badge, ranked rooms), data-rating-change (the settlement's rating line).
+// The socket is client.js's Client (the page's
 // one networking seam: auth, resume, command ids, expected versions, the brief).
 import { api, claims, clientConfig, devToken, forgetToken, storedToken, tokenFromHost, tokenFromUrl } from "./auth.js";
 import { cardElement, sortCards } from "./cards.js";
@@ -40,7 +42,7 @@ const S = {
   hold: null,  // a finished match that stays on the table until the player presses Ready
   per: {},  // match -> what this page saw of it: fair, log, bombs, trick
   selected: new Set(), readings: [], reading: 0, readingsSeq: 0, readingsKey: null,
-  settled: {}, balance: null, clock: { version: null, total: null }, offset: null,
+  settled: {}, ratings: {}, tiers: {}, tierAsked: {}, balance: null, clock: { version: null, total: null }, offset: null,
   rooms: [], lobbyRooms: null, names: {}, learned: {}, pendingSeed: null, refusal: null,
   warned: null, wasMyTurn: null, shownPlay: null, finishSounded: null, readyFor: null, flyFrom: null,
   arrange: storedArrange(), groups: { key: null, groups: null }, arrangeSeq: 0, arrangeAsked: null,
@@ -145,6 +147,22 @@ function badges(box, seat, view) {
   if (seat.escaped) add(t("badge.escaped"), "escaped");
   if (seat.timeouts && view.phase === "playing") add(t("badge.timeouts", { n: seat.timeouts }), "timeouts");
   if (view.phase === "seating") add(seat.ready ? t("badge.ready") : t("badge.notReady"), seat.ready ? "ready" : "not-ready");
+  const tier = S.tiers[seat.player];  // ranked rooms (docs/RANKED.md): the tier from the ladder
+  if (tier) box.append(el("span", t(`tier.${tier.tier}`), { class: "badge tier", "data-badge": "tier", "data-tier": tier.tier, title: `${t("rating.label")} ${tier.rating}` }));
+}
+
+/** Ranked rooms: the tiers of the table's players, once per match (GET /api/leaderboard?players=). */
+function loadTiers(view) {
+  const room = S.lobby && S.lobby.room;
+  if (!view || !room || !roomCfg().ranked || S.tierAsked[view.match_id] || !S.token) return;
+  const players = seatsOf(view).map((s) => s.player).filter(Boolean);
+  if (players.length < 2) return;  // once both are seated
+  S.tierAsked[view.match_id] = true;
+  const q = `room=${encodeURIComponent(room)}&limit=1&players=${players.map(encodeURIComponent).join(",")}`;
+  api(`/api/leaderboard?${q}`, S.token).then((board) => {
+    for (const [p, e] of Object.entries(board.players || {})) if (e) S.tiers[p] = { tier: e.tier, rating: e.rating };
+    render();
+  }).catch(() => {});
 }
 
 function contribText(view, player) {
@@ -536,6 +554,8 @@ function statusFor(view) {
     return view.leading ? t("status.yourLead") : t("status.yourFollow");
   }
   if (view.phase === "finished" && view.result) return verdictText(view, S.settled[view.match_id]);
+  // a match never dealt (abandoned: the opponent was not ready in time): what the lobby does next
+  if (!S.spectator && S.lobby && S.lobby.state === "queued") return t("status.queued", { room: roomWords(S.lobby.room) });
   return "";
 }
 
@@ -553,6 +573,7 @@ function render() {
   const mode = (view && view.mode) || roomCfg().mode || "points";
   $("#me-balance").textContent = S.balance !== null && !S.spectator ? `${t(mode === "wealth" ? "unit.coins" : "unit.points")} ${S.balance}` : "";
   renderReady(view);
+  loadTiers(view);
   renderFinished(view);
   if (!view) {
     if (S.lobby && S.lobby.state === "queued") setStatus(t("status.queued", { room: roomWords(S.lobby.room) }));
@@ -864,6 +885,12 @@ function bind() {
     }
     if (!ev.target.closest("[data-level-table], button[data-level]")) $("[data-level-table]").hidden = true;
   });
+  // the result sheet starts under the top bar, whose height changes as it wraps (a phone, a long
+  // balance): --topbar-h is its bottom edge
+  const bar = $(".topbar");
+  const barBottom = () => document.documentElement.style.setProperty("--topbar-h", `${Math.ceil(bar.offsetTop + bar.offsetHeight)}px`);
+  if (typeof ResizeObserver === "function") new ResizeObserver(barBottom).observe(bar);
+  barBottom();
   let resizeTimer = null;
   window.addEventListener("resize", () => {
     clearTimeout(resizeTimer);
@@ -1336,7 +1363,7 @@ function renderFinished(view) {
     return;
   }
   const settled = S.settled[view.match_id] || null;
-  const key = `${view.match_id}|${view.version}|${settled ? 1 : 0}|${currentLang()}`;
+  const key = `${view.match_id}|${view.version}|${settled ? 1 : 0}|${S.ratings[view.match_id] ? 1 : 0}|${currentLang()}`;
   if (panel.dataset.key === key) return;
   panel.dataset.key = key;
   if (panel.dataset.match !== view.match_id) {
@@ -1385,7 +1412,17 @@ function renderFinished(view) {
     }
   }
   const next = el("p", S.spectator ? t("settle.nextWatch") : t("settle.next"), { class: "muted" });
-  const parts = [el("h2", t("settle.title")), verdict, scoreList, hands];
+  const parts = [el("h2", t("settle.title")), verdict, scoreList];
+  const rated = S.ratings[view.match_id];  // ranked rooms: my rating before → after
+  if (rated && !S.spectator) {
+    const line = el("p", `${t("rating.change", { before: rated.before.rating, after: rated.after.rating })} · `, {
+      class: "rating-change", "data-rating-change": rated.after.rating - rated.before.rating,
+      "data-rating": rated.after.rating });
+    line.append(el("span", t(`tier.${rated.after.tier}`), { class: "badge tier", "data-tier": rated.after.tier }));
+    if (rated.provisional) line.append(el("small", ` (${t("rating.provisional")})`, { class: "muted" }));
+    parts.push(line);
+  }
+  parts.push(hands);
   if (settled) parts.push(formulaDetails(settled));
   if (!S.spectator || settled) parts.push(next);
   panel.replaceChildren(...parts);
@@ -1540,6 +1577,11 @@ function onMessage(msg) {
     case "rejected":
       onRejected(msg);
       break;
+    case "rating":  // a ranked match moved my rating (docs/RANKED.md)
+      S.ratings[msg.match] = msg;
+      S.tiers[S.me] = { tier: msg.after.tier, rating: msg.after.rating };
+      render();
+      break;
     case "settled":
       S.settled[msg.match] = msg;
       if (msg.balances && S.me in msg.balances) S.balance = msg.balances[S.me];
@@ -1609,7 +1651,7 @@ function start(token) {
   show("#no-token", false);
   const proto = window.location.protocol === "https:" ? "wss:" : "ws:";
   S.link = new Client({ url: `${proto}//${window.location.host}/ws`, token });
-  for (const name of ["welcome", "lobby", "settled"]) S.link.on(name, onMessage);
+  for (const name of ["welcome", "lobby", "settled", "rating"]) S.link.on(name, onMessage);
   for (const name of ["update", "rejected"]) S.link.on(name, ({ message }) => onMessage(message));
   S.link.on("state", ({ state, code, reason }) => onLinkState(state, code === undefined ? undefined : { code, reason }));
   S.link.connect();
@@ -1650,6 +1692,7 @@ async function boot() {
     S.dev = !!x.dev;
     S.rooms = x.rooms || [];
     renderRooms();
+    if (S.link) render();  // what depends on the room's config (a ranked room's tier badges)
     return x;
   });
   if (token) {

@@ -1,0 +1,75 @@
+"""``shuangkou ratings``: the ladders of ranked rooms (docs/RANKED.md).
+
+* ``ratings rebuild --season S [--check] [--json]``: replay every stored match's events into
+  fresh ladders of season S (:func:`projections.ladders.rebuild`), compare each room's with
+  the live projection's, and store the rebuilt ones (``--check``: compare only, write
+  nothing).  Exit 0 when every room's ladder equals the live one, 1 when one differed.
+* ``ratings show ROOM [--season S] [--limit N] [--json]``: the leaderboard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="ratings_command", required=True, metavar="ACTION")
+    p = sub.add_parser("rebuild", help="replay the events into the season's ladders and compare them with the live ones")
+    p.add_argument("--season", required=True, help="the season's name (shuangkou season list)")
+    p.add_argument("--check", action="store_true", help="compare only: write nothing")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _redis(p)
+    p = sub.add_parser("show", help="a room's leaderboard")
+    p.add_argument("room")
+    p.add_argument("--season", default=None, help="the season (default: the running one, else the last)")
+    p.add_argument("--limit", type=int, default=20, help="entries (default 20)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _redis(p)
+
+
+def _redis(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--redis", metavar="URL", default=os.environ.get("SK_REDIS_URL"),
+                   help="the event store's Redis (default $SK_REDIS_URL)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from shuangkou.cli import CliError, NotFound
+    from shuangkou.cli.serve import connect_redis
+    from projections.ladders import RedisRatingStore, SeasonError, rebuild
+
+    if not args.redis:
+        raise CliError("--redis URL is required (or set SK_REDIS_URL)")
+    client = connect_redis(args.redis, "--redis")
+    ratings = RedisRatingStore(client)
+    if args.ratings_command == "show":
+        season = ratings.season(args.season)
+        if season is None:
+            raise NotFound(f"no season {args.season!r}" if args.season else "no season yet (shuangkou season start NAME)")
+        board = ratings.leaderboard(args.room, season.name, args.limit)
+        if args.json:
+            print(json.dumps(board, ensure_ascii=False))
+        else:
+            print(f"{args.room} · season {season.name}")
+            for e in board["entries"]:
+                print(f"{e['rank']:>5}  {e['rating']:>6}  {e['tier']:<9} {e['name'] or '-'} ({e['player']})")
+        return 0
+    from engine.store.redis_store import RedisEventStore
+
+    store = RedisEventStore(client)
+    store.check_layout()
+    try:
+        report = rebuild(store, ratings, args.season, write=not args.check)
+    except SeasonError as exc:
+        raise NotFound(str(exc)) from None
+    out = report.to_json()
+    if args.json:
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        for room, r in out["rooms"].items():
+            print(f"{room}: {r['players']} players, {r['matches']} rated matches: "
+                  f"{'equals the live ladder' if r['same'] else 'DIFFERS from the live ladder'}")
+        if not out["rooms"]:
+            print(f"season {args.season}: no rated matches")
+    return 0 if out["same"] else 1

@@ -1,0 +1,146 @@
+"""The bucket streams of one node read together (issue 38 §1): engine.service.inbox.run_together
+and engine.service.ownership.InboxGroup.
+
+On a plain Redis, serve reads the player inboxes of every bucket it owns with one XREADGROUP and
+runs their commands in one round of appends (a read carries every bucket's commands, as one
+stream's would); each stream keeps its own acknowledgements, so equal entry ids on two streams
+are two messages; a stream taken out of the group is not read again and its acknowledgements
+are sent.  Counted on a redis-server of this module alone (INFO commandstats).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from engine.config import load_config
+from engine.match.commands import Ready, encode_command
+from engine.service.channels import PLAYER, ChannelService
+from engine.service.client import GatewayClient
+from engine.service.inbox import InboxConsumer, run_together
+from engine.service.ownership import InboxGroup
+from engine.service.service import MatchService
+from engine.service.shuffle import seeded_random, seeded_server_seeds
+from engine.service.state_cache import StateCache
+from engine.store import keys
+from engine.store.redis_store import RedisEventStore
+from tests.conftest import RedisServer, own_redis_server
+
+pytestmark = pytest.mark.redis
+
+CONFIG = load_config("points").to_record()
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    yield from own_redis_server()  # commandstats are server-wide
+
+
+def calls(r: Any) -> Counter[str]:
+    return Counter({k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in r.info("commandstats").items()})
+
+
+def rig(r: Any, n: int) -> tuple[MatchService, dict[str, InboxConsumer], list[str]]:
+    """``n`` seated matches in ``n`` different buckets, and a player-channel consumer per bucket stream."""
+    clock = iter(range(1_000_000, 10**12, 1000))
+    svc = MatchService(RedisEventStore(r), lambda: next(clock), seeded_random(1), state_cache=StateCache(),
+                       server_seeds=seeded_server_seeds(1))
+    mids: list[str] = []
+    seen: set[int] = set()
+    k = 0
+    while len(mids) < n:
+        mid, k = f"g{k}", k + 1
+        if keys.bucket_of(mid) not in seen:
+            seen.add(keys.bucket_of(mid))
+            mids.append(mid)
+    setup = InboxConsumer(r, svc, "t", stream="sk:setup")
+    lobby = GatewayClient(r, inbox="sk:setup", ops="sk:setup")
+    for mid in mids:
+        lobby.create_match(mid, CONFIG)
+        for p in "ab":
+            lobby.sit(mid, mid + p)
+    while setup.run_once(block_ms=None, count=50):
+        pass
+    consumers = {keys.inbox_key(keys.bucket_of(m)): InboxConsumer(r, ChannelService(svc, PLAYER), "t",
+                                                                  stream=keys.inbox_key(keys.bucket_of(m)))
+                 for m in mids}
+    return svc, consumers, mids
+
+
+def pending(r: Any, stream: str) -> int:
+    return int(r.xpending(stream, keys.SERVICE_GROUP)["pending"])
+
+
+def test_one_read_and_one_round_of_appends_serve_every_buckets_commands(real_redis) -> None:
+    r = real_redis
+    svc, consumers, mids = rig(r, 4)
+    group = list(consumers.values())
+    assert run_together(group, block_ms=None) == 0  # each consumer's own pending entries first: none
+    client = GatewayClient(r)
+    for mid in mids:
+        client.ready(mid, mid + "a")
+    before = calls(r)
+    assert run_together(group, block_ms=None) == 4
+    spent = calls(r) - before
+    assert spent["xreadgroup"] == 1  # one read for the four streams (not one per stream)
+    assert spent["evalsha"] == 4  # every command appended ...
+    assert all(svc.state_cache.get(m).version == 4 for m in mids)  # type: ignore[union-attr]
+    for mid in mids:  # ... with its publication carried: the player's update is there
+        assert r.xlen(keys.outbox_key(mid + "a")) >= 1
+    # the acknowledgements go with the next read, each to its own stream
+    assert sum(pending(r, s) for s in consumers) == 4
+    assert run_together(group, block_ms=None) == 0
+    assert sum(pending(r, s) for s in consumers) == 0
+    assert sum(c.stats.accepted for c in group) == 4
+
+
+def test_equal_entry_ids_on_two_streams_are_two_messages_each_acknowledged_on_its_own(real_redis) -> None:
+    r = real_redis
+    _svc, consumers, mids = rig(r, 2)
+    group = list(consumers.values())
+    run_together(group, block_ms=None)
+    for mid in mids:  # the same explicit id on both streams
+        command = Ready(command_id=f"same-{mid}", match_id=mid, player=mid + "a")
+        r.xadd(keys.inbox_key(keys.bucket_of(mid)), {"c": encode_command(command)}, id="9999999999999-1")
+    assert run_together(group, block_ms=None) == 2
+    run_together(group, block_ms=None)
+    assert all(pending(r, s) == 0 for s in consumers)
+    assert all(c.stats.accepted == 1 for c in group)
+
+
+def test_a_group_reads_its_members_and_a_stream_taken_out_is_read_no_more(real_redis) -> None:
+    r = real_redis
+    svc, consumers, mids = rig(r, 2)
+    (s1, c1), (s2, c2) = consumers.items()
+    m1, m2 = (next(m for m in mids if keys.inbox_key(keys.bucket_of(m)) == s) for s in (s1, s2))
+    group = InboxGroup("test group", block_ms=50)
+    try:
+        w1, w2 = group.add(c1), group.add(c2)
+        client = GatewayClient(r)
+        client.ready(m1, m1 + "a")
+        client.ready(m2, m2 + "a")
+        end = time.monotonic() + 20
+        while time.monotonic() < end and c1.stats.accepted + c2.stats.accepted < 2:
+            time.sleep(0.02)
+        assert (c1.stats.accepted, c2.stats.accepted) == (1, 1)
+        w2.stop()  # out of the reads; its acknowledgement sent
+        assert pending(r, s2) == 0
+        v2 = svc.state_cache.get(m2).version  # type: ignore[union-attr]
+        client.ready(m2, m2 + "b")
+        client.ready(m1, m1 + "b")
+        end = time.monotonic() + 20
+        while time.monotonic() < end and c1.stats.accepted < 2:
+            time.sleep(0.02)
+        assert c1.stats.accepted == 2
+        assert c2.stats.accepted == 1  # its stream is read no more: the command waits there
+        time.sleep(0.3)  # several of the group's rounds
+        assert c2.stats.accepted == 1 and svc.state_cache.get(m2).version == v2  # type: ignore[union-attr]
+        assert r.xlen(s2) == 2 and pending(r, s2) == 0  # not even delivered
+        w1.stop()
+        assert pending(r, s1) == 0
+    finally:
+        group.stop()
