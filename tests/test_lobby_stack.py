@@ -364,3 +364,67 @@ def test_the_lobby_messages_go_to_the_players_streams_in_the_websocket_shape(rea
     for m in a + c + told("b"):
         server.validate(m)
     w.check()
+
+
+def _churn(client, feed: bool, cooldown_s: float) -> tuple[StackWorld, dict[str, int], int, int]:
+    """The griefer ``g`` joins and, once seated, leaves, every 30 ms for 30 s of the world's
+    clock; honest h0, h1 join at +0.5 s and +1.5 s and send Ready once seated.  Returns the
+    world, each honest player's wait from Join to deal, the cooldown refusals and the
+    griefer's seatings."""
+    from tests.lobby_stack import room_config
+
+    w = StackWorld(client, cfg=room_config(ready_seconds=20, leave_cooldown_seconds=cooldown_s,
+                                           leave_cooldown_max_seconds=300), bots=True, feed=feed)
+    start, step = w.now, 30
+    joins = {"h0": 500, "h1": 1_500}
+    joined_at: dict[str, int] = {}
+    waited: dict[str, int] = {}
+    refused = 0
+    while w.now - start < 30_000:
+        t = w.now - start
+        for h, at in joins.items():
+            if at <= t < at + step:
+                w.join(h)
+                joined_at[h] = w.now
+        q = w.engine.queue(w.room)
+        placed = q.place_of("g")
+        if placed is None and q.waiting_of("g") is None:
+            out = w.join("g")
+            refused += int(out.rejection is not None and out.rejection.code == "cooldown")
+        elif placed is not None and not placed.leaving:
+            w.leave("g")
+        w.drain()
+        w.bots_ready()
+        for h in joins:
+            match = w.current_match(h)
+            if h in joined_at and h not in waited and match is not None:
+                w.ready(h)
+                if w.matches.load_state(match).phase != "seating":
+                    waited[h] = w.now - joined_at[h]
+        w.queue_timer()
+        w.fire_ready_clocks()
+        w.drain()
+        w.now += step
+    w.check()
+    seatings = sum(1 for e in w.lobby_store.load("queue:points") if type(e).__name__ in ("TablePaired", "BotSeated")
+                   and "g" in getattr(e, "players", (getattr(e, "player", None),)))
+    return w, waited, refused, seatings
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("feed", [False, True], ids=["lines", "feeds"])
+def test_a_churning_player_cannot_keep_honest_players_from_a_deal_on_the_stack(real_redis, feed):
+    """Issue 34 §6 on the real store: each honest player is dealt within ``ready_seconds`` +
+    5 s of its Join (the world's clock), the griefer is refused ``cooldown`` and seated a
+    handful of times."""
+    w, waited, refused, seatings = _churn(real_redis, feed, cooldown_s=5)
+    assert sorted(waited) == ["h0", "h1"], f"never dealt: {waited}"
+    assert all(ms <= w.cfg.ready_seconds * 1000 + 5_000 for ms in waited.values()), waited
+    assert refused > 0 and seatings <= 8, (refused, seatings)
+
+
+@pytest.mark.redis
+def test_without_the_cooldown_the_griefer_is_seated_again_and_again_on_the_stack(real_redis):
+    """The control: the same churn with the cooldown off seats the griefer many times."""
+    _w, _waited, refused, seatings = _churn(real_redis, False, cooldown_s=0)
+    assert refused == 0 and seatings > 20, seatings
