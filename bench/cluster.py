@@ -35,6 +35,11 @@ Measured per run, printed as medians over the runs (JSON keys):
   the lobby's slot over their idle rate (``lobby`` over the WebSocket matches only: the simulate
   clients do not go through the lobby); ``idle_per_s``: the stack's idle commands a second.
   ``--no-slot-shares`` skips it.
+* ``lobby_commands_per_match`` (from that watched run): the Redis commands on the lobby's keys
+  -- the live lobby's ``sk:{lobby}:*`` and the stored tables and queues
+  (``sk:{bN}:t:*``, ``sk:{bN}:tables``, ``sk:{bN}:lobby:*``, ``sk:{r:<room>}:*``), a
+  script's own calls included -- over their idle rate, ÷ the WebSocket matches finished
+  (:func:`is_lobby_command`).
 
 The machine's other load changes the figures: compare ``cps`` with ``single_node_cps`` of the
 same run, not across machines.
@@ -116,6 +121,23 @@ def slot_of(command: str) -> str | None:
     return "{" + m.group(2) + "}" if m.group(2) is not None else m.group(1)
 
 
+_LOBBY_KEY = re.compile(r'"sk:(?:\{lobby\}|\{b\d+\}:(?:t:|tables"|lobby:)|\{r:)')
+#: the pseudo-slot :class:`SlotCounter` counts the lobby's commands under, whatever their slot
+LOBBY_KEYS = "lobby-keys"
+
+
+def is_lobby_command(command: str) -> bool:
+    """Whether a ``MONITOR`` line's command names a key of the lobby (the live ``{lobby}`` keys,
+    or a table's or a room queue's stored keys).
+
+    >>> is_lobby_command('1.0 [0 lua] "XADD" "sk:{b3}:t:t9:events" "1-1" "e" "x"')
+    True
+    >>> is_lobby_command('1.0 [0 lua] "XADD" "sk:{r:points}:feed" "*"'), is_lobby_command('1 "GET" "sk:{b3}:m:t9-1:snap"')
+    (True, False)
+    """
+    return _LOBBY_KEY.search(command) is not None
+
+
 class SlotCounter:
     """Counts the commands of one node by slot (:func:`slot_of`), from ``MONITOR``, in a thread."""
 
@@ -151,9 +173,12 @@ class SlotCounter:
                 if not line.startswith(b"+") or line == b"+OK":
                     continue
                 self.total += 1
-                slot = slot_of(line.decode("utf-8", "replace"))
+                text = line.decode("utf-8", "replace")
+                slot = slot_of(text)
                 if slot is not None:
                     self.counts[slot] = self.counts.get(slot, 0) + 1
+                if is_lobby_command(text):
+                    self.counts[LOBBY_KEYS] = self.counts.get(LOBBY_KEYS, 0) + 1
 
     def snapshot(self) -> tuple[dict[str, int], int, float]:
         """(counts by slot, all commands, seconds) since the last snapshot (or the start)."""
@@ -189,7 +214,7 @@ def slot_shares(idle: tuple[dict[str, int], int, float], load: tuple[dict[str, i
         "ledger": round(lc.get("{ledger}", 0) / total, 4), "lobby": round(lc.get("{lobby}", 0) / total, 4),
         "ops": round(lc.get("sk:ops", 0) / total, 4), "busiest_bucket": round(busiest / total, 4),
         "per_match": {"ledger": per_match("{ledger}", matches + ws_matches),
-                      "lobby": per_match("{lobby}", ws_matches)},
+                      "lobby": per_match("{lobby}", ws_matches), "lobby_keys": per_match(LOBBY_KEYS, ws_matches)},
         "idle_per_s": {"all": round(_it / max(1e-9, isec)), "lobby": round(ic.get("{lobby}", 0) / max(1e-9, isec)),
                        "buckets": round(sum(v for k, v in ic.items() if k.startswith("{b")) / max(1e-9, isec))},
     }
@@ -417,6 +442,7 @@ def main() -> int:
     med = median_of(runs)
     if args.slot_shares:
         med["slot_shares"] = watched_run(args, tmp)
+        med["lobby_commands_per_match"] = med["slot_shares"]["per_match"]["lobby_keys"]
     med = {"masters": args.masters, "serve_replicas": args.serve, "replicas_per_master": args.replicas,
            "replica_acks": args.replica_acks, "runs": args.runs, **med}
     med["cps_ratio_to_single_node"] = round(med["cps"] / med["single_node_cps"], 3) if med["single_node_cps"] else None

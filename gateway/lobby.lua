@@ -31,18 +31,19 @@ local function note(player, msg)
   redis.pcall('SPUBLISH', key, '')
 end
 
-local function lobby_msg(state, room, tbl, match, reason, bot_level)
+-- cid: the command_id of the player's Join or Leave that caused the message (nil: none)
+local function lobby_msg(state, room, tbl, match, reason, bot_level, cid)
   return cjson.encode({kind = 'lobby', state = state, room = room or cjson.null, table = tbl or cjson.null,
                        match = match or cjson.null, reason = reason or cjson.null,
-                       bot_level = bot_level or cjson.null})
+                       bot_level = bot_level or cjson.null, command_id = cid or cjson.null})
 end
 
-local function enqueue(player, room, reason)
+local function enqueue(player, room, reason, cid)
   local ph = P .. 'player:' .. player
   redis.call('DEL', ph)
   redis.call('HSET', ph, 'state', 'queued', 'room', room, 'since', now)
   redis.call('RPUSH', P .. 'queue:' .. room, player)
-  note(player, lobby_msg('queued', room, nil, nil, reason))
+  note(player, lobby_msg('queued', room, nil, nil, reason, nil, cid))
 end
 
 -- seat waiting pairs at new tables; returns the new table ids
@@ -125,14 +126,14 @@ local function close_and_pair(t, room, removed, reasons, head)
   return out
 end
 
--- the player leaves the queue -> 1, or 0 when not waiting
-local function dequeue(player, reason)
+-- the player leaves the queue -> 1, or 0 when not waiting (cid: the Leave's command_id, if any)
+local function dequeue(player, reason, cid)
   local ph = P .. 'player:' .. player
   if redis.call('HGET', ph, 'state') ~= 'queued' then return 0 end
   local room = redis.call('HGET', ph, 'room')
   redis.call('LREM', P .. 'queue:' .. room, 0, player)
   redis.call('DEL', ph)
-  note(player, lobby_msg('removed', room, nil, nil, reason))
+  note(player, lobby_msg('removed', room, nil, nil, reason, nil, cid))
   return 1
 end
 
@@ -161,14 +162,15 @@ local function leave_table(t, m, player)
 end
 
 if op == 'join' then
-  -- ARGV[3] room, ARGV[4] player -> {state, room, table, new tables...}
+  -- ARGV[3] room, ARGV[4] player, ARGV[5] the Join's command_id (optional: its queued note
+  -- names it) -> {state, room, table, new tables...}
   local room, player = ARGV[3], ARGV[4]
   local ph = P .. 'player:' .. player
   local st = redis.call('HGET', ph, 'state')
   if st then
     return {st, redis.call('HGET', ph, 'room') or '', redis.call('HGET', ph, 'table') or ''}
   end
-  enqueue(player, room, nil)
+  enqueue(player, room, nil, ARGV[5])
   local out = {'joined', room, ''}
   for _, t in ipairs(pair(room)) do table.insert(out, t) end
   return out
@@ -178,7 +180,8 @@ elseif op == 'dequeue' then
   return dequeue(ARGV[3], ARGV[4])
 
 elseif op == 'quit' then
-  -- ARGV[3] player: the player's Leave, wherever the lobby has them now, in one step (a lookup
+  -- ARGV[3] player, ARGV[4] the Leave's command_id (optional: the removed note names it): the
+  -- player's Leave, wherever the lobby has them now, in one step (a lookup
   -- then a transition raced the lobby moving them: paired, requeued, the next match offered).
   -- -> {'dequeued'} | {'noted', table} | {'closed', table, match, stayed..., '|', new tables...}
   --    | {'engine', table, match} (seated in a match: the engine decides the Leave; quit_<seat>
@@ -187,7 +190,7 @@ elseif op == 'quit' then
   local ph = P .. 'player:' .. player
   local st = redis.call('HGET', ph, 'state')
   if st == 'queued' then
-    dequeue(player, 'left')
+    dequeue(player, 'left', ARGV[4])
     return {'dequeued'}
   end
   if st ~= 'table' then return {} end

@@ -237,11 +237,11 @@ class Lobby:
         return 0 if v is None else int(v)
 
     # -- player actions -------------------------------------------------------------------
-    async def join(self, player: str, room: str) -> tuple[str, str, str]:
+    async def join(self, player: str, room: str, command_id: str | None = None) -> tuple[str, str, str]:
         """Queue ``player`` in ``room`` (pairing at once when someone waits); returns the player's
         state: ``joined`` (queued now), or ``queued`` / ``table`` with the room and table
-        they were already in."""
-        out = [_s(x) for x in await self._call("join", room, player)]
+        they were already in.  ``command_id``: the Join's, named by the ``queued`` note."""
+        out = [_s(x) for x in await self._call("join", room, player, *([command_id] if command_id else []))]
         for t in out[3:]:
             self._spawn_drive(t)
         return out[0], out[1], out[2]
@@ -258,14 +258,15 @@ class Lobby:
     async def dequeue(self, player: str, reason: str) -> bool:
         return bool(await self._call("dequeue", player, reason))
 
-    async def quit(self, player: str) -> Place | None:
+    async def quit(self, player: str, command_id: str | None = None) -> Place | None:
         """``player``'s Leave, decided by the lobby in one step wherever it has them now: out of
         the queue, or off a table between two matches (after a finish, before the next match is
         offered: the settle step closes the table instead; while the next match is created: the
         table closes now; the other player goes back to the queue, a bot leaves).  None when that
         is done; else the place whose match the engine decides the Leave in (seated in a match),
-        or ``Place("")`` when the player is nowhere."""
-        out = [_s(x) for x in await self._call("quit", player)]
+        or ``Place("")`` when the player is nowhere.  ``command_id``: the Leave's, named by the
+        ``removed`` note of a player who waited."""
+        out = [_s(x) for x in await self._call("quit", player, *([command_id] if command_id else []))]
         if not out:
             return Place("")
         if out[0] == "noted":

@@ -225,9 +225,13 @@ def update(match: str, version: int, events: list[dict[str, Any]], view: dict[st
 
 
 def rejected(command_id: str | None, code: str, reason: str, view: dict[str, Any] | None = None,
-             match: str | None = None) -> dict[str, Any]:
-    return {"kind": "rejected", "command_id": command_id, "code": code, "reason": reason, "view": view,
-            "match": match}
+             match: str | None = None, retry_after_ms: int | None = None) -> dict[str, Any]:
+    """A refusal; ``retry_after_ms`` only with the lobby's ``cooldown`` (when a Join is accepted again)."""
+    out: dict[str, Any] = {"kind": "rejected", "command_id": command_id, "code": code, "reason": reason,
+                           "view": view, "match": match}
+    if retry_after_ms is not None:
+        out["retry_after_ms"] = int(retry_after_ms)
+    return out
 
 
 def ack(command_id: str) -> dict[str, Any]:
@@ -241,11 +245,13 @@ def ack(command_id: str) -> dict[str, Any]:
 
 
 def lobby(state: str, room: str | None, table: str | None = None, match: str | None = None,
-          reason: str | None = None, bot_level: str | None = None) -> dict[str, Any]:
+          reason: str | None = None, bot_level: str | None = None,
+          command_id: str | None = None) -> dict[str, Any]:
     """Where the player is; ``bot_level``: the level of a bot opponent at the table
-    (``easy`` / ``normal`` / ``hard``, docs/BOTS.md), None when the opponent is a person."""
+    (``easy`` / ``normal`` / ``hard``, docs/BOTS.md), None when the opponent is a person;
+    ``command_id``: the player's Join or Leave that caused the message, else None."""
     return {"kind": "lobby", "state": state, "room": room, "table": table, "match": match, "reason": reason,
-            "bot_level": bot_level}
+            "bot_level": bot_level, "command_id": command_id}
 
 
 def settled(match: str, scores: dict[str, int], breakdown: dict[str, Any],

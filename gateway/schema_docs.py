@@ -189,6 +189,9 @@ BY_OWNER: dict[tuple[str, str], str] = {
                          "after the "
                          "opponent left: opponent_left)",
     ("lobby", "room"): "the room",
+    ("lobby", "command_id"): "the command_id of your Join or Leave that caused this message, else null (a "
+                             "gateway before it sends none)",
+    ("rejected", "retry_after_ms"): "with the code cooldown only: how long until a Join is accepted again (ms)",
     ("lobby", "bot_level"): "the level of a bot opponent at the table (easy, normal, hard; gateway --bots, "
                             "docs/BOTS.md); null when the opponent is a person",
     ("settled", "match"): "the settled match",

@@ -354,14 +354,19 @@ def server_schema() -> dict[str, Any]:
         "The match changed (events as you may see them; the brief always; the view on some updates)")
     defs["rejected"] = msg("rejected", {
         "command_id": _NULLABLE_STR, "code": {"enum": rejection_codes()}, "reason": {"type": "string"},
-        "view": nullable_view, "match": _NULLABLE_STR}, "Your command was refused; nothing changed")
+        "view": nullable_view, "match": _NULLABLE_STR, "retry_after_ms": _NAT},
+        "Your command was refused; nothing changed")
+    # the lobby's cooldown (issue 34) says when to Join again; no other refusal carries it
+    defs["rejected"]["required"] = [k for k in defs["rejected"]["required"] if k != "retry_after_ms"]
     defs["lobby"] = msg("lobby", {
         "state": {"enum": ["queued", "seated", "removed"]}, "room": _NULLABLE_STR, "table": _NULLABLE_STR,
         "match": _NULLABLE_STR, "reason": _nullable({"anyOf": [
             {"enum": ["not_ready", "no_opponent", "left", "escaped", "disconnected", "opponent_left"]},
             {"type": "string", "pattern": "^seat_refused: "}]}),
-        "bot_level": {"enum": ["easy", "normal", "hard", "trustee", None]}},
+        "bot_level": {"enum": ["easy", "normal", "hard", "trustee", None]}, "command_id": _NULLABLE_STR},
         "Where you are in the lobby (bot_level: the level of a bot opponent, null for a person)")
+    # the Join or Leave that caused it (issue 34): a gateway before it sends none
+    defs["lobby"]["required"] = [k for k in defs["lobby"]["required"] if k != "command_id"]
     defs["settled"] = msg("settled", {
         "match": {"type": "string"}, "scores": {"type": "object", "additionalProperties": _INT},
         "breakdown": {"$ref": "#/$defs/breakdown"}, "balances": {"type": "object", "additionalProperties": _INT}},

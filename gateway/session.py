@@ -324,7 +324,7 @@ class Connection:
         notes_seen = self._notes_seen  # a note during the lookup below makes its answer old
         known = self._seated
         if t == "Leave":
-            found = await self._leave_in_the_lobby()
+            found = await self._leave_in_the_lobby(msg.command_id)
             if found is None:
                 return
             place = found
@@ -380,14 +380,14 @@ class Connection:
         return (table is not None and table.status == "seated" and table.finished != table.match
                 and await self.hub.lobby.missed_end(self.player, table.match))
 
-    async def _leave_in_the_lobby(self) -> Place | None:
+    async def _leave_in_the_lobby(self, command_id: str | None = None) -> Place | None:
         """A Leave the lobby decides: out of the queue, or off a table between two matches (at
         the settlement: no next match is offered, the table closes).  None when it is done; else
         the place whose match the engine decides the Leave in.  One atomic lobby step
         (``Lobby.quit``): a lookup then a transition raced the lobby moving the player (requeued
         when the opponent left, paired, the next match seated), and under enough such moves the
         Leave was lost and the player, gone, was seated opposite newcomers."""
-        return await self.hub.lobby.quit(self.player)
+        return await self.hub.lobby.quit(self.player, command_id)
 
     def track(self, engine_id: str, ctype: str) -> None:
         """A command sent to the engine: its answer's round trip is measured (``answered``)."""
@@ -419,22 +419,24 @@ class Connection:
             low = cfg.levels[0]
             raise protocol.ClientError(protocol.SEAT_REFUSED, f"this room needs {low.need} {cfg.mode} for level "
                                        f"{low.level} (R-11.1)", msg.command_id)
-        state, at_room, table_id = await self.hub.lobby.join(self.player, room)
+        state, at_room, table_id = await self.hub.lobby.join(self.player, room, msg.command_id)
         self.grace_ms = int(1000 * cfg.reconnect_grace_seconds)
         if state == "joined":
             return  # the lobby's note says queued (then seated) through the reader
         place = await self.hub.lobby.place(self.player)
         if await self._missed_end(place):  # its table is gone now: join
-            state, at_room, table_id = await self.hub.lobby.join(self.player, room)
+            state, at_room, table_id = await self.hub.lobby.join(self.player, room, msg.command_id)
             if state == "joined":
                 return
             place = await self.hub.lobby.place(self.player)
         self.place = place
         if place.table is not None and place.table.status == "seated":
             await self.send(protocol.lobby("seated", place.room, place.table.id, place.table.match,
-                                           "already at a table", bot_level=place.table.bot_level))
+                                           "already at a table", bot_level=place.table.bot_level,
+                                           command_id=msg.command_id))
         else:
-            await self.send(protocol.lobby("queued", at_room or room, table_id or None, None, "already queued"))
+            await self.send(protocol.lobby("queued", at_room or room, table_id or None, None, "already queued",
+                                           command_id=msg.command_id))
 
     async def _sync(self, msg: Any) -> None:
         place = await self.hub.lobby.place(self.player)

@@ -493,3 +493,41 @@ def decode(raw: bytes):
     from engine.match.commands import decode_command
 
     return decode_command(raw)
+
+
+@pytest.mark.redis
+def test_the_lobby_streams_under_the_shipped_users(acl_redis, tmp_path, capsys):
+    """Issue 34: the tables (``sk:{bN}:t:*``, ``sk:{bN}:tables``) and room queues
+    (``sk:{r:<room>}:*``) are written by the command service (user ``service``) through the
+    append script, read by ``readonly`` (``shuangkou replay --table``); no other user may
+    write them: a gateway, the old lobby user, a timer worker, the projection runner."""
+    import json
+
+    import redis
+
+    from engine.lobby.events import PlayerQueued, TableOpened
+    from engine.store import keys
+    from engine.store.lobby_store import RedisLobbyStore
+    from shuangkou.cli import main
+
+    svc = RedisLobbyStore(redis.Redis.from_url(acl_redis("service")))
+    opened = TableOpened(aggregate="table:acl-t", seq=1, ts=5, command_id="open", table="acl-t", room="points",
+                         players=("alice", "bob"), match="acl-t-1", ready_ms=1000, grace_ms=1000)
+    queued = PlayerQueued(aggregate="queue:points", seq=1, ts=5, command_id="j", player="alice", since=5)
+    assert svc.append("table:acl-t", 0, "open", [opened]).version == 1
+    assert svc.append("queue:points", 0, "j", [queued]).version == 1
+    ro = RedisLobbyStore(redis.Redis.from_url(acl_redis("readonly")))
+    assert [e.type for e in ro.load("table:acl-t")] == ["TableOpened"] and list(ro.table_ids()) == ["acl-t"]
+    assert main(["replay", "--table", "acl-t", "--redis", acl_redis("readonly"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["players"] == ["alice", "bob"]
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        ro.append("table:acl-t", 1, "x", [opened.model_copy(update={"seq": 2})])
+    tkeys, qkeys = keys.table_keys("acl-t"), keys.queue_keys("points")
+    for user in ("gateway", "lobby", "worker", "projections", "readonly"):
+        r = redis.Redis.from_url(acl_redis(user))
+        for key in (tkeys[0], qkeys[0]):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                r.xadd(key, {"e": b"forged"})
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            r.hset(tkeys[1], "cmd", "1-1")
+        r.close()

@@ -139,9 +139,9 @@ async def _with_connection(aredis, engine_versions: dict[str, int], body: Callab
             await place_hook(lobby)  # what the lobby did meanwhile
             return got
 
-        async def quit(p: str):
+        async def quit(p: str, command_id: str | None = None):
             await place_hook(lobby)  # what the lobby did just before the Leave's step
-            return await original_quit(p)
+            return await original_quit(p, command_id)
         lobby.place = place  # type: ignore[method-assign]
         lobby.quit = quit  # type: ignore[method-assign]
     ws = FakeSocket()
@@ -530,9 +530,9 @@ def test_the_end_of_a_match_reaches_the_client_first_and_its_next_message_waits_
             await observe(match, events)
             order.append("observed")
 
-        async def quit(player: str) -> Any:
+        async def quit(player: str, command_id: str | None = None) -> Any:
             order.append("leave")
-            return await quit_(player)
+            return await quit_(player, command_id)
 
         async def waits() -> None:
             order.append("next message waits")

@@ -269,7 +269,7 @@ def test_lobby_lua_pairs_removes_requeues_and_advances(real_redis):
     out = call("removed", "t1", "t1-2", "b", "not_ready")
     assert out[0] == "a" and out[1] == "|" and out[2:] == ["t2"]
     assert notes("b")[-1] == {"kind": "lobby", "state": "removed", "room": "points", "table": "t1",
-                              "match": "t1-2", "reason": "not_ready", "bot_level": None}
+                              "match": "t1-2", "reason": "not_ready", "bot_level": None, "command_id": None}
     assert notes("a")[-1]["state"] == "queued"
     assert call("removed", "t1", "t1-2", "a", "left") == []  # the table is closed
     assert real_redis.hget("sk:{lobby}:player:b", "state") is None
@@ -436,3 +436,21 @@ def test_the_gateways_docstring_examples_hold(module):
 
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0, (module, result)
+
+
+def test_lobby_notes_name_the_join_or_leave_that_caused_them(real_redis):
+    """Issue 34 §7: a ``lobby`` message carries the command_id of the player's Join or Leave
+    that caused it, else null (the partner's seating, a note of an older gateway's call)."""
+    from gateway import protocol
+
+    call, notes = _lobby_lua(real_redis)
+    assert call("join", "points", "a", "join-a")[:1] == ["joined"]
+    assert notes("a")[-1]["command_id"] == "join-a"
+    assert call("quit", "a", "leave-a") == ["dequeued"]
+    assert notes("a")[-1]["state"] == "removed" and notes("a")[-1]["command_id"] == "leave-a"
+    call("join", "points", "b")  # an older gateway's call: no command id
+    assert notes("b")[-1]["command_id"] is None
+    assert protocol.lobby("queued", "points", command_id="c")["command_id"] == "c"
+    assert protocol.lobby("queued", "points")["command_id"] is None
+    r = protocol.rejected("c", "cooldown", "wait", retry_after_ms=5000)
+    assert r["retry_after_ms"] == 5000 and "retry_after_ms" not in protocol.rejected("c", "stale", "x")

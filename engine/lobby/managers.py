@@ -90,7 +90,10 @@ def to_match(before: TableState, e: ev.LobbyEvent) -> list[mc.CommandBase]:
     if isinstance(e, ev.PlayerBack):
         return [_player_command(mc.Reconnect, e, "reconnect", e.match, e.player)]
     if isinstance(e, ev.TableClosed) and before.match is not None and not before.dealt \
-            and before.status in ("creating", "seated"):
+            and before.status in ("creating", "seated", "between"):
+        # a close before the deal, the table's own (a Leave while creating) or after the match
+        # ended before its deal (a removal: the table is "between" then, not dealt): whoever
+        # stays leaves that match, so it ends with the table and they sit in no other
         stay = [*e.stayed, *([e.bot] if e.bot else [])]
         return [_player_command(mc.Leave, e, f"leave:{p}", before.match, p) for p in stay]
     return []

@@ -44,6 +44,7 @@ from engine.match.errors import Rejected
 from engine.match.events import EventBase
 from engine.match.replay import replay
 from engine.match.state import MatchState, decode_state, encode_state
+from engine.service.command_service import CommandService
 from engine.service.state_cache import StateCache
 from engine.store.base import AppendRequest, AppendResult, EventStore, Snapshot, Write, WrongVersion
 from engine.store.redis_errors import is_transient
@@ -126,6 +127,85 @@ class Outcome:
         return self.rejection is None
 
 
+class _MatchAggregate:
+    """The match as the command service's aggregate."""
+
+    def __init__(self, service: MatchService):
+        self.service = service
+
+    def id_of(self, command: CommandBase) -> str:
+        return command.match_id
+
+    def empty(self, ident: str) -> MatchState:
+        return MatchState(match_id=ident)
+
+    def version(self, state: MatchState) -> int:
+        return state.version
+
+    def replay(self, events: Sequence[EventBase], state: MatchState) -> MatchState:
+        return replay(events, state, match_id=state.match_id) if events else state
+
+    def context(self, command: CommandBase, state: MatchState) -> Context:
+        return self.service._context(command, state)
+
+    def decide_and_apply(self, state: MatchState, command: CommandBase,
+                         ctx: Context) -> tuple[list[EventBase], MatchState]:
+        events, new = decide_and_apply(state, command, ctx)
+        return list(events), new
+
+
+class _MatchStreams:
+    """The event store as the match's streams: the snapshot as the base, the deadline with
+    each append."""
+
+    def __init__(self, service: MatchService):
+        self.service = service
+
+    def load(self, ident: str, after: int = 0) -> list[EventBase]:
+        return self.service.store.load(ident, after=after)
+
+    def version(self, ident: str) -> int:
+        return self.service.store.version(ident)
+
+    def base(self, ident: str) -> MatchState | None:
+        snap = self.service.store.load_snapshot(ident)
+        if snap is None:
+            return None
+        try:
+            return decode_state(snap.state)
+        except Exception:  # an unreadable snapshot: the full stream
+            return None
+
+    def append(self, ident: str, expected_version: int, command_id: str, events: Sequence[EventBase],
+               state: MatchState) -> AppendResult:
+        return self.service.store.append(ident, expected_version, command_id, events, state.deadline())
+
+    def command_events(self, ident: str, command_id: str) -> list[EventBase]:
+        return list(self.service.store.command_events(ident, command_id))
+
+    def confirm(self, ident: str) -> None:
+        """A duplicate found without an append is answered only once its original write is on
+        the replicas (``--replica-acks``; its WAIT may have fallen short, issue 35 §3)."""
+        self.service.store.confirm_replicated(ident)
+
+
+class _MatchCache:
+    """The process's :class:`StateCache` as the command service's cache."""
+
+    def __init__(self, cache: StateCache):
+        self.cache = cache
+
+    def get(self, ident: str) -> MatchState | None:
+        state: MatchState | None = self.cache.get(ident)
+        return state
+
+    def put(self, ident: str, state: MatchState) -> None:
+        self.cache.put(state)
+
+    def replace(self, ident: str, state: MatchState) -> None:
+        self.cache.replace(state)
+
+
 class MatchService:
     def __init__(self, store: EventStore, clock: Callable[[], int], rng: RandomSource,
                  snapshot_every: int = 50, retries: int = 5, deal_on_ready: bool = True,
@@ -154,6 +234,10 @@ class MatchService:
         #: draws the 32-byte server seed of each new match (docs/FAIRNESS.md): ``secrets``
         #: in production; tests and simulations pass a reproducible one
         self.server_seeds = server_seeds
+        #: the one command path every aggregate shares (engine/service/command_service.py)
+        self._commands: CommandService[MatchState, CommandBase] = CommandService(
+            _MatchAggregate(self), _MatchStreams(self), cache=_MatchCache(state_cache) if state_cache is not None else None,
+            retries=retries, reads_truth=lambda c: isinstance(c, Sync))
 
     # -- loading ----------------------------------------------------------------
     def load_state(self, match_id: str) -> MatchState:
@@ -257,70 +341,13 @@ class MatchService:
         return fresh
 
     def execute(self, command: CommandBase) -> Outcome:
-        mid = command.match_id
-        cache = self.state_cache
-        state = cache.get(mid) if cache is not None else None
-        verified = state is None  # a cached state is validated by the append's version check
-        if state is None and cache is not None and not isinstance(command, Sync):
-            state = self._load_fresh(mid)  # one miss counted, not a second one in load_state
-            cache.put(state)
-        elif state is None or isinstance(command, Sync):  # a Sync reads the truth: no append checks it
-            state = self.load_state(mid)
-            verified = True
-        last_exc: WrongVersion | None = None
-        attempt = 0
-        while attempt < self.retries:
-            attempt += 1
-            try:
-                # decide folds each event as it builds it: no second fold here (issue 13 §4)
-                events, new_state = decide_and_apply(state, command, self._context(command, state))
-            except Rejected as rej:
-                if not verified:  # never refuse on a stale cached state: decide again on the truth
-                    verified = True
-                    latest = self._verify(mid, state)
-                    if latest.version != state.version:
-                        state = latest
-                        attempt -= 1
-                        continue
-                    state = latest
-                # a retried command id whose events are stored is a duplicate, not a refusal
-                stored = self._stored_events_of(mid, command.command_id) if state.version else ()
-                if stored:
-                    # the original write may not be on the replicas yet (its WAIT fell short):
-                    # a duplicate is answered only once it is (issue 35 §3)
-                    self.store.confirm_replicated(mid)
-                    return Outcome(stored, state, None, True, attempt)
-                return Outcome((), state, rej, False, attempt)
-            if not events:  # a read (Sync) or a no-op (a second Ready): nothing to append, nothing recorded
-                if not verified:  # a no-op is judged on the truth, never on a cached state alone
-                    verified = True
-                    state = self._verify(mid, state)
-                    attempt -= 1
-                    continue
-                # a redelivered command whose events are stored (its publication failed) is a
-                # duplicate to publish again, not a no-op: a second Ready is answered ack only
-                # when it is another command
-                stored = (self._stored_events_of(mid, command.command_id)
-                          if state.version and not isinstance(command, Sync) else ())
-                if stored:
-                    self.store.confirm_replicated(mid)
-                    return Outcome(stored, state, None, True, attempt)
-                return Outcome((), state, None, False, attempt)
-            try:
-                result = self.store.append(mid, state.version, command.command_id, events,
-                                           new_state.deadline())
-            except WrongVersion as exc:
-                last_exc = exc
-                if not verified:  # the cache was behind: not a conflict with a concurrent writer
-                    attempt -= 1
-                    verified = True
-                state = self._verify(mid, state, exc.actual)
-                continue
-            if result.duplicate:
-                return Outcome(tuple(result.events), self.load_state(mid), None, True, attempt)
-            return self._committed(state, new_state, tuple(events), attempt)
-        assert last_exc is not None
-        raise last_exc
+        """Run one command along the command service's one path (engine/service/
+        command_service.py): the cached state or the store's, decide, append, then the
+        cache, the snapshot and ``on_commit``."""
+        out = self._commands.execute(command)
+        if out.committed and out.before is not None:
+            return self._committed(out.before, out.state, out.events, out.attempts)
+        return Outcome(out.events, out.state, out.rejection, out.duplicate, out.attempts)
 
     def _committed(self, state: MatchState, new_state: MatchState, events: tuple[EventBase, ...],
                    attempt: int, published: bool = False) -> Outcome:

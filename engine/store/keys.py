@@ -27,6 +27,19 @@ key                                         type    holds
 ``sk:{b<N>}:ops``                           stream  CreateMatch, Sit, Deal of the bucket's matches
                                                     (same group and format; :func:`ops_key`)
 ``sk:{b<N>}:owner``                         string  the serve replica holding the bucket's lease
+``sk:{b<N>}:t:<table>:events``             stream  a table's events (engine/lobby), as a match's; N =
+                                                    :func:`bucket_of` the table id (:func:`table_keys`)
+``sk:{b<N>}:t:<table>:cmds``               hash    the table's command ids, as a match's
+``sk:{b<N>}:tables``                        set     ids of the bucket's tables
+``sk:{b<N>}:lobby:deadlines``               zset    deadlines of the bucket's lobby aggregates (none yet)
+``sk:{b<N>}:lobby:deadline_info``           hash    their details, as ``deadline_info``
+``sk:{r:<room>}:q:events``                  stream  a room's queue's events, under the room's own tag
+                                                    (:func:`queue_keys`)
+``sk:{r:<room>}:q:cmds``                    hash    the queue's command ids
+``sk:{r:<room>}:feed``                      stream  the room's feed (one entry per queue append)
+``sk:{r:<room>}:lobby:deadlines``           zset    the queue's timer (``gateway --bots``)
+``sk:{r:<room>}:lobby:deadline_info``       hash    its details
+``sk:{r:<room>}:queues``                    set     ``queue:<room>`` once the queue has an event
 ``sk:serve:replicas``                       zset    live serve replicas (name -> registration end ms)
 ``sk:ops``                                   stream  Credit, Debit, AddRoom (no match: any replica)
 ``sk:inbox``                                stream  the single player channel before issue 24: still
@@ -200,6 +213,72 @@ def stream_pos(entry: bytes | str) -> tuple[int, int]:
         entry = entry.decode()
     ms, _, n = entry.partition("-")
     return int(ms), int(n or 0)
+
+
+# ---- the lobby's aggregates (engine/lobby): tables under their bucket, a queue under its room ----
+
+#: the aggregate kinds whose streams go through the same append script as a match's
+LOBBY_KINDS = ("table", "queue")
+
+
+def room_tag(room: str) -> str:
+    """The Cluster hash tag of a room's queue, e.g. ``{r:points}``: each room's queue lives on
+    its own slot (a room name holding ``}`` only shortens the tag; every key of the room still
+    shares it)."""
+    return "{r:%s}" % room
+
+
+def table_bucket(table: str, buckets: int = DEFAULT_BUCKETS) -> int:
+    """The bucket of a table: as a match's, crc32 of its id (a table's match ``<table>-<n>``
+    has its own bucket)."""
+    return bucket_of(table, buckets)
+
+
+def tables_key(bucket: int) -> str:
+    """The set of the bucket's table ids: ``sk:{b<N>}:tables``."""
+    return f"{PREFIX}:{{b{bucket}}}:tables"
+
+
+def table_keys(table: str, buckets: int = DEFAULT_BUCKETS) -> tuple[str, str, str, str, str, str]:
+    """The six keys append.lua takes for a table (events, command ids, feed, deadline index,
+    deadline details, member set), all under the table's bucket tag.
+
+    >>> table_keys("t9", 16)[0], table_keys("t9", 16)[2]
+    ('sk:{b5}:t:t9:events', 'sk:{b5}:feed')
+    """
+    b = table_bucket(table, buckets)
+    tag = bucket_tag(b)
+    return (f"{PREFIX}:{tag}:t:{table}:events", f"{PREFIX}:{tag}:t:{table}:cmds", feed_key(b),
+            f"{PREFIX}:{tag}:lobby:deadlines", f"{PREFIX}:{tag}:lobby:deadline_info", tables_key(b))
+
+
+def room_feed_key(room: str) -> str:
+    """The feed of a room's queue: ``sk:{r:<room>}:feed`` (fields as a bucket feed's)."""
+    return f"{PREFIX}:{room_tag(room)}:feed"
+
+
+def queue_keys(room: str) -> tuple[str, str, str, str, str, str]:
+    """The six keys append.lua takes for a room's queue, all under the room's tag.
+
+    >>> queue_keys("points")[0]
+    'sk:{r:points}:q:events'
+    """
+    tag = room_tag(room)
+    return (f"{PREFIX}:{tag}:q:events", f"{PREFIX}:{tag}:q:cmds", room_feed_key(room),
+            f"{PREFIX}:{tag}:lobby:deadlines", f"{PREFIX}:{tag}:lobby:deadline_info", f"{PREFIX}:{tag}:queues")
+
+
+def lobby_keys(aggregate: str, buckets: int = DEFAULT_BUCKETS) -> tuple[str, str, str, str, str, str]:
+    """The append keys of a lobby aggregate id, ``table:<id>`` or ``queue:<room>``
+    (engine/lobby/events.py); ValueError for anything else."""
+    kind, _, ident = aggregate.partition(":")
+    if not ident:
+        raise ValueError(f"not a lobby aggregate id: {aggregate!r}")
+    if kind == "table":
+        return table_keys(ident, buckets)
+    if kind == "queue":
+        return queue_keys(ident)
+    raise ValueError(f"not a lobby aggregate id: {aggregate!r}")
 
 
 # -- the integrity projection (projections/integrity, docs/INTEGRITY.md) --------------------------

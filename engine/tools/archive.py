@@ -65,10 +65,73 @@ class ArchiveReport:
     archived: tuple[str, ...]
     skipped_unsettled: tuple[str, ...]
     bytes_written: int
+    #: closed tables archived with their matches (:func:`archive_tables`)
+    tables: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"checked": self.checked, "archived": list(self.archived),
-                "skipped_unsettled": list(self.skipped_unsettled), "bytes_written": self.bytes_written}
+                "skipped_unsettled": list(self.skipped_unsettled), "bytes_written": self.bytes_written,
+                "tables_archived": list(self.tables)}
+
+
+TABLE_FORMAT = "shuangkou-table/1"
+
+
+def table_file_name(table: str) -> str:
+    """The archive file of a table: ``table-`` and the match file name rule."""
+    return "table-" + archive_file_name(table)
+
+
+def archive_tables(lobby: Any, store: Any, to_dir: str | Path, older_than_ms: int, now_ms: int) -> tuple[
+        list[str], int]:
+    """Archive every closed table (engine/store/lobby_store.py) whose close is older than the
+    cut-off and none of whose matches is still in the store (they were archived, or never
+    created): one JSON Lines file (a header ``{"format", "table", "room", "players",
+    "matches", "close_reason", "archived_at_ms"}``, then each event as a dict), read back,
+    then the table's keys deleted.  The archived tables and the bytes written."""
+    from engine.lobby.events import lobby_event_from_dict, lobby_event_to_dict, match_of, table_aggregate
+    from engine.lobby.replay import replay_table
+
+    out_dir = Path(to_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cutoff = now_ms - older_than_ms
+    done: list[str] = []
+    written = 0
+    for tid in sorted(lobby.table_ids()):
+        events = lobby.load(table_aggregate(tid))
+        if not events:
+            continue
+        t = replay_table(tid, events)
+        if t.status != "closed" or events[-1].ts > cutoff:
+            continue
+        matches = [match_of(tid, n) for n in range(1, t.n + 1)]
+        if any(store.version(m) for m in matches):  # a match of it is still live: it goes first
+            continue
+        head = {"format": TABLE_FORMAT, "table": tid, "room": t.room, "players": list(t.players), "bot": t.bot,
+                "matches": matches, "close_reason": t.close_reason, "archived_at_ms": now_ms}
+        lines = [json.dumps(head, ensure_ascii=False)]
+        lines += [json.dumps(lobby_event_to_dict(e), ensure_ascii=False) for e in events]
+        text = "\n".join(lines) + "\n"
+        path = out_dir / table_file_name(tid)
+        _write_atomic(path, text)
+        back = [lobby_event_from_dict(json.loads(x)) for x in path.read_text(encoding="utf-8").splitlines()[1:]]
+        if back != list(events):
+            raise RuntimeError(f"archive of table {tid} at {path} does not read back: nothing deleted")
+        lobby.delete_table(tid)
+        written += len(text.encode("utf-8"))
+        done.append(tid)
+    return done, written
+
+
+def read_table_archive(path: str | Path) -> tuple[dict[str, Any], list[Any]]:
+    """A table's archive file: its header and its events."""
+    from engine.lobby.events import lobby_event_from_dict
+
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    head = json.loads(lines[0])
+    if head.get("format") != TABLE_FORMAT:
+        raise ValueError(f"{path} is not a table archive ({head.get('format')!r})")
+    return head, [lobby_event_from_dict(json.loads(x)) for x in lines[1:] if x.strip()]
 
 
 def _write_atomic(path: Path, text: str) -> None:

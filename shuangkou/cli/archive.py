@@ -3,13 +3,15 @@
 Exports every finished, settled match whose end is older than DAYS (events,
 settlement, ledger entries; one JSON Lines file per match, the format of
 ``shuangkou export``) to DIR, checks each file reads back, then deletes the
-match from Redis (:mod:`engine.tools.archive`).  ``shuangkou replay --events
+match from Redis (:mod:`engine.tools.archive`).  Then each closed table whose close is older
+than DAYS and none of whose matches is left in Redis (the lobby's table streams) goes to a
+``table-….jsonl`` file in DIR the same way (:func:`engine.tools.archive.archive_tables`).  ``shuangkou replay --events
 FILE`` and ``shuangkou replay --all --archive DIR`` read the files.
 
 Example::
 
     $ shuangkou archive --older-than 30 --to /var/lib/shuangkou/archive
-    archived 1200 of 1500 matches (3.1 MB written); 0 finished but not settled yet
+    archived 1200 of 1500 matches (3.1 MB written); 0 finished but not settled yet; 590 closed table(s) archived with their matches
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     from shuangkou.cli import CliError
     from shuangkou.cli.serve import connect_redis
     from engine.store.redis_store import RedisEventStore
-    from engine.tools.archive import DAY_MS, archive_matches
+    from engine.store.lobby_store import RedisLobbyStore
+    from engine.tools.archive import DAY_MS, ArchiveReport, archive_matches, archive_tables
     from projections.ledger import RedisLedger
 
     if not args.redis:
@@ -44,8 +47,12 @@ def run(args: argparse.Namespace) -> int:
     store = RedisEventStore(client)
     try:
         store.check_layout()
-        report = archive_matches(store, RedisLedger(client), args.to, int(args.older_than * DAY_MS),
-                                 int(time.time() * 1000))
+        now = int(time.time() * 1000)
+        report = archive_matches(store, RedisLedger(client), args.to, int(args.older_than * DAY_MS), now)
+        tables, more = archive_tables(RedisLobbyStore(client, buckets=store.buckets), store, args.to,
+                                      int(args.older_than * DAY_MS), now)
+        report = ArchiveReport(report.checked, report.archived, report.skipped_unsettled,
+                               report.bytes_written + more, tuple(tables))
     except OSError as exc:
         raise CliError(f"cannot write to {args.to}: {exc.strerror or exc}") from None
     except Exception as exc:
@@ -55,5 +62,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"archived {len(report.archived)} of {report.checked} matches "
               f"({report.bytes_written / 1e6:.1f} MB written); "
-              f"{len(report.skipped_unsettled)} finished but not settled yet")
+              f"{len(report.skipped_unsettled)} finished but not settled yet; "
+              f"{len(report.tables)} closed table(s) archived with their matches")
     return 0

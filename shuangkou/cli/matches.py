@@ -6,7 +6,9 @@ Lists the matches in the store, newest first, one line each: id, start time
 ledger's stored settlement when there is one, else recomputed from the
 events; ``settled`` says which).  Filters:
 
-* ``--player P``: P was seated in the match;
+* ``--player P``: P was seated in the match; the tables P sat at are listed too (after the
+  matches; JSON: rows with ``"kind": "table"``, the table's id, room, players, status,
+  close reason and matches; ``shuangkou replay --table ID`` tells a table's life);
 * ``--since T``: the match started at or after T -- an ISO date or time
   (``2026-12-01``, ``2026-12-01T10:30``, UTC unless it names a zone), ms
   since the epoch, or an age (``90m``, ``2h``, ``7d``);
@@ -163,10 +165,14 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:
         raise CliError(f"cannot read matches from {args.redis}: {exc}") from None
     rows.sort(key=lambda r: (-(r["started_ms"] or 0), r["match_id"]))
+    try:
+        tables = player_tables(store, args.player, args.room, since) if args.player and not args.archived else []
+    except Exception as exc:
+        raise CliError(f"cannot read tables from {args.redis}: {exc}") from None
     if args.json:
-        print(json.dumps(rows, ensure_ascii=False))
+        print(json.dumps(rows + tables, ensure_ascii=False))
         return 0
-    if not rows:
+    if not rows and not tables:
         print("no matches")
         return 0
     for r in rows:
@@ -182,7 +188,36 @@ def run(args: argparse.Namespace) -> int:
             result += f"  [{r['archive_where']}]"
         print(f"{r['match_id']}  {r['started']}  {r['room']} ({r['mode']})  "
               f"{' vs '.join(r['players']) or '?'}  {result}")
+    for t in tables:
+        state = f"closed ({t['close_reason']})" if t["status"] == "closed" else t["status"]
+        print(f"table {t['table']}  {t['started']}  {t['room']}  {' vs '.join(t['players'])}  {state}  "
+              f"matches: {', '.join(t['matches']) or 'none'}  (shuangkou replay --table {t['table']})")
     return 0
+
+
+def player_tables(store: Any, player: str, room: str | None, since: int | None) -> list[dict[str, Any]]:
+    """The tables ``player`` sat at (the lobby's table streams, engine/store/lobby_store.py),
+    newest first: rows with ``kind`` ``table`` (a match row has no ``kind``)."""
+    from engine.lobby.events import match_of, table_aggregate
+    from engine.lobby.replay import replay_table
+    from engine.store.lobby_store import RedisLobbyStore
+    from projections.timeline import format_ts
+
+    lobby = RedisLobbyStore(store.client, buckets=store.buckets)
+    out: list[dict[str, Any]] = []
+    for tid in lobby.table_ids():
+        events = lobby.load(table_aggregate(tid))
+        if not events:
+            continue
+        t = replay_table(tid, events)
+        started = events[0].ts
+        if player not in t.players or (room and t.room != room) or (since is not None and started < since):
+            continue
+        out.append({"kind": "table", "table": tid, "room": t.room, "players": list(t.players), "bot": t.bot,
+                    "status": t.status, "close_reason": t.close_reason, "started_ms": started,
+                    "started": format_ts(started), "matches": [match_of(tid, n) for n in range(1, t.n + 1)]})
+    out.sort(key=lambda r: (-r["started_ms"], r["table"]))
+    return out
 
 
 def archived_row(gone: Any) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""``shuangkou replay MATCH_ID --redis URL | --events FILE [--json] [--all]``.
+"""``shuangkou replay MATCH_ID --redis URL | --events FILE [--json] [--all]``, and
+``shuangkou replay --table ID --redis URL [--json]``: a table's life (who joined, who was
+seated, each match and how it ended, each leave, why it closed; engine/tools/table_life.py).
 
 Rebuild a match from its stored events, print it play by play in card
 notation -- with each event's UTC time, the time each turn took, a separator
@@ -42,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", action="store_true", help="check every match in the store")
     parser.add_argument("--archive", metavar="DIR",
                         help="also read the matches archived to DIR (shuangkou archive), with their stored settlements")
+    parser.add_argument("--table", metavar="ID",
+                        help="print a table's life instead: who joined, who was seated, each match, each leave, "
+                             "and why it closed (from the table's and its room queue's streams)")
 
 
 def _load_file(path: str) -> Any:
@@ -185,9 +190,55 @@ def result_line(r: dict[str, Any]) -> str:
     return format_result(r["result"])
 
 
+def run_table(args: argparse.Namespace) -> int:
+    """``replay --table ID``: the table's life (engine/tools/table_life.py); exit 0 when its
+    stream is sound, 1 for an unknown table or a problem in its stream."""
+    from shuangkou.cli import CliError, NotFound
+
+    if args.match_id or args.events or args.all or args.archive:
+        raise CliError("--table ID takes no MATCH_ID, --events, --all or --archive")
+    url = args.redis or os.environ.get("SK_REDIS_URL") or None
+    if not url:
+        raise CliError("give --redis URL (or set SK_REDIS_URL): tables are read from the store")
+    from engine.lobby.events import queue_aggregate, table_aggregate
+    from engine.match.replay import replay as replay_match
+    from engine.store.lobby_store import RedisLobbyStore
+    from engine.tools.table_life import format_table_life, table_life
+    from shuangkou.cli.export import read_only_store
+
+    store = read_only_store(url)  # the read-only user is enough
+    try:
+        lobby = RedisLobbyStore(store.client, buckets=store.buckets)
+        events = lobby.load(table_aggregate(args.table))
+        room = getattr(events[0], "room", None) if events else None
+        queue = lobby.load(queue_aggregate(room)) if room else []
+        matches = {}
+        for n in range(1, len(events) + 1):  # a table has at most one match per event
+            mid = f"{args.table}-{n}"
+            m_events = store.load(mid)
+            if not m_events:
+                break
+            matches[mid] = replay_match(m_events, match_id=mid)
+    except Exception as exc:
+        raise CliError(f"cannot load from {url}: {exc}") from None
+    report = table_life(args.table, events, queue, matches)
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+        return 1 if report["problems"] else 0
+    if not events:
+        raise NotFound(f"no such table: {args.table!r}")
+    for line in format_table_life(report):
+        print(line)
+    for p in report["problems"]:
+        print(f"  problem: {p}")
+    return 1 if report["problems"] else 0
+
+
 def run(args: argparse.Namespace) -> int:
     from shuangkou.cli import CliError
 
+    if getattr(args, "table", None):
+        return run_table(args)
     if args.redis and args.events:
         raise CliError("give --redis URL or --events FILE, not both")
     if not args.events and not args.archive:

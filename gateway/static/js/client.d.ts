@@ -998,6 +998,8 @@ export type RejectedMessage = {
   view: View | null;
   /** the match the command was for, when known */
   match: string | null;
+  /** with the code cooldown only: how long until a Join is accepted again (ms) */
+  retry_after_ms?: number;
 };
 
 /** Where you are in the lobby (bot_level: the level of a bot opponent, null for a person) */
@@ -1016,6 +1018,8 @@ export type LobbyMessage = {
   reason: "not_ready" | "no_opponent" | "left" | "escaped" | "disconnected" | "opponent_left" | string | null;
   /** the level of a bot opponent at the table (easy, normal, hard; gateway --bots, docs/BOTS.md); null when the opponent is a person */
   bot_level: "easy" | "normal" | "hard" | "trustee" | null;
+  /** the command_id of your Join or Leave that caused this message, else null (a gateway before it sends none) */
+  command_id?: string | null;
   /** player id -> display name, for the players that have one (gateway/names.py) */
   names?: Record<string, string>;
 };

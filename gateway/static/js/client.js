@@ -365,6 +365,7 @@ export class Client {
         break;
       }
       case "lobby":
+        if (msg.command_id) this.pending.delete(msg.command_id);  // the Join or Leave it answers
         this.lobby = msg;
         // a Join or a Leave is answered by the lobby's next message (they carry no command_id)
         for (const [id, c] of this.pending) if (c.type === "Join" || c.type === "Leave") this.answered(id);

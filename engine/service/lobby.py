@@ -1,0 +1,373 @@
+"""The lobby on the command service: a room's queue and its tables run through
+:class:`engine.service.command_service.CommandService`, stored by a
+:class:`engine.store.lobby_store.LobbyStore`, their process managers
+(engine/lobby/managers.py) carrying each aggregate's events to the next one's commands.
+
+:class:`LobbyEngine` holds the managers' commands in one FIFO line per target aggregate
+(a queue, a table, a match) until :meth:`LobbyEngine.deliver` runs them, so any
+interleaving of the targets can be driven (the property tests do); :meth:`LobbyEngine.drain`
+runs them all.  Every manager command has a fixed id (the source event's aggregate, seq and
+a tag), so a command run twice -- after a crash, by :meth:`LobbyEngine.recover` -- is the
+store's duplicate and changes nothing.
+
+What the context brings from outside (and the events record): the clock, an opaque table
+id (:func:`new_table_id`), a bot's id and the ``--bots`` policy, the room's registered
+config, the player's balance from the ledger.  The lobby learns a match's end from the
+match's own events (:func:`engine.lobby.managers.from_match`), never from a player's stream,
+and the settlement from the ledger (:meth:`LobbyEngine.settle_due`).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from engine.lobby import commands as lc
+from engine.lobby import events as ev
+from engine.lobby import managers
+from engine.lobby.decide import BotPolicy, LobbyContext, decide_and_apply
+from engine.lobby.evolve import apply as lobby_apply
+from engine.lobby.replay import replay_queue, replay_table
+from engine.lobby.state import QueueState, TableState
+from engine.match import commands as mc
+from engine.match.errors import Rejected
+from engine.service.command_service import CommandService, DictCache, Outcome
+from engine.service.service import BalanceSource, RoomSource
+from engine.store.lobby_store import AppendResult, LobbyStore
+
+_log = logging.getLogger(__name__)
+
+
+def new_table_id() -> str:
+    """An opaque table id: ``t`` and 12 random hex digits (a match is ``<table>-<n>``)."""
+    return "t" + secrets.token_hex(6)
+
+
+class LobbyStreams:
+    """A :class:`LobbyStore` as the command service's :class:`Streams`."""
+
+    def __init__(self, store: LobbyStore):
+        self.store = store
+
+    def load(self, ident: str, after: int = 0) -> list[Any]:
+        return list(self.store.load(ident, after))
+
+    def version(self, ident: str) -> int:
+        return self.store.version(ident)
+
+    def append(self, ident: str, expected_version: int, command_id: str, events: Sequence[Any],
+               state: Any) -> AppendResult:
+        return self.store.append(ident, expected_version, command_id, events)
+
+    def command_events(self, ident: str, command_id: str) -> list[Any]:
+        return list(self.store.command_events(ident, command_id))
+
+
+class QueueAggregate:
+    """A room's queue: ``queue:<room>``."""
+
+    def __init__(self, clock: Callable[[], int], rooms: RoomSource | None, balances: BalanceSource | None,
+                 table_ids: Callable[[], str] = new_table_id, bots: BotPolicy | None = None,
+                 bot_ids: Callable[[], str] | None = None):
+        self.clock, self.rooms, self.balances = clock, rooms, balances
+        self.table_ids, self.bots = table_ids, bots
+        self.bot_ids = bot_ids or (lambda: "bot-" + secrets.token_hex(4))
+
+    def id_of(self, command: lc.LobbyCommand) -> str:
+        return ev.queue_aggregate(getattr(command, "room"))
+
+    def empty(self, ident: str) -> QueueState:
+        return QueueState(room=ident.partition(":")[2])
+
+    def version(self, state: QueueState) -> int:
+        return state.version
+
+    def replay(self, events: Sequence[Any], state: QueueState) -> QueueState:
+        return replay_queue(state.room, events, state)
+
+    def context(self, command: lc.LobbyCommand, state: QueueState) -> LobbyContext:
+        cfg = self.rooms.get(state.room) if self.rooms is not None else None
+        balance = 0
+        if isinstance(command, lc.Join) and cfg is not None and self.balances is not None:
+            balance = int(self.balances.balance(command.player, cfg.mode))
+        bot = isinstance(command, lc.QueueTimer)
+        return LobbyContext(now_ms=int(self.clock()), room=cfg, balance=balance, table_id=self.table_ids(),
+                            bot_id=self.bot_ids() if bot else None, bots=self.bots)
+
+    def decide_and_apply(self, state: QueueState, command: lc.LobbyCommand,
+                         ctx: LobbyContext) -> tuple[list[Any], QueueState]:
+        events, new = decide_and_apply(state, command, ctx)
+        return list(events), new
+
+
+class TableAggregate:
+    """A table: ``table:<id>``."""
+
+    def __init__(self, clock: Callable[[], int], rooms: RoomSource | None):
+        self.clock, self.rooms = clock, rooms
+
+    def id_of(self, command: lc.LobbyCommand) -> str:
+        return ev.table_aggregate(getattr(command, "table"))
+
+    def empty(self, ident: str) -> TableState:
+        return TableState(table=ident.partition(":")[2])
+
+    def version(self, state: TableState) -> int:
+        return state.version
+
+    def replay(self, events: Sequence[Any], state: TableState) -> TableState:
+        return replay_table(state.table, events, state)
+
+    def context(self, command: lc.LobbyCommand, state: TableState) -> LobbyContext:
+        room = getattr(command, "room", None) or state.room
+        cfg = self.rooms.get(room) if self.rooms is not None and room else None
+        return LobbyContext(now_ms=int(self.clock()), room=cfg)
+
+    def decide_and_apply(self, state: TableState, command: lc.LobbyCommand,
+                         ctx: LobbyContext) -> tuple[list[Any], TableState]:
+        events, new = decide_and_apply(state, command, ctx)
+        return list(events), new
+
+
+class MatchRunner(Protocol):
+    """What the lobby needs of the match service (engine.service.service.MatchService)."""
+
+    def execute(self, command: mc.CommandBase) -> Any: ...
+
+    def load_state(self, match_id: str) -> Any: ...
+
+
+class SettlementSource(Protocol):
+    def settlement(self, match_id: str) -> Any | None: ...
+
+
+@dataclass(frozen=True)
+class SeatCheck:
+    """After a new match's CreateMatch and Sits (same line, so after them): were both seated?"""
+
+    command_id: str
+    table: str
+    match: str
+    players: tuple[str, ...]
+
+
+Target = tuple[str, str]  # ("queue", room) | ("table", id) | ("match", id)
+
+
+class LobbyEngine:
+    """The lobby's aggregates and process managers over one store (the module docstring)."""
+
+    def __init__(self, store: LobbyStore, matches: MatchRunner, *, clock: Callable[[], int],
+                 rooms: RoomSource | None, balances: BalanceSource | None = None,
+                 settlements: SettlementSource | None = None, bots: BotPolicy | None = None,
+                 table_ids: Callable[[], str] = new_table_id, bot_ids: Callable[[], str] | None = None,
+                 on_event: Callable[[ev.LobbyEvent], None] | None = None, follow_appends: bool = True,
+                 notes: Callable[[ev.LobbyEvent, TableState | None], None] | None = None):
+        self.store = store
+        #: derive the managers' commands from each append this engine makes (True), or leave
+        #: that to :class:`engine.service.lobby_feed.LobbyFeedManager` reading the feeds (False)
+        self.follow_appends = follow_appends
+        self.matches = matches
+        self.settlements = settlements
+        self.queues: CommandService[QueueState, lc.LobbyCommand] = CommandService(
+            QueueAggregate(clock, rooms, balances, table_ids, bots, bot_ids), LobbyStreams(store), cache=DictCache())
+        self.tables: CommandService[TableState, lc.LobbyCommand] = CommandService(
+            TableAggregate(clock, rooms), LobbyStreams(store), cache=DictCache())
+        self.pending: dict[Target, deque[Any]] = {}
+        #: each lobby event once it is appended (the tests' watchers)
+        self.on_event = on_event
+        #: the players' lobby messages of each appended event, with the table's state after it
+        #: (engine/service/lobby_notes.py: :class:`OutboxNotes` writes them to their streams)
+        self.notes = notes
+
+    # -- commands in ------------------------------------------------------------------------
+    def submit(self, command: lc.LobbyCommand) -> Outcome[Any]:
+        """A player's or a timer's command (Join, Leave, GraceExpired, Returned, QueueTimer) to
+        the room's queue; the managers' follow-ups wait in :attr:`pending`."""
+        if getattr(command, "table", None) is not None:
+            raise ValueError("a player's command goes to the room's queue (table None)")
+        return self._run_queue(command)
+
+    def run_match(self, command: mc.CommandBase) -> Any:
+        """A match command (a player's Ready or Play, a timer's) through the match service; the
+        table hears of what it did (:func:`managers.from_match`)."""
+        out = self.matches.execute(command)
+        if self.follow_appends and getattr(out, "accepted", False) and not getattr(out, "duplicate", False) \
+                and out.events:
+            self._after_match(command.match_id, out)
+        return out
+
+    # -- the managers' lines ----------------------------------------------------------------
+    def send(self, target: Target, command: Any) -> None:
+        """Queue ``command`` on ``target``'s line (run by :meth:`deliver` / :meth:`drain`)."""
+        self.pending.setdefault(target, deque()).append(command)
+
+    _send = send
+
+    def deliver(self, target: Target) -> None:
+        """Run the oldest command waiting for ``target``."""
+        line = self.pending.get(target)
+        if not line:
+            return
+        command = line.popleft()
+        if not line:
+            del self.pending[target]
+        kind = target[0]
+        if kind == "queue":
+            self._run_queue(command)
+        elif kind == "table":
+            self._run_table(command)
+        elif isinstance(command, SeatCheck):
+            self._seat_check(command)
+        else:
+            self.run_match(command)
+
+    def drain(self, limit: int = 100_000) -> None:
+        """Run every waiting command (and what they cause) until the lines are empty."""
+        for _ in range(limit):
+            if not self.pending:
+                return
+            self.deliver(next(iter(self.pending)))
+        raise RuntimeError("the lobby's process managers never went quiet")
+
+    # -- running ----------------------------------------------------------------------------
+    def _run_queue(self, command: lc.LobbyCommand) -> Outcome[Any]:
+        out = self.queues.execute(command)
+        if out.committed:
+            for e in out.events:
+                self._emit(e, None)
+                if self.follow_appends:
+                    self.follow_queue(out.state.room, e)
+        return out
+
+    def follow_queue(self, room: str, e: ev.LobbyEvent) -> None:
+        """The tables' commands a queue event causes, on their lines."""
+        for c in managers.from_queue(room, e):
+            self._send(("table", getattr(c, "table")), c)
+
+    def _run_table(self, command: lc.LobbyCommand) -> Outcome[Any]:
+        out = self.tables.execute(command)
+        if out.committed and out.before is not None:
+            state = out.before
+            for e in out.events:
+                state = lobby_apply(state, e)
+                self._emit(e, state)
+            if self.follow_appends:
+                self.follow_table(out.before, out.events)
+        return out
+
+    def follow_table(self, state: TableState, events: Sequence[ev.LobbyEvent]) -> None:
+        """The match's and the queue's commands a table's ``events`` cause (``state``: the
+        table before them), on their lines."""
+        for e in events:
+            for mcmd in managers.to_match(state, e):
+                self._send(("match", mcmd.match_id), mcmd)
+            if isinstance(e, (ev.TableOpened, ev.NextMatchOffered)):
+                players = e.players if isinstance(e, ev.TableOpened) else state.players
+                self._send(("match", e.match), SeatCheck(f"pm:{e.aggregate}:{e.seq}:confirm", state.table,
+                                                         e.match, tuple(players)))
+            state = lobby_apply(state, e)
+            for c in managers.from_table(state, e):
+                self._send(("queue", getattr(c, "room")), c)
+
+    def _after_match(self, match: str, out: Any) -> None:
+        table, sep, _n = match.rpartition("-")
+        if not sep:
+            return
+        escaped = [s.player for s in out.state.seats if s is not None and s.escaped]
+        for c in managers.from_match(table, match, out.events, escaped):
+            self._send(("table", table), c)
+
+    def _seat_check(self, check: SeatCheck) -> None:
+        """ConfirmSeated when the engine seated both players; else the table's match ends
+        before it began (a refused Sit: ``seat_refused``)."""
+        m = self.matches.load_state(check.match)
+        if m.phase in ("finished", "abandoned"):
+            return  # it ended: the table hears of it from the match's events
+        if m.version == 0:  # CreateMatch was refused (the room is not registered)
+            self._send(("table", check.table), lc.MatchEnded(
+                command_id=f"{check.command_id}:refused", table=check.table, match=check.match, outcome="removed",
+                removed=tuple((p, "unknown_room") for p in check.players)))
+            return
+        seated = {s.player for s in m.seats if s is not None}
+        missing = tuple(p for p in check.players if p not in seated)
+        if not missing:
+            self._send(("table", check.table), lc.ConfirmSeated(command_id=check.command_id, table=check.table,
+                                                                match=check.match))
+        elif m.phase in ("new", "seating"):
+            self._send(("table", check.table), lc.MatchEnded(
+                command_id=f"{check.command_id}:refused", table=check.table, match=check.match, outcome="removed",
+                removed=tuple((p, "seat_refused") for p in missing)))
+
+    def _emit(self, e: ev.LobbyEvent, table: TableState | None) -> None:
+        for hook, args in ((self.on_event, (e,)), (self.notes, (e, table))):
+            if hook is None:
+                continue
+            try:
+                hook(*args)  # type: ignore[operator]
+            except Exception:  # the event is stored: a lost message is a reader's resync
+                _log.exception("a lobby hook failed for %s", type(e).__name__)
+
+    # -- the settlement and recovery ----------------------------------------------------------
+    def settle_due(self, tables: Sequence[str]) -> int:
+        """Settle each of ``tables`` whose finished match the ledger settled (``Settle`` with
+        the fixed id ``pm:<match>:settle``); how many were settled now."""
+        n = 0
+        if self.settlements is None:
+            return 0
+        for table in tables:
+            t = self.tables.load(ev.table_aggregate(table))
+            if t.status != "between" or t.match is None:
+                continue
+            s = self.settlements.settlement(t.match)
+            if s is None:
+                continue
+            out = self._run_table(lc.Settle(command_id=f"pm:{t.match}:settle", table=table, match=t.match,
+                                            scores=dict(getattr(s, "scores", {}) or {})))
+            n += int(out.accepted and not out.duplicate)
+        return n
+
+    def recover(self, rooms: Sequence[str]) -> None:
+        """What a crashed process had not done: every manager command again, from the stored
+        streams of ``rooms``' queues, of every table and of their matches (fixed command ids:
+        what was done is a duplicate).  The lines are rebuilt from scratch."""
+        self.pending.clear()
+        for room in rooms:
+            for e in self.store.load(ev.queue_aggregate(room)):
+                for c in managers.from_queue(room, e):
+                    self._send(("table", getattr(c, "table")), c)
+        for table in sorted(self.store.table_ids()):
+            events = self.store.load(ev.table_aggregate(table))
+            self.follow_table(TableState(table=table), events)
+            t = replay_table(table, events)
+            for n in range(1, t.n + 1):
+                match = ev.match_of(table, n)
+                m_events = self.matches.load_state(match)
+                if m_events.version:
+                    self._refeed_match(table, match)
+
+    def _refeed_match(self, table: str, match: str) -> None:
+        store = getattr(self.matches, "store", None)
+        if store is None:
+            return
+        events = store.load(match)
+        escaped: list[str] = []
+        for c in managers.from_match(table, match, events, escaped):
+            self._send(("table", table), c)
+
+    # -- reading -----------------------------------------------------------------------------
+    def queue(self, room: str) -> QueueState:
+        return self.queues.load(ev.queue_aggregate(room))
+
+    def table(self, table: str) -> TableState:
+        return self.tables.load(ev.table_aggregate(table))
+
+
+def is_rejection(out: Any, code: str) -> bool:
+    """Whether an outcome was refused with ``code``."""
+    rej: Rejected | None = getattr(out, "rejection", None)
+    return rej is not None and rej.code == code

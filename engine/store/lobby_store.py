@@ -1,0 +1,245 @@
+"""The streams of the lobby's aggregates (engine/lobby): a room's queue and its tables, stored
+like matches (docs/ARCHITECTURE.md "Redis layout").
+
+An aggregate is named by the id its events carry (``queue:<room>``, ``table:<id>``,
+engine/lobby/events.py).  An append goes through the match's own script (append.lua): the
+command id (a retry is a duplicate), the expected version, the events, one notification on
+the feed of the aggregate's tag -- a table's bucket feed ``sk:{b<N>}:feed``, a queue's room
+feed ``sk:{r:<room>}:feed`` -- and the aggregate in the member set of its tag, all in one
+slot (keys: :func:`engine.store.keys.table_keys`, :func:`engine.store.keys.queue_keys`).
+A feed entry's ``match`` field holds the aggregate id and ``fin`` is ``0``: the projections
+skip it.
+
+Two implementations behind one contract (tests/test_lobby_store.py runs both): in memory
+and on Redis (a plain Redis, fakeredis with Lua, or a Redis Cluster).
+
+>>> from engine.lobby.events import PlayerQueued
+>>> s = InMemoryLobbyStore()
+>>> e = PlayerQueued(aggregate="queue:points", seq=1, ts=5, command_id="c", player="a", since=5)
+>>> s.append("queue:points", 0, "c", [e]).version, s.append("queue:points", 0, "c", [e]).duplicate
+(1, True)
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from engine.lobby.events import LobbyEvent, decode_lobby_event, encode_lobby_event
+from engine.store import keys
+from engine.store.base import WrongVersion
+
+PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What an append did (as :class:`engine.store.base.AppendResult`, with lobby events):
+    ``version`` after it (after the original append on a duplicate), ``events`` appended
+    now or the stored ones of a duplicate command id."""
+
+    version: int
+    duplicate: bool
+    events: tuple[LobbyEvent, ...]
+
+
+def check_lobby_append(aggregate: str, expected_version: int, command_id: str,
+                       events: Sequence[LobbyEvent]) -> None:
+    """Argument checks of every implementation (a caller bug: ValueError)."""
+    keys.lobby_keys(aggregate)  # a table or a queue
+    if not command_id:
+        raise ValueError("command_id must not be empty")
+    if expected_version < 0:
+        raise ValueError(f"expected_version must be >= 0, got {expected_version}")
+    for i, e in enumerate(events):
+        if e.aggregate != aggregate:
+            raise ValueError(f"event {i} belongs to {e.aggregate!r}, not {aggregate!r}")
+        if e.seq != expected_version + 1 + i:
+            raise ValueError(f"event {i} has seq {e.seq}, expected {expected_version + 1 + i}")
+
+
+class LobbyStore(ABC):
+    """Append-only streams of queues and tables, with the match store's guarantees: an append
+    is atomic, checks the command id before the expected version, and notifies the feed of
+    the aggregate's tag; a stale expected version raises the match store's
+    :class:`WrongVersion`."""
+
+    buckets: int
+
+    @abstractmethod
+    def append(self, aggregate: str, expected_version: int, command_id: str,
+               events: Sequence[LobbyEvent]) -> AppendResult:
+        """Append ``events`` (seq expected_version+1 …) if the stream is at
+        ``expected_version``; a command id seen before returns its original events with
+        ``duplicate=True``; else :class:`WrongVersion`."""
+
+    @abstractmethod
+    def load(self, aggregate: str, after: int = 0) -> list[LobbyEvent]:
+        """Events with seq > ``after``, in order."""
+
+    @abstractmethod
+    def command_range(self, aggregate: str, command_id: str) -> tuple[int, int] | None:
+        """The seqs ``(first, last)`` a command id appended (``first > last``: none), or None."""
+
+    @abstractmethod
+    def table_ids(self) -> Iterator[str]:
+        """Every table the store holds (the ids, without ``table:``)."""
+
+    @abstractmethod
+    def delete_table(self, table: str) -> None:
+        """Remove a table's stream, command ids and membership (``shuangkou archive``)."""
+
+    def version(self, aggregate: str) -> int:
+        events = self.load(aggregate)
+        return events[-1].seq if events else 0
+
+    def command_events(self, aggregate: str, command_id: str) -> list[LobbyEvent]:
+        """The events a command id appended (empty: none, or never applied)."""
+        seqs = self.command_range(aggregate, command_id)
+        if seqs is None or seqs[0] > seqs[1]:
+            return []
+        return [e for e in self.load(aggregate, after=seqs[0] - 1) if e.seq <= seqs[1]]
+
+
+class InMemoryLobbyStore(LobbyStore):
+    """The reference implementation (thread-safe, one lock)."""
+
+    def __init__(self, buckets: int = keys.DEFAULT_BUCKETS):
+        self.buckets = buckets
+        self._lock = threading.RLock()
+        self._events: dict[str, list[LobbyEvent]] = {}
+        self._commands: dict[str, dict[str, tuple[int, int]]] = {}
+
+    def append(self, aggregate: str, expected_version: int, command_id: str,
+               events: Sequence[LobbyEvent]) -> AppendResult:
+        check_lobby_append(aggregate, expected_version, command_id, events)
+        with self._lock:
+            stream = self._events.setdefault(aggregate, [])
+            cmds = self._commands.setdefault(aggregate, {})
+            seen = cmds.get(command_id)
+            if seen is not None:
+                return AppendResult(version=seen[1], duplicate=True, events=tuple(stream[seen[0] - 1:seen[1]]))
+            if len(stream) != expected_version:
+                raise WrongVersion(aggregate, expected_version, len(stream))
+            stream.extend(events)
+            cmds[command_id] = (expected_version + 1, len(stream))
+            return AppendResult(version=len(stream), duplicate=False, events=tuple(events))
+
+    def load(self, aggregate: str, after: int = 0) -> list[LobbyEvent]:
+        with self._lock:
+            return list(self._events.get(aggregate, ())[max(after, 0):])
+
+    def command_range(self, aggregate: str, command_id: str) -> tuple[int, int] | None:
+        with self._lock:
+            return self._commands.get(aggregate, {}).get(command_id)
+
+    def table_ids(self) -> Iterator[str]:
+        with self._lock:
+            ids = [a[len("table:"):] for a, evs in self._events.items() if a.startswith("table:") and evs]
+        return iter(ids)
+
+    def delete_table(self, table: str) -> None:
+        with self._lock:
+            self._events.pop(f"table:{table}", None)
+            self._commands.pop(f"table:{table}", None)
+
+
+def _s(v: bytes | str) -> str:
+    return v.decode("utf-8") if isinstance(v, bytes) else v
+
+
+class RedisLobbyStore(LobbyStore):
+    """Queues and tables on Redis, through append.lua (the script object is the match
+    store's when ``events`` is given one: one script, one SCRIPT LOAD)."""
+
+    def __init__(self, client: Any, buckets: int = keys.DEFAULT_BUCKETS, page: int = PAGE):
+        from engine.store.redis_store import _load_script
+
+        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        if kwargs.get("decode_responses"):
+            raise ValueError("RedisLobbyStore needs a client with decode_responses=False (events are bytes)")
+        self.client = client
+        self.buckets = buckets
+        self.page = page
+        self._append = client.register_script(_load_script("append.lua"))
+
+    def check_layout(self) -> None:
+        """Record the bucket count, or refuse another recorded one (as the match store: a
+        table's bucket is part of the layout)."""
+        from engine.store.redis_store import RedisEventStore
+
+        RedisEventStore(self.client, buckets=self.buckets).check_layout()
+
+    def _keys(self, aggregate: str) -> tuple[str, str, str, str, str, str]:
+        return keys.lobby_keys(aggregate, self.buckets)
+
+    def append(self, aggregate: str, expected_version: int, command_id: str,
+               events: Sequence[LobbyEvent]) -> AppendResult:
+        import redis
+
+        from engine.store.redis_store import _wrong_version
+
+        check_lobby_append(aggregate, expected_version, command_id, events)
+        payloads = [encode_lobby_event(e) for e in events]
+        # ARGV as for a match: id, expected, command id, fin "0" (no match finishes), no deadline
+        args: list[Any] = [aggregate, str(expected_version), command_id, "0", "", "", len(payloads), *payloads]
+        try:
+            reply = self._append(keys=list(self._keys(aggregate)), args=args)
+        except redis.ResponseError as exc:
+            wrong = _wrong_version(exc, aggregate, expected_version)
+            if wrong is not None:
+                raise wrong from None
+            raise
+        if _s(reply[0]) == "ok":
+            return AppendResult(version=int(reply[1]), duplicate=False, events=tuple(events))
+        lo, hi = int(reply[1]), int(reply[2])
+        stored = self._range(aggregate, lo, hi) if hi >= lo else []
+        return AppendResult(version=hi, duplicate=True, events=tuple(stored))
+
+    def _range(self, aggregate: str, first: int, last: int | None) -> list[LobbyEvent]:
+        stream = self._keys(aggregate)[0]
+        end = "+" if last is None else keys.entry_id(last)
+        out: list[LobbyEvent] = []
+        start = f"{max(first, 1)}-0"
+        while True:
+            page = self.client.xrange(stream, min=start, max=end, count=self.page)
+            out += [decode_lobby_event(fields[b"e"]) for _id, fields in page]
+            if len(page) < self.page:
+                return out
+            start = f"{keys.seq_of(page[-1][0]) + 1}-0"
+
+    def load(self, aggregate: str, after: int = 0) -> list[LobbyEvent]:
+        if after < 0:
+            raise ValueError("after must be >= 0")
+        return self._range(aggregate, after + 1, None)
+
+    def version(self, aggregate: str) -> int:
+        return int(self.client.xlen(self._keys(aggregate)[0]))
+
+    def command_range(self, aggregate: str, command_id: str) -> tuple[int, int] | None:
+        raw = self.client.hget(self._keys(aggregate)[1], command_id)
+        if raw is None:
+            return None
+        first, _, last = _s(raw).partition("-")
+        return int(first), int(last)
+
+    def command_events(self, aggregate: str, command_id: str) -> list[LobbyEvent]:
+        seqs = self.command_range(aggregate, command_id)
+        if seqs is None or seqs[0] > seqs[1]:
+            return []
+        return self._range(aggregate, seqs[0], seqs[1])
+
+    def table_ids(self) -> Iterator[str]:
+        for b in range(self.buckets):
+            for member in self.client.sscan_iter(keys.tables_key(b), count=500):
+                yield _s(member)[len("table:"):]
+
+    def delete_table(self, table: str) -> None:
+        ks = keys.table_keys(table, self.buckets)
+        pipe = self.client.pipeline(transaction=True)  # one slot: the table's bucket
+        pipe.delete(ks[0], ks[1])
+        pipe.srem(ks[5], f"table:{table}")
+        pipe.execute()

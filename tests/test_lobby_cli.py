@@ -1,0 +1,116 @@
+"""``shuangkou replay --table ID`` and ``shuangkou matches --player P`` on tables stored by the
+lobby's command service (issue 34 §5), on a real redis-server (tests/lobby_stack.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shuangkou.cli import main
+from tests.lobby_stack import StackWorld
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def lived(redis_server, real_redis):
+    """A table's whole life: a and b join and are paired, play a match (a wins), it is settled,
+    the next match is offered, a leaves before its deal: the table closes, b waits again."""
+    w = StackWorld(real_redis, bots=False)
+    w.join("a")
+    w.join("b")
+    w.engine.drain()
+    (table,) = w.tables()
+    m1 = f"{table}-1"
+    w.ready("a")
+    w.ready("b")
+    w.engine.drain()
+    w.play_out(m1)
+    w.engine.drain()
+    w.settle()
+    w.engine.drain()
+    w.now += 1_000
+    w.leave("a")
+    w.engine.drain()
+    w.check()
+    return redis_server.url, table, w
+
+
+def test_replay_table_prints_its_life(lived, capsys) -> None:
+    url, table, _w = lived
+    assert main(["replay", "--table", table, "--redis", url]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == f"table {table} (room points): a vs b"
+    for text in ("a waits in the queue (joined)", "b waits in the queue (joined)", f"a and b paired at table {table}",
+                 f"{table}-1: dealt", f"{table}-1: finished", f"{table}-1: settled a +", f"next match {table}-2",
+                 f"{table}-2: ended before the deal", "table closed: left; removed a (left); back to the queue: b",
+                 "b waits in the queue again: their opponent left"):
+        assert text in out, text
+    assert f"match {table}-1: finished, a won" in out
+    assert lines[-1] == "closed: left"
+
+
+def test_replay_table_json_and_an_unknown_table(lived, capsys) -> None:
+    url, table, w = lived
+    assert main(["replay", "--table", table, "--redis", url, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert (r["table"], r["room"], r["players"], r["status"], r["close_reason"]) == (table, "points", ["a", "b"],
+                                                                                     "closed", "left")
+    assert [m["match"] for m in r["matches"]] == [f"{table}-1", f"{table}-2"]
+    assert r["matches"][0]["winner"] == "a" and r["problems"] == []
+    assert [s["seq"] for s in r["steps"] if s["stream"] == "table"] == list(range(1, r["event_count"] + 1))
+    assert main(["replay", "--table", "nope", "--redis", url]) == 1
+    assert "no such table" in capsys.readouterr().err
+
+
+def test_matches_for_a_player_lists_their_tables(lived, capsys) -> None:
+    url, table, _w = lived
+    assert main(["matches", "--redis", url, "--player", "b", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    tables = [r for r in rows if r.get("kind") == "table"]
+    assert [(t["table"], t["status"], t["matches"]) for t in tables] == [(table, "closed", [f"{table}-1", f"{table}-2"])]
+    assert f"{table}-1" in {r["match_id"] for r in rows if "match_id" in r}  # the one b played
+    assert main(["matches", "--redis", url, "--player", "nobody", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main(["matches", "--redis", url, "--player", "a"]) == 0
+    assert f"table {table}" in capsys.readouterr().out
+
+
+def test_table_life_doctests() -> None:
+    import doctest
+
+    from engine.tools import table_life
+
+    assert doctest.testmod(table_life).failed == 0
+
+
+def test_archive_takes_a_closed_table_with_its_matches(redis_server, real_redis, tmp_path, capsys) -> None:
+    from engine.tools.archive import read_table_archive
+
+    w = StackWorld(real_redis, bots=False)
+    for p in ("a", "b", "c", "d"):
+        w.join(p)
+    w.engine.drain()
+    first, second = sorted(w.tables())
+    for p in ("a", "b"):
+        w.ready(p)
+    w.engine.drain()
+    w.play_out(f"{first}-1")
+    w.engine.drain()
+    w.leave("a")  # between the finish and the settlement: the settlement closes the table
+    w.engine.drain()
+    w.settle()
+    w.engine.drain()
+    assert w.engine.table(first).status == "closed" and w.engine.table(second).status == "seated"
+    url = redis_server.url
+    assert main(["archive", "--older-than", "0", "--to", str(tmp_path), "--redis", url, "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["archived"] == [f"{first}-1"] and rep["tables_archived"] == [first]  # the open one stays
+    assert sorted(w.lobby_store.table_ids()) == [second]
+    (path,) = tmp_path.glob("table-*.jsonl")
+    head, events = read_table_archive(path)
+    assert (head["table"], head["matches"], head["close_reason"]) == (first, [f"{first}-1"], "left")
+    assert events[0].type == "TableOpened" and events[-1].type == "TableClosed"
+    assert main(["replay", "--table", first, "--redis", url]) == 1  # gone from Redis
