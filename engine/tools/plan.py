@@ -26,7 +26,7 @@ from functools import lru_cache
 from operator import sub
 
 from engine.rules.cards import ACE, NUM_CARDS, chain_top, rank_of
-from engine.rules.combo import Combo, HeavenlyPosition, Kind, beats, strength_key
+from engine.rules.combo import BOMB_KINDS, Combo, HeavenlyPosition, Kind, beats, strength_key
 from engine.rules.moves import legal_plays_counts
 
 __all__ = ["Counts", "follow_plan", "counts", "plan", "plays_left", "remove"]
@@ -206,8 +206,10 @@ def follow_plan(h: Sequence[int], groups: Sequence[Combo], prev: Combo | None, o
     Every play returned is legal: a group of the plan (whole natural combinations, or a
     bomb), or a same-kind natural play from the move generator.
     """
-    plain = [g for g in groups if not g.is_bomb]
-    bombs = [g for g in groups if g.is_bomb]
+    plain: list[Combo] = []
+    bombs: list[Combo] = []
+    for g in groups:  # one pass (a playout calls this at every move)
+        (bombs if g.kind in BOMB_KINDS else plain).append(g)
     if prev is None:
         if len(groups) == 1:
             return groups[0]
