@@ -188,3 +188,12 @@ def test_a_room_bot_level_overrides_the_gateway_level():
     assert driver.level_of("unknown") == "hard" and driver.level_of(None) == "hard"
     with pytest.raises(ValueError, match="unknown bot level 'expert'"):
         BotDriver(lobby, None, None, None, level="expert")  # type: ignore[arg-type]
+
+
+@given(st.lists(st.integers(0, 8), min_size=13, max_size=13), st.integers(0, 2), st.integers(0, 2))
+def test_plan_sets_cost_matches_the_groups(ranks: list[int], small: int, big: int) -> None:
+    """The plan's cost of the leftover sets, counted without building them, is the cost of the built groups."""
+    from engine.tools.plan import _cost, _sets, _sets_cost
+
+    h = [*ranks, small, big]
+    assert _sets_cost(h) == _cost(_sets(list(h)))

@@ -26,7 +26,7 @@ from functools import lru_cache
 from operator import sub
 
 from engine.rules.cards import ACE, NUM_CARDS, chain_top, rank_of
-from engine.rules.combo import Combo, HeavenlyPosition, Kind, beats, strength_key
+from engine.rules.combo import BOMB_KINDS, Combo, HeavenlyPosition, Kind, beats, strength_key
 from engine.rules.moves import legal_plays_counts
 
 __all__ = ["Counts", "follow_plan", "counts", "plan", "plays_left", "remove"]
@@ -137,6 +137,23 @@ def _sets(h: list[int]) -> list[Combo]:
     return out
 
 
+def _sets_cost(h: Sequence[int]) -> tuple[int, int]:
+    """:func:`_cost` of :func:`_sets` of ``h`` without building the groups."""
+    groups = low = 0
+    for r in range(15):
+        n = h[r]
+        if n >= 3 and r < 13:
+            groups += 1
+            n -= 3
+        if n >= 2:
+            groups += 1
+            n -= 2
+        if n == 1:
+            groups += 1
+            low += r < ACE
+    return groups, low
+
+
 def _cost(groups: Sequence[Combo]) -> tuple[int, int]:
     """Fewer plays first, then fewer low singles (each needs the lead to get rid of)."""
     return (len(groups), sum(1 for g in groups if g.kind == "single" and g.top < ACE))
@@ -159,11 +176,12 @@ def _plan(h: Counts, twos: bool) -> tuple[Combo, ...]:
         groups: list[Combo] = []
         for which in order:
             groups.extend(_take_sequences(v, which))
-        groups.extend(_sets(v))
-        c = _cost(groups)
+        k, low = _sets_cost(v)  # a sequence is never a single: the sets' cost completes _cost
+        c = (len(groups) + k, low)
         if c < best_cost:
-            best, best_cost = groups, c
+            best, best_cost, left = groups, c, v
     assert best is not None
+    best.extend(_sets(left))
     best.sort(key=lambda g: (g.top, -g.size))
     return (*bombs, *best)
 
@@ -188,8 +206,10 @@ def follow_plan(h: Sequence[int], groups: Sequence[Combo], prev: Combo | None, o
     Every play returned is legal: a group of the plan (whole natural combinations, or a
     bomb), or a same-kind natural play from the move generator.
     """
-    plain = [g for g in groups if not g.is_bomb]
-    bombs = [g for g in groups if g.is_bomb]
+    plain: list[Combo] = []
+    bombs: list[Combo] = []
+    for g in groups:  # one pass (a playout calls this at every move)
+        (bombs if g.kind in BOMB_KINDS else plain).append(g)
     if prev is None:
         if len(groups) == 1:
             return groups[0]

@@ -112,7 +112,10 @@ def evaluate(events: Sequence[EventBase], picks: dict[int, str], nodes: int = NO
         return out
     state = MatchState(match_id=events[0].match_id)
     scoring: Scoring | None = None
+    last = max(picks, default=-1)
     for e in events:
+        if e.seq > last:  # nothing picked later: no need to fold the rest
+            break
         if e.seq in picks and isinstance(e, (CardsPlayed, Passed)) and e.player == picks[e.seq]:
             view = view_of(state, e.player)
             if view is not None and view.hand:

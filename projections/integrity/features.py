@@ -160,11 +160,16 @@ def _decision(state: MatchState, e: CardsPlayed | Passed, f: dict[str, dict[str,
             if row["vpass"] <= PASSES_LISTED and not (listed and listed[-1][0] == e.seq):
                 listed.append([e.seq, "passed_a_play"])
         return
-    if prev is not None:
-        weakest = smallest_beating(hand, prev, heavenly, chain_bomb_twos=twos)
-        if weakest is not None and not weakest.combo.is_bomb:
-            row["fopp"] += 1
     combo = e.reading.combo()
+    if prev is not None:
+        # a non-bomb play that beats ``prev`` is itself the proof: the weakest beating play
+        # is a bomb only when no non-bomb beats (smallest_beating); search only after a bomb
+        if not combo.is_bomb:
+            row["fopp"] += 1
+        else:
+            weakest = smallest_beating(hand, prev, heavenly, chain_bomb_twos=twos)
+            if weakest is not None and not weakest.combo.is_bomb:
+                row["fopp"] += 1
     if combo.is_bomb:
         return
     played = counts_for(e.cards)

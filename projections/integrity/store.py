@@ -66,6 +66,9 @@ RESCORE_EVERY = 5
 FLAGS = INTEGRITY_FLAGS
 
 
+_UNREAD: Any = object()
+
+
 def _s(v: bytes | str) -> str:
     return v.decode("utf-8") if isinstance(v, bytes) else v
 
@@ -138,9 +141,13 @@ class IntegrityStore:
 
     def records(self, player: str) -> list[dict[str, Any]]:
         """Every stored record of ``player``, oldest first."""
+        return self._records(player, None)
+
+    def _records(self, player: str, stored: int | None) -> list[dict[str, Any]]:
+        """:meth:`records`, ``stored``: the hash's length when already read (None: read it)."""
         k = keys.integrity_records_key(player)
         cached = self._cache.get(player)
-        if cached is not None and self.client.hlen(k) == len(cached):
+        if cached is not None and (self.client.hlen(k) if stored is None else int(stored)) == len(cached):
             return cached
         raw = self.client.hvals(k)
         out = sorted((json.loads(_s(v)) for v in raw), key=lambda r: (int(r["ts"]), r["m"]))
@@ -150,11 +157,16 @@ class IntegrityStore:
         return out
 
     def population(self) -> Rates:
+        return self._population(self.client.hgetall(keys.INTEGRITY_POPULATION),
+                                self.client.lrange(keys.INTEGRITY_POP_REGRETS, 0, -1))
+
+    @staticmethod
+    def _population(counts: dict[Any, Any] | None, regrets: Sequence[Any]) -> Rates:
         pop = Rates()
-        raw = {_s(k): int(v) for k, v in (self.client.hgetall(keys.INTEGRITY_POPULATION) or {}).items()}
+        raw = {_s(k): int(v) for k, v in (counts or {}).items()}
         for s in SIGNALS:
             pop.counts[s] = [raw.get(f"{s}:k", 0), raw.get("rows", 0)]
-        pop.regrets = [float(_s(v)) for v in self.client.lrange(keys.INTEGRITY_POP_REGRETS, 0, -1)]
+        pop.regrets = [float(v) for v in regrets]
         return pop
 
     def dismissal(self, pair: str) -> dict[str, Any] | None:
@@ -178,10 +190,18 @@ class IntegrityStore:
     def score(self, a: str, b: str, pop: Rates | None = None) -> dict[str, Any]:
         """The pair's evidence now (new evidence only, after a dismissal)."""
         pair = pair_key(a, b)
-        dis = self.dismissal(pair)
+        pipe = self.client.pipeline(transaction=False)  # every read in one round trip
+        pipe.hgetall(keys.integrity_dismissed_key(pair))
+        pipe.hlen(keys.integrity_records_key(a))
+        pipe.hlen(keys.integrity_records_key(b))
+        if pop is None:
+            pipe.hgetall(keys.INTEGRITY_POPULATION)
+            pipe.lrange(keys.INTEGRITY_POP_REGRETS, 0, -1)
+        got = pipe.execute()
+        dis = {_s(k): _s(v) for k, v in got[0].items()} if got[0] else None
         since = int(dis["at"]) if dis else None
-        recs = {a: self.records(a), b: self.records(b)}
-        out = score_pair(a, b, recs, pop or self.population(), since_ts=since)
+        recs = {a: self._records(a, got[1]), b: self._records(b, got[2])}
+        out = score_pair(a, b, recs, pop or self._population(got[3], got[4]), since_ts=since)
         out["pair"] = pair
         out["dismissed"] = dis
         giver = out["giver"]
@@ -190,11 +210,13 @@ class IntegrityStore:
         out["concessions"] = concessions(recs[giver], giver, other, since) if giver and other else []
         return out
 
-    def keep(self, evidence: dict[str, Any]) -> bool:
+    def keep(self, evidence: dict[str, Any], before: Any = _UNREAD) -> bool:
         """Store a pair's evidence and score; True when it crossed the default threshold now
-        (counted in ``shuangkou_integrity_flags_total``)."""
+        (counted in ``shuangkou_integrity_flags_total``).  ``before``: the pair's stored score
+        when the caller already read it (None: none)."""
         pair = evidence["pair"]
-        before = self.client.zscore(keys.INTEGRITY_SCORES, pair)
+        if before is _UNREAD:
+            before = self.client.zscore(keys.INTEGRITY_SCORES, pair)
         pipe = self.client.pipeline(transaction=False)
         pipe.set(keys.integrity_pair_key(pair), json.dumps(evidence, separators=(",", ":")), ex=PAIR_TTL_S)
         if evidence["score"] > 0:
@@ -319,7 +341,7 @@ class IntegrityProjection:
             evidence = self.store.score(a, b)
             evidence["last_ts"] = rec["ts"]
             evidence["last_match"] = rec["m"]
-            if self.store.keep(evidence) and self.on_flag is not None:
+            if self.store.keep(evidence, before) and self.on_flag is not None:
                 self.on_flag(evidence)
             self.matches += 1
             return evidence
