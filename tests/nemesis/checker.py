@@ -1,0 +1,328 @@
+"""The nemesis checker (issue 35 §2): what clients were told against what the store holds.
+
+A pure library: :func:`check` takes a :class:`History` (what each client sent and was told,
+and when the faults were) and a :class:`Final` snapshot of the store (each match's events,
+the ledger's settlements and balances) and returns a :class:`Report`.  No clock, no I/O; the
+harness (tests/nemesis/harness.py) records the history and takes the snapshot.
+
+The rules, each a counter of the report (tests/test_nemesis_checker.py breaks each one):
+
+* ``acked_lost``: an acknowledged command (``accepted``, ``duplicate``, or an update carrying
+  its command id) has no event in the log (nor an entry in the match's command record);
+* ``duplicates_applied``: a command's events form more than one run of seqs (applied twice);
+* ``updates_not_in_store``: an update a player read is not in the log at the same version with
+  the same content (its events compared field by field, :data:`COMPARED`);
+* ``version_gaps`` / ``version_backwards``: a player's updates of a match skip versions (not
+  after a resync view) or go back (redeliveries marked ``duplicate`` aside);
+* ``late_ends``: a match live at a heal is not finished or abandoned within
+  ``ready_seconds + 2 × turn_seconds + grace + 30 s`` after it;
+* ``ledger_mismatches``: a settlement booked for a match the log does not finish, a booked
+  settlement that differs from the log's, a finished match never booked, or a balance that is
+  not its opening plus the log's settlements (each booked once: coins are conserved);
+* ``outage_timeouts_charged``: a ``TurnTimedOut`` for a turn whose update (the version just
+  before the timeout) reached the player after its deadline, or never.
+
+:func:`by_fault` splits a report's findings over the faults by time (each finding goes to the
+fault nearest in time); :func:`stall_s_max` is the longest time without any acknowledgement
+around a fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: the event fields compared between an update a player read and the stored event (those
+#: present on both sides: a redacted hand or a rewritten command id is not compared)
+COMPARED = ("seq", "type", "ts", "player", "cards", "winner", "loser", "count", "reason", "kou")
+#: the events that end a match
+TERMINAL = ("MatchFinished", "MatchAbandoned")
+#: the report's counters, in order
+COUNTERS = ("acked", "acked_lost", "duplicates_applied", "updates_not_in_store", "version_gaps",
+            "version_backwards", "late_ends", "ledger_mismatches", "outage_timeouts_charged")
+
+
+@dataclass(frozen=True)
+class Ack:
+    """An acknowledgement a client got for a command (``kind``: accepted, duplicate or update),
+    ``command_id`` as the engine stores it, at ``at_ms`` (the client's wall clock)."""
+
+    client: str
+    match: str
+    command_id: str
+    kind: str
+    at_ms: int
+    version: int | None = None
+
+
+@dataclass(frozen=True)
+class Read:
+    """An update a player read: its version, its events (each a map with at least ``seq`` and
+    ``type``), whether it was a redelivery (``duplicate``) or carried a full view (a resync),
+    and its brief's ``turn`` and ``deadline_ms``."""
+
+    player: str
+    match: str
+    version: int
+    at_ms: int
+    events: tuple[Mapping[str, Any], ...] = ()
+    duplicate: bool = False
+    view: bool = False
+    turn: str | None = None
+    deadline_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault: its kind (``kill_master`` …), when it began and when it was healed."""
+
+    kind: str
+    start_ms: int
+    heal_ms: int
+
+
+@dataclass
+class History:
+    acks: list[Ack] = field(default_factory=list)
+    reads: list[Read] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+
+
+@dataclass
+class Final:
+    """The store after the run: ``log`` match → its events in seq order (maps with ``seq``,
+    ``type``, ``command_id``, ``ts`` and the event's fields); ``recorded`` match → the command ids
+    of its command record (a command that appended nothing is only there); ``booked`` match →
+    the ledger's settlement scores; ``settled`` match → the scores the log's events settle to
+    (finished matches only); ``balances`` / ``opening`` player → balance now / before the run."""
+
+    log: dict[str, list[Mapping[str, Any]]]
+    booked: dict[str, dict[str, int]] = field(default_factory=dict)
+    settled: dict[str, dict[str, int]] = field(default_factory=dict)
+    balances: dict[str, int] = field(default_factory=dict)
+    opening: dict[str, int] = field(default_factory=dict)
+    recorded: dict[str, set[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The room's clocks and the sweeper's grace: a match live at a heal ends within
+    ``ready_s + 2 * turn_s + grace_s + slack_s`` of it."""
+
+    ready_s: float
+    turn_s: float
+    grace_s: float
+    slack_s: float = 30.0
+
+    @property
+    def end_bound_ms(self) -> int:
+        return int((self.ready_s + 2 * self.turn_s + self.grace_s + self.slack_s) * 1000)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One broken rule: the counter it adds to, the match, what was seen, and when (for
+    :func:`by_fault`)."""
+
+    rule: str
+    match: str | None
+    detail: str
+    at_ms: int | None = None
+
+
+@dataclass
+class Report:
+    acked: int = 0
+    findings: list[Finding] = field(default_factory=list)
+    ack_times: list[int] = field(default_factory=list)
+
+    def count(self, rule: str) -> int:
+        if rule == "acked":
+            return self.acked
+        return sum(1 for f in self.findings if f.rule == rule)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def summary(self) -> dict[str, int]:
+        return {k: self.count(k) for k in COUNTERS}
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.summary(), "findings": [asdict(f) for f in self.findings[:200]]}
+
+
+def _runs(seqs: Sequence[int]) -> int:
+    """How many runs of consecutive numbers ``seqs`` (sorted) makes."""
+    return sum(1 for i, s in enumerate(seqs) if i == 0 or s != seqs[i - 1] + 1)
+
+
+def _same(read: Mapping[str, Any], stored: Mapping[str, Any]) -> bool:
+    return all(read[k] == stored[k] for k in COMPARED if k in read and k in stored
+               and read[k] is not None and stored[k] is not None)
+
+
+def _norm(v: Any) -> Any:
+    return list(v) if isinstance(v, tuple) else v
+
+
+def check(history: History, final: Final, limits: Limits) -> Report:
+    """Every rule of this module's docstring over ``history`` and ``final``."""
+    report = Report()
+    out = report.findings
+    log = final.log
+
+    # acknowledged commands: in the log, exactly once
+    acked: dict[tuple[str, str], int] = {}
+    for a in history.acks:
+        report.ack_times.append(a.at_ms)
+        key = (a.match, a.command_id)
+        acked[key] = min(acked.get(key, a.at_ms), a.at_ms)
+    report.acked = len(acked)
+    by_command: dict[tuple[str, str], list[int]] = {}
+    for match, events in log.items():
+        for e in events:
+            cid = e.get("command_id")
+            if cid:
+                by_command.setdefault((match, cid), []).append(int(e["seq"]))
+    for (match, cid), at in sorted(acked.items()):
+        if (match, cid) not in by_command and cid not in final.recorded.get(match, set()):
+            out.append(Finding("acked_lost", match, f"acknowledged {cid!r} is not in the log", at))
+    for (match, cid), seqs in sorted(by_command.items()):
+        if _runs(sorted(seqs)) > 1:
+            at = int(log[match][sorted(seqs)[-1] - 1].get("ts", 0)) or None
+            out.append(Finding("duplicates_applied", match, f"{cid!r} applied more than once: seqs {sorted(seqs)}", at))
+
+    # updates read: in the log at the same version with the same content
+    for r in history.reads:
+        events = log.get(r.match, [])
+        bad = None
+        if r.version > len(events):
+            bad = f"version {r.version} read by {r.player}, the log has {len(events)} events"
+        else:
+            for e in r.events:
+                seq = int(e["seq"])
+                stored = events[seq - 1] if 1 <= seq <= len(events) else None
+                if stored is None or not _same({k: _norm(v) for k, v in e.items()},
+                                               {k: _norm(v) for k, v in stored.items()}):
+                    shown = {k: e.get(k) for k in COMPARED if k in e}
+                    kept = None if stored is None else {k: stored.get(k) for k in COMPARED if k in stored}
+                    bad = f"{r.player} read {shown}, the log holds {kept}"
+                    break
+        if bad is not None:
+            out.append(Finding("updates_not_in_store", r.match, bad, r.at_ms))
+
+    # each player's versions of a match: no gap, never back (redeliveries aside)
+    last: dict[tuple[str, str], int] = {}
+    for r in history.reads:
+        if r.duplicate:
+            continue
+        key = (r.player, r.match)
+        prev = last.get(key)
+        if prev is not None:
+            first = r.version - len(r.events) + 1 if r.events else r.version
+            if r.version < prev:
+                out.append(Finding("version_backwards", r.match, f"{r.player}: version {r.version} after {prev}",
+                                   r.at_ms))
+            elif first > prev + 1 and not r.view:
+                out.append(Finding("version_gaps", r.match,
+                                   f"{r.player}: versions {prev + 1}..{first - 1} never read (then {r.version})",
+                                   r.at_ms))
+        last[key] = max(r.version, prev or 0)
+
+    # every match live at a heal ends within the bound after it
+    bound = limits.end_bound_ms
+    for match, events in log.items():
+        if not events:
+            continue
+        born = int(events[0].get("ts", 0))
+        end = next((int(e.get("ts", 0)) for e in events if e.get("type") in TERMINAL), None)
+        for f in history.faults:
+            if born <= f.heal_ms and (end is None or end > f.heal_ms) and (end is None or end > f.heal_ms + bound):
+                what = "never ended" if end is None else f"ended {(end - f.heal_ms) / 1000:.1f}s after the heal"
+                out.append(Finding("late_ends", match, f"live at the {f.kind} heal, {what} "
+                                   f"(bound {bound / 1000:.0f}s)", f.heal_ms))
+                break
+
+    # the bank: the ledger equals the log's settlements, each booked once
+    for match, scores in sorted(final.booked.items()):
+        events = log.get(match, [])
+        end_at = next((int(e.get("ts", 0)) for e in events if e.get("type") == "MatchFinished"), None)
+        if match not in final.settled:
+            out.append(Finding("ledger_mismatches", match, f"booked {scores} for a match the log does not finish",
+                               int(events[-1].get("ts", 0)) if events else None))
+        elif dict(scores) != dict(final.settled[match]):
+            out.append(Finding("ledger_mismatches", match, f"booked {scores}, the log settles {final.settled[match]}",
+                               end_at))
+    for match in sorted(set(final.settled) - set(final.booked)):
+        events = log.get(match, [])
+        out.append(Finding("ledger_mismatches", match, "finished in the log, never booked",
+                           int(events[-1].get("ts", 0)) if events else None))
+    expected: dict[str, int] = dict(final.opening)
+    for scores in final.settled.values():
+        for p, s in scores.items():
+            expected[p] = expected.get(p, 0) + int(s)
+    for p in sorted(set(expected) | set(final.balances)):
+        if final.balances.get(p, 0) != expected.get(p, 0):
+            out.append(Finding("ledger_mismatches", None, f"{p}: balance {final.balances.get(p, 0)}, "
+                               f"the opening plus the log's settlements {expected.get(p, 0)}"))
+
+    # timeouts charged for a turn whose update came after its deadline, or never
+    reads_at: dict[tuple[str, str, int], Read] = {}
+    for r in history.reads:
+        at = (r.player, r.match, r.version)
+        if at not in reads_at or r.at_ms < reads_at[at].at_ms:
+            reads_at[at] = r
+    for match, events in log.items():
+        for e in events:
+            if e.get("type") != "TurnTimedOut":
+                continue
+            seq, player = int(e["seq"]), str(e.get("player"))
+            seen = reads_at.get((player, match, seq - 1))
+            deadline = seen.deadline_ms if seen is not None and seen.deadline_ms is not None else int(e.get("ts", 0))
+            if seen is None or seen.at_ms > deadline:
+                how = "never read" if seen is None else f"read {(seen.at_ms - deadline) / 1000:.1f}s after its deadline"
+                out.append(Finding("outage_timeouts_charged", match,
+                                   f"{player} charged a timeout at seq {seq}: version {seq - 1} {how}",
+                                   int(e.get("ts", 0)) or None))
+    return report
+
+
+def _nearest(faults: Sequence[Fault], at_ms: int) -> int:
+    def distance(f: Fault) -> int:
+        return 0 if f.start_ms <= at_ms <= f.heal_ms else min(abs(at_ms - f.start_ms), abs(at_ms - f.heal_ms))
+
+    return min(range(len(faults)), key=lambda i: (distance(faults[i]), i))
+
+
+def stall_s_max(ack_times: Iterable[int], start_ms: int, end_ms: int) -> float:
+    """The longest time in ``[start_ms, end_ms]`` without an acknowledgement, in seconds."""
+    times = sorted(t for t in ack_times if start_ms <= t <= end_ms)
+    edges = [start_ms, *times, end_ms]
+    return round(max(b - a for a, b in zip(edges, edges[1:])) / 1000, 2)
+
+
+def by_fault(report: Report, history: History, after_heal_ms: int = 10_000) -> dict[str, dict[str, Any]]:
+    """The report's counters per fault kind: each acknowledgement and finding goes to the fault
+    nearest in time (a finding without a time to the first fault); ``faults`` counts them, and
+    ``stall_s_max`` is the longest time without an acknowledgement from a fault's start to
+    ``after_heal_ms`` after its heal."""
+    faults = history.faults
+    out: dict[str, dict[str, Any]] = {}
+    for f in faults:
+        row = out.setdefault(f.kind, {"faults": 0, **{k: 0 for k in COUNTERS}, "stall_s_max": 0.0})
+        row["faults"] += 1
+        row["stall_s_max"] = max(row["stall_s_max"], stall_s_max(report.ack_times, f.start_ms,
+                                                                  f.heal_ms + after_heal_ms))
+    if not faults:
+        return out
+    acked: dict[tuple[str, str], int] = {}
+    for a in history.acks:
+        acked[(a.match, a.command_id)] = min(acked.get((a.match, a.command_id), a.at_ms), a.at_ms)
+    for at in acked.values():
+        out[faults[_nearest(faults, at)].kind]["acked"] += 1
+    for finding in report.findings:
+        kind = faults[0 if finding.at_ms is None else _nearest(faults, finding.at_ms)].kind
+        out[kind][finding.rule] += 1
+    return out

@@ -1,0 +1,212 @@
+"""The nemesis checker (tests/nemesis/checker.py, issue 35 §2) on crafted histories: a clean
+history passes, and each rule, broken on its own, is counted under its own name and no other."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from tests.nemesis.checker import (
+    COUNTERS,
+    Ack,
+    Fault,
+    Final,
+    History,
+    Limits,
+    Read,
+    by_fault,
+    check,
+    stall_s_max,
+)
+
+LIMITS = Limits(ready_s=5, turn_s=3, grace_s=2, slack_s=30)  # bound: 5 + 6 + 2 + 30 = 43 s
+T0 = 1_000_000
+
+
+def ev(seq: int, type_: str, cid: str, **fields: Any) -> dict[str, Any]:
+    return {"seq": seq, "type": type_, "command_id": cid, "ts": T0 + seq * 100, **fields}
+
+
+def clean() -> tuple[History, Final]:
+    """Match m1: created, two seats, both ready (the deal), a play, a pass, a timeout, the finish;
+    alice's client sent c-play and c-pass and read every update from version 4 on."""
+    log = [ev(1, "MatchCreated", "lobby:c"), ev(2, "PlayerSeated", "lobby:s1", player="alice"),
+           ev(3, "PlayerSeated", "lobby:s2", player="bob"), ev(4, "PlayerReady", "c-ready", player="alice"),
+           ev(5, "PlayerReady", "b-ready", player="bob"), ev(6, "HandDealt", "b-ready"),
+           ev(7, "CardsPlayed", "c-play", player="alice", cards=[0]), ev(8, "Passed", "b-pass", player="bob"),
+           ev(9, "TurnTimedOut", "timer:9", player="alice", count=1),
+           ev(10, "MatchFinished", "timer:9", winner="bob", loser="alice")]
+    reads = [Read("alice", "m1", 4, T0 + 450, (log[3],), turn=None, deadline_ms=T0 + 30_000),
+             Read("alice", "m1", 6, T0 + 650, (log[4], {**log[5], "hands": None}), turn="alice",
+                  deadline_ms=T0 + 3_600),
+             Read("alice", "m1", 7, T0 + 750, (log[6],), turn="bob", deadline_ms=T0 + 3_700),
+             Read("alice", "m1", 8, T0 + 850, (log[7],), turn="alice", deadline_ms=T0 + 3_800),
+             Read("alice", "m1", 10, T0 + 1_050, (log[8], log[9]), turn=None),
+             Read("alice", "m1", 7, T0 + 1_100, (log[6],), duplicate=True)]  # a redelivery, late
+    acks = [Ack("alice", "m1", "c-ready", "accepted", T0 + 420, 4), Ack("alice", "m1", "c-play", "update", T0 + 750, 7),
+            Ack("alice", "m1", "c-play", "duplicate", T0 + 1_100, 7)]
+    faults = [Fault("kill_master", T0 + 500, T0 + 600)]
+    final = Final(log={"m1": log}, booked={"m1": {"alice": -10, "bob": 10}},
+                  settled={"m1": {"alice": -10, "bob": 10}}, balances={"alice": 90, "bob": 10},
+                  opening={"alice": 100})
+    return History(acks, reads, faults), final
+
+
+def counts(history: History, final: Final) -> dict[str, int]:
+    return {k: v for k, v in check(history, final, LIMITS).summary().items() if v and k != "acked"}
+
+
+def test_a_clean_history_passes():
+    h, f = clean()
+    report = check(h, f, LIMITS)
+    assert report.ok, report.findings
+    assert report.summary() == {**{k: 0 for k in COUNTERS}, "acked": 2}
+
+
+def test_an_acknowledged_command_missing_from_the_log_is_lost():
+    h, f = clean()
+    h.acks.append(Ack("alice", "m1", "c-gone", "accepted", T0 + 550, 11))
+    assert counts(h, f) == {"acked_lost": 1}
+
+
+def test_a_command_that_appended_nothing_is_found_in_the_command_record():
+    h, f = clean()
+    h.acks.append(Ack("alice", "m1", "c-noop", "accepted", T0 + 550, 10))
+    assert counts(h, f) == {"acked_lost": 1}
+    f.recorded["m1"] = {"c-noop"}
+    assert counts(h, f) == {}
+
+
+def test_an_acknowledgement_lost_with_its_whole_match_is_lost():
+    h, f = clean()
+    h.acks.append(Ack("alice", "m2", "c-x", "duplicate", T0 + 550))
+    assert counts(h, f) == {"acked_lost": 1}
+
+
+def test_a_command_applied_twice_is_a_duplicate_applied():
+    h, f = clean()
+    log = list(f.log["m1"])
+    log[8] = ev(9, "CardsPlayed", "c-play", player="alice", cards=[0])  # c-play at 7 and again at 9
+    f.log["m1"] = log
+    h.reads[4] = dataclasses.replace(h.reads[4], events=(log[8], log[9]))
+    assert counts(h, f) == {"duplicates_applied": 1}
+
+
+def test_an_update_read_at_a_version_the_log_does_not_have_is_not_in_the_store():
+    h, f = clean()
+    f.log["m1"] = f.log["m1"][:9]  # the finish lost
+    f.settled, f.booked, f.balances, f.opening = {}, {}, {}, {}
+    assert counts(h, f) == {"updates_not_in_store": 1, "late_ends": 1}  # and so it never ended
+
+
+def test_an_update_whose_seq_the_log_holds_with_another_event_is_not_in_the_store():
+    h, f = clean()
+    log = list(f.log["m1"])
+    log[6] = ev(7, "CardsPlayed", "c-other", player="alice", cards=[5])  # seq 7 rewritten
+    f.log["m1"] = log
+    h.acks.pop(1)  # c-play's acknowledgements aside: this test is about the read
+    h.acks.pop(1)
+    assert counts(h, f) == {"updates_not_in_store": 2}  # the update and its redelivery
+
+
+def test_redacted_fields_are_not_compared():
+    h, f = clean()
+    assert h.reads[1].events[1]["hands"] is None and "hands" not in f.log["m1"][5]
+    assert counts(h, f) == {}
+
+
+def test_a_skipped_version_is_a_gap():
+    h, f = clean()
+    del h.reads[2]  # version 7 never read: 8 comes after 6
+    assert counts(h, f) == {"version_gaps": 1}
+
+
+def test_a_resync_view_may_skip_versions():
+    h, f = clean()
+    del h.reads[2]
+    h.reads[2] = dataclasses.replace(h.reads[2], view=True, events=())
+    assert counts(h, f) == {}
+
+
+def test_a_version_going_back_is_counted_unless_it_is_a_redelivery():
+    h, f = clean()
+    h.reads[-1] = dataclasses.replace(h.reads[-1], duplicate=False)
+    assert counts(h, f) == {"version_backwards": 1}
+
+
+def test_a_match_live_at_a_heal_must_end_within_the_bound():
+    h, f = clean()
+    assert LIMITS.end_bound_ms == 43_000
+    late = T0 + 600 + 43_001
+    f.log["m1"][-1] = {**f.log["m1"][-1], "ts": late}
+    h.reads[-2] = dataclasses.replace(h.reads[-2], events=(h.reads[-2].events[0], f.log["m1"][-1]))
+    assert counts(h, f) == {"late_ends": 1}
+    f.log["m1"][-1] = {**f.log["m1"][-1], "ts": late - 1}
+    h.reads[-2] = dataclasses.replace(h.reads[-2], events=(h.reads[-2].events[0], f.log["m1"][-1]))
+    assert counts(h, f) == {}
+
+
+def test_a_match_that_never_ends_is_late():
+    h, f = clean()
+    f.log["m1"] = f.log["m1"][:9]
+    f.settled, f.booked, f.balances, f.opening = {}, {}, {}, {}
+    h.reads.pop(-2)  # the finish's update aside
+    assert counts(h, f) == {"late_ends": 1}
+
+
+def test_a_match_born_after_the_heal_is_not_bound_by_it():
+    h, f = clean()
+    h.faults[0] = Fault("kill_master", T0 - 2_000, T0 - 1_000)
+    assert counts(h, f) == {}
+
+
+@pytest.mark.parametrize("change, n", [
+    ("booked_unfinished", 3),  # booked for a match the log does not finish; both balances moved
+    ("booked_differs", 3),  # the match and both balances
+    ("never_booked", 3),
+    ("booked_twice", 2),  # the balances hold the settlement twice
+])
+def test_the_ledger_must_equal_the_logs_settlements_each_once(change, n):
+    h, f = clean()
+    if change == "booked_unfinished":
+        f.booked["m9"] = {"alice": 5, "bob": -5}
+        f.balances = {"alice": 95, "bob": 5}
+    elif change == "booked_differs":
+        f.booked["m1"] = {"alice": -20, "bob": 20}
+        f.balances = {"alice": 80, "bob": 20}
+    elif change == "never_booked":
+        f.booked = {}
+        f.balances = {"alice": 100}
+    else:
+        f.balances = {"alice": 80, "bob": 20}
+    assert counts(h, f) == {"ledger_mismatches": n}
+
+
+def test_a_timeout_for_a_turn_whose_update_came_late_or_never_is_charged_to_the_outage():
+    h, f = clean()
+    late = dataclasses.replace(h.reads[3], at_ms=h.reads[3].deadline_ms + 1)
+    h.reads[3] = late
+    assert counts(h, f) == {"outage_timeouts_charged": 1}
+    del h.reads[3]  # never read (and so a gap in alice's versions too)
+    assert counts(h, f) == {"outage_timeouts_charged": 1, "version_gaps": 1}
+
+
+def test_a_timeout_after_the_update_came_in_time_is_the_players():
+    h, f = clean()
+    assert h.reads[3].at_ms <= h.reads[3].deadline_ms
+    assert counts(h, f) == {}
+
+
+def test_findings_go_to_the_nearest_fault_and_stalls_are_measured():
+    h, f = clean()
+    h.acks.append(Ack("alice", "m1", "c-gone", "accepted", T0 + 20_000))
+    h.faults.append(Fault("partition_master", T0 + 19_000, T0 + 25_000))
+    report = check(h, f, LIMITS)
+    rows = by_fault(report, h)
+    assert rows["partition_master"]["acked_lost"] == 1 and rows["kill_master"]["acked_lost"] == 0
+    assert rows["kill_master"]["acked"] == 2 and rows["partition_master"]["acked"] == 1
+    assert rows["kill_master"]["faults"] == rows["partition_master"]["faults"] == 1
+    assert stall_s_max([T0 + 1_000, T0 + 4_000], T0, T0 + 5_000) == 3.0
+    assert stall_s_max([], T0, T0 + 5_000) == 5.0
