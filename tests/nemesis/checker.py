@@ -191,8 +191,9 @@ def check(history: History, final: Final, limits: Limits) -> Report:
             out.append(Finding("acked_lost", match, f"acknowledged {cid!r} is not in the log", at))
     for (match, cid), seqs in sorted(by_command.items()):
         if _runs(sorted(seqs)) > 1:
-            at = int(log[match][sorted(seqs)[-1] - 1].get("ts", 0)) or None
-            out.append(Finding("duplicates_applied", match, f"{cid!r} applied more than once: seqs {sorted(seqs)}", at))
+            when = int(log[match][sorted(seqs)[-1] - 1].get("ts", 0)) or None
+            out.append(Finding("duplicates_applied", match, f"{cid!r} applied more than once: seqs {sorted(seqs)}",
+                               when))
 
     # updates read: in the log at the same version with the same content
     for r in history.reads:
@@ -271,9 +272,9 @@ def check(history: History, final: Final, limits: Limits) -> Report:
     # timeouts charged for a turn whose update came after its deadline, or never
     reads_at: dict[tuple[str, str, int], Read] = {}
     for r in history.reads:
-        at = (r.player, r.match, r.version)
-        if at not in reads_at or r.at_ms < reads_at[at].at_ms:
-            reads_at[at] = r
+        rk = (r.player, r.match, r.version)
+        if rk not in reads_at or r.at_ms < reads_at[rk].at_ms:
+            reads_at[rk] = r
     for match, events in log.items():
         for e in events:
             if e.get("type") != "TurnTimedOut":
