@@ -210,3 +210,28 @@ def test_findings_go_to_the_nearest_fault_and_stalls_are_measured():
     assert rows["kill_master"]["faults"] == rows["partition_master"]["faults"] == 1
     assert stall_s_max([T0 + 1_000, T0 + 4_000], T0, T0 + 5_000) == 3.0
     assert stall_s_max([], T0, T0 + 5_000) == 5.0
+
+
+def test_a_balance_off_goes_with_its_players_mismatched_match_and_a_double_booking_with_none():
+    h, f = clean()
+    f.booked["m1"] = {"alice": -20, "bob": 20}
+    f.balances = {"alice": 80, "bob": 20}
+    report = check(h, f, LIMITS)
+    assert {x.at_ms for x in report.findings} == {f.log["m1"][-1]["ts"]}
+    assert by_fault(report, h)["kill_master"]["ledger_mismatches"] == 3
+    h2, f2 = clean()
+    f2.balances = {"alice": 80, "bob": 20}  # m1 booked twice: the match itself agrees
+    report = check(h2, f2, LIMITS)
+    assert report.summary()["ledger_mismatches"] == 2 and all(x.at_ms is None for x in report.findings)
+    assert by_fault(report, h2)["kill_master"]["ledger_mismatches"] == 0
+
+
+def test_a_booking_for_a_match_the_log_lost_whole_has_its_last_acknowledgements_time():
+    h, f = clean()
+    h.acks.append(Ack("alice", "m7", "c-7", "accepted", T0 + 20_000))
+    h.faults.append(Fault("partition_master", T0 + 19_000, T0 + 25_000))
+    f.booked["m7"] = {"alice": 5, "bob": -5}
+    f.balances = {"alice": 95, "bob": 5}
+    report = check(h, f, LIMITS)
+    assert by_fault(report, h)["partition_master"]["ledger_mismatches"] == 3
+    assert by_fault(report, h)["partition_master"]["acked_lost"] == 1

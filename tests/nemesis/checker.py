@@ -246,13 +246,17 @@ def check(history: History, final: Final, limits: Limits) -> Report:
                                    f"(bound {bound / 1000:.0f}s)", f.heal_ms))
                 break
 
-    # the bank: the ledger equals the log's settlements, each booked once
+    # the bank: the ledger equals the log's settlements, each booked once (a match the log lost
+    # whole has the time of its last acknowledgement)
+    last_ack: dict[str, int] = {}
+    for a in history.acks:
+        last_ack[a.match] = max(last_ack.get(a.match, 0), a.at_ms)
     for match, scores in sorted(final.booked.items()):
         events = log.get(match, [])
         end_at = next((int(e.get("ts", 0)) for e in events if e.get("type") == "MatchFinished"), None)
         if match not in final.settled:
             out.append(Finding("ledger_mismatches", match, f"booked {scores} for a match the log does not finish",
-                               int(events[-1].get("ts", 0)) if events else None))
+                               int(events[-1].get("ts", 0)) if events else last_ack.get(match)))
         elif dict(scores) != dict(final.settled[match]):
             out.append(Finding("ledger_mismatches", match, f"booked {scores}, the log settles {final.settled[match]}",
                                end_at))
@@ -264,10 +268,17 @@ def check(history: History, final: Final, limits: Limits) -> Report:
     for scores in final.settled.values():
         for p, s in scores.items():
             expected[p] = expected.get(p, 0) + int(s)
+    # a balance off goes with the latest match of the player's found above (else it has no time:
+    # a settlement booked twice, counted in the totals only)
+    when: dict[str, int] = {}
+    for f in list(out):
+        if f.rule == "ledger_mismatches" and f.match is not None and f.at_ms is not None:
+            for p in {**final.booked.get(f.match, {}), **final.settled.get(f.match, {})}:
+                when[p] = max(when.get(p, 0), f.at_ms)
     for p in sorted(set(expected) | set(final.balances)):
         if final.balances.get(p, 0) != expected.get(p, 0):
             out.append(Finding("ledger_mismatches", None, f"{p}: balance {final.balances.get(p, 0)}, "
-                               f"the opening plus the log's settlements {expected.get(p, 0)}"))
+                               f"the opening plus the log's settlements {expected.get(p, 0)}", when.get(p)))
 
     # timeouts charged for a turn whose update came after its deadline, or never
     reads_at: dict[tuple[str, str, int], Read] = {}
@@ -306,9 +317,9 @@ def stall_s_max(ack_times: Iterable[int], start_ms: int, end_ms: int) -> float:
 
 def by_fault(report: Report, history: History, after_heal_ms: int = 10_000) -> dict[str, dict[str, Any]]:
     """The report's counters per fault kind: each acknowledgement and finding goes to the fault
-    nearest in time (a finding without a time to the first fault); ``faults`` counts them, and
-    ``stall_s_max`` is the longest time without an acknowledgement from a fault's start to
-    ``after_heal_ms`` after its heal."""
+    nearest in time (a finding without a time to none: it counts in :meth:`Report.summary`
+    only); ``faults`` counts them, and ``stall_s_max`` is the longest time without an
+    acknowledgement from a fault's start to ``after_heal_ms`` after its heal."""
     faults = history.faults
     out: dict[str, dict[str, Any]] = {}
     for f in faults:
@@ -324,6 +335,6 @@ def by_fault(report: Report, history: History, after_heal_ms: int = 10_000) -> d
     for at in acked.values():
         out[faults[_nearest(faults, at)].kind]["acked"] += 1
     for finding in report.findings:
-        kind = faults[0 if finding.at_ms is None else _nearest(faults, finding.at_ms)].kind
-        out[kind][finding.rule] += 1
+        if finding.at_ms is not None:
+            out[faults[_nearest(faults, finding.at_ms)].kind][finding.rule] += 1
     return out

@@ -79,6 +79,7 @@ class Recorder:
     acks: list[Ack] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    schema_problems: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def ack(self, a: Ack) -> None:
@@ -92,6 +93,12 @@ class Recorder:
     def error(self, what: str) -> None:
         with self.lock:
             self.errors.append(what)
+
+    def schema(self, problem: str) -> None:
+        """A message that gateway/schemas/server.json does not allow (kept once per shape)."""
+        with self.lock:
+            key = problem[:120]
+            self.schema_problems.setdefault(key, problem[:400])
 
 
 def _brief_of(body: dict[str, Any]) -> tuple[str | None, int | None]:
@@ -184,14 +191,19 @@ class InboxPlayer:
                     c.Ready(command_id=cid(), match_id=mid, player=a), c.Ready(command_id=cid(), match_id=mid, player=b)):
             self.send(cmd)
             self.read_updates(mid, a, b)
+        waiting_since = None
         for _ in range(600):
             st = self._retry(lambda: self.reader.load_state(mid))
             self.read_updates(mid, a, b)
             if st.phase in ("finished", "abandoned"):
                 return
-            if st.phase != "playing":
+            if st.phase != "playing":  # not dealt (yet): the ready clock ends it, or it was lost
+                waiting_since = waiting_since or time.monotonic()
+                if time.monotonic() - waiting_since > 30:
+                    raise TimeoutError(f"{mid} stayed in phase {st.phase!r} for 30 s")
                 time.sleep(0.2)
                 continue
+            waiting_since = None
             p = st.current_player
             choice = choose_for(bot, st, p)
             cmd = (c.Pass(command_id=cid(), match_id=mid, player=p, expected_version=st.version) if choice is None
@@ -224,6 +236,7 @@ class WsPlayer:
         self.brief: dict[str, Any] | None = None
         self.n = 0
         self.matches = 0
+        self.idle_since: float | None = None  # when the last match ended (None: in a match)
 
     def _cid(self) -> str:
         self.n += 1
@@ -280,32 +293,46 @@ class WsPlayer:
         q = self.url()
         ws = await Client.connect(q, self.stack.token(self.name), self.name,
                                   version=self.version if self.match and self.version else None)
+        import websockets
+
+        from tests.gateway_support import schema_problem
+
         try:
-            joined = False
             while True:
                 if self.pending is not None and time.monotonic() - self.pending[2] > 10:
                     await self._send(ws, self.pending[1])  # the same command id again
+                if self.idle_since is not None:
+                    if self.stop.is_set():
+                        return True
+                    if time.monotonic() - self.idle_since > 5:  # not seated again by the lobby: join
+                        self.idle_since = time.monotonic()
+                        await ws.send({"type": "Join", "room": ROOM})
                 try:
-                    m = await ws.recv(timeout_s=1.0)
+                    raw = await asyncio.wait_for(ws.ws.recv(), 1.0)
                 except asyncio.TimeoutError:
                     continue
+                except websockets.ConnectionClosed as exc:
+                    raise Closed(exc.rcvd.code if exc.rcvd else None, exc.rcvd.reason if exc.rcvd else "") from None
+                m = json.loads(raw)  # not validated here: a schema problem is noted, the play goes on
+                problem = schema_problem(raw)
+                if problem is not None:
+                    self.rec.schema(problem)
                 kind = m.get("kind")
-                if kind == "welcome" and not joined:
+                if kind == "welcome" and self.idle_since is None and self.match is None:
                     await ws.send({"type": "Join", "room": ROOM})
-                    joined = True
+                    self.idle_since = time.monotonic()
                 elif kind == "lobby" and m.get("state") == "seated" and m.get("match") != self.match:
                     self.match, self.version, self.hand, self.brief = m["match"], 0, [], None
+                    self.idle_since = None
                     await self._send(ws, {"type": "Ready", "command_id": self._cid()})
                 elif kind == "update":
                     self._update(m)
                     await self._act(ws)
                     phase = (m.get("brief") or {}).get("phase")
-                    if phase in ("finished", "abandoned") and m["match"] == self.match:
+                    if phase in ("finished", "abandoned") and m["match"] == self.match and self.idle_since is None:
                         self.matches += 1
                         self.pending = None
-                        if self.stop.is_set():
-                            return True
-                        await ws.send({"type": "Join", "room": ROOM})
+                        self.idle_since = time.monotonic()
                 elif kind == "rejected":
                     if self.pending is not None and m.get("command_id") == self.pending[0]:
                         self.pending = None
@@ -342,6 +369,7 @@ class Nemesis:
         self.stack: Stack | None = None
         self.broker: tuple[Any, str, str] | None = None
         self.serves: dict[str, subprocess.Popen] = {}
+        self.metrics_ports: dict[str, int] = {}
         self.threads: list[threading.Thread] = []
         self.notes: list[str] = []
 
@@ -351,8 +379,18 @@ class Nemesis:
 
         assert self.stack is not None
         prefix = ("setpriv", f"--regid={NOGROUP}", "--clear-groups", "--") if name == "s2" else ()
-        _serve(self.stack, name, self.cfg.replica_acks, prefix)
+        self.metrics_ports[name] = _serve(self.stack, name, self.cfg.replica_acks, prefix)
         self.serves[name] = self.stack.procs[-1]
+
+    def replica_acks_in_force(self) -> int | None:
+        """serve ``s1``'s gauge ``shuangkou_replica_acks`` (None: this build exports none)."""
+        from bench.cluster import scrape
+
+        try:
+            value = scrape(self.metrics_ports["s1"]).get("shuangkou_replica_acks")
+        except OSError:
+            return None
+        return None if value is None else int(value)
 
     def _worker(self) -> subprocess.Popen:
         assert self.stack is not None
@@ -564,6 +602,7 @@ class Nemesis:
         t0 = time.monotonic()
         try:
             self.start()
+            in_force = self.replica_acks_in_force()
             self.start_load()
             time.sleep(self.cfg.settle_s)
             # each kind in turn, round after round (``rounds``, or until ``minutes`` have passed);
@@ -593,13 +632,25 @@ class Nemesis:
             return {"kinds": rows, "totals": report.summary(), "replay_all_exit": replay,
                     "matches": len(final.log), "finished": len(final.settled), "booked": len(final.booked),
                     "client_errors": len(self.rec.errors), "client_error_samples": self.rec.errors[:10],
-                    "notes": self.notes, "findings": [f.__dict__ for f in report.findings[:40]],
-                    "seconds": round(time.monotonic() - t0, 1), "replica_acks": self.cfg.replica_acks,
+                    "schema_problems": list(self.rec.schema_problems.values())[:5],
+                    "notes": self.notes, "findings": _samples(report.findings),
+                    "seconds": round(time.monotonic() - t0, 1), "replica_acks": self.cfg.replica_acks, "replica_acks_in_force": in_force,
                     "replicas_per_master": self.cfg.replicas, "masters": self.cfg.masters,
                     "run_id": uuid.uuid4().hex[:8]}
         finally:
             self.stop.set()
             self.stop_all()
+
+
+def _samples(findings: list[Any], per_rule: int = 6) -> list[dict[str, Any]]:
+    """The first ``per_rule`` findings of each rule."""
+    out: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for f in findings:
+        seen[f.rule] = seen.get(f.rule, 0) + 1
+        if seen[f.rule] <= per_rule:
+            out.append(dict(f.__dict__))
+    return out
 
 
 def run_inside(cfg: Config, tmp: Path) -> dict[str, Any]:

@@ -1,0 +1,118 @@
+"""The nemesis in CI (issue 35 §7): one fault of each kind on the whole stack on a real Redis
+Cluster (3 masters, 2 replicas each, in a private network namespace made for the run), on the
+product's defaults, then the checker (tests/nemesis/checker.py) over what the clients were told.
+
+``bench/nemesis.py --rounds 1 --json`` runs once for the module (about 2.5 minutes); each fault
+kind is then a test of its own.  A kind the product does not survive yet is ``xfail(strict)``
+with what was measured (docs/RELIABILITY.md): when it is mended, the test fails until the mark
+is dropped.  Network faults need root (CAP_NET_ADMIN) and ip/nft: without them the tests skip
+with the reason, except in CI (``CI=true``), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.gateway_support import ROOT
+from tests.nemesis import netns
+from tests.nemesis.harness import KINDS
+
+pytestmark = [pytest.mark.redis, pytest.mark.worker, pytest.mark.slow]
+
+#: what the checker must find nothing of, for a fault the product survives: nothing acknowledged
+#: lost or applied twice, nothing read that the log does not hold, the bank, every match ended
+DATA = ("acked_lost", "duplicates_applied", "updates_not_in_store", "version_backwards", "late_ends",
+        "ledger_mismatches")
+#: what a player is told and charged: no version skipped, no timeout for an outage
+PLAYER = ("version_gaps", "outage_timeouts_charged")
+
+#: measured on main b6ca468, the defaults (no replica acks), two runs: a master cut off from the
+#: others with clients still writing to it keeps acknowledging writes that its promoted replica
+#: never had (479 and 177 acknowledged commands lost, 927 and 335 updates read that the log does
+#: not hold, ledger entries for matches the log leaves unfinished)
+PARTITION_LOSES = ("partition_master: acknowledged writes on the isolated master are lost at the heal "
+                   "(replica acks 0: nothing waits for a replica)")
+#: measured on main b6ca468, not in every run (0 or 1 per fault): the turn clock runs on while the
+#: player's update is held up (a paused master, a killed gateway) and charges a timeout; an
+#: update whose events were stored is never published when its master dies right after the append
+#: (the inbox clients then skip versions)
+PLAYER_REASON = ("main's clocks do not pause during outages, and an update lost with its master is not "
+                 "published again: found in some runs only (issue 35 §4)")
+
+
+@pytest.fixture(scope="module")
+def nemesis(tmp_path_factory) -> dict[str, Any]:
+    """One run for the whole session: pytest-xdist workers share it through a file under the
+    session's common temporary folder, the first one to take its lock runs it."""
+    import fcntl
+
+    reason = netns.unavailable()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the nemesis must run in CI: {reason}", pytrace=False)
+        pytest.skip(reason)
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # the same in every worker of one session
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent / f"nemesis-{run}.json" if run else base / "nemesis.json"
+    with open(str(shared) + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if shared.exists():
+                return json.loads(shared.read_text())
+            result = _run()
+            shared.write_text(json.dumps(result))
+            return result
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _row(nemesis: dict[str, Any], kind: str) -> dict[str, Any]:
+    row = nemesis["kinds"][kind]
+    assert row["faults"] == 1, row
+    assert row["acked"] > 0, f"{kind}: no acknowledgement near the fault: the load did not run through it"
+    return row
+
+
+def _explain(nemesis: dict[str, Any], kind: str, row: dict[str, Any]) -> str:
+    return (f"{kind}: {row}\nfindings: {json.dumps(nemesis['findings'][:20], indent=1)}\n"
+            f"notes: {nemesis['notes']}\nlogs: {nemesis.get('logs')}")
+
+
+def _survives(kind: str, nemesis: dict[str, Any]) -> bool:
+    if kind != "partition_master":
+        return True
+    return bool(nemesis.get("replica_acks_in_force"))  # waits for a replica: nothing acknowledged is lost
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_fault_loses_nothing_acknowledged_read_or_booked(nemesis, kind, request):
+    """Every acknowledged command in the log once, every update read in the log, no version
+    going back, every match ended in time, the ledger equal to the log's settlements: for each
+    fault kind (issue 35 "Done when")."""
+    row = _row(nemesis, kind)
+    if not _survives(kind, nemesis):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=PARTITION_LOSES))
+    broken = {k: row[k] for k in DATA if row[k]}
+    assert not broken, _explain(nemesis, kind, row)
+
+
+@pytest.mark.xfail(strict=False, reason=PLAYER_REASON)
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_fault_skips_no_version_and_charges_no_timeout(nemesis, kind):
+    """No player skips a version of a match, and no player is charged a timeout for a turn whose
+    update reached them after its deadline, or never (issue 35 §4)."""
+    row = _row(nemesis, kind)
+    broken = {k: row[k] for k in PLAYER if row[k]}
+    assert not broken, _explain(nemesis, kind, row)
+
+
+def test_the_run_met_every_fault_kind_and_settled_its_matches(nemesis):
+    assert sorted(nemesis["kinds"]) == sorted(KINDS)
+    assert nemesis["finished"] > 0 and nemesis["booked"] > 0
+    assert not nemesis["notes"], nemesis["notes"]
