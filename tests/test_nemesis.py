@@ -46,6 +46,15 @@ PLAYER_REASON = ("main's clocks do not pause during outages, and an update lost 
                  "published again: found in some runs only (issue 35 §4)")
 
 
+def _run() -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "SK_REDIS_URL", "SK_REPLICA_ACKS")}
+    env["PYTHONPATH"] = str(ROOT)
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "nemesis.py"), "--rounds", "1", "--json"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
+    return json.loads(out.stdout)
+
+
 @pytest.fixture(scope="module")
 def nemesis(tmp_path_factory) -> dict[str, Any]:
     """One run for the whole session: pytest-xdist workers share it through a file under the
