@@ -235,3 +235,16 @@ def test_a_booking_for_a_match_the_log_lost_whole_has_its_last_acknowledgements_
     report = check(h, f, LIMITS)
     assert by_fault(report, h)["partition_master"]["ledger_mismatches"] == 3
     assert by_fault(report, h)["partition_master"]["acked_lost"] == 1
+
+
+def test_a_matchs_later_findings_go_with_the_fault_of_its_first():
+    h, f = clean()
+    h.faults.append(Fault("lose_master", T0 + 60_000, T0 + 61_000))
+    f.log["m1"][-1] = {**f.log["m1"][-1], "ts": T0 + 60_500}  # the finish, near the second fault
+    h.reads[-2] = dataclasses.replace(h.reads[-2], events=(h.reads[-2].events[0], f.log["m1"][-1]))
+    f.booked["m1"] = {"alice": -20, "bob": 20}  # found at the finish's time ...
+    f.balances = {"alice": 80, "bob": 20}
+    h.acks.append(Ack("alice", "m1", "c-gone", "accepted", T0 + 550))  # ... after a loss at the first
+    rows = by_fault(check(h, f, LIMITS), h)
+    assert rows["kill_master"]["ledger_mismatches"] == 3 and rows["kill_master"]["acked_lost"] == 1
+    assert rows["lose_master"]["ledger_mismatches"] == 0

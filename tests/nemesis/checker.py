@@ -270,11 +270,15 @@ def check(history: History, final: Final, limits: Limits) -> Report:
             expected[p] = expected.get(p, 0) + int(s)
     # a balance off goes with the latest match of the player's found above (else it has no time:
     # a settlement booked twice, counted in the totals only)
+    first_at: dict[str, int] = {}  # each match's first finding so far (the cause comes first)
+    for f in out:
+        if f.match is not None and f.at_ms is not None:
+            first_at[f.match] = min(first_at.get(f.match, f.at_ms), f.at_ms)
     when: dict[str, int] = {}
     for f in list(out):
-        if f.rule == "ledger_mismatches" and f.match is not None and f.at_ms is not None:
+        if f.rule == "ledger_mismatches" and f.match is not None and f.match in first_at:
             for p in {**final.booked.get(f.match, {}), **final.settled.get(f.match, {})}:
-                when[p] = max(when.get(p, 0), f.at_ms)
+                when[p] = max(when.get(p, 0), first_at[f.match])
     for p in sorted(set(expected) | set(final.balances)):
         if final.balances.get(p, 0) != expected.get(p, 0):
             out.append(Finding("ledger_mismatches", None, f"{p}: balance {final.balances.get(p, 0)}, "
@@ -317,8 +321,8 @@ def stall_s_max(ack_times: Iterable[int], start_ms: int, end_ms: int) -> float:
 
 def by_fault(report: Report, history: History, after_heal_ms: int = 10_000) -> dict[str, dict[str, Any]]:
     """The report's counters per fault kind: each acknowledgement and finding goes to the fault
-    nearest in time (a finding without a time to none: it counts in :meth:`Report.summary`
-    only); ``faults`` counts them, and ``stall_s_max`` is the longest time without an
+    nearest in time (every finding of a match to the fault nearest its first finding; a finding
+    without a time to none: it counts in :meth:`Report.summary` only); ``faults`` counts them, and ``stall_s_max`` is the longest time without an
     acknowledgement from a fault's start to ``after_heal_ms`` after its heal."""
     faults = history.faults
     out: dict[str, dict[str, Any]] = {}
@@ -334,7 +338,12 @@ def by_fault(report: Report, history: History, after_heal_ms: int = 10_000) -> d
         acked[(a.match, a.command_id)] = min(acked.get((a.match, a.command_id), a.at_ms), a.at_ms)
     for at in acked.values():
         out[faults[_nearest(faults, at)].kind]["acked"] += 1
+    first: dict[str, int] = {}  # a match's findings all go with its first one: the cause comes first
     for finding in report.findings:
-        if finding.at_ms is not None:
-            out[faults[_nearest(faults, finding.at_ms)].kind][finding.rule] += 1
+        if finding.match is not None and finding.at_ms is not None:
+            first[finding.match] = min(first.get(finding.match, finding.at_ms), finding.at_ms)
+    for finding in report.findings:
+        at = first.get(finding.match, finding.at_ms) if finding.match is not None else finding.at_ms
+        if at is not None:
+            out[faults[_nearest(faults, at)].kind][finding.rule] += 1
     return out

@@ -292,7 +292,10 @@ class WsPlayer:
         """One connection; True when the player is done (stopped after a match)."""
         q = self.url()
         ws = await Client.connect(q, self.stack.token(self.name), self.name,
-                                  version=self.version if self.match and self.version else None)
+                                  # the version of the match under way only: ``?version=`` names no
+                                  # match, and the lobby may have seated the player at the next one
+                                  version=self.version if self.match and self.version and self.idle_since is None
+                                  else None)
         import websockets
 
         from tests.gateway_support import schema_problem
