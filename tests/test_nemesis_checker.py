@@ -119,7 +119,8 @@ def test_redacted_fields_are_not_compared():
 
 def test_a_skipped_version_is_a_gap():
     h, f = clean()
-    del h.reads[2]  # version 7 never read: 8 comes after 6
+    del h.reads[2]  # version 7 never read: 8 comes after 6 (and no redelivery of it)
+    del h.reads[-1]
     assert counts(h, f) == {"version_gaps": 1}
 
 
@@ -248,3 +249,10 @@ def test_a_matchs_later_findings_go_with_the_fault_of_its_first():
     rows = by_fault(check(h, f, LIMITS), h)
     assert rows["kill_master"]["ledger_mismatches"] == 3 and rows["kill_master"]["acked_lost"] == 1
     assert rows["lose_master"]["ledger_mismatches"] == 0
+
+
+def test_a_redelivery_that_fills_a_gap_late_leaves_none():
+    h, f = clean()
+    seven = h.reads.pop(2)
+    h.reads.append(dataclasses.replace(seven, duplicate=True, at_ms=T0 + 2_000))  # 7 after 8, 10: a redelivery
+    assert counts(h, f) == {}

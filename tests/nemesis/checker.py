@@ -191,9 +191,9 @@ def check(history: History, final: Final, limits: Limits) -> Report:
             out.append(Finding("acked_lost", match, f"acknowledged {cid!r} is not in the log", at))
     for (match, cid), seqs in sorted(by_command.items()):
         if _runs(sorted(seqs)) > 1:
-            when = int(log[match][sorted(seqs)[-1] - 1].get("ts", 0)) or None
+            again = int(log[match][sorted(seqs)[-1] - 1].get("ts", 0)) or None
             out.append(Finding("duplicates_applied", match, f"{cid!r} applied more than once: seqs {sorted(seqs)}",
-                               when))
+                               again))
 
     # updates read: in the log at the same version with the same content
     for r in history.reads:
@@ -214,23 +214,34 @@ def check(history: History, final: Final, limits: Limits) -> Report:
         if bad is not None:
             out.append(Finding("updates_not_in_store", r.match, bad, r.at_ms))
 
-    # each player's versions of a match: no gap, never back (redeliveries aside)
+    # each player's versions of a match: never back (redeliveries aside), and no version skipped
+    # in the end (a redelivery may fill a gap late; a view covers every version up to its own)
     last: dict[tuple[str, str], int] = {}
+    covered: dict[tuple[str, str], set[int]] = {}
+    reads_of: dict[tuple[str, str], list[Read]] = {}
     for r in history.reads:
+        key = (r.player, r.match)
+        reads_of.setdefault(key, []).append(r)
+        first = r.version - len(r.events) + 1 if r.events else r.version
+        got = covered.setdefault(key, set())
+        got.update(range(1 if r.view else first, r.version + 1))
         if r.duplicate:
             continue
-        key = (r.player, r.match)
         prev = last.get(key)
-        if prev is not None:
-            first = r.version - len(r.events) + 1 if r.events else r.version
-            if r.version < prev:
-                out.append(Finding("version_backwards", r.match, f"{r.player}: version {r.version} after {prev}",
-                                   r.at_ms))
-            elif first > prev + 1 and not r.view:
-                out.append(Finding("version_gaps", r.match,
-                                   f"{r.player}: versions {prev + 1}..{first - 1} never read (then {r.version})",
-                                   r.at_ms))
+        if prev is not None and r.version < prev:
+            out.append(Finding("version_backwards", r.match, f"{r.player}: version {r.version} after {prev}",
+                               r.at_ms))
         last[key] = max(r.version, prev or 0)
+    for key, got in covered.items():
+        player, match = key
+        missing = sorted(set(range(min(got), max(got) + 1)) - got)
+        runs = [v for i, v in enumerate(missing) if i == 0 or v != missing[i - 1] + 1]
+        for start in runs:
+            upto = start
+            while upto + 1 in missing:
+                upto += 1
+            after = next((r.at_ms for r in reads_of[key] if r.version > upto), None)
+            out.append(Finding("version_gaps", match, f"{player}: versions {start}..{upto} never read", after))
 
     # every match live at a heal ends within the bound after it
     bound = limits.end_bound_ms
@@ -271,14 +282,14 @@ def check(history: History, final: Final, limits: Limits) -> Report:
     # a balance off goes with the latest match of the player's found above (else it has no time:
     # a settlement booked twice, counted in the totals only)
     first_at: dict[str, int] = {}  # each match's first finding so far (the cause comes first)
-    for f in out:
-        if f.match is not None and f.at_ms is not None:
-            first_at[f.match] = min(first_at.get(f.match, f.at_ms), f.at_ms)
+    for fd in out:
+        if fd.match is not None and fd.at_ms is not None:
+            first_at[fd.match] = min(first_at.get(fd.match, fd.at_ms), fd.at_ms)
     when: dict[str, int] = {}
-    for f in list(out):
-        if f.rule == "ledger_mismatches" and f.match is not None and f.match in first_at:
-            for p in {**final.booked.get(f.match, {}), **final.settled.get(f.match, {})}:
-                when[p] = max(when.get(p, 0), first_at[f.match])
+    for fd in list(out):
+        if fd.rule == "ledger_mismatches" and fd.match is not None and fd.match in first_at:
+            for p in {**final.booked.get(fd.match, {}), **final.settled.get(fd.match, {})}:
+                when[p] = max(when.get(p, 0), first_at[fd.match])
     for p in sorted(set(expected) | set(final.balances)):
         if final.balances.get(p, 0) != expected.get(p, 0):
             out.append(Finding("ledger_mismatches", None, f"{p}: balance {final.balances.get(p, 0)}, "
@@ -343,7 +354,7 @@ def by_fault(report: Report, history: History, after_heal_ms: int = 10_000) -> d
         if finding.match is not None and finding.at_ms is not None:
             first[finding.match] = min(first.get(finding.match, finding.at_ms), finding.at_ms)
     for finding in report.findings:
-        at = first.get(finding.match, finding.at_ms) if finding.match is not None else finding.at_ms
-        if at is not None:
-            out[faults[_nearest(faults, at)].kind][finding.rule] += 1
+        when = first.get(finding.match, finding.at_ms) if finding.match is not None else finding.at_ms
+        if when is not None:
+            out[faults[_nearest(faults, when)].kind][finding.rule] += 1
     return out

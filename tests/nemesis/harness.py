@@ -637,7 +637,9 @@ class Nemesis:
                     "client_errors": len(self.rec.errors), "client_error_samples": self.rec.errors[:10],
                     "schema_problems": list(self.rec.schema_problems.values())[:5],
                     "notes": self.notes, "findings": _samples(report.findings),
-                    "seconds": round(time.monotonic() - t0, 1), "replica_acks": self.cfg.replica_acks, "replica_acks_in_force": in_force,
+                    "seconds": round(time.monotonic() - t0, 1), "replica_acks": self.cfg.replica_acks,
+                    # serve's gauge; a build without it runs the flag given, else its default 0
+                    "replica_acks_in_force": in_force if in_force is not None else (self.cfg.replica_acks or 0),
                     "replicas_per_master": self.cfg.replicas, "masters": self.cfg.masters,
                     "run_id": uuid.uuid4().hex[:8]}
         finally:
