@@ -48,12 +48,10 @@ MASTER_MAY_LOSE = ("a master that dies or stops may take acknowledged writes not
 #: the master faults: on replica acks 0 the data promise holds only by luck
 MASTER_FAULTS = ("kill_master", "stop_master", "lose_master")
 
-#: measured on main b6ca468, not in every run (0 or 1 per fault): the turn clock runs on while the
-#: player's update is held up (a paused master, a killed gateway) and charges a timeout; an
-#: update whose events were stored is never published when its master dies right after the append
-#: (the inbox clients then skip versions)
-PLAYER_REASON = ("main's clocks do not pause during outages, and an update lost with its master is not "
-                 "published again: found in some runs only (issue 35 §4)")
+#: measured on main b6ca468, not in every run (0 to 3 per fault, every kind): the turn clock runs
+#: on while the player's update is held up (a paused master, a killed gateway, a lost lease) and
+#: charges a timeout for a turn whose update came after its deadline or never
+PLAYER_REASON = "main's clocks do not pause during outages: found in some runs only (issue 35 §4)"
 
 
 def _run() -> dict[str, Any]:
