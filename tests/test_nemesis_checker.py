@@ -256,3 +256,18 @@ def test_a_redelivery_that_fills_a_gap_late_leaves_none():
     seven = h.reads.pop(2)
     h.reads.append(dataclasses.replace(seven, duplicate=True, at_ms=T0 + 2_000))  # 7 after 8, 10: a redelivery
     assert counts(h, f) == {}
+
+
+def test_without_root_or_nft_the_nemesis_says_why(monkeypatch):
+    import shutil
+
+    from tests.nemesis import netns
+
+    real_which = shutil.which
+    monkeypatch.setattr(netns.shutil, "which", lambda t: None if t == "nft" else real_which(t) or f"/usr/sbin/{t}")
+    assert "nftables" in (netns.unavailable() or "")
+    monkeypatch.setattr(netns.shutil, "which", lambda t: f"/usr/sbin/{t}")
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    assert "root" in (netns.unavailable() or "")
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 0)
+    assert netns.unavailable() is None
