@@ -175,10 +175,12 @@ def check(history: History, final: Final, limits: Limits) -> Report:
 
     # acknowledged commands: in the log, exactly once
     acked: dict[tuple[str, str], int] = {}
+    kinds: dict[tuple[str, str], set[str]] = {}
     for a in history.acks:
         report.ack_times.append(a.at_ms)
         key = (a.match, a.command_id)
         acked[key] = min(acked.get(key, a.at_ms), a.at_ms)
+        kinds.setdefault(key, set()).add(a.kind)
     report.acked = len(acked)
     by_command: dict[tuple[str, str], list[int]] = {}
     for match, events in log.items():
@@ -188,7 +190,8 @@ def check(history: History, final: Final, limits: Limits) -> Report:
                 by_command.setdefault((match, cid), []).append(int(e["seq"]))
     for (match, cid), at in sorted(acked.items()):
         if (match, cid) not in by_command and cid not in final.recorded.get(match, set()):
-            out.append(Finding("acked_lost", match, f"acknowledged {cid!r} is not in the log", at))
+            out.append(Finding("acked_lost", match, f"acknowledged {cid!r} ({', '.join(sorted(kinds[(match, cid)]))}) "
+                               "is not in the log", at))
     for (match, cid), seqs in sorted(by_command.items()):
         if _runs(sorted(seqs)) > 1:
             again = int(log[match][sorted(seqs)[-1] - 1].get("ts", 0)) or None
