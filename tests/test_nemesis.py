@@ -36,8 +36,8 @@ PLAYER = ("version_gaps", "outage_timeouts_charged")
 
 #: measured on main b6ca468, the defaults (no replica acks), in each of 4 runs: a master cut off
 #: from the others with clients still writing to it keeps acknowledging writes that its promoted
-#: replica never had (479, 177, 137 acknowledged commands lost; 927, 335, 265 updates read that
-#: the log does not hold; ledger entries for matches the log leaves unfinished)
+#: replica never had (479, 177, 137, 136 acknowledged commands lost; 927, 335, 265, 258 updates
+#: read that the log does not hold; ledger entries for matches the log leaves unfinished)
 PARTITION_LOSES = ("partition_master: acknowledged writes on the isolated master are lost at the heal "
                    "(replica acks 0: nothing waits for a replica)")
 #: measured on main b6ca468, the defaults, in 1 of 4 runs: a SIGKILLed master had acknowledged
