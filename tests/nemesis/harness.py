@@ -304,9 +304,9 @@ class WsPlayer:
             while True:
                 if self.pending is not None and time.monotonic() - self.pending[2] > 10:
                     await self._send(ws, self.pending[1])  # the same command id again
+                if self.stop.is_set() and (self.brief or {}).get("phase") != "playing":
+                    return True  # between matches, or seated at one not dealt: its ready clock ends it
                 if self.idle_since is not None:
-                    if self.stop.is_set():
-                        return True
                     if time.monotonic() - self.idle_since > 5:  # not seated again by the lobby: join
                         self.idle_since = time.monotonic()
                         await ws.send({"type": "Join", "room": ROOM})
@@ -332,7 +332,9 @@ class WsPlayer:
                     self._update(m)
                     await self._act(ws)
                     phase = (m.get("brief") or {}).get("phase")
-                    if phase in ("finished", "abandoned") and m["match"] == self.match and self.idle_since is None:
+                    ended = phase in ("finished", "abandoned") or any(
+                        e.get("type") in ("MatchFinished", "MatchAbandoned") for e in m.get("events") or ())
+                    if ended and m["match"] == self.match and self.idle_since is None:
                         self.matches += 1
                         self.pending = None
                         self.idle_since = time.monotonic()
