@@ -358,10 +358,6 @@ class WsPlayer:
                 await asyncio.sleep(0.5)
 
 
-def _log_dir_tail(path: Path, chars: int = 1500) -> str:
-    return path.read_text(errors="replace")[-chars:] if path.exists() else ""
-
-
 class Nemesis:
     """The stack, the clients and the faults of one run (:meth:`run`)."""
 
