@@ -40,9 +40,9 @@ PLAYER = ("version_gaps", "outage_timeouts_charged")
 #: read that the log does not hold; ledger entries for matches the log leaves unfinished)
 PARTITION_LOSES = ("partition_master: acknowledged writes on the isolated master are lost at the heal "
                    "(replica acks 0: nothing waits for a replica)")
-#: measured on main b6ca468, the defaults, in 1 of 4 runs: a SIGKILLed master had acknowledged
-#: writes its replica did not have yet (6 commands lost, 20 updates read then rewritten); a
-#: stopped or lost master is the same race, not met in those runs
+#: measured on main b6ca468, the defaults: a SIGKILLed master had acknowledged writes its replica
+#: did not have yet in 1 of 5 short runs (6 commands lost, 20 updates read then rewritten), a
+#: SIGSTOPped one once in 10 stops (1 command); a lost master is the same race, not met yet
 MASTER_MAY_LOSE = ("a master that dies or stops may take acknowledged writes not yet replicated with it "
                    "(replica acks 0): found in some runs only")
 #: the master faults: on replica acks 0 the data promise holds only by luck
