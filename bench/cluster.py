@@ -240,6 +240,9 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
         tmp: Path, tag: str, watch: bool = False) -> dict[str, Any]:
     """The stack on ``store_url``, the load, the figures; with ``watch``, only the slot shares
     (``MONITOR`` on ``store_url``, a single node, during the load)."""
+    # every process of the run waits for the same replicas (the default would be 1 on a
+    # Cluster whose masters have replicas, 0 on the single-node baseline: issue 35 §3)
+    os.environ["SK_REPLICA_ACKS"] = str(args.replica_acks)
     stack = start_stack(store_url, broker_url, tmp, {"bench": {"trustee_delay_seconds": 0.0}})
     try:
         stack.procs[0].terminate()  # start_stack's own serve: replaced by ours (with metrics)
@@ -381,7 +384,8 @@ def main() -> int:
     ap.add_argument("--matches", type=int, default=40, help="simulate matches per run")
     ap.add_argument("-c", "--concurrency", type=int, default=8, help="simulate clients")
     ap.add_argument("--ws-pairs", type=int, default=2, help="pairs of WebSocket players through the gateway")
-    ap.add_argument("--replica-acks", type=int, default=0, help="serve --replica-acks")
+    ap.add_argument("--replica-acks", type=int, default=0,
+                    help="serve --replica-acks, and SK_REPLICA_ACKS for the workers and the gateway")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-slot-shares", dest="slot_shares", action="store_false",

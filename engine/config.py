@@ -154,6 +154,14 @@ class RoomConfig(_Strict):
     reclaim_after_reconnect: bool = False
     reconnect_grace_seconds: float = Field(10.0, ge=0, le=3600, description="gateway: a dropped socket becomes "
                                            "a Disconnect (R-13.4) only after this long without a reconnect")
+    #: the lobby's leave cooldown (engine/lobby/decide.py): a player who leaves a table before
+    #: its deal may Join again only after this long, doubled for each such leave in a row ...
+    leave_cooldown_seconds: float = Field(5.0, ge=0, le=3600, description="lobby: a player who leaves a table "
+                                          "before its deal may Join again only after this long, doubled for "
+                                          "each such leave in a row (0: no cooldown)")
+    #: ... up to this long
+    leave_cooldown_max_seconds: float = Field(300.0, ge=0, le=86400, description="lobby: the longest leave "
+                                              "cooldown (the doubling stops here)")
     cap_loss_at_balance: bool = False
     #: fixed-hand Deal commands allowed on the operator channel (test rooms only; off in
     #: the shipped configs; run-script and the tests deal through the engine's own path)
@@ -218,6 +226,9 @@ class RoomConfig(_Strict):
         _bound(p, "trustee_delay_seconds", self.trustee_delay_seconds, *TRUSTEE_DELAY_SECONDS, " s")
         _bound(p, "timeouts_before_trustee", self.timeouts_before_trustee, 1, MAX_TIMEOUTS_BEFORE_TRUSTEE)
         _bound(p, "escape_penalty_multiple", self.escape_penalty_multiple, 0, MAX_ESCAPE_MULTIPLE)
+        if self.leave_cooldown_max_seconds < self.leave_cooldown_seconds:
+            p.append(("leave_cooldown_max_seconds", f"must not be below leave_cooldown_seconds "
+                                                    f"({self.leave_cooldown_max_seconds} < {self.leave_cooldown_seconds})"))
         if len(self.name) > 100:
             p.append(("name", f"at most 100 characters, got {len(self.name)}"))
         if len(self.levels) > MAX_LEVELS:

@@ -56,7 +56,7 @@ class GatewaySettings:
     edge: EdgePolicy = EdgePolicy()  # headers, frame ancestors, allowed Origins (gateway/headers.py)
     limits: Limits = Limits()  # sizes and rates per client (gateway/limits.py)
     allow_live_replay: bool = False  # dangerous: the replay viewer shows matches being played
-    replica_acks: int = 0  # SK_REPLICA_ACKS: the lobby's transitions wait for N replicas (issue 24 §4)
+    replica_acks: int = 0  # the lobby's transitions wait for N replicas (SK_REPLICA_ACKS or the topology; issue 35 §3)
     #: --ws-compression: offer permessage-deflate (RFC 7692) to the clients that ask for it.
     #: Off by default: our frames are small, and per socket it costs a deflate and an inflate
     #: context (memory) and CPU on both ends for every frame (docs/CAPACITY.md)
@@ -114,6 +114,8 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
         lobby_client = redis_client(settings.lobby_redis_url, LOBBY_REDIS_CONNECTIONS, name, "--lobby-redis")
     lobby = Lobby(lobby_client, settings.rooms, settings.gateway_id, player_redis=client,
                   replica_acks=settings.replica_acks)
+    metrics.replica_acks.set(settings.replica_acks)
+    lobby.acks.on_wait = metrics.replica_wait
     reader = None if redis is not None else redis_client(settings.redis_url, READER_CONNECTIONS, name, hot=True)
     hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
               gateway_id=settings.gateway_id, metrics=metrics, limits=settings.limits, reader_redis=reader)

@@ -84,7 +84,7 @@ class Guard:
         self.conn.identity = new
         self.start()
         await self.conn.send(protocol.welcome(new.player, new.role, new.room, self.conn.hub.gateway_id,
-                                              new.expires_at, new.name, renewed=True))
+                                              new.expires_at, new.name, renewed=True, limits=self.limits))
 
     # -- rates ------------------------------------------------------------------------------
     async def admit(self, message_type: str, command_id: str | None) -> bool:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.store.redis_errors import is_transient
 from engine.store.replicas import AsyncReplicaAcks
 from gateway import channels, outbox
 from gateway.rooms import RoomBook
@@ -76,6 +77,10 @@ MISSED_END_UPDATES = 5  # the newest updates of a match looked at for its end
 ROOMS_REFRESH_S = 2.0  # how often the lobby reads the room registry again
 #: how often a table whose players are all away is looked at (its match may end unseen)
 AWAY_CHECK_MS = 2_000
+#: a gateway that stopped heartbeating is gone after this long (gateway/session.py's
+#: HEARTBEAT_SLACK_MS): after an outage of the lobby's Redis, no reconnect grace ends before
+#: every gateway had this long, plus the longest grace, to push its players' presence again
+RESUME_SLACK_MS = 3_000
 
 PENDING = f"{P}pending"
 PRESENCE = f"{P}presence"
@@ -466,22 +471,43 @@ class Lobby:
             await self._after_removal(table.match, out[1:], {table.escaped}, leave=False)
         return True
 
+    def resume_after_outage_ms(self) -> int:
+        """How long after the lobby's Redis answers again no reconnect grace ends: the longest
+        grace of the rooms plus :data:`RESUME_SLACK_MS` (issue 35 §4: a player cut off by the
+        outage gets a whole grace from its end)."""
+        graces = [cfg.reconnect_grace_seconds for name in self.rooms.names()
+                  if (cfg := self.rooms.get(name)) is not None]
+        return int(1000 * max(graces, default=10.0)) + RESUME_SLACK_MS
+
     async def run(self, stop: asyncio.Event, interval_s: float = 0.2) -> None:
-        """Claim due table work (any gateway's, after a crash) and absent players' grace ends."""
+        """Claim due table work (any gateway's, after a crash) and absent players' grace ends.
+
+        After a failed sweep (the lobby's Redis away) the grace ends wait
+        :meth:`resume_after_outage_ms` from the first sweep that works again: the presence
+        the gateways could not push meanwhile is pushed again first."""
         await self.replies.start()
         reader = asyncio.get_running_loop().create_task(self.replies.run(stop))
         rooms = asyncio.get_running_loop().create_task(self._rooms_loop(stop))
+        outage = False
+        absent_from = 0.0  # time.monotonic(): no grace ends before it
         try:
             while not stop.is_set():
                 try:
                     for t in [_s(x) for x in await self._call("claim", self.lease_ms, 20)]:
                         self._spawn_drive(t)
-                    await self._absent()
+                    if outage:
+                        outage = False
+                        absent_from = time.monotonic() + self.resume_after_outage_ms() / 1000
+                        log.info("lobby: Redis answers again; reconnect graces resume in %d ms",
+                                 self.resume_after_outage_ms())
+                    if time.monotonic() >= absent_from:
+                        await self._absent()
                     if self.on_sweep is not None:
                         await self.on_sweep()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
+                    outage = outage or is_transient(exc)
                     log.warning("lobby sweep failed: %s", exc)
                 try:
                     await asyncio.wait_for(stop.wait(), interval_s)

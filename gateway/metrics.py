@@ -10,6 +10,8 @@
 ``shuangkou_gateway_refusals_total{reason}``                 counter    the edge's refusals (:data:`REFUSALS`)
 ``shuangkou_gateway_lobby_queue_length{room}``               gauge      players waiting in a room's queue
                                                                         (read from the lobby at each scrape)
+``shuangkou_replica_acks``                                   gauge      replicas a lobby transition waits for
+``shuangkou_replica_waits_total{result}``                    counter    the lobby's WAITs (ok/noreplicas)
 ==========================================================  =========  ===============================
 
 Labels are bounded: message types and kinds are the protocol's (anything else is
@@ -61,6 +63,14 @@ class GatewayMetrics:
             self.refusals.labels(reason)
         self.lobby_queue = Gauge("shuangkou_gateway_lobby_queue_length",
                                  "Players waiting in a room's lobby queue (read at scrape time)", ["room"], registry=r)
+        self.replica_acks = Gauge("shuangkou_replica_acks",
+                                  "Replicas each lobby transition waits for (WAIT; SK_REPLICA_ACKS, issue 35 §3)",
+                                  registry=r)
+        self.replica_waits = Counter("shuangkou_replica_waits_total",
+                                     "The lobby's WAITs for replica acknowledgements, by result (ok/noreplicas)",
+                                     ["result"], registry=r)
+        for result in ("ok", "noreplicas"):
+            self.replica_waits.labels(result)
         for role in ROLES:  # every series exists at zero
             self.connections.labels(role)
         for t in sorted(CLIENT_TYPES):
@@ -72,6 +82,10 @@ class GatewayMetrics:
         self._in = {t: self.messages_in.labels(t) for t in (*sorted(CLIENT_TYPES), "other")}
         for reason in AUTH_REASONS:
             self.auth_failures.labels(reason)
+
+    def replica_wait(self, result: str, _seconds: float) -> None:
+        """One WAIT of the lobby (engine/store/replicas.py's ``on_wait``)."""
+        self.replica_waits.labels("noreplicas" if result == "noreplicas" else "ok").inc()
 
     def message_in(self, mtype: str) -> None:
         self._in.get(mtype, self._in["other"]).inc()

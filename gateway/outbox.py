@@ -13,7 +13,7 @@ from typing import Any
 
 import msgpack
 
-from engine.service.publish import expand_brief, expand_events
+from engine.service.publish import expand_brief, expand_events, expand_view
 from engine.store import keys
 
 SCAN_LIMIT = 1000  # entries looked at when searching a stream backwards (it is capped anyway)
@@ -77,6 +77,8 @@ def parse_entry(entry_id: Any, fields: dict) -> OutEntry:
             body.pop("ts", None)
         if isinstance(body.get("brief"), list) and version not in (None, b"", ""):
             body["brief"] = expand_brief(body["brief"], int(version))
+        if "view" in body:  # its history stored compact (engine.service.publish.compact_view)
+            body["view"] = expand_view(body["view"])
     return OutEntry(id=_s(entry_id), kind=_s(f.get("kind")), match=_s(f.get("match")),
                     command_id=_s(f.get("command_id")),
                     version=int(version) if version not in (None, b"", "") else None,

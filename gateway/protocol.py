@@ -230,6 +230,16 @@ def rejected(command_id: str | None, code: str, reason: str, view: dict[str, Any
             "match": match}
 
 
+def ack(command_id: str) -> dict[str, Any]:
+    """The answer to a command the engine accepted with no change (a Ready from a player already
+    ready, or after the deal: docs/PROTOCOL.md §8).
+
+    >>> ack("r1")
+    {'kind': 'ack', 'command_id': 'r1'}
+    """
+    return {"kind": "ack", "command_id": command_id}
+
+
 def lobby(state: str, room: str | None, table: str | None = None, match: str | None = None,
           reason: str | None = None, bot_level: str | None = None) -> dict[str, Any]:
     """Where the player is; ``bot_level``: the level of a bot opponent at the table
@@ -244,9 +254,15 @@ def settled(match: str, scores: dict[str, int], breakdown: dict[str, Any],
 
 
 def welcome(player: str, role: str, room: str | None, gateway: str, expires_at: int | None = None,
-            name: str | None = None, renewed: bool = False) -> dict[str, Any]:
+            name: str | None = None, renewed: bool = False, limits: Any = None) -> dict[str, Any]:
     """The token was accepted (``renewed``: a renewal on an open socket); the socket closes 4401
     at ``expires_at`` (the token's exp, seconds since the epoch) unless renewed before.
-    ``name``: the token's display name (gateway/names.py), None without one."""
+    ``name``: the token's display name (gateway/names.py), None without one.  ``limits``
+    (:class:`gateway.limits.Limits`, the defaults when None): the rates in force, ``rate``
+    messages a second with a ``burst``, ``sync_rate`` Syncs a second, so a client paces itself."""
+    from gateway.limits import Limits
+
+    lim = limits if limits is not None else Limits()
     return {"kind": "welcome", "player": player, "role": role, "room": room, "gateway": gateway, "name": name,
-            "expires_at": expires_at, "renewed": renewed}
+            "expires_at": expires_at, "renewed": renewed, "rate": lim.rate, "burst": lim.burst,
+            "sync_rate": lim.sync_rate}

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from engine.store import keys
 from gateway import channels, outbox, protocol
 from gateway.lobby import acts_on
-from gateway.spectate import spectator_event, spectator_view
+from gateway.spectate import spectator_brief, spectator_event, spectator_view
 
 log = logging.getLogger("shuangkou.gateway")
 
@@ -205,6 +205,11 @@ class Resync:
                 conn.answered(e.command_id)
                 await conn.send(protocol.rejected(client_id, e.code or "rejected", e.reason or "", e.view,
                                                   e.match or None))
+        elif e.kind == "ack" and conn.is_player:  # a Ready that changed nothing (docs/PROTOCOL.md §8)
+            client_id = channels.client_command_id(conn.player, e.command_id)
+            if client_id is not None:
+                conn.answered(e.command_id)
+                await conn.send(protocol.ack(client_id))
         elif e.kind == "rejected" and conn.is_player:
             client_id = channels.client_command_id(conn.player, e.command_id)
             if client_id is None:
@@ -320,7 +325,7 @@ class Resync:
                                             channels.client_command_id(conn.player, e.command_id), e.brief))
         else:
             await conn.send(protocol.update(e.match, int(e.version or 0), [spectator_event(x) for x in e.events],
-                                            spectator_view(e.view), brief=e.brief))
+                                            spectator_view(e.view), brief=spectator_brief(e.brief)))
 
     async def _close_gap(self, match: str) -> None:
         """A gap that does not fill in ``gap_wait_s``: resync from the current view."""

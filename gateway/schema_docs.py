@@ -134,6 +134,12 @@ BY_OWNER: dict[tuple[str, str], str] = {
     ("event_HandDealt", "client_seeds"): "the client seeds of seats 0 and 1 the deal was computed from; null "
                                          "before fair deals",
     ("event_PlayerReady", "client_seed"): "the player's entropy for the fair deal; null before fair deals",
+    ("event_ClockExtended", "kind"): "which clock moved: turn (R-13.1) or ready (R-13.2)",
+    ("event_ClockExtended", "by_ms"): "how many milliseconds later the clock now runs out (the deadline in the "
+                                      "view and the brief moved by this much)",
+    ("event_ClockExtended", "reason"): "unpublished: the update that started the clock reached the player late; "
+                                       "unconfirmed: the match's writes could not be confirmed on the replicas "
+                                       "(issue 35 §4)",
     ("view.result", "reason"): "out: the winner played their last card; escape: the loser escaped",
     ("view.deadline", "kind"): "which clock: turn (R-13.1), trustee (the trustee's delay, R-13.3), ready (R-13.2)",
     ("view.deadline", "version"): "the version the clock was set at",
@@ -149,12 +155,31 @@ BY_OWNER: dict[tuple[str, str], str] = {
     ("view.contribution", "xiang"): "the player's effective xiang so far (R-8.3); 0 without a bomb",
     ("view.result", "cards_left"): "cards each player held at the finish",
     ("brief", "version"): "the match version this brief is of (the update's version)",
+    ("brief", "hand"): "your own hand: card ids in rank order (the engine's, as view.hand.ids); null for a "
+                       "spectator",
+    ("brief", "trick_plays"): "the plays of the current trick, oldest first (the last is last_play); empty when "
+                              "the player on turn leads",
+    ("brief.trick_plays", "player"): "who played it",
+    ("brief.trick_plays", "cards"): "the cards played, as ids",
+    ("brief.trick_plays", "reading"): "what combination they were played as (short: kind, rank, xiang)",
+    ("view", "history"): "every play of the match so far, oldest first (a trick ends with the other player's pass, "
+                         "R-6.2)",
+    ("view.history", "trick"): "the trick it was played in (the brief's trick while it ran)",
+    ("view.history", "player"): "who played it",
+    ("view.history", "cards"): "the cards played, as ids",
+    ("view.history", "reading"): "what combination they were played as (short: kind, rank, xiang)",
+    ("play_reading", "rank"): "the top rank's label (the highest rank of a run or chain)",
+    ("play_reading", "xiang"): "a bomb's xiang (R-3.7-R-3.10); null for other plays",
     ("brief", "cards_left"): "each seated player's card count, by player id",
     ("update", "version"): "the match version after this update (strictly grows within a match)",
     ("update", "command_id"): "your command_id when your command caused this update, else null; the events "
                               "carry the same",
     ("update", "match"): "the match this update is of",
     ("rejected", "command_id"): "the command_id of your refused command",
+    ("ack", "command_id"): "the command_id of your command that changed nothing",
+    ("welcome", "rate"): "messages a second this socket may send (the gateway's --rate): pace below it",
+    ("welcome", "burst"): "how many messages may come at once above the rate (--burst)",
+    ("welcome", "sync_rate"): "Syncs a second that reach the engine (--sync-rate); more are refused rate_limited",
     ("rejected", "reason"): "why, in English, for a person",
     ("rejected", "view"): "your current view of the match, when there is one: decide again on it",
     ("rejected", "match"): "the match the command was for, when known",

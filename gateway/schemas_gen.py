@@ -123,6 +123,26 @@ def combo_reading_schema() -> dict[str, Any]:
     }, title="A reading: what combination the cards were played as")
 
 
+def play_reading_schema() -> dict[str, Any]:
+    """The short reading of a play in ``view.history`` and ``brief.trick_plays``
+    (``projections.views.play_reading``)."""
+    from engine.rules.cards import RANK_LABELS
+    from engine.rules.combo import Kind
+
+    return _obj({
+        "kind": {"enum": list(get_args(Kind)), "description": "the combination (docs/PROTOCOL.md \"Readings\")"},
+        "rank": {"enum": list(RANK_LABELS)}, "xiang": {"type": ["integer", "null"]},
+    }, title="A play's short reading: its kind, top rank and xiang (null unless a bomb)")
+
+
+def _play(with_trick: bool) -> dict[str, Any]:
+    props: dict[str, Any] = {"player": {"type": "string"}, "cards": {"type": "array", "items": _CARD, "minItems": 1},
+                             "reading": {"$ref": "#/$defs/play_reading"}}
+    if with_trick:
+        props = {"trick": _NAT, **props}
+    return _obj(props)
+
+
 def client_schema() -> dict[str, Any]:
     from gateway.protocol import ClientMessage
 
@@ -221,13 +241,17 @@ def view_schema() -> dict[str, Any]:
             "kou": {"enum": ["flat", "single", "double", "escape"]},
             "reason": {"enum": ["out", "escape"]},
             "cards_left": {"type": "object", "additionalProperties": _NAT}})),
+        "history": {"type": "array", "items": _play(True)},
     }
-    required = sorted(k for k in props if k != "opponent")
+    # a view from an engine before the history (issue 36) has none
+    required = sorted(k for k in props if k not in ("opponent", "history"))
     out = {"$schema": DRAFT, "$id": "view.json",
            "title": "A player's view of a match (a spectator's: you null, hand null, no opponent key)",
-           **_obj(props, required), "$defs": {"reading": combo_reading_schema()}}
+           **_obj(props, required), "$defs": {"reading": combo_reading_schema(),
+                                              "play_reading": play_reading_schema()}}
     _describe(out, "view")
     _describe(out["$defs"]["reading"], "reading")
+    _describe(out["$defs"]["play_reading"], "play_reading")
     return out
 
 
@@ -239,6 +263,8 @@ def brief_schema() -> dict[str, Any]:
                                      "reading": {"$ref": "#/$defs/reading"}})),
         "deadline_ms": {"type": ["integer", "null"]},
         "cards_left": {"type": "object", "additionalProperties": _NAT},
+        "hand": _nullable({"type": "array", "items": _CARD}),
+        "trick_plays": {"type": "array", "items": _play(False)},
     }, title="What the table shows now: render from the newest brief without folding events")
     _describe(out, "brief")
     return out
@@ -283,6 +309,7 @@ def breakdown_schema() -> dict[str, Any]:
 def rejection_codes() -> list[str]:
     """Every code a ``rejected`` may carry: the engine's (each :class:`Rejected`'s ``code``),
     the gateway's (:data:`gateway.protocol.GATEWAY_CODES`) and ``internal_error``."""
+    import engine.lobby.errors  # noqa: F401 - the lobby's codes are in the hierarchy whatever was imported
     from engine.match.errors import Rejected
     from engine.service.publish import INTERNAL_ERROR
     from gateway.protocol import GATEWAY_CODES
@@ -302,7 +329,9 @@ def server_schema() -> dict[str, Any]:
     defs: dict[str, Any] = dict(events.pop("$defs"))
     events.pop("$schema"), events.pop("$id"), events.pop("title")
     defs["event"] = events
-    defs["reading"] = view.pop("$defs")["reading"]
+    view_defs = view.pop("$defs")
+    defs["reading"] = view_defs["reading"]
+    defs["play_reading"] = view_defs["play_reading"]
     view.pop("$schema"), view.pop("$id")
     defs["view"] = view
     defs["brief"] = brief_schema()
@@ -337,18 +366,25 @@ def server_schema() -> dict[str, Any]:
         "player": {"type": "string"}, "role": {"enum": ["player", "spectator", "operator"]},
         "room": _NULLABLE_STR, "gateway": {"type": "string"},
         "name": {**_NULLABLE_STR, "description": "the token's display name (1-24 characters), null without one"},
-        "expires_at": _INT, "renewed": {"type": "boolean"}},
+        "expires_at": _INT, "renewed": {"type": "boolean"},
+        "rate": {"type": "number", "exclusiveMinimum": 0}, "burst": {"type": "integer", "minimum": 1},
+        "sync_rate": {"type": "number", "exclusiveMinimum": 0}},
         "The token was accepted (renewed: a renewal Auth on an open socket); the socket closes 4401 at expires_at "
         "(the token's exp, seconds since the epoch) unless renewed before")
+    defs["ack"] = msg("ack", {"command_id": {"type": "string"}},
+                      "Your command was accepted and changed nothing (a Ready from a player already ready, or after "
+                      "the deal)")
     # the display name is new (issue 25), the token's lifetime too (issue 23): a gateway before them
     # sends no "name", "expires_at", "renewed"
-    defs["welcome"]["required"] = [k for k in defs["welcome"]["required"] if k not in ("name", "expires_at", "renewed")]
+    # the rates in force are newer still (issue 36)
+    defs["welcome"]["required"] = [k for k in defs["welcome"]["required"]
+                                   if k not in ("name", "expires_at", "renewed", "rate", "burst", "sync_rate")]
     # display names (issue 25): the gateway adds them to the messages that name a table's players
     names = {"type": "object", "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 24},
              "description": "player id -> display name, for the players that have one (gateway/names.py)"}
     for k in ("update", "lobby", "settled"):
         defs[k]["properties"]["names"] = names
-    kinds = ["update", "rejected", "lobby", "settled", "welcome"]
+    kinds = ["update", "rejected", "lobby", "settled", "welcome", "ack"]
     return _standard({"$schema": DRAFT, "$id": "server.json", "title": "A server → client WebSocket message",
                       "oneOf": [{"$ref": f"#/$defs/{k}"} for k in kinds], "$defs": defs})
 
@@ -374,9 +410,10 @@ def _ts_name(ref: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in name.replace("-", "_").split("_"))
 
 
-_TS_NAMES = {"event": "MatchEvent", "update": "UpdateMessage", "rejected": "RejectedMessage",
+_TS_NAMES = {"event": "MatchEvent", "update": "UpdateMessage", "rejected": "RejectedMessage", "ack": "AckMessage",
              "lobby": "LobbyMessage", "settled": "SettledMessage", "welcome": "WelcomeMessage",
-             "Reading": "EventReading", "reading": "Reading", "view": "View", "brief": "Brief",
+             "Reading": "EventReading", "reading": "Reading", "play_reading": "PlayReading", "view": "View",
+             "brief": "Brief",
              "breakdown": "Breakdown"}
 
 
@@ -438,13 +475,24 @@ export type Command = ClientMessage;
 export interface UpdateEvent { message: UpdateMessage; brief: Brief | null; view: View | null; events: MatchEvent[] }
 export interface RejectedEvent { message: RejectedMessage; command: ClientMessage | null;
   code: RejectedMessage["code"]; reason: string }
+export interface AckEvent { message: AckMessage; command: ClientMessage | null }
+export interface RetryEvent { command: ClientMessage; tries: number; delay_ms: number }
 export interface ClosedEvent { code: number; reason: string; reconnecting: boolean }
-export interface StateEvent { state: "connecting" | "open" | "reconnecting" | "refused" | "closed";
-  code?: number; reason?: string }
+export type LinkState = "connecting" | "open" | "reconnecting" | "refused" | "closed";
+export interface StateEvent { state: LinkState; code?: number; reason?: string }
 export interface ClientEvents {
-  update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rejected: RejectedEvent;
-  closed: ClosedEvent; welcome: WelcomeMessage; state: StateEvent; error: unknown;
+  update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rejected: RejectedEvent; ack: AckEvent;
+  closed: ClosedEvent; welcome: WelcomeMessage; state: StateEvent; link: StateEvent; retry: RetryEvent;
+  /** a server message of a kind client.js does not handle itself */
+  message: ServerMessage | Record<string, unknown>; error: unknown;
 }
+/** The table from the newest brief alone (client.state): render from it without folding events. */
+export interface ClientState {
+  match: string | null; version: number | null; phase: Brief["phase"] | null; turn: string | null;
+  your_turn: boolean; hand: number[] | null; trick: number; trick_plays: Brief["trick_plays"];
+  last_play: Brief["last_play"]; deadline_ms: number | null; cards_left: Record<string, number>;
+}
+export interface Limits { rate: number; burst: number; sync_rate: number }
 
 export interface CardInfo { id: number; rank: number; rank_label: RankLabel; suit: "S" | "H" | "C" | "D" | null;
   deck: 0 | 1; joker: boolean }
@@ -454,6 +502,9 @@ export declare const SUITS: readonly ("S" | "H" | "C" | "D")[];
 export declare const DECK_SIZE: 54;
 export declare const NUM_CARDS: 108;
 export declare const FINAL_CLOSE_CODES: readonly number[];
+export declare const RATE_CLOSE_CODE: 4429;
+export declare const DEFAULT_LIMITS: Readonly<Limits>;
+export declare const RETRIED_TYPES: readonly ("Play" | "Pass" | "Ready")[];
 export declare const cards: {
   rank(id: number): number; suit(id: number): "S" | "H" | "C" | "D" | null; deck(id: number): number;
   isJoker(id: number): boolean; label(id: number): string; info(id: number): CardInfo;
@@ -461,6 +512,7 @@ export declare const cards: {
   byRank(ids: readonly number[]): Record<number, number[]>;
 };
 export declare function briefOf(message: { version: number; view?: View | null; brief?: Brief | null }): Brief | null;
+export declare function stateOf(match: string | null, brief: Brief | null, player: string | null): ClientState;
 
 export interface ClientOptions {
   url: string; token: string;
@@ -471,14 +523,19 @@ export interface ClientOptions {
 export interface PlayOptions { reading_kind?: Reading["kind"]; reading_rank?: string; expected_version?: number | null }
 export declare class Client {
   constructor(options: ClientOptions);
-  readonly url: string; version: number | null; match: string | null; brief: Brief | null; view: View | null;
-  lobby: LobbyMessage | null; player: string | null; role: WelcomeMessage["role"] | null; state: StateEvent["state"] | "idle";
-  pending: Map<string, ClientMessage>;
+  readonly url: string; token: string; version: number | null; match: string | null; brief: Brief | null;
+  view: View | null; state: ClientState; lobby: LobbyMessage | null; player: string | null;
+  role: WelcomeMessage["role"] | null; link: LinkState | "idle"; limits: Limits;
+  pending: Map<string, ClientMessage>; queue: ClientMessage[];
   on<K extends keyof ClientEvents>(name: K, fn: (payload: ClientEvents[K]) => void): () => void;
   off<K extends keyof ClientEvents>(name: K, fn: (payload: ClientEvents[K]) => void): void;
   once<K extends keyof ClientEvents>(name: K, test?: (payload: ClientEvents[K]) => boolean): Promise<ClientEvents[K]>;
+  emit<K extends keyof ClientEvents>(name: K, payload: ClientEvents[K]): void;
+  setState(link: LinkState, detail?: { code?: number; reason?: string }): void;
   connect(): this; close(): void; receive(message: ServerMessage): void;
+  answered(commandId: string): void; retry(command: ClientMessage): boolean; pump(): void;
   send(message: Partial<ClientMessage> & { type: ClientMessage["type"] }): string;
+  renew(token: string): void;
   expected(): number | null;
   join(room: string): string; ready(clientSeed?: string): string;
   play(cards: readonly number[] | string, options?: PlayOptions): string;

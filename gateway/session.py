@@ -223,7 +223,7 @@ class Connection:
         hub.metrics.connections.labels(self.identity.role).inc()
         try:
             await self.send(protocol.welcome(self.player, self.identity.role, self.identity.room, hub.gateway_id,
-                                             self.identity.expires_at, self.identity.name))
+                                             self.identity.expires_at, self.identity.name, limits=hub.limits))
             self.guard.start()  # 4401 at the token's exp, unless renewed (gateway/guard.py)
             if self.is_player:
                 await hub.names.remember(self.player, self.identity.name)

@@ -4,7 +4,7 @@ match stream): the spectator redaction every event and view a spectator gets goe
 The player's view differs from the spectator's (``projections.views.view_for(state, None)``)
 only in what belongs to the player: ``you``, ``your_turn``, ``hand`` and ``opponent``.
 :func:`spectator_view` resets exactly those, so the result equals the engine's own spectator
-view.  :func:`spectator_event` turns the player's event into the engine's spectator event
+view; :func:`spectator_brief` drops the brief's ``hand`` likewise.  :func:`spectator_event` turns the player's event into the engine's spectator event
 (``projections.views.redact_event(event, None)``): no hand in ``HandDealt`` (nor the lead
 card, which would show a card of one), and no ``balance`` in ``PlayerSeated`` -- the seated
 player's own PlayerSeated carries their balance; a spectator sees the level and base only
@@ -33,6 +33,17 @@ def spectator_view(view: dict[str, Any] | None) -> dict[str, Any] | None:
     out["your_turn"] = False
     out["hand"] = None
     return out
+
+
+def spectator_brief(brief: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A seated player's brief as a spectator gets it: without the player's hand.
+
+    >>> spectator_brief({"version": 7, "hand": [0, 4]})
+    {'version': 7, 'hand': None}
+    """
+    if brief is None:
+        return None
+    return {**brief, "hand": None}
 
 
 #: what a seated player's own events hold that nobody else may see, by event type

@@ -26,6 +26,10 @@ socket's; errors are ``{"error": code, "reason": text}`` with 400/401/403/404/40
 * ``POST /api/readings`` (player) -- ``{"cards": [ids], "last_cards", "last_kind",
   "last_rank"}`` → every reading of the selection (R-4.6), best first, each with
   ``beats`` (legal where it would be played).
+* ``POST /api/arrange`` (player) -- ``{"cards": [ids], "room"?}`` → ``{"groups": [{"kind",
+  "cards"}]}``: 理牌, the split of the cards with the fewest combinations, bombs first, then
+  chains, triples, pairs and singles (:func:`engine.rules.arrange.arrange`; the jokers are
+  never wild in it).  Bad cards are ``{"error": "bad_cards"}`` (400).
 * ``POST /api/standing`` (player, spectator) -- ``{"room", "bombs": {player: [{cards,
   kind, rank}]}}`` → each player's effective xiang, its source and c (R-8.3, R-8.5), so
   the page shows contributions as bombs are played, between full views.
@@ -228,6 +232,28 @@ def readings_for(data: Any, rooms: Any = None) -> dict[str, Any]:
     return {"readings": out}
 
 
+def arrange_for(data: Any, rooms: Any = None) -> dict[str, Any]:
+    """理牌: the page's cards split into the fewest combinations (:func:`engine.rules.arrange.arrange`),
+    under the chain-bomb rule of the room the page names (R-2.2).
+
+    >>> arrange_for({"cards": [0, 1, 4]})
+    {'groups': [{'kind': 'pair', 'cards': [0, 1]}, {'kind': 'single', 'cards': [4]}]}
+    """
+    from engine.rules.arrange import BadCards, arrange
+
+    if not isinstance(data, dict) or set(data) - {"cards", "room"}:
+        raise HttpError(400, "bad_request", "send {\"cards\": [ids]} (and optionally \"room\")")
+    cards = data.get("cards")
+    if not isinstance(cards, list):
+        raise HttpError(400, "bad_cards", "cards must be a list of card ids")
+    rules = room_rules(data, rooms)
+    try:
+        groups = arrange(cards, chain_bomb_twos=rules.chain_bomb_twos)
+    except BadCards as exc:
+        raise HttpError(400, "bad_cards", str(exc)) from None
+    return {"groups": [{"kind": g.kind, "cards": list(g.cards)} for g in groups]}
+
+
 def standing_for(data: Any, rooms: Any) -> dict[str, Any]:
     """Each player's effective xiang, its source and contribution multiplier c so far (R-8.3, R-8.5).
 
@@ -236,7 +262,7 @@ def standing_for(data: Any, rooms: Any) -> dict[str, Any]:
     current between full views.)
 
     >>> standing_for({"room": "points", "bombs": {"a": [{"cards": [8, 9, 10, 11, 62], "kind": "bomb", "rank": "5"}]}}, None)
-    {'a': {'xiang': 5, 'source': 'played 55555 (5-xiang)', 'c': 0}}
+    {'a': {'xiang': 5, 'source': 'played 5 5 5 5 5 (5-xiang)', 'c': 0}}
     """
     from engine.config import ConfigError, load_config
     from projections.scoring import contribution_of, effective_xiang
@@ -365,19 +391,28 @@ def replay_from_text(text: str, match_id: str | None) -> dict[str, Any]:
 def room_list(ctx: Any) -> list[dict[str, Any]]:
     """The rooms the lobby offers, for the page's room picker: name, mode, turn clock, and what
     sitting down takes (R-11.1): ``need`` (the lowest level's balance; a points room seats any
-    balance) and ``base`` (that level's X)."""
+    balance) and ``base`` (that level's X); ``levels`` is the room's R-11 table
+    (``[{level, need, base}]``, the page's level badge shows it).  With no room book: the
+    built-in points and wealth rooms."""
     book = getattr(getattr(ctx, "hub", None), "rooms", None)
     rooms = getattr(book, "rooms", None)
     if not isinstance(rooms, dict):
-        return [{"name": "points", "mode": "points"}, {"name": "wealth", "mode": "wealth"}]
+        from engine.config import load_config
+
+        return [{"name": mode, "mode": mode, "levels": _levels(load_config(mode))} for mode in ("points", "wealth")]
     out = []
     for name, cfg in sorted(rooms.items()):
         low = cfg.levels[0]
         out.append({"name": name, "mode": cfg.mode, "turn_seconds": cfg.turn_seconds,
                     "trustee_delay_seconds": cfg.trustee_delay_seconds,
                     "reclaim_after_reconnect": cfg.reclaim_after_reconnect,
-                    "base": low.base, "need": low.need if cfg.mode == "wealth" else 0})
+                    "base": low.base, "need": low.need if cfg.mode == "wealth" else 0,
+                    "levels": _levels(cfg)})
     return out
+
+
+def _levels(cfg: Any) -> list[dict[str, int]]:
+    return [{"level": lv.level, "need": lv.need, "base": lv.base} for lv in cfg.levels]
 
 
 async def rooms_for(ctx: Any, player: str) -> dict[str, Any]:
@@ -443,6 +478,11 @@ def routes(ctx: Any) -> list[Any]:
         return JSONResponse(readings_for(await _json_body(request),
                                          getattr(getattr(ctx, "hub", None), "rooms", None)))
 
+    async def arrange(request: Request) -> Response:
+        _identity(ctx, request, ("player",))
+        return JSONResponse(arrange_for(await _json_body(request),
+                                        getattr(getattr(ctx, "hub", None), "rooms", None)))
+
     source = ReplaySource(ctx)
 
     async def replay_get(request: Request) -> Response:
@@ -484,6 +524,7 @@ def routes(ctx: Any) -> list[Any]:
         Route("/api/rooms", guarded(rooms)),
         Route("/api/hint", guarded(hint), methods=["POST"]),
         Route("/api/readings", guarded(readings), methods=["POST"]),
+        Route("/api/arrange", guarded(arrange), methods=["POST"]),
         Route("/api/standing", guarded(standing), methods=["POST"]),
         Route("/api/replay/{match_id:path}", guarded(replay_get)),
         Route("/api/replay", guarded(replay_post), methods=["POST"]),

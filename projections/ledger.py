@@ -243,6 +243,10 @@ class Ledger(ABC):
         return [LedgerEntry("settlement", p, mode, int(d), match_id, at, reason="match settlement")
                 for p, d in settlement.scores.items()]
 
+    def journal_players(self) -> list[str]:
+        """Every player with a journal (projections/audit.py reads them all)."""
+        return []
+
     @abstractmethod
     def park(self, match_id: str, reason: str) -> bool:
         """Move a match's settlement aside with its reason (a permanent error: the
@@ -389,6 +393,10 @@ class InMemoryLedger(Ledger):
     def entries(self, player: str) -> list[LedgerEntry]:
         with self._lock:
             return sorted(self._journal.get(player, {}).values(), key=lambda e: (e.at_ms, e.kind, e.ref))
+
+    def journal_players(self) -> list[str]:
+        with self._lock:
+            return sorted(self._journal)
 
     def park(self, match_id: str, reason: str) -> bool:
         with self._lock:
@@ -649,6 +657,7 @@ class RedisLedger(Ledger):
             booked = LedgerEntry.from_json(_s(out[1]))
             if not same_entry(booked, entry):
                 raise LedgerEntryConflict(booked)
+            self._replicated()  # answered "duplicate" only once the booked entry is on the replicas
             return ENTRY_DUPLICATE
         self._replicated()
         return _s(out)
@@ -656,6 +665,12 @@ class RedisLedger(Ledger):
     def entries(self, player: str) -> list[LedgerEntry]:
         raw = self.client.hvals(journal_key(player))
         return sorted((LedgerEntry.from_json(v) for v in raw), key=lambda e: (e.at_ms, e.kind, e.ref))
+
+    def journal_players(self) -> list[str]:
+        """SCAN of ``sk:{ledger}:journal:*`` (one slot on a Cluster: the ``{ledger}`` tag)."""
+        prefix = journal_key("")
+        keys = self.client.scan_iter(match=prefix + "*", count=1000)
+        return sorted({_s(k)[len(prefix):] for k in keys})
     def unsettled(self, match_ids: Sequence[str]) -> list[str]:
         out: list[str] = []
         ids = list(match_ids)

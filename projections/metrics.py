@@ -124,10 +124,41 @@ BUCKETS_OWNED = Gauge("shuangkou_buckets_owned",
                       "Buckets whose channels this serve replica consumes (it holds their leases; issue 24 §3).",
                       registry=REGISTRY, multiprocess_mode="livesum")
 STATE_CACHE_REQUESTS = "shuangkou_state_cache_requests"
+REPLICA_ACKS = Gauge("shuangkou_replica_acks",
+                     "Replicas every accepting, settling or balance-moving write waits for (WAIT; issue 35 §3).",
+                     registry=REGISTRY, multiprocess_mode="max")
+REPLICA_WAITS = Counter("shuangkou_replica_waits",
+                        "WAITs for replica acknowledgements, by result (ok/noreplicas: too few within the "
+                        "timeout, the command is not acknowledged and is retried).",
+                        ["result"], registry=REGISTRY)
+CLOCKS_PAUSED = Counter("shuangkou_clocks_paused",
+                        "Turn and ready clocks moved later because the player could not have acted "
+                        "(ClockExtended: update published late, writes unconfirmed; issue 35 §4).",
+                        ["kind", "reason"], registry=REGISTRY)
+REPLICA_WAIT_LATENCY = Histogram("shuangkou_replica_wait_duration_seconds",
+                                 "Time of one INCR + WAIT for replica acknowledgements.",
+                                 buckets=_LATENCY_BUCKETS, registry=REGISTRY)
 
 
 def set_buckets_owned(n: int) -> None:
     BUCKETS_OWNED.set(n)
+
+
+def set_replica_acks(n: int) -> None:
+    """The replica acks in force in this process (``shuangkou_replica_acks``)."""
+    REPLICA_ACKS.set(n)
+
+
+def observe_clock_paused(kind: str, reason: str) -> None:
+    """A ClockExtended appended by a timer (workers/runtime.py)."""
+    CLOCKS_PAUSED.labels("ready" if kind == "ready" else "turn",
+                         "unconfirmed" if reason == "unconfirmed" else "unpublished").inc()
+
+
+def observe_replica_wait(result: str, seconds: float) -> None:
+    """One WAIT (engine/store/replicas.py's ``on_wait``): ``result`` ok or noreplicas."""
+    REPLICA_WAITS.labels("noreplicas" if result == "noreplicas" else "ok").inc()
+    REPLICA_WAIT_LATENCY.observe(seconds)
 
 # --- timers, projections, dead letters -------------------------------------
 TIMER_LATENESS = Histogram("shuangkou_timer_lateness_seconds",
@@ -496,6 +527,10 @@ def instrument_runtime(rt: Any) -> Any:
     """
     if isinstance(rt.service, InstrumentedService):
         return rt
+    waiter = getattr(getattr(rt.store, "inner", rt.store), "replica_acks", None)
+    set_replica_acks(getattr(waiter, "n", 0))
+    if waiter is not None:
+        waiter.on_wait = observe_replica_wait
     if not isinstance(rt.store, InstrumentedStore):
         rt.store = instrumented_store(rt.store)
     if hasattr(rt.service, "store"):
@@ -703,6 +738,7 @@ COMMAND_RESULTS: tuple[str, ...] = ("ok", "rejected", "duplicate", "error")
 
 def rejection_codes() -> tuple[str, ...]:
     """Every rejection ``code`` of the :class:`engine.match.errors.Rejected` hierarchy."""
+    import engine.lobby.errors  # noqa: F401 - the lobby's codes are in the hierarchy whatever was imported
     from engine.match.errors import Rejected
 
     codes: set[str] = set()
@@ -764,6 +800,11 @@ def initialize_counters(config_names: Iterable[str] | None = None) -> None:
         TIMER_LATENESS.labels(kind)  # a histogram the dashboard and ShuangkouTimersLate read
     for code in PARK_REASONS:
         SETTLEMENTS_PARKED.labels(code)
+    for result in ("ok", "noreplicas"):  # ShuangkouReplicaAcksStalled sees the first short WAIT
+        REPLICA_WAITS.labels(result)
+    for kind in ("turn", "ready"):
+        for reason in ("unpublished", "unconfirmed"):
+            CLOCKS_PAUSED.labels(kind, reason)
     for ctype, result in product(command_types(), COMMAND_RESULTS):
         COMMANDS.labels(ctype, result)
     for ctype in command_types():  # the latency histogram too: a dashboard's quantile has its series

@@ -1,4 +1,4 @@
-"""The projection runner: follows the bucket feeds and keeps the ledger (DESIGN.md "Projections").
+"""The projection runner: follows the bucket feeds and keeps the ledger (docs/ARCHITECTURE.md "Projections").
 
 Every append to a match notifies its bucket's feed (``sk:{b<N>}:feed``,
 :mod:`engine.store.keys`).  The runner reads the feeds with a consumer group,

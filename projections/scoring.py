@@ -18,7 +18,7 @@ A player's *effective xiang* for a match is the largest of (R-8.3):
 >>> from engine.rules.classify import classify
 >>> cfg = load_config("points")
 >>> effective_xiang([classify("4 4 4 4"), classify("5 5 5 BJ")], cfg)
-XiangResult(xiang=5, source='R-9: 4444 and 555+BJ consecutive → 5')
+XiangResult(xiang=5, source='R-9: 4 4 4 4 and 5 5 5 BJ consecutive → 5')
 >>> effective_xiang([], cfg)
 XiangResult(xiang=0, source='no bomb')
 >>> effective_xiang([classify("A A A A"), classify("2 2 2 2")], cfg).xiang    # R-9.2
@@ -55,17 +55,18 @@ class XiangResult:
 
 
 def bomb_text(c: Combo) -> str:
-    """The cards of a bomb as a person writes them: ``7777777``, ``555+BJ``, ``SJ SJ BJ``.
+    """The cards of a bomb in the card notation, ranks only, separated by spaces (the 10s stay
+    readable), wild jokers last: ``7 7 7 7 7 7 7``, ``5 5 5 BJ``, ``SJ SJ BJ``.
 
     >>> from engine.rules.classify import classify
     >>> bomb_text(classify("4 4 4 4 5 5 5 5 6 6 6 6")), bomb_text(classify("SJ BJ BJ"))
-    ('444455556666', 'SJ+BJ+BJ')
+    ('4 4 4 4 5 5 5 5 6 6 6 6', 'SJ BJ BJ')
+    >>> bomb_text(classify("10 10 10 10")), bomb_text(classify("10 10 10 SJ"))
+    ('10 10 10 10', '10 10 10 SJ')
     """
-    natural = "".join(RANK_LABELS[r] * n for r, n in enumerate(c.counts[:13]) if n)
+    natural = [RANK_LABELS[r] for r, n in enumerate(c.counts[:13]) for _ in range(n)]
     jokers = [RANK_LABELS[r] for r in (13, 14) for _ in range(c.counts[r])] if len(c.counts) == 15 else []
-    if not natural:
-        return "+".join(jokers)
-    return "+".join([natural, *jokers])
+    return " ".join(natural + jokers)
 
 
 def _played(bombs: Sequence[Combo]) -> XiangResult | None:

@@ -82,7 +82,7 @@ class Settlement(BaseModel):
     breakdown: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        """The public result: ``winner kou cards_left scores breakdown burned`` (DESIGN.md run-script)."""
+        """The public result: ``winner kou cards_left scores breakdown burned`` (docs/ARCHITECTURE.md, run-script)."""
         return {
             "winner": self.winner,
             "kou": self.kou,

@@ -5,8 +5,10 @@ hand (ids and notation), the opponent's card *count* only, the table and the
 play to beat, whose turn it is and the deadline, timeouts and trusteeship,
 each player's standing contribution (R-8.5 "instant"), the phase and the
 result when finished, and the fair-deal commitment (the server seed only after the
-finish, docs/FAIRNESS.md).  The opponent's cards and the set-aside cards never
-appear (R-1.3); a spectator (``player=None``) sees no hand at all.
+finish, docs/FAIRNESS.md), and the match's plays so far (``history``).  The opponent's
+cards and the set-aside cards never appear (R-1.3); a spectator (``player=None``) sees no
+hand at all.  :func:`brief` is the short form every update carries: the same for every
+recipient except the receiver's own ``hand``.
 
 :func:`redact_event` is the same rule for a single event (what the gateway
 may forward to a player): HandDealt keeps only the receiver's own hand.
@@ -16,9 +18,53 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.rules.cards import format_cards, format_ranks, sort_cards
+from engine.rules.cards import RANK_LABELS, format_cards, format_ranks, sort_cards
 from engine.match.events import EventBase, HandDealt, PlayerSeated, public_event_dict
-from engine.match.state import MatchState
+from engine.match.state import MatchState, PlayRecord
+
+
+def play_reading(kind: str, top: int, xiang: int | None) -> dict[str, Any]:
+    """The short reading of a play in the history and the trick (docs/PROTOCOL.md §8): its kind,
+    its top rank's label and its xiang (null unless a bomb).
+
+    >>> play_reading("bomb", 7, 5)
+    {'kind': 'bomb', 'rank': '10', 'xiang': 5}
+    """
+    return {"kind": kind, "rank": RANK_LABELS[top], "xiang": xiang}
+
+
+def _player_at(state: MatchState, seat: int) -> str:
+    s = state.seats[seat]
+    return s.player if s is not None else ""
+
+
+def _play(state: MatchState, p: PlayRecord) -> dict[str, Any]:
+    return {"player": _player_at(state, p.seat), "cards": list(p.cards),
+            "reading": play_reading(p.kind, p.top, p.xiang)}
+
+
+def history(state: MatchState) -> list[dict[str, Any]]:
+    """Every play of the match so far, in order: ``{trick, player, cards, reading}`` (``trick``:
+    the brief's ``trick`` while it ran; a trick ends with a pass of the player who did not make
+    its last play, R-6.2).  Public: the cards were played face up.
+
+    >>> history(MatchState(match_id="m"))
+    []
+    """
+    return [{"trick": p.trick, **_play(state, p)} for p in state.history]
+
+
+def trick_plays(state: MatchState) -> list[dict[str, Any]]:
+    """The plays of the current trick, in order: ``{player, cards, reading}`` (empty when the
+    player on turn leads)."""
+    n = state.trick_plays
+    return [_play(state, p) for p in state.history[len(state.history) - n:]] if n else []
+
+
+def own_hand(state: MatchState, player: str | None) -> list[int] | None:
+    """``player``'s own hand, card ids in rank order (``sort_cards``); None for anyone not seated."""
+    me = state.seat_of(player) if player is not None else None
+    return None if me is None else sort_cards(state.seat(me).hand)
 
 
 def _standing(state: MatchState) -> dict[str, dict[str, Any]]:
@@ -46,8 +92,8 @@ def view_common(state: MatchState) -> dict[str, Any]:
     built once per command and shared by the views of its recipients (:func:`view_for`'s
     ``common``).  Holds no hand.
 
-    >>> sorted(view_common(MatchState(match_id="m")))[:4]
-    ['contribution', 'deadline', 'fair', 'last_play']
+    >>> sorted(view_common(MatchState(match_id="m")))[:5]
+    ['contribution', 'deadline', 'fair', 'history', 'last_play']
     """
     seats_out: list[dict[str, Any] | None] = []
     for i, s in enumerate(state.seats):
@@ -90,6 +136,7 @@ def view_common(state: MatchState) -> dict[str, Any]:
     else:
         out["result"] = None
     out["fair"] = fair_view(state)
+    out["history"] = history(state)
     return out
 
 
@@ -119,17 +166,20 @@ def view_for(state: MatchState, player: str | None, common: dict[str, Any] | Non
         out["hand"] = None
     out["result"] = c["result"]
     out["fair"] = c["fair"]
+    out["history"] = c["history"]
     return out
 
 
-def brief(state: MatchState) -> dict[str, Any]:
-    """The brief of every ``update`` (docs/PROTOCOL.md §8 "The brief"): what a client renders
-    the table from without folding events -- whose turn, the phase, the trick, the play to beat
-    (``None`` when the player on turn leads: after a pass ended the trick), the clock's deadline,
-    each player's card count and the version.  Public: the same for every recipient.
+def brief(state: MatchState, player: str | None = None) -> dict[str, Any]:
+    """The brief of every ``update`` to ``player`` (None: a spectator; docs/PROTOCOL.md §8 "The
+    brief"): what a client renders the table from without folding events -- whose turn, the
+    phase, the trick, the play to beat (``None`` when the player on turn leads: after a pass
+    ended the trick), the current trick's plays, the clock's deadline, each player's card
+    count, the version, and the player's own hand (:func:`own_hand`; None for a spectator).
+    All but ``hand`` is the same for every recipient.
 
     >>> brief(MatchState(match_id="m"))
-    {'version': 0, 'phase': 'new', 'turn': None, 'trick': 0, 'last_play': None, 'deadline_ms': None, 'cards_left': {}}
+    {'version': 0, 'phase': 'new', 'turn': None, 'trick': 0, 'last_play': None, 'deadline_ms': None, 'cards_left': {}, 'hand': None, 'trick_plays': []}
     """
     lp = state.to_beat
     d = state.deadline()
@@ -137,20 +187,27 @@ def brief(state: MatchState) -> dict[str, Any]:
             "last_play": None if lp is None else {"player": state.seat(lp.seat).player, "cards": list(lp.cards),
                                                   "reading": lp.combo.to_json()},
             "deadline_ms": None if d is None else d.at_ms,
-            "cards_left": {s.player: len(s.hand) for s in state.seats if s is not None}}
+            "cards_left": {s.player: len(s.hand) for s in state.seats if s is not None},
+            "hand": own_hand(state, player), "trick_plays": trick_plays(state)}
 
 
 def brief_of_view(view: dict[str, Any], version: int | None = None) -> dict[str, Any]:
-    """The :func:`brief` read off a view (the same dict as ``brief(state)`` for
-    ``view_for(state, …)``); ``version`` when the update's is newer than the view's own field."""
+    """The :func:`brief` read off a view (the same dict as ``brief(state, player)`` for
+    ``view_for(state, player)``); ``version`` when the update's is newer than the view's own field."""
     lp = view.get("last_play")
     deadline = view.get("deadline")
+    hand = view.get("hand")
+    trick = int(view.get("trick") or 0)
     return {"version": int(view.get("version") or 0) if version is None else version,
-            "phase": view.get("phase", "new"), "turn": view.get("turn"), "trick": int(view.get("trick") or 0),
+            "phase": view.get("phase", "new"), "turn": view.get("turn"), "trick": trick,
             "last_play": None if lp is None else {"player": lp["player"], "cards": list(lp["cards"]),
                                                   "reading": lp["reading"]},
             "deadline_ms": None if deadline is None else deadline["at_ms"],
-            "cards_left": {s["player"]: s["cards_left"] for s in view.get("seats") or () if s is not None}}
+            "cards_left": {s["player"]: s["cards_left"] for s in view.get("seats") or () if s is not None},
+            "hand": None if not isinstance(hand, dict) else list(hand["ids"]),
+            "trick_plays": [] if lp is None else
+            [{"player": p["player"], "cards": list(p["cards"]), "reading": p["reading"]}
+             for p in view.get("history") or () if p.get("trick") == trick]}
 
 
 def fair_view(state: MatchState) -> dict[str, Any] | None:

@@ -1,4 +1,4 @@
-"""Cards and notation (R-1, R-2, DESIGN.md card notation contract)."""
+"""Cards and notation (R-1, R-2, docs/ARCHITECTURE.md "Contracts that stay stable")."""
 
 from __future__ import annotations
 

@@ -98,3 +98,21 @@ def test_the_kou_source_of_a_settlement_counts_cards(left, says):  # R-7
     from tests.test_settlement import build
 
     assert settle(build(left=left)).breakdown["a_from"] == says
+
+
+def test_replay_prints_the_cards_of_a_bomb_with_the_notations_separators(tmp_path, capsys):
+    """Issue 36: "played 10 10 10 10 SJ (5-xiang)", never "10101010+SJ" (R-3.7, R-4.3)."""
+    import json
+
+    script = {"title": "a bomb of 10s with a wild joker", "config": "points",
+              "players": [{"id": "a", "points": 0}, {"id": "b", "points": 0}],
+              "deal": {"hands": ["10 10 10 10 SJ 3", "4 5 6 BJ BJ"], "first": 0},
+              "actions": [{"player": "a", "play": "10 10 10 10 SJ"}, {"player": "a", "play": "3"}]}
+    (tmp_path / "s.json").write_text(json.dumps(script), encoding="utf-8")
+    assert main(["run-script", str(tmp_path / "s.json"), "--json"]) == 0
+    (tmp_path / "e.json").write_text(capsys.readouterr().out, encoding="utf-8")
+    assert main(["replay", "--events", str(tmp_path / "e.json")]) == 0
+    text = capsys.readouterr().out
+    assert "effective xiang of a: 5 (played 10 10 10 10 SJ (5-xiang))" in text
+    assert "a plays 10 10 10 10 SJ -- 5-xiang bomb of 10" in text
+    assert "1010" not in text and "+SJ" not in text

@@ -73,6 +73,19 @@ def _owners(client: Any) -> dict[int, str]:
     return out
 
 
+#: what redis-py logs or raises when a Cluster pipeline is asked for a command it refuses
+#: (EVALSHA, SCRIPT LOAD, ...): a code path that cannot work on a Cluster (issue 35 §6)
+BLOCKED_ON_CLUSTER = "blocked when running redis in cluster mode"
+
+
+def _no_cluster_blocked_calls(stack: Stack) -> None:
+    """No process of the stack met a command redis-py's Cluster pipeline refuses."""
+    for path in stack.logs:
+        text = path.read_text(errors="replace")
+        assert BLOCKED_ON_CLUSTER not in text, f"{path.name}:\n" + "\n".join(
+            ln for ln in text.splitlines() if BLOCKED_ON_CLUSTER in ln)[:3000]
+
+
 def _replay_all(url: str) -> dict[str, Any]:
     out = subprocess.run([sys.executable, "-m", "shuangkou", "replay", "--all", "--json", "--redis", url],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
@@ -268,6 +281,10 @@ def test_the_whole_stack_on_a_cluster_two_serve_replicas_websockets_and_replay(c
         _check_ledger(cluster.url, matches + [f"cl-direct-{k}" for k in range(4)])
         report = _replay_all(cluster.url)
         assert report, "replay --all found no match on the cluster"
+        _no_cluster_blocked_calls(stack)
+        # no flag, no SK_REPLICA_ACKS for serve and the worker: every master has a replica, so 1
+        serve_log = stack.logs[0].read_text(errors="replace")
+        assert "replica acks 1 (every master of the Cluster has a replica" in serve_log, tail(stack.logs[0])
     finally:
         stack.stop()
 
@@ -356,6 +373,7 @@ def test_failover_of_the_busiest_master_loses_nothing_with_replica_acks(cluster,
             assert _check_received_in_store(cluster.url, driver.received) > 0
             _check_ledger(cluster.url, ids)
             _replay_all(cluster.url)
+            _no_cluster_blocked_calls(stack)
         except AssertionError as exc:  # what the nodes did: the victim, its replica, any other fail-over
             raise AssertionError(f"{exc}\n-- victim {victim}, the cluster's log:\n{cluster.cluster_log()}") from None
     finally:
@@ -406,5 +424,6 @@ def test_a_sigkilled_serve_replica_hands_its_buckets_over_and_nothing_is_lost(cl
         assert _check_received_in_store(cluster.url, driver.received) > 0
         _check_ledger(cluster.url, ids)
         _replay_all(cluster.url)
+        _no_cluster_blocked_calls(stack)
     finally:
         stack.stop()

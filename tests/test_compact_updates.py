@@ -18,6 +18,7 @@ import fakeredis
 import msgpack
 from hypothesis import HealthCheck, given, settings
 
+from engine.rules.cards import rank_of
 from engine.service.client import OutMessage
 from engine.service.publish import Publisher, compact_body, compact_brief, expand_events, pack
 from gateway import protocol
@@ -51,13 +52,21 @@ def _check_step(publisher: Publisher, step: Step, duplicate: bool) -> int:
         assert OutMessage.parse("1-0", fields).body["events"] == expected
         entry = parse_entry(b"1-0", fields)
         assert entry.body["events"] == expected
-        # the brief (docs/PROTOCOL.md §8): the state's, the same as read off the player's view,
-        # and small (the outbox budget: issue 26 §3)
+        # the brief (docs/PROTOCOL.md §8): the state's for this player (their own hand), the same
+        # as read off the player's view, and small (the outbox budget: issue 26 §3, issue 36)
         # an entry with a view stores no brief: the gateway reads it off the view
         assert (entry.brief is None) == (entry.view is not None)
         sent = protocol.update(entry.match, int(entry.version or 0), entry.events, entry.view, None, entry.brief)
-        assert sent["brief"] == _plain(brief(out.state)) == _plain(brief_of_view(view_for(out.state, player)))
-        assert len(pack(compact_brief(brief(out.state)))) <= 150
+        mine = brief(out.state, player)
+        assert sent["brief"] == _plain(mine) == _plain(brief_of_view(view_for(out.state, player)))
+        seat = out.state.seat_of(player)
+        assert mine["hand"] == (None if seat is None else sorted(out.state.seat(seat).hand,
+                                                                  key=lambda c: (rank_of(c), c)))
+        if mine["last_play"] is not None:  # the trick's last play is the play to beat
+            assert mine["trick_plays"][-1]["cards"] == mine["last_play"]["cards"]
+        else:
+            assert mine["trick_plays"] == []
+        assert len(pack(compact_brief(mine))) <= 250
         checked += 1
     return checked
 

@@ -162,11 +162,19 @@ def test_sit_refusals(setup, player, balance, needle) -> None:
     assert isinstance(e, SeatRefused) and needle in str(e)
 
 
-def test_ready_twice_and_unseated() -> None:
+def test_ready_twice_and_unseated() -> None:  # a second Ready changes nothing (issue 36)
     m = M()
     m.do(Ready, player="a")
-    assert isinstance(m.no(Ready, player="a"), NotAllowed)
+    assert m.do(Ready, player="a") == []
     assert isinstance(m.no(Ready, player="z"), NotSeated)
+
+
+@pytest.mark.parametrize("phase", ["playing", "finished"])
+def test_a_ready_after_the_deal_changes_nothing(phase) -> None:  # issue 36: a reconnect's Ready
+    m = _in_phase(phase)
+    before = m.state
+    assert m.do(Ready, player="a") == [] and m.state == before
+    assert isinstance(m.no(Ready, player="z"), (NotSeated, MatchOver))  # never for one not seated
 
 
 def test_second_ready_deals_from_the_context_deck() -> None:
@@ -658,7 +666,6 @@ def _in_phase(phase: str) -> M:
 
 @pytest.mark.parametrize("phase, cls, kw, exc", [
     ("playing", Sit, {"player": "c"}, WrongPhase),
-    ("playing", Ready, {"player": "a"}, WrongPhase),
     ("playing", Leave, {"player": "a"}, WrongPhase),
     ("playing", Deal, {"hands": ((5,), (6,)), "first": 0}, WrongPhase),
     ("playing", ReadyTimeout, {"version": None}, StaleCommand),
@@ -668,7 +675,6 @@ def _in_phase(phase: str) -> M:
     ("seating", TurnTimeout, {"version": None}, StaleCommand),
     ("seating", TrusteeAct, {"version": None}, StaleCommand),
     ("finished", Sit, {"player": "c"}, MatchOver),
-    ("finished", Ready, {"player": "a"}, MatchOver),
     ("finished", Play, {"player": "a", "text": "3"}, MatchOver),
     ("finished", Pass, {"player": "a"}, MatchOver),
     ("finished", RequestTrustee, {"player": "a"}, MatchOver),

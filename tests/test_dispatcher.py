@@ -252,3 +252,41 @@ def test_in_flight_of_names_the_deadlines_whose_lease_stands(store_and_claims):
     replaced = _deadline("c", 2, T0 + 5)
     _record(store, replaced)
     assert claims.in_flight_of([a, replaced], T0 + 1) == {a}         # c's mark is for v1
+
+
+def test_a_bucket_its_node_cannot_claim_holds_back_only_its_own_deadlines(fake_redis):
+    """Issue 35 §3: on a Cluster each bucket is claimed on its own node; one node cut off
+    (CLUSTERDOWN) leaves the other buckets' due deadlines dispatched, and the claimer ticks
+    again every interval (it cannot say what the skipped bucket holds)."""
+    import redis
+
+    store = RedisEventStore(fake_redis)
+    claims = RedisClaims(fake_redis, store.buckets, first_lease_ms=1_000, bucket_of=store.bucket_of)
+    mids = {}
+    k = 0
+    while len(mids) < 2:  # two matches in two buckets
+        mid = f"cut-{k}"
+        k += 1
+        mids.setdefault(store.bucket_of(mid), mid)
+    (cut, cut_mid), (ok, ok_mid) = sorted(mids.items())
+    for mid in (cut_mid, ok_mid):
+        store.append(mid, 0, "c", [], Deadline(match_id=mid, version=0, at_ms=T0, kind="turn"))
+    claims.cluster = True  # one call a bucket, as on a Cluster
+    real = claims._claim
+
+    def claim(keys, args):
+        if keys[0] == dispatcher_mod.keys.deadlines_key(cut):
+            raise redis.exceptions.ClusterDownError("CLUSTERDOWN The cluster is down")
+        return real(keys=keys, args=args)
+
+    claims._claim = claim
+    got = claims.claim(T0 + 1, 100)
+    assert [c.deadline.match_id for c in got] == [ok_mid]
+    assert claims.next_due_ms is None
+
+    def down(keys, args):
+        raise redis.exceptions.ClusterDownError("CLUSTERDOWN The cluster is down")
+
+    claims._claim = down
+    with pytest.raises(redis.exceptions.ClusterDownError):  # every node away: the tick fails
+        claims.claim(T0 + 2, 100)

@@ -207,7 +207,8 @@ def test_over_the_rate_is_refused_and_a_socket_that_stays_over_is_closed_4429(st
 
     async def main() -> tuple[list[str], Closed]:
         c = await Client.connect(g.url, stack.token("rl-alice"), "rl-alice")
-        await c.expect(kind("welcome"))
+        welcome = await c.expect(kind("welcome"))  # the rates in force, so a client paces itself (issue 36)
+        assert (welcome["rate"], welcome["burst"], welcome["sync_rate"]) == (0.001, 5, 2.0)
         for i in range(10):
             await c.send({"type": "Join", "room": "no-such-room", "command_id": f"j{i}"})
         codes = [(await c.expect(lambda m, i=i: m.get("command_id") == f"j{i}"))["code"] for i in range(10)]
@@ -244,6 +245,8 @@ def test_at_most_the_sync_rate_of_syncs_reaches_the_engine(stack):
     async def main() -> dict[str, dict[str, Any]]:
         a = await Client.connect(g.url, stack.token("sy-alice"), "sy-alice")
         b = await Client.connect(g.url, stack.token("sy-bob"), "sy-bob")
+        welcome = await a.expect(kind("welcome"))
+        assert (welcome["rate"], welcome["burst"], welcome["sync_rate"]) == (20.0, 40, 0.001)
         for c in (a, b):
             await c.send({"type": "Join", "room": "pairs"})
         seated = [await c.expect(lobby("seated")) for c in (a, b)]

@@ -130,6 +130,10 @@ def test_pairing_full_match_next_match_and_settlement_with_ledger_balances(stack
             # a player never receives a card of the opponent's hand before it is played
             hands = [e for m in c.received if m["kind"] == "update" for e in m["events"] if e["type"] == "HandDealt"]
             assert hands and all(sum(h is not None for h in e["hands"]) == 1 for e in hands)
+            # the brief's hand (issue 36) is the player's own: never a card outside its dealt hand
+            mine = {c for e in hands if e["match_id"] == m1 for h in e["hands"] if h is not None for c in h}
+            briefs = [m["brief"] for m in c.received if m["kind"] == "update" and m["match"] == m1]
+            assert any(b["hand"] for b in briefs) and all(set(b["hand"] or ()) <= mine for b in briefs)
         await ca.close()
         await cb.close()
 
@@ -374,6 +378,9 @@ def test_a_spectator_watches_live_and_never_receives_a_hand(stack):
         assert any(e["type"] == "CardsPlayed" for x in updates for e in x["events"])
         played: set[int] = set()
         for x in updates:
+            assert x["brief"]["hand"] is None  # a spectator's brief holds no hand (issue 36)
+            assert {c for p in x["brief"]["trick_plays"] for c in p["cards"]} <= played | {
+                c for e in x["events"] if e["type"] == "CardsPlayed" for c in e["cards"]}
             v = x["view"]
             if v is not None:
                 assert v["hand"] is None and v["you"] is None and "opponent" not in v

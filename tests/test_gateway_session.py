@@ -286,6 +286,24 @@ def test_the_clients_own_sync_is_answered_with_an_update_carrying_the_view(aredi
     asyncio.run(_at_a_seated_table(aredis, {"t1-1": 4}, body))
 
 
+def test_the_engines_ack_of_a_ready_reaches_the_client_as_ack_with_its_command_id(aredis):
+    """Issue 36: a Ready that changes nothing is answered ``{"kind": "ack", "command_id"}``; an ack
+    of a command this client did not send is not forwarded."""
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(_view_update("t1-1"), "the first view")
+        await ws.inbox.put(json.dumps({"type": "Ready", "command_id": "r1"}))
+        await _eventually(lambda: _has_command(conn.hub.redis, "t1-1", ("Ready", "alice")), "the Ready sent")
+        out = keys.outbox_key("alice")
+        await conn.hub.redis.xadd(out, {"kind": "ack", "match": "t1-1", "command_id": "lobby:x", "version": 4})
+        await conn.hub.redis.xadd(out, {"kind": "ack", "match": "t1-1", "version": 4,
+                                        "command_id": channels.engine_command_id("alice", "r1")})
+        got = await ws.expect(lambda m: m["kind"] == "ack", "the ack")
+        assert got == {"kind": "ack", "command_id": "r1"}
+        assert channels.engine_command_id("alice", "r1") not in conn.pending  # answered
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 4}, body))
+
+
 # -- the lobby's rooms: registered, then named (issue 12 "Rooms are registered, not sent") ------
 class FakeOps:
     """Accepts every command on ``sk:ops`` like the engine (AddRoom stored in ``sk:rooms``)."""

@@ -111,6 +111,18 @@ def test_rejection_goes_to_the_player_with_code_and_reason(rig):
     assert gw.stats.rejected == 1
 
 
+def test_a_ready_after_the_deal_is_acked_through_the_inbox(rig):  # issue 36: Ready is idempotent
+    r, service, gw, client = rig
+    start_match(client, gw)
+    before = client.updates("alice")[-1].id
+    sent = client.ready("m1", "alice")
+    assert drain(gw) == 1
+    [msg] = client.updates("alice", last_id=before)
+    assert (msg.kind, msg.command_id, msg.match_id, msg.version) == ("ack", sent.command_id, "m1", 6)
+    assert service.load_state("m1").version == 6 and client.updates("bob", last_id="0")[-1].version == 6
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
+
+
 def test_reply_to_stream(r):
     gw = InboxConsumer(r, make_service(r), "w1")
     client = GatewayClient(r, ops=keys.INBOX, reply_to="sk:reply:gw-a")

@@ -1,7 +1,7 @@
-"""The layout contract (DESIGN.md, the layout issues): imports only go down —
-rules ← match ← store ← projections ← service ← workers/tools ← gateway ← shuangkou
+"""The layout contract (docs/ARCHITECTURE.md "Layers", the layout issues): imports only go down —
+rules ← match, lobby ← store ← projections ← service ← workers/tools ← gateway ← shuangkou
 (the application: the command line) — the rules use the standard library only, the
-match domain is pure (no Redis, dramatiq, clock or randomness), and no package has an
+match and lobby domains are pure (no Redis, dramatiq, clock or randomness), and no package has an
 import cycle.
 
 At the top level this reads as a staircase, engine → projections → workers / gateway
@@ -28,7 +28,7 @@ OURS = ("engine", "workers", "projections", "gateway", "shuangkou")
 # the layer of each group; a module may import its own group and groups of a lower layer
 LAYERS: dict[str, int] = {
     "engine.rules": 0,
-    "engine.match": 1, "engine.config": 1,
+    "engine.match": 1, "engine.config": 1, "engine.lobby": 1,
     "engine.store": 2,
     "projections": 3,
     "engine.service": 4,
@@ -113,7 +113,8 @@ def test_rules_use_the_standard_library_only(module: str):
     assert not foreign, f"{module} imports {foreign}"
 
 
-@pytest.mark.parametrize("module", sorted(m for m in MODULES if group_of(m) in ("engine.rules", "engine.match")))
+@pytest.mark.parametrize("module", sorted(m for m in MODULES
+                                          if group_of(m) in ("engine.rules", "engine.match", "engine.lobby")))
 def test_rules_and_match_are_pure(module: str):
     impure = sorted(t for t in IMPORTS[module] if t.split(".")[0] in IMPURE)
     assert not impure, f"{module} imports {impure}: the domain reads no clock, randomness, Redis or network"

@@ -1,5 +1,5 @@
 """Ledger contract (in-memory and Redis) and the projection runner: exactly once under
-redelivery and crashes (DESIGN.md "Projections"; R-8, R-11, R-12.3)."""
+redelivery and crashes (docs/ARCHITECTURE.md "Projections"; R-8, R-11, R-12.3)."""
 
 from __future__ import annotations
 

@@ -5,6 +5,12 @@ JSON line with ``scores``, and exits 0.  Node 20 has no global WebSocket: the bo
 package from ``npm install`` in examples/client (.ci/run does it).  Every message it received
 validates against gateway/schemas/server.json, and its first move was not refused ``stale``
 by the bot's trusteeship notice (issue 26 §4).
+
+Issue 36: the bot reads nothing but ``client.state`` (its hand, the trick's plays, the turn: from
+the briefs), bursts 60 Syncs on its first turn and still plays it (client.js paces under the
+welcome's rates: nothing is refused ``rate_limited``), and drops its socket mid-match: client.js
+reconnects, the lobby's ``seated`` note comes again, docs/PROTOCOL.md §8's snippet sends Ready on
+it, and the gateway answers ``ack`` (never ``wrong_phase``).
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ def test_the_node_bot_plays_a_whole_match_against_the_gateway_bots(redis_server,
         gw = stack.start_gateway("nodebots", "--bots", "--bot-think", "0.2")  # bots think a human time by default
         record = tmp_path / "received.jsonl"
         out = subprocess.run([node, str(BOT), "--url", gw.url, "--token", stack.token("node-alice"),
-                              "--room", "nodebots", "--record", str(record), "--timeout", "300"],
+                              "--room", "nodebots", "--record", str(record), "--timeout", "300",
+                              "--sync-burst", "60", "--reconnect-after", "3"],
                              capture_output=True, text=True, timeout=360, cwd=tmp_path)
         assert out.returncode == 0, f"exit {out.returncode}:\n{out.stderr[-3000:]}"
         lines = out.stdout.strip().splitlines()
@@ -61,6 +68,16 @@ def test_the_node_bot_plays_a_whole_match_against_the_gateway_bots(redis_server,
         mine = [e for m in messages if m["kind"] == "update" for e in m["events"]
                 if e["type"] in ("CardsPlayed", "Passed") and e["player"] == "node-alice" and e.get("by") == "player"]
         assert mine, "the node bot never played by hand"
+        # issue 36: the burst of Syncs cost no move, the reconnect's Ready was answered ack
+        assert [m for m in messages if m["kind"] == "rejected"
+                and m["code"] in ("rate_limited", "wrong_phase", "not_allowed")] == []
+        assert len([m for m in messages if m["kind"] == "welcome"]) >= 2, "the socket never reconnected"
+        seated = [i for i, m in enumerate(messages) if m["kind"] == "lobby" and m["state"] == "seated"]
+        assert len(seated) >= 2
+        acks = [i for i, m in enumerate(messages) if m["kind"] == "ack"]
+        assert acks and acks[-1] > seated[1], "the Ready after the reconnect was not answered ack"
+        assert all(m["rate"] == 20 and m["burst"] == 40 and m["sync_rate"] == 2
+                   for m in messages if m["kind"] == "welcome")
         # events carry only the client's own command id (or null), never the engine's internal one
         ids = {e["command_id"] for m in messages if m["kind"] == "update" for e in m["events"]}
         assert all(i is None or ":" not in i for i in ids), ids

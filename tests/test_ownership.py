@@ -98,3 +98,24 @@ def test_the_state_cache_metric_counts_hits_and_misses():
     [family] = list(StateCacheCollector(cache).collect())
     got = {s.labels["result"]: s.value for s in family.samples if s.name.endswith("_total")}
     assert family.name == "shuangkou_state_cache_requests" and got == {"hit": 2.0, "miss": 1.0}
+
+
+def test_the_leases_held_are_renewed_while_the_replicas_registry_is_away(real_redis, monkeypatch):
+    """Issue 35 §3: the registry key lives on one node; that node cut off must not stop the
+    renewal of the leases on the others (their buckets would stop being consumed)."""
+    import redis
+
+    log: list = []
+    a = _owner(real_redis, "a", log)
+    t = 3_000_000
+    assert a.tick(t) == set(range(8))
+    for n in range(8):
+        real_redis.pexpire(keys.owner_key(n), 100)  # about to run out
+
+    def away(_now):
+        raise redis.exceptions.ClusterDownError("CLUSTERDOWN The cluster is down")
+
+    monkeypatch.setattr(a, "live_replicas", away)
+    assert a.tick(t + 10) == set(range(8))  # nothing handed over, nothing stopped
+    assert all(real_redis.pttl(keys.owner_key(n)) > 1000 for n in range(8))  # renewed
+    assert ("stop", 0) not in log

@@ -230,7 +230,7 @@ def test_settlement_sentences_grammar() -> None:  # R-7, R-8.4, R-8.5, R-8.6
     lines = settlement_sentences(settle(evs), "points")
     assert lines[0] == "The bot wins."
     assert "You hold 12 cards: a double kou (雙扣), so the kou multiplier a = 4 (R-7)." in lines
-    assert "Doubling b = 8: the bot won with effective xiang 7: played 7777777 (7-xiang) (R-8.4)." in lines
+    assert "Doubling b = 8: the bot won with effective xiang 7: played 7 7 7 7 7 7 7 (7-xiang) (R-8.4)." in lines
     assert "Win term X·a·b = 10·4·8 = 320, from you to the bot (R-8.6)." in lines
     assert any("X·(c_bot − c_you) = 10·(4 − 0) = 40, to the bot." in x for x in lines)
     assert lines[-2:] == ["The bot: +360 points.", "You: -360 points."]

@@ -178,3 +178,129 @@ def test_the_gateway_refuses_a_bad_sk_replica_acks(value, message, tmp_path, alo
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_duplicate_found_through_a_refusal_waits_for_the_replicas(alone, pair):
+    """Issue 35 §3: a retried CreateMatch is refused (the match exists) and then found stored:
+    a ``duplicate``.  It is answered only once the original write is on the replicas -- without
+    one in time it is a transient NOREPLICAS (redelivered), never a duplicate reply."""
+    import random
+
+    from engine.config import load_config
+    from engine.match.commands import CreateMatch
+    from engine.service.service import MatchService
+    from engine.store.redis_store import RedisEventStore
+
+    cfg = load_config("points").to_record()
+    create = CreateMatch(match_id="acks-dup", command_id="acks-dup-create", config=cfg)
+    for node, answered in ((alone, False), (pair[0], True)):
+        first = MatchService(RedisEventStore(node.client()), lambda: 1_000, random.Random(0))
+        assert first.execute(create).rejection is None  # written, no wait (as a master cut off would)
+        store = RedisEventStore(node.client())
+        store.replica_acks = ReplicaAcks(store.client, 1, 200)
+        retry = MatchService(store, lambda: 2_000, random.Random(0))
+        if answered:
+            outcome = retry.execute(create)
+            assert outcome.duplicate and store.replica_acks.waits == 1
+            from engine.store import keys
+
+            assert pair[1].client().exists(keys.events_key("acks-dup", store.bucket_of("acks-dup"))) == 1
+        else:
+            with pytest.raises(redis.ResponseError, match="^NOREPLICAS 0 of 1") as err:
+                retry.execute(create)
+            assert is_transient(err.value)
+
+
+def test_the_default_on_a_single_node_is_zero_and_an_explicit_value_wins(pair, alone, monkeypatch):
+    """Issue 35 §3: without a flag or SK_REPLICA_ACKS a single node (with or without a replica
+    of its own: no Cluster, no CLUSTER SHARDS) waits for nobody; the Cluster's case runs in
+    tests/test_cluster_replica_acks.py."""
+    from engine.store.replicas import replicas_per_master, resolve_replica_acks
+
+    for node in (alone, pair[0]):
+        client = node.client()
+        assert replicas_per_master(client) is None
+        assert resolve_replica_acks(client) == (0, "a single node: no replica to wait for")
+        assert resolve_replica_acks(client, 2) == (2, "--replica-acks")
+        assert resolve_replica_acks(client, None, " 1 ") == (1, "SK_REPLICA_ACKS")
+    with pytest.raises(ValueError, match="SK_REPLICA_ACKS must be a whole number"):
+        resolve_replica_acks(None, None, "one")
+
+
+def test_the_value_in_force_is_a_gauge():
+    from projections import metrics
+
+    metrics.set_replica_acks(1)
+    assert "shuangkou_replica_acks" in metrics.exposed_names()
+    assert metrics.REGISTRY.get_sample_value("shuangkou_replica_acks") == 1
+    metrics.set_replica_acks(0)
+    assert metrics.REGISTRY.get_sample_value("shuangkou_replica_acks") == 0
+
+
+def test_serve_logs_and_exports_the_replica_acks_in_force(alone, tmp_path):
+    """serve on a single node: ``replica acks 0 (a single node ...)`` in its log at start, and
+    ``shuangkou_replica_acks 0`` on /metrics; ``--replica-acks 1`` is logged as the flag's."""
+    import os
+    import urllib.request
+
+    from tests.processes import wait_for
+
+    for extra, line, value in (([], "replica acks 0 (a single node: no replica to wait for)", 0.0),
+                               (["--replica-acks", "1"], "replica acks 1 (--replica-acks)", 1.0)):
+        out, err = tmp_path / f"serve{value}.out", tmp_path / f"serve{value}.err"
+        env = {k: v for k, v in os.environ.items() if k != "SK_REPLICA_ACKS"}
+        with open(out, "wb") as fo, open(err, "wb") as fe:
+            proc = subprocess.Popen([sys.executable, "-m", "shuangkou", "serve", "--redis", alone.url,
+                                     "--metrics-port", "0", "--no-projections", *extra],
+                                    cwd=ROOT, env=env, stdout=fo, stderr=fe)
+            try:
+                wait_for(lambda: "ready consumer" in out.read_text() or proc.poll() is not None, 60,
+                         "serve did not start", (err,))
+                assert proc.poll() is None, err.read_text()[-2000:]
+                assert line in err.read_text()
+                port = next(int(x.split()[1]) for x in out.read_text().splitlines() if x.startswith("metrics-port"))
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+                assert f"shuangkou_replica_acks {value}" in body
+            finally:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
+def test_a_duplicate_operator_entry_waits_for_the_replicas(alone):
+    """Issue 35 §3: a Credit retried after its first answer was lost is answered ``duplicate``
+    only once the booked entry is on the replicas; without one in time, NOREPLICAS."""
+    from projections.ledger import ENTRY_APPLIED, LedgerEntry, RedisLedger
+
+    entry = LedgerEntry("credit", "acks-ledger-p", "wealth", 100, "acks-ledger-credit-1", 1, "test", "op")
+    assert RedisLedger(alone.client()).record_entry(entry) == ENTRY_APPLIED  # booked, no wait
+    ledger = RedisLedger(alone.client())
+    ledger.replica_acks = ReplicaAcks(ledger.client, 1, 100)
+    with pytest.raises(redis.ResponseError, match="^NOREPLICAS 0 of 1"):
+        ledger.record_entry(entry)
+
+
+def test_concurrent_asyncio_waits_share_rounds(pair, alone):
+    """Issue 35 §3: callers of one hash tag that wait at the same time share one INCR + WAIT
+    (the round's INCR comes after each of their writes): one WAIT out per tag, not one per
+    caller holding a connection each.  Too few replicas: every caller gets NOREPLICAS."""
+    import redis.asyncio as aioredis
+
+    async def many(url: str, n: int) -> tuple[list[Any], int]:
+        client = aioredis.Redis.from_url(url)
+        acks = AsyncReplicaAcks(client, 1, 200)
+        try:
+            for k in range(n):  # each caller's own write first, then its wait
+                await client.set(f"sk:{{lobby}}:round-{k}", k)
+            out = await asyncio.gather(*(acks.confirm(["sk:{lobby}:seq"]) for _ in range(n)),
+                                       return_exceptions=True)
+            return out, acks.waits
+        finally:
+            await client.aclose()
+
+    primary, replica = pair
+    out, waits = asyncio.run(many(primary.url, 20))
+    assert out == [None] * 20 and 1 <= waits <= 2, (out, waits)
+    assert replica.client().get("sk:{lobby}:round-19") == b"19"  # the replica had every caller's write
+    out, waits = asyncio.run(many(alone.url, 20))
+    assert all(isinstance(x, redis.ResponseError) and str(x).startswith("NOREPLICAS 0 of 1") for x in out), out
+    assert waits <= 2

@@ -31,17 +31,17 @@ def combos(*plays: str):
 
 # (plays, expected effective xiang, a fragment of the source) — R-8.3 (i): every row of the tables
 TABLE_ROWS = [
-    (["4 4 4 4"], 4, "played 4444 (4-xiang)"),
-    (["3 3 3 3 3"], 5, "played 33333 (5-xiang)"),
+    (["4 4 4 4"], 4, "played 4 4 4 4 (4-xiang)"),
+    (["3 3 3 3 3"], 5, "played 3 3 3 3 3 (5-xiang)"),
     (["SJ SJ BJ"], 6, "(6-xiang)"),                                   # R-3.8 three jokers
-    (["6 6 6 6 6 6"], 6, "played 666666"),
-    (["7 7 7 7 7 7 7"], 7, "played 7777777 (7-xiang)"),
+    (["6 6 6 6 6 6"], 6, "played 6 6 6 6 6 6"),
+    (["7 7 7 7 7 7 7"], 7, "played 7 7 7 7 7 7 7 (7-xiang)"),
     (["SJ SJ BJ BJ"], 7, "(7-xiang)"),                                # R-3.9 heavenly bomb
-    (["4 4 4 4 5 5 5 5 6 6 6 6"], 7, "played 444455556666"),          # R-3.10 3-chain of 4s
+    (["4 4 4 4 5 5 5 5 6 6 6 6"], 7, "played 4 4 4 4 5 5 5 5 6 6 6 6"),          # R-3.10 3-chain of 4s
     (["4 4 4 4 5 5 5 5 6 6 6 6 7 7 7 7"], 8, "(8-xiang)"),            # 4-chain of 4s
     (["5 5 5 5 5 6 6 6 6 6 7 7 7 7 7"], 8, "(8-xiang)"),              # 3-chain of 5s
-    (["8 8 8 8 8 8 8 8"], 8, "played 88888888"),
-    (["9 9 9 9 9 9 9 9 BJ"], 9, "played 99999999+BJ (9-xiang)"),      # 8 + 1 joker
+    (["8 8 8 8 8 8 8 8"], 8, "played 8 8 8 8 8 8 8 8"),
+    (["9 9 9 9 9 9 9 9 BJ"], 9, "played 9 9 9 9 9 9 9 9 BJ (9-xiang)"),      # 8 + 1 joker
     (["6 6 6 6 6 6 7 7 7 7 7 7 8 8 8 8 8 8"], 9, "(9-xiang)"),        # 3-chain of 6s
     (["10 10 10 10 10 10 10 10 SJ BJ"], 10, "(10-xiang)"),
     (["J J J J J J J J SJ SJ BJ"], 11, "(11-xiang)"),                 # 8 + any 3 jokers
@@ -51,20 +51,20 @@ TABLE_ROWS = [
 
 # R-9: two single-rank bombs of the same xiang with consecutive ranks (3…A), at different times
 R9_ROWS = [
-    (["4 4 4 4", "5 5 5 5"], 5, "R-9: 4444 and 5555 consecutive → 5"),      # R-9.1
-    (["5 5 5 5", "4 4 4 4"], 5, "R-9: 4444 and 5555 consecutive → 5"),      # order does not matter
-    (["4 4 4 4", "6 6 6 6"], 4, "played 4444"),                             # not consecutive
-    (["A A A A", "2 2 2 2"], 5, "R-9: AAAA and 2222 consecutive → 5"),      # R-9.2 R-2.2 chain_bomb_twos on
+    (["4 4 4 4", "5 5 5 5"], 5, "R-9: 4 4 4 4 and 5 5 5 5 consecutive → 5"),      # R-9.1
+    (["5 5 5 5", "4 4 4 4"], 5, "R-9: 4 4 4 4 and 5 5 5 5 consecutive → 5"),      # order does not matter
+    (["4 4 4 4", "6 6 6 6"], 4, "played 4 4 4 4"),                             # not consecutive
+    (["A A A A", "2 2 2 2"], 5, "R-9: A A A A and 2 2 2 2 consecutive → 5"),      # R-9.2 R-2.2 chain_bomb_twos on
     (["2 2 2 2", "3 3 3 3"], 4, "played"),                                  # R-2.2 no wrap-around
-    (["K K K K", "A A A A"], 5, "R-9: KKKK and AAAA consecutive → 5"),      # top of 3…A
-    (["4 4 4 4", "5 5 5 BJ"], 5, "R-9: 4444 and 555+BJ consecutive → 5"),   # R-9.2 joker-completed
+    (["K K K K", "A A A A"], 5, "R-9: K K K K and A A A A consecutive → 5"),      # top of 3…A
+    (["4 4 4 4", "5 5 5 BJ"], 5, "R-9: 4 4 4 4 and 5 5 5 BJ consecutive → 5"),   # R-9.2 joker-completed
     (["4 4 4 4", "5 5 5 5", "6 6 6 6"], 5, "R-9"),                          # R-9.2 three in a row → X+1 only
-    (["5 5 5 5 5", "6 6 6 6 6"], 6, "R-9: 55555 and 66666 consecutive → 6"),  # 5-xiang pairs
+    (["5 5 5 5 5", "6 6 6 6 6"], 6, "R-9: 5 5 5 5 5 and 6 6 6 6 6 consecutive → 6"),  # 5-xiang pairs
     (["6 6 6 6 6 6", "7 7 7 7 7 7"], 7, "R-9"),                             # two consecutive 6s → 7
     (["7 7 7 7 7 7 7", "8 8 8 8 8 8 8"], 8, "R-9"),                         # two consecutive 7s → 8
-    (["4 4 4 4", "5 5 5 5 5"], 5, "played 55555"),                          # different xiang: nothing
-    (["4 4 4 4", "4 4 4 4"], 4, "played 4444"),                             # same rank: not consecutive
-    (["4 4 4 4", "5 5 5 5", "9 9 9 9 9 9 9"], 7, "played 9999999"),         # a bigger played bomb wins
+    (["4 4 4 4", "5 5 5 5 5"], 5, "played 5 5 5 5 5"),                          # different xiang: nothing
+    (["4 4 4 4", "4 4 4 4"], 4, "played 4 4 4 4"),                             # same rank: not consecutive
+    (["4 4 4 4", "5 5 5 5", "9 9 9 9 9 9 9"], 7, "played 9 9 9 9 9 9 9"),         # a bigger played bomb wins
     (["SJ SJ BJ", "SJ BJ BJ"], 6, "played"),                                # joker bombs are not R-9
     (["4 4 4 4 5 5 5 5 6 6 6 6", "7 7 7 7 8 8 8 8 9 9 9 9"], 7, "played"),  # chains are not R-9
 ]
@@ -78,10 +78,10 @@ R10_ROWS = [
     (["3 3 3 3", "5 5 5 5", "7 7 7 7", "9 9 9 9", "J J J J", "K K K K", "2 2 2 2"], 8, 4, "R-10: 7 separate"),
     (["3 3 3 3 3", "9 9 9 9 9"], 6, 5, "R-10: 2 separate 5-xiang bombs → 6"),
     (["3 3 3 3 3", "9 9 9 9 9", "Q Q Q Q Q"], 6, 5, "R-10: 3 separate 5-xiang bombs → 6"),  # nothing more
-    (["3 3 3 3", "9 9 9 9", "Q Q Q Q Q"], 5, 5, "played QQQQQ"),            # unlisted mix: nothing
+    (["3 3 3 3", "9 9 9 9", "Q Q Q Q Q"], 5, 5, "played Q Q Q Q Q"),            # unlisted mix: nothing
     (["3 3 3 3", "4 4 4 4", "9 9 9 9"], 5, 5, "R-9"),                       # consecutive count too; R-9 named first
     (["3 3 3 BJ", "6 6 6 SJ", "9 9 9 9"], 5, 4, "R-10"),                    # joker-completed count
-    (["3 3 3 3", "6 6 6 6"], 4, 4, "played 3333"),                          # two: nothing
+    (["3 3 3 3", "6 6 6 6"], 4, 4, "played 3 3 3 3"),                          # two: nothing
     (["SJ SJ BJ", "3 3 3 3", "6 6 6 6", "9 9 9 9"], 6, 6, "played"),        # played 6 beats R-10's 5
 ]
 
@@ -104,12 +104,12 @@ def test_r9_consecutive_bombs(plays, xiang, source):
 # R-9.2 follows R-2.2: A and 2 are consecutive only with chain_bomb_twos on.
 # (plays, effective xiang with the flag on, with it off, source fragment when on)
 R9_TWOS_ROWS = [
-    (["A A A A", "2 2 2 2"], 5, 4, "R-9: AAAA and 2222 consecutive → 5"),
-    (["2 2 2 2", "A A A A"], 5, 4, "R-9: AAAA and 2222 consecutive → 5"),      # order does not matter
-    (["A A A A A", "2 2 2 2 2"], 6, 5, "R-9: AAAAA and 22222 consecutive → 6"),
-    (["A A A BJ", "2 2 2 SJ"], 5, 4, "R-9: AAA+BJ and 222+SJ consecutive → 5"),  # R-9.2 joker-completed
-    (["A A A A", "2 2 2 2 2"], 5, 5, "played 22222"),                         # different xiang: nothing
-    (["K K K K", "A A A A"], 5, 5, "R-9: KKKK and AAAA consecutive → 5"),      # 3…A pairs either way
+    (["A A A A", "2 2 2 2"], 5, 4, "R-9: A A A A and 2 2 2 2 consecutive → 5"),
+    (["2 2 2 2", "A A A A"], 5, 4, "R-9: A A A A and 2 2 2 2 consecutive → 5"),      # order does not matter
+    (["A A A A A", "2 2 2 2 2"], 6, 5, "R-9: A A A A A and 2 2 2 2 2 consecutive → 6"),
+    (["A A A BJ", "2 2 2 SJ"], 5, 4, "R-9: A A A BJ and 2 2 2 SJ consecutive → 5"),  # R-9.2 joker-completed
+    (["A A A A", "2 2 2 2 2"], 5, 5, "played 2 2 2 2 2"),                         # different xiang: nothing
+    (["K K K K", "A A A A"], 5, 5, "R-9: K K K K and A A A A consecutive → 5"),      # 3…A pairs either way
     (["2 2 2 2", "3 3 3 3"], 4, 4, "played"),                                  # no wrap-around either way
 ]
 
@@ -136,7 +136,7 @@ def test_r10_separate_bombs(plays, on, off, source):
 def test_non_bombs_are_ignored():
     """R-8.3: only bombs count."""
     plays = [classify("3 4 5 6 7"), classify("8 8"), classify("4 4 4 4")]
-    assert effective_xiang(plays, POINTS) == XiangResult(4, "played 4444 (4-xiang)")
+    assert effective_xiang(plays, POINTS) == XiangResult(4, "played 4 4 4 4 (4-xiang)")
 
 
 @pytest.mark.parametrize("xiang,pc,pb,wc,wb", [
@@ -165,5 +165,9 @@ def test_standing_contribution_instant_view():
 
 
 def test_bomb_text():
-    assert bomb_text(classify("5 5 5 BJ")) == "555+BJ"
-    assert bomb_text(classify("SJ SJ BJ BJ")) == "SJ+SJ+BJ+BJ"
+    assert bomb_text(classify("5 5 5 BJ")) == "5 5 5 BJ"
+    assert bomb_text(classify("SJ SJ BJ BJ")) == "SJ SJ BJ BJ"
+    # the 10s keep their separators (issue 36): "10 10 10 10", never "10101010"
+    assert bomb_text(classify("10 10 10 10")) == "10 10 10 10"
+    assert bomb_text(classify("10 10 10 10 J J J J Q Q Q Q")) == "10 10 10 10 J J J J Q Q Q Q"
+    assert bomb_text(classify("10 10 10 BJ")) == "10 10 10 BJ"

@@ -320,3 +320,32 @@ def test_a_retried_command_id_is_looked_up_in_the_command_hash_not_scanned(reque
     lookup = [r for r in reads if r[0] == f"{first_play[0].seq}-0"]
     assert lookup and sum(n for _, _, n in lookup) == len(first_play)
     assert sum(n for _, _, n in reads) == len(first_play)
+
+
+def test_a_ready_that_changes_nothing_appends_nothing_and_is_acked() -> None:  # issue 36
+    """A second Ready, and a Ready after the deal (a reconnecting client's), are accepted with no
+    event; the publisher answers each with an ``ack`` entry on the player's stream."""
+    import fakeredis
+
+    from engine.service.publish import Publisher
+    from engine.service.state_cache import StateCache
+    from engine.store import keys
+
+    svc = new_service(state_cache=StateCache())
+    pub = Publisher(fakeredis.FakeRedis(), consumer="t")
+    for c in (CreateMatch(command_id="c1", match_id="m", config=load_config("points").to_record()),
+              Sit(command_id="c2", match_id="m", player="a"), Sit(command_id="c3", match_id="m", player="b"),
+              Ready(command_id="c4", match_id="m", player="a")):
+        assert svc.execute(c).rejection is None
+    for when in ("ready", "dealt"):
+        if when == "dealt":
+            assert svc.execute(Ready(command_id="c5", match_id="m", player="b")).events[-1].type == "HandDealt"
+        v = svc.store.version("m")
+        again = Ready(command_id=f"again-{when}", match_id="m", player="a")
+        out = svc.execute(again)
+        assert out.rejection is None and out.events == () and svc.store.version("m") == v
+        writes = [(w.stream, w.fields) for w in pub.outputs(again, out)]
+        assert writes == [(keys.outbox_key("a"), {"kind": "ack", "match": "m", "command_id": again.command_id,
+                                                  "version": v})]
+    # a player who is not seated is still refused
+    assert svc.execute(Ready(command_id="z", match_id="m", player="z")).rejection is not None

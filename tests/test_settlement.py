@@ -273,7 +273,7 @@ def test_unfinished_match_is_none():
 
 
 def test_to_json_shape():
-    """DESIGN.md run-script result: winner kou cards_left scores breakdown (+ burned)."""
+    """docs/ARCHITECTURE.md run-script result: winner kou cards_left scores breakdown (+ burned)."""
     s = settle(build("wealth", a=W2, b=W2, plays=[("a", B7)], left=8))
     j = s.to_json()
     assert set(j) == {"winner", "kou", "cards_left", "scores", "breakdown", "burned"}

@@ -30,8 +30,8 @@ from engine.service.shuffle import seeded_random
 from engine.store import keys
 from engine.store.memory import InMemoryEventStore
 from gateway.outbox import parse_entry
-from gateway.spectate import spectator_event, spectator_view
-from projections.views import redact_event, view_for
+from gateway.spectate import spectator_brief, spectator_event, spectator_view
+from projections.views import brief, redact_event, view_for
 from tests.strategies import Clock, MatchSpec, Step, match_specs, play_match
 from tests.test_gateway_session import FakeSocket, _with_connection, aredis  # noqa: F401  (aredis: a fixture)
 
@@ -71,7 +71,7 @@ def _published(steps: list[Step], players: tuple[str, ...] = ("a", "b")) -> list
 def test_what_a_spectator_gets_is_the_engines_spectator_redaction_and_holds_no_balance(spec: MatchSpec) -> None:
     steps: list[Step] = []
     play_match(spec, on_step=steps.append)
-    seen_seated = 0
+    seen_seated = hands_seen = 0
     for player, entry, step in _published(steps):
         if entry.kind != "update":
             continue
@@ -82,11 +82,18 @@ def test_what_a_spectator_gets_is_the_engines_spectator_redaction_and_holds_no_b
             assert balances_in(mine) == [], f"a spectator got a balance from {player}'s {got['type']}"
             if got["type"] == "PlayerSeated":
                 seen_seated += 1
+        state = step.outcome.state
         if entry.view is not None:
-            state = step.outcome.state
             assert plain(spectator_view(entry.view)) == plain(view_for(state, None))
             assert balances_in(entry.view) == []  # no view holds a balance, not even the player's own
+        else:  # the stored brief: the player's own hand, which the spectator's copy drops
+            assert entry.brief is not None
+            assert plain(spectator_brief(entry.brief)) == plain(brief(state, None))
+            if state.phase == "playing":
+                assert entry.brief["hand"] is not None
+                hands_seen += 1
     assert seen_seated >= 2  # both seatings went through the redaction (the property is not vacuous)
+    assert hands_seen > 0 or not any(s.outcome.state.phase == "playing" for s in steps)
 
 
 @PROFILE

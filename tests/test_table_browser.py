@@ -63,7 +63,7 @@ class _Site(_Static):
         from gateway import web
 
         body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"null")
-        fn = {"/api/readings": web.readings_for, "/api/hint": web.hint_for,
+        fn = {"/api/readings": web.readings_for, "/api/hint": web.hint_for, "/api/arrange": web.arrange_for,
               "/api/standing": lambda d: web.standing_for(d, None)}.get(self.path)
         if fn is None:
             return self._json({"error": "not_found"}, 404)
@@ -277,13 +277,30 @@ def test_mute_is_remembered_across_a_reload(browser, site) -> None:
         context.close()
 
 
+#: the screenshot sizes (issue 36): a phone in portrait, the same phone in landscape, a desktop
+SIZES = ((375, 812), (812, 375), (1280, 800))
+
+
+def _no_overflow(page) -> None:
+    """Nothing wider than the screen: no sideways scrolling, no hand card off the edge."""
+    width = page.evaluate("() => window.innerWidth")
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= width
+    edges = page.eval_on_selector_all("#hand [data-card] .card", "els => els.map(e => { const r = e.getBoundingClientRect();"
+                                      " return [r.left, r.right]; })")
+    assert all(left >= -1 and right <= width + 1 for left, right in edges), (width, edges)
+
+
 def _shot(page, name: str) -> None:
+    """``name-<w>x<h>.png`` at each of SIZES (what the screen shows, no scrolling), each checked
+    for overflow."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    for width in (375, 1280):
-        page.set_viewport_size({"width": width, "height": 900})
-        page.wait_for_timeout(150)  # one layout pass at the new width before the picture
-        page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
+    for width, height in SIZES:
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(200)  # the hand is laid out again after a resize
+        _no_overflow(page)
+        page.screenshot(path=str(SHOTS / f"{name}-{width}x{height}.png"))
     page.set_viewport_size({"width": 1280, "height": 900})
+    page.wait_for_timeout(150)
 
 
 @pytest.mark.parametrize("locale", sorted(LOCALES))
@@ -366,6 +383,255 @@ def test_trusteeship_is_a_badge_its_notices_replace_each_other_and_a_disconnect_
         assert text == words["explain.disconnect"].replace("{s}", "10") and "R-" not in text
         assert page.is_hidden("[data-action=cancel-trustee]")  # the points room: reclaim_after_reconnect = false
         page.wait_for_function("() => !document.querySelector('[data-notice]')")  # transient: they go by themselves
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+# ---- the scene (issue 36) ------------------------------------------------------------------------
+
+NAMES = ("小明", "Bob", "Bo")  # the names and their avatars' initials: the only words of another language
+
+
+def _box(page, sel: str) -> dict:
+    return page.eval_on_selector(sel, "e => { const r = e.getBoundingClientRect();"
+                                      " return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; }")
+
+
+@pytest.mark.parametrize("locale", sorted(LOCALES))
+def test_the_table_is_a_scene_at_each_size(browser, site, locale: str) -> None:
+    """The opponent's seat (avatar, name, level) at the top, the trick in the middle, the hand
+    fanned at the bottom with large overlapping cards that lift when selected; in the Chinese
+    pages no English word but the names; screenshots at each size."""
+    lang = LOCALES[locale]
+    words = CATALOGUES[lang]
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        m = Match(f"scene-{lang}")
+        _seat(page, m)
+        _feed(page, m.step(3))
+        if m.state.seats[m.state.turn].player != "alice":
+            _feed(page, m.step(1))
+        page.wait_for_selector("#table[data-your-turn=true]")
+        ids = [int(x) for x in page.eval_on_selector_all("#hand [data-card]", "els => els.map(e => e.dataset.card)")]
+        page.click(f"#hand [data-card='{ids[-1]}']")
+        page.wait_for_function("() => !document.querySelector('[data-play-why]').textContent")
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_timeout(200)
+            _no_overflow(page)
+            opp, last, hand = _box(page, "[data-seat=top]"), _box(page, "#last"), _box(page, "#hand")
+            assert opp["bottom"] <= last["top"] + 1 and last["bottom"] <= hand["top"] + 1, (width, opp, last, hand)
+            assert hand["bottom"] <= height + 1, (width, hand)  # the whole hand on screen, no scrolling
+            # each card's corner is in sight: the next card starts after the rank and suit
+            face = _box(page, f"#hand [data-card='{ids[0]}'] .card")
+            slot = _box(page, f"#hand [data-card='{ids[0]}']")
+            assert face["right"] - face["left"] >= 48 and face["bottom"] - face["top"] >= 70  # large cards
+            assert slot["right"] - slot["left"] < face["right"] - face["left"]  # they overlap
+            lifted, flat = _box(page, f"#hand [data-card='{ids[-1]}']"), _box(page, f"#hand [data-card='{ids[-2]}']")
+            assert lifted["top"] < flat["top"] - 8  # the selected card lifts
+            play = _box(page, "[data-action=play]")
+            assert play["bottom"] <= hand["top"] + 14  # the buttons float above the hand
+        for seat, player in (("top", "bob"), ("bottom", "alice")):
+            assert page.get_attribute(f"[data-seat={seat}]", "data-player") == player
+            assert page.get_attribute(f"[data-seat={seat}] [data-avatar]", "data-avatar") == player
+            assert page.locator(f"[data-seat={seat}] [data-avatar] svg text").count() == 1
+        assert page.text_content("[data-seat=top] [data-avatar] text") == "Bo"
+        assert page.text_content("[data-seat=bottom] [data-avatar] text") == "小"
+        level = m.state.seats[m.state.seat_of("bob")].level
+        assert page.text_content("#opp-level") == words["level.points"].replace("{level}", str(level))
+        # the commitment folds into the info icon
+        assert page.is_visible("[data-action=fair-info]") and page.is_hidden("[data-commitment]")
+        page.click("[data-action=fair-info]")
+        assert page.is_visible("[data-commitment]") and page.is_visible("[data-fair-panel]")
+        assert re.fullmatch(r"[0-9a-f]{64}", page.text_content("[data-commitment]"))
+        page.keyboard.press("Escape")
+        assert page.is_hidden("[data-fair-panel]")
+        if lang != "en":
+            text = _visible_text(page)
+            for name in NAMES:
+                text = text.replace(name, "")
+            assert not re.findall(r"[A-Za-z]{2,}", text), re.findall(r"[A-Za-z]{2,}", text)
+        _shot(page, f"table-{lang}-play")
+        page.click("[data-action=fair-info]")
+        _shot(page, f"table-{lang}-fair")
+        page.keyboard.press("Escape")
+        page.click("#opp-level")
+        assert page.is_visible("[data-level-table] tr[data-level-row='16']")
+        _shot(page, f"table-{lang}-level")
+        page.keyboard.press("Escape")
+        page.click("[data-action=history]")
+        assert page.is_visible("[data-history]")
+        assert page.locator("[data-history] [data-history-entry]").count() >= 3
+        _shot(page, f"table-{lang}-history")
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+def _hand_order(page) -> list[int]:
+    return [int(x) for x in page.eval_on_selector_all("#hand [data-card]", "els => els.map(e => e.dataset.card)")]
+
+
+@pytest.mark.parametrize("locale", sorted(LOCALES))
+def test_arrange_groups_the_hand_and_back(browser, site, locale: str) -> None:
+    """理牌 ([data-action=arrange]) shows the hand in the groups of POST /api/arrange (each a
+    [data-group=<kind>]), pressed again the rank order; the choice survives a reload."""
+    from engine.rules.cards import sort_cards
+    from gateway import web
+
+    lang = LOCALES[locale]
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        m = Match(f"arrange-{lang}")
+        _seat(page, m)
+        hand = list(m.state.seats[m.state.seat_of("alice")].hand)
+        assert _hand_order(page) == list(sort_cards(hand))
+        assert page.get_attribute("#hand", "data-arranged") == "rank"
+        page.click(f"#hand [data-card='{_hand_order(page)[0]}']")
+        page.click("[data-action=arrange]")
+        page.wait_for_selector("#hand[data-arranged=groups]")
+        assert page.get_attribute("[data-action=arrange]", "data-arrange") == "groups"
+        assert page.get_attribute("[data-action=arrange]", "aria-pressed") == "true"
+        want = web.arrange_for({"cards": hand, "room": "points"})["groups"]
+        shown = page.eval_on_selector_all("#hand [data-group]", "els => els.map(g => ({kind: g.dataset.group,"
+                                          " cards: [...g.querySelectorAll('[data-card]')].map(c => Number(c.dataset.card))}))")
+        assert shown == want
+        assert page.locator("#hand [data-card][aria-pressed=true]").count() == 1  # the selection stays
+        _no_overflow(page)
+        _shot(page, f"table-{lang}-arranged")
+        page.reload()  # the choice is remembered
+        page.wait_for_function("() => !!window.__ws && window.__ws.readyState === 1")
+        _seat(page, m)
+        page.wait_for_selector("#hand[data-arranged=groups]")
+        page.click("[data-action=arrange]")
+        page.wait_for_selector("#hand[data-arranged=rank]")
+        assert page.locator("#hand [data-group]").count() == 0
+        assert _hand_order(page) == list(sort_cards(hand))
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+def _drawer(page) -> list[tuple]:
+    return [tuple(x) for x in page.eval_on_selector_all(
+        "[data-history] [data-history-entry]",
+        "els => els.map(e => [e.dataset.historyEntry, e.dataset.player || '',"
+        " [...e.querySelectorAll('[data-history-card]')].map(c => Number(c.dataset.historyCard))])")]
+
+
+def test_the_trick_history_survives_a_reload(browser, site) -> None:
+    """The drawer ([data-history]) lists every play so far, the newest first; after a reload the
+    page has only the view (its ``history``) and the drawer lists the same plays and passes."""
+    context, page, errors = _open(browser, site, "zh-CN", reduced_motion="reduce")
+    try:
+        m = Match("history-1")
+        _seat(page, m)
+        for _ in range(60):  # into the third trick: two tricks that ended with a pass
+            if m.state.trick >= 3:
+                break
+            _feed(page, m.step(1))
+        assert m.state.phase == "playing" and m.state.trick >= 3
+        page.click("[data-action=history]")
+        page.wait_for_selector("[data-history]:not([hidden])")
+        before = _drawer(page)
+        plays = [e for e in before if e[0] in ("play", "bomb")]
+        assert len(plays) == len(m.state.history) and any(e[0] == "pass" for e in before)
+        newest = m.state.history[-1]
+        assert before[0] == ("pass", m.state.seats[1 - newest.seat].player, [])  # the pass that ended trick 2
+        assert plays[0][1:] == (m.state.seats[newest.seat].player, sorted(newest.cards))
+        page.click("[data-action=history-close]")
+        assert page.is_hidden("[data-history]")
+        page.reload()
+        page.wait_for_function("() => !!window.__ws && window.__ws.readyState === 1")
+        _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
+                     {"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m.mid},
+                     {"kind": "update", "match": m.mid, "version": m.state.version, "events": [],
+                      "view": json.loads(json.dumps(view_for(m.state, "alice"))), "names": {"alice": "小明", "bob": "Bob"}}])
+        page.wait_for_selector("#hand [data-card]")
+        page.click("[data-action=history]")
+        assert _drawer(page) == before
+        _shot(page, "table-zh-Hans-history-reloaded")
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+def _answer(data: dict):
+    """A Playwright route handler answering ``data`` as JSON."""
+    body = json.dumps(data)
+    return lambda route: route.fulfill(status=200, content_type="application/json", body=body)
+
+
+def test_the_level_badge_is_hidden_where_levels_change_nothing(browser, site) -> None:
+    """In a room whose R-11 levels all have the same base X the level changes nothing (R-8.2):
+    no badge.  The built-in points room's levels do: the badge names itself and shows the table."""
+    flat = [{"name": "points", "mode": "points", "levels": [{"level": 0, "need": 0, "base": 5},
+                                                          {"level": 1, "need": 50, "base": 5}]}]
+    for rooms, shown in ((flat, False), (None, True)):
+        context = browser.new_context(locale="en-US", viewport={"width": 1280, "height": 800})
+        page = context.new_page()
+        try:
+            if rooms is not None:
+                page.route("**/api/client-config", _answer({"dev": False, "bots": False, "rooms": rooms}))
+                page.route("**/api/rooms", _answer({"rooms": [{**x, "balance": 0, "admits": True} for x in rooms],
+                                                    "balances": {"points": 0}}))
+            page.add_init_script(FAKE_SOCKET)
+            page.goto(f"{site}/?token={_token('alice')}")
+            page.wait_for_function("() => !!window.__ws && window.__ws.readyState === 1 && !!document.documentElement.lang")
+            _seat(page, Match(f"levels-{shown}"))
+            assert page.is_visible("#opp-level") == shown and page.is_visible("#mine-level") == shown
+            if shown:
+                assert page.get_attribute("#opp-level", "data-level") == "0"
+                assert page.text_content("#opp-level") == "Points level 0"
+                assert "16: 2000000 → 800" in page.get_attribute("#opp-level", "title")
+        finally:
+            context.close()
+
+
+@pytest.mark.parametrize("size", SIZES[:2], ids=["portrait", "landscape"])
+def test_every_card_of_the_fan_takes_a_tap(browser, site, size: tuple[int, int]) -> None:
+    """Overlapping (and, in portrait, in rows over each other) every card still takes a tap where
+    it shows: Playwright clicks each slot's centre, which fails when another card covers it."""
+    context, page, errors = _open(browser, site, "zh-CN", reduced_motion="reduce")
+    try:
+        page.set_viewport_size({"width": size[0], "height": size[1]})
+        m = Match(f"taps-{size[0]}")
+        _seat(page, m)
+        page.wait_for_timeout(150)
+        ids = _hand_order(page)
+        assert len(ids) == 27
+        for cid in reversed(ids):  # select all from the front row: a lifted card over a flat one behind it
+            page.click(f"#hand [data-card='{cid}']", timeout=3_000)
+        assert page.locator("#hand [data-card][aria-pressed=true]").count() == 27
+        for cid in ids:
+            page.click(f"#hand [data-card='{cid}']", timeout=3_000)
+        assert page.locator("#hand [data-card][aria-pressed=true]").count() == 0
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+def test_a_paused_clock_is_shown_and_the_deadline_moves(browser, site) -> None:
+    """Issue 35 §4: a ClockExtended update shows the paused-clock notice and the turn clock
+    counts down to the moved deadline (the view's and the brief's)."""
+    from engine.match.commands import ExtendClock
+
+    context, page, errors = _open(browser, site, "en-US")
+    try:
+        m = Match()
+        _seat(page, m)
+        before = m.state.deadline()
+        _feed(page, m.run(ExtendClock(command_id="x1", match_id=m.mid, version=m.state.version,
+                                      by_ms=60_000, reason="unpublished")))
+        page.wait_for_selector("[data-notice='clock']")
+        words = CATALOGUES["en"]
+        assert page.text_content("[data-notice='clock']") == words["notice.clockPaused"].replace("{s}", "60")
+        assert m.state.deadline().at_ms == before.at_ms + 60_000
+        # the clock shows the moved deadline: more than the room's 15 s turn is left
+        page.wait_for_function("() => /\\d+/.test(document.querySelector('#clock-n').textContent)")
+        left = int(re.search(r"\d+", page.text_content("#clock-n")).group())
+        assert left > load_config("points").turn_seconds
         assert not errors, errors
     finally:
         context.close()

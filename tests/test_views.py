@@ -7,7 +7,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 
 from engine.match.events import HandDealt
-from projections.views import redact_event, view_for
+from projections.views import brief, brief_of_view, redact_event, view_for
 from tests.strategies import MatchSpec, Step, match_specs, play_match
 
 
@@ -58,6 +58,16 @@ def _check(step: Step) -> None:
         assert not (_card_fields(v) & hidden), f"view of {viewer} shows hidden cards"
         if viewer is None:
             assert v["hand"] is None
+        # the brief (issue 36): the viewer's own hand, the trick's plays; nothing hidden
+        b = brief(s, viewer)
+        assert b == brief_of_view(v)
+        shown = set(b["hand"] or ()) | {c for p in b["trick_plays"] for c in p["cards"]}
+        assert not (shown & hidden), f"brief of {viewer} shows hidden cards"
+        assert b["hand"] == (None if me is None else v["hand"]["ids"])
+        if me is not None:  # the positive control: the check above can fail
+            assert set(b["hand"]) == set(s.seat(me).hand)
+        # the history: the cards on the table, in the order played, and nothing else
+        assert [c for p in v["history"] for c in p["cards"]] == list(s.table)
         text = json.dumps(v)
         assert "set_aside" not in text
         for e in step.outcome.events:

@@ -84,7 +84,8 @@ def test_dev_tokens_only_with_dev() -> None:
 def test_hint_and_readings_need_a_player_token(make, code) -> None:
     headers = make()  # minted now: a token made at collection time could expire before the test runs
     c = client()
-    for path, body in (("/api/hint", {"hand": [0, 1]}), ("/api/readings", {"cards": [0]})):
+    for path, body in (("/api/hint", {"hand": [0, 1]}), ("/api/readings", {"cards": [0]}),
+                       ("/api/arrange", {"cards": [0]})):
         r = c.post(path, json=body, headers=headers)
         assert r.status_code == code and r.json()["error"] in ("unauthorized", "not_allowed")
 
@@ -121,6 +122,36 @@ def test_hint_is_the_trustee_choice() -> None:
 def test_hint_refuses_bad_input(body, needle) -> None:
     r = client().post("/api/hint", json=body, headers=bearer("alice"))
     assert r.status_code == 400 and needle in r.json()["reason"], r.json()
+
+
+def test_arrange_answers_the_groups_of_engine_rules() -> None:  # issue 36: 理牌
+    from engine.rules.arrange import arrange
+    from engine.rules.cards import parse_cards
+
+    hand = parse_cards("3 4 5 6 7 7 7 9 9 J J J J BJ")
+    r = client().post("/api/arrange", json={"cards": hand}, headers=bearer("alice"))
+    assert r.status_code == 200
+    assert r.json() == {"groups": [{"kind": g.kind, "cards": list(g.cards)} for g in arrange(hand)]}
+    assert [g["kind"] for g in r.json()["groups"]] == ["bomb", "straight", "pair", "pair", "single"]
+    # under the room's setting (the shipped rooms let a chain bomb run up to 2)
+    chain = parse_cards("K K K K A A A A 2 2 2 2")
+    r = client().post("/api/arrange", json={"cards": chain, "room": "points"}, headers=bearer("alice"))
+    assert [g["kind"] for g in r.json()["groups"]] == ["chain_bomb"]
+
+
+@pytest.mark.parametrize("body, code, needle", [
+    ({"cards": [0, 0]}, "bad_cards", "distinct"),
+    ({"cards": [108]}, "bad_cards", "0..107"),
+    ({"cards": [True]}, "bad_cards", "card ids"),
+    ({"cards": "3 3"}, "bad_cards", "list"),
+    ({"cards": list(range(28))}, "bad_cards", "at most 27"),
+    ({"cards": [0], "room": "nowhere"}, "bad_request", "unknown room"),
+    ({"cards": [0], "extra": 1}, "bad_request", "cards"),
+    ([0], "bad_request", "cards"),
+])
+def test_arrange_refuses_bad_input(body, code, needle) -> None:
+    r = client().post("/api/arrange", json=body, headers=bearer("alice"))
+    assert r.status_code == 400 and r.json()["error"] == code and needle in r.json()["reason"], r.json()
 
 
 def test_readings_list_every_reading_and_whether_it_beats() -> None:
@@ -275,7 +306,7 @@ def test_standing_is_the_effective_xiang_of_the_bombs_seen() -> None:
     body = {"room": "points", "bombs": {"a": [{"cards": four, "kind": "bomb", "rank": "4"},
                                               {"cards": five, "kind": "bomb", "rank": "5"}], "b": []}}
     r = c.post("/api/standing", json=body, headers=bearer("sam", "spectator")).json()
-    assert r == {"a": {"xiang": 5, "source": "R-9: 4444 and 5555 consecutive → 5", "c": 0},
+    assert r == {"a": {"xiang": 5, "source": "R-9: 4 4 4 4 and 5 5 5 5 consecutive → 5", "c": 0},
                  "b": {"xiang": 0, "source": "no bomb", "c": 0}}
     assert c.post("/api/standing", json=body).status_code == 401
     bad = {"room": "points", "bombs": {"a": [{"cards": parse_cards("3 3"), "kind": "pair", "rank": "3"}]}}
@@ -333,3 +364,8 @@ def test_the_lobby_lists_base_entry_and_the_players_own_balance() -> None:
     assert rooms["points"]["need"] == 0 and rooms["points"]["admits"] and rooms["points"]["balance"] == 40
     assert rooms["wealth"]["need"] > 0 and not rooms["wealth"]["admits"] and rooms["wealth"]["balance"] == 0
     assert all(isinstance(r["base"], int) and r["base"] > 0 for r in rooms.values())
+    # each room's R-11 table, for the page's level badge (issue 36)
+    assert rooms["points"]["levels"][0] == {"level": 0, "need": 0, "base": 5}
+    assert rooms["points"]["levels"][-1] == {"level": 16, "need": 2000000, "base": 800}
+    assert rooms["wealth"]["levels"][0] == {"level": 1, "need": 100, "base": 5}
+    assert [lv["level"] for lv in web.room_list(None)[0]["levels"]] == list(range(17))  # no room book: the built-in ones

@@ -257,8 +257,22 @@ class RedisClaims:
         per_bucket = max(1, math.ceil(limit / self.buckets))
         args = [now_ms if due_ms is None else due_ms, per_bucket, SCAN_PAST, self.first_lease_ms,
                 self.cap_ms, now_ms]
+        failed: Exception | None = None
         if self.cluster:
-            replies = [self._claim(keys=self._bucket_keys(b), args=args) for b in range(self.buckets)]
+            # one call per bucket (each its own slot): a node that cannot answer (cut off,
+            # failing over) holds back only its own buckets' deadlines (issue 35 §3)
+            replies = []
+            for b in range(self.buckets):
+                try:
+                    replies.append(self._claim(keys=self._bucket_keys(b), args=args))
+                except Exception as exc:
+                    if not is_transient(exc):
+                        raise
+                    failed = failed or exc
+            if failed is not None and not replies:
+                raise failed
+            if failed is not None:
+                log.warning("dispatcher: some buckets could not be claimed (%s); the others go on", failed)
         else:
             replies = [self._claim(keys=self._all_keys, args=args)]
         out: list[Claim] = []
@@ -270,6 +284,8 @@ class RedisClaims:
             if at >= 0 and (soonest is None or at < soonest):
                 soonest = at
         self.next_due_ms = NOTHING_RECORDED if soonest is None else soonest
+        if failed is not None:
+            self.next_due_ms = None  # what the skipped buckets hold is unknown: tick every interval
         out.sort(key=lambda c: (c.deadline.at_ms, c.deadline.match_id))
         return out
 

@@ -1,4 +1,4 @@
-"""The embedded default: timers without any server (DESIGN.md "Embedded default").
+"""The embedded default: timers without any server (docs/ARCHITECTURE.md "Embedded default").
 
 One process holds everything: an event store (in memory, or fakeredis with
 Lua — the same Lua append as production), dramatiq's ``StubBroker`` and an
@@ -105,7 +105,8 @@ class EmbeddedTimers:
             on_commit=self.scheduler.on_commit if self.scheduler is not None else None, **service_kwargs)
         self.runtime = rt_mod.Runtime(store=self.store, service=self.service, clock=self.clock,
                                       scheduler=self.scheduler, grace_ms=grace_ms,
-                                      publish=publish, claims=self.claims)
+                                      publish=publish, claims=self.claims,
+                                      clock_pause_min_ms=rt_mod.clock_pause_setting(self.clock))
         if publish == "gateway":
             self.runtime.publish = rt_mod.gateway_publisher(self.store.client)  # type: ignore[attr-defined]
         self.broker: StubBroker = make_broker(None)  # type: ignore[assignment]

@@ -12,6 +12,16 @@ derived from (match id, version, kind) and runs it through
 ``MatchService.execute``, exactly like a player's command: a second firing
 of the same deadline is a duplicate by command id, a firing for an older
 version is refused by ``decide`` as stale, and both are no-ops.
+
+Clocks that stop during outages (issue 35 §4): before a turn or ready clock runs
+out, :func:`clock_pause` asks whether the player could have acted.  The match's
+writes must be confirmable now (with replica acks, an INCR + WAIT on its node; a
+failure leaves the deadline for later and is remembered), and the update that
+started the clock must have reached the player's stream (its entry id is when it
+was published).  Otherwise the timer appends ``ExtendClock`` instead of the timeout:
+ClockExtended moves the deadline (the brief's and the view's too) by the delay of
+the publication (``unpublished``), or gives a fresh clock after a period the writes
+could not be confirmed (``unconfirmed``), and is published like any timer outcome.
 """
 
 from __future__ import annotations
@@ -24,9 +34,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from engine.match.commands import CommandBase, ReadyTimeout, TrusteeAct, TurnTimeout
+from engine.match.commands import CommandBase, ExtendClock, ReadyTimeout, TrusteeAct, TurnTimeout
 from engine.match.errors import Rejected, StaleCommand
 from engine.match.deadline import DeadlineKind
+from engine.match.events import ClockExtended
 from engine.store.base import EventStore, WrongVersion
 from engine.store.transient import Backoff, is_transient
 from workers.clock import SystemClock, read_ms
@@ -41,7 +52,13 @@ TIMER_MESSAGES_ENV = "SK_TIMER_MESSAGES"
 GRACE_ENV = "SK_SWEEP_GRACE_MS"
 DEFAULT_GRACE_MS = 2_000
 
-FireResult = Literal["committed", "duplicate", "stale", "rejected", "conflict"]
+FireResult = Literal["committed", "duplicate", "stale", "rejected", "conflict", "extended"]
+
+#: a clock whose update reached the player this much later than its event is paused
+#: for that long (issue 35 §4; ``SK_CLOCK_PAUSE_MIN_MS``); publication takes milliseconds
+CLOCK_PAUSE_MIN_MS = 1_000
+#: outbox entries read back (newest first) to find when a player's update was published
+_OUTBOX_SCAN = 50
 
 #: how long fire() keeps retrying a publish that Redis refuses for a transient reason
 #: (OOM, READONLY, a dropped connection…), in seconds: under dramatiq's time limit; after
@@ -129,6 +146,13 @@ class Runtime:
     #: the in-flight marks of dispatched deadlines (workers.dispatcher.DueClaims): a firing
     #: releases its deadline's mark, whatever the result
     claims: Any = None
+    #: a publication later than this pauses the clock (:func:`clock_pause`); None: no pausing.
+    #: Publication times are the streams' entry ids (Redis's wall clock): only a runtime on
+    #: the system clock compares them (:func:`clock_pause_setting`)
+    clock_pause_min_ms: int | None = None
+    #: match id -> when this process first found its writes unconfirmable (a turn or ready
+    #: deadline it could not act on: NOREPLICAS, CLUSTERDOWN, a lost connection)
+    unconfirmed_since: dict[str, int] = field(default_factory=dict)
     _stats_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def now_ms(self) -> int:
@@ -199,13 +223,14 @@ def from_env() -> Runtime:
     from workers.dispatcher import claims_for
     from workers.scheduler import DeadlineScheduler
 
-    from engine.store.connect import replica_acks_default
+    from engine.store.replicas import ReplicaAcks, resolve_replica_acks
 
     store = RedisEventStore.from_url(url)
-    acks = replica_acks_default()  # SK_REPLICA_ACKS: a timer's append waits for N replicas (issue 24 §4)
+    # a timer's append waits for N replicas: SK_REPLICA_ACKS, else 1 on a Cluster whose every
+    # master has a replica, else 0 (issue 35 §3)
+    acks, why = resolve_replica_acks(store.client, None, os.environ.get("SK_REPLICA_ACKS", ""))
+    log.info("replica acks %d (%s)", acks, why)
     if acks:
-        from engine.store.replicas import ReplicaAcks
-
         store.replica_acks = ReplicaAcks(store.client, acks)
     clock = SystemClock()
     scheduler = DeadlineScheduler(clock) if timer_messages_from_env() else None
@@ -219,10 +244,21 @@ def from_env() -> Runtime:
     log.info("timer runtime: store %s, grace %d ms", url.split("@")[-1], grace)
     publish = None if os.environ.get("SK_TIMERS_PUBLISH", "1") == "0" else gateway_publisher(store.client)
     rt = Runtime(store=store, service=service, clock=clock, scheduler=scheduler,
-                 grace_ms=grace, publish=publish, claims=None if legacy_only else claims_for(store))
+                 grace_ms=grace, publish=publish, claims=None if legacy_only else claims_for(store),
+                 clock_pause_min_ms=clock_pause_setting(clock))
     for hook in list(_build_hooks):
         rt = hook(rt) or rt
     return rt
+
+
+def clock_pause_setting(clock: Any) -> int | None:
+    """``SK_CLOCK_PAUSE_MIN_MS`` (default :data:`CLOCK_PAUSE_MIN_MS`; 0: clocks never pause)
+    for a runtime on the system clock; None for any other clock (a test's): publication
+    times are Redis's wall-clock times, comparable with the system clock only."""
+    if not isinstance(clock, SystemClock):
+        return None
+    n = env_int("SK_CLOCK_PAUSE_MIN_MS", CLOCK_PAUSE_MIN_MS)
+    return n if n > 0 else None
 
 
 def timer_messages_from_env() -> bool:
@@ -321,6 +357,18 @@ def _fire(match_id: str, version: int, kind: str, rt: Runtime, source: str) -> F
                   kind, match_id, version, source, current_version)
         rt.count("stale")
         return "stale"
+    if kind in ("turn", "ready") and (state_now is not None or known == int(version)):
+        if state_now is None:  # the cached state is at this version: read from the cache
+            state_now = rt.service.load_state(match_id)
+        try:
+            pause = clock_pause(rt, state_now, int(version), kind)
+        except Exception as exc:
+            _unconfirmed(rt, match_id, exc)
+            raise
+        if pause is not None:
+            by_ms, reason = pause
+            cmd = ExtendClock(command_id=f"clock:{reason}:{int(version)}:{match_id}"[:COMMAND_ID_LIMIT],
+                              match_id=match_id, version=int(version), by_ms=by_ms, reason=reason)
     try:
         outcome = rt.service.execute(cmd)
     except WrongVersion as exc:
@@ -336,6 +384,10 @@ def _fire(match_id: str, version: int, kind: str, rt: Runtime, source: str) -> F
         log.info("%s %s v%d (%s): refused (%s) %s", kind, match_id, version, source, exc.code, exc)
         rt.count("rejected")
         return "rejected"
+    except Exception as exc:
+        if kind in ("turn", "ready"):
+            _unconfirmed(rt, match_id, exc)
+        raise
     rejection = getattr(outcome, "rejection", None)
     if rejection is not None:
         if isinstance(rejection, StaleCommand) or getattr(rejection, "code", None) == "stale":
@@ -355,9 +407,107 @@ def _fire(match_id: str, version: int, kind: str, rt: Runtime, source: str) -> F
         return "duplicate"
     if rt.publish is not None:
         publish_outcome(rt, cmd, outcome)
+    if isinstance(cmd, ExtendClock):
+        rt.unconfirmed_since.pop(match_id, None)
+        log.info("%s %s v%d (%s): clock paused %d ms (%s)", kind, match_id, version, source, cmd.by_ms, cmd.reason)
+        rt.count("extended")
+        _count_clock_paused(kind, cmd.reason)
+        return "extended"
     rt.count("committed")
     rt.count(f"committed_{source}")
     return "committed"
+
+
+def clock_pause(rt: Runtime, state: Any, version: int, kind: str) -> tuple[int, str] | None:
+    """``(by_ms, reason)`` when the ``kind`` clock of ``version`` must move later instead of
+    running out, None when it may run out (issue 35 §4).
+
+    * The match's writes must be confirmable now (the store's replica acks: an INCR + WAIT
+      on its node; a transient failure propagates, the deadline is retried later and the
+      player's clock counts as paused from then).  After such a period the player gets a
+      fresh clock: ``unconfirmed``, by ``now + the clock's length - deadline``.
+    * The update of ``version`` (or a later one) must be in the stream of each player the
+      clock runs for (the one on turn; the seated who are not ready), published in time:
+      the clock is moved by how late it was published (never published yet: until now),
+      when that is more than :attr:`Runtime.clock_pause_min_ms` and the moved deadline is
+      still ahead (``unpublished``).
+    """
+    if state is None or state.version != version or state.deadline_kind != kind or state.deadline_at is None:
+        return None  # stale or moved on: execute says so
+    now = rt.now_ms()
+    confirm = getattr(rt.store, "confirm_replicated", None)
+    if callable(confirm) and getattr(rt.store, "replica_acks", None) is not None:
+        confirm(state.match_id)  # NOREPLICAS / CLUSTERDOWN propagate: not now
+    cfg = state.config
+    length = int(round(1000 * (cfg.turn_seconds if kind == "turn" else cfg.ready_seconds))) if cfg else 0
+    since = rt.unconfirmed_since.get(state.match_id)
+    if since is not None:
+        by = now + length - state.deadline_at
+        if by >= 1:
+            return by, "unconfirmed"
+        rt.unconfirmed_since.pop(state.match_id, None)
+    if rt.publish is None or rt.clock_pause_min_ms is None:
+        return None  # nobody here publishes: no publication to wait for
+    if kind == "turn":
+        seat = state.seats[state.turn] if state.turn is not None else None
+        players = [seat.player] if seat is not None else []
+    else:
+        players = [s.player for s in state.seats if s is not None and not s.ready]
+    client = getattr(rt.store, "client", None)
+    if client is None or not players:
+        return None
+    delay = 0
+    for player in players:
+        published = published_at(client, player, state.match_id, version)
+        delay = max(delay, (now if published is None else published) - int(state.last_ts or 0))
+    if delay > rt.clock_pause_min_ms and now < state.deadline_at + delay:
+        last = rt.store.load(state.match_id, after=version - 1) if version > 0 else []
+        if last and isinstance(last[-1], ClockExtended) and last[-1].reason == "unpublished":
+            # its own update did not reach the player either (publishing is broken, not late):
+            # one pause in a row, then the clock runs, so a match never waits for ever
+            return None
+        return delay, "unpublished"
+    return None
+
+
+def _unconfirmed(rt: Runtime, match_id: str, exc: BaseException) -> None:
+    """A transient failure before a turn or ready clock could be acted on: the match's
+    writes cannot be confirmed now; its player's clock counts as paused from now on."""
+    if not is_transient(exc):
+        return
+    if len(rt.unconfirmed_since) > 100_000:  # bounded
+        rt.unconfirmed_since.clear()
+    rt.unconfirmed_since.setdefault(match_id, rt.now_ms())
+
+
+def published_at(client: Any, player: str, match_id: str, version: int) -> int | None:
+    """When the first entry of match ``match_id`` at ``version`` or later reached ``player``'s
+    stream (``sk:out:{player}``; its entry id's milliseconds), None when none has yet."""
+    from engine.store import keys
+
+    first: int | None = None
+    for entry_id, fields in client.xrevrange(keys.outbox_key(player), count=_OUTBOX_SCAN):
+        f = {(k.decode() if isinstance(k, bytes) else k): v for k, v in fields.items()}
+        match = f.get("match")
+        if (match.decode() if isinstance(match, bytes) else match) != match_id:
+            continue
+        try:
+            at_version = int(f.get("version") or 0)
+        except (TypeError, ValueError):
+            continue
+        if at_version < version:
+            break  # older updates of this match follow
+        ms = int((entry_id.decode() if isinstance(entry_id, bytes) else entry_id).split("-", 1)[0])
+        first = ms if first is None else min(first, ms)
+    return first
+
+
+def _count_clock_paused(kind: str, reason: str) -> None:
+    try:
+        from projections import metrics
+    except Exception:  # pragma: no cover - metrics are optional here
+        return
+    metrics.observe_clock_paused(kind, reason)
 
 
 def fire_batch(items: Any, rt: Runtime | None = None, source: str = "dispatch") -> dict[str, int]:
@@ -472,5 +622,8 @@ def _republish(rt: Runtime, cmd: CommandBase, state: Any) -> bool:
     from engine.service.service import Outcome
 
     log.info("%s: applied before (seqs %d..%d), publishing its events again", cmd.command_id, first, last)
+    confirm = getattr(rt.store, "confirm_replicated", None)
+    if callable(confirm):
+        confirm(cmd.match_id)  # published only once on the replicas (issue 35 §3): NOREPLICAS retries
     publish_outcome(rt, cmd, Outcome(tuple(events), state, None, True))
     return True

@@ -217,6 +217,18 @@ class ReadyTimeout(CommandBase):
     version: int
 
 
+class ExtendClock(CommandBase):
+    """The turn or ready clock of version ``version`` is moved ``by_ms`` later: the player
+    could not have acted for that long (their update was published late, ``unpublished``,
+    or the match's writes could not be confirmed, ``unconfirmed``; issue 35 §4).  A timer
+    command, decided like a timeout (stale unless ``version`` is the match's version)."""
+
+    type: Literal["ExtendClock"] = "ExtendClock"
+    version: int
+    by_ms: int = Field(ge=1, le=86_400_000)
+    reason: Literal["unpublished", "unconfirmed"]
+
+
 class RequestTrustee(CommandBase):
     type: Literal["RequestTrustee"] = "RequestTrustee"
     player: str
@@ -298,7 +310,7 @@ class AddRoom(OperatorCommand):
 
 Command = Annotated[
     Union[CreateMatch, Sit, Leave, Ready, Deal, Play, Pass, TurnTimeout, TrusteeAct, ReadyTimeout,
-          RequestTrustee, CancelTrustee, Disconnect, Reconnect, Escape, Sync, Credit, Debit, AddRoom],
+          ExtendClock, RequestTrustee, CancelTrustee, Disconnect, Reconnect, Escape, Sync, Credit, Debit, AddRoom],
     Field(discriminator="type"),
 ]
 _COMMAND_ADAPTER: TypeAdapter[Any] = TypeAdapter(Command)

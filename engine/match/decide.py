@@ -12,7 +12,8 @@ Lifecycle (phase ``new`` → ``seating`` → ``playing`` → ``finished``):
 * ``Sit`` ×2 → PlayerSeated, level and base from the balance (R-11); a third
   player, a duplicate or (wealth) a balance below the lowest level (R-11.1)
   is refused.  ``Leave`` → PlayerRemoved(left) before the deal.
-* ``Ready`` ×2 → PlayerReady; when the second player gets ready and
+* ``Ready`` ×2 → PlayerReady (a Ready from a player already ready, or after the deal, changes
+  nothing: no event, :func:`ready_changes_nothing`); when the second player gets ready and
   ``ctx.deck`` is given, the deal follows in the same decision (HandDealt
   with both hands, the set-aside cards, the lead card picked by
   ``ctx.lead_index`` among the 54 dealt cards and its holder as first
@@ -23,7 +24,9 @@ Lifecycle (phase ``new`` → ``seating`` → ``playing`` → ``finished``):
   emptied ends the match: MatchFinished with kou (R-6.3, R-7).
 * ``TurnTimeout``/``TrusteeAct``/``ReadyTimeout`` are the system's timer
   commands: each carries the match version it was set for and is refused as
-  stale (:class:`StaleCommand`) otherwise (R-13.1–R-13.3).
+  stale (:class:`StaleCommand`) otherwise (R-13.1–R-13.3).  ``ExtendClock``
+  (also the timers') moves the running turn or ready clock later: ClockExtended,
+  when the player could not have acted (issue 35 §4).
 * ``RequestTrustee``/``CancelTrustee`` (R-13.5), ``Disconnect``/``Reconnect``
   (R-13.4), ``Escape`` (R-12.1).
 
@@ -48,7 +51,8 @@ Decisions where the rules are silent (documented in the tests too):
   the room allows reclaiming and the player is connected again; from an
   escape never (R-13.5).
 * A timer command is judged by version and the deadline kind only, not by
-  ``ctx.now_ms``: timer messages may be late, never early (DESIGN.md).
+  ``ctx.now_ms``: timer messages may be late, never early (docs/ARCHITECTURE.md
+  "Process managers").
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ from engine.match.commands import (
     Deal,
     Disconnect,
     Escape,
+    ExtendClock,
     Leave,
     Pass,
     Play,
@@ -111,6 +116,7 @@ from engine.match.errors import (
 from engine.match import fairness
 from engine.match.events import (
     CardsPlayed,
+    ClockExtended,
     EventBase,
     HandDealt,
     MatchAbandoned,
@@ -187,7 +193,8 @@ def decide(state: MatchState, command: CommandBase, ctx: Context) -> list[EventB
 
 
 def _checked_handler(state: MatchState, command: CommandBase) -> Callable[[_Builder, Any], None] | None:
-    """The command's handler once the checks every command passes are passed (None: a Sync)."""
+    """The command's handler once the checks every command passes are passed (None: a Sync, or
+    a Ready that changes nothing: :func:`ready_changes_nothing`)."""
     if command.match_id != state.match_id:
         raise BadCommand(f"command for match {command.match_id!r} sent to match {state.match_id!r}")
     handler = _HANDLERS.get(type(command))
@@ -204,13 +211,29 @@ def _checked_handler(state: MatchState, command: CommandBase) -> Callable[[_Buil
         raise StaleCommand(f"{moved} that the command expected: look at the current view and decide again")
     if isinstance(command, Sync):  # any phase, a finished match too: it only reads
         return None
+    if isinstance(command, Ready) and ready_changes_nothing(state, command.player):
+        return None  # idempotent (issue 36): no event, the publisher answers it with an ack
     if state.over and not isinstance(command, CreateMatch):
         # MatchFinished / MatchAbandoned is the last event a match ever gets (settlement
         # and the projection runner rely on it): nothing is decided after it
-        if isinstance(command, (TurnTimeout, TrusteeAct, ReadyTimeout)):
+        if isinstance(command, (TurnTimeout, TrusteeAct, ReadyTimeout, ExtendClock)):
             raise StaleCommand(f"match {state.match_id} is over: the timer has nothing to do")
         _not_over(state)
     return handler
+
+
+def ready_changes_nothing(state: MatchState, player: str) -> bool:
+    """A Ready of ``player`` that changes nothing: they are seated and already ready, or the
+    cards of the match have been dealt (playing or finished).  It is accepted with no event
+    (a reconnecting client may send Ready again on the lobby's ``seated`` note).
+
+    >>> ready_changes_nothing(MatchState(match_id="m", phase="playing"), "a")
+    False
+    """
+    i = state.seat_of(player)
+    if i is None:
+        return False
+    return state.phase in ("playing", "finished") or (state.phase == "seating" and state.seat(i).ready)
 
 
 def decide_and_apply(state: MatchState, command: CommandBase,
@@ -220,7 +243,7 @@ def decide_and_apply(state: MatchState, command: CommandBase,
     (the result equals ``replay(events, state)``).  A :class:`Rejected` is raised as by
     :func:`decide`."""
     handler = _checked_handler(state, command)
-    if handler is None:  # a Sync: it only reads
+    if handler is None:  # a Sync (it only reads) or a Ready that changes nothing
         return [], state
     b = _Builder(state, command, ctx)
     handler(b, command)
@@ -471,11 +494,7 @@ def _abandon_if_empty(b: _Builder) -> None:
 
 def _ready(b: _Builder, c: Ready) -> None:
     s = b.state
-    i = _seat_in_open_match(s, c.player)
-    if s.phase != "seating":
-        raise WrongPhase("the cards have already been dealt")
-    if s.seat(i).ready:
-        raise NotAllowed(f"{c.player} is already ready")
+    _seat_in_open_match(s, c.player)  # a seated player's Ready after the deal or a second one: no-ops
     seed = None
     if s.commitment is not None:
         seed = c.client_seed if c.client_seed is not None else fairness.default_client_seed(c.player)
@@ -642,6 +661,15 @@ def _ready_timeout(b: _Builder, c: ReadyTimeout) -> None:
     b.emit(MatchAbandoned, reason="not_ready" if unready else "seat_empty")
 
 
+def _extend_clock(b: _Builder, c: ExtendClock) -> None:
+    s = b.state
+    _check_version(s, c.version, "clock extension")
+    if s.deadline_kind not in ("turn", "ready"):
+        raise StaleCommand(f"no turn or ready clock runs (deadline {s.deadline_kind})")
+    kind = "turn" if s.deadline_kind == "turn" else "ready"
+    b.emit(ClockExtended, kind=kind, by_ms=c.by_ms, reason=c.reason)  # issue 35 §4
+
+
 def _request_trustee(b: _Builder, c: RequestTrustee) -> None:
     s = b.state
     i = _playing_seat(s, c.player)
@@ -717,6 +745,7 @@ def _escape(b: _Builder, c: Escape) -> None:
 _HANDLERS: dict[type[CommandBase], Callable[[_Builder, Any], None]] = {
     CreateMatch: _create, Sit: _sit, Leave: _leave, Ready: _ready, Deal: _deal, Play: _play_cmd,
     Pass: _pass, TurnTimeout: _turn_timeout, TrusteeAct: _trustee_act, ReadyTimeout: _ready_timeout,
+    ExtendClock: _extend_clock,
     RequestTrustee: _request_trustee, CancelTrustee: _cancel_trustee, Disconnect: _disconnect,
     Reconnect: _reconnect, Escape: _escape, Sync: lambda b, c: None,
 }

@@ -1,4 +1,4 @@
-"""The event catalogue of a match (DESIGN.md "Event sourcing") and its msgpack codec.
+"""The event catalogue of a match (docs/ARCHITECTURE.md "Event sourcing") and its msgpack codec.
 
 Every event is a frozen pydantic model with a ``type`` tag and the envelope
 fields ``match_id``, ``seq`` (1, 2, 3… within the match), ``ts`` (milliseconds
@@ -177,6 +177,17 @@ class PlayerEscaped(EventBase):
     policy: Literal["trustee", "forfeit"]
 
 
+class ClockExtended(EventBase):
+    """The running turn or ready clock moved ``by_ms`` later (issue 35 §4): the player could
+    not have acted meanwhile (``unpublished``: their update reached them late;
+    ``unconfirmed``: the match's writes could not be confirmed on the replicas)."""
+
+    type: Literal["ClockExtended"] = "ClockExtended"
+    kind: Literal["turn", "ready"]
+    by_ms: int = Field(ge=1)
+    reason: Literal["unpublished", "unconfirmed"]
+
+
 class MatchFinished(EventBase):
     """The match is over: a hand emptied (R-6.3) or an escape forfeit (R-12.1)."""
 
@@ -206,14 +217,14 @@ Event = Annotated[
     Union[
         MatchCreated, PlayerSeated, PlayerReady, PlayerRemoved, HandDealt, CardsPlayed, Passed,
         TurnTimedOut, TrusteeshipStarted, TrusteeshipEnded, PlayerDisconnected,
-        PlayerReconnected, PlayerEscaped, MatchFinished, MatchAbandoned,
+        PlayerReconnected, PlayerEscaped, MatchFinished, MatchAbandoned, ClockExtended,
     ],
     Field(discriminator="type"),
 ]
 EVENT_TYPES: tuple[type[EventBase], ...] = (
     MatchCreated, PlayerSeated, PlayerReady, PlayerRemoved, HandDealt, CardsPlayed,
     Passed, TurnTimedOut, TrusteeshipStarted, TrusteeshipEnded, PlayerDisconnected,
-    PlayerReconnected, PlayerEscaped, MatchFinished, MatchAbandoned,
+    PlayerReconnected, PlayerEscaped, MatchFinished, MatchAbandoned, ClockExtended,
 )
 _EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)
 

@@ -19,6 +19,8 @@ config:
   otherwise keeps running: an opponent's disconnect does not give the player
   on turn more time, and neither does asking for trusteeship and cancelling it
   (R-13.5) — the turn deadline comes back where it was;
+* ClockExtended (issue 35 §4) moves the running turn or ready clock later by its
+  ``by_ms``: the player could not have acted for that long;
 * new / finished / abandoned: no deadline.
 """
 
@@ -31,6 +33,7 @@ from engine.rules.combo import Combo
 from engine.config import RoomConfig
 from engine.match.events import (
     CardsPlayed,
+    ClockExtended,
     EventBase,
     HandDealt,
     MatchAbandoned,
@@ -48,7 +51,7 @@ from engine.match.events import (
     TurnTimedOut,
 )
 from engine.match.frozen import evolve as replace
-from engine.match.state import Finish, LastPlay, MatchState, Seat
+from engine.match.state import Finish, LastPlay, MatchState, PlayRecord, Seat
 
 
 Changes = dict[str, Any]
@@ -57,7 +60,7 @@ Changes = dict[str, Any]
 #: or a removal, the deal, a play, a pass (a turn change), the finish (a phase change).  A
 #: command's ``expected_version`` is stale only when one of these came after it; the others
 #: (PlayerReady, TurnTimedOut, TrusteeshipStarted/Ended, PlayerDisconnected/Reconnected,
-#: PlayerEscaped) leave a decision taken on the table as it was valid.
+#: PlayerEscaped, ClockExtended) leave a decision taken on the table as it was valid.
 MOVES_TABLE: tuple[type[EventBase], ...] = (
     MatchCreated, PlayerSeated, PlayerRemoved, HandDealt, CardsPlayed, Passed, MatchFinished,
 )
@@ -103,14 +106,14 @@ def _deadline(old: MatchState, new: MatchState, ts: int) -> dict[str, object]:
             return _NO_DEADLINE  # both ready: the deal follows (or an operator's Deal, fixed deals)
         restarted = (old.deadline_kind != "ready" or old.deadline_at is None
                      or any((o is None) != (n is None) for o, n in zip(old.seats, new.seats)))
-        at = ts + _ms(cfg.ready_seconds) if restarted else old.deadline_at
+        at = ts + _ms(cfg.ready_seconds) if restarted else new.deadline_at  # (ClockExtended moves it)
         return {"deadline_at": at, "deadline_kind": "ready", "turn_started_at": None}
     if new.phase == "playing" and new.turn is not None:
         seat = new.seats[new.turn]
         kind = "trustee" if (seat is not None and seat.trusteed) else "turn"
         moved = (old.phase != "playing" or old.turn != new.turn or old.trick != new.trick
                  or old.trick_plays != new.trick_plays or old.turn_started_at is None)
-        started = ts if moved else old.turn_started_at
+        started = ts if moved else new.turn_started_at  # (ClockExtended moves it)
         assert started is not None
         if kind == "turn":
             at = started + _ms(cfg.turn_seconds)
@@ -180,7 +183,8 @@ def _played(e: CardsPlayed, s: MatchState) -> Changes:
                    bombs=seat.bombs + ((combo,) if combo.is_bomb else ()))
     return {**_seats_with(s, i, seat), "table": s.table + tuple(e.cards),
             "to_beat": LastPlay(i, combo, tuple(e.cards)), "turn": 1 - i,
-            "trick_plays": s.trick_plays + 1, "plays_total": s.plays_total + 1}
+            "trick_plays": s.trick_plays + 1, "plays_total": s.plays_total + 1,
+            "history": s.history + (PlayRecord(s.trick, i, tuple(e.cards), combo.kind, combo.top, combo.xiang),)}
 
 
 @_handles(Passed)
@@ -220,6 +224,16 @@ def _reconnected(e: PlayerReconnected, s: MatchState) -> Changes:
 @_handles(PlayerEscaped)
 def _escaped(e: PlayerEscaped, s: MatchState) -> Changes:
     return _update_seat(s, e.player, escaped=True, connected=False)
+
+
+@_handles(ClockExtended)
+def _clock_extended(e: ClockExtended, s: MatchState) -> Changes:
+    # the turn clock runs from turn_started_at, the ready clock is its deadline: both move
+    if e.kind == "turn" and s.turn_started_at is not None:
+        return {"turn_started_at": s.turn_started_at + e.by_ms}
+    if e.kind == "ready" and s.deadline_at is not None:
+        return {"deadline_at": s.deadline_at + e.by_ms}
+    return {}
 
 
 @_handles(MatchFinished)

@@ -1,8 +1,8 @@
 """A fast ``dataclasses.replace`` for the frozen, slotted state values.
 
 ``dataclasses.replace`` re-runs ``__init__`` with keyword processing for every
-field; folding events calls it on every event, so replay speed (DESIGN.md:
-"Replaying a stream = folding apply over it") is bound by it.  :func:`evolve`
+field; folding events calls it on every event, so replay speed (docs/ARCHITECTURE.md
+"Event sourcing": "Replaying a stream = folding apply over it") is bound by it.  :func:`evolve`
 builds the copy directly, field by field, with a function generated once per
 class.  It performs no validation — neither does ``replace`` for these classes,
 which have no ``__post_init__``.

@@ -21,6 +21,7 @@ from engine.match.events import (
     PlayerEscaped,
     PlayerReady,
     PlayerReconnected,
+    ClockExtended,
     PlayerRemoved,
     PlayerSeated,
     TrusteeshipEnded,
@@ -68,6 +69,7 @@ def narrate(events: Sequence[EventBase]) -> list[str]:
         PlayerDisconnected: lambda e: f"{e.player} disconnected",
         PlayerReconnected: lambda e: f"{e.player} reconnected",
         PlayerEscaped: lambda e: f"{e.player} escaped (policy {e.policy})",
+        ClockExtended: lambda e: f"the {e.kind} clock paused {e.by_ms / 1000:.1f}s ({e.reason})",
         MatchFinished: finished,
         MatchAbandoned: lambda e: f"the match is abandoned before the deal ({e.reason}): nothing to settle",
     }

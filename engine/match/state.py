@@ -1,4 +1,4 @@
-"""The state of one match, as folded from its events (DESIGN.md "Event sourcing").
+"""The state of one match, as folded from its events (docs/ARCHITECTURE.md "Event sourcing").
 
 :class:`MatchState` is a frozen value: :func:`engine.match.evolve.apply` returns a
 new one for every event and never checks anything; :func:`engine.match.decide.decide`
@@ -30,7 +30,7 @@ from engine.match.deadline import Deadline, DeadlineKind
 
 #: ``abandoned``: ended before the deal (MatchAbandoned, R-13.2); ``finished``: MatchFinished
 Phase = Literal["new", "seating", "playing", "finished", "abandoned"]
-STATE_CODEC_VERSION = 1
+STATE_CODEC_VERSION = 2  # 2: the plays of the match (``history``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +63,20 @@ class LastPlay:
     seat: int
     combo: Combo
     cards: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PlayRecord:
+    """One play of the match, as views and briefs show it (``view.history``, ``brief.trick_plays``):
+    the trick it was played in (the state's ``trick`` then), the seat, the cards, and the
+    reading's kind, top rank index and xiang."""
+
+    trick: int
+    seat: int
+    cards: tuple[int, ...]
+    kind: str
+    top: int
+    xiang: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +118,8 @@ class MatchState:
     commitment: str | None = None
     server_seed: str | None = field(default=None, repr=False)
     client_seeds: tuple[str, str] | None = None  # the seeds the fair deal was computed from
+    #: every play of the match in order; the current trick's are the last ``trick_plays``
+    history: tuple[PlayRecord, ...] = ()
 
     # ---- lookups ---------------------------------------------------------
     def seat_of(self, player: str) -> int | None:
@@ -214,6 +230,7 @@ def state_to_dict(s: MatchState) -> dict[str, Any]:
         "turn_started_at": s.turn_started_at, "last_ts": s.last_ts, "plays_total": s.plays_total,
         "commitment": s.commitment, "server_seed": s.server_seed,
         "client_seeds": list(s.client_seeds) if s.client_seeds is not None else None,
+        "history": [[p.trick, p.seat, list(p.cards), p.kind, p.top, p.xiang] for p in s.history],
     }
 
 
@@ -239,6 +256,7 @@ def state_from_dict(d: dict[str, Any]) -> MatchState:
         turn_started_at=d.get("turn_started_at"), last_ts=d["last_ts"], plays_total=d["plays_total"],
         commitment=d.get("commitment"), server_seed=d.get("server_seed"),
         client_seeds=None if d.get("client_seeds") is None else (d["client_seeds"][0], d["client_seeds"][1]),
+        history=tuple(PlayRecord(p[0], p[1], tuple(p[2]), p[3], p[4], p[5]) for p in d["history"]),
     )
 
 

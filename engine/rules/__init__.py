@@ -8,12 +8,13 @@ comparison (R-3 to R-5), legal moves (R-6, R-13.3). Standard library only.
 True
 """
 
+from engine.rules.arrange import BadCards, Group, arrange
 from engine.rules.cards import CardNotationError, format_cards, parse_cards
 from engine.rules.classify import beats, classify, interpretations
 from engine.rules.combo import Combo
 from engine.rules.moves import can_beat, legal_plays, smallest_beating
 
 __all__ = [
-    "CardNotationError", "Combo", "beats", "can_beat", "classify", "format_cards", "interpretations",
+    "BadCards", "CardNotationError", "Combo", "Group", "arrange", "beats", "can_beat", "classify", "format_cards", "interpretations",
     "legal_plays", "parse_cards", "smallest_beating",
 ]

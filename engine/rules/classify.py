@@ -1,6 +1,6 @@
 """Reading played cards as combinations (R-3, R-4) -- the classifier.
 
-Public API (a stable contract, see DESIGN.md):
+Public API (a stable contract, see docs/ARCHITECTURE.md "Contracts that stay stable"):
 
 * :func:`interpretations` -- every distinct reading of exactly these cards
   (all cards used, R-4.5), best first (by :func:`engine.rules.combo.strength_key`).

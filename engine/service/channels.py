@@ -46,7 +46,7 @@ PLAYER_COMMANDS = frozenset({"Ready", "Leave", "Play", "Pass", "RequestTrustee",
 #: command types the lobby and operators may send, on ``sk:ops``
 OPS_COMMANDS = frozenset({"CreateMatch", "Sit", "Deal", "Credit", "Debit", "AddRoom"})
 #: command types only the timer workers run (no channel accepts them)
-TIMER_COMMANDS = frozenset({"TurnTimeout", "TrusteeAct", "ReadyTimeout"})
+TIMER_COMMANDS = frozenset({"TurnTimeout", "TrusteeAct", "ReadyTimeout", "ExtendClock"})
 
 
 @dataclass(frozen=True)

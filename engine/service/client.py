@@ -42,7 +42,7 @@ from engine.match.commands import (
     Sync,
     encode_command,
 )
-from engine.service.publish import expand_events
+from engine.service.publish import expand_events, expand_view
 from engine.store import keys
 from engine.store.redis_store import stream_replies
 
@@ -69,7 +69,7 @@ class OutMessage:
     """One entry of a player's outbound stream (or of a reply stream)."""
 
     id: str  # stream entry id: pass the last one back as ``last_id``
-    kind: str  # update | sync | rejected (outbound); accepted | duplicate | rejected | dead (replies)
+    kind: str  # update | sync | rejected | ack (outbound); accepted | duplicate | rejected | dead (replies)
     match_id: str
     command_id: str
     version: int | None = None
@@ -103,6 +103,8 @@ class OutMessage:
             if isinstance(body.get("events"), list):
                 body["events"] = expand_events(body, match_id, command_id, None if version is None else int(version))
                 body.pop("ts", None)
+            if "view" in body:  # its history stored compact (publish.compact_view)
+                body["view"] = expand_view(body["view"])
         return cls(id=_s(entry_id), kind=_s(f.get("kind", b"")), match_id=_s(f.get("match", b"")),
                    command_id=_s(f.get("command_id", b"")),
                    version=None if version is None else int(version),

@@ -128,7 +128,16 @@ class BucketOwner:
         """Register, hand over what another replica wants, renew the rest, take what is wanted
         and free; returns the buckets held after it."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        want = wanted(self.buckets, self.live_replicas(now_ms), self.replica)
+        try:
+            want = wanted(self.buckets, self.live_replicas(now_ms), self.replica)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            # the registry's node is away (a Cluster node cut off): no rebalancing now, but the
+            # leases held on the other nodes are renewed, so their buckets go on (issue 35 §3)
+            log.warning("serve replicas registry unavailable (%s); renewing the %d bucket(s) held",
+                        exc, len(self.owned))
+            want = set(self.owned)
         for b in sorted(set(self.owned) - want):
             self.hand_over(b)
         for b in sorted(want | set(self.owned)):

@@ -7,7 +7,7 @@ of the commands they run through :meth:`Publisher.publish`.
 
 >>> from engine.store import keys
 >>> Write(keys.outbox_key("alice"), {"kind": "rejected"}, 200).stream
-'sk:out:alice'
+'sk:out:{alice}'
 
 Formats: docs/PROTOCOL.md ("Outbound streams").
 """
@@ -25,7 +25,7 @@ import redis
 
 from engine.match.commands import MAX_COMMAND_BYTES, CommandBase
 from engine.match.errors import BadCommand
-from engine.match.commands import Sync
+from engine.match.commands import Ready, Sync
 from engine.match.events import (
     SCHEMA_VERSION,
     EventBase,
@@ -34,6 +34,7 @@ from engine.match.events import (
     PlayerDisconnected,
     PlayerEscaped,
     PlayerReconnected,
+    ClockExtended,
     PlayerRemoved,
     PlayerSeated,
     Reading,
@@ -41,7 +42,7 @@ from engine.match.events import (
     TrusteeshipStarted,
 )
 from engine.match.protocols import OutcomeLike
-from engine.rules.cards import NUM_RANKS
+from engine.rules.cards import NUM_RANKS, RANK_LABELS
 from engine.match.state import MatchState
 from engine.store import keys
 from engine.store.base import Write
@@ -72,7 +73,7 @@ class GatewayStats:
 #: the finish, and the rare changes of a player's status (connection, trusteeship, escape, removal)
 _VIEW_EVENTS: tuple[type[EventBase], ...] = (
     PlayerSeated, HandDealt, MatchFinished, PlayerDisconnected, PlayerReconnected, TrusteeshipStarted, TrusteeshipEnded,
-    PlayerEscaped, PlayerRemoved,
+    PlayerEscaped, PlayerRemoved, ClockExtended,
 )
 
 
@@ -231,45 +232,111 @@ _BRIEF_READING_DEFAULTS: dict[str, Any] = {"xiang": None, "chain": None, "regula
 
 
 #: the order of a brief's fields in its stored form (:func:`compact_brief`)
-_BRIEF_FIELDS = ("phase", "turn", "trick", "deadline_ms", "cards_left", "last_play")
+_BRIEF_FIELDS = ("phase", "turn", "trick", "deadline_ms", "cards_left", "last_play", "hand", "trick_plays")
 
 
 def compact_brief(brief: dict[str, Any]) -> list[Any]:
     """A brief (``projections.views.brief``) as an update's body stores it: its fields in the
     order of :data:`_BRIEF_FIELDS` without the ``version`` (the entry's own field), the play to
     beat as ``[player, cards, reading]``, the reading as ``[kind, rank, size]`` and a map of
-    its other fields that are not at their defaults, when there are any (40-90 bytes of
-    msgpack).  :func:`expand_brief` undoes it.
+    its other fields that are not at their defaults, when there are any, and of the trick's
+    plays only those before the play to beat (which is the trick's last), each as
+    ``[player, cards, kind, rank, xiang]`` (30-170 bytes of msgpack, 54 on average: the hand
+    costs one byte a card).  :func:`expand_brief` undoes it.
 
     >>> b = {"version": 9, "phase": "playing", "turn": "b", "trick": 1, "deadline_ms": 5, "cards_left": {"a": 26},
     ...      "last_play": {"player": "a", "cards": [0], "reading": {"kind": "single", "rank": "3", "size": 1,
     ...                    "xiang": None, "chain": None, "regular": None, "m": None, "bomb_sizes": None,
-    ...                    "jokers_as": []}}}
+    ...                    "jokers_as": []}}, "hand": [4, 5],
+    ...      "trick_plays": [{"player": "a", "cards": [0], "reading": {"kind": "single", "rank": "3", "xiang": None}}]}
     >>> compact_brief(b)
-    ['playing', 'b', 1, 5, {'a': 26}, ['a', [0], ['single', '3', 1]]]
+    ['playing', 'b', 1, 5, {'a': 26}, ['a', [0], ['single', '3', 1]], [4, 5], []]
     >>> expand_brief(compact_brief(b), 9) == b
     True
     """
-    out = [brief[k] for k in _BRIEF_FIELDS]
+    out = [brief.get(k) for k in _BRIEF_FIELDS]
     lp = brief["last_play"]
     if lp is not None:
         r = lp["reading"]
         extra = {k: v for k, v in r.items()
                  if k in _BRIEF_READING_DEFAULTS and v != _BRIEF_READING_DEFAULTS[k]}
-        out[-1] = [lp["player"], lp["cards"], [r["kind"], r["rank"], r["size"], *([extra] if extra else [])]]
+        out[5] = [lp["player"], lp["cards"], [r["kind"], r["rank"], r["size"], *([extra] if extra else [])]]
+    plays = brief.get("trick_plays") or []
+    out[7] = [[p["player"], p["cards"], p["reading"]["kind"], p["reading"]["rank"], p["reading"]["xiang"]]
+              for p in plays[:-1]]
     return out
 
 
 def expand_brief(stored: list[Any], version: int) -> dict[str, Any]:
-    """The full brief of an update from its stored form (:func:`compact_brief`) and the entry's version."""
+    """The full brief of an update from its stored form (:func:`compact_brief`) and the entry's
+    version (one stored by an engine before ``hand`` and ``trick_plays``: no hand, the play to
+    beat as the trick's only known play)."""
     out: dict[str, Any] = {"version": version, **dict(zip(_BRIEF_FIELDS, stored))}
+    out.setdefault("hand", None)
+    earlier = out.get("trick_plays") or []
+    plays: list[dict[str, Any]] = [{"player": p[0], "cards": list(p[1]),
+                                    "reading": {"kind": p[2], "rank": p[3], "xiang": p[4]}} for p in earlier]
     lp = out.get("last_play")
     if isinstance(lp, (list, tuple)) and len(lp) == 3:
         kind, rank, size, *extra = lp[2]
         defaults = {k: (list(v) if isinstance(v, list) else v) for k, v in _BRIEF_READING_DEFAULTS.items()}
-        out["last_play"] = {"player": lp[0], "cards": list(lp[1]),
-                            "reading": {"kind": kind, "rank": rank, "size": size, **defaults, **(extra[0] if extra else {})}}
+        reading = {"kind": kind, "rank": rank, "size": size, **defaults, **(extra[0] if extra else {})}
+        out["last_play"] = {"player": lp[0], "cards": list(lp[1]), "reading": reading}
+        plays.append({"player": lp[0], "cards": list(lp[1]),
+                      "reading": {"kind": kind, "rank": rank, "xiang": reading["xiang"]}})
+    if isinstance(out.get("hand"), (list, tuple)):
+        out["hand"] = list(out["hand"])
+    out["trick_plays"] = plays
     return out
+
+
+def _kinds() -> tuple[str, ...]:
+    from typing import get_args
+
+    from engine.rules.combo import Kind
+
+    return tuple(get_args(Kind))
+
+
+#: a reading's kinds in the order a stored history row names them (:func:`compact_view`)
+_KINDS = _kinds()
+
+
+def compact_view(view: dict[str, Any]) -> dict[str, Any]:
+    """A view as an outbox entry stores it: its ``history`` (every play of the match) as rows
+    ``[trick, seat, cards, kind index, top rank index, xiang]`` -- about 10 bytes of msgpack a
+    play instead of 75; the rest as it is (a copy when it changes).  :func:`expand_view` undoes it.
+
+    >>> v = {"seats": [{"player": "a"}, {"player": "b"}], "history": [
+    ...     {"trick": 1, "player": "b", "cards": [28, 29, 82, 83], "reading": {"kind": "bomb", "rank": "10", "xiang": 4}}]}
+    >>> compact_view(v)["history"]
+    [[1, 1, [28, 29, 82, 83], 6, 7, 4]]
+    >>> expand_view(compact_view(v)) == v
+    True
+    """
+    history = view.get("history")
+    if not history:
+        return view
+    seat_of = {s["player"]: i for i, s in enumerate(view.get("seats") or ()) if s is not None}
+    rows = [[p["trick"], seat_of[p["player"]], p["cards"], _KINDS.index(p["reading"]["kind"]),
+             RANK_LABELS.index(p["reading"]["rank"]), p["reading"]["xiang"]] for p in history]
+    return {**view, "history": rows}
+
+
+def expand_view(view: Any) -> Any:
+    """The full view of an outbox entry's stored one (:func:`compact_view`); any other value as it is."""
+    if not isinstance(view, dict):
+        return view
+    history = view.get("history")
+    if not history or not isinstance(history[0], (list, tuple)):
+        return view
+    seats = view.get("seats") or ()
+    out = []
+    for trick, seat, cards, kind, top, xiang in history:
+        s = seats[seat] if 0 <= seat < len(seats) else None
+        out.append({"trick": trick, "player": s["player"] if s else "", "cards": list(cards),
+                    "reading": {"kind": _KINDS[kind], "rank": RANK_LABELS[top], "xiang": xiang}})
+    return {**view, "history": out}
 
 
 def rejection_fields(match_id: str | None, cmd_id: str | None, code: str, reason: str) -> dict[str, Any]:
@@ -288,7 +355,7 @@ def entry_bytes(fields: dict[str, Any]) -> int:
     """The size of an inbox entry: its field names and values (bytes or text).
 
     >>> entry_bytes({"c": b"x" * 10, "reply_to": "sk:reply:g"})
-    21
+    29
     """
     return sum(len(k) + (len(v) if isinstance(v, (bytes, str)) else len(str(v))) for k, v in fields.items())
 
@@ -422,7 +489,7 @@ class Publisher:
         """The stream entries :meth:`publish` writes for one outcome (no I/O), counted in
         :attr:`stats` unless ``tally`` is False (:meth:`tally` then, once it is published)."""
         from engine.match.events import public_event_dict
-        from projections.views import brief, redact_event, view_common, view_for
+        from projections.views import brief, own_hand, redact_event, view_common, view_for
 
         out: list[Write] = []
         cmd_id = command.command_id
@@ -439,12 +506,12 @@ class Publisher:
                 fields["version"] = version
                 if version > 0:  # the player's current view: decide again on it
                     fields["body"] = pack({"match_id": match_id, "command_id": cmd_id, "version": version,
-                                           "view": view_for(state, player)})
+                                           "view": compact_view(view_for(state, player))})
                 out.append(self._delivery(keys.outbox_key(player), fields))
             status = "rejected"
         elif isinstance(command, Sync):
             sync_body = {"match_id": match_id, "command_id": cmd_id, "version": version,
-                         "view": view_for(state, command.player)}
+                         "view": compact_view(view_for(state, command.player))}
             out.append(self._delivery(keys.outbox_key(command.player),
                                       {"kind": "sync", "match": match_id, "command_id": cmd_id,
                                        "version": version, "body": pack(sync_body)}))
@@ -452,16 +519,19 @@ class Publisher:
         else:
             status = "duplicate" if outcome.duplicate else "accepted"
             events = tuple(outcome.events)
+            player = short_str(getattr(command, "player", None))
+            if not events and isinstance(command, Ready) and player is not None:
+                # a Ready that changed nothing (engine.match.decide.ready_changes_nothing): answered
+                out.append(self._delivery(keys.outbox_key(player),
+                                          {"kind": "ack", "match": match_id, "command_id": cmd_id,
+                                           "version": version}))
             if events:
                 duplicate = bool(outcome.duplicate)
                 # what does not depend on the recipient, once per command (issue 13 §4): each
                 # event's public fields, and the player-independent part of the view
                 publics = [public_event_dict(e) for e in events]
                 common: dict[str, Any] | None = None
-                # a body without a view is the same for players who see the same events (a
-                # play is public): packed once, by what the player sees
-                plain: list[tuple[list[dict[str, Any]], bytes]] = []
-                # the brief (docs/PROTOCOL.md §8): public, the same for every recipient
+                # the brief (docs/PROTOCOL.md §8): all but the recipient's own hand is public
                 stored_brief = compact_brief(brief(state))
                 for player in recipients(state, events):
                     # compact (docs/PROTOCOL.md "Updates"): the entry's fields say the match,
@@ -471,13 +541,11 @@ class Publisher:
                         if common is None:
                             common = view_common(state)
                         body = compact_body(seen, duplicate)  # no brief: the gateway reads it off the view
-                        body["view"] = view_for(state, player, common)
+                        body["view"] = compact_view(view_for(state, player, common))
                         packed = pack(body)
                     else:
-                        packed = next((b for other, b in plain if other == seen), b"")
-                        if not packed:
-                            packed = pack({**compact_body(seen, duplicate), "brief": stored_brief})
-                            plain.append((seen, packed))
+                        stored_brief[6] = own_hand(state, player)
+                        packed = pack({**compact_body(seen, duplicate), "brief": stored_brief})
                     out.append(self._delivery(keys.outbox_key(player),
                                               {"kind": "update", "match": match_id, "command_id": cmd_id,
                                                "version": version, "body": packed}))

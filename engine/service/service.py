@@ -51,6 +51,25 @@ from engine.store.redis_errors import is_transient
 _log = logging.getLogger(__name__)
 
 
+def _stalls(reply: object) -> bool:
+    """A pipelined append's reply that says its node cannot take or confirm writes now
+    (transient: NOREPLICAS, CLUSTERDOWN, TRYAGAIN, a lost connection); not MOVED/ASK,
+    which the command run alone follows at once."""
+    import redis.exceptions as rex
+
+    return (isinstance(reply, Exception) and not isinstance(reply, (WrongVersion, rex.MovedError, rex.AskError))
+            and is_transient(reply))
+
+
+def _node_bound(exc: BaseException) -> bool:
+    """A transient error of the one node holding the match (too few replicas acknowledged,
+    a Cluster node down or mid-fail-over), not of Redis as a whole."""
+    import redis.exceptions as rex
+
+    return (isinstance(exc, (rex.ClusterDownError, rex.TryAgainError, rex.MasterDownError))
+            or (isinstance(exc, rex.ResponseError) and str(exc).startswith("NOREPLICAS")))
+
+
 class BalanceSource(Protocol):
     """Where Sit balances come from: the engine's ledger (projections.ledger.Ledger)."""
 
@@ -267,9 +286,17 @@ class MatchService:
                 # a retried command id whose events are stored is a duplicate, not a refusal
                 stored = self._stored_events_of(mid, command.command_id) if state.version else ()
                 if stored:
+                    # the original write may not be on the replicas yet (its WAIT fell short):
+                    # a duplicate is answered only once it is (issue 35 §3)
+                    self.store.confirm_replicated(mid)
                     return Outcome(stored, state, None, True, attempt)
                 return Outcome((), state, rej, False, attempt)
-            if not events:  # a read (Sync): nothing to append, nothing recorded
+            if not events:  # a read (Sync) or a no-op (a second Ready): nothing to append, nothing recorded
+                if not verified:  # a no-op is judged on the truth, never on a cached state alone
+                    verified = True
+                    state = self._verify(mid, state)
+                    attempt -= 1
+                    continue
                 return Outcome((), state, None, False, attempt)
             try:
                 result = self.store.append(mid, state.version, command.command_id, events,
@@ -339,13 +366,23 @@ class MatchService:
         #: matches with an outcome the caller publishes itself: nothing later of theirs is
         #: carried (it would reach their players' streams first)
         held: set[str] = set()
+        #: matches whose append hit a transient error of their node alone (NOREPLICAS,
+        #: CLUSTERDOWN): their later commands wait with it, other matches go on
+        stalled: dict[str, Exception] = {}
         for i, command in enumerate(commands):
             if failed is not None:
                 results[i] = failed
                 continue
+            if command.match_id in stalled:
+                results[i] = stalled[command.match_id]
+                continue
             try:
                 if any(p[1].match_id == command.match_id for p in round_):
-                    failed = self._send_round(round_, results, carry, held)
+                    failed = self._send_round(round_, results, carry, held, stalled)
+                    if command.match_id in stalled:
+                        results[i] = stalled[command.match_id]
+                        round_ = []
+                        continue
                     round_ = []
                     if failed is not None:
                         results[i] = failed
@@ -359,10 +396,12 @@ class MatchService:
             except Exception as exc:
                 results[i] = exc
                 held.add(command.match_id)  # its dead letter is the caller's to publish
-                if is_transient(exc):
+                if _node_bound(exc):
+                    stalled[command.match_id] = exc  # its node's trouble: the other matches go on
+                elif is_transient(exc):
                     failed = exc
         if failed is None:
-            self._send_round(round_, results, carry, held)
+            self._send_round(round_, results, carry, held, stalled)
         else:
             for p in round_:  # decided, never sent: redelivered
                 results[p[0]] = failed
@@ -388,10 +427,13 @@ class MatchService:
 
     def _send_round(self, round_: Sequence[tuple[int, CommandBase, MatchState, tuple[EventBase, ...], MatchState]],
                     results: list[Outcome | Exception | None], carry: Carry | None = None,
-                    held: set[str] | None = None) -> Exception | None:
+                    held: set[str] | None = None, stalled: dict[str, Exception] | None = None) -> Exception | None:
         """Append a round in one pipeline and fill in its results; the transient failure
         that stopped it, if any (its unfinished commands then hold that exception).
-        ``held``: matches whose commands carry nothing; a command run alone here joins them."""
+        ``held``: matches whose commands carry nothing; a command run alone here joins them.
+        A transient error reply of one request (its node's NOREPLICAS, CLUSTERDOWN, a lost
+        connection to that node) is that command's result, not run again here, and its
+        match goes into ``stalled``: the other nodes' commands stand."""
         if not round_:
             return None
         held = held if held is not None else set()
@@ -417,6 +459,11 @@ class MatchService:
                 results[i] = failed
                 continue
             held.add(cmd.match_id)
+            if _stalls(reply):
+                results[i] = reply  # type: ignore[assignment]
+                if stalled is not None:
+                    stalled[cmd.match_id] = reply  # type: ignore[assignment]
+                continue
             try:  # another writer, a retried command id, an error reply: this command alone
                 if isinstance(reply, WrongVersion):
                     self._verify(cmd.match_id, state, reply.actual)

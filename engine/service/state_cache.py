@@ -32,6 +32,7 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 #: (a RoomConfig per match: ~3 KB of pydantic objects), plus each card id held in a tuple
 STATE_OVERHEAD_BYTES = 6_000
 BYTES_PER_CARD = 40
+BYTES_PER_PLAY = 120  # a PlayRecord of the state's history (its cards are counted in the table)
 
 
 def estimated_bytes(state: Any) -> int:
@@ -45,7 +46,7 @@ def estimated_bytes(state: Any) -> int:
     for seat in getattr(state, "seats", ()):
         if seat is not None:
             cards += len(seat.hand)
-    return STATE_OVERHEAD_BYTES + BYTES_PER_CARD * cards
+    return STATE_OVERHEAD_BYTES + BYTES_PER_CARD * cards + BYTES_PER_PLAY * len(getattr(state, "history", ()))
 
 
 class StateCache:

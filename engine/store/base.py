@@ -213,6 +213,11 @@ class EventStore(ABC):
         """Events with ``first <= seq <= last``, in order (the stores read only those)."""
         return [e for e in self.load(match_id, after=max(first - 1, 0)) if e.seq <= last]
 
+    def confirm_replicated(self, match_id: str) -> None:
+        """Return once every write of ``match_id`` made so far is on the replicas this store
+        waits for (``--replica-acks``; nothing to do here); a transient error otherwise.
+        A ``duplicate`` found without an append is confirmed so before it is answered."""
+
     def command_events(self, match_id: str, command_id: str) -> list[EventBase]:
         """The events command ``command_id`` appended (empty: none, or never applied):
         :meth:`command_range`, then :meth:`load_range` of those seqs -- the cost of a

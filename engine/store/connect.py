@@ -180,7 +180,9 @@ def is_cluster(client: object) -> bool:
 
 
 def replica_acks_default() -> int:
-    """``$SK_REPLICA_ACKS`` (0 when unset): the replicas a write waits for (issue 24 §4)."""
+    """``$SK_REPLICA_ACKS`` (0 when unset): the replicas a write waits for (issue 24 §4).
+    Without it the processes take the topology's default (issue 35 §3):
+    :func:`engine.store.replicas.resolve_replica_acks`."""
     raw = os.environ.get("SK_REPLICA_ACKS", "").strip()
     if not raw:
         return 0

@@ -1,4 +1,4 @@
-"""Redis Streams event store (DESIGN.md "Redis layout"; key layout in :mod:`engine.store.keys`).
+"""Redis Streams event store (docs/ARCHITECTURE.md "Redis layout"; keys in :mod:`engine.store.keys`).
 
 One stream per match (entry id ``<seq>-1``, field ``e`` = msgpack event); the
 append is one Lua script (``append.lua``) that checks the command id and the
@@ -18,15 +18,18 @@ The client must return bytes (``decode_responses=False``, the default).
 from __future__ import annotations
 
 import importlib.resources
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import msgpack
 import redis
 from redis.cluster import RedisCluster
+from redis.exceptions import AskError, MovedError, NoScriptError
 
 from engine.match.events import EventBase, MatchFinished, decode_event, encode_event
 from engine.store import keys
+from engine.store.redis_errors import is_transient
 from engine.store.base import (
     AppendRequest,
     AppendResult,
@@ -114,6 +117,7 @@ class RedisEventStore(EventStore):
         self._append = client.register_script(_load_script("append.lua"))
         #: ``--replica-acks N`` (engine/store/replicas.py): an append returns once N replicas have it
         self.replica_acks: Any = None
+        self._pool: Any = None  # threads sending several nodes' pipelines side by side (append_many)
         # per-match key cache: building 6 key strings per append is measurable
         self._keys: dict[str, tuple[int, list[bytes]]] = {}
 
@@ -185,6 +189,12 @@ class RedisEventStore(EventStore):
             self.replica_acks.confirm(ks[:1])
         return result
 
+    def confirm_replicated(self, match_id: str) -> None:
+        """One INCR + WAIT on the node holding the match (with :attr:`replica_acks`): every
+        write it made so far, the match's included, is on the replicas; NOREPLICAS otherwise."""
+        if self.replica_acks is not None:
+            self.replica_acks.confirm(self._match_keys(match_id)[1][:1])
+
     def can_carry(self, client: Any) -> bool:
         """Yes for writes to this store's own Redis (the same client or connection pool),
         unless that is a Redis Cluster, or writes wait for replicas (the updates must not
@@ -232,11 +242,18 @@ class RedisEventStore(EventStore):
         return AppendResult(version=hi, duplicate=True, events=tuple(stored))
 
     def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult | Exception]:
-        """Every request's append script in one pipeline (one round trip; on Redis Cluster
-        the pipeline splits by node).  Each reply stands alone: an :class:`AppendResult`,
-        a :class:`WrongVersion`, or the error Redis answered for that script (e.g.
-        NOSCRIPT after a SCRIPT FLUSH, OOM): the caller runs that one again on its own.
-        A connection failure raises (some of the scripts may have run: their command
+        """Every request's append script in one pipeline per node (one round trip; on a
+        Redis Cluster one plain pipeline to each node holding some of the matches, sent
+        side by side: never redis-py's Cluster pipeline, which refuses EVALSHA).  With
+        :attr:`replica_acks` each node's pipeline ends with its own ``INCR`` + ``WAIT``:
+        a node whose replicas fall short turns its requests' results into a transient
+        ``NOREPLICAS`` error, and only its own (issue 35 §3).
+
+        Each reply stands alone: an :class:`AppendResult`, a :class:`WrongVersion`, or
+        the error Redis answered for that script (e.g. NOSCRIPT after a SCRIPT FLUSH, OOM,
+        MOVED mid-fail-over): the caller runs that one again on its own.  A connection
+        failure raises when every request was on that node; with several nodes it is the
+        error of that node's requests (some of the scripts may have run: their command
         ids make a retry a duplicate)."""
         if not requests:
             return []
@@ -244,7 +261,7 @@ class RedisEventStore(EventStore):
             check_append(rq.match_id, rq.expected_version, rq.command_id, rq.events, rq.deadline)
             if rq.writes and not self.can_carry(self.client):
                 raise ValueError("a Redis Cluster store cannot carry writes with an append")
-        if len(requests) == 1:  # one script call (it loads the script on NOSCRIPT)
+        if len(requests) == 1 and self.replica_acks is None:  # one script call (it loads the script on NOSCRIPT)
             rq = requests[0]
             try:
                 return [self.append_encoded(rq.match_id, rq.expected_version, rq.command_id,
@@ -254,34 +271,97 @@ class RedisEventStore(EventStore):
                 return [exc]
             except redis.ResponseError as exc:  # the request's error, as in a pipelined round
                 return [exc]
-        pipe = self.client.pipeline(transaction=False)
+        encoded = [[encode_event(e) for e in rq.events] for rq in requests]
+        out: list[AppendResult | Exception | None] = [None] * len(requests)
+        groups = self._by_node(requests)
+        if len(groups) == 1:
+            node, idxs = groups[0]
+            self._append_on(node, idxs, requests, encoded, out)
+        else:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="sk-append")
+            futures = [(idxs, self._pool.submit(self._append_on, node, idxs, requests, encoded, out))
+                       for node, idxs in groups]
+            for idxs, fut in futures:
+                try:
+                    fut.result()
+                except Exception as exc:  # that node's requests only (another node's stand)
+                    for i in idxs:
+                        out[i] = exc
+        return [r if r is not None else RuntimeError("not appended") for r in out]
+
+    def _by_node(self, requests: Sequence[AppendRequest]) -> list[tuple[Any, list[int]]]:
+        """``(client of one node, indexes of the requests whose match it holds)`` per node."""
+        if not isinstance(self.client, RedisCluster):
+            return [(self.client, list(range(len(requests))))]
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        for i, rq in enumerate(requests):
+            node = self.client.get_node_from_key(self._match_keys(rq.match_id)[1][0])
+            if node.name not in groups:
+                groups[node.name] = (self.client.get_redis_connection(node), [])
+            groups[node.name][1].append(i)
+        return list(groups.values())
+
+    def _append_on(self, node: Any, idxs: Sequence[int], requests: Sequence[AppendRequest],
+                   encoded: Sequence[list[bytes]], out: list[AppendResult | Exception | None],
+                   loaded: bool = False) -> None:
+        """One node's pipeline: its requests' scripts, then (with replica acks) INCR + WAIT.
+        A node that knows no append script (NOSCRIPT for every request: none ran) is given
+        it and sent the pipeline again, once."""
+        pipe = node.pipeline(transaction=False)
         sha = self._append.sha
-        encoded: list[list[bytes]] = []
-        for rq in requests:
-            payloads = [encode_event(e) for e in rq.events]
-            encoded.append(payloads)
+        for i in idxs:
+            rq = requests[i]
             _, ks = self._match_keys(rq.match_id)
-            args = self._script_args(rq.match_id, rq.expected_version, rq.command_id, payloads,
+            args = self._script_args(rq.match_id, rq.expected_version, rq.command_id, encoded[i],
                                      rq.deadline, rq.events, rq.writes)
             # EVALSHA directly (not Script(client=pipe)): a registered script makes the
             # pipeline ask SCRIPT EXISTS first, a second round trip; NOSCRIPT comes back
             # as that request's error and the caller appends it alone (which loads it)
-            pipe.evalsha(sha, len(ks) + len(rq.writes), *ks, *(w.stream for w in rq.writes), *args)
+            pipe.execute_command("EVALSHA", sha, len(ks) + len(rq.writes), *ks, *(w.stream for w in rq.writes),
+                                 *args)
+        waiter = self.replica_acks
+        wait_key = ""
+        if waiter is not None and waiter.n > 0:
+            from engine.store.replicas import marker_key
+
+            wait_key = _s(self._match_keys(requests[idxs[0]].match_id)[1][0])
+            pipe.execute_command("INCR", marker_key(wait_key))  # this connection's write: WAIT covers all before it
+            pipe.execute_command("WAIT", waiter.n, waiter.timeout_ms)
+        started = time.perf_counter()
         replies = pipe.execute(raise_on_error=False)
-        out: list[AppendResult | Exception] = []
-        for rq, payloads, reply in zip(requests, encoded, replies):
+        if not loaded and all(isinstance(r, NoScriptError) for r in replies[:len(idxs)]):
+            node.script_load(self._append.script)  # a new node, or after SCRIPT FLUSH
+            self._append_on(node, idxs, requests, encoded, out, loaded=True)
+            return
+        shortfall: Exception | None = None
+        if wait_key:
+            assert waiter is not None
+            incr, got = replies[-2], replies[-1]
+            replies = replies[:-2]
+            waiter.waits += 1
+            shortfall = incr if isinstance(incr, Exception) else waiter.shortfall(wait_key, got)
+            waiter.report("ok" if shortfall is None else "noreplicas", time.perf_counter() - started)
+        moved = False
+        for i, reply in zip(idxs, replies):
+            rq = requests[i]
             if isinstance(reply, redis.ResponseError):
+                moved = moved or isinstance(reply, (MovedError, AskError))
                 wrong = _wrong_version(reply, rq.match_id, rq.expected_version)
-                out.append(wrong if wrong is not None else reply)
+                out[i] = wrong if wrong is not None else reply
             elif isinstance(reply, Exception):
-                out.append(reply)
+                out[i] = reply
+            elif shortfall is not None:
+                out[i] = shortfall  # written, not known to be on the replicas: not acknowledged
             else:
-                out.append(self._result(rq.match_id, reply, payloads, rq.events))
-        if self.replica_acks is not None:
-            appended = [self._match_keys(rq.match_id)[1][0] for rq, r in zip(requests, out)
-                        if isinstance(r, AppendResult)]
-            self.replica_acks.confirm(appended)
-        return out
+                out[i] = self._result(rq.match_id, reply, encoded[i], rq.events)
+        if moved and isinstance(self.client, RedisCluster):
+            try:  # a fail-over moved a slot: learn where before the caller runs those requests alone
+                self.client.nodes_manager.initialize()
+            except Exception:
+                pass
 
     def _range(self, match_id: str, first: int, last: int | None) -> list[EventBase]:
         """Events with first <= seq <= last (last None: to the end), paged."""
@@ -337,21 +417,17 @@ class RedisEventStore(EventStore):
                 yield _s(member)
 
     def due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
-        pipe = self.client.pipeline(transaction=False)
-        for b in range(self.buckets):
-            pipe.zrangebyscore(keys.deadlines_key(b), "-inf", now_ms, start=0, num=limit)
-        members = pipe.execute()
-        pipe = self.client.pipeline(transaction=False)
-        asked: list[list[str]] = []
-        for b, ms in enumerate(members):
-            if ms:
-                ids = [_s(m) for m in ms]
-                asked.append(ids)
-                pipe.hmget(keys.deadline_info_key(b), ids)
+        """Due deadlines of every bucket (two pipelines).  On a Cluster, a node that cannot
+        answer (cut off, failing over) holds back only its own buckets': they are read one
+        by one and the failing ones skipped (none answering: the error is raised)."""
+        members = self._by_bucket(range(self.buckets), lambda c, b: c.zrangebyscore(
+            keys.deadlines_key(b), "-inf", now_ms, start=0, num=limit))
+        asked = {b: [_s(m) for m in ms] for b, ms in members.items() if ms}
         if not asked:
             return []
+        infos_of = self._by_bucket(asked, lambda c, b: c.hmget(keys.deadline_info_key(b), asked[b]))
         due: list[Deadline] = []
-        for ids, infos in zip(asked, pipe.execute()):
+        for ids, infos in ((asked[b], infos) for b, infos in infos_of.items()):
             for match_id, raw in zip(ids, infos):
                 # the hash is the truth: a deadline replaced or cleared between the
                 # two reads shows up here as a later at_ms or as nothing
@@ -362,6 +438,31 @@ class RedisEventStore(EventStore):
                     due.append(d)
         due.sort(key=lambda d: (d.at_ms, d.match_id.encode("utf-8")))
         return due[:limit]
+
+    def _by_bucket(self, buckets: Iterable[int], call: Callable[[Any, int], Any]) -> dict[int, Any]:
+        """``call(client_or_pipeline, bucket)`` for each bucket, in one pipeline; on a Cluster
+        whose pipeline fails for a transient reason, bucket by bucket, without the failing
+        ones (all failing: the first error is raised)."""
+        wanted = list(buckets)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for b in wanted:
+                call(pipe, b)
+            return dict(zip(wanted, pipe.execute()))
+        except Exception as exc:
+            if not isinstance(self.client, RedisCluster) or not is_transient(exc):
+                raise
+            first: Exception = exc
+        out: dict[int, Any] = {}
+        for b in wanted:
+            try:
+                out[b] = call(self.client, b)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+        if not out and wanted:
+            raise first
+        return out
 
     def deadline(self, match_id: str) -> Deadline | None:
         b = self.bucket_of(match_id)

@@ -1,4 +1,4 @@
-"""Match scripts (DESIGN.md "Contracts that stay stable"): a whole match as JSON.
+"""Match scripts (docs/ARCHITECTURE.md "Contracts that stay stable"): a whole match as JSON.
 
     {"config": "points" | "wealth" | "path/to/room.toml",
      "players": [{"id": "a", "points": 100}, {"id": "b", "coins": 5000}],

@@ -4,16 +4,20 @@
 //   cd examples/client && npm install        # the ws package, for Node before 22 (no global WebSocket)
 //   node examples/client/node-bot.mjs --url ws://127.0.0.1:8080/ws --token "$(shuangkou token alice --secret-file F)" [--room points]
 //
-// It joins the room, readies, plays a naive strategy (lead the lowest single; beat a single with the
-// lowest higher one; otherwise pass), and prints the settlement as one JSON line (`scores`,
-// `breakdown`, `balances`, `match`), then exits 0.  Against `shuangkou gateway --bots` a trustee
-// bot sits opposite after a few seconds.  --record FILE writes every message received as a JSON line;
-// --timeout S gives up (exit 1) after S seconds (default 600).
+// It joins the room, readies (docs/PROTOCOL.md §8's snippet: Ready on every `seated` note, which is
+// idempotent), plays a naive strategy (lead the lowest single; beat a single with the lowest higher
+// one; otherwise pass) reading nothing but `client.state` (the hand, the trick's plays, the turn:
+// from the briefs, no folding), and prints the settlement as one JSON line (`scores`, `breakdown`,
+// `balances`, `match`), then exits 0.  Against `shuangkou gateway --bots` a trustee bot sits opposite
+// after a few seconds.  --record FILE writes every message received as a JSON line; --timeout S gives
+// up (exit 1) after S seconds (default 600); --sync-burst N sends N Syncs at once on its first turn
+// before it moves (client.js paces them and sends the move first); --reconnect-after N drops the
+// socket after its N-th move (client.js reconnects, the lobby's seated note comes again).
 import { writeFileSync, appendFileSync } from "node:fs";
 import { Client, RANKS, cards } from "../../gateway/static/js/client.js";
 
 function args(argv) {
-  const out = { room: "points", timeout: 600, record: null };
+  const out = { room: "points", timeout: 600, record: null, syncBurst: 0, reconnectAfter: 0 };
   for (let i = 0; i < argv.length; i += 1) {
     const k = argv[i];
     const v = argv[i + 1];
@@ -22,6 +26,8 @@ function args(argv) {
     else if (k === "--room") out.room = v;
     else if (k === "--record") out.record = v;
     else if (k === "--timeout") out.timeout = Number(v);
+    else if (k === "--sync-burst") out.syncBurst = Number(v);
+    else if (k === "--reconnect-after") out.reconnectAfter = Number(v);
     else if (k === "--help" || k === "-h") out.help = true;
     else {
       console.error(`unknown argument ${k}`);
@@ -34,7 +40,8 @@ function args(argv) {
 
 const opts = args(process.argv.slice(2));
 if (opts.help || !opts.url || !opts.token) {
-  console.error("usage: node-bot.mjs --url ws://HOST:PORT/ws --token JWT [--room points] [--record FILE] [--timeout S]");
+  console.error("usage: node-bot.mjs --url ws://HOST:PORT/ws --token JWT [--room points] [--record FILE] [--timeout S] "
+    + "[--sync-burst N] [--reconnect-after N]");
   process.exit(opts.help ? 0 : 2);
 }
 
@@ -58,33 +65,47 @@ if (opts.record) writeFileSync(opts.record, "");
 const record = (m) => { if (opts.record) appendFileSync(opts.record, JSON.stringify(m) + "\n"); };
 
 let match = null;      // the match this bot plays
-let hand = [];         // its card ids (from the newest view, minus its own plays since)
-let handVersion = -1;
-let acted = null;      // the brief version it last acted on
+let acted = null;      // the state version it last acted on
+let moves = 0;         // its moves sent
+let burst = opts.syncBurst;
 
-// the naive strategy: the cards to play on this brief, or null to pass
-function choose(brief) {
-  const sorted = cards.sort(hand);
+// the naive strategy: the cards to play now, or null to pass (client.state only)
+function choose(s) {
+  const sorted = cards.sort(s.hand || []);
   if (!sorted.length) return null;
-  const lp = brief.last_play;
-  if (!lp) return [sorted[0]];  // lead: the lowest single
-  if (lp.reading.kind !== "single") return null;
-  const beat = RANKS.indexOf(lp.reading.rank);
+  const last = s.trick_plays.at(-1);  // the play to beat: the trick's last (none: we lead)
+  if (!last) return [sorted[0]];  // lead: the lowest single
+  if (last.reading.kind !== "single") return null;
+  const beat = RANKS.indexOf(last.reading.rank);
   const higher = sorted.find((id) => cards.rank(id) > beat);
   return higher === undefined ? null : [higher];
 }
 
-// a move of ours on its way (until its update or rejection): the next briefs may still show our turn
+// a move of ours on its way (until its update or rejection): the next states may still show our turn
 const moving = () => [...client.pending.values()].some((c) => c.type === "Play" || c.type === "Pass");
 
-function act(brief, again = false) {
-  if (!brief || brief.phase !== "playing" || brief.turn !== client.player || match === null) return;
-  if ((acted === brief.version && !again) || moving()) return;
-  acted = brief.version;
-  const play = again ? null : choose(brief);
+function act(again = false) {
+  const s = client.state;
+  if (!s.your_turn || s.match !== match || match === null) return;
+  if ((acted === s.version && !again) || moving()) return;
+  acted = s.version;
+  if (burst > 0) {  // a burst of Syncs before the move: paced and folded, the move still goes first
+    for (let i = 0; i < burst; i += 1) client.sync();
+    burst = 0;
+  }
+  const play = again ? null : choose(s);
   if (play) client.play(play);
-  else if (brief.last_play) client.pass();
-  else client.play([cards.sort(hand)[0]]);
+  else if (s.trick_plays.length) client.pass();
+  else client.play([cards.sort(s.hand)[0]]);
+  moves += 1;
+}
+
+// a drop mid-match once the N-th move is answered: client.js reconnects, resumes from its version
+let dropped = false;
+function maybeDrop() {
+  if (!opts.reconnectAfter || dropped || moves < opts.reconnectAfter || moving() || !client.ws) return;
+  dropped = true;
+  client.ws.close();
 }
 
 client.on("welcome", (m) => {
@@ -95,34 +116,22 @@ client.on("welcome", (m) => {
 client.on("lobby", (m) => {
   record(m);
   if (m.state === "removed") fail(`removed from the table: ${m.reason}`);
-  if (m.state === "seated" && m.match && match === null) {
-    match = m.match;
-    client.ready();
-  }
+  if (m.state === "seated" && m.match && match === null) match = m.match;
 });
-client.on("update", ({ message, brief }) => {
+// docs/PROTOCOL.md §8: Ready on every seated note (again after a reconnect: answered ack mid-match)
+client.on("lobby", (m) => { if (m.state === "seated") client.ready(); });
+client.on("ack", ({ message }) => record(message));
+client.on("message", (m) => record(m));
+client.on("update", ({ message }) => {
   record(message);
-  if (message.match !== match) return;
-  if (message.view && message.view.hand && message.version >= handVersion) {
-    hand = [...message.view.hand.ids];
-    handVersion = message.version;
-  } else if (message.version > handVersion) {
-    for (const e of message.events) {
-      if (e.type === "CardsPlayed" && e.player === client.player) hand = hand.filter((c) => !e.cards.includes(c));
-    }
-    handVersion = message.version;
-  }
-  act(brief);
+  act();
+  maybeDrop();
 });
 client.on("rejected", ({ message, command }) => {
   record(message);
   if (message.match && message.match !== match) return;
-  if (message.view && message.view.hand) {
-    hand = [...message.view.hand.ids];
-    handVersion = message.view.version;
-  }
   // refused (e.g. does_not_beat): decide again on the current table, passing when we may
-  if (command && (command.type === "Play" || command.type === "Pass")) act(client.brief, command.type === "Play");
+  if (command && (command.type === "Play" || command.type === "Pass")) act(command.type === "Play");
 });
 client.on("settled", (m) => {
   record(m);

@@ -99,15 +99,22 @@ def run(args: argparse.Namespace) -> int:
         rooms = RoomBook.load(args.room)
     except ConfigError as exc:
         raise CliError(str(exc)) from None
-    from engine.store.connect import RedisUnavailable, replica_acks_default
+    from engine.store.replicas import resolve_replica_acks
 
+    env_acks = os.environ.get("SK_REPLICA_ACKS", "")
     try:
-        replica_acks = replica_acks_default()
-    except RedisUnavailable as exc:
+        resolve_replica_acks(None, None, env_acks)  # a bad value is refused before connecting
+    except ValueError as exc:
         raise CliError(str(exc)) from None
-    connect_redis(args.redis, "--redis").close()
-    if args.lobby_redis:
-        connect_redis(args.lobby_redis, "--lobby-redis").close()  # a readable error now rather than on the first socket
+    store_client = connect_redis(args.redis, "--redis")
+    lobby_probe = connect_redis(args.lobby_redis, "--lobby-redis") if args.lobby_redis else store_client
+    try:
+        # issue 35 §3: SK_REPLICA_ACKS, else 1 when every master of the lobby's Cluster has a replica
+        replica_acks, acks_why = resolve_replica_acks(lobby_probe, None, env_acks)
+    finally:
+        store_client.close()
+        if lobby_probe is not store_client:
+            lobby_probe.close()  # a readable error now rather than on the first socket
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if args.dev:
@@ -131,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         sock = listen_socket(args.host, args.port)
     except OSError as exc:
         raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    logging.getLogger("shuangkou.gateway").info("replica acks %d (%s)", replica_acks, acks_why)
     serve(settings, args.host, args.port, log_level=str(args.log_level), sock=sock)
     return 0
 

@@ -12,7 +12,9 @@ is found, 2 on bad input.  There is no persistent embedded store, so the
 events come from Redis (``--redis``) or from a file (``--events``): an export
 (``shuangkou export``, JSON Lines) or JSON as printed by ``shuangkou run-script
 --json``.  ``--all`` checks every match in the store (one summary line each, or
-a JSON list).  ``--redis`` defaults to ``$SK_REDIS_URL``, as for ``shuangkou
+a JSON list) and cross-checks the ledger against the log
+(:mod:`projections.audit`): a settlement or a journal line for a match the log does not
+hold or finish, or that differs from the log's, is a problem of that match (exit 1).  ``--redis`` defaults to ``$SK_REDIS_URL``, as for ``shuangkou
 serve``.  An unknown match id says "no such match" (exit 1); an archived one
 (``shuangkou archive``) says where it went -- "archived on DATE to FILE;
 `shuangkou replay --events FILE`" (exit 1: not in the store).  ``--json``
@@ -141,6 +143,27 @@ def report(match_id: str, events: list[Any], ledger: Any = None, require_settlem
             "result": result, "settlement_lines": lines}
 
 
+def ledger_problems(store: Any, ledger: Any, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ledger cross-checked against the log (:func:`projections.audit.audit_ledger`):
+    each mismatch becomes a problem of its match's report; a match the store does not hold
+    gets a report of its own (returned), so ``--all`` names every match the ledger
+    disagrees on."""
+    from projections.audit import audit_ledger
+
+    by_id = {r["match_id"]: r for r in reports}
+    extra: dict[str, dict[str, Any]] = {}
+    for m in audit_ledger(store, ledger, compare=False):  # report() compares the settlements
+        r = by_id.get(m.match_id) or extra.get(m.match_id)
+        if r is None:
+            r = extra[m.match_id] = {"match_id": m.match_id, "events": [], "event_count": 0, "phase": None,
+                                     "problems": [], "notes": [], "result": {"winner": None}, "steps": [],
+                                     "settlement_lines": [], "lines": []}
+        text = f"ledger: {m.problem}"
+        if text not in r["problems"]:
+            r["problems"].append(text)
+    return list(extra.values())
+
+
 def check_line(phase: str | None) -> str:
     """What an ``ok`` check covered, by the match's final phase: only a finished match has a
     settlement to check; an abandoned or an undealt one is never called "settlement ok"."""
@@ -232,6 +255,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         reports = [report(mid, evs, None if mid in archived else ledger, require_settlement=bool(args.all),
                           stored=archived.get(mid)) for mid, evs in matches.items()]
+        if args.all and ledger is not None:
+            reports += ledger_problems(store, ledger, reports)
     except Exception as exc:  # the ledger's Redis went away mid-check
         raise CliError(f"cannot read the stored settlements from {args.redis}: {exc}") from None
     bad = any(r["problems"] for r in reports)

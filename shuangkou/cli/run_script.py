@@ -8,7 +8,7 @@ replaces the script's ``"config"``; a script whose config is
 script's own ``"config"`` is used (a name, or a path relative to the script).
 
 ``--json`` prints ``{"events": [...], "rejections": [{"index", "reason"}], "result": {...}}``
-(DESIGN.md); without it, a play-by-play in card notation, the rejections and
+(docs/ARCHITECTURE.md "Contracts that stay stable"); without it, a play-by-play in card notation, the rejections and
 the result.  A malformed script (missing keys, a bad card token, an unknown
 config) prints one line and exits 2.  A script's ``"expect"`` is checked
 (:func:`engine.tools.script.expect_mismatches`): each mismatch is printed to

@@ -26,7 +26,9 @@ each a distinct ``--consumer`` (default ``<hostname>-<pid>``; keep it stable acr
 restarts of one replica so it finishes its own pending messages first).  ``--redis`` may
 name any node of a Redis Cluster (engine/store/connect.py); ``--replica-acks N``
 (``SK_REPLICA_ACKS``) makes every accepting, settling or balance-moving write wait for N
-replicas before the command is acknowledged or its updates are published.
+replicas before the command is acknowledged or its updates are published; without either,
+N is 1 on a Cluster whose every master has a replica and 0 otherwise (logged at start,
+gauge ``shuangkou_replica_acks``).
 
 SIGTERM / SIGINT: the message in hand is finished and acknowledged, the rest
 stay pending (another consumer or this one after a restart takes them), then
@@ -80,7 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replica-acks", type=int, default=None, metavar="N",
                         help="every write that accepts a command, settles a match or moves a balance waits "
                              "for N replicas (WAIT) before the command is acknowledged or its updates are "
-                             "published (default $SK_REPLICA_ACKS, else 0; docs/OPERATIONS.md)")
+                             "published (default $SK_REPLICA_ACKS, else 1 on a Cluster whose every master has a "
+                             "replica, else 0; docs/OPERATIONS.md)")
     parser.add_argument("--lease-ms", type=int, default=4_000, metavar="MS",
                         help="a bucket's lease runs out this long after its owner stopped renewing it (a "
                              "SIGKILLed replica's buckets move within it plus one renewal tick; default 4000)")
@@ -131,15 +134,16 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--outbox-maxlen must be at least 1, got {args.outbox_maxlen}")
     if args.full_view_every < 1:
         raise CliError(f"--full-view-every must be at least 1, got {args.full_view_every}")
-    from engine.store.connect import RedisUnavailable, replica_acks_default
-
-    if args.replica_acks is None:
-        try:
-            args.replica_acks = replica_acks_default()
-        except RedisUnavailable as exc:
-            raise CliError(str(exc)) from None
-    if args.replica_acks < 0:
+    if args.replica_acks is not None and args.replica_acks < 0:
         raise CliError(f"--replica-acks must be 0 or more, got {args.replica_acks}")
+    env_acks = os.environ.get("SK_REPLICA_ACKS", "")
+    if args.replica_acks is None and env_acks.strip():
+        from engine.store.replicas import resolve_replica_acks
+
+        try:
+            resolve_replica_acks(None, None, env_acks)  # a bad value is refused before connecting
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
     if args.lease_ms < 400:
         raise CliError(f"--lease-ms must be at least 400, got {args.lease_ms}")
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
@@ -163,11 +167,16 @@ def run(args: argparse.Namespace) -> int:
     consumer = args.consumer or f"{socket.gethostname()}-{os.getpid()}"
     client = connect_redis(args.redis, "--redis")
     raw_store = RedisEventStore(client)
+    from engine.store.replicas import ReplicaAcks, resolve_replica_acks
+
+    # issue 35 §3: the flag, else SK_REPLICA_ACKS, else 1 on a Cluster whose every master has a replica
+    args.replica_acks, why = resolve_replica_acks(client, args.replica_acks, env_acks)
+    log.info("replica acks %d (%s)", args.replica_acks, why)
+    metrics.set_replica_acks(args.replica_acks)
     acks = None
     if args.replica_acks:
-        from engine.store.replicas import ReplicaAcks
-
         acks = raw_store.replica_acks = ReplicaAcks(client, args.replica_acks)
+        acks.on_wait = metrics.observe_replica_wait
     check = getattr(raw_store, "check_layout", None)
     if check is not None:
         check()

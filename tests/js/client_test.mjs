@@ -1,9 +1,14 @@
 // client.js without a gateway (node:test, a fake WebSocket): auth in the message or the query,
-// resume with the last version after a drop, the brief and view it keeps, expected_version on
-// Play and Pass, rejections matched to their commands, no reconnect after a final close code,
-// and the cards helper over all 108 ids.  Run by tests/test_schemas.py: node --test tests/js/client_test.mjs
+// resume with the last version after a drop, the brief and view it keeps, client.state from the
+// briefs alone, expected_version on Play and Pass, rejections and acks matched to their commands,
+// every pending entry cleared by its answer, pacing under the welcome's rates and the retry of a
+// rate-limited move, no reconnect after a final close code, the cards helper over all 108 ids, and
+// client.d.ts declaring exactly what the module exports.
+// Run by tests/test_client_js.py: node --test tests/js/client_test.mjs
 import assert from "node:assert/strict";
-import { test } from "node:test";
+import { readFileSync } from "node:fs";
+import { mock, test } from "node:test";
+import * as clientModule from "../../gateway/static/js/client.js";
 import { Client, FINAL_CLOSE_CODES, NUM_CARDS, RANKS, cards } from "../../gateway/static/js/client.js";
 
 class FakeSocket {
@@ -100,7 +105,7 @@ test("after a drop it reconnects and resumes with the last version; a final clos
   assert.ok(FINAL_CLOSE_CODES.includes(4401));
   await new Promise((r) => setTimeout(r, 300));
   assert.equal(FakeSocket.all.length, 2);
-  assert.equal(c.state, "refused");
+  assert.equal(c.link, "refused");
 });
 
 test("the cards helper names every id as docs/PROTOCOL.md's table does", () => {
@@ -116,4 +121,147 @@ test("the cards helper names every id as docs/PROTOCOL.md's table does", () => {
   assert.equal(cards.label(7 * 4 + 1), "10H");
   assert.deepEqual(cards.sort([53, 0, 54, 4]), [0, 54, 4, 53]);
   assert.throws(() => cards.info(108), RangeError);
+});
+
+function opened(limits = { rate: 1000, burst: 1000, sync_rate: 1000 }) {
+  FakeSocket.all = [];
+  const c = new Client({ url: "ws://gw/ws", token: "T", WebSocket: FakeSocket });
+  c.connect();
+  const ws = FakeSocket.all[0];
+  ws.open();
+  ws.receive({ kind: "welcome", player: "alice", role: "player", room: null, gateway: "g", ...limits });
+  return { c, ws };
+}
+
+test("client.state holds the hand, the trick's plays and the turn from the briefs alone", () => {
+  const { c, ws } = opened();
+  const play = { player: "bob", cards: [40], reading: { kind: "single", rank: "K", xiang: null } };
+  ws.receive(update(8, { brief: { ...brief(8, "alice", { player: "bob", cards: [40], reading: { kind: "single",
+    rank: "K", size: 1 } }), hand: [0, 4, 53], trick_plays: [play] } }));
+  assert.deepEqual(c.state.hand, [0, 4, 53]);
+  assert.deepEqual(c.state.trick_plays, [play]);
+  assert.equal(c.state.turn, "alice");
+  assert.equal(c.state.your_turn, true);
+  assert.equal(c.state.match, "t1-1");
+  ws.receive(update(9, { brief: { ...brief(9, "bob"), hand: [4, 53], trick_plays: [] } }));
+  assert.equal(c.state.your_turn, false);
+  assert.deepEqual(c.state.hand, [4, 53]);
+  // an old gateway's update with a view only: the same fields read off the view
+  ws.receive(update(10, { brief: undefined, view: { match_id: "t1-1", version: 10, phase: "playing", turn: "alice",
+    trick: 3, deadline: null, seats: [{ player: "alice", cards_left: 2 }], hand: { ids: [4, 53], text: "" },
+    last_play: play, history: [{ trick: 2, ...play }, { trick: 3, ...play }] } }));
+  assert.deepEqual(c.state.trick_plays, [play]);
+  assert.deepEqual(c.state.hand, [4, 53]);
+});
+
+test("every pending entry is cleared by the message that answers it; an ack names its command", () => {
+  const { c, ws } = opened();
+  const join = c.join("points");
+  ws.receive({ kind: "lobby", state: "queued", room: "points", table: null, match: null, reason: null });
+  assert.equal(c.pending.has(join), false);
+  const ready = c.ready();
+  let acked = null;
+  c.on("ack", (a) => { acked = a; });
+  ws.receive({ kind: "ack", command_id: ready });
+  assert.equal(acked.command.type, "Ready");
+  assert.equal(c.pending.has(ready), false);
+  const watch = c.watch("t9-1");
+  ws.receive({ ...update(3), match: "t9-1" });
+  assert.equal(c.pending.has(watch), false);
+  const sync = c.sync();
+  ws.receive(update(4, { command_id: sync }));
+  assert.equal(c.pending.size, 0);
+});
+
+test("it paces under the welcome's rates, moves before queued Syncs, one Sync for many", () => {
+  mock.timers.enable({ apis: ["setTimeout", "Date"], now: 1_000_000 });
+  try {
+    const { c, ws } = opened({ rate: 20, burst: 4, sync_rate: 2 });
+    const before = ws.sent.length;
+    const syncs = new Set();
+    for (let i = 0; i < 60; i += 1) syncs.add(c.sync());
+    c.play([0]);
+    c.pass();
+    c.play([4]);
+    // the first Sync and a burst of 3 (the gateway's 4, one spare); the other 59 Syncs are one
+    assert.deepEqual(ws.sent.slice(before).map((m) => m.type), ["Sync", "Play", "Pass"]);
+    assert.equal(syncs.size, 2);
+    mock.timers.tick(60);  // 18 a second (90 % of 20): the next token after 56 ms
+    assert.deepEqual(ws.sent.slice(before).map((m) => m.type), ["Sync", "Play", "Pass", "Play"]);
+    mock.timers.tick(400);  // the Sync bucket (1.8 a second) has no token yet
+    assert.equal(ws.sent.length - before, 4);
+    mock.timers.tick(200);
+    assert.deepEqual(ws.sent.slice(before).map((m) => m.type), ["Sync", "Play", "Pass", "Play", "Sync"]);
+    assert.equal(c.queue.length, 0);
+    // a renewed welcome with other rates: the client keeps to the new ones
+    ws.receive({ kind: "welcome", player: "alice", role: "player", room: null, gateway: "g", rate: 1, burst: 2,
+      sync_rate: 1 });
+    assert.deepEqual(c.limits, { rate: 1, burst: 2, sync_rate: 1 });
+  } finally {
+    mock.timers.reset();
+  }
+});
+
+test("a rate-limited Play is sent again with its command_id within the turn, else reported", () => {
+  mock.timers.enable({ apis: ["setTimeout", "Date"], now: 1_000_000 });
+  try {
+    const { c, ws } = opened({ rate: 50, burst: 5, sync_rate: 2 });
+    ws.receive(update(6, { brief: { ...brief(6, "alice"), deadline_ms: Date.now() + 10000, hand: [0],
+      trick_plays: [] } }));
+    const id = c.play([0]);
+    const rejected = [];
+    const retried = [];
+    c.on("rejected", (r) => rejected.push(r));
+    c.on("retry", (r) => retried.push(r));
+    ws.receive({ kind: "rejected", command_id: id, code: "rate_limited", reason: "slow down", view: null,
+      match: "t1-1" });
+    assert.equal(rejected.length, 0);
+    assert.equal(retried.length, 1);
+    assert.ok(c.pending.has(id));
+    assert.equal(ws.sent.filter((m) => m.command_id === id).length, 1);  // not before the bucket refills
+    mock.timers.tick(retried[0].delay_ms);
+    const again = ws.sent.filter((m) => m.command_id === id);
+    assert.equal(again.length, 2);
+    assert.deepEqual(again[1], again[0]);
+    // the turn is over (the clock played): the next refusal is reported, nothing is sent again
+    ws.receive(update(7, { brief: { ...brief(7, "bob"), hand: [], trick_plays: [] } }));
+    ws.receive({ kind: "rejected", command_id: id, code: "rate_limited", reason: "slow down", view: null,
+      match: "t1-1" });
+    assert.equal(rejected.length, 1);
+    assert.equal(c.pending.has(id), false);
+    mock.timers.tick(1000);
+    assert.equal(ws.sent.filter((m) => m.command_id === id).length, 2);
+    // a rate-limited Ready is sent again while seated; a Join is not (it is reported)
+    ws.receive({ kind: "lobby", state: "seated", room: "points", table: "t1", match: "t1-2", reason: null });
+    const ready = c.ready();
+    ws.receive({ kind: "rejected", command_id: ready, code: "rate_limited", reason: "slow", view: null, match: null });
+    mock.timers.tick(1000);
+    assert.equal(ws.sent.filter((m) => m.command_id === ready).length, 2);
+    const join = c.join("points");
+    ws.receive({ kind: "rejected", command_id: join, code: "rate_limited", reason: "slow", view: null, match: null });
+    assert.equal(rejected.at(-1).command.type, "Join");
+  } finally {
+    mock.timers.reset();
+  }
+});
+
+test("client.d.ts declares every export, method, field and event of client.js", () => {
+  const dts = readFileSync(new URL("../../gateway/static/js/client.d.ts", import.meta.url), "utf8");
+  const src = readFileSync(new URL("../../gateway/static/js/client.js", import.meta.url), "utf8");
+  const declared = new Set([...dts.matchAll(/^export declare (?:const|function|class) (\w+)/gm)].map((m) => m[1]));
+  assert.deepEqual([...declared].sort(), Object.keys(clientModule).sort());
+  const body = dts.slice(dts.indexOf("export declare class Client {"));
+  const members = new Set([...body.matchAll(/(?:^|[;{\s])(?:readonly\s+)?(\w+)(?:<[^>]*>)?\??[(:]/g)].map((m) => m[1]));
+  const methods = Object.getOwnPropertyNames(Client.prototype).filter((n) => n !== "constructor");
+  for (const m of methods) assert.ok(members.has(m), `client.d.ts lacks Client.${m}`);
+  FakeSocket.all = [];
+  const fields = Object.keys(new Client({ url: "ws://gw/ws", token: "T", WebSocket: FakeSocket }))
+    .filter((f) => !["WS", "auth", "reconnect", "handlers", "ws", "retries", "buckets", "pumpTimer", "delay",
+      "closedByUs"].includes(f));
+  for (const f of fields) assert.ok(members.has(f), `client.d.ts lacks Client.${f}`);
+  const events = dts.slice(dts.indexOf("export interface ClientEvents {"));
+  const eventNames = new Set([...events.slice(0, events.indexOf("\n}")).matchAll(/(\w+): /g)].map((m) => m[1]));
+  const emitted = new Set([...src.matchAll(/this\.emit\("(\w+)"/g)].map((m) => m[1]));
+  for (const e of emitted) assert.ok(eventNames.has(e), `ClientEvents lacks ${e}`);
+  assert.ok(members.has("renew") && eventNames.has("message") && eventNames.has("ack"));
 });

@@ -29,15 +29,23 @@ export function cardElement(id, { tag = "span", attrs = {}, wild = false, small 
   el.className = "card" + (small ? " small" : "") + (s === "H" || s === "D" ? " red" : "")
     + (isJoker(id) ? " joker " + (rankOf(id) === 14 ? "big" : "little") : "");
   for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+  // a real card's face: rank and suit in the top-left corner (readable when the cards overlap),
+  // a large suit (or a joker's star) in the body
+  const idx = document.createElement("span");
+  idx.className = "idx";
   const rank = document.createElement("span");
   rank.className = "rank";
   const big = rankOf(id) === 14;
-  rank.textContent = isJoker(id) ? "★" : RANKS[rankOf(id)];
-  el.append(rank);
+  rank.textContent = isJoker(id) ? w(big ? "card.big" : "card.small", label(id)) : RANKS[rankOf(id)];
   const suit = document.createElement("span");
   suit.className = "suit";
-  suit.textContent = s ? SUIT_SYMBOL[s] : w(big ? "card.big" : "card.small", label(id));
-  el.append(suit);
+  suit.textContent = s ? SUIT_SYMBOL[s] : "";
+  idx.append(rank, suit);
+  const pip = document.createElement("span");
+  pip.className = "pip";
+  pip.setAttribute("aria-hidden", "true");
+  pip.textContent = s ? SUIT_SYMBOL[s] : "★";
+  el.append(idx, pip);
   if (wild && isJoker(id)) {
     const tag = document.createElement("span");
     tag.className = "wild";

@@ -159,6 +159,28 @@ export type CardsPlayedEvent = {
   by: "player" | "timeout" | "trustee";
 };
 
+/** ClockExtended */
+export type ClockExtendedEvent = {
+  /** the match's id */
+  match_id: string;
+  /** the event's number in its match: 1, 2, 3…; the match's version after it */
+  seq: number;
+  /** milliseconds since the epoch, from the decide context */
+  ts: number;
+  /** the command that caused it: your own command_id when your command did, else null (the same as the update's command_id) */
+  command_id: string | null;
+  /** the event schema version (1) */
+  v: number;
+  /** the message or event type (the tag of the union) */
+  type: "ClockExtended";
+  /** which clock moved: turn or ready */
+  kind: "turn" | "ready";
+  /** how many milliseconds later the clock now runs out (the deadline in the view and the brief moved by this much) */
+  by_ms: number;
+  /** unpublished: the update that started the clock reached the player late; unconfirmed: the match's writes could not be confirmed on the replicas (issue 35 §4) */
+  reason: "unpublished" | "unconfirmed";
+};
+
 /** HandDealt */
 export type HandDealtEvent = {
   /** the match's id */
@@ -547,6 +569,10 @@ export type RoomConfig = {
   reclaim_after_reconnect?: boolean;
   /** gateway: a dropped socket becomes a Disconnect only after this long without a reconnect */
   reconnect_grace_seconds?: number;
+  /** lobby: a player who leaves a table before its deal may Join again only after this long, doubled for each such leave in a row (0: no cooldown) */
+  leave_cooldown_seconds?: number;
+  /** lobby: the longest leave cooldown (the doubling stops here) */
+  leave_cooldown_max_seconds?: number;
   /** a player pays at most the balance seated with */
   cap_loss_at_balance?: boolean;
   /** fixed deals allowed on the operator channel (tests only) */
@@ -555,7 +581,7 @@ export type RoomConfig = {
   bot_level?: "easy" | "normal" | "hard" | null;
 };
 
-export type MatchEvent = MatchCreatedEvent | PlayerSeatedEvent | PlayerReadyEvent | PlayerRemovedEvent | HandDealtEvent | CardsPlayedEvent | PassedEvent | TurnTimedOutEvent | TrusteeshipStartedEvent | TrusteeshipEndedEvent | PlayerDisconnectedEvent | PlayerReconnectedEvent | PlayerEscapedEvent | MatchFinishedEvent | MatchAbandonedEvent;
+export type MatchEvent = MatchCreatedEvent | PlayerSeatedEvent | PlayerReadyEvent | PlayerRemovedEvent | HandDealtEvent | CardsPlayedEvent | PassedEvent | TurnTimedOutEvent | TrusteeshipStartedEvent | TrusteeshipEndedEvent | PlayerDisconnectedEvent | PlayerReconnectedEvent | PlayerEscapedEvent | MatchFinishedEvent | MatchAbandonedEvent | ClockExtendedEvent;
 
 /** A reading: what combination the cards were played as */
 export type Reading = {
@@ -577,6 +603,16 @@ export type Reading = {
   bomb_sizes: Array<number> | null;
   /** the ranks the jokers stand for (財神, R-4), one per wild joker */
   jokers_as: Array<"3" | "4" | "5" | "6" | "7" | "8" | "9" | "10" | "J" | "Q" | "K" | "A" | "2" | "SJ" | "BJ">;
+};
+
+/** A play's short reading: its kind, top rank and xiang (null unless a bomb) */
+export type PlayReading = {
+  /** the combination (docs/PROTOCOL.md "Readings") */
+  kind: "single" | "pair" | "pair_run" | "triple" | "triple_run" | "straight" | "bomb" | "chain_bomb" | "three_jokers" | "four_jokers";
+  /** the top rank's label (the highest rank of a run or chain) */
+  rank: "3" | "4" | "5" | "6" | "7" | "8" | "9" | "10" | "J" | "Q" | "K" | "A" | "2" | "SJ" | "BJ";
+  /** a bomb's xiang (R-3.7-R-3.10); null for other plays */
+  xiang: number | null;
 };
 
 /** A player's view of a match (a spectator's: you null, hand null, no opponent key) */
@@ -701,6 +737,17 @@ export type View = {
     /** cards each player held at the finish */
     cards_left: Record<string, number>;
   } | null;
+  /** every play of the match so far, oldest first (a trick ends with the other player's pass, R-6.2) */
+  history?: Array<{
+    /** the trick it was played in (the brief's trick while it ran) */
+    trick: number;
+    /** who played it */
+    player: string;
+    /** the cards played, as ids */
+    cards: Array<number>;
+    /** what combination they were played as (short: kind, rank, xiang) */
+    reading: PlayReading;
+  }>;
 };
 
 /** What the table shows now: render from the newest brief without folding events */
@@ -726,6 +773,17 @@ export type Brief = {
   deadline_ms: number | null;
   /** each seated player's card count, by player id */
   cards_left: Record<string, number>;
+  /** your own hand: card ids in rank order (the engine's, as view.hand.ids); null for a spectator */
+  hand: Array<number> | null;
+  /** the plays of the current trick, oldest first (the last is last_play); empty when the player on turn leads */
+  trick_plays: Array<{
+    /** who played it */
+    player: string;
+    /** the cards played, as ids */
+    cards: Array<number>;
+    /** what combination they were played as (short: kind, rank, xiang) */
+    reading: PlayReading;
+  }>;
 };
 
 /** How the scores were computed (docs/SETTLEMENT.md) */
@@ -921,7 +979,7 @@ export type RejectedMessage = {
   /** the command_id of your refused command */
   command_id: string | null;
   /** a stable machine-readable code (docs/PROTOCOL.md §8 "Codes") */
-  code: "bad_command" | "cannot_pass" | "command_id_reused" | "does_not_beat" | "insufficient_balance" | "internal_error" | "match_exists" | "match_over" | "not_a_combination" | "not_allowed" | "not_in_hand" | "not_seated" | "not_your_turn" | "rate_limited" | "rejected" | "seat_refused" | "stale" | "unknown_match" | "unknown_room" | "wrong_phase";
+  code: "already_placed" | "bad_command" | "cannot_pass" | "command_id_reused" | "cooldown" | "does_not_beat" | "insufficient_balance" | "internal_error" | "match_exists" | "match_over" | "not_a_combination" | "not_allowed" | "not_in_hand" | "not_seated" | "not_your_turn" | "rate_limited" | "rejected" | "seat_refused" | "stale" | "table_closed" | "unknown_match" | "unknown_room" | "unknown_table" | "wrong_phase";
   /** why, in English, for a person */
   reason: string;
   /** your current view of the match, when there is one: decide again on it */
@@ -984,12 +1042,26 @@ export type WelcomeMessage = {
   expires_at?: number;
   /** true: the answer to a renewal (an Auth on an open socket); the socket kept its place */
   renewed?: boolean;
+  /** messages a second this socket may send (the gateway's --rate): pace below it */
+  rate?: number;
+  /** how many messages may come at once above the rate (--burst) */
+  burst?: number;
+  /** Syncs a second that reach the engine (--sync-rate); more are refused rate_limited */
+  sync_rate?: number;
+};
+
+/** Your command was accepted and changed nothing (a Ready from a player already ready, or after the deal) */
+export type AckMessage = {
+  /** the message kind (the tag of the union) */
+  kind: "ack";
+  /** the command_id of your command that changed nothing */
+  command_id: string;
 };
 
 /** A client → server WebSocket message */
 export type ClientMessage = AuthMessage | JoinMessage | WatchMessage | ReadyMessage | PlayMessage | PassMessage | RequestTrusteeMessage | CancelTrusteeMessage | EscapeMessage | LeaveMessage | SyncMessage;
 /** A server → client WebSocket message */
-export type ServerMessage = UpdateMessage | RejectedMessage | LobbyMessage | SettledMessage | WelcomeMessage;
+export type ServerMessage = UpdateMessage | RejectedMessage | LobbyMessage | SettledMessage | WelcomeMessage | AckMessage;
 
 /** A client message with its optional fields (command_id is made for you when absent). */
 export type Command = ClientMessage;
@@ -997,13 +1069,24 @@ export type Command = ClientMessage;
 export interface UpdateEvent { message: UpdateMessage; brief: Brief | null; view: View | null; events: MatchEvent[] }
 export interface RejectedEvent { message: RejectedMessage; command: ClientMessage | null;
   code: RejectedMessage["code"]; reason: string }
+export interface AckEvent { message: AckMessage; command: ClientMessage | null }
+export interface RetryEvent { command: ClientMessage; tries: number; delay_ms: number }
 export interface ClosedEvent { code: number; reason: string; reconnecting: boolean }
-export interface StateEvent { state: "connecting" | "open" | "reconnecting" | "refused" | "closed";
-  code?: number; reason?: string }
+export type LinkState = "connecting" | "open" | "reconnecting" | "refused" | "closed";
+export interface StateEvent { state: LinkState; code?: number; reason?: string }
 export interface ClientEvents {
-  update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rejected: RejectedEvent;
-  closed: ClosedEvent; welcome: WelcomeMessage; state: StateEvent; error: unknown;
+  update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rejected: RejectedEvent; ack: AckEvent;
+  closed: ClosedEvent; welcome: WelcomeMessage; state: StateEvent; link: StateEvent; retry: RetryEvent;
+  /** a server message of a kind client.js does not handle itself */
+  message: ServerMessage | Record<string, unknown>; error: unknown;
 }
+/** The table from the newest brief alone (client.state): render from it without folding events. */
+export interface ClientState {
+  match: string | null; version: number | null; phase: Brief["phase"] | null; turn: string | null;
+  your_turn: boolean; hand: number[] | null; trick: number; trick_plays: Brief["trick_plays"];
+  last_play: Brief["last_play"]; deadline_ms: number | null; cards_left: Record<string, number>;
+}
+export interface Limits { rate: number; burst: number; sync_rate: number }
 
 export interface CardInfo { id: number; rank: number; rank_label: RankLabel; suit: "S" | "H" | "C" | "D" | null;
   deck: 0 | 1; joker: boolean }
@@ -1013,6 +1096,9 @@ export declare const SUITS: readonly ("S" | "H" | "C" | "D")[];
 export declare const DECK_SIZE: 54;
 export declare const NUM_CARDS: 108;
 export declare const FINAL_CLOSE_CODES: readonly number[];
+export declare const RATE_CLOSE_CODE: 4429;
+export declare const DEFAULT_LIMITS: Readonly<Limits>;
+export declare const RETRIED_TYPES: readonly ("Play" | "Pass" | "Ready")[];
 export declare const cards: {
   rank(id: number): number; suit(id: number): "S" | "H" | "C" | "D" | null; deck(id: number): number;
   isJoker(id: number): boolean; label(id: number): string; info(id: number): CardInfo;
@@ -1020,6 +1106,7 @@ export declare const cards: {
   byRank(ids: readonly number[]): Record<number, number[]>;
 };
 export declare function briefOf(message: { version: number; view?: View | null; brief?: Brief | null }): Brief | null;
+export declare function stateOf(match: string | null, brief: Brief | null, player: string | null): ClientState;
 
 export interface ClientOptions {
   url: string; token: string;
@@ -1030,14 +1117,19 @@ export interface ClientOptions {
 export interface PlayOptions { reading_kind?: Reading["kind"]; reading_rank?: string; expected_version?: number | null }
 export declare class Client {
   constructor(options: ClientOptions);
-  readonly url: string; version: number | null; match: string | null; brief: Brief | null; view: View | null;
-  lobby: LobbyMessage | null; player: string | null; role: WelcomeMessage["role"] | null; state: StateEvent["state"] | "idle";
-  pending: Map<string, ClientMessage>;
+  readonly url: string; token: string; version: number | null; match: string | null; brief: Brief | null;
+  view: View | null; state: ClientState; lobby: LobbyMessage | null; player: string | null;
+  role: WelcomeMessage["role"] | null; link: LinkState | "idle"; limits: Limits;
+  pending: Map<string, ClientMessage>; queue: ClientMessage[];
   on<K extends keyof ClientEvents>(name: K, fn: (payload: ClientEvents[K]) => void): () => void;
   off<K extends keyof ClientEvents>(name: K, fn: (payload: ClientEvents[K]) => void): void;
   once<K extends keyof ClientEvents>(name: K, test?: (payload: ClientEvents[K]) => boolean): Promise<ClientEvents[K]>;
+  emit<K extends keyof ClientEvents>(name: K, payload: ClientEvents[K]): void;
+  setState(link: LinkState, detail?: { code?: number; reason?: string }): void;
   connect(): this; close(): void; receive(message: ServerMessage): void;
+  answered(commandId: string): void; retry(command: ClientMessage): boolean; pump(): void;
   send(message: Partial<ClientMessage> & { type: ClientMessage["type"] }): string;
+  renew(token: string): void;
   expected(): number | null;
   join(room: string): string; ready(clientSeed?: string): string;
   play(cards: readonly number[] | string, options?: PlayOptions): string;

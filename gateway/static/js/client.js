@@ -12,19 +12,34 @@
 // * auth: the token as the first message (`{"type": "Auth"}`, default) or in the query (`auth: "query"`);
 // * resume: on a drop it reconnects with a growing delay and gives the last version it saw, so the
 //   gateway sends every later update (no gap, no duplicate); `sync()` asks for the view again;
-// * it keeps the newest `brief` (always current: render from it) and the newest full `view`
+// * `state`: the table from the briefs alone -- your `hand`, the current trick's `trick_plays`,
+//   whose `turn`, `your_turn`, the phase, the play to beat, the deadline, the card counts
+//   (render from it: no folding of events); it keeps the newest `brief` and full `view` too
 //   (`view.version` may be older than `brief.version`: the events between them are in the updates);
 // * it sends commands with a `command_id` and, for Play and Pass, the `expected_version` of the
-//   table it last saw; a `rejected` is matched to the command that caused it (`command`).
-// Events (`on(name, fn)`): update, lobby, settled, rejected, closed; plus welcome and state
-// (the link: connecting, open, reconnecting, refused, closed).
+//   table it last saw; a `rejected` or `ack` is matched to the command that caused it (`command`),
+//   and every answer clears its `pending` entry (a Join's and a Leave's: the lobby message);
+// * pacing: it stays under the gateway's rates (the welcome's `rate`, `burst`, `sync_rate`),
+//   sends your moves before queued Syncs and folds a Sync already queued into one; a Play, Pass or
+//   Ready refused `rate_limited` is sent again with the same command_id once the bucket refilled,
+//   within the turn (Ready: while seated).
+// Events (`on(name, fn)`): update, lobby, settled, rejected, ack, closed, welcome, message (any
+// other kind), retry (a rate-limited move sent again), error; and state (the link: connecting,
+// open, reconnecting, refused, closed; also as `link`).
 
 export const RANKS = Object.freeze(["3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K", "A", "2", "SJ", "BJ"]);
 export const SUITS = Object.freeze(["S", "H", "C", "D"]);
 export const DECK_SIZE = 54;
 export const NUM_CARDS = 108;
-/** Close codes after which reconnecting cannot help (docs/PROTOCOL.md §8, "Close codes"). */
-export const FINAL_CLOSE_CODES = Object.freeze([4400, 4401, 4403, 4409]);
+/** Close codes after which reconnecting cannot help (docs/PROTOCOL.md §8, "Close codes"): a bad or
+ * expired token, a newer connection of the same player. */
+export const FINAL_CLOSE_CODES = Object.freeze([4401, 4409]);
+/** The close code of a socket that stayed over its rate: reconnect, and slower. */
+export const RATE_CLOSE_CODE = 4429;
+/** The gateway's limits until its welcome says the ones in force (docs/PROTOCOL.md §8, "Limits"). */
+export const DEFAULT_LIMITS = Object.freeze({ rate: 20, burst: 40, sync_rate: 2 });
+/** The moves a `rate_limited` refusal is retried for (the same command_id). */
+export const RETRIED_TYPES = Object.freeze(["Play", "Pass", "Ready"]);
 
 /** Card ids 0..107 (docs/PROTOCOL.md "Card ids"): deck = floor(id / 54); within a deck
  * x = id % 54: x < 52 is rank floor(x / 4) (0 = "3" … 12 = "2") and suit x % 4 (S H C D);
@@ -89,10 +104,66 @@ export function briefOf(message) {
   const cardsLeft = {};
   for (const s of v.seats || []) if (s) cardsLeft[s.player] = s.cards_left;
   const lp = v.last_play;
+  const trickPlays = lp ? (v.history || []).filter((p) => p.trick === v.trick)
+    .map((p) => ({ player: p.player, cards: p.cards, reading: p.reading })) : [];
   return {
     version: message.version, phase: v.phase, turn: v.turn, trick: v.trick,
     last_play: lp ? { player: lp.player, cards: lp.cards, reading: lp.reading } : null,
     deadline_ms: v.deadline ? v.deadline.at_ms : null, cards_left: cardsLeft,
+    hand: v.hand ? [...v.hand.ids] : null, trick_plays: trickPlays,
+  };
+}
+
+/** The table a client renders, from a brief alone (`client.state`). */
+export function stateOf(match, brief, player) {
+  if (!brief) {
+    return { match, version: null, phase: null, turn: null, your_turn: false, hand: null, trick: 0,
+      trick_plays: [], last_play: null, deadline_ms: null, cards_left: {} };
+  }
+  return {
+    match, version: brief.version, phase: brief.phase, turn: brief.turn,
+    your_turn: brief.phase === "playing" && player !== null && brief.turn === player,
+    hand: brief.hand === undefined || brief.hand === null ? null : [...brief.hand], trick: brief.trick,
+    trick_plays: brief.trick_plays || (brief.last_play ? [brief.last_play] : []), last_play: brief.last_play,
+    deadline_ms: brief.deadline_ms, cards_left: { ...brief.cards_left },
+  };
+}
+
+/** A token bucket like the gateway's (gateway/limits.py): `rate` a second up to `burst`. */
+class Bucket {
+  constructor(rate, burst) {
+    this.rate = rate;
+    this.burst = burst;
+    this.tokens = burst;
+    this.at = Date.now();
+  }
+  refill(now) {
+    if (now > this.at) {
+      this.tokens = Math.min(this.burst, this.tokens + ((now - this.at) / 1000) * this.rate);
+      this.at = now;
+    }
+  }
+  /** ms until a token is there (0: now) */
+  wait(now) {
+    this.refill(now);
+    return this.tokens >= 1 ? 0 : Math.ceil(((1 - this.tokens) / this.rate) * 1000);
+  }
+  take(now) {
+    this.refill(now);
+    this.tokens -= 1;
+  }
+  empty(now) {
+    this.refill(now);
+    this.tokens = Math.min(this.tokens, 0);
+  }
+}
+
+/** what the client keeps of the gateway's rates: 90 % of them, one message of the burst spare */
+function buckets(limits) {
+  const syncBurst = Math.max(1, Math.floor(Math.max(1, limits.sync_rate)) - 1);
+  return {
+    messages: new Bucket(limits.rate * 0.9, Math.max(1, Math.floor(limits.burst) - 1)),
+    syncs: new Bucket(limits.sync_rate * 0.9, syncBurst),
   };
 }
 
@@ -120,14 +191,19 @@ export class Client {
     this.match = null;        // the match of the newest update
     this.brief = null;        // the newest brief
     this.view = null;         // the newest full view
+    this.state = stateOf(null, null, null);  // the table from the newest brief (render from it)
     this.lobby = null;        // the newest lobby message
     this.player = null;       // from the welcome
     this.role = null;
-    this.state = "idle";
-    this.pending = new Map(); // command_id -> the command sent (until its update or rejection)
+    this.link = "idle";       // the socket: connecting, open, reconnecting, refused, closed
+    this.limits = { ...DEFAULT_LIMITS };  // the gateway's, from its welcome
+    this.pending = new Map(); // command_id -> the command sent (until the message that answers it)
     this.handlers = new Map();
     this.ws = null;
-    this.queue = [];
+    this.queue = [];          // commands not sent yet (not open, or paced)
+    this.retries = new Map(); // command_id -> how often a rate_limited refusal sent it again
+    this.buckets = buckets(this.limits);
+    this.pumpTimer = null;
     this.delay = 250;
     this.closedByUs = false;
   }
@@ -164,9 +240,11 @@ export class Client {
     }
   }
 
-  setState(state, detail) {
-    this.state = state;
-    this.emit("state", { state, ...(detail || {}) });
+  setState(link, detail) {
+    this.link = link;
+    const payload = { state: link, ...(detail || {}) };
+    this.emit("state", payload);
+    this.emit("link", payload);
   }
 
   connect() {
@@ -188,8 +266,9 @@ export class Client {
         ws.send(JSON.stringify(a));
       }
       this.delay = 250;
+      this.buckets = buckets(this.limits);  // the gateway's budget is per socket: a new one is full
       this.setState("open");
-      for (const m of this.queue.splice(0)) ws.send(JSON.stringify(m));
+      this.pump();
     });
     ws.addEventListener("message", (ev) => {
       if (this.ws !== ws) return;
@@ -213,6 +292,7 @@ export class Client {
         this.setState("refused", info);
       } else {
         this.setState("reconnecting", info);
+        if (ev.code === RATE_CLOSE_CODE) this.delay = Math.max(this.delay, 2000);  // over the rate: slower
         setTimeout(() => { if (!this.closedByUs) this.connect(); }, this.delay);
         this.delay = Math.min(this.delay * 2, 5000);
       }
@@ -223,6 +303,8 @@ export class Client {
 
   close() {
     this.closedByUs = true;
+    if (this.pumpTimer !== null) clearTimeout(this.pumpTimer);
+    this.pumpTimer = null;
     if (this.ws) this.ws.close(1000, "bye");
   }
 
@@ -232,10 +314,17 @@ export class Client {
       case "welcome":
         this.player = msg.player;
         this.role = msg.role;
+        if (typeof msg.rate === "number" && typeof msg.burst === "number" && typeof msg.sync_rate === "number") {
+          const changed = msg.rate !== this.limits.rate || msg.burst !== this.limits.burst
+            || msg.sync_rate !== this.limits.sync_rate;
+          this.limits = { rate: msg.rate, burst: msg.burst, sync_rate: msg.sync_rate };
+          if (changed && !msg.renewed) this.buckets = buckets(this.limits);
+        }
+        this.state = stateOf(this.match, this.brief, this.player);
         this.emit("welcome", msg);
         break;
       case "update": {
-        if (msg.command_id) this.pending.delete(msg.command_id);
+        if (msg.command_id) this.answered(msg.command_id);
         if (msg.match !== this.match) {
           this.match = msg.match;
           this.view = null;
@@ -246,26 +335,38 @@ export class Client {
           if (msg.view) this.view = msg.view;
           this.brief = briefOf(msg) || this.brief;
           this.version = msg.version;
+          this.state = stateOf(this.match, this.brief, this.player);
         }
+        for (const [id, c] of this.pending) if (c.type === "Watch" && c.match === msg.match) this.answered(id);
         this.emit("update", { message: msg, brief: this.brief, view: this.view, events: msg.events || [] });
         break;
       }
       case "rejected": {
         const command = msg.command_id ? this.pending.get(msg.command_id) || null : null;
-        if (msg.command_id) this.pending.delete(msg.command_id);
+        if (msg.code === "rate_limited" && command && this.retry(command)) break;
+        if (msg.command_id) this.answered(msg.command_id);
         if (msg.view && msg.view.match_id && msg.view.match_id === (msg.match || msg.view.match_id)) {
           if (msg.view.match_id !== this.match || this.version === null || msg.view.version >= this.version) {
             this.match = msg.view.match_id;
             this.view = msg.view;
             this.version = msg.view.version;
             this.brief = briefOf({ version: msg.view.version, view: msg.view });
+            this.state = stateOf(this.match, this.brief, this.player);
           }
         }
         this.emit("rejected", { message: msg, command, code: msg.code, reason: msg.reason });
         break;
       }
+      case "ack": {
+        const command = this.pending.get(msg.command_id) || null;
+        this.answered(msg.command_id);
+        this.emit("ack", { message: msg, command });
+        break;
+      }
       case "lobby":
         this.lobby = msg;
+        // a Join or a Leave is answered by the lobby's next message (they carry no command_id)
+        for (const [id, c] of this.pending) if (c.type === "Join" || c.type === "Leave") this.answered(id);
         this.emit("lobby", msg);
         break;
       case "settled":
@@ -276,14 +377,70 @@ export class Client {
     }
   }
 
-  /** Send a client message; returns its command_id (made here when absent). */
+  answered(commandId) {
+    this.pending.delete(commandId);
+    this.retries.delete(commandId);
+  }
+
+  /** A move refused `rate_limited`: queue it again (the same command_id) at the front, after the
+   * bucket refills, while it still makes sense -- a Play or Pass within the turn, a Ready while
+   * seated; false when it is given up (the refusal is then reported). */
+  retry(command) {
+    if (!RETRIED_TYPES.includes(command.type) || this.closedByUs) return false;
+    const tries = (this.retries.get(command.command_id) || 0) + 1;
+    if (tries > 50) return false;
+    const b = this.brief;
+    const now = Date.now();
+    if (command.type === "Ready") {
+      if (!this.lobby || this.lobby.state !== "seated") return false;
+    } else if (!b || b.phase !== "playing" || b.turn !== this.player || (b.deadline_ms !== null && now >= b.deadline_ms)) {
+      return false;
+    }
+    this.retries.set(command.command_id, tries);
+    this.buckets.messages.empty(now);  // the gateway says the socket is over: wait for a refill
+    this.queue.unshift(command);
+    this.emit("retry", { command, tries, delay_ms: this.buckets.messages.wait(now) });
+    this.pump();
+    return true;
+  }
+
+  /** Send what is queued as the buckets allow: moves and other commands first, then Syncs. */
+  pump() {
+    if (this.pumpTimer !== null) {
+      clearTimeout(this.pumpTimer);
+      this.pumpTimer = null;
+    }
+    while (this.queue.length && this.ws && this.ws.readyState === (this.WS.OPEN ?? 1)) {
+      const now = Date.now();
+      let i = this.queue.findIndex((m) => m.type !== "Sync");
+      let wait = this.buckets.messages.wait(now);
+      if (i < 0) {
+        i = 0;
+        wait = Math.max(wait, this.buckets.syncs.wait(now));
+      }
+      if (wait > 0) {
+        this.pumpTimer = setTimeout(() => { this.pumpTimer = null; this.pump(); }, wait);
+        return;
+      }
+      const [m] = this.queue.splice(i, 1);
+      this.buckets.messages.take(now);
+      if (m.type === "Sync") this.buckets.syncs.take(now);
+      this.ws.send(JSON.stringify(m));
+    }
+  }
+
+  /** Send a client message; returns its command_id (made here when absent).  It is queued and
+   * paced (pump); a Sync like one already queued is that one (its command_id is returned). */
   send(msg) {
     const m = { ...msg };
+    if (m.type === "Sync") {
+      const same = this.queue.find((q) => q.type === "Sync" && q.version === m.version);
+      if (same) return same.command_id;
+    }
     if (!m.command_id) m.command_id = newId();
-    if (m.type !== "Auth") this.pending.set(m.command_id, m);
-    const open = this.ws && this.ws.readyState === (this.WS.OPEN ?? 1);
-    if (open) this.ws.send(JSON.stringify(m));
-    else this.queue.push(m);
+    if (m.type !== "Auth") this.pending.set(m.command_id, m);  // a renewal is answered by a welcome
+    this.queue.push(m);
+    this.pump();
     return m.command_id;
   }
 
@@ -293,7 +450,10 @@ export class Client {
   renew(token) {
     this.token = token;
     const open = this.ws && this.ws.readyState === (this.WS.OPEN ?? 1);
-    if (open) this.ws.send(JSON.stringify({ type: "Auth", token, command_id: newId() }));
+    if (open) {
+      this.buckets.messages.take(Date.now());  // the gateway counts it like any message
+      this.ws.send(JSON.stringify({ type: "Auth", token, command_id: newId() }));
+    }
   }
 
   /** the version a Play or Pass is decided on: the newest one seen (null: none yet) */

@@ -4,7 +4,10 @@
 // Testability contract (issues 15, 25): hand cards data-card, buttons data-action,
 // data-opponent-count, data-opponent-name, data-status (+ data-code on a refusal),
 // data-settlement, data-score, data-balance, data-cards-left, data-fair, data-your-turn,
-// table cards data-table-card (never data-card).  The socket is client.js's Client (the page's
+// table cards data-table-card (never data-card).  The scene (issue 36): seats data-seat="top" |
+// "bottom" with data-player and an avatar data-avatar, the level badge data-level, the 理牌
+// toggle data-action=arrange (data-arrange="rank" | "groups"), the hand's groups data-group,
+// the history drawer data-history, the fairness info data-action=fair-info / data-fair-panel.  The socket is client.js's Client (the page's
 // one networking seam: auth, resume, command ids, expected versions, the brief).
 import { api, claims, clientConfig, devToken, forgetToken, storedToken, tokenFromHost, tokenFromUrl } from "./auth.js";
 import { cardElement, sortCards } from "./cards.js";
@@ -13,12 +16,21 @@ import { fairDeal, randomClientSeed, verifyDeal } from "./fair.js";
 import { BOMB_KINDS, eventReading, kouWords, modeWords, readingWords } from "./words.js";
 import { LANGS, currentLang, has, onLang, setLang, startLang, t } from "./i18n.js";
 import { boom, flyIn, muted, setMuted, sound, unlockAudio } from "./fx.js";
+import { avatarSvg } from "./avatar.js";
 
 const $ = (sel) => document.querySelector(sel);
 const root = $("#table");
 const watchPath = window.location.pathname.match(/^\/watch\/(.+)$/);
 const NOTICE_MS = 4500;  // a transient notice is gone within 5 s
-const LOG_SHOWN = 6;
+const ARRANGE_KEY = "shuangkou-arrange";
+
+function storedArrange() {
+  try {
+    return localStorage.getItem(ARRANGE_KEY) === "groups";
+  } catch (e) {
+    return false;
+  }
+}
 
 const S = {
   token: null, me: null, role: null,
@@ -31,6 +43,7 @@ const S = {
   settled: {}, balance: null, clock: { version: null, total: null }, offset: null,
   rooms: [], lobbyRooms: null, names: {}, learned: {}, pendingSeed: null, refusal: null,
   warned: null, wasMyTurn: null, shownPlay: null, finishSounded: null, readyFor: null, flyFrom: null,
+  arrange: storedArrange(), groups: { key: null, groups: null }, arrangeSeq: 0, arrangeAsked: null,
 };
 
 function shown() {
@@ -144,19 +157,224 @@ function backs(n) {
   return Array.from({ length: Math.min(n, 27) }, () => el("i", "", { class: "back" }));
 }
 
+// ---- the hand: a fan of large overlapping cards, in rank order or grouped (理牌) ------------
+
+/** The rows of the fan for `groups` (lists of ids) in a box `width` wide with cards `cardW` wide:
+ * as few rows as keep each card's corner (rank and suit) in sight, the step between cards, and
+ * the rows themselves (lists of groups; a group stays on one row unless it is longer than one). */
+function fanLayout(groups, width, cardW, maxRows = 4) {
+  const n = groups.reduce((a, g) => a + g.length, 0);
+  let gap = groups.length > 1 ? cardW * 0.25 : 0;
+  const minStep = Math.max(cardW * 0.37, 20);
+  const maxStep = cardW * 0.62;
+  const spread = 2 * (cardW / 0.7) * Math.sin((5 * Math.PI) / 180) + 4;  // the fan's tilt (±5°) widens a row
+  const stepOf = (row) => {
+    const cards = row.reduce((a, g) => a + g.length, 0);
+    return cards > 1 ? (width - spread - cardW - (row.length - 1) * gap) / (cards - 1) : maxStep;
+  };
+  let best = null;
+  for (let r = 1; r <= maxRows; r += 1) {
+    const per = Math.ceil(n / r);
+    const rows = [];
+    let row = [];
+    let count = 0;
+    for (const g of groups) {
+      for (let i = 0; i < g.length; i += per) {
+        const part = g.slice(i, i + per);
+        if (count && count + part.length > per) {
+          rows.push(row);
+          row = [];
+          count = 0;
+        }
+        row.push(part);
+        count += part.length;
+      }
+    }
+    if (row.length) rows.push(row);
+    let step = Math.min(maxStep, ...rows.map(stepOf));
+    if (step < minStep && r === maxRows && gap) {
+      gap = cardW * 0.12;  // the last chance: narrower gaps between the groups
+      step = Math.min(maxStep, ...rows.map(stepOf));
+    }
+    if (!best || step > best.step) best = { rows, step };
+    if (step >= minStep) break;
+  }
+  return { rows: best.rows, step: Math.max(best.step, 8), gap };
+}
+
+function cardWidth(box) {
+  const probe = el("span", "", { class: "card", "aria-hidden": "true" });
+  probe.style.visibility = "hidden";
+  probe.style.position = "absolute";
+  box.append(probe);
+  const w = probe.getBoundingClientRect().width || 48;
+  probe.remove();
+  return w;
+}
+
+function handGroups(ids) {
+  const key = ids.join(",");
+  if (S.arrange && S.groups.key === key && S.groups.groups) {
+    const seen = new Set();
+    const out = [];
+    for (const g of S.groups.groups) {
+      const cards = g.cards.filter((c) => ids.includes(c) && !seen.has(c));
+      cards.forEach((c) => seen.add(c));
+      if (cards.length) out.push({ kind: g.kind, cards });
+    }
+    const rest = ids.filter((c) => !seen.has(c));
+    if (rest.length) out.push({ kind: "single", cards: rest });
+    return out;
+  }
+  return [{ kind: "rank", cards: ids }];
+}
+
+/** Ask the gateway how this hand splits into combinations (POST /api/arrange). */
+async function arrangeHand(ids) {
+  const key = ids.join(",");
+  if (!S.arrange || !ids.length || S.groups.key === key || S.arrangeAsked === key) return;
+  S.arrangeAsked = key;  // one question per hand, however many renders come before the answer
+  const seq = ++S.arrangeSeq;
+  let groups = null;
+  try {
+    const room = S.lobby && S.lobby.room ? { room: S.lobby.room } : {};
+    groups = (await api("/api/arrange", S.token, { cards: ids, ...room })).groups;
+  } catch (e) {
+    groups = null;
+  }
+  if (seq !== S.arrangeSeq) return;
+  S.arrangeAsked = null;
+  if (!Array.isArray(groups)) {
+    notice(t("notice.arrangeFailed"), "error", "arrange");
+    S.arrange = false;
+    renderArrange();
+  } else {
+    S.groups = { key, groups };
+  }
+  const view = shown();
+  if (view) renderHand(view);
+}
+
+function renderArrange() {
+  const b = $("[data-action=arrange]");
+  b.setAttribute("aria-pressed", S.arrange ? "true" : "false");
+  b.dataset.arrange = S.arrange ? "groups" : "rank";
+  b.title = t(S.arrange ? "arrange.on" : "arrange.off");
+}
+
 function renderHand(view) {
   const hand = $("#hand");
   const ids = view.hand ? sortCards(view.hand.ids) : [];
   for (const id of [...S.selected]) if (!ids.includes(id)) S.selected.delete(id);
   const canAct = view.phase === "playing";
-  hand.replaceChildren(...ids.map((id) => {
-    const c = cardElement(id, {
-      tag: "button", wild: true,
-      attrs: { "data-card": id, "aria-pressed": S.selected.has(id) ? "true" : "false", type: "button" },
-    });
-    c.disabled = !canAct;
-    return c;
-  }));
+  if (S.arrange) arrangeHand(ids);
+  const groups = handGroups(ids);
+  const grouped = groups.length > 1 || (groups[0] && groups[0].kind !== "rank");
+  hand.dataset.arranged = grouped ? "groups" : "rank";
+  if (!ids.length) {
+    hand.replaceChildren();
+    return;
+  }
+  const cardW = cardWidth(hand);
+  const width = hand.clientWidth || window.innerWidth - 16;
+  // one row on a wide screen (a phone in landscape, a desktop), up to four on a tall one
+  const maxRows = window.innerHeight <= window.innerWidth ? 1 : 4;
+  const { rows, step, gap } = fanLayout(groups.map((g) => g.cards), width, cardW, maxRows);
+  hand.style.setProperty("--step", `${step.toFixed(1)}px`);
+  hand.style.setProperty("--group-gap", `${gap.toFixed(1)}px`);
+  const kinds = new Map(groups.flatMap((g) => g.cards.map((c) => [c, g.kind])));
+  const out = rows.map((row) => {
+    const r = el("div", "", { class: "hand-row" });
+    const count = row.reduce((a, g) => a + g.length, 0);
+    const tilt = Math.min(0.9, 10 / Math.max(count, 1));  // the ends at ±5° at most
+    let i = 0;
+    for (const g of row) {
+      const box = grouped ? el("span", "", { class: "hand-group", "data-group": kinds.get(g[0]) || "single" }) : r;
+      for (const id of g) {
+        const slot = el("button", "", { type: "button", class: "slot", "data-card": id,
+          "aria-pressed": S.selected.has(id) ? "true" : "false" });
+        const face = cardElement(id, { wild: true });
+        slot.setAttribute("aria-label", face.getAttribute("aria-label"));
+        face.removeAttribute("aria-label");
+        slot.append(face);
+        const off = i - (count - 1) / 2;
+        slot.style.setProperty("--rot", `${(off * tilt).toFixed(2)}deg`);
+        slot.style.setProperty("--arc", `${(Math.abs(off * tilt) ** 2 * 0.12).toFixed(1)}px`);
+        slot.disabled = !canAct;
+        box.append(slot);
+        i += 1;
+      }
+      if (box !== r) r.append(box);
+    }
+    return r;
+  });
+  hand.replaceChildren(...out);
+}
+
+function renderAvatar(prefix, seat) {
+  const box = $(`#${prefix}-avatar`);
+  const name = seat ? nameOf(seat.player) : "";
+  const key = seat ? `${seat.player}|${name}` : "";
+  $(`#${prefix}`).dataset.player = seat ? seat.player : "";
+  if (box.dataset.key === key) return;
+  box.dataset.key = key;
+  box.dataset.avatar = seat ? seat.player : "";
+  box.replaceChildren(...(seat ? [avatarSvg(seat.player, name)] : []));
+}
+
+/** The room's R-11 level table ([{level, need, base}]) for this view, when the page knows it. */
+function levelTable(view) {
+  const mode = (view && view.mode) || roomCfg().mode;
+  const room = roomCfg().levels ? roomCfg() : (S.lobbyRooms || S.rooms || []).find((r) => r.mode === mode && r.levels);
+  return room && room.levels ? room.levels : null;
+}
+
+/** The level badge says what it is (积分等级 N, R-11) and opens the room's table; hidden in a
+ * room whose levels all have the same base, where the level changes nothing (R-8.2). */
+function renderLevel(prefix, seat, view) {
+  const b = $(`#${prefix}-level`);
+  const table = levelTable(view);
+  const matters = !table || new Set(table.map((l) => l.base)).size > 1;
+  if (!seat || seat.level === undefined || seat.level === null || !matters) {
+    b.hidden = true;
+    b.dataset.level = "";
+    return;
+  }
+  const mode = (view && view.mode) || roomCfg().mode || "points";
+  b.hidden = false;
+  b.dataset.level = String(seat.level);
+  b.dataset.levelMode = mode;
+  b.textContent = t(mode === "wealth" ? "level.wealth" : "level.points", { level: seat.level });
+  const unit = t(mode === "wealth" ? "unit.coins" : "unit.points");
+  b.title = [t("level.why", { unit }), ...(table || []).map((l) => `${l.level}: ${l.need} → ${l.base}`)].join("\n");
+}
+
+function showLevelTable(button) {
+  const panel = $("[data-level-table]");
+  if (!panel.hidden && panel.dataset.for === button.id) {
+    panel.hidden = true;
+    return;
+  }
+  const view = shown();
+  const mode = button.dataset.levelMode || "points";
+  const unit = t(mode === "wealth" ? "unit.coins" : "unit.points");
+  const levels = new Set(seatsOf(view).map((s) => String(s.level)));
+  const rows = (levelTable(view) || []).map((l) => {
+    const tr = el("tr", "", { "data-level-row": l.level, "data-current": levels.has(String(l.level)) ? "" : null });
+    tr.append(el("td", String(l.level)), el("td", String(l.need)), el("td", String(l.base)));
+    return tr;
+  });
+  const parts = [el("h2", button.textContent), el("p", t("level.why", { unit }))];
+  if (rows.length) {
+    const table = el("table");
+    const head = el("tr");
+    head.append(el("th", t("level.level")), el("th", t("level.need", { unit })), el("th", t("level.base")));
+    table.append(head, ...rows);
+    parts.push(table);
+  }
+  panel.replaceChildren(...parts);
+  panel.dataset.for = button.id;
+  panel.hidden = false;
 }
 
 function renderSeat(prefix, seat, view, { countAttr = "data-opponent-count", isMine = false } = {}) {
@@ -164,7 +382,8 @@ function renderSeat(prefix, seat, view, { countAttr = "data-opponent-count", isM
   nameEl.textContent = seat ? nameOf(seat.player) : "—";
   if (isMine && seat && seat.player === S.me && !S.spectator) nameEl.append(el("small", ` (${t("seat.you")})`, { class: "you" }));
   if (prefix === "opp") nameEl.dataset.player = seat ? seat.player : "";
-  $(`#${prefix}-level`).textContent = seat && seat.level !== undefined ? t("seat.level", { level: seat.level }) : "";
+  renderAvatar(prefix, seat);
+  renderLevel(prefix, seat, view);
   badges($(`#${prefix}-badges`), seat, view);
   $(`#${prefix}-contrib`).textContent = seat && view.phase === "playing" ? contribText(view, seat.player) : "";
   $(`#${prefix}`).classList.toggle("on-turn", !!(view.phase === "playing" && seat && view.turn === seat.player));
@@ -188,7 +407,31 @@ function playKey(view) {
   return lp ? `${view.match_id}|${view.trick}|${lp.player}|${lp.cards.join(",")}` : `${view.match_id}|${view.trick}|-`;
 }
 
+/** The plays of the current trick: the brief's, else the view's history of this trick. */
+function trickPlays(view) {
+  if (Array.isArray(view.trick_plays)) return view.trick_plays;
+  return (view.history || []).filter((h) => h.trick === view.trick);
+}
+
+/** The play the one in front beat, smaller, above it: what the trick went through. */
+function renderTrickPrev(view) {
+  const box = $("#trick-prev");
+  const plays = view.phase === "playing" && view.last_play ? trickPlays(view) : [];
+  const prev = plays.length >= 2 ? plays[plays.length - 2] : null;
+  box.hidden = !prev;
+  if (!prev) {
+    box.replaceChildren();
+    return;
+  }
+  const cards = el("span", "", { class: "prev-cards" });
+  cards.append(...sortCards(prev.cards).map((id) => cardElement(id, { attrs: { "data-trick-card": id } })));
+  box.dataset.player = prev.player;
+  box.replaceChildren(el("span", t("log.play", { name: nameOf(prev.player), what: readingWords({ ...prev.reading, jokers_as: [] }) }),
+    { class: "prev-who" }), cards);
+}
+
 function renderLast(view, from) {
+  renderTrickPrev(view);
   const lp = view.last_play;
   const cards = $("#last-cards");
   const last = $("#last");
@@ -221,18 +464,33 @@ function renderLast(view, from) {
   S.shownPlay = key;
 }
 
+/** The history drawer ([data-history]): every play of the match so far, the newest first,
+ * with a separator per trick. */
 function renderLog(match) {
   const entries = per(match).log;
   const out = [];
   let trick = null;
-  for (const e of entries.slice(-LOG_SHOWN).reverse()) {  // the newest first: always in sight
+  for (const e of [...entries].reverse()) {  // the newest first: always in sight
     if (e.trick !== trick) {
       trick = e.trick;
       out.push(el("li", t("log.trick", { n: e.trick }), { class: "trick-sep", "data-trick": e.trick }));
     }
-    out.push(el("li", e.text(), { class: e.kind }));
+    const li = el("li", e.text(), { class: e.kind, "data-history-entry": e.kind, "data-player": e.player || null });
+    if (e.cards && e.cards.length) {
+      const mini = el("span", "", { class: "mini", "aria-hidden": "true" });
+      mini.append(...sortCards(e.cards).map((id) => cardElement(id, { attrs: { "data-history-card": id } })));
+      li.append(mini);
+    }
+    out.push(li);
   }
   $("#log").replaceChildren(...out);
+}
+
+function openHistory(open) {
+  const drawer = $("[data-history]");
+  drawer.hidden = !open;
+  $("[data-action=history]").setAttribute("aria-expanded", open ? "true" : "false");
+  if (open) $("[data-action=history-close]").focus();
 }
 
 function serverNow() {
@@ -288,6 +546,7 @@ function render() {
   show("#lobby", !S.spectator && !!S.me && S.role === "player" && !S.lobby && (!inMatch || view.phase === "finished"));
   root.dataset.phase = view ? view.phase : (S.lobby ? `lobby-${S.lobby.state}` : "lobby");
   root.dataset.yourTurn = view && view.your_turn && !S.spectator ? "true" : "false";
+  root.dataset.spectator = S.spectator ? "true" : "false";
   root.dataset.match = view ? view.match_id : (S.lobby && S.lobby.match) || "";
   root.dataset.version = view ? String(view.version) : "";
   $("#me-name").textContent = S.me ? (S.spectator ? t("status.watchingAs", { name: nameOf(S.me) }) : nameOf(S.me)) : "";
@@ -569,6 +828,50 @@ function bind() {
     refreshReadings();
   });
   $("[data-action=play]").addEventListener("click", play);
+  $("[data-action=arrange]").addEventListener("click", () => {
+    S.arrange = !S.arrange;
+    try {
+      localStorage.setItem(ARRANGE_KEY, S.arrange ? "groups" : "rank");
+    } catch (e) {
+      // private mode: for this page only
+    }
+    renderArrange();
+    const view = shown();
+    if (view) renderHand(view);
+  });
+  $("[data-action=history]").addEventListener("click", () => openHistory($("[data-history]").hidden));
+  $("[data-action=history-close]").addEventListener("click", () => {
+    openHistory(false);
+    $("[data-action=history]").focus();
+  });
+  $("[data-action=fair-info]").addEventListener("click", () => {
+    const panel = $("[data-fair-panel]");
+    panel.hidden = !panel.hidden;
+    $("[data-action=fair-info]").setAttribute("aria-expanded", panel.hidden ? "false" : "true");
+  });
+  for (const b of document.querySelectorAll("button[data-level]")) b.addEventListener("click", () => showLevelTable(b));
+  document.addEventListener("keydown", (ev) => {
+    if (ev.key !== "Escape") return;
+    $("[data-fair-panel]").hidden = true;
+    $("[data-level-table]").hidden = true;
+    openHistory(false);
+  });
+  document.addEventListener("click", (ev) => {
+    // a tap outside a popover closes it
+    if (!ev.target.closest("[data-fair-panel], [data-action=fair-info]")) {
+      $("[data-fair-panel]").hidden = true;
+      $("[data-action=fair-info]").setAttribute("aria-expanded", "false");
+    }
+    if (!ev.target.closest("[data-level-table], button[data-level]")) $("[data-level-table]").hidden = true;
+  });
+  let resizeTimer = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => {
+      const view = shown();
+      if (view && !S.spectator) renderHand(view);
+    }, 60);
+  });
   $("[data-action=verify]").addEventListener("click", verifyThisDeal);
   $("[data-action=pass]").addEventListener("click", pass);
   $("[data-action=hint]").addEventListener("click", hint);
@@ -624,7 +927,7 @@ function noteEvents(match, events, view) {
       case "CardsPlayed": {
         const r = eventReading(e.reading);
         const by = e.by === "timeout" ? t("log.byTimeout") : e.by === "trustee" ? t("log.byTrustee") : "";
-        p.log.push({ trick: p.trick, kind: BOMB_KINDS.has(r.kind) ? "bomb" : "play", text: () => t("log.play", { name: name(), what: readingWords(r) + by }) });
+        p.log.push({ trick: p.trick, player: e.player, cards: e.cards, kind: BOMB_KINDS.has(r.kind) ? "bomb" : "play", text: () => t("log.play", { name: name(), what: readingWords(r) + by }) });
         if (BOMB_KINDS.has(r.kind)) {
           (p.bombs[e.player] = p.bombs[e.player] || []).push({ cards: e.cards, kind: r.kind, rank: r.rank });
           p.pendingBombs = [...(p.pendingBombs || []), { player: e.player, r }];
@@ -632,11 +935,14 @@ function noteEvents(match, events, view) {
         break;
       }
       case "Passed":
-        p.log.push({ trick: p.trick, kind: "pass", text: () => t(e.by === "auto" ? "log.autoPass" : "log.pass", { name: name() }) });
+        p.log.push({ trick: p.trick, player: e.player, kind: "pass", text: () => t(e.by === "auto" ? "log.autoPass" : "log.pass", { name: name() }) });
         p.trick += 1;
         break;
       case "TurnTimedOut":
         notice(you ? t("notice.timeout", { n: e.count }) : t("notice.timeoutOther", { name: name(), n: e.count }), "warn", "timeout");
+        break;
+      case "ClockExtended":
+        notice(t("notice.clockPaused", { s: Math.round(e.by_ms / 1000) }), "info", "clock");
         break;
       case "TrusteeshipStarted":
         notice(you ? t("notice.trusteeOnYou") : t("notice.trusteeOn", { name: name() }), "warn", `trustee-${e.player}`);
@@ -663,6 +969,41 @@ function noteEvents(match, events, view) {
         break;
     }
   }
+}
+
+/** A full view's `history` (every play so far) fills what this page did not see itself: after
+ * a reload, the drawer's plays (a trick that ended, ended with the other player's pass, R-6.2),
+ * the bombs drawn at the end, and the plays the deal check needs. */
+function noteHistory(match, view) {
+  const hist = Array.isArray(view.history) ? view.history : null;
+  const p = per(match);
+  if (!hist || p.log.filter((e) => e.kind === "play" || e.kind === "bomb").length >= hist.length) return;
+  const seats = seatsOf(view);
+  const log = [];
+  const bombs = {};
+  const played = {};
+  hist.forEach((h, i) => {
+    const r = { ...h.reading, jokers_as: [] };
+    const bomb = BOMB_KINDS.has(r.kind);
+    log.push({ trick: h.trick, player: h.player, cards: h.cards, kind: bomb ? "bomb" : "play",
+      text: () => t("log.play", { name: nameOf(h.player), what: readingWords(r) }) });
+    if (bomb) (bombs[h.player] = bombs[h.player] || []).push({ cards: h.cards, kind: r.kind, rank: r.rank });
+    (played[h.player] = played[h.player] || []).push(...h.cards);
+    const next = hist[i + 1];
+    const other = (seats.find((s) => s.player !== h.player) || {}).player;
+    if (other && (next ? next.trick > h.trick : view.trick > h.trick)) {
+      log.push({ trick: h.trick, player: other, kind: "pass", text: () => t("log.pass", { name: nameOf(other) }) });
+    }
+  });
+  const r = view.result;
+  if (view.phase === "finished" && r) {
+    const last = hist.length ? hist[hist.length - 1].trick : 1;
+    log.push({ trick: last, kind: "end", text: () => `${t("log.wins", { name: nameOf(r.winner) })} · ${kouWords(r.kou)}` });
+  }
+  p.log = log;
+  p.bombs = bombs;
+  p.trick = view.trick || p.trick;
+  if (!Object.keys(p.fair.played).length) p.fair.played = played;
 }
 
 async function standing(view) {
@@ -716,6 +1057,7 @@ function roomOf() {
 function learnClock(view, events) {
   const ts = (events || []).map((e) => e.ts).filter((x) => typeof x === "number");
   if (!view.deadline || !ts.length) return;
+  if ((events || []).some((e) => e.type === "ClockExtended")) return;  // a paused clock: not the room's length
   const secs = (view.deadline.at_ms - Math.max(...ts)) / 1000;
   if (secs > 0 && view.deadline.kind === "turn") S.learned.turn = secs;
   if (secs >= 0 && view.deadline.kind === "trustee") S.learned.trustee = secs;
@@ -723,6 +1065,7 @@ function learnClock(view, events) {
 
 function foldEvents(view, events) {
   const v = JSON.parse(JSON.stringify(view));
+  delete v.trick_plays;  // the brief's, when this update has one (applyBrief); else the history's
   const seat = (p) => (v.seats || []).find((s) => s && s.player === p);
   const other = (p) => ((v.seats || []).find((s) => s && s.player !== p) || {}).player;
   let lastTs = null;
@@ -741,6 +1084,8 @@ function foldEvents(view, events) {
         if (e.player === v.you && v.hand) v.hand.ids = v.hand.ids.filter((c) => !e.cards.includes(c));
         if (v.opponent && e.player === v.opponent.player) v.opponent.cards_left -= e.cards.length;
         v.last_play = { player: e.player, cards: e.cards, reading: r, describe: "" };
+        v.history = [...(v.history || []), { trick: v.trick, player: e.player, cards: e.cards,
+          reading: { kind: r.kind, rank: r.rank, xiang: r.xiang === undefined ? null : r.xiang } }];
         v.table_ids = [...(v.table_ids || []), ...e.cards];
         v.table_count = (v.table_count || 0) + e.cards.length;
         v.turn = other(e.player);
@@ -796,6 +1141,8 @@ function applyBrief(view, brief) {
   if (brief.deadline_ms === null) v.deadline = null;
   else v.deadline = { ...(v.deadline || { kind: "turn" }), at_ms: brief.deadline_ms, version: brief.version };
   v.seats = (v.seats || []).map((s) => (s && s.player in brief.cards_left ? { ...s, cards_left: brief.cards_left[s.player] } : s));
+  if (Array.isArray(brief.hand) && v.hand) v.hand = { ...v.hand, ids: brief.hand };
+  if (Array.isArray(brief.trick_plays)) v.trick_plays = brief.trick_plays;
   if (v.opponent && v.opponent.player in brief.cards_left) v.opponent = { ...v.opponent, cards_left: brief.cards_left[v.opponent.player] };
   return v;
 }
@@ -849,6 +1196,7 @@ function onUpdate(msg, brief) {
   S.flyFrom = (msg.match === (S.hold || S.match)) ? flySource(prev || view, msg.events) : null;
   noteEvents(msg.match, msg.events, prev || view);
   noteFair(msg.match, msg.events, view);
+  if (msg.view) noteHistory(msg.match, msg.view);
   S.views[msg.match] = view;
   if (view.phase === "finished" && prev && prev.phase !== "finished") onFinished(view);
   announceBombs(view, !msg.view);
@@ -880,10 +1228,21 @@ function noteFair(match, events, view) {
   }
 }
 
+function renderSheet() {
+  $("#sheet").hidden = $("[data-settlement]").hidden && $("[data-verify]").hidden;
+}
+
+/** The fairness commitment behind an info icon ([data-action=fair-info] opens [data-fair-panel]
+ * with the explanation and the hex); the deal check of a finished match sits under its result. */
 function renderFair(view) {
   const fair = view && view.fair;
   show("#fair", !!fair);
-  if (!fair) return;
+  if (!fair) {
+    show("[data-verify]", false);
+    $("[data-fair-panel]").hidden = true;
+    renderSheet();
+    return;
+  }
   $("[data-commitment]").textContent = fair.commitment;  // the shown match's own commitment
   const revealed = view.phase === "finished" && !!fair.server_seed;
   show("[data-verify]", revealed);
@@ -895,6 +1254,7 @@ function renderFair(view) {
   $("[data-verify-checks]").replaceChildren(...(res ? res.checks.map((c) => el("li",
     `${c.ok ? "✔" : "✘"} ${c.key && has(`fair.check.${c.key}`) ? t(`fair.check.${c.key}`, c.params || {}) : c.text}`,
     { class: c.ok ? "ok" : "bad", "data-check": c.key || "" })) : []));
+  renderSheet();
 }
 
 async function verifyThisDeal() {
@@ -972,6 +1332,7 @@ function renderFinished(view) {
     panel.hidden = true;
     panel.replaceChildren();
     delete panel.dataset.match;
+    renderSheet();
     return;
   }
   const settled = S.settled[view.match_id] || null;
@@ -983,6 +1344,7 @@ function renderFinished(view) {
   }
   panel.dataset.match = view.match_id;
   panel.hidden = false;
+  renderSheet();
   const r = view.result;
   const verdict = el("p", verdictText(view, settled), { class: "verdict", "data-verdict": S.spectator ? "watch" : (r.winner === S.me ? "win" : "lose") });
   const hands = el("div", "", { class: "final-hands" });
@@ -1315,6 +1677,7 @@ async function boot() {
 
 function relabel() {
   renderLangButton();
+  renderArrange();
   renderMute();
   const terms = document.querySelector(".glossary [data-i18n='glossary.terms']");
   if (terms) terms.lang = currentLang() === "en" ? "zh-Hans" : currentLang();

@@ -11,6 +11,15 @@ c.on("update", ({ brief, view, message }) => {
   for (const e of message.events) if (e.type === "CardsPlayed") console.log(e.player, e.reading.top, e.cards);
 });
 c.on("rejected", ({ code, command }) => { if (code === "stale") console.log(command?.type); });
+// issue 36: the table from the briefs alone, the ack of an idempotent Ready, any other message, renew
+c.on("update", () => {
+  const s = c.state;
+  if (s.your_turn && s.hand && s.hand.length && s.trick_plays.length === 0) c.play([s.hand[0]]);
+});
+c.on("ack", ({ command }) => console.log(command?.type));
+c.on("message", (m) => console.log(m));
+c.on("retry", ({ command, tries, delay_ms }) => console.log(command.type, tries, delay_ms));
+c.renew("JWT2");
 c.on("settled", (m) => console.log(m.scores, m.breakdown.X, m.balances));
 c.on("closed", ({ code, reconnecting }) => console.log(code, reconnecting));
 const queued: ServerMessage = { kind: "lobby", state: "queued", room: "points", table: null, match: null, reason: null,

@@ -1,0 +1,131 @@
+"""The state of a room's queue and of a table, as folded from their events.
+
+Frozen, slotted values (:func:`engine.match.frozen.evolve` copies them); mappings are
+tuples of pairs kept in a fixed order, so two states built by the same events are equal.
+
+>>> q = QueueState(room="points")
+>>> q.place_of("a") is None and q.waiting_players() == ()
+True
+>>> TableState(table="t1").status
+'new'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from engine.lobby.events import CloseReason, RemovalReason
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """One waiting player; ``since``: when their Join came (kept through a requeue)."""
+
+    player: str
+    since: int
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A player at one of the room's tables; ``leaving``: their Leave was handed to the table;
+    ``away``: their grace ran out (a Disconnect went to the table)."""
+
+    player: str
+    table: str
+    since: int
+    leaving: bool = False
+    away: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Cooldown:
+    """``leaves`` leaves before a deal in a row; no Join before ``until`` (ms)."""
+
+    leaves: int
+    until: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    room: str
+    version: int = 0
+    last_ts: int = 0
+    waiting: tuple[Waiting, ...] = ()  # oldest Join first
+    placed: tuple[Placed, ...] = ()  # sorted by player
+    cooldowns: tuple[tuple[str, Cooldown], ...] = ()  # sorted by player
+    tables: int = 0  # tables opened so far
+
+    def waiting_players(self) -> tuple[str, ...]:
+        return tuple(w.player for w in self.waiting)
+
+    def waiting_of(self, player: str) -> Waiting | None:
+        for w in self.waiting:
+            if w.player == player:
+                return w
+        return None
+
+    def place_of(self, player: str) -> Placed | None:
+        for p in self.placed:
+            if p.player == player:
+                return p
+        return None
+
+    def cooldown_of(self, player: str) -> Cooldown | None:
+        for p, c in self.cooldowns:
+            if p == player:
+                return c
+        return None
+
+    def at_table(self, table: str) -> tuple[Placed, ...]:
+        return tuple(p for p in self.placed if p.table == table)
+
+
+TableStatus = Literal["new", "creating", "seated", "between", "closed"]
+
+
+@dataclass(frozen=True, slots=True)
+class TableState:
+    """``creating``: its match is being created; ``seated``: the match runs (``dealt`` once
+    the cards are out); ``between``: the match finished, the settlement not yet told;
+    ``closed``: for good (``close_reason``)."""
+
+    table: str
+    version: int = 0
+    last_ts: int = 0
+    room: str = ""
+    players: tuple[str, ...] = ()  # seat a, seat b
+    bot: str | None = None
+    bot_level: str | None = None
+    n: int = 0  # the current match is <table>-<n>
+    match: str | None = None
+    status: TableStatus = "new"
+    ready: tuple[str, ...] = ()  # ready in the current match (in the order they got ready)
+    dealt: bool = False  # the current match
+    ever_dealt: bool = False  # any match of the table
+    ready_ms: int = 0
+    grace_ms: int = 0
+    seated_at: int | None = None  # when the current match was seated (its ready clock's start)
+    away: tuple[str, ...] = ()  # a Disconnect went to the current match for them
+    quit: tuple[str, ...] = ()  # their Leave went to the current match (LeaveDeferred)
+    leaving: tuple[str, ...] = ()  # left at the settlement (LeaveNoted)
+    escaper: str | None = None
+    close_reason: CloseReason | None = None
+    removed: tuple[tuple[str, RemovalReason], ...] = ()  # who left the room at the close
+
+    @property
+    def people(self) -> tuple[str, ...]:
+        """The players who are not the table's bot."""
+        return tuple(p for p in self.players if p != self.bot)
+
+    @property
+    def open(self) -> bool:
+        return self.status not in ("new", "closed")
+
+    def ready_deadline(self) -> int | None:
+        """When the match's ready clock (R-13.2) runs out, while a seated player is not ready."""
+        if self.status != "seated" or self.dealt or self.seated_at is None:
+            return None
+        if all(p in self.ready for p in self.players):
+            return None
+        return self.seated_at + self.ready_ms

@@ -1,0 +1,320 @@
+"""Issue 35 §4: clocks that stop during outages.  A turn or ready clock does not run out
+while the player could not have acted: their update reached them late (or not yet), or the
+match's writes could not be confirmed.  The timer then appends ExtendClock instead of the
+timeout: ClockExtended moves the deadline (the brief's too) and is published; the timeout
+comes at the moved deadline.  The domain stays pure: the delay is the command's, recorded
+in the event, and replay gives the same deadline."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+
+from engine.match.commands import ExtendClock, Play, Ready
+from engine.match.decide import Context, decide_and_apply
+from engine.match.errors import StaleCommand
+from engine.match.events import ClockExtended, PlayerRemoved, TurnTimedOut
+from engine.match.replay import replay
+from engine.store import keys
+from projections.views import brief
+from tests.test_workers import T0, Match, cfg
+from workers import runtime as rt_mod
+from workers.clock import FakeClock
+from workers.embedded import EmbeddedTimers
+
+NOREPLICAS = redis.ResponseError("NOREPLICAS 0 of 1 replica(s) acknowledged {b1} within 2000 ms")
+
+
+@pytest.fixture
+def timers():
+    clock = FakeClock(T0)
+    with EmbeddedTimers("fakeredis", clock=clock, rng=random.Random(3), deal_on_ready=False,
+                        publish="gateway") as t:
+        t.runtime.clock_pause_min_ms = rt_mod.CLOCK_PAUSE_MIN_MS  # the system clock's setting
+        yield t, clock
+
+
+class Publications:
+    """When each (player, version) update reached the player, for ``published_at`` (the real
+    one reads the streams' entry ids, Redis's wall clock, which a test's fake clock is not:
+    test_published_at_reads_the_first_entry_at_the_version checks it).  An update not in
+    the table was published at once: at the time of the state given to :meth:`prompt`."""
+
+    def __init__(self) -> None:
+        self.at: dict[tuple[str, int], int | None] = {}
+        self.default = 0
+
+    def __setitem__(self, key: tuple[str, int], value: int | None) -> None:
+        self.at[key] = value
+
+    def prompt(self, state: Any) -> None:
+        self.default = int(state.last_ts)
+
+    def __call__(self, _client: Any, player: str, _match_id: str, version: int) -> int | None:
+        return self.at.get((player, version), self.default)
+
+
+@pytest.fixture
+def published(monkeypatch) -> Publications:
+    table = Publications()
+    monkeypatch.setattr(rt_mod, "published_at", table)
+    return table
+
+
+def _on_turn(state) -> str:
+    return state.seats[state.turn].player
+
+
+# ---- the domain ------------------------------------------------------------------------------
+
+def test_extend_clock_moves_the_turn_deadline_and_not_the_table(timers):
+    t, _clock = timers
+    m = Match(t, cfg(turn_seconds=15)).start()
+    s = m.state()
+    cmd = ExtendClock(command_id="x1", match_id="m1", version=s.version, by_ms=7_000, reason="unpublished")
+    events, new = decide_and_apply(s, cmd, Context(now_ms=s.last_ts + 1))
+    assert [type(e) for e in events] == [ClockExtended]
+    assert (events[0].kind, events[0].by_ms, events[0].reason) == ("turn", 7_000, "unpublished")
+    assert new.deadline().at_ms == s.deadline().at_ms + 7_000
+    assert new.table_version == s.table_version  # a Play decided on the table before it stays valid
+    assert replay(list(m.events()) + events).deadline() == new.deadline()  # recorded: replay agrees
+    with pytest.raises(StaleCommand):  # set for another version: stale, like a timeout
+        decide_and_apply(new, cmd, Context(now_ms=s.last_ts + 2))
+
+
+def test_extend_clock_moves_the_ready_deadline(timers):
+    t, _clock = timers
+    m = Match(t, cfg(ready_seconds=20))
+    m.seat_players(ready=("a",))
+    s = m.state()
+    assert s.deadline().kind == "ready"
+    cmd = ExtendClock(command_id="x1", match_id="m1", version=s.version, by_ms=3_000, reason="unconfirmed")
+    events, new = decide_and_apply(s, cmd, Context(now_ms=s.last_ts + 1))
+    assert events[0].kind == "ready" and new.deadline().at_ms == s.deadline().at_ms + 3_000
+
+
+# ---- the timers ------------------------------------------------------------------------------
+
+def test_an_update_published_late_pauses_the_turn_clock_and_charges_no_timeout(timers, published):
+    t, clock = timers
+    m = Match(t, cfg(turn_seconds=15)).start()
+    t.lose_pending_timers()
+    s = m.state()
+    d = s.deadline()
+    published[(_on_turn(s), s.version)] = s.last_ts + 20_000  # reached the player 20 s late
+    clock.set(d.at_ms)
+    assert rt_mod.fire("m1", d.version, "turn", t.runtime) == "extended"
+    after = m.state()
+    [ext] = m.events(after=s.version)
+    assert isinstance(ext, ClockExtended) and (ext.by_ms, ext.reason) == (20_000, "unpublished")
+    assert after.deadline().at_ms == d.at_ms + 20_000
+    assert brief(after)["deadline_ms"] == d.at_ms + 20_000  # the player sees the moved clock
+    assert not any(isinstance(e, TurnTimedOut) for e in m.events())
+    # the paused clock reached the players: the update the worker published carries it
+    out = t.store.client.xrevrange(keys.outbox_key(_on_turn(s)), count=1)
+    assert out and int(out[0][1][b"version"]) == after.version
+    # at the moved deadline the player had the whole turn: the clock runs out as usual
+    published.prompt(after)
+    clock.set(after.deadline().at_ms)
+    assert rt_mod.fire("m1", after.version, "turn", t.runtime) == "committed"
+    assert isinstance(m.events(after=after.version)[0], TurnTimedOut)
+
+
+def test_an_update_never_published_by_the_deadline_charges_no_timeout(timers, published):
+    """The publication was delayed past the deadline (still not there when the clock ran out):
+    the clock is moved to now + what was left, and the update with the paused clock goes out."""
+    t, clock = timers
+    m = Match(t, cfg(turn_seconds=15)).start()
+    t.lose_pending_timers()
+    s = m.state()
+    d = s.deadline()
+    published[(_on_turn(s), s.version)] = None
+    clock.set(d.at_ms + 500)
+    assert rt_mod.fire("m1", d.version, "turn", t.runtime) == "extended"
+    [ext] = m.events(after=s.version)
+    assert isinstance(ext, ClockExtended) and ext.by_ms == d.at_ms + 500 - s.last_ts
+    assert m.state().deadline().at_ms == d.at_ms + ext.by_ms
+
+
+def test_a_prompt_update_lets_the_clock_run_out(timers, published):
+    t, clock = timers
+    m = Match(t, cfg(turn_seconds=15)).start()
+    t.lose_pending_timers()
+    s = m.state()
+    d = s.deadline()
+    published[(_on_turn(s), s.version)] = s.last_ts + rt_mod.CLOCK_PAUSE_MIN_MS  # within the tolerance
+    clock.set(d.at_ms)
+    assert rt_mod.fire("m1", d.version, "turn", t.runtime) == "committed"
+    assert isinstance(m.events(after=s.version)[0], TurnTimedOut)
+
+
+def test_a_late_update_whose_moved_deadline_passed_too_lets_the_clock_run_out(timers, published):
+    """Published 5 s late, but the timer fires 30 s after the deadline: the player had the
+    whole turn after the update reached them."""
+    t, clock = timers
+    m = Match(t, cfg(turn_seconds=15)).start()
+    t.lose_pending_timers()
+    s = m.state()
+    d = s.deadline()
+    published[(_on_turn(s), s.version)] = s.last_ts + 5_000
+    clock.set(d.at_ms + 30_000)
+    assert rt_mod.fire("m1", d.version, "turn", t.runtime) == "committed"
+
+
+def test_the_ready_clock_pauses_for_an_unready_player_told_late(timers, published):
+    t, clock = timers
+    m = Match(t, cfg(ready_seconds=20))
+    m.seat_players(ready=("a",))
+    t.lose_pending_timers()
+    s = m.state()
+    d = s.deadline()
+    published[("b", s.version)] = s.last_ts + 9_000  # b, not ready yet, saw the table 9 s late
+    clock.set(d.at_ms)
+    assert rt_mod.fire("m1", d.version, "ready", t.runtime) == "extended"
+    assert m.state().deadline().at_ms == d.at_ms + 9_000
+    assert not any(isinstance(e, PlayerRemoved) for e in m.events())
+    m.ok(Ready, player="b")  # b acts within the moved clock: both ready, nobody removed
+    assert all(seat is not None and seat.ready for seat in m.state().seats)
+
+
+class _Acks:
+    """A store's replica waiter whose node cannot confirm writes while ``down``."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.n = 1
+
+    def confirm(self, _keys: Any) -> None:
+        if self.down:
+            raise NOREPLICAS
+
+
+def test_writes_that_cannot_be_confirmed_charge_no_timeout_and_give_a_fresh_clock(timers, published):
+    """The match's master cannot confirm writes (NOREPLICAS) when the turn clock runs out: no
+    timeout is written; once it can again, the player gets a fresh turn clock (their command
+    sent during the outage is still pending and comes first)."""
+    t, clock = timers
+    m = Match(t, cfg(turn_seconds=15)).start()
+    t.lose_pending_timers()
+    acks = t.store.replica_acks = _Acks()
+    s = m.state()
+    d = s.deadline()
+    published.prompt(s)
+    acks.down = True
+    for k in range(3):  # the deadline is tried again and again during the outage
+        clock.set(d.at_ms + 1_000 * k)
+        with pytest.raises(redis.ResponseError, match="NOREPLICAS"):
+            rt_mod.fire("m1", d.version, "turn", t.runtime)
+    assert m.state().version == s.version  # nothing written
+    acks.down = False
+    clock.set(d.at_ms + 40_000)  # the outage is over
+    assert rt_mod.fire("m1", d.version, "turn", t.runtime) == "extended"
+    [ext] = m.events(after=s.version)
+    assert isinstance(ext, ClockExtended) and ext.reason == "unconfirmed"
+    assert m.state().deadline().at_ms == d.at_ms + 40_000 + 15_000  # a fresh turn from now
+    # the player's move, sent during the outage, is decided now on the table it saw
+    state = m.state()
+    i = state.turn
+    card = sorted(state.seats[i].hand)[0]
+    out = m.cmd(Play, player=state.seats[i].player, cards=[card], expected_version=s.version)
+    assert out.rejection is None, out.rejection
+    assert not any(isinstance(e, TurnTimedOut) for e in m.events())
+
+
+def test_timer_commands_are_refused_on_the_command_channels():
+    from engine.service.channels import OPS, PLAYER
+
+    cmd = ExtendClock(command_id="c", match_id="m", version=3, by_ms=5, reason="unpublished")
+    assert PLAYER.refusal(cmd) is not None and OPS.refusal(cmd) is not None
+
+
+# ---- reading the publication time ----------------------------------------------------------
+
+def test_published_at_reads_the_first_entry_at_the_version():
+    client = fakeredis.FakeRedis()
+    out = keys.outbox_key("a")
+    client.xadd(out, {"kind": "update", "match": "m1", "version": 4}, id="1000-0")
+    client.xadd(out, {"kind": "update", "match": "m1", "version": 6}, id="2000-0")
+    client.xadd(out, {"kind": "update", "match": "other", "version": 9}, id="2500-0")
+    client.xadd(out, {"kind": "update", "match": "m1", "version": 6}, id="3000-0")  # a re-publication
+    client.xadd(out, {"kind": "update", "match": "m1", "version": 7}, id="4000-0")
+    assert rt_mod.published_at(client, "a", "m1", 6) == 2000
+    assert rt_mod.published_at(client, "a", "m1", 7) == 4000
+    assert rt_mod.published_at(client, "a", "m1", 8) is None
+    assert rt_mod.published_at(client, "b", "m1", 1) is None
+    assert rt_mod.published_at(client, "a", "other", 9) == 2500
+
+
+# ---- the reconnect grace -----------------------------------------------------------------
+
+def test_no_reconnect_grace_ends_until_a_whole_grace_after_the_lobbys_redis_is_back(monkeypatch):
+    """The lobby's sweep ends the graces of absent players (their Disconnect).  While its Redis
+    is away nobody can push presence; once it answers again, no grace ends for the longest
+    grace plus the heartbeat slack: a player cut off by the outage has a whole grace."""
+    import asyncio
+
+    from gateway import lobby as lobby_mod
+    from gateway.lobby import Lobby
+    from gateway.rooms import RoomBook
+
+    lobby = Lobby(fakeredis.FakeAsyncRedis(), RoomBook.load([]), "g-test")
+    assert lobby.resume_after_outage_ms() == 10_000 + lobby_mod.RESUME_SLACK_MS  # no room: 10 s
+    clock = {"now": 1_000.0}
+    monkeypatch.setattr(lobby_mod.time, "monotonic", lambda: clock["now"])
+    calls: list[str] = []
+    script = iter(["ok", "down", "down", "ok", "ok", "late", "ok"])
+
+    async def fake_call(op: str, *_args: Any) -> list[Any]:
+        step = next(script, "stop")
+        if step == "stop":
+            stop.set()
+            return []
+        if step == "down":
+            raise redis.ConnectionError("lobby master unreachable")
+        if step == "late":
+            clock["now"] += lobby.resume_after_outage_ms() / 1000
+        return []
+
+    async def absent() -> None:
+        calls.append(f"absent@{clock['now'] - 1_000:.0f}")
+
+    async def nothing(*_a: Any) -> None:
+        return None
+
+    monkeypatch.setattr(lobby, "_call", fake_call)
+    monkeypatch.setattr(lobby, "_absent", absent)
+    monkeypatch.setattr(lobby.replies, "start", nothing)
+    monkeypatch.setattr(lobby.replies, "run", nothing)
+    monkeypatch.setattr(lobby, "_rooms_loop", nothing)
+    stop = asyncio.Event()
+
+    async def main() -> None:
+        await lobby.run(stop, interval_s=0)
+
+    asyncio.run(main())
+    # before the outage the graces end at once; after it, the two sweeps that work again
+    # end none, until the whole grace passed (then every sweep does: the last three)
+    later = f"absent@{lobby.resume_after_outage_ms() / 1000:.0f}"
+    assert calls == ["absent@0", later, later, later], calls
+
+
+def test_a_clock_pauses_once_in_a_row_when_nothing_reaches_the_player(timers, published):
+    """Publishing is broken, not late: the update carrying the paused clock does not reach the
+    player either.  The clock pauses once, then runs out: no match waits for ever."""
+    t, clock = timers
+    m = Match(t, cfg(turn_seconds=15)).start()
+    t.lose_pending_timers()
+    s = m.state()
+    player = _on_turn(s)
+    published[(player, s.version)] = None
+    published[(player, s.version + 1)] = None
+    clock.set(s.deadline().at_ms)
+    assert rt_mod.fire("m1", s.version, "turn", t.runtime) == "extended"
+    after = m.state()
+    clock.set(after.deadline().at_ms)
+    assert rt_mod.fire("m1", after.version, "turn", t.runtime) == "committed"
+    assert isinstance(m.events(after=after.version)[0], TurnTimedOut)
