@@ -16,7 +16,10 @@ The JSON: ``kinds`` maps each fault kind (``kill_master``, ``stop_master``,
 ``ledger_mismatches``, ``outage_timeouts_charged``, ``stall_s_max`` (and ``version_gaps``,
 ``version_backwards``, ``late_ends``); ``totals`` the same over the run; ``findings`` the first
 of what the checker found; ``replay_all_exit`` the exit code of ``shuangkou replay --all`` on
-the final store.  ``--replica-acks`` unset runs the product's defaults.
+the final store; ``others_throughput`` for each partition of a master the commands/s acknowledged
+on the other masters' matches during it and in the 30 s before it (clipped at the previous
+fault's heal), and ``others_throughput_ratio`` the lowest ratio of the two (issue 35's target:
+≥ 0.8; also in ``kinds.partition_master``).  ``--replica-acks`` unset runs the product's defaults.
 """
 
 from __future__ import annotations

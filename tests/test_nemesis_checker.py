@@ -18,6 +18,7 @@ from tests.nemesis.checker import (
     Read,
     by_fault,
     check,
+    others_throughput,
     stall_s_max,
 )
 
@@ -271,3 +272,18 @@ def test_without_root_or_nft_the_nemesis_says_why(monkeypatch):
     assert "root" in (netns.unavailable() or "")
     monkeypatch.setattr(netns.os, "geteuid", lambda: 0)
     assert netns.unavailable() is None
+
+
+def test_the_other_masters_throughput_is_their_rate_during_a_partition_over_the_30_s_before():
+    """60 commands of m-other in the 30 s before a 6 s partition (2/s), 9 during it (1.5/s):
+    0.75; m-cut's stall and a command acknowledged twice do not count (issue 35 §3's target)."""
+    fault = Fault("partition_master", T0 + 30_000, T0 + 36_000)
+    acks = [Ack("c", "m-other", f"o{i}", "accepted", T0 + 500 * i) for i in range(60)]
+    acks += [Ack("c", "m-other", f"d{i}", "accepted", T0 + 30_000 + 600 * i) for i in range(9)]
+    acks += [Ack("c", "m-other", "d0", "update", T0 + 30_700)]  # the same command again
+    acks += [Ack("c", "m-cut", f"x{i}", "accepted", T0 + 100 * i) for i in range(200)]
+    row = others_throughput(acks, fault, lambda m: m == "m-cut")
+    assert row == {"before_per_s": 2.0, "during_per_s": 1.5, "before_s": 30.0, "ratio": 0.75}
+    # clipped at the previous fault's heal: only the last 10 s before count (20 commands)
+    assert others_throughput(acks, fault, lambda m: m == "m-cut", T0 + 20_000)["before_s"] == 10.0
+    assert others_throughput(acks[60:], fault, lambda m: m == "m-cut")["ratio"] is None

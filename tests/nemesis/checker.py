@@ -24,12 +24,13 @@ The rules, each a counter of the report (tests/test_nemesis_checker.py breaks ea
 
 :func:`by_fault` splits a report's findings over the faults by time (each finding goes to the
 fault nearest in time); :func:`stall_s_max` is the longest time without any acknowledgement
-around a fault.
+around a fault; :func:`others_throughput` compares the commands/s acknowledged on the matches a
+fault did not touch during the fault with the same matches' rate before it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -361,3 +362,24 @@ def by_fault(report: Report, history: History, after_heal_ms: int = 10_000) -> d
         if when is not None:
             out[faults[_nearest(faults, when)].kind][finding.rule] += 1
     return out
+
+
+def others_throughput(acks: Iterable[Ack], fault: Fault, touched: Callable[[str], bool],
+                      not_before_ms: int | None = None, window_ms: int = 30_000) -> dict[str, Any]:
+    """The commands/s acknowledged (each command once, at its first acknowledgement) on the
+    matches for which ``touched`` is false, from ``fault.start_ms`` to ``fault.heal_ms``, against
+    their rate in the ``window_ms`` before the start (clipped at ``not_before_ms``, the previous
+    fault's heal).  ``ratio`` is None without a baseline (no acknowledgement before)."""
+    first: dict[tuple[str, str], int] = {}
+    for a in acks:
+        if touched(a.match):
+            continue
+        key = (a.match, a.command_id)
+        first[key] = min(first.get(key, a.at_ms), a.at_ms)
+    since = fault.start_ms - window_ms if not_before_ms is None else max(fault.start_ms - window_ms, not_before_ms)
+    before_s = max(fault.start_ms - since, 1) / 1000
+    during_s = max(fault.heal_ms - fault.start_ms, 1) / 1000
+    before = sum(1 for t in first.values() if since <= t < fault.start_ms) / before_s
+    during = sum(1 for t in first.values() if fault.start_ms <= t <= fault.heal_ms) / during_s
+    return {"before_per_s": round(before, 2), "during_per_s": round(during, 2), "before_s": round(before_s, 1),
+            "ratio": round(during / before, 3) if before > 0 else None}

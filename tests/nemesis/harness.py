@@ -41,7 +41,7 @@ from typing import Any
 from tests.cluster_support import LocalCluster, start_cluster
 from tests.gateway_support import ROOT, Client, Closed, Stack, start_stack
 from tests.nemesis import netns
-from tests.nemesis.checker import Ack, Fault, Final, History, Limits, Read, by_fault, check
+from tests.nemesis.checker import Ack, Fault, Final, History, Limits, Read, by_fault, check, others_throughput
 from tests.processes import stop_group, wait_for
 
 KINDS = ("kill_process", "partition_serve", "kill_master", "stop_master", "partition_master", "lose_master")
@@ -373,6 +373,8 @@ class Nemesis:
         self.metrics_ports: dict[str, int] = {}
         self.threads: list[threading.Thread] = []
         self.notes: list[str] = []
+        #: each partition of a master: the fault and the buckets its master held at the start
+        self.partitions: list[tuple[Fault, frozenset[int]]] = []
 
     # -- the stack ---------------------------------------------------------------------------
     def _serve(self, name: str) -> None:
@@ -461,14 +463,17 @@ class Nemesis:
     # -- the faults --------------------------------------------------------------------------
     def victim(self) -> int:
         """The master holding the most buckets' feeds."""
+        count: dict[int, int] = {}
+        for m in self._bucket_masters().values():
+            count[m] = count.get(m, 0) + 1
+        return max(count, key=lambda m: count[m])
+
+    def _bucket_masters(self) -> dict[int, int]:
+        """Each bucket's master now."""
         from engine.store import keys
 
         assert self.cluster is not None
-        count: dict[int, int] = {}
-        for b in range(keys.DEFAULT_BUCKETS):
-            m = self.cluster.master_of(keys.feed_key(b))
-            count[m] = count.get(m, 0) + 1
-        return max(count, key=lambda m: count[m])
+        return {b: self.cluster.master_of(keys.feed_key(b)) for b in range(keys.DEFAULT_BUCKETS)}
 
     def _promoted(self, victim: int, timeout: float = 60) -> None:
         from engine.store import keys
@@ -493,6 +498,7 @@ class Nemesis:
         c, stack = self.cluster, self.stack
         assert c is not None and stack is not None
         start = now_ms()
+        held: frozenset[int] = frozenset()
         if kind == "kill_master":
             v = self.victim()
             c.kill(v)
@@ -510,6 +516,8 @@ class Nemesis:
             c.resume(v)
         elif kind == "partition_master":
             v = self.victim()
+            held = frozenset(b for b, m in self._bucket_masters().items() if m == v)
+            start = now_ms()
             netns.cut(isolated=[c.host(v)], others=self._others(v))
             time.sleep(PARTITION_S)
             netns.heal()
@@ -536,8 +544,23 @@ class Nemesis:
         except TimeoutError:
             self.notes.append(f"{kind}: the cluster was not ok 60 s after the heal")
         f = Fault(kind, start, heal)
+        if kind == "partition_master":
+            self.partitions.append((f, held))
         self.faults.append(f)
         return f
+
+    def others_throughput(self) -> list[dict[str, Any]]:
+        """For each partition of a master: the commands/s acknowledged on the other masters'
+        matches during it against the 30 s before it (clipped at the previous fault's heal)."""
+        from engine.store import keys
+
+        out = []
+        for f, held in self.partitions:
+            heals = [g.heal_ms for g in self.faults if g.heal_ms <= f.start_ms]
+            row = others_throughput(list(self.rec.acks), f, lambda m, held=held: keys.bucket_of(m) in held,
+                                    max(heals) if heals else None)
+            out.append({"start_ms": f.start_ms, **row})
+        return out
 
     # -- the end -----------------------------------------------------------------------------
     def finish_load(self, timeout_s: float) -> None:
@@ -629,8 +652,13 @@ class Nemesis:
             history = History(list(self.rec.acks), list(self.rec.reads), list(self.faults))
             report = check(history, final, limits)
             rows = by_fault(report, history)
+            others = self.others_throughput()
+            ratios = [o["ratio"] for o in others if o["ratio"] is not None]
+            if "partition_master" in rows:
+                rows["partition_master"]["others_throughput_ratio"] = min(ratios) if ratios else None
             replay = self.replay_exit()
-            return {"kinds": rows, "totals": report.summary(), "replay_all_exit": replay,
+            return {"kinds": rows, "others_throughput": others,
+                    "others_throughput_ratio": min(ratios) if ratios else None, "totals": report.summary(), "replay_all_exit": replay,
                     "matches": len(final.log), "finished": len(final.settled), "booked": len(final.booked),
                     "client_errors": len(self.rec.errors), "client_error_samples": self.rec.errors[:10],
                     "schema_problems": list(self.rec.schema_problems.values())[:5],
