@@ -287,3 +287,36 @@ def test_the_other_masters_throughput_is_their_rate_during_a_partition_over_the_
     # clipped at the previous fault's heal: only the last 10 s before count (20 commands)
     assert others_throughput(acks, fault, lambda m: m == "m-cut", T0 + 20_000)["before_s"] == 10.0
     assert others_throughput(acks[60:], fault, lambda m: m == "m-cut")["ratio"] is None
+
+
+def unready() -> tuple[History, Final]:
+    """Match m2: alice and bob seated at 2, 3; bob is removed by the ready clock at 5 (deadline
+    T0 + 10 s, the abandon at T0 + 10.5 s); bob read version 3 (his seat) at T0 + 1 s."""
+    log = [{"seq": 1, "type": "MatchCreated", "command_id": "c", "ts": T0},
+           {"seq": 2, "type": "PlayerSeated", "command_id": "s1", "ts": T0 + 100, "player": "alice"},
+           {"seq": 3, "type": "PlayerSeated", "command_id": "s2", "ts": T0 + 200, "player": "bob"},
+           {"seq": 4, "type": "PlayerReady", "command_id": "r1", "ts": T0 + 300, "player": "alice"},
+           {"seq": 5, "type": "PlayerRemoved", "command_id": "timer:5", "ts": T0 + 10_500, "player": "bob",
+            "reason": "not_ready"},
+           {"seq": 6, "type": "MatchAbandoned", "command_id": "timer:5", "ts": T0 + 10_500, "reason": "not_ready"}]
+    reads = [Read("bob", "m2", 3, T0 + 1_000, tuple(log[:3]), view=True, deadline_ms=T0 + 10_000),
+             Read("bob", "m2", 6, T0 + 10_600, tuple(log[3:]))]
+    return History(reads=reads, faults=[Fault("stop_master", T0, T0 + 5_000)]), Final(log={"m2": log})
+
+
+@pytest.mark.parametrize("how, charged", [
+    ("read in time", 0), ("read after the deadline", 1), ("never read, load running", 1),
+    ("never read, load stopped", 0), ("removed for another reason", 0)])
+def test_the_ready_clock_charges_no_player_whose_seat_update_came_late(how, charged):
+    """Issue 35 §4 for the ready clock: removed as not ready while the seat's update had not
+    reached the player by the ready deadline is a timeout charged for an outage."""
+    h, f = unready()
+    if how == "read after the deadline":
+        h.reads[0] = dataclasses.replace(h.reads[0], at_ms=T0 + 10_200)
+    elif how.startswith("never read"):
+        h.reads = h.reads[1:]
+        h.load_stop_ms = T0 + (5_000 if how.endswith("stopped") else 60_000)
+    elif how == "removed for another reason":
+        h.reads[0] = dataclasses.replace(h.reads[0], at_ms=T0 + 10_200)
+        f.log["m2"][4] = {**f.log["m2"][4], "reason": "left"}
+    assert check(h, f, LIMITS).count("outage_timeouts_charged") == charged

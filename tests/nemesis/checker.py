@@ -20,7 +20,10 @@ The rules, each a counter of the report (tests/test_nemesis_checker.py breaks ea
   settlement that differs from the log's, a finished match never booked, or a balance that is
   not its opening plus the log's settlements (each booked once: coins are conserved);
 * ``outage_timeouts_charged``: a ``TurnTimedOut`` for a turn whose update (the version just
-  before the timeout) reached the player after its deadline, or never.
+  before the timeout) reached the player after its deadline, or never; and a player removed
+  by the ready clock (``PlayerRemoved`` ``not_ready``) who read no update of their seat (a
+  version from their ``PlayerSeated`` on) before the ready deadline, or none while the load
+  ran (:attr:`History.load_stop_ms`: a client stopped at a table not dealt is not charged).
 
 :func:`by_fault` splits a report's findings over the faults by time (each finding goes to the
 fault nearest in time); :func:`stall_s_max` is the longest time without any acknowledgement
@@ -88,6 +91,8 @@ class History:
     acks: list[Ack] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    #: when the clients were told to stop (None: they never were)
+    load_stop_ms: int | None = None
 
 
 @dataclass
@@ -317,6 +322,30 @@ def check(history: History, final: Final, limits: Limits) -> Report:
                 out.append(Finding("outage_timeouts_charged", match,
                                    f"{player} charged a timeout at seq {seq}: version {seq - 1} {how}",
                                    int(e.get("ts", 0)) or None))
+    # the ready clock: a player removed as not ready had read an update of their seat in time
+    for match, events in log.items():
+        seated: dict[str, int] = {}
+        for e in events:
+            if e.get("type") == "PlayerSeated":
+                seated[str(e.get("player"))] = int(e["seq"])
+            if e.get("type") != "PlayerRemoved" or e.get("reason") != "not_ready":
+                continue
+            seq, player, ts = int(e["seq"]), str(e.get("player")), int(e.get("ts", 0))
+            since = seated.get(player, 1)
+            mine = sorted((r for r in reads_of.get((player, match), []) if since <= r.version < seq),
+                          key=lambda r: r.at_ms)
+            shown = [r.deadline_ms for r in mine if r.deadline_ms is not None]
+            deadline = max(shown) if shown else ts
+            if not mine:
+                if history.load_stop_ms is not None and ts >= history.load_stop_ms:
+                    continue
+                how = "no update of the seat read"
+            elif mine[0].at_ms > deadline:
+                how = f"the seat's first update read {(mine[0].at_ms - deadline) / 1000:.1f}s after the ready deadline"
+            else:
+                continue
+            out.append(Finding("outage_timeouts_charged", match, f"{player} removed as not ready at seq {seq}: {how}",
+                               ts or None))
     return report
 
 

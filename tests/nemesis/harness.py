@@ -375,6 +375,7 @@ class Nemesis:
         self.notes: list[str] = []
         #: each partition of a master: the fault and the buckets its master held at the start
         self.partitions: list[tuple[Fault, frozenset[int]]] = []
+        self.load_stop_ms: int | None = None
 
     # -- the stack ---------------------------------------------------------------------------
     def _serve(self, name: str) -> None:
@@ -564,6 +565,7 @@ class Nemesis:
 
     # -- the end -----------------------------------------------------------------------------
     def finish_load(self, timeout_s: float) -> None:
+        self.load_stop_ms = now_ms()
         self.stop.set()
         end = time.monotonic() + timeout_s
         for t in self.threads:
@@ -649,7 +651,7 @@ class Nemesis:
             self.finish_load(limits.end_bound_ms / 1000 + 30)
             self.wait_settled(30)
             final = self.snapshot()
-            history = History(list(self.rec.acks), list(self.rec.reads), list(self.faults))
+            history = History(list(self.rec.acks), list(self.rec.reads), list(self.faults), self.load_stop_ms)
             report = check(history, final, limits)
             rows = by_fault(report, history)
             others = self.others_throughput()
