@@ -11,7 +11,9 @@ alone), a dramatiq worker, a gateway.  The load: ``inbox_clients`` threads playi
 through the bucket inboxes (``reply_to`` replies) and ``ws_pairs`` pairs of WebSocket players
 joining the gateway's lobby and playing their own turns (the lowest card when they lead, a
 pass otherwise).  Every client records each acknowledgement (``accepted``, ``duplicate``, an
-update carrying its command id) and each update it read, with its wall-clock time.
+update carrying its command id) and each update it read, with its wall-clock time (an inbox
+player's update: when it reached the player's stream, its entry id's time; a WebSocket
+player's: when the gateway delivered it).
 
 The faults (:data:`KINDS`): ``kill_master`` (SIGKILL, restarted after the fail-over),
 ``stop_master`` (SIGSTOP past the node timeout, then SIGCONT), ``partition_master`` (the
@@ -162,9 +164,13 @@ class InboxPlayer:
     def read_updates(self, mid: str, *players: str) -> None:
         for p in players:
             msgs = self._retry(lambda p=p: self.gw.updates(p, self.positions.get(p, "0")))
-            at = now_ms()
+            read_at = now_ms()
             for m in msgs:
                 self.positions[p] = m.id
+                # an inbox player reads their stream: an update reached them when it was put
+                # there (its entry id's milliseconds), not when this client, busy with its own
+                # command's reply, came to poll
+                at = min(read_at, int(m.id.split("-", 1)[0])) if m.id.split("-", 1)[0].isdigit() else read_at
                 if m.kind != "update" or m.version is None:
                     continue
                 turn, deadline = _brief_of(m.body)
