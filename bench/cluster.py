@@ -230,12 +230,14 @@ def scrape(port: int) -> dict[str, float]:
     return out
 
 
-def _serve(stack: Stack, name: str, acks: int) -> int:
-    """Start a serve replica with /metrics on a free port; returns the port."""
-    proc, out, err = stack._spawn(name, [sys.executable, "-m", "shuangkou", "serve", "--redis", stack.store_url,
-                                         "--broker-url", stack.broker_url, "--consumer", name,
-                                         "--metrics-port", "0", "--metrics-addr", "127.0.0.1",
-                                         "--replica-acks", str(acks)])
+def _serve(stack: Stack, name: str, acks: int | None, prefix: tuple[str, ...] = ()) -> int:
+    """Start a serve replica with /metrics on a free port; returns the port.  ``acks`` None:
+    serve's own default (no ``--replica-acks``); ``prefix`` runs it under a wrapper (the nemesis
+    harness: ``setpriv`` to another uid, whose packets nftables can drop)."""
+    flag = [] if acks is None else ["--replica-acks", str(acks)]
+    proc, out, err = stack._spawn(name, [*prefix, sys.executable, "-m", "shuangkou", "serve", "--redis",
+                                         stack.store_url, "--broker-url", stack.broker_url, "--consumer", name,
+                                         "--metrics-port", "0", "--metrics-addr", "127.0.0.1", *flag])
 
     def port() -> int | None:
         assert proc.poll() is None, err.read_text()[-2000:]

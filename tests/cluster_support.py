@@ -3,6 +3,8 @@
 ``start_cluster(masters=3, replicas=1)`` starts ``masters * (1 + replicas)``
 ``redis-server --cluster-enabled yes`` processes (no persistence), joins them with
 ``redis-cli --cluster create`` and waits until every node says ``cluster_state:ok``.
+``hosts`` binds each node to its own loopback address (``127.0.0.11`` …: the nemesis harness,
+tests/nemesis/, cuts the network between them inside a private network namespace).
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ class LocalCluster:
     node_timeout_ms: int
     killed: set[int] = field(default_factory=set)
     log_dir: str | None = None  # the nodes' logs (start_cluster(log_dir=...)), kept after stop
+    hosts: dict[int, str] = field(default_factory=dict)  # port -> the address it is bound to (127.0.0.1)
+
+    def host(self, port: int) -> str:
+        return self.hosts.get(port, "127.0.0.1")
 
     def cluster_log(self, limit: int = 120) -> str:
         """The nodes' log lines about roles, fail-overs and syncs, in time order: what a
@@ -86,10 +92,10 @@ class LocalCluster:
     def url(self) -> str:
         """A URL naming one (live) node: what ``--redis`` is given."""
         port = next(p for p in self.ports if p not in self.killed)
-        return f"redis://127.0.0.1:{port}/0"
+        return f"redis://{self.host(port)}:{port}/0"
 
     def node(self, port: int) -> redis.Redis:
-        return redis.Redis(port=port, socket_timeout=5)
+        return redis.Redis(host=self.host(port), port=port, socket_timeout=5)
 
     def masters(self) -> list[int]:
         """Ports of the live masters (as the live nodes see them)."""
@@ -131,9 +137,9 @@ class LocalCluster:
     def restart(self, *ports: int) -> None:
         """Start killed nodes again, all at once (empty, their nodes.conf kept): each rejoins as a replica."""
         for port in ports:
-            self.procs[port] = _spawn_node(port, self.workdir, self.node_timeout_ms, self.log_dir)
+            self.procs[port] = _spawn_node(port, self.workdir, self.node_timeout_ms, self.log_dir, self.host(port))
         for port in ports:
-            _wait(lambda port=port: redis.Redis(port=port).ping(), 10, f"redis-server on {port}")
+            _wait(lambda port=port: self.node(port).ping(), 10, f"redis-server on {port}")
             self.killed.discard(port)
 
     def kill(self, port: int) -> None:
@@ -141,6 +147,13 @@ class LocalCluster:
         self.procs[port].send_signal(signal.SIGKILL)
         self.procs[port].wait(timeout=10)
         self.killed.add(port)
+
+    def pause(self, port: int) -> None:
+        """SIGSTOP one node (:meth:`resume` lets it run on)."""
+        self.procs[port].send_signal(signal.SIGSTOP)
+
+    def resume(self, port: int) -> None:
+        self.procs[port].send_signal(signal.SIGCONT)
 
     def wait_ok(self, timeout: float = 30.0) -> None:
         """Until every live node reports ``cluster_state:ok`` (after a fail-over: a replica promoted)."""
@@ -161,7 +174,8 @@ class LocalCluster:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _spawn_node(port: int, workdir: str, node_timeout_ms: int, log_dir: str | None = None) -> subprocess.Popen:
+def _spawn_node(port: int, workdir: str, node_timeout_ms: int, log_dir: str | None = None,
+                host: str = "127.0.0.1") -> subprocess.Popen:
     """One node; with ``log_dir`` its log goes to ``log_dir/node-<port>.log`` (appended: a restart adds to it).
 
     Each node has its own RDB file name in the shared ``workdir``: a replica's full sync
@@ -170,38 +184,48 @@ def _spawn_node(port: int, workdir: str, node_timeout_ms: int, log_dir: str | No
     test then found the head of a stream missing on the promoted replica).  A master starts
     a replica's sync at once (no 5 s diskless delay: nothing is gained by waiting here)."""
     log = ["--logfile", os.path.join(os.path.abspath(log_dir), f"node-{port}.log")] if log_dir else []
+    # a node on its own address speaks from it to the others (the bus, replication), and says it
+    # is there: else its connections come from 127.0.0.1 and nobody learns where it is; protected
+    # mode would refuse its peers (it trusts 127.0.0.1 alone)
+    own = (["--bind-source-addr", host, "--cluster-announce-ip", host, "--protected-mode", "no"]
+           if host != "127.0.0.1" else [])
     if log_dir:
         os.makedirs(log_dir, exist_ok=True)
     return subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+        ["redis-server", "--port", str(port), "--bind", host, "--cluster-enabled", "yes",
          "--cluster-config-file", f"nodes-{port}.conf", "--cluster-node-timeout", str(node_timeout_ms),
          "--save", "", "--appendonly", "no", "--dir", workdir, "--dbfilename", f"dump-{port}.rdb",
-         "--repl-diskless-sync-delay", "0", *log],
+         "--repl-diskless-sync-delay", "0", *own, *log],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=workdir)
 
 
 def start_cluster(masters: int = 3, replicas: int = 1, node_timeout_ms: int = 2000,
-                  log_dir: str | None = None) -> LocalCluster:
+                  log_dir: str | None = None, hosts: list[str] | None = None) -> LocalCluster:
     """Start and join a cluster (three attempts: a port taken meanwhile is retried); with
-    ``log_dir`` (or ``SK_TEST_CLUSTER_LOGS``) each node logs to ``node-<port>.log`` there."""
+    ``log_dir`` (or ``SK_TEST_CLUSTER_LOGS``) each node logs to ``node-<port>.log`` there; with
+    ``hosts`` (one address per node) node ``i`` is bound to ``hosts[i]``, else all to 127.0.0.1."""
     log_dir = log_dir or os.environ.get("SK_TEST_CLUSTER_LOGS") or None
     if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
         raise FileNotFoundError("a Redis Cluster needs redis-server and redis-cli (apt-get install redis-server)")
     for attempt in range(3):
         workdir = tempfile.mkdtemp(prefix="sk-cluster-")
         ports = free_ports(masters * (1 + replicas))
+        if hosts is not None and len(hosts) != len(ports):
+            raise ValueError(f"{len(ports)} nodes, {len(hosts)} hosts")
+        at = dict(zip(ports, hosts)) if hosts is not None else {}
         procs: dict[int, subprocess.Popen] = {}
         try:
             for p in ports:
-                procs[p] = _spawn_node(p, workdir, node_timeout_ms, log_dir)
+                procs[p] = _spawn_node(p, workdir, node_timeout_ms, log_dir, at.get(p, "127.0.0.1"))
             for p in ports:
-                _wait(lambda p=p: redis.Redis(port=p).ping(), 10, f"redis-server on {p}")
-            out = subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
+                _wait(lambda p=p: redis.Redis(host=at.get(p, "127.0.0.1"), port=p).ping(), 10, f"redis-server on {p}")
+            out = subprocess.run(["redis-cli", "--cluster", "create",
+                                  *[f"{at.get(p, '127.0.0.1')}:{p}" for p in ports],
                                   "--cluster-replicas", str(replicas), "--cluster-yes"],
                                  capture_output=True, text=True, timeout=60)
             if out.returncode != 0:
                 raise RuntimeError(out.stdout + out.stderr)
-            cluster = LocalCluster(ports, procs, workdir, node_timeout_ms, log_dir=log_dir)
+            cluster = LocalCluster(ports, procs, workdir, node_timeout_ms, log_dir=log_dir, hosts=at)
             cluster.wait_ok()
             if replicas:  # every master has its replicas synced (a fail-over needs them)
                 _wait(lambda: all(len(cluster.online_replicas(p)) >= replicas for p in cluster.masters()),

@@ -1,0 +1,701 @@
+"""The nemesis harness (issue 35 §1): the whole stack on a real Redis Cluster, clients that
+record what they sent and what they were told, and faults; then :mod:`tests.nemesis.checker`.
+
+Run it inside a private network namespace (bench/nemesis.py makes one and runs itself in it):
+the cluster's nodes are bound to their own loopback aliases (``127.0.0.11`` …) so nftables can
+cut one node off from the others while clients (on 127.0.0.1) still reach it.
+
+The stack: a broker redis-server, the cluster (``masters`` × (1 + ``replicas``) nodes), two
+serve replicas (``s1``; ``s2`` runs in group 65534 so that nftables can cut it off from Redis
+alone), a dramatiq worker, a gateway.  The load: ``inbox_clients`` threads playing matches
+through the bucket inboxes (``reply_to`` replies) and ``ws_pairs`` pairs of WebSocket players
+joining the gateway's lobby and playing their own turns (the lowest card when they lead, a
+pass otherwise).  Every client records each acknowledgement (``accepted``, ``duplicate``, an
+update carrying its command id) and each update it read, with its wall-clock time (an inbox
+player's update: when it reached the player's stream, its entry id's time; a WebSocket
+player's: when the gateway delivered it).
+
+The faults (:data:`KINDS`): ``kill_master`` (SIGKILL, restarted after the fail-over),
+``stop_master`` (SIGSTOP past the node timeout, then SIGCONT), ``partition_master`` (the
+master cut off from every other node for :data:`PARTITION_S`; clients still reach it),
+``partition_serve`` (serve ``s2`` cut off from Redis past its leases), ``kill_process``
+(SIGKILL of serve ``s1``, the worker and the gateway, restarted), ``lose_master`` (SIGKILL,
+never restarted).  The victim master is the one holding the most buckets' feeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.cluster_support import LocalCluster, start_cluster
+from tests.gateway_support import ROOT, Client, Closed, Stack, start_stack
+from tests.nemesis import netns
+from tests.nemesis.checker import Ack, Fault, Final, History, Limits, Read, by_fault, check, others_throughput
+from tests.processes import stop_group, wait_for
+
+KINDS = ("kill_process", "partition_serve", "kill_master", "stop_master", "partition_master", "lose_master")
+ROOM = "nemesis"
+#: the room's clocks: short, so that an outage crosses a turn's deadline
+ROOM_CLOCKS = {"turn_seconds": 5, "ready_seconds": 10, "trustee_delay_seconds": 0.5, "reconnect_grace_seconds": 10}
+PARTITION_S = 7.0
+NOGROUP = 65534  # serve s2 runs in this group: nftables drops its packets by it (meta skgid)
+GRACE_S = 2.0  # the sweeper's default grace (workers/runtime.py DEFAULT_GRACE_MS)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Config:
+    replica_acks: int | None = None  # None: the product's defaults
+    masters: int = 3
+    replicas: int = 2
+    node_timeout_ms: int = 2000
+    inbox_clients: int = 3
+    ws_pairs: int = 2
+    kinds: tuple[str, ...] = KINDS
+    rounds: int = 1  # faults of each kind (lose_master: once)
+    minutes: float | None = None  # instead of rounds: fault after fault until this long
+    settle_s: float = 6.0  # load between two faults
+    gateway_port: int = 18080
+
+
+@dataclass
+class Recorder:
+    """What every client sent and was told (thread-safe)."""
+
+    acks: list[Ack] = field(default_factory=list)
+    reads: list[Read] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    schema_problems: dict[str, str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def ack(self, a: Ack) -> None:
+        with self.lock:
+            self.acks.append(a)
+
+    def read(self, r: Read) -> None:
+        with self.lock:
+            self.reads.append(r)
+
+    def error(self, what: str) -> None:
+        with self.lock:
+            self.errors.append(what)
+
+    def schema(self, problem: str) -> None:
+        """A message that gateway/schemas/server.json does not allow (kept once per shape)."""
+        with self.lock:
+            key = problem[:120]
+            self.schema_problems.setdefault(key, problem[:400])
+
+
+def _brief_of(body: dict[str, Any]) -> tuple[str | None, int | None]:
+    """(turn, deadline_ms) of an engine update's body: its compact brief, else its view."""
+    brief = body.get("brief")
+    if isinstance(brief, list) and len(brief) >= 4:
+        return brief[1], brief[3]
+    view = body.get("view")
+    if isinstance(view, dict):
+        deadline = view.get("deadline") or {}
+        return view.get("turn"), deadline.get("at_ms")
+    return None, None
+
+
+class InboxPlayer:
+    """Plays matches for two players through the bucket inboxes until :attr:`stop`, riding
+    through outages (transient errors retried, a command without a reply sent again with its
+    command id), recording every acknowledgement and every update its players read."""
+
+    def __init__(self, url: str, tag: str, rec: Recorder, stop: threading.Event):
+        from engine.service.client import GatewayClient
+        from engine.service.service import MatchService
+        from engine.store.connect import connect
+        from engine.store.redis_store import RedisEventStore
+
+        self.client = connect(url)
+        self.gw = GatewayClient(self.client, reply_to=f"sk:reply:{tag}")
+        self.reader = MatchService(RedisEventStore(self.client), now_ms, random.Random(0))
+        self.tag, self.rec, self.stop = tag, rec, stop
+        self.last_reply = "0"
+        self.positions: dict[str, str] = {}
+        self.matches: list[str] = []
+
+    def _retry(self, fn: Callable[[], Any], limit_s: float = 120) -> Any:
+        from engine.store.redis_errors import is_transient
+
+        delay, end = 0.05, time.monotonic() + limit_s
+        while True:
+            try:
+                return fn()
+            except Exception as exc:
+                if not is_transient(exc) or time.monotonic() > end:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def send(self, command: Any) -> Any:
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            self._retry(lambda: self.gw.send(command))
+            wait = time.monotonic() + 10
+            while time.monotonic() < wait:
+                for msg in self._retry(lambda: self.gw.replies(self.last_reply, block_ms=500)):
+                    self.last_reply = msg.id
+                    if msg.kind in ("accepted", "duplicate"):
+                        self.rec.ack(Ack(self.tag, msg.match_id, msg.command_id, msg.kind, now_ms(), msg.version))
+                    if msg.command_id == command.command_id:
+                        return msg
+        raise TimeoutError(f"no reply to {command.command_id}")
+
+    def read_updates(self, mid: str, *players: str) -> None:
+        for p in players:
+            msgs = self._retry(lambda p=p: self.gw.updates(p, self.positions.get(p, "0")))
+            read_at = now_ms()
+            for m in msgs:
+                self.positions[p] = m.id
+                # an inbox player reads their stream: an update reached them when it was put
+                # there (its entry id's milliseconds), not when this client, busy with its own
+                # command's reply, came to poll
+                at = min(read_at, int(m.id.split("-", 1)[0])) if m.id.split("-", 1)[0].isdigit() else read_at
+                if m.kind != "update" or m.version is None:
+                    continue
+                turn, deadline = _brief_of(m.body)
+                self.rec.read(Read(p, m.match_id, m.version, at, tuple(m.events), bool(m.body.get("duplicate")),
+                                   m.view is not None, turn, deadline))
+                if m.command_id.startswith(f"{m.match_id}:") and m.match_id in self.matches:
+                    self.rec.ack(Ack(self.tag, m.match_id, m.command_id, "update", at, m.version))
+
+    def play(self, mid: str, a: str, b: str) -> None:
+        from engine.match import commands as c
+        from engine.tools.bot import Bot, choose_for
+
+        bot = Bot("greedy", random.Random(hash(mid) & 0xFFFF))
+        n = 0
+
+        def cid() -> str:
+            nonlocal n
+            n += 1
+            return f"{mid}:{n}"
+
+        self.matches.append(mid)
+        for cmd in (c.CreateMatch(command_id=cid(), match_id=mid, room=ROOM),
+                    c.Sit(command_id=cid(), match_id=mid, player=a), c.Sit(command_id=cid(), match_id=mid, player=b),
+                    c.Ready(command_id=cid(), match_id=mid, player=a), c.Ready(command_id=cid(), match_id=mid, player=b)):
+            self.send(cmd)
+            self.read_updates(mid, a, b)
+        waiting_since = None
+        for _ in range(600):
+            st = self._retry(lambda: self.reader.load_state(mid))
+            self.read_updates(mid, a, b)
+            if st.phase in ("finished", "abandoned"):
+                return
+            if st.phase != "playing":  # not dealt (yet): the ready clock ends it, or it was lost
+                waiting_since = waiting_since or time.monotonic()
+                if time.monotonic() - waiting_since > 30:
+                    raise TimeoutError(f"{mid} stayed in phase {st.phase!r} for 30 s")
+                time.sleep(0.2)
+                continue
+            waiting_since = None
+            p = st.current_player
+            choice = choose_for(bot, st, p)
+            cmd = (c.Pass(command_id=cid(), match_id=mid, player=p, expected_version=st.version) if choice is None
+                   else c.Play(command_id=cid(), match_id=mid, player=p, cards=choice.cards,
+                               expected_version=st.version))
+            self.send(cmd)
+
+    def run(self) -> None:
+        k = 0
+        while not self.stop.is_set():
+            mid = f"{self.tag}-{k}"
+            try:
+                self.play(mid, f"{self.tag}a", f"{self.tag}b")
+            except Exception as exc:  # recorded; the next match starts
+                self.rec.error(f"{mid}: {type(exc).__name__}: {exc}")
+            k += 1
+
+
+class WsPlayer:
+    """One player over a WebSocket through the gateway's lobby: Join, Ready, its own turns (the
+    lowest card when it leads, a pass otherwise); reconnects with ``?version=`` after a drop and
+    sends an unanswered command again with the same id; stops after a match once :attr:`stop`."""
+
+    def __init__(self, url: Callable[[], str], stack: Stack, name: str, rec: Recorder, stop: threading.Event):
+        self.url, self.stack, self.name, self.rec, self.stop = url, stack, name, rec, stop
+        self.match: str | None = None
+        self.version = 0
+        self.hand: list[int] = []
+        self.pending: tuple[str, dict[str, Any], float] | None = None
+        self.brief: dict[str, Any] | None = None
+        self.n = 0
+        self.matches = 0
+        self.idle_since: float | None = None  # when the last match ended (None: in a match)
+
+    def _cid(self) -> str:
+        self.n += 1
+        return f"{self.name}-{self.n}"
+
+    async def _send(self, ws: Client, msg: dict[str, Any]) -> None:
+        self.pending = (msg["command_id"], msg, time.monotonic())
+        await ws.send(msg)
+
+    async def _act(self, ws: Client) -> None:
+        b = self.brief
+        if self.pending is not None or b is None or b.get("version") != self.version:
+            return
+        if b.get("phase") != "playing" or b.get("turn") != self.name:
+            return
+        if b.get("last_play") is None and self.hand:
+            await self._send(ws, {"type": "Play", "cards": [min(self.hand)], "expected_version": self.version,
+                                  "command_id": self._cid()})
+        elif b.get("last_play") is not None:
+            await self._send(ws, {"type": "Pass", "expected_version": self.version, "command_id": self._cid()})
+
+    def _update(self, m: dict[str, Any]) -> None:
+        from gateway.channels import engine_command_id
+
+        at = now_ms()
+        brief = m.get("brief") or {}
+        if m["match"] != self.match:
+            self.match, self.version, self.hand = m["match"], 0, []
+        events = tuple(m.get("events") or ())
+        self.rec.read(Read(self.name, m["match"], int(m["version"]), at, events, False, m.get("view") is not None,
+                           brief.get("turn"), brief.get("deadline_ms")))
+        if m.get("command_id"):
+            self.rec.ack(Ack(self.name, m["match"], engine_command_id(self.name, m["command_id"]), "update", at,
+                             m["version"]))
+            if self.pending is not None and self.pending[0] == m["command_id"]:
+                self.pending = None
+        if int(m["version"]) < self.version:
+            return
+        self.version = int(m["version"])
+        self.brief = brief
+        view = m.get("view")
+        if view is not None and view.get("hand") is not None:
+            self.hand = list(view["hand"].get("ids") or [])
+        else:
+            for e in events:
+                if e.get("type") == "HandDealt":
+                    mine = [h for h in e.get("hands") or () if h is not None]
+                    self.hand = list(mine[0]) if mine else self.hand
+                elif e.get("type") == "CardsPlayed" and e.get("player") == self.name:
+                    self.hand = [x for x in self.hand if x not in set(e.get("cards") or ())]
+
+    async def _session(self) -> bool:
+        """One connection; True when the player is done (stopped after a match)."""
+        q = self.url()
+        ws = await Client.connect(q, self.stack.token(self.name), self.name,
+                                  # the version of the match under way only: ``?version=`` names no
+                                  # match, and the lobby may have seated the player at the next one
+                                  version=self.version if self.match and self.version and self.idle_since is None
+                                  else None)
+        import websockets
+
+        from tests.gateway_support import schema_problem
+
+        try:
+            while True:
+                if self.pending is not None and time.monotonic() - self.pending[2] > 10:
+                    await self._send(ws, self.pending[1])  # the same command id again
+                if self.stop.is_set() and (self.brief or {}).get("phase") != "playing":
+                    return True  # between matches, or seated at one not dealt: its ready clock ends it
+                if self.idle_since is not None:
+                    if time.monotonic() - self.idle_since > 5:  # not seated again by the lobby: join
+                        self.idle_since = time.monotonic()
+                        await ws.send({"type": "Join", "room": ROOM})
+                try:
+                    raw = await asyncio.wait_for(ws.ws.recv(), 1.0)
+                except asyncio.TimeoutError:
+                    continue
+                except websockets.ConnectionClosed as exc:
+                    raise Closed(exc.rcvd.code if exc.rcvd else None, exc.rcvd.reason if exc.rcvd else "") from None
+                m = json.loads(raw)  # not validated here: a schema problem is noted, the play goes on
+                problem = schema_problem(raw)
+                if problem is not None:
+                    self.rec.schema(problem)
+                kind = m.get("kind")
+                if kind == "welcome" and self.idle_since is None and self.match is None:
+                    await ws.send({"type": "Join", "room": ROOM})
+                    self.idle_since = time.monotonic()
+                elif kind == "lobby" and m.get("state") == "seated" and m.get("match") != self.match:
+                    self.match, self.version, self.hand, self.brief = m["match"], 0, [], None
+                    self.idle_since = None
+                    await self._send(ws, {"type": "Ready", "command_id": self._cid()})
+                elif kind == "update":
+                    self._update(m)
+                    await self._act(ws)
+                    phase = (m.get("brief") or {}).get("phase")
+                    ended = phase in ("finished", "abandoned") or any(
+                        e.get("type") in ("MatchFinished", "MatchAbandoned") for e in m.get("events") or ())
+                    if ended and m["match"] == self.match and self.idle_since is None:
+                        self.matches += 1
+                        self.pending = None
+                        self.idle_since = time.monotonic()
+                elif kind == "rejected":
+                    if self.pending is not None and m.get("command_id") == self.pending[0]:
+                        self.pending = None
+                        await self._act(ws)
+        finally:
+            await ws.close()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                if await self._session():
+                    return
+            except (Closed, OSError, asyncio.TimeoutError) as exc:
+                self.rec.error(f"{self.name}: {type(exc).__name__}: {exc}"[:200])
+                await asyncio.sleep(0.5)
+            except Exception as exc:  # websockets' own errors: reconnect
+                self.rec.error(f"{self.name}: {type(exc).__name__}: {exc}"[:200])
+                await asyncio.sleep(0.5)
+
+
+class Nemesis:
+    """The stack, the clients and the faults of one run (:meth:`run`)."""
+
+    def __init__(self, cfg: Config, tmp: Path):
+        self.cfg, self.tmp = cfg, tmp
+        self.rec = Recorder()
+        self.stop = threading.Event()
+        self.faults: list[Fault] = []
+        self.cluster: LocalCluster | None = None
+        self.stack: Stack | None = None
+        self.broker: tuple[Any, str, str] | None = None
+        self.serves: dict[str, subprocess.Popen] = {}
+        self.metrics_ports: dict[str, int] = {}
+        self.threads: list[threading.Thread] = []
+        self.notes: list[str] = []
+        #: each partition of a master: the fault and the buckets its master held at the start
+        self.partitions: list[tuple[Fault, frozenset[int]]] = []
+        self.load_stop_ms: int | None = None
+
+    # -- the stack ---------------------------------------------------------------------------
+    def _serve(self, name: str) -> None:
+        from bench.cluster import _serve
+
+        assert self.stack is not None
+        prefix = ("setpriv", f"--regid={NOGROUP}", "--clear-groups", "--") if name == "s2" else ()
+        self.metrics_ports[name] = _serve(self.stack, name, self.cfg.replica_acks, prefix)
+        self.serves[name] = self.stack.procs[-1]
+
+    def replica_acks_in_force(self) -> int | None:
+        """serve ``s1``'s gauge ``shuangkou_replica_acks`` (None: this build exports none)."""
+        from bench.cluster import scrape
+
+        try:
+            value = scrape(self.metrics_ports["s1"]).get("shuangkou_replica_acks")
+        except OSError:
+            return None
+        return None if value is None else int(value)
+
+    def _worker(self) -> subprocess.Popen:
+        assert self.stack is not None
+        worker, _out, err = self.stack._spawn("worker", [sys.executable, "-m", "dramatiq", "--processes", "1",
+                                                         "--threads", "4", "workers.actors"])
+        wait_for(lambda: "Worker process is ready" in err.read_text(errors="replace") or worker.poll() is not None,
+                 60, "the dramatiq worker did not start", tuple(self.stack.logs))
+        return worker
+
+    def _gateway(self) -> None:
+        assert self.stack is not None
+        self.stack.start_gateway("nem", "--port", str(self.cfg.gateway_port))
+
+    def start(self) -> None:
+        from tests.conftest import start_redis_server
+
+        if self.cfg.replica_acks is not None:
+            os.environ["SK_REPLICA_ACKS"] = str(self.cfg.replica_acks)  # the worker and the gateway
+        self.broker = start_redis_server()
+        n = self.cfg.masters * (1 + self.cfg.replicas)
+        self.cluster = start_cluster(self.cfg.masters, self.cfg.replicas, self.cfg.node_timeout_ms,
+                                     log_dir=str(self.tmp / "nodes"), hosts=netns.aliases(n))
+        self.stack = start_stack(self.cluster.url, self.broker[1], self.tmp, {ROOM: ROOM_CLOCKS})
+        first = self.stack.procs[0]  # start_stack's serve: replaced by ours (the replica-acks setting)
+        first.terminate()
+        first.wait(timeout=30)
+        self.worker = next(p for p in self.stack.procs if "dramatiq" in p.args)
+        self._serve("s1")
+        self._serve("s2")
+        self._gateway()
+
+    def stop_all(self) -> None:
+        from tests.conftest import stop_redis_server
+
+        netns.heal()
+        if self.cluster is not None:
+            for p in self.cluster.ports:
+                if p not in self.cluster.killed and self.cluster.procs[p].poll() is None:
+                    self.cluster.resume(p)
+        if self.stack is not None:
+            self.stack.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
+        if self.broker is not None:
+            stop_redis_server(self.broker[0], self.broker[2])
+
+    # -- the load ----------------------------------------------------------------------------
+    def start_load(self) -> None:
+        assert self.cluster is not None and self.stack is not None
+        stack = self.stack
+        for i in range(self.cfg.inbox_clients):
+            player = InboxPlayer(self.cluster.url, f"ib{i}", self.rec, self.stop)
+            t = threading.Thread(target=player.run, daemon=True, name=f"inbox-{i}")
+            t.start()
+            self.threads.append(t)
+        players = [WsPlayer(lambda: stack.gateways[-1].url, stack, f"ws{k}{s}", self.rec, self.stop)
+                   for k in range(self.cfg.ws_pairs) for s in "ab"]
+
+        async def all_ws() -> None:
+            await asyncio.gather(*(p.run() for p in players))
+
+        t = threading.Thread(target=lambda: asyncio.run(all_ws()), daemon=True, name="ws")
+        t.start()
+        self.threads.append(t)
+        self.ws_players = players
+
+    # -- the faults --------------------------------------------------------------------------
+    def victim(self) -> int:
+        """The master holding the most buckets' feeds."""
+        count: dict[int, int] = {}
+        for m in self._bucket_masters().values():
+            count[m] = count.get(m, 0) + 1
+        return max(count, key=lambda m: count[m])
+
+    def _bucket_masters(self) -> dict[int, int]:
+        """Each bucket's master now."""
+        from engine.store import keys
+
+        assert self.cluster is not None
+        return {b: self.cluster.master_of(keys.feed_key(b)) for b in range(keys.DEFAULT_BUCKETS)}
+
+    def _promoted(self, victim: int, timeout: float = 60) -> None:
+        from engine.store import keys
+
+        assert self.cluster is not None
+        moved = next(keys.feed_key(b) for b in range(keys.DEFAULT_BUCKETS)
+                     if self.cluster.master_of(keys.feed_key(b)) == victim)
+
+        def done() -> bool:
+            try:
+                return self.cluster is not None and self.cluster.master_of(moved) != victim
+            except Exception:
+                return False
+
+        wait_for(done, timeout, f"the slots of {victim} moved to a replica")
+
+    def _others(self, victim: int) -> list[str]:
+        assert self.cluster is not None
+        return [self.cluster.host(p) for p in self.cluster.ports if p != victim]
+
+    def fault(self, kind: str) -> Fault:
+        c, stack = self.cluster, self.stack
+        assert c is not None and stack is not None
+        start = now_ms()
+        held: frozenset[int] = frozenset()
+        if kind == "kill_master":
+            v = self.victim()
+            c.kill(v)
+            self._promoted(v)
+            c.restart(v)
+        elif kind == "lose_master":
+            v = self.victim()
+            c.kill(v)
+            self._promoted(v)
+            c.ports.remove(v)  # gone for good: the cluster's checks no longer ask it
+        elif kind == "stop_master":
+            v = self.victim()
+            c.pause(v)
+            time.sleep(2 * c.node_timeout_ms / 1000 + 1)
+            c.resume(v)
+        elif kind == "partition_master":
+            v = self.victim()
+            held = frozenset(b for b, m in self._bucket_masters().items() if m == v)
+            start = now_ms()
+            netns.cut(isolated=[c.host(v)], others=self._others(v))
+            time.sleep(PARTITION_S)
+            netns.heal()
+        elif kind == "partition_serve":
+            from engine.service.ownership import DEFAULT_TTL_MS
+
+            netns.cut(gid=NOGROUP, gid_to=[c.host(p) for p in c.ports])
+            time.sleep(DEFAULT_TTL_MS / 1000 + 3)
+            netns.heal()
+        elif kind == "kill_process":
+            victims = [self.serves["s1"], self.worker, stack.gateways[-1].proc]
+            for p in victims:
+                stop_group(p, signal.SIGKILL, timeout_s=5)
+            stack.gateways.pop()
+            time.sleep(1.0)
+            self._serve("s1")
+            self.worker = self._worker()
+            self._gateway()
+        else:
+            raise ValueError(f"unknown fault kind {kind!r} (one of {KINDS})")
+        heal = now_ms()
+        try:
+            c.wait_ok(60)
+        except TimeoutError:
+            self.notes.append(f"{kind}: the cluster was not ok 60 s after the heal")
+        f = Fault(kind, start, heal)
+        if kind == "partition_master":
+            self.partitions.append((f, held))
+        self.faults.append(f)
+        return f
+
+    def others_throughput(self) -> list[dict[str, Any]]:
+        """For each partition of a master: the commands/s acknowledged on the other masters'
+        matches during it against the 30 s before it (clipped at the previous fault's heal)."""
+        from engine.store import keys
+
+        out = []
+        for f, held in self.partitions:
+            heals = [g.heal_ms for g in self.faults if g.heal_ms <= f.start_ms]
+            row = others_throughput(list(self.rec.acks), f, lambda m, held=held: keys.bucket_of(m) in held,
+                                    max(heals) if heals else None)
+            out.append({"start_ms": f.start_ms, **row})
+        return out
+
+    # -- the end -----------------------------------------------------------------------------
+    def finish_load(self, timeout_s: float) -> None:
+        self.load_stop_ms = now_ms()
+        self.stop.set()
+        end = time.monotonic() + timeout_s
+        for t in self.threads:
+            t.join(timeout=max(0.1, end - time.monotonic()))
+        alive = [t.name for t in self.threads if t.is_alive()]
+        if alive:
+            self.notes.append(f"clients still running after {timeout_s:.0f}s: {alive}")
+
+    def snapshot(self) -> Final:
+        """Every match's events, command records and settlement; the ledger."""
+        from engine.store import keys
+        from engine.store.connect import connect
+        from engine.store.redis_store import RedisEventStore
+        from projections.ledger import RedisLedger, balance_key
+        from projections.settlement import settle
+
+        assert self.cluster is not None
+        client = connect(self.cluster.url)
+        store, ledger = RedisEventStore(client), RedisLedger(client)
+        matches: set[str] = set()
+        for b in range(keys.DEFAULT_BUCKETS):
+            matches |= {m.decode() if isinstance(m, bytes) else m for m in client.smembers(keys.matches_key(b))}
+        final = Final(log={})
+        for mid in sorted(matches):
+            events = list(store.load(mid))
+            final.log[mid] = [e.model_dump(mode="json") for e in events]
+            cmds = client.hkeys(keys.commands_key(mid, keys.bucket_of(mid)))
+            final.recorded[mid] = {x.decode() if isinstance(x, bytes) else x for x in cmds}
+            if any(e.type == "MatchFinished" for e in events):
+                s = settle(events)
+                if s is not None:
+                    final.settled[mid] = dict(s.scores)
+        for mid in ledger.settled_matches():
+            s = ledger.settlement(mid)
+            if s is not None:
+                final.booked[mid] = dict(s.scores)
+        final.balances = {(k.decode() if isinstance(k, bytes) else k): int(v)
+                          for k, v in client.hgetall(balance_key("points")).items()}
+        client.close()
+        return final
+
+    def wait_settled(self, timeout_s: float) -> None:
+        """Until every finished match is booked (or ``timeout_s``)."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            f = self.snapshot()
+            if set(f.settled) <= set(f.booked):
+                return
+            time.sleep(1.0)
+        self.notes.append("some finished matches were not booked in the ledger in time")
+
+    def replay_exit(self) -> int:
+        assert self.cluster is not None
+        out = subprocess.run([sys.executable, "-m", "shuangkou", "replay", "--all", "--json", "--redis",
+                              self.cluster.url], capture_output=True, text=True, timeout=300, cwd=ROOT)
+        return out.returncode
+
+    def run(self) -> dict[str, Any]:
+        """Start, load, each fault kind in turn (``rounds`` times), finish, check."""
+        t0 = time.monotonic()
+        try:
+            self.start()
+            in_force = self.replica_acks_in_force()
+            self.start_load()
+            time.sleep(self.cfg.settle_s)
+            # each kind in turn, round after round (``rounds``, or until ``minutes`` have passed);
+            # a master is lost for good once, at the end
+            again = [k for k in self.cfg.kinds if k != "lose_master"]
+            rounds = 0
+            while True:
+                for kind in again:
+                    self.fault(kind)
+                    time.sleep(self.cfg.settle_s)
+                rounds += 1
+                if self.cfg.minutes is None and rounds >= self.cfg.rounds:
+                    break
+                if self.cfg.minutes is not None and (time.monotonic() - t0) / 60 >= self.cfg.minutes or not again:
+                    break
+            if "lose_master" in self.cfg.kinds:
+                self.fault("lose_master")
+                time.sleep(self.cfg.settle_s)
+            limits = Limits(ROOM_CLOCKS["ready_seconds"], ROOM_CLOCKS["turn_seconds"], GRACE_S)
+            self.finish_load(limits.end_bound_ms / 1000 + 30)
+            self.wait_settled(30)
+            final = self.snapshot()
+            history = History(list(self.rec.acks), list(self.rec.reads), list(self.faults), self.load_stop_ms)
+            report = check(history, final, limits)
+            rows = by_fault(report, history)
+            others = self.others_throughput()
+            ratios = [o["ratio"] for o in others if o["ratio"] is not None]
+            if "partition_master" in rows:
+                rows["partition_master"]["others_throughput_ratio"] = min(ratios) if ratios else None
+            replay = self.replay_exit()
+            return {"kinds": rows, "others_throughput": others,
+                    "others_throughput_ratio": min(ratios) if ratios else None, "totals": report.summary(), "replay_all_exit": replay,
+                    "matches": len(final.log), "finished": len(final.settled), "booked": len(final.booked),
+                    "client_errors": len(self.rec.errors), "client_error_samples": self.rec.errors[:10],
+                    "schema_problems": list(self.rec.schema_problems.values())[:5],
+                    "notes": self.notes, "findings": _samples(report.findings),
+                    "seconds": round(time.monotonic() - t0, 1), "replica_acks": self.cfg.replica_acks,
+                    # serve's gauge; a build without it runs the flag given, else its default 0
+                    "replica_acks_in_force": in_force if in_force is not None else (self.cfg.replica_acks or 0),
+                    "replicas_per_master": self.cfg.replicas, "masters": self.cfg.masters,
+                    "run_id": uuid.uuid4().hex[:8]}
+        finally:
+            self.stop.set()
+            self.stop_all()
+
+
+def _samples(findings: list[Any], per_rule: int = 6) -> list[dict[str, Any]]:
+    """The first ``per_rule`` findings of each rule."""
+    out: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for f in findings:
+        seen[f.rule] = seen.get(f.rule, 0) + 1
+        if seen[f.rule] <= per_rule:
+            out.append(dict(f.__dict__))
+    return out
+
+
+def run_inside(cfg: Config, tmp: Path) -> dict[str, Any]:
+    """One run, from inside a namespace made for it (bench/nemesis.py)."""
+    return Nemesis(cfg, tmp).run()
+
+
+def dumps(result: dict[str, Any]) -> str:
+    return json.dumps(result, default=str)
