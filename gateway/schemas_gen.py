@@ -361,7 +361,8 @@ def server_schema() -> dict[str, Any]:
     defs["lobby"] = msg("lobby", {
         "state": {"enum": ["queued", "seated", "removed"]}, "room": _NULLABLE_STR, "table": _NULLABLE_STR,
         "match": _NULLABLE_STR, "reason": _nullable({"anyOf": [
-            {"enum": ["not_ready", "no_opponent", "left", "escaped", "disconnected", "opponent_left"]},
+            {"enum": ["not_ready", "no_opponent", "left", "escaped", "disconnected", "opponent_left", "table_closed",
+                       "already_seated", "already_queued"]},
             {"type": "string", "pattern": "^seat_refused: "}]}),
         "bot_level": {"enum": ["easy", "normal", "hard", "trustee", None]}, "command_id": _NULLABLE_STR},
         "Where you are in the lobby (bot_level: the level of a bot opponent, null for a person)")

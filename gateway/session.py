@@ -432,10 +432,10 @@ class Connection:
         self.place = place
         if place.table is not None and place.table.status == "seated":
             await self.send(protocol.lobby("seated", place.room, place.table.id, place.table.match,
-                                           "already at a table", bot_level=place.table.bot_level,
+                                           "already_seated", bot_level=place.table.bot_level,
                                            command_id=msg.command_id))
         else:
-            await self.send(protocol.lobby("queued", at_room or room, table_id or None, None, "already queued",
+            await self.send(protocol.lobby("queued", at_room or room, table_id or None, None, "already_queued",
                                            command_id=msg.command_id))
 
     async def _sync(self, msg: Any) -> None:

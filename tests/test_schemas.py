@@ -160,3 +160,23 @@ def test_the_messages_of_whole_matches_and_settlements_validate_in_both(tmp_path
     bad = dict(corpus[0], brief={**corpus[0]["brief"], "phase": "lunch"})
     assert not server.is_valid(bad)
     assert _ajv(lines)["validated"] == len(corpus)
+
+
+@pytest.mark.parametrize("state,reason", [
+    ("seated", "already_seated"), ("queued", "already_queued"), ("removed", "table_closed"),
+    ("queued", "opponent_left"), ("removed", "seat_refused: too few coins"), ("seated", None)])
+def test_every_lobby_reason_the_gateway_sends_validates(state: str, reason: str | None) -> None:
+    """The answers to a Join from where the player already is (gateway/session.py) and a bot's
+    table_closed are codes in the schema's reason enum, never free text."""
+    import inspect
+
+    from gateway import protocol, session
+
+    server = jsonschema.Draft202012Validator(load("server.json"))
+    msg = {**protocol.lobby(state, "points", "t1", "t1-1" if state == "seated" else None, reason,
+                            command_id="c1"), "names": {}}
+    assert not list(server.iter_errors(msg)), list(server.iter_errors(msg))
+    source = inspect.getsource(session.Connection._join)
+    assert '"already at a table"' not in source and '"already queued"' not in source
+    bad = {**msg, "reason": "already at a table"}
+    assert list(server.iter_errors(bad)), "free text must not validate as a reason"
