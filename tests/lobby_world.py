@@ -317,3 +317,44 @@ class World:
         open_ = [t.table for t in self.tables.values() if t.open]
         raise AssertionError(f"not quiet: tables {open_}, waiting {self.queue.waiting_players()}, "
                              f"placed {self.queue.placed}")
+
+
+def player_rules(people: Any) -> Any:
+    """A hypothesis state machine's base with a player's own actions (Join, Leave, Ready, a
+    lost socket past the grace, a return) and the queue's and bots' clocks, each handed to
+    ``self.world``: the pure model's machine and the real stack's share them (``people``:
+    the strategy of player ids)."""
+    from hypothesis.stateful import RuleBasedStateMachine, rule
+
+    class PlayerRules(RuleBasedStateMachine):
+        world: Any
+
+        @rule(p=people)
+        def join(self, p: str) -> None:
+            self.world.join(p)
+
+        @rule(p=people)
+        def leave(self, p: str) -> None:
+            self.world.leave(p)
+
+        @rule(p=people)
+        def ready(self, p: str) -> None:
+            self.world.ready(p)
+
+        @rule(p=people)
+        def grace_expired(self, p: str) -> None:
+            self.world.grace_expired(p)
+
+        @rule(p=people)
+        def returned(self, p: str) -> None:
+            self.world.returned(p)
+
+        @rule()
+        def queue_timer(self) -> None:
+            self.world.queue_timer()
+
+        @rule()
+        def bots_ready(self) -> None:
+            self.world.bots_ready()
+
+    return PlayerRules

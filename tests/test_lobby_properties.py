@@ -22,39 +22,19 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import invariant, precondition, rule
 
-from tests.lobby_world import World, room_config
+from tests.lobby_world import World, player_rules, room_config
 
 PEOPLE = ["p1", "p2", "p3", "p4", "p5"]
 people = st.sampled_from(PEOPLE)
 
 
-class LobbyMachine(RuleBasedStateMachine):
+class LobbyMachine(player_rules(people)):  # type: ignore[misc]
     def __init__(self) -> None:
         super().__init__()
         self.world = World(cfg=room_config(ready_seconds=20, leave_cooldown_seconds=2,
                                            leave_cooldown_max_seconds=16))
-
-    @rule(p=people)
-    def join(self, p: str) -> None:
-        self.world.join(p)
-
-    @rule(p=people)
-    def leave(self, p: str) -> None:
-        self.world.leave(p)
-
-    @rule(p=people)
-    def ready(self, p: str) -> None:
-        self.world.ready(p)
-
-    @rule(p=people)
-    def grace_expired(self, p: str) -> None:
-        self.world.grace_expired(p)
-
-    @rule(p=people)
-    def returned(self, p: str) -> None:
-        self.world.returned(p)
 
     @rule(i=st.integers(min_value=0, max_value=20))
     def a_table_gets_ready(self, i: int) -> None:
@@ -64,14 +44,6 @@ class LobbyMachine(RuleBasedStateMachine):
             self.world.bots_ready()
             for p in self.world.tables[seated[i % len(seated)]].people:
                 self.world.ready(p)
-
-    @rule()
-    def queue_timer(self) -> None:
-        self.world.queue_timer()
-
-    @rule()
-    def bots_ready(self) -> None:
-        self.world.bots_ready()
 
     @precondition(lambda self: bool(self.world.pending))
     @rule(i=st.integers(min_value=0, max_value=20))

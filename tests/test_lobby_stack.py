@@ -19,13 +19,14 @@ import shutil
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import initialize, invariant, rule
 
 from engine.lobby.events import PlayerQueued, TableOpened
 from engine.store import keys
 from engine.store.base import WrongVersion
 from engine.store.lobby_store import InMemoryLobbyStore, RedisLobbyStore
 from tests.lobby_stack import StackWorld
+from tests.lobby_world import player_rules
 
 
 # ---- the store's contract -----------------------------------------------------------------------
@@ -145,7 +146,7 @@ PEOPLE = ["p1", "p2", "p3", "p4"]
 people = st.sampled_from(PEOPLE)
 
 
-class StackMachine(RuleBasedStateMachine):
+class StackMachine(player_rules(people)):  # type: ignore[misc]
     client = None  # set per test
     feed = False  # the managers follow the feeds (engine/service/lobby_feed.py)
 
@@ -160,10 +161,6 @@ class StackMachine(RuleBasedStateMachine):
         for p in who:
             self.world.join(p)
 
-    @rule(p=people)
-    def join(self, p: str) -> None:
-        self.world.join(p)
-
     @rule(i=st.integers(min_value=0, max_value=20))
     def a_table_gets_ready(self, i: int) -> None:
         """Everyone at one seated table sends Ready (the deal follows)."""
@@ -172,30 +169,6 @@ class StackMachine(RuleBasedStateMachine):
             self.world.bots_ready()
             for p in self.world.tables()[seated[i % len(seated)]].people:
                 self.world.ready(p)
-
-    @rule(p=people)
-    def leave(self, p: str) -> None:
-        self.world.leave(p)
-
-    @rule(p=people)
-    def ready(self, p: str) -> None:
-        self.world.ready(p)
-
-    @rule(p=people)
-    def grace_expired(self, p: str) -> None:
-        self.world.grace_expired(p)
-
-    @rule(p=people)
-    def returned(self, p: str) -> None:
-        self.world.returned(p)
-
-    @rule()
-    def queue_timer(self) -> None:
-        self.world.queue_timer()
-
-    @rule()
-    def bots_ready(self) -> None:
-        self.world.bots_ready()
 
     @rule(picks=st.lists(st.integers(min_value=0, max_value=20), min_size=1, max_size=8))
     def deliver(self, picks: list[int]) -> None:
