@@ -4,7 +4,6 @@ matches are played, replayed and settled, and the ledger projection follows the 
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 
@@ -16,14 +15,9 @@ pytestmark = pytest.mark.redis
 @pytest.fixture(scope="module")
 def local_cluster():
     """Three masters and three replicas on loopback (tests/cluster_support.py)."""
-    from tests.cluster_support import start_cluster
+    from tests.cluster_support import require_redis_binaries, start_cluster
 
-    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
-        msg = ("the cluster test needs redis-server and redis-cli (apt-get install redis-server); "
-               "set SK_ALLOW_NO_REDIS=1 to skip it instead")
-        if os.environ.get("SK_ALLOW_NO_REDIS") != "1":
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
+    require_redis_binaries()
     c = start_cluster(masters=3, replicas=1)
     yield c
     c.stop()

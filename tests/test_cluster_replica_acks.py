@@ -12,8 +12,6 @@ replica each, on loopback, started here.
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,13 +31,9 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow]
 @pytest.fixture
 def local_cluster() -> Iterator[Any]:
     """A fresh cluster per test: the tests take replicas away."""
-    from tests.cluster_support import start_cluster
+    from tests.cluster_support import require_redis_binaries, start_cluster
 
-    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
-        msg = "the cluster test needs redis-server and redis-cli (apt-get install redis-server)"
-        if os.environ.get("SK_ALLOW_NO_REDIS") != "1":
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
+    require_redis_binaries()
     c = start_cluster(masters=3, replicas=1)
     try:
         _wait_online(c)

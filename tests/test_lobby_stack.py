@@ -14,7 +14,6 @@ that recovers from the streams:
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -33,12 +32,9 @@ from tests.lobby_world import player_rules
 
 @pytest.fixture(scope="module")
 def local_cluster():
-    from tests.cluster_support import start_cluster
+    from tests.cluster_support import require_redis_binaries, start_cluster
 
-    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
-        if os.environ.get("SK_ALLOW_NO_REDIS") != "1":
-            pytest.fail("the cluster test needs redis-server and redis-cli", pytrace=False)
-        pytest.skip("no redis-server")
+    require_redis_binaries()
     c = start_cluster(masters=3, replicas=0)
     yield c
     c.stop()
