@@ -281,6 +281,58 @@ def lobby_keys(aggregate: str, buckets: int = DEFAULT_BUCKETS) -> tuple[str, str
     raise ValueError(f"not a lobby aggregate id: {aggregate!r}")
 
 
+# ---- the live lobby: its channel, its read models, presence and bots (docs/ARCHITECTURE.md) ----
+
+def room_bucket(room: str, buckets: int = DEFAULT_BUCKETS) -> int:
+    """The bucket whose owner runs a room's queue: crc32 of the room name (one process at a
+    time decides the room's pairing, under the bucket's lease)."""
+    return bucket_of(room, buckets)
+
+
+def lobby_inbox_key(bucket: int) -> str:
+    """The lobby channel of one bucket: ``sk:{b<N>}:lobby`` (a player's Join, Leave, Returned
+    for a room of the bucket, :func:`room_bucket`; entry field ``c``: the command's JSON)."""
+    return f"{PREFIX}:{{b{bucket}}}:lobby"
+
+
+def place_key(player_id: str) -> str:
+    """Where the lobby has a player (a hash, under the player's tag beside ``sk:out``):
+    ``state`` (``queued`` | ``table``; absent: nowhere), ``room``, ``table``, ``match``."""
+    return f"{PREFIX}:place:{player_tag(player_id)}"
+
+
+def table_info_key(table: str, buckets: int = DEFAULT_BUCKETS) -> str:
+    """A table's read model (a hash under its bucket): ``room``, ``a``, ``b``, ``n``, ``match``,
+    ``status`` (creating | seated | between | closed), ``finished``, ``escaped``, ``bot_level``."""
+    return f"{PREFIX}:{bucket_tag(table_bucket(table, buckets))}:t:{table}:info"
+
+
+def presence_key(room: str) -> str:
+    """A room's presence: a sorted set player -> the ms their reconnect grace ends (the
+    gateways push it forward while the player is connected)."""
+    return f"{PREFIX}:{room_tag(room)}:presence"
+
+
+def bot_offer_key(room: str) -> str:
+    """A room's bot offer (``gateway --bots``): JSON ``{"after_ms", "level"}`` with a TTL, kept
+    alive by a process that plays bots; the queue seats a bot only while it exists."""
+    return f"{PREFIX}:{room_tag(room)}:bots:offer"
+
+
+def bot_seats_key(room: str) -> str:
+    """The bots the room's queue seated (a stream: ``bot``, ``table``, ``match``, ``level``),
+    read by the processes that play them (consumer group ``sk-bots``)."""
+    return f"{PREFIX}:{room_tag(room)}:bots:seats"
+
+
+BOTS_GROUP = "sk-bots"
+
+
+def queue_info_key(room: str) -> str:
+    """A room queue's read model (a hash under the room's tag): ``waiting`` (players waiting)."""
+    return f"{PREFIX}:{room_tag(room)}:q:info"
+
+
 # -- the integrity projection (projections/integrity, docs/INTEGRITY.md) --------------------------
 #: the consumer group the integrity projection reads the bucket feeds with
 INTEGRITY_GROUP = "sk-integrity"
