@@ -228,3 +228,36 @@ def test_a_finished_match_is_settled_and_the_next_one_offered(stack: Stack) -> N
     assert set(settled["balances"]) == {"ann"}  # their own balance only
     table = match.rpartition("-")[0]
     assert seated["state"] == "seated" and seated["match"] == f"{table}-2"
+
+
+def _old_lobby(client: Any, open_table: bool) -> None:
+    """Keys as gateway/lobby.lua (the builds before issue 34) left them."""
+    P = "sk:{lobby}:"
+    client.rpush(P + "queue:points", "ann", "gone", "ann")
+    client.hset(P + "player:ann", mapping={"state": "queued", "room": "points", "since": 1})
+    client.hset(P + "player:bob", mapping={"state": "table", "room": "points", "table": "t7"})
+    client.hset(P + "table:t7", mapping={"room": "points", "a": "bob", "b": "cat", "n": 2, "match": "t7-2",
+                                         "status": "seated" if open_table else "closed"})
+    client.set(P + "match:t7-2", "t7")
+    client.zadd(P + "presence", {"ann": 5})
+    client.xadd(P + "notes:ann", {"m": "{}"})
+
+
+def test_lobby_upgrade_refuses_while_an_old_table_is_open_then_requeues_the_waiting(stack: Stack, capsys) -> None:
+    from shuangkou.cli import main
+
+    url = stack.client.connection_pool.connection_kwargs
+    redis_url = f"redis://{url['host']}:{url['port']}/{url.get('db', 0)}"
+    _old_lobby(stack.client, open_table=True)
+    assert main(["lobby-upgrade", "--redis", redis_url, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert report["done"] is False and [t["table"] for t in report["open_tables"]] == ["t7"]
+    assert stack.client.exists("sk:{lobby}:queue:points")  # nothing changed
+    stack.client.hset("sk:{lobby}:table:t7", "status", "closed")
+    assert main(["lobby-upgrade", "--redis", redis_url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["done"] is True and report["waiting"] == {"points": ["ann"]}
+    assert list(stack.client.scan_iter(match="sk:[{]lobby[}]:*")) == []
+    stack.run()
+    assert stack.place("ann")["state"] == "queued"
+    assert [(m["state"], m["command_id"]) for m in stack.told("ann")] == [("queued", "upgrade:ann")]
