@@ -31,6 +31,7 @@ from engine.lobby import managers
 from engine.lobby.evolve import apply as lobby_apply
 from engine.lobby.replay import replay_table
 from engine.lobby.state import TableState
+from engine.match.events import MatchFinished
 from engine.service.lobby import LobbyEngine
 from engine.store import keys
 
@@ -141,8 +142,10 @@ class LobbyFeedManager:
             events = self._slice(match_store.load(agg, max(0, first - 1)), first, last)
             if not events:
                 return True
-            now = eng.matches.load_state(agg)
-            escaped = [s.player for s in now.seats if s is not None and s.escaped]
+            escaped: list[str] = []
+            if any(isinstance(e, MatchFinished) for e in events):  # who escaped: named at the finish
+                now = eng.matches.load_state(agg)
+                escaped = [s.player for s in now.seats if s is not None and s.escaped]
             for c in managers.from_match(table, agg, events, escaped):
                 eng.send(("table", table), c)
         eng.drain()
