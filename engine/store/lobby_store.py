@@ -1,8 +1,9 @@
-"""The streams of the lobby's aggregates (engine/lobby): a room's queue and its tables, stored
-like matches (docs/ARCHITECTURE.md "Redis layout").
+"""The streams of the lobby's aggregates (engine/lobby): a room's queue, its tables and the
+private tables' series (engine/lobby/series.py, with the code index), stored like matches (docs/ARCHITECTURE.md "Redis layout").
 
 An aggregate is named by the id its events carry (``queue:<room>``, ``table:<id>``,
-engine/lobby/events.py).  An append goes through the match's own script (append.lua): the
+engine/lobby/events.py; ``series:<id>``, engine/lobby/series_events.py, under the series'
+bucket like a table, :func:`engine.store.keys.series_keys`).  An append goes through the match's own script (append.lua): the
 command id (a retry is a duplicate), the expected version, the events, one notification on
 the feed of the aggregate's tag -- a table's bucket feed ``sk:{b<N>}:feed``, a queue's room
 feed ``sk:{r:<room>}:feed`` -- and the aggregate in the member set of its tag, all in one
@@ -28,7 +29,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from engine.lobby.events import LobbyEvent, decode_lobby_event, encode_lobby_event
+from engine.lobby.events import LobbyEvent, encode_lobby_event
+from engine.lobby.series_events import decode_stored_event
 from engine.store import keys
 from engine.store.base import WrongVersion
 
@@ -49,7 +51,7 @@ class AppendResult:
 def check_lobby_append(aggregate: str, expected_version: int, command_id: str,
                        events: Sequence[LobbyEvent]) -> None:
     """Argument checks of every implementation (a caller bug: ValueError)."""
-    keys.lobby_keys(aggregate)  # a table or a queue
+    keys.lobby_keys(aggregate)  # a table, a queue or a series
     if not command_id:
         raise ValueError("command_id must not be empty")
     if expected_version < 0:
@@ -96,6 +98,30 @@ class LobbyStore(ABC):
         events = self.load(aggregate)
         return events[-1].seq if events else 0
 
+    # -- private tables' series (engine/lobby/series.py) and their codes ----------------------
+    def series_ids(self) -> Iterator[str]:
+        """Every series the store holds (the ids, without ``series:``)."""
+        raise NotImplementedError
+
+    def delete_series(self, series: str, code: str | None = None) -> None:
+        """Remove a series' stream, command ids and membership, and its ``code`` from the
+        index if it still names this series (``shuangkou archive``)."""
+        raise NotImplementedError
+
+    def reserve_code(self, code: str, series: str) -> bool:
+        """Point the private-table code ``code`` at ``series`` unless another series holds it
+        (False: draw another code).  Reserved before the series' SeriesCreated is appended, so
+        a code never names two series; it stays until the series is archived."""
+        raise NotImplementedError
+
+    def series_of_code(self, code: str) -> str | None:
+        """The series a code was reserved for (None: no table has this code)."""
+        raise NotImplementedError
+
+    def release_code(self, code: str, series: str) -> None:
+        """Drop ``code`` from the index if it names ``series``."""
+        raise NotImplementedError
+
     def command_events(self, aggregate: str, command_id: str) -> list[LobbyEvent]:
         """The events a command id appended (empty: none, or never applied)."""
         seqs = self.command_range(aggregate, command_id)
@@ -112,6 +138,7 @@ class InMemoryLobbyStore(LobbyStore):
         self._lock = threading.RLock()
         self._events: dict[str, list[LobbyEvent]] = {}
         self._commands: dict[str, dict[str, tuple[int, int]]] = {}
+        self._codes: dict[str, str] = {}
 
     def append(self, aggregate: str, expected_version: int, command_id: str,
                events: Sequence[LobbyEvent]) -> AppendResult:
@@ -145,6 +172,31 @@ class InMemoryLobbyStore(LobbyStore):
         with self._lock:
             self._events.pop(f"table:{table}", None)
             self._commands.pop(f"table:{table}", None)
+
+    def series_ids(self) -> Iterator[str]:
+        with self._lock:
+            ids = [a[len("series:"):] for a, evs in self._events.items() if a.startswith("series:") and evs]
+        return iter(ids)
+
+    def delete_series(self, series: str, code: str | None = None) -> None:
+        with self._lock:
+            self._events.pop(f"series:{series}", None)
+            self._commands.pop(f"series:{series}", None)
+            if code is not None:
+                self.release_code(code, series)
+
+    def reserve_code(self, code: str, series: str) -> bool:
+        with self._lock:
+            return self._codes.setdefault(code.upper(), series) == series
+
+    def series_of_code(self, code: str) -> str | None:
+        with self._lock:
+            return self._codes.get(code.upper())
+
+    def release_code(self, code: str, series: str) -> None:
+        with self._lock:
+            if self._codes.get(code.upper()) == series:
+                del self._codes[code.upper()]
 
 
 def _s(v: bytes | str) -> str:
@@ -206,7 +258,7 @@ class RedisLobbyStore(LobbyStore):
         start = f"{max(first, 1)}-0"
         while True:
             page = self.client.xrange(stream, min=start, max=end, count=self.page)
-            out += [decode_lobby_event(fields[b"e"]) for _id, fields in page]
+            out += [decode_stored_event(fields[b"e"]) for _id, fields in page]
             if len(page) < self.page:
                 return out
             start = f"{keys.seq_of(page[-1][0]) + 1}-0"
@@ -243,3 +295,31 @@ class RedisLobbyStore(LobbyStore):
         pipe.delete(ks[0], ks[1])
         pipe.srem(ks[5], f"table:{table}")
         pipe.execute()
+
+    def series_ids(self) -> Iterator[str]:
+        for b in range(self.buckets):
+            for member in self.client.sscan_iter(keys.series_set_key(b), count=500):
+                yield _s(member)[len("series:"):]
+
+    def delete_series(self, series: str, code: str | None = None) -> None:
+        ks = keys.series_keys(series, self.buckets)
+        pipe = self.client.pipeline(transaction=True)  # one slot: the series' bucket
+        pipe.delete(ks[0], ks[1])
+        pipe.srem(ks[5], f"series:{series}")
+        pipe.execute()
+        if code is not None:
+            self.release_code(code, series)
+
+    def reserve_code(self, code: str, series: str) -> bool:
+        key = keys.code_key(code, self.buckets)
+        if self.client.set(key, series, nx=True):
+            return True
+        return self.series_of_code(code) == series  # a retry of this series' own reservation
+
+    def series_of_code(self, code: str) -> str | None:
+        raw = self.client.get(keys.code_key(code, self.buckets))
+        return None if raw is None else _s(raw)
+
+    def release_code(self, code: str, series: str) -> None:
+        if self.series_of_code(code) == series:  # only this series' code (codes are never reused before)
+            self.client.delete(keys.code_key(code, self.buckets))
