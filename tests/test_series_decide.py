@@ -378,3 +378,21 @@ def test_the_series_modules_docstring_examples_run() -> None:
         assert result.failed == 0, name
         tried += result.attempted
     assert tried >= 6
+
+
+def test_the_second_seat_opens_the_series_table_with_a_fixed_id() -> None:
+    from engine.lobby.decide import LobbyContext
+    from engine.lobby.decide import decide as table_decide
+    from engine.lobby.state import TableState
+
+    events, s = decide_and_apply(OPEN, join(), ctx())
+    (open_,) = sm.to_table(s, events[0])
+    assert (open_.command_id, open_.table, open_.players, open_.match, open_.bot) == (  # type: ignore[attr-defined]
+        "pm:series:s1:2:open", "p1", ("a", "b"), "p1-1", None)
+    (opened,) = table_decide(TableState(table="p1"), open_, LobbyContext(now_ms=NOW, room=CFG))
+    assert isinstance(opened, ev.TableOpened) and opened.players == ("a", "b")
+    bot_events, bs = decide_and_apply(run(S0, create(bots=True)), sc.JoinTimer(command_id="t", series="s1"),
+                                      ctx(now_ms=NOW + JOIN_MS))
+    (bot_open,) = sm.to_table(bs, bot_events[0])
+    assert (bot_open.bot, bot_open.bot_level) == ("bot-9", "normal")  # type: ignore[attr-defined]
+    assert sm.to_table(OPEN, decide(S0, create(), ctx())[0]) == []

@@ -6,6 +6,8 @@ duplicate (engine/lobby/managers.py does the same for the queue and the table).
 * :func:`from_match`: a hand's HandDealt → StartHand (``pm:<match>:<seq>:hand``).
 * :func:`settle_hand`: the ledger's settlement of a hand, with the hand's events (its
   biggest bombs, an escape) → SettleHand (``pm:<match>:series``).
+* :func:`to_table`: the second seat taken (PlayerJoinedSeries) → the table's OpenTable
+  (``pm:series:<id>:<seq>:open``).
 * :func:`from_table`: the series' table closed (TableClosed) while the series goes on →
   AbandonSeries (``pm:table:<id>:<seq>:series``).
 * :func:`biggest_bombs`: each player's biggest bomb of a hand (xiang), from its CardsPlayed
@@ -27,8 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from engine.lobby import commands as lc
 from engine.lobby import events as ev
 from engine.lobby import series_commands as sc
+from engine.lobby import series_events as se
 from engine.lobby.series import SeriesState
 from engine.match.events import CardsPlayed, EventBase, HandDealt, MatchFinished, PlayerEscaped
 
@@ -80,6 +84,17 @@ def settle_hand(state: SeriesState, match: str, scores: Mapping[str, int], winne
     evs = list(events)
     return sc.SettleHand(command_id=f"pm:{match}:series", series=state.series, match=match, scores=dict(scores),
                          winner=winner, bombs=biggest_bombs(evs), escaper=escaper_of(evs))
+
+
+def to_table(state: SeriesState, e: ev.LobbyEvent) -> list[lc.LobbyCommand]:
+    """The table commands a series event causes (``state``: the series after the event): once
+    the second seat is taken, the series' table opens (OpenTable, ``pm:series:<id>:<seq>:open``)
+    for its two players, its first match ``<table>-1`` (a bot's seat as the queue's BotSeated)."""
+    if isinstance(e, se.PlayerJoinedSeries) and len(state.players) == 2:
+        return [lc.OpenTable(command_id=f"pm:{e.aggregate}:{e.seq}:open", table=state.table, room=state.room,
+                             players=(state.players[0], state.players[1]), match=ev.match_of(state.table, 1),
+                             bot=e.player if e.bot else None, bot_level=e.bot_level if e.bot else None)]
+    return []
 
 
 def from_table(state: SeriesState, e: ev.LobbyEvent) -> list[sc.SeriesCommand]:
