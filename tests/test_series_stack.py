@@ -268,3 +268,39 @@ def test_an_unclaimed_table_expires_on_its_timer_or_gets_a_bot(stack: SeriesStac
     w.play_hand(s.series, 1, escape="d")
     s = w.series.state(botted.series)
     assert (s.reason, len(s.played), dict(s.played[0].scores)["d"] < 0) == ("escaped", 1, True)
+
+
+@pytest.fixture(scope="module")
+def cluster_client():
+    from engine.store.connect import connect
+    from tests.cluster_support import require_redis_binaries, start_cluster
+
+    require_redis_binaries()
+    c = start_cluster(masters=3, replicas=0)
+    client = connect(c.url)
+    yield client
+    client.close()
+    c.stop()
+
+
+def test_series_and_their_codes_on_a_redis_cluster(cluster_client) -> None:
+    """Every append touches one slot (the series' bucket), the code index another: both work
+    on a Cluster, over series spread on the masters."""
+    cluster_client.flushall()
+    store = RedisLobbyStore(cluster_client)
+    clock = {"now": 1_000_000}
+    svc = SeriesService(store, clock=lambda: clock["now"], rooms={"points": room_config()})
+    made = [svc.create(f"c{i}", f"o{i}", "points", 4) for i in range(8)]
+    assert all(m.committed for m in made)
+    assert len({keys.bucket_of(m.state.series) for m in made}) > 1  # spread over buckets (and slots)
+    for i, m in enumerate(made):
+        assert svc.join(f"j{i}", f"f{i}", m.state.code).committed
+        assert svc.execute(sc.RequestEnd(command_id=f"r{i}", series=m.state.series, player=f"f{i}")).committed
+        assert svc.execute(sc.VoteEnd(command_id=f"v{i}", series=m.state.series, player=f"o{i}",
+                                      agree=True)).committed
+    assert sorted(store.series_ids()) == sorted(m.state.series for m in made)
+    first = made[0].state
+    assert svc.state(first.series).reason == "dissolved"
+    store.delete_series(first.series, first.code)
+    assert store.series_of_code(first.code) is None and first.series not in set(store.series_ids())
+    assert rejection_code(svc.join("again", "z", first.code)) == "unknown_table"
