@@ -106,3 +106,31 @@ def test_a_bot_is_told_nothing_and_a_refusal_names_its_code() -> None:
     assert rejection_code(svc.execute(sc.VoteEnd(command_id="v", series=sid, player="a", agree=True))) == \
         "table_closed"
     assert rejection_code(ended) is None
+
+
+def test_metrics_count_tables_finishes_by_reason_and_votes_by_outcome() -> None:
+    from projections import metrics as m
+
+    def value(metric: Any, *labels: str) -> float:
+        return float(m._child(metric, *labels)._value.get())
+
+    before = (value(m.PRIVATE_TABLES_CREATED, "points"), value(m.PRIVATE_TABLES_FINISHED, "points", "dissolved"),
+              value(m.SERIES_VOTES, "points", "refused"), value(m.SERIES_VOTES, "points", "timed_out"))
+    svc, clock, _store = service()
+    out = svc.create("make", "a", "points", 4)
+    sid = out.state.series
+    events = list(out.events)
+    events += svc.join("j", "b", out.state.code).events
+    events += svc.execute(sc.RequestEnd(command_id="r1", series=sid, player="a")).events
+    events += svc.execute(sc.VoteEnd(command_id="v1", series=sid, player="b", agree=False)).events
+    events += svc.execute(sc.RequestEnd(command_id="r2", series=sid, player="a")).events
+    clock.now += 10_000
+    timer = svc.timer(sid)
+    assert timer is not None
+    events += svc.execute(timer).events
+    m.observe_series_events(events, "points")
+    after = (value(m.PRIVATE_TABLES_CREATED, "points"), value(m.PRIVATE_TABLES_FINISHED, "points", "dissolved"),
+             value(m.SERIES_VOTES, "points", "refused"), value(m.SERIES_VOTES, "points", "timed_out"))
+    assert [a - b for a, b in zip(after, before)] == [1, 1, 1, 1]
+    assert {"shuangkou_private_tables_created_total", "shuangkou_private_tables_finished_total",
+            "shuangkou_series_votes_total"} <= m.exposed_names()
