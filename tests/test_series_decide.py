@@ -396,3 +396,20 @@ def test_the_second_seat_opens_the_series_table_with_a_fixed_id() -> None:
     (bot_open,) = sm.to_table(bs, bot_events[0])
     assert (bot_open.bot, bot_open.bot_level) == ("bot-9", "normal")  # type: ignore[attr-defined]
     assert sm.to_table(OPEN, decide(S0, create(), ctx())[0]) == []
+
+
+@pytest.mark.parametrize("name,state,command,changes,code", REFUSALS, ids=[r[0] for r in REFUSALS])
+def test_no_refusal_names_the_tables_code_or_its_owner(name: str, state: SeriesState, command: sc.SeriesCommand,
+                                                       changes: dict[str, Any], code: str) -> None:
+    """The code is the secret that seats a friend: a stranger naming the series learns it from
+    no refusal (nor who opened the table)."""
+    stranger = command.model_copy(update={"player": "zed"}) if hasattr(command, "player") else command
+    for c in (command, stranger):
+        try:
+            decide(state, c, ctx(**changes))
+        except Rejected as r:
+            assert "k7m2qx" not in str(r).lower(), str(r)
+    owned = run(SeriesState(series="s1"), create().model_copy(update={"player": "ownername"}))
+    with pytest.raises(Rejected) as info:
+        decide(owned, sc.CancelTable(command_id="x", series="s1", player="zed"), ctx())
+    assert info.value.code == "not_owner" and "ownername" not in str(info.value)

@@ -24,7 +24,8 @@ Life of a series (``status``):
 The standings (:func:`standings`) are a projection over the settled hands: ``totals`` are
 the sums of the hands' settlement scores.
 
-Refusals (``code``): ``unknown_table`` (no such series, or a code that is not the
+No refusal's reason names the table's code or its owner (a stranger who names the series
+learns neither).  Refusals (``code``): ``unknown_table`` (no such series, or a code that is not the
 series'), ``table_full``, ``table_expired`` (the join time is over, or it ran out),
 ``table_cancelled``, ``table_closed`` (the series is over), ``not_owner``,
 ``table_started`` (a cancel after the first deal), ``no_vote_open``, ``not_your_vote``,
@@ -346,10 +347,10 @@ def _handles(t: type[sc.SeriesCommand]) -> Callable[[Callable[[_Builder, Any], N
 def _closed(s: SeriesState) -> Rejected:
     """The refusal of a player's command at a finished series."""
     if s.reason == "cancelled":
-        return TableCancelled(f"table {s.code} was cancelled by its owner")
+        return TableCancelled("this table was cancelled by its owner")
     if s.reason == "not_joined":
-        return TableExpired(f"table {s.code} expired: nobody joined in time")
-    return TableClosed(f"the series at table {s.code} is over ({s.reason})")
+        return TableExpired("this table expired: nobody joined in time")
+    return TableClosed(f"this table's series is over ({s.reason})")
 
 
 def decide_and_apply(state: SeriesState, command: sc.SeriesCommand,
@@ -419,9 +420,9 @@ def _join(b: _Builder, c: sc.JoinTable) -> None:
     if c.player in s.players:
         return  # seated here already: nothing changes
     if s.status != "open":
-        raise TableFull(f"table {s.code} has its two players")
+        raise TableFull("this table has its two players")
     if b.ctx.now_ms >= s.join_deadline:
-        raise TableExpired(f"table {s.code} expired: nobody joined in time")
+        raise TableExpired("this table expired: nobody joined in time")
     _admit(b, c.player)
     b.emit(se.PlayerJoinedSeries, player=c.player)
 
@@ -430,9 +431,9 @@ def _join(b: _Builder, c: sc.JoinTable) -> None:
 def _join_timer(b: _Builder, c: sc.JoinTimer) -> None:
     s = b.state
     if s.status != "open":
-        raise StaleCommand(f"table {s.code} was joined already")
+        raise StaleCommand(f"series {s.series} was joined already")
     if b.ctx.now_ms < s.join_deadline:
-        raise StaleCommand(f"table {s.code}'s join time runs until {s.join_deadline}")
+        raise StaleCommand(f"series {s.series}'s join time runs until {s.join_deadline}")
     if not s.bots:
         b.finish("not_joined")
         return
@@ -445,7 +446,7 @@ def _join_timer(b: _Builder, c: sc.JoinTimer) -> None:
 def _cancel(b: _Builder, c: sc.CancelTable) -> None:
     s = b.state
     if c.player != s.owner:
-        raise NotOwner(f"only {s.owner}, who opened table {s.code}, may cancel it")
+        raise NotOwner("only the player who opened this table may cancel it")
     if s.started:
         raise TableStarted("the series has been dealt: end it by a vote (RequestEnd)")
     b.finish("cancelled")
@@ -453,9 +454,9 @@ def _cancel(b: _Builder, c: sc.CancelTable) -> None:
 
 def _player(s: SeriesState, player: str) -> None:
     if player not in s.players or player == s.bot:
-        raise NotSeated(f"{player} is not a player of table {s.code}")
+        raise NotSeated(f"{player} is not a player of series {s.series}")
     if s.status != "playing":
-        raise WrongPhase(f"nobody has joined table {s.code} yet (its owner may cancel it)")
+        raise WrongPhase("nobody has joined this table yet (its owner may cancel it)")
 
 
 def _passed(b: _Builder) -> None:
@@ -514,7 +515,7 @@ def _start(b: _Builder, c: sc.StartHand) -> None:
     if c.match == s.current:
         return  # told twice
     if s.status != "playing":
-        raise WrongPhase(f"table {s.code} has one player: no hand can start")
+        raise WrongPhase(f"series {s.series} has one player: no hand can start")
     if s.current is not None:
         raise WrongPhase(f"hand {s.started} ({s.current}) is not settled yet")
     if any(h.match == c.match for h in s.played):
