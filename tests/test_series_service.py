@@ -134,3 +134,14 @@ def test_metrics_count_tables_finishes_by_reason_and_votes_by_outcome() -> None:
     assert [a - b for a, b in zip(after, before)] == [1, 1, 1, 1]
     assert {"shuangkou_private_tables_created_total", "shuangkou_private_tables_finished_total",
             "shuangkou_series_votes_total"} <= m.exposed_names()
+
+
+def test_bad_input_is_a_typed_refusal() -> None:
+    from engine.match.errors import BadCommand
+
+    svc, _clock, _store = service()
+    with pytest.raises(BadCommand) as info:
+        svc.create("c", "a", "points", 5)
+    assert info.value.code == "bad_command" and "hands" in str(info.value)
+    for code in ("", "ab", "abc!ef", "x" * 7, "日本語日本語"):
+        assert rejection_code(svc.join("j", "b", code)) == "unknown_table"

@@ -23,6 +23,7 @@ players' messages.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import threading
 from collections.abc import Callable, Sequence
@@ -43,6 +44,7 @@ CODE_ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"
 CODE_LENGTH = 6
 #: draws of a fresh code before giving up (31^6 ≈ 887 million codes: a collision is rare)
 CODE_ATTEMPTS = 8
+_CODE = re.compile(r"[A-Za-z0-9]{6}")
 
 
 def new_code() -> str:
@@ -132,8 +134,9 @@ class SeriesService:
         """Open a private table: a new series with a fresh code (reserved in the index before its
         SeriesCreated is appended).  A bad ``hands`` raises :class:`BadCommand`."""
         series = self.series_ids(player, command_id)
-        command = sc.CreateTable(command_id=command_id, series=series, room=room, player=player,
-                                 hands=hands, spectators=spectators, bots=bots)  # type: ignore[arg-type]
+        command = sc.parse_series_command({"type": "CreateTable", "command_id": command_id, "series": series,
+                                           "room": room, "player": player, "hands": hands,
+                                           "spectators": spectators, "bots": bots})
         for _ in range(CODE_ATTEMPTS):
             code = self.codes()
             if self.store.reserve_code(code, series):
@@ -155,7 +158,7 @@ class SeriesService:
 
     def join(self, command_id: str, player: str, code: str) -> Outcome[SeriesState]:
         """JoinTable by the code a friend typed or followed (``/t/<code>``)."""
-        series = self.store.series_of_code(code) if len(code) == 6 else None
+        series = self.store.series_of_code(code) if _CODE.fullmatch(code) else None
         if series is None:
             return Outcome("series:?", (), SeriesState(series="?"), UnknownTable("no table has this code"))
         return self.execute(sc.JoinTable(command_id=command_id, series=series, code=code, player=player))
