@@ -145,3 +145,20 @@ def test_bad_input_is_a_typed_refusal() -> None:
     assert info.value.code == "bad_command" and "hands" in str(info.value)
     for code in ("", "ab", "abc!ef", "x" * 7, "日本語日本語"):
         assert rejection_code(svc.join("j", "b", code)) == "unknown_table"
+
+
+def test_each_append_records_the_next_timer_and_fire_due_runs_what_is_due() -> None:
+    svc, clock, store = service()
+    lone = svc.create("c1", "a", "points", 4).state
+    voting = svc.create("c2", "b", "points", 4).state
+    svc.join("j", "c", voting.code)
+    assert [d.aggregate for d in store.due(clock.now + 60_000)] == [f"series:{lone.series}"]  # joined: no timer
+    svc.execute(sc.RequestEnd(command_id="r", series=voting.series, player="c"))
+    (vote,) = [d for d in store.due(clock.now + 10_000) if d.kind == "vote"]
+    assert (vote.aggregate, vote.at_ms) == (f"series:{voting.series}", clock.now + 10_000)
+    assert svc.fire_due(clock.now) == [] and store.due(clock.now) == []  # nothing due yet: nothing run
+    clock.now += 60_000
+    outs = svc.fire_due(clock.now)
+    assert sorted(o.state.reason or "" for o in outs) == ["dissolved", "not_joined"]
+    assert store.due(clock.now + 10**9) == []  # finished: no timer left
+    assert svc.fire_due(clock.now) == []

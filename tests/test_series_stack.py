@@ -304,3 +304,18 @@ def test_series_and_their_codes_on_a_redis_cluster(cluster_client) -> None:
     store.delete_series(first.series, first.code)
     assert store.series_of_code(first.code) is None and first.series not in set(store.series_ids())
     assert rejection_code(svc.join("again", "z", first.code)) == "unknown_table"
+
+
+def test_the_series_timers_are_in_the_buckets_lobby_deadline_index(stack: SeriesStack) -> None:
+    w = stack
+    s = w.series.create("c-t", "a", "points", 4).state
+    zkey, hkey = keys.series_keys_of_bucket(keys.bucket_of(s.series))
+    assert zkey == keys.series_keys(s.series)[3]
+    assert w.client.zscore(zkey, f"series:{s.series}") == s.join_deadline
+    assert w.client.hget(hkey, f"series:{s.series}") == f"1|join|{s.join_deadline}".encode()
+    (due,) = w.lobby.due(s.join_deadline)
+    assert (due.aggregate, due.kind, due.version) == (f"series:{s.series}", "join", 1)
+    assert w.lobby.due(s.join_deadline - 1) == []
+    w.now = s.join_deadline
+    (out,) = w.series.fire_due(w.now)
+    assert out.state.reason == "not_joined" and w.client.zscore(zkey, f"series:{s.series}") is None

@@ -13,7 +13,9 @@ source (:func:`new_code`), the series ids, the clock, the room's config, the led
 * :meth:`SeriesService.execute`: any other series command (CancelTable, RequestEnd,
   VoteEnd; the process managers' StartHand, SettleHand, AbandonSeries);
 * :meth:`SeriesService.timer`: the due timer command of a series, with a fixed id
-  (``timer:<series>:join`` / ``timer:<series>:vote:<n>``), for a deadline sweeper to run.
+  (``timer:<series>:join`` / ``timer:<series>:vote:<n>``); every append records the series'
+  next deadline in its bucket's lobby deadline index (``sk:{bN}:lobby:deadlines``, member
+  ``series:<id>``), and :meth:`SeriesService.fire_due` runs what is due (a sweeper's round).
 
 Each returns the command service's :class:`Outcome` (``rejection`` with its stable ``code``,
 ``events``, ``state``); :mod:`engine.service.series_notes` turns the events into the
@@ -37,7 +39,7 @@ from engine.match.errors import Rejected
 from engine.service.command_service import CommandService, DictCache, Outcome
 from engine.service.lobby import LobbyStreams
 from engine.service.service import BalanceSource, RoomSource
-from engine.store.lobby_store import LobbyStore
+from engine.store.lobby_store import AppendResult, LobbyStore
 
 #: a private table's code: 6 characters of an alphabet without look-alikes (no 0/O, 1/I/L)
 CODE_ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"
@@ -114,6 +116,15 @@ class SeriesAggregate:
         return list(events), new
 
 
+class SeriesStreams(LobbyStreams):
+    """The lobby's streams, each append recording the series' next timer (its join or vote
+    deadline, :meth:`SeriesState.deadline`) in its bucket's lobby deadline index."""
+
+    def append(self, ident: str, expected_version: int, command_id: str, events: Sequence[Any],
+               state: Any) -> AppendResult:
+        return self.store.append(ident, expected_version, command_id, events, deadline=state.deadline())
+
+
 class SeriesService:
     """Private tables' series over one lobby store (the module docstring)."""
 
@@ -127,7 +138,7 @@ class SeriesService:
         self.series_ids = series_ids
         self.aggregate = SeriesAggregate(clock, rooms, balances, bot_ids, bot_level, elsewhere)
         self.service: CommandService[SeriesState, sc.SeriesCommand] = CommandService(
-            self.aggregate, LobbyStreams(store), cache=DictCache())
+            self.aggregate, SeriesStreams(store), cache=DictCache())
 
     def create(self, command_id: str, player: str, room: str, hands: int, spectators: bool = False,
                bots: bool = False) -> Outcome[SeriesState]:
@@ -180,6 +191,19 @@ class SeriesService:
             return sc.JoinTimer(command_id=f"timer:{series}:join", series=series)
         assert s.vote is not None
         return sc.VoteTimer(command_id=f"timer:{series}:vote:{s.vote.n}", series=series, vote=s.vote.n)
+
+    def fire_due(self, now_ms: int, limit: int = 1000) -> list[Outcome[SeriesState]]:
+        """Run the timer of every series whose recorded deadline is at or before ``now_ms``
+        (the deadline sweeper's round; a late or repeated firing is a duplicate or ``stale``)."""
+        out = []
+        for due in self.store.due(now_ms, limit):
+            kind, _, series = due.aggregate.partition(":")
+            if kind != "series":
+                continue
+            command = self.timer(series)
+            if command is not None:
+                out.append(self.execute(command))
+        return out
 
 
 def rejection_code(out: Outcome[Any]) -> str | None:

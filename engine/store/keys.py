@@ -292,6 +292,13 @@ def series_keys(series: str, buckets: int = DEFAULT_BUCKETS) -> tuple[str, str, 
             f"{PREFIX}:{tag}:lobby:deadlines", f"{PREFIX}:{tag}:lobby:deadline_info", series_set_key(b))
 
 
+def series_keys_of_bucket(bucket: int) -> tuple[str, str]:
+    """The lobby deadline index of a bucket (the zset, the details hash), where a series'
+    appends record its join or vote timer (:func:`series_keys` [3], [4])."""
+    tag = bucket_tag(bucket)
+    return f"{PREFIX}:{tag}:lobby:deadlines", f"{PREFIX}:{tag}:lobby:deadline_info"
+
+
 def code_key(code: str, buckets: int = DEFAULT_BUCKETS) -> str:
     """The code index of private tables: ``sk:{b<N>}:code:<CODE>`` -> the series id, under the
     bucket of the (upper-case) code, so a JoinTable finds its series in one read.

@@ -48,6 +48,17 @@ class AppendResult:
     events: tuple[LobbyEvent, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A lobby aggregate's due deadline: its id, the kind (``join``, ``vote``), when, and the
+    aggregate's version when it was recorded."""
+
+    aggregate: str
+    kind: str
+    at_ms: int
+    version: int
+
+
 def check_lobby_append(aggregate: str, expected_version: int, command_id: str,
                        events: Sequence[LobbyEvent]) -> None:
     """Argument checks of every implementation (a caller bug: ValueError)."""
@@ -73,10 +84,12 @@ class LobbyStore(ABC):
 
     @abstractmethod
     def append(self, aggregate: str, expected_version: int, command_id: str,
-               events: Sequence[LobbyEvent]) -> AppendResult:
+               events: Sequence[LobbyEvent], deadline: tuple[str, int] | None = None) -> AppendResult:
         """Append ``events`` (seq expected_version+1 …) if the stream is at
         ``expected_version``; a command id seen before returns its original events with
-        ``duplicate=True``; else :class:`WrongVersion`."""
+        ``duplicate=True``; else :class:`WrongVersion`.  ``deadline``: the aggregate's next
+        timer after the events, ``(kind, at_ms)``, recorded in its tag's lobby deadline index
+        in the same atomic write (None clears it; a series' join or vote timer)."""
 
     @abstractmethod
     def load(self, aggregate: str, after: int = 0) -> list[LobbyEvent]:
@@ -97,6 +110,11 @@ class LobbyStore(ABC):
     def version(self, aggregate: str) -> int:
         events = self.load(aggregate)
         return events[-1].seq if events else 0
+
+    def due(self, now_ms: int, limit: int = 1000) -> list[Due]:
+        """The bucket-tagged lobby aggregates (a series) whose recorded deadline is at or before
+        ``now_ms``, oldest first: what a deadline sweeper runs the timer command of."""
+        raise NotImplementedError
 
     # -- private tables' series (engine/lobby/series.py) and their codes ----------------------
     def series_ids(self) -> Iterator[str]:
@@ -139,9 +157,10 @@ class InMemoryLobbyStore(LobbyStore):
         self._events: dict[str, list[LobbyEvent]] = {}
         self._commands: dict[str, dict[str, tuple[int, int]]] = {}
         self._codes: dict[str, str] = {}
+        self._deadlines: dict[str, tuple[str, int, int]] = {}  # aggregate -> (kind, at_ms, version)
 
     def append(self, aggregate: str, expected_version: int, command_id: str,
-               events: Sequence[LobbyEvent]) -> AppendResult:
+               events: Sequence[LobbyEvent], deadline: tuple[str, int] | None = None) -> AppendResult:
         check_lobby_append(aggregate, expected_version, command_id, events)
         with self._lock:
             stream = self._events.setdefault(aggregate, [])
@@ -153,7 +172,16 @@ class InMemoryLobbyStore(LobbyStore):
                 raise WrongVersion(aggregate, expected_version, len(stream))
             stream.extend(events)
             cmds[command_id] = (expected_version + 1, len(stream))
+            if deadline is None:
+                self._deadlines.pop(aggregate, None)
+            else:
+                self._deadlines[aggregate] = (deadline[0], deadline[1], len(stream))
             return AppendResult(version=len(stream), duplicate=False, events=tuple(events))
+
+    def due(self, now_ms: int, limit: int = 1000) -> list[Due]:
+        with self._lock:
+            due = sorted((at, agg, kind, v) for agg, (kind, at, v) in self._deadlines.items() if at <= now_ms)
+        return [Due(agg, kind, at, v) for at, agg, kind, v in due[:limit]]
 
     def load(self, aggregate: str, after: int = 0) -> list[LobbyEvent]:
         with self._lock:
@@ -229,15 +257,19 @@ class RedisLobbyStore(LobbyStore):
         return keys.lobby_keys(aggregate, self.buckets)
 
     def append(self, aggregate: str, expected_version: int, command_id: str,
-               events: Sequence[LobbyEvent]) -> AppendResult:
+               events: Sequence[LobbyEvent], deadline: tuple[str, int] | None = None) -> AppendResult:
         import redis
 
         from engine.store.redis_store import _wrong_version
 
         check_lobby_append(aggregate, expected_version, command_id, events)
         payloads = [encode_lobby_event(e) for e in events]
-        # ARGV as for a match: id, expected, command id, fin "0" (no match finishes), no deadline
-        args: list[Any] = [aggregate, str(expected_version), command_id, "0", "", "", len(payloads), *payloads]
+        # ARGV as for a match: id, expected, command id, fin "0" (no match finishes), the deadline
+        # ("" clears it; else at_ms and "<version>|<kind>|<at_ms>")
+        at, info = "", ""
+        if deadline is not None:
+            at, info = str(deadline[1]), f"{expected_version + len(events)}|{deadline[0]}|{deadline[1]}"
+        args: list[Any] = [aggregate, str(expected_version), command_id, "0", at, info, len(payloads), *payloads]
         try:
             reply = self._append(keys=list(self._keys(aggregate)), args=args)
         except redis.ResponseError as exc:
@@ -295,6 +327,19 @@ class RedisLobbyStore(LobbyStore):
         pipe.delete(ks[0], ks[1])
         pipe.srem(ks[5], f"table:{table}")
         pipe.execute()
+
+    def due(self, now_ms: int, limit: int = 1000) -> list[Due]:
+        out: list[Due] = []
+        for b in range(self.buckets):
+            zkey, hkey = keys.series_keys_of_bucket(b)
+            for member in self.client.zrangebyscore(zkey, "-inf", now_ms, start=0, num=limit):
+                raw = self.client.hget(hkey, member)
+                if raw is None:
+                    continue
+                version, kind, at = _s(raw).split("|")
+                out.append(Due(_s(member), kind, int(at), int(version)))
+        out.sort(key=lambda d: (d.at_ms, d.aggregate))
+        return out[:limit]
 
     def series_ids(self) -> Iterator[str]:
         for b in range(self.buckets):
