@@ -19,7 +19,7 @@ from engine.lobby.series import check_series_stream, replay_series
 from engine.lobby.series_events import series_aggregate
 from engine.match import commands as mc
 from engine.service.series import CODE_ALPHABET, SeriesService, rejection_code
-from engine.service.series_notes import messages_of, resync, settled_series
+from engine.service.series_notes import outcome_messages, resync, settled_series
 from engine.service.service import MatchService
 from engine.store import keys
 from engine.store.lobby_store import RedisLobbyStore
@@ -58,13 +58,8 @@ class SeriesStack:
         return f"c{self.ids}"
 
     def tell(self, out: Any) -> Any:
-        state = out.before
-        for e in out.events if out.committed else ():
-            from engine.lobby.series import apply
-
-            state = apply(state, e)
-            for p, m in messages_of(e, state):
-                self.told.setdefault(p, []).append(m)
+        for p, m in outcome_messages(out):
+            self.told.setdefault(p, []).append(m)
         return out
 
     def run(self, command: sc.SeriesCommand) -> Any:

@@ -10,7 +10,8 @@
   "standings": {"totals", "per_hand", "hands_won", "biggest_bomb"}}``.
 
 Each carries ``command_id``: the player's own command that caused it, else None (a timer's
-or a process manager's).  A bot gets nothing.  :func:`settled_series` is the ``series``
+or a process manager's).  A bot gets nothing.  :func:`outcome_messages` gives every message
+of one command's outcome.  :func:`settled_series` is the ``series``
 field a hand's ``settled`` message carries; :func:`resync` what a reconnect or a reload
 gets again (the totals, an open vote).
 
@@ -27,7 +28,7 @@ from typing import Any
 
 from engine.lobby import series_events as se
 from engine.lobby.events import LobbyEvent
-from engine.lobby.series import SeriesState, summary
+from engine.lobby.series import SeriesState, apply, summary
 
 
 def link_of(code: str) -> str:
@@ -64,6 +65,18 @@ def messages_of(e: LobbyEvent, state: SeriesState) -> list[tuple[str, dict[str, 
         return [(p, {"kind": "series", "state": "finished", "series_id": sid, "reason": e.reason,
                      "standings": e.standings.to_json(), "command_id": None}) for p in people]
     return []
+
+
+def outcome_messages(out: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Every ``(player, message)`` of a command service outcome's appended events, in order
+    (nothing for a refusal or a duplicate: those were told, or are told by the refusal)."""
+    if not getattr(out, "committed", False) or out.before is None:
+        return []
+    state, told = out.before, []
+    for e in out.events:
+        state = apply(state, e)
+        told += messages_of(e, state)
+    return told
 
 
 def settled_series(state: SeriesState) -> dict[str, Any]:
