@@ -373,11 +373,13 @@ def test_the_series_modules_docstring_examples_run() -> None:
     import importlib
 
     tried = 0
-    for name in ("series", "series_events", "series_commands", "series_managers"):
-        result = doctest.testmod(importlib.import_module(f"engine.lobby.{name}"))
+    for name in ("engine.lobby.series", "engine.lobby.series_events", "engine.lobby.series_commands",
+                 "engine.lobby.series_managers", "engine.service.series", "engine.service.series_notes",
+                 "engine.tools.series_life", "engine.store.keys"):
+        result = doctest.testmod(importlib.import_module(name))
         assert result.failed == 0, name
         tried += result.attempted
-    assert tried >= 6
+    assert tried >= 12
 
 
 def test_the_second_seat_opens_the_series_table_with_a_fixed_id() -> None:
