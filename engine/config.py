@@ -165,6 +165,18 @@ class RoomConfig(_Strict):
     #: ... up to this long
     leave_cooldown_max_seconds: float = Field(300.0, ge=0, le=86400, description="lobby: the longest leave "
                                               "cooldown (the doubling stops here)")
+    #: private tables (engine/lobby/series.py, issue 39): an unclaimed table ends (``not_joined``), or a
+    #: bot takes the empty seat where the owner allowed bots, this long after it was opened ...
+    private_join_seconds: float = Field(600.0, ge=1, le=86400, description="private tables: an unclaimed "
+                                        "table ends after this long (not_joined), or a bot takes the seat "
+                                        "where the owner allowed bots")
+    #: ... and a vote to end a series early lasts this long (no answer in time counts as agreed)
+    end_vote_seconds: float = Field(60.0, ge=1, le=3600, description="private tables: how long a vote to "
+                                    "end a series lasts; no answer in time counts as agreed")
+    #: set by the lobby on the hands of a private table (never in a room file): a ladder never
+    #: rates such a match (projections/ratings.py ``rated_match`` skips it as ``private``)
+    private: bool = Field(False, description="a private table's hand: never rated by a ladder (set by the "
+                          "lobby on the match's recorded config)")
     cap_loss_at_balance: bool = False
     #: fixed-hand Deal commands allowed on the operator channel (test rooms only; off in
     #: the shipped configs; run-script and the tests deal through the engine's own path)
@@ -289,6 +301,15 @@ class RoomConfig(_Strict):
         """Plain data for the MatchCreated event (keys as strings for msgpack)."""
         data = self.model_dump(mode="json")
         return data
+
+    def private_record(self) -> dict[str, Any]:
+        """The record a private table's hand is created with (``CreateMatch.config``): this
+        room's config with ``private`` set, so no ladder rates the match (issue 39).
+
+        >>> load_config("points").private_record()["private"]
+        True
+        """
+        return {**self.to_record(), "private": True}
 
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> RoomConfig:

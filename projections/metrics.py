@@ -105,6 +105,16 @@ PLAYERS_REMOVED = Counter("shuangkou_players_removed", "Seated players removed b
 SCORE_TRANSFER = Histogram("shuangkou_score_transfer", "Points or coins the winner gained in a settled match.",
                            ["config"], buckets=_TRANSFER_BUCKETS, registry=REGISTRY)
 
+# --- private tables (issue 39; engine/lobby/series.py) -----------------------
+PRIVATE_TABLES_CREATED = Counter("shuangkou_private_tables_created", "Private tables opened (SeriesCreated).",
+                                 ["config"], registry=REGISTRY)
+PRIVATE_TABLES_FINISHED = Counter("shuangkou_private_tables_finished",
+                                  "Private tables' series finished (SeriesFinished), by reason (completed/dissolved/"
+                                  "escaped/abandoned/not_joined/cancelled).", ["config", "reason"], registry=REGISTRY)
+SERIES_VOTES = Counter("shuangkou_series_votes",
+                       "Votes to end a series early, by outcome (passed/refused/timed_out: counted as passed).",
+                       ["config", "outcome"], registry=REGISTRY)
+
 # --- command handling ------------------------------------------------------
 COMMANDS = Counter("shuangkou_commands", "Commands handled, by type and result (ok/rejected/duplicate/error).",
                    ["command", "result"], registry=REGISTRY)
@@ -388,6 +398,21 @@ def observe_outcome(outcome: OutcomeLike, config_name: str | None = None) -> Non
     events = list(getattr(outcome, "events", ()) or ())
     EVENTS_APPENDED.inc(len(events))
     observe_events(events, cfg)
+
+
+def observe_series_events(events: Iterable[Any], config_name: str) -> None:
+    """Count what newly appended events of one private table's series did (its room's name:
+    ``config_name``): tables opened, series finished by reason, votes by outcome."""
+    cfg = room_label(config_name)
+    for ev in events:
+        kind = getattr(ev, "type", type(ev).__name__)
+        if kind == "SeriesCreated":
+            _child(PRIVATE_TABLES_CREATED, cfg).inc()
+        elif kind == "SeriesFinished":
+            _child(PRIVATE_TABLES_FINISHED, cfg, ev.reason).inc()
+        elif kind == "EndVoted":
+            outcome = "timed_out" if ev.timed_out else "passed" if ev.agree else "refused"
+            _child(SERIES_VOTES, cfg, outcome).inc()
 
 
 def observe_settlement(scores: dict[str, int] | None, config_name: str) -> None:

@@ -59,4 +59,9 @@ Join's time (their place in line and the bot's wait); a Leave sent to a table th
 meanwhile is not lost, the queue holds it (LeftWithTable); a player whose Leave or Escape
 went to a finished match leaves at its settlement; and the leave cooldown
 (``leave_cooldown_seconds``, ``leave_cooldown_max_seconds``) is new.
+
+A third aggregate, a private table's series of hands (issue 39), has the same shape:
+:mod:`engine.lobby.series` (state, ``decide``, ``apply``, replay, the standings), its events
+(:mod:`engine.lobby.series_events`), commands (:mod:`engine.lobby.series_commands`) and
+process managers (:mod:`engine.lobby.series_managers`).
 """

@@ -48,3 +48,67 @@ class TableClosed(Rejected):
 
 
 LOBBY_REJECTION_TYPES: tuple[type[Rejected], ...] = (Cooldown, AlreadyPlaced, UnknownTable, TableClosed)
+
+
+# ---- a private table's series (engine/lobby/series.py, issue 39) ----------------------------
+# ``unknown_table`` (:class:`UnknownTable`) also answers a JoinTable with a code no table has.
+
+class TableFull(Rejected):
+    """A JoinTable at a private table whose two seats are taken."""
+
+    code = "table_full"
+
+
+class TableExpired(Rejected):
+    """A JoinTable (or any command) at a private table nobody joined in the room's
+    ``private_join_seconds``: it ended ``not_joined``."""
+
+    code = "table_expired"
+
+
+class TableCancelled(Rejected):
+    """A command at a private table its owner cancelled before the first deal."""
+
+    code = "table_cancelled"
+
+
+class NotOwner(Rejected):
+    """A CancelTable from a player who did not open the table."""
+
+    code = "not_owner"
+
+
+class TableStarted(Rejected):
+    """A CancelTable after the series' first deal: end it by a vote (RequestEnd) instead."""
+
+    code = "table_started"
+
+
+class NoVoteOpen(Rejected):
+    """A VoteEnd while no vote to end the series runs."""
+
+    code = "no_vote_open"
+
+
+class NotYourVote(Rejected):
+    """A VoteEnd from the player who asked for the vote: the other player answers it."""
+
+    code = "not_your_vote"
+
+
+class VoteOpen(Rejected):
+    """A RequestEnd while a vote to end the series already runs."""
+
+    code = "vote_open"
+
+
+class VoteLimit(Rejected):
+    """A RequestEnd from a player who started the most votes a series allows (3)."""
+
+    code = "vote_limit"
+
+
+SERIES_REJECTION_TYPES: tuple[type[Rejected], ...] = (
+    UnknownTable, TableClosed, TableFull, TableExpired, TableCancelled, NotOwner, TableStarted, NoVoteOpen,
+    NotYourVote, VoteOpen, VoteLimit,
+)

@@ -33,6 +33,12 @@ key                                         type    holds
 ``sk:{b<N>}:tables``                        set     ids of the bucket's tables
 ``sk:{b<N>}:lobby:deadlines``               zset    deadlines of the bucket's lobby aggregates (none yet)
 ``sk:{b<N>}:lobby:deadline_info``           hash    their details, as ``deadline_info``
+``sk:{b<N>}:s:<series>:events``            stream  a private table's series (engine/lobby/series.py); N =
+                                                    :func:`bucket_of` the series id (:func:`series_keys`)
+``sk:{b<N>}:s:<series>:cmds``              hash    the series' command ids
+``sk:{b<N>}:series``                        set     ``series:<id>`` of the bucket's series
+``sk:{b<N>}:code:<CODE>``                   string  a private table's code -> its series id; N =
+                                                    :func:`bucket_of` the code (:func:`code_key`)
 ``sk:{r:<room>}:q:events``                  stream  a room's queue's events, under the room's own tag
                                                     (:func:`queue_keys`)
 ``sk:{r:<room>}:q:cmds``                    hash    the queue's command ids
@@ -218,7 +224,7 @@ def stream_pos(entry: bytes | str) -> tuple[int, int]:
 # ---- the lobby's aggregates (engine/lobby): tables under their bucket, a queue under its room ----
 
 #: the aggregate kinds whose streams go through the same append script as a match's
-LOBBY_KINDS = ("table", "queue")
+LOBBY_KINDS = ("table", "queue", "series")
 
 
 def room_tag(room: str) -> str:
@@ -268,9 +274,46 @@ def queue_keys(room: str) -> tuple[str, str, str, str, str, str]:
             f"{PREFIX}:{tag}:lobby:deadlines", f"{PREFIX}:{tag}:lobby:deadline_info", f"{PREFIX}:{tag}:queues")
 
 
+def series_set_key(bucket: int) -> str:
+    """The set of the bucket's series: ``sk:{b<N>}:series`` (members ``series:<id>``)."""
+    return f"{PREFIX}:{{b{bucket}}}:series"
+
+
+def series_keys(series: str, buckets: int = DEFAULT_BUCKETS) -> tuple[str, str, str, str, str, str]:
+    """The six keys append.lua takes for a private table's series (events, command ids, feed,
+    deadline index, deadline details, member set), all under the series' bucket tag.
+
+    >>> series_keys("s9", 16)[0], series_keys("s9", 16)[5]
+    ('sk:{b2}:s:s9:events', 'sk:{b2}:series')
+    """
+    b = bucket_of(series, buckets)
+    tag = bucket_tag(b)
+    return (f"{PREFIX}:{tag}:s:{series}:events", f"{PREFIX}:{tag}:s:{series}:cmds", feed_key(b),
+            f"{PREFIX}:{tag}:lobby:deadlines", f"{PREFIX}:{tag}:lobby:deadline_info", series_set_key(b))
+
+
+def series_keys_of_bucket(bucket: int) -> tuple[str, str]:
+    """The lobby deadline index of a bucket (the zset, the details hash), where a series'
+    appends record its join or vote timer (:func:`series_keys` [3], [4])."""
+    tag = bucket_tag(bucket)
+    return f"{PREFIX}:{tag}:lobby:deadlines", f"{PREFIX}:{tag}:lobby:deadline_info"
+
+
+def code_key(code: str, buckets: int = DEFAULT_BUCKETS) -> str:
+    """The code index of private tables: ``sk:{b<N>}:code:<CODE>`` -> the series id, under the
+    bucket of the (upper-case) code, so a JoinTable finds its series in one read.
+
+    >>> code_key("k7m2qx", 16) == code_key("K7M2QX", 16)
+    True
+    """
+    code = code.upper()
+    return f"{PREFIX}:{bucket_tag(bucket_of(code, buckets))}:code:{code}"
+
+
 def lobby_keys(aggregate: str, buckets: int = DEFAULT_BUCKETS) -> tuple[str, str, str, str, str, str]:
-    """The append keys of a lobby aggregate id, ``table:<id>`` or ``queue:<room>``
-    (engine/lobby/events.py); ValueError for anything else."""
+    """The append keys of a lobby aggregate id, ``table:<id>``, ``queue:<room>`` or
+    ``series:<id>`` (engine/lobby/events.py, engine/lobby/series_events.py); ValueError for
+    anything else."""
     kind, _, ident = aggregate.partition(":")
     if not ident:
         raise ValueError(f"not a lobby aggregate id: {aggregate!r}")
@@ -278,6 +321,8 @@ def lobby_keys(aggregate: str, buckets: int = DEFAULT_BUCKETS) -> tuple[str, str
         return table_keys(ident, buckets)
     if kind == "queue":
         return queue_keys(ident)
+    if kind == "series":
+        return series_keys(ident, buckets)
     raise ValueError(f"not a lobby aggregate id: {aggregate!r}")
 
 

@@ -1,8 +1,9 @@
-"""The streams of the lobby's aggregates (engine/lobby): a room's queue and its tables, stored
-like matches (docs/ARCHITECTURE.md "Redis layout").
+"""The streams of the lobby's aggregates (engine/lobby): a room's queue, its tables and the
+private tables' series (engine/lobby/series.py, with the code index), stored like matches (docs/ARCHITECTURE.md "Redis layout").
 
 An aggregate is named by the id its events carry (``queue:<room>``, ``table:<id>``,
-engine/lobby/events.py).  An append goes through the match's own script (append.lua): the
+engine/lobby/events.py; ``series:<id>``, engine/lobby/series_events.py, under the series'
+bucket like a table, :func:`engine.store.keys.series_keys`).  An append goes through the match's own script (append.lua): the
 command id (a retry is a duplicate), the expected version, the events, one notification on
 the feed of the aggregate's tag -- a table's bucket feed ``sk:{b<N>}:feed``, a queue's room
 feed ``sk:{r:<room>}:feed`` -- and the aggregate in the member set of its tag, all in one
@@ -28,7 +29,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from engine.lobby.events import LobbyEvent, decode_lobby_event, encode_lobby_event
+from engine.lobby.events import LobbyEvent, encode_lobby_event
+from engine.lobby.series_events import decode_stored_event
 from engine.store import keys
 from engine.store.base import WrongVersion
 
@@ -46,10 +48,21 @@ class AppendResult:
     events: tuple[LobbyEvent, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A lobby aggregate's due deadline: its id, the kind (``join``, ``vote``), when, and the
+    aggregate's version when it was recorded."""
+
+    aggregate: str
+    kind: str
+    at_ms: int
+    version: int
+
+
 def check_lobby_append(aggregate: str, expected_version: int, command_id: str,
                        events: Sequence[LobbyEvent]) -> None:
     """Argument checks of every implementation (a caller bug: ValueError)."""
-    keys.lobby_keys(aggregate)  # a table or a queue
+    keys.lobby_keys(aggregate)  # a table, a queue or a series
     if not command_id:
         raise ValueError("command_id must not be empty")
     if expected_version < 0:
@@ -71,10 +84,12 @@ class LobbyStore(ABC):
 
     @abstractmethod
     def append(self, aggregate: str, expected_version: int, command_id: str,
-               events: Sequence[LobbyEvent]) -> AppendResult:
+               events: Sequence[LobbyEvent], deadline: tuple[str, int] | None = None) -> AppendResult:
         """Append ``events`` (seq expected_version+1 …) if the stream is at
         ``expected_version``; a command id seen before returns its original events with
-        ``duplicate=True``; else :class:`WrongVersion`."""
+        ``duplicate=True``; else :class:`WrongVersion`.  ``deadline``: the aggregate's next
+        timer after the events, ``(kind, at_ms)``, recorded in its tag's lobby deadline index
+        in the same atomic write (None clears it; a series' join or vote timer)."""
 
     @abstractmethod
     def load(self, aggregate: str, after: int = 0) -> list[LobbyEvent]:
@@ -96,6 +111,35 @@ class LobbyStore(ABC):
         events = self.load(aggregate)
         return events[-1].seq if events else 0
 
+    def due(self, now_ms: int, limit: int = 1000) -> list[Due]:
+        """The bucket-tagged lobby aggregates (a series) whose recorded deadline is at or before
+        ``now_ms``, oldest first: what a deadline sweeper runs the timer command of."""
+        raise NotImplementedError
+
+    # -- private tables' series (engine/lobby/series.py) and their codes ----------------------
+    def series_ids(self) -> Iterator[str]:
+        """Every series the store holds (the ids, without ``series:``)."""
+        raise NotImplementedError
+
+    def delete_series(self, series: str, code: str | None = None) -> None:
+        """Remove a series' stream, command ids and membership, and its ``code`` from the
+        index if it still names this series (``shuangkou archive``)."""
+        raise NotImplementedError
+
+    def reserve_code(self, code: str, series: str) -> bool:
+        """Point the private-table code ``code`` at ``series`` unless another series holds it
+        (False: draw another code).  Reserved before the series' SeriesCreated is appended, so
+        a code never names two series; it stays until the series is archived."""
+        raise NotImplementedError
+
+    def series_of_code(self, code: str) -> str | None:
+        """The series a code was reserved for (None: no table has this code)."""
+        raise NotImplementedError
+
+    def release_code(self, code: str, series: str) -> None:
+        """Drop ``code`` from the index if it names ``series``."""
+        raise NotImplementedError
+
     def command_events(self, aggregate: str, command_id: str) -> list[LobbyEvent]:
         """The events a command id appended (empty: none, or never applied)."""
         seqs = self.command_range(aggregate, command_id)
@@ -112,9 +156,11 @@ class InMemoryLobbyStore(LobbyStore):
         self._lock = threading.RLock()
         self._events: dict[str, list[LobbyEvent]] = {}
         self._commands: dict[str, dict[str, tuple[int, int]]] = {}
+        self._codes: dict[str, str] = {}
+        self._deadlines: dict[str, tuple[str, int, int]] = {}  # aggregate -> (kind, at_ms, version)
 
     def append(self, aggregate: str, expected_version: int, command_id: str,
-               events: Sequence[LobbyEvent]) -> AppendResult:
+               events: Sequence[LobbyEvent], deadline: tuple[str, int] | None = None) -> AppendResult:
         check_lobby_append(aggregate, expected_version, command_id, events)
         with self._lock:
             stream = self._events.setdefault(aggregate, [])
@@ -126,7 +172,16 @@ class InMemoryLobbyStore(LobbyStore):
                 raise WrongVersion(aggregate, expected_version, len(stream))
             stream.extend(events)
             cmds[command_id] = (expected_version + 1, len(stream))
+            if deadline is None:
+                self._deadlines.pop(aggregate, None)
+            else:
+                self._deadlines[aggregate] = (deadline[0], deadline[1], len(stream))
             return AppendResult(version=len(stream), duplicate=False, events=tuple(events))
+
+    def due(self, now_ms: int, limit: int = 1000) -> list[Due]:
+        with self._lock:
+            due = sorted((at, agg, kind, v) for agg, (kind, at, v) in self._deadlines.items() if at <= now_ms)
+        return [Due(agg, kind, at, v) for at, agg, kind, v in due[:limit]]
 
     def load(self, aggregate: str, after: int = 0) -> list[LobbyEvent]:
         with self._lock:
@@ -145,6 +200,31 @@ class InMemoryLobbyStore(LobbyStore):
         with self._lock:
             self._events.pop(f"table:{table}", None)
             self._commands.pop(f"table:{table}", None)
+
+    def series_ids(self) -> Iterator[str]:
+        with self._lock:
+            ids = [a[len("series:"):] for a, evs in self._events.items() if a.startswith("series:") and evs]
+        return iter(ids)
+
+    def delete_series(self, series: str, code: str | None = None) -> None:
+        with self._lock:
+            self._events.pop(f"series:{series}", None)
+            self._commands.pop(f"series:{series}", None)
+            if code is not None:
+                self.release_code(code, series)
+
+    def reserve_code(self, code: str, series: str) -> bool:
+        with self._lock:
+            return self._codes.setdefault(code.upper(), series) == series
+
+    def series_of_code(self, code: str) -> str | None:
+        with self._lock:
+            return self._codes.get(code.upper())
+
+    def release_code(self, code: str, series: str) -> None:
+        with self._lock:
+            if self._codes.get(code.upper()) == series:
+                del self._codes[code.upper()]
 
 
 def _s(v: bytes | str) -> str:
@@ -177,15 +257,19 @@ class RedisLobbyStore(LobbyStore):
         return keys.lobby_keys(aggregate, self.buckets)
 
     def append(self, aggregate: str, expected_version: int, command_id: str,
-               events: Sequence[LobbyEvent]) -> AppendResult:
+               events: Sequence[LobbyEvent], deadline: tuple[str, int] | None = None) -> AppendResult:
         import redis
 
         from engine.store.redis_store import _wrong_version
 
         check_lobby_append(aggregate, expected_version, command_id, events)
         payloads = [encode_lobby_event(e) for e in events]
-        # ARGV as for a match: id, expected, command id, fin "0" (no match finishes), no deadline
-        args: list[Any] = [aggregate, str(expected_version), command_id, "0", "", "", len(payloads), *payloads]
+        # ARGV as for a match: id, expected, command id, fin "0" (no match finishes), the deadline
+        # ("" clears it; else at_ms and "<version>|<kind>|<at_ms>")
+        at, info = "", ""
+        if deadline is not None:
+            at, info = str(deadline[1]), f"{expected_version + len(events)}|{deadline[0]}|{deadline[1]}"
+        args: list[Any] = [aggregate, str(expected_version), command_id, "0", at, info, len(payloads), *payloads]
         try:
             reply = self._append(keys=list(self._keys(aggregate)), args=args)
         except redis.ResponseError as exc:
@@ -206,7 +290,7 @@ class RedisLobbyStore(LobbyStore):
         start = f"{max(first, 1)}-0"
         while True:
             page = self.client.xrange(stream, min=start, max=end, count=self.page)
-            out += [decode_lobby_event(fields[b"e"]) for _id, fields in page]
+            out += [decode_stored_event(fields[b"e"]) for _id, fields in page]
             if len(page) < self.page:
                 return out
             start = f"{keys.seq_of(page[-1][0]) + 1}-0"
@@ -243,3 +327,44 @@ class RedisLobbyStore(LobbyStore):
         pipe.delete(ks[0], ks[1])
         pipe.srem(ks[5], f"table:{table}")
         pipe.execute()
+
+    def due(self, now_ms: int, limit: int = 1000) -> list[Due]:
+        out: list[Due] = []
+        for b in range(self.buckets):
+            zkey, hkey = keys.series_keys_of_bucket(b)
+            for member in self.client.zrangebyscore(zkey, "-inf", now_ms, start=0, num=limit):
+                raw = self.client.hget(hkey, member)
+                if raw is None:
+                    continue
+                version, kind, at = _s(raw).split("|")
+                out.append(Due(_s(member), kind, int(at), int(version)))
+        out.sort(key=lambda d: (d.at_ms, d.aggregate))
+        return out[:limit]
+
+    def series_ids(self) -> Iterator[str]:
+        for b in range(self.buckets):
+            for member in self.client.sscan_iter(keys.series_set_key(b), count=500):
+                yield _s(member)[len("series:"):]
+
+    def delete_series(self, series: str, code: str | None = None) -> None:
+        ks = keys.series_keys(series, self.buckets)
+        pipe = self.client.pipeline(transaction=True)  # one slot: the series' bucket
+        pipe.delete(ks[0], ks[1])
+        pipe.srem(ks[5], f"series:{series}")
+        pipe.execute()
+        if code is not None:
+            self.release_code(code, series)
+
+    def reserve_code(self, code: str, series: str) -> bool:
+        key = keys.code_key(code, self.buckets)
+        if self.client.set(key, series, nx=True):
+            return True
+        return self.series_of_code(code) == series  # a retry of this series' own reservation
+
+    def series_of_code(self, code: str) -> str | None:
+        raw = self.client.get(keys.code_key(code, self.buckets))
+        return None if raw is None else _s(raw)
+
+    def release_code(self, code: str, series: str) -> None:
+        if self.series_of_code(code) == series:  # only this series' code (codes are never reused before)
+            self.client.delete(keys.code_key(code, self.buckets))

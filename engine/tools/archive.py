@@ -67,11 +67,13 @@ class ArchiveReport:
     bytes_written: int
     #: closed tables archived with their matches (:func:`archive_tables`)
     tables: tuple[str, ...] = ()
+    #: finished series archived with their hands (:func:`archive_series`)
+    series: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"checked": self.checked, "archived": list(self.archived),
                 "skipped_unsettled": list(self.skipped_unsettled), "bytes_written": self.bytes_written,
-                "tables_archived": list(self.tables)}
+                "tables_archived": list(self.tables), "series_archived": list(self.series)}
 
 
 TABLE_FORMAT = "shuangkou-table/1"
@@ -121,6 +123,69 @@ def archive_tables(lobby: Any, store: Any, to_dir: str | Path, older_than_ms: in
         written += len(text.encode("utf-8"))
         done.append(tid)
     return done, written
+
+
+SERIES_FORMAT = "shuangkou-series/1"
+
+
+def series_file_name(series: str) -> str:
+    """The archive file of a private table's series: ``series-`` and the match file name rule."""
+    return "series-" + archive_file_name(series)
+
+
+def archive_series(lobby: Any, store: Any, to_dir: str | Path, older_than_ms: int, now_ms: int) -> tuple[
+        list[str], int]:
+    """Archive every finished series (engine/lobby/series.py) whose finish is older than the
+    cut-off and none of whose hands is still in the store (they were archived first, as a
+    table's matches are): one JSON Lines file (a header ``{"format", "series", "room",
+    "owner", "players", "hands", "matches", "reason", "standings", "archived_at_ms"}``, then
+    each event as a dict), read back, then the series' keys and its code deleted.  The
+    archived series and the bytes written."""
+    from engine.lobby.series import replay_series
+    from engine.lobby.series_events import series_aggregate, stored_event_from_dict
+    from engine.lobby.events import lobby_event_to_dict
+
+    out_dir = Path(to_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cutoff = now_ms - older_than_ms
+    done: list[str] = []
+    written = 0
+    for sid in sorted(lobby.series_ids()):
+        events = lobby.load(series_aggregate(sid))
+        if not events:
+            continue
+        s = replay_series(sid, events)
+        if s.status != "finished" or events[-1].ts > cutoff:
+            continue
+        matches = [e.match for e in events if type(e).__name__ == "HandStarted"]
+        if any(store.version(m) for m in matches):  # a hand is still live: it goes first
+            continue
+        head = {"format": SERIES_FORMAT, "series": sid, "room": s.room, "owner": s.owner, "players": list(s.players),
+                "bot": s.bot, "hands": s.hands, "matches": matches, "reason": s.reason,
+                "standings": s.final.to_json() if s.final is not None else None, "archived_at_ms": now_ms}
+        lines = [json.dumps(head, ensure_ascii=False)]
+        lines += [json.dumps(lobby_event_to_dict(e), ensure_ascii=False) for e in events]
+        text = "\n".join(lines) + "\n"
+        path = out_dir / series_file_name(sid)
+        _write_atomic(path, text)
+        back = [stored_event_from_dict(json.loads(x)) for x in path.read_text(encoding="utf-8").splitlines()[1:]]
+        if back != list(events):
+            raise RuntimeError(f"archive of series {sid} at {path} does not read back: nothing deleted")
+        lobby.delete_series(sid, s.code or None)
+        written += len(text.encode("utf-8"))
+        done.append(sid)
+    return done, written
+
+
+def read_series_archive(path: str | Path) -> tuple[dict[str, Any], list[Any]]:
+    """A series' archive file: its header and its events."""
+    from engine.lobby.series_events import stored_event_from_dict
+
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    head = json.loads(lines[0])
+    if head.get("format") != SERIES_FORMAT:
+        raise ValueError(f"{path} is not a series archive ({head.get('format')!r})")
+    return head, [stored_event_from_dict(json.loads(x)) for x in lines[1:] if x.strip()]
 
 
 def read_table_archive(path: str | Path) -> tuple[dict[str, Any], list[Any]]:

@@ -5,13 +5,15 @@ settlement, ledger entries; one JSON Lines file per match, the format of
 ``shuangkou export``) to DIR, checks each file reads back, then deletes the
 match from Redis (:mod:`engine.tools.archive`).  Then each closed table whose close is older
 than DAYS and none of whose matches is left in Redis (the lobby's table streams) goes to a
-``table-….jsonl`` file in DIR the same way (:func:`engine.tools.archive.archive_tables`).  ``shuangkou replay --events
+``table-….jsonl`` file in DIR the same way (:func:`engine.tools.archive.archive_tables`), and each
+finished private-table series whose hands are all archived to a ``series-….jsonl`` file, its
+code freed (:func:`engine.tools.archive.archive_series`).  ``shuangkou replay --events
 FILE`` and ``shuangkou replay --all --archive DIR`` read the files.
 
 Example::
 
     $ shuangkou archive --older-than 30 --to /var/lib/shuangkou/archive
-    archived 1200 of 1500 matches (3.1 MB written); 0 finished but not settled yet; 590 closed table(s) archived with their matches
+    archived 1200 of 1500 matches (3.1 MB written); 0 finished but not settled yet; 590 closed table(s) archived with their matches; 12 finished series archived with their hands
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from shuangkou.cli.serve import connect_redis
     from engine.store.redis_store import RedisEventStore
     from engine.store.lobby_store import RedisLobbyStore
-    from engine.tools.archive import DAY_MS, ArchiveReport, archive_matches, archive_tables
+    from engine.tools.archive import DAY_MS, ArchiveReport, archive_matches, archive_series, archive_tables
     from projections.ledger import RedisLedger
 
     if not args.redis:
@@ -49,10 +51,11 @@ def run(args: argparse.Namespace) -> int:
         store.check_layout()
         now = int(time.time() * 1000)
         report = archive_matches(store, RedisLedger(client), args.to, int(args.older_than * DAY_MS), now)
-        tables, more = archive_tables(RedisLobbyStore(client, buckets=store.buckets), store, args.to,
-                                      int(args.older_than * DAY_MS), now)
+        lobby = RedisLobbyStore(client, buckets=store.buckets)
+        tables, more = archive_tables(lobby, store, args.to, int(args.older_than * DAY_MS), now)
+        series, more_series = archive_series(lobby, store, args.to, int(args.older_than * DAY_MS), now)
         report = ArchiveReport(report.checked, report.archived, report.skipped_unsettled,
-                               report.bytes_written + more, tuple(tables))
+                               report.bytes_written + more + more_series, tuple(tables), tuple(series))
     except OSError as exc:
         raise CliError(f"cannot write to {args.to}: {exc.strerror or exc}") from None
     except Exception as exc:
@@ -63,5 +66,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"archived {len(report.archived)} of {report.checked} matches "
               f"({report.bytes_written / 1e6:.1f} MB written); "
               f"{len(report.skipped_unsettled)} finished but not settled yet; "
-              f"{len(report.tables)} closed table(s) archived with their matches")
+              f"{len(report.tables)} closed table(s) archived with their matches; "
+              f"{len(report.series)} finished series archived with their hands")
     return 0

@@ -8,7 +8,10 @@ events; ``settled`` says which).  Filters:
 
 * ``--player P``: P was seated in the match; the tables P sat at are listed too (after the
   matches; JSON: rows with ``"kind": "table"``, the table's id, room, players, status,
-  close reason and matches; ``shuangkou replay --table ID`` tells a table's life);
+  close reason and matches; ``shuangkou replay --table ID`` tells a table's life), and the
+  private tables' series P played (JSON: rows with ``"kind": "series"``, the series' id, room,
+  players, hands, hands played, status, finish reason, totals and matches; ``shuangkou
+  replay --series ID`` prints one hand by hand);
 * ``--since T``: the match started at or after T -- an ISO date or time
   (``2026-12-01``, ``2026-12-01T10:30``, UTC unless it names a zone), ms
   since the epoch, or an age (``90m``, ``2h``, ``7d``);
@@ -167,12 +170,13 @@ def run(args: argparse.Namespace) -> int:
     rows.sort(key=lambda r: (-(r["started_ms"] or 0), r["match_id"]))
     try:
         tables = player_tables(store, args.player, args.room, since) if args.player and not args.archived else []
+        series = player_series(store, args.player, args.room, since) if args.player and not args.archived else []
     except Exception as exc:
         raise CliError(f"cannot read tables from {args.redis}: {exc}") from None
     if args.json:
-        print(json.dumps(rows + tables, ensure_ascii=False))
+        print(json.dumps(rows + tables + series, ensure_ascii=False))
         return 0
-    if not rows and not tables:
+    if not rows and not tables and not series:
         print("no matches")
         return 0
     for r in rows:
@@ -192,7 +196,41 @@ def run(args: argparse.Namespace) -> int:
         state = f"closed ({t['close_reason']})" if t["status"] == "closed" else t["status"]
         print(f"table {t['table']}  {t['started']}  {t['room']}  {' vs '.join(t['players'])}  {state}  "
               f"matches: {', '.join(t['matches']) or 'none'}  (shuangkou replay --table {t['table']})")
+    for r in series:
+        state = f"finished ({r['reason']})" if r["status"] == "finished" else r["status"]
+        totals = ", ".join(f"{p} {v:+d}" for p, v in r["totals"].items())
+        print(f"series {r['series']}  {r['started']}  {r['room']}  {' vs '.join(r['players'])}  "
+              f"{r['hands_played']}/{r['hands']} hands  {state}  totals: {totals}  "
+              f"(shuangkou replay --series {r['series']})")
     return 0
+
+
+def player_series(store: Any, player: str, room: str | None, since: int | None) -> list[dict[str, Any]]:
+    """The private tables' series ``player`` played (engine/store/lobby_store.py), newest
+    first: rows with ``kind`` ``series``: the series' id, room, players, hands, hands played,
+    status, finish reason, totals and its hands' matches."""
+    from engine.lobby.series import replay_series
+    from engine.lobby.series_events import series_aggregate
+    from engine.store.lobby_store import RedisLobbyStore
+    from projections.timeline import format_ts
+
+    lobby = RedisLobbyStore(store.client, buckets=store.buckets)
+    out: list[dict[str, Any]] = []
+    for sid in lobby.series_ids():
+        events = lobby.load(series_aggregate(sid))
+        if not events:
+            continue
+        s = replay_series(sid, events)
+        started = events[0].ts
+        if player not in s.players or (room and s.room != room) or (since is not None and started < since):
+            continue
+        matches = [h.match for h in s.played] + ([s.current] if s.current else [])
+        out.append({"kind": "series", "series": sid, "room": s.room, "players": list(s.players), "bot": s.bot,
+                    "hands": s.hands, "hands_played": len(s.played), "status": s.status, "reason": s.reason,
+                    "totals": s.totals(), "started_ms": started, "started": format_ts(started),
+                    "matches": matches})
+    out.sort(key=lambda r: (-r["started_ms"], r["series"]))
+    return out
 
 
 def player_tables(store: Any, player: str, room: str | None, since: int | None) -> list[dict[str, Any]]:

@@ -1,6 +1,8 @@
 """``shuangkou replay MATCH_ID --redis URL | --events FILE [--json] [--all]``, and
 ``shuangkou replay --table ID --redis URL [--json]``: a table's life (who joined, who was
-seated, each match and how it ended, each leave, why it closed; engine/tools/table_life.py).
+seated, each match and how it ended, each leave, why it closed; engine/tools/table_life.py),
+and ``shuangkou replay --series ID --redis URL [--json]``: a private table's series hand by
+hand with its standings (engine/tools/series_life.py).
 
 Rebuild a match from its stored events, print it play by play in card
 notation -- with each event's UTC time, the time each turn took, a separator
@@ -47,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table", metavar="ID",
                         help="print a table's life instead: who joined, who was seated, each match, each leave, "
                              "and why it closed (from the table's and its room queue's streams)")
+    parser.add_argument("--series", metavar="ID",
+                        help="print a private table's series instead: hand by hand with its scores and "
+                             "running totals, each vote to end, why it finished, and its standings")
 
 
 def _load_file(path: str) -> Any:
@@ -234,9 +239,54 @@ def run_table(args: argparse.Namespace) -> int:
     return 1 if report["problems"] else 0
 
 
+def run_series(args: argparse.Namespace) -> int:
+    """``replay --series ID``: the series hand by hand with its standings
+    (engine/tools/series_life.py); exit 0 when its stream is sound, 1 for an unknown series or
+    a problem in its stream."""
+    from shuangkou.cli import CliError, NotFound
+
+    if args.match_id or args.events or args.all or args.archive or args.table:
+        raise CliError("--series ID takes no MATCH_ID, --table, --events, --all or --archive")
+    url = args.redis or os.environ.get("SK_REDIS_URL") or None
+    if not url:
+        raise CliError("give --redis URL (or set SK_REDIS_URL): series are read from the store")
+    from engine.lobby.series_events import series_aggregate
+    from engine.match.replay import replay as replay_match
+    from engine.store.lobby_store import RedisLobbyStore
+    from engine.tools.series_life import format_series_life, series_life
+    from shuangkou.cli.export import read_only_store
+
+    store = read_only_store(url)  # the read-only user is enough
+    try:
+        lobby = RedisLobbyStore(store.client, buckets=store.buckets)
+        events = lobby.load(series_aggregate(args.series))
+        matches = {}
+        for e in events:
+            mid = getattr(e, "match", None)
+            if type(e).__name__ == "HandStarted" and mid and mid not in matches:
+                m_events = store.load(mid)
+                if m_events:
+                    matches[mid] = replay_match(m_events, match_id=mid)
+    except Exception as exc:
+        raise CliError(f"cannot load from {url}: {exc}") from None
+    report = series_life(args.series, events, matches)
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+        return 1 if report["problems"] else 0
+    if not events:
+        raise NotFound(f"no such series: {args.series!r}")
+    for line in format_series_life(report):
+        print(line)
+    for p in report["problems"]:
+        print(f"  problem: {p}")
+    return 1 if report["problems"] else 0
+
+
 def run(args: argparse.Namespace) -> int:
     from shuangkou.cli import CliError
 
+    if getattr(args, "series", None):
+        return run_series(args)
     if getattr(args, "table", None):
         return run_table(args)
     if args.redis and args.events:

@@ -573,6 +573,12 @@ export type RoomConfig = {
   leave_cooldown_seconds?: number;
   /** lobby: the longest leave cooldown (the doubling stops here) */
   leave_cooldown_max_seconds?: number;
+  /** private tables: an unclaimed table ends after this long (not_joined), or a bot takes the seat where the owner allowed bots */
+  private_join_seconds?: number;
+  /** private tables: how long a vote to end a series lasts; no answer in time counts as agreed */
+  end_vote_seconds?: number;
+  /** a private table's hand: never rated by a ladder (set by the lobby on the match's recorded config) */
+  private?: boolean;
   /** a player pays at most the balance seated with */
   cap_loss_at_balance?: boolean;
   /** fixed deals allowed on the operator channel (tests only) */
@@ -991,7 +997,7 @@ export type RejectedMessage = {
   /** the command_id of your refused command */
   command_id: string | null;
   /** a stable machine-readable code (docs/PROTOCOL.md §8 "Codes") */
-  code: "already_placed" | "bad_command" | "cannot_pass" | "command_id_reused" | "cooldown" | "does_not_beat" | "insufficient_balance" | "internal_error" | "match_exists" | "match_over" | "not_a_combination" | "not_allowed" | "not_in_hand" | "not_seated" | "not_your_turn" | "rate_limited" | "rejected" | "seat_refused" | "stale" | "table_closed" | "unknown_match" | "unknown_room" | "unknown_table" | "wrong_phase";
+  code: "already_placed" | "bad_command" | "cannot_pass" | "command_id_reused" | "cooldown" | "does_not_beat" | "insufficient_balance" | "internal_error" | "match_exists" | "match_over" | "no_vote_open" | "not_a_combination" | "not_allowed" | "not_in_hand" | "not_owner" | "not_seated" | "not_your_turn" | "not_your_vote" | "rate_limited" | "rejected" | "seat_refused" | "stale" | "table_cancelled" | "table_closed" | "table_expired" | "table_full" | "table_started" | "unknown_match" | "unknown_room" | "unknown_table" | "vote_limit" | "vote_open" | "wrong_phase";
   /** why, in English, for a person */
   reason: string;
   /** your current view of the match, when there is one: decide again on it */
