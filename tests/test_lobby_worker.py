@@ -261,3 +261,22 @@ def test_lobby_upgrade_refuses_while_an_old_table_is_open_then_requeues_the_wait
     stack.run()
     assert stack.place("ann")["state"] == "queued"
     assert [(m["state"], m["command_id"]) for m in stack.told("ann")] == [("queued", "upgrade:ann")]
+
+
+def test_a_ranked_rooms_join_carries_the_players_rating_of_the_running_season(real_redis) -> None:
+    from engine.lobby.events import queue_aggregate
+    from engine.store.lobby_store import RedisLobbyStore
+    from projections.ladders import RedisRatingStore
+
+    stack = Stack(real_redis, ranked=True)
+    stack.send("Join", "ann", "j0")
+    stack.run()
+    (first,) = RedisLobbyStore(real_redis).load(queue_aggregate("points"))
+    assert first.rating is None  # no season runs: no ladder to pair by
+    stack.send("Leave", "ann", "l0")
+    stack.run()
+    RedisRatingStore(real_redis).start_season("s1", stack.clock.now)
+    stack.send("Join", "ann", "j1")
+    stack.run()
+    joined = RedisLobbyStore(real_redis).load(queue_aggregate("points"))[-1]
+    assert type(joined).__name__ == "PlayerQueued" and joined.rating is not None and joined.rating > 0
