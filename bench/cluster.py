@@ -121,7 +121,7 @@ def slot_of(command: str) -> str | None:
     return "{" + m.group(2) + "}" if m.group(2) is not None else m.group(1)
 
 
-_LOBBY_KEY = re.compile(r'"sk:(?:\{lobby\}|\{b\d+\}:(?:t:|tables"|lobby:)|\{r:)')
+_LOBBY_KEY = re.compile(r'"sk:(?:\{lobby\}|\{b\d+\}:(?:t:|tables"|lobby[:"])|\{r:|place:)')
 #: the pseudo-slot :class:`SlotCounter` counts the lobby's commands under, whatever their slot
 LOBBY_KEYS = "lobby-keys"
 

@@ -96,6 +96,7 @@ COMMANDS = [
     ["serve"], ["simulate", "-n", "1", "--no-progress"], ["replay", "--all"], ["export", "m1"],
     ["matches"], ["verify-deal", "m1"], ["reconcile"], ["archive", "--older-than", "1", "--to", "{tmp}"],
     ["ledger", "show", "alice"], ["room", "list"], ["gateway", "--secret-file", "{tmp}/secret"],
+    ["lobby-upgrade"],
 ]
 
 

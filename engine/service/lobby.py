@@ -47,6 +47,17 @@ def new_table_id() -> str:
     return "t" + secrets.token_hex(6)
 
 
+def new_bot_id() -> str:
+    """A bot's id: ``bot-`` and 12 random digits (:func:`engine.store.keys.is_bot_id`)."""
+    return f"bot-{secrets.randbelow(10**12):012d}"
+
+
+#: the queue's bot policy: fixed, or by room (``gateway --bots`` offers bots per room)
+Bots = BotPolicy | Callable[[str], BotPolicy | None] | None
+#: the room a player waits or sits in, if any (the ``place`` read model): a Join elsewhere
+Places = Callable[[str], str | None]
+
+
 class LobbyStreams:
     """A :class:`LobbyStore` as the command service's :class:`Streams`."""
 
@@ -71,11 +82,15 @@ class QueueAggregate:
     """A room's queue: ``queue:<room>``."""
 
     def __init__(self, clock: Callable[[], int], rooms: RoomSource | None, balances: BalanceSource | None,
-                 table_ids: Callable[[], str] = new_table_id, bots: BotPolicy | None = None,
-                 bot_ids: Callable[[], str] | None = None):
+                 table_ids: Callable[[], str] = new_table_id, bots: Bots = None,
+                 bot_ids: Callable[[], str] | None = None, places: Places | None = None,
+                 ratings: Callable[[str, str], float | None] | None = None):
         self.clock, self.rooms, self.balances = clock, rooms, balances
         self.table_ids, self.bots = table_ids, bots
-        self.bot_ids = bot_ids or (lambda: "bot-" + secrets.token_hex(4))
+        self.bot_ids = bot_ids or new_bot_id
+        self.places = places
+        #: ranked rooms: the player's rating now, the Join's snapshot when it names none
+        self.ratings = ratings
 
     def id_of(self, command: lc.LobbyCommand) -> str:
         return ev.queue_aggregate(getattr(command, "room"))
@@ -95,8 +110,23 @@ class QueueAggregate:
         if isinstance(command, lc.Join) and cfg is not None and self.balances is not None:
             balance = int(self.balances.balance(command.player, cfg.mode))
         bot = isinstance(command, lc.QueueTimer)
+        bots = self.bots(state.room) if callable(self.bots) else self.bots
+        elsewhere = None
+        if isinstance(command, lc.Join) and self.places is not None:
+            at = self.places(command.player)
+            elsewhere = at if at and at != state.room else None
         return LobbyContext(now_ms=int(self.clock()), room=cfg, balance=balance, table_id=self.table_ids(),
-                            bot_id=self.bot_ids() if bot else None, bots=self.bots)
+                            bot_id=self.bot_ids() if bot else None, bots=bots, elsewhere=elsewhere)
+
+    def command(self, command: lc.LobbyCommand) -> lc.LobbyCommand:
+        """A ranked room's Join with the player's rating snapshot when it names none."""
+        if isinstance(command, lc.Join) and command.rating is None and self.ratings is not None:
+            cfg = self.rooms.get(command.room) if self.rooms is not None else None
+            if cfg is not None and getattr(cfg, "ranked", False):
+                rating = self.ratings(command.player, command.room)
+                if rating is not None:
+                    return command.model_copy(update={"rating": rating})
+        return command
 
     def decide_and_apply(self, state: QueueState, command: lc.LobbyCommand,
                          ctx: LobbyContext) -> tuple[list[Any], QueueState]:
@@ -163,8 +193,9 @@ class LobbyEngine:
 
     def __init__(self, store: LobbyStore, matches: MatchRunner, *, clock: Callable[[], int],
                  rooms: RoomSource | None, balances: BalanceSource | None = None,
-                 settlements: SettlementSource | None = None, bots: BotPolicy | None = None,
+                 settlements: SettlementSource | None = None, bots: Bots = None,
                  table_ids: Callable[[], str] = new_table_id, bot_ids: Callable[[], str] | None = None,
+                 places: Places | None = None, ratings: Callable[[str, str], float | None] | None = None,
                  on_event: Callable[[ev.LobbyEvent], None] | None = None, follow_appends: bool = True,
                  notes: Callable[[ev.LobbyEvent, TableState | None], None] | None = None):
         self.store = store
@@ -174,7 +205,8 @@ class LobbyEngine:
         self.matches = matches
         self.settlements = settlements
         self.queues: CommandService[QueueState, lc.LobbyCommand] = CommandService(
-            QueueAggregate(clock, rooms, balances, table_ids, bots, bot_ids), LobbyStreams(store), cache=DictCache())
+            QueueAggregate(clock, rooms, balances, table_ids, bots, bot_ids, places, ratings), LobbyStreams(store),
+            cache=DictCache())
         self.tables: CommandService[TableState, lc.LobbyCommand] = CommandService(
             TableAggregate(clock, rooms), LobbyStreams(store), cache=DictCache())
         self.pending: dict[Target, deque[Any]] = {}
@@ -190,6 +222,9 @@ class LobbyEngine:
         the room's queue; the managers' follow-ups wait in :attr:`pending`."""
         if getattr(command, "table", None) is not None:
             raise ValueError("a player's command goes to the room's queue (table None)")
+        agg = self.queues.aggregate
+        if isinstance(agg, QueueAggregate):
+            command = agg.command(command)
         return self._run_queue(command)
 
     def run_match(self, command: mc.CommandBase) -> Any:

@@ -28,14 +28,19 @@ from typing import Any
 
 from engine.lobby import events as ev
 from engine.lobby import managers
+from engine.lobby.evolve import apply as lobby_apply
 from engine.lobby.replay import replay_table
-from engine.match.replay import replay as replay_match
+from engine.lobby.state import TableState
+from engine.match.events import MatchFinished
 from engine.service.lobby import LobbyEngine
 from engine.store import keys
 
 _log = logging.getLogger(__name__)
 
 GROUP = "sk-lobby"
+
+#: ``notes(event, table state after it or None, the queue's waiting count or None)``
+Notes = Callable[[ev.LobbyEvent, "TableState | None", "int | None"], None]
 
 
 def _s(v: Any) -> str:
@@ -46,11 +51,16 @@ class LobbyFeedManager:
     """Follow the feeds of ``buckets`` and of ``rooms()``' queues (the module docstring)."""
 
     def __init__(self, client: Any, engine: LobbyEngine, *, consumer: str = "lobby-1", group: str = GROUP,
-                 buckets: Sequence[int] | None = None, rooms: Callable[[], Sequence[str]] = lambda: ()):
+                 buckets: Sequence[int] | None = None, rooms: Callable[[], Sequence[str]] = lambda: (),
+                 notes: Notes | None = None):
         if engine.follow_appends:
             raise ValueError("the feed manager derives the follow-ups itself: LobbyEngine(follow_appends=False)")
         self.client = client
         self.engine = engine
+        #: what each event changes outside the lobby's streams (the players' messages, the read
+        #: models: engine/service/lobby_notes.py), written before the event is acted on
+        self.notes = notes
+        self._tables: set[str] = set()  # tables known to exist (a table never stops existing)
         self.consumer = consumer
         self.group = group
         self.buckets = list(buckets) if buckets is not None else list(range(engine.store.buckets))
@@ -97,32 +107,59 @@ class LobbyFeedManager:
 
     # -- one entry ------------------------------------------------------------------------------
     def handle(self, f: dict[str, str]) -> bool:
-        """Run what one feed entry asks of the lobby; False: not done yet (leave it pending)."""
+        """Run what one feed entry asks of the lobby; False: not done yet (leave it pending).
+        The entry's events are told (:attr:`notes`) before the commands they cause run, so
+        whatever those commands tell a player comes after."""
         agg, first, last = f.get("match", ""), int(f.get("from", "0")), int(f.get("to", "0"))
         eng = self.engine
         if agg.startswith("queue:"):
             room = agg.partition(":")[2]
-            for e in self._slice(eng.store.load(agg), first, last):
+            events = self._slice(eng.store.load(agg, max(0, first - 1)), first, last)
+            if self.notes is not None and events:
+                waiting = len(eng.queue(room).waiting)
+                for e in events:
+                    self.notes(e, None, waiting)
+            for e in events:
                 eng.follow_queue(room, e)
         elif agg.startswith("table:"):
             table = agg.partition(":")[2]
             events = eng.store.load(agg)
             state = replay_table(table, events[:first - 1])
-            eng.follow_table(state, self._slice(events, first, last))
+            fresh = self._slice(events, first, last)
+            if self.notes is not None:
+                after = state
+                for e in fresh:
+                    after = lobby_apply(after, e)
+                    self.notes(e, after, None)
+            eng.follow_table(state, fresh)
             eng.drain()
             return self._settled(table)
         else:
             table, sep, _n = agg.rpartition("-")
-            if not sep or not eng.store.version(ev.table_aggregate(table)):
+            if not sep or not self._is_table(table):
                 return True  # a match of no table (an operator's): nothing for the lobby
             match_store = getattr(eng.matches, "store")
-            events = match_store.load(agg)
-            upto = replay_match(events[:last], match_id=agg)
-            escaped = [s.player for s in upto.seats if s is not None and s.escaped]
-            for c in managers.from_match(table, agg, self._slice(events, first, last), escaped):
+            events = self._slice(match_store.load(agg, max(0, first - 1)), first, last)
+            if not events:
+                return True
+            escaped: list[str] = []
+            if any(isinstance(e, MatchFinished) for e in events):  # who escaped: named at the finish
+                now = eng.matches.load_state(agg)
+                escaped = [s.player for s in now.seats if s is not None and s.escaped]
+            for c in managers.from_match(table, agg, events, escaped):
                 eng.send(("table", table), c)
         eng.drain()
         return True
+
+    def _is_table(self, table: str) -> bool:
+        if table in self._tables:
+            return True
+        if self.engine.store.version(ev.table_aggregate(table)):
+            if len(self._tables) > 100_000:
+                self._tables.clear()
+            self._tables.add(table)
+            return True
+        return False
 
     @staticmethod
     def _slice(events: Sequence[Any], first: int, last: int) -> list[Any]:

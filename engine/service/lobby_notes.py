@@ -79,3 +79,99 @@ class OutboxNotes:
                 self.client.spublish(stream, "")
             except Exception:  # a notice only wakes a reader early
                 pass
+
+
+def _place_changes(e: ev.LobbyEvent, table: TableState | None) -> list[tuple[str, dict[str, str] | None]]:
+    """Where an event puts players (the ``place`` read model): ``(player, fields)`` with None
+    for nowhere.  A queue event names the room in its aggregate; a table event is read with
+    the table's state after it."""
+    room = e.aggregate.partition(":")[2] if e.aggregate.startswith("queue:") else (table.room if table else "")
+    if isinstance(e, ev.PlayerQueued):
+        return [(e.player, {"state": "queued", "room": room, "table": "", "match": ""})]
+    if isinstance(e, (ev.PlayerLeftQueue, ev.LeftWithTable)):
+        return [(e.player, None)]
+    if isinstance(e, ev.TablePaired):
+        return [(p, {"state": "table", "room": room, "table": e.table, "match": e.match}) for p in e.players]
+    if isinstance(e, ev.BotSeated):
+        return [(p, {"state": "table", "room": room, "table": e.table, "match": e.match}) for p in (e.player, e.bot)]
+    if table is None:
+        return []
+    if isinstance(e, (ev.TableOpened, ev.MatchSeated, ev.NextMatchOffered)):
+        return [(p, {"state": "table", "room": table.room, "table": table.table, "match": table.match or ""})
+                for p in table.players]
+    if isinstance(e, ev.TableClosed):
+        return [(p, None) for p, _r in e.removed]
+    return []
+
+
+def table_info(table: TableState) -> dict[str, str]:
+    """A table's read model (:func:`engine.store.keys.table_info_key`): what the gateways read
+    of a table (its players, its current match, its status)."""
+    players = list(table.players) + ["", ""]
+    finished = (table.match or "") if table.status == "between" else ""
+    return {"room": table.room, "a": players[0], "b": players[1], "n": str(table.n), "match": table.match or "",
+            "status": table.status, "finished": finished, "escaped": table.escaper or "",
+            "bot_level": (table.bot_level or "") if table.bot else ""}
+
+
+class LobbyOutbox:
+    """What each stored lobby event changes outside the lobby's streams, written by whoever
+    follows the event's feed (engine/service/lobby_feed.py) before it acts on the event:
+
+    * the players' ``place`` and the table's ``info`` read models (what the gateways read);
+    * the room queue's ``info`` (``waiting``: the gateways' queue-length gauge);
+    * the ``lobby`` messages (:func:`messages_of`) and, at a MatchSettled, each player's
+      ``settled`` message (their own breakdown and balance, from the ledger) on the players'
+      streams, through the publisher (capped, expiring, with the notice);
+    * a BotSeated on the room's bot seats stream, for the process that plays the bot.
+
+    Writing again what was written (a feed entry read twice) changes nothing a reader could
+    tell but a repeated message, which the gateways drop (a ``seated`` already announced)."""
+
+    def __init__(self, client: Any, publisher: Any, ledger: Any = None, *, buckets: int = keys.DEFAULT_BUCKETS):
+        self.client = client
+        self.publisher = publisher
+        self.ledger = ledger
+        self.buckets = buckets
+
+    def __call__(self, e: ev.LobbyEvent, table: TableState | None, waiting: int | None = None) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for player, fields in _place_changes(e, table):
+            if fields is None:
+                pipe.delete(keys.place_key(player))
+            else:
+                pipe.hset(keys.place_key(player), mapping=fields)
+        if table is not None and e.aggregate.startswith("table:"):
+            pipe.hset(keys.table_info_key(table.table, self.buckets), mapping=table_info(table))
+        if waiting is not None and e.aggregate.startswith("queue:"):
+            pipe.hset(keys.queue_info_key(e.aggregate.partition(":")[2]), "waiting", str(waiting))
+        if isinstance(e, ev.BotSeated):
+            room = e.aggregate.partition(":")[2]
+            pipe.xadd(keys.bot_seats_key(room), {"bot": e.bot, "table": e.table, "match": e.match,
+                                                  "level": e.bot_level}, maxlen=1000, approximate=True)
+        if len(pipe):
+            pipe.execute()
+        writes = [self._entry(player, "lobby", message.get("match") or "", message)
+                  for player, message in messages_of(e, table)]
+        if isinstance(e, ev.MatchSettled) and table is not None:
+            writes += self._settled(e, table)
+        if writes:
+            self.publisher.write(writes)
+
+    def _entry(self, player: str, kind: str, match: str, message: dict[str, Any]) -> Any:
+        return self.publisher._delivery(keys.outbox_key(player), {
+            "kind": kind, "match": match, "command_id": message.get("command_id") or "",
+            "m": json.dumps(message, ensure_ascii=False)})
+
+    def _settled(self, e: ev.MatchSettled, table: TableState) -> list[Any]:
+        from projections.views import breakdown_for
+
+        s = self.ledger.settlement(e.match) if self.ledger is not None else None
+        out = []
+        for p in table.people:
+            breakdown = breakdown_for(s.breakdown, p) if s is not None else {}
+            balances = {p: int(self.ledger.balance(p, s.mode))} if s is not None else {}
+            message = {"kind": "settled", "match": e.match, "scores": dict(e.scores), "breakdown": breakdown,
+                       "balances": balances}
+            out.append(self._entry(p, "settled", e.match, message))
+        return out

@@ -39,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "season": ("shuangkou.cli.season_cmd", "seasons of ranked play: start, end, list"),
     "verify-deal": ("shuangkou.cli.verify_deal", "check a finished match's deal against its commitment and seeds"),
     "integrity": ("shuangkou.cli.integrity", "chip-dumping flags: report, show or dismiss suspicious pairs"),
+    "lobby-upgrade": ("shuangkou.cli.lobby_upgrade", "move the waiting players of the old {lobby} keys to the "
+                                                     "rooms' queues and delete those keys"),
 }
 
 

@@ -42,6 +42,7 @@ the process exits 0.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 import os
 import socket
 
@@ -64,6 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--consumer", default=None,
                         help="consumer name in the groups (default <hostname>-<pid>)")
     parser.add_argument("--no-projections", action="store_true", help="do not run the projection runner here")
+    parser.add_argument("--no-lobby", action="store_true",
+                        help="do not run the lobby (rooms' queues, tables) for the buckets this replica holds")
     parser.add_argument("--integrity", action="store_true",
                         help="also run the integrity projection (chip-dumping flags, docs/INTEGRITY.md; "
                              "consumer group sk-integrity)")
@@ -255,7 +258,13 @@ def run(args: argparse.Namespace) -> int:
     groups = None if isinstance(client, RedisCluster) else \
         {ch.name: InboxGroup(f"read {ch.name}", **{**loop, "block_ms": 100}) for ch in (PLAYER, OPS)}
 
-    def own(bucket: int) -> ConsumerThreads | GroupedWork:
+    # the live lobby (engine/service/lobby_worker.py): the rooms' queues and the tables of the
+    # buckets this replica holds, on their lobby channels and feeds, in one thread
+    from engine.service.lobby_worker import BothWork, build_lobby
+
+    lobby = None if args.no_lobby else build_lobby(client, raw_store, isvc, ledger, rooms, clock, consumer, delivery)
+
+    def own(bucket: int) -> Any:
         """This replica now holds ``bucket``'s lease: its pending commands first, then its channels."""
         streams = ((PLAYER, keys.inbox_key(bucket), None), (OPS, keys.ops_key(bucket), desk))
         for _channel, stream, _op in streams:
@@ -263,8 +272,10 @@ def run(args: argparse.Namespace) -> int:
             if taken:
                 log.info("bucket %d: took over %d pending command(s) of %s", bucket, taken, stream)
         if groups is not None:
-            return GroupedWork([groups[ch.name].add(consumer_of(ch, st, op)) for ch, st, op in streams])
-        return ConsumerThreads([consumer_of(ch, st, op) for ch, st, op in streams], f"b{bucket}", **loop)
+            work: Any = GroupedWork([groups[ch.name].add(consumer_of(ch, st, op)) for ch, st, op in streams])
+        else:
+            work = ConsumerThreads([consumer_of(ch, st, op) for ch, st, op in streams], f"b{bucket}", **loop)
+        return work if lobby is None else BothWork([work, lobby.own(bucket)])
 
     # the channels of no bucket: Credit/Debit/AddRoom on sk:ops, and the single inbox of the
     # builds before issue 24 (drained during an upgrade), read by every replica (consumer group)
@@ -304,6 +315,9 @@ def run(args: argparse.Namespace) -> int:
         t = threading.Thread(target=runner.run_forever, args=(stop,), name="projections", daemon=True,
                              kwargs={"reconcile_every_s": every, "on_reconciled": reconciled})
         threads.append(t)
+
+    if lobby is not None:
+        threads.append(threading.Thread(target=lobby.run, args=(stop,), name="lobby", daemon=True))
 
     if args.integrity:
         from engine.tools.integrity import integrity_thread

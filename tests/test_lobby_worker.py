@@ -1,0 +1,263 @@
+"""The live lobby of a serve replica (engine/service/lobby_worker.py) on a real redis-server:
+the lobby channel in, the players' streams and the read models out, the timers (a bot, the
+reconnect grace), one owner of the room's bucket at a time."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+
+from engine.lobby.errors import Cooldown
+from engine.match import commands as mc
+from engine.service.lobby_worker import build_lobby, parse_channel_command
+from engine.service.service import MatchService
+from engine.store import keys
+from engine.store.redis_store import RedisEventStore
+from projections.ledger import RedisLedger
+from projections.runner import ProjectionRunner, RedisFeed
+from tests.lobby_stack import room_config
+
+pytestmark = pytest.mark.redis
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class Rooms:
+    def __init__(self, *cfgs: Any):
+        self.cfgs = {c.name: c for c in cfgs}
+
+    def get(self, name: str) -> Any:
+        return self.cfgs.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self.cfgs)
+
+
+class Stack:
+    """A serve replica's lobby, its match service and projections, on one client."""
+
+    def __init__(self, client: Any, consumer: str = "serve-1", **room: Any):
+        self.client = client
+        self.clock = Clock()
+        self.cfg = room_config(**room)
+        self.rooms = Rooms(self.cfg)
+        self.store = RedisEventStore(client)
+        self.ledger = RedisLedger(client)
+        self.matches = MatchService(self.store, clock=self.clock, rng=random.Random(3), rooms=self.rooms,
+                                    balances=self.ledger, deal_on_ready=False)
+        self.projections = ProjectionRunner(self.store, self.ledger,
+                                            RedisFeed(client, consumer="p", claim_idle_ms=None))
+        self.worker = build_lobby(client, self.store, self.matches, self.ledger, self.rooms, self.clock, consumer,
+                                  {"outbox_ttl": 3600, "outbox_maxlen": 1000, "full_view_every": 1})
+        for b in range(self.store.buckets):
+            self.worker.own(b)
+        self.seen: dict[str, str] = {}
+
+    def send(self, kind: str, player: str, cid: str, room: str = "points") -> None:
+        c = {"type": kind, "command_id": cid, "room": room, "player": player}
+        self.client.xadd(keys.lobby_inbox_key(keys.room_bucket(room)), {"c": json.dumps(c)})
+
+    def run(self, rounds: int = 30) -> None:
+        for _ in range(rounds):
+            self.worker.block_ms = 1
+            self.projections.run_once() if hasattr(self.projections, "run_once") else None
+            if not self.worker.run_once():
+                break
+
+    def told(self, player: str) -> list[dict[str, Any]]:
+        """What ``player``'s stream got since the last look: lobby, settled and rejected entries."""
+        out = []
+        for entry_id, f in self.client.xrange(keys.outbox_key(player), min=f"({self.seen.get(player, '0-0')}"
+                                              if player in self.seen else "-"):
+            self.seen[player] = entry_id.decode()
+            kind = f[b"kind"].decode()
+            if kind in ("lobby", "settled"):
+                out.append(json.loads(f[b"m"]))
+            elif kind == "rejected":
+                out.append({"kind": "rejected", **{k.decode(): v.decode() for k, v in f.items() if k != b"kind"}})
+        return out
+
+    def place(self, player: str) -> dict[str, str]:
+        return {k.decode(): v.decode() for k, v in self.client.hgetall(keys.place_key(player)).items()}
+
+    def ready(self, player: str, match: str) -> None:
+        out = self.matches.execute(mc.Ready(match_id=match, player=player, command_id=f"r-{player}-{match}"))
+        assert out.accepted, out
+
+
+@pytest.fixture
+def stack(real_redis) -> Stack:
+    return Stack(real_redis)
+
+
+def test_a_channel_carries_only_joins_leaves_and_returns() -> None:
+    for raw in ("not json", '{"type": "OpenTable"}', '{"type": "Join", "room": "points"}',
+                '{"type": "Leave", "command_id": "c", "room": "r", "player": "a", "table": "t1"}'):
+        with pytest.raises(Exception) as exc:
+            parse_channel_command(raw)
+        assert getattr(exc.value, "code", None) == "bad_command"
+
+
+def test_two_joins_are_seated_at_one_table_and_told_in_order(stack: Stack) -> None:
+    stack.send("Join", "ann", "j-ann")
+    stack.run()
+    assert [(m["state"], m["command_id"]) for m in stack.told("ann")] == [("queued", "j-ann")]
+    assert stack.place("ann") == {"state": "queued", "room": "points", "table": "", "match": ""}
+    stack.send("Join", "bob", "j-bob")
+    stack.run()
+    bob = stack.told("bob")
+    assert [m["state"] for m in bob if m["kind"] == "lobby"] == ["queued", "seated"]
+    seated = bob[-1]
+    table, match = seated["table"], seated["match"]
+    assert match == f"{table}-1" and seated["command_id"] is None
+    assert [m["state"] for m in stack.told("ann") if m["kind"] == "lobby"] == ["seated"]
+    assert stack.place("ann") == {"state": "table", "room": "points", "table": table, "match": match}
+    info = {k.decode(): v.decode() for k, v in stack.client.hgetall(keys.table_info_key(table)).items()}
+    assert info["status"] == "seated" and {info["a"], info["b"]} == {"ann", "bob"} and info["match"] == match
+    assert stack.client.hget(keys.queue_info_key("points"), "waiting") == b"0"
+
+
+def test_a_second_join_is_answered_with_where_the_player_is(stack: Stack) -> None:
+    stack.send("Join", "ann", "j1")
+    stack.run()
+    stack.send("Join", "ann", "j2")
+    stack.run()
+    told = stack.told("ann")
+    assert told[-1]["reason"] == "already_queued" and told[-1]["command_id"] == "j2"
+
+
+def test_a_leave_before_the_deal_closes_the_table_and_a_quick_join_waits_out_the_cooldown(stack: Stack) -> None:
+    stack.send("Join", "ann", "j-ann")
+    stack.send("Join", "bob", "j-bob")
+    stack.run()
+    stack.told("ann"), stack.told("bob")
+    stack.send("Leave", "ann", "l-ann")
+    stack.run()
+    ann = stack.told("ann")
+    assert [(m["state"], m["reason"]) for m in ann] == [("removed", "left")]
+    assert [(m["state"], m["reason"]) for m in stack.told("bob")] == [("queued", "opponent_left")]
+    assert stack.place("ann") == {}
+    stack.send("Join", "ann", "j-again")
+    stack.run()
+    refused = stack.told("ann")[-1]
+    assert refused["kind"] == "rejected" and refused["code"] == Cooldown.code
+    assert int(refused["retry_after_ms"]) > 0 and refused["command_id"] == "j-again"
+
+
+def test_a_leave_from_nowhere_is_refused_not_seated(stack: Stack) -> None:
+    stack.send("Leave", "zed", "l1")
+    stack.run()
+    assert [(m["kind"], m["code"]) for m in stack.told("zed")] == [("rejected", "not_seated")]
+
+
+def test_a_lone_player_gets_a_bot_while_a_bot_process_offers_one(stack: Stack) -> None:
+    stack.send("Join", "ann", "j-ann")
+    stack.run()
+    stack.clock.now += 10_000
+    stack.worker._timers_at = 0
+    stack.run()
+    assert stack.told("ann")[-1]["state"] == "queued"  # no bot offered: nobody plays bots
+    stack.client.set(keys.bot_offer_key("points"), json.dumps({"after_ms": 3000, "level": "hard"}), ex=10)
+    stack.worker._offers.clear()
+    stack.worker._timers_at = 0
+    stack.run()
+    seated = stack.told("ann")[-1]
+    assert seated["state"] == "seated" and seated["bot_level"] == "hard"
+    (_stream, entries), = stack.client.xread({keys.bot_seats_key("points"): "0"})
+    bot = entries[0][1][b"bot"].decode()
+    assert keys.is_bot_id(bot) and entries[0][1][b"match"].decode() == seated["match"]
+
+
+def test_an_absent_players_grace_ends_and_they_leave_the_queue(stack: Stack) -> None:
+    stack.send("Join", "ann", "j-ann")
+    stack.run()
+    stack.client.zadd(keys.presence_key("points"), {"ann": stack.clock.now + 5_000})
+    stack.worker._timers_at = 0
+    stack.run()
+    assert stack.place("ann")["state"] == "queued"  # within the grace
+    stack.clock.now += 6_000
+    stack.worker._timers_at = 0
+    stack.run()
+    assert [(m["state"], m["reason"]) for m in stack.told("ann")][-1] == ("removed", "disconnected")
+    assert stack.client.zcard(keys.presence_key("points")) == 0
+
+
+def test_the_lobby_acts_only_for_the_buckets_it_holds(real_redis) -> None:
+    a = Stack(real_redis, consumer="serve-a")
+    b = Stack(real_redis, consumer="serve-b")
+    room_bucket = keys.room_bucket("points")
+    for w, mine in ((a.worker, lambda x: x != room_bucket), (b.worker, lambda x: x == room_bucket)):
+        for x in range(16):
+            if not mine(x):
+                w.release(x)
+    a.send("Join", "ann", "j-ann")
+    a.run()
+    assert a.told("ann") == []  # not a's room
+    b.run()
+    assert [m["state"] for m in b.told("ann")] == ["queued"]
+
+
+def test_a_finished_match_is_settled_and_the_next_one_offered(stack: Stack) -> None:
+    stack.send("Join", "ann", "j-ann")
+    stack.send("Join", "bob", "j-bob")
+    stack.run()
+    match = stack.told("ann")[-1]["match"]
+    stack.told("bob")
+    for p in ("ann", "bob"):
+        stack.ready(p, match)
+    stack.matches.execute(mc.Deal(command_id=f"deal:{match}", match_id=match, hands=((0,), (1,)), first=0))
+    m = stack.matches.load_state(match)
+    s = m.seat(m.turn)
+    assert stack.matches.execute(mc.Play(command_id="p1", match_id=match, player=s.player, cards=s.hand)).accepted
+    for _ in range(5):  # the table hears the finish; the projections settle; the table hears that
+        stack.worker._retry_at = 0
+        stack.run()
+    ann = stack.told("ann")
+    assert [m["kind"] for m in ann] == ["settled", "lobby"]
+    settled, seated = ann
+    assert settled["match"] == match and set(settled["scores"]) == {"ann", "bob"}
+    assert set(settled["balances"]) == {"ann"}  # their own balance only
+    table = match.rpartition("-")[0]
+    assert seated["state"] == "seated" and seated["match"] == f"{table}-2"
+
+
+def _old_lobby(client: Any, open_table: bool) -> None:
+    """Keys as gateway/lobby.lua (the builds before issue 34) left them."""
+    P = "sk:{lobby}:"
+    client.rpush(P + "queue:points", "ann", "gone", "ann")
+    client.hset(P + "player:ann", mapping={"state": "queued", "room": "points", "since": 1})
+    client.hset(P + "player:bob", mapping={"state": "table", "room": "points", "table": "t7"})
+    client.hset(P + "table:t7", mapping={"room": "points", "a": "bob", "b": "cat", "n": 2, "match": "t7-2",
+                                         "status": "seated" if open_table else "closed"})
+    client.set(P + "match:t7-2", "t7")
+    client.zadd(P + "presence", {"ann": 5})
+    client.xadd(P + "notes:ann", {"m": "{}"})
+
+
+def test_lobby_upgrade_refuses_while_an_old_table_is_open_then_requeues_the_waiting(stack: Stack, capsys) -> None:
+    from shuangkou.cli import main
+
+    url = stack.client.connection_pool.connection_kwargs
+    redis_url = f"redis://{url['host']}:{url['port']}/{url.get('db', 0)}"
+    _old_lobby(stack.client, open_table=True)
+    assert main(["lobby-upgrade", "--redis", redis_url, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert report["done"] is False and [t["table"] for t in report["open_tables"]] == ["t7"]
+    assert stack.client.exists("sk:{lobby}:queue:points")  # nothing changed
+    stack.client.hset("sk:{lobby}:table:t7", "status", "closed")
+    assert main(["lobby-upgrade", "--redis", redis_url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["done"] is True and report["waiting"] == {"points": ["ann"]}
+    assert list(stack.client.scan_iter(match="sk:[{]lobby[}]:*")) == []
+    stack.run()
+    assert stack.place("ann")["state"] == "queued"
+    assert [(m["state"], m["command_id"]) for m in stack.told("ann")] == [("queued", "upgrade:ann")]
