@@ -198,6 +198,11 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
             yield
         finally:
             stop.set()
+            if bots is not None:
+                try:
+                    await asyncio.wait_for(bots.withdraw(bot_rooms()), 2.0)
+                except Exception as exc:  # Redis away: the offers expire on their own
+                    log.warning("bots: could not withdraw the offers: %s", exc)
             await hub.close_all(CLOSE_GOING_AWAY, "gateway shutting down; reconnect")
             for t in tasks:
                 t.cancel()

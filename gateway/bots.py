@@ -184,6 +184,12 @@ class BotDriver:
             offer = {"after_ms": self.wait_ms_of(room), "level": self.level_of(room)}
             await self.lobby.redis.set(keys.bot_offer_key(room), json.dumps(offer), ex=OFFER_TTL_S)
 
+    async def withdraw(self, rooms: list[str]) -> None:
+        """Take the offers back (``DEL``; a gateway stopping: no bot is seated that nobody would
+        play; another ``--bots`` gateway offers again within :data:`OFFER_EVERY_S`)."""
+        for room in rooms:
+            await self.lobby.redis.delete(keys.bot_offer_key(room))
+
     async def take_seats(self, rooms: list[str], consumer: str) -> list[str]:
         """Start playing each bot the rooms' queues seated and no gateway took yet (XREADGROUP
         ``sk-bots`` as ``consumer``, then XACK); returns the bots started."""

@@ -552,7 +552,8 @@ def test_the_gateways_lobby_adapter_under_the_shipped_users(acl_redis):
             await client.srem(keys.HIDDEN_NAMES_KEY, "acl-a")
             bots = BotDriver(lobby, None, None)  # type: ignore[arg-type]
             bots.start = lambda bot, room=None, match=None: None  # type: ignore[method-assign]
-            await bots.offer(["points"])
+            await bots.offer(["points", "wealth"])
+            await bots.withdraw(["wealth"])
             assert await bots.take_seats(["points"], "acl-gw") == ["bot-acl"]
         finally:
             await client.aclose()

@@ -141,6 +141,8 @@ def test_a_bot_gateway_offers_bots_with_a_ttl_and_the_rooms_wait_and_level(aredi
             offer = json.loads(await r.get(keys.bot_offer_key(room)))
             assert offer == {"after_ms": driver.wait_ms_of(room), "level": driver.level_of(room)}
             assert 0 < await r.ttl(keys.bot_offer_key(room)) <= OFFER_TTL_S
+        await driver.withdraw(["wealth"])  # a gateway stopping takes its offers back
+        assert await r.exists(keys.bot_offer_key("wealth")) == 0 and await r.exists(keys.bot_offer_key("points"))
 
     _run(aredis, body)
 
