@@ -210,7 +210,10 @@ class Lobby:
 
     async def join(self, player: str, room: str, client_id: str) -> None:
         """``player``'s Join of ``room`` (the engine's queue decides it and answers on the player's
-        stream: ``lobby queued|seated``, or a ``rejected`` such as ``cooldown``)."""
+        stream: ``lobby queued|seated``, or a ``rejected`` such as ``cooldown``).  A ``--room FILE``
+        room the registry does not hold yet is registered first (the engine knows rooms by name)."""
+        if room in self.rooms.files and not self.rooms.registered(room):
+            await self.register_rooms()
         await self.send("Join", room, player, channels.engine_command_id(player, client_id))
 
     async def quit(self, player: str, client_id: str) -> bool:

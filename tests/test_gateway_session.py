@@ -788,3 +788,32 @@ def test_a_spectator_never_gets_the_lobby_messages_of_the_player_whose_stream_it
         assert not [m for m in list(ws.out._queue) if m["kind"] in ("lobby", "settled")]  # type: ignore[attr-defined]
 
     asyncio.run(_at_a_seated_table(aredis, {"t1-1": 4}, body, player="watcher", role="spectator"))
+
+
+def test_a_join_of_a_file_room_not_registered_yet_registers_it_first(aredis, tmp_path):
+    """``gateway --room FILE``: the engine knows rooms by name, so a Join of a file room the
+    registry does not hold yet (the gateway just started) sends AddRoom, then the Join."""
+    from tests.gateway_support import write_room
+
+    async def main() -> None:
+        r = aredis()
+        rooms = RoomBook.load([write_room(tmp_path / "quick.toml", "quick", turn_seconds=7)])
+        lobby = Lobby(r, rooms, "gw-join")
+        ops = FakeOps(r)
+        await lobby.replies.start()
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(ops.run()), asyncio.create_task(lobby.replies.run(stop))]
+        try:
+            await asyncio.wait_for(lobby.join("alice", "quick", "j1"), WAIT_S)
+            assert [c.type for c in ops.commands] == ["AddRoom"] and rooms.registered("quick")
+            assert [c["type"] for c in await _lobby_commands(r, "quick")] == ["Join"]
+            await lobby.join("bob", "quick", "j2")
+            assert len(ops.commands) == 1  # registered once
+        finally:
+            stop.set()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await r.aclose()
+
+    asyncio.run(main())
