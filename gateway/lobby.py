@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.lobby.commands import parse_lobby_command
+from engine.match.errors import BadCommand
 from engine.store import keys
 from gateway import channels
 from gateway.rooms import RoomBook
@@ -230,7 +231,10 @@ class Lobby:
         """A player connected again, with a place in ``room``: ``Returned`` (the engine sends a
         Reconnect into the match if their grace had ended)."""
         if room:
-            await self.send("Returned", room, player, returned_command_id(player))
+            try:
+                await self.send("Returned", room, player, returned_command_id(player))
+            except BadCommand as exc:  # a player id the lobby's model refuses: it has no place anyway
+                log.warning("no Returned for %r: %s", player[:120], exc)
 
     # -- presence (reconnect grace) -------------------------------------------------------
     def grace_ms_of(self, room: str | None) -> int:

@@ -36,6 +36,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from engine.match.errors import BadCommand
 from engine.store import keys
 from engine.store.connect import is_cluster
 from gateway import channels, names, outbox, protocol
@@ -383,7 +384,11 @@ class Connection:
     async def _leave(self, msg: Any) -> None:
         """The player's Leave, to the engine's lobby (the room of their place): it decides it
         wherever the player is (the queue, a table, a match).  Nowhere: ``not_seated`` here."""
-        if not await self.hub.lobby.quit(self.player, msg.command_id):
+        try:
+            sent = await self.hub.lobby.quit(self.player, msg.command_id)
+        except BadCommand as exc:
+            raise protocol.ClientError(protocol.BAD_COMMAND, str(exc)[:300], msg.command_id) from None
+        if not sent:
             raise protocol.ClientError(protocol.NOT_SEATED, "you are not in a room (send Join first)",
                                        msg.command_id)
         self.track(channels.engine_command_id(self.player, msg.command_id), "Leave")
@@ -414,7 +419,10 @@ class Connection:
             raise protocol.ClientError(protocol.NOT_ALLOWED, f"this token is for room {self.identity.room!r}",
                                        msg.command_id)
         # balances and everything else about the seat are the engine's queue's (R-11.1)
-        await self.hub.lobby.join(self.player, room, msg.command_id)
+        try:
+            await self.hub.lobby.join(self.player, room, msg.command_id)
+        except BadCommand as exc:  # a command the lobby's model refuses (a player id too long, say)
+            raise protocol.ClientError(protocol.BAD_COMMAND, str(exc)[:300], msg.command_id) from None
         self.track(channels.engine_command_id(self.player, msg.command_id), "Join")
 
     async def _sync(self, msg: Any) -> None:

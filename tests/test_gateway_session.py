@@ -817,3 +817,19 @@ def test_a_join_of_a_file_room_not_registered_yet_registers_it_first(aredis, tmp
             await r.aclose()
 
     asyncio.run(main())
+
+
+def test_a_join_the_lobbys_model_refuses_is_bad_command_and_the_socket_stays(aredis):
+    """A token subject longer than the lobby's player ids (100): the Join is refused
+    ``bad_command`` here, nothing is sent, and the socket goes on."""
+    long = "p" * 120
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.inbox.put(json.dumps({"type": "Join", "room": "points", "command_id": "j1"}))
+        got = await ws.expect(lambda m: m["kind"] == "rejected", "the refusal")
+        assert (got["code"], got["command_id"]) == ("bad_command", "j1")
+        await ws.inbox.put(json.dumps({"type": "Leave", "command_id": "l1"}))
+        got = await ws.expect(lambda m: m["kind"] == "rejected" and m["command_id"] == "l1", "the Leave's refusal")
+        assert got["code"] == "not_seated" and await _lobby_commands(conn.hub.redis) == []
+
+    asyncio.run(_with_connection(aredis, {}, body, player=long))
