@@ -32,7 +32,7 @@ from gateway import web
 from gateway.context import WebContext
 from gateway.headers import DeniedHandshakeFilter, EdgeMiddleware, EdgePolicy, deny
 from gateway.limits import AddressCount, Limits, client_address
-from gateway.lobby import Lobby, queue_key
+from gateway.lobby import Lobby
 from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from gateway.rooms import RoomBook
 from gateway.session import CLOSE_GOING_AWAY, Connection, Hub, authenticate
@@ -112,26 +112,22 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
     lobby_client = client
     if settings.lobby_redis_url and settings.lobby_redis_url != settings.redis_url:
         lobby_client = redis_client(settings.lobby_redis_url, LOBBY_REDIS_CONNECTIONS, name, "--lobby-redis")
-    lobby = Lobby(lobby_client, settings.rooms, settings.gateway_id, player_redis=client,
-                  replica_acks=settings.replica_acks)
+    lobby = Lobby(lobby_client, settings.rooms, settings.gateway_id)
     metrics.replica_acks.set(settings.replica_acks)
-    lobby.acks.on_wait = metrics.replica_wait
     reader = None if redis is not None else redis_client(settings.redis_url, READER_CONNECTIONS, name, hot=True)
     hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
               gateway_id=settings.gateway_id, metrics=metrics, limits=settings.limits, reader_redis=reader)
+    bots = None
     if settings.bots:
         from gateway.bots import BotDriver
 
-        bots = BotDriver(lobby, client, lobby_client, hub.fanout, think_s=settings.bot_think_s,
-                         level=settings.bot_level)
+        bots = BotDriver(lobby, client, hub.fanout, think_s=settings.bot_think_s, level=settings.bot_level)
 
-        async def fill() -> None:
-            # every room served, those registered later with `shuangkou room add` included (read
-            # at each sweep); a bot holds no coins: only rooms that seat a zero balance
-            book = settings.rooms
-            await bots.fill([n for n in book.names() if book.admits(book.rooms[n], 0)])
-
-        lobby.on_sweep = fill
+    def bot_rooms() -> list[str]:
+        # every room served, those registered later with `shuangkou room add` included (read
+        # at each round); a bot holds no coins: only rooms that seat a zero balance
+        book = settings.rooms
+        return [n for n in book.names() if book.admits(book.rooms[n], 0)]
     ctx = WebContext(redis=client, secret=settings.secret, dev=settings.dev, bots=settings.bots, hub=hub,
                      redis_url=settings.redis_url, allow_live_replay=settings.allow_live_replay,
                      frame_ancestors=settings.edge.frame_ancestors)
@@ -185,24 +181,28 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
     async def metrics_endpoint(_request: Request) -> Response:
         rooms = settings.rooms.names()  # the registry's rooms too (refreshed by the lobby)
         try:
-            pipe = lobby_client.pipeline(transaction=False)
-            for room in rooms:
-                pipe.llen(queue_key(room))
-            lengths = await asyncio.wait_for(pipe.execute(), 2.0)
+            waiting = await asyncio.wait_for(lobby.waiting(rooms), 2.0)
         except Exception as exc:  # the lobby's Redis cannot answer: the other metrics still go out
             log.warning("metrics: lobby queue lengths unavailable (%s)", type(exc).__name__)
         else:
-            metrics.queue_lengths({room: int(n) for room, n in zip(rooms, lengths)})
+            metrics.queue_lengths(waiting)
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette):
         stop = asyncio.Event()
         tasks = [asyncio.create_task(lobby.run(stop)), asyncio.create_task(hub.heartbeat(stop))]
+        if bots is not None:
+            tasks.append(asyncio.create_task(bots.run(stop, bot_rooms, settings.gateway_id)))
         try:
             yield
         finally:
             stop.set()
+            if bots is not None:
+                try:
+                    await asyncio.wait_for(bots.withdraw(bot_rooms()), 2.0)
+                except Exception as exc:  # Redis away: the offers expire on their own
+                    log.warning("bots: could not withdraw the offers: %s", exc)
             await hub.close_all(CLOSE_GOING_AWAY, "gateway shutting down; reconnect")
             for t in tasks:
                 t.cancel()

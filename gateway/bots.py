@@ -1,8 +1,13 @@
 """``shuangkou gateway --bots``: an empty seat is filled with a bot after a few seconds.
 
-A player who has waited :data:`BOT_AFTER_S` alone in a room's queue is seated at a table
-with a bot (``bot-<n>``; lobby.lua ``bot``).  The bot is a player without a socket,
-driven by the gateway that seated it: it gets ready for every match of its table and plays
+Who gets a bot is the engine's room queue's decision (a queue timer, engine/lobby): a gateway
+with ``--bots`` only offers bots and plays those seated.  Every :data:`OFFER_EVERY_S` it sets
+each room's offer ``sk:{r:<room>}:bots:offer`` (JSON ``{"after_ms", "level"}``: a player who
+waited ``after_ms`` alone gets a bot of ``level``; it expires after :data:`OFFER_TTL_S`, so a
+room whose bot gateways are all gone seats no more bots), and reads the bots the queues seated
+from ``sk:{r:<room>}:bots:seats`` (consumer group ``sk-bots``, one consumer per gateway: each
+bot is played by one gateway).  The bot is a player without a socket,
+driven by the gateway that took it: it gets ready for every match of its table and plays
 its own turns at its level (``--bot-level easy|normal|hard``, or the room config's
 ``bot_level``; engine/tools/bot.py, docs/BOTS.md) from what a player sees -- its own update
 stream folded into a :class:`engine.tools.view.PlayerView` (its hand, the plays, the play in
@@ -10,8 +15,8 @@ front, the opponent's card count, the bombs) -- after thinking a human time (``-
 each move waits a random 40–100 % of it; the default 2.5 s gives 1–2.5 s; 0 plays at once).
 When its picture has no hand it plays what the trustee would (R-13.3); when its picture of
 the match fails (a refused move), it hands the seat to the engine's trustee (R-13.5) for the
-rest of the match.  It never waits in a queue (when its opponent
-leaves, it leaves too).  If that gateway stops, the bot stops acting: the ready timer
+rest of the match.  It never waits in a queue (when its table closes the engine removes it
+and the bot stops).  If that gateway stops, the bot stops acting: the ready timer
 (R-13.2) or the turn timer then take over, as for any absent player.
 """
 
@@ -30,12 +35,15 @@ from engine.tools.levels import DEFAULT_LEVEL, LEVELS
 from engine.tools.view import ViewFolder
 from gateway import channels, outbox
 from gateway.fanout import Fanout
-from gateway.lobby import Lobby, notes_key
+from gateway.lobby import Lobby
 from gateway.reader import Subscription
 
 log = logging.getLogger("shuangkou.gateway.bots")
 
 BOT_AFTER_S = 3.0
+OFFER_EVERY_S = 2.0  # how often a --bots gateway renews the rooms' bot offers
+OFFER_TTL_S = 10  # an offer not renewed for this long is gone: no more bots in that room
+SEATS_POLL_S = 0.5  # how often the rooms' bot seats are read
 BOT_THINK_S = 2.5  # the longest a bot thinks over a move (``--bot-think``)
 MAX_REFUSED = 2  # refused moves in a match before the bot hands its seat to the trustee
 
@@ -104,6 +112,10 @@ class BotTable:
                 self.turn = None
 
 
+def _str(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
 def bot_move(table: BotTable, heavenly: Any = "top", chain_bomb_twos: bool = True) -> dict[str, Any] | None:
     """The bot's move on its turn: the trustee's choice (R-13.3) for its hand and the play in
     front -- ``{"type": "Play", "cards": [...]}`` / ``{"type": "Pass"}`` -- or None when
@@ -138,7 +150,7 @@ class BotDriver:
     """Seats and drives the bots of one gateway.  ``level``: the bots' level where the room
     config sets no ``bot_level``; ``seed``: the bots' generators (None: unpredictable)."""
 
-    def __init__(self, lobby: Lobby, player_redis: Any, note_redis: Any, fanout: Fanout,
+    def __init__(self, lobby: Lobby, player_redis: Any, fanout: Fanout,
                  think_s: float = BOT_THINK_S, level: str = DEFAULT_LEVEL, seed: int | None = None):
         if level not in (*LEVELS, "trustee"):
             raise ValueError(f"unknown bot level {level!r} (one of {', '.join(LEVELS)}, or trustee)")
@@ -146,10 +158,10 @@ class BotDriver:
         self.rng = random.Random(seed)
         self.lobby = lobby
         self.fanout = fanout
-        self.player_redis = player_redis
-        self.note_redis = note_redis
+        self.player_redis = player_redis  # the player channel (the bots' commands) and their streams
         self.think_s = max(0.0, float(think_s))
         self.tasks: dict[str, asyncio.Task] = {}
+        self._groups: set[str] = set()  # rooms whose seats group exists
 
     def level_of(self, room: str | None) -> str:
         """The level of a bot seated in ``room``: the room's ``bot_level``, else the default."""
@@ -166,18 +178,66 @@ class BotDriver:
             wait = max(wait, cfg.match_max_wait_seconds)
         return int(wait * 1000)
 
-    async def fill(self, rooms: list[str]) -> None:
-        """Seat a bot opposite every player who waited long enough (called by the lobby sweep)."""
+    async def offer(self, rooms: list[str]) -> None:
+        """Offer bots in ``rooms``: ``SET sk:{r:<room>}:bots:offer {"after_ms", "level"} EX`` :data:`OFFER_TTL_S`."""
         for room in rooms:
-            out = await self.lobby.bot_for(room, self.wait_ms_of(room), self.level_of(room))
-            if out:
-                table, bot = out
-                self.start(bot)
-                self.lobby.spawn_drive(table)
+            offer = {"after_ms": self.wait_ms_of(room), "level": self.level_of(room)}
+            await self.lobby.redis.set(keys.bot_offer_key(room), json.dumps(offer), ex=OFFER_TTL_S)
 
-    def start(self, bot: str) -> None:
+    async def withdraw(self, rooms: list[str]) -> None:
+        """Take the offers back (``DEL``; a gateway stopping: no bot is seated that nobody would
+        play; another ``--bots`` gateway offers again within :data:`OFFER_EVERY_S`)."""
+        for room in rooms:
+            await self.lobby.redis.delete(keys.bot_offer_key(room))
+
+    async def take_seats(self, rooms: list[str], consumer: str) -> list[str]:
+        """Start playing each bot the rooms' queues seated and no gateway took yet (XREADGROUP
+        ``sk-bots`` as ``consumer``, then XACK); returns the bots started."""
+        started: list[str] = []
+        for room in rooms:  # one slot per room: one read each
+            stream = keys.bot_seats_key(room)
+            if room not in self._groups:
+                try:
+                    await self.lobby.redis.xgroup_create(stream, keys.BOTS_GROUP, id="0", mkstream=True)
+                except Exception as exc:
+                    if "BUSYGROUP" not in str(exc):
+                        raise
+                self._groups.add(room)
+            got = await self.lobby.redis.xreadgroup(keys.BOTS_GROUP, consumer, {stream: ">"}, count=50)
+            for _stream, entries in got or ():
+                for entry_id, fields in entries:
+                    f = {_str(k): _str(v) for k, v in fields.items()}
+                    if f.get("bot"):
+                        self.start(f["bot"], room, f.get("match") or None)
+                        started.append(f["bot"])
+                    await self.lobby.redis.xack(stream, keys.BOTS_GROUP, entry_id)
+        return started
+
+    async def run(self, stop: asyncio.Event, rooms: Any, consumer: str) -> None:
+        """Offer bots every :data:`OFFER_EVERY_S` and take the seated ones every
+        :data:`SEATS_POLL_S` until ``stop``; ``rooms()``: the rooms served (read each round)."""
+        offered = 0.0
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            try:
+                names = list(rooms())
+                if loop.time() - offered >= OFFER_EVERY_S:
+                    await self.offer(names)
+                    offered = loop.time()
+                await self.take_seats(names, consumer)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis away: next round
+                log.warning("bots: %s", exc or type(exc).__name__)
+            try:
+                await asyncio.wait_for(stop.wait(), SEATS_POLL_S)
+            except asyncio.TimeoutError:
+                pass
+
+    def start(self, bot: str, room: str | None = None, match: str | None = None) -> None:
+        """Play ``bot`` (seated in ``room``, its first match ``match``) until the engine removes it."""
         if bot not in self.tasks:
-            self.tasks[bot] = asyncio.get_running_loop().create_task(self._play(bot))
+            self.tasks[bot] = asyncio.get_running_loop().create_task(self._play(bot, room))
             self.tasks[bot].add_done_callback(lambda _t: self.tasks.pop(bot, None))
 
     async def _send(self, ctype: str, match: str, bot: str, tag: str, **fields: Any) -> None:
@@ -219,27 +279,28 @@ class BotDriver:
         return {"type": "Play", "cards": list(play.cards), "reading_kind": play.combo.kind,
                 "reading_rank": play.combo.rank}
 
-    async def _play(self, bot: str) -> None:
-        """Read the bot's notes and updates (through the gateway's fan-out) until it leaves: ready
-        for each match, and on its turn a move after thinking (:meth:`_move`)."""
+    async def _play(self, bot: str, at: str | None = None) -> None:
+        """Read the bot's stream ``sk:out:{<bot>}`` (through the gateway's fan-out) until the
+        engine removes it: ready for each match (on its ``seated``, or once seated in the match),
+        and on its turn a move after thinking (:meth:`_move`)."""
         tables: dict[str, BotTable] = {}
-        room: list[str | None] = [None]
+        room: list[str | None] = [at]
         mover: list[asyncio.Task | None] = [None]
         done = asyncio.Event()
 
         async def deliver(stream: str, entry_id: str, fields: dict) -> None:
-            if stream == notes_key(bot):
-                note = json.loads(fields.get(b"m", fields.get("m")) or "{}")
-                if note.get("kind") != "lobby":
-                    return
-                if note["state"] == "seated":
+            e = outbox.parse_entry(entry_id, fields)
+            if e.kind == "lobby":
+                note = e.body
+                if note.get("state") == "seated" and note.get("match"):
                     room[0] = note.get("room") or room[0]
-                    await self._send("Ready", note["match"], bot, "ready")
-                elif note["state"] in ("queued", "removed"):
-                    await self.lobby.dequeue(bot, "bot")
+                    await self._send("Ready", str(note["match"]), bot, "ready")
+                elif note.get("state") == "removed":
                     done.set()
                 return
-            e = outbox.parse_entry(entry_id, fields)
+            if e.kind == "update" and any(x.get("type") == "PlayerSeated" and x.get("player") == bot
+                                          for x in e.events):
+                await self._send("Ready", e.match, bot, "ready")  # the same id: one Ready per match
             table = tables.setdefault(e.match, BotTable(e.match, folder=ViewFolder(bot)))
             if e.kind == "rejected":
                 if e.code == "stale":
@@ -259,7 +320,7 @@ class BotDriver:
             for m in [m for m, t in tables.items() if not t.playing and m != e.match]:
                 tables.pop(m, None)  # finished matches of this table: forgotten
 
-        streams = [notes_key(bot), keys.outbox_key(bot)]
+        streams = [keys.outbox_key(bot)]
         reading = Subscription(self.fanout, self.player_redis, deliver, done.is_set, bot)
         await reading.take(streams, at=dict.fromkeys(streams, "0-0"))
         reading.start()

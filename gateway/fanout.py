@@ -1,6 +1,6 @@
 """One gateway process's reader of every stream its sockets read: the fan-out.
 
-The streams stay the source of truth (the player's ``sk:out:…`` updates, the lobby's notes,
+The streams stay the source of truth (the player's ``sk:out:…`` updates and lobby messages,
 the session stream); what changes is how a socket learns there is something new.  Instead
 of one blocking ``XREAD`` per socket (one Redis connection each), the process holds:
 

@@ -26,8 +26,10 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
+from engine.store import keys
+
 NAME_MAX = 24
-NAMES_KEY = "sk:{lobby}:names"  # hash: player id -> display name (the lobby's keys, gateway/lobby.py)
+NAMES_KEY = keys.NAMES_KEY  # hash: player id -> display name (``sk:{names}:display``)
 _DROP = frozenset({"Cc", "Cf", "Zl", "Zp", "Co", "Cs", "Cn"})
 _SPACES = re.compile(r"\s+")
 

@@ -4,12 +4,24 @@
 ...                              b"code": b"not_your_turn", b"reason": b"wait"})
 >>> entry.kind, entry.code, entry.version
 ('rejected', 'not_your_turn', None)
+
+What the engine's lobby tells the player comes on the same stream: ``kind`` ``lobby`` or
+``settled`` with the message's JSON in ``m`` (its ``body``), and a refused lobby command as a
+``rejected`` with ``match`` "" (``retry_after_ms`` with ``cooldown``):
+
+>>> parse_entry(b"2-0", {b"kind": b"lobby", b"m": b'{"kind": "lobby", "state": "queued"}'}).body["state"]
+'queued'
+>>> parse_entry(b"3-0", {b"kind": b"rejected", b"match": b"", b"command_id": b"c", b"code": b"cooldown",
+...                      b"reason": b"wait", b"retry_after_ms": b"4000"}).retry_after_ms
+4000
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+import json
 
 import msgpack
 
@@ -33,6 +45,7 @@ class OutEntry:
     code: str | None = None
     reason: str | None = None
     body: dict[str, Any] = field(default_factory=dict)
+    retry_after_ms: int | None = None  # a refused Join during the leave cooldown: when to try again
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -58,18 +71,24 @@ class OutEntry:
 def parse_entry(entry_id: Any, fields: dict) -> OutEntry:
     f = {_s(k): v for k, v in fields.items()}
     body: dict[str, Any] = {}
-    if "body" in f:
+    if "m" in f:  # a lobby or settled message: its JSON as the engine's lobby wrote it
+        try:
+            m = json.loads(_s(f["m"]))
+        except ValueError:
+            m = None
+        body = m if isinstance(m, dict) else {}
+    elif "body" in f:
         try:
             body = msgpack.unpackb(f["body"], raw=False, strict_map_key=False)
         except Exception:
             body = {}
-    if "view" in f and "view" not in body:  # a rejection that carries the player's view
+    if "view" in f and "view" not in body and "m" not in f:  # a rejection that carries the player's view
         try:
             body["view"] = msgpack.unpackb(f["view"], raw=False, strict_map_key=False)
         except Exception:
             pass
     version = f.get("version")
-    if body:  # a compact update (docs/PROTOCOL.md "Updates"): the entry's fields fill in the ids
+    if body and "m" not in f:  # a compact update (docs/PROTOCOL.md "Updates"): the entry's fields fill in the ids
         match, command_id = _s(f.get("match")), _s(f.get("command_id"))
         if isinstance(body.get("events"), list):
             body["events"] = expand_events(body, match, command_id,
@@ -83,7 +102,15 @@ def parse_entry(entry_id: Any, fields: dict) -> OutEntry:
                     command_id=_s(f.get("command_id")),
                     version=int(version) if version not in (None, b"", "") else None,
                     code=_s(f["code"]) if "code" in f else None,
-                    reason=_s(f["reason"]) if "reason" in f else None, body=body)
+                    reason=_s(f["reason"]) if "reason" in f else None, body=body,
+                    retry_after_ms=_int(f.get("retry_after_ms")))
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(_s(v)) if v not in (None, b"", "") else None
+    except ValueError:
+        return None
 
 
 async def last_id(redis: Any, stream: str) -> str:

@@ -1,8 +1,8 @@
 """Subscription and reader: which streams one socket reads, from where, and the reading.
 
 A :class:`Subscription` holds the socket's positions (the id of the last entry it has handed
-on from each stream it reads: the player's update stream, the lobby's notes and the session
-stream, or a spectator's one seated player's update stream).  The gateway's one reader
+on from each stream it reads: the player's own stream (updates, lobby messages) and the
+session stream, or a spectator's one seated player's update stream).  The gateway's one reader
 (gateway/fanout.py) reads those streams when a notice says they have news and queues the
 entries here; the subscription hands every new entry, in stream order and once, to the
 socket's ``deliver`` callback (gateway/session.py's ``Connection.deliver``).

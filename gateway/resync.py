@@ -11,10 +11,11 @@ It turns the entries of the player's update stream (gateway/outbox.py) into ``up
 * while a view is awaited, updates are held and go out after it, in order;
 * given a last-seen version, :meth:`Resync.catch_up` replays the later updates the stream
   still holds, or asks for the view when it no longer holds them all;
-* an end of the match (a finish, a removal) goes to the client first and to the lobby right
-  after (``Lobby.observe``: its Redis calls never hold the update back); the client's next
-  message waits until the lobby has it (:meth:`Resync.lobby_caught_up`), so whatever the
-  client does on seeing the end (a Leave, say) finds the lobby past it.
+* an end of the match (a finish, a removal) makes the socket look its place up again for the
+  next Play, Pass or Ready (``Receiver.ended``); the lobby learns the end from the match's
+  feed in the engine, never from here;
+* the player's own refusals go out with the client's command id: those of the match's
+  commands and those of the lobby's (a Join refused ``cooldown`` carries ``retry_after_ms``).
 
 It talks to its socket through :class:`Receiver` (gateway/session.py's ``Connection``); it
 reads Redis only to find a view or the updates after a version, never to wait.
@@ -24,19 +25,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from engine.store import keys
 from gateway import channels, outbox, protocol
-from gateway.lobby import acts_on
 from gateway.spectate import spectator_brief, spectator_event, spectator_view
 
 log = logging.getLogger("shuangkou.gateway")
 
-OBSERVE_TRIES = 3  # the lobby's step on an end of a match, tried this often (Redis away) before it gives up
-OBSERVE_BACKOFF_S = 0.2  # the wait after a failed try, times the tries so far
+#: the events after which a match is over for its players
+END_EVENTS = frozenset({"PlayerRemoved", "MatchFinished", "MatchAbandoned"})
+
+
+def ends(events: Iterable[dict[str, Any]]) -> bool:
+    """Whether these events end the match for its players.
+
+    >>> ends([{"type": "CardsPlayed"}]), ends([{"type": "CardsPlayed"}, {"type": "MatchFinished"}])
+    (False, True)
+    """
+    return any(e.get("type") in END_EVENTS for e in events)
 
 
 class Receiver(Protocol):
@@ -77,25 +85,6 @@ class Resync:
         self._gap_timers: dict[str, asyncio.Task] = {}
         self._awaiting: dict[str, str] = {}  # match -> the engine id of the Sync whose view we wait for
         self._viewed: set[str] = set()  # matches this socket has sent a view of
-        self._lobby_steps = 0  # ends of a match sent to the client and not yet observed by the lobby
-        self._lobby_idle = asyncio.Event()
-        self._lobby_idle.set()
-
-    async def lobby_caught_up(self) -> None:
-        """Return once the lobby has observed every end of a match this socket has sent."""
-        await self._lobby_idle.wait()
-
-    @asynccontextmanager
-    async def _lobby_step(self) -> AsyncIterator[None]:
-        """Sending an end of a match, then the lobby's observing it: :meth:`lobby_caught_up` waits."""
-        self._lobby_steps += 1
-        self._lobby_idle.clear()
-        try:
-            yield
-        finally:
-            self._lobby_steps -= 1
-            if not self._lobby_steps:
-                self._lobby_idle.set()
 
     @property
     def _stream_owner(self) -> str:
@@ -134,7 +123,7 @@ class Resync:
             later = await outbox.updates_after(self.conn.hub.redis, owner, match, version, upto)
             if later and (later[0].first_seq is None or later[0].first_seq <= version + 1):
                 for e in later:
-                    await self._forward_update(e, observe=self.conn.is_player)
+                    await self._forward_update(e)
                 return
         await self.request_view(match)
 
@@ -169,14 +158,9 @@ class Resync:
     async def _apply_view(self, match: str, version: int, view: dict | None, client_id: str | None,
                           force: bool = False) -> None:
         """Send a view-only update when it tells the client something (newer, first, or asked for)."""
-        conn = self.conn
-        if not (conn.is_player and view and view.get("phase") == "finished" and view.get("result")):
-            return await self._send_view(match, version, view, client_id, force)
-        res = view["result"]  # a finish this socket may not have seen: the table settles it
-        async with self._lobby_step():
-            await self._send_view(match, version, view, client_id, force)
-            await self._observe(match, [{"type": "MatchFinished", "loser": res.get("loser"),
-                                         "reason": res.get("reason")}])
+        await self._send_view(match, version, view, client_id, force)
+        if self.conn.is_player and view and view.get("phase") == "finished":
+            self.conn.ended(match)
 
     async def _send_view(self, match: str, version: int, view: dict | None, client_id: str | None,
                          force: bool) -> None:
@@ -197,7 +181,7 @@ class Resync:
         if e.kind == "sync":
             await self._on_sync(e)
         elif e.kind == "update":
-            await self._forward_update(e, observe=conn.is_player)
+            await self._forward_update(e)
         elif e.kind == "rating" and conn.is_player and e.body.get("kind") == "rating":
             await conn.send(dict(e.body))  # a ranked match moved the rating (projections/ladders.py)
         elif e.kind == "rejected" and e.command_id and self._awaiting.get(e.match) == e.command_id:
@@ -218,32 +202,13 @@ class Resync:
                 return  # the lobby's own commands (e.g. a late Leave): not the client's business
             conn.answered(e.command_id)
             await conn.send(protocol.rejected(client_id, e.code or "rejected", e.reason or "", e.view,
-                                              e.match or None))
+                                              e.match or None, e.retry_after_ms))
 
-    async def _forward_update(self, e: outbox.OutEntry, observe: bool) -> None:
-        """Send an update on; with ``observe`` (a player's socket) the lobby then sees its end of
-        the match, if it holds one (the client's next message waits for that)."""
-        if not (observe and acts_on(e.events)):
-            return await self._forward(e)
-        async with self._lobby_step():
-            await self._forward(e)
-            await self._observe(e.match, e.events)
-
-    async def _observe(self, match: str, events: list[dict[str, Any]]) -> None:
-        """The lobby's step on an end of ``match`` the client has been sent (inside a
-        :meth:`_lobby_step`): tried again after a failure, since the client may act on the end
-        as soon as the step is over."""
-        self.conn.ended(match)
-        for attempt in range(1, OBSERVE_TRIES + 1):
-            try:
-                return await self.conn.hub.lobby.observe(match, events)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if attempt == OBSERVE_TRIES:
-                    raise
-                log.warning("the lobby's step on the end of %s failed (%s); trying again", match, exc)
-                await asyncio.sleep(OBSERVE_BACKOFF_S * attempt)
+    async def _forward_update(self, e: outbox.OutEntry) -> None:
+        """Send an update on; after an end of the match a player's socket looks its place up again."""
+        await self._forward(e)
+        if self.conn.is_player and ends(e.events):
+            self.conn.ended(e.match)
 
     async def _forward(self, e: outbox.OutEntry) -> None:
         conn = self.conn

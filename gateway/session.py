@@ -9,10 +9,14 @@ the server's out).
 * A newer connection of the same player (another tab, another gateway) closes this one
   with :data:`CLOSE_REPLACED` and a reason: every connection appends itself to the
   player's session stream and watches it.
-* The socket's subscription (gateway/reader.py) reads the player's update stream, the
-  lobby's notes and the session stream; the socket forwards the lobby's messages, and its
-  resync (gateway/resync.py) the updates of the current match once each (by version) and
-  the player's own rejections (their own command ids).
+* The socket's subscription (gateway/reader.py) reads the player's own stream
+  ``sk:out:{<player>}`` and the session stream.  The player's stream carries, in order, the
+  match's updates, the player's rejections and what the engine's lobby tells them (``lobby``
+  and ``settled`` entries): the socket forwards the lobby's messages (their ``command_id``
+  mapped back to the client's), and its resync (gateway/resync.py) the updates of the current
+  match once each (by version) and the player's own rejections (their own command ids).
+* Join, Leave and, on connect, Returned go to the engine's lobby (gateway/lobby.py, an
+  adapter): the gateway decides nothing about the lobby.
 * On connect the player at once gets the lobby state and the current view of their match;
   given a last-seen ``version`` (``?version=``, ``Auth.version`` or ``Sync.version``) every
   later update follows instead, with no gap (or, when the stream no longer holds them, one
@@ -32,12 +36,13 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from engine.match.errors import BadCommand
 from engine.store import keys
 from engine.store.connect import is_cluster
 from gateway import channels, names, outbox, protocol
 from gateway.guard import Guard
 from gateway.limits import Limits
-from gateway.lobby import Lobby, Place, Table, notes_key, now_ms
+from gateway.lobby import Lobby, Place, Table, now_ms
 from gateway.metrics import GatewayMetrics
 from gateway.rooms import RoomBook
 from gateway.fanout import Fanout
@@ -67,9 +72,14 @@ def _s(v: Any) -> str:
 
 
 #: the commands of a seated player that use the place known from the last lookup (or from the
-#: lobby's ``seated`` note): the engine decides them against the match anyway, and any later
-#: note of the lobby drops what is known
+#: lobby's ``seated`` message): the engine decides them against the match anyway, and any later
+#: message of the lobby drops what is known
 HOT = frozenset({"Play", "Pass", "Ready"})
+#: a table whose match these commands go to: running, or between its finish and its settlement
+#: (the engine answers a Ready there with an ack, a Play with a refusal)
+AT_TABLE = frozenset({"seated", "between"})
+#: the entries of the player's stream that the lobby writes (gateway/outbox.py)
+LOBBY_KINDS = frozenset({"lobby", "settled"})
 
 
 @dataclass
@@ -103,12 +113,13 @@ class Hub:
         self.names = names.NameBook(self.lobby.redis)
 
     async def heartbeat(self, stop: asyncio.Event) -> None:
-        """Keep every connected player's Disconnect in the future (reconnect grace)."""
+        """Keep every connected player's grace end in the future (``sk:{r:<room>}:presence``,
+        for each player whose place has a room): the engine ends the grace of the others."""
         while not stop.is_set():
             try:
                 now = now_ms()
-                due = {c.identity.player: now + HEARTBEAT_SLACK_MS + c.grace_ms
-                       for c in list(self.connections) if c.is_player and not c.closed}
+                due = {c.identity.player: (c.room, now + HEARTBEAT_SLACK_MS + c.grace_ms)
+                       for c in list(self.connections) if c.is_player and not c.closed and c.room}
                 await self.lobby.present(due)
             except asyncio.CancelledError:
                 raise
@@ -137,10 +148,11 @@ class Connection:
         self.closed = False
         self.replaced = False
         self.place = Place("")
+        self.room: str | None = None  # the room of the player's place (presence goes there)
         #: the seated place :data:`HOT` commands use without a lookup, with the count of lobby
-        #: notes delivered when it was looked up: any later note makes it old
+        #: messages delivered when it was looked up: any later one makes it old
         self._seated: tuple[Place, int] | None = None
-        self._notes_seen = 0  # lobby notes delivered to this socket
+        self._notes_seen = 0  # lobby messages delivered to this socket
         self.grace_ms = 10_000
         self.match: str | None = None  # the match whose updates this socket gets
         self.watching: str | None = None  # spectators: the watched match
@@ -239,10 +251,11 @@ class Connection:
                 # the place is read (the table seated a moment later, say) reaches the reader
                 await self._take_positions()
                 self.place = await hub.lobby.place(self.player)
-                if await self._missed_end(self.place):
-                    self.place = await hub.lobby.place(self.player)
+                self.room = self.place.room
                 self.grace_ms = await hub.lobby.grace_ms(self.place)
-                await hub.lobby.present({self.player: now_ms() + HEARTBEAT_SLACK_MS + self.grace_ms})
+                if self.room:
+                    await hub.lobby.present({self.player: (self.room, now_ms() + HEARTBEAT_SLACK_MS + self.grace_ms)})
+                    await hub.lobby.came_back(self.player, self.room)  # a Reconnect if the grace had ended
                 await self._greet(first_version)
             self.subscription.start()
             await self._receive_loop()
@@ -255,14 +268,16 @@ class Connection:
             hub.metrics.connections.labels(self.identity.role).dec()
             if self.is_player and not self.replaced and not hub.stopping:
                 try:  # the grace window starts now (a reconnect within it changes nothing)
-                    await hub.lobby.present({self.player: now_ms() + self.grace_ms})
+                    room = (await hub.lobby.place(self.player)).room or self.room
+                    if room:
+                        await hub.lobby.present({self.player: (room, now_ms() + hub.lobby.grace_ms_of(room))})
                 except Exception as exc:
                     log.warning("could not start %s's grace window: %s", self.player, exc)
 
     async def _take_positions(self) -> None:
         """Where the reader starts: after the newest entry of each of the player's streams."""
-        await self.subscription.take([keys.outbox_key(self.player), notes_key(self.player),
-                                      session_key(self.player)], at={session_key(self.player): self._session_id})
+        await self.subscription.take([keys.outbox_key(self.player), session_key(self.player)],
+                                     at={session_key(self.player): self._session_id})
 
     async def _greet(self, version: int | None) -> None:
         """The lobby state and the current view (or the updates after ``version``) at once."""
@@ -271,14 +286,13 @@ class Connection:
         if place.state == "queued":
             await self.send(protocol.lobby("queued", place.room))
         elif table is not None:
-            if table.status == "seated":
+            if table.status in AT_TABLE:
                 self.match = self._announced = table.match
                 await self.send(protocol.lobby("seated", table.room, table.id, table.match,
                                                bot_level=table.bot_level))
             else:
                 await self.send(protocol.lobby("queued", table.room, table.id))
         if self.match is not None:
-            await self.hub.lobby.came_back(self.player, self.match)
             await self.resync.catch_up(self.match, version)
 
     # -- client → server ------------------------------------------------------------------
@@ -300,7 +314,6 @@ class Connection:
             self.hub.metrics.message_in(msg.type)
             if not await self.guard.admit(msg.type, msg.command_id):
                 continue
-            await self.resync.lobby_caught_up()  # an end of a match the client saw is the lobby's too
             try:
                 await self._handle(msg)
             except protocol.ClientError as exc:
@@ -321,20 +334,17 @@ class Connection:
             return await self._join(msg)
         if t == "Sync":
             return await self._sync(msg)
-        notes_seen = self._notes_seen  # a note during the lookup below makes its answer old
-        known = self._seated
         if t == "Leave":
-            found = await self._leave_in_the_lobby(msg.command_id)
-            if found is None:
-                return
-            place = found
-        elif t in HOT and known is not None and known[1] == notes_seen:
+            return await self._leave(msg)
+        notes_seen = self._notes_seen  # a lobby message during the lookup below makes its answer old
+        known = self._seated
+        if t in HOT and known is not None and known[1] == notes_seen:
             place = known[0]
         else:
             place = await self.hub.lobby.place(self.player)
         self.place = place
         table = place.table
-        if table is None or table.status != "seated":
+        if table is None or table.status not in AT_TABLE:
             raise protocol.ClientError(protocol.NOT_SEATED, "you are not seated at a table (send Join first)",
                                        msg.command_id)
         match = table.match
@@ -371,23 +381,17 @@ class Connection:
         seated = table is not None and table.status == "seated" and table.finished != table.match
         self._seated = (place, notes_seen) if seated else None
 
-    async def _missed_end(self, place: Place) -> bool:
-        """Whether the lobby has just seen the end of the match of the player's table: a match
-        that ended while both players were away (abandoned at the ready clock, say) is observed
-        now (``Lobby.missed_end``), so nobody is held at a table whose match is over.  True:
-        the place has changed (read it again)."""
-        table = place.table
-        return (table is not None and table.status == "seated" and table.finished != table.match
-                and await self.hub.lobby.missed_end(self.player, table.match))
-
-    async def _leave_in_the_lobby(self, command_id: str | None = None) -> Place | None:
-        """A Leave the lobby decides: out of the queue, or off a table between two matches (at
-        the settlement: no next match is offered, the table closes).  None when it is done; else
-        the place whose match the engine decides the Leave in.  One atomic lobby step
-        (``Lobby.quit``): a lookup then a transition raced the lobby moving the player (requeued
-        when the opponent left, paired, the next match seated), and under enough such moves the
-        Leave was lost and the player, gone, was seated opposite newcomers."""
-        return await self.hub.lobby.quit(self.player, command_id)
+    async def _leave(self, msg: Any) -> None:
+        """The player's Leave, to the engine's lobby (the room of their place): it decides it
+        wherever the player is (the queue, a table, a match).  Nowhere: ``not_seated`` here."""
+        try:
+            sent = await self.hub.lobby.quit(self.player, msg.command_id)
+        except BadCommand as exc:
+            raise protocol.ClientError(protocol.BAD_COMMAND, str(exc)[:300], msg.command_id) from None
+        if not sent:
+            raise protocol.ClientError(protocol.NOT_SEATED, "you are not in a room (send Join first)",
+                                       msg.command_id)
+        self.track(channels.engine_command_id(self.player, msg.command_id), "Leave")
 
     def track(self, engine_id: str, ctype: str) -> None:
         """A command sent to the engine: its answer's round trip is measured (``answered``)."""
@@ -414,35 +418,18 @@ class Connection:
         if self.identity.room is not None and self.identity.room != room:
             raise protocol.ClientError(protocol.NOT_ALLOWED, f"this token is for room {self.identity.room!r}",
                                        msg.command_id)
-        balance = await self.hub.lobby.balance(self.player, cfg.mode)
-        if not self.hub.rooms.admits(cfg, balance):
-            low = cfg.levels[0]
-            raise protocol.ClientError(protocol.SEAT_REFUSED, f"this room needs {low.need} {cfg.mode} for level "
-                                       f"{low.level} (R-11.1)", msg.command_id)
-        state, at_room, table_id = await self.hub.lobby.join(self.player, room, msg.command_id)
-        self.grace_ms = int(1000 * cfg.reconnect_grace_seconds)
-        if state == "joined":
-            return  # the lobby's note says queued (then seated) through the reader
-        place = await self.hub.lobby.place(self.player)
-        if await self._missed_end(place):  # its table is gone now: join
-            state, at_room, table_id = await self.hub.lobby.join(self.player, room, msg.command_id)
-            if state == "joined":
-                return
-            place = await self.hub.lobby.place(self.player)
-        self.place = place
-        if place.table is not None and place.table.status == "seated":
-            await self.send(protocol.lobby("seated", place.room, place.table.id, place.table.match,
-                                           "already_seated", bot_level=place.table.bot_level,
-                                           command_id=msg.command_id))
-        else:
-            await self.send(protocol.lobby("queued", at_room or room, table_id or None, None, "already_queued",
-                                           command_id=msg.command_id))
+        # balances and everything else about the seat are the engine's queue's (R-11.1)
+        try:
+            await self.hub.lobby.join(self.player, room, msg.command_id)
+        except BadCommand as exc:  # a command the lobby's model refuses (a player id too long, say)
+            raise protocol.ClientError(protocol.BAD_COMMAND, str(exc)[:300], msg.command_id) from None
+        self.track(channels.engine_command_id(self.player, msg.command_id), "Join")
 
     async def _sync(self, msg: Any) -> None:
         place = await self.hub.lobby.place(self.player)
         self.place = place
         table = place.table
-        if table is None or table.status != "seated":
+        if table is None or table.status not in AT_TABLE:
             await self.send(protocol.lobby(place.state or "removed", place.room, None, None,
                                            None if place.state else "not in a room"))
             return
@@ -481,30 +468,45 @@ class Connection:
                 self.replaced = True
                 await self.close(CLOSE_REPLACED, "replaced by a newer connection of the same player")
             return
-        if self.is_player and stream == notes_key(self.player):
-            self._notes_seen += 1  # the lobby moved this player: HOT commands look the place up again
-            raw = fields.get(b"m", fields.get("m"))
-            note = json.loads(_s(raw))
-            table: Table | None = None
-            if note.get("kind") == "lobby":
-                if note.get("state") == "seated":
-                    if note.get("match") and note.get("match") == self._announced:
-                        return  # the greeting said so already (the note came after the positions)
-                    self.match = self._announced = note.get("match")
-                    cfg = self.hub.rooms.get(note.get("room") or "")
-                    if cfg is not None:
-                        self.grace_ms = int(1000 * cfg.reconnect_grace_seconds)
-                    if note.get("table"):  # read once: the names, and the place the Ready goes to
-                        table = await self.hub.lobby.table(str(note["table"]))
-                        if table is not None and table.match == note.get("match"):
-                            self._know(Place("table", table.room, table), self._notes_seen)
-            await self.send(note, table)
-            if note.get("kind") == "lobby" and note.get("state") == "seated" and self.match \
-                    and not self.resync.has(self.match):
-                # the match's first updates came before the table said so: its view now
-                await self.resync.catch_up(self.match, None)
-            return
-        await self.resync.on_entry(outbox.parse_entry(entry_id, fields))
+        e = outbox.parse_entry(entry_id, fields)
+        if e.kind in LOBBY_KINDS:
+            if self.is_player and stream == keys.outbox_key(self.player):
+                await self._lobby_message(e)
+            return  # a spectator never gets what the lobby tells the player it reads
+        await self.resync.on_entry(e)
+
+    async def _lobby_message(self, e: outbox.OutEntry) -> None:
+        """What the engine's lobby tells the player (a ``lobby`` or ``settled`` entry of their
+        stream), forwarded: the ``command_id`` is the client's own (or null); a ``seated`` names
+        the players, makes its match the socket's (HOT commands go there) and catches it up."""
+        self._notes_seen += 1  # the lobby moved this player: HOT commands look the place up again
+        note = dict(e.body)
+        table: Table | None = None
+        if note.get("kind") == "lobby":
+            engine_id = note.get("command_id")
+            note["command_id"] = channels.client_command_id(self.player, engine_id) if engine_id else None
+            if note["command_id"] is not None:
+                self.answered(str(engine_id))
+            state, room = note.get("state"), note.get("room")
+            if state in ("queued", "seated") and room:
+                if room != self.room:
+                    self.room = room
+                    self.grace_ms = self.hub.lobby.grace_ms_of(room)
+            elif state == "removed" and room == self.room:
+                self.room = None
+            if state == "seated":
+                if note.get("match") and note.get("match") == self._announced and note["command_id"] is None:
+                    return  # the greeting said so already (the entry came after the positions)
+                self.match = self._announced = note.get("match")
+                if note.get("table"):  # read once: the names, and the place the Ready goes to
+                    table = await self.hub.lobby.table(str(note["table"]))
+                    if table is not None and table.match == note.get("match"):
+                        self._know(Place("table", table.room, table), self._notes_seen)
+        await self.send(note, table)
+        if note.get("kind") == "lobby" and note.get("state") == "seated" and self.match \
+                and not self.resync.has(self.match):
+            # the match's first updates came before the table said so: its view now
+            await self.resync.catch_up(self.match, None)
 
 
 async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] | None:

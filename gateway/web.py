@@ -450,7 +450,7 @@ async def leaderboard_for(redis: Any, room: str, season: str | None, limit: int,
     running season, else the last), and with ``me`` the player's own entry and neighbours
     (projections.ladders.board_answer).  Reads only: ZREVRANGE/ZREVRANK on the ladder's board
     (O(log n) each), the season list, the display names; a player who hides their name
-    (``sk:{lobby}:hidden``) shows as ``name: null``."""
+    (``sk:{names}:hidden``) shows as ``name: null``."""
     from engine.store import keys
     from projections.ladders import HIDDEN_KEY, NAMES_KEY, NEIGHBOURS, board_answer, board_entry
     from projections.ratings import Season

@@ -267,8 +267,8 @@ class MemoryRatingStore(RatingStore):
 
 
 _COMMIT = (Path(__file__).with_name("ladder_commit.lua")).read_text()
-NAMES_KEY = "sk:{lobby}:names"  # gateway/names.py: player -> display name
-HIDDEN_KEY = "sk:{lobby}:hidden"  # set: players who hide their name from the leaderboards
+NAMES_KEY = keys.NAMES_KEY  # gateway/names.py: player -> display name
+HIDDEN_KEY = keys.HIDDEN_NAMES_KEY  # set: players who hide their name from the leaderboards
 
 
 def _s(v: Any) -> str:

@@ -288,38 +288,14 @@ def test_every_process_under_its_own_user(acl_redis, acl_broker, tmp_path):
             allowed.append(what)
         assert allowed == [], f"the gateway user may {allowed}"
 
-        # the lobby's display names (one HMGET) and its SK_REPLICA_ACKS wait (INCR + WAIT)
-        from gateway.names import NAMES_KEY
-
-        assert lobby_r.hmget(NAMES_KEY, ["alice", "bob"]) is not None
-        # the lobby's script under its user: "away" reads the presence (ZSCORE) of a table's players
-        from gateway.lobby import LUA
-
-        lobby_r.hset("sk:{lobby}:table:acl-t", mapping={"a": "alice", "b": "bob"})
-        lobby_r.zadd("sk:{lobby}:presence", {"alice": 2**50})
-        away = lobby_r.register_script(LUA)
-        assert away(keys=["sk:{lobby}:seq"], args=["away", 1, "acl-t"]) == 0  # alice is connected
-        lobby_r.zrem("sk:{lobby}:presence", "alice")
-        assert away(keys=["sk:{lobby}:seq"], args=["away", 1, "acl-t"]) == 1
-        # every user whose writes wait for replicas (serve's, the workers', the ledger's, the
-        # lobby's) may send the INCR + WAIT: with no replica here the answer is NOREPLICAS, not NOPERM
-        from engine.store.replicas import AsyncReplicaAcks, ReplicaAcks
+        # every user whose writes wait for replicas (serve's, the workers', the ledger's) may send
+        # the INCR + WAIT: with no replica here the answer is NOREPLICAS, not NOPERM
+        from engine.store.replicas import ReplicaAcks
 
         for user, key in (("service", "sk:{b3}:m:x:events"), ("worker", "sk:{b3}:m:x:events"),
                           ("projections", "sk:{ledger}:settled")):
             with pytest.raises(redis.ResponseError, match="^NOREPLICAS"):
                 ReplicaAcks(redis.Redis.from_url(acl_redis(user)), 1, 10).confirm([key])
-
-        async def lobby_waits() -> None:
-            import redis.asyncio as aioredis
-
-            client = aioredis.Redis.from_url(acl_redis("lobby"))
-            try:
-                await AsyncReplicaAcks(client, 1, 10).confirm(["sk:{lobby}:seq"])
-            finally:
-                await client.aclose()
-        with pytest.raises(redis.ResponseError, match="^NOREPLICAS"):
-            asyncio.run(lobby_waits())
         # and the lobby may not act as a player gateway nor move coins itself
         for call in (lambda: lobby_r.xadd(keys.INBOX, {"j": "{}"}), lambda: lobby_r.xrange(events),
                      lambda: lobby_r.hincrby(balance_key("wealth"), "alice", 1)):
@@ -340,8 +316,8 @@ def test_every_process_under_its_own_user(acl_redis, acl_broker, tmp_path):
 
 def test_a_match_through_the_real_gateway_with_every_process_under_its_own_user(acl_redis, redis_server, tmp_path):
     """Issue 14 on issue 12's users: ``shuangkou gateway`` connects as ``gateway`` (player
-    channel, outboxes, its session streams, the lobby's notes) with its lobby as ``lobby``
-    (lobby state through lobby.lua, ``sk:ops``, balances and settlements), serve as
+    channel, outboxes with the lobby's messages, its session streams) with its lobby as ``lobby``
+    (the lobby channel, places and tables read, presence, ``sk:ops``, balances), serve as
     ``service``, the timer worker as ``worker``, the projections as ``projections``.  Two
     players join over real WebSockets, are paired, play two matches to settlement (the second
     offered at the same table) and their balances are the ledger's; Redis denied nothing to
@@ -433,11 +409,9 @@ def test_a_match_through_the_real_gateway_with_every_process_under_its_own_user(
             stored = ro.hget(balance_key("points"), p)
             assert last["balances"] == {p: total} and int(stored or 0) == total
         assert all(ro.hexists(SETTLED_KEY, m) for m, _a, _b in done)
-        from engine.service.channels import OPS
-
-        created = [decode(f[b"c"]) for s in OPS.streams() for _id, f in ro.xrange(s)]
-        creates = [c for c in created if c.type == "CreateMatch"]
-        assert creates and all(c.room == "aclroom" and c.config is None for c in creates)
+        # the engine's lobby created each match in the gateway's --room room, registered by name
+        firsts = [RedisEventStore(ro).load(m)[0] for m, _a, _b in done]
+        assert all(e.type == "MatchCreated" and e.config.get("name") == "aclroom" for e in firsts), firsts
         # nothing the gateway or the lobby needed was denied (redis-py's optional CLIENT SETINFO aside)
         denied = [e for e in ACL_LOG[0]() if e[0] in ("gateway", "lobby") and "setinfo" not in str(e[2]).lower()
                   and e[2] != "client|setinfo"]
@@ -446,14 +420,11 @@ def test_a_match_through_the_real_gateway_with_every_process_under_its_own_user(
         # -- the edges of the new rights ---------------------------------------------------------
         gateway_r = redis.Redis.from_url(acl_redis("gateway"))
         lobby_r = redis.Redis.from_url(acl_redis("lobby"))
-        note = {"m": '{"kind": "lobby", "state": "seated", "match": "forged"}'}
+        note = {"kind": "lobby", "m": '{"kind": "lobby", "state": "seated", "match": "forged"}'}
         forbidden = {
-            "gateway: write a lobby note (a forged seated)": lambda: gateway_r.xadd("sk:{lobby}:notes:acl-bob", note),
-            "gateway: read the lobby's player state": lambda: gateway_r.hgetall("sk:{lobby}:player:acl-bob"),
-            "gateway: write the lobby's tables": lambda: gateway_r.hset("sk:{lobby}:table:t1", "a", "evil"),
-            "gateway: push back a Disconnect (presence)": lambda: gateway_r.zadd("sk:{lobby}:presence", {"x": 1}),
+            "gateway: write a lobby message (a forged seated)": lambda: gateway_r.xadd(keys.outbox_key("acl-bob"),
+                                                                                      note),
             "gateway: delete a session stream": lambda: gateway_r.delete("sk:gw:session:acl-bob"),
-            "gateway: run the lobby script": lambda: gateway_r.evalsha("0" * 40, 0, "join", 0, "r", "p"),
             "gateway: read a settlement": lambda: gateway_r.hget(SETTLED_KEY, done[0][0]),
             "lobby: overwrite the operator channel": lambda: lobby_r.set(keys.OPS, "x"),
             "lobby: write the player channel": lambda: lobby_r.xadd(keys.INBOX, {"c": b"x"}),
@@ -467,7 +438,7 @@ def test_a_match_through_the_real_gateway_with_every_process_under_its_own_user(
                 lobby_r.script_load("return redis.call('SET', 'sk:ops', 'x')"), 0),
             "lobby: read a match stream": lambda: lobby_r.xrange(keys.events_key(done[0][0],
                                                                                  keys.bucket_of(done[0][0]))),
-            "lobby: list keys": lambda: lobby_r.keys("sk:{lobby}:*"),
+            "lobby: list keys": lambda: lobby_r.keys("sk:*"),
         }
         allowed = []
         for what, call in forbidden.items():
@@ -487,12 +458,6 @@ def test_a_match_through_the_real_gateway_with_every_process_under_its_own_user(
             stop_group(p)
         for f in files.values():
             f.close()
-
-
-def decode(raw: bytes):
-    from engine.match.commands import decode_command
-
-    return decode_command(raw)
 
 
 @pytest.mark.redis
@@ -531,3 +496,95 @@ def test_the_lobby_streams_under_the_shipped_users(acl_redis, tmp_path, capsys):
         with pytest.raises(redis.exceptions.NoPermissionError):
             r.hset(tkeys[1], "cmd", "1-1")
         r.close()
+
+
+@pytest.mark.redis
+def test_the_gateways_lobby_adapter_under_the_shipped_users(acl_redis):
+    """Issue 34: what the gateway's lobby adapter (gateway/lobby.py) and its bots (gateway/bots.py)
+    do works under the ``lobby`` user (``--lobby-redis``): Join, Leave and Returned on the lobby
+    channel, the place, table and queue read models read, presence pushed, the bot offers set and
+    the bot seats read with their group, the display names; and nothing more: neither it nor the
+    ``gateway`` user may read or consume the lobby channel, write a read model, read or take back
+    presence, forge a bot seat, or touch the old ``{lobby}`` keys."""
+    import redis
+    import redis.asyncio as aioredis
+
+    from engine.store import keys
+    from gateway import names
+    from gateway.bots import BotDriver
+    from gateway.lobby import Lobby, Place
+    from gateway.rooms import RoomBook
+
+    svc = redis.Redis.from_url(acl_redis("service"))  # what the engine writes
+    svc.hset(keys.place_key("acl-a"), mapping={"state": "table", "room": "points", "table": "tacl",
+                                               "match": "tacl-1"})
+    svc.hset(keys.table_info_key("tacl"), mapping={"room": "points", "a": "acl-a", "b": "acl-b", "n": 1,
+                                                   "match": "tacl-1", "status": "seated"})
+    svc.hset(keys.queue_info_key("points"), "waiting", 2)
+    seats = keys.bot_seats_key("points")
+    svc.xadd(seats, {"bot": "bot-acl", "table": "tacl", "match": "tacl-1", "level": "easy"})
+
+    async def adapter() -> None:
+        client = aioredis.Redis.from_url(acl_redis("lobby"))
+        try:
+            lobby = Lobby(client, RoomBook.load(), "acl-gw")
+            await lobby.join("acl-a", "points", "j1")
+            assert await lobby.quit("acl-a", "l1")
+            await lobby.came_back("acl-a", "points")
+            place = await lobby.place("acl-a")
+            assert place.state == "table" and place.table is not None and place.table.match == "tacl-1"
+            assert await lobby.place("nobody") == Place("")
+            assert (await lobby.table_of_match("tacl-1")) == place.table
+            assert await lobby.waiting(["points", "wealth"]) == {"points": 2, "wealth": 0}
+            await lobby.present({"acl-a": ("points", 1)})
+            assert await lobby.balance("acl-a", "points") == 0
+            await names.NameBook(client).remember("acl-a", "Ann")
+            assert await names.NameBook(client).names_of(["acl-a"]) == {"acl-a": "Ann"}
+            await client.sadd(keys.HIDDEN_NAMES_KEY, "acl-a")
+            await client.srem(keys.HIDDEN_NAMES_KEY, "acl-a")
+            bots = BotDriver(lobby, None, None)  # type: ignore[arg-type]
+            bots.start = lambda bot, room=None, match=None: None  # type: ignore[method-assign]
+            await bots.offer(["points", "wealth"])
+            await bots.withdraw(["wealth"])
+            assert await bots.take_seats(["points"], "acl-gw") == ["bot-acl"]
+        finally:
+            await client.aclose()
+    asyncio.run(adapter())
+    channel = keys.lobby_inbox_key(keys.room_bucket("points"))
+    assert [f[b"c"].count(b'"type"') for _i, f in svc.xrange(channel)] == [1, 1, 1]
+    assert svc.zscore(keys.presence_key("points"), "acl-a") == 1 and svc.get(keys.bot_offer_key("points"))
+
+    lobby_r = redis.Redis.from_url(acl_redis("lobby"))
+    gateway_r = redis.Redis.from_url(acl_redis("gateway"))
+    forbidden = {
+        "lobby: read the lobby channel": lambda: lobby_r.xrange(channel),
+        "lobby: consume the lobby channel": lambda: lobby_r.xreadgroup("sk-lobby", "x", {channel: ">"}),
+        "lobby: trim the lobby channel": lambda: lobby_r.xtrim(channel, maxlen=0),
+        "lobby: write a place": lambda: lobby_r.hset(keys.place_key("acl-b"), "state", "queued"),
+        "lobby: write a table's read model": lambda: lobby_r.hset(keys.table_info_key("tacl"), "status", "closed"),
+        "lobby: write a queue's read model": lambda: lobby_r.hset(keys.queue_info_key("points"), "waiting", 0),
+        "lobby: read the presence": lambda: lobby_r.zrange(keys.presence_key("points"), 0, -1),
+        "lobby: take a player's presence back": lambda: lobby_r.zrem(keys.presence_key("points"), "acl-a"),
+        "lobby: forge a bot seat": lambda: lobby_r.xadd(seats, {"bot": "evil"}),
+        "lobby: delete the bot seats": lambda: lobby_r.delete(seats),
+        "lobby: read a table's events": lambda: lobby_r.xrange(keys.table_keys("tacl")[0]),
+        "lobby: write a room queue's stream": lambda: lobby_r.xadd(keys.queue_keys("points")[0], {"e": b"x"}),
+        "lobby: the old lobby keys": lambda: lobby_r.hset("sk:{lobby}:player:acl-a", "state", "queued"),
+        "lobby: a display name into any other hash": lambda: lobby_r.hset(keys.place_key("acl-a"), "x", "y"),
+        "gateway: write the lobby channel (a Join for anyone)": lambda: gateway_r.xadd(channel, {"c": "{}"}),
+        "gateway: read a place": lambda: gateway_r.hgetall(keys.place_key("acl-a")),
+        "gateway: read a table's read model": lambda: gateway_r.hgetall(keys.table_info_key("tacl")),
+        "gateway: push back a grace end (presence)": lambda: gateway_r.zadd(keys.presence_key("points"), {"x": 1}),
+        "gateway: offer bots": lambda: gateway_r.set(keys.bot_offer_key("points"), "{}"),
+        "gateway: take a bot seat": lambda: gateway_r.xreadgroup(keys.BOTS_GROUP, "x", {seats: ">"}),
+        "gateway: write a display name": lambda: gateway_r.hset(keys.NAMES_KEY, "acl-a", "evil"),
+        "gateway: the old lobby keys": lambda: gateway_r.xrange("sk:{lobby}:notes:acl-a"),
+    }
+    allowed = []
+    for what, call in forbidden.items():
+        try:
+            call()
+        except redis.exceptions.NoPermissionError:
+            continue
+        allowed.append(what)
+    assert allowed == [], f"allowed: {allowed}"

@@ -182,12 +182,12 @@ def test_a_room_bot_level_overrides_the_gateway_level():
 
     easy = parse_config({**POINTS.to_record(), "name": "practice", "bot_level": "easy"}, "practice.toml")
     lobby = SimpleNamespace(rooms={"points": POINTS, "practice": easy})
-    driver = BotDriver(lobby, None, None, None, level="hard")  # type: ignore[arg-type]
+    driver = BotDriver(lobby, None, None, level="hard")  # type: ignore[arg-type]
     assert driver.level_of("points") == "hard"
     assert driver.level_of("practice") == "easy"
     assert driver.level_of("unknown") == "hard" and driver.level_of(None) == "hard"
     with pytest.raises(ValueError, match="unknown bot level 'expert'"):
-        BotDriver(lobby, None, None, None, level="expert")  # type: ignore[arg-type]
+        BotDriver(lobby, None, None, level="expert")  # type: ignore[arg-type]
 
 
 @given(st.lists(st.integers(0, 8), min_size=13, max_size=13), st.integers(0, 2), st.integers(0, 2))

@@ -249,59 +249,6 @@ def test_published_at_reads_the_first_entry_at_the_version():
     assert rt_mod.published_at(client, "a", "other", 9) == 2500
 
 
-# ---- the reconnect grace -----------------------------------------------------------------
-
-def test_no_reconnect_grace_ends_until_a_whole_grace_after_the_lobbys_redis_is_back(monkeypatch):
-    """The lobby's sweep ends the graces of absent players (their Disconnect).  While its Redis
-    is away nobody can push presence; once it answers again, no grace ends for the longest
-    grace plus the heartbeat slack: a player cut off by the outage has a whole grace."""
-    import asyncio
-
-    from gateway import lobby as lobby_mod
-    from gateway.lobby import Lobby
-    from gateway.rooms import RoomBook
-
-    lobby = Lobby(fakeredis.FakeAsyncRedis(), RoomBook.load([]), "g-test")
-    assert lobby.resume_after_outage_ms() == 10_000 + lobby_mod.RESUME_SLACK_MS  # no room: 10 s
-    clock = {"now": 1_000.0}
-    monkeypatch.setattr(lobby_mod.time, "monotonic", lambda: clock["now"])
-    calls: list[str] = []
-    script = iter(["ok", "down", "down", "ok", "ok", "late", "ok"])
-
-    async def fake_call(op: str, *_args: Any) -> list[Any]:
-        step = next(script, "stop")
-        if step == "stop":
-            stop.set()
-            return []
-        if step == "down":
-            raise redis.ConnectionError("lobby master unreachable")
-        if step == "late":
-            clock["now"] += lobby.resume_after_outage_ms() / 1000
-        return []
-
-    async def absent() -> None:
-        calls.append(f"absent@{clock['now'] - 1_000:.0f}")
-
-    async def nothing(*_a: Any) -> None:
-        return None
-
-    monkeypatch.setattr(lobby, "_call", fake_call)
-    monkeypatch.setattr(lobby, "_absent", absent)
-    monkeypatch.setattr(lobby.replies, "start", nothing)
-    monkeypatch.setattr(lobby.replies, "run", nothing)
-    monkeypatch.setattr(lobby, "_rooms_loop", nothing)
-    stop = asyncio.Event()
-
-    async def main() -> None:
-        await lobby.run(stop, interval_s=0)
-
-    asyncio.run(main())
-    # before the outage the graces end at once; after it, the two sweeps that work again
-    # end none, until the whole grace passed (then every sweep does: the last three)
-    later = f"absent@{lobby.resume_after_outage_ms() / 1000:.0f}"
-    assert calls == ["absent@0", later, later, later], calls
-
-
 def test_a_clock_pauses_once_in_a_row_when_nothing_reaches_the_player(timers, published):
     """Publishing is broken, not late: the update carrying the paused clock does not reach the
     player either.  The clock pauses once, then runs out: no match waits for ever."""

@@ -122,19 +122,19 @@ def test_many_sockets_hold_no_more_redis_connections_than_the_pool(mode, redis_s
     try:
         gw = stack.start_gateway("fan")
 
+        store_client = connect(stack.store_url)
+        for i in range(n):  # each player queued in a room (the engine's read model): presence is pushed
+            store_client.hset(keys.place_key(f"f{i}"), mapping={"state": "queued", "room": "points"})
+
         async def main() -> tuple[int, list[dict[str, Any]]]:
             socks: list[Any] = []
             for i in range(n):
                 ws = await websockets.connect(f"{gw.url}?token={stack.token(f'f{i}')}", open_timeout=60)
                 assert json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))["kind"] == "welcome"
                 socks.append(ws)
-            # every socket's greeting is done once the lobby's presence lists all of them
-            from gateway.lobby import PRESENCE
-
-            store_client = connect(stack.store_url)
-
+            # every socket's greeting is done once its room's presence lists all of them
             async def present() -> None:
-                while store_client.zcard(PRESENCE) < n:
+                while store_client.zcard(keys.presence_key("points")) < n:
                     await asyncio.sleep(0.1)
             await asyncio.wait_for(present(), WAIT_S)
             held = 0

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from engine.store import keys
 from tests.gateway_support import Client, Closed, kind, lobby, ready_and_play, seat_of, start_stack
 from tests.processes import stop_group
 
@@ -43,7 +44,8 @@ ROOMS: dict[str, dict[str, Any]] = {
     "hasty": {"trustee_delay_seconds": 0.0, "ready_seconds": 1},
     "term": {"trustee_delay_seconds": 0.0},
     "solo": {"trustee_delay_seconds": 0.0},
-    "churn": {"trustee_delay_seconds": 0.0, "ready_seconds": CHURN_READY_S},
+    # no leave cooldown (issue 34): each cycle leaves before the deal and joins again at once
+    "churn": {"trustee_delay_seconds": 0.0, "ready_seconds": CHURN_READY_S, "leave_cooldown_seconds": 0},
     "quits": {"trustee_delay_seconds": 0.0},
     "away": {"trustee_delay_seconds": 0.0, "ready_seconds": 1, "reconnect_grace_seconds": 1},
     "metered": {"trustee_delay_seconds": 0.0},
@@ -420,11 +422,10 @@ def test_ready_timer_removes_the_unready_player_and_requeues_the_other(stack):
 @pytest.mark.parametrize("back", ["at_once", "after_the_grace"])
 def test_players_away_when_their_match_is_abandoned_are_not_held_at_its_table(stack, back):
     """Both players close their sockets before the Ready: the ready clock abandons the match
-    (R-13.2) while no socket reads its update.  Before, the table stayed seated for good (the
-    Join said "already at a table", every Ready and Leave was refused ``match_over``).  Now
-    the lobby closes it once their grace has run out (``after_the_grace``: nobody comes back
-    meanwhile), or their greeting does (``at_once``); then the Join queues them again and they
-    are paired at a new match."""
+    (R-13.2) while no socket reads its update.  The engine's lobby learns the end from the
+    match's feed (never from a socket) and closes the table; the players come back at once
+    (within their grace) or after it, and their Join queues them again and pairs them at a new
+    match."""
     gw = stack.gateways[0]
     players = (f"aw-{back}-alice", f"aw-{back}-bob")
 
@@ -436,11 +437,12 @@ def test_players_away_when_their_match_is_abandoned_are_not_held_at_its_table(st
         while not any(type(e).__name__ == "MatchAbandoned" for e in match_events(stack, m)):
             assert time.monotonic() < deadline, "the ready clock did not abandon the match"
             await asyncio.sleep(0.2)
+        while any(t.get("match") == m and t.get("status") != "closed"
+                  for t in lobby_tables(stack, "away").values()):
+            assert time.monotonic() < deadline, "the lobby left the table of an abandoned match open"
+            await asyncio.sleep(0.2)
         if back == "after_the_grace":
-            while any(t.get("match") == m and t.get("status") != "closed"
-                      for t in lobby_tables(stack, "away").values()):
-                assert time.monotonic() < deadline, "the lobby left the table of an abandoned match open"
-                await asyncio.sleep(0.2)
+            await asyncio.sleep(1.5)  # their reconnect grace (1 s in "away") runs out meanwhile
         back_ = []
         for p in players:
             c = await Client.connect(gw.url, stack.token(p), p)
@@ -633,15 +635,16 @@ def test_bots_fill_an_empty_seat_and_play_hand_after_hand(stack):
 
 
 def lobby_tables(stack, room: str) -> dict[str, dict[str, str]]:
-    """Every lobby table of ``room`` (``sk:{lobby}:table:<t>``) with its fields."""
+    """Every table of ``room`` with its fields: the engine lobby's read models
+    (``sk:{bN}:t:<table>:info``, engine/store/keys.py ``table_info_key``)."""
     import redis
 
     out = {}
     with redis.Redis.from_url(stack.store_url, decode_responses=True) as r:
-        for key in r.scan_iter("sk:{lobby}:table:*"):
+        for key in r.scan_iter("sk:{b*}:t:*:info"):
             fields = r.hgetall(key)
             if fields.get("room") == room:
-                out[key.rsplit(":", 1)[1]] = fields
+                out[key.split(":t:", 1)[1].rsplit(":", 1)[0]] = fields
     return out
 
 
@@ -753,4 +756,4 @@ def bot_place(stack, bot: str) -> dict[str, str]:
     import redis
 
     with redis.Redis.from_url(stack.store_url, decode_responses=True) as r:
-        return r.hgetall(f"sk:{{lobby}}:player:{bot}")
+        return r.hgetall(keys.place_key(bot))

@@ -6,7 +6,11 @@ on.  The engine is played by a small task that answers the Syncs it finds on ``s
 in the engine's own format (docs/PROTOCOL.md §2, ``kind=sync``).
 
 Issue 14 "Reconnect": on connect or reconnect the player at once gets the current view of
-their table or match."""
+their table or match.
+
+The lobby is the engine's (issue 34): the tests write what it writes -- the player's place
+``sk:place:{<player>}``, the table's read model, the ``lobby`` entries of the player's stream --
+and read what the gateway sends it (the lobby channel ``sk:{b<N>}:lobby``)."""
 
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from engine.match.commands import decode_command
 from engine.service.channels import OPS, PLAYER
 from engine.store import keys
 from gateway import channels, session
-from gateway.lobby import Lobby, notes_key, table_key
+from gateway.lobby import Lobby
 from gateway.metrics import GatewayMetrics
 from gateway.rooms import RoomBook
 from gateway.tokens import Identity
@@ -157,19 +161,59 @@ async def _with_connection(aredis, engine_versions: dict[str, int], body: Callab
         await r.aclose()
 
 
-async def _table_creating(lobby: Lobby) -> None:
+async def _place(r: Any, player: str, state: str | None, room: str = "points", table: str = "",
+                 match: str = "") -> None:
+    """The engine's read model of where ``player`` is (None: nowhere)."""
+    await r.delete(keys.place_key(player))
+    if state is not None:
+        await r.hset(keys.place_key(player), mapping={"state": state, "room": room, "table": table,
+                                                       "match": match})
+
+
+async def _table(r: Any, status: str, table: str = "t1", match: str = "t1-1", a: str = "alice",
+                 b: str = "bob", room: str = "points") -> None:
+    """The engine's read model of a table (and both players' places at it)."""
+    await r.hset(keys.table_info_key(table), mapping={"room": room, "a": a, "b": b, "n": match.rpartition("-")[2],
+                                                      "match": match, "status": status, "finished": "",
+                                                      "escaped": "", "bot_level": ""})
+    for p in (a, b):
+        await _place(r, p, "table", room, table, match)
+
+
+async def _note(r: Any, player: str, state: str, room: str = "points", table: str | None = None,
+                match: str | None = None, reason: str | None = None, command_id: str | None = None) -> None:
+    """A ``lobby`` entry of the player's stream as the engine's lobby writes it, and its notice."""
+    m = {"kind": "lobby", "state": state, "room": room, "table": table, "match": match, "reason": reason,
+         "bot_level": None, "command_id": command_id}
+    await r.xadd(keys.outbox_key(player), {"kind": "lobby", "m": json.dumps(m)})
+    await r.spublish(keys.outbox_key(player), "")
+
+
+async def _close(r: Any, table: str = "t1", requeued: str = "alice") -> None:
+    """The engine closes the table (bob left) and queues ``requeued`` again (its note)."""
+    await r.hset(keys.table_info_key(table), "status", "closed")
+    await _place(r, "bob", None)
+    await _place(r, requeued, "queued")
+    await _note(r, requeued, "queued", reason="opponent_left")
+
+
+async def _table_creating(r: Any) -> None:
     """alice and bob paired at t1 (its match t1-1 not created yet)."""
-    await lobby._call("join", "points", "alice")
-    await lobby._call("join", "points", "bob")
+    await _table(r, "creating")
+
+
+async def _seat(r: Any, table: str = "t1", match: str = "t1-1") -> None:
+    """The engine seats the table in ``match``: the read model, then both players' ``seated``."""
+    await _table(r, "seated", table, match)
+    for p in ("alice", "bob"):
+        await _note(r, p, "seated", table=table, match=match)
 
 
 async def _at_a_seated_table(aredis, engine_versions: dict[str, int], body: Callable[..., Awaitable[None]],
                              **kwargs: Any) -> None:
     """alice and bob seated at t1 (match t1-1), then ``body`` on alice's connection."""
     r = aredis()
-    lobby = Lobby(r, RoomBook.load(), "setup")
-    await _table_creating(lobby)
-    assert await lobby._call("seated", "t1", "t1-1") == 1
+    await _table(r, "seated")
     await r.aclose()
     await _with_connection(aredis, engine_versions, body, **kwargs)
 
@@ -186,7 +230,7 @@ def test_a_table_seated_right_after_the_connection_read_the_place_still_gives_th
     async def seat_now(lobby: Lobby) -> None:
         if not seated_once:
             seated_once.append(True)
-            assert await lobby._call("seated", "t1", "t1-1") == 1
+            await _seat(lobby.redis)
 
     async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
         await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "seated" and m["match"] == "t1-1",
@@ -196,8 +240,7 @@ def test_a_table_seated_right_after_the_connection_read_the_place_still_gives_th
 
     async def main() -> None:
         r = aredis()
-        lobby = Lobby(r, RoomBook.load(), "setup")
-        await _table_creating(lobby)
+        await _table_creating(r)
         await r.aclose()
         await _with_connection(aredis, {"t1-1": 3}, body, place_hook=seat_now)
 
@@ -222,8 +265,7 @@ def test_seated_once_even_when_the_note_and_the_place_both_say_so(aredis):
 
     async def main() -> None:
         r = aredis()
-        lobby = Lobby(r, RoomBook.load(), "setup")
-        await _table_creating(lobby)
+        await _table_creating(r)
         await r.aclose()
 
         original_send = session.Connection.send
@@ -237,7 +279,7 @@ def test_seated_once_even_when_the_note_and_the_place_both_say_so(aredis):
 
         async def positions_then_seat(self):
             await original_positions(self)
-            assert await self.hub.lobby._call("seated", "t1", "t1-1") == 1
+            await _seat(self.hub.redis)
         session.Connection._take_positions = positions_then_seat  # type: ignore[method-assign]
         try:
             await _with_connection(aredis, {"t1-1": 3}, body, place_hook=seat_now)
@@ -333,7 +375,7 @@ class FakeOps:
                                           {"kind": "accepted", "command_id": cmd.command_id})
 
 
-def test_the_lobby_registers_its_file_rooms_and_creates_matches_by_room_name(aredis, tmp_path):
+def test_the_lobby_registers_its_file_rooms_once_and_offers_the_registrys(aredis, tmp_path):
     from engine.service.rooms import ROOMS_KEY
     from tests.gateway_support import write_room
 
@@ -349,25 +391,17 @@ def test_the_lobby_registers_its_file_rooms_and_creates_matches_by_room_name(are
         stop = asyncio.Event()
         tasks.append(asyncio.create_task(lobby.run(stop)))
         try:
-            await lobby._call("join", "quick", "alice")
-            await lobby._call("join", "quick", "bob")
-            async def seated() -> None:
-                while (await lobby.table("t1")).status != "seated":
-                    await asyncio.sleep(0.05)
-            await asyncio.wait_for(seated(), WAIT_S)
+            await _eventually(lambda: rooms.registered("quick"), "quick registered")
+            assert await lobby.register_rooms() == []  # again: nothing to do
         finally:
             stop.set()
             tasks[0].cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await r.aclose()
         types = [c.type for c in ops.commands]
-        assert types[0] == "AddRoom" and ops.commands[0].name == "quick" and ops.commands[0].replace
-        create = next(c for c in ops.commands if c.type == "CreateMatch")
-        assert (create.room, create.config) == ("quick", None)  # the name, never the config
-        assert types.index("AddRoom") < types.index("CreateMatch")
+        assert types == ["AddRoom"] and ops.commands[0].name == "quick" and ops.commands[0].replace
         assert rooms.get("other") is not None and rooms.get("other").turn_seconds == 9
         assert rooms.registered("quick") and not rooms.registered("nope")
-        assert types.count("AddRoom") == 1  # registered once, not on every refresh
 
     asyncio.run(main())
 
@@ -430,7 +464,7 @@ def test_play_and_pass_of_a_seated_player_skip_the_place_lookup_until_the_lobby_
         assert await commands(r, "t1-1") == ["Sync", "Ready", "Play", "Pass", "Play"]
         assert before == 2, lookups  # the connection's own and the Ready's: none for Play or Pass
         # bob leaves: the table closes, alice is queued again (a lobby note)
-        await conn.hub.lobby._call("removed", "t1", "t1-1", "bob", "left")
+        await _close(r)
         await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "queued", "queued again")
         await ws.inbox.put(json.dumps({"type": "Play", "cards": [9], "command_id": "late"}))
         refused = await ws.expect(lambda m: m["kind"] == "rejected" and m["command_id"] == "late", "the refusal")
@@ -451,7 +485,7 @@ def test_a_lookup_overtaken_by_a_lobby_note_is_not_kept_for_play_and_pass(aredis
             return
         state["done"] = True
         seen = conn._notes_seen
-        await lobby._call("removed", "t1", "t1-1", "bob", "left")
+        await _close(lobby.redis)
         while conn._notes_seen == seen:  # the note reached the socket before the lookup returns
             await asyncio.sleep(0.01)
 
@@ -481,7 +515,7 @@ def test_a_ready_after_the_lobbys_seated_note_goes_to_its_match_without_a_lookup
 
     async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
         await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "queued", "at a table being created")
-        assert await conn.hub.lobby._call("seated", "t1", "t1-1") == 1
+        await _seat(conn.hub.redis)
         await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "seated" and m["match"] == "t1-1",
                         "seated")
         before = len(lookups)  # the connection's own
@@ -489,7 +523,7 @@ def test_a_ready_after_the_lobbys_seated_note_goes_to_its_match_without_a_lookup
         r = conn.hub.redis
         await _eventually(lambda: _has_command(r, "t1-1", ("Ready", "alice")), "the Ready sent")
         assert len(lookups) == before == 1, lookups
-        await conn.hub.lobby._call("removed", "t1", "t1-1", "bob", "left")
+        await _close(r)
         await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "queued", "queued again")
         await ws.inbox.put(json.dumps({"type": "Ready", "command_id": "late"}))
         refused = await ws.expect(lambda m: m["kind"] == "rejected" and m["command_id"] == "late", "the refusal")
@@ -498,68 +532,11 @@ def test_a_ready_after_the_lobbys_seated_note_goes_to_its_match_without_a_lookup
 
     async def main() -> None:
         r = aredis()
-        await _table_creating(Lobby(r, RoomBook.load(), "setup"))
+        await _table_creating(r)
         await r.aclose()
         await _with_connection(aredis, {"t1-1": 3}, body, place_hook=count)
 
     asyncio.run(main())
-
-
-@pytest.mark.parametrize("fails", [0, 1], ids=["lobby up", "lobby step failing once"])
-def test_the_end_of_a_match_reaches_the_client_first_and_its_next_message_waits_for_the_lobby(aredis, fails):
-    """The finish goes out before the lobby's step on it (its Redis calls, queued behind every
-    socket's under load, held the last update of each match back by up to half a second); the
-    client's Leave on seeing it waits until the lobby has the finish (a failed step is tried
-    again first), so it is noted for the settlement (the table closes then), never sent to the
-    engine for a match that is over."""
-    order: list[str] = []
-    gate = asyncio.Event()
-    failures = [fails]
-
-    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
-        await ws.expect(_view_update("t1-1"), "the view of t1-1")
-        lobby = conn.hub.lobby
-        observe, quit_, caught_up = lobby.observe, lobby.quit, conn.resync.lobby_caught_up
-
-        async def slow_observe(match: str, events: list[dict[str, Any]]) -> None:
-            order.append("observing")
-            await gate.wait()
-            if failures[0]:
-                failures[0] -= 1
-                raise ConnectionError("the lobby's Redis is away")
-            await observe(match, events)
-            order.append("observed")
-
-        async def quit(player: str, command_id: str | None = None) -> Any:
-            order.append("leave")
-            return await quit_(player, command_id)
-
-        async def waits() -> None:
-            order.append("next message waits")
-            await caught_up()
-        lobby.observe = slow_observe  # type: ignore[method-assign]
-        lobby.quit = quit  # type: ignore[method-assign]
-        conn.resync.lobby_caught_up = waits  # type: ignore[method-assign]
-        r = conn.hub.redis
-        await _publish_update(r, "alice", "t1-1", 4, {"type": "MatchFinished", "loser": "bob", "reason": "cards_out"})
-        got = await ws.expect(lambda m: m["kind"] == "update" and m["version"] == 4, "the finish")
-        assert [e["type"] for e in got["events"]] == ["MatchFinished"]
-        assert order == ["observing"]  # sent while the lobby's step waits
-        await ws.inbox.put(json.dumps({"type": "Leave", "command_id": "bye"}))
-        await _eventually(lambda: "next message waits" in order, "the Leave held back")
-        assert "leave" not in order
-        gate.set()
-        await _eventually(lambda: "leave" in order, "the Leave handled")
-        assert order == ["observing", "next message waits"] + ["observing"] * fails + ["observed", "leave"]
-        table = await lobby.table("t1")
-        assert table is not None and table.finished == "t1-1"
-
-        async def noted() -> bool:  # for the settlement
-            return _s(await r.hget(table_key("t1"), "leaving_a")) == "1"
-        await _eventually(noted, "the Leave noted")
-        assert ("Leave", "alice") not in await _player_commands(r, "t1-1")
-
-    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3}, body))
 
 
 def test_a_ready_after_the_table_closed_under_it_is_refused_here_never_sent_to_its_match(aredis):
@@ -571,18 +548,19 @@ def test_a_ready_after_the_table_closed_under_it_is_refused_here_never_sent_to_i
 
     async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
         await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "queued", "at a table being created")
-        assert await conn.hub.lobby._call("seated", "t1", "t1-1") == 1
+        r = conn.hub.redis
+        await _seat(r)
         await ws.expect(_view_update("t1-1"), "the view of t1-1")
         deliver = conn.subscription.deliver
 
         async def notes_held(stream: str, entry_id: str, fields: dict) -> None:
-            if stream == notes_key("alice"):
+            if fields.get(b"kind") == b"lobby":
                 await release.wait()
             await deliver(stream, entry_id, fields)
         conn.subscription.deliver = notes_held  # type: ignore[method-assign]
-        r = conn.hub.redis
         await _publish_update(r, "alice", "t1-1", 4, {"type": "PlayerRemoved", "player": "bob", "reason": "left"})
         await ws.expect(lambda m: m["kind"] == "update" and m["version"] == 4, "the removal")
+        await _close(r)  # the engine's lobby closes the table (its note held back above)
         await ws.inbox.put(json.dumps({"type": "Ready", "command_id": "r2"}))
         refused = await ws.expect(lambda m: m["kind"] == "rejected" and m["command_id"] == "r2", "the refusal")
         assert refused["code"] == "not_seated"
@@ -592,7 +570,7 @@ def test_a_ready_after_the_table_closed_under_it_is_refused_here_never_sent_to_i
 
     async def main() -> None:
         r = aredis()
-        await _table_creating(Lobby(r, RoomBook.load(), "setup"))
+        await _table_creating(r)
         await r.aclose()
         await _with_connection(aredis, {"t1-1": 3}, body)
 
@@ -633,92 +611,225 @@ async def _player_commands(r: Any, match: str) -> list[tuple[str, str]]:
             if c.match_id == match]
 
 
-@pytest.mark.parametrize("case", [
-    # the next match was being created at the lookup, and seated before the lobby's leave:
-    # the engine decides the Leave (before the deal: PlayerRemoved left), never not_seated
-    "creating, then seated",
-    # queued at the lookup, paired before the dequeue: the table closes at once, alice leaves
-    # the room and bob goes back to the queue
-    "queued, then paired",
-])
-def test_a_leave_overtaken_by_the_lobby_is_never_lost(aredis, case):
-    """The CI failure of test_a_player_who_leaves_at_the_settlement_closes_the_table: the
-    lobby moved the player between the Leave's place lookup and its transition; the Leave was
-    refused ``not_seated`` and the ready clock removed the player ``not_ready`` instead.  The
-    Leave is now one lobby step (``quit``) against wherever the lobby has the player then."""
-    state: dict[str, Any] = {}
+# -- the adapter of the engine's lobby (issue 34 §4) ---------------------------------------------
+async def _lobby_commands(r: Any, room: str = "points") -> list[dict[str, Any]]:
+    """The commands on the lobby channel of ``room``'s bucket (each entry has one field ``c``)."""
+    out = []
+    for _id, f in await r.xrange(keys.lobby_inbox_key(keys.room_bucket(room))):
+        assert set(f) == {b"c"}, f
+        out.append(json.loads(f[b"c"]))
+    return out
 
-    async def overtake(lobby: Lobby) -> None:
-        if not state.get("armed") or state.get("done"):
-            return
-        state["done"] = True
-        if case == "creating, then seated":
-            assert await lobby._call("seated", "t1", "t1-1") == 1
-        else:
-            await lobby._call("join", "points", "bob")
+
+def test_a_join_goes_to_the_lobby_channel_of_the_rooms_bucket_and_the_engine_answers(aredis):
+    """Join → ``XADD sk:{b<N>}:lobby c={"type": "Join", "command_id": <engine id>, "room", "player"}``;
+    the gateway checks no balance (the queue refuses ``seat_refused``, R-11.1); the engine's
+    ``lobby`` entry reaches the client with the client's own command id."""
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        r = conn.hub.redis
+        await ws.inbox.put(json.dumps({"type": "Join", "room": "points", "command_id": "j1"}))
+        await _eventually(lambda: _lobby_commands(r), "the Join sent")
+        assert await _lobby_commands(r) == [{"type": "Join", "command_id": channels.engine_command_id("alice", "j1"),
+                                             "room": "points", "player": "alice"}]
+        assert channels.engine_command_id("alice", "j1") in conn.pending
+        await _place(r, "alice", "queued")
+        await _note(r, "alice", "queued", command_id=channels.engine_command_id("alice", "j1"))
+        got = await ws.expect(lambda m: m["kind"] == "lobby", "queued")
+        assert got == {"kind": "lobby", "state": "queued", "room": "points", "table": None, "match": None,
+                       "reason": None, "bot_level": None, "command_id": "j1"}
+        assert conn.room == "points" and channels.engine_command_id("alice", "j1") not in conn.pending
+        # a message caused by another player's command names no command id of this client
+        await _note(r, "alice", "queued", command_id=channels.engine_command_id("bob", "j1"))
+        got = await ws.expect(lambda m: m["kind"] == "lobby", "queued again")
+        assert got["command_id"] is None
+
+    asyncio.run(_with_connection(aredis, {}, body))
+
+
+@pytest.mark.parametrize("player, room, token_room, code", [
+    ("alice", "nope", None, "unknown_room"),  # not in the room book
+    ("alice", "points", "wealth", "not_allowed"),  # a token limited to another room
+    ("al{ice}", "points", None, "not_allowed"),  # a hash tag in the player id (issue 24 §2)
+])
+def test_a_join_the_gateway_refuses_is_never_sent(aredis, player, room, token_room, code):
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        conn.identity = Identity(player, "player", token_room, 4102444800)  # type: ignore[call-arg]
+        await ws.inbox.put(json.dumps({"type": "Join", "room": room, "command_id": "j1"}))
+        got = await ws.expect(lambda m: m["kind"] == "rejected", "the refusal")
+        assert (got["code"], got["command_id"]) == (code, "j1")
+        for name in ("points", "nope", "wealth"):
+            assert await _lobby_commands(conn.hub.redis, name) == []
+
+    asyncio.run(_with_connection(aredis, {}, body))
+
+
+def test_a_leave_goes_to_the_room_of_the_players_place_and_nowhere_is_not_seated(aredis):
+    """Leave → the lobby channel of the room the place names (queued, or at a table: the engine
+    decides it there); a player who is nowhere is refused ``not_seated`` and nothing is sent."""
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        r = conn.hub.redis
+        await ws.inbox.put(json.dumps({"type": "Leave", "command_id": "l0"}))
+        got = await ws.expect(lambda m: m["kind"] == "rejected", "the refusal")
+        assert (got["code"], got["command_id"]) == ("not_seated", "l0")
+        assert await _lobby_commands(r) == [] and await _lobby_commands(r, "wealth") == []
+        await _place(r, "alice", "queued", room="wealth")
+        await ws.inbox.put(json.dumps({"type": "Leave", "command_id": "l1"}))
+        await _eventually(lambda: _lobby_commands(r, "wealth"), "the Leave sent")
+        await _table(r, "seated", room="points")
+        await ws.inbox.put(json.dumps({"type": "Leave", "command_id": "l2"}))
+        await _eventually(lambda: _lobby_commands(r, "points"), "the second Leave sent")
+        assert [await _lobby_commands(r, x) for x in ("wealth", "points")] == [
+            [{"type": "Leave", "command_id": channels.engine_command_id("alice", "l1"), "room": "wealth",
+              "player": "alice"}],
+            [{"type": "Leave", "command_id": channels.engine_command_id("alice", "l2"), "room": "points",
+              "player": "alice"}]]
+        assert ("Leave", "alice") not in await _player_commands(r, "t1-1")  # never to the match itself
+
+    asyncio.run(_with_connection(aredis, {}, body))
+
+
+def test_on_connect_a_player_with_a_room_is_present_and_returned_and_at_the_close_the_grace_starts(aredis):
+    """Presence (R-13.4): on connect ``ZADD sk:{r:<room>}:presence`` {player: now + slack + grace}
+    and ``Returned`` (id ``gw:returned:<player>:<hex>``); at the socket's close {player: now + grace}."""
+    grace = int(1000 * RoomBook.load().get("points").reconnect_grace_seconds)
+    marks: dict[str, int] = {}
 
     async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
-        await ws.expect(lambda m: m["kind"] == "lobby", "where alice is")
-        state["armed"] = True
-        await ws.inbox.put(json.dumps({"type": "Leave", "command_id": "bye"}))
-        if case == "creating, then seated":
-            r = conn.hub.redis
-            for _ in range(int(WAIT_S / 0.02)):
-                if ("Leave", "alice") in await _player_commands(r, "t1-1"):
-                    break
-                await asyncio.sleep(0.02)
-            assert ("Leave", "alice") in await _player_commands(r, "t1-1")
-        else:
-            gone = await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "removed"
-                                   or m["kind"] == "rejected", "alice removed")
-            assert (gone["kind"], gone.get("reason"), gone.get("table")) == ("lobby", "left", "t1")
-            bob = await conn.hub.lobby.place("bob")
-            assert bob.state == "queued"
-        assert state.get("done")
-        assert not [m for m in list(ws.out._queue) if m["kind"] == "rejected"]  # type: ignore[attr-defined]
-
-    async def setup() -> None:
-        r = aredis()
-        lobby = Lobby(r, RoomBook.load(), "setup")
-        if case == "creating, then seated":
-            await _table_creating(lobby)
-        else:
-            await lobby._call("join", "points", "alice")
-        await r.aclose()
-        await _with_connection(aredis, {"t1-1": 3}, body, place_hook=overtake)
-
-    asyncio.run(setup())
-
-
-def test_a_table_closed_while_its_match_is_created_leaves_nobody_seated_in_it(aredis):
-    """alice leaves while the next match is created (the table closes at once); the match the
-    lobby goes on creating gets both players' Leave, so it ends now instead of waiting for its
-    ready clock (R-13.2) with alice seated in it."""
+        r = conn.hub.redis
+        await ws.expect(_view_update("t1-1"), "the view")
+        due = await r.zscore(keys.presence_key("points"), "alice")
+        assert marks["before"] + session.HEARTBEAT_SLACK_MS + grace <= due <= session.now_ms() \
+            + session.HEARTBEAT_SLACK_MS + grace
+        (returned,) = await _lobby_commands(r)
+        assert (returned["type"], returned["room"], returned["player"]) == ("Returned", "points", "alice")
+        assert returned["command_id"].startswith("gw:returned:alice:") and len(returned["command_id"]) > 18
+        marks["closing"] = session.now_ms()
 
     async def main() -> None:
         r = aredis()
-        lobby = Lobby(r, RoomBook.load(), "gw-close")
+        await _table(r, "seated")
+        marks["before"] = session.now_ms()
+        await _with_connection(aredis, {"t1-1": 3}, body)
+        due = await r.zscore(keys.presence_key("points"), "alice")
+        assert marks["closing"] + grace <= due <= session.now_ms() + grace
+        await r.aclose()
 
-        async def leave_at_bobs_sit(cmd: Any) -> None:
-            if cmd.type == "Sit" and cmd.player == "bob":
-                assert (await lobby._call("leave", "t1", "t1-1", "alice"))[0] in (b"closed", "closed")
+    asyncio.run(main())
 
-        ops = FakeOps(r, leave_at_bobs_sit)
+
+def test_a_player_who_is_nowhere_sends_no_returned_and_no_presence(aredis):
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(lambda m: m["kind"] == "welcome", "the welcome")
+        assert conn.room is None
+        await conn.hub.lobby.present({})  # a heartbeat with nobody in a room writes nothing
+
+    async def main() -> None:
+        await _with_connection(aredis, {}, body)
+        r = aredis()
+        assert await _lobby_commands(r) == [] and await r.exists(keys.presence_key("points")) == 0
+        await r.aclose()
+
+    asyncio.run(main())
+
+
+def test_the_heartbeat_pushes_the_grace_of_each_connected_player_in_their_room(aredis):
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        r = conn.hub.redis
+        await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "queued", "queued")
+        await r.delete(keys.presence_key("wealth"))
         stop = asyncio.Event()
+        beat = asyncio.create_task(conn.hub.heartbeat(stop))
+        await _eventually(lambda: r.zscore(keys.presence_key("wealth"), "alice"), "the heartbeat")
+        stop.set()
+        await beat
+        assert await r.zscore(keys.presence_key("points"), "alice") is None
+
+    async def main() -> None:
+        r = aredis()
+        await _place(r, "alice", "queued", room="wealth")
+        await r.aclose()
+        await _with_connection(aredis, {}, body)
+
+    asyncio.run(main())
+
+
+def test_a_settled_entry_and_a_cooldown_refusal_reach_the_client(aredis):
+    """``settled`` is forwarded as the engine wrote it (with the names); a refused Join comes back
+    as a ``rejected`` entry with ``match`` "" and reaches the client with its own command id and
+    ``retry_after_ms``; another player's refusal never does."""
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        r = conn.hub.redis
+        await ws.expect(_view_update("t1-1"), "the view")
+        settled = {"kind": "settled", "match": "t1-1", "scores": {"alice": 4, "bob": -4},
+                   "breakdown": {"alice": {"kou": 1}}, "balances": {"alice": 1004}}
+        await r.xadd(keys.outbox_key("alice"), {"kind": "settled", "m": json.dumps(settled)})
+        got = await ws.expect(lambda m: m["kind"] == "settled", "settled")
+        assert {k: got[k] for k in settled} == settled and "names" in got  # the players named (gateway/names.py)
+        for who in ("bob", "alice"):
+            await r.xadd(keys.outbox_key("alice"), {"kind": "rejected", "match": "", "code": "cooldown",
+                                                    "reason": "wait", "retry_after_ms": 4000,
+                                                    "command_id": channels.engine_command_id(who, "j9")})
+        got = await ws.expect(lambda m: m["kind"] == "rejected", "the refusal")
+        assert (got["command_id"], got["code"], got["retry_after_ms"], got["match"]) == ("j9", "cooldown", 4000, None)
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3}, body))
+
+
+def test_a_spectator_never_gets_the_lobby_messages_of_the_player_whose_stream_it_reads(aredis):
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        r = conn.hub.redis
+        await ws.inbox.put(json.dumps({"type": "Watch", "match": "t1-1", "command_id": "w1"}))
+        await ws.expect(_view_update("t1-1"), "the spectator view")
+        await _note(r, "alice", "removed", reason="left")
+        await r.xadd(keys.outbox_key("alice"), {"kind": "settled", "m": json.dumps(
+            {"kind": "settled", "match": "t1-1", "scores": {}, "breakdown": {}, "balances": {"alice": 5}})})
+        await _publish_update(r, "alice", "t1-1", 5)
+        await ws.expect(lambda m: m["kind"] == "update" and m["version"] == 5, "the next update")
+        assert not [m for m in list(ws.out._queue) if m["kind"] in ("lobby", "settled")]  # type: ignore[attr-defined]
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 4}, body, player="watcher", role="spectator"))
+
+
+def test_a_join_of_a_file_room_not_registered_yet_registers_it_first(aredis, tmp_path):
+    """``gateway --room FILE``: the engine knows rooms by name, so a Join of a file room the
+    registry does not hold yet (the gateway just started) sends AddRoom, then the Join."""
+    from tests.gateway_support import write_room
+
+    async def main() -> None:
+        r = aredis()
+        rooms = RoomBook.load([write_room(tmp_path / "quick.toml", "quick", turn_seconds=7)])
+        lobby = Lobby(r, rooms, "gw-join")
+        ops = FakeOps(r)
         await lobby.replies.start()
+        stop = asyncio.Event()
         tasks = [asyncio.create_task(ops.run()), asyncio.create_task(lobby.replies.run(stop))]
         try:
-            await _table_creating(lobby)
-            table = await lobby.table("t1")
-            assert table is not None and table.status == "creating"
-            assert await asyncio.wait_for(lobby._create(table), WAIT_S)
-            assert (await lobby.table("t1")).status == "closed"
-            leaves = [p for t, p in await _player_commands(r, "t1-1") if t == "Leave"]
-            assert set(leaves) == {"alice", "bob"}
+            await asyncio.wait_for(lobby.join("alice", "quick", "j1"), WAIT_S)
+            assert [c.type for c in ops.commands] == ["AddRoom"] and rooms.registered("quick")
+            assert [c["type"] for c in await _lobby_commands(r, "quick")] == ["Join"]
+            await lobby.join("bob", "quick", "j2")
+            assert len(ops.commands) == 1  # registered once
         finally:
             stop.set()
-            tasks[0].cancel()
+            for t in tasks:
+                t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await r.aclose()
 
     asyncio.run(main())
+
+
+def test_a_join_the_lobbys_model_refuses_is_bad_command_and_the_socket_stays(aredis):
+    """A token subject longer than the lobby's player ids (100): the Join is refused
+    ``bad_command`` here, nothing is sent, and the socket goes on."""
+    long = "p" * 120
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.inbox.put(json.dumps({"type": "Join", "room": "points", "command_id": "j1"}))
+        got = await ws.expect(lambda m: m["kind"] == "rejected", "the refusal")
+        assert (got["code"], got["command_id"]) == ("bad_command", "j1")
+        await ws.inbox.put(json.dumps({"type": "Leave", "command_id": "l1"}))
+        got = await ws.expect(lambda m: m["kind"] == "rejected" and m["command_id"] == "l1", "the Leave's refusal")
+        assert got["code"] == "not_seated" and await _lobby_commands(conn.hub.redis) == []
+
+    asyncio.run(_with_connection(aredis, {}, body, player=long))

@@ -1,6 +1,6 @@
 """Fast tests of the gateway's parts: tokens, client message validation (impersonation and
 non-player commands refused), spectator redaction equal to the engine's spectator view,
-the committed JSON Schemas, the engine command ids, and the lobby's Lua on a real Redis."""
+the committed JSON Schemas and the engine command ids."""
 
 from __future__ import annotations
 
@@ -230,149 +230,6 @@ def test_real_views_and_events_validate_and_wrong_ones_do_not():
     assert not client.is_valid({"type": "TurnTimeout", "version": 3})
 
 
-# -- the lobby's Lua ----------------------------------------------------------------------------
-def _lobby_lua(real_redis, now: int = 1000):
-    """The lobby script at a fixed clock: (call(op, *args) → decoded reply, notes(player) → notes)."""
-    from gateway.lobby import LUA
-
-    script = real_redis.register_script(LUA)
-
-    def call(*args):
-        out = script(keys=[], args=[args[0], now, *args[1:]])
-        return [x.decode() if isinstance(x, bytes) else x for x in out] if isinstance(out, list) else out
-
-    def notes(p):
-        return [json.loads(f[b"m"]) for _id, f in real_redis.xrange(f"sk:{{lobby}}:notes:{p}")]
-
-    return call, notes
-
-
-@pytest.mark.redis
-def test_lobby_lua_pairs_removes_requeues_and_advances(real_redis):
-    call, notes = _lobby_lua(real_redis)
-    assert call("join", "points", "a")[:1] == ["joined"]
-    assert call("join", "points", "a")[:2] == ["queued", "points"]  # joining twice changes nothing
-    out = call("join", "points", "b")
-    assert out[0] == "joined" and out[3:] == ["t1"]
-    assert call("seated", "t1", "t1-2") == 0  # another match: refused
-    assert call("seated", "t1", "t1-1") == 1
-    assert [n["state"] for n in notes("a")] == ["queued", "seated"]
-    assert call("finished", "t1", "t1-1", "") == 1
-    assert call("finished", "t1", "t1-1", "") == 0  # once
-    settled = json.dumps({"kind": "settled", "match": "t1-1"})
-    assert call("advance", "t1", "t1-1", settled, settled) == ["next", "t1-2"]
-    assert call("advance", "t1", "t1-1", settled, settled) == []  # once
-    assert call("seated", "t1", "t1-2") == 1
-    assert [n["kind"] for n in notes("b")][-2:] == ["settled", "lobby"]
-    # R-13.2: b not ready → b leaves the room, a waits again (and pairs with c)
-    call("join", "points", "c")
-    out = call("removed", "t1", "t1-2", "b", "not_ready")
-    assert out[0] == "a" and out[1] == "|" and out[2:] == ["t2"]
-    assert notes("b")[-1] == {"kind": "lobby", "state": "removed", "room": "points", "table": "t1",
-                              "match": "t1-2", "reason": "not_ready", "bot_level": None, "command_id": None}
-    assert notes("a")[-1]["state"] == "queued"
-    assert call("removed", "t1", "t1-2", "a", "left") == []  # the table is closed
-    assert real_redis.hget("sk:{lobby}:player:b", "state") is None
-    assert call("dequeue", "c", "left") == 0  # c sits at t2 now
-    call("join", "wealth", "d")
-    assert call("dequeue", "d", "disconnected") == 1
-    assert notes("d")[-1]["reason"] == "disconnected"
-
-
-@pytest.mark.redis
-def test_lobby_lua_both_players_leaving_at_the_settlement_both_leave_the_room(real_redis):
-    """Both players Leave after the finish, before the settlement: the table closes and nobody
-    goes back to the queue.  One ``leaving`` field kept the second leaver only; the first was
-    requeued 'opponent_left' with no socket, and seated opposite newcomers (bench/gateway.py)."""
-    call, notes = _lobby_lua(real_redis)
-    call("join", "points", "a")
-    call("join", "points", "b")
-    assert call("seated", "t1", "t1-1") == 1 and call("finished", "t1", "t1-1", "") == 1
-    assert call("quit", "a") == ["noted", "t1"]
-    assert call("quit", "b") == ["noted", "t1"]
-    settled = json.dumps({"kind": "settled", "match": "t1-1"})
-    assert call("advance", "t1", "t1-1", settled, settled) == ["closed", "|"]
-    for p in ("a", "b"):
-        assert notes(p)[-1]["state"] == "removed" and notes(p)[-1]["reason"] == "left"
-        assert real_redis.hget(f"sk:{{lobby}}:player:{p}", "state") is None
-    assert real_redis.llen("sk:{lobby}:queue:points") == 0
-    # a table noted by an older gateway (one 'leaving' field) still closes for that player
-    call("join", "points", "c")
-    call("join", "points", "d")
-    assert call("seated", "t2", "t2-1") == 1 and call("finished", "t2", "t2-1", "") == 1
-    real_redis.hset("sk:{lobby}:table:t2", "leaving", "c")
-    assert call("advance", "t2", "t2-1", settled, settled) == ["closed", "d", "|"]
-    assert notes("d")[-1]["reason"] == "opponent_left"
-
-
-@pytest.mark.redis
-def test_lobby_lua_quit_decides_a_leave_wherever_the_player_is(real_redis):
-    """``quit``, a Leave in one step: out of the queue; a table whose next match is created
-    closes (the other player is requeued); seated in a match: the engine decides; nowhere: {}."""
-    call, notes = _lobby_lua(real_redis)
-    assert call("quit", "nobody") == []
-    call("join", "points", "a")
-    assert call("quit", "a") == ["dequeued"] and notes("a")[-1]["reason"] == "left"
-    call("join", "points", "a")
-    call("join", "points", "b")
-    assert call("quit", "a") == ["closed", "t1", "t1-1", "b", "|"]  # being created: closes now
-    assert notes("b")[-1]["state"] == "queued" and notes("b")[-1]["reason"] == "opponent_left"
-    call("join", "points", "c")  # pairs with b at t2
-    assert call("seated", "t2", "t2-1") == 1
-    assert call("quit", "c") == ["engine", "t2", "t2-1"]  # before the deal or in play: the engine's
-    assert real_redis.hget("sk:{lobby}:player:c", "state") == b"table"
-
-
-@pytest.mark.redis
-def test_lobby_lua_a_leave_the_engine_decides_is_kept_when_the_table_closes_first(real_redis):
-    """Both players Leave a match before its deal: each Leave goes to the engine, and the
-    lobby may observe the first removal alone (the second one after, or never: both sockets
-    closed).  The table closes then, and the second leaver leaves the room with it: requeued
-    'opponent_left' with no socket, they were seated opposite newcomers until their grace
-    ran out (bench/gateway.py, a client waiting for the opponent's Ready).  The closing step
-    lists them with those who leave the match, so the lobby sends their Leave too (the
-    session's may not go out once the table is closed; the engine's second is a duplicate)."""
-    call, notes = _lobby_lua(real_redis)
-    call("join", "points", "a")
-    call("join", "points", "b")
-    assert call("seated", "t1", "t1-1") == 1
-    assert call("quit", "a") == ["engine", "t1", "t1-1"]
-    assert call("quit", "b") == ["engine", "t1", "t1-1"]
-    assert call("removed", "t1", "t1-1", "a", "left") == ["b", "|"]  # b leaves the match, not requeued
-    assert call("removed", "t1", "t1-1", "b", "left") == []  # the table is closed: nothing more
-    for p in ("a", "b"):
-        assert notes(p)[-1]["state"] == "removed" and notes(p)[-1]["reason"] == "left"
-        assert real_redis.hget(f"sk:{{lobby}}:player:{p}", "state") is None
-    assert real_redis.llen("sk:{lobby}:queue:points") == 0
-
-
-@pytest.mark.redis
-def test_lobby_lua_a_leave_the_engine_refused_counts_for_nothing(real_redis):
-    """A Leave during play is refused by the engine (R-12: leaving then is an escape): the
-    player plays on.  When the match finishes (here the opponent escapes) the table closes for
-    the escaper alone, and the player who had asked goes back to the queue as before."""
-    call, notes = _lobby_lua(real_redis)
-    call("join", "points", "c")
-    call("join", "points", "d")
-    assert call("seated", "t1", "t1-1") == 1
-    assert call("quit", "c") == ["engine", "t1", "t1-1"]  # refused by the engine: dealt already
-    assert call("finished", "t1", "t1-1", "d") == 1  # d escapes
-    settled = json.dumps({"kind": "settled", "match": "t1-1"})
-    assert call("advance", "t1", "t1-1", settled, settled) == ["closed", "c", "|"]
-    assert notes("c")[-1]["state"] == "queued" and notes("c")[-1]["reason"] == "opponent_left"
-    assert notes("d")[-1]["reason"] == "escaped"
-    # and it is not carried to the table's next match either (another room: c waits in this one)
-    call("join", "wealth", "e")
-    call("join", "wealth", "f")
-    assert call("seated", "t2", "t2-1") == 1
-    assert call("quit", "e") == ["engine", "t2", "t2-1"]
-    assert call("finished", "t2", "t2-1", "") == 1
-    assert call("advance", "t2", "t2-1", settled, settled) == ["next", "t2-2"]
-    assert call("seated", "t2", "t2-2") == 1
-    assert call("removed", "t2", "t2-2", "f", "not_ready") == ["e", "|"]
-    assert notes("e")[-1]["reason"] == "opponent_left"
-
-
 @pytest.mark.parametrize("raw, field", [
     ('{"type": "Play", "cards": [999]}', "cards.0: a card id is 0–107"),
     ('{"type": "Play", "text": 5}', "text"),
@@ -402,22 +259,6 @@ def test_engine_commands_the_gateway_builds_are_refused_with_readable_reasons(ct
     assert needle in str(err.value) and "pydantic.dev" not in str(err.value)
 
 
-@pytest.mark.redis
-def test_lobby_lua_bot_table_keeps_its_level(real_redis):
-    """``gateway --bots``: the bot's table keeps the level it was seated with, and the seated
-    note names it (the browser shows "bot · hard"); a table of two people names none."""
-    call, notes = _lobby_lua(real_redis, now=10_000)
-    call("join", "points", "solo")
-    table, bot = call("bot", "points", 0, "hard")
-    assert bot.startswith("bot-") and real_redis.hget(f"sk:{{lobby}}:table:{table}", "bot_level") == b"hard"
-    assert call("seated", table, f"{table}-1") == 1
-    assert notes("solo")[-1]["bot_level"] == notes(bot)[-1]["bot_level"] == "hard"
-    call("join", "points", "p1")
-    made = call("join", "points", "p2")
-    assert call("seated", made[3], f"{made[3]}-1") == 1
-    assert notes("p1")[-1]["state"] == "seated" and notes("p1")[-1]["bot_level"] is None
-
-
 def _gateway_modules_with_examples() -> list[str]:
     import pkgutil
     from pathlib import Path
@@ -438,18 +279,11 @@ def test_the_gateways_docstring_examples_hold(module):
     assert result.attempted > 0 and result.failed == 0, (module, result)
 
 
-def test_lobby_notes_name_the_join_or_leave_that_caused_them(real_redis):
-    """Issue 34 §7: a ``lobby`` message carries the command_id of the player's Join or Leave
-    that caused it, else null (the partner's seating, a note of an older gateway's call)."""
+def test_lobby_messages_and_refusals_carry_the_command_id_and_retry_after_ms():
+    """Issue 34 §7: a ``lobby`` message carries the client's command_id of the Join or Leave
+    that caused it, else null; a ``cooldown`` refusal carries ``retry_after_ms``."""
     from gateway import protocol
 
-    call, notes = _lobby_lua(real_redis)
-    assert call("join", "points", "a", "join-a")[:1] == ["joined"]
-    assert notes("a")[-1]["command_id"] == "join-a"
-    assert call("quit", "a", "leave-a") == ["dequeued"]
-    assert notes("a")[-1]["state"] == "removed" and notes("a")[-1]["command_id"] == "leave-a"
-    call("join", "points", "b")  # an older gateway's call: no command id
-    assert notes("b")[-1]["command_id"] is None
     assert protocol.lobby("queued", "points", command_id="c")["command_id"] == "c"
     assert protocol.lobby("queued", "points")["command_id"] is None
     r = protocol.rejected("c", "cooldown", "wait", retry_after_ms=5000)

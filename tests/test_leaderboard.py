@@ -64,7 +64,7 @@ def world():
             continue
         w, lo = (a, b) if a > b else (b, a)
         ratings.apply(RatedMatch(f"m{i:03d}", "ranked", 10 + i, w, lo), "s1")
-    sync.hset("sk:{lobby}:names", mapping={p: f"name-{p}" for p in players})
+    sync.hset(keys.NAMES_KEY, mapping={p: f"name-{p}" for p in players})
     cfg = load_config("points").model_copy(update={"name": "ranked", "ranked": True})
     book = Book({"ranked": cfg, "points": load_config("points")})
     aio = fakeredis.aioredis.FakeRedis(server=server)

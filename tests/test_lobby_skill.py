@@ -141,6 +141,6 @@ def test_the_live_gateway_bot_waits_for_a_ranked_rooms_longest_wait():
     from gateway.bots import BOT_AFTER_S, BotDriver
 
     lobby = SimpleNamespace(rooms={"ranked": RANKED, "points": load_config("points")})
-    driver = BotDriver(lobby, None, None, None)
+    driver = BotDriver(lobby, None, None)
     assert driver.wait_ms_of("ranked") == int(max(BOT_AFTER_S, RANKED.match_max_wait_seconds) * 1000) == 20_000
     assert driver.wait_ms_of("points") == int(BOT_AFTER_S * 1000)

@@ -241,6 +241,8 @@ def _old_lobby(client: Any, open_table: bool) -> None:
     client.set(P + "match:t7-2", "t7")
     client.zadd(P + "presence", {"ann": 5})
     client.xadd(P + "notes:ann", {"m": "{}"})
+    client.hset(P + "names", mapping={"ann": "Ann", "bob": "Bob"})
+    client.sadd(P + "hidden", "bob")
 
 
 def test_lobby_upgrade_refuses_while_an_old_table_is_open_then_requeues_the_waiting(stack: Stack, capsys) -> None:
@@ -258,6 +260,10 @@ def test_lobby_upgrade_refuses_while_an_old_table_is_open_then_requeues_the_wait
     report = json.loads(capsys.readouterr().out)
     assert report["done"] is True and report["waiting"] == {"points": ["ann"]}
     assert list(stack.client.scan_iter(match="sk:[{]lobby[}]:*")) == []
+    from engine.store import keys as k
+
+    assert stack.client.hgetall(k.NAMES_KEY) == {b"ann": b"Ann", b"bob": b"Bob"}  # the names kept
+    assert stack.client.smembers(k.HIDDEN_NAMES_KEY) == {b"bob"} and report["hidden"] == 1
     stack.run()
     assert stack.place("ann")["state"] == "queued"
     assert [(m["state"], m["command_id"]) for m in stack.told("ann")] == [("queued", "upgrade:ann")]

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.config import ConfigError, load_config, parse_config
+from engine.store import keys
 from engine.match.events import (
     MatchAbandoned,
     MatchCreated,
@@ -180,7 +181,7 @@ def test_store_folds_once_and_answers_the_leaderboard(ratings):
         ratings.display_names.update({"a": "Alice", "b": "Bob"})
         ratings.hidden.add("b")
     else:
-        ratings.client.hset("sk:{lobby}:names", mapping={"a": "Alice", "b": "Bob"})
+        ratings.client.hset(keys.NAMES_KEY, mapping={"a": "Alice", "b": "Bob"})
         ratings.hide_name("b", True)
     board = ratings.leaderboard("ranked", "s1", limit=2, me="c")
     assert [e["player"] for e in board["entries"]] == ["a", "b"] or [e["player"] for e in board["entries"]] == ["a", "c"]

@@ -124,47 +124,6 @@ def test_a_negative_count_is_refused(make, alone):
         make(alone.url, -1, 50)
 
 
-def _lobby(url: str, n: int, *calls: tuple[str, ...]) -> tuple[list[Any], int]:
-    """The results of ``calls`` (lobby operations) on a Lobby waiting for ``n`` replicas, and
-    the WAITs it sent."""
-    import redis.asyncio as aioredis
-
-    from gateway.lobby import Lobby
-    from gateway.rooms import RoomBook
-
-    async def main() -> tuple[list[Any], int]:
-        client = aioredis.Redis.from_url(url)
-        lobby = Lobby(client, RoomBook.load([]), "acks-test", replica_acks=n)
-        try:
-            out = [await lobby.join(c[1], c[2]) if c[0] == "join" else await lobby._call(*c) for c in calls]
-            return out, lobby.acks.waits
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
-
-
-def test_the_lobby_waits_for_its_replicas_before_it_answers(pair, alone, caplog):
-    """SK_REPLICA_ACKS for the gateway's lobby: a Join is answered once the replica has it.
-    Without the acknowledgement in time the lobby logs it and goes on (the transition is made
-    on the master; holding back its follow-up work would lose it); an idle sweep sends no WAIT."""
-    from gateway.lobby import player_key
-
-    primary, replica = pair
-    (got,), waits = _lobby(primary.url, 1, ("join", "acks-p1", "points"))
-    assert got[0] == "joined" and waits == 1
-    assert replica.client().hget(player_key("acks-p1"), "state") == b"queued"
-    assert int(replica.client().get(marker_key("sk:{lobby}:seq"))) >= 1
-    (claimed, absent), waits = _lobby(primary.url, 1, ("claim", "15000", "20"), ("absent", "50"))
-    assert claimed == [] and absent == [] and waits == 0  # nothing to do: nothing to wait for
-    with caplog.at_level("WARNING", logger="shuangkou.gateway.lobby"):
-        (got,), waits = _lobby(alone.url, 1, ("join", "acks-p2", "points"))
-    assert got[0] == "joined" and waits == 1
-    assert "NOREPLICAS 0 of 1" in caplog.text and "going on without" in caplog.text
-    (got,), waits = _lobby(alone.url, 0, ("join", "acks-p3", "points"))
-    assert got[0] == "joined" and waits == 0  # the default: no wait
-
-
 @pytest.mark.parametrize("value, message", [
     ("x", "SK_REPLICA_ACKS must be a whole number, got 'x'"),
     ("-2", "SK_REPLICA_ACKS must be 0 or more, got -2"),

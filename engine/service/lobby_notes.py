@@ -58,7 +58,11 @@ def messages_of(e: ev.LobbyEvent, table: TableState | None) -> list[tuple[str, d
     if isinstance(e, ev.MatchSeated):
         return [(p, _msg("seated", table.room, table.table, e.match, bot_level=level)) for p in table.people]
     if isinstance(e, ev.TableClosed):
-        return [(p, _msg("removed", table.room, table.table, table.match, reason=r)) for p, r in e.removed]
+        gone = [(p, _msg("removed", table.room, table.table, table.match, reason=r)) for p, r in e.removed]
+        if e.bot:  # the bot leaves with its table: the process that plays it stops
+            gone.append((e.bot, _msg("removed", table.room, table.table, table.match, reason="table_closed",
+                                     bot_level=level)))
+        return gone
     return []
 
 
@@ -100,7 +104,8 @@ def _place_changes(e: ev.LobbyEvent, table: TableState | None) -> list[tuple[str
         return [(p, {"state": "table", "room": table.room, "table": table.table, "match": table.match or ""})
                 for p in table.players]
     if isinstance(e, ev.TableClosed):
-        return [(p, None) for p, _r in e.removed]
+        gone: list[tuple[str, dict[str, str] | None]] = [(p, None) for p, _r in e.removed]
+        return gone + [(e.bot, None)] if e.bot else gone
     return []
 
 

@@ -326,6 +326,13 @@ def lobby_keys(aggregate: str, buckets: int = DEFAULT_BUCKETS) -> tuple[str, str
     raise ValueError(f"not a lobby aggregate id: {aggregate!r}")
 
 
+# ---- display names (gateway/names.py) and who hides theirs from the leaderboards ----------------
+#: hash: player id -> display name (written by the gateways at each connect)
+NAMES_KEY = f"{PREFIX}:{{names}}:display"
+#: set: the players who hide their name from the leaderboards (docs/RANKED.md)
+HIDDEN_NAMES_KEY = f"{PREFIX}:{{names}}:hidden"
+
+
 # ---- the live lobby: its channel, its read models, presence and bots (docs/ARCHITECTURE.md) ----
 
 def room_bucket(room: str, buckets: int = DEFAULT_BUCKETS) -> int:

@@ -22,7 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis", metavar="URL", default=os.environ.get("SK_REDIS_URL"),
                         help="the engine's Redis (default $SK_REDIS_URL)")
     parser.add_argument("--lobby-redis", metavar="URL", default=os.environ.get("SK_LOBBY_REDIS_URL"),
-                        help="the lobby's Redis user (lobby keys, sk:ops, ledger reads; default: --redis)")
+                        help="the Redis user of the gateway's lobby adapter (docs/SECURITY.md, user lobby): it writes "
+                             "the lobby channels sk:{b*}:lobby (Join, Leave, Returned), presence and the bot keys, "
+                             "reads the players' places, the tables and the ledger, and registers --room rooms on "
+                             "sk:ops (default: --redis)")
     parser.add_argument("--port", type=int, default=8080, help="listen port (default 8080; 0: pick a free one)")
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     parser.add_argument("--secret-file", metavar="F", required=True, help="the token signing secret (>= 32 bytes)")

@@ -6,6 +6,8 @@ Run it at a quiet moment, once the old gateways are stopped and the new serve re
 
 * every player waiting in an old room queue is put in the room's new queue: a ``Join`` on the
   room's lobby channel, command id ``upgrade:<player>`` (a second run is the engine's duplicate);
+* the display names and the players who hide theirs (``names``, ``hidden``) are copied to
+  their own keys (``sk:{names}:display``, ``sk:{names}:hidden``; a name written meanwhile wins);
 * every old key is deleted.
 
 An old table that is not closed has a match its players may still be playing, and the new lobby
@@ -81,6 +83,13 @@ def upgrade(client: Any, force: bool = False, dry_run: bool = False) -> dict[str
                 continue
             command = {"type": "Join", "command_id": f"upgrade:{p}", "room": room, "player": p}
             client.xadd(channel, {"c": json.dumps(command)})
+    names = {_s(k): _s(v) for k, v in client.hgetall(f"{OLD}names").items()}
+    for player, name in names.items():
+        client.hsetnx(keys.NAMES_KEY, player, name)
+    hidden = [_s(x) for x in client.smembers(f"{OLD}hidden")]
+    if hidden:
+        client.sadd(keys.HIDDEN_NAMES_KEY, *hidden)
+    report["names"], report["hidden"] = len(names), len(hidden)
     for key in found["keys"]:
         client.delete(key)
     report["done"] = True
