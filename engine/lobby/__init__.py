@@ -7,9 +7,9 @@ frozen state (:mod:`engine.lobby.state`), commands (:mod:`engine.lobby.commands`
 (:mod:`engine.lobby.evolve`), replay (:mod:`engine.lobby.replay`), and the process managers
 that carry one aggregate's events to another (:mod:`engine.lobby.managers`).
 
-Not yet integrated: the live lobby is still gateway/lobby.py with gateway/lobby.lua.  The
-mapping the integration follows, from each operation of lobby.lua (and the Python around
-it) to the model:
+The live lobby: each serve replica runs these aggregates for the buckets it holds
+(engine/service/lobby_worker.py); the gateway is an adapter.  The mapping from each operation of
+the old gateway/lobby.lua (and the Python around it), the builds before issue 34, to the model:
 
 ==========================  ====================================================================
 lobby.lua / lobby.py        the model
