@@ -165,3 +165,14 @@ def test_a_say_reaches_the_opponent_and_the_spectators_and_never_the_match_log(s
             await c.close()
 
     asyncio.run(main())
+
+
+def test_the_codes_and_the_ids_are_documented():
+    """docs/PROTOCOL.md §8: the Codes table names unknown_phrase; "Quick phrases" lists every id."""
+    from tests.gateway_support import ROOT
+
+    text = (ROOT / "docs" / "PROTOCOL.md").read_text(encoding="utf-8")
+    codes = text[text.index("### Codes"):text.index("### Stable fields")]
+    assert "| `unknown_phrase` |" in codes and "`retry_after_ms`" in codes
+    quick = text[text.index("### Quick phrases"):text.index("### Spectators")]
+    assert all(f"`{p}`" in quick for p in SAY_IDS)
