@@ -38,6 +38,6 @@ def test_two_node_clients_say_phrases_to_each_other(redis_server, tmp_path) -> N
     assert got["catalogue"] == {"phrases": 8, "emotes": 6, "interval_ms": 3000}
     assert got["heard"]["player"] == "ns-alice" and got["heard"]["command_id"] is None
     assert got["own"]["command_id"] == got["sid"] and got["pending_after"] is False
-    assert got["answer"]["player"] == "ns-bob" and got["answer"]["phrase"] == "emote_thumbs_up"
+    assert got["answer"]["player"] == "ns-bob" and got["answer"]["phrase"] == "emote_cool"
     assert got["limited"]["code"] == "rate_limited" and 0 < got["limited"]["retry_after_ms"] <= 3000
     assert got["unknown"]["code"] == "unknown_phrase"

@@ -269,11 +269,11 @@ class Sync(CommandBase):
 #: the quick phrases (快捷語) a seated player may Say, by id; the clients hold the localized texts
 PHRASES = ("hurry_up", "nice_cards", "well_played", "thanks", "sorry", "oops", "one_more", "bye")
 #: the emotes a seated player may Say, by id
-EMOTES = ("emote_smile", "emote_laugh", "emote_cry", "emote_angry", "emote_thumbs_up", "emote_surprised")
+EMOTES = ("emote_smile", "emote_laugh", "emote_cry", "emote_angry", "emote_cool", "emote_surprised")
 #: every id a Say may carry (no free text: nothing to moderate)
 SAY_IDS = PHRASES + EMOTES
 PhraseId = Literal["hurry_up", "nice_cards", "well_played", "thanks", "sorry", "oops", "one_more", "bye",
-                   "emote_smile", "emote_laugh", "emote_cry", "emote_angry", "emote_thumbs_up", "emote_surprised"]
+                   "emote_smile", "emote_laugh", "emote_cry", "emote_angry", "emote_cool", "emote_surprised"]
 
 
 class Say(CommandBase):

@@ -4,7 +4,7 @@
 //   node tests/js/say_pair.mjs --url ws://HOST:PORT/ws --token-a JWT --token-b JWT --room R
 //
 // Both join the room; once seated, A says "nice_cards" (client.say) and B waits for it as a `say`
-// event; B answers "emote_thumbs_up"; A says again at once and gets `rejected` rate_limited with
+// event; B answers "emote_cool"; A says again at once and gets `rejected` rate_limited with
 // retry_after_ms; A says an id that is not a phrase (client.send, no check) and gets unknown_phrase.
 // Prints one JSON line: what each saw, then exits 0 (1 on a timeout).
 import { Client, EMOTES, PHRASES, SAY_INTERVAL_MS } from "../../gateway/static/js/client.js";
@@ -43,8 +43,8 @@ const atA = saidBy(a, a.player, "nice_cards");
 const sid = a.say("nice_cards");
 const heard = await atB;
 const own = await atA;
-const back = saidBy(a, b.player, "emote_thumbs_up");
-b.say("emote_thumbs_up");
+const back = saidBy(a, b.player, "emote_cool");
+b.say("emote_cool");
 const answer = await back;
 const tooSoon = a.say("thanks");
 const limited = await refused(a, tooSoon);

@@ -120,7 +120,7 @@ export type SayMessage = {
   /** the message or event type (the tag of the union) */
   type: "Say";
   /** a quick phrase or emote id (docs/PROTOCOL.md §8 "Quick phrases"); any other is refused unknown_phrase */
-  phrase: "hurry_up" | "nice_cards" | "well_played" | "thanks" | "sorry" | "oops" | "one_more" | "bye" | "emote_smile" | "emote_laugh" | "emote_cry" | "emote_angry" | "emote_thumbs_up" | "emote_surprised";
+  phrase: "hurry_up" | "nice_cards" | "well_played" | "thanks" | "sorry" | "oops" | "one_more" | "bye" | "emote_smile" | "emote_laugh" | "emote_cry" | "emote_angry" | "emote_cool" | "emote_surprised";
 };
 
 /** Sync */

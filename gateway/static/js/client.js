@@ -46,7 +46,7 @@ export const RETRIED_TYPES = Object.freeze(["Play", "Pass", "Ready"]);
 export const PHRASES = Object.freeze(["hurry_up", "nice_cards", "well_played", "thanks", "sorry", "oops", "one_more",
   "bye"]);
 /** The emote ids a Say may carry. */
-export const EMOTES = Object.freeze(["emote_smile", "emote_laugh", "emote_cry", "emote_angry", "emote_thumbs_up",
+export const EMOTES = Object.freeze(["emote_smile", "emote_laugh", "emote_cry", "emote_angry", "emote_cool",
   "emote_surprised"]);
 /** At most one Say every this many milliseconds (a sooner one is refused `rate_limited`). */
 export const SAY_INTERVAL_MS = 3000;
