@@ -463,7 +463,7 @@ class Connection:
         at most one every 3 s; the engine checks the seat in the match (a match over: refused)
         and writes it to both players' streams, not to the match log."""
         if not say.known(msg.phrase):
-            raise protocol.ClientError(protocol.UNKNOWN_PHRASE, f"no phrase {msg.phrase[:40]!r} (one of "
+            raise protocol.ClientError(protocol.UNKNOWN_PHRASE, f"not a quick phrase id (one of "
                                        f"{', '.join(say.SAY_IDS)})", msg.command_id)
         place = await self.hub.lobby.place(self.player)
         table = place.table
