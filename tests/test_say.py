@@ -11,15 +11,18 @@ import asyncio
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine.match.commands import EMOTES, PHRASES, SAY_IDS, PhraseId, Say, parse_command
 from engine.match.decide import decide
-from engine.match.errors import BadCommand, MatchOver, NotSeated
+from engine.match.errors import BadCommand, MatchOver, NotSeated, Rejected
 from engine.match.state import MatchState, Seat
 from engine.match.decide import Context
 from engine.service.publish import say_entries
 from gateway.say import SAY_INTERVAL_S, SayLimiter, known
 from tests.gateway_support import Client, kind, lobby, start_stack
+from tests.strategies import match_specs, play_match
 
 
 def _state(phase: str, players: tuple[str, ...] = ("a", "b")) -> MatchState:
@@ -74,6 +77,29 @@ def test_the_limiter_allows_one_say_every_3_seconds(times, verdicts):
     lim = SayLimiter()
     assert SAY_INTERVAL_S == 3.0
     assert [lim.take("p", t) for t in times] == verdicts
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=match_specs(), who=st.sampled_from(["a", "b", "x"]), phrase=st.sampled_from(SAY_IDS))
+def test_a_say_at_any_step_of_any_match_is_refused_only_off_the_table(spec, who, phrase):
+    """At every state of a random match (R-13 chaos included): a Say decides no event; it is
+    refused not_seated from anyone not seated in the match, match_over once it is over, and
+    accepted from a seated player before that."""
+    run = play_match(spec)
+    outcomes = {"accepted": 0, "not_seated": 0, "match_over": 0}
+    for step in run.steps:
+        state = step.outcome.state
+        say = Say(command_id="s", match_id=state.match_id, player=who, phrase=phrase)
+        try:
+            assert decide(state, say, Context(now_ms=1)) == []
+            outcome = "accepted"
+        except Rejected as rej:
+            outcome = rej.code
+        seated = state.seat_of(who) is not None
+        expected = "not_seated" if not seated and not state.over else "match_over" if state.over else "accepted"
+        assert outcome == expected, (state.phase, who, outcome)
+        outcomes[outcome] += 1
+    assert outcomes["match_over"] >= 1 and (who == "x" or outcomes["accepted"] >= 1)
 
 
 # -- the real stack ---------------------------------------------------------------------------
