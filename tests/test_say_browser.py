@@ -58,6 +58,10 @@ def stack(redis_server, tmp_path, deployment):
         s.stop()
 
 
+#: nothing wider than the screen (the hand is laid out again a moment after a resize)
+NO_OVERFLOW = "() => document.documentElement.scrollWidth <= window.innerWidth"
+
+
 def _bubble(player: str, phrase: str, seat: str = ".seat") -> str:
     """The phrase's bubble at ``player``'s seat (``seat``: which one, #opp or #mine, when it matters)."""
     return f"{seat}[data-player='{player}'] [data-say][data-say-player='{player}'][data-phrase='{phrase}']"
@@ -121,7 +125,7 @@ def test_a_phrase_shows_at_the_senders_seat_and_a_muted_opponent_shows_none(stac
             for width, height in SIZES:
                 a.set_viewport_size({"width": width, "height": height})
                 a.wait_for_selector("[data-say-picker]:not([hidden])")
-                assert a.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
+                a.wait_for_function(NO_OVERFLOW, timeout=15_000)  # once the hand is laid out again
                 box = a.eval_on_selector("[data-say-picker]", "e => { const r = e.getBoundingClientRect(); "
                                          "return [r.left, r.right, r.top]; }")
                 assert box[0] >= -1 and box[1] <= width + 1 and box[2] >= -1, (width, height, box)
@@ -141,9 +145,9 @@ def test_a_phrase_shows_at_the_senders_seat_and_a_muted_opponent_shows_none(stac
             # a phrase at the opponent's seat at each size
             for width, height in SIZES:
                 b.set_viewport_size({"width": width, "height": height})
+                b.wait_for_function(NO_OVERFLOW, timeout=15_000)
                 _say(a, "emote_cool")
                 b.wait_for_selector(_bubble(alice, "emote_cool"), timeout=30_000)
-                assert b.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
                 b.screenshot(path=str(SHOTS / f"say-bubble-{width}x{height}.png"), animations="disabled")
                 b.wait_for_selector(_bubble(alice, "emote_cool"), state="detached", timeout=30_000)
 
