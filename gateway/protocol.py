@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal, Union
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from engine.match.commands import readable_validation_error
+from engine.match.commands import SAY_IDS, readable_validation_error
 from engine.rules.combo import Kind
 from projections.views import brief_of_view
 
@@ -37,7 +37,7 @@ CLIENT_ID_MAX = 100
 
 #: client message types that become an engine command for the socket's player
 PLAYER_COMMAND_TYPES = frozenset({"Ready", "Play", "Pass", "RequestTrustee", "CancelTrustee", "Escape",
-                                  "Leave", "Sync"})
+                                  "Leave", "Sync", "Say"})
 #: every client message type
 CLIENT_TYPES = PLAYER_COMMAND_TYPES | {"Join", "Watch", "Auth"}
 
@@ -49,11 +49,12 @@ UNKNOWN_MATCH = "unknown_match"
 STALE = "stale"
 UNKNOWN_ROOM = "unknown_room"
 SEAT_REFUSED = "seat_refused"
-RATE_LIMITED = "rate_limited"  # over the socket's message or Sync rate (gateway/guard.py)
+RATE_LIMITED = "rate_limited"  # over the socket's message or Sync rate (gateway/guard.py), or a Say too soon
+UNKNOWN_PHRASE = "unknown_phrase"  # a Say whose phrase is not one of the fixed ids (gateway/say.py)
 #: the codes the gateway itself refuses with (the engine's are engine.match.errors' ``code``s);
 #: the schemas' ``rejected.code`` enum is both (gateway/schemas_gen.py)
 GATEWAY_CODES = (BAD_COMMAND, NOT_ALLOWED, NOT_SEATED, UNKNOWN_MATCH, STALE, UNKNOWN_ROOM, SEAT_REFUSED,
-                 RATE_LIMITED)
+                 RATE_LIMITED, UNKNOWN_PHRASE)
 
 
 class ClientError(ValueError):
@@ -139,8 +140,15 @@ class Sync(_Msg):
     version: int | None = Field(None, ge=0, description="resume: send every update after this version")
 
 
+class Say(_Msg):
+    type: Literal["Say"]
+    phrase: str = Field(min_length=1, max_length=40, description="a quick phrase or emote id (docs/PROTOCOL.md "
+                        "§8 \"Quick phrases\"); any other is refused unknown_phrase",
+                        json_schema_extra={"enum": list(SAY_IDS)})
+
+
 ClientMessage = Annotated[
-    Union[Auth, Join, Watch, Ready, Play, Pass, RequestTrustee, CancelTrustee, Escape, Leave, Sync],
+    Union[Auth, Join, Watch, Ready, Play, Pass, RequestTrustee, CancelTrustee, Escape, Leave, Sync, Say],
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(ClientMessage)
@@ -252,6 +260,16 @@ def lobby(state: str, room: str | None, table: str | None = None, match: str | N
     ``command_id``: the player's Join or Leave that caused the message, else None."""
     return {"kind": "lobby", "state": state, "room": room, "table": table, "match": match, "reason": reason,
             "bot_level": bot_level, "command_id": command_id}
+
+
+def say(match: str, player: str, phrase: str, command_id: str | None = None) -> dict[str, Any]:
+    """A quick phrase or emote said at the table (to both players and the spectators);
+    ``command_id``: the sender's own Say's, on the sender's copy only, else None.
+
+    >>> say("m1", "alice", "thanks")
+    {'kind': 'say', 'match': 'm1', 'player': 'alice', 'phrase': 'thanks', 'command_id': None}
+    """
+    return {"kind": "say", "match": match, "player": player, "phrase": phrase, "command_id": command_id}
 
 
 def settled(match: str, scores: dict[str, int], breakdown: dict[str, Any],

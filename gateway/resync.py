@@ -182,6 +182,8 @@ class Resync:
             await self._on_sync(e)
         elif e.kind == "update":
             await self._forward_update(e)
+        elif e.kind == "say" and e.body.get("kind") == "say":
+            await self._say(e)
         elif e.kind == "rating" and conn.is_player and e.body.get("kind") == "rating":
             await conn.send(dict(e.body))  # a ranked match moved the rating (projections/ladders.py)
         elif e.kind == "rejected" and e.command_id and self._awaiting.get(e.match) == e.command_id:
@@ -203,6 +205,18 @@ class Resync:
             conn.answered(e.command_id)
             await conn.send(protocol.rejected(client_id, e.code or "rejected", e.reason or "", e.view,
                                               e.match or None, e.retry_after_ms))
+
+    async def _say(self, e: outbox.OutEntry) -> None:
+        """A quick phrase of the match this socket shows (docs/PROTOCOL.md §8 "Quick phrases"):
+        to the players and the spectators; the sender's copy carries its command id."""
+        conn = self.conn
+        if e.match != conn.match:
+            return
+        client_id = channels.client_command_id(conn.player, e.command_id) if conn.is_player else None
+        if client_id is not None:
+            conn.answered(e.command_id)
+        b = e.body
+        await conn.send(protocol.say(e.match, str(b.get("player", "")), str(b.get("phrase", "")), client_id))
 
     async def _forward_update(self, e: outbox.OutEntry) -> None:
         """Send an update on; after an end of the match a player's socket looks its place up again."""

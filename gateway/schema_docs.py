@@ -202,6 +202,11 @@ BY_OWNER: dict[tuple[str, str], str] = {
     ("rating", "after"): "your rating and tier after the match",
     ("rating", "provisional"): "true while you have fewer rated matches this season than the room's "
                                "provisional_matches",
+    ("say", "match"): "the match at whose table it was said",
+    ("say", "player"): "who said it (a seated player of the match)",
+    ("say", "phrase"): "the quick phrase or emote id; the client shows its localized text at the sender's seat "
+                       "(docs/PROTOCOL.md §8 \"Quick phrases\")",
+    ("say", "command_id"): "your own Say's command_id on your copy of it; null on everyone else's",
     ("rating_shown", "rating"): "the rating shown: 1000 + 40 × (mu − 3·sigma), rounded",
     ("rating_shown", "tier"): "the tier id (bronze, silver, gold, platinum, diamond, master; names in the i18n files)",
     ("welcome", "player"): "your player id (the token's subject)",

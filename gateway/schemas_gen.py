@@ -400,7 +400,13 @@ def server_schema() -> dict[str, Any]:
         "match": {"type": "string"}, "room": {"type": "string"}, "season": {"type": "string"},
         "before": shown, "after": copy.deepcopy(shown), "provisional": {"type": "boolean"}},
         "A settled match of a ranked room moved your rating (docs/RANKED.md)")
-    kinds = ["update", "rejected", "lobby", "settled", "welcome", "ack", "rating"]
+    from engine.match.commands import SAY_IDS
+
+    defs["say"] = msg("say", {
+        "match": {"type": "string"}, "player": {"type": "string"}, "phrase": {"enum": list(SAY_IDS)},
+        "command_id": _NULLABLE_STR},
+        "A quick phrase or emote said at the table (to both players and the spectators; not in the match log)")
+    kinds = ["update", "rejected", "lobby", "settled", "welcome", "ack", "rating", "say"]
     return _standard({"$schema": DRAFT, "$id": "server.json", "title": "A server → client WebSocket message",
                       "oneOf": [{"$ref": f"#/$defs/{k}"} for k in kinds], "$defs": defs})
 
@@ -428,7 +434,7 @@ def _ts_name(ref: str) -> str:
 
 _TS_NAMES = {"event": "MatchEvent", "update": "UpdateMessage", "rejected": "RejectedMessage", "ack": "AckMessage",
              "lobby": "LobbyMessage", "settled": "SettledMessage", "welcome": "WelcomeMessage",
-             "rating": "RatingMessage",
+             "rating": "RatingMessage", "say": "SayMessage",
              "Reading": "EventReading", "reading": "Reading", "play_reading": "PlayReading", "view": "View",
              "brief": "Brief",
              "breakdown": "Breakdown"}
@@ -499,6 +505,8 @@ export type LinkState = "connecting" | "open" | "reconnecting" | "refused" | "cl
 export interface StateEvent { state: LinkState; code?: number; reason?: string }
 export interface ClientEvents {
   update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rating: RatingMessage; rejected: RejectedEvent; ack: AckEvent;
+  /** a quick phrase or emote said at the table (yours too) */
+  say: SayMessage;
   closed: ClosedEvent; welcome: WelcomeMessage; state: StateEvent; link: StateEvent; retry: RetryEvent;
   /** a server message of a kind client.js does not handle itself */
   message: ServerMessage | Record<string, unknown>; error: unknown;
@@ -522,6 +530,12 @@ export declare const FINAL_CLOSE_CODES: readonly number[];
 export declare const RATE_CLOSE_CODE: 4429;
 export declare const DEFAULT_LIMITS: Readonly<Limits>;
 export declare const RETRIED_TYPES: readonly ("Play" | "Pass" | "Ready")[];
+/** The quick phrase ids a Say may carry (docs/PROTOCOL.md §8 "Quick phrases"). */
+export declare const PHRASES: readonly SayMessage["phrase"][];
+/** The emote ids a Say may carry. */
+export declare const EMOTES: readonly SayMessage["phrase"][];
+/** At most one Say every this many milliseconds (a sooner one is refused rate_limited). */
+export declare const SAY_INTERVAL_MS: 3000;
 export declare const cards: {
   rank(id: number): number; suit(id: number): "S" | "H" | "C" | "D" | null; deck(id: number): number;
   isJoker(id: number): boolean; label(id: number): string; info(id: number): CardInfo;
@@ -559,6 +573,8 @@ export declare class Client {
   pass(options?: { expected_version?: number | null }): string;
   sync(version?: number): string; watch(match: string): string; leave(): string; escape(): string;
   requestTrustee(): string; cancelTrustee(): string;
+  /** a quick phrase or emote (one of PHRASES or EMOTES) to the table; at most one every 3 s */
+  say(phrase: SayMessage["phrase"]): string;
 }
 """
 

@@ -39,7 +39,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from engine.match.errors import BadCommand
 from engine.store import keys
 from engine.store.connect import is_cluster
-from gateway import channels, names, outbox, protocol
+from gateway import channels, names, outbox, protocol, say
 from gateway.guard import Guard
 from gateway.limits import Limits
 from gateway.lobby import Lobby, Place, Table, now_ms
@@ -93,6 +93,7 @@ class Hub:
     gateway_id: str
     metrics: GatewayMetrics
     limits: Limits = field(default_factory=Limits)  # sizes and rates per client (gateway/limits.py)
+    says: say.SayLimiter = field(default_factory=say.SayLimiter)  # one Say every 3 s a player (gateway/say.py)
     connections: set[Connection] = field(default_factory=set)
     stopping: bool = False
     fanout: Fanout = field(init=False)  # the one reader of every socket's streams (gateway/fanout.py)
@@ -334,6 +335,8 @@ class Connection:
             return await self._join(msg)
         if t == "Sync":
             return await self._sync(msg)
+        if t == "Say":
+            return await self._say(msg)
         if t == "Leave":
             return await self._leave(msg)
         notes_seen = self._notes_seen  # a lobby message during the lookup below makes its answer old
@@ -441,6 +444,29 @@ class Connection:
             self.subscription.restart()
             return
         await self.resync.request_view(table.match, msg.command_id)
+
+    async def _say(self, msg: Any) -> None:
+        """A quick phrase or emote (gateway/say.py): a known id, from a player seated at a table,
+        at most one every 3 s; the engine checks the seat in the match (a match over: refused)
+        and writes it to both players' streams, not to the match log."""
+        if not say.known(msg.phrase):
+            raise protocol.ClientError(protocol.UNKNOWN_PHRASE, f"not a quick phrase id (one of "
+                                       f"{', '.join(say.SAY_IDS)})", msg.command_id)
+        place = await self.hub.lobby.place(self.player)
+        table = place.table
+        if table is None or table.status != "seated":
+            raise protocol.ClientError(protocol.NOT_SEATED, "you are not seated at a table: only the players of "
+                                       "a match may Say", msg.command_id)
+        wait_ms = self.hub.says.take(self.player, time.monotonic())
+        if wait_ms:
+            self.hub.metrics.refused("say_limited")
+            await self.send(protocol.rejected(msg.command_id, protocol.RATE_LIMITED, f"at most one Say every "
+                                              f"{self.hub.says.interval_s:g} s", None, table.match, wait_ms))
+            return
+        engine_id = channels.engine_command_id(self.player, msg.command_id)
+        command = channels.player_command("Say", table.match, self.player, engine_id, phrase=msg.phrase)
+        self.track(engine_id, "Say")
+        await self.hub.sender.send(channels.stream_for(command), channels.entry(command))
 
     async def _watch(self, msg: Any) -> None:
         if self.is_player:

@@ -266,6 +266,26 @@ class Sync(CommandBase):
     player: str
 
 
+#: the quick phrases (快捷語) a seated player may Say, by id; the clients hold the localized texts
+PHRASES = ("hurry_up", "nice_cards", "well_played", "thanks", "sorry", "oops", "one_more", "bye")
+#: the emotes a seated player may Say, by id
+EMOTES = ("emote_smile", "emote_laugh", "emote_cry", "emote_angry", "emote_cool", "emote_surprised")
+#: every id a Say may carry (no free text: nothing to moderate)
+SAY_IDS = PHRASES + EMOTES
+PhraseId = Literal["hurry_up", "nice_cards", "well_played", "thanks", "sorry", "oops", "one_more", "bye",
+                   "emote_smile", "emote_laugh", "emote_cry", "emote_angry", "emote_cool", "emote_surprised"]
+
+
+class Say(CommandBase):
+    """A quick phrase or emote of a seated player of a match not over, to the table (both
+    players and the spectators); appends nothing (the publisher writes a ``say`` entry to both
+    players' streams)."""
+
+    type: Literal["Say"] = "Say"
+    player: str
+    phrase: PhraseId
+
+
 class OperatorCommand(CommandBase):
     """An operator command that is not about one match (ledger entries, rooms): ``match_id``
     may be left empty.  Sent on the operator channel only (engine/service/channels.py)."""
@@ -310,7 +330,7 @@ class AddRoom(OperatorCommand):
 
 Command = Annotated[
     Union[CreateMatch, Sit, Leave, Ready, Deal, Play, Pass, TurnTimeout, TrusteeAct, ReadyTimeout,
-          ExtendClock, RequestTrustee, CancelTrustee, Disconnect, Reconnect, Escape, Sync, Credit, Debit, AddRoom],
+          ExtendClock, RequestTrustee, CancelTrustee, Disconnect, Reconnect, Escape, Sync, Say, Credit, Debit, AddRoom],
     Field(discriminator="type"),
 ]
 _COMMAND_ADAPTER: TypeAdapter[Any] = TypeAdapter(Command)

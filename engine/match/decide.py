@@ -88,6 +88,7 @@ from engine.match.commands import (
     ReadyTimeout,
     Reconnect,
     RequestTrustee,
+    Say,
     Sit,
     Sync,
     TrusteeAct,
@@ -219,6 +220,9 @@ def _checked_handler(state: MatchState, command: CommandBase) -> Callable[[_Buil
         if isinstance(command, (TurnTimeout, TrusteeAct, ReadyTimeout, ExtendClock)):
             raise StaleCommand(f"match {state.match_id} is over: the timer has nothing to do")
         _not_over(state)
+    if isinstance(command, Say):  # a seated player of a match not over; it appends nothing
+        _seated(state, command.player)
+        return None
     return handler
 
 
@@ -747,5 +751,5 @@ _HANDLERS: dict[type[CommandBase], Callable[[_Builder, Any], None]] = {
     Pass: _pass, TurnTimeout: _turn_timeout, TrusteeAct: _trustee_act, ReadyTimeout: _ready_timeout,
     ExtendClock: _extend_clock,
     RequestTrustee: _request_trustee, CancelTrustee: _cancel_trustee, Disconnect: _disconnect,
-    Reconnect: _reconnect, Escape: _escape, Sync: lambda b, c: None,
+    Reconnect: _reconnect, Escape: _escape, Sync: lambda b, c: None, Say: lambda b, c: None,
 }

@@ -5,7 +5,7 @@ per bucket of matches (N = ``engine.store.keys.bucket_of`` the match id, issue 2
 so no slot of a Redis Cluster carries every command (:func:`stream_for`):
 
 * **player** (``sk:{b<N>}:inbox``): what a player does in a match -- Ready, Leave, Play,
-  Pass, RequestTrustee, CancelTrustee, Disconnect, Reconnect, Escape, Sync.
+  Pass, RequestTrustee, CancelTrustee, Disconnect, Reconnect, Escape, Sync, Say.
   Gateways write here; the engine trusts the gateway for *which* player a
   command is for (the reference gateway takes it from a signed token).
 * **ops**: what the lobby and operators do -- CreateMatch, Sit, a fixed-hand Deal
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 #: command types a player (through a gateway) may send, on ``sk:inbox``
 PLAYER_COMMANDS = frozenset({"Ready", "Leave", "Play", "Pass", "RequestTrustee", "CancelTrustee",
-                             "Disconnect", "Reconnect", "Escape", "Sync"})
+                             "Disconnect", "Reconnect", "Escape", "Sync", "Say"})
 #: command types the lobby and operators may send, on ``sk:ops``
 OPS_COMMANDS = frozenset({"CreateMatch", "Sit", "Deal", "Credit", "Debit", "AddRoom"})
 #: command types only the timer workers run (no channel accepts them)

@@ -25,7 +25,7 @@ import redis
 
 from engine.match.commands import MAX_COMMAND_BYTES, CommandBase
 from engine.match.errors import BadCommand
-from engine.match.commands import Ready, Sync
+from engine.match.commands import Ready, Say, Sync
 from engine.match.events import (
     SCHEMA_VERSION,
     EventBase,
@@ -520,6 +520,9 @@ class Publisher:
                                       {"kind": "sync", "match": match_id, "command_id": cmd_id,
                                        "version": version, "body": pack(sync_body)}))
             status = "accepted"
+        elif isinstance(command, Say):
+            out.extend(self._delivery(keys.outbox_key(p), fields) for p, fields in say_entries(command, state))
+            status = "accepted"
         else:
             status = "duplicate" if outcome.duplicate else "accepted"
             events = tuple(outcome.events)
@@ -610,6 +613,25 @@ class Publisher:
                                                  "command_id": cmd_id or "", "code": code,
                                                  "reason": reason[:2000], "inbox_id": msg_id}))
         return out
+
+
+def say_entries(command: Say, state: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The ``say`` entries of an accepted Say: one on each seated player's stream (the sender's
+    too; a spectator reads a player's), the body the message the gateway sends on
+    (docs/PROTOCOL.md §8 "Quick phrases"); nothing in the match log.
+
+    >>> from engine.match.state import MatchState, Seat
+    >>> st = MatchState(match_id="m", phase="playing", seats=(Seat(player="a"), Seat(player="b")))
+    >>> [(k, f["kind"]) for k, f in say_entries(Say(command_id="c", match_id="m", player="a", phrase="thanks"), st)]
+    [('b', 'say'), ('a', 'say')]
+    """
+    message = {"kind": "say", "match": command.match_id, "player": command.player, "phrase": command.phrase}
+    body = pack(message)
+    players = state.players()
+    others = [p for p in players if p != command.player]
+    return [(p, {"kind": "say", "match": command.match_id, "command_id": command.command_id,
+                 "version": int(state.version), "body": body})
+            for p in [*others, command.player]]
 
 
 def message_publisher(redis_client: redis.Redis, **delivery: Any) -> Callable[[str, dict[str, Any]], None]:

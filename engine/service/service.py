@@ -38,7 +38,7 @@ from typing import Any, Literal, Protocol
 from engine.rules.cards import DECK_SIZE
 from engine.service.shuffle import RandomSource, SeedSource, secure_server_seed, shuffled_deck
 from engine.config import RoomConfig
-from engine.match.commands import CommandBase, CreateMatch, Deal, Ready, Sit, Sync
+from engine.match.commands import CommandBase, CreateMatch, Deal, Ready, Say, Sit, Sync
 from engine.match.decide import DEALT, Context, decide_and_apply
 from engine.match.errors import Rejected
 from engine.match.events import EventBase
@@ -237,7 +237,7 @@ class MatchService:
         #: the one command path every aggregate shares (engine/service/command_service.py)
         self._commands: CommandService[MatchState, CommandBase] = CommandService(
             _MatchAggregate(self), _MatchStreams(self), cache=_MatchCache(state_cache) if state_cache is not None else None,
-            retries=retries, reads_truth=lambda c: isinstance(c, Sync))
+            retries=retries, reads_truth=lambda c: isinstance(c, (Sync, Say)))
 
     # -- loading ----------------------------------------------------------------
     def load_state(self, match_id: str) -> MatchState:
@@ -445,9 +445,9 @@ class MatchService:
     def _plan(self, command: CommandBase) -> tuple[MatchState, tuple[EventBase, ...], MatchState] | None:
         """``(state, events, new state)`` of a command decided on its match's cached state,
         to append in a round; None when :meth:`execute` handles it alone (no cache, not
-        cached, a Sync, a refusal, nothing to append)."""
+        cached, a Sync or a Say, a refusal, nothing to append)."""
         cache = self.state_cache
-        if cache is None or isinstance(command, Sync) or cache.version(command.match_id) is None:
+        if cache is None or isinstance(command, (Sync, Say)) or cache.version(command.match_id) is None:
             return None  # not cached: execute loads it (and counts the one miss)
         state = cache.get(command.match_id)
         if state is None:

@@ -111,6 +111,18 @@ export type RequestTrusteeMessage = {
   type: "RequestTrustee";
 };
 
+/** Say */
+export type SayMessage = {
+  /** your id for the command (1-100 characters, unique per command and stable across retries); the gateway makes one when absent and echoes it on the update or rejected it causes */
+  command_id?: string;
+  /** optional; must be the token's subject */
+  player?: string | null;
+  /** the message or event type (the tag of the union) */
+  type: "Say";
+  /** a quick phrase or emote id (docs/PROTOCOL.md §8 "Quick phrases"); any other is refused unknown_phrase */
+  phrase: "hurry_up" | "nice_cards" | "well_played" | "thanks" | "sorry" | "oops" | "one_more" | "bye" | "emote_smile" | "emote_laugh" | "emote_cry" | "emote_angry" | "emote_cool" | "emote_surprised";
+};
+
 /** Sync */
 export type SyncMessage = {
   /** your id for the command (1-100 characters, unique per command and stable across retries); the gateway makes one when absent and echoes it on the update or rejected it causes */
@@ -997,7 +1009,7 @@ export type RejectedMessage = {
   /** the command_id of your refused command */
   command_id: string | null;
   /** a stable machine-readable code (docs/PROTOCOL.md §8 "Codes") */
-  code: "already_placed" | "bad_command" | "cannot_pass" | "command_id_reused" | "cooldown" | "does_not_beat" | "insufficient_balance" | "internal_error" | "match_exists" | "match_over" | "no_vote_open" | "not_a_combination" | "not_allowed" | "not_in_hand" | "not_owner" | "not_seated" | "not_your_turn" | "not_your_vote" | "rate_limited" | "rejected" | "seat_refused" | "stale" | "table_cancelled" | "table_closed" | "table_expired" | "table_full" | "table_started" | "unknown_match" | "unknown_room" | "unknown_table" | "vote_limit" | "vote_open" | "wrong_phase";
+  code: "already_placed" | "bad_command" | "cannot_pass" | "command_id_reused" | "cooldown" | "does_not_beat" | "insufficient_balance" | "internal_error" | "match_exists" | "match_over" | "no_vote_open" | "not_a_combination" | "not_allowed" | "not_in_hand" | "not_owner" | "not_seated" | "not_your_turn" | "not_your_vote" | "rate_limited" | "rejected" | "seat_refused" | "stale" | "table_cancelled" | "table_closed" | "table_expired" | "table_full" | "table_started" | "unknown_match" | "unknown_phrase" | "unknown_room" | "unknown_table" | "vote_limit" | "vote_open" | "wrong_phase";
   /** why, in English, for a person */
   reason: string;
   /** your current view of the match, when there is one: decide again on it */
@@ -1109,9 +1121,9 @@ export type RatingMessage = {
 };
 
 /** A client → server WebSocket message */
-export type ClientMessage = AuthMessage | JoinMessage | WatchMessage | ReadyMessage | PlayMessage | PassMessage | RequestTrusteeMessage | CancelTrusteeMessage | EscapeMessage | LeaveMessage | SyncMessage;
+export type ClientMessage = AuthMessage | JoinMessage | WatchMessage | ReadyMessage | PlayMessage | PassMessage | RequestTrusteeMessage | CancelTrusteeMessage | EscapeMessage | LeaveMessage | SyncMessage | SayMessage;
 /** A server → client WebSocket message */
-export type ServerMessage = UpdateMessage | RejectedMessage | LobbyMessage | SettledMessage | WelcomeMessage | AckMessage | RatingMessage;
+export type ServerMessage = UpdateMessage | RejectedMessage | LobbyMessage | SettledMessage | WelcomeMessage | AckMessage | RatingMessage | SayMessage;
 
 /** A client message with its optional fields (command_id is made for you when absent). */
 export type Command = ClientMessage;
@@ -1126,6 +1138,8 @@ export type LinkState = "connecting" | "open" | "reconnecting" | "refused" | "cl
 export interface StateEvent { state: LinkState; code?: number; reason?: string }
 export interface ClientEvents {
   update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rating: RatingMessage; rejected: RejectedEvent; ack: AckEvent;
+  /** a quick phrase or emote said at the table (yours too) */
+  say: SayMessage;
   closed: ClosedEvent; welcome: WelcomeMessage; state: StateEvent; link: StateEvent; retry: RetryEvent;
   /** a server message of a kind client.js does not handle itself */
   message: ServerMessage | Record<string, unknown>; error: unknown;
@@ -1149,6 +1163,12 @@ export declare const FINAL_CLOSE_CODES: readonly number[];
 export declare const RATE_CLOSE_CODE: 4429;
 export declare const DEFAULT_LIMITS: Readonly<Limits>;
 export declare const RETRIED_TYPES: readonly ("Play" | "Pass" | "Ready")[];
+/** The quick phrase ids a Say may carry (docs/PROTOCOL.md §8 "Quick phrases"). */
+export declare const PHRASES: readonly SayMessage["phrase"][];
+/** The emote ids a Say may carry. */
+export declare const EMOTES: readonly SayMessage["phrase"][];
+/** At most one Say every this many milliseconds (a sooner one is refused rate_limited). */
+export declare const SAY_INTERVAL_MS: 3000;
 export declare const cards: {
   rank(id: number): number; suit(id: number): "S" | "H" | "C" | "D" | null; deck(id: number): number;
   isJoker(id: number): boolean; label(id: number): string; info(id: number): CardInfo;
@@ -1186,4 +1206,6 @@ export declare class Client {
   pass(options?: { expected_version?: number | null }): string;
   sync(version?: number): string; watch(match: string): string; leave(): string; escape(): string;
   requestTrustee(): string; cancelTrustee(): string;
+  /** a quick phrase or emote (one of PHRASES or EMOTES) to the table; at most one every 3 s */
+  say(phrase: SayMessage["phrase"]): string;
 }

@@ -23,7 +23,9 @@
 //   sends your moves before queued Syncs and folds a Sync already queued into one; a Play, Pass or
 //   Ready refused `rate_limited` is sent again with the same command_id once the bucket refilled,
 //   within the turn (Ready: while seated).
-// Events (`on(name, fn)`): update, lobby, settled, rating, rejected, ack, closed, welcome, message (any
+// * quick phrases: `say(id)` sends one of PHRASES or EMOTES to the table (at most one every
+//   SAY_INTERVAL_MS); every phrase said at your table (yours too) is a `say` event.
+// Events (`on(name, fn)`): update, lobby, settled, rating, say, rejected, ack, closed, welcome, message (any
 // other kind), retry (a rate-limited move sent again), error; and state (the link: connecting,
 // open, reconnecting, refused, closed; also as `link`).
 
@@ -40,6 +42,14 @@ export const RATE_CLOSE_CODE = 4429;
 export const DEFAULT_LIMITS = Object.freeze({ rate: 20, burst: 40, sync_rate: 2 });
 /** The moves a `rate_limited` refusal is retried for (the same command_id). */
 export const RETRIED_TYPES = Object.freeze(["Play", "Pass", "Ready"]);
+/** The quick phrase ids a Say may carry (docs/PROTOCOL.md §8 "Quick phrases"; texts in the i18n files). */
+export const PHRASES = Object.freeze(["hurry_up", "nice_cards", "well_played", "thanks", "sorry", "oops", "one_more",
+  "bye"]);
+/** The emote ids a Say may carry. */
+export const EMOTES = Object.freeze(["emote_smile", "emote_laugh", "emote_cry", "emote_angry", "emote_cool",
+  "emote_surprised"]);
+/** At most one Say every this many milliseconds (a sooner one is refused `rate_limited`). */
+export const SAY_INTERVAL_MS = 3000;
 
 /** Card ids 0..107 (docs/PROTOCOL.md "Card ids"): deck = floor(id / 54); within a deck
  * x = id % 54: x < 52 is rank floor(x / 4) (0 = "3" … 12 = "2") and suit x % 4 (S H C D);
@@ -374,6 +384,11 @@ export class Client {
       case "settled":
         this.emit("settled", msg);
         break;
+      case "say":
+        // a quick phrase or emote said at the table; the sender's copy carries its command_id
+        if (msg.command_id) this.answered(msg.command_id);
+        this.emit("say", msg);
+        break;
       case "rating":
         // a settled match of a ranked room moved this player's rating (docs/RANKED.md)
         this.rating = msg;
@@ -491,4 +506,6 @@ export class Client {
   escape() { return this.send({ type: "Escape" }); }
   requestTrustee() { return this.send({ type: "RequestTrustee" }); }
   cancelTrustee() { return this.send({ type: "CancelTrustee" }); }
+  /** a quick phrase or emote id (PHRASES, EMOTES) to the table: both players and the spectators see it */
+  say(phrase) { return this.send({ type: "Say", phrase }); }
 }

@@ -19,6 +19,7 @@ import { BOMB_KINDS, eventReading, kouWords, modeWords, readingWords } from "./w
 import { LANGS, currentLang, has, onLang, setLang, startLang, t } from "./i18n.js";
 import { boom, flyIn, muted, setMuted, sound, unlockAudio } from "./fx.js";
 import { avatarSvg } from "./avatar.js";
+import { onSay, relabelSay, renderSay, setupSay } from "./say.js";
 
 const $ = (sel) => document.querySelector(sel);
 const root = $("#table");
@@ -575,6 +576,8 @@ function render() {
   renderReady(view);
   loadTiers(view);
   renderFinished(view);
+  renderSay({ canSay: !S.spectator && !!view && (view.phase === "seating" || view.phase === "playing")
+    && seatsOf(view).some((s) => s.player === S.me), player: !S.spectator && !!view });
   if (!view) {
     if (S.lobby && S.lobby.state === "queued") setStatus(t("status.queued", { room: roomWords(S.lobby.room) }));
     else if (S.lobby && S.lobby.state === "seated") setStatus(t("status.seatedPressReady"));
@@ -1653,6 +1656,7 @@ function start(token) {
   S.link = new Client({ url: `${proto}//${window.location.host}/ws`, token });
   for (const name of ["welcome", "lobby", "settled", "rating"]) S.link.on(name, onMessage);
   for (const name of ["update", "rejected"]) S.link.on(name, ({ message }) => onMessage(message));
+  S.link.on("say", onSay);
   S.link.on("state", ({ state, code, reason }) => onLinkState(state, code === undefined ? undefined : { code, reason }));
   S.link.connect();
   render();
@@ -1720,6 +1724,7 @@ async function boot() {
 
 function relabel() {
   renderLangButton();
+  relabelSay();
   renderArrange();
   renderMute();
   const terms = document.querySelector(".glossary [data-i18n='glossary.terms']");
@@ -1736,6 +1741,7 @@ function relabel() {
 
 onLang(relabel);
 bind();
+setupSay({ sendSay: (phrase) => S.link && S.link.say(phrase), player: () => S.me });
 startLang().catch(() => {}).then(() => {
   relabel();
   boot();
