@@ -157,14 +157,9 @@ def test_a_watch_before_the_seating_never_shows_a_balance(aredis) -> None:  # no
         assert not re.search(r"\b(123457|98765)\b", text), "a balance reached the spectator"
 
     async def main() -> None:
-        from gateway.lobby import Lobby
-        from gateway.rooms import RoomBook
-
-        r = aredis()
-        lobby = Lobby(r, RoomBook.load(), "setup")
-        await lobby._call("join", "points", "alice")
-        await lobby._call("join", "points", "bob")
-        assert await lobby._call("seated", "t1", "t1-1") == 1
+        r = aredis()  # the engine's lobby seated both at table t1 (its read model, engine/service/lobby_notes.py)
+        await r.hset(keys.table_info_key("t1"), mapping={"room": "points", "a": "alice", "b": "bob", "n": "1",
+                                                         "match": "t1-1", "status": "seated"})
         await r.aclose()
         await _with_connection(aredis, {"t1-1": 1}, body, player="watcher", role="spectator")
 
