@@ -19,7 +19,8 @@ lease ``sk:{b<N>}:owner`` (``SET NX PX``, renewed every tick; engine/store/lease
   counts are kept) and handles them first, in stream order; their command ids make a
   re-run of a command that was decided but not acknowledged a duplicate (decided once).
 
-The registry is one key (one slot on a Cluster): two commands per replica per tick.
+The registry is one key (one slot on a Cluster): one pipeline of three commands per
+replica per tick; the leases held are renewed with one more pipeline (one per node).
 """
 
 from __future__ import annotations
@@ -74,14 +75,19 @@ return redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'COUNT', 
 
 def take_over_pending(client: Any, stream: str, group: str, consumer: str) -> int:
     """Claim every entry of ``stream`` pending for another consumer of ``group`` (a former owner's):
-    XAUTOCLAIM, min idle 0, JUSTID (delivery counts kept).  Returns how many."""
-    from engine.store.redis_store import ensure_group
+    XAUTOCLAIM, min idle 0, JUSTID (delivery counts kept).  Returns how many (0 when the stream
+    or the group does not exist yet: nothing can be pending; the consumer creates the group)."""
+    import redis
 
-    ensure_group(client, stream, group)
     claim = client.register_script(_CLAIM_LUA)
     taken, start = 0, "0-0"
     while True:
-        cursor, ids, *_ = claim(keys=[stream], args=[group, consumer, start])
+        try:
+            cursor, ids, *_ = claim(keys=[stream], args=[group, consumer, start])
+        except redis.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            return taken
         start = cursor.decode() if isinstance(cursor, bytes) else str(cursor)
         taken += len(ids)
         if start == "0-0":
@@ -140,13 +146,13 @@ class BucketOwner:
             want = set(self.owned)
         for b in sorted(set(self.owned) - want):
             self.hand_over(b)
-        for b in sorted(want | set(self.owned)):
-            try:
-                got = self._leases.hold(keys.owner_key(b), self.token, self.ttl_ms)
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                log.warning("bucket %d: lease not renewed (%s); retrying next tick", b, exc)
+        held = sorted(want | set(self.owned))
+        # every lease in one round trip (one per node on a Cluster); each bucket's reply its own
+        for b, got in zip(held, self._leases.hold_many([keys.owner_key(b) for b in held], self.token, self.ttl_ms)):
+            if isinstance(got, Exception):
+                if not is_transient(got):
+                    raise got
+                log.warning("bucket %d: lease not renewed (%s); retrying next tick", b, got)
                 continue
             if got == 0 and b in self.owned:  # expired and taken (a pause longer than the TTL)
                 log.warning("bucket %d: lease lost to another replica; stopping its consumers", b)
@@ -205,9 +211,19 @@ class BucketOwner:
             self.release_all()
 
     def release_all(self) -> None:
-        """Hand every bucket over and unregister (a clean stop: the others take over at once)."""
-        for b in sorted(self.owned):
-            self.hand_over(b)
+        """Hand every bucket over and unregister (a clean stop: the others take over at once):
+        every bucket's work stopped first, then the leases dropped in one round trip."""
+        held = sorted(self.owned)
+        for b in held:
+            self._stop_work(b)
+        try:
+            dropped = self._leases.drop_many([keys.owner_key(b) for b in held], self.token)
+        except Exception as exc:
+            dropped = [exc] * len(held)
+        for b, r in zip(held, dropped):
+            if isinstance(r, Exception):  # it expires by itself
+                log.warning("bucket %d: lease not dropped (%s); it runs out in %d ms", b, r, self.ttl_ms)
+            log.info("bucket %d: handed over by %s", b, self.replica)
         try:
             self.client.zrem(keys.REPLICAS, self.replica)
         except Exception as exc:
