@@ -10,8 +10,9 @@ One process runs
   (Credit, Debit, AddRoom) and the single ``sk:inbox`` of older builds on every replica;
   each refuses the command types its channel does not carry, reads with the consumer
   group ``sk-service``, decides, appends, publishes per-player updates; on a plain Redis
-  one thread per channel reads all its owned bucket streams with one XREADGROUP
-  (engine.service.ownership.InboxGroup), on a Cluster a thread per stream;
+  one thread per channel reads all its owned bucket streams and its unbucketed one
+  (``sk:inbox``, ``sk:ops``) with one XREADGROUP (engine.service.ownership.InboxGroup),
+  on a Cluster a thread per stream;
 * the projection runner (:class:`projections.runner.ProjectionRunner`): the
   bucket feeds → settlement → ledger, consumer group ``sk-projections``;
 * with ``--integrity``, the integrity projection (:mod:`projections.integrity`, docs/INTEGRITY.md):
@@ -268,8 +269,10 @@ def run(args: argparse.Namespace) -> int:
 
     # the channels of no bucket: Credit/Debit/AddRoom on sk:ops, and the single inbox of the
     # builds before issue 24 (drained during an upgrade), read by every replica (consumer group)
-    unbucketed = ConsumerThreads([consumer_of(OPS, keys.OPS, desk), consumer_of(PLAYER, keys.INBOX)], "shared",
-                                 **loop)
+    # on one node they join their channel's group (no thread and no read of their own)
+    shared = [(OPS, consumer_of(OPS, keys.OPS, desk)), (PLAYER, consumer_of(PLAYER, keys.INBOX))]
+    unbucketed = (GroupedWork([groups[ch.name].add(c) for ch, c in shared]) if groups is not None
+                  else ConsumerThreads([c for _ch, c in shared], "shared", **loop))
     owner = BucketOwner(client, consumer, own, buckets=raw_store.buckets, ttl_ms=args.lease_ms,
                         tick_ms=max(50, min(500, args.lease_ms // 8)), on_owned=metrics.set_buckets_owned)
     stop = threading.Event()
