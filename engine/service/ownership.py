@@ -51,6 +51,17 @@ class BucketWork(Protocol):
         """Finish the message in hand, acknowledge, return once nothing runs any more."""
 
 
+def _stop_together(works: Sequence[BucketWork]) -> None:
+    """Stop several buckets' work: each one that can (``begin_stop``) is told first, so their
+    rounds in hand finish side by side, then each is waited for (:meth:`BucketWork.stop`)."""
+    for w in works:
+        begin = getattr(w, "begin_stop", None)
+        if begin is not None:
+            begin()
+    for w in works:
+        w.stop()
+
+
 def wanted(bucket_count: int, live: Sequence[str], replica: str) -> set[int]:
     """The buckets ``replica`` should own among the ``live`` replicas (sorted by name, ``b % n``).
 
@@ -144,8 +155,7 @@ class BucketOwner:
             log.warning("serve replicas registry unavailable (%s); renewing the %d bucket(s) held",
                         exc, len(self.owned))
             want = set(self.owned)
-        for b in sorted(set(self.owned) - want):
-            self.hand_over(b)
+        self._hand_over_all(sorted(set(self.owned) - want))
         held = sorted(want | set(self.owned))
         # every lease in one round trip (one per node on a Cluster); each bucket's reply its own
         for b, got in zip(held, self._leases.hold_many([keys.owner_key(b) for b in held], self.token, self.ttl_ms)):
@@ -180,12 +190,24 @@ class BucketOwner:
 
     def hand_over(self, b: int) -> None:
         """Stop consuming bucket ``b`` (its message in hand finished and acknowledged), drop its lease."""
-        self._stop_work(b)
+        self._hand_over_all([b])
+
+    def _hand_over_all(self, buckets: Sequence[int]) -> None:
+        """:meth:`hand_over` of several buckets: their work stopped together (the rounds in
+        hand finish side by side), then their leases dropped in one round trip per node."""
+        if not buckets:
+            return
+        with self._lock:
+            works = [self.owned.pop(b) for b in buckets if b in self.owned]
+        _stop_together(works)
         try:
-            self._leases.drop(keys.owner_key(b), self.token)
-        except Exception as exc:  # it expires by itself
-            log.warning("bucket %d: lease not dropped (%s); it runs out in %d ms", b, exc, self.ttl_ms)
-        log.info("bucket %d: handed over by %s", b, self.replica)
+            dropped: list[Any] = list(self._leases.drop_many([keys.owner_key(b) for b in buckets], self.token))
+        except Exception as exc:
+            dropped = [exc] * len(buckets)
+        for b, r in zip(buckets, dropped):
+            if isinstance(r, Exception):  # it expires by itself
+                log.warning("bucket %d: lease not dropped (%s); it runs out in %d ms", b, r, self.ttl_ms)
+            log.info("bucket %d: handed over by %s", b, self.replica)
 
     def _report(self) -> None:
         if self.on_owned is not None:
@@ -212,18 +234,8 @@ class BucketOwner:
 
     def release_all(self) -> None:
         """Hand every bucket over and unregister (a clean stop: the others take over at once):
-        every bucket's work stopped first, then the leases dropped in one round trip."""
-        held = sorted(self.owned)
-        for b in held:
-            self._stop_work(b)
-        try:
-            dropped = self._leases.drop_many([keys.owner_key(b) for b in held], self.token)
-        except Exception as exc:
-            dropped = [exc] * len(held)
-        for b, r in zip(held, dropped):
-            if isinstance(r, Exception):  # it expires by itself
-                log.warning("bucket %d: lease not dropped (%s); it runs out in %d ms", b, r, self.ttl_ms)
-            log.info("bucket %d: handed over by %s", b, self.replica)
+        every bucket's work stopped together, then the leases dropped in one round trip."""
+        self._hand_over_all(sorted(self.owned))
         try:
             self.client.zrem(keys.REPLICAS, self.replica)
         except Exception as exc:
@@ -243,6 +255,10 @@ class ConsumerThreads:
                                           name=f"{name} {c.stream}") for c in self.consumers]
         for t in self._threads:
             t.start()
+
+    def begin_stop(self) -> None:
+        """Tell the threads to stop after the message in hand (:meth:`stop` waits for them)."""
+        self._stop.set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -384,9 +400,16 @@ class GroupedWork:
 
     def __init__(self, members: Sequence[_Member]):
         self.members = list(members)
+        self._lasts: list[tuple[_Member, int]] | None = None
+
+    def begin_stop(self) -> None:
+        """Take the streams out of the next reads (:meth:`stop` then waits for the rounds in hand)."""
+        if self._lasts is None:
+            self._lasts = [(m, m.group.take_out(m.consumer)) for m in self.members]
 
     def stop(self) -> None:
-        lasts = [(m, m.group.take_out(m.consumer)) for m in self.members]
-        for m, last in lasts:
+        self.begin_stop()
+        assert self._lasts is not None
+        for m, last in self._lasts:
             m.group.settle(last)
             m.consumer.flush_acks()

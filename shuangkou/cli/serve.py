@@ -253,8 +253,10 @@ def run(args: argparse.Namespace) -> int:
     # (a read carries every bucket's commands); a Cluster reads each bucket's streams on its own
     from redis.cluster import RedisCluster
 
+    # (blocking 0.5 s like every loop: a hand-over takes the streams of all the buckets it
+    # moves out together and waits for one round, engine.service.ownership)
     groups = None if isinstance(client, RedisCluster) else \
-        {ch.name: InboxGroup(f"read {ch.name}", **{**loop, "block_ms": 100}) for ch in (PLAYER, OPS)}
+        {ch.name: InboxGroup(f"read {ch.name}", **loop) for ch in (PLAYER, OPS)}
 
     def own(bucket: int) -> ConsumerThreads | GroupedWork:
         """This replica now holds ``bucket``'s lease: its pending commands first, then its channels."""
