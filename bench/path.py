@@ -1,6 +1,6 @@
 """The one-node command path, stage by stage: serve's CPU µs and Redis's work per player command.
 
-    python bench/path.py [--matches 16] [--runs 3] [--per-stream | --one-stream] [--json]
+    python bench/path.py [--matches 16] [--runs 3] [--per-stream | --one-stream | --alone] [--json]
 
 In this process, on a redis-server of its own (no persistence): bot matches played through
 the bucket inboxes as ``serve`` runs them on one node (one
@@ -12,7 +12,9 @@ tunes it).  Each round sends one command per live match (as gateways do: no ``re
 and the consumers read once, so the Redis figures are exact counts.
 ``--per-stream``: each consumer whose stream got a command reads it alone (a Cluster's
 serve, a thread per stream); ``--one-stream``: every player command through the one
-unbucketed ``sk:inbox`` and its one consumer (the layout before the bucket inboxes).
+unbucketed ``sk:inbox`` and its one consumer (the layout before the bucket inboxes);
+``--alone``: each command is read and handled before the next one is sent (one command
+per read, as at concurrency 1: what a lone player's latency pays).
 
 Per player command, medians over ``--runs`` runs (seeds 7, 8, …):
 
@@ -93,7 +95,8 @@ def _server_cpu(r: Any) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def one(run_once: Callable[..., Any], matches: int, seed: int, mode: str = "together") -> dict[str, Any]:
+def one(run_once: Callable[..., Any], matches: int, seed: int, mode: str = "together",
+        alone: bool = False) -> dict[str, Any]:
     import redis
 
     from engine.config import load_config
@@ -151,6 +154,13 @@ def one(run_once: Callable[..., Any], matches: int, seed: int, mode: str = "toge
                         client.play(mid, s.current_player, cards=list(play.cards), expected_version=s.version))
                 streams.add(client.stream_for(sent.command))
                 n += 1
+                if alone:  # each command read and handled before the next is sent (concurrency 1)
+                    before, cpu0 = _calls(r), _server_cpu(r)
+                    together(list(consumers.values()), block_ms=None, count=50)
+                    got += _calls(r) - before
+                    server += _server_cpu(r) - cpu0
+            if alone:
+                continue
             before, cpu0 = _calls(r), _server_cpu(r)
             if mode == "together":
                 together(list(consumers.values()), block_ms=None, count=50)
@@ -183,14 +193,18 @@ def main() -> int:
                      help="every player command through sk:inbox")
     how.add_argument("--per-stream", dest="mode", action="store_const", const="per-stream",
                      help="each bucket stream read alone (a Cluster's serve)")
+    ap.add_argument("--alone", action="store_true",
+                    help="each command read and handled before the next is sent (concurrency 1)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.alone and args.mode:
+        ap.error("--alone reads the streams together: not with --per-stream or --one-stream")
     run_once = instrument()
     mode = args.mode or "together"
-    runs = [one(run_once, args.matches, 7 + k, mode) for k in range(args.runs)]
+    runs = [one(run_once, args.matches, 7 + k, mode, args.alone) for k in range(args.runs)]
     names = sorted(set().union(*(x["redis_commands"] for x in runs)))
     out: dict[str, Any] = {
-        "matches": args.matches, "runs": args.runs, "mode": mode, "commands": [x["commands"] for x in runs],
+        "matches": args.matches, "runs": args.runs, "mode": mode + (", alone" if args.alone else ""), "commands": [x["commands"] for x in runs],
         "serve_cpu_us": {k: round(statistics.median(x["serve_cpu_us"][k] for x in runs), 1)
                          for k in runs[0]["serve_cpu_us"]},
         "redis_commands": {k: round(statistics.median(x["redis_commands"].get(k, 0.0) for x in runs), 3)

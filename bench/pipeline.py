@@ -31,7 +31,9 @@ unscaled run is ~0.3 s, too short for a steady p50).  Then the Redis work per pl
   each thread sends (a pipeline is one round trip), until the projections have drained the
   feeds; ``inbox_round_trips_per_command`` is the player command loop's part (the main
   thread), ``projections_round_trips_per_command`` the projection runner's (its thread;
-  issue 13 §2 target ≤ 0.3); medians over the concurrency levels, and per level.
+  issue 13 §2 target ≤ 0.3); medians over the concurrency levels, and per level;
+  ``serve_round_trips_by_shape``: per level, thread and round trip (its commands, e.g.
+  ``XACK×n+XREADGROUP``), the round trips per player command.
 
 Prints figures; it is not a timed test.
 """
@@ -278,30 +280,57 @@ def run_serve(url: str, concurrency: int, matches: int) -> dict[str, Any]:
 def counted_serve(serve_args: list[str]) -> int:
     """``shuangkou serve`` in this process with every Redis connection counted per thread
     (the player command loop is the main thread; ``projections``, ``ops``, the timers'
-    threads); at exit prints one JSON line ``{"counts": {thread: {commands, round_trips}}}``."""
+    threads); at exit prints one JSON line ``{"counts": {thread: {commands, round_trips}},
+    "shapes": {thread: {shape: round trips}}}``: a shape is one round trip's commands
+    (``XACK×n+XREADGROUP``; a script call named by the module that registered it)."""
     import collections
+    import itertools
 
+    from redis.commands.core import Script
     from redis.connection import Connection
 
     counts: dict[str, dict[str, int]] = collections.defaultdict(lambda: {"commands": 0, "round_trips": 0})
+    shapes: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    scripts: dict[str, str] = {}
+    local = threading.local()
     send_packed, send_command, pack_commands = (Connection.send_packed_command, Connection.send_command,
                                                 Connection.pack_commands)
+    script_init = Script.__init__
+
+    def named_script(self: Any, registered_client: Any, script: Any) -> None:
+        script_init(self, registered_client, script)
+        caller = sys._getframe(2)  # Script <- register_script <- the module that registers it
+        scripts[self.sha] = caller.f_globals.get("__name__", "?").rsplit(".", 1)[-1]
+
+    def name(args: Any) -> str:
+        n = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
+        if n.upper() == "EVALSHA":
+            sha = args[1].decode() if isinstance(args[1], bytes) else str(args[1])
+            return f"EVALSHA({scripts.get(sha, sha[:8])})"
+        return n.upper()
 
     def mine() -> dict[str, int]:
         return counts[threading.current_thread().name]
 
     def counted_send_packed(self: Any, command: Any, check_health: bool = True) -> None:
         mine()["round_trips"] += 1
+        names = getattr(local, "names", None) or ["?"]
+        local.names = []
+        shape = "+".join(k + ("×n" if len(list(g)) > 1 else "") for k, g in itertools.groupby(names))
+        shapes[threading.current_thread().name][shape] += 1
         send_packed(self, command, check_health)
 
     def counted_send_command(self: Any, *args: Any, **kwargs: Any) -> None:
         mine()["commands"] += 1
+        local.names = [name(args)]
         send_command(self, *args, **kwargs)
 
     def counted_pack_commands(self: Any, commands: Any) -> Any:
         mine()["commands"] += len(commands)
+        local.names = [name(c) for c in commands]
         return pack_commands(self, commands)
 
+    Script.__init__ = named_script  # type: ignore[method-assign]
     Connection.send_packed_command = counted_send_packed  # type: ignore[method-assign]
     Connection.send_command = counted_send_command  # type: ignore[method-assign]
     Connection.pack_commands = counted_pack_commands  # type: ignore[method-assign]
@@ -310,7 +339,7 @@ def counted_serve(serve_args: list[str]) -> int:
     try:
         rc = cli_main(["serve", *serve_args])
     finally:
-        print(json.dumps({"counts": dict(counts)}), flush=True)
+        print(json.dumps({"counts": dict(counts), "shapes": {k: dict(v) for k, v in shapes.items()}}), flush=True)
     return int(rc or 0)
 
 
@@ -344,7 +373,8 @@ def serve_redis_work(url: str, concurrency: int, matches: int) -> dict[str, Any]
         if serve.poll() is None:
             serve.kill()
             serve.wait()
-    counts = json.loads([line for line in out.splitlines() if line.startswith('{"counts"')][-1])["counts"]
+    report = json.loads([line for line in out.splitlines() if line.startswith('{"counts"')][-1])
+    counts = report["counts"]
     n = max(commands, 1)
     projections = counts.get("projections", {"commands": 0, "round_trips": 0})
     inbox = counts.get("MainThread", {"commands": 0, "round_trips": 0})
@@ -355,7 +385,10 @@ def serve_redis_work(url: str, concurrency: int, matches: int) -> dict[str, Any]
             "inbox_round_trips_per_command": inbox["round_trips"] / n,
             "projections_commands_per_command": projections["commands"] / n,
             "projections_round_trips_per_command": projections["round_trips"] / n,
-            "by_thread": counts}
+            "by_thread": counts,
+            # round trips per player command by thread and shape (those of at least 0.005)
+            "shapes": {t: {k: round(v / n, 3) for k, v in sorted(sh.items(), key=lambda kv: -kv[1]) if v / n >= 0.005}
+                       for t, sh in report.get("shapes", {}).items()}}
 
 
 def _feeds_drained(r: Any, group: str = "sk-projections") -> bool:
@@ -415,6 +448,7 @@ def measure(url: str, runs: int, quick: bool, scale: int = 1) -> dict[str, Any]:
                                                            for k, w in work.items()}
     out["serve_round_trips_per_command_by_level"] = {k: round(w["serve_round_trips_per_command"], 3)
                                                      for k, w in work.items()}
+    out["serve_round_trips_by_shape"] = {k: w["shapes"] for k, w in work.items()}
     info = redis.Redis.from_url(url).info("server")
     out["redis_version"] = info.get("redis_version")
     out["cpus"] = os.cpu_count()
@@ -479,6 +513,11 @@ def main() -> int:
           f"{res['serve_round_trips_per_command']} round trips per player command "
           f"({res['inbox_round_trips_per_command']} the command loop's, "
           f"{res['projections_round_trips_per_command']} the projections')")
+    for level, threads in res["serve_round_trips_by_shape"].items():
+        print(f"serve's round trips per player command at {level}, by thread and shape:")
+        for thread, shapes in sorted(threads.items()):
+            if shapes:
+                print(f"  {thread}: " + ", ".join(f"{k} {v}" for k, v in shapes.items()))
     print("projections' round trips per player command by concurrency: "
           + ", ".join(f"{k} {v}" for k, v in res["projections_round_trips_per_command_by_level"].items()))
     return 0

@@ -36,3 +36,6 @@ def test_pipeline_bench_quick_json_has_the_issue_keys() -> None:
     # the projections' own share, counted live in serve's projection thread (issue 13 §2)
     assert 0 < report["projections_round_trips_per_command"] < report["serve_round_trips_per_command"]
     assert set(report["projections_round_trips_per_command_by_level"]) == {"c1", "c16"}
+    # serve's round trips by thread and shape: at c1 the command loop's append is one per command
+    shapes = report["serve_round_trips_by_shape"]["c1"]
+    assert shapes["read player"]["EVALSHA(redis_store)"] > 0.5, shapes

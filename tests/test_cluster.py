@@ -203,3 +203,39 @@ def test_replicas_synced_at_once_each_hold_their_own_masters_data():
         client.close()
     finally:
         c.stop()
+
+
+def test_the_bucket_leases_are_renewed_with_one_pipeline_per_node(cluster, monkeypatch):
+    """Issue 38: a tick's lease renewals go one pipeline per master (the owner keys of 16
+    buckets spread over 3 nodes), not one call per bucket; each bucket's answer its own."""
+    from redis.connection import Connection
+
+    from engine.service.ownership import BucketOwner
+    from engine.store import keys
+
+    class Work:
+        def stop(self):
+            pass
+
+    owner = BucketOwner(cluster, "lease-test", lambda b: Work(), buckets=16, ttl_ms=4000, tick_ms=500)
+    try:
+        assert owner.tick() == set(range(16))  # acquired (the script loaded on each node)
+        nodes = {cluster.get_node_from_key(keys.owner_key(b)).name for b in range(16)}
+        assert len(nodes) == 3
+        sent = [0]
+        original = Connection.send_packed_command
+
+        def counted(self, command, check_health=True):
+            sent[0] += 1
+            return original(self, command, check_health)
+
+        monkeypatch.setattr(Connection, "send_packed_command", counted)
+        for b in range(16):
+            cluster.pexpire(keys.owner_key(b), 200)
+        sent[0] = 0
+        assert owner.tick() == set(range(16))
+        assert sent[0] == 1 + len(nodes)  # the registry's pipeline, one pipeline per node
+        assert all(cluster.pttl(keys.owner_key(b)) > 1000 for b in range(16))
+    finally:
+        owner.release_all()
+    assert not any(cluster.exists(keys.owner_key(b)) for b in range(16))

@@ -11,6 +11,9 @@ sends one command per live match per round (as a gateway does, no ``reply_to``) 
 consumers read once per round, so the figures are counts, not times: ``INFO commandstats`` around the consumers' work only (the driver's own
 XADDs and reads are outside it), every command run inside the append script included.
 
+A second test sends one command per read (a lone player: concurrency 1) and counts the
+round trips serve sends (every redis-py connection of the process): two per command.
+
 The bounds pin today's path: a command that grows it (a lease or cache check per
 command, a read of what the script returned, a pre-check of every carried key, a
 notice nobody reads) fails here.  Idle work (leases, sweeps, blocking reads that time
@@ -49,7 +52,7 @@ SEED = 7
 #: for the game's own variation (events per command, views)
 BOUNDS = {
     "xreadgroup": 0.25,  # read: one for every bucket stream (one a round of 12 commands here)
-    "xack": 1.0,         # ack: one per stream per read, sent with the next read
+    "xack": 0.9,         # ack: one per stream per read, sent with the next read
     "evalsha": 1.0,      # append: one script call per command
     "hget": 1.0,         # in the script: the command-id check
     "xlen": 1.0,         # in the script: the version check
@@ -59,7 +62,11 @@ BOUNDS = {
     "expire": 2.5,       # in the script: each update stream's TTL
     "spublish": 2.5,     # in the script: each update's notice (the gateways' wake-up)
 }
-TOTAL = 15.5
+TOTAL = 15.25
+#: serve's round trips per player command when each read carries one command (a lone
+#: player, concurrency 1): the read (with the last read's acknowledgement in its pipeline)
+#: and the append (the updates, the reply, the notices and the deadline inside its script)
+ROUND_TRIPS_ALONE = 2.0
 #: never on the path: a pre-check of the carried keys, a reload of the match
 ABSENT = ("type", "xrange", "xrevrange", "get", "exists", "ttl")
 
@@ -74,15 +81,15 @@ def calls(r: Any) -> Counter[str]:
                     if k != "cmdstat_info"})
 
 
-def test_the_one_node_path_runs_a_bounded_number_of_redis_commands_per_player_command(real_redis) -> None:
-    r = real_redis
+def _setup(r: Any) -> tuple[MatchService, list[InboxConsumer], GatewayClient, list[str]]:
+    """The matches created and dealt (through the lobby's stream, not counted); the bucket
+    consumers as serve runs them on one node."""
     clock = iter(range(1_000_000, 10**12, 1000))
     svc = MatchService(RedisEventStore(r), lambda: next(clock), seeded_random(SEED), state_cache=StateCache(),
                        server_seeds=seeded_server_seeds(SEED))
     setup = InboxConsumer(r, svc, "t", stream=keys.INBOX)  # the lobby's commands, not counted
-    consumers = {b: InboxConsumer(r, ChannelService(svc, PLAYER), "t", stream=keys.inbox_key(b))
-                 for b in range(keys.DEFAULT_BUCKETS)}
-    client = GatewayClient(r)
+    consumers = [InboxConsumer(r, ChannelService(svc, PLAYER), "t", stream=keys.inbox_key(b))
+                 for b in range(keys.DEFAULT_BUCKETS)]
     lobby = GatewayClient(r, inbox=keys.INBOX, ops=keys.INBOX)
     mids = [f"count-{i}" for i in range(MATCHES)]
     for mid in mids:
@@ -93,8 +100,21 @@ def test_the_one_node_path_runs_a_bounded_number_of_redis_commands_per_player_co
             lobby.ready(mid, f"{mid}{p}")
     while setup.run_once(block_ms=None, count=50):
         pass
-    group = list(consumers.values())
-    run_together(group, block_ms=None)  # each consumer's own pending entries first: none
+    run_together(consumers, block_ms=None)  # each consumer's own pending entries first: none
+    return svc, consumers, GatewayClient(r), mids
+
+
+def _send(client: GatewayClient, bot: Bot, s: Any) -> None:
+    play = choose_for(bot, s, s.current_player)
+    if play is None:
+        client.pass_(s.match_id, s.current_player, expected_version=s.version)
+    else:
+        client.play(s.match_id, s.current_player, cards=list(play.cards), expected_version=s.version)
+
+
+def test_the_one_node_path_runs_a_bounded_number_of_redis_commands_per_player_command(real_redis) -> None:
+    r = real_redis
+    svc, group, client, mids = _setup(r)
     cache = svc.state_cache
     assert cache is not None
     bot, rng = Bot("greedy", random.Random(SEED)), random.Random(SEED)
@@ -107,11 +127,7 @@ def test_the_one_node_path_runs_a_bounded_number_of_redis_commands_per_player_co
         for mid in rng.sample(live, len(live)):
             s = cache.get(mid)
             assert s is not None
-            play = choose_for(bot, s, s.current_player)
-            if play is None:
-                client.pass_(mid, s.current_player, expected_version=s.version)
-            else:
-                client.play(mid, s.current_player, cards=list(play.cards), expected_version=s.version)
+            _send(client, bot, s)
             commands += 1
         before = calls(r)
         assert run_together(group, block_ms=None, count=50) == len(live)
@@ -134,3 +150,42 @@ def test_the_one_node_path_runs_a_bounded_number_of_redis_commands_per_player_co
     assert set(per) <= set(BOUNDS) | {"zrem", "hdel", "sadd", "set", "xpending"}, shown
     assert sum(per.get(k, 0.0) for k in ("zrem", "hdel", "sadd", "set", "xpending")) <= 0.2, shown
     assert total <= TOTAL, f"{total:.2f} Redis commands per player command > {TOTAL} ({shown})"
+
+
+def test_a_lone_command_costs_serve_two_round_trips(real_redis, monkeypatch) -> None:
+    """Concurrency 1: each read carries one command.  serve's round trips per command are the
+    read (the last acknowledgement in its pipeline) and the append: no deadline write, reply,
+    notice, version read-back or acknowledgement of its own."""
+    from redis.connection import Connection
+
+    r = real_redis
+    svc, group, client, mids = _setup(r)
+    cache = svc.state_cache
+    assert cache is not None
+    sent = [0]
+    original = Connection.send_packed_command
+
+    def counted(self: Any, command: Any, check_health: bool = True) -> None:
+        sent[0] += 1
+        original(self, command, check_health)
+
+    bot, rng = Bot("greedy", random.Random(SEED)), random.Random(SEED)
+    commands = trips = 0
+    for _ in range(5000):
+        live = [m for m in mids if (s := cache.get(m)) is not None and s.phase == "playing"]
+        if not live:
+            break
+        s = cache.get(rng.choice(live))
+        assert s is not None
+        _send(client, bot, s)  # the driver's XADD: not serve's
+        commands += 1
+        monkeypatch.setattr(Connection, "send_packed_command", counted)
+        sent[0] = 0
+        assert run_together(group, block_ms=None, count=50) == 1
+        monkeypatch.setattr(Connection, "send_packed_command", original)
+        trips += sent[0]
+    assert not live, "the matches did not finish"
+    assert commands > 200  # a positive control: enough commands for a per-command figure
+    assert sum(c.stats.accepted for c in group) == commands
+    # the rare extra: a snapshot every 50 events (its own write), a consumer's first read
+    assert trips / commands <= ROUND_TRIPS_ALONE + 0.05, f"{trips / commands:.3f} round trips per command"

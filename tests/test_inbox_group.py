@@ -144,3 +144,29 @@ def test_a_group_reads_its_members_and_a_stream_taken_out_is_read_no_more(real_r
         assert pending(r, s1) == 0
     finally:
         group.stop()
+
+
+def test_a_hand_over_of_several_buckets_waits_for_one_round_not_one_each(real_redis) -> None:
+    """Issue 38: the group blocks 0.5 s like every loop; handing four buckets over takes their
+    streams out together and waits for the round in hand once (one after another would wait
+    for a round per bucket)."""
+    from engine.service.ownership import BucketOwner, GroupedWork
+
+    r = real_redis
+    _svc, consumers, _mids = rig(r, 4)
+    group = InboxGroup("test group", block_ms=200)
+    try:
+        streams = sorted(consumers)
+        works = {b: GroupedWork([group.add(consumers[s])]) for b, s in enumerate(streams)}
+        owner = BucketOwner(r, "hand-over-test", lambda b: works[b], buckets=4, ttl_ms=4000, tick_ms=500)
+        assert owner.tick() == {0, 1, 2, 3}
+        end = time.monotonic() + 20
+        while time.monotonic() < end and group._done < 2:  # the group reads its four streams
+            time.sleep(0.02)
+        before = group._started
+        owner.release_all()
+        assert group._done - before <= 1  # the round in hand, once
+        assert not group._members
+        assert not any(r.exists(keys.owner_key(b)) for b in range(4))
+    finally:
+        group.stop()

@@ -119,3 +119,53 @@ def test_the_leases_held_are_renewed_while_the_replicas_registry_is_away(real_re
     assert a.tick(t + 10) == set(range(8))  # nothing handed over, nothing stopped
     assert all(real_redis.pttl(keys.owner_key(n)) > 1000 for n in range(8))  # renewed
     assert ("stop", 0) not in log
+
+
+def _round_trips(monkeypatch) -> list[int]:
+    """A counter of the round trips every redis-py connection of this process sends."""
+    from redis.connection import Connection
+
+    sent = [0]
+    original = Connection.send_packed_command
+
+    def counted(self, command, check_health=True):
+        sent[0] += 1
+        return original(self, command, check_health)
+
+    monkeypatch.setattr(Connection, "send_packed_command", counted)
+    return sent
+
+
+def test_a_tick_renews_every_lease_held_in_one_round_trip(real_redis, monkeypatch):
+    """Issue 38: the registry (one pipeline) and the leases (one more), not one call per bucket."""
+    log: list = []
+    a = _owner(real_redis, "a", log, buckets=16)
+    t = 4_000_000
+    real_redis.script_flush()  # the lease script unknown to the node: loaded once, then pipelined
+    assert a.tick(t) == set(range(16))
+    a._leases.drop_many(["sk:test:nothing"], a.token)  # the drop script known to the node too
+    sent = _round_trips(monkeypatch)
+    assert a.tick(t + 10) == set(range(16))
+    assert sent[0] == 2
+    a.release_all()  # the works stopped, then every lease dropped in one round trip, then unregistered
+    assert sent[0] == 2 + 2
+    assert not any(real_redis.exists(keys.owner_key(n)) for n in range(16))
+    assert [e for e in log if e[0] == "stop"] == [("stop", n) for n in range(16)]
+
+
+def test_hold_many_answers_per_key_held_renewed_or_anothers(real_redis):
+    from engine.store.lease import LeaseScripts
+
+    leases = LeaseScripts(real_redis)
+    real_redis.set("sk:test:lease:other", "someone-else", px=4000)
+    real_redis.set("sk:test:lease:mine", "me", px=100)
+    got = leases.hold_many(["sk:test:lease:mine", "sk:test:lease:free", "sk:test:lease:other"], "me", 4000)
+    assert got == [1, 2, 0]
+    assert real_redis.pttl("sk:test:lease:mine") > 1000
+    assert real_redis.get("sk:test:lease:free") == b"me" and real_redis.get("sk:test:lease:other") == b"someone-else"
+    real_redis.set("sk:test:lease:wrong", "x")
+    real_redis.lpush("sk:test:lease:list", "x")  # a key of another type: that key's error alone
+    got = leases.hold_many(["sk:test:lease:list", "sk:test:lease:mine"], "me", 4000)
+    assert isinstance(got[0], Exception) and got[1] == 1
+    assert leases.drop_many(["sk:test:lease:mine", "sk:test:lease:other"], "me") == [True, False]
+    assert not real_redis.exists("sk:test:lease:mine") and real_redis.exists("sk:test:lease:other")

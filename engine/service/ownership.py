@@ -19,7 +19,8 @@ lease ``sk:{b<N>}:owner`` (``SET NX PX``, renewed every tick; engine/store/lease
   counts are kept) and handles them first, in stream order; their command ids make a
   re-run of a command that was decided but not acknowledged a duplicate (decided once).
 
-The registry is one key (one slot on a Cluster): two commands per replica per tick.
+The registry is one key (one slot on a Cluster): one pipeline of three commands per
+replica per tick; the leases held are renewed with one more pipeline (one per node).
 """
 
 from __future__ import annotations
@@ -50,6 +51,17 @@ class BucketWork(Protocol):
         """Finish the message in hand, acknowledge, return once nothing runs any more."""
 
 
+def _stop_together(works: Sequence[BucketWork]) -> None:
+    """Stop several buckets' work: each one that can (``begin_stop``) is told first, so their
+    rounds in hand finish side by side, then each is waited for (:meth:`BucketWork.stop`)."""
+    for w in works:
+        begin = getattr(w, "begin_stop", None)
+        if begin is not None:
+            begin()
+    for w in works:
+        w.stop()
+
+
 def wanted(bucket_count: int, live: Sequence[str], replica: str) -> set[int]:
     """The buckets ``replica`` should own among the ``live`` replicas (sorted by name, ``b % n``).
 
@@ -74,14 +86,19 @@ return redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'COUNT', 
 
 def take_over_pending(client: Any, stream: str, group: str, consumer: str) -> int:
     """Claim every entry of ``stream`` pending for another consumer of ``group`` (a former owner's):
-    XAUTOCLAIM, min idle 0, JUSTID (delivery counts kept).  Returns how many."""
-    from engine.store.redis_store import ensure_group
+    XAUTOCLAIM, min idle 0, JUSTID (delivery counts kept).  Returns how many (0 when the stream
+    or the group does not exist yet: nothing can be pending; the consumer creates the group)."""
+    import redis
 
-    ensure_group(client, stream, group)
     claim = client.register_script(_CLAIM_LUA)
     taken, start = 0, "0-0"
     while True:
-        cursor, ids, *_ = claim(keys=[stream], args=[group, consumer, start])
+        try:
+            cursor, ids, *_ = claim(keys=[stream], args=[group, consumer, start])
+        except redis.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            return taken
         start = cursor.decode() if isinstance(cursor, bytes) else str(cursor)
         taken += len(ids)
         if start == "0-0":
@@ -138,15 +155,14 @@ class BucketOwner:
             log.warning("serve replicas registry unavailable (%s); renewing the %d bucket(s) held",
                         exc, len(self.owned))
             want = set(self.owned)
-        for b in sorted(set(self.owned) - want):
-            self.hand_over(b)
-        for b in sorted(want | set(self.owned)):
-            try:
-                got = self._leases.hold(keys.owner_key(b), self.token, self.ttl_ms)
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                log.warning("bucket %d: lease not renewed (%s); retrying next tick", b, exc)
+        self._hand_over_all(sorted(set(self.owned) - want))
+        held = sorted(want | set(self.owned))
+        # every lease in one round trip (one per node on a Cluster); each bucket's reply its own
+        for b, got in zip(held, self._leases.hold_many([keys.owner_key(b) for b in held], self.token, self.ttl_ms)):
+            if isinstance(got, Exception):
+                if not is_transient(got):
+                    raise got
+                log.warning("bucket %d: lease not renewed (%s); retrying next tick", b, got)
                 continue
             if got == 0 and b in self.owned:  # expired and taken (a pause longer than the TTL)
                 log.warning("bucket %d: lease lost to another replica; stopping its consumers", b)
@@ -174,12 +190,24 @@ class BucketOwner:
 
     def hand_over(self, b: int) -> None:
         """Stop consuming bucket ``b`` (its message in hand finished and acknowledged), drop its lease."""
-        self._stop_work(b)
+        self._hand_over_all([b])
+
+    def _hand_over_all(self, buckets: Sequence[int]) -> None:
+        """:meth:`hand_over` of several buckets: their work stopped together (the rounds in
+        hand finish side by side), then their leases dropped in one round trip per node."""
+        if not buckets:
+            return
+        with self._lock:
+            works = [self.owned.pop(b) for b in buckets if b in self.owned]
+        _stop_together(works)
         try:
-            self._leases.drop(keys.owner_key(b), self.token)
-        except Exception as exc:  # it expires by itself
-            log.warning("bucket %d: lease not dropped (%s); it runs out in %d ms", b, exc, self.ttl_ms)
-        log.info("bucket %d: handed over by %s", b, self.replica)
+            dropped: list[Any] = list(self._leases.drop_many([keys.owner_key(b) for b in buckets], self.token))
+        except Exception as exc:
+            dropped = [exc] * len(buckets)
+        for b, r in zip(buckets, dropped):
+            if isinstance(r, Exception):  # it expires by itself
+                log.warning("bucket %d: lease not dropped (%s); it runs out in %d ms", b, r, self.ttl_ms)
+            log.info("bucket %d: handed over by %s", b, self.replica)
 
     def _report(self) -> None:
         if self.on_owned is not None:
@@ -205,9 +233,9 @@ class BucketOwner:
             self.release_all()
 
     def release_all(self) -> None:
-        """Hand every bucket over and unregister (a clean stop: the others take over at once)."""
-        for b in sorted(self.owned):
-            self.hand_over(b)
+        """Hand every bucket over and unregister (a clean stop: the others take over at once):
+        every bucket's work stopped together, then the leases dropped in one round trip."""
+        self._hand_over_all(sorted(self.owned))
         try:
             self.client.zrem(keys.REPLICAS, self.replica)
         except Exception as exc:
@@ -227,6 +255,10 @@ class ConsumerThreads:
                                           name=f"{name} {c.stream}") for c in self.consumers]
         for t in self._threads:
             t.start()
+
+    def begin_stop(self) -> None:
+        """Tell the threads to stop after the message in hand (:meth:`stop` waits for them)."""
+        self._stop.set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -368,9 +400,16 @@ class GroupedWork:
 
     def __init__(self, members: Sequence[_Member]):
         self.members = list(members)
+        self._lasts: list[tuple[_Member, int]] | None = None
+
+    def begin_stop(self) -> None:
+        """Take the streams out of the next reads (:meth:`stop` then waits for the rounds in hand)."""
+        if self._lasts is None:
+            self._lasts = [(m, m.group.take_out(m.consumer)) for m in self.members]
 
     def stop(self) -> None:
-        lasts = [(m, m.group.take_out(m.consumer)) for m in self.members]
-        for m, last in lasts:
+        self.begin_stop()
+        assert self._lasts is not None
+        for m, last in self._lasts:
             m.group.settle(last)
             m.consumer.flush_acks()

@@ -10,8 +10,9 @@ One process runs
   (Credit, Debit, AddRoom) and the single ``sk:inbox`` of older builds on every replica;
   each refuses the command types its channel does not carry, reads with the consumer
   group ``sk-service``, decides, appends, publishes per-player updates; on a plain Redis
-  one thread per channel reads all its owned bucket streams with one XREADGROUP
-  (engine.service.ownership.InboxGroup), on a Cluster a thread per stream;
+  one thread per channel reads all its owned bucket streams and its unbucketed one
+  (``sk:inbox``, ``sk:ops``) with one XREADGROUP (engine.service.ownership.InboxGroup),
+  on a Cluster a thread per stream;
 * the projection runner (:class:`projections.runner.ProjectionRunner`): the
   bucket feeds → settlement → ledger, consumer group ``sk-projections``;
 * with ``--integrity``, the integrity projection (:mod:`projections.integrity`, docs/INTEGRITY.md):
@@ -255,8 +256,10 @@ def run(args: argparse.Namespace) -> int:
     # (a read carries every bucket's commands); a Cluster reads each bucket's streams on its own
     from redis.cluster import RedisCluster
 
+    # (blocking 0.5 s like every loop: a hand-over takes the streams of all the buckets it
+    # moves out together and waits for one round, engine.service.ownership)
     groups = None if isinstance(client, RedisCluster) else \
-        {ch.name: InboxGroup(f"read {ch.name}", **{**loop, "block_ms": 100}) for ch in (PLAYER, OPS)}
+        {ch.name: InboxGroup(f"read {ch.name}", **loop) for ch in (PLAYER, OPS)}
 
     # the live lobby (engine/service/lobby_worker.py): the rooms' queues and the tables of the
     # buckets this replica holds, on their lobby channels and feeds, in one thread
@@ -279,8 +282,10 @@ def run(args: argparse.Namespace) -> int:
 
     # the channels of no bucket: Credit/Debit/AddRoom on sk:ops, and the single inbox of the
     # builds before issue 24 (drained during an upgrade), read by every replica (consumer group)
-    unbucketed = ConsumerThreads([consumer_of(OPS, keys.OPS, desk), consumer_of(PLAYER, keys.INBOX)], "shared",
-                                 **loop)
+    # on one node they join their channel's group (no thread and no read of their own)
+    shared = [(OPS, consumer_of(OPS, keys.OPS, desk)), (PLAYER, consumer_of(PLAYER, keys.INBOX))]
+    unbucketed = (GroupedWork([groups[ch.name].add(c) for ch, c in shared]) if groups is not None
+                  else ConsumerThreads([c for _ch, c in shared], "shared", **loop))
     owner = BucketOwner(client, consumer, own, buckets=raw_store.buckets, ttl_ms=args.lease_ms,
                         tick_ms=max(50, min(500, args.lease_ms // 8)), on_owned=metrics.set_buckets_owned)
     stop = threading.Event()
