@@ -373,6 +373,12 @@ class BothWork:
     def __init__(self, parts: Sequence[Any]):
         self.parts = list(parts)
 
+    def begin_stop(self) -> None:
+        for p in self.parts:
+            begin = getattr(p, "begin_stop", None)
+            if begin is not None:
+                begin()
+
     def stop(self) -> None:
         for p in self.parts:
             p.stop()
