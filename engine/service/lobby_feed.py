@@ -31,7 +31,7 @@ from engine.lobby import managers
 from engine.lobby.evolve import apply as lobby_apply
 from engine.lobby.replay import replay_table
 from engine.lobby.state import TableState
-from engine.match.events import MatchFinished
+from engine.match.events import HandDealt, MatchFinished
 from engine.service.lobby import LobbyEngine
 from engine.store import keys
 
@@ -61,6 +61,10 @@ class LobbyFeedManager:
         #: models: engine/service/lobby_notes.py), written before the event is acted on
         self.notes = notes
         self._tables: set[str] = set()  # tables known to exist (a table never stops existing)
+        #: matches this process saw dealt: after the deal only a finish matters to the table (a
+        #: Ready, a removal and an abandon come before it; an escape ends in the finish, which
+        #: names the escaper), so their other entries are acknowledged unread
+        self._dealt: set[str] = set()
         self.consumer = consumer
         self.group = group
         self.buckets = list(buckets) if buckets is not None else list(range(engine.store.buckets))
@@ -138,10 +142,18 @@ class LobbyFeedManager:
             table, sep, _n = agg.rpartition("-")
             if not sep or not self._is_table(table):
                 return True  # a match of no table (an operator's): nothing for the lobby
+            if agg in self._dealt and f.get("fin") != "1":
+                return True  # a dealt match's plays: the table hears only of its finish
             match_store = getattr(eng.matches, "store")
             events = self._slice(match_store.load(agg, max(0, first - 1)), first, last)
             if not events:
                 return True
+            if any(isinstance(e, HandDealt) for e in events):
+                if len(self._dealt) > 100_000:
+                    self._dealt.clear()
+                self._dealt.add(agg)
+            if any(isinstance(e, MatchFinished) for e in events):
+                self._dealt.discard(agg)
             escaped: list[str] = []
             if any(isinstance(e, MatchFinished) for e in events):  # who escaped: named at the finish
                 now = eng.matches.load_state(agg)
