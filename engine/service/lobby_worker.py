@@ -150,6 +150,11 @@ class LobbyWorker:
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
+        """The loop until ``stop``.  No grace ends in the first :meth:`_resume_ms` either: after
+        a restart (of serve, or of a whole deployment) the gateways push their players'
+        presence again first."""
+        self._room_names = list(self.rooms.names())
+        self._graces_from = self.clock() + self._resume_ms()
         while not stop.is_set():
             try:
                 busy = self.run_once()
