@@ -453,6 +453,7 @@ def test_a_match_through_the_real_gateway_with_every_process_under_its_own_user(
             "gateway: write the lobby's tables": lambda: gateway_r.hset("sk:{lobby}:table:t1", "a", "evil"),
             "gateway: push back a Disconnect (presence)": lambda: gateway_r.zadd("sk:{lobby}:presence", {"x": 1}),
             "gateway: delete a session stream": lambda: gateway_r.delete("sk:gw:session:acl-bob"),
+            "gateway: SET over anything but a receipt": lambda: gateway_r.set(keys.inbox_key(1), "x"),
             "gateway: run the lobby script": lambda: gateway_r.evalsha("0" * 40, 0, "join", 0, "r", "p"),
             "gateway: read a settlement": lambda: gateway_r.hget(SETTLED_KEY, done[0][0]),
             "lobby: overwrite the operator channel": lambda: lobby_r.set(keys.OPS, "x"),

@@ -722,3 +722,40 @@ def test_a_table_closed_while_its_match_is_created_leaves_nobody_seated_in_it(ar
             await r.aclose()
 
     asyncio.run(main())
+
+
+def test_a_socket_handed_its_players_clock_update_leaves_a_receipt_and_its_close_says_so(aredis):
+    """Issue 35 §4: the timers pause a clock whose update no gateway handed to the player's
+    socket (a gateway killed or restarting).  The gateway receipts the updates that start the
+    player's clock (their turn, or the ready clock) once sent on the socket, not the others';
+    the player's own close on a live gateway says ``closed`` (their clocks then run as usual)."""
+    from engine.service.receipts import decode
+    from gateway import protocol
+
+    r_check = aredis()
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        receipts = conn.hub.receipts
+        theirs = {"phase": "playing", "turn": "bob", "deadline_ms": 5_000}
+        await conn.send(protocol.update("t1-1", 7, [], None, None, brief=theirs))
+        await receipts.flush()
+        assert await r_check.get(keys.receipt_key("alice")) is None  # bob's clock: nothing
+        mine = {"phase": "playing", "turn": "alice", "deadline_ms": 9_000}
+        await conn.send(protocol.update("t1-1", 8, [], None, None, brief=mine))
+        await ws.expect(lambda m: m.get("version") == 8, "the update of alice's turn")
+        await receipts.flush()
+        state, _at, version, match = decode(await r_check.get(keys.receipt_key("alice")))
+        assert (state, version, match) == ("open", 8, "t1-1")
+        await ws.inbox.put(None)  # the player closes the socket; the gateway lives on
+        while not conn.closed:
+            await asyncio.sleep(0.01)
+        await receipts.flush()
+        state, _at, _v, match = decode(await r_check.get(keys.receipt_key("alice")))
+        assert (state, match) == ("closed", "t1-1")
+
+    async def main() -> None:
+        await _at_a_seated_table(aredis, {"t1-1": 3}, body)
+        await r_check.aclose()
+
+    asyncio.run(main())
