@@ -380,7 +380,7 @@ class WsPlayer:
                         self.matches += 1
                         self.pending = None
                         self.idle_since = time.monotonic()
-                elif kind == "rejected":
+                elif kind in ("rejected", "ack"):  # ack: a Ready that changed nothing (already ready)
                     if self.pending is not None and m.get("command_id") == self.pending[0]:
                         self.pending = None
                         await self._act(ws)
