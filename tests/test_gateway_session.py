@@ -759,3 +759,60 @@ def test_a_socket_handed_its_players_clock_update_leaves_a_receipt_and_its_close
         await r_check.aclose()
 
     asyncio.run(main())
+
+
+def test_a_receipt_redis_refused_is_written_at_the_next_flush_unless_a_newer_one_came():
+    """Receipts are written in the background (gateway/receipts.py): one Redis refused stays
+    due for the next flush; a newer receipt of the same player replaces it."""
+    import redis as redis_mod
+
+    from engine.service.receipts import decode
+    from gateway.receipts import Receipts
+
+    class Pipe:
+        def __init__(self, store: "Store") -> None:
+            self.store, self.calls = store, []
+
+        def set(self, key: str, value: str, px: int) -> None:
+            self.calls.append((key, value))
+
+        async def execute(self, raise_on_error: bool = True) -> list:
+            out: list = []
+            for key, value in self.calls:
+                if key in self.store.refuse:
+                    out.append(redis_mod.ConnectionError("node away"))
+                else:
+                    self.store.data[key] = value
+                    out.append(True)
+            return out
+
+    class Store:
+        def __init__(self) -> None:
+            self.data: dict[str, str] = {}
+            self.refuse: set[str] = set()
+
+        def pipeline(self, transaction: bool = False) -> Pipe:
+            return Pipe(self)
+
+    store = Store()
+    receipts = Receipts(store)
+    mine = {"kind": "update", "match": "m", "version": 4, "brief": {"phase": "playing", "turn": "a", "deadline_ms": 1}}
+
+    async def main() -> None:
+        store.refuse.add(keys.receipt_key("a"))
+        receipts.delivered("a", mine)
+        receipts.delivered("b", {**mine, "brief": {**mine["brief"], "turn": "b"}})
+        await receipts.flush()
+        assert keys.receipt_key("a") not in store.data and decode(store.data[keys.receipt_key("b")])[2] == 4
+        store.refuse.clear()
+        await receipts.flush()  # a's, written now
+        assert decode(store.data[keys.receipt_key("a")])[:1] == ("open",)
+        store.refuse.add(keys.receipt_key("a"))
+        receipts.delivered("a", {**mine, "version": 6})
+        await receipts.flush()
+        receipts.closed("a", "m")  # newer than the refused one: it replaces it
+        store.refuse.clear()
+        await receipts.flush()
+        assert decode(store.data[keys.receipt_key("a")])[0] == "closed"
+
+    asyncio.run(main())
