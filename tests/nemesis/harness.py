@@ -84,6 +84,7 @@ class Recorder:
     acks: list[Ack] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    slow_calls: list[tuple[int, str]] = field(default_factory=list)
     schema_problems: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -94,6 +95,12 @@ class Recorder:
     def read(self, r: Read) -> None:
         with self.lock:
             self.reads.append(r)
+
+    def slow(self, what: str) -> None:
+        """A client's call that took over a second or met a transient error (kept with the time)."""
+        with self.lock:
+            if len(self.slow_calls) < 5000:
+                self.slow_calls.append((now_ms(), what))
 
     def error(self, what: str) -> None:
         with self.lock:
@@ -168,36 +175,49 @@ class InboxPlayer:
         self.positions: dict[str, str] = {}
         self.matches: list[str] = []
 
-    def _retry(self, fn: Callable[[], Any], limit_s: float = 120) -> Any:
+    def _retry(self, fn: Callable[[], Any], limit_s: float = 120, what: str = "") -> Any:
         from engine.store.redis_errors import is_transient
 
-        delay, end = 0.05, time.monotonic() + limit_s
-        while True:
-            try:
-                return fn()
-            except Exception as exc:
-                if not is_transient(exc) or time.monotonic() > end:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+        delay, began = 0.05, time.monotonic()
+        end = began + limit_s
+        try:
+            while True:
+                try:
+                    return fn()
+                except Exception as exc:
+                    if not is_transient(exc) or time.monotonic() > end:
+                        raise
+                    self.rec.slow(f"{self.tag} {what}: {type(exc).__name__}: {str(exc)[:80]}")
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+        finally:
+            took = time.monotonic() - began
+            if took > 1.0:
+                self.rec.slow(f"{self.tag} {what}: {took:.1f}s")
 
     def send(self, command: Any) -> Any:
-        end = time.monotonic() + 120
+        from engine.store import keys
+
+        began = time.monotonic()
+        end = began + 120
         while time.monotonic() < end:
-            self._retry(lambda: self.gw.send(command))
+            self._retry(lambda: self.gw.send(command), what="send")
             wait = time.monotonic() + 10
             while time.monotonic() < wait:
-                for msg in self._retry(lambda: self.gw.replies(self.last_reply, block_ms=500)):
+                for msg in self._retry(lambda: self.gw.replies(self.last_reply, block_ms=500), what="replies"):
                     self.last_reply = msg.id
                     if msg.kind in ("accepted", "duplicate"):
                         self.rec.ack(Ack(self.tag, msg.match_id, msg.command_id, msg.kind, now_ms(), msg.version))
                     if msg.command_id == command.command_id:
+                        if time.monotonic() - began > 1.0:
+                            self.rec.slow(f"{self.tag} reply to {command.type} (bucket "
+                                          f"{keys.bucket_of(command.match_id)}) after {time.monotonic() - began:.1f}s")
                         return msg
         raise TimeoutError(f"no reply to {command.command_id}")
 
     def read_updates(self, mid: str, *players: str) -> None:
         for p in players:
-            msgs = self._retry(lambda p=p: self.gw.updates(p, self.positions.get(p, "0")))
+            msgs = self._retry(lambda p=p: self.gw.updates(p, self.positions.get(p, "0")), what="updates")
             read_at = now_ms()
             for m in msgs:
                 self.positions[p] = m.id
@@ -233,7 +253,7 @@ class InboxPlayer:
             self.read_updates(mid, a, b)
         waiting_since = None
         for _ in range(600):
-            st = self._retry(lambda: self.reader.load_state(mid))
+            st = self._retry(lambda: self.reader.load_state(mid), what="load_state")
             self.read_updates(mid, a, b)
             if st.phase in ("finished", "abandoned"):
                 return
@@ -346,8 +366,9 @@ class WsPlayer:
             while True:
                 if self.pending is not None and time.monotonic() - self.pending[2] > 10:
                     await self._send(ws, self.pending[1])  # the same command id again
-                if self.stop.is_set() and (self.brief or {}).get("phase") != "playing":
-                    return True  # between matches, or seated at one not dealt: its ready clock ends it
+                if self.stop.is_set() and self.idle_since is not None:
+                    return True  # between matches (a match it is seated at is played out: once
+                    # it said Ready, the opponent's Ready deals it)
                 if self.idle_since is not None:
                     if time.monotonic() - self.idle_since > 5:  # not seated again by the lobby: join
                         self.idle_since = time.monotonic()
@@ -516,6 +537,34 @@ class Nemesis:
             count[m] = count.get(m, 0) + 1
         return max(count, key=lambda m: count[m])
 
+    def _sample_states(self, seconds: float, victim: int | None = None) -> None:
+        """Sleep ``seconds``, noting each node's ``cluster_state`` when it is not ``ok`` (and the
+        slots the ``victim``'s CLUSTER SLOTS covers: what a client refreshing from it learns)."""
+        assert self.cluster is not None
+        end, t0, seen = time.monotonic() + seconds, time.monotonic(), []
+        while time.monotonic() < end:
+            states = {}
+            for p in list(self.cluster.ports):
+                try:
+                    states[p] = str(self.cluster.node(p).execute_command("CLUSTER INFO").get("cluster_state"))
+                except Exception as exc:
+                    states[p] = type(exc).__name__
+            if victim is not None:
+                try:
+                    rows = self.cluster.node(victim).execute_command("CLUSTER SLOTS")
+                    states[-1] = f"victim covers {sum(int(r[1]) - int(r[0]) + 1 for r in rows)} slots"
+                except Exception as exc:
+                    states[-1] = type(exc).__name__
+            bad = sorted(p for p, st in states.items() if st != "ok")
+            seen.append(f"+{time.monotonic() - t0:.1f}s {len(bad)} of {len(states)} nodes not ok "
+                        f"{sorted(set(states.values()))}")
+            time.sleep(0.5)
+        try:
+            cov = self.cluster.node(self.cluster.ports[0]).config_get("cluster-require-full-coverage")
+        except Exception as exc:
+            cov = type(exc).__name__
+        self.notes.append(f"partition ({cov}): " + "; ".join(seen))
+
     def _slot_ranges(self) -> dict[int, list[tuple[int, int]]]:
         """Each master's slot ranges now (CLUSTER SLOTS of the first node that answers)."""
         import redis
@@ -584,7 +633,7 @@ class Nemesis:
             cut = tuple(self._slot_ranges().get(v, ()))
             start = now_ms()
             netns.cut(isolated=[c.host(v)], others=self._others(v))
-            time.sleep(PARTITION_S)
+            self._sample_states(PARTITION_S, v)
             netns.heal()
         elif kind == "partition_serve":
             from engine.service.ownership import DEFAULT_TTL_MS
@@ -639,7 +688,21 @@ class Nemesis:
             row = others_throughput(list(self.rec.acks), f, on_cut, since)
             by_bucket = others_throughput(list(self.rec.acks), f, lambda m, held=held: keys.bucket_of(m) in held,
                                           since)
-            out.append({"start_ms": f.start_ms, **row, "ratio_bucket": by_bucket["ratio"],
+            clients: dict[str, list[int]] = {}  # each client's commands on the others' matches: before, during
+            begin = f.start_ms - 30_000 if since is None else max(f.start_ms - 30_000, since)
+            seen: set[tuple[str, str]] = set()
+            for a in sorted(self.rec.acks, key=lambda a: a.at_ms):
+                if (a.match, a.command_id) in seen or on_cut(a.match):
+                    continue
+                seen.add((a.match, a.command_id))
+                c = clients.setdefault(a.client, [0, 0])
+                if begin <= a.at_ms < f.start_ms:
+                    c[0] += 1
+                elif f.start_ms <= a.at_ms <= f.heal_ms:
+                    c[1] += 1
+            slow = [f"{(t - f.start_ms) / 1000:+.1f}s {w}" for t, w in self.rec.slow_calls
+                    if f.start_ms - 2_000 <= t <= f.heal_ms + 2_000][:40]
+            out.append({"start_ms": f.start_ms, **row, "by_client": clients, "slow_calls": slow, "ratio_bucket": by_bucket["ratio"],
                         "before_per_s_bucket": by_bucket["before_per_s"],
                         "during_per_s_bucket": by_bucket["during_per_s"]})
         return out
