@@ -448,3 +448,23 @@ def test_receipt_format_doctests():
     from engine.service import receipts
 
     assert doctest.testmod(receipts).failed == 0
+
+
+def test_a_receipt_the_worker_may_not_read_leaves_the_publication_rule(timers, published, monkeypatch):
+    """An ACL from before receipts (NOPERM on ``sk:seen:*``): the clock runs on the publication
+    rule alone, it never stops the timers."""
+    t, clock = timers
+    m = Match(t, cfg(turn_seconds=15)).start()
+    t.lose_pending_timers()
+    s = m.state()
+    published.prompt(s)
+    real_get = t.store.client.get
+
+    def get(key):
+        if b"seen" in (key if isinstance(key, bytes) else key.encode()):
+            raise redis.exceptions.NoPermissionError("NOPERM this user has no permissions to access one of the keys")
+        return real_get(key)
+
+    monkeypatch.setattr(t.store.client, "get", get)
+    clock.set(s.deadline().at_ms)
+    assert rt_mod.fire("m1", s.version, "turn", t.runtime) == "committed"
