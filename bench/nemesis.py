@@ -51,6 +51,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--inbox-clients", type=int, default=3)
     ap.add_argument("--ws-pairs", type=int, default=2)
     ap.add_argument("--settle", type=float, default=6.0, help="seconds of load between two faults")
+    ap.add_argument("--baseline", type=float, default=30.0, help="seconds of load before a partition of a "
+                    "master (the other masters' throughput is compared with it)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--inside", help=argparse.SUPPRESS)  # the namespace this process already runs in
     return ap.parse_args(argv)
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             return subprocess.run(argv_in, env=env, cwd=ROOT).returncode
     cfg = Config(replica_acks=args.replica_acks, masters=args.masters, replicas=args.replicas,
                  inbox_clients=args.inbox_clients, ws_pairs=args.ws_pairs, kinds=kinds, rounds=args.rounds,
-                 minutes=args.minutes, settle_s=args.settle)
+                 minutes=args.minutes, settle_s=args.settle, baseline_s=args.baseline)
     tmp = Path(tempfile.mkdtemp(prefix="sk-nemesis-"))
     result = run_inside(cfg, tmp)
     result["logs"] = str(tmp)

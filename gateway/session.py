@@ -47,6 +47,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.rooms import RoomBook
 from gateway.fanout import Fanout
 from gateway.reader import Subscription
+from gateway.receipts import Receipts
 from gateway.sender import CommandSender
 from gateway.resync import Resync
 from gateway.tokens import Identity, TokenError, verify
@@ -99,6 +100,7 @@ class Hub:
     fanout: Fanout = field(init=False)  # the one reader of every socket's streams (gateway/fanout.py)
     sender: CommandSender = field(init=False)  # the one writer of every socket's commands (gateway/sender.py)
     names: names.NameBook = field(init=False)  # the display names, cached for a few seconds (gateway/names.py)
+    receipts: Receipts = field(init=False)  # when a player's socket was handed their clock's update (gateway/receipts.py)
 
     #: the hot path's own connections, the fan-out's and the sender's (its notices, reads and
     #: the players' commands never queue behind the sockets' other calls in ``redis``'s pool);
@@ -112,6 +114,7 @@ class Hub:
         hot = self.reader_redis is not None and not is_cluster(self.reader_redis)
         self.sender = CommandSender(self.reader_redis if hot else self.redis)
         self.names = names.NameBook(self.lobby.redis)
+        self.receipts = Receipts(self.redis)
 
     async def heartbeat(self, stop: asyncio.Event) -> None:
         """Keep every connected player's grace end in the future (``sk:{r:<room>}:presence``,
@@ -189,6 +192,8 @@ class Connection:
             except (WebSocketDisconnect, RuntimeError, OSError):
                 self.closed = True
                 return
+        if self.is_player and message.get("kind") == "update":
+            self.hub.receipts.delivered(self.player, message)  # the clocks run from here (issue 35 §4)
         self.hub.metrics.message_out(message.get("kind", ""), message.get("code"))
 
     async def _named(self, message: dict[str, Any], table: Table | None = None) -> dict[str, Any]:
@@ -268,6 +273,7 @@ class Connection:
             hub.connections.discard(self)
             hub.metrics.connections.labels(self.identity.role).dec()
             if self.is_player and not self.replaced and not hub.stopping:
+                hub.receipts.closed(self.player, self.match)  # the player's own leaving: clocks run on
                 try:  # the grace window starts now (a reconnect within it changes nothing)
                     room = (await hub.lobby.place(self.player)).room or self.room
                     if room:

@@ -195,7 +195,10 @@ def _spawn_node(port: int, workdir: str, node_timeout_ms: int, log_dir: str | No
         ["redis-server", "--port", str(port), "--bind", host, "--cluster-enabled", "yes",
          "--cluster-config-file", f"nodes-{port}.conf", "--cluster-node-timeout", str(node_timeout_ms),
          "--save", "", "--appendonly", "no", "--dir", workdir, "--dbfilename", f"dump-{port}.rdb",
-         "--repl-diskless-sync-delay", "0", *own, *log],
+         "--repl-diskless-sync-delay", "0",
+         # a master lost (until its replica is promoted) stops its own slots, not the others'
+         # (docs/OPERATIONS.md: the recommended setting)
+         "--cluster-require-full-coverage", "no", *own, *log],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=workdir)
 
 

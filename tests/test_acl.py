@@ -425,6 +425,7 @@ def test_a_match_through_the_real_gateway_with_every_process_under_its_own_user(
             "gateway: write a lobby message (a forged seated)": lambda: gateway_r.xadd(keys.outbox_key("acl-bob"),
                                                                                       note),
             "gateway: delete a session stream": lambda: gateway_r.delete("sk:gw:session:acl-bob"),
+            "gateway: SET over anything but a receipt": lambda: gateway_r.set(keys.inbox_key(1), "x"),
             "gateway: read a settlement": lambda: gateway_r.hget(SETTLED_KEY, done[0][0]),
             "lobby: overwrite the operator channel": lambda: lobby_r.set(keys.OPS, "x"),
             "lobby: write the player channel": lambda: lobby_r.xadd(keys.INBOX, {"c": b"x"}),

@@ -265,3 +265,153 @@ def test_a_clock_pauses_once_in_a_row_when_nothing_reaches_the_player(timers, pu
     clock.set(after.deadline().at_ms)
     assert rt_mod.fire("m1", after.version, "turn", t.runtime) == "committed"
     assert isinstance(m.events(after=after.version)[0], TurnTimedOut)
+
+
+# ---- the gateway's delivery receipts -----------------------------------------------------------
+
+def _receipt(t, player: str, state: str, at_ms: int, version: int, match: str = "m1") -> None:
+    from engine.service.receipts import encode
+
+    t.store.client.set(keys.receipt_key(player), encode(state, at_ms, version, match))
+
+
+def test_an_update_no_gateway_delivered_by_the_deadline_charges_no_timeout(timers, published):
+    """The update reached the player's stream at once, but the gateway holding their socket died:
+    their receipt still names the version before.  The clock pauses (``undelivered``) until now +
+    what was left, and once the new gateway hands the update over, the player has a whole turn
+    (the pauses in a row within the room's reconnect grace)."""
+    t, clock = timers
+    m = Match(t, cfg(turn_seconds=5, reconnect_grace_seconds=10)).start()
+    t.lose_pending_timers()
+    s = m.state()
+    player = _on_turn(s)
+    published.prompt(s)  # in the player's stream at once
+    _receipt(t, player, "open", s.last_ts - 3_000, s.version - 1)  # the gateway's last word
+    clock.set(s.deadline().at_ms + 200)
+    assert rt_mod.fire("m1", s.version, "turn", t.runtime) == "extended"
+    [ext] = m.events(after=s.version)
+    assert isinstance(ext, ClockExtended) and (ext.reason, ext.by_ms) == ("undelivered", 5_200)
+    after = m.state()
+    assert brief(after)["deadline_ms"] == s.deadline().at_ms + 5_200  # the player sees the moved clock
+    # the new gateway hands the player both updates 4 s after the pause: a whole turn from then
+    _receipt(t, player, "open", ext.ts + 4_000, after.version)
+    published.prompt(after)
+    clock.set(after.deadline().at_ms)
+    assert rt_mod.fire("m1", after.version, "turn", t.runtime) == "extended"
+    [again] = m.events(after=after.version)
+    assert (again.reason, again.by_ms) == ("undelivered", 4_000)
+    final = m.state()
+    _receipt(t, player, "open", again.ts + 10, final.version)  # handed over at once
+    published.prompt(final)
+    clock.set(final.deadline().at_ms)
+    assert rt_mod.fire("m1", final.version, "turn", t.runtime) == "committed"
+    assert isinstance(m.events(after=final.version)[0], TurnTimedOut)
+
+
+def test_an_update_delivered_late_pauses_by_its_lateness_and_a_prompt_one_does_not(timers, published):
+    t, clock = timers
+    m = Match(t, cfg(turn_seconds=15)).start()
+    t.lose_pending_timers()
+    s = m.state()
+    player = _on_turn(s)
+    published.prompt(s)
+    _receipt(t, player, "open", s.last_ts + rt_mod.CLOCK_PAUSE_MIN_MS, s.version)  # within the tolerance
+    clock.set(s.deadline().at_ms)
+    assert rt_mod.fire("m1", s.version, "turn", t.runtime) == "committed"
+
+    m2 = Match(t, cfg(turn_seconds=15), mid="m2").start()
+    t.lose_pending_timers()
+    s2 = m2.state()
+    player2 = _on_turn(s2)
+    published.prompt(s2)
+    _receipt(t, player2, "open", s2.last_ts + 6_000, s2.version, "m2")  # its gateway restarted: 6 s late
+    clock.set(s2.deadline().at_ms)
+    assert rt_mod.fire("m2", s2.version, "turn", t.runtime) == "extended"
+    [ext] = m2.events(after=s2.version)
+    assert (ext.reason, ext.by_ms) == ("undelivered", 6_000)
+    assert m2.state().deadline().at_ms == s2.last_ts + 6_000 + 15_000  # a whole turn from the delivery
+
+
+@pytest.mark.parametrize("why", ["closed", "no receipt"])
+def test_a_player_who_left_or_reads_no_gateway_is_charged_as_before(timers, published, why):
+    """The player's own socket closed on a live gateway (``closed``), or they read their stream
+    themselves (no receipt): the update was published at once, the clock runs out as usual."""
+    t, clock = timers
+    m = Match(t, cfg(turn_seconds=15)).start()
+    s = m.state()
+    player = _on_turn(s)
+    if why == "closed":
+        _receipt(t, player, "closed", s.last_ts + 100, 0)
+    t.lose_pending_timers()
+    s = m.state()
+    published.prompt(s)
+    d = s.deadline()
+    assert d.kind == "turn"
+    clock.set(d.at_ms)
+    assert rt_mod.fire("m1", d.version, "turn", t.runtime) == "committed"
+    assert not any(isinstance(e, ClockExtended) for e in m.events())
+
+
+def test_the_ready_clock_pauses_while_no_gateway_delivers_the_table(timers, published):
+    t, clock = timers
+    m = Match(t, cfg(ready_seconds=20))
+    m.seat_players(ready=("a",))
+    t.lose_pending_timers()
+    s = m.state()
+    published.prompt(s)
+    _receipt(t, "b", "open", s.last_ts - 60_000, 9, "the-match-before")
+    clock.set(s.deadline().at_ms)
+    assert rt_mod.fire("m1", s.version, "ready", t.runtime) == "extended"
+    [ext] = m.events(after=s.version)
+    assert (ext.kind, ext.reason) == ("ready", "undelivered")
+    assert not any(isinstance(e, PlayerRemoved) for e in m.events())
+
+
+def test_pauses_in_a_row_stop_after_the_reconnect_grace(timers, published):
+    """The player's gateway is gone for good (nothing is ever delivered): the clock pauses
+    again and again for at most the room's reconnect grace, then it runs out."""
+    t, clock = timers
+    m = Match(t, cfg(turn_seconds=5, reconnect_grace_seconds=12)).start()
+    t.lose_pending_timers()
+    player = _on_turn(m.state())
+    _receipt(t, player, "open", 0, 0, "the-match-before")
+    paused = 0
+    for _ in range(10):
+        s = m.state()
+        published.prompt(s)
+        clock.set(s.deadline().at_ms)
+        result = rt_mod.fire("m1", s.version, "turn", t.runtime)
+        if result == "committed":
+            break
+        assert result == "extended"
+        paused += m.events(after=s.version)[0].by_ms
+    assert result == "committed" and 12_000 <= paused < 12_000 + 5_000 + 1, paused
+    assert rt_mod.paused_in_a_row(t.store, "m1", m.state().version) == 0  # the timeout ended the run
+
+
+def test_receipt_format_doctests():
+    import doctest
+
+    from engine.service import receipts
+
+    assert doctest.testmod(receipts).failed == 0
+
+
+def test_a_receipt_the_worker_may_not_read_leaves_the_publication_rule(timers, published, monkeypatch):
+    """An ACL from before receipts (NOPERM on ``sk:seen:*``): the clock runs on the publication
+    rule alone, it never stops the timers."""
+    t, clock = timers
+    m = Match(t, cfg(turn_seconds=15)).start()
+    t.lose_pending_timers()
+    s = m.state()
+    published.prompt(s)
+    real_get = t.store.client.get
+
+    def get(key):
+        if b"seen" in (key if isinstance(key, bytes) else key.encode()):
+            raise redis.exceptions.NoPermissionError("NOPERM this user has no permissions to access one of the keys")
+        return real_get(key)
+
+    monkeypatch.setattr(t.store.client, "get", get)
+    clock.set(s.deadline().at_ms)
+    assert rt_mod.fire("m1", s.version, "turn", t.runtime) == "committed"

@@ -833,3 +833,97 @@ def test_a_join_the_lobbys_model_refuses_is_bad_command_and_the_socket_stays(are
         assert got["code"] == "not_seated" and await _lobby_commands(conn.hub.redis) == []
 
     asyncio.run(_with_connection(aredis, {}, body, player=long))
+
+
+def test_a_socket_handed_its_players_clock_update_leaves_a_receipt_and_its_close_says_so(aredis):
+    """Issue 35 §4: the timers pause a clock whose update no gateway handed to the player's
+    socket (a gateway killed or restarting).  The gateway receipts the updates that start the
+    player's clock (their turn, or the ready clock) once sent on the socket, not the others';
+    the player's own close on a live gateway says ``closed`` (their clocks then run as usual)."""
+    from engine.service.receipts import decode
+    from gateway import protocol
+
+    r_check = aredis()
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        receipts = conn.hub.receipts
+        theirs = {"phase": "playing", "turn": "bob", "deadline_ms": 5_000}
+        await conn.send(protocol.update("t1-1", 7, [], None, None, brief=theirs))
+        await receipts.flush()
+        assert await r_check.get(keys.receipt_key("alice")) is None  # bob's clock: nothing
+        mine = {"phase": "playing", "turn": "alice", "deadline_ms": 9_000}
+        await conn.send(protocol.update("t1-1", 8, [], None, None, brief=mine))
+        await ws.expect(lambda m: m.get("version") == 8, "the update of alice's turn")
+        await receipts.flush()
+        state, _at, version, match = decode(await r_check.get(keys.receipt_key("alice")))
+        assert (state, version, match) == ("open", 8, "t1-1")
+        await ws.inbox.put(None)  # the player closes the socket; the gateway lives on
+        while not conn.closed:
+            await asyncio.sleep(0.01)
+        await receipts.flush()
+        state, _at, _v, match = decode(await r_check.get(keys.receipt_key("alice")))
+        assert (state, match) == ("closed", "t1-1")
+
+    async def main() -> None:
+        await _at_a_seated_table(aredis, {"t1-1": 3}, body)
+        await r_check.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_receipt_redis_refused_is_written_at_the_next_flush_unless_a_newer_one_came():
+    """Receipts are written in the background (gateway/receipts.py): one Redis refused stays
+    due for the next flush; a newer receipt of the same player replaces it."""
+    import redis as redis_mod
+
+    from engine.service.receipts import decode
+    from gateway.receipts import Receipts
+
+    class Pipe:
+        def __init__(self, store: "Store") -> None:
+            self.store, self.calls = store, []
+
+        def set(self, key: str, value: str, px: int) -> None:
+            self.calls.append((key, value))
+
+        async def execute(self, raise_on_error: bool = True) -> list:
+            out: list = []
+            for key, value in self.calls:
+                if key in self.store.refuse:
+                    out.append(redis_mod.ConnectionError("node away"))
+                else:
+                    self.store.data[key] = value
+                    out.append(True)
+            return out
+
+    class Store:
+        def __init__(self) -> None:
+            self.data: dict[str, str] = {}
+            self.refuse: set[str] = set()
+
+        def pipeline(self, transaction: bool = False) -> Pipe:
+            return Pipe(self)
+
+    store = Store()
+    receipts = Receipts(store)
+    mine = {"kind": "update", "match": "m", "version": 4, "brief": {"phase": "playing", "turn": "a", "deadline_ms": 1}}
+
+    async def main() -> None:
+        store.refuse.add(keys.receipt_key("a"))
+        receipts.delivered("a", mine)
+        receipts.delivered("b", {**mine, "brief": {**mine["brief"], "turn": "b"}})
+        await receipts.flush()
+        assert keys.receipt_key("a") not in store.data and decode(store.data[keys.receipt_key("b")])[2] == 4
+        store.refuse.clear()
+        await receipts.flush()  # a's, written now
+        assert decode(store.data[keys.receipt_key("a")])[:1] == ("open",)
+        store.refuse.add(keys.receipt_key("a"))
+        receipts.delivered("a", {**mine, "version": 6})
+        await receipts.flush()
+        receipts.closed("a", "m")  # newer than the refused one: it replaces it
+        store.refuse.clear()
+        await receipts.flush()
+        assert decode(store.data[keys.receipt_key("a")])[0] == "closed"
+
+    asyncio.run(main())

@@ -513,3 +513,59 @@ def test_json_nested_too_deeply_is_a_bad_command_not_a_wedge(r):
     assert gw.run_once(block_ms=None, count=10) == 2
     [dead] = dead_letters(r)
     assert b"nested too deeply" in dead["dead_reason"] and service.store.version("m1") == 1
+
+
+def test_a_publication_one_node_refuses_waits_alone_while_the_buckets_other_matches_go_on(r, monkeypatch):
+    """Issue 35 §3, no node's outage holds another node's work: on a Redis Cluster the
+    writes of a message go to the nodes of its players' streams.  One of them away (here:
+    alice's stream refuses with CLUSTERDOWN), that message's command is stored and its
+    publication waits, *parked*: the messages after it, of matches that do not write to that
+    node, are handled meanwhile.  Once the node is back, the parked message is published at
+    its retry (a duplicate of the stored command, nothing applied twice) and acknowledged."""
+    from engine.service import inbox as inbox_mod
+
+    now = [1000.0]
+
+    class Clock:
+        @staticmethod
+        def monotonic() -> float:
+            return now[0]
+
+    monkeypatch.setattr(inbox_mod, "time", Clock)
+    service = make_service(r)
+    gw = InboxConsumer(r, service, "w1")
+    gw.park_publications = True  # what a Cluster client gets
+    drain(gw)
+    client = GatewayClient(r, ops=keys.INBOX)
+    client.create_match("m1", CONFIG)
+    client.create_match("m2", CONFIG)
+    assert drain(gw) == 2
+    real = gw.publisher.write
+    away = [True]
+
+    def write(writes, raise_on_error=True):
+        out = real([w for w in writes if not (away[0] and w.stream == keys.outbox_key("alice"))],
+                   raise_on_error=raise_on_error)
+        if not away[0]:
+            return out
+        it = iter(out)  # alice's writes refused, the others written
+        return [redis_mod.exceptions.ClusterDownError("The cluster is down")
+                if w.stream == keys.outbox_key("alice") else next(it) for w in writes]
+
+    gw.publisher.write = write
+    sit = client.sit("m1", "alice")
+    with pytest.raises(redis_mod.exceptions.ClusterDownError):
+        gw.run_once(block_ms=None)
+    assert service.store.version("m1") == 2  # stored; its publication waits
+    for p in ("carol", "dave"):  # m2's players' streams are on nodes that answer
+        client.sit("m2", p)
+    assert gw.run_once(block_ms=None) == 2  # handled although alice's Sit is still pending
+    assert service.store.version("m2") == 3
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] >= 1
+    away[0] = False
+    now[0] += inbox_mod.PARK_MAX_S  # its retry is due
+    assert drain(gw) == 1
+    assert sit.command_id in [m.command_id for m in client.updates("alice") if m.kind == "update"]
+    gw.flush_acks()
+    assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 0
+    assert service.store.version("m1") == 2  # applied once

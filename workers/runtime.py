@@ -456,18 +456,67 @@ def clock_pause(rt: Runtime, state: Any, version: int, kind: str) -> tuple[int, 
     client = getattr(rt.store, "client", None)
     if client is None or not players:
         return None
-    delay = 0
+    connected = {s.player for s in state.seats if s is not None and s.connected}
+    delay, reason = 0, "unpublished"
     for player in players:
         published = published_at(client, player, state.match_id, version)
-        delay = max(delay, (now if published is None else published) - int(state.last_ts or 0))
+        at, why = (now, "unpublished") if published is None else (published, "unpublished")
+        if published is not None and player in connected:
+            through_gateway, delivered = delivered_at(client, player, state.match_id, version)
+            if through_gateway and (delivered is None or delivered > published):
+                at, why = (now if delivered is None else delivered), "undelivered"
+        if at - int(state.last_ts or 0) > delay:
+            delay, reason = at - int(state.last_ts or 0), why
     if delay > rt.clock_pause_min_ms and now < state.deadline_at + delay:
-        last = rt.store.load(state.match_id, after=version - 1) if version > 0 else []
-        if last and isinstance(last[-1], ClockExtended) and last[-1].reason == "unpublished":
-            # its own update did not reach the player either (publishing is broken, not late):
-            # one pause in a row, then the clock runs, so a match never waits for ever
+        if paused_in_a_row(rt.store, state.match_id, version) >= max(length, _grace_ms(cfg)):
+            # the updates carrying the paused clock did not reach the player either (publishing
+            # is broken, or the player's gateway is gone for good): the pauses in a row stop
+            # after the room's reconnect grace (at least one clock's length), so a match never
+            # waits for ever
             return None
-        return delay, "unpublished"
+        return delay, reason
     return None
+
+
+def _grace_ms(cfg: Any) -> int:
+    return int(round(1000 * cfg.reconnect_grace_seconds)) if cfg is not None else 0
+
+
+def paused_in_a_row(store: EventStore, match_id: str, version: int, look_back: int = 20) -> int:
+    """The milliseconds the clock was moved by the ``unpublished`` / ``undelivered`` pauses that
+    end the match's log at ``version`` (0: its last event is no such pause)."""
+    if version <= 0:
+        return 0
+    total = 0
+    for e in reversed(list(store.load(match_id, after=max(0, version - look_back)))):
+        if not isinstance(e, ClockExtended) or e.reason == "unconfirmed":
+            break
+        total += e.by_ms
+    return total
+
+
+def delivered_at(client: Any, player: str, match_id: str, version: int) -> tuple[bool, int | None]:
+    """``(through_gateway, at_ms)`` from the player's delivery receipt (``sk:seen:{player}``,
+    gateway/receipts.py, engine/service/receipts.py): whether a gateway's socket of theirs is open (its last word is not that
+    the player's socket closed), and when it was handed the update of ``match_id`` at ``version``
+    or later (None: not yet; the gateway died or restarts)."""
+    from engine.store import keys
+    from engine.service.receipts import decode
+
+    try:
+        receipt = decode(client.get(keys.receipt_key(player)))
+    except Exception as exc:
+        from redis.exceptions import NoPermissionError
+
+        if is_transient(exc) and not isinstance(exc, NoPermissionError):
+            raise  # not now: the deadline is tried again
+        # a receipt this worker may not read (an ACL from before receipts): publication alone
+        log.warning("cannot read %s's delivery receipt (%s): the clock pauses for publication only", player, exc)
+        return False, None
+    if receipt is None or receipt[0] != "open":
+        return False, None
+    _state, at, at_version, match = receipt
+    return True, (at if match == match_id and at_version >= version else None)
 
 
 def _unconfirmed(rt: Runtime, match_id: str, exc: BaseException) -> None:

@@ -179,13 +179,14 @@ class PlayerEscaped(EventBase):
 
 class ClockExtended(EventBase):
     """The running turn or ready clock moved ``by_ms`` later (issue 35 §4): the player could
-    not have acted meanwhile (``unpublished``: their update reached them late;
+    not have acted meanwhile (``unpublished``: their update reached their stream late;
+    ``undelivered``: no gateway handed it to their socket in time, their gateway was down;
     ``unconfirmed``: the match's writes could not be confirmed on the replicas)."""
 
     type: Literal["ClockExtended"] = "ClockExtended"
     kind: Literal["turn", "ready"]
     by_ms: int = Field(ge=1)
-    reason: Literal["unpublished", "unconfirmed"]
+    reason: Literal["unpublished", "undelivered", "unconfirmed"]
 
 
 class MatchFinished(EventBase):

@@ -57,10 +57,17 @@ from engine.service.publish import (
     text,
 )
 from engine.store import keys
+from engine.store.connect import is_cluster
 from engine.store.redis_errors import REDIS_FAILURES, is_outage, is_transient
 from engine.store.redis_store import ensure_group, stream_replies
 
 log = logging.getLogger("shuangkou.gateway")
+
+#: the back-off of parked publications (InboxConsumer.park_publications), in seconds
+PARK_MIN_S = 0.1
+PARK_MAX_S = 2.0
+#: more messages parked than this at once: the stream's reading waits, as on any outage
+PARK_LIMIT = 200
 
 __all__ = ["INTERNAL_ERROR", "GatewayStats", "InboxConsumer", "run_together"]
 
@@ -131,6 +138,17 @@ class InboxConsumer:
         #: ``stream``) -> service -> the writes of one message
         self.handler = MessageHandler(service, self.publisher, self.stats, accepts=accepts, stream=stream)
         self._backlog = True  # read our own pending entries (id 0) before new ones
+        #: a message whose command is stored but whose publication Redis refused for a transient
+        #: reason on some nodes (a Redis Cluster: one master away) is *parked*: it stays pending
+        #: and is tried again at ``_parked_due`` (time.monotonic()), while the messages that
+        #: came after it are read and handled meanwhile: one node's outage holds only the
+        #: messages that write to it, not the whole bucket (issue 35 §3).  Default: on a
+        #: Cluster client (on one Redis a refused write is the whole Redis's).
+        self.park_publications = is_cluster(redis_client)
+        self._parked_due: float | None = None
+        self._park_delay = PARK_MIN_S
+        self._parked_ids: set[str] = set()
+        self._just_parked = False
         #: messages published and not acknowledged yet: :meth:`run` sends their XACK in
         #: the pipeline of the next read (one round trip less per read; flushed on stop)
         self._unsent_acks: list[Any] = []
@@ -156,12 +174,17 @@ class InboxConsumer:
 
     # -- reading --------------------------------------------------------------------------
     def _read(self, block_ms: int | None, count: int) -> list[tuple[Any, dict]]:
+        if self._parked_due is not None and time.monotonic() >= self._parked_due:
+            self._parked_due = None
+            self._backlog = True  # the parked messages' turn: the pending ones, oldest first
         if self._backlog:  # our own pending entries first (after a restart or a failure) ...
             # ... one at a time: each re-read counts as a delivery, and a message that kills
             # the process must not spend the deliveries of the ones read with it
             entries = self._xreadgroup("0", None, 1)
             if not entries:
                 self._backlog = False
+                self._parked_ids.clear()
+                self._park_delay = PARK_MIN_S
             else:
                 return entries
         return self._xreadgroup(">", block_ms, count)
@@ -287,6 +310,7 @@ class InboxConsumer:
         after ``max_deliveries``, like one XAUTOCLAIM hands over too often.
         """
         batch = _Batch()
+        self._just_parked = False
         backlog = self._backlog
         entries = self._read(block_ms, count)
         counts = self._deliveries(entries[0][0], entries[-1][0], len(entries)) if backlog and entries else {}
@@ -478,6 +502,11 @@ class InboxConsumer:
                     next_trim = now + trim_every_s
                 backoff = 0.05
             except REDIS_FAILURES as exc:
+                if self._just_parked:  # only some messages' publications wait: read on
+                    self._just_parked = False
+                    log.warning("%s: publication refused (%s); %d message(s) wait, the others go on",
+                                self.stream, exc, len(self._parked_ids))
+                    continue
                 log.warning("redis error in the gateway loop (retrying in %.2fs): %s", backoff, exc)
                 self._backlog = True
                 stop.wait(backoff)
@@ -614,7 +643,22 @@ class InboxConsumer:
         if retry is not None:
             self.stats.retried += 1
             self._left_pending(waiting)
+            self._park(waiting)
             raise retry
+
+    def _park(self, msg_ids: list[Any]) -> None:
+        """``msg_ids`` (stored, their publication refused for a transient reason) wait for
+        their retry at a back-off of their own while later messages go on (see
+        :attr:`park_publications`); too many parked at once: every read waits, as on any outage."""
+        if not self.park_publications or not msg_ids:
+            return
+        self._parked_ids.update(text(m) for m in msg_ids)
+        if len(self._parked_ids) > PARK_LIMIT:
+            return  # the whole stream waits (``_backlog``, the loop's back-off)
+        self._backlog = False
+        self._parked_due = time.monotonic() + self._park_delay
+        self._park_delay = min(self._park_delay * 2, PARK_MAX_S)
+        self._just_parked = True
 
     # -- publishing (the timer workers' path) ---------------------------------------------
     def publish(self, command: CommandBase, outcome: OutcomeLike, reply_to: str | None = None,

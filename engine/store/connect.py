@@ -100,7 +100,7 @@ def connect(url: str, *, option: str = "--redis", **kwargs: Any) -> SyncClient:
         from redis.cluster import RedisCluster
 
         try:
-            cluster = RedisCluster.from_url(url, **kwargs)
+            cluster = RedisCluster.from_url(url, **{"require_full_coverage": False, **kwargs})
         except (rex.RedisError, OSError) as exc:
             raise RedisUnavailable(f"cannot join the Redis Cluster at {_safe(url)}: {_reason(exc)}") from None
         _local_stream_keys(cluster.commands_parser, asynchronous=False)
@@ -117,7 +117,7 @@ def connect_async(url: str, *, option: str = "--redis", **kwargs: Any) -> AsyncC
     if probe(url, option=option):
         from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-        cluster = AsyncRedisCluster.from_url(url, **kwargs)
+        cluster = AsyncRedisCluster.from_url(url, **{"require_full_coverage": False, **kwargs})
         _local_stream_keys(cluster.commands_parser, asynchronous=True)
         return cluster
     import redis.asyncio as aioredis

@@ -52,6 +52,10 @@ key                                         type    holds
                                                     drained by serve during an upgrade
 ``sk:out:{<player_id>}``                    stream  per-player updates and rejections; the player's
                                                     own hash tag (:func:`outbox_key`)
+``sk:seen:{<player_id>}``                   string  the player's delivery receipt: when a gateway last
+                                                    handed their socket an update that starts their
+                                                    clock, or closed it (gateway/receipts.py;
+                                                    :func:`receipt_key`)
 ``sk:dead``                                 stream  dead letters (raw message + reason)
 ``sk:{rk:<room>:<season>}:players``        hash    a ranked room's ladder in one season: player ->
                                                     ``[mu, sigma, n]`` (projections/ratings.py)
@@ -199,6 +203,12 @@ def outbox_key(player_id: str) -> str:
 
     Any other key read or written together with it carries the same tag."""
     return f"{PREFIX}:out:{{{player_id}}}"
+
+
+def receipt_key(player_id: str) -> str:
+    """The player's delivery receipt ``sk:seen:{<player>}`` (gateway/receipts.py), read by the
+    timers with the player's outbound stream (the same hash tag)."""
+    return f"{PREFIX}:seen:{{{player_id}}}"
 
 
 def entry_id(seq: int) -> str:

@@ -262,8 +262,13 @@ def check(history: History, final: Final, limits: Limits) -> Report:
         for f in history.faults:
             if born <= f.heal_ms and (end is None or end > f.heal_ms) and (end is None or end > f.heal_ms + bound):
                 what = "never ended" if end is None else f"ended {(end - f.heal_ms) / 1000:.1f}s after the heal"
+                timeouts = sum(1 for e in events if e.get("type") == "TurnTimedOut")
+                gap = max((int(b.get("ts", 0)) - int(a.get("ts", 0)) for a, b in zip(events, events[1:])
+                           if int(b.get("ts", 0)) > f.heal_ms), default=0)
                 out.append(Finding("late_ends", match, f"live at the {f.kind} heal, {what} "
-                                   f"(bound {bound / 1000:.0f}s)", f.heal_ms))
+                                   f"(bound {bound / 1000:.0f}s; began {(f.heal_ms - born) / 1000:.1f}s before "
+                                   f"it, {len(events)} events, {timeouts} timeouts, longest gap after the heal "
+                                   f"{gap / 1000:.1f}s)", f.heal_ms))
                 break
 
     # the bank: the ledger equals the log's settlements, each booked once (a match the log lost

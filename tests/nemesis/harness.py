@@ -71,6 +71,9 @@ class Config:
     rounds: int = 1  # faults of each kind (lose_master: once)
     minutes: float | None = None  # instead of rounds: fault after fault until this long
     settle_s: float = 6.0  # load between two faults
+    #: load before a partition of a master: the baseline of the other masters' throughput
+    #: (issue 35 §3: the 30 s before the fault, no other fault in it)
+    baseline_s: float = 30.0
     gateway_port: int = 18080
 
 
@@ -81,6 +84,7 @@ class Recorder:
     acks: list[Ack] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    slow_calls: list[tuple[int, str]] = field(default_factory=list)
     schema_problems: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -92,6 +96,12 @@ class Recorder:
         with self.lock:
             self.reads.append(r)
 
+    def slow(self, what: str) -> None:
+        """A client's call that took over a second or met a transient error (kept with the time)."""
+        with self.lock:
+            if len(self.slow_calls) < 5000:
+                self.slow_calls.append((now_ms(), what))
+
     def error(self, what: str) -> None:
         with self.lock:
             self.errors.append(what)
@@ -101,6 +111,35 @@ class Recorder:
         with self.lock:
             key = problem[:120]
             self.schema_problems.setdefault(key, problem[:400])
+
+
+def reply_stream(player: str) -> str:
+    """An inbox client's reply stream: in the slot of its first player's stream (their hash tag)."""
+    return f"sk:reply:{{{player}}}"
+
+
+def slot_of(key: str) -> int:
+    from redis.crc import key_slot
+
+    return int(key_slot(key.encode()))
+
+
+def homed_players(tag: str, slots: Callable[[int], bool]) -> tuple[str, str]:
+    """Two player ids ``<tag>a<k>``, ``<tag>b<k>`` whose streams (hash tags) lie in the slots
+    ``slots`` accepts: an inbox client whose own streams are all on one master."""
+    out = []
+    for side in "ab":
+        k = 0
+        while not slots(slot_of(keys_outbox(f"{tag}{side}{k}"))):
+            k += 1
+        out.append(f"{tag}{side}{k}")
+    return out[0], out[1]
+
+
+def keys_outbox(player: str) -> str:
+    from engine.store import keys
+
+    return keys.outbox_key(player)
 
 
 def _brief_of(body: dict[str, Any]) -> tuple[str | None, int | None]:
@@ -120,50 +159,65 @@ class InboxPlayer:
     through outages (transient errors retried, a command without a reply sent again with its
     command id), recording every acknowledgement and every update its players read."""
 
-    def __init__(self, url: str, tag: str, rec: Recorder, stop: threading.Event):
+    def __init__(self, url: str, tag: str, rec: Recorder, stop: threading.Event,
+                 players: tuple[str, str] | None = None):
         from engine.service.client import GatewayClient
         from engine.service.service import MatchService
         from engine.store.connect import connect
         from engine.store.redis_store import RedisEventStore
 
         self.client = connect(url)
-        self.gw = GatewayClient(self.client, reply_to=f"sk:reply:{tag}")
+        self.players = players or (f"{tag}a", f"{tag}b")
+        self.gw = GatewayClient(self.client, reply_to=reply_stream(self.players[0]))
         self.reader = MatchService(RedisEventStore(self.client), now_ms, random.Random(0))
         self.tag, self.rec, self.stop = tag, rec, stop
         self.last_reply = "0"
         self.positions: dict[str, str] = {}
         self.matches: list[str] = []
 
-    def _retry(self, fn: Callable[[], Any], limit_s: float = 120) -> Any:
+    def _retry(self, fn: Callable[[], Any], limit_s: float = 120, what: str = "") -> Any:
         from engine.store.redis_errors import is_transient
 
-        delay, end = 0.05, time.monotonic() + limit_s
-        while True:
-            try:
-                return fn()
-            except Exception as exc:
-                if not is_transient(exc) or time.monotonic() > end:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+        delay, began = 0.05, time.monotonic()
+        end = began + limit_s
+        try:
+            while True:
+                try:
+                    return fn()
+                except Exception as exc:
+                    if not is_transient(exc) or time.monotonic() > end:
+                        raise
+                    self.rec.slow(f"{self.tag} {what}: {type(exc).__name__}: {str(exc)[:80]}")
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+        finally:
+            took = time.monotonic() - began
+            if took > 1.0:
+                self.rec.slow(f"{self.tag} {what}: {took:.1f}s")
 
     def send(self, command: Any) -> Any:
-        end = time.monotonic() + 120
+        from engine.store import keys
+
+        began = time.monotonic()
+        end = began + 120
         while time.monotonic() < end:
-            self._retry(lambda: self.gw.send(command))
+            self._retry(lambda: self.gw.send(command), what="send")
             wait = time.monotonic() + 10
             while time.monotonic() < wait:
-                for msg in self._retry(lambda: self.gw.replies(self.last_reply, block_ms=500)):
+                for msg in self._retry(lambda: self.gw.replies(self.last_reply, block_ms=500), what="replies"):
                     self.last_reply = msg.id
                     if msg.kind in ("accepted", "duplicate"):
                         self.rec.ack(Ack(self.tag, msg.match_id, msg.command_id, msg.kind, now_ms(), msg.version))
                     if msg.command_id == command.command_id:
+                        if time.monotonic() - began > 1.0:
+                            self.rec.slow(f"{self.tag} reply to {command.type} (bucket "
+                                          f"{keys.bucket_of(command.match_id)}) after {time.monotonic() - began:.1f}s")
                         return msg
         raise TimeoutError(f"no reply to {command.command_id}")
 
     def read_updates(self, mid: str, *players: str) -> None:
         for p in players:
-            msgs = self._retry(lambda p=p: self.gw.updates(p, self.positions.get(p, "0")))
+            msgs = self._retry(lambda p=p: self.gw.updates(p, self.positions.get(p, "0")), what="updates")
             read_at = now_ms()
             for m in msgs:
                 self.positions[p] = m.id
@@ -199,7 +253,7 @@ class InboxPlayer:
             self.read_updates(mid, a, b)
         waiting_since = None
         for _ in range(600):
-            st = self._retry(lambda: self.reader.load_state(mid))
+            st = self._retry(lambda: self.reader.load_state(mid), what="load_state")
             self.read_updates(mid, a, b)
             if st.phase in ("finished", "abandoned"):
                 return
@@ -222,7 +276,7 @@ class InboxPlayer:
         while not self.stop.is_set():
             mid = f"{self.tag}-{k}"
             try:
-                self.play(mid, f"{self.tag}a", f"{self.tag}b")
+                self.play(mid, *self.players)
             except Exception as exc:  # recorded; the next match starts
                 self.rec.error(f"{mid}: {type(exc).__name__}: {exc}")
             k += 1
@@ -307,11 +361,14 @@ class WsPlayer:
         from tests.gateway_support import schema_problem
 
         try:
+            if self.pending is not None:  # unanswered before the drop: the same command id again
+                await self._send(ws, self.pending[1])
             while True:
                 if self.pending is not None and time.monotonic() - self.pending[2] > 10:
                     await self._send(ws, self.pending[1])  # the same command id again
-                if self.stop.is_set() and (self.brief or {}).get("phase") != "playing":
-                    return True  # between matches, or seated at one not dealt: its ready clock ends it
+                if self.stop.is_set() and self.idle_since is not None:
+                    return True  # between matches (a match it is seated at is played out: once
+                    # it said Ready, the opponent's Ready deals it)
                 if self.idle_since is not None:
                     if time.monotonic() - self.idle_since > 5:  # not seated again by the lobby: join
                         self.idle_since = time.monotonic()
@@ -344,7 +401,7 @@ class WsPlayer:
                         self.matches += 1
                         self.pending = None
                         self.idle_since = time.monotonic()
-                elif kind == "rejected":
+                elif kind in ("rejected", "ack"):  # ack: a Ready that changed nothing (already ready)
                     if self.pending is not None and m.get("command_id") == self.pending[0]:
                         self.pending = None
                         await self._act(ws)
@@ -379,8 +436,8 @@ class Nemesis:
         self.metrics_ports: dict[str, int] = {}
         self.threads: list[threading.Thread] = []
         self.notes: list[str] = []
-        #: each partition of a master: the fault and the buckets its master held at the start
-        self.partitions: list[tuple[Fault, frozenset[int]]] = []
+        #: each partition of a master: the fault, the buckets and the slot ranges its master held
+        self.partitions: list[tuple[Fault, frozenset[int], tuple[tuple[int, int], ...]]] = []
         self.load_stop_ms: int | None = None
 
     # -- the stack ---------------------------------------------------------------------------
@@ -451,8 +508,13 @@ class Nemesis:
     def start_load(self) -> None:
         assert self.cluster is not None and self.stack is not None
         stack = self.stack
+        # each inbox client's own streams (its players', its replies) on one master, the clients
+        # spread over the masters; its matches' buckets fall where they may
+        ranges = list(self._slot_ranges().values())
         for i in range(self.cfg.inbox_clients):
-            player = InboxPlayer(self.cluster.url, f"ib{i}", self.rec, self.stop)
+            mine = ranges[i % len(ranges)]
+            players = homed_players(f"ib{i}", lambda slot, mine=mine: any(a <= slot <= b for a, b in mine))
+            player = InboxPlayer(self.cluster.url, f"ib{i}", self.rec, self.stop, players)
             t = threading.Thread(target=player.run, daemon=True, name=f"inbox-{i}")
             t.start()
             self.threads.append(t)
@@ -474,6 +536,49 @@ class Nemesis:
         for m in self._bucket_masters().values():
             count[m] = count.get(m, 0) + 1
         return max(count, key=lambda m: count[m])
+
+    def _sample_states(self, seconds: float, victim: int | None = None) -> None:
+        """Sleep ``seconds``, noting each node's ``cluster_state`` when it is not ``ok`` (and the
+        slots the ``victim``'s CLUSTER SLOTS covers: what a client refreshing from it learns)."""
+        assert self.cluster is not None
+        end, t0, seen = time.monotonic() + seconds, time.monotonic(), []
+        while time.monotonic() < end:
+            states = {}
+            for p in list(self.cluster.ports):
+                try:
+                    states[p] = str(self.cluster.node(p).execute_command("CLUSTER INFO").get("cluster_state"))
+                except Exception as exc:
+                    states[p] = type(exc).__name__
+            if victim is not None:
+                try:
+                    rows = self.cluster.node(victim).execute_command("CLUSTER SLOTS")
+                    states[-1] = f"victim covers {sum(int(r[1]) - int(r[0]) + 1 for r in rows)} slots"
+                except Exception as exc:
+                    states[-1] = type(exc).__name__
+            bad = sorted(p for p, st in states.items() if st != "ok")
+            seen.append(f"+{time.monotonic() - t0:.1f}s {len(bad)} of {len(states)} nodes not ok "
+                        f"{sorted(set(states.values()))}")
+            time.sleep(0.5)
+        try:
+            cov = self.cluster.node(self.cluster.ports[0]).config_get("cluster-require-full-coverage")
+        except Exception as exc:
+            cov = type(exc).__name__
+        self.notes.append(f"partition ({cov}): " + "; ".join(seen))
+
+    def _slot_ranges(self) -> dict[int, list[tuple[int, int]]]:
+        """Each master's slot ranges now (CLUSTER SLOTS of the first node that answers)."""
+        import redis
+
+        assert self.cluster is not None
+        for p in self.cluster.live():
+            try:
+                out: dict[int, list[tuple[int, int]]] = {}
+                for start, end, master, *_ in self.cluster.node(p).execute_command("CLUSTER SLOTS"):
+                    out.setdefault(int(master[1]), []).append((int(start), int(end)))
+                return out
+            except (redis.RedisError, OSError):
+                continue
+        raise LookupError("no node answered CLUSTER SLOTS")
 
     def _bucket_masters(self) -> dict[int, int]:
         """Each bucket's master now."""
@@ -506,6 +611,7 @@ class Nemesis:
         assert c is not None and stack is not None
         start = now_ms()
         held: frozenset[int] = frozenset()
+        cut: tuple[tuple[int, int], ...] = ()
         if kind == "kill_master":
             v = self.victim()
             c.kill(v)
@@ -524,9 +630,10 @@ class Nemesis:
         elif kind == "partition_master":
             v = self.victim()
             held = frozenset(b for b, m in self._bucket_masters().items() if m == v)
+            cut = tuple(self._slot_ranges().get(v, ()))
             start = now_ms()
             netns.cut(isolated=[c.host(v)], others=self._others(v))
-            time.sleep(PARTITION_S)
+            self._sample_states(PARTITION_S, v)
             netns.heal()
         elif kind == "partition_serve":
             from engine.service.ownership import DEFAULT_TTL_MS
@@ -552,21 +659,52 @@ class Nemesis:
             self.notes.append(f"{kind}: the cluster was not ok 60 s after the heal")
         f = Fault(kind, start, heal)
         if kind == "partition_master":
-            self.partitions.append((f, held))
+            self.partitions.append((f, held, cut))
         self.faults.append(f)
         return f
 
-    def others_throughput(self) -> list[dict[str, Any]]:
+    def others_throughput(self, final: Final) -> list[dict[str, Any]]:
         """For each partition of a master: the commands/s acknowledged on the other masters'
-        matches during it against the 30 s before it (clipped at the previous fault's heal)."""
+        matches during it against the 30 s before it (clipped at the previous fault's heal).
+
+        A match is the other masters' when none of its keys is in the cut master's slots: its
+        bucket's, and its players' streams (their updates; an inbox client's replies share its
+        first player's slot).  ``ratio`` is theirs; ``ratio_bucket`` counts every match whose
+        bucket alone is elsewhere (its players may wait on the cut master)."""
         from engine.store import keys
 
+        players: dict[str, set[str]] = {}
+        for mid, events in final.log.items():
+            players[mid] = {str(e["player"]) for e in events if e.get("type") == "PlayerSeated"}
         out = []
-        for f, held in self.partitions:
+        for f, held, cut in self.partitions:
             heals = [g.heal_ms for g in self.faults if g.heal_ms <= f.start_ms]
-            row = others_throughput(list(self.rec.acks), f, lambda m, held=held: keys.bucket_of(m) in held,
-                                    max(heals) if heals else None)
-            out.append({"start_ms": f.start_ms, **row})
+            since = max(heals) if heals else None
+
+            def on_cut(m: str, cut: tuple[tuple[int, int], ...] = cut) -> bool:
+                streams = [keys.feed_key(keys.bucket_of(m))] + [keys.outbox_key(p) for p in players.get(m, ())]
+                return any(a <= slot_of(k) <= b for k in streams for a, b in cut)
+
+            row = others_throughput(list(self.rec.acks), f, on_cut, since)
+            by_bucket = others_throughput(list(self.rec.acks), f, lambda m, held=held: keys.bucket_of(m) in held,
+                                          since)
+            clients: dict[str, list[int]] = {}  # each client's commands on the others' matches: before, during
+            begin = f.start_ms - 30_000 if since is None else max(f.start_ms - 30_000, since)
+            seen: set[tuple[str, str]] = set()
+            for a in sorted(self.rec.acks, key=lambda a: a.at_ms):
+                if (a.match, a.command_id) in seen or on_cut(a.match):
+                    continue
+                seen.add((a.match, a.command_id))
+                c = clients.setdefault(a.client, [0, 0])
+                if begin <= a.at_ms < f.start_ms:
+                    c[0] += 1
+                elif f.start_ms <= a.at_ms <= f.heal_ms:
+                    c[1] += 1
+            slow = [f"{(t - f.start_ms) / 1000:+.1f}s {w}" for t, w in self.rec.slow_calls
+                    if f.start_ms - 2_000 <= t <= f.heal_ms + 2_000][:40]
+            out.append({"start_ms": f.start_ms, **row, "by_client": clients, "slow_calls": slow, "ratio_bucket": by_bucket["ratio"],
+                        "before_per_s_bucket": by_bucket["before_per_s"],
+                        "during_per_s_bucket": by_bucket["during_per_s"]})
         return out
 
     # -- the end -----------------------------------------------------------------------------
@@ -643,6 +781,8 @@ class Nemesis:
             rounds = 0
             while True:
                 for kind in again:
+                    if kind == "partition_master":
+                        time.sleep(max(0.0, self.cfg.baseline_s - self.cfg.settle_s))
                     self.fault(kind)
                     time.sleep(self.cfg.settle_s)
                 rounds += 1
@@ -660,7 +800,7 @@ class Nemesis:
             history = History(list(self.rec.acks), list(self.rec.reads), list(self.faults), self.load_stop_ms)
             report = check(history, final, limits)
             rows = by_fault(report, history)
-            others = self.others_throughput()
+            others = self.others_throughput(final)
             ratios = [o["ratio"] for o in others if o["ratio"] is not None]
             if "partition_master" in rows:
                 rows["partition_master"]["others_throughput_ratio"] = min(ratios) if ratios else None
