@@ -163,12 +163,12 @@ def test_a_lone_player_gets_a_bot_while_a_bot_process_offers_one(stack: Stack) -
     stack.send("Join", "ann", "j-ann")
     stack.run()
     stack.clock.now += 10_000
-    stack.worker._timers_at = 0
+    stack.worker._timers_at = stack.worker._graces_at = 0
     stack.run()
     assert stack.told("ann")[-1]["state"] == "queued"  # no bot offered: nobody plays bots
     stack.client.set(keys.bot_offer_key("points"), json.dumps({"after_ms": 3000, "level": "hard"}), ex=10)
     stack.worker._offers.clear()
-    stack.worker._timers_at = 0
+    stack.worker._timers_at = stack.worker._graces_at = 0
     stack.run()
     seated = stack.told("ann")[-1]
     assert seated["state"] == "seated" and seated["bot_level"] == "hard"
@@ -181,11 +181,11 @@ def test_an_absent_players_grace_ends_and_they_leave_the_queue(stack: Stack) -> 
     stack.send("Join", "ann", "j-ann")
     stack.run()
     stack.client.zadd(keys.presence_key("points"), {"ann": stack.clock.now + 5_000})
-    stack.worker._timers_at = 0
+    stack.worker._timers_at = stack.worker._graces_at = 0
     stack.run()
     assert stack.place("ann")["state"] == "queued"  # within the grace
     stack.clock.now += 6_000
-    stack.worker._timers_at = 0
+    stack.worker._timers_at = stack.worker._graces_at = 0
     stack.run()
     assert [(m["state"], m["reason"]) for m in stack.told("ann")][-1] == ("removed", "disconnected")
     assert stack.client.zcard(keys.presence_key("points")) == 0

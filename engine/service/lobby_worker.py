@@ -52,6 +52,10 @@ RETRY_EVERY_S = 0.25
 #: this long (plus the room's grace) to push their players' presence again
 RESUME_SLACK_MS = 3_000
 ROOMS_EVERY_S = 2.0
+#: how often the presence sets are swept (a grace is seconds long)
+GRACES_EVERY_S = 1.0
+#: on a Cluster (no blocking read over several slots) the longest pause between idle polls
+IDLE_MAX_S = 0.4
 OFFER_EVERY_S = 1.0
 
 
@@ -121,6 +125,7 @@ class LobbyWorker:
         self._room_names: list[str] = []
         self._rooms_at = 0.0
         self._timers_at = 0.0
+        self._graces_at = 0.0
         self._retry_at = 0.0
         self._offers: dict[str, tuple[float, BotPolicy | None]] = {}
         self._tried: dict[str, tuple[int, int]] = {}  # room -> (queue version, ms) of the last timer sent
@@ -155,6 +160,7 @@ class LobbyWorker:
         presence again first."""
         self._room_names = list(self.rooms.names())
         self._graces_from = self.clock() + self._resume_ms()
+        idle = 0
         while not stop.is_set():
             try:
                 busy = self.run_once()
@@ -166,8 +172,9 @@ class LobbyWorker:
                 self._outage = self._outage or is_transient(exc)
                 log.warning("lobby round failed: %s", exc, exc_info=not is_transient(exc))
                 busy = False
-            if not busy and self.cluster:
-                stop.wait(self.block_ms / 1000)
+            idle = 0 if busy else idle + 1
+            if not busy and self.cluster:  # no blocking read over several slots: poll, slower when idle
+                stop.wait(min(IDLE_MAX_S, self.block_ms / 1000 * idle))
 
     def run_once(self) -> int:
         """One round: take over new buckets' pending entries, read and handle the channels and
@@ -326,14 +333,20 @@ class LobbyWorker:
     def _timers(self, rooms: Sequence[str]) -> int:
         done = 0
         now = self.clock()
+        graces = time.monotonic() - self._graces_at >= GRACES_EVERY_S and now >= self._graces_from
+        if graces:
+            self._graces_at = time.monotonic()
         for room in rooms:
             done += self._queue_timers(room, now)
-            if now >= self._graces_from:
+            if graces:
                 done += self._graces(room, now)
         return done
 
     def _queue_timers(self, room: str, now: int) -> int:
-        q = self.engine.queue(room)
+        # the cached queue: this thread follows the room's feed, and each entry's notes load it
+        cache = self.engine.queues.cache
+        cached = cache.get(f"queue:{room}") if cache is not None else None
+        q = cached if cached is not None else self.engine.queue(room)
         if not q.waiting:
             return 0
         done = 0
