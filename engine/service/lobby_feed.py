@@ -60,7 +60,7 @@ class LobbyFeedManager:
         #: what each event changes outside the lobby's streams (the players' messages, the read
         #: models: engine/service/lobby_notes.py), written before the event is acted on
         self.notes = notes
-        self._tables: set[str] = set()  # tables known to exist (a table never stops existing)
+        self._tables: dict[str, bool] = {}  # table id -> whether it is one of the lobby's
         #: matches this process saw dealt: after the deal only a finish matters to the table (a
         #: Ready, a removal and an abandon come before it; an escape ends in the finish, which
         #: names the escaper), so their other entries are acknowledged unread
@@ -164,14 +164,15 @@ class LobbyFeedManager:
         return True
 
     def _is_table(self, table: str) -> bool:
-        if table in self._tables:
-            return True
-        if self.engine.store.version(ev.table_aggregate(table)):
+        """Whether ``table`` is one of the lobby's (remembered both ways: a table is stored
+        before its first match is created, so a match's prefix that is no table never becomes
+        one -- an operator's or a simulation's match)."""
+        known = self._tables.get(table)
+        if known is None:
             if len(self._tables) > 100_000:
                 self._tables.clear()
-            self._tables.add(table)
-            return True
-        return False
+            known = self._tables[table] = bool(self.engine.store.version(ev.table_aggregate(table)))
+        return known
 
     @staticmethod
     def _slice(events: Sequence[Any], first: int, last: int) -> list[Any]:
