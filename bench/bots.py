@@ -6,7 +6,8 @@ Every deal is played twice per pair, the seats (and so the hands) swapped, throu
 match service on an in-memory event store (fixed deals, the points room); each match's
 score is the first bot's points from the engine's own settlement (projections.settlement).
 Per pair (``hard_vs_greedy normal_vs_greedy greedy_vs_trustee hard_vs_normal``):
-``win_rate`` (matches won by the first bot), ``mean_score`` (its points per match) and
+``win_rate`` (matches won by the first bot) and ``win_ci95`` (its 95 % interval, over deals),
+``mean_score`` (its points per match) and
 ``ci95`` (both ends of the mean's 95 % interval, over deals: the two matches of a deal
 are one sample, which is what duplicate deals are for).  ``decision_ms``: each level's
 time per decision, ``p50`` and ``p99``, measured around ``Bot.choose`` as CPU time of
@@ -131,7 +132,11 @@ def summarize(deals: int, pairs: Sequence[str], parts: list[dict[str, Any]], sec
         scores = [s for s, _ in rows]
         mean = statistics.fmean(scores)
         half = 1.96 * statistics.stdev(scores) / math.sqrt(len(scores)) if len(scores) > 1 else float("inf")
-        report[pair] = {"win_rate": round(sum(w for _, w in rows) / (2 * len(rows)), 4),
+        wins = [w / 2 for _, w in rows]  # a deal's two matches: one sample
+        rate = statistics.fmean(wins)
+        whalf = 1.96 * statistics.stdev(wins) / math.sqrt(len(wins)) if len(wins) > 1 else float("inf")
+        report[pair] = {"win_rate": round(rate, 4),
+                        "win_ci95": [round(max(0.0, rate - whalf), 4), round(min(1.0, rate + whalf), 4)],
                         "mean_score": round(mean, 2), "ci95": [round(mean - half, 2), round(mean + half, 2)],
                         "matches": 2 * len(rows)}
     times: dict[str, list[float]] = {}

@@ -28,7 +28,10 @@ It prints one JSON object (``--json``; else a few lines):
   ``rate_bots`` room after ``--bot-matches`` (200) real bot-vs-bot matches -- full matches through
   the engine (bench/bots.py ``play_match``: duplicate deals, seats swapped), their events rated
   by the live projection's code (:class:`projections.ladders.RatingProjector`); ``bot_ratings``
-  gives each level's rating.
+  gives each level's rating; ``bot_win_rates`` each pair's matches and the stronger level's win
+  rate with its 95 % interval (exact binomial); ``bot_order_confidence`` the share of bootstrap
+  ladders (as many matches drawn with replacement from these, folded in the drawn order) that
+  order the levels too: how much the verdict owes to these results rather than to their order.
 * ``seconds``: the wall time.
 """
 
@@ -42,6 +45,7 @@ import random
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +57,13 @@ from engine.lobby import events as ev  # noqa: E402
 from engine.lobby.decide import LobbyContext, decide_and_apply  # noqa: E402
 from engine.lobby.state import QueueState  # noqa: E402
 from projections.ladders import MemoryRatingStore, RatingProjector  # noqa: E402
-from projections.ratings import RatedMatch  # noqa: E402
+from projections.ratings import Ladder, RatedMatch  # noqa: E402
 
 ROOM = "ranked"
 SEASON = "bench"
 LEVELS = ("easy", "greedy", "normal", "hard")  # weakest first, as the ladder must order them
 CHECKPOINTS = (10, 30, 100)
+BOOTSTRAP = 400  # bootstrap ladders behind ``bot_order_confidence``
 
 
 def ranked_room(**over: Any) -> RoomConfig:
@@ -194,10 +199,51 @@ def bot_ladder(matches: int, seed: int, workers: int) -> dict[str, Any]:
     else:
         results = [_bot_match(j) for j in jobs]
     rated = sum(projector.project(events) is not None for events in results)
-    shown = {lv: round((ratings.skill("botladder", SEASON, f"bot-{lv}") or ratings.ladder("botladder", SEASON).skill(
-        f"bot-{lv}")).rating, 1) for lv in LEVELS}
-    ordered = all(shown[x] < shown[y] for x, y in zip(LEVELS, LEVELS[1:]))
-    return {"bot_levels_ordered": ordered, "bot_ratings": shown, "bot_matches_rated": rated}
+    ladder = ratings.ladder("botladder", SEASON)
+    shown = {lv: round(ladder.skill(f"bot-{lv}").rating, 1) for lv in LEVELS}
+    matches = sorted(ladder.results.values(), key=lambda m: m.key)
+    return {"bot_levels_ordered": levels_ordered(ladder), "bot_ratings": shown, "bot_matches_rated": rated,
+            "bot_order_confidence": order_confidence(matches, random.Random(seed), BOOTSTRAP),
+            "bot_win_rates": win_rates(matches)}
+
+
+def levels_ordered(ladder: Ladder) -> bool:
+    """Whether the ladder rates the bot levels ``easy < greedy < normal < hard``."""
+    shown = [ladder.skill(f"bot-{lv}").rating for lv in LEVELS]
+    return all(x < y for x, y in zip(shown, shown[1:]))
+
+
+def order_confidence(matches: list[RatedMatch], rng: random.Random, samples: int) -> float:
+    """The share of ``samples`` bootstrap ladders that order the levels: each folds as many
+    matches drawn with replacement from ``matches``, in the drawn order, with the projection's
+    own fold (:meth:`projections.ratings.Ladder.build`) -- how surely these results, not the
+    luck of their order, put the levels in order."""
+    if not matches:
+        return 0.0
+    ok = 0
+    for _ in range(samples):
+        drawn = [replace(rng.choice(matches), match_id=f"b{k:05d}", finished_ms=k) for k in range(len(matches))]
+        ok += levels_ordered(Ladder.build("botladder", SEASON, drawn))
+    return round(ok / samples, 4)
+
+
+def win_rates(matches: list[RatedMatch]) -> dict[str, dict[str, Any]]:
+    """Per pair of levels, stronger first (``"greedy_vs_easy"``): the matches, the stronger
+    level's win rate and its 95 % interval (scipy's exact binomial interval)."""
+    from scipy.stats import binomtest
+
+    out: dict[str, dict[str, Any]] = {}
+    for i, weak in enumerate(LEVELS):
+        for strong in LEVELS[i + 1:]:
+            pair = {f"bot-{weak}", f"bot-{strong}"}
+            games = [m for m in matches if {m.winner, m.loser} == pair]
+            if not games:
+                continue
+            won = sum(m.winner == f"bot-{strong}" for m in games)
+            ci = binomtest(won, len(games)).proportion_ci(0.95)
+            out[f"{strong}_vs_{weak}"] = {"matches": len(games), "win_rate": round(won / len(games), 4),
+                                          "ci95": [round(ci.low, 4), round(ci.high, 4)]}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

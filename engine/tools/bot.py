@@ -8,10 +8,16 @@ the opponent's hand or the set-aside cards.  :meth:`Bot.choose` returns a
 
 Levels, for players (docs/BOTS.md has their measured strength and cost):
 
-* ``easy`` -- a beginner: leads its lowest group (now and then any small natural
-  play), follows with the weakest natural play that beats, rarely bombs.  Always legal.
+* ``easy`` -- a beginner: leads its lowest group three times in ten (else any small natural
+  play, high cards included), follows half the time with the weakest natural play that
+  beats and else with its strongest, lets one play in ten go, rarely bombs.  Always legal.
 * ``normal`` -- plans its hand (:mod:`engine.tools.plan`): sheds long low groups first,
-  follows without breaking its groups, keeps its bombs for when they decide the match.
+  follows without breaking its groups, keeps its bombs for when they decide the match;
+  in a quarter of its decisions it slips and plays ``greedy``'s move instead.
+
+The weaker levels' mistakes are deliberate (:data:`EASY_LEAD_LOWEST`, :data:`EASY_OVERBEAT`,
+:data:`NORMAL_SLIP`): each level wins about three matches in four against the one below it
+(``easy`` < ``greedy`` < ``normal`` < ``hard``), so a ladder orders them.
 * ``hard`` -- searches (:mod:`engine.tools.search`): determinized Monte Carlo over
   opponent hands sampled from the unseen cards, every candidate played out with the
   ``normal`` policy and scored with the room's settlement, within a node budget
@@ -49,6 +55,21 @@ from engine.tools.view import PlayerView, view_of
 
 
 
+#: The weaker levels' deliberate mistakes, each drawn from the bot's own seeded ``rng`` (so a
+#: seeded bot still repeats itself); they keep the levels apart (docs/BOTS.md, "Measured
+#: strength").  ``easy`` leads its lowest group in this share of its leads (else any small
+#: natural play) ...
+EASY_LEAD_LOWEST = 0.3
+#: ... lets a play it could beat without a bomb go in this share of its follows (a pass is
+#: what the chip-dumping signals look at, docs/INTEGRITY.md: kept as rare as a person's) ...
+EASY_LET_GO = 0.1
+#: ... and of the rest beats with its strongest natural play, not its weakest, in this share
+EASY_OVERBEAT = 0.5
+#: ``normal`` plays ``greedy``'s move instead of its plan's in this share of its decisions
+#: (``hard`` plays out with the plan policy itself, :mod:`engine.tools.search`: no slips).
+NORMAL_SLIP = 0.25
+
+
 class UnknownPolicy(ValueError):
     """A bot policy or level that does not exist (names the choices)."""
 
@@ -83,15 +104,18 @@ class Bot:
             return self._greedy(hand, prev, heavenly, view.opponent_cards, twos)
         if self.policy == "easy":
             return self._easy(view)
-        combo = self._planned(view) if self.policy == "normal" else self._searched(view)
-        return _as_play(hand, combo, prev, heavenly, twos)
+        if self.policy == "normal":
+            if self.rng.random() < NORMAL_SLIP:  # a deliberate slip: what a hasty player plays
+                return self._greedy(hand, prev, heavenly, view.opponent_cards, twos)
+            return _as_play(hand, self._planned(view), prev, heavenly, twos)
+        return _as_play(hand, self._searched(view), prev, heavenly, twos)
 
     # -- levels ------------------------------------------------------------------------
     def _easy(self, view: PlayerView) -> Play | None:
         hand, prev, heavenly, twos = view.hand, view.to_beat, view.heavenly, view.chain_bomb_twos
         if prev is None:
             groups = [g for g in plan(counts(hand), twos) if not g.is_bomb]
-            if groups and self.rng.random() < 0.7:
+            if groups and self.rng.random() < EASY_LEAD_LOWEST:
                 return _as_play(hand, min(groups, key=lambda g: g.top), None, heavenly, twos)
             small = [c for c in legal_plays(hand, None, heavenly, chain_bomb_twos=twos)
                      if not c.is_bomb and not c.jokers_as and c.size <= 3]
@@ -104,7 +128,14 @@ class Bot:
         if best.combo.is_bomb:
             p = 0.15 if view.opponent_cards > 3 else 0.5
             return best if self.rng.random() < p else None
-        return best if self.rng.random() < 0.9 else None
+        if self.rng.random() < EASY_LET_GO:
+            return None
+        if self.rng.random() < EASY_OVERBEAT:  # beats with its strongest natural play instead
+            plays = [c for c in legal_plays(hand, prev, heavenly, chain_bomb_twos=twos)
+                     if not c.is_bomb and not c.jokers_as]
+            if plays:
+                return _as_play(hand, max(plays, key=lambda c: strength_key(c, heavenly)), prev, heavenly, twos)
+        return best
 
     def _planned(self, view: PlayerView) -> Combo | None:
         h = counts(view.hand)
