@@ -138,6 +138,8 @@ class LobbyOutbox:
         self.publisher = publisher
         self.ledger = ledger
         self.buckets = buckets
+        #: a private table's ``series`` field of its ``settled`` messages (issue 39), or None
+        self.series_summary: Any = None
 
     def __call__(self, e: ev.LobbyEvent, table: TableState | None, waiting: int | None = None) -> None:
         pipe = self.client.pipeline(transaction=False)
@@ -173,10 +175,13 @@ class LobbyOutbox:
 
         s = self.ledger.settlement(e.match) if self.ledger is not None else None
         out = []
+        series = self.series_summary(table.table) if table.private and self.series_summary is not None else None
         for p in table.people:
             breakdown = breakdown_for(s.breakdown, p) if s is not None else {}
             balances = {p: int(self.ledger.balance(p, s.mode))} if s is not None else {}
             message = {"kind": "settled", "match": e.match, "scores": dict(e.scores), "breakdown": breakdown,
                        "balances": balances}
+            if series is not None:
+                message["series"] = series
             out.append(self._entry(p, "settled", e.match, message))
         return out

@@ -88,6 +88,20 @@ def parse_channel_command(raw: Any) -> lc.LobbyCommand:
         raise BadCommand(f"bad {kind}: {exc.errors()[0].get('msg', 'invalid')}") from None
 
 
+def _series_data(raw: Any) -> dict[str, Any] | None:
+    """A lobby channel entry's ``c`` when it is a private table's command (CreateTable,
+    JoinTable, CancelTable, RequestEnd, VoteEnd: engine/service/series_lobby.py), else None."""
+    from engine.service.series_lobby import SERIES_TYPES
+
+    try:
+        data = json.loads(_s(raw))
+    except ValueError:
+        return None
+    if isinstance(data, dict) and data.get("type") in SERIES_TYPES:
+        return data
+    return None
+
+
 class _Lease:
     """One bucket's share of the lobby thread (stopped when the lease goes)."""
 
@@ -130,6 +144,8 @@ class LobbyWorker:
         self.cluster = type(client).__name__ == "RedisCluster"
         manager.buckets = []
         manager.rooms = self.owned_rooms
+        #: private tables' series (engine/service/series_lobby.py), or None
+        self.series: Any = manager.series
 
     # -- the leases ----------------------------------------------------------------------------
     def own(self, bucket: int) -> _Lease:
@@ -257,6 +273,12 @@ class LobbyWorker:
 
     # -- a player's command --------------------------------------------------------------------
     def _channel(self, f: dict[str, Any]) -> bool:
+        data = _series_data(f.get("c"))
+        if data is not None:
+            if self.series is not None:
+                self.series.submit(data)
+                self.engine.drain()
+            return True
         try:
             command = parse_channel_command(f.get("c"))
         except Rejected as bad:
@@ -321,6 +343,9 @@ class LobbyWorker:
     def _timers(self, rooms: Sequence[str]) -> int:
         done = 0
         now = self.clock()
+        if self.series is not None and self.owned:
+            done += self.series.fire_due(now)
+            self.engine.drain()
         for room in rooms:
             done += self._queue_timers(room, now)
             if now >= self._graces_from:
@@ -424,6 +449,8 @@ def build_lobby(client: Any, store: Any, service: Any, ledger: Any, rooms: Any, 
     process managers on the feeds, the notes writer and the thread's worker."""
     from engine.service.lobby_notes import LobbyOutbox
     from engine.service.publish import Publisher
+    from engine.service.series import SeriesService
+    from engine.service.series_lobby import SeriesLobby
     from engine.store.lobby_store import RedisLobbyStore
 
     buckets = getattr(store, "buckets", keys.DEFAULT_BUCKETS)
@@ -434,12 +461,22 @@ def build_lobby(client: Any, store: Any, service: Any, ledger: Any, rooms: Any, 
         room = client.hget(keys.place_key(player), "room")
         return _s(room) or None
 
+    def place_state(player: str) -> str | None:
+        state = client.hget(keys.place_key(player), "state")
+        return _s(state) or None
+
     engine = LobbyEngine(RedisLobbyStore(client, buckets=buckets), PublishingMatches(service, publisher),
                          clock=clock, rooms=rooms, balances=ledger, settlements=ledger,
                          bots=lambda room: holder[0].bot_policy(room) if holder else None,
                          follow_appends=False, places=place, ratings=ratings_of(client))
-    manager = LobbyFeedManager(client, engine, consumer=consumer, buckets=[],
-                               notes=LobbyOutbox(client, publisher, ledger, buckets=buckets))
+    outbox = LobbyOutbox(client, publisher, ledger, buckets=buckets)
+    manager = LobbyFeedManager(client, engine, consumer=consumer, buckets=[], notes=outbox)
+    series = SeriesLobby(client, SeriesService(RedisLobbyStore(client, buckets=buckets), clock=clock, rooms=rooms,
+                                               balances=ledger, elsewhere=place_state), engine, publisher,
+                         ledger=ledger)
+    manager.series = series
+    outbox.series_summary = series.summary
+    engine.series_settled = series.settled
     worker = LobbyWorker(client, engine, manager, publisher, consumer=consumer, rooms=rooms, clock=clock,
                          buckets=buckets)
     holder.append(worker)
