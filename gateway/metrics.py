@@ -27,7 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401  (re-exported fo
 
 from gateway.protocol import CLIENT_TYPES
 
-KINDS = ("update", "rejected", "lobby", "settled", "welcome", "say")
+KINDS = ("update", "rejected", "lobby", "settled", "welcome", "say", "private_table", "series")
 AUTH_REASONS = ("missing", "invalid", "expired", "timeout")
 ROLES = ("player", "spectator", "operator")
 #: why the gateway's edge refused something (issue 23): a handshake's Origin (403), a message over

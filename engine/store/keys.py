@@ -360,6 +360,12 @@ def player_series_key(player_id: str) -> str:
     return f"{PREFIX}:pseries:{player_tag(player_id)}"
 
 
+def join_attempts_key(who: str) -> str:
+    """The JoinTable attempts counter of a player (``p:<id>``) or an address (``a:<ip>``) in the
+    current window (a string, expiring): the gateways' rate limit on private table codes."""
+    return f"{PREFIX}:jt:{{{who}}}"
+
+
 def table_info_key(table: str, buckets: int = DEFAULT_BUCKETS) -> str:
     """A table's read model (a hash under its bucket): ``room``, ``a``, ``b``, ``n``, ``match``,
     ``status`` (creating | seated | between | closed), ``finished``, ``escaped``, ``bot_level``."""
