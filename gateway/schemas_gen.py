@@ -540,6 +540,10 @@ export interface ClientEvents {
   update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rating: RatingMessage; rejected: RejectedEvent; ack: AckEvent;
   /** a quick phrase or emote said at the table (yours too) */
   say: SayMessage;
+  /** your private table is open: its code and link (issue 39) */
+  private_table: PrivateTableMessage;
+  /** a private table's series: a vote to end, its outcome, the tally, the final standings */
+  series: SeriesMessage;
   closed: ClosedEvent; welcome: WelcomeMessage; state: StateEvent; link: StateEvent; retry: RetryEvent;
   /** a server message of a kind client.js does not handle itself */
   message: ServerMessage | Record<string, unknown>; error: unknown;
@@ -608,6 +612,16 @@ export declare class Client {
   requestTrustee(): string; cancelTrustee(): string;
   /** a quick phrase or emote (one of PHRASES or EMOTES) to the table; at most one every 3 s */
   say(phrase: SayMessage["phrase"]): string;
+  /** open a private table for a series of 4, 8 or 16 hands: answered by a private_table event */
+  createTable(room: string, hands: 4 | 8 | 16, options?: { spectators?: boolean; bots?: boolean }): string;
+  /** take the second seat of a private table by its 6-character code */
+  joinTable(code: string): string;
+  /** the owner cancels the table before its first deal */
+  cancelTable(): string;
+  /** ask to end the series early (a vote the other player answers) */
+  requestEnd(): string;
+  /** answer the open vote to end the series */
+  voteEnd(agree: boolean): string;
 }
 """
 
