@@ -178,3 +178,36 @@ def test_a_series_command_from_nobody_at_a_table_is_refused(stack: SeriesStack) 
     stack.run()
     assert [(m["kind"], m["code"]) for m in stack.told("zed")] == [("rejected", "not_seated"),
                                                                     ("rejected", "bad_command")]
+
+
+def test_a_leave_before_the_deal_closes_the_private_table_and_abandons_the_series(stack: SeriesStack) -> None:
+    created = _open(stack)
+    _seated(stack, created)
+    stack.send("Leave", "bob", "l1")  # on the room's channel, as the gateway sends a Leave
+    stack.run()
+    bob, ann = stack.told("bob"), stack.told("ann")
+    assert ("lobby", "removed", "left") in [(m["kind"], m.get("state"), m.get("reason")) for m in bob]
+    assert ("lobby", "removed", "opponent_left") in [(m["kind"], m.get("state"), m.get("reason")) for m in ann]
+    for told in (ann, bob):
+        assert [(m["state"], m["reason"]) for m in told if m["kind"] == "series"] == [("finished", "abandoned")]
+    assert stack.place("ann") == {} and stack.place("bob") == {}
+    assert stack.client.get(keys.player_series_key("bob")) is None
+
+
+def test_an_escape_ends_the_hand_with_its_settlement_and_the_series_escaped(stack: SeriesStack) -> None:
+    created = _open(stack)
+    match = _seated(stack, created)
+    for p in ("ann", "bob"):
+        stack.ready(p, match)
+    stack.matches.execute(mc.Deal(command_id=f"deal:{match}", match_id=match, hands=((0, 2), (1, 3)), first=0))
+    stack.run()
+    assert stack.matches.execute(mc.Escape(command_id="esc", match_id=match, player="bob")).accepted
+    stack.settle_rounds()
+    ann, bob = stack.told("ann"), stack.told("bob")
+    settled = next(m for m in ann if m["kind"] == "settled")
+    assert settled["series"]["hand"] == 1 and settled["series"]["totals"]["bob"] < 0  # the escaper pays
+    finished = [m for m in ann if m["kind"] == "series"]
+    assert [(m["state"], m["reason"]) for m in finished] == [("finished", "escaped")]
+    assert ("removed", "escaped") in [(m["state"], m["reason"]) for m in bob if m["kind"] == "lobby"]
+    assert ("removed", "series_over") in [(m["state"], m["reason"]) for m in ann if m["kind"] == "lobby"]
+    assert stack.matches.load_state(f"{created['series_id']}-2").version == 0

@@ -59,6 +59,9 @@ def messages_of(e: ev.LobbyEvent, table: TableState | None) -> list[tuple[str, d
         return [(p, _msg("seated", table.room, table.table, e.match, bot_level=level)) for p in table.people]
     if isinstance(e, ev.TableClosed):
         gone = [(p, _msg("removed", table.room, table.table, table.match, reason=r)) for p, r in e.removed]
+        if table.private:  # a private table's players are in no queue: whoever stayed leaves with it
+            gone += [(p, _msg("removed", table.room, table.table, table.match, reason="opponent_left"))
+                     for p in e.stayed]
         if e.bot:  # the bot leaves with its table: the process that plays it stops
             gone.append((e.bot, _msg("removed", table.room, table.table, table.match, reason="table_closed",
                                      bot_level=level)))
@@ -105,6 +108,8 @@ def _place_changes(e: ev.LobbyEvent, table: TableState | None) -> list[tuple[str
                 for p in table.players]
     if isinstance(e, ev.TableClosed):
         gone: list[tuple[str, dict[str, str] | None]] = [(p, None) for p, _r in e.removed]
+        if table.private:
+            gone += [(p, None) for p in e.stayed]
         return gone + [(e.bot, None)] if e.bot else gone
     return []
 

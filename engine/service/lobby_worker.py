@@ -286,6 +286,8 @@ class LobbyWorker:
             return True  # never a command: nobody to answer (the gateways send only valid ones)
         if keys.player_id_problem(getattr(command, "player")) is not None:
             return True
+        if isinstance(command, (lc.Leave, lc.GraceExpired, lc.Returned)) and self._to_private(command):
+            return True
         out = self.engine.submit(command)
         if isinstance(command, lc.Returned):
             return True  # the gateway's own: nothing to tell
@@ -294,6 +296,18 @@ class LobbyWorker:
             self._tell_place(command)
         elif rej is not None:
             self._refuse(command, rej)
+        return True
+
+    def _to_private(self, command: lc.Leave | lc.GraceExpired | lc.Returned) -> bool:
+        """A Leave, a grace's end or a return of a player at a private table (whose players are
+        in no queue): straight to the table, as the queue hands a public table's on.  False: the
+        player is at no private table (the queue decides)."""
+        table = _s(self.client.hget(keys.place_key(command.player), "table"))
+        if not table or not self.engine.table(table).private:
+            return False
+        data = {**command.model_dump(), "table": table, "room": self.engine.table(table).room}
+        self.engine.send(("table", table), type(command).model_validate(data))
+        self.engine.drain()
         return True
 
     def _refuse(self, command: lc.LobbyCommand, rej: Rejected) -> None:
@@ -380,8 +394,11 @@ class LobbyWorker:
         done = 0
         for member, score in due or ():
             player = _s(member)
-            out = self.engine.submit(lc.GraceExpired(command_id=f"pm:grace:{player}:{int(score)}", room=room,
-                                                     player=player))
+            grace = lc.GraceExpired(command_id=f"pm:grace:{player}:{int(score)}", room=room, player=player)
+            if self._to_private(grace):
+                done += 1
+                continue
+            out = self.engine.submit(grace)
             done += int(out.accepted and bool(out.events))
         if due:  # only what was handled: a grace ending meanwhile is read next time
             self.client.zremrangebyscore(key, 0, max(int(score) for _m, score in due))
