@@ -182,6 +182,18 @@ class Lobby:
             return Place("queued", room)
         return Place("")
 
+    async def spectators_allowed(self, table_id: str) -> bool:
+        """Whether a table may be watched: a public table always; a private table's (its series
+        has the table's id, issue 39) only when its owner allowed spectators."""
+        from engine.lobby.series_events import SeriesCreated, decode_stored_event
+
+        first = await self.redis.xrange(keys.series_keys(table_id, self.buckets)[0], count=1)
+        if not first:
+            return True
+        fields = first[0][1]
+        e = decode_stored_event(fields[b"e"] if b"e" in fields else fields["e"])
+        return not isinstance(e, SeriesCreated) or bool(e.options.spectators)
+
     async def table_of_match(self, match: str) -> Table | None:
         """The table of ``match`` (``<table>-<n>``), None when there is none."""
         return await self.table(table_of_match_id(match))

@@ -509,6 +509,9 @@ class Connection:
         if self.identity.room is not None and self.identity.room != table.room:
             raise protocol.ClientError(protocol.NOT_ALLOWED, f"this token is for room {self.identity.room!r}",
                                        msg.command_id)
+        if self.identity.role != "operator" and not await self.hub.lobby.spectators_allowed(table.id):
+            raise protocol.ClientError(protocol.NOT_ALLOWED, "this private table's owner allows no spectators",
+                                       msg.command_id)
         self.watching = self.match = msg.match
         self.source = table.players[0]
         await self.subscription.take([keys.outbox_key(self.source)])

@@ -125,6 +125,12 @@ def test_the_refusals_have_their_own_codes(stack) -> None:
 
         # a full table
         ca, cb, created, _match = await open_table(stack, "rf-ann", "rf-bob")
+        # a spectator may watch only where the owner allowed it
+        spy = await Client.connect(stack.gateways[0].url, stack.token("rf-spy", role="spectator"), "rf-spy")
+        await spy.expect(kind("welcome"))
+        await spy.send({"type": "Watch", "command_id": "w1", "match": _match})
+        assert (await spy.expect(refused("not_allowed"), what="no spectators"))["command_id"] == "w1"
+        await spy.close()
         cc = await connect(stack, "rf-cat")
         await cc.send({"type": "JoinTable", "command_id": "j-full", "code": created["code"]})
         r = await cc.expect(refused("table_full"), what="table_full")

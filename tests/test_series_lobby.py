@@ -211,3 +211,18 @@ def test_an_escape_ends_the_hand_with_its_settlement_and_the_series_escaped(stac
     assert ("removed", "escaped") in [(m["state"], m["reason"]) for m in bob if m["kind"] == "lobby"]
     assert ("removed", "series_over") in [(m["state"], m["reason"]) for m in ann if m["kind"] == "lobby"]
     assert stack.matches.load_state(f"{created['series_id']}-2").version == 0
+
+
+def test_with_bots_a_bot_takes_the_empty_seat_when_the_join_time_runs_out(stack: SeriesStack) -> None:
+    stack.cmd("CreateTable", "ann", "c1", room="points", hands=4, spectators=False, bots=True)
+    stack.run()
+    created = stack.told("ann")[-1]
+    stack.clock.now += 601_000
+    stack.worker._timers_at = 0
+    stack.run()
+    seated = [m for m in stack.told("ann") if m["kind"] == "lobby"]
+    assert [m["state"] for m in seated] == ["seated"] and seated[0]["bot_level"] is not None
+    assert seated[0]["match"] == f"{created['series_id']}-1"
+    (_stream, entries), = stack.client.xread({keys.bot_seats_key("points"): "0"})
+    bot = entries[0][1][b"bot"].decode()
+    assert keys.is_bot_id(bot) and entries[0][1][b"match"].decode() == seated[0]["match"]

@@ -125,6 +125,11 @@ class SeriesLobby:
                 pipe.set(keys.player_series_key(e.owner), series)
             elif isinstance(e, se.PlayerJoinedSeries) and not e.bot:
                 pipe.set(keys.player_series_key(e.player), series)
+            elif isinstance(e, se.PlayerJoinedSeries):  # a bot's seat, for the process that plays bots
+                pipe.xadd(keys.bot_seats_key(state.room), {"bot": e.player, "table": state.table,
+                                                           "match": f"{state.table}-1",
+                                                           "level": e.bot_level or "normal"},
+                          maxlen=1000, approximate=True)
             elif isinstance(e, se.SeriesFinished):
                 for p in state.players:
                     if p != state.bot and self.series_of(p) == series:
