@@ -31,7 +31,7 @@ from engine.lobby import commands as lc
 from engine.lobby import series_commands as sc
 from engine.lobby import series_events as se
 from engine.lobby import series_managers as sm
-from engine.lobby.series import SeriesState, apply, replay_series
+from engine.lobby.series import SeriesState, apply, replay_series, summary
 from engine.lobby.state import TableState
 from engine.match.errors import BadCommand, NotSeated, Rejected
 from engine.service import series_notes
@@ -121,6 +121,9 @@ class SeriesLobby:
         for e in fresh:
             state = apply(state, e)
             told += series_notes.messages_of(e, state)
+            if isinstance(e, se.PlayerJoinedSeries):  # the series starts: both learn its tally (0 hands)
+                told += [(p, {"kind": "series", "state": "tally", **summary(state), "command_id": None})
+                         for p in state.players if p != state.bot]
             if isinstance(e, se.SeriesCreated):
                 pipe.set(keys.player_series_key(e.owner), series)
             elif isinstance(e, se.PlayerJoinedSeries) and not e.bot:
