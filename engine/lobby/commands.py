@@ -174,8 +174,8 @@ class Settle(LobbyCommand):
 
 class CloseTable(LobbyCommand):
     """Close a private table whose series ended between its matches (a vote passed before
-    the next deal): everyone leaves with ``series_over``; a table closed already, or never
-    opened, is left as it is."""
+    the next deal): everyone leaves with ``series_over``.  A table never opened is refused
+    ``unknown_table``, one closed already ``table_closed`` (as every table command)."""
 
     type: Literal["CloseTable"] = "CloseTable"
     table: Id

@@ -541,8 +541,6 @@ def _settle(b: _Builder, c: Settle) -> None:
 @_on(_TABLE_HANDLERS, CloseTable)
 def _close_table(b: _Builder, c: CloseTable) -> None:
     t = b.table
-    if t.status in ("new", "closed"):
-        return  # never opened (a series that ended before its friend sat), or closed already
     if not t.private:
         raise BadCommand(f"table {t.table} is not a private table")
     if t.status == "between" or t.dealt:
