@@ -105,6 +105,7 @@ def test_a_friend_joins_by_code_and_the_hands_carry_the_running_totals(stack: Se
             assert [m["state"] for m in ann if m["kind"] == "lobby"] == ["seated"]
     finished = [m for m in ann if m["kind"] == "series"]
     assert [(m["state"], m["reason"]) for m in finished] == [("finished", "completed")]
+    assert [m["kind"] for m in ann] == ["settled", "series", "lobby"]  # the last hand's result, then the end
     standings = finished[0]["standings"]
     assert standings["totals"] == totals and len(standings["per_hand"]) == 4
     assert [(m["state"], m["reason"]) for m in ann if m["kind"] == "lobby"] == [("removed", "series_over")]
@@ -208,6 +209,7 @@ def test_an_escape_ends_the_hand_with_its_settlement_and_the_series_escaped(stac
     assert settled["series"]["hand"] == 1 and settled["series"]["totals"]["bob"] < 0  # the escaper pays
     finished = [m for m in ann if m["kind"] == "series"]
     assert [(m["state"], m["reason"]) for m in finished] == [("finished", "escaped")]
+    assert [m["kind"] for m in ann][:2] == ["settled", "series"]
     assert ("removed", "escaped") in [(m["state"], m["reason"]) for m in bob if m["kind"] == "lobby"]
     assert ("removed", "series_over") in [(m["state"], m["reason"]) for m in ann if m["kind"] == "lobby"]
     assert stack.matches.load_state(f"{created['series_id']}-2").version == 0
@@ -226,3 +228,25 @@ def test_with_bots_a_bot_takes_the_empty_seat_when_the_join_time_runs_out(stack:
     (_stream, entries), = stack.client.xread({keys.bot_seats_key("points"): "0"})
     bot = entries[0][1][b"bot"].decode()
     assert keys.is_bot_id(bot) and entries[0][1][b"match"].decode() == seated[0]["match"]
+
+
+def test_a_vote_passed_during_a_hand_ends_the_series_once_that_hand_is_settled(stack: SeriesStack) -> None:
+    created = _open(stack)
+    match = _seated(stack, created)
+    for p in ("ann", "bob"):
+        stack.ready(p, match)
+    stack.matches.execute(mc.Deal(command_id=f"deal:{match}", match_id=match, hands=((0,), (1,)), first=0))
+    stack.run()
+    stack.cmd("RequestEnd", "bob", "r1")
+    stack.cmd("VoteEnd", "ann", "v1", agree=True)
+    stack.run()
+    ann = stack.told("ann")
+    assert [m["state"] for m in ann if m["kind"] == "series"] == ["vote", "vote_passed"]  # the hand goes on
+    m = stack.matches.load_state(match)
+    s = m.seat(m.turn)
+    assert stack.matches.execute(mc.Play(command_id="p", match_id=match, player=s.player, cards=s.hand)).accepted
+    stack.settle_rounds()
+    ann = stack.told("ann")
+    assert [m["kind"] for m in ann] == ["settled", "series", "lobby"]
+    assert ann[1]["state"] == "finished" and ann[1]["reason"] == "dissolved"
+    assert len(ann[1]["standings"]["per_hand"]) == 1 and ann[2]["reason"] == "series_over"

@@ -145,6 +145,8 @@ class LobbyOutbox:
         self.buckets = buckets
         #: a private table's ``series`` field of its ``settled`` messages (issue 39), or None
         self.series_summary: Any = None
+        #: a private table's ``series finished`` messages after a hand's ``settled`` (issue 39)
+        self.series_finished: Any = None
 
     def __call__(self, e: ev.LobbyEvent, table: TableState | None, waiting: int | None = None) -> None:
         pipe = self.client.pipeline(transaction=False)
@@ -189,4 +191,6 @@ class LobbyOutbox:
             if series is not None:
                 message["series"] = series
             out.append(self._entry(p, "settled", e.match, message))
+        if table.private and self.series_finished is not None:
+            out += [self._entry(p, m["kind"], "", m) for p, m in self.series_finished(table.table, e.match)]
         return out

@@ -493,6 +493,7 @@ def build_lobby(client: Any, store: Any, service: Any, ledger: Any, rooms: Any, 
                          ledger=ledger)
     manager.series = series
     outbox.series_summary = series.summary
+    outbox.series_finished = series.finished_after
     engine.series_settled = series.settled
     worker = LobbyWorker(client, engine, manager, publisher, consumer=consumer, rooms=rooms, clock=clock,
                          buckets=buckets)

@@ -118,9 +118,13 @@ class SeriesLobby:
         fresh = [e for e in events if first <= e.seq <= last]
         told: list[tuple[str, dict[str, Any]]] = []
         pipe = self.client.pipeline(transaction=False)
+        settled_now = any(isinstance(e, se.HandSettled) for e in fresh)
         for e in fresh:
             state = apply(state, e)
-            told += series_notes.messages_of(e, state)
+            if isinstance(e, se.SeriesFinished) and settled_now:
+                pass  # told after that hand's settled message (:meth:`finished_after`)
+            else:
+                told += series_notes.messages_of(e, state)
             if isinstance(e, se.PlayerJoinedSeries):  # the series starts: both learn its tally (0 hands)
                 told += [(p, {"kind": "series", "state": "tally", **summary(state), "command_id": None})
                          for p in state.players if p != state.bot]
@@ -190,6 +194,16 @@ class SeriesLobby:
         if out.rejection is not None and out.rejection.code != "stale":
             log.warning("series %s: SettleHand of %s refused: %s", state.series, table.match, out.rejection)
         return self.state(table.table).status == "finished"
+
+    def finished_after(self, table: str, match: str) -> list[tuple[str, dict[str, Any]]]:
+        """The ``series finished`` messages a hand's settlement caused (its last hand, an
+        escape, a vote passed during it): told right after that hand's ``settled``."""
+        state = self.state(table)
+        if state.status != "finished" or not state.played or state.played[-1].match != match:
+            return []
+        events = self.service.store.load(se.series_aggregate(table))
+        last = events[-1] if events else None
+        return series_notes.messages_of(last, state) if isinstance(last, se.SeriesFinished) else []
 
     def summary(self, table: str) -> dict[str, Any] | None:
         """The ``series`` field of a private table's ``settled`` message."""
