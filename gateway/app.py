@@ -158,6 +158,7 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
             return
         identity, version = auth
         conn = Connection(hub, ws, identity)
+        conn.address = address
         try:
             await conn.run(version)
         except RedisError as exc:  # Redis away or the pool busy past its wait: the client may retry

@@ -40,6 +40,10 @@ class Limits:
     close_after_s: float = 10.0
     unauthenticated_per_address: int = 20
     trusted_proxies: tuple[str, ...] = ()
+    #: JoinTable attempts (right or wrong codes) a player, and an address, may make per window
+    join_table_per_player: int = 10
+    join_table_per_address: int = 30
+    join_table_window_s: int = 60
 
     def __post_init__(self) -> None:
         if not 256 <= self.max_message_bytes <= 16 * 1024 * 1024:

@@ -182,6 +182,18 @@ class Lobby:
             return Place("queued", room)
         return Place("")
 
+    async def spectators_allowed(self, table_id: str) -> bool:
+        """Whether a table may be watched: a public table always; a private table's (its series
+        has the table's id, issue 39) only when its owner allowed spectators."""
+        from engine.lobby.series_events import SeriesCreated, decode_stored_event
+
+        first = await self.redis.xrange(keys.series_keys(table_id, self.buckets)[0], count=1)
+        if not first:
+            return True
+        fields = first[0][1]
+        e = decode_stored_event(fields[b"e"] if b"e" in fields else fields["e"])
+        return not isinstance(e, SeriesCreated) or bool(e.options.spectators)
+
     async def table_of_match(self, match: str) -> Table | None:
         """The table of ``match`` (``<table>-<n>``), None when there is none."""
         return await self.table(table_of_match_id(match))
@@ -208,6 +220,63 @@ class Lobby:
         stream = keys.lobby_inbox_key(keys.room_bucket(room, self.buckets))
         await self.redis.xadd(stream, {"c": json.dumps(body, ensure_ascii=False)})
         return stream
+
+    async def send_series(self, player: str, client_id: str, msg: Any) -> str:
+        """XADD a player's private table command (CreateTable, JoinTable, CancelTable,
+        RequestEnd, VoteEnd: gateway/protocol.py) to a lobby channel: a CreateTable to its
+        room's bucket's, a JoinTable to its code's bucket's, the others to the player's
+        bucket's.  Any replica's lobby thread may run any series command (the series' appends
+        are checked against its version); the channel only spreads the work."""
+        body: dict[str, Any] = {"type": msg.type, "command_id": channels.engine_command_id(player, client_id),
+                                "player": player}
+        if msg.type == "CreateTable":
+            if msg.room in self.rooms.files and not self.rooms.registered(msg.room):
+                await self.register_rooms()  # as for a Join: the engine knows rooms by name
+            body.update(room=msg.room, hands=msg.hands, spectators=msg.spectators, bots=msg.bots)
+            route = msg.room
+        elif msg.type == "JoinTable":
+            body["code"] = msg.code.upper()
+            route = body["code"]
+        else:
+            route = player
+            if msg.type == "VoteEnd":
+                body["agree"] = msg.agree
+        stream = keys.lobby_inbox_key(keys.bucket_of(route, self.buckets))
+        await self.redis.xadd(stream, {"c": json.dumps(body, ensure_ascii=False)})
+        return stream
+
+    async def series_resync(self, player: str) -> list[dict[str, Any]]:
+        """What a (re)connecting player of a private table's series gets again: its totals, an
+        open vote, or the owner's unclaimed table (engine/service/series_notes.py ``resync``)."""
+        from engine.lobby.series import replay_series
+        from engine.service.series_notes import resync
+        from engine.lobby.series_events import decode_stored_event
+
+        series = _s(await self.redis.get(keys.player_series_key(player)))
+        if not series:
+            return []
+        stream = keys.series_keys(series, self.buckets)[0]
+        events = [decode_stored_event(f[b"e"] if b"e" in f else f["e"]) for _id, f in await self.redis.xrange(stream)]
+        return resync(replay_series(series, events), player)
+
+    async def join_allowed(self, player: str, address: str | None, per_player: int, per_address: int,
+                           window_s: int) -> int:
+        """Count one JoinTable attempt of ``player`` and of ``address`` (a fixed window of
+        ``window_s`` seconds, in Redis: every gateway counts the same); 0 when allowed, else the
+        ms until the window ends (``rate_limited``).  Wrong codes count like right ones."""
+        wait = 0
+        for who, limit in ((f"p:{player}", per_player), (f"a:{address}" if address else "", per_address)):
+            if not who:
+                continue
+            key = keys.join_attempts_key(who)
+            pipe = self.redis.pipeline(transaction=True)  # one key: one slot
+            pipe.incr(key)
+            pipe.expire(key, window_s, nx=True)
+            pipe.pttl(key)
+            n, _set, ttl = await pipe.execute()
+            if int(n) > limit:
+                wait = max(wait, int(ttl) if int(ttl) > 0 else window_s * 1000)
+        return wait
 
     async def join(self, player: str, room: str, client_id: str) -> None:
         """``player``'s Join of ``room`` (the engine's queue decides it and answers on the player's

@@ -27,7 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401  (re-exported fo
 
 from gateway.protocol import CLIENT_TYPES
 
-KINDS = ("update", "rejected", "lobby", "settled", "welcome", "say")
+KINDS = ("update", "rejected", "lobby", "settled", "welcome", "say", "private_table", "series")
 AUTH_REASONS = ("missing", "invalid", "expired", "timeout")
 ROLES = ("player", "spectator", "operator")
 #: why the gateway's edge refused something (issue 23): a handshake's Origin (403), a message over
@@ -35,7 +35,8 @@ ROLES = ("player", "spectator", "operator")
 #: the Sync rate, a socket closed 4429, an address over its unauthenticated sockets (1013), a
 #: socket closed 4401 at its token's exp, a second message before the Auth, a live match's replay (409)
 REFUSALS = ("origin", "too_large", "rate_limited", "sync_limited", "rate_closed",
-            "unauthenticated_per_address", "token_expired", "before_auth", "live_replay", "say_limited")
+            "unauthenticated_per_address", "token_expired", "before_auth", "live_replay", "say_limited",
+            "join_table_limited")
 
 
 class GatewayMetrics:

@@ -39,7 +39,9 @@ CLIENT_ID_MAX = 100
 PLAYER_COMMAND_TYPES = frozenset({"Ready", "Play", "Pass", "RequestTrustee", "CancelTrustee", "Escape",
                                   "Leave", "Sync", "Say"})
 #: every client message type
-CLIENT_TYPES = PLAYER_COMMAND_TYPES | {"Join", "Watch", "Auth"}
+#: the client messages of a private table's series (issue 39), sent on the lobby channel
+SERIES_TYPES = ("CreateTable", "JoinTable", "CancelTable", "RequestEnd", "VoteEnd")
+CLIENT_TYPES = PLAYER_COMMAND_TYPES | {"Join", "Watch", "Auth", *SERIES_TYPES}
 
 #: gateway-level rejection codes (the engine's own codes are in engine/match/errors.py)
 BAD_COMMAND = "bad_command"
@@ -147,8 +149,45 @@ class Say(_Msg):
                         json_schema_extra={"enum": list(SAY_IDS)})
 
 
+class CreateTable(_Msg):
+    """Open a private table (issue 39): answered ``private_table created`` with its code."""
+
+    type: Literal["CreateTable"]
+    room: str = Field(min_length=1, max_length=100)
+    hands: Literal[4, 8, 16] = Field(description="the series' number of hands")
+    spectators: bool = Field(False, description="others may watch")
+    bots: bool = Field(False, description="a bot takes the empty seat when nobody joined in time")
+
+
+class JoinTable(_Msg):
+    """Take the second seat of a private table by its 6-character code (``/t/<code>``)."""
+
+    type: Literal["JoinTable"]
+    code: str = Field(min_length=6, max_length=6, pattern=r"^[A-Za-z0-9]{6}$")
+
+
+class CancelTable(_Msg):
+    """The owner cancels their private table before its first deal."""
+
+    type: Literal["CancelTable"]
+
+
+class RequestEnd(_Msg):
+    """Ask to end the series early: a vote the other player answers (VoteEnd)."""
+
+    type: Literal["RequestEnd"]
+
+
+class VoteEnd(_Msg):
+    """Answer the open vote to end the series."""
+
+    type: Literal["VoteEnd"]
+    agree: bool
+
+
 ClientMessage = Annotated[
-    Union[Auth, Join, Watch, Ready, Play, Pass, RequestTrustee, CancelTrustee, Escape, Leave, Sync, Say],
+    Union[Auth, Join, Watch, Ready, Play, Pass, RequestTrustee, CancelTrustee, Escape, Leave, Sync, Say,
+          CreateTable, JoinTable, CancelTable, RequestEnd, VoteEnd],
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(ClientMessage)

@@ -362,7 +362,7 @@ def server_schema() -> dict[str, Any]:
         "state": {"enum": ["queued", "seated", "removed"]}, "room": _NULLABLE_STR, "table": _NULLABLE_STR,
         "match": _NULLABLE_STR, "reason": _nullable({"anyOf": [
             {"enum": ["not_ready", "no_opponent", "left", "escaped", "disconnected", "opponent_left", "table_closed",
-                       "already_seated", "already_queued"]},
+                       "already_seated", "already_queued", "series_over"]},
             {"type": "string", "pattern": "^seat_refused: "}]}),
         "bot_level": {"enum": ["easy", "normal", "hard", "trustee", None]}, "command_id": _NULLABLE_STR},
         "Where you are in the lobby (bot_level: the level of a bot opponent, null for a person)")
@@ -406,7 +406,39 @@ def server_schema() -> dict[str, Any]:
         "match": {"type": "string"}, "player": {"type": "string"}, "phrase": {"enum": list(SAY_IDS)},
         "command_id": _NULLABLE_STR},
         "A quick phrase or emote said at the table (to both players and the spectators; not in the match log)")
-    kinds = ["update", "rejected", "lobby", "settled", "welcome", "ack", "rating", "say"]
+    # private tables (issue 39): the owner's code, the series' vote, tally and standings
+    totals = {"type": "object", "additionalProperties": _INT, "description": "player -> the sum of their scores"}
+    summary = _obj({"series_id": {"type": "string"}, "hand": _NAT, "hands": {"enum": [4, 8, 16]},
+                    "totals": totals}, title="A series' running totals after a hand")
+    _describe(summary, "series_summary")
+    defs["series_summary"] = summary
+    defs["settled"]["properties"]["series"] = {"$ref": "#/$defs/series_summary", "description": "a private table's "
+                                               "series after this hand: its running totals (issue 39)"}
+    defs["settled"]["required"] = [k for k in defs["settled"]["required"] if k != "series"]
+    defs["private_table"] = msg("private_table", {
+        "state": {"enum": ["created"]}, "code": {"type": "string", "pattern": "^[A-Za-z0-9]{6}$"},
+        "link": {"type": "string", "pattern": "^/t/[A-Za-z0-9]{6}$"}, "series_id": {"type": "string"},
+        "hands": {"enum": [4, 8, 16]}, "command_id": _NULLABLE_STR},
+        "Your private table is open: share its code or link (CreateTable's answer, and a reconnect's)")
+    hand = _obj({"match": {"type": "string"}, "scores": totals}, title="One settled hand of a series")
+    bomb = _obj({"player": _NULLABLE_STR, "xiang": _NAT, "match": _NULLABLE_STR, "hand": _nullable(_NAT),
+                 "by_player": {"type": "object", "additionalProperties": _NAT}}, title="The series' biggest bomb")
+    standings = _obj({"totals": totals, "per_hand": {"type": "array", "items": hand},
+                      "hands_won": {"type": "object", "additionalProperties": _NAT}, "biggest_bomb": bomb},
+                     title="The final standings of a series")
+    _describe(standings, "standings")
+    defs["standings"] = standings
+    defs["series"] = msg("series", {
+        "state": {"enum": ["vote", "vote_passed", "vote_refused", "finished", "tally"]},
+        "series_id": {"type": "string"}, "command_id": _NULLABLE_STR,
+        "by": {"type": "string", "description": "vote: who asked; vote_passed / vote_refused: who answered"},
+        "deadline_ms": _NAT, "timed_out": {"type": "boolean", "description": "nobody answered: counts as agreed"},
+        "reason": {"enum": ["completed", "dissolved", "escaped", "abandoned", "not_joined", "cancelled"]},
+        "standings": {"$ref": "#/$defs/standings"}, "hand": _NAT, "hands": {"enum": [4, 8, 16]}, "totals": totals},
+        "A private table's series: a vote to end it, its outcome, the running tally (a reconnect's) or the final "
+        "standings")
+    defs["series"]["required"] = ["kind", "state", "series_id", "command_id"]
+    kinds = ["update", "rejected", "lobby", "settled", "welcome", "ack", "rating", "say", "private_table", "series"]
     return _standard({"$schema": DRAFT, "$id": "server.json", "title": "A server → client WebSocket message",
                       "oneOf": [{"$ref": f"#/$defs/{k}"} for k in kinds], "$defs": defs})
 
@@ -434,7 +466,8 @@ def _ts_name(ref: str) -> str:
 
 _TS_NAMES = {"event": "MatchEvent", "update": "UpdateMessage", "rejected": "RejectedMessage", "ack": "AckMessage",
              "lobby": "LobbyMessage", "settled": "SettledMessage", "welcome": "WelcomeMessage",
-             "rating": "RatingMessage", "say": "SayMessage",
+             "rating": "RatingMessage", "say": "SayMessage", "private_table": "PrivateTableMessage",
+             "series": "SeriesMessage", "series_summary": "SeriesSummary", "standings": "Standings",
              "Reading": "EventReading", "reading": "Reading", "play_reading": "PlayReading", "view": "View",
              "brief": "Brief",
              "breakdown": "Breakdown"}
@@ -507,6 +540,10 @@ export interface ClientEvents {
   update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rating: RatingMessage; rejected: RejectedEvent; ack: AckEvent;
   /** a quick phrase or emote said at the table (yours too) */
   say: SayMessage;
+  /** your private table is open: its code and link (issue 39) */
+  private_table: PrivateTableMessage;
+  /** a private table's series: a vote to end, its outcome, the tally, the final standings */
+  series: SeriesMessage;
   closed: ClosedEvent; welcome: WelcomeMessage; state: StateEvent; link: StateEvent; retry: RetryEvent;
   /** a server message of a kind client.js does not handle itself */
   message: ServerMessage | Record<string, unknown>; error: unknown;
@@ -575,6 +612,16 @@ export declare class Client {
   requestTrustee(): string; cancelTrustee(): string;
   /** a quick phrase or emote (one of PHRASES or EMOTES) to the table; at most one every 3 s */
   say(phrase: SayMessage["phrase"]): string;
+  /** open a private table for a series of 4, 8 or 16 hands: answered by a private_table event */
+  createTable(room: string, hands: 4 | 8 | 16, options?: { spectators?: boolean; bots?: boolean }): string;
+  /** take the second seat of a private table by its 6-character code */
+  joinTable(code: string): string;
+  /** the owner cancels the table before its first deal */
+  cancelTable(): string;
+  /** ask to end the series early (a vote the other player answers) */
+  requestEnd(): string;
+  /** answer the open vote to end the series */
+  voteEnd(agree: boolean): string;
 }
 """
 

@@ -80,7 +80,7 @@ HOT = frozenset({"Play", "Pass", "Ready"})
 #: (the engine answers a Ready there with an ack, a Play with a refusal)
 AT_TABLE = frozenset({"seated", "between"})
 #: the entries of the player's stream that the lobby writes (gateway/outbox.py)
-LOBBY_KINDS = frozenset({"lobby", "settled"})
+LOBBY_KINDS = frozenset({"lobby", "settled", "private_table", "series"})
 
 
 @dataclass
@@ -153,6 +153,7 @@ class Connection:
         self.replaced = False
         self.place = Place("")
         self.room: str | None = None  # the room of the player's place (presence goes there)
+        self.address: str | None = None  # the client's address (gateway/limits.py client_address)
         #: the seated place :data:`HOT` commands use without a lookup, with the count of lobby
         #: messages delivered when it was looked up: any later one makes it old
         self._seated: tuple[Place, int] | None = None
@@ -287,7 +288,10 @@ class Connection:
                                      at={session_key(self.player): self._session_id})
 
     async def _greet(self, version: int | None) -> None:
-        """The lobby state and the current view (or the updates after ``version``) at once."""
+        """The lobby state and the current view (or the updates after ``version``) at once; a
+        private table's series: its totals and any open vote again (issue 39)."""
+        for note in await self.hub.lobby.series_resync(self.player):
+            await self.send(note)
         place = self.place
         table = place.table
         if place.state == "queued":
@@ -345,6 +349,8 @@ class Connection:
             return await self._say(msg)
         if t == "Leave":
             return await self._leave(msg)
+        if t in protocol.SERIES_TYPES:
+            return await self._series(msg)
         notes_seen = self._notes_seen  # a lobby message during the lookup below makes its answer old
         known = self._seated
         if t in HOT and known is not None and known[1] == notes_seen:
@@ -434,6 +440,30 @@ class Connection:
             raise protocol.ClientError(protocol.BAD_COMMAND, str(exc)[:300], msg.command_id) from None
         self.track(channels.engine_command_id(self.player, msg.command_id), "Join")
 
+    async def _series(self, msg: Any) -> None:
+        """A private table's command (issue 39), to the engine's lobby; the answer comes on the
+        player's stream (``private_table``, ``series``, ``lobby``, or ``rejected`` with its
+        code).  JoinTable attempts are limited per player and per address: ``rate_limited``."""
+        if (problem := keys.player_id_problem(self.player)) is not None:
+            raise protocol.ClientError(protocol.NOT_ALLOWED, problem, msg.command_id)
+        if msg.type == "CreateTable":
+            if self.hub.rooms.get(msg.room) is None:
+                raise protocol.ClientError(protocol.UNKNOWN_ROOM, f"no room {msg.room!r}", msg.command_id)
+            if self.identity.room is not None and self.identity.room != msg.room:
+                raise protocol.ClientError(protocol.NOT_ALLOWED, f"this token is for room {self.identity.room!r}",
+                                           msg.command_id)
+        if msg.type == "JoinTable":
+            lim = self.hub.limits
+            wait_ms = await self.hub.lobby.join_allowed(self.player, self.address, lim.join_table_per_player,
+                                                        lim.join_table_per_address, lim.join_table_window_s)
+            if wait_ms:
+                self.hub.metrics.refused("join_table_limited")
+                await self.send(protocol.rejected(msg.command_id, protocol.RATE_LIMITED, "too many JoinTable "
+                                                  "attempts: wait before trying a code again", None, None, wait_ms))
+                return
+        await self.hub.lobby.send_series(self.player, msg.command_id, msg)
+        self.track(channels.engine_command_id(self.player, msg.command_id), msg.type)
+
     async def _sync(self, msg: Any) -> None:
         place = await self.hub.lobby.place(self.player)
         self.place = place
@@ -485,6 +515,9 @@ class Connection:
         if self.identity.room is not None and self.identity.room != table.room:
             raise protocol.ClientError(protocol.NOT_ALLOWED, f"this token is for room {self.identity.room!r}",
                                        msg.command_id)
+        if self.identity.role != "operator" and not await self.hub.lobby.spectators_allowed(table.id):
+            raise protocol.ClientError(protocol.NOT_ALLOWED, "this private table's owner allows no spectators",
+                                       msg.command_id)
         self.watching = self.match = msg.match
         self.source = table.players[0]
         await self.subscription.take([keys.outbox_key(self.source)])
@@ -514,6 +547,11 @@ class Connection:
         self._notes_seen += 1  # the lobby moved this player: HOT commands look the place up again
         note = dict(e.body)
         table: Table | None = None
+        if note.get("kind") in ("private_table", "series"):
+            engine_id = note.get("command_id")
+            note["command_id"] = channels.client_command_id(self.player, engine_id) if engine_id else None
+            if note["command_id"] is not None:
+                self.answered(str(engine_id))
         if note.get("kind") == "lobby":
             engine_id = note.get("command_id")
             note["command_id"] = channels.client_command_id(self.player, engine_id) if engine_id else None

@@ -631,6 +631,7 @@ def routes(ctx: Any) -> list[Any]:
     out: list[Any] = [
         Route("/", page("index.html")),
         Route("/watch/{match_id:path}", page("index.html")),
+        Route("/t/{code}", page("index.html")),  # a private table's shared link (issue 39)
         Route("/replay/{match_id:path}", page("replay.html")),
         Route("/leaderboard", page("leaderboard.html")),
         Route("/api/client-config", config),

@@ -44,7 +44,11 @@ def _codes() -> set[str]:
     engine = {cls.code for _, cls in inspect.getmembers(engine_errors, inspect.isclass)
               if issubclass(cls, engine_errors.Rejected)}
     gateway = {v for k, v in vars(protocol).items() if k.isupper() and isinstance(v, str) and re.fullmatch(r"[a-z_]+", v)}
-    return engine | gateway | {"internal_error", "bad_name"}
+    import engine.lobby.errors as lobby_errors
+
+    lobby = {cls.code for _, cls in inspect.getmembers(lobby_errors, inspect.isclass)
+             if issubclass(cls, engine_errors.Rejected)}  # the lobby's and the private tables' (issue 39)
+    return engine | lobby | gateway | {"internal_error", "bad_name"}
 
 
 def test_every_rejection_code_has_a_message() -> None:

@@ -53,3 +53,25 @@ def test_every_phase_a_brief_may_carry_is_documented() -> None:
     for value in phase["enum"]:
         assert f"`{value}`" in row, (value, row)
         assert value in phase["description"], (value, phase["description"])
+
+
+def test_the_private_table_sequence_validates() -> None:
+    """§8 "Private tables" (issue 39): every message of its sequence validates, and it shows
+    each new message kind and command."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("### Private tables"):]
+    block = re.search(r"```json\n(.*?)```", section, re.S)
+    assert block, "no JSON sequence in Private tables"
+    client = jsonschema.Draft202012Validator(load("client.json"))
+    server = jsonschema.Draft202012Validator(load("server.json"))
+    seq = []
+    for line in block.group(1).splitlines():
+        arrow, _, body = line.partition(" ")
+        assert arrow in ("→", "←"), line
+        seq.append((arrow, json.loads(body)))
+    for arrow, msg in seq:
+        (client if arrow == "→" else server).validate(msg)
+    assert {m["type"] for a, m in seq if a == "→"} >= {"CreateTable", "JoinTable", "RequestEnd", "VoteEnd"}
+    assert {m["kind"] for a, m in seq if a == "←"} >= {"private_table", "series", "settled", "lobby"}
+    assert any("series" in m for a, m in seq if a == "←" and m["kind"] == "settled")
+    assert not server.is_valid({**seq[1][1], "code": "toolongcode"})  # the check can fail

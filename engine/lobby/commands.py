@@ -119,6 +119,9 @@ class OpenTable(LobbyCommand):
     match: Id
     bot: PlayerId | None = None
     bot_level: str | None = None
+    #: a private table's (issue 39: its series has the table's id): its matches are created
+    #: with the room's private config (no ladder rates them), its players are in no queue
+    private: bool = False
 
 
 class ConfirmSeated(LobbyCommand):
@@ -164,13 +167,25 @@ class Settle(LobbyCommand):
     table: Id
     match: Id
     scores: dict[str, int] = Field(default_factory=dict)
+    #: the table's series is over with this match (issue 39): close the table instead of
+    #: offering the next match (everyone leaves with ``series_over``)
+    close: bool = False
+
+
+class CloseTable(LobbyCommand):
+    """Close a private table whose series ended between its matches (a vote passed before
+    the next deal): everyone leaves with ``series_over``.  A table never opened is refused
+    ``unknown_table``, one closed already ``table_closed`` (as every table command)."""
+
+    type: Literal["CloseTable"] = "CloseTable"
+    table: Id
 
 
 QueueCommand = Union[Join, Leave, GraceExpired, Returned, QueueTimer, PairTimer, ReleaseTable]
-TableCommand = Union[OpenTable, ConfirmSeated, NoteReady, NoteDealt, Leave, GraceExpired, Returned,
+TableCommand = Union[OpenTable, CloseTable, ConfirmSeated, NoteReady, NoteDealt, Leave, GraceExpired, Returned,
                      MatchEnded, Settle]
 AnyLobbyCommand = Annotated[
-    Union[Join, Leave, GraceExpired, Returned, QueueTimer, PairTimer, ReleaseTable, OpenTable, ConfirmSeated,
+    Union[Join, Leave, GraceExpired, Returned, QueueTimer, PairTimer, ReleaseTable, OpenTable, CloseTable, ConfirmSeated,
           NoteReady, NoteDealt, MatchEnded, Settle],
     Field(discriminator="type"),
 ]

@@ -68,6 +68,7 @@ from engine.match.errors import (
     WrongPhase,
 )
 from engine.lobby.commands import (
+    CloseTable,
     ConfirmSeated,
     GraceExpired,
     Join,
@@ -416,7 +417,7 @@ def _open(b: _Builder, c: OpenTable) -> None:
         raise BadCommand(f"a table's first match is {ev.match_of(c.table, 1)}")
     b.emit(ev.TableOpened, table=c.table, room=c.room, players=c.players, bot=c.bot,
            bot_level=c.bot_level, match=c.match, ready_ms=_ms(cfg.ready_seconds),
-           grace_ms=_ms(cfg.reconnect_grace_seconds))
+           grace_ms=_ms(cfg.reconnect_grace_seconds), private=c.private)
 
 
 @_on(_TABLE_HANDLERS, ConfirmSeated)
@@ -528,7 +529,20 @@ def _settle(b: _Builder, c: Settle) -> None:
     if t.escaper is not None:
         removed.append((t.escaper, "escaped"))
     removed += [(p, "left") for p in t.leaving if p != t.escaper]
-    if removed:
+    if c.close:
+        removed += [(p, "series_over") for p in t.players if p not in dict(removed) and p != t.bot]
+        _close(b, removed)
+    elif removed:
         _close(b, removed)
     else:
         b.emit(ev.NextMatchOffered, match=ev.match_of(t.table, t.n + 1))
+
+
+@_on(_TABLE_HANDLERS, CloseTable)
+def _close_table(b: _Builder, c: CloseTable) -> None:
+    t = b.table
+    if not t.private:
+        raise BadCommand(f"table {t.table} is not a private table")
+    if t.status == "between" or t.dealt:
+        raise WrongPhase(f"table {t.table}'s match {t.match} is under way: it ends by its settlement")
+    _close(b, [(p, "series_over") for p in t.people])

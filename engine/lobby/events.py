@@ -25,11 +25,13 @@ SCHEMA_VERSION = 1
 DequeueReason = Literal["left", "disconnected"]
 #: why a player leaves a table and the room (R-13.2 ``not_ready``; ``left``; R-12.1 ``escaped``;
 #: ``no_opponent``; the engine's refusal of a Sit, ``seat_refused``; ``unknown_room``)
-RemovalReason = Literal["left", "not_ready", "escaped", "no_opponent", "seat_refused", "unknown_room"]
+#: ``series_over``: a private table's series ended (issue 39)
+RemovalReason = Literal["left", "not_ready", "escaped", "no_opponent", "seat_refused", "unknown_room",
+                        "series_over"]
 #: how a table's match ended, as its process manager reports it (the match's terminal events)
 MatchOutcome = Literal["finished", "removed", "abandoned"]
 CloseReason = Literal["left", "not_ready", "escaped", "no_opponent", "seat_refused", "unknown_room",
-                      "abandoned"]
+                      "abandoned", "series_over"]
 
 
 def queue_aggregate(room: str) -> str:
@@ -174,6 +176,7 @@ class TableOpened(LobbyEvent):
     match: str
     ready_ms: int = Field(ge=0, description="the room's ready_seconds, in ms")
     grace_ms: int = Field(ge=0, description="the room's reconnect_grace_seconds, in ms")
+    private: bool = Field(False, description="a private table's (issue 39): its series has the table's id")
 
 
 class MatchSeated(LobbyEvent):

@@ -149,7 +149,7 @@ def _cooldown(e: CooldownStarted, s: QueueState) -> Changes:
 @_table(TableOpened)
 def _opened(e: TableOpened, s: TableState) -> Changes:
     return {"room": e.room, "players": e.players, "bot": e.bot, "bot_level": e.bot_level, "n": 1,
-            "match": e.match, "status": "creating", "ready_ms": e.ready_ms, "grace_ms": e.grace_ms}
+            "match": e.match, "status": "creating", "ready_ms": e.ready_ms, "grace_ms": e.grace_ms, "private": e.private}
 
 
 @_table(MatchSeated)

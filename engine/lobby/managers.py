@@ -95,6 +95,7 @@ def to_match(before: TableState, e: ev.LobbyEvent) -> list[mc.CommandBase]:
         # ended before its deal (a removal: the table is "between" then, not dealt): whoever
         # stays leaves that match, so it ends with the table and they sit in no other
         stay = [*e.stayed, *([e.bot] if e.bot else [])]
+        stay += [p for p, r in e.removed if r == "series_over"]  # a private table's next match, never dealt
         return [_player_command(mc.Leave, e, f"leave:{p}", before.match, p) for p in stay]
     return []
 

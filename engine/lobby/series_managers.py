@@ -93,7 +93,8 @@ def to_table(state: SeriesState, e: ev.LobbyEvent) -> list[lc.LobbyCommand]:
     if isinstance(e, se.PlayerJoinedSeries) and len(state.players) == 2:
         return [lc.OpenTable(command_id=f"pm:{e.aggregate}:{e.seq}:open", table=state.table, room=state.room,
                              players=(state.players[0], state.players[1]), match=ev.match_of(state.table, 1),
-                             bot=e.player if e.bot else None, bot_level=e.bot_level if e.bot else None)]
+                             bot=e.player if e.bot else None, bot_level=e.bot_level if e.bot else None,
+                             private=True)]
     return []
 
 

@@ -114,6 +114,7 @@ class TableState:
     escaper: str | None = None
     close_reason: CloseReason | None = None
     removed: tuple[tuple[str, RemovalReason], ...] = ()  # who left the room at the close
+    private: bool = False  # a private table's: its series (issue 39) has the table's id
 
     @property
     def people(self) -> tuple[str, ...]:

@@ -215,6 +215,9 @@ class LobbyEngine:
         #: the players' lobby messages of each appended event, with the table's state after it
         #: (engine/service/lobby_notes.py: :class:`OutboxNotes` writes them to their streams)
         self.notes = notes
+        #: a private table's settled match told to its series first (issue 39): True when the
+        #: series is over with it, so the table closes instead of offering the next match
+        self.series_settled: Callable[[TableState, Any], bool] | None = None
 
     # -- commands in ------------------------------------------------------------------------
     def submit(self, command: lc.LobbyCommand) -> Outcome[Any]:
@@ -299,7 +302,10 @@ class LobbyEngine:
         """The match's and the queue's commands a table's ``events`` cause (``state``: the
         table before them), on their lines."""
         for e in events:
+            private = e.private if isinstance(e, ev.TableOpened) else state.private
             for mcmd in managers.to_match(state, e):
+                if private and isinstance(mcmd, mc.CreateMatch):
+                    mcmd = self._private_match(mcmd, state.room or getattr(e, "room", ""))
                 self._send(("match", mcmd.match_id), mcmd)
             if isinstance(e, (ev.TableOpened, ev.NextMatchOffered)):
                 players = e.players if isinstance(e, ev.TableOpened) else state.players
@@ -308,6 +314,16 @@ class LobbyEngine:
             state = lobby_apply(state, e)
             for c in managers.from_table(state, e):
                 self._send(("queue", getattr(c, "room")), c)
+
+    def _private_match(self, command: mc.CreateMatch, room: str) -> mc.CreateMatch:
+        """A private table's match: created with the room's private config (no ladder rates
+        it, issue 39); the room's name when the room is unknown (CreateMatch is refused then)."""
+        rooms = getattr(self.queues.aggregate, "rooms", None)
+        cfg = rooms.get(room) if rooms is not None else None
+        if cfg is None:
+            return command
+        return mc.CreateMatch(command_id=command.command_id, match_id=command.match_id,
+                              config=cfg.private_record())
 
     def _after_match(self, match: str, out: Any) -> None:
         table, sep, _n = match.rpartition("-")
@@ -361,8 +377,9 @@ class LobbyEngine:
             s = self.settlements.settlement(t.match)
             if s is None:
                 continue
+            close = bool(t.private and self.series_settled is not None and self.series_settled(t, s))
             out = self._run_table(lc.Settle(command_id=f"pm:{t.match}:settle", table=table, match=t.match,
-                                            scores=dict(getattr(s, "scores", {}) or {})))
+                                            scores=dict(getattr(s, "scores", {}) or {}), close=close))
             n += int(out.accepted and not out.duplicate)
         return n
 

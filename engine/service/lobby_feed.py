@@ -70,6 +70,8 @@ class LobbyFeedManager:
         self.buckets = list(buckets) if buckets is not None else list(range(engine.store.buckets))
         self.rooms = rooms
         self._groups: set[str] = set()
+        #: private tables' series (engine/service/series_lobby.py :class:`SeriesLobby`), or None
+        self.series: Any = None
 
     def _feeds(self) -> list[str]:
         return [keys.feed_key(b) for b in self.buckets] + [keys.room_feed_key(r) for r in self.rooms()]
@@ -116,6 +118,11 @@ class LobbyFeedManager:
         whatever those commands tell a player comes after."""
         agg, first, last = f.get("match", ""), int(f.get("from", "0")), int(f.get("to", "0"))
         eng = self.engine
+        if agg.startswith("series:"):
+            if self.series is not None:
+                self.series.follow(agg.partition(":")[2], first, last)
+                eng.drain()
+            return True
         if agg.startswith("queue:"):
             room = agg.partition(":")[2]
             events = self._slice(eng.store.load(agg, max(0, first - 1)), first, last)
@@ -137,6 +144,8 @@ class LobbyFeedManager:
                     self.notes(e, after, None)
             eng.follow_table(state, fresh)
             eng.drain()
+            if self.series is not None:
+                self.series.from_table(replay_table(table, events[:last]), fresh)
             return self._settled(table)
         else:
             table, sep, _n = agg.rpartition("-")
@@ -160,6 +169,8 @@ class LobbyFeedManager:
                 escaped = [s.player for s in now.seats if s is not None and s.escaped]
             for c in managers.from_match(table, agg, events, escaped):
                 eng.send(("table", table), c)
+            if self.series is not None and table.startswith("s"):
+                self.series.from_match(table, agg, events)
         eng.drain()
         return True
 

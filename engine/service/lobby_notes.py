@@ -59,6 +59,9 @@ def messages_of(e: ev.LobbyEvent, table: TableState | None) -> list[tuple[str, d
         return [(p, _msg("seated", table.room, table.table, e.match, bot_level=level)) for p in table.people]
     if isinstance(e, ev.TableClosed):
         gone = [(p, _msg("removed", table.room, table.table, table.match, reason=r)) for p, r in e.removed]
+        if table.private:  # a private table's players are in no queue: whoever stayed leaves with it
+            gone += [(p, _msg("removed", table.room, table.table, table.match, reason="opponent_left"))
+                     for p in e.stayed]
         if e.bot:  # the bot leaves with its table: the process that plays it stops
             gone.append((e.bot, _msg("removed", table.room, table.table, table.match, reason="table_closed",
                                      bot_level=level)))
@@ -105,6 +108,8 @@ def _place_changes(e: ev.LobbyEvent, table: TableState | None) -> list[tuple[str
                 for p in table.players]
     if isinstance(e, ev.TableClosed):
         gone: list[tuple[str, dict[str, str] | None]] = [(p, None) for p, _r in e.removed]
+        if table.private:
+            gone += [(p, None) for p in e.stayed]
         return gone + [(e.bot, None)] if e.bot else gone
     return []
 
@@ -138,6 +143,10 @@ class LobbyOutbox:
         self.publisher = publisher
         self.ledger = ledger
         self.buckets = buckets
+        #: a private table's ``series`` field of its ``settled`` messages (issue 39), or None
+        self.series_summary: Any = None
+        #: a private table's ``series finished`` messages after a hand's ``settled`` (issue 39)
+        self.series_finished: Any = None
 
     def __call__(self, e: ev.LobbyEvent, table: TableState | None, waiting: int | None = None) -> None:
         pipe = self.client.pipeline(transaction=False)
@@ -173,10 +182,15 @@ class LobbyOutbox:
 
         s = self.ledger.settlement(e.match) if self.ledger is not None else None
         out = []
+        series = self.series_summary(table.table) if table.private and self.series_summary is not None else None
         for p in table.people:
             breakdown = breakdown_for(s.breakdown, p) if s is not None else {}
             balances = {p: int(self.ledger.balance(p, s.mode))} if s is not None else {}
             message = {"kind": "settled", "match": e.match, "scores": dict(e.scores), "breakdown": breakdown,
                        "balances": balances}
+            if series is not None:
+                message["series"] = series
             out.append(self._entry(p, "settled", e.match, message))
+        if table.private and self.series_finished is not None:
+            out += [self._entry(p, m["kind"], "", m) for p, m in self.series_finished(table.table, e.match)]
         return out

@@ -92,6 +92,20 @@ def parse_channel_command(raw: Any) -> lc.LobbyCommand:
         raise BadCommand(f"bad {kind}: {exc.errors()[0].get('msg', 'invalid')}") from None
 
 
+def _series_data(raw: Any) -> dict[str, Any] | None:
+    """A lobby channel entry's ``c`` when it is a private table's command (CreateTable,
+    JoinTable, CancelTable, RequestEnd, VoteEnd: engine/service/series_lobby.py), else None."""
+    from engine.service.series_lobby import SERIES_TYPES
+
+    try:
+        data = json.loads(_s(raw))
+    except ValueError:
+        return None
+    if isinstance(data, dict) and data.get("type") in SERIES_TYPES:
+        return data
+    return None
+
+
 class _Lease:
     """One bucket's share of the lobby thread (stopped when the lease goes)."""
 
@@ -126,6 +140,7 @@ class LobbyWorker:
         self._rooms_at = 0.0
         self._timers_at = 0.0
         self._graces_at = 0.0
+        self._series_at = 0.0
         self._retry_at = 0.0
         self._offers: dict[str, tuple[float, BotPolicy | None]] = {}
         self._tried: dict[str, tuple[int, int]] = {}  # room -> (queue version, ms) of the last timer sent
@@ -135,6 +150,8 @@ class LobbyWorker:
         self.cluster = type(client).__name__ == "RedisCluster"
         manager.buckets = []
         manager.rooms = self.owned_rooms
+        #: private tables' series (engine/service/series_lobby.py), or None
+        self.series: Any = manager.series
 
     # -- the leases ----------------------------------------------------------------------------
     def own(self, bucket: int) -> _Lease:
@@ -269,12 +286,20 @@ class LobbyWorker:
 
     # -- a player's command --------------------------------------------------------------------
     def _channel(self, f: dict[str, Any]) -> bool:
+        data = _series_data(f.get("c"))
+        if data is not None:
+            if self.series is not None:
+                self.series.submit(data)
+                self.engine.drain()
+            return True
         try:
             command = parse_channel_command(f.get("c"))
         except Rejected as bad:
             log.warning("lobby channel: %s", bad)
             return True  # never a command: nobody to answer (the gateways send only valid ones)
         if keys.player_id_problem(getattr(command, "player")) is not None:
+            return True
+        if isinstance(command, (lc.Leave, lc.GraceExpired, lc.Returned)) and self._to_private(command):
             return True
         out = self.engine.submit(command)
         if isinstance(command, lc.Returned):
@@ -284,6 +309,18 @@ class LobbyWorker:
             self._tell_place(command)
         elif rej is not None:
             self._refuse(command, rej)
+        return True
+
+    def _to_private(self, command: lc.Leave | lc.GraceExpired | lc.Returned) -> bool:
+        """A Leave, a grace's end or a return of a player at a private table (whose players are
+        in no queue): straight to the table, as the queue hands a public table's on.  False: the
+        player is at no private table (the queue decides)."""
+        table = _s(self.client.hget(keys.place_key(command.player), "table"))
+        if not table or not self.engine.table(table).private:
+            return False
+        data = {**command.model_dump(), "table": table, "room": self.engine.table(table).room}
+        self.engine.send(("table", table), type(command).model_validate(data))
+        self.engine.drain()
         return True
 
     def _refuse(self, command: lc.LobbyCommand, rej: Rejected) -> None:
@@ -336,6 +373,10 @@ class LobbyWorker:
         graces = time.monotonic() - self._graces_at >= GRACES_EVERY_S and now >= self._graces_from
         if graces:
             self._graces_at = time.monotonic()
+        if self.series is not None and self.owned and time.monotonic() - self._series_at >= GRACES_EVERY_S:
+            self._series_at = time.monotonic()  # the join and vote clocks: seconds long
+            done += self.series.fire_due(now)
+            self.engine.drain()
         for room in rooms:
             done += self._queue_timers(room, now)
             if graces:
@@ -373,8 +414,11 @@ class LobbyWorker:
         done = 0
         for member, score in due or ():
             player = _s(member)
-            out = self.engine.submit(lc.GraceExpired(command_id=f"pm:grace:{player}:{int(score)}", room=room,
-                                                     player=player))
+            grace = lc.GraceExpired(command_id=f"pm:grace:{player}:{int(score)}", room=room, player=player)
+            if self._to_private(grace):
+                done += 1
+                continue
+            out = self.engine.submit(grace)
             done += int(out.accepted and bool(out.events))
         if due:  # only what was handled: a grace ending meanwhile is read next time
             self.client.zremrangebyscore(key, 0, max(int(score) for _m, score in due))
@@ -448,6 +492,8 @@ def build_lobby(client: Any, store: Any, service: Any, ledger: Any, rooms: Any, 
     process managers on the feeds, the notes writer and the thread's worker."""
     from engine.service.lobby_notes import LobbyOutbox
     from engine.service.publish import Publisher
+    from engine.service.series import SeriesService
+    from engine.service.series_lobby import SeriesLobby
     from engine.store.lobby_store import RedisLobbyStore
 
     buckets = getattr(store, "buckets", keys.DEFAULT_BUCKETS)
@@ -458,12 +504,23 @@ def build_lobby(client: Any, store: Any, service: Any, ledger: Any, rooms: Any, 
         room = client.hget(keys.place_key(player), "room")
         return _s(room) or None
 
+    def place_state(player: str) -> str | None:
+        state = client.hget(keys.place_key(player), "state")
+        return _s(state) or None
+
     engine = LobbyEngine(RedisLobbyStore(client, buckets=buckets), PublishingMatches(service, publisher),
                          clock=clock, rooms=rooms, balances=ledger, settlements=ledger,
                          bots=lambda room: holder[0].bot_policy(room) if holder else None,
                          follow_appends=False, places=place, ratings=ratings_of(client))
-    manager = LobbyFeedManager(client, engine, consumer=consumer, buckets=[],
-                               notes=LobbyOutbox(client, publisher, ledger, buckets=buckets))
+    outbox = LobbyOutbox(client, publisher, ledger, buckets=buckets)
+    manager = LobbyFeedManager(client, engine, consumer=consumer, buckets=[], notes=outbox)
+    series = SeriesLobby(client, SeriesService(RedisLobbyStore(client, buckets=buckets), clock=clock, rooms=rooms,
+                                               balances=ledger, elsewhere=place_state), engine, publisher,
+                         ledger=ledger)
+    manager.series = series
+    outbox.series_summary = series.summary
+    outbox.series_finished = series.finished_after
+    engine.series_settled = series.settled
     worker = LobbyWorker(client, engine, manager, publisher, consumer=consumer, rooms=rooms, clock=clock,
                          buckets=buckets)
     holder.append(worker)

@@ -363,6 +363,19 @@ def place_key(player_id: str) -> str:
     return f"{PREFIX}:place:{player_tag(player_id)}"
 
 
+def player_series_key(player_id: str) -> str:
+    """The private table's series a player is in (a string: the series id; absent: none),
+    under the player's tag: how a CancelTable, RequestEnd or VoteEnd, which name no series,
+    and a reconnect's resync find it (issue 39)."""
+    return f"{PREFIX}:pseries:{player_tag(player_id)}"
+
+
+def join_attempts_key(who: str) -> str:
+    """The JoinTable attempts counter of a player (``p:<id>``) or an address (``a:<ip>``) in the
+    current window (a string, expiring): the gateways' rate limit on private table codes."""
+    return f"{PREFIX}:jt:{{{who}}}"
+
+
 def table_info_key(table: str, buckets: int = DEFAULT_BUCKETS) -> str:
     """A table's read model (a hash under its bucket): ``room``, ``a``, ``b``, ``n``, ``match``,
     ``status`` (creating | seated | between | closed), ``finished``, ``escaped``, ``bot_level``."""

@@ -13,11 +13,16 @@
 // up (exit 1) after S seconds (default 600); --sync-burst N sends N Syncs at once on its first turn
 // before it moves (client.js paces them and sends the move first); --reconnect-after N drops the
 // socket after its N-th move (client.js reconnects, the lobby's seated note comes again).
+// Private tables (issue 39): --create-table HANDS opens a table for HANDS (4, 8, 16) hands instead of
+// joining the room's queue and prints its code as a JSON line (`code`, `link`, `series_id`) as soon as
+// it has it; --join-table CODE takes the second seat of a friend's table by its code.  Either plays the
+// first hand; its settlement line carries `series` (the running totals).
 import { writeFileSync, appendFileSync } from "node:fs";
 import { Client, RANKS, cards } from "../../gateway/static/js/client.js";
 
 function args(argv) {
-  const out = { room: "points", timeout: 600, record: null, syncBurst: 0, reconnectAfter: 0 };
+  const out = { room: "points", timeout: 600, record: null, syncBurst: 0, reconnectAfter: 0, createTable: 0,
+    joinTable: null };
   for (let i = 0; i < argv.length; i += 1) {
     const k = argv[i];
     const v = argv[i + 1];
@@ -28,6 +33,8 @@ function args(argv) {
     else if (k === "--timeout") out.timeout = Number(v);
     else if (k === "--sync-burst") out.syncBurst = Number(v);
     else if (k === "--reconnect-after") out.reconnectAfter = Number(v);
+    else if (k === "--create-table") out.createTable = Number(v);
+    else if (k === "--join-table") out.joinTable = v;
     else if (k === "--help" || k === "-h") out.help = true;
     else {
       console.error(`unknown argument ${k}`);
@@ -41,7 +48,7 @@ function args(argv) {
 const opts = args(process.argv.slice(2));
 if (opts.help || !opts.url || !opts.token) {
   console.error("usage: node-bot.mjs --url ws://HOST:PORT/ws --token JWT [--room points] [--record FILE] [--timeout S] "
-    + "[--sync-burst N] [--reconnect-after N]");
+    + "[--sync-burst N] [--reconnect-after N] [--create-table HANDS | --join-table CODE]");
   process.exit(opts.help ? 0 : 2);
 }
 
@@ -111,8 +118,19 @@ function maybeDrop() {
 client.on("welcome", (m) => {
   record(m);
   if (m.role !== "player") fail(`a ${m.role} token cannot play`);
-  if (!match) client.join(opts.room);
+  if (match) return;
+  if (opts.createTable) client.createTable(opts.room, opts.createTable);
+  else if (opts.joinTable) client.joinTable(opts.joinTable);
+  else client.join(opts.room);
 });
+let told = false;
+client.on("private_table", (m) => {
+  record(m);
+  if (told) return;  // a reconnect's greeting says it again
+  told = true;
+  console.log(JSON.stringify({ code: m.code, link: m.link, series_id: m.series_id }));
+});
+client.on("series", (m) => record(m));
 client.on("lobby", (m) => {
   record(m);
   if (m.state === "removed") fail(`removed from the table: ${m.reason}`);
@@ -129,6 +147,9 @@ client.on("update", ({ message }) => {
 });
 client.on("rejected", ({ message, command }) => {
   record(message);
+  if (command && (command.type === "CreateTable" || command.type === "JoinTable")) {
+    fail(`${command.type} refused: ${message.code}`);
+  }
   if (message.match && message.match !== match) return;
   // refused (e.g. does_not_beat): decide again on the current table, passing when we may
   if (command && (command.type === "Play" || command.type === "Pass")) act(command.type === "Play");
@@ -136,7 +157,8 @@ client.on("rejected", ({ message, command }) => {
 client.on("settled", (m) => {
   record(m);
   if (m.match !== match) return;
-  console.log(JSON.stringify({ match: m.match, scores: m.scores, balances: m.balances, breakdown: m.breakdown }));
+  console.log(JSON.stringify({ match: m.match, scores: m.scores, balances: m.balances, breakdown: m.breakdown,
+    ...(m.series ? { series: m.series } : {}) }));
   client.close();
   process.exit(0);
 });

@@ -15,6 +15,16 @@ export type AuthMessage = {
   version?: number | null;
 };
 
+/** CancelTable */
+export type CancelTableMessage = {
+  /** your id for the command (1-100 characters, unique per command and stable across retries); the gateway makes one when absent and echoes it on the update or rejected it causes */
+  command_id?: string;
+  /** optional; must be the token's subject */
+  player?: string | null;
+  /** the message or event type (the tag of the union) */
+  type: "CancelTable";
+};
+
 /** CancelTrustee */
 export type CancelTrusteeMessage = {
   /** your id for the command (1-100 characters, unique per command and stable across retries); the gateway makes one when absent and echoes it on the update or rejected it causes */
@@ -23,6 +33,24 @@ export type CancelTrusteeMessage = {
   player?: string | null;
   /** the message or event type (the tag of the union) */
   type: "CancelTrustee";
+};
+
+/** CreateTable */
+export type CreateTableMessage = {
+  /** your id for the command (1-100 characters, unique per command and stable across retries); the gateway makes one when absent and echoes it on the update or rejected it causes */
+  command_id?: string;
+  /** optional; must be the token's subject */
+  player?: string | null;
+  /** the message or event type (the tag of the union) */
+  type: "CreateTable";
+  /** a room's name (points, wealth, or one the operator registered) */
+  room: string;
+  /** the series' number of hands */
+  hands: 4 | 8 | 16;
+  /** others may watch */
+  spectators?: boolean;
+  /** a bot takes the empty seat when nobody joined in time */
+  bots?: boolean;
 };
 
 /** Escape */
@@ -45,6 +73,18 @@ export type JoinMessage = {
   type: "Join";
   /** the room to queue in */
   room: string;
+};
+
+/** JoinTable */
+export type JoinTableMessage = {
+  /** your id for the command (1-100 characters, unique per command and stable across retries); the gateway makes one when absent and echoes it on the update or rejected it causes */
+  command_id?: string;
+  /** optional; must be the token's subject */
+  player?: string | null;
+  /** the message or event type (the tag of the union) */
+  type: "JoinTable";
+  /** the table's 6-character code (letters and digits, case-insensitive) */
+  code: string;
 };
 
 /** Leave */
@@ -101,6 +141,16 @@ export type ReadyMessage = {
   client_seed?: string | null;
 };
 
+/** RequestEnd */
+export type RequestEndMessage = {
+  /** your id for the command (1-100 characters, unique per command and stable across retries); the gateway makes one when absent and echoes it on the update or rejected it causes */
+  command_id?: string;
+  /** optional; must be the token's subject */
+  player?: string | null;
+  /** the message or event type (the tag of the union) */
+  type: "RequestEnd";
+};
+
 /** RequestTrustee */
 export type RequestTrusteeMessage = {
   /** your id for the command (1-100 characters, unique per command and stable across retries); the gateway makes one when absent and echoes it on the update or rejected it causes */
@@ -133,6 +183,18 @@ export type SyncMessage = {
   type: "Sync";
   /** resume: send every update after this version */
   version?: number | null;
+};
+
+/** VoteEnd */
+export type VoteEndMessage = {
+  /** your id for the command (1-100 characters, unique per command and stable across retries); the gateway makes one when absent and echoes it on the update or rejected it causes */
+  command_id?: string;
+  /** optional; must be the token's subject */
+  player?: string | null;
+  /** the message or event type (the tag of the union) */
+  type: "VoteEnd";
+  /** true: end the series (after the current hand); false: play on */
+  agree: boolean;
 };
 
 /** Watch */
@@ -1033,7 +1095,7 @@ export type LobbyMessage = {
   /** the table's current match (seated: send Ready for it) */
   match: string | null;
   /** why (removed: not_ready, no_opponent, left, escaped, disconnected, seat_refused: …, table_closed; queued after the opponent left: opponent_left; the answer to a Join from where you already are: already_seated, already_queued) */
-  reason: "not_ready" | "no_opponent" | "left" | "escaped" | "disconnected" | "opponent_left" | "table_closed" | "already_seated" | "already_queued" | string | null;
+  reason: "not_ready" | "no_opponent" | "left" | "escaped" | "disconnected" | "opponent_left" | "table_closed" | "already_seated" | "already_queued" | "series_over" | string | null;
   /** the level of a bot opponent at the table (easy, normal, hard; gateway --bots, docs/BOTS.md); null when the opponent is a person */
   bot_level: "easy" | "normal" | "hard" | "trustee" | null;
   /** the command_id of your Join or Leave that caused this message, else null (a gateway before it sends none) */
@@ -1056,6 +1118,8 @@ export type SettledMessage = {
   balances: Record<string, number>;
   /** player id -> display name, for the players that have one (gateway/names.py) */
   names?: Record<string, string>;
+  /** a private table's series after this hand: its running totals (issue 39) */
+  series?: SeriesSummary;
 };
 
 /** The token was accepted (renewed: a renewal Auth on an open socket); the socket closes 4401 at expires_at (the token's exp, seconds since the epoch) unless renewed before */
@@ -1120,10 +1184,96 @@ export type RatingMessage = {
   provisional: boolean;
 };
 
+/** A series' running totals after a hand */
+export type SeriesSummary = {
+  /** the series */
+  series_id: string;
+  /** the hands settled so far (this one included) */
+  hand: number;
+  /** the series' number of hands */
+  hands: 4 | 8 | 16;
+  /** player -> the sum of their scores */
+  totals: Record<string, number>;
+};
+
+/** Your private table is open: share its code or link (CreateTable's answer, and a reconnect's) */
+export type PrivateTableMessage = {
+  /** the message kind (the tag of the union) */
+  kind: "private_table";
+  /** created: your table is open, waiting for the friend */
+  state: "created";
+  /** the table's code a friend joins with (JoinTable) */
+  code: string;
+  /** the shared link of the table: /t/<code> */
+  link: string;
+  /** the table's series (its hands are the matches <series_id>-<n>) */
+  series_id: string;
+  /** the series' number of hands */
+  hands: 4 | 8 | 16;
+  /** your id for the command (1-100 characters, unique per command and stable across retries); the gateway makes one when absent and echoes it on the update or rejected it causes */
+  command_id: string | null;
+};
+
+/** The final standings of a series */
+export type Standings = {
+  /** player -> the sum of their scores */
+  totals: Record<string, number>;
+  /** each settled hand, in order: its match and scores */
+  per_hand: Array<{
+    /** the hand's match */
+    match: string;
+    /** player -> the sum of their scores */
+    scores: Record<string, number>;
+  }>;
+  /** player -> hands won */
+  hands_won: Record<string, number>;
+  /** the series' biggest bomb (xiang 0: none) and each player's biggest */
+  biggest_bomb: {
+    /** who played it (null: no bomb yet) */
+    player: string | null;
+    /** its xiang (相, R-3) */
+    xiang: number;
+    /** the hand's match */
+    match: string | null;
+    /** the hand's number */
+    hand: number | null;
+    /** player -> their biggest bomb's xiang (0: none) */
+    by_player: Record<string, number>;
+  };
+};
+
+/** A private table's series: a vote to end it, its outcome, the running tally (a reconnect's) or the final standings */
+export type SeriesMessage = {
+  /** the message kind (the tag of the union) */
+  kind: "series";
+  /** vote: a vote to end is open; vote_passed / vote_refused: its outcome; tally: the running totals (a reconnect's); finished: the series is over (standings) */
+  state: "vote" | "vote_passed" | "vote_refused" | "finished" | "tally";
+  /** the series */
+  series_id: string;
+  /** your id for the command (1-100 characters, unique per command and stable across retries); the gateway makes one when absent and echoes it on the update or rejected it causes */
+  command_id: string | null;
+  /** vote: who asked; vote_passed / vote_refused: who answered */
+  by?: string;
+  /** when the vote ends unanswered (counted as agreed), in ms since the epoch */
+  deadline_ms?: number;
+  /** nobody answered: counts as agreed */
+  timed_out?: boolean;
+  /** why the series finished: completed, dissolved (a vote), escaped (R-12), abandoned, not_joined, cancelled */
+  reason?: "completed" | "dissolved" | "escaped" | "abandoned" | "not_joined" | "cancelled";
+  /** the final standings (大結算) */
+  standings?: Standings;
+  /** the hands settled so far */
+  hand?: number;
+  /** the series' number of hands */
+  hands?: 4 | 8 | 16;
+  /** player -> the sum of their scores */
+  totals?: Record<string, number>;
+};
+
 /** A client → server WebSocket message */
-export type ClientMessage = AuthMessage | JoinMessage | WatchMessage | ReadyMessage | PlayMessage | PassMessage | RequestTrusteeMessage | CancelTrusteeMessage | EscapeMessage | LeaveMessage | SyncMessage | SayMessage;
+export type ClientMessage = AuthMessage | JoinMessage | WatchMessage | ReadyMessage | PlayMessage | PassMessage | RequestTrusteeMessage | CancelTrusteeMessage | EscapeMessage | LeaveMessage | SyncMessage | SayMessage | CreateTableMessage | JoinTableMessage | CancelTableMessage | RequestEndMessage | VoteEndMessage;
 /** A server → client WebSocket message */
-export type ServerMessage = UpdateMessage | RejectedMessage | LobbyMessage | SettledMessage | WelcomeMessage | AckMessage | RatingMessage | SayMessage;
+export type ServerMessage = UpdateMessage | RejectedMessage | LobbyMessage | SettledMessage | WelcomeMessage | AckMessage | RatingMessage | SayMessage | PrivateTableMessage | SeriesMessage;
 
 /** A client message with its optional fields (command_id is made for you when absent). */
 export type Command = ClientMessage;
@@ -1140,6 +1290,10 @@ export interface ClientEvents {
   update: UpdateEvent; lobby: LobbyMessage; settled: SettledMessage; rating: RatingMessage; rejected: RejectedEvent; ack: AckEvent;
   /** a quick phrase or emote said at the table (yours too) */
   say: SayMessage;
+  /** your private table is open: its code and link (issue 39) */
+  private_table: PrivateTableMessage;
+  /** a private table's series: a vote to end, its outcome, the tally, the final standings */
+  series: SeriesMessage;
   closed: ClosedEvent; welcome: WelcomeMessage; state: StateEvent; link: StateEvent; retry: RetryEvent;
   /** a server message of a kind client.js does not handle itself */
   message: ServerMessage | Record<string, unknown>; error: unknown;
@@ -1208,4 +1362,14 @@ export declare class Client {
   requestTrustee(): string; cancelTrustee(): string;
   /** a quick phrase or emote (one of PHRASES or EMOTES) to the table; at most one every 3 s */
   say(phrase: SayMessage["phrase"]): string;
+  /** open a private table for a series of 4, 8 or 16 hands: answered by a private_table event */
+  createTable(room: string, hands: 4 | 8 | 16, options?: { spectators?: boolean; bots?: boolean }): string;
+  /** take the second seat of a private table by its 6-character code */
+  joinTable(code: string): string;
+  /** the owner cancels the table before its first deal */
+  cancelTable(): string;
+  /** ask to end the series early (a vote the other player answers) */
+  requestEnd(): string;
+  /** answer the open vote to end the series */
+  voteEnd(agree: boolean): string;
 }

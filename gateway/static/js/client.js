@@ -25,7 +25,12 @@
 //   within the turn (Ready: while seated).
 // * quick phrases: `say(id)` sends one of PHRASES or EMOTES to the table (at most one every
 //   SAY_INTERVAL_MS); every phrase said at your table (yours too) is a `say` event.
-// Events (`on(name, fn)`): update, lobby, settled, rating, say, rejected, ack, closed, welcome, message (any
+// * private tables (issue 39): `createTable(room, hands, {spectators, bots})` answered by a
+//   `private_table` event (its code and link), `joinTable(code)`, `cancelTable()`, `requestEnd()`,
+//   `voteEnd(agree)`; the series' vote, tally and final standings are `series` events, and each
+//   hand's `settled` carries `series` (the running totals).
+// Events (`on(name, fn)`): update, lobby, settled, rating, say, private_table, series, rejected, ack, closed,
+// welcome, message (any
 // other kind), retry (a rate-limited move sent again), error; and state (the link: connecting,
 // open, reconnecting, refused, closed; also as `link`).
 
@@ -389,6 +394,12 @@ export class Client {
         if (msg.command_id) this.answered(msg.command_id);
         this.emit("say", msg);
         break;
+      case "private_table":
+      case "series":
+        // a private table's code (the owner's answer) and its series' news (issue 39)
+        if (msg.command_id) this.answered(msg.command_id);
+        this.emit(msg.kind, msg);
+        break;
       case "rating":
         // a settled match of a ranked room moved this player's rating (docs/RANKED.md)
         this.rating = msg;
@@ -508,4 +519,13 @@ export class Client {
   cancelTrustee() { return this.send({ type: "CancelTrustee" }); }
   /** a quick phrase or emote id (PHRASES, EMOTES) to the table: both players and the spectators see it */
   say(phrase) { return this.send({ type: "Say", phrase }); }
+  /** open a private table for a series of `hands` (4, 8, 16) hands: answered by a private_table event */
+  createTable(room, hands, o = {}) {
+    return this.send({ type: "CreateTable", room, hands, spectators: !!o.spectators, bots: !!o.bots });
+  }
+  /** take the second seat of a private table by its 6-character code */
+  joinTable(code) { return this.send({ type: "JoinTable", code: String(code).trim().toUpperCase() }); }
+  cancelTable() { return this.send({ type: "CancelTable" }); }
+  requestEnd() { return this.send({ type: "RequestEnd" }); }
+  voteEnd(agree) { return this.send({ type: "VoteEnd", agree: !!agree }); }
 }

@@ -20,6 +20,7 @@ import { LANGS, currentLang, has, onLang, setLang, startLang, t } from "./i18n.j
 import { boom, flyIn, muted, setMuted, sound, unlockAudio } from "./fx.js";
 import { avatarSvg } from "./avatar.js";
 import { onSay, relabelSay, renderSay, setupSay } from "./say.js";
+import { bindPrivate, setupPrivate } from "./private.js";
 
 const $ = (sel) => document.querySelector(sel);
 const root = $("#table");
@@ -1657,6 +1658,8 @@ function start(token) {
   for (const name of ["welcome", "lobby", "settled", "rating"]) S.link.on(name, onMessage);
   for (const name of ["update", "rejected"]) S.link.on(name, ({ message }) => onMessage(message));
   S.link.on("say", onSay);
+  setupPrivate(S.link, { me: () => S.me, name: (p) => nameOf(p),
+    room: () => (document.querySelector("input[name=room]:checked") || {}).value || null });
   S.link.on("state", ({ state, code, reason }) => onLinkState(state, code === undefined ? undefined : { code, reason }));
   S.link.connect();
   render();
@@ -1741,6 +1744,7 @@ function relabel() {
 
 onLang(relabel);
 bind();
+bindPrivate();
 setupSay({ sendSay: (phrase) => S.link && S.link.say(phrase), player: () => S.me });
 startLang().catch(() => {}).then(() => {
   relabel();

@@ -1,0 +1,155 @@
+// Private tables (好友房, issue 39) in the browser: the create-table and join-by-code form of the
+// lobby, /t/<code> (joins right after sign-in), the table's code with a copy-link button, the series'
+// tally (always shown during the series), the vote dialog with its countdown, and the final standings.
+// Testability contract: data-action=create-table | join-table | copy-link | request-end | vote-agree |
+// vote-refuse | standings-close; data-private-hands, data-private-spectators, data-private-bots,
+// data-private-join-code, data-private-created, data-private-code, data-private-link, data-series-tally
+// (data-hand, data-hands), data-vote-dialog (data-vote-by), data-vote-countdown, data-standings
+// (data-reason), data-standings-row (data-player, data-total).
+import { onLang, t } from "./i18n.js";
+
+const P = { link: null, me: () => null, name: (p) => p, room: () => null, created: null, series: null, vote: null,
+  final: null, tick: null, joined: false };
+const $ = (s) => document.querySelector(s);
+
+/** The code of a /t/<code> page, or null. */
+export function pathCode() {
+  const m = window.location.pathname.match(/^\/t\/([A-Za-z0-9]{6})\/?$/);
+  return m ? m[1].toUpperCase() : null;
+}
+
+function el(tag, text = "", attrs = {}) {
+  const e = document.createElement(tag);
+  if (text !== "") e.textContent = text;
+  for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null) e.setAttribute(k, String(v));
+  return e;
+}
+
+/** Wire the private-table UI to a client.js link (called once per link). */
+export function setupPrivate(link, { me, name, room }) {
+  P.link = link;
+  P.me = me;
+  P.name = name || ((p) => p);
+  P.room = room;
+  link.on("welcome", (m) => {
+    const code = pathCode();
+    if (code && !P.joined && m.role === "player") {
+      P.joined = true;
+      link.joinTable(code);
+    }
+  });
+  link.on("private_table", (m) => { P.created = m; P.final = null; render(); });
+  link.on("series", onSeries);
+  link.on("settled", (m) => { if (m.series) { P.series = m.series; render(); } });
+  link.on("lobby", (m) => {
+    if (m.state === "seated" && P.created && m.table === P.created.series_id) {
+      P.series = P.series || { series_id: P.created.series_id, hand: 0, hands: P.created.hands, totals: {} };
+      P.created = null;
+      render();
+    }
+  });
+  render();
+}
+
+function onSeries(m) {
+  if (m.state === "tally") P.series = { series_id: m.series_id, hand: m.hand, hands: m.hands, totals: m.totals };
+  else if (m.state === "vote") P.vote = m;
+  else if (m.state === "vote_passed" || m.state === "vote_refused") P.vote = null;
+  else if (m.state === "finished") {
+    P.final = m;
+    P.series = P.vote = P.created = null;
+  }
+  render();
+}
+
+export function bindPrivate() {
+  $("[data-action=create-table]").addEventListener("click", () => {
+    const room = P.room();
+    if (!P.link || !room) return;
+    P.link.createTable(room, Number($("[data-private-hands]").value),
+      { spectators: $("[data-private-spectators]").checked, bots: $("[data-private-bots]").checked });
+  });
+  $("[data-action=join-table]").addEventListener("click", () => {
+    const code = $("[data-private-join-code]").value.trim();
+    if (P.link && code) P.link.joinTable(code);
+  });
+  $("[data-action=copy-link]").addEventListener("click", async () => {
+    const url = $("[data-private-link]").textContent;
+    try {
+      await navigator.clipboard.writeText(url);
+      $("[data-action=copy-link]").textContent = t("private.copied");
+    } catch (e) {
+      /* no clipboard (an insecure page): the link stays shown to copy by hand */
+    }
+  });
+  $("[data-action=request-end]").addEventListener("click", () => P.link && P.link.requestEnd());
+  $("[data-action=vote-agree]").addEventListener("click", () => P.link && P.link.voteEnd(true));
+  $("[data-action=vote-refuse]").addEventListener("click", () => P.link && P.link.voteEnd(false));
+  $("[data-action=standings-close]").addEventListener("click", () => { P.final = null; render(); });
+  onLang(render);
+}
+
+function others(totals) {
+  const me = P.me();
+  return Object.keys(totals || {}).sort((a, b) => (a === me ? -1 : b === me ? 1 : a.localeCompare(b)));
+}
+
+function render() {
+  const created = $("[data-private-created]");
+  if (!created) return;
+  created.hidden = !P.created;
+  if (P.created) {
+    $("[data-private-code]").textContent = P.created.code;
+    $("[data-private-link]").textContent = `${window.location.origin}${P.created.link}`;
+    $("[data-action=copy-link]").textContent = t("private.copy");
+  }
+  const tally = $("[data-series-tally]");
+  tally.hidden = !P.series;
+  if (P.series) {
+    tally.dataset.hand = String(P.series.hand);
+    tally.dataset.hands = String(P.series.hands);
+    const parts = others(P.series.totals).map((p) => `${P.name(p)} ${P.series.totals[p] > 0 ? "+" : ""}${P.series.totals[p]}`);
+    tally.querySelector("[data-tally-text]").textContent =
+      [t("series.tally", { hand: P.series.hand, hands: P.series.hands }), ...parts].join(" · ");
+  }
+  $("[data-action=request-end]").hidden = !P.series || !!P.vote;
+  renderVote();
+  renderStandings();
+}
+
+function renderVote() {
+  const box = $("[data-vote-dialog]");
+  clearInterval(P.tick);
+  box.hidden = !P.vote;
+  if (!P.vote) return;
+  const mine = P.vote.by === P.me();
+  box.dataset.voteBy = P.vote.by;
+  box.querySelector("[data-vote-text]").textContent = mine ? t("series.voteWaiting")
+    : t("series.voteAsk", { name: P.name(P.vote.by) });
+  $("[data-action=vote-agree]").hidden = mine;
+  $("[data-action=vote-refuse]").hidden = mine;
+  const count = () => {
+    const left = Math.max(0, Math.ceil((P.vote ? P.vote.deadline_ms - Date.now() : 0) / 1000));
+    $("[data-vote-countdown]").textContent = t("series.voteLeft", { s: left });
+  };
+  count();
+  P.tick = setInterval(count, 1000);
+}
+
+function renderStandings() {
+  const box = $("[data-standings]");
+  box.hidden = !P.final;
+  if (!P.final) return;
+  const s = P.final.standings;
+  box.dataset.reason = P.final.reason;
+  box.querySelector("[data-standings-reason]").textContent = t(`series.reason.${P.final.reason}`);
+  const rows = others(s.totals).map((p) => {
+    const tr = el("tr", "", { "data-standings-row": "", "data-player": p, "data-total": s.totals[p] });
+    tr.append(el("td", P.name(p)), el("td", String(s.totals[p])), el("td", String((s.hands_won || {})[p] || 0)));
+    return tr;
+  });
+  const head = el("tr");
+  head.append(el("th", ""), el("th", t("series.total")), el("th", t("series.handsWon")));
+  box.querySelector("[data-standings-table]").replaceChildren(head, ...rows);
+  box.querySelector("[data-standings-hands]").textContent = t("series.handsPlayed", { n: s.per_hand.length });
+}

@@ -1,0 +1,252 @@
+"""Private tables' series in the live lobby of a serve replica (issue 39;
+engine/service/series_lobby.py) on a real redis-server: CreateTable, JoinTable by code, the
+hands with their ``settled.series`` totals, the final standings, the end by vote, the
+refusals, the timers, a reconnect's resync."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from engine.match import commands as mc
+from engine.store import keys
+from tests.test_lobby_worker import Stack
+
+pytestmark = pytest.mark.redis
+
+
+class SeriesStack(Stack):
+    def cmd(self, kind: str, player: str, cid: str, **fields: Any) -> None:
+        c = {"type": kind, "command_id": cid, "player": player, **fields}
+        bucket = keys.room_bucket(fields.get("room") or player)
+        self.client.xadd(keys.lobby_inbox_key(bucket), {"c": json.dumps(c)})
+
+    def told(self, player: str) -> list[dict[str, Any]]:
+        out = []
+        start = f"({self.seen[player]}" if player in self.seen else "-"
+        for entry_id, f in self.client.xrange(keys.outbox_key(player), min=start):
+            self.seen[player] = entry_id.decode()
+            kind = f[b"kind"].decode()
+            if kind in ("lobby", "settled", "private_table", "series"):
+                out.append(json.loads(f[b"m"]))
+            elif kind == "rejected":
+                out.append({"kind": "rejected", **{k.decode(): v.decode() for k, v in f.items() if k != b"kind"}})
+        return out
+
+    def settle_rounds(self) -> None:
+        for _ in range(6):  # the table hears the finish; the projections settle; the table hears that
+            self.worker._retry_at = 0
+            self.run()
+
+    def play_hand(self, match: str, players: tuple[str, str], winner_seat: int = 0) -> None:
+        for p in players:
+            self.ready(p, match)
+        self.matches.execute(mc.Deal(command_id=f"deal:{match}", match_id=match, hands=((0,), (1,)),
+                                     first=winner_seat))
+        self.run()
+        m = self.matches.load_state(match)
+        s = m.seat(m.turn)
+        assert self.matches.execute(mc.Play(command_id=f"p:{match}", match_id=match, player=s.player,
+                                            cards=s.hand)).accepted
+        self.settle_rounds()
+
+
+@pytest.fixture
+def stack(real_redis) -> SeriesStack:
+    return SeriesStack(real_redis)
+
+
+def _open(stack: SeriesStack, hands: int = 4) -> dict[str, Any]:
+    stack.cmd("CreateTable", "ann", "c1", room="points", hands=hands, spectators=False, bots=False)
+    stack.run()
+    created = stack.told("ann")[-1]
+    assert created["kind"] == "private_table" and created["state"] == "created"
+    return created
+
+
+def _seated(stack: SeriesStack, created: dict[str, Any]) -> str:
+    stack.cmd("JoinTable", "bob", "j1", code=created["code"])
+    stack.run()
+    bob = stack.told("bob")
+    ann = stack.told("ann")
+    assert [m["state"] for m in bob if m["kind"] == "lobby"] == ["seated"]
+    assert [m["state"] for m in ann if m["kind"] == "lobby"] == ["seated"]
+    match = bob[-1]["match"]
+    assert match == f"{created['series_id']}-1" and ann[-1]["match"] == match
+    return match
+
+
+def test_a_table_is_created_with_a_code_and_a_link(stack: SeriesStack) -> None:
+    created = _open(stack)
+    assert len(created["code"]) == 6 and created["link"] == f"/t/{created['code']}"
+    assert created["hands"] == 4 and created["command_id"] == "c1"
+    assert stack.client.get(keys.player_series_key("ann")).decode() == created["series_id"]
+    assert stack.client.hget(keys.queue_info_key("points"), "waiting") in (None, b"0")  # never in the queue
+
+
+def test_a_friend_joins_by_code_and_the_hands_carry_the_running_totals(stack: SeriesStack) -> None:
+    created = _open(stack)
+    match = _seated(stack, created)
+    sid = created["series_id"]
+    assert stack.matches.load_state(match).config.private  # no ladder rates it
+    totals: dict[str, int] = {"ann": 0, "bob": 0}
+    for n in range(1, 5):
+        match = f"{sid}-{n}"
+        stack.play_hand(match, ("ann", "bob"), winner_seat=n % 2)
+        ann = stack.told("ann")
+        stack.told("bob")
+        settled = next(m for m in ann if m["kind"] == "settled")
+        for p, v in settled["scores"].items():
+            totals[p] += v
+        assert settled["series"] == {"series_id": sid, "hand": n, "hands": 4, "totals": totals}
+        if n < 4:
+            assert [m["state"] for m in ann if m["kind"] == "lobby"] == ["seated"]
+    finished = [m for m in ann if m["kind"] == "series"]
+    assert [(m["state"], m["reason"]) for m in finished] == [("finished", "completed")]
+    assert [m["kind"] for m in ann] == ["settled", "series", "lobby"]  # the last hand's result, then the end
+    standings = finished[0]["standings"]
+    assert standings["totals"] == totals and len(standings["per_hand"]) == 4
+    assert [(m["state"], m["reason"]) for m in ann if m["kind"] == "lobby"] == [("removed", "series_over")]
+    assert stack.place("ann") == {} and stack.place("bob") == {}
+    assert stack.client.get(keys.player_series_key("ann")) is None
+    assert stack.matches.load_state(f"{sid}-5").version == 0  # no fifth hand
+
+
+def test_a_vote_between_hands_that_passes_dissolves_the_series_and_closes_the_table(stack: SeriesStack) -> None:
+    created = _open(stack)
+    match = _seated(stack, created)
+    stack.play_hand(match, ("ann", "bob"))
+    stack.told("ann"), stack.told("bob")
+    stack.cmd("RequestEnd", "ann", "r1")
+    stack.run()
+    vote = stack.told("bob")[-1]
+    assert vote["kind"] == "series" and vote["state"] == "vote" and vote["by"] == "ann"
+    assert stack.told("ann")[-1]["command_id"] == "r1"
+    stack.cmd("VoteEnd", "bob", "v1", agree=True)
+    stack.run()
+    bob = stack.told("bob")
+    assert [(m["kind"], m["state"]) for m in bob] == [("series", "vote_passed"), ("series", "finished"),
+                                                       ("lobby", "removed")]
+    assert bob[1]["reason"] == "dissolved" and bob[2]["reason"] == "series_over"
+    assert stack.place("bob") == {}
+
+
+def test_a_reconnect_gets_the_totals_and_the_open_vote(stack: SeriesStack) -> None:
+    created = _open(stack)
+    match = _seated(stack, created)
+    stack.play_hand(match, ("ann", "bob"))
+    stack.cmd("RequestEnd", "bob", "r1")
+    stack.run()
+    again = stack.worker.series.resync("ann")
+    assert [m["state"] for m in again] == ["tally", "vote"]
+    assert again[0]["hand"] == 1 and again[1]["by"] == "bob"
+
+
+@pytest.mark.parametrize("case, code", [
+    ("wrong code", "unknown_table"),
+    ("third player", "table_full"),
+    ("cancelled", "table_cancelled"),
+    ("expired", "table_expired"),
+])
+def test_a_join_is_refused_with_its_own_code(stack: SeriesStack, case: str, code: str) -> None:
+    created = _open(stack)
+    join_code = created["code"]
+    if case == "wrong code":
+        join_code = "ZZZZZZ" if join_code != "ZZZZZZ" else "YYYYYY"
+    elif case == "third player":
+        _seated(stack, created)
+    elif case == "cancelled":
+        stack.cmd("CancelTable", "ann", "x1")
+        stack.run()
+        assert [(m["state"], m["reason"]) for m in stack.told("ann")] == [("finished", "cancelled")]
+    elif case == "expired":
+        stack.clock.now += 601_000
+        stack.worker._timers_at = stack.worker._series_at = stack.worker._graces_at = 0
+        stack.run()
+        assert [(m["state"], m["reason"]) for m in stack.told("ann")] == [("finished", "not_joined")]
+    stack.cmd("JoinTable", "cat", "j9", code=join_code)
+    stack.run()
+    refused = stack.told("cat")[-1]
+    assert refused["kind"] == "rejected" and refused["code"] == code and refused["command_id"] == "j9"
+    assert join_code not in refused.get("reason", "")
+
+
+def test_a_series_command_from_nobody_at_a_table_is_refused(stack: SeriesStack) -> None:
+    stack.cmd("RequestEnd", "zed", "r1")
+    stack.cmd("CreateTable", "zed", "c1", room="points", hands=5)
+    stack.run()
+    assert [(m["kind"], m["code"]) for m in stack.told("zed")] == [("rejected", "not_seated"),
+                                                                    ("rejected", "bad_command")]
+
+
+def test_a_leave_before_the_deal_closes_the_private_table_and_abandons_the_series(stack: SeriesStack) -> None:
+    created = _open(stack)
+    _seated(stack, created)
+    stack.send("Leave", "bob", "l1")  # on the room's channel, as the gateway sends a Leave
+    stack.run()
+    bob, ann = stack.told("bob"), stack.told("ann")
+    assert ("lobby", "removed", "left") in [(m["kind"], m.get("state"), m.get("reason")) for m in bob]
+    assert ("lobby", "removed", "opponent_left") in [(m["kind"], m.get("state"), m.get("reason")) for m in ann]
+    for told in (ann, bob):
+        assert [(m["state"], m["reason"]) for m in told if m["kind"] == "series"] == [("finished", "abandoned")]
+    assert stack.place("ann") == {} and stack.place("bob") == {}
+    assert stack.client.get(keys.player_series_key("bob")) is None
+
+
+def test_an_escape_ends_the_hand_with_its_settlement_and_the_series_escaped(stack: SeriesStack) -> None:
+    created = _open(stack)
+    match = _seated(stack, created)
+    for p in ("ann", "bob"):
+        stack.ready(p, match)
+    stack.matches.execute(mc.Deal(command_id=f"deal:{match}", match_id=match, hands=((0, 2), (1, 3)), first=0))
+    stack.run()
+    assert stack.matches.execute(mc.Escape(command_id="esc", match_id=match, player="bob")).accepted
+    stack.settle_rounds()
+    ann, bob = stack.told("ann"), stack.told("bob")
+    settled = next(m for m in ann if m["kind"] == "settled")
+    assert settled["series"]["hand"] == 1 and settled["series"]["totals"]["bob"] < 0  # R-14: the escaper pays
+    finished = [m for m in ann if m["kind"] == "series"]
+    assert [(m["state"], m["reason"]) for m in finished] == [("finished", "escaped")]
+    assert [m["kind"] for m in ann][:2] == ["settled", "series"]
+    assert ("removed", "escaped") in [(m["state"], m["reason"]) for m in bob if m["kind"] == "lobby"]
+    assert ("removed", "series_over") in [(m["state"], m["reason"]) for m in ann if m["kind"] == "lobby"]
+    assert stack.matches.load_state(f"{created['series_id']}-2").version == 0
+
+
+def test_with_bots_a_bot_takes_the_empty_seat_when_the_join_time_runs_out(stack: SeriesStack) -> None:
+    stack.cmd("CreateTable", "ann", "c1", room="points", hands=4, spectators=False, bots=True)
+    stack.run()
+    created = stack.told("ann")[-1]
+    stack.clock.now += 601_000
+    stack.worker._timers_at = stack.worker._series_at = stack.worker._graces_at = 0
+    stack.run()
+    seated = [m for m in stack.told("ann") if m["kind"] == "lobby"]
+    assert [m["state"] for m in seated] == ["seated"] and seated[0]["bot_level"] is not None
+    assert seated[0]["match"] == f"{created['series_id']}-1"
+    (_stream, entries), = stack.client.xread({keys.bot_seats_key("points"): "0"})
+    bot = entries[0][1][b"bot"].decode()
+    assert keys.is_bot_id(bot) and entries[0][1][b"match"].decode() == seated[0]["match"]
+
+
+def test_a_vote_passed_during_a_hand_ends_the_series_once_that_hand_is_settled(stack: SeriesStack) -> None:
+    created = _open(stack)
+    match = _seated(stack, created)
+    for p in ("ann", "bob"):
+        stack.ready(p, match)
+    stack.matches.execute(mc.Deal(command_id=f"deal:{match}", match_id=match, hands=((0,), (1,)), first=0))
+    stack.run()
+    stack.cmd("RequestEnd", "bob", "r1")
+    stack.cmd("VoteEnd", "ann", "v1", agree=True)
+    stack.run()
+    ann = stack.told("ann")
+    assert [m["state"] for m in ann if m["kind"] == "series"] == ["vote", "vote_passed"]  # the hand goes on
+    m = stack.matches.load_state(match)
+    s = m.seat(m.turn)
+    assert stack.matches.execute(mc.Play(command_id="p", match_id=match, player=s.player, cards=s.hand)).accepted
+    stack.settle_rounds()
+    ann = stack.told("ann")
+    assert [m["kind"] for m in ann] == ["settled", "series", "lobby"]
+    assert ann[1]["state"] == "finished" and ann[1]["reason"] == "dissolved"
+    assert len(ann[1]["standings"]["per_hand"]) == 1 and ann[2]["reason"] == "series_over"
