@@ -56,6 +56,8 @@ ROOMS_EVERY_S = 2.0
 GRACES_EVERY_S = 1.0
 #: on a Cluster (no blocking read over several slots) the longest pause between idle polls
 IDLE_MAX_S = 0.4
+#: on a Cluster, how often a busy loop reads the lobby channels and the rooms' feeds
+LOBBY_POLL_S = 0.05
 OFFER_EVERY_S = 1.0
 
 
@@ -141,6 +143,7 @@ class LobbyWorker:
         self._timers_at = 0.0
         self._graces_at = 0.0
         self._series_at = 0.0
+        self._lobby_polled = 0.0
         self._retry_at = 0.0
         self._offers: dict[str, tuple[float, BotPolicy | None]] = {}
         self._tried: dict[str, tuple[int, int]] = {}  # room -> (queue version, ms) of the last timer sent
@@ -210,6 +213,12 @@ class LobbyWorker:
         streams = channels + feeds
         for s in streams:
             self._ensure(s)
+        if self.cluster and now - self._lobby_polled < LOBBY_POLL_S:
+            # a busy Cluster loop reads the bucket feeds back to back; the lobby's own streams
+            # (the players' commands, the queues' feeds) at most every LOBBY_POLL_S
+            streams = [keys.feed_key(b) for b in owned]
+        else:
+            self._lobby_polled = now
         done = 0
         if now - self._retry_at >= RETRY_EVERY_S and self._retry:
             self._retry_at = now
