@@ -300,7 +300,7 @@ def counted_serve(serve_args: list[str]) -> int:
     def named_script(self: Any, registered_client: Any, script: Any) -> None:
         script_init(self, registered_client, script)
         caller = sys._getframe(2)  # Script <- register_script <- the module that registers it
-        scripts[self.sha] = caller.f_globals.get("__name__", "?").rsplit(".", 1)[-1]
+        scripts.setdefault(self.sha, caller.f_globals.get("__name__", "?").rsplit(".", 1)[-1])  # the first: one script, many users
 
     def name(args: Any) -> str:
         n = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
