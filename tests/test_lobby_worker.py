@@ -286,3 +286,22 @@ def test_a_ranked_rooms_join_carries_the_players_rating_of_the_running_season(re
     stack.run()
     joined = RedisLobbyStore(real_redis).load(queue_aggregate("points"))[-1]
     assert type(joined).__name__ == "PlayerQueued" and joined.rating is not None and joined.rating > 0
+
+
+def test_a_ranked_rooms_pairing_timer_pairs_two_far_apart_once_their_windows_widen(real_redis) -> None:
+    stack = Stack(real_redis, ranked=True, match_window=50, match_window_per_second=10,
+                  match_max_wait_seconds=600)
+    for player, rating in (("ann", 1000.0), ("bob", 2000.0)):
+        c = {"type": "Join", "command_id": f"j-{player}", "room": "points", "player": player, "rating": rating}
+        stack.client.xadd(keys.lobby_inbox_key(keys.room_bucket("points")), {"c": json.dumps(c)})
+    stack.run()
+    assert [m["state"] for m in stack.told("bob")] == ["queued"]  # 1000 apart: not yet
+    stack.clock.now += 30_000  # each window 50 + 10/s · 30 s = 350: still apart
+    stack.worker._timers_at = 0
+    stack.run()
+    assert stack.told("bob") == []
+    stack.clock.now += 70_000  # 50 + 10/s · 100 s = 1050: the PairTimer pairs them
+    stack.worker._timers_at = 0
+    stack.run()
+    seated = stack.told("bob")[-1]
+    assert seated["state"] == "seated" and stack.told("ann")[-1]["match"] == seated["match"]
