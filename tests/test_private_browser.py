@@ -7,10 +7,17 @@ en-US page) opens the link ``/t/<code>``, signs in and is seated at once; both s
 tally.  Alice asks to end; Bob's page shows the vote dialog with its countdown and he agrees; both
 pages show the final standings (dissolved).  No page logs an error.  Screenshots (the code; the
 vote dialog; the standings) at 1280×800, 375×812 and 812×375 go to ``artifacts/screenshots/``
-(``private-*.png``)."""
+(``private-*.png``).
+
+A second test plays two hands of a 4-hand series through the link (both players ask for the
+trustee, whose choice plays each hand to its settlement), then Bob asks to end and Alice agrees:
+both see the standings (dissolved, 2 hands) whose totals are the tally's and the hands' sums.
+Screenshots of the create, join, tally, vote and standings screens at 375×812, 812×375 and
+1280×800 (``private-<screen>-<w>x<h>.png``, in the first deployment)."""
 
 from __future__ import annotations
 
+import json
 import os
 import urllib.request
 from pathlib import Path
@@ -18,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.processes import tail, wait_for
+from tests.gateway_support import DEPLOYMENTS
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, Console
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.redis, pytest.mark.worker]
@@ -33,7 +41,7 @@ def stack(redis_server, tmp_path, deployment):
             pytest.skip(msg)
         pytest.fail(msg, pytrace=False)
     s = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path,
-                    {"friends": {"turn_seconds": 120, "ready_seconds": 120}}, deployment)
+                    {"friends": {"turn_seconds": 120, "ready_seconds": 120, "trustee_delay_seconds": 0.1}}, deployment)
     try:
         gw = s.start_gateway("privbrowser", "--dev")
 
@@ -109,4 +117,133 @@ def test_two_friends_open_a_table_by_link_and_end_the_series_by_vote(stack) -> N
                 page.screenshot(path=str(SHOTS / f"private-standings-{w}x{h}.png"))
         finally:
             browser.close()
+    assert console.errors == []
+
+
+#: the screenshot sizes of the table (issue 36): a phone in portrait, in landscape, a desktop
+SIZES = ((375, 812), (812, 375), (1280, 800))
+
+
+def _shots(page, name: str, on: bool) -> None:
+    """``private-<name>-<w>x<h>.png`` at each of SIZES (when ``on``); the page is left at 1280×800."""
+    if on:
+        for w, h in SIZES:
+            page.set_viewport_size({"width": w, "height": h})
+            page.wait_for_timeout(150)  # one layout pass at the new size before the picture
+            page.screenshot(path=str(SHOTS / f"private-{name}-{w}x{h}.png"))
+    page.set_viewport_size({"width": 1280, "height": 800})
+
+
+def _frames(page, into: list[dict]) -> None:
+    """Every JSON message of kind ``settled`` or ``series`` the page receives, in order."""
+    def keep(frame: str | bytes) -> None:
+        try:
+            msg = json.loads(frame)
+        except ValueError:
+            return
+        if isinstance(msg, dict) and msg.get("kind") in ("settled", "series"):
+            into.append(msg)
+    page.on("websocket", lambda ws: ws.on("framereceived", keep))
+
+
+def _signed(v: int) -> str:
+    return f"+{v}" if v > 0 else str(v)
+
+
+def test_two_friends_play_two_hands_by_link_then_end_the_series_by_vote(stack, deployment) -> None:
+    from playwright.sync_api import sync_playwright
+
+    base = stack["base"]
+    shoot = deployment == DEPLOYMENTS[0]
+    console = Console()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    seen: dict[str, list[dict]] = {"a": [], "b": []}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            a_ctx = browser.new_context(viewport={"width": 1280, "height": 800}, locale="zh-TW")
+            b_ctx = browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US")
+            a, b = a_ctx.new_page(), b_ctx.new_page()
+            console.watch(a, "alice")
+            console.watch(b, "bob")
+            _frames(a, seen["a"])
+            _frames(b, seen["b"])
+
+            # -- Alice opens a 4-hand table -------------------------------------------------------
+            a.goto(base + "/")
+            a.fill("#login-name", "Alice")
+            a.click("[data-action=login]")
+            a.wait_for_selector("#lobby:not([hidden]) input[name=room][value=friends]")
+            a.check("input[name=room][value=friends]")
+            a.select_option("[data-private-hands]", "4")
+            _shots(a, "create", shoot)
+            a.click("[data-action=create-table]")
+            a.wait_for_selector("[data-private-created]:not([hidden])", timeout=60_000)
+            code = a.text_content("[data-private-code]").strip()
+            assert a.text_content("[data-private-link]").strip().endswith(f"/t/{code}")
+
+            # -- Bob opens the link, signs in and is seated ---------------------------------------
+            b.goto(f"{base}/t/{code}")
+            b.wait_for_selector("#login-name")
+            _shots(b, "join", shoot)
+            b.fill("#login-name", "Bob")
+            b.click("[data-action=login]")
+            for page in (a, b):
+                page.wait_for_selector("#match:not([hidden])", timeout=60_000)
+                page.wait_for_selector("[data-series-tally]:not([hidden])", timeout=60_000)
+                assert page.get_attribute("[data-series-tally]", "data-hands") == "4"
+                assert page.get_attribute("[data-series-tally]", "data-hand") == "0"
+
+            # -- two hands, each played by the trustee to its settlement --------------------------
+            for hand in (1, 2):
+                for page in (a, b):
+                    page.wait_for_selector("[data-action=ready]:visible", timeout=60_000)
+                    page.click("[data-action=ready]")
+                for page in (a, b):
+                    page.wait_for_function(
+                        "n => { const t = document.querySelector('#table');"
+                        " return t.dataset.phase === 'playing' && (t.dataset.match || '').endsWith('-' + n); }",
+                        arg=hand, timeout=60_000)
+                    page.click("[data-action=trustee]")
+                for page in (a, b):
+                    page.wait_for_selector(f"[data-series-tally][data-hand='{hand}']", timeout=60_000)
+                    page.wait_for_selector("[data-settlement]:visible", timeout=60_000)
+                if hand == 1:
+                    _shots(b, "tally", shoot)
+
+            settled = [m for m in seen["a"] if m["kind"] == "settled"]
+            assert [m["series"]["hand"] for m in settled] == [1, 2]
+            totals = settled[-1]["series"]["totals"]
+            assert len(totals) == 2
+            assert totals == {p: sum(m["scores"][p] for m in settled) for p in totals}
+            for page in (a, b):  # the tally shown is the series' running totals
+                text = page.text_content("[data-tally-text]")
+                assert all(_signed(v) in text for v in totals.values()), (text, totals)
+
+            # -- Bob asks to end; Alice agrees in the vote dialog ---------------------------------
+            b.click("[data-action=request-end]")
+            a.wait_for_selector("[data-vote-dialog]:not([hidden]) [data-action=vote-agree]:not([hidden])",
+                                timeout=60_000)
+            assert a.text_content("[data-vote-countdown]").strip()
+            b.wait_for_selector("[data-vote-dialog]:not([hidden])")
+            assert b.is_hidden("[data-action=vote-agree]")
+            _shots(a, "vote", shoot)
+            a.click("[data-action=vote-agree]")
+            for page in (a, b):
+                page.wait_for_selector("[data-standings]:not([hidden])", timeout=60_000)
+                assert page.get_attribute("[data-standings]", "data-reason") == "dissolved"
+                rows = page.eval_on_selector_all(
+                    "[data-standings-row]", "els => els.map(e => [e.dataset.player, e.dataset.total])")
+                assert {p: int(v) for p, v in rows} == totals
+                assert "2" in page.text_content("[data-standings-hands]")
+            _shots(b, "standings", shoot)
+        finally:
+            browser.close()
+    for who in ("a", "b"):
+        finished = [m for m in seen[who] if m["kind"] == "series" and m.get("state") == "finished"]
+        assert len(finished) == 1, seen[who]
+        assert finished[0]["reason"] == "dissolved"
+        standings = finished[0]["standings"]
+        assert len(standings["per_hand"]) == 2 and standings["totals"] == totals
+        assert {p: sum(h["scores"][p] for h in standings["per_hand"]) for p in totals} == totals
     assert console.errors == []
