@@ -5,9 +5,8 @@ serve`` and a real redis-server.
 Alice (a zh-TW page) opens a 4-hand table from the lobby and gets its code and link; Bob (an
 en-US page) opens the link ``/t/<code>``, signs in and is seated at once; both see the series'
 tally.  Alice asks to end; Bob's page shows the vote dialog with its countdown and he agrees; both
-pages show the final standings (dissolved).  No page logs an error.  Screenshots (the code; the
-vote dialog; the standings) at 1280×800, 375×812 and 812×375 go to ``artifacts/screenshots/``
-(``private-*.png``).
+pages show the final standings (dissolved).  No page logs an error.  A screenshot of the code
+(``private-code-1280x800.png``) goes to ``artifacts/screenshots/``.
 
 A second test plays two hands of a 4-hand series through the link (both players ask for the
 trustee, whose choice plays each hand to its settlement), then Bob asks to end and Alice agrees:
@@ -103,7 +102,6 @@ def test_two_friends_open_a_table_by_link_and_end_the_series_by_vote(stack) -> N
             assert b.text_content("[data-vote-countdown]").strip()
             a.wait_for_selector("[data-vote-dialog]:not([hidden])")
             assert a.is_hidden("[data-action=vote-agree]")  # the asker waits for the answer
-            b.screenshot(path=str(SHOTS / "private-vote-375x812.png"))
             b.click("[data-action=vote-agree]")
             for page in (a, b):
                 page.wait_for_selector("[data-standings]:not([hidden])", timeout=60_000)
@@ -112,9 +110,6 @@ def test_two_friends_open_a_table_by_link_and_end_the_series_by_vote(stack) -> N
                 assert page.is_hidden("[data-vote-dialog]") and page.is_hidden("[data-series-tally]")
             assert "agreement" in b.text_content("[data-standings]")
             assert "大結算" in a.text_content("[data-standings]")
-            for page, (w, h) in ((a, (1280, 800)), (b, (375, 812)), (b, (812, 375))):
-                page.set_viewport_size({"width": w, "height": h})
-                page.screenshot(path=str(SHOTS / f"private-standings-{w}x{h}.png"))
         finally:
             browser.close()
     assert console.errors == []
