@@ -293,3 +293,30 @@ def test_a_player_in_a_public_queue_or_another_series_cannot_take_a_private_seat
         assert told == []  # her own table's code: she sits there already, nothing changes
     assert stack.client.get(keys.player_series_key("ann")).decode() == created["series_id"]
 
+
+def test_the_live_path_counts_tables_finishes_by_reason_and_votes_by_outcome(stack: SeriesStack) -> None:
+    from projections.metrics import REGISTRY
+
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(f"shuangkou_{name}_total", {"config": "points", **labels}) or 0.0
+
+    probes = [("private_tables_created", {}), ("private_tables_finished", {"reason": "dissolved"}),
+              ("private_tables_finished", {"reason": "cancelled"}), ("series_votes", {"outcome": "refused"}),
+              ("series_votes", {"outcome": "passed"}), ("series_votes", {"outcome": "timed_out"})]
+    before = [value(n, **lb) for n, lb in probes]
+    created = _open(stack)
+    match = _seated(stack, created)
+    stack.play_hand(match, ("ann", "bob"))
+    for cid, agree in (("r1", False), ("r2", True)):
+        stack.cmd("RequestEnd", "ann", cid)
+        stack.run()
+        stack.cmd("VoteEnd", "bob", f"v{cid}", agree=agree)
+        stack.run()
+    assert ("finished", "dissolved") in [(m["state"], m.get("reason")) for m in stack.told("bob")
+                                         if m["kind"] == "series"]
+    stack.cmd("CreateTable", "cat", "c9", room="points", hands=4)
+    stack.run()
+    stack.cmd("CancelTable", "cat", "x9")
+    stack.run()
+    after = [value(n, **lb) for n, lb in probes]
+    assert [a - b for a, b in zip(after, before)] == [2, 1, 1, 1, 1, 0]
