@@ -250,3 +250,73 @@ def test_a_vote_passed_during_a_hand_ends_the_series_once_that_hand_is_settled(s
     assert [m["kind"] for m in ann] == ["settled", "series", "lobby"]
     assert ann[1]["state"] == "finished" and ann[1]["reason"] == "dissolved"
     assert len(ann[1]["standings"]["per_hand"]) == 1 and ann[2]["reason"] == "series_over"
+
+
+def test_a_player_at_a_private_table_is_refused_a_public_join(stack: SeriesStack) -> None:
+    """One place per player: an owner still waiting for the friend gets ``already_placed``; a
+    player seated at a private table is told where they sit, as any already-placed Join."""
+    created = _open(stack)
+    stack.send("Join", "ann", "pj1")
+    stack.run()
+    refused = stack.told("ann")
+    assert [(m["kind"], m.get("code"), m.get("command_id")) for m in refused] == [("rejected", "already_placed", "pj1")]
+    assert created["code"] not in refused[0].get("reason", "")
+    assert stack.place("ann") == {}
+    assert stack.client.hget(keys.queue_info_key("points"), "waiting") in (None, b"0")
+    match = _seated(stack, created)
+    stack.send("Join", "bob", "pj2")
+    stack.run()
+    told = stack.told("bob")
+    assert [(m["kind"], m["state"], m["reason"], m["match"], m["command_id"]) for m in told] == \
+        [("lobby", "seated", "already_seated", match, "pj2")]
+    assert stack.client.hget(keys.queue_info_key("points"), "waiting") in (None, b"0")
+
+
+@pytest.mark.parametrize("kind", ["CreateTable", "JoinTable"])
+def test_a_player_in_a_public_queue_or_another_series_cannot_take_a_private_seat(stack: SeriesStack,
+                                                                                  kind: str) -> None:
+    created = _open(stack)
+    stack.send("Join", "cat", "q1")
+    stack.run()
+    assert [m["state"] for m in stack.told("cat")] == ["queued"]
+    fields = {"room": "points", "hands": 4} if kind == "CreateTable" else {"code": created["code"]}
+    stack.cmd(kind, "cat", "x1", **fields)
+    stack.run()
+    assert [(m["kind"], m.get("code")) for m in stack.told("cat")] == [("rejected", "already_placed")]
+    assert stack.client.get(keys.player_series_key("cat")) is None
+    stack.cmd(kind, "ann", "x2", **fields)  # the owner, already in a series: a second is refused
+    stack.run()
+    told = stack.told("ann")
+    if kind == "CreateTable":
+        assert [(m["kind"], m.get("code")) for m in told] == [("rejected", "already_placed")]
+    else:
+        assert told == []  # her own table's code: she sits there already, nothing changes
+    assert stack.client.get(keys.player_series_key("ann")).decode() == created["series_id"]
+
+
+def test_the_live_path_counts_tables_finishes_by_reason_and_votes_by_outcome(stack: SeriesStack) -> None:
+    from projections.metrics import REGISTRY
+
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(f"shuangkou_{name}_total", {"config": "points", **labels}) or 0.0
+
+    probes = [("private_tables_created", {}), ("private_tables_finished", {"reason": "dissolved"}),
+              ("private_tables_finished", {"reason": "cancelled"}), ("series_votes", {"outcome": "refused"}),
+              ("series_votes", {"outcome": "passed"}), ("series_votes", {"outcome": "timed_out"})]
+    before = [value(n, **lb) for n, lb in probes]
+    created = _open(stack)
+    match = _seated(stack, created)
+    stack.play_hand(match, ("ann", "bob"))
+    for cid, agree in (("r1", False), ("r2", True)):
+        stack.cmd("RequestEnd", "ann", cid)
+        stack.run()
+        stack.cmd("VoteEnd", "bob", f"v{cid}", agree=agree)
+        stack.run()
+    assert ("finished", "dissolved") in [(m["state"], m.get("reason")) for m in stack.told("bob")
+                                         if m["kind"] == "series"]
+    stack.cmd("CreateTable", "cat", "c9", room="points", hands=4)
+    stack.run()
+    stack.cmd("CancelTable", "cat", "x9")
+    stack.run()
+    after = [value(n, **lb) for n, lb in probes]
+    assert [a - b for a, b in zip(after, before)] == [2, 1, 1, 1, 1, 0]

@@ -314,7 +314,10 @@ class LobbyWorker:
         if isinstance(command, lc.Returned):
             return True  # the gateway's own: nothing to tell
         rej: Rejected | None = out.rejection
-        if isinstance(command, lc.Join) and (isinstance(rej, AlreadyPlaced) or (rej is None and not out.events)):
+        if isinstance(command, lc.Join) and isinstance(rej, AlreadyPlaced) and \
+                not self.client.exists(keys.place_key(command.player)):
+            self._refuse(command, rej)  # at a private table still waiting for the friend: no place to tell
+        elif isinstance(command, lc.Join) and (isinstance(rej, AlreadyPlaced) or (rej is None and not out.events)):
             self._tell_place(command)
         elif rej is not None:
             self._refuse(command, rej)
@@ -509,13 +512,19 @@ def build_lobby(client: Any, store: Any, service: Any, ledger: Any, rooms: Any, 
     publisher = Publisher(client, consumer="sk-lobby", **delivery)
     holder: list[LobbyWorker] = []
 
+    def series_place(player: str) -> str | None:
+        series = _s(client.get(keys.player_series_key(player)))
+        return f"private table {series}" if series else None
+
     def place(player: str) -> str | None:
-        room = client.hget(keys.place_key(player), "room")
-        return _s(room) or None
+        """Where a Join finds ``player`` already: a private table's series (waiting for the
+        friend or playing), else the room of the place read model."""
+        return series_place(player) or _s(client.hget(keys.place_key(player), "room")) or None
 
     def place_state(player: str) -> str | None:
-        state = client.hget(keys.place_key(player), "state")
-        return _s(state) or None
+        """Where a CreateTable or JoinTable finds ``player`` already: queued or at a table, or
+        in another series."""
+        return _s(client.hget(keys.place_key(player), "state")) or series_place(player)
 
     engine = LobbyEngine(RedisLobbyStore(client, buckets=buckets), PublishingMatches(service, publisher),
                          clock=clock, rooms=rooms, balances=ledger, settlements=ledger,
