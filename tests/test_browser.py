@@ -25,6 +25,8 @@ and at the settlement, the spectator page, and the replay viewer at both widths.
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import subprocess
@@ -51,6 +53,18 @@ def stack(redis_server, tmp_path, deployment):
     """serve (+ a dramatiq worker, or alone: both deployments) + ``gateway --dev --bots`` on a
     real redis-server, with a points room whose 12 s turn clock shows the timeout notice quickly
     (and leaves a loaded machine the time to click a move)."""
+    # the clicks below expect the trustee's simple plays
+    with browser_stack(redis_server, tmp_path, deployment, {"quick": {"turn_seconds": 12}}, "browser",
+                       "--dev", "--bots", "--bot-think", "0.3", "--bot-level", "trustee") as (s, gw):
+        yield {"base": gw.http, "store_url": s.store_url, "logs": s.logs,
+               "secret": s.secret_file.read_bytes().strip()}
+
+
+@contextlib.contextmanager
+def browser_stack(redis_server, tmp_path, deployment, rooms: dict, name: str, *gateway_args: str):
+    """The stack of a browser test: Debian's chromium is there (else a failure, or a skip only
+    with ``SK_ALLOW_NO_BROWSER=1``), serve in ``deployment`` with ``rooms`` on a real
+    redis-server, and gateway ``name`` (``gateway_args``) answering /healthz: ``(stack, gateway)``."""
     from tests.gateway_support import start_stack
 
     if not Path(CHROMIUM).exists():
@@ -58,11 +72,9 @@ def stack(redis_server, tmp_path, deployment):
         if os.environ.get("SK_ALLOW_NO_BROWSER") == "1":
             pytest.skip(msg)
         pytest.fail(msg, pytrace=False)
-    s = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path, {"quick": {"turn_seconds": 12}},
-                    deployment)
+    s = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path, rooms, deployment)
     try:
-        gw = s.start_gateway("browser", "--dev", "--bots", "--bot-think", "0.3",
-                             "--bot-level", "trustee")  # the clicks below expect the trustee's simple plays
+        gw = s.start_gateway(name, *gateway_args)
 
         def up() -> bool:
             for p in s.procs:
@@ -73,8 +85,7 @@ def stack(redis_server, tmp_path, deployment):
                 return False
 
         wait_for(up, 60, "the gateway never answered /healthz", s.logs)
-        yield {"base": gw.http, "store_url": s.store_url, "logs": s.logs,
-               "secret": s.secret_file.read_bytes().strip()}
+        yield s, gw
     finally:
         s.stop()
 

@@ -17,45 +17,19 @@ Screenshots of the create, join, tally, vote and standings screens at 375×812, 
 from __future__ import annotations
 
 import json
-import os
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-from tests.processes import tail, wait_for
 from tests.gateway_support import DEPLOYMENTS
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, Console
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, Console, browser_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.redis, pytest.mark.worker]
 
 
 @pytest.fixture
 def stack(redis_server, tmp_path, deployment):
-    from tests.gateway_support import start_stack
-
-    if not Path(CHROMIUM).exists():
-        msg = "the browser tests need Debian's chromium at /usr/bin/chromium (.ci/run installs it)"
-        if os.environ.get("SK_ALLOW_NO_BROWSER") == "1":
-            pytest.skip(msg)
-        pytest.fail(msg, pytrace=False)
-    s = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path,
-                    {"friends": {"turn_seconds": 120, "ready_seconds": 120, "trustee_delay_seconds": 0.1}}, deployment)
-    try:
-        gw = s.start_gateway("privbrowser", "--dev")
-
-        def up() -> bool:
-            for p in s.procs:
-                assert p.poll() is None, "a process exited:\n" + "\n".join(tail(x) for x in s.logs)
-            try:
-                return urllib.request.urlopen(gw.http + "/healthz", timeout=2).status == 200
-            except OSError:
-                return False
-
-        wait_for(up, 60, "the gateway never answered /healthz", s.logs)
+    with browser_stack(redis_server, tmp_path, deployment, {"friends": {"turn_seconds": 120, "ready_seconds": 120, "trustee_delay_seconds": 0.1}}, "privbrowser", "--dev") as (_s, gw):
         yield {"base": gw.http}
-    finally:
-        s.stop()
 
 
 def test_two_friends_open_a_table_by_link_and_end_the_series_by_vote(stack) -> None:

@@ -16,12 +16,8 @@ from __future__ import annotations
 
 import pytest
 
-import os
-import urllib.request
-from pathlib import Path
 
-from tests.processes import tail, wait_for
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, Console
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, Console, browser_stack
 from tests.test_table_browser import SIZES
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.redis, pytest.mark.worker]
@@ -32,30 +28,8 @@ def stack(redis_server, tmp_path, deployment):
     """serve (+ a dramatiq worker, or alone) + ``gateway --dev`` (no bots: the two pages are
     paired with each other) on a real redis-server; a room whose turn clock (120 s) outlasts
     the test, so the match is still running at its end."""
-    from tests.gateway_support import start_stack
-
-    if not Path(CHROMIUM).exists():
-        msg = "the browser tests need Debian's chromium at /usr/bin/chromium (.ci/run installs it)"
-        if os.environ.get("SK_ALLOW_NO_BROWSER") == "1":
-            pytest.skip(msg)
-        pytest.fail(msg, pytrace=False)
-    s = start_stack(redis_server.db_url(2), redis_server.db_url(3), tmp_path,
-                    {"chat": {"turn_seconds": 120, "ready_seconds": 120}}, deployment)
-    try:
-        gw = s.start_gateway("saybrowser", "--dev")
-
-        def up() -> bool:
-            for p in s.procs:
-                assert p.poll() is None, "a process exited:\n" + "\n".join(tail(x) for x in s.logs)
-            try:
-                return urllib.request.urlopen(gw.http + "/healthz", timeout=2).status == 200
-            except OSError:
-                return False
-
-        wait_for(up, 60, "the gateway never answered /healthz", s.logs)
+    with browser_stack(redis_server, tmp_path, deployment, {"chat": {"turn_seconds": 120, "ready_seconds": 120}}, "saybrowser", "--dev") as (_s, gw):
         yield {"base": gw.http}
-    finally:
-        s.stop()
 
 
 #: nothing wider than the screen (the hand is laid out again a moment after a resize)
