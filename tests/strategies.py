@@ -24,7 +24,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from engine.service.shuffle import seeded_random
+from engine.service.shuffle import seeded_random, seeded_server_seeds
 from engine.match.commands import (
     CancelTrustee,
     CommandBase,
@@ -110,14 +110,18 @@ def match_specs(max_chaos: float = 0.3) -> st.SearchStrategy[MatchSpec]:
 
 
 def play_match(spec: MatchSpec, on_step: Callable[[Step], Any] | None = None,
-               max_steps: int = 600, match_id: str = "m1") -> MatchRun:
+               max_steps: int = 600, match_id: str = "m1", reproducible: bool = False) -> MatchRun:
+    """Play a random match of ``spec`` through a :class:`MatchService` on an in-memory store.
+    ``reproducible``: the server seed drawn from ``spec.seed`` too (the whole match, its
+    commitment included, the same on every run)."""
     rnd = random.Random(spec.seed)
     clock = Clock()
     store = InMemoryEventStore()
     balance = 0 if spec.mode == "points" else 1000
     balances = FixedBalances({p: balance + rnd.randint(0, 5000) for p in ("a", "b")})
+    seeds = {"server_seeds": seeded_server_seeds(spec.seed)} if reproducible else {}
     service = MatchService(store, clock, seeded_random(spec.seed), snapshot_every=spec.snapshot_every,
-                           balances=balances)
+                           balances=balances, **seeds)
     run = MatchRun(spec, store, service, MatchState(match_id=match_id))
     counter = [0]
 
