@@ -86,11 +86,12 @@ def _standing(state: MatchState) -> dict[str, dict[str, Any]]:
     return info
 
 
-def view_common(state: MatchState) -> dict[str, Any]:
+def view_common(state: MatchState, with_history: bool = True) -> dict[str, Any]:
     """The part of every player's view that does not depend on the player (the seats, the
     table, the play to beat, the deadline, the standing, the result, the fair-deal part):
     built once per command and shared by the views of its recipients (:func:`view_for`'s
-    ``common``).  Holds no hand.
+    ``common``).  Holds no hand.  ``with_history=False``: its ``history`` empty (for a
+    caller that writes the plays in a form of its own).
 
     >>> sorted(view_common(MatchState(match_id="m")))[:5]
     ['contribution', 'deadline', 'fair', 'history', 'last_play']
@@ -136,7 +137,7 @@ def view_common(state: MatchState) -> dict[str, Any]:
     else:
         out["result"] = None
     out["fair"] = fair_view(state)
-    out["history"] = history(state)
+    out["history"] = history(state) if with_history else []
     return out
 
 

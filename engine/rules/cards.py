@@ -228,9 +228,22 @@ def parse_cards(text: str | Iterable[str]) -> list[Card]:
     return out
 
 
+#: each card id's place in rank order (then by id): :func:`sort_cards`'s key, looked up
+_SORT_KEY: dict[Card, int] = {c: rank_of(c) * NUM_CARDS + c for c in range(NUM_CARDS)}
+
+
 def sort_cards(cards: Iterable[Card]) -> list[Card]:
-    """Cards in rank order (then by id): the order hands are shown in."""
-    return sorted(cards, key=lambda c: (rank_of(c), c))
+    """Cards in rank order (then by id): the order hands are shown in.
+
+    >>> sort_cards([53, 0, 106, 48, 1])
+    [0, 1, 48, 106, 53]
+    """
+    if not isinstance(cards, (list, tuple)):
+        cards = list(cards)  # read once: the fallback may sort it again
+    try:
+        return sorted(cards, key=_SORT_KEY.__getitem__)
+    except KeyError:  # not a card id: ordered all the same
+        return sorted(cards, key=lambda c: (rank_of(c), c))
 
 
 def format_cards(cards: Iterable[Card], suits: bool = True) -> str:

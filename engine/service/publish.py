@@ -41,11 +41,13 @@ from engine.match.events import (
     TrusteeshipEnded,
     TrusteeshipStarted,
 )
+from engine.match.events import public_event_dict
 from engine.match.protocols import OutcomeLike
-from engine.rules.cards import NUM_RANKS, RANK_LABELS
+from engine.rules.cards import NUM_RANKS, RANK_LABELS, sort_cards
 from engine.match.state import MatchState
 from engine.store import keys
 from engine.store.base import Write
+from projections.views import redact_event, view_common, view_for
 
 log = logging.getLogger("shuangkou.gateway")
 
@@ -75,6 +77,14 @@ _VIEW_EVENTS: tuple[type[EventBase], ...] = (
     PlayerSeated, HandDealt, MatchFinished, PlayerDisconnected, PlayerReconnected, TrusteeshipStarted, TrusteeshipEnded,
     PlayerEscaped, PlayerRemoved, ClockExtended,
 )
+
+
+#: the events :func:`projections.views.redact_event` changes per recipient (every other one
+#: reaches each recipient as its public fields)
+_PER_RECIPIENT: tuple[type[EventBase], ...] = (PlayerSeated, HandDealt)
+
+#: players whose sorted hand :meth:`Publisher._own_hand` keeps at most (then it starts afresh)
+HAND_CACHE_PLAYERS = 10_000
 
 
 def text(value: Any) -> str:
@@ -267,6 +277,37 @@ def compact_brief(brief: dict[str, Any]) -> list[Any]:
     return out
 
 
+def stored_brief(state: MatchState) -> list[Any]:
+    """``compact_brief(brief(state))`` built straight from the state, without the brief's
+    dicts (the hand None: the publisher puts each recipient's in).
+
+    >>> from engine.match.state import Seat
+    >>> from projections.views import brief
+    >>> st = MatchState(match_id="m", phase="playing", seats=(Seat(player="a", hand=(3, 1)), Seat(player="b")))
+    >>> stored_brief(st) == compact_brief(brief(st))
+    True
+    """
+    lp = state.to_beat
+    last = None
+    if lp is not None:
+        r = lp.combo.to_json()
+        extra = {k: v for k, v in r.items()
+                 if k in _BRIEF_READING_DEFAULTS and v != _BRIEF_READING_DEFAULTS[k]}
+        s = state.seats[lp.seat]
+        last = [s.player if s is not None else "", list(lp.cards),
+                [r["kind"], r["rank"], r["size"], *([extra] if extra else [])]]
+    n = state.trick_plays
+    earlier: list[Any] = []
+    if n > 1:
+        seats = state.seats
+        for p in state.history[len(state.history) - n:-1]:
+            s = seats[p.seat]
+            earlier.append([s.player if s is not None else "", list(p.cards), p.kind, RANK_LABELS[p.top], p.xiang])
+    at = state.deadline_at if state.deadline_kind is not None else None
+    return [state.phase, state.current_player, state.trick, at,
+            {s.player: len(s.hand) for s in state.seats if s is not None}, last, None, earlier]
+
+
 def expand_brief(stored: list[Any], version: int) -> dict[str, Any]:
     """The full brief of an update from its stored form (:func:`compact_brief`) and the entry's
     version (one stored by an engine before ``hand`` and ``trick_plays``: no hand, the play to
@@ -300,6 +341,7 @@ def _kinds() -> tuple[str, ...]:
 
 #: a reading's kinds in the order a stored history row names them (:func:`compact_view`)
 _KINDS = _kinds()
+_KIND_INDEX = {k: i for i, k in enumerate(_KINDS)}
 
 
 def compact_view(view: dict[str, Any]) -> dict[str, Any]:
@@ -321,6 +363,27 @@ def compact_view(view: dict[str, Any]) -> dict[str, Any]:
     rows = [[p["trick"], seat_of[p["player"]], p["cards"], _KINDS.index(p["reading"]["kind"]),
              RANK_LABELS.index(p["reading"]["rank"]), p["reading"]["xiang"]] for p in history]
     return {**view, "history": rows}
+
+
+def history_rows(state: MatchState) -> list[Any] | None:
+    """``compact_view(view_for(state, …))["history"]`` straight from the state's plays (the
+    same for every recipient); None when a play's seat is empty (then only
+    :func:`compact_view` says what the view stores).
+
+    >>> from engine.match.state import PlayRecord, Seat
+    >>> from projections.views import view_for
+    >>> st = MatchState(match_id="m", seats=(Seat(player="a"), Seat(player="b")),
+    ...                 history=(PlayRecord(1, 1, (28, 29, 82, 83), "bomb", 7, 4),))
+    >>> history_rows(st) == compact_view(view_for(st, "a"))["history"]
+    True
+    """
+    seats = state.seats
+    rows: list[Any] = []
+    for p in state.history:
+        if seats[p.seat] is None:
+            return None
+        rows.append([p.trick, p.seat, list(p.cards), _KIND_INDEX[p.kind], p.top, p.xiang])
+    return rows
 
 
 def expand_view(view: Any) -> Any:
@@ -412,6 +475,8 @@ class Publisher:
         self.full_view_every = max(1, int(full_view_every))
         self.dead_maxlen = dead_maxlen
         self.on_dead = on_dead
+        #: per player: the hand tuple of the last state published and its cards in rank order
+        self._hands: dict[str, tuple[tuple[int, ...], list[int]]] = {}
 
     def _delivery(self, stream: str, fields: dict[str, Any]) -> Write:
         """An entry of a player's outbox or of a reply stream (capped, expiring when idle; a
@@ -479,6 +544,22 @@ class Publisher:
                 return True
         return False
 
+    def _own_hand(self, state: MatchState, player: str) -> list[int] | None:
+        """:func:`projections.views.own_hand`, sorted again only when the player's hand
+        changed (a hand is a new tuple whenever it does); never mutated by the caller."""
+        me = state.seat_of(player)
+        if me is None:
+            return None
+        hand = state.seat(me).hand
+        kept = self._hands.get(player)
+        if kept is not None and kept[0] is hand:
+            return kept[1]
+        if len(self._hands) >= HAND_CACHE_PLAYERS:
+            self._hands.clear()
+        ids = sort_cards(hand)
+        self._hands[player] = (hand, ids)
+        return ids
+
     def tally(self, command: CommandBase, outcome: OutcomeLike) -> None:
         """Count one outcome in :attr:`stats` (accepted, rejected or duplicate)."""
         if outcome.rejection is not None:
@@ -492,9 +573,6 @@ class Publisher:
                 msg_id: Any = None, tally: bool = True) -> list[Write]:
         """The stream entries :meth:`publish` writes for one outcome (no I/O), counted in
         :attr:`stats` unless ``tally`` is False (:meth:`tally` then, once it is published)."""
-        from engine.match.events import public_event_dict
-        from projections.views import brief, own_hand, redact_event, view_common, view_for
-
         out: list[Write] = []
         cmd_id = command.command_id
         match_id = command.match_id
@@ -535,27 +613,35 @@ class Publisher:
             if events:
                 duplicate = bool(outcome.duplicate)
                 # what does not depend on the recipient, once per command (issue 13 §4): each
-                # event's public fields, and the player-independent part of the view
+                # event's public fields, the whole body when no event is redacted per recipient,
+                # whether it carries the view, and the player-independent part of the view
                 publics = [public_event_dict(e) for e in events]
+                shared = None if any(isinstance(e, _PER_RECIPIENT) for e in events) else compact_body(publics, duplicate)
+                wants_view = self._wants_view("", events, version, duplicate)
                 common: dict[str, Any] | None = None
+                rows: list[Any] | None = None
+                if wants_view:
+                    rows = history_rows(state)
+                    common = view_common(state, with_history=rows is None)
                 # the brief (docs/PROTOCOL.md §8): all but the recipient's own hand is public
-                stored_brief = compact_brief(brief(state))
+                brief_row = None if wants_view else stored_brief(state)
                 for player in recipients(state, events):
                     # compact (docs/PROTOCOL.md "Updates"): the entry's fields say the match,
                     # the command and the version; the events follow ``version - len(events)``
-                    seen = [redact_event(e, player, state=state, public=pub) for e, pub in zip(events, publics)]
-                    if self._wants_view(player, events, version, duplicate):
-                        if common is None:
-                            common = view_common(state)
-                        body = compact_body(seen, duplicate)  # no brief: the gateway reads it off the view
-                        body["view"] = compact_view(view_for(state, player, common))
-                        packed = pack(body)
+                    if shared is not None:
+                        body = dict(shared)
                     else:
-                        stored_brief[6] = own_hand(state, player)
-                        packed = pack({**compact_body(seen, duplicate), "brief": stored_brief})
+                        body = compact_body([redact_event(e, player, state=state, public=pub)
+                                             for e, pub in zip(events, publics)], duplicate)
+                    if brief_row is None:  # no brief: the gateway reads it off the view
+                        view = view_for(state, player, common)
+                        body["view"] = compact_view(view) if rows is None else {**view, "history": rows}
+                    else:
+                        brief_row[6] = self._own_hand(state, player)
+                        body["brief"] = brief_row
                     out.append(self._delivery(keys.outbox_key(player),
                                               {"kind": "update", "match": match_id, "command_id": cmd_id,
-                                               "version": version, "body": packed}))
+                                               "version": version, "body": pack(body)}))
         if reply_to is not None:
             reply = {"kind": status, "match": match_id, "command_id": cmd_id, "version": version,
                      "inbox_id": msg_id if msg_id is not None else ""}
