@@ -45,7 +45,9 @@ import redis
 from engine.match.commands import CommandBase
 from engine.match.errors import BadCommand
 from engine.match.protocols import OutcomeLike, ServiceLike
-from engine.service.inbox_message import Accepts, Handled, MessageHandler, accept_all, decode
+from engine.service.inbox_message import (
+    Accepts, Handled, MessageHandler, NotRun, Prepared, accept_all, decode, run_many,
+)
 from engine.service.publish import (
     DEFAULT_DEAD_MAXLEN,
     DEFAULT_FULL_VIEW_EVERY,
@@ -346,8 +348,6 @@ class InboxConsumer:
         stays pending (with every later one the service did not finish) and that error is
         raised once the rest are in the batch; a WrongVersion the service gave up on leaves
         its message pending too."""
-        from engine.service.inbox_message import Prepared, run_many
-
         prepared = [s for s in slots if isinstance(s, Prepared)]
         results: dict[int, Any] = {}
         carried = self.handler.carry(slots) if prepared else None
@@ -362,8 +362,6 @@ class InboxConsumer:
         """Put every finished message of ``slots`` (in order) into ``batch``, given the
         results of their commands (``results``: by ``id`` of each Prepared); see
         :meth:`_run_prepared`."""
-        from engine.service.inbox_message import NotRun, Prepared
-
         waiting: list[Any] = []
         transient: Exception | None = None
         for msg_id, slot in zip(ids, slots):
@@ -700,8 +698,6 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
     read, as ``run_once(defer_ack=True)`` does.  A Redis Cluster cannot: a read of several
     keys must stay in one slot.  Returns how many messages were handled; the first
     transient error is raised once every consumer's batch is committed."""
-    from engine.service.inbox_message import Prepared, run_many
-
     handled = 0
     for c in consumers:
         if c._backlog:
