@@ -755,6 +755,33 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
     return handled
 
 
+#: the arguments of the read of a set of streams (:func:`_xreadgroup_args`), built once per set
+_XREAD_ARGS: dict[tuple[Any, ...], list[Any]] = {}
+
+
+def _xreadgroup_args(group: str, consumer: str, streams: tuple[str, ...], count: int,
+                     block_ms: int | None) -> list[Any]:
+    """XREADGROUP's arguments for new entries (``>``) of ``streams`` (what redis-py's
+    ``xreadgroup`` sends), kept: a serve reads the same set of streams on every read.
+
+    >>> _xreadgroup_args("g", "c", ("s1", "s2"), 10, None)
+    [b'GROUP', 'g', 'c', b'COUNT', '10', b'STREAMS', 's1', 's2', '>', '>']
+    """
+    key = (group, consumer, streams, count, block_ms)
+    args = _XREAD_ARGS.get(key)
+    if args is None:
+        if count < 1 or (block_ms is not None and block_ms < 0):
+            raise ValueError(f"bad XREADGROUP count {count} or block {block_ms}")
+        args = [b"GROUP", group, consumer, b"COUNT", str(count)]
+        if block_ms is not None:
+            args += [b"BLOCK", str(block_ms)]
+        args += [b"STREAMS", *streams, *(">" for _ in streams)]
+        if len(_XREAD_ARGS) >= 64:
+            _XREAD_ARGS.clear()
+        _XREAD_ARGS[key] = args
+    return args
+
+
 def _read_together(consumers: list[InboxConsumer], readers: list[InboxConsumer], block_ms: int | None,
                    count: int) -> dict[str, list[Any]] | None:
     """One pipeline: every consumer's unsent acknowledgements, then one XREADGROUP of the
@@ -765,7 +792,8 @@ def _read_together(consumers: list[InboxConsumer], readers: list[InboxConsumer],
     acking = [(c, c._ack_entries()) for c in consumers if c._unsent_acks]
     for c, acks in acking:
         pipe.xack(c.stream, c.group, *acks)
-    pipe.xreadgroup(first.group, first.consumer, {c.stream: ">" for c in readers}, count=count, block=block_ms)
+    pipe.execute_command("XREADGROUP", *_xreadgroup_args(first.group, first.consumer,
+                                                         tuple(c.stream for c in readers), count, block_ms))
     try:
         replies = pipe.execute(raise_on_error=False)
     except Exception:
