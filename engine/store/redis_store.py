@@ -178,7 +178,7 @@ class RedisEventStore(EventStore):
         _, ks = self._match_keys(match_id)
         args = self._script_args(match_id, expected_version, command_id, payloads, deadline, events, writes)
         try:
-            reply = self._append(keys=[*ks, *(w.stream for w in writes)], args=args)
+            reply = self._run_append([*ks, *(w.stream for w in writes)], args)
         except redis.ResponseError as exc:
             wrong = _wrong_version(exc, match_id, expected_version)
             if wrong is not None:
@@ -188,6 +188,15 @@ class RedisEventStore(EventStore):
         if self.replica_acks is not None:
             self.replica_acks.confirm(ks[:1])
         return result
+
+    def _run_append(self, script_keys: list[Any], args: list[Any]) -> Any:
+        """append.lua by its SHA1 (EVALSHA straight through ``execute_command``: what the
+        registered script sends, without its per-call copies); on NOSCRIPT (a new server, a
+        SCRIPT FLUSH) the registered script loads it and runs it."""
+        try:
+            return self.client.execute_command("EVALSHA", self._append.sha, len(script_keys), *script_keys, *args)
+        except NoScriptError:
+            return self._append(keys=script_keys, args=args)
 
     def confirm_replicated(self, match_id: str) -> None:
         """One INCR + WAIT on the node holding the match (with :attr:`replica_acks`): every
