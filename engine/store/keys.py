@@ -175,7 +175,7 @@ def player_id_problem(player_id: str) -> str | None:
     >>> player_id_problem("a{b}")
     "a player id may not contain '{' or '}' (it is the hash tag of the player's keys), got 'a{b}'"
     """
-    if any(ch in PLAYER_ID_FORBIDDEN for ch in player_id):
+    if any(ch in player_id for ch in PLAYER_ID_FORBIDDEN):
         return f"a player id may not contain '{{' or '}}' (it is the hash tag of the player's keys), got {player_id!r}"
     return None
 
