@@ -56,7 +56,9 @@ ROOMS_EVERY_S = 2.0
 GRACES_EVERY_S = 1.0
 #: on a Cluster (no blocking read over several slots) the longest pause between idle polls
 IDLE_MAX_S = 0.4
-#: on a Cluster, how often a busy loop reads the lobby channels and the rooms' feeds
+#: on a Cluster, how often a busy loop reads the lobby channels and the rooms' feeds; on one
+#: node, the pause after a round that handled entries, so that a busy stack's feed entries are
+#: read (and acknowledged) a batch at a time instead of one wake-up per command
 LOBBY_POLL_S = 0.05
 OFFER_EVERY_S = 1.0
 
@@ -195,6 +197,8 @@ class LobbyWorker:
             idle = 0 if busy else idle + 1
             if not busy and self.cluster:  # no blocking read over several slots: poll, slower when idle
                 stop.wait(min(IDLE_MAX_S, self.block_ms / 1000 * idle))
+            elif busy and not self.cluster:  # the next blocking read finds what came meanwhile
+                stop.wait(LOBBY_POLL_S)
 
     def run_once(self) -> int:
         """One round: take over new buckets' pending entries, read and handle the channels and
