@@ -194,24 +194,31 @@ class Connection:
         if self.closed:
             return
         message = await self._named(message, table)
+        update = self.is_player and message.get("kind") == "update"
+        if update:  # before the frame goes out: the client's Seen of it may come back at once
+            self._will_send(message)
         async with self._send_lock:
             try:
                 await self.ws.send_text(protocol.encode(message))
             except (WebSocketDisconnect, RuntimeError, OSError):
                 self.closed = True
                 return
-        if self.is_player and message.get("kind") == "update":
-            self._sent_update(message)
+        if update:
+            self._receipt(message)
         self.hub.metrics.message_out(message.get("kind", ""), message.get("code"))
 
-    def _sent_update(self, message: dict[str, Any]) -> None:
-        """An update went out: remember its version (a ``Seen`` may name it) and receipt it
-        (the clocks run from here, issue 35 §4), with what the client acknowledged."""
+    def _will_send(self, message: dict[str, Any]) -> None:
+        """An update goes out: remember its version (a ``Seen`` may name it)."""
         match, version = str(message.get("match") or ""), message.get("version")
         if isinstance(version, int) and match:
             if match not in self._sent and len(self._sent) >= 4:
                 self._sent.pop(next(iter(self._sent)))
             self._sent[match] = max(version, self._sent.get(match, 0))
+
+    def _receipt(self, message: dict[str, Any]) -> None:
+        """An update went out: receipt it (the clocks run from here, issue 35 §4), with what the
+        client acknowledged of its match."""
+        match = str(message.get("match") or "")
         acked = self._acked.get(match, 0) if self._acks else None
         handed = self.hub.receipts.delivered(self.player, message, acked)
         if handed is not None:
