@@ -226,8 +226,9 @@ class Connection:
 
     def _seen(self, msg: Any) -> None:
         """The client read the updates of its match up to ``msg.version``.  A version this socket
-        was not sent is refused (a client cannot acknowledge ahead of what it got); an older
-        match's is ignored.  The last receipt is written again with the client's word."""
+        was not sent, or of a match it was not sent, is refused (a client cannot acknowledge ahead
+        of what it got); an older acknowledgement changes nothing.  The last receipt, when it is
+        of that match, is written again with the client's word."""
         match = msg.match or (self._handed[2] if self._handed is not None else self.match)
         top = self._sent.get(match or "")
         if top is None or msg.version > top:
