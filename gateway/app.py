@@ -193,7 +193,7 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
     async def lifespan(_app: Starlette):
         stop = asyncio.Event()
         tasks = [asyncio.create_task(lobby.run(stop)), asyncio.create_task(hub.heartbeat(stop)),
-                 asyncio.create_task(hub.receipts.run(stop))]
+                 asyncio.create_task(hub.receipts.run(stop)), asyncio.create_task(hub.receipts.beat(stop))]
         if bots is not None:
             tasks.append(asyncio.create_task(bots.run(stop, bot_rooms, settings.gateway_id)))
         try:

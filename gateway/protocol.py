@@ -41,7 +41,7 @@ PLAYER_COMMAND_TYPES = frozenset({"Ready", "Play", "Pass", "RequestTrustee", "Ca
 #: every client message type
 #: the client messages of a private table's series (issue 39), sent on the lobby channel
 SERIES_TYPES = ("CreateTable", "JoinTable", "CancelTable", "RequestEnd", "VoteEnd")
-CLIENT_TYPES = PLAYER_COMMAND_TYPES | {"Join", "Watch", "Auth", *SERIES_TYPES}
+CLIENT_TYPES = PLAYER_COMMAND_TYPES | {"Join", "Watch", "Auth", "Seen", *SERIES_TYPES}
 
 #: gateway-level rejection codes (the engine's own codes are in engine/match/errors.py)
 BAD_COMMAND = "bad_command"
@@ -142,6 +142,17 @@ class Sync(_Msg):
     version: int | None = Field(None, ge=0, description="resume: send every update after this version")
 
 
+class Seen(_Msg):
+    """The client read the updates of ``match`` up to ``version`` (docs/PROTOCOL.md §8 "Seen"):
+    no answer; refused ``bad_command`` when this socket was sent no such version.  A clock
+    whose update the gateway handed over, unacknowledged, just before it died then pauses."""
+
+    type: Literal["Seen"]
+    version: int = Field(ge=0, description="the highest update version of the match the client read")
+    match: str | None = Field(None, min_length=1, max_length=200, description="the match of that update "
+                              "(its ``match``); absent: the socket's current match")
+
+
 class Say(_Msg):
     type: Literal["Say"]
     phrase: str = Field(min_length=1, max_length=40, description="a quick phrase or emote id (docs/PROTOCOL.md "
@@ -186,7 +197,7 @@ class VoteEnd(_Msg):
 
 
 ClientMessage = Annotated[
-    Union[Auth, Join, Watch, Ready, Play, Pass, RequestTrustee, CancelTrustee, Escape, Leave, Sync, Say,
+    Union[Auth, Join, Watch, Ready, Play, Pass, RequestTrustee, CancelTrustee, Escape, Leave, Sync, Say, Seen,
           CreateTable, JoinTable, CancelTable, RequestEnd, VoteEnd],
     Field(discriminator="type"),
 ]

@@ -16,16 +16,25 @@ player, every :data:`FLUSH_S`; a receipt that could not be written (Redis away) 
 the next flush while no newer one replaced it.  A gateway that is killed writes nothing: its
 players' receipts stay ``open`` at the last version delivered, which is what the timers read
 as "not delivered".
+
+A receipt says the update was handed to the socket, not that the client read it.  A client
+that acknowledges what it read (``Seen``, docs/PROTOCOL.md) closes that gap: its socket's
+receipts carry the version it acknowledged and this process's instance, and the process
+writes a liveness beat (:meth:`Receipts.beat`, ``sk:seen:gw:{<instance>}``) every
+:data:`~engine.service.receipts.BEAT_MS`.  An update handed over and not acknowledged when
+the beat stops (the gateway was killed or restarted) is read by the timers as undelivered
+(engine/service/receipts.py ``handed_at``); while the beat goes on, the handing-over counts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from typing import Any
 
-from engine.service.receipts import TTL_MS, encode, starts_clock
+from engine.service.receipts import BEAT_MS, BEAT_TTL_MS, TTL_MS, encode, starts_clock
 from engine.store import keys
 from engine.store.connect import is_cluster
 
@@ -44,16 +53,31 @@ class Receipts:
 
     def __init__(self, redis: Any):
         self.redis = redis
+        self.instance = secrets.token_hex(8)  # this process: a restarted gateway is another one
         self._due: dict[str, str] = {}  # player -> the receipt to write
         self._wake = asyncio.Event()
         self.written = 0  # receipts written (tests)
 
-    def delivered(self, player: str, message: dict[str, Any]) -> None:
-        """``message`` was sent on ``player``'s socket: receipt it when it starts their clock."""
-        if starts_clock(player, message):
-            self._due[player] = encode("open", now_ms(), int(message.get("version") or 0),
-                                       str(message.get("match") or ""))
-            self._wake.set()
+    def delivered(self, player: str, message: dict[str, Any], acked: int | None = None
+                  ) -> tuple[int, int, str] | None:
+        """``message`` was sent on ``player``'s socket: receipt it when it starts their clock;
+        ``acked``: the version of its match the socket's client acknowledged (None: this
+        socket never sent ``Seen``).  Returns ``(at_ms, version, match)`` receipted, or None."""
+        if not starts_clock(player, message):
+            return None
+        handed = (now_ms(), int(message.get("version") or 0), str(message.get("match") or ""))
+        self._note(player, handed, acked)
+        return handed
+
+    def acknowledged(self, player: str, handed: tuple[int, int, str], acked: int) -> None:
+        """The socket's client acknowledged ``acked`` of the match of its last receipt
+        ``handed``: the receipt again, with the client's word."""
+        self._note(player, handed, acked)
+
+    def _note(self, player: str, handed: tuple[int, int, str], acked: int | None) -> None:
+        at, version, match = handed
+        self._due[player] = encode("open", at, version, match, acked, self.instance if acked is not None else None)
+        self._wake.set()
 
     def closed(self, player: str, match: str | None) -> None:
         """The player's own socket closed (the gateway lives on): their clocks run as usual."""
@@ -83,6 +107,27 @@ class Receipts:
                 log.debug("could not write %s's receipt: %s", p, r)
             else:
                 self.written += 1
+
+    async def beat(self, stop: asyncio.Event) -> None:
+        """This process's liveness beat (``sk:seen:gw:{<instance>}``: the time, every
+        :data:`BEAT_MS`) until ``stop``; then a beat of 0 (the sockets are being closed: an
+        update handed over and not acknowledged was not read)."""
+        key = keys.gateway_beat_key(self.instance)
+        while not stop.is_set():
+            try:
+                await self.redis.set(key, str(now_ms()), px=BEAT_TTL_MS)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("liveness beat not written: %s", exc)
+            try:
+                await asyncio.wait_for(stop.wait(), BEAT_MS / 1000)
+            except asyncio.TimeoutError:
+                pass
+        try:
+            await asyncio.wait_for(self.redis.set(key, "0", px=BEAT_TTL_MS), 1.0)
+        except Exception as exc:  # it expires anyway
+            log.debug("last beat not written: %s", exc)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Write the receipts noted, every :data:`FLUSH_S` while there are some, until ``stop``."""

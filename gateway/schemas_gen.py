@@ -602,6 +602,10 @@ export declare class Client {
   setState(link: LinkState, detail?: { code?: number; reason?: string }): void;
   connect(): this; close(): void; receive(message: ServerMessage): void;
   answered(commandId: string): void; retry(command: ClientMessage): boolean; pump(): void;
+  /** acknowledge a read update (Seen): the first on a socket, then those that start your clock */
+  seen(message: UpdateMessage): void;
+  /** this socket sent a Seen */
+  acking: boolean;
   send(message: Partial<ClientMessage> & { type: ClientMessage["type"] }): string;
   renew(token: string): void;
   expected(): number | null;

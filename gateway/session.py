@@ -166,6 +166,13 @@ class Connection:
         self._send_lock = asyncio.Lock()
         self._session_id = "0-0"
         self._announced: str | None = None  # the match this socket last told the client it is seated in
+        #: the client's acknowledgements (``Seen``): the highest update version sent on this socket
+        #: per match (the last few), the version acknowledged of the match of ``_handed`` (None:
+        #: this socket never acknowledged), the last update receipted ``(at_ms, version, match)``
+        self._sent: dict[str, int] = {}
+        self._acks = False
+        self._acked: dict[str, int] = {}
+        self._handed: tuple[int, int, str] | None = None
         self.subscription = Subscription(hub.fanout, hub.redis, self.deliver, lambda: self.closed, identity.player)
         self.resync = Resync(self, GAP_WAIT_S)
         self.guard = Guard(self, hub.limits)  # token lifetime and rates (the edge, gateway/guard.py)
@@ -187,15 +194,56 @@ class Connection:
         if self.closed:
             return
         message = await self._named(message, table)
+        update = self.is_player and message.get("kind") == "update"
+        if update:  # before the frame goes out: the client's Seen of it may come back at once
+            self._will_send(message)
         async with self._send_lock:
             try:
                 await self.ws.send_text(protocol.encode(message))
             except (WebSocketDisconnect, RuntimeError, OSError):
                 self.closed = True
                 return
-        if self.is_player and message.get("kind") == "update":
-            self.hub.receipts.delivered(self.player, message)  # the clocks run from here (issue 35 §4)
+        if update:
+            self._receipt(message)
         self.hub.metrics.message_out(message.get("kind", ""), message.get("code"))
+
+    def _will_send(self, message: dict[str, Any]) -> None:
+        """An update goes out: remember its version (a ``Seen`` may name it)."""
+        match, version = str(message.get("match") or ""), message.get("version")
+        if isinstance(version, int) and match:
+            if match not in self._sent and len(self._sent) >= 4:
+                self._sent.pop(next(iter(self._sent)))
+            self._sent[match] = max(version, self._sent.get(match, 0))
+
+    def _receipt(self, message: dict[str, Any]) -> None:
+        """An update went out: receipt it (the clocks run from here, issue 35 §4), with what the
+        client acknowledged of its match."""
+        match = str(message.get("match") or "")
+        acked = self._acked.get(match, 0) if self._acks else None
+        handed = self.hub.receipts.delivered(self.player, message, acked)
+        if handed is not None:
+            self._handed = handed
+
+    def _seen(self, msg: Any) -> None:
+        """The client read the updates of its match up to ``msg.version``.  A version this socket
+        was not sent, or of a match it was not sent, is refused (a client cannot acknowledge ahead
+        of what it got); an older acknowledgement changes nothing.  The last receipt, when it is
+        of that match, is written again with the client's word."""
+        match = msg.match or (self._handed[2] if self._handed is not None else self.match)
+        top = self._sent.get(match or "")
+        if top is None or msg.version > top:
+            raise protocol.ClientError(protocol.BAD_COMMAND, f"version {msg.version} of that match was not sent "
+                                       f"on this socket (Seen acknowledges an update you read)", msg.command_id)
+        first = not self._acks
+        self._acks = True
+        if msg.version <= self._acked.get(match or "", -1) and not first:
+            return
+        self._acked[match or ""] = max(msg.version, self._acked.get(match or "", 0))
+        if len(self._acked) > 4:
+            self._acked.pop(next(iter(self._acked)))
+        handed = self._handed
+        if handed is not None and handed[2] == match:
+            self.hub.receipts.acknowledged(self.player, handed, self._acked[match])
 
     async def _named(self, message: dict[str, Any], table: Table | None = None) -> dict[str, Any]:
         """``message`` with ``names`` ({player: display name}, gateway/names.py) when it names the
@@ -343,6 +391,8 @@ class Connection:
                                        msg.command_id)
         if t == "Join":
             return await self._join(msg)
+        if t == "Seen":
+            return self._seen(msg)
         if t == "Sync":
             return await self._sync(msg)
         if t == "Say":

@@ -2,7 +2,7 @@
 fake WebSocket and mocked timers): auth by message or query, resume with the last version, the brief
 and view it keeps, client.state from the briefs alone, expected_version, rejections and acks matched
 to their commands, pending entries cleared by their answers, pacing under the welcome's rates, the
-retry of a rate-limited move, final close codes, the cards helper, client.d.ts against the exports.
+retry of a rate-limited move, the Seen acknowledgements, final close codes, the cards helper, client.d.ts against the exports.
 
 And the close codes: every one client.js knows is one the gateway sends and docs/PROTOCOL.md lists."""
 
@@ -21,7 +21,7 @@ def test_client_js_in_node() -> None:
     out = subprocess.run([node, "--test", str(ROOT / "tests" / "js" / "client_test.mjs")],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert "# pass 9" in out.stdout and "# fail 0" in out.stdout, out.stdout[-2000:]
+    assert "# pass 10" in out.stdout and "# fail 0" in out.stdout, out.stdout[-2000:]
 
 
 def test_every_close_code_client_js_knows_is_sent_by_the_gateway_and_documented() -> None:

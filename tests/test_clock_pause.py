@@ -415,3 +415,93 @@ def test_a_receipt_the_worker_may_not_read_leaves_the_publication_rule(timers, p
     monkeypatch.setattr(t.store.client, "get", get)
     clock.set(s.deadline().at_ms)
     assert rt_mod.fire("m1", s.version, "turn", t.runtime) == "committed"
+
+
+# ---- the client's acknowledgement (Seen) against a gateway that died -------------------------
+
+def _acked_receipt(t, player: str, at_ms: int, version: int, acked: int | None, gateway: str = "gw1",
+                   state: str = "open", match: str = "m1") -> None:
+    from engine.service.receipts import encode
+
+    t.store.client.set(keys.receipt_key(player), encode(state, at_ms, version, match, acked,
+                                                        gateway if acked is not None else None))
+
+
+#: (case, the receipt's acknowledged version relative to the deadline's, its state, the handing
+#: gateway's beat relative to the deadline (None: none), what the timer does)
+ACK_RULE = [
+    ("no acknowledgements, gateway gone: as before", None, "open", None, "committed"),
+    ("acknowledged, gateway gone: the client read it", 0, "open", None, "committed"),
+    ("acknowledged a later version, gateway gone", 1, "open", None, "committed"),
+    ("not acknowledged, gateway beating: a quiet client is charged", -1, "open", -200, "committed"),
+    ("not acknowledged, gateway gone (killed, restarted)", -1, "open", None, "extended"),
+    ("not acknowledged, gateway's beat stale", -1, "open", -3_000, "extended"),
+    ("not acknowledged, gateway shut down (beat 0)", -1, "open", "zero", "extended"),
+    ("never acknowledged on this socket yet (acked 0), gateway gone", "zero", "open", None, "extended"),
+    ("the player's own socket closed: the grace's business", -1, "closed", None, "committed"),
+]
+
+
+@pytest.mark.parametrize("case,acked,state,beat,expected", ACK_RULE, ids=[c[0] for c in ACK_RULE])
+def test_an_update_handed_over_and_never_acknowledged_by_a_dead_gateway_pauses(timers, published, case, acked,
+                                                                                state, beat, expected):
+    """Issue 35 §4: a receipt says the update was handed to the socket, the client's ``Seen``
+    that it was read.  Handed over promptly (within the tolerance), not acknowledged, by a gateway
+    whose liveness beat stopped: undelivered, the clock pauses; every other case runs out."""
+    t, clock = timers
+    m = Match(t, cfg(turn_seconds=15)).start()
+    t.lose_pending_timers()
+    s = m.state()
+    player = _on_turn(s)
+    published.prompt(s)
+    ack = None if acked is None else (0 if acked == "zero" else s.version + acked)
+    _acked_receipt(t, player, s.last_ts + 10, s.version, ack, state=state)
+    deadline = s.deadline().at_ms
+    if beat is not None:
+        t.store.client.set(keys.gateway_beat_key("gw1"), "0" if beat == "zero" else str(deadline + beat))
+    clock.set(deadline)
+    assert rt_mod.fire("m1", s.version, "turn", t.runtime) == expected
+    if expected == "extended":
+        [ext] = m.events(after=s.version)
+        assert isinstance(ext, ClockExtended) and (ext.reason, ext.by_ms) == ("undelivered", deadline - s.last_ts)
+    else:
+        assert isinstance(m.events(after=s.version)[0], TurnTimedOut)
+
+
+def test_a_quiet_client_whose_gateway_died_pauses_at_most_the_reconnect_grace(timers, published):
+    """The acknowledgement cannot pause a clock for ever: a socket that acknowledged once and then
+    kept quiet, its gateway gone, pauses for at most the room's reconnect grace, then is charged."""
+    t, clock = timers
+    m = Match(t, cfg(turn_seconds=5, reconnect_grace_seconds=12)).start()
+    t.lose_pending_timers()
+    player = _on_turn(m.state())
+    paused = 0
+    for _ in range(10):
+        s = m.state()
+        published.prompt(s)
+        _acked_receipt(t, player, s.last_ts + 10, s.version, s.version - 1)  # handed, never read
+        clock.set(s.deadline().at_ms)
+        result = rt_mod.fire("m1", s.version, "turn", t.runtime)
+        if result == "committed":
+            break
+        assert result == "extended"
+        paused += m.events(after=s.version)[0].by_ms
+    assert result == "committed" and 12_000 <= paused < 12_000 + 5_000 + 1, paused
+
+
+RECEIPT_READS = [
+    ("open|5|3|m", ("open", 5, 3, "m", None, None)),
+    ("open+|5|3|2|gw|m|x", ("open", 5, 3, "m|x", 2, "gw")),
+    ("closed+|5|3|2|gw|m", ("closed", 5, 3, "m", 2, "gw")),
+    ("open+|5|3|two|gw|m", None),
+    ("open+|5|3|m", None),
+    ("shut|5|3|m", None),
+]
+
+
+@pytest.mark.parametrize("raw,expected", RECEIPT_READS)
+def test_receipts_read_back_with_and_without_the_acknowledgement(raw, expected):
+    from engine.service.receipts import read
+
+    got = read(raw.encode())
+    assert (None if got is None else tuple(got)) == expected

@@ -872,6 +872,93 @@ def test_a_socket_handed_its_players_clock_update_leaves_a_receipt_and_its_close
     asyncio.run(main())
 
 
+def test_seen_puts_the_clients_word_in_the_receipt_and_a_version_never_sent_is_refused(aredis):
+    """Issue 35 §4: the client acknowledges what it read (``Seen``).  The receipt of a socket that
+    acknowledges names what it acknowledged and this gateway's instance; an acknowledgement of a
+    version this socket was not sent (ahead of what it got, or of a match it was not sent) is
+    refused ``bad_command`` and leaves the receipt as it was; an older match's is ignored."""
+    from engine.service.receipts import read
+    from gateway import protocol
+
+    r_check = aredis()
+
+    async def receipt() -> Any:
+        await conn_ref[0].hub.receipts.flush()
+        return read(await r_check.get(keys.receipt_key("alice")))
+
+    conn_ref: list[session.Connection] = []
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        conn_ref.append(conn)
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        await ws.inbox.put(json.dumps({"type": "Seen", "version": 3, "match": "t1-1"}))  # the view read
+        mine = {"phase": "playing", "turn": "alice", "deadline_ms": 9_000}
+        await conn.send(protocol.update("t1-1", 8, [], None, None, brief=mine))
+        await ws.expect(lambda m: m.get("version") == 8, "the update of alice's turn")
+        got = await receipt()
+        assert (got.state, got.version, got.match, got.acked, got.gateway) == (
+            "open", 8, "t1-1", 3, conn.hub.receipts.instance)  # handed over, not read yet
+        for bad, cid in (({"version": 9, "match": "t1-1"}, "ahead"), ({"version": 1, "match": "t9-9"}, "other"),
+                         ({"version": -1}, "negative")):
+            await ws.inbox.put(json.dumps({"type": "Seen", "command_id": cid, **bad}))
+            refused = await ws.expect(lambda m, cid=cid: m["kind"] == "rejected" and m["command_id"] == cid,
+                                      f"the refusal of {cid}")
+            assert refused["code"] == "bad_command"
+        assert (await receipt()).acked == 3  # the refusals changed nothing
+        handed_at = got.at_ms
+        await ws.inbox.put(json.dumps({"type": "Seen", "version": 8, "match": "t1-1", "command_id": "read8"}))
+        for _ in range(200):  # the message is handled in the background: wait for its receipt
+            got = await receipt()
+            if got.acked == 8:
+                break
+            await asyncio.sleep(0.01)
+        assert (got.acked, got.version, got.at_ms) == (8, 8, handed_at)  # the hand-over time is kept
+        assert not any(m.get("command_id") == "read8" for m in list(ws.out._queue))  # Seen has no answer
+
+    async def main() -> None:
+        await _at_a_seated_table(aredis, {"t1-1": 3}, body)
+        await r_check.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_spectator_may_not_send_seen(aredis):
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.inbox.put(json.dumps({"type": "Watch", "match": "t1-1", "command_id": "w1"}))
+        await ws.expect(_view_update("t1-1"), "the spectator view")
+        await ws.inbox.put(json.dumps({"type": "Seen", "version": 4, "match": "t1-1", "command_id": "s1"}))
+        got = await ws.expect(lambda m: m["kind"] == "rejected", "the refusal")
+        assert (got["code"], got["command_id"]) == ("not_allowed", "s1")
+        assert conn.hub.receipts._due == {}
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 4}, body, player="watcher", role="spectator"))
+
+
+def test_a_gateway_writes_its_liveness_beat_and_a_zero_when_it_stops(aredis):
+    """The beat the timers read (``sk:seen:gw:{<instance>}``): the time while the gateway runs, 0
+    once it stops (its sockets close: what it handed over unread was not read)."""
+    from gateway.receipts import Receipts
+
+    async def main() -> None:
+        r = aredis()
+        receipts = Receipts(r)
+        stop = asyncio.Event()
+        task = asyncio.create_task(receipts.beat(stop))
+        key = keys.gateway_beat_key(receipts.instance)
+        for _ in range(500):
+            if await r.get(key) is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert int(await r.get(key)) > 0 and 0 < await r.pttl(key)
+        stop.set()
+        await asyncio.wait_for(task, WAIT_S)
+        assert await r.get(key) == b"0"
+        assert Receipts(r).instance != receipts.instance  # a restarted gateway is another instance
+        await r.aclose()
+
+    asyncio.run(main())
+
+
 def test_a_receipt_redis_refused_is_written_at_the_next_flush_unless_a_newer_one_came():
     """Receipts are written in the background (gateway/receipts.py): one Redis refused stays
     due for the next flush; a newer receipt of the same player replaces it."""

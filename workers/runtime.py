@@ -462,7 +462,7 @@ def clock_pause(rt: Runtime, state: Any, version: int, kind: str) -> tuple[int, 
         published = published_at(client, player, state.match_id, version)
         at, why = (now, "unpublished") if published is None else (published, "unpublished")
         if published is not None and player in connected:
-            through_gateway, delivered = delivered_at(client, player, state.match_id, version)
+            through_gateway, delivered = delivered_at(client, player, state.match_id, version, now)
             if through_gateway and (delivered is None or delivered > published):
                 at, why = (now if delivered is None else delivered), "undelivered"
         if at - int(state.last_ts or 0) > delay:
@@ -495,16 +495,26 @@ def paused_in_a_row(store: EventStore, match_id: str, version: int, look_back: i
     return total
 
 
-def delivered_at(client: Any, player: str, match_id: str, version: int) -> tuple[bool, int | None]:
+def delivered_at(client: Any, player: str, match_id: str, version: int, now_ms: int) -> tuple[bool, int | None]:
     """``(through_gateway, at_ms)`` from the player's delivery receipt (``sk:seen:{player}``,
-    gateway/receipts.py, engine/service/receipts.py): whether a gateway's socket of theirs is open (its last word is not that
-    the player's socket closed), and when it was handed the update of ``match_id`` at ``version``
-    or later (None: not yet; the gateway died or restarts)."""
+    gateway/receipts.py, engine/service/receipts.py): whether a gateway's socket of theirs is
+    open (its last word is not that the player's socket closed), and when it was handed the
+    update of ``match_id`` at ``version`` or later (None: not yet, the gateway died or
+    restarts; or handed over, never acknowledged by a client that acknowledges, by a gateway
+    whose liveness beat stopped: ``handed_at``)."""
     from engine.store import keys
-    from engine.service.receipts import decode
+    from engine.service.receipts import handed_at, read
 
     try:
-        receipt = decode(client.get(keys.receipt_key(player)))
+        receipt = read(client.get(keys.receipt_key(player)))
+        beat: int | None = None
+        if (receipt is not None and receipt.state == "open" and receipt.gateway and receipt.acked is not None
+                and receipt.match == match_id and receipt.acked < version <= receipt.version):
+            raw = client.get(keys.gateway_beat_key(receipt.gateway))
+            try:
+                beat = None if raw is None else int(raw)
+            except ValueError:
+                beat = None
     except Exception as exc:
         from redis.exceptions import NoPermissionError
 
@@ -513,10 +523,7 @@ def delivered_at(client: Any, player: str, match_id: str, version: int) -> tuple
         # a receipt this worker may not read (an ACL from before receipts): publication alone
         log.warning("cannot read %s's delivery receipt (%s): the clock pauses for publication only", player, exc)
         return False, None
-    if receipt is None or receipt[0] != "open":
-        return False, None
-    _state, at, at_version, match = receipt
-    return True, (at if match == match_id and at_version >= version else None)
+    return handed_at(receipt, match_id, version, beat, now_ms)
 
 
 def _unconfirmed(rt: Runtime, match_id: str, exc: BaseException) -> None:

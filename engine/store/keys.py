@@ -56,6 +56,10 @@ key                                         type    holds
                                                     handed their socket an update that starts their
                                                     clock, or closed it (gateway/receipts.py;
                                                     :func:`receipt_key`)
+``sk:seen:gw:{<gateway>}``                  string  a gateway process's liveness beat (its last
+                                                    beat's ms; engine/service/receipts.py): an
+                                                    update it handed over, unacknowledged, is
+                                                    undelivered once it stops (:func:`gateway_beat_key`)
 ``sk:dead``                                 stream  dead letters (raw message + reason)
 ``sk:{rk:<room>:<season>}:players``        hash    a ranked room's ladder in one season: player ->
                                                     ``[mu, sigma, n]`` (projections/ratings.py)
@@ -209,6 +213,12 @@ def receipt_key(player_id: str) -> str:
     """The player's delivery receipt ``sk:seen:{<player>}`` (gateway/receipts.py), read by the
     timers with the player's outbound stream (the same hash tag)."""
     return f"{PREFIX}:seen:{{{player_id}}}"
+
+
+def gateway_beat_key(instance: str) -> str:
+    """A gateway process's liveness beat ``sk:seen:gw:{<instance>}`` (gateway/receipts.py): in
+    the receipts' key space, so the same ACL rights (the gateway SETs, the timers read)."""
+    return f"{PREFIX}:seen:gw:{{{instance}}}"
 
 
 def entry_id(seq: int) -> str:

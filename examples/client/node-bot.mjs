@@ -17,6 +17,8 @@
 // joining the room's queue and prints its code as a JSON line (`code`, `link`, `series_id`) as soon as
 // it has it; --join-table CODE takes the second seat of a friend's table by its code.  Either plays the
 // first hand; its settlement line carries `series` (the running totals).
+// client.js acknowledges the updates it read (`Seen`): the first on each socket and those that start
+// this player's clock, so a clock whose update a dying gateway handed over unread pauses.
 import { writeFileSync, appendFileSync } from "node:fs";
 import { Client, RANKS, cards } from "../../gateway/static/js/client.js";
 

@@ -2,7 +2,7 @@
 // resume with the last version after a drop, the brief and view it keeps, client.state from the
 // briefs alone, expected_version on Play and Pass, rejections and acks matched to their commands,
 // every pending entry cleared by its answer, pacing under the welcome's rates and the retry of a
-// rate-limited move, no reconnect after a final close code, the cards helper over all 108 ids, and
+// rate-limited move, the acknowledgements (Seen) of the updates read, no reconnect after a final close code, the cards helper over all 108 ids, and
 // client.d.ts declaring exactly what the module exports.
 // Run by tests/test_client_js.py: node --test tests/js/client_test.mjs
 import assert from "node:assert/strict";
@@ -243,6 +243,43 @@ test("a rate-limited Play is sent again with its command_id within the turn, els
   } finally {
     mock.timers.reset();
   }
+});
+
+test("Seen acknowledges the first update on each socket and every one that starts your clock, players only", () => {
+  FakeSocket.all = [];
+  const c = new Client({ url: "ws://gw/ws", token: "T", WebSocket: FakeSocket });
+  c.connect();
+  const ws = FakeSocket.all[0];
+  ws.open();
+  ws.receive({ kind: "welcome", player: "alice", role: "player", room: null, gateway: "g" });
+  const seen = () => ws.sent.filter((m) => m.type === "Seen").map((m) => [m.match, m.version]);
+  ws.receive(update(6, { brief: brief(6, "bob") }));  // the first on this socket: acknowledged
+  ws.receive(update(7, { brief: brief(7, "bob") }));  // bob's clock: not
+  ws.receive(update(8));  // alice's turn with a deadline: acknowledged
+  ws.receive(update(9, { brief: { ...brief(9), deadline_ms: null } }));  // no clock: not
+  ws.receive(update(1, { match: "t1-2", brief: { ...brief(1, null), phase: "seating" } }));  // the ready clock
+  assert.deepEqual(seen(), [["t1-1", 6], ["t1-1", 8], ["t1-2", 1]]);
+  assert.equal(ws.sent.filter((m) => m.type === "Seen").every((m) => !c.pending.has(m.command_id)), true);
+  mock.timers.enable({ apis: ["setTimeout", "Date"] });
+  try {
+    ws.close(1006, "gone");  // a new socket: its first update is acknowledged again
+    mock.timers.tick(300);
+  } finally {
+    mock.timers.reset();
+  }
+  const ws2 = FakeSocket.all[1];
+  ws2.open();
+  ws2.receive({ kind: "welcome", player: "alice", role: "player", room: null, gateway: "g" });
+  ws2.receive(update(2, { match: "t1-2", brief: brief(2, "bob") }));
+  assert.deepEqual(ws2.sent.filter((m) => m.type === "Seen").map((m) => m.version), [2]);
+  // a spectator acknowledges nothing
+  const s = new Client({ url: "ws://gw/ws", token: "T", WebSocket: FakeSocket });
+  s.connect();
+  const ws3 = FakeSocket.all.at(-1);
+  ws3.open();
+  ws3.receive({ kind: "welcome", player: "watcher", role: "spectator", room: null, gateway: "g" });
+  ws3.receive(update(8, { brief: brief(8, "watcher") }));
+  assert.equal(ws3.sent.some((m) => m.type === "Seen"), false);
 });
 
 test("client.d.ts declares every export, method, field and event of client.js", () => {

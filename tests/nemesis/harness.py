@@ -285,7 +285,9 @@ class InboxPlayer:
 class WsPlayer:
     """One player over a WebSocket through the gateway's lobby: Join, Ready, its own turns (the
     lowest card when it leads, a pass otherwise); reconnects with ``?version=`` after a drop and
-    sends an unanswered command again with the same id; stops after a match once :attr:`stop`."""
+    sends an unanswered command again with the same id; acknowledges the updates it read
+    (``Seen``: the first on each socket, those that start its clock); stops after a match once
+    :attr:`stop`."""
 
     def __init__(self, url: Callable[[], str], stack: Stack, name: str, rec: Recorder, stop: threading.Event):
         self.url, self.stack, self.name, self.rec, self.stop = url, stack, name, rec, stop
@@ -360,6 +362,9 @@ class WsPlayer:
 
         from tests.gateway_support import schema_problem
 
+        from engine.service.receipts import starts_clock
+
+        acking = False  # this socket was sent a Seen
         try:
             if self.pending is not None:  # unanswered before the drop: the same command id again
                 await self._send(ws, self.pending[1])
@@ -393,6 +398,10 @@ class WsPlayer:
                     await self._send(ws, {"type": "Ready", "command_id": self._cid()})
                 elif kind == "update":
                     self._update(m)
+                    if not acking or starts_clock(self.name, m):  # read: say so (docs/PROTOCOL.md "Seen")
+                        acking = True
+                        await ws.send({"type": "Seen", "version": int(m["version"]), "match": m["match"],
+                                       "command_id": self._cid()})
                     await self._act(ws)
                     phase = (m.get("brief") or {}).get("phase")
                     ended = phase in ("finished", "abandoned") or any(

@@ -173,6 +173,20 @@ export type SayMessage = {
   phrase: "hurry_up" | "nice_cards" | "well_played" | "thanks" | "sorry" | "oops" | "one_more" | "bye" | "emote_smile" | "emote_laugh" | "emote_cry" | "emote_angry" | "emote_cool" | "emote_surprised";
 };
 
+/** Seen */
+export type SeenMessage = {
+  /** your id for the command (1-100 characters, unique per command and stable across retries); the gateway makes one when absent and echoes it on the update or rejected it causes */
+  command_id?: string;
+  /** optional; must be the token's subject */
+  player?: string | null;
+  /** the message or event type (the tag of the union) */
+  type: "Seen";
+  /** the highest update version of the match the client read */
+  version: number;
+  /** the match of that update (its ``match``); absent: the socket's current match */
+  match?: string | null;
+};
+
 /** Sync */
 export type SyncMessage = {
   /** your id for the command (1-100 characters, unique per command and stable across retries); the gateway makes one when absent and echoes it on the update or rejected it causes */
@@ -1271,7 +1285,7 @@ export type SeriesMessage = {
 };
 
 /** A client → server WebSocket message */
-export type ClientMessage = AuthMessage | JoinMessage | WatchMessage | ReadyMessage | PlayMessage | PassMessage | RequestTrusteeMessage | CancelTrusteeMessage | EscapeMessage | LeaveMessage | SyncMessage | SayMessage | CreateTableMessage | JoinTableMessage | CancelTableMessage | RequestEndMessage | VoteEndMessage;
+export type ClientMessage = AuthMessage | JoinMessage | WatchMessage | ReadyMessage | PlayMessage | PassMessage | RequestTrusteeMessage | CancelTrusteeMessage | EscapeMessage | LeaveMessage | SyncMessage | SayMessage | SeenMessage | CreateTableMessage | JoinTableMessage | CancelTableMessage | RequestEndMessage | VoteEndMessage;
 /** A server → client WebSocket message */
 export type ServerMessage = UpdateMessage | RejectedMessage | LobbyMessage | SettledMessage | WelcomeMessage | AckMessage | RatingMessage | SayMessage | PrivateTableMessage | SeriesMessage;
 
@@ -1352,6 +1366,10 @@ export declare class Client {
   setState(link: LinkState, detail?: { code?: number; reason?: string }): void;
   connect(): this; close(): void; receive(message: ServerMessage): void;
   answered(commandId: string): void; retry(command: ClientMessage): boolean; pump(): void;
+  /** acknowledge a read update (Seen): the first on a socket, then those that start your clock */
+  seen(message: UpdateMessage): void;
+  /** this socket sent a Seen */
+  acking: boolean;
   send(message: Partial<ClientMessage> & { type: ClientMessage["type"] }): string;
   renew(token: string): void;
   expected(): number | null;

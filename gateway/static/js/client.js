@@ -23,6 +23,10 @@
 //   sends your moves before queued Syncs and folds a Sync already queued into one; a Play, Pass or
 //   Ready refused `rate_limited` is sent again with the same command_id once the bucket refilled,
 //   within the turn (Ready: while seated).
+// * acknowledgements: it tells the gateway which updates it read (`Seen`, docs/PROTOCOL.md §8):
+//   the first update on each socket and every update that starts your clock (your turn, the
+//   ready clock), after your `update` handlers ran; a clock whose update a dying gateway handed
+//   over and you never read then pauses instead of charging you a timeout.
 // * quick phrases: `say(id)` sends one of PHRASES or EMOTES to the table (at most one every
 //   SAY_INTERVAL_MS); every phrase said at your table (yours too) is a `say` event.
 // * private tables (issue 39): `createTable(room, hands, {spectators, bots})` answered by a
@@ -222,6 +226,7 @@ export class Client {
     this.pumpTimer = null;
     this.delay = 250;
     this.closedByUs = false;
+    this.acking = false;      // this socket was sent a Seen (the first update on a socket is acknowledged)
   }
 
   on(name, fn) {
@@ -282,6 +287,7 @@ export class Client {
         ws.send(JSON.stringify(a));
       }
       this.delay = 250;
+      this.acking = false;  // acknowledgements are per socket
       this.buckets = buckets(this.limits);  // the gateway's budget is per socket: a new one is full
       this.setState("open");
       this.pump();
@@ -355,6 +361,7 @@ export class Client {
         }
         for (const [id, c] of this.pending) if (c.type === "Watch" && c.match === msg.match) this.answered(id);
         this.emit("update", { message: msg, brief: this.brief, view: this.view, events: msg.events || [] });
+        this.seen(msg);
         break;
       }
       case "rejected": {
@@ -408,6 +415,19 @@ export class Client {
       default:
         this.emit("message", msg);
     }
+  }
+
+  /** Acknowledge a read update (`Seen`, no answer): the first on this socket, then those that
+   * start this player's clock (their turn with a deadline, or the ready clock before the deal). */
+  seen(msg) {
+    if (this.role !== "player" || typeof msg.version !== "number" || !msg.match) return;
+    const b = msg.brief;
+    const starts = !!b && b.deadline_ms !== null && b.deadline_ms !== undefined
+      && (b.turn === this.player || b.phase === "new" || b.phase === "seating");
+    if (!starts && this.acking) return;
+    this.acking = true;
+    this.queue.push({ type: "Seen", version: msg.version, match: msg.match, command_id: newId() });
+    this.pump();
   }
 
   answered(commandId) {
