@@ -651,14 +651,14 @@ class Nemesis:
             time.sleep(DEFAULT_TTL_MS / 1000 + 3)
             netns.heal()
         elif kind == "kill_process":
-            victims = [self.serves["s1"], self.worker, stack.gateways[-1].proc]
-            for p in victims:
+            dead = stack.gateways[-1]  # kept listed until its successor (same port) is up
+            for p in [self.serves["s1"], self.worker, dead.proc]:
                 stop_group(p, signal.SIGKILL, timeout_s=5)
-            stack.gateways.pop()
             time.sleep(1.0)
             self._serve("s1")
             self.worker = self._worker()
             self._gateway()
+            stack.gateways.remove(dead)
         else:
             raise ValueError(f"unknown fault kind {kind!r} (one of {KINDS})")
         heal = now_ms()
