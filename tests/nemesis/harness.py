@@ -560,10 +560,12 @@ class Nemesis:
         """The master a partition cuts off: the masters in turn, the busiest (most buckets'
         feeds) first, so that over a run the masters holding the shared keys (the ledger, the
         room registry, …) are cut too."""
-        count: dict[int, int] = {m: 0 for m in self._slot_ranges()}
+        ranges = self._slot_ranges()
+        count: dict[int, int] = {m: 0 for m in ranges}
         for m in self._bucket_masters().values():
             count[m] = count.get(m, 0) + 1
-        order = sorted(count, key=lambda m: (-count[m], m))
+        # by their slots, not their ports: a promoted replica keeps its master's place
+        order = sorted(count, key=lambda m: (-count[m], min(ranges.get(m, [(0, 0)]))))
         return order[len(self.partitions) % len(order)]
 
     def _sample_states(self, seconds: float, victim: int | None = None) -> None:
