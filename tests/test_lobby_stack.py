@@ -14,6 +14,7 @@ that recovers from the streams:
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -397,3 +398,34 @@ def test_without_the_cooldown_the_griefer_is_seated_again_and_again_on_the_stack
     """The control: the same churn with the cooldown off seats the griefer many times."""
     _w, _waited, refused, seatings = _churn(real_redis, False, cooldown_s=0)
     assert refused == 0 and seatings > 20, seatings
+
+
+@pytest.mark.redis
+def test_a_create_match_that_fails_is_not_overtaken_by_its_seat_check(real_redis):
+    """Redis refuses a new match's CreateMatch once (its master away): the seat check behind it
+    on the match's line waits for it, so the table is seated when Redis answers again -- not
+    closed as if the room were unknown (``unknown_room``) while the match is then created."""
+    import redis.exceptions as rex
+
+    from engine.match import commands as mc
+
+    w = StackWorld(real_redis, bots=False, feed=True)
+    real, failed = w.matches.execute, []
+
+    def flaky(command: Any) -> Any:
+        if isinstance(command, mc.CreateMatch) and not failed:
+            failed.append(command.match_id)
+            raise rex.ClusterDownError("The cluster is down")
+        return real(command)
+
+    w.matches.execute = flaky  # type: ignore[method-assign]
+    w.join("a")
+    w.join("b")
+    with pytest.raises(rex.ClusterDownError):
+        w.drain()
+    w.drain()  # the feed entry read again
+    (tid,) = w.tables()
+    assert failed == [f"{tid}-1"]
+    assert w.engine.table(tid).status == "seated" and not w.engine.table(tid).removed
+    assert {s.player for s in w.matches.load_state(f"{tid}-1").seats if s is not None} == {"a", "b"}
+    w.check()

@@ -241,6 +241,39 @@ def test_room_registry_validates_and_bounds(fake_redis):
             rooms.add("r2", {"name": "r2"})
 
 
+class _Away:
+    """A client whose every read fails with ``exc`` (the master of ``sk:rooms`` away)."""
+
+    def __init__(self, client, exc: Exception):
+        self.client, self.exc = client, exc
+
+    def hget(self, *_a):
+        raise self.exc
+
+
+def test_a_room_read_before_is_answered_while_its_master_is_away_and_only_then(fake_redis):
+    import redis.exceptions as rex
+
+    rooms = RedisRooms(fake_redis)
+    rooms.add("r1", load_config("points"))
+    rooms.add("r2", load_config("wealth"))
+    assert rooms.get("r1").mode == "points"  # read once: remembered
+    live = rooms.client
+    rooms.client = _Away(live, rex.ClusterDownError("The cluster is down"))
+    assert rooms.get("r1").mode == "points"  # the master away: the config last read
+    with pytest.raises(rex.ClusterDownError):
+        rooms.get("r2")  # never read: no guess
+    rooms.client = _Away(live, rex.ResponseError("WRONGTYPE Operation against a key"))
+    with pytest.raises(rex.ResponseError):
+        rooms.get("r1")  # not an outage: raised
+    rooms.client = live
+    live.hdel("sk:rooms", "r1")
+    assert rooms.get("r1") is None  # removed: forgotten too
+    rooms.client = _Away(live, rex.ClusterDownError("The cluster is down"))
+    with pytest.raises(rex.ClusterDownError):
+        rooms.get("r1")
+
+
 # -- fixed deals only in test rooms --------------------------------------------------------
 
 def _seat_two(eng, room: str, mid: str = "m1", ready: bool = False) -> None:

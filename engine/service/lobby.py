@@ -241,13 +241,18 @@ class LobbyEngine:
 
     # -- the managers' lines ----------------------------------------------------------------
     def send(self, target: Target, command: Any) -> None:
-        """Queue ``command`` on ``target``'s line (run by :meth:`deliver` / :meth:`drain`)."""
-        self.pending.setdefault(target, deque()).append(command)
+        """Queue ``command`` on ``target``'s line (run by :meth:`deliver` / :meth:`drain`); once
+        (a feed entry handled again derives the commands still waiting after a failure)."""
+        line = self.pending.setdefault(target, deque())
+        if command not in line:
+            line.append(command)
 
     _send = send
 
     def deliver(self, target: Target) -> None:
-        """Run the oldest command waiting for ``target``."""
+        """Run the oldest command waiting for ``target``.  A command that raises (Redis away)
+        goes back to the head of its line, and the line behind the others: what follows it on
+        the line (a seat check after a CreateMatch) never runs before it."""
         line = self.pending.get(target)
         if not line:
             return
@@ -255,14 +260,20 @@ class LobbyEngine:
         if not line:
             del self.pending[target]
         kind = target[0]
-        if kind == "queue":
-            self._run_queue(command)
-        elif kind == "table":
-            self._run_table(command)
-        elif isinstance(command, SeatCheck):
-            self._seat_check(command)
-        else:
-            self.run_match(command)
+        try:
+            if kind == "queue":
+                self._run_queue(command)
+            elif kind == "table":
+                self._run_table(command)
+            elif isinstance(command, SeatCheck):
+                self._seat_check(command)
+            else:
+                self.run_match(command)
+        except Exception:
+            rest = self.pending.pop(target, deque())
+            rest.appendleft(command)
+            self.pending[target] = rest
+            raise
 
     def drain(self, limit: int = 100_000) -> None:
         """Run every waiting command (and what they cause) until the lines are empty."""

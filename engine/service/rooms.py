@@ -87,16 +87,36 @@ class InMemoryRooms:
 
 
 class RedisRooms:
-    """The registry on Redis (one hash, ``sk:rooms``)."""
+    """The registry on Redis (one hash, ``sk:rooms``).
+
+    :meth:`get` reads the hash each time; when that read fails for a transient reason (the
+    master of ``sk:rooms`` cut off or failing over) it answers the config it last read for
+    that name, so that one master's outage does not hold every CreateMatch on the others.
+    A room never read before still raises."""
 
     def __init__(self, client: Any):
         self.client = client
+        self._last: dict[str, RoomConfig] = {}
+        self._lock = threading.Lock()
 
     def get(self, name: str) -> RoomConfig | None:
-        raw = self.client.hget(ROOMS_KEY, name)
-        if raw is None:
-            return None
-        return RoomConfig.from_record(json.loads(raw))
+        from engine.store.redis_errors import REDIS_FAILURES, is_transient
+
+        try:
+            raw = self.client.hget(ROOMS_KEY, name)
+        except REDIS_FAILURES as exc:
+            with self._lock:
+                last = self._last.get(name)
+            if last is None or not is_transient(exc):
+                raise
+            return last
+        cfg = None if raw is None else RoomConfig.from_record(json.loads(raw))
+        with self._lock:
+            if cfg is None:
+                self._last.pop(name, None)
+            else:
+                self._last[name] = cfg
+        return cfg
 
     def names(self) -> list[str]:
         return sorted(k.decode() if isinstance(k, bytes) else k for k in self.client.hkeys(ROOMS_KEY))

@@ -51,6 +51,9 @@ ROOM = "nemesis"
 #: the room's clocks: short, so that an outage crosses a turn's deadline
 ROOM_CLOCKS = {"turn_seconds": 5, "ready_seconds": 10, "trustee_delay_seconds": 0.5, "reconnect_grace_seconds": 10}
 PARTITION_S = 7.0
+#: keys every match's commands may touch whatever its bucket (a Sit's balance, a CreateMatch's
+#: room, serve's registry, the shared channels): ``shared_keys_cut`` names those a partition cut
+SHARED_KEYS = ("sk:{ledger}:bal:points", "sk:rooms", "sk:serve:replicas", "sk:ops", "sk:inbox")
 NOGROUP = 65534  # serve s2 runs in this group: nftables drops its packets by it (meta skgid)
 GRACE_S = 2.0  # the sweeper's default grace (workers/runtime.py DEFAULT_GRACE_MS)
 
@@ -160,7 +163,7 @@ class InboxPlayer:
     command id), recording every acknowledgement and every update its players read."""
 
     def __init__(self, url: str, tag: str, rec: Recorder, stop: threading.Event,
-                 players: tuple[str, str] | None = None):
+                 players: tuple[str, str] | None = None, home: Callable[[int], bool] | None = None):
         from engine.service.client import GatewayClient
         from engine.service.service import MatchService
         from engine.store.connect import connect
@@ -174,6 +177,7 @@ class InboxPlayer:
         self.last_reply = "0"
         self.positions: dict[str, str] = {}
         self.matches: list[str] = []
+        self.home = home  # the slots its matches' buckets must lie in (None: anywhere)
 
     def _retry(self, fn: Callable[[], Any], limit_s: float = 120, what: str = "") -> Any:
         from engine.store.redis_errors import is_transient
@@ -271,10 +275,20 @@ class InboxPlayer:
                                expected_version=st.version))
             self.send(cmd)
 
+    def match_id(self, k: int) -> tuple[str, int]:
+        """The ``k``-th match id to play, at or after ``k``, whose bucket is at :attr:`home`; and the
+        next ``k``.  A home holding no bucket takes ``k`` as it is."""
+        from engine.store import keys
+
+        for j in range(k, k + 1000):
+            if self.home is None or self.home(slot_of(keys.feed_key(keys.bucket_of(f"{self.tag}-{j}")))):
+                return f"{self.tag}-{j}", j
+        return f"{self.tag}-{k}", k
+
     def run(self) -> None:
         k = 0
         while not self.stop.is_set():
-            mid = f"{self.tag}-{k}"
+            mid, k = self.match_id(k)
             try:
                 self.play(mid, *self.players)
             except Exception as exc:  # recorded; the next match starts
@@ -517,13 +531,18 @@ class Nemesis:
     def start_load(self) -> None:
         assert self.cluster is not None and self.stack is not None
         stack = self.stack
-        # each inbox client's own streams (its players', its replies) on one master, the clients
-        # spread over the masters; its matches' buckets fall where they may
+        # each inbox client's own streams (its players', its replies) and its matches' buckets on
+        # one master, the clients spread over the masters: a client plays one match at a time, so
+        # a client whose match waits on a cut master would hold back its next matches elsewhere
         ranges = list(self._slot_ranges().values())
         for i in range(self.cfg.inbox_clients):
             mine = ranges[i % len(ranges)]
-            players = homed_players(f"ib{i}", lambda slot, mine=mine: any(a <= slot <= b for a, b in mine))
-            player = InboxPlayer(self.cluster.url, f"ib{i}", self.rec, self.stop, players)
+
+            def home(slot: int, mine: list[tuple[int, int]] = mine) -> bool:
+                return any(a <= slot <= b for a, b in mine)
+
+            players = homed_players(f"ib{i}", home)
+            player = InboxPlayer(self.cluster.url, f"ib{i}", self.rec, self.stop, players, home)
             t = threading.Thread(target=player.run, daemon=True, name=f"inbox-{i}")
             t.start()
             self.threads.append(t)
@@ -545,6 +564,18 @@ class Nemesis:
         for m in self._bucket_masters().values():
             count[m] = count.get(m, 0) + 1
         return max(count, key=lambda m: count[m])
+
+    def partition_victim(self) -> int:
+        """The master a partition cuts off: the masters in turn, the busiest (most buckets'
+        feeds) first, so that over a run the masters holding the shared keys (the ledger, the
+        room registry, …) are cut too."""
+        ranges = self._slot_ranges()
+        count: dict[int, int] = {m: 0 for m in ranges}
+        for m in self._bucket_masters().values():
+            count[m] = count.get(m, 0) + 1
+        # by their slots, not their ports: a promoted replica keeps its master's place
+        order = sorted(count, key=lambda m: (-count[m], min(ranges.get(m, [(0, 0)]))))
+        return order[len(self.partitions) % len(order)]
 
     def _sample_states(self, seconds: float, victim: int | None = None) -> None:
         """Sleep ``seconds``, noting each node's ``cluster_state`` when it is not ``ok`` (and the
@@ -637,7 +668,7 @@ class Nemesis:
             time.sleep(2 * c.node_timeout_ms / 1000 + 1)
             c.resume(v)
         elif kind == "partition_master":
-            v = self.victim()
+            v = self.partition_victim()
             held = frozenset(b for b, m in self._bucket_masters().items() if m == v)
             cut = tuple(self._slot_ranges().get(v, ()))
             start = now_ms()
@@ -711,7 +742,8 @@ class Nemesis:
                     c[1] += 1
             slow = [f"{(t - f.start_ms) / 1000:+.1f}s {w}" for t, w in self.rec.slow_calls
                     if f.start_ms - 2_000 <= t <= f.heal_ms + 2_000][:40]
-            out.append({"start_ms": f.start_ms, **row, "by_client": clients, "slow_calls": slow, "ratio_bucket": by_bucket["ratio"],
+            shared = sorted(k for k in SHARED_KEYS if any(a <= slot_of(k) <= b for a, b in cut))
+            out.append({"start_ms": f.start_ms, **row, "shared_keys_cut": shared, "by_client": clients, "slow_calls": slow, "ratio_bucket": by_bucket["ratio"],
                         "before_per_s_bucket": by_bucket["before_per_s"],
                         "during_per_s_bucket": by_bucket["during_per_s"]})
         return out
