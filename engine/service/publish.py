@@ -471,7 +471,8 @@ class Publisher:
         for w in writes:
             if w.version is not None:
                 flat = [x for kv in w.fields.items() for x in kv]
-                pipe.eval(PUBLISH_LUA, 2, w.stream, keys.stream_fence_key(w.stream), w.fields.get("match", ""),
+                # execute_command: a Cluster pipeline routes EVAL by its keys (its eval() refuses)
+                pipe.execute_command("EVAL", PUBLISH_LUA, 2, w.stream, keys.stream_fence_key(w.stream), w.fields.get("match", ""),
                           int(w.version), "1" if w.duplicate else "0", w.maxlen,
                           "" if w.ttl is None else int(w.ttl), "1" if w.notice else "0", *flat)
                 continue
