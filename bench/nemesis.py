@@ -15,7 +15,9 @@ The JSON: ``kinds`` maps each fault kind (``kill_master``, ``stop_master``,
 ``acked``, ``acked_lost``, ``duplicates_applied``, ``updates_not_in_store``,
 ``ledger_mismatches``, ``outage_timeouts_charged``, ``stall_s_max`` (and ``version_gaps``,
 ``version_backwards``, ``late_ends``); ``totals`` the same over the run; ``findings`` the first
-of what the checker found; ``replay_all_exit`` the exit code of ``shuangkou replay --all`` on
+of what the checker found; ``backwards`` each update an inbox player read below a version it
+had read (not a redelivery), with its entry id and command id and the entry first read at
+that version (the writer's traces); ``replay_all_exit`` the exit code of ``shuangkou replay --all`` on
 the final store; ``others_throughput`` for each partition of a master the commands/s acknowledged
 on the other masters' matches during it and in the 30 s before it (clipped at the previous
 fault's heal), and ``others_throughput_ratio`` the lowest ratio of the two (issue 35's target:

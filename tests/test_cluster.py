@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from typing import Any
 
 import pytest
 
@@ -239,3 +240,25 @@ def test_the_bucket_leases_are_renewed_with_one_pipeline_per_node(cluster, monke
     finally:
         owner.release_all()
     assert not any(cluster.exists(keys.owner_key(b)) for b in range(16))
+
+
+def test_the_update_fence_runs_through_a_cluster_pipeline(cluster) -> None:
+    """A player's updates go through engine/store/publish.lua (EVAL) in the publisher's one
+    pipeline, split by node: each player's stream and fence on its own node; an update below
+    the stream's version of its match is refused there (issue 35 §2), on every node."""
+    from engine.service.publish import Publisher, Stale
+    from engine.store import keys
+
+    players = [f"fence{i}" for i in range(12)]
+    assert len({cluster.get_node_from_key(keys.outbox_key(p)).name for p in players}) > 1  # several nodes
+    pub = Publisher(cluster, consumer="s1")
+
+    def update(p: str, v: int) -> Any:
+        return pub._delivery(keys.outbox_key(p), {"kind": "update", "match": "mf", "command_id": f"c{v}",
+                                                  "version": v, "body": b""}, v)
+
+    first = pub.write([update(p, 7) for p in players] + [pub._delivery("sk:reply:fence", {"kind": "accepted"})])
+    assert not any(isinstance(x, (Stale, Exception)) for x in first)
+    assert pub.write([update(p, 3) for p in players], raise_on_error=False) == [Stale(7)] * len(players)
+    for p in players:
+        assert [int(f[b"version"]) for _i, f in cluster.xrange(keys.outbox_key(p))] == [7]

@@ -69,6 +69,35 @@ class GatewayStats:
     retried: int = 0  # left pending after a transient failure (redelivered later)
     published: int = 0  # entries written to player/reply streams
     oversized: int = 0  # inbox entries over MAX_ENTRY_BYTES (dead-lettered as a record, the inbox trimmed soon)
+    fenced: int = 0  # updates refused: the player's stream held a higher version of the match (Stale)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stale:
+    """The reply of an update :meth:`Publisher.write` did not write: the player's stream
+    already holds version ``last`` of the match, above the update's (engine/store/publish.lua)."""
+
+    last: int
+
+
+def _fenced_reply(reply: Any) -> Any:
+    """publish.lua's reply (field/value pairs) as the entry id written, or :class:`Stale`."""
+    if isinstance(reply, Exception):
+        return reply
+    fields = {text(k): v for k, v in zip(reply[::2], reply[1::2])}
+    if text(fields["status"]) == "stale":
+        return Stale(int(fields["last"]))
+    return fields["id"]
+
+
+def _load_publish_lua() -> str:
+    import importlib.resources
+
+    return importlib.resources.files("engine.store").joinpath("publish.lua").read_text(encoding="utf-8")
+
+
+#: engine/store/publish.lua: a player's update, refused when it would take the match back
+PUBLISH_LUA = _load_publish_lua()
 
 
 #: events after which every recipient's update carries the full view: a seating, the deal,
@@ -478,11 +507,13 @@ class Publisher:
         #: per player: the hand tuple of the last state published and its cards in rank order
         self._hands: dict[str, tuple[tuple[int, ...], list[int]]] = {}
 
-    def _delivery(self, stream: str, fields: dict[str, Any]) -> Write:
+    def _delivery(self, stream: str, fields: dict[str, Any], version: int | None = None,
+                  duplicate: bool = False) -> Write:
         """An entry of a player's outbox or of a reply stream (capped, expiring when idle; a
-        reply stream is read by polling, never on notices: it gets none)."""
+        reply stream is read by polling, never on notices: it gets none).  ``version``: an
+        update of that version, fenced (:meth:`write`)."""
         return Write(stream, fields, self.outbox_maxlen, self.outbox_ttl,
-                     notice=not stream.startswith(keys.REPLY_PREFIX))
+                     notice=not stream.startswith(keys.REPLY_PREFIX), version=version, duplicate=duplicate)
 
     # -- writing --------------------------------------------------------------------------
     def write(self, writes: Sequence[Write], raise_on_error: bool = True) -> list[Any]:
@@ -491,11 +522,25 @@ class Publisher:
         (``SPUBLISH <stream> ""``: engine/store/keys.py "Notices"; unless :attr:`Write.notice`
         is False).  Raises if any of them failed, or
         with ``raise_on_error=False`` returns each write's reply (an error reply as the
-        exception); a connection failure always raises."""
+        exception); a connection failure always raises.
+
+        A player's update (:attr:`Write.version` set) goes through engine/store/publish.lua
+        (EVAL: a Cluster pipeline takes it, and no node can lack it): it is not written when
+        the stream already holds a higher version of its match -- a delayed write, or one of
+        a replica that lost its bucket's lease, never takes a player back.  Its reply is then
+        :class:`Stale` (counted in :attr:`GatewayStats.fenced`; not an error: the newer
+        writer published what the player needs)."""
         if not writes:
             return []
         pipe = self.redis.pipeline(transaction=False)
         for w in writes:
+            if w.version is not None:
+                flat = [x for kv in w.fields.items() for x in kv]
+                # execute_command: a Cluster pipeline routes EVAL by its keys (its eval() refuses)
+                pipe.execute_command("EVAL", PUBLISH_LUA, 2, w.stream, keys.stream_fence_key(w.stream), w.fields.get("match", ""),
+                          int(w.version), "1" if w.duplicate else "0", w.maxlen,
+                          "" if w.ttl is None else int(w.ttl), "1" if w.notice else "0", *flat)
+                continue
             pipe.xadd(w.stream, cast("dict[Any, Any]", w.fields), maxlen=w.maxlen, approximate=True)
             if w.ttl is not None:
                 pipe.expire(w.stream, w.ttl)
@@ -505,6 +550,15 @@ class Publisher:
         out: list[Any] = []
         at = 0
         for w in writes:  # one reply per write: the XADD's, or the error of its XADD or EXPIRE
+            if w.version is not None:  # one script
+                reply = _fenced_reply(replies[at])
+                at += 1
+                if isinstance(reply, Stale):
+                    self.stats.fenced += 1
+                    log.info("%s: update of %s at v%d not written, the stream is at v%d", w.stream,
+                             text(w.fields.get("match", "")), w.version, reply.last)
+                out.append(reply)
+                continue
             n = 1 + (w.ttl is not None) + w.notice
             mine = replies[at:at + n]
             at += n
@@ -641,7 +695,7 @@ class Publisher:
                         body["brief"] = brief_row
                     out.append(self._delivery(keys.outbox_key(player),
                                               {"kind": "update", "match": match_id, "command_id": cmd_id,
-                                               "version": version, "body": pack(body)}))
+                                               "version": version, "body": pack(body)}, version, duplicate))
         if reply_to is not None:
             reply = {"kind": status, "match": match_id, "command_id": cmd_id, "version": version,
                      "inbox_id": msg_id if msg_id is not None else ""}

@@ -61,6 +61,11 @@ class Write(NamedTuple):
     #: then ``SPUBLISH stream ""`` (engine/store/keys.py "Notices": a gateway reads the stream
     #: when told); False for a stream read by polling (a reply stream): no notice
     notice: bool = True
+    #: a player's ``update`` of match ``fields["match"]`` at this version: written only if the
+    #: stream holds no higher version of the match (engine/store/publish.lua); None: not fenced
+    version: int | None = None
+    #: with ``version``: a re-publication (older events, marked duplicate): never refused
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)

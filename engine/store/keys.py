@@ -52,6 +52,10 @@ key                                         type    holds
                                                     drained by serve during an upgrade
 ``sk:out:{<player_id>}``                    stream  per-player updates and rejections; the player's
                                                     own hash tag (:func:`outbox_key`)
+``sk:outv:{<player_id>}``                   hash    match id -> the highest version of its updates on
+                                                    the player's stream: the fence that keeps a
+                                                    player's versions from going back
+                                                    (engine/store/publish.lua; :func:`outbox_versions_key`)
 ``sk:seen:{<player_id>}``                   string  the player's delivery receipt: when a gateway last
                                                     handed their socket an update that starts their
                                                     clock, or closed it (gateway/receipts.py;
@@ -207,6 +211,25 @@ def outbox_key(player_id: str) -> str:
 
     Any other key read or written together with it carries the same tag."""
     return f"{PREFIX}:out:{{{player_id}}}"
+
+
+def outbox_versions_key(player_id: str) -> str:
+    """The fence of a player's stream, ``sk:outv:{<player>}``: a hash, match id -> the highest
+    version of that match's updates written to the stream (engine/store/publish.lua: an update
+    below it is refused, a player's versions never go back).  Same hash tag as the stream."""
+    return stream_fence_key(outbox_key(player_id))
+
+
+def stream_fence_key(stream: str) -> str:
+    """The fence of the player's stream named ``stream`` (:func:`outbox_versions_key`).
+
+    >>> stream_fence_key(outbox_key("alice"))
+    'sk:outv:{alice}'
+    """
+    out = f"{PREFIX}:out:"
+    if not stream.startswith(out):
+        raise ValueError(f"not a player's stream: {stream!r}")
+    return f"{PREFIX}:outv:{stream[len(out):]}"
 
 
 def receipt_key(player_id: str) -> str:

@@ -89,6 +89,9 @@ class Recorder:
     errors: list[str] = field(default_factory=list)
     slow_calls: list[tuple[int, str]] = field(default_factory=list)
     schema_problems: dict[str, str] = field(default_factory=dict)
+    #: an update read at a version below one already read (not a redelivery): its entry
+    #: (id, command id) and the entry the player first read at that version
+    backwards: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def ack(self, a: Ack) -> None:
@@ -178,6 +181,8 @@ class InboxPlayer:
         self.positions: dict[str, str] = {}
         self.matches: list[str] = []
         self.home = home  # the slots its matches' buckets must lie in (None: anywhere)
+        #: (player, match) -> the highest version read (not a redelivery) and each version's first entry
+        self.seen: dict[tuple[str, str], tuple[int, dict[int, str]]] = {}
 
     def _retry(self, fn: Callable[[], Any], limit_s: float = 120, what: str = "") -> Any:
         from engine.store.redis_errors import is_transient
@@ -232,10 +237,24 @@ class InboxPlayer:
                 if m.kind != "update" or m.version is None:
                     continue
                 turn, deadline = _brief_of(m.body)
+                self._note_order(p, m)
                 self.rec.read(Read(p, m.match_id, m.version, at, tuple(m.events), bool(m.body.get("duplicate")),
                                    m.view is not None, turn, deadline))
                 if m.command_id.startswith(f"{m.match_id}:") and m.match_id in self.matches:
                     self.rec.ack(Ack(self.tag, m.match_id, m.command_id, "update", at, m.version))
+
+    def _note_order(self, player: str, m: Any) -> None:
+        """Note an update going back (the writer's traces: its entry id and command id, and
+        the entry first read at that version) in :attr:`Recorder.backwards`."""
+        if m.body.get("duplicate"):
+            return
+        top, first = self.seen.get((player, m.match_id), (0, {}))
+        if m.version < top and len(self.rec.backwards) < 50:
+            with self.rec.lock:
+                self.rec.backwards.append(f"{player} {m.match_id}: v{m.version} entry {m.id} command {m.command_id} "
+                                          f"after v{top}; first read at {first.get(m.version)}; read at {now_ms()}")
+        first.setdefault(m.version, f"{m.id} command {m.command_id}")
+        self.seen[(player, m.match_id)] = (max(top, m.version), first)
 
     def play(self, mid: str, a: str, b: str) -> None:
         from engine.match import commands as c
@@ -852,6 +871,7 @@ class Nemesis:
                     "client_errors": len(self.rec.errors), "client_error_samples": self.rec.errors[:10],
                     "schema_problems": list(self.rec.schema_problems.values())[:5],
                     "notes": self.notes, "findings": _samples(report.findings),
+                    "backwards": self.rec.backwards[:20],
                     "seconds": round(time.monotonic() - t0, 1), "replica_acks": self.cfg.replica_acks,
                     # serve's gauge; a build without it runs the flag given, else its default 0
                     "replica_acks_in_force": in_force if in_force is not None else (self.cfg.replica_acks or 0),

@@ -1,0 +1,42 @@
+-- One player's update, written only if it does not take the match back on the player's
+-- stream (engine/service/publish.py, Publisher.write).
+--
+-- KEYS[1]  sk:out:{<player>}      the player's stream (XADD key MAXLEN ~ maxlen * field value ...)
+-- KEYS[2]  sk:outv:{<player>}      hash  match id -> the highest version of that match's
+--                                 updates written to KEYS[1] (the same hash tag: one slot)
+-- ARGV[1]  match id
+-- ARGV[2]  the update's version
+-- ARGV[3]  "1": a re-publication (its body says duplicate: older events, always written),
+--          "0": an update, refused when KEYS[2] holds a higher version of the match
+--          (a writer that lost its bucket, or a delayed write, would take the player back)
+-- ARGV[4]  maxlen
+-- ARGV[5]  ttl in seconds of both keys ("" = none)
+-- ARGV[6]  "1": then the notice SPUBLISH KEYS[1] "" (with pcall: an ACL that refuses it only
+--          delays a reader), "0": none
+-- ARGV[7…] the entry's field/value pairs
+--
+-- Replies (field/value pairs, never positional):
+--   {"status", "written", "id", <entry id>}
+--   {"status", "stale", "last", <the higher version already written>}
+
+local version = tonumber(ARGV[2])
+local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+if ARGV[3] ~= '1' and version < last then
+  return {'status', 'stale', 'last', last}
+end
+local entry = {'XADD', KEYS[1], 'MAXLEN', '~', ARGV[4], '*'}
+for i = 7, #ARGV do
+  entry[#entry + 1] = ARGV[i]
+end
+local id = redis.call(unpack(entry))
+if version > last then
+  redis.call('HSET', KEYS[2], ARGV[1], version)
+end
+if ARGV[5] ~= '' then
+  redis.call('EXPIRE', KEYS[1], ARGV[5])
+  redis.call('EXPIRE', KEYS[2], ARGV[5])
+end
+if ARGV[6] == '1' then
+  redis.pcall('SPUBLISH', KEYS[1], '')
+end
+return {'status', 'written', 'id', id}

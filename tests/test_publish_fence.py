@@ -1,0 +1,165 @@
+"""A player's versions never go back (issue 35 §2): the fence of engine/store/publish.lua.
+
+A serve replica cut off from Redis past its lease keeps the writes it had in hand; they may
+land after its successor took the bucket over, re-published the command (a duplicate) and
+went on.  The fence ``sk:outv:{<player>}`` (match id -> the highest version written) refuses
+such an update; a re-publication (marked duplicate) and every other entry pass.  On a real
+redis-server (the script's EVAL, its SPUBLISH and its reply as the server gives them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.config import load_config
+from engine.match import commands as c
+from engine.service.client import GatewayClient
+from engine.service.publish import Publisher, Stale
+from engine.service.service import MatchService
+from engine.service.shuffle import seeded_random, seeded_server_seeds
+from engine.store import keys
+from engine.store.memory import InMemoryEventStore
+from engine.tools.bot import Bot, choose_for
+
+pytestmark = pytest.mark.redis
+
+CONFIG = load_config("points").to_record()
+
+
+def service() -> MatchService:
+    clock = iter(range(1_000_000, 10**12, 1000))
+    return MatchService(InMemoryEventStore(), lambda: next(clock), seeded_random(1),
+                        server_seeds=seeded_server_seeds(1))
+
+
+def played(svc: MatchService, moves: int, start: bool = True) -> list[tuple[c.CommandBase, Any]]:
+    """Match m1 (players a and b) dealt (``start``) and ``moves`` more turns played: each
+    command and its outcome."""
+    import random
+
+    out = []
+    if start:
+        for cmd in (c.CreateMatch(command_id="c0", match_id="m1", config=CONFIG),
+                                 c.Sit(command_id="c1", match_id="m1", player="a"),
+                                 c.Sit(command_id="c2", match_id="m1", player="b"),
+                                 c.Ready(command_id="c3", match_id="m1", player="a"),
+                                 c.Ready(command_id="c4", match_id="m1", player="b")):
+            out.append((cmd, svc.execute(cmd)))
+    bot = Bot("greedy", random.Random(1))
+    for _ in range(moves):
+        s = svc.load_state("m1")
+        p = s.current_player
+        choice = choose_for(bot, s, p)
+        cid = f"t{s.version}"
+        cmd = (c.Pass(command_id=cid, match_id="m1", player=p, expected_version=s.version)
+               if choice is None else
+               c.Play(command_id=cid, match_id="m1", player=p, cards=list(choice.cards),
+                      expected_version=s.version))
+        out.append((cmd, svc.execute(cmd)))
+    return out
+
+
+def versions_read(r: Any, player: str) -> list[tuple[int, bool]]:
+    """(version, duplicate) of each update on the player's stream, in stream order."""
+    return [(m.version, bool(m.body.get("duplicate"))) for m in GatewayClient(r).updates(player)
+            if m.kind == "update" and m.version is not None]
+
+
+def test_a_stale_replicas_late_update_is_refused_after_its_successors(real_redis) -> None:
+    r = real_redis
+    svc = service()
+    history = played(svc, 4)
+    new, stale = Publisher(r, consumer="s1"), Publisher(r, consumer="s2")
+    for cmd, outcome in history[:-1]:  # s2 owns the bucket
+        stale.publish(cmd, outcome)
+    # s2 decided the last command, then was cut off: its writes wait in its socket
+    late_cmd, late_outcome = history[-1]
+    late = stale.outputs(late_cmd, late_outcome)
+    # s1 took the bucket over: the command again (a duplicate, re-published), then the next ones
+    again = svc.execute(late_cmd)
+    assert again.duplicate
+    new.publish(late_cmd, again)
+    for cmd, outcome in played(svc, 3, start=False):
+        new.publish(cmd, outcome)
+    top = int(svc.load_state("m1").version)
+    assert top > int(late_outcome.state.version)
+    # the heal: s2's writes land
+    replies = stale.write(late, raise_on_error=False)
+    updates = [(w, rep) for w, rep in zip(late, replies) if w.fields.get("kind") == "update"]
+    assert updates and all(rep == Stale(top) for _w, rep in updates)
+    assert stale.stats.fenced == len(updates) and new.stats.fenced == 0
+    for player in ("a", "b"):
+        seen = versions_read(r, player)
+        fresh = [v for v, dup in seen if not dup]
+        assert fresh == sorted(fresh) and fresh[-1] == top  # never back, the newest last
+        assert (int(again.state.version), True) in seen  # the re-publication is written
+        assert int(r.hget(keys.outbox_versions_key(player), "m1")) == top
+        assert 0 < r.ttl(keys.outbox_versions_key(player)) <= Publisher(r, consumer="x").outbox_ttl  # type: ignore[operator]
+
+
+def test_without_the_fence_the_player_would_read_it_going_back(real_redis) -> None:
+    """The control: the same late write, its fence left out (a plain XADD), takes the player back."""
+    r = real_redis
+    svc = service()
+    history = played(svc, 4)
+    pub = Publisher(r, consumer="s1")
+    for cmd, outcome in history:
+        pub.publish(cmd, outcome)
+    old_cmd, old_outcome = history[-3]
+    unfenced = [w._replace(version=None) for w in pub.outputs(old_cmd, old_outcome) if w.fields.get("kind") == "update"]
+    pub.write(unfenced)
+    fresh = [v for v, dup in versions_read(r, "a") if not dup]
+    assert fresh != sorted(fresh)
+
+
+def test_the_fence_is_per_match_and_only_for_updates(real_redis) -> None:
+    r = real_redis
+    pub = Publisher(r, consumer="s1")
+    a = keys.outbox_key("a")
+
+    def update(match: str, v: int, duplicate: bool = False) -> Any:
+        return pub._delivery(a, {"kind": "update", "match": match, "command_id": f"{match}:{v}", "version": v,
+                                 "body": b""}, v, duplicate)
+
+    assert not isinstance(pub.write([update("m1", 9)])[0], Stale)
+    assert not isinstance(pub.write([update("m2", 3)])[0], Stale)  # another match: its own fence
+    assert pub.write([update("m1", 4)]) == [Stale(9)]
+    assert not isinstance(pub.write([update("m1", 4, duplicate=True)])[0], Stale)  # a re-publication
+    assert not isinstance(pub.write([update("m1", 9)])[0], Stale)  # the same version again: not back
+    rejected = pub._delivery(a, {"kind": "rejected", "match": "m1", "command_id": "x", "version": 2})
+    assert rejected.version is None and not isinstance(pub.write([rejected])[0], Stale)
+    assert [int(f[b"version"]) for _i, f in r.xrange(a)] == [9, 3, 4, 9, 2]
+    assert {k: int(v) for k, v in r.hgetall(keys.outbox_versions_key("a")).items()} == {b"m1": 9, b"m2": 3}
+
+
+def test_a_fenced_update_still_wakes_the_reader(real_redis) -> None:
+    """The notice (SPUBLISH of the stream's name) goes out from the script."""
+    r = real_redis
+    pub = Publisher(r, consumer="s1")
+    ps = r.pubsub()
+    ps.ssubscribe(keys.outbox_key("a"))
+    ps.get_message(timeout=1.0)  # the subscription's confirmation
+    pub.write([pub._delivery(keys.outbox_key("a"), {"kind": "update", "match": "m1", "command_id": "c",
+                                                      "version": 1, "body": b""}, 1)])
+    got = ps.get_message(timeout=2.0)
+    ps.close()
+    assert got is not None and got["type"] == "smessage" and got["channel"] == keys.outbox_key("a").encode()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(order=st.lists(st.integers(1, 12), min_size=1, max_size=25))
+def test_whatever_the_order_of_the_writes_the_stream_never_goes_back(real_redis, order) -> None:
+    r = real_redis
+    r.delete(keys.outbox_key("a"), keys.outbox_versions_key("a"))
+    pub = Publisher(r, consumer="s1")
+    for v in order:
+        pub.write([pub._delivery(keys.outbox_key("a"), {"kind": "update", "match": "m1", "command_id": f"c{v}",
+                                                          "version": v, "body": b""}, v)], raise_on_error=False)
+    written = [int(f[b"version"]) for _i, f in r.xrange(keys.outbox_key("a"))]
+    kept = [v for i, v in enumerate(order) if v >= max(order[:i], default=0)]  # each one not below an earlier one
+    assert written == kept
+    assert pub.stats.fenced == len(order) - len(kept)
