@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import engine.match.decide as decide_mod
+import engine.service.publish as publish_mod
 import projections.views as views_mod
 from engine.config import load_config
 from engine.match.commands import (
@@ -229,6 +230,7 @@ def test_positive_control_an_unredacted_deal_is_caught(monkeypatch):
         return data
 
     monkeypatch.setattr(views_mod, "redact_event", leaky)
+    monkeypatch.setattr(publish_mod, "redact_event", leaky)  # the publisher's own binding
     with pytest.raises(Leak, match="hidden cards"):
         run_match(1)
 
