@@ -9,6 +9,7 @@ import shutil
 from typing import Any
 
 import pytest
+import redis
 
 pytestmark = pytest.mark.redis
 
@@ -262,3 +263,33 @@ def test_the_update_fence_runs_through_a_cluster_pipeline(cluster) -> None:
     assert pub.write([update(p, 3) for p in players], raise_on_error=False) == [Stale(7)] * len(players)
     for p in players:
         assert [int(f[b"version"]) for _i, f in cluster.xrange(keys.outbox_key(p))] == [7]
+
+
+def test_a_cluster_pipeline_of_scripts_asks_no_node_for_their_keys(cluster) -> None:
+    """A Cluster pipeline resolves each command's slot through the client's command parser;
+    for a script call (EVAL / EVALSHA: "movable keys") redis-py would send ``COMMAND GETKEYS``
+    to a node first, one round trip per call.  engine.store.connect reads the keys off the
+    arguments instead: the pipeline of fenced updates and XREADGROUPs costs no GETKEYS."""
+    from engine.service.publish import Publisher
+    from engine.store import keys
+
+    def getkeys() -> int:
+        total = 0
+        for node in cluster.get_primaries():
+            stats = cluster.get_redis_connection(node).info("commandstats")
+            total += int(stats.get("cmdstat_command|getkeys", {}).get("calls", 0))
+        return total
+
+    pub = Publisher(cluster, consumer="s1")
+    players = [f"gk{i}" for i in range(12)]
+    before = getkeys()
+    pub.write([pub._delivery(keys.outbox_key(p), {"kind": "update", "match": "mg", "command_id": "c1",
+                                                  "version": 1, "body": b""}, 1) for p in players])
+    pipe = cluster.pipeline(transaction=False)
+    for p in players:
+        pipe.execute_command("EVALSHA", "0" * 40, 1, keys.outbox_key(p))
+        pipe.xread({keys.outbox_key(p): "0"}, count=1)
+    replies = pipe.execute(raise_on_error=False)
+    assert all(isinstance(r, redis.exceptions.NoScriptError) for r in replies[::2])
+    assert [len(r[0][1]) for r in replies[1::2]] == [1] * len(players)
+    assert getkeys() == before

@@ -126,19 +126,33 @@ def connect_async(url: str, *, option: str = "--redis", **kwargs: Any) -> AsyncC
 
 
 #: commands whose keys redis-py would ask the server for (``COMMAND GETKEYS``: "movable keys")
-#: before each call, one round trip more and a hot default node; their keys follow STREAMS
+#: before each call, one round trip more and a hot default node: XREAD / XREADGROUP (their keys
+#: follow STREAMS), and the scripts (their keys follow ``numkeys``), which a Cluster pipeline
+#: resolves through the parser for every call
 _STREAMS_COMMANDS = frozenset({"xread", "xreadgroup"})
+_SCRIPT_COMMANDS = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro"})
 
 
-def stream_keys(args: tuple[Any, ...]) -> list[Any] | None:
-    """The keys of an XREAD / XREADGROUP call (the first half after ``STREAMS``), else None.
+def local_keys(args: tuple[Any, ...]) -> list[Any] | None:
+    """The keys of an XREAD / XREADGROUP (the first half after ``STREAMS``) or a script call
+    (the ``numkeys`` after the script), read off the arguments; None for any other command.
 
-    >>> stream_keys(("XREADGROUP", "GROUP", "g", "c", "COUNT", 10, "STREAMS", "a", "b", ">", ">"))
+    >>> local_keys(("XREADGROUP", "GROUP", "g", "c", "COUNT", 10, "STREAMS", "a", "b", ">", ">"))
     ['a', 'b']
-    >>> stream_keys(("GET", "k")) is None
+    >>> local_keys(("EVAL", "return 1", 2, "k1", "k2", "arg")), local_keys((b"EVALSHA", "f00", 0))
+    (['k1', 'k2'], [])
+    >>> local_keys(("GET", "k")) is None
     True
     """
-    if not args or str(args[0] if not isinstance(args[0], bytes) else args[0].decode()).lower() not in _STREAMS_COMMANDS:
+    if not args:
+        return None
+    name = (args[0].decode() if isinstance(args[0], bytes) else str(args[0])).lower()
+    if name in _SCRIPT_COMMANDS:
+        if len(args) < 3:
+            return None
+        n = int(args[2])
+        return list(args[3:3 + n])
+    if name not in _STREAMS_COMMANDS:
         return None
     words = [a.decode().upper() if isinstance(a, bytes) else str(a).upper() for a in args]
     if "STREAMS" not in words:
@@ -148,19 +162,20 @@ def stream_keys(args: tuple[Any, ...]) -> list[Any] | None:
 
 
 def _local_stream_keys(parser: Any, *, asynchronous: bool) -> None:
-    """Teach a Cluster client's command parser the keys of XREAD/XREADGROUP (no COMMAND GETKEYS)."""
+    """Teach a Cluster client's command parser the keys of XREAD/XREADGROUP and the script calls
+    (:func:`local_keys`: no COMMAND GETKEYS round trip)."""
     original = parser.get_keys
 
     if asynchronous:
         async def get_keys_async(*args: Any) -> Any:
-            keys = stream_keys(args)
+            keys = local_keys(args)
             return keys if keys is not None else await original(*args)
 
         parser.get_keys = get_keys_async
         return
 
     def get_keys(redis_conn: Any, *args: Any) -> Any:
-        keys = stream_keys(args)
+        keys = local_keys(args)
         return keys if keys is not None else original(redis_conn, *args)
 
     parser.get_keys = get_keys
