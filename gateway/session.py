@@ -446,12 +446,15 @@ class Connection:
         if not self.is_player or match in self._not_mine:
             return False
         table = await self.hub.lobby.table_of_match(match)
-        if table is None or table.match != match or table.status not in AT_TABLE \
-                or self.player not in table.players:
-            if len(self._not_mine) >= 64:
+        n = match.rpartition("-")[2]
+        if table is None or self.player not in table.players or table.status == "closed" \
+                or (n.isdigit() and int(n) < table.n):
+            if len(self._not_mine) >= 64:  # never this player's: not looked up again
                 self._not_mine.clear()
             self._not_mine.add(match)
             return False
+        if table.match != match or table.status not in AT_TABLE:
+            return False  # the table's read model is not there yet (being created): a later update asks again
         if self.match == match:  # a note came meanwhile
             return True
         self.match = self._announced = match

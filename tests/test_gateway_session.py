@@ -1062,3 +1062,25 @@ def test_an_update_of_a_match_not_the_players_tables_is_still_dropped(aredis):
         assert conn.match == "t1-1" and lookups == ["t9-1"]
 
     asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3}, body))
+
+
+def test_an_update_of_the_next_match_while_the_table_is_being_created_is_asked_about_again(aredis):
+    """The first updates of the next match come before the table's read model says it is seated
+    (``creating``): nothing is announced yet, and a later update, once the table is seated (its
+    note lost), announces it."""
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        r = conn.hub.redis
+        await _table(r, "creating", "t1", "t1-2")
+        await _publish_update(r, "alice", "t1-2", 2, {"type": "PlayerSeated", "seq": 2, "player": "alice"})
+        await _publish_update(r, "alice", "t1-1", 4, {"type": "Passed", "seq": 4, "player": "bob"})
+        got = await ws.expect(lambda m: m["kind"] in ("update", "lobby"), "the next message")
+        assert (got["kind"], got["match"]) == ("update", "t1-1") and conn.match == "t1-1", got
+        await _table(r, "seated", "t1", "t1-2")
+        await _publish_update(r, "alice", "t1-2", 4, {"type": "ClockExtended", "seq": 4, "kind": "ready",
+                                                      "by_ms": 5000, "reason": "undelivered"})
+        got = await ws.expect(lambda m: m["kind"] == "lobby", "seated at t1-2")
+        assert (got["state"], got["match"]) == ("seated", "t1-2")
+        await ws.expect(_view_update("t1-2"), "the view of t1-2")
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3, "t1-2": 4}, body))
