@@ -442,7 +442,9 @@ class Connection:
         The lobby's ``seated`` note is one entry of the player's stream: an entry a master took
         and lost in a fail-over (written before it could reach a replica) is gone, while the
         match's later updates (a paused clock's, from the timers) reach the stream; without this
-        the socket dropped them and the player never heard of the match their clock ran in."""
+        the socket dropped them and the player never heard of the match their clock ran in.  An
+        update that merely overtakes its note is announced the same way (the note is then not
+        sent again: ``_announced``)."""
         if not self.is_player or match in self._not_mine:
             return False
         table = await self.hub.lobby.table_of_match(match)
@@ -460,7 +462,7 @@ class Connection:
         self.match = self._announced = match
         self._notes_seen += 1  # HOT commands look the place up again
         self._know(Place("table", table.room, table), self._notes_seen)
-        log.info("%s: update of %s with no seated note: the table is there, announced now", self.player, match)
+        log.debug("%s: an update of %s before any seated note: the table is there, announced", self.player, match)
         await self.send(protocol.lobby("seated", table.room, table.id, match, bot_level=table.bot_level), table)
         await self.resync.catch_up(match, None)
         return True
