@@ -75,6 +75,11 @@ class Receiver(Protocol):
         """The client was sent an end of ``match``: a place known for it is looked up again."""
         ...
 
+    async def adopt(self, match: str) -> bool:
+        """An update of ``match`` no ``seated`` announced: True once the socket shows it (the
+        player's table is there), False to drop it."""
+        ...
+
 
 class Resync:
     def __init__(self, conn: Receiver, gap_wait_s: float):
@@ -226,7 +231,11 @@ class Resync:
 
     async def _forward(self, e: outbox.OutEntry) -> None:
         conn = self.conn
-        if e.match != conn.match or e.version is None:
+        if e.version is None:
+            return
+        if e.match != conn.match:
+            if conn.is_player and e.match and await conn.adopt(e.match):
+                await self._forward(e)  # after the view asked for: held, or dropped as known
             return
         if conn.is_player:
             conn.answered(e.command_id)

@@ -173,6 +173,8 @@ class Connection:
         self._acks = False
         self._acked: dict[str, int] = {}
         self._handed: tuple[int, int, str] | None = None
+        #: matches whose updates came unannounced and are not the player's table's (not looked up again)
+        self._not_mine: set[str] = set()
         self.subscription = Subscription(hub.fanout, hub.redis, self.deliver, lambda: self.closed, identity.player)
         self.resync = Resync(self, GAP_WAIT_S)
         self.guard = Guard(self, hub.limits)  # token lifetime and rates (the edge, gateway/guard.py)
@@ -431,6 +433,39 @@ class Connection:
             raise protocol.ClientError(protocol.BAD_COMMAND, str(exc)[:300], msg.command_id)
         self.track(engine_id, t)
         await self.hub.sender.send(channels.stream_for(command), channels.entry(command))
+
+    async def adopt(self, match: str) -> bool:
+        """An update of ``match``, which no ``seated`` announced to this socket: True once the
+        client is told it is seated there (``seated``, as on connect) and caught up, when the
+        player's table is at that match (its read model); False for any other match.
+
+        The lobby's ``seated`` note is one entry of the player's stream: an entry a master took
+        and lost in a fail-over (written before it could reach a replica) is gone, while the
+        match's later updates (a paused clock's, from the timers) reach the stream; without this
+        the socket dropped them and the player never heard of the match their clock ran in.  An
+        update that merely overtakes its note is announced the same way (the note is then not
+        sent again: ``_announced``)."""
+        if not self.is_player or match in self._not_mine:
+            return False
+        table = await self.hub.lobby.table_of_match(match)
+        n = match.rpartition("-")[2]
+        if table is None or self.player not in table.players or table.status == "closed" \
+                or (n.isdigit() and int(n) < table.n):
+            if len(self._not_mine) >= 64:  # never this player's: not looked up again
+                self._not_mine.clear()
+            self._not_mine.add(match)
+            return False
+        if table.match != match or table.status not in AT_TABLE:
+            return False  # the table's read model is not there yet (being created): a later update asks again
+        if self.match == match:  # a note came meanwhile
+            return True
+        self.match = self._announced = match
+        self._notes_seen += 1  # HOT commands look the place up again
+        self._know(Place("table", table.room, table), self._notes_seen)
+        log.debug("%s: an update of %s before any seated note: the table is there, announced", self.player, match)
+        await self.send(protocol.lobby("seated", table.room, table.id, match, bot_level=table.bot_level), table)
+        await self.resync.catch_up(match, None)
+        return True
 
     def ended(self, match: str) -> None:
         """The client was sent an end of ``match`` (gateway/resync.py): HOT commands look the

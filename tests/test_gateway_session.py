@@ -1014,3 +1014,73 @@ def test_a_receipt_redis_refused_is_written_at_the_next_flush_unless_a_newer_one
         assert decode(store.data[keys.receipt_key("a")])[0] == "closed"
 
     asyncio.run(main())
+
+
+# -- a ``seated`` note lost in a fail-over (issue 35 §4) --------------------------------------------
+def test_an_update_of_the_tables_next_match_with_no_seated_note_announces_it_and_gives_the_view(aredis):
+    """The table moved on to t1-2 but its ``seated`` note never reached alice's stream (a master
+    took the entry and lost it in a fail-over); the match's next update (a paused ready clock's)
+    does: the socket tells her she is seated at t1-2, sends the view, and her Ready goes there.
+    Before, the update of a match no note had announced was dropped, and the ready clock removed
+    a player who never heard of the match."""
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        r = conn.hub.redis
+        await _table(r, "seated", "t1", "t1-2")  # the read models moved on; the note is lost
+        await _publish_update(r, "alice", "t1-2", 4, {"type": "ClockExtended", "seq": 4, "kind": "ready",
+                                                      "by_ms": 5000, "reason": "undelivered"})
+        got = await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "seated", "seated at t1-2")
+        assert (got["table"], got["match"], got["command_id"]) == ("t1", "t1-2", None)
+        view = await ws.expect(_view_update("t1-2"), "the view of t1-2")
+        assert view["view"]["you"] == "alice" and conn.match == "t1-2"
+        await ws.inbox.put(json.dumps({"type": "Ready", "command_id": "r2"}))
+        await _eventually(lambda: _has_command(r, "t1-2", ("Ready", "alice")), "the Ready sent to t1-2")
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3, "t1-2": 4}, body))
+
+
+def test_an_update_of_a_match_not_the_players_tables_is_still_dropped(aredis):
+    """An unannounced update of a match the player's table is not at (another table's, or the
+    table's finished match) is not forwarded and announces nothing; it is looked up once."""
+    lookups: list[str] = []
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        r = conn.hub.redis
+        original = conn.hub.lobby.table_of_match
+
+        async def counted(match: str):
+            lookups.append(match)
+            return await original(match)
+        conn.hub.lobby.table_of_match = counted  # type: ignore[method-assign]
+        await _table(r, "seated", "t9", "t9-1", a="carol", b="dave")
+        for v in (2, 3):
+            await _publish_update(r, "alice", "t9-1", v, {"type": "Passed", "seq": v, "player": "carol"})
+        await _publish_update(r, "alice", "t1-1", 4, {"type": "Passed", "seq": 4, "player": "bob"})
+        got = await ws.expect(lambda m: m["kind"] in ("update", "lobby"), "the next message")
+        assert (got["kind"], got["match"], got["version"]) == ("update", "t1-1", 4), got
+        assert conn.match == "t1-1" and lookups == ["t9-1"]
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3}, body))
+
+
+def test_an_update_of_the_next_match_while_the_table_is_being_created_is_asked_about_again(aredis):
+    """The first updates of the next match come before the table's read model says it is seated
+    (``creating``): nothing is announced yet, and a later update, once the table is seated (its
+    note lost), announces it."""
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        r = conn.hub.redis
+        await _table(r, "creating", "t1", "t1-2")
+        await _publish_update(r, "alice", "t1-2", 2, {"type": "PlayerSeated", "seq": 2, "player": "alice"})
+        await _publish_update(r, "alice", "t1-1", 4, {"type": "Passed", "seq": 4, "player": "bob"})
+        got = await ws.expect(lambda m: m["kind"] in ("update", "lobby"), "the next message")
+        assert (got["kind"], got["match"]) == ("update", "t1-1") and conn.match == "t1-1", got
+        await _table(r, "seated", "t1", "t1-2")
+        await _publish_update(r, "alice", "t1-2", 4, {"type": "ClockExtended", "seq": 4, "kind": "ready",
+                                                      "by_ms": 5000, "reason": "undelivered"})
+        got = await ws.expect(lambda m: m["kind"] == "lobby", "seated at t1-2")
+        assert (got["state"], got["match"]) == ("seated", "t1-2")
+        await ws.expect(_view_update("t1-2"), "the view of t1-2")
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3, "t1-2": 4}, body))
