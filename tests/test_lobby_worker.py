@@ -305,3 +305,48 @@ def test_a_ranked_rooms_pairing_timer_pairs_two_far_apart_once_their_windows_wid
     stack.run()
     seated = stack.told("bob")[-1]
     assert seated["state"] == "seated" and stack.told("ann")[-1]["match"] == seated["match"]
+
+
+class FlakyAcks:
+    """A ReplicaAcks stand-in: NOREPLICAS while ``down`` (a master cut off), else records the keys."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.confirmed: list[str] = []
+
+    def confirm(self, written: Any) -> None:
+        import redis
+
+        if self.down:
+            raise redis.ResponseError("NOREPLICAS Not enough good replicas to write.")
+        self.confirmed += list(written)
+
+
+def test_notes_and_read_models_are_confirmed_before_the_event_goes_on(real_redis) -> None:
+    """With replica acks in force, the lobby's notes and read models of an event are confirmed on
+    the replicas before the commands the event causes run: a NOREPLICAS (the master cut off)
+    leaves the feed entry pending, and the notes are written again once a replica acknowledges
+    (a note a master takes and loses in a fail-over would otherwise be gone: issue 35 §4)."""
+    acks = FlakyAcks()
+    stack = Stack(real_redis)
+    stack.store.replica_acks = acks  # as serve sets it before it builds the lobby
+    stack.worker = build_lobby(real_redis, stack.store, stack.matches, stack.ledger, stack.rooms, stack.clock,
+                               "serve-1", {"outbox_ttl": 3600, "outbox_maxlen": 1000, "full_view_every": 1})
+    for b in range(stack.store.buckets):
+        stack.worker.own(b)
+    stack.send("Join", "ann", "j-ann")
+    stack.run()
+    assert {keys.place_key("ann"), keys.outbox_key("ann")} <= set(acks.confirmed)
+    acks.down = True
+    stack.send("Join", "bob", "j-bob")
+    stack.run()
+    assert [m["state"] for m in stack.told("bob")] == ["queued"]
+    assert real_redis.keys("sk:*:t:*:info") == []  # the pairing waits for the confirmation
+    acks.down = False
+    stack.worker._retry_at = 0.0  # the retry period (RETRY_EVERY_S) has passed
+    stack.run()
+    assert [m["state"] for m in stack.told("bob")] == ["queued", "seated"]  # the note again, then the seat
+    table = stack.place("ann")["table"]
+    info = {k.decode(): v.decode() for k, v in real_redis.hgetall(keys.table_info_key(table)).items()}
+    assert info["status"] == "seated" and {info["a"], info["b"]} == {"ann", "bob"}
+    assert keys.table_info_key(table) in acks.confirmed

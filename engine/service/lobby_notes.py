@@ -138,11 +138,15 @@ class LobbyOutbox:
     Writing again what was written (a feed entry read twice) changes nothing a reader could
     tell but a repeated message, which the gateways drop (a ``seated`` already announced)."""
 
-    def __init__(self, client: Any, publisher: Any, ledger: Any = None, *, buckets: int = keys.DEFAULT_BUCKETS):
+    def __init__(self, client: Any, publisher: Any, ledger: Any = None, *, buckets: int = keys.DEFAULT_BUCKETS,
+                 acks: Any = None):
         self.client = client
         self.publisher = publisher
         self.ledger = ledger
         self.buckets = buckets
+        #: engine.store.replicas.ReplicaAcks (replica acks in force) or None: the notes and read
+        #: models are confirmed on the replicas before the event's commands run
+        self.acks = acks
         #: a private table's ``series`` field of its ``settled`` messages (issue 39), or None
         self.series_summary: Any = None
         #: a private table's ``series finished`` messages after a hand's ``settled`` (issue 39)
@@ -150,13 +154,16 @@ class LobbyOutbox:
 
     def __call__(self, e: ev.LobbyEvent, table: TableState | None, waiting: int | None = None) -> None:
         pipe = self.client.pipeline(transaction=False)
+        written: list[str] = []  # the keys of the read models, confirmed with the notes (acks)
         for player, fields in _place_changes(e, table):
+            written.append(keys.place_key(player))
             if fields is None:
                 pipe.delete(keys.place_key(player))
             else:
                 pipe.hset(keys.place_key(player), mapping=fields)
         if table is not None and e.aggregate.startswith("table:"):
-            pipe.hset(keys.table_info_key(table.table, self.buckets), mapping=table_info(table))
+            written.append(keys.table_info_key(table.table, self.buckets))
+            pipe.hset(written[-1], mapping=table_info(table))
         if waiting is not None and e.aggregate.startswith("queue:"):
             pipe.hset(keys.queue_info_key(e.aggregate.partition(":")[2]), "waiting", str(waiting))
         if isinstance(e, ev.BotSeated):
@@ -171,6 +178,12 @@ class LobbyOutbox:
             writes += self._settled(e, table)
         if writes:
             self.publisher.write(writes)
+            written += [w.stream for w in writes]
+        if self.acks is not None and written:
+            # a note or read model a master took and lost in a fail-over is gone for good (the
+            # gateways act on them): NOREPLICAS raises, the feed entry stays pending, and it is
+            # handled (written) again once a replica acknowledges
+            self.acks.confirm(written)
 
     def _entry(self, player: str, kind: str, match: str, message: dict[str, Any]) -> Any:
         return self.publisher._delivery(keys.outbox_key(player), {

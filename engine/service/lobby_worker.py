@@ -534,7 +534,7 @@ def build_lobby(client: Any, store: Any, service: Any, ledger: Any, rooms: Any, 
                          clock=clock, rooms=rooms, balances=ledger, settlements=ledger,
                          bots=lambda room: holder[0].bot_policy(room) if holder else None,
                          follow_appends=False, places=place, ratings=ratings_of(client))
-    outbox = LobbyOutbox(client, publisher, ledger, buckets=buckets)
+    outbox = LobbyOutbox(client, publisher, ledger, buckets=buckets, acks=getattr(store, "replica_acks", None))
     manager = LobbyFeedManager(client, engine, consumer=consumer, buckets=[], notes=outbox)
     series = SeriesLobby(client, SeriesService(RedisLobbyStore(client, buckets=buckets), clock=clock, rooms=rooms,
                                                balances=ledger, elsewhere=place_state), engine, publisher,
