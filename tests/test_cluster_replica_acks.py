@@ -98,6 +98,11 @@ def test_the_default_is_one_when_every_master_has_a_replica_and_zero_when_one_ha
 
 
 def test_pipelined_appends_on_a_cluster_wait_per_node_and_one_node_short_fails_only_its_own(local_cluster):
+    from tests.cluster_support import _wait
+
+    # a replica still loading its first sync acknowledges nothing: the first round must not meet one
+    _wait(lambda: all(local_cluster.online_replicas(m) for m in local_cluster.masters()), 30,
+          "every master's replica online")
     client = _client(local_cluster)
     try:
         store = RedisEventStore(client)
