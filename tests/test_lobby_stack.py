@@ -150,7 +150,7 @@ class StackMachine(player_rules(people)):  # type: ignore[misc]
     def __init__(self) -> None:
         super().__init__()
         assert self.client is not None
-        self.client.flushall()
+        self.client.flushdb()  # this worker's database only: a FLUSHALL empties the other xdist workers'
         self.world = StackWorld(self.client, feed=self.feed)
 
     @initialize(who=st.lists(people, min_size=2, max_size=4, unique=True))
