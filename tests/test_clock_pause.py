@@ -367,6 +367,24 @@ def test_the_ready_clock_pauses_while_no_gateway_delivers_the_table(timers, publ
     assert not any(isinstance(e, PlayerRemoved) for e in m.events())
 
 
+def _fire_until_charged(t, m, clock, published, before=None) -> int:
+    """Publish each turn's update (``before(state)`` first, if given), let its clock run out
+    until a timeout is charged (at most 10 rounds); the milliseconds paused on the way."""
+    paused = 0
+    for _ in range(10):
+        s = m.state()
+        published.prompt(s)
+        if before is not None:
+            before(s)
+        clock.set(s.deadline().at_ms)
+        result = rt_mod.fire("m1", s.version, "turn", t.runtime)
+        if result == "committed":
+            return paused
+        assert result == "extended"
+        paused += m.events(after=s.version)[0].by_ms
+    raise AssertionError(f"no timeout charged after 10 pauses ({paused} ms)")
+
+
 def test_pauses_in_a_row_stop_after_the_reconnect_grace(timers, published):
     """The player's gateway is gone for good (nothing is ever delivered): the clock pauses
     again and again for at most the room's reconnect grace, then it runs out."""
@@ -375,17 +393,8 @@ def test_pauses_in_a_row_stop_after_the_reconnect_grace(timers, published):
     t.lose_pending_timers()
     player = _on_turn(m.state())
     _receipt(t, player, "open", 0, 0, "the-match-before")
-    paused = 0
-    for _ in range(10):
-        s = m.state()
-        published.prompt(s)
-        clock.set(s.deadline().at_ms)
-        result = rt_mod.fire("m1", s.version, "turn", t.runtime)
-        if result == "committed":
-            break
-        assert result == "extended"
-        paused += m.events(after=s.version)[0].by_ms
-    assert result == "committed" and 12_000 <= paused < 12_000 + 5_000 + 1, paused
+    paused = _fire_until_charged(t, m, clock, published)
+    assert 12_000 <= paused < 12_000 + 5_000 + 1, paused
     assert rt_mod.paused_in_a_row(t.store, "m1", m.state().version) == 0  # the timeout ended the run
 
 
@@ -475,18 +484,9 @@ def test_a_quiet_client_whose_gateway_died_pauses_at_most_the_reconnect_grace(ti
     m = Match(t, cfg(turn_seconds=5, reconnect_grace_seconds=12)).start()
     t.lose_pending_timers()
     player = _on_turn(m.state())
-    paused = 0
-    for _ in range(10):
-        s = m.state()
-        published.prompt(s)
-        _acked_receipt(t, player, s.last_ts + 10, s.version, s.version - 1)  # handed, never read
-        clock.set(s.deadline().at_ms)
-        result = rt_mod.fire("m1", s.version, "turn", t.runtime)
-        if result == "committed":
-            break
-        assert result == "extended"
-        paused += m.events(after=s.version)[0].by_ms
-    assert result == "committed" and 12_000 <= paused < 12_000 + 5_000 + 1, paused
+    paused = _fire_until_charged(  # each update handed to the socket, never read
+        t, m, clock, published, before=lambda s: _acked_receipt(t, player, s.last_ts + 10, s.version, s.version - 1))
+    assert 12_000 <= paused < 12_000 + 5_000 + 1, paused
 
 
 RECEIPT_READS = [

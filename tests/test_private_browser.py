@@ -32,6 +32,15 @@ def stack(redis_server, tmp_path, deployment):
         yield {"base": gw.http}
 
 
+def _alice_and_bob(browser, console: Console, bob_viewport: dict[str, int]):
+    """Alice's zh-TW page at 1280×800 and Bob's en-US page at ``bob_viewport``, both watched."""
+    a = browser.new_context(viewport={"width": 1280, "height": 800}, locale="zh-TW").new_page()
+    b = browser.new_context(viewport=bob_viewport, locale="en-US").new_page()
+    console.watch(a, "alice")
+    console.watch(b, "bob")
+    return a, b
+
+
 def test_two_friends_open_a_table_by_link_and_end_the_series_by_vote(stack) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -41,11 +50,7 @@ def test_two_friends_open_a_table_by_link_and_end_the_series_by_vote(stack) -> N
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
-            a_ctx = browser.new_context(viewport={"width": 1280, "height": 800}, locale="zh-TW")
-            b_ctx = browser.new_context(viewport={"width": 375, "height": 812}, locale="en-US")
-            a, b = a_ctx.new_page(), b_ctx.new_page()
-            console.watch(a, "alice")
-            console.watch(b, "bob")
+            a, b = _alice_and_bob(browser, console, {"width": 375, "height": 812})
             a.goto(base + "/")
             a.fill("#login-name", "Alice")
             a.click("[data-action=login]")
@@ -130,11 +135,7 @@ def test_two_friends_play_two_hands_by_link_then_end_the_series_by_vote(stack, d
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
-            a_ctx = browser.new_context(viewport={"width": 1280, "height": 800}, locale="zh-TW")
-            b_ctx = browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US")
-            a, b = a_ctx.new_page(), b_ctx.new_page()
-            console.watch(a, "alice")
-            console.watch(b, "bob")
+            a, b = _alice_and_bob(browser, console, {"width": 1280, "height": 800})
             _frames(a, seen["a"])
             _frames(b, seen["b"])
 
