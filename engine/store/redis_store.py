@@ -28,7 +28,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import AskError, MovedError, NoScriptError
 
 from engine.match.events import EventBase, MatchFinished, decode_event, encode_event
-from engine.store import keys
+from engine.store import keys, wire
 from engine.store.redis_errors import is_transient
 from engine.store.base import (
     AppendRequest,
@@ -115,6 +115,8 @@ class RedisEventStore(EventStore):
         self.feed_maxlen = feed_maxlen
         self.page = page
         self._append = client.register_script(_load_script("append.lua"))
+        #: the appends go packed, past redis-py's per-call work (engine/store/wire.py)
+        self._direct = wire.usable(client)
         #: ``--replica-acks N`` (engine/store/replicas.py): an append returns once N replicas have it
         self.replica_acks: Any = None
         self._pool: Any = None  # threads sending several nodes' pipelines side by side (append_many)
@@ -190,10 +192,17 @@ class RedisEventStore(EventStore):
         return result
 
     def _run_append(self, script_keys: list[Any], args: list[Any]) -> Any:
-        """append.lua by its SHA1 (EVALSHA straight through ``execute_command``: what the
-        registered script sends, without its per-call copies); on NOSCRIPT (a new server, a
-        SCRIPT FLUSH) the registered script loads it and runs it."""
+        """append.lua by its SHA1 (EVALSHA packed and sent by :mod:`engine.store.wire` on a
+        plain Redis, else straight through ``execute_command``: what the registered script
+        sends, without its per-call copies); on NOSCRIPT (a new server, a SCRIPT FLUSH) the
+        registered script loads it and runs it."""
         try:
+            if self._direct:
+                reply = wire.round_trip(self.client, [wire.pack("EVALSHA", self._append.sha, len(script_keys),
+                                                                *script_keys, *args)])[0]
+                if isinstance(reply, Exception):
+                    raise reply
+                return reply
             return self.client.execute_command("EVALSHA", self._append.sha, len(script_keys), *script_keys, *args)
         except NoScriptError:
             return self._append(keys=script_keys, args=args)
@@ -319,7 +328,8 @@ class RedisEventStore(EventStore):
         """One node's pipeline: its requests' scripts, then (with replica acks) INCR + WAIT.
         A node that knows no append script (NOSCRIPT for every request: none ran) is given
         it and sent the pipeline again, once."""
-        pipe = node.pipeline(transaction=False)
+        direct = node is self.client and self._direct  # packed, one write (engine/store/wire.py)
+        commands: list[tuple[Any, ...]] = []
         sha = self._append.sha
         for i in idxs:
             rq = requests[i]
@@ -329,18 +339,23 @@ class RedisEventStore(EventStore):
             # EVALSHA directly (not Script(client=pipe)): a registered script makes the
             # pipeline ask SCRIPT EXISTS first, a second round trip; NOSCRIPT comes back
             # as that request's error and the caller appends it alone (which loads it)
-            pipe.execute_command("EVALSHA", sha, len(ks) + len(rq.writes), *ks, *(w.stream for w in rq.writes),
-                                 *args)
+            commands.append(("EVALSHA", sha, len(ks) + len(rq.writes), *ks, *(w.stream for w in rq.writes), *args))
         waiter = self.replica_acks
         wait_key = ""
         if waiter is not None and waiter.n > 0:
             from engine.store.replicas import marker_key
 
             wait_key = _s(self._match_keys(requests[idxs[0]].match_id)[1][0])
-            pipe.execute_command("INCR", marker_key(wait_key))  # this connection's write: WAIT covers all before it
-            pipe.execute_command("WAIT", waiter.n, waiter.timeout_ms)
+            commands.append(("INCR", marker_key(wait_key)))  # this connection's write: WAIT covers all before it
+            commands.append(("WAIT", waiter.n, waiter.timeout_ms))
         started = time.perf_counter()
-        replies = pipe.execute(raise_on_error=False)
+        if direct:
+            replies = wire.round_trip(node, [wire.pack(*c) for c in commands])
+        else:
+            pipe = node.pipeline(transaction=False)
+            for c in commands:
+                pipe.execute_command(*c)
+            replies = pipe.execute(raise_on_error=False)
         if not loaded and all(isinstance(r, NoScriptError) for r in replies[:len(idxs)]):
             node.script_load(self._append.script)  # a new node, or after SCRIPT FLUSH
             self._append_on(node, idxs, requests, encoded, out, loaded=True)
