@@ -10,6 +10,7 @@ On this module's own redis-server: it flushes the scripts and kills clients.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,6 +60,7 @@ def test_a_plain_client_is_served_and_the_others_keep_redis_py(redis_server: Red
     assert wire.usable(redis_server.client(protocol=2))
     assert not wire.usable(redis_server.client(decode_responses=True))
     assert not wire.usable(redis_server.client(single_connection_client=True))
+    assert not wire.usable(redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(redis_server.url)))
     assert not wire.usable(fakeredis.FakeRedis(server=fakeredis.FakeServer()))
     assert not wire.usable(object())
 
@@ -71,8 +73,25 @@ def test_the_replies_come_in_order_with_an_error_in_its_place(real_redis) -> Non
     assert replies[0] is True or replies[0] == b"OK"
     assert isinstance(replies[1], redis.ResponseError) and "WRONGTYPE" in str(replies[1])
     assert replies[2] == 2
-    assert not r.connection_pool._in_use_connections  # given back
     assert wire.round_trip(r, [wire.pack("GET", "a")]) == [b"2"]  # the connection was left clean
+
+
+def test_a_thread_keeps_one_connection_and_gives_it_back_when_it_ends(real_redis) -> None:
+    r = real_redis
+    pool = r.connection_pool
+    mine = wire.round_trip(r, [wire.pack("CLIENT", "ID")])[0]
+    assert wire.round_trip(r, [wire.pack("CLIENT", "ID")])[0] == mine  # kept between round trips
+    assert len(pool._in_use_connections) == 1
+    theirs: list[Any] = []
+    t = threading.Thread(target=lambda: theirs.append(wire.round_trip(r, [wire.pack("CLIENT", "ID")])[0]))
+    t.start()
+    t.join()
+    assert theirs and theirs[0] != mine  # a thread of its own: a connection of its own ...
+    assert len(pool._in_use_connections) == 1  # ... back in the pool once that thread ended
+    assert r.ping()  # the pool hands it out again
+    r.execute_command("CLIENT", "KILL", "ID", mine)  # closed by the server while kept: connects afresh
+    again = wire.round_trip(r, [wire.pack("CLIENT", "ID")])[0]
+    assert again != mine and wire.round_trip(r, [wire.pack("CLIENT", "ID")])[0] == again
 
 
 def test_a_connection_lost_mid_round_trip_raises_and_the_next_one_connects_afresh(real_redis) -> None:
@@ -80,7 +99,7 @@ def test_a_connection_lost_mid_round_trip_raises_and_the_next_one_connects_afres
     first = wire.round_trip(r, [wire.pack("CLIENT", "ID")])[0]
     with pytest.raises(redis.ConnectionError):  # the server closes the connection before the PING's reply
         wire.round_trip(r, [wire.pack("QUIT"), wire.pack("PING")])
-    assert not r.connection_pool._in_use_connections
+    assert not r.connection_pool._in_use_connections  # dropped and given back
     second = wire.round_trip(r, [wire.pack("CLIENT", "ID")])[0]
     assert second != first
     assert wire.round_trip(r, [wire.pack("PING")])[0] in (True, b"PONG")
@@ -122,7 +141,7 @@ def _service(r: Any) -> tuple[MatchService, RedisEventStore]:
 def test_an_append_after_the_scripts_were_flushed_loads_the_script_and_runs_once(real_redis) -> None:
     r = real_redis
     svc, store = _service(r)
-    assert store._direct
+    assert wire.usable(store.client)
     lobby = GatewayClient(r, inbox="sk:setup", ops="sk:setup")
     setup = InboxConsumer(r, svc, "t", stream="sk:setup")
     for mid in ("w1", "w2"):

@@ -64,6 +64,12 @@ def stream_replies(reply: Any) -> list[tuple[Any, list[tuple[Any, Any]]]]:
     return out
 
 
+def _is_cluster(client: Any) -> bool:
+    """A redis-py Cluster client (a plain ``redis.Redis`` is told apart at once: ``isinstance``
+    against the Cluster class walks its protocol bases on every call)."""
+    return type(client) is not redis.Redis and isinstance(client, RedisCluster)
+
+
 class LayoutMismatch(RuntimeError):
     """This Redis holds a store laid out with another bucket count."""
 
@@ -115,8 +121,6 @@ class RedisEventStore(EventStore):
         self.feed_maxlen = feed_maxlen
         self.page = page
         self._append = client.register_script(_load_script("append.lua"))
-        #: the appends go packed, past redis-py's per-call work (engine/store/wire.py)
-        self._direct = wire.usable(client)
         #: ``--replica-acks N`` (engine/store/replicas.py): an append returns once N replicas have it
         self.replica_acks: Any = None
         self._pool: Any = None  # threads sending several nodes' pipelines side by side (append_many)
@@ -197,7 +201,7 @@ class RedisEventStore(EventStore):
         sends, without its per-call copies); on NOSCRIPT (a new server, a SCRIPT FLUSH) the
         registered script loads it and runs it."""
         try:
-            if self._direct:
+            if wire.usable(self.client):  # packed, past redis-py's per-call work
                 reply = wire.round_trip(self.client, [wire.pack("EVALSHA", self._append.sha, len(script_keys),
                                                                 *script_keys, *args)])[0]
                 if isinstance(reply, Exception):
@@ -217,7 +221,7 @@ class RedisEventStore(EventStore):
         """Yes for writes to this store's own Redis (the same client or connection pool),
         unless that is a Redis Cluster, or writes wait for replicas (the updates must not
         be readable before the append is replicated)."""
-        if isinstance(self.client, RedisCluster) or self.replica_acks is not None:
+        if _is_cluster(self.client) or self.replica_acks is not None:
             return False
         if client is self.client:
             return True
@@ -312,7 +316,7 @@ class RedisEventStore(EventStore):
 
     def _by_node(self, requests: Sequence[AppendRequest]) -> list[tuple[Any, list[int]]]:
         """``(client of one node, indexes of the requests whose match it holds)`` per node."""
-        if not isinstance(self.client, RedisCluster):
+        if not _is_cluster(self.client):
             return [(self.client, list(range(len(requests))))]
         groups: dict[str, tuple[Any, list[int]]] = {}
         for i, rq in enumerate(requests):
@@ -328,7 +332,7 @@ class RedisEventStore(EventStore):
         """One node's pipeline: its requests' scripts, then (with replica acks) INCR + WAIT.
         A node that knows no append script (NOSCRIPT for every request: none ran) is given
         it and sent the pipeline again, once."""
-        direct = node is self.client and self._direct  # packed, one write (engine/store/wire.py)
+        direct = node is self.client and wire.usable(node)  # packed, one write (engine/store/wire.py)
         commands: list[tuple[Any, ...]] = []
         sha = self._append.sha
         for i in idxs:
@@ -381,7 +385,7 @@ class RedisEventStore(EventStore):
                 out[i] = shortfall  # written, not known to be on the replicas: not acknowledged
             else:
                 out[i] = self._result(rq.match_id, reply, encoded[i], rq.events)
-        if moved and isinstance(self.client, RedisCluster):
+        if moved and _is_cluster(self.client):
             try:  # a fail-over moved a slot: learn where before the caller runs those requests alone
                 self.client.nodes_manager.initialize()
             except Exception:
@@ -474,7 +478,7 @@ class RedisEventStore(EventStore):
                 call(pipe, b)
             return dict(zip(wanted, pipe.execute()))
         except Exception as exc:
-            if not isinstance(self.client, RedisCluster) or not is_transient(exc):
+            if not _is_cluster(self.client) or not is_transient(exc):
                 raise
             first: Exception = exc
         out: dict[int, Any] = {}
