@@ -99,11 +99,11 @@ class _Lease:
             pool.release(self.conn)
 
     def __del__(self) -> None:
-        if self.pid == os.getpid():
-            try:
+        try:
+            if self.pid == os.getpid():
                 self.give_back()
-            except Exception:  # pragma: no cover - a pool being torn down
-                pass
+        except Exception:  # pragma: no cover - a pool (or the interpreter) being torn down
+            pass
 
 
 class _Leases(threading.local):
