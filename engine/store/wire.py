@@ -15,8 +15,9 @@ connection's parser.
   (redis-py's default), ``[[stream, [[id, […]], …]], …]`` on RESP2, or None; an error
   reply is its :class:`redis.ResponseError` (``NoScriptError``, …) in its place, as a
   pipeline's ``execute(raise_on_error=False)`` gives it.
-* A connection that fails is dropped (the pool's next user connects afresh) and the error
-  raised, after the connection's own retry policy, as ``execute_command`` does.
+* A connection that fails is dropped and given back to the pool (its next user connects
+  afresh) and the error raised, after the connection's own retry policy, as
+  ``execute_command`` does.
 * Only for a client :func:`usable` says it serves: a ``redis.Redis`` (not a Cluster, not
   fakeredis) with bytes replies and hiredis; the callers keep redis-py's path for any other.
 """
