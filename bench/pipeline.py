@@ -312,9 +312,29 @@ def counted_serve(serve_args: list[str]) -> int:
     def mine() -> dict[str, int]:
         return counts[threading.current_thread().name]
 
+    def packed_names(command: Any) -> list[str]:
+        """The commands of a write packed without redis-py's packer (engine/store/wire.py)."""
+        data = b"".join(command) if isinstance(command, (list, tuple)) else bytes(command)
+        out: list[str] = []
+        at = 0
+        while data[at:at + 1] == b"*":
+            end = data.index(b"\r\n", at)
+            count, at = int(data[at + 1:end]), end + 2
+            args: list[bytes] = []
+            for _ in range(count):
+                end = data.index(b"\r\n", at)
+                size = int(data[at + 1:end])
+                args.append(data[end + 2:end + 2 + size])
+                at = end + 2 + size + 2
+            out.append(name(args[:2]))
+        return out
+
     def counted_send_packed(self: Any, command: Any, check_health: bool = True) -> None:
         mine()["round_trips"] += 1
-        names = getattr(local, "names", None) or ["?"]
+        names = getattr(local, "names", None)
+        if not names:  # packed by engine/store/wire.py
+            names = packed_names(command) or ["?"]
+            mine()["commands"] += len(names)
         local.names = []
         shape = "+".join(k + ("×n" if len(list(g)) > 1 else "") for k, g in itertools.groupby(names))
         shapes[threading.current_thread().name][shape] += 1

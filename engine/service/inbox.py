@@ -58,7 +58,7 @@ from engine.service.publish import (
     Publisher,
     text,
 )
-from engine.store import keys
+from engine.store import keys, wire
 from engine.store.connect import is_cluster
 from engine.store.redis_errors import REDIS_FAILURES, is_outage, is_transient
 from engine.store.redis_store import ensure_group, stream_replies
@@ -782,20 +782,44 @@ def _xreadgroup_args(group: str, consumer: str, streams: tuple[str, ...], count:
     return args
 
 
+def _xreadgroup_packed(group: str, consumer: str, streams: tuple[str, ...], count: int,
+                       block_ms: int | None) -> bytes:
+    """:func:`_xreadgroup_args` as an XREADGROUP on the wire (:func:`engine.store.wire.pack`), kept."""
+    key = (group, consumer, streams, count, block_ms)
+    packed = _XREAD_PACKED.get(key)
+    if packed is None:
+        packed = wire.pack("XREADGROUP", *_xreadgroup_args(group, consumer, streams, count, block_ms))
+        if len(_XREAD_PACKED) >= 64:
+            _XREAD_PACKED.clear()
+        _XREAD_PACKED[key] = packed
+    return packed
+
+
+_XREAD_PACKED: dict[tuple[Any, ...], bytes] = {}
+
+
 def _read_together(consumers: list[InboxConsumer], readers: list[InboxConsumer], block_ms: int | None,
                    count: int) -> dict[str, list[Any]] | None:
-    """One pipeline: every consumer's unsent acknowledgements, then one XREADGROUP of the
+    """One round trip: every consumer's unsent acknowledgements, then one XREADGROUP of the
     ``readers``' streams; their new entries by stream (None: a stream had lost its group,
-    now created again)."""
+    now created again).  Sent packed (:mod:`engine.store.wire`) where the client allows,
+    else as a redis-py pipeline."""
     first = readers[0]
-    pipe = first.redis.pipeline(transaction=False)
     acking = [(c, c._ack_entries()) for c in consumers if c._unsent_acks]
-    for c, acks in acking:
-        pipe.xack(c.stream, c.group, *acks)
-    pipe.execute_command("XREADGROUP", *_xreadgroup_args(first.group, first.consumer,
-                                                         tuple(c.stream for c in readers), count, block_ms))
+    streams = tuple(c.stream for c in readers)
+    direct = wire.usable(first.redis)
     try:
-        replies = pipe.execute(raise_on_error=False)
+        if direct:
+            replies = wire.round_trip(first.redis, [
+                *(wire.pack("XACK", c.stream, c.group, *acks) for c, acks in acking),
+                _xreadgroup_packed(first.group, first.consumer, streams, count, block_ms)])
+        else:
+            pipe = first.redis.pipeline(transaction=False)
+            for c, acks in acking:
+                pipe.xack(c.stream, c.group, *acks)
+            pipe.execute_command("XREADGROUP", *_xreadgroup_args(first.group, first.consumer, streams, count,
+                                                                 block_ms))
+            replies = pipe.execute(raise_on_error=False)
     except Exception:
         for c, acks in acking:  # not sent: they go with the next read
             c._unsent_acks[:0] = acks
@@ -811,5 +835,15 @@ def _read_together(consumers: list[InboxConsumer], readers: list[InboxConsumer],
         return None
     if isinstance(reply, Exception):
         raise reply
+    if direct:  # the server's reply: {stream: [[id, [field, value, …]], …]} (RESP3), a list of pairs (RESP2), nil
+        return {text(stream): [(e[0], _fields(e[1])) for e in es if e is not None and e[0] is not None
+                               and e[1] is not None]
+                for stream, es in (reply.items() if isinstance(reply, dict) else reply or ())}
     return {text(stream): [e for e in es if e[0] is not None and e[1] is not None]
             for stream, es in stream_replies(reply)}
+
+
+def _fields(flat: list[Any]) -> dict[Any, Any]:
+    """An entry's ``[field, value, …]`` as a map (what redis-py's reply callback makes of it)."""
+    it = iter(flat)
+    return dict(zip(it, it))

@@ -28,7 +28,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import AskError, MovedError, NoScriptError
 
 from engine.match.events import EventBase, MatchFinished, decode_event, encode_event
-from engine.store import keys
+from engine.store import keys, wire
 from engine.store.redis_errors import is_transient
 from engine.store.base import (
     AppendRequest,
@@ -62,6 +62,12 @@ def stream_replies(reply: Any) -> list[tuple[Any, list[tuple[Any, Any]]]]:
             entries = entries[0]
         out.append((stream, [(e[0], e[1]) for e in entries if e is not None]))
     return out
+
+
+def _is_cluster(client: Any) -> bool:
+    """A redis-py Cluster client (a plain ``redis.Redis`` is told apart at once: ``isinstance``
+    against the Cluster class walks its protocol bases on every call)."""
+    return type(client) is not redis.Redis and isinstance(client, RedisCluster)
 
 
 class LayoutMismatch(RuntimeError):
@@ -190,10 +196,17 @@ class RedisEventStore(EventStore):
         return result
 
     def _run_append(self, script_keys: list[Any], args: list[Any]) -> Any:
-        """append.lua by its SHA1 (EVALSHA straight through ``execute_command``: what the
-        registered script sends, without its per-call copies); on NOSCRIPT (a new server, a
-        SCRIPT FLUSH) the registered script loads it and runs it."""
+        """append.lua by its SHA1 (EVALSHA packed and sent by :mod:`engine.store.wire` on a
+        plain Redis, else straight through ``execute_command``: what the registered script
+        sends, without its per-call copies); on NOSCRIPT (a new server, a SCRIPT FLUSH) the
+        registered script loads it and runs it."""
         try:
+            if wire.usable(self.client):  # packed, past redis-py's per-call work
+                reply = wire.round_trip(self.client, [wire.pack("EVALSHA", self._append.sha, len(script_keys),
+                                                                *script_keys, *args)])[0]
+                if isinstance(reply, Exception):
+                    raise reply
+                return reply
             return self.client.execute_command("EVALSHA", self._append.sha, len(script_keys), *script_keys, *args)
         except NoScriptError:
             return self._append(keys=script_keys, args=args)
@@ -208,7 +221,7 @@ class RedisEventStore(EventStore):
         """Yes for writes to this store's own Redis (the same client or connection pool),
         unless that is a Redis Cluster, or writes wait for replicas (the updates must not
         be readable before the append is replicated)."""
-        if isinstance(self.client, RedisCluster) or self.replica_acks is not None:
+        if _is_cluster(self.client) or self.replica_acks is not None:
             return False
         if client is self.client:
             return True
@@ -303,7 +316,7 @@ class RedisEventStore(EventStore):
 
     def _by_node(self, requests: Sequence[AppendRequest]) -> list[tuple[Any, list[int]]]:
         """``(client of one node, indexes of the requests whose match it holds)`` per node."""
-        if not isinstance(self.client, RedisCluster):
+        if not _is_cluster(self.client):
             return [(self.client, list(range(len(requests))))]
         groups: dict[str, tuple[Any, list[int]]] = {}
         for i, rq in enumerate(requests):
@@ -319,7 +332,8 @@ class RedisEventStore(EventStore):
         """One node's pipeline: its requests' scripts, then (with replica acks) INCR + WAIT.
         A node that knows no append script (NOSCRIPT for every request: none ran) is given
         it and sent the pipeline again, once."""
-        pipe = node.pipeline(transaction=False)
+        direct = node is self.client and wire.usable(node)  # packed, one write (engine/store/wire.py)
+        commands: list[tuple[Any, ...]] = []
         sha = self._append.sha
         for i in idxs:
             rq = requests[i]
@@ -329,18 +343,23 @@ class RedisEventStore(EventStore):
             # EVALSHA directly (not Script(client=pipe)): a registered script makes the
             # pipeline ask SCRIPT EXISTS first, a second round trip; NOSCRIPT comes back
             # as that request's error and the caller appends it alone (which loads it)
-            pipe.execute_command("EVALSHA", sha, len(ks) + len(rq.writes), *ks, *(w.stream for w in rq.writes),
-                                 *args)
+            commands.append(("EVALSHA", sha, len(ks) + len(rq.writes), *ks, *(w.stream for w in rq.writes), *args))
         waiter = self.replica_acks
         wait_key = ""
         if waiter is not None and waiter.n > 0:
             from engine.store.replicas import marker_key
 
             wait_key = _s(self._match_keys(requests[idxs[0]].match_id)[1][0])
-            pipe.execute_command("INCR", marker_key(wait_key))  # this connection's write: WAIT covers all before it
-            pipe.execute_command("WAIT", waiter.n, waiter.timeout_ms)
+            commands.append(("INCR", marker_key(wait_key)))  # this connection's write: WAIT covers all before it
+            commands.append(("WAIT", waiter.n, waiter.timeout_ms))
         started = time.perf_counter()
-        replies = pipe.execute(raise_on_error=False)
+        if direct:
+            replies = wire.round_trip(node, [wire.pack(*c) for c in commands])
+        else:
+            pipe = node.pipeline(transaction=False)
+            for c in commands:
+                pipe.execute_command(*c)
+            replies = pipe.execute(raise_on_error=False)
         if not loaded and all(isinstance(r, NoScriptError) for r in replies[:len(idxs)]):
             node.script_load(self._append.script)  # a new node, or after SCRIPT FLUSH
             self._append_on(node, idxs, requests, encoded, out, loaded=True)
@@ -366,7 +385,7 @@ class RedisEventStore(EventStore):
                 out[i] = shortfall  # written, not known to be on the replicas: not acknowledged
             else:
                 out[i] = self._result(rq.match_id, reply, encoded[i], rq.events)
-        if moved and isinstance(self.client, RedisCluster):
+        if moved and _is_cluster(self.client):
             try:  # a fail-over moved a slot: learn where before the caller runs those requests alone
                 self.client.nodes_manager.initialize()
             except Exception:
@@ -459,7 +478,7 @@ class RedisEventStore(EventStore):
                 call(pipe, b)
             return dict(zip(wanted, pipe.execute()))
         except Exception as exc:
-            if not isinstance(self.client, RedisCluster) or not is_transient(exc):
+            if not _is_cluster(self.client) or not is_transient(exc):
                 raise
             first: Exception = exc
         out: dict[int, Any] = {}

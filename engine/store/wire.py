@@ -1,0 +1,160 @@
+"""Round trips of packed commands on a plain Redis: the command path's read and append.
+
+redis-py's ``execute_command`` and pipelines spend more of serve's CPU per round trip than
+the socket itself does: each argument checked and packed again, a pipeline object, the
+observability records, the response callbacks.  The command path sends the same few
+commands for every player command (the inbox read, the append script), so it sends them
+here: :func:`pack` is what redis-py sends (hiredis packs both, byte for byte), packed once
+where the arguments repeat (the read of a stream set); :func:`round_trip` writes a round
+trip's commands with one send on a connection of the client's own pool (the calling
+thread's, kept between its round trips) and reads one reply per command with that
+connection's parser.
+
+* The replies are the server's as the connection's parser reads them (no response
+  callbacks): an XREADGROUP is ``{stream: [[id, [field, value, …]], …]}`` on RESP3
+  (redis-py's default), ``[[stream, [[id, […]], …]], …]`` on RESP2, or None; an error
+  reply is its :class:`redis.ResponseError` (``NoScriptError``, …) in its place, as a
+  pipeline's ``execute(raise_on_error=False)`` gives it.
+* A connection that fails is dropped and given back to the pool (its next user connects
+  afresh) and the error raised, after the connection's own retry policy, as
+  ``execute_command`` does.
+* Only for a client :func:`usable` says it serves: a ``redis.Redis`` (not a Cluster, not
+  fakeredis) with bytes replies and hiredis; the callers keep redis-py's path for any other.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from redis.connection import Connection, ConnectionPool, SSLConnection, UnixDomainSocketConnection
+from redis.exceptions import ResponseError
+
+import hiredis
+
+__all__ = ["pack", "round_trip", "usable"]
+
+_CONNECTIONS = (Connection, UnixDomainSocketConnection, SSLConnection)
+#: plain clients asked already, and the answer (a client is asked once)
+_USABLE: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def usable(client: Any) -> bool:
+    """True when :func:`round_trip` may serve ``client``: a plain ``redis.Redis`` with
+    redis-py's own pool (not the blocking one) and connections, bytes replies, hiredis to
+    pack and parse, and no client-side cache."""
+    if type(client) is not redis.Redis:
+        return False
+    ok = _USABLE.get(client)
+    if ok is None:
+        ok = _USABLE[client] = _usable(client)
+    return ok
+
+
+def _usable(client: Any) -> bool:
+    if type(client) is not redis.Redis or client.connection is not None:
+        return False
+    pool = client.connection_pool
+    if type(pool) is not ConnectionPool or pool.connection_class not in _CONNECTIONS:
+        return False
+    kwargs = pool.connection_kwargs
+    if kwargs.get("decode_responses"):
+        return False
+    if kwargs.get("cache") is not None or kwargs.get("cache_config") is not None:
+        return False
+    from redis.utils import HIREDIS_AVAILABLE
+
+    return bool(HIREDIS_AVAILABLE)
+
+
+def pack(*args: Any) -> bytes:
+    """One command as it goes on the wire (what redis-py's hiredis packer sends).
+
+    >>> pack("XACK", "s", "g", b"1-0")
+    b'*4\\r\\n$4\\r\\nXACK\\r\\n$1\\r\\ns\\r\\n$1\\r\\ng\\r\\n$3\\r\\n1-0\\r\\n'
+    """
+    try:
+        return hiredis.pack_command(args)
+    except TypeError as exc:  # as redis-py reports a value it cannot send
+        raise redis.DataError(str(exc)) from None
+
+
+class _Lease:
+    """A connection a thread keeps for its round trips; back to its pool when the thread
+    ends (its thread-local state goes) or the round trip fails."""
+
+    __slots__ = ("pool", "conn", "pid", "__weakref__")
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = weakref.ref(pool)  # not kept alive by its thread's leases
+        self.conn = pool.get_connection()
+        self.pid = os.getpid()
+
+    def give_back(self) -> None:
+        pool, self.pid = self.pool(), -1
+        if pool is not None:
+            pool.release(self.conn)
+
+    def __del__(self) -> None:
+        try:
+            if self.pid == os.getpid():
+                self.give_back()
+        except Exception:  # pragma: no cover - a pool (or the interpreter) being torn down
+            pass
+
+
+class _Leases(threading.local):
+    """Each thread's connection per pool."""
+
+    def __init__(self) -> None:
+        self.of: weakref.WeakKeyDictionary[Any, _Lease] = weakref.WeakKeyDictionary()
+
+
+_LEASES = _Leases()
+
+
+def round_trip(client: Any, commands: Sequence[bytes]) -> list[Any]:
+    """Send the packed ``commands`` in one write and read their replies, in order (an error
+    reply in its place, as its ResponseError).
+
+    The calling thread keeps one connection of ``client``'s pool for its round trips (taken
+    from the pool on its first, given back when the thread ends): the pool's bookkeeping
+    per call is spared, not its check that nothing is left to read on the connection (data
+    left, or closed by the server: it connects afresh).  A connection error or timeout
+    drops the connection, gives it back to the pool (after the connection's retry policy:
+    none unless the client was given one) and is raised."""
+    pool = client.connection_pool
+    leases = _LEASES.of
+    lease = leases.get(pool)
+    if lease is None or lease.pid != os.getpid():
+        lease = leases[pool] = _Lease(pool)
+    conn = lease.conn
+    try:
+        try:
+            stale = conn.can_read()  # data left on it ...
+        except (redis.ConnectionError, redis.TimeoutError, OSError):  # ... or closed by the server
+            stale = True
+        if stale:
+            conn.disconnect()  # connects afresh
+        return conn.retry.call_with_retry(lambda: _send_read(conn, commands),  # type: ignore[no-any-return]
+                                          lambda _error: conn.disconnect())
+    except BaseException:
+        conn.disconnect()  # whatever is left on it unread must not reach the pool's next user
+        del leases[pool]
+        lease.give_back()
+        raise
+
+
+def _send_read(conn: Any, commands: Sequence[bytes]) -> list[Any]:
+    conn.send_packed_command([commands[0] if len(commands) == 1 else b"".join(commands)])
+    replies: list[Any] = []
+    for _ in commands:
+        try:
+            replies.append(conn.read_response())
+        except ResponseError as exc:
+            replies.append(exc)
+    return replies
