@@ -73,6 +73,9 @@ GRACE_S = 2.0  # the sweeper's default grace (workers/runtime.py DEFAULT_GRACE_M
 GIVE_UP_S = 240.0
 #: a match whose version has not moved for this long while its client plays it is an error
 STUCK_S = 120.0
+#: the rounds of an inbox client's loop over one match (a state read each) past which the match
+#: is noted in :attr:`Recorder.long_plays` (the harness once left a match silently there)
+LONG_PLAY = 600
 
 
 def now_ms() -> int:
@@ -106,6 +109,9 @@ class Recorder:
     sends: list[Sent] = field(default_factory=list)
     gave_up: list[GaveUp] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: an inbox match played over :data:`LONG_PLAY` rounds of its loop (a state read each) or
+    #: with a seat in trusteeship: its rounds, those spent waiting on a trusteed seat, its seconds
+    long_plays: list[str] = field(default_factory=list)
     slow_calls: list[tuple[int, str]] = field(default_factory=list)
     schema_problems: dict[str, str] = field(default_factory=dict)
     #: an update read at a version below one already read (not a redelivery): its entry
@@ -317,10 +323,17 @@ class InboxPlayer:
                 self.read_updates(mid, a, b)
         waiting_since = None
         moved_at, version = time.monotonic(), -1
+        rounds = trusteed = 0
+        began = time.monotonic()
         while True:
             st = self._retry(lambda: self.reader.load_state(mid), what="load_state")
             self.read_updates(mid, a, b)
+            rounds += 1
             if st.phase in ("finished", "abandoned"):
+                if rounds > LONG_PLAY or trusteed:
+                    with self.rec.lock:
+                        self.rec.long_plays.append(f"{mid}: {rounds} rounds, {trusteed} on a trusteed seat, "
+                                                   f"{time.monotonic() - began:.1f}s")
                 return
             if st.version != version:
                 moved_at, version = time.monotonic(), st.version
@@ -335,6 +348,7 @@ class InboxPlayer:
             waiting_since = None
             p = st.current_player
             if p is None or st.turn is None or st.seat(st.turn).trusteed:
+                trusteed += 1
                 time.sleep(0.1)  # the system's move comes
                 continue
             choice = choose_for(bot, st, p)
@@ -941,6 +955,7 @@ class Nemesis:
                     "client_errors": len(self.rec.errors), "client_error_samples": self.rec.errors[:10],
                     "inbox_errors": [e for e in self.rec.errors if e.startswith("ib")][:30],
                     "gave_up": [dict(g.__dict__) for g in self.rec.gave_up][:20],
+                    "long_plays": self.rec.long_plays[:20],
                     "schema_problems": list(self.rec.schema_problems.values())[:5],
                     "notes": self.notes, "findings": _samples(report.findings),
                     "backwards": self.rec.backwards[:20],
