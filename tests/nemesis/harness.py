@@ -245,9 +245,9 @@ class InboxPlayer:
         began = time.monotonic()
         end = began + 120
         while time.monotonic() < end:
+            at = now_ms()  # when the player acted (the XADD may wait on a stopped master)
             self._retry(lambda: self.gw.send(command), what="send")
-            self.rec.sent(Sent(self.tag, getattr(command, "player", None), command.match_id, command.command_id,
-                               now_ms()))
+            self.rec.sent(Sent(self.tag, getattr(command, "player", None), command.match_id, command.command_id, at))
             wait = time.monotonic() + 10
             while time.monotonic() < wait:
                 for msg in self._retry(lambda: self.gw.replies(self.last_reply, block_ms=500), what="replies"):
