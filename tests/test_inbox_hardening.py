@@ -245,12 +245,45 @@ def test_a_permanent_redis_error_of_one_command_dead_letters_it_alone(r):
     (redis_mod.ResponseError("OOM command not allowed when used memory > 'maxmemory'."), True),
     (redis_mod.ConnectionError("Connection refused"), True),
     (redis_mod.TimeoutError("Timeout reading from socket"), True),
+    (redis_mod.ResponseError("UNBLOCKED force unblock from blocking operation, instance state changed "
+                             "(master -> replica?)"), True),
     (redis_mod.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), False),
     (redis_mod.ResponseError("BUSYGROUP Consumer Group name already exists"), False),
     (ValueError("not redis"), False),
 ])
 def test_which_redis_errors_are_transient(exc, transient):
     assert is_transient(exc) is transient
+
+
+@pytest.mark.redis
+def test_a_blocking_read_on_a_master_that_becomes_a_replica_fails_transiently():
+    """Redis answers a client blocked in XREAD BLOCK ``UNBLOCKED …`` when its master turns
+    replica (a fail-over; a stopped or cut-off master rejoining): the server's state, not the
+    command's, so a reader reads again (from the new master) instead of giving up."""
+    import threading
+    import time
+
+    from tests.conftest import start_redis_server, stop_redis_server
+
+    servers = [start_redis_server(), start_redis_server()]
+    try:
+        old, new = (redis_mod.Redis.from_url(url) for _proc, url, _dir in servers)
+        host, port = new.connection_pool.connection_kwargs["host"], new.connection_pool.connection_kwargs["port"]
+        def demote() -> None:  # once the read is blocked
+            watcher = redis_mod.Redis.from_url(servers[0][1])
+            while not any(c.get("cmd") == "xread" for c in watcher.client_list()):
+                time.sleep(0.01)
+            watcher.replicaof(host, port)
+
+        t = threading.Thread(target=demote)
+        t.start()
+        with pytest.raises(redis_mod.ResponseError) as got:
+            old.xread({"s": "$"}, block=10_000)
+        t.join()
+        assert str(got.value).startswith("UNBLOCKED") and is_transient(got.value)
+    finally:
+        for proc, _url, workdir in servers:
+            stop_redis_server(proc, workdir)
 
 
 @pytest.mark.parametrize("failure", [

@@ -16,6 +16,8 @@ True
 True
 >>> is_transient(redis.ResponseError("BUSYGROUP Consumer Group name already exists"))
 False
+>>> is_transient(redis.ResponseError("UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"))
+True
 >>> is_transient(redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"))
 False
 
@@ -62,8 +64,10 @@ def is_outage(exc: BaseException) -> bool:
     return isinstance(exc, redis.RedisError) or (isinstance(exc, rex.RedisClusterException) and is_transient(exc))
 
 #: the same as reply prefixes (fakeredis, other clients, replies redis-py has no class for)
+#: (``UNBLOCKED``: a blocking read, e.g. XREAD BLOCK, on a master that became a replica: a
+#: fail-over, or a SIGSTOPped or cut-off master rejoining; read again, from the new master)
 TRANSIENT_PREFIXES = ("OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
-                      "NOREPLICAS", "MISCONF", "MOVED", "ASK", "NOPERM", "NOAUTH")
+                      "NOREPLICAS", "MISCONF", "MOVED", "ASK", "NOPERM", "NOAUTH", "UNBLOCKED")
 
 #: the text of an OOM reply once redis-py has removed its prefix
 _OOM_TEXT = "command not allowed when used memory"
