@@ -956,6 +956,7 @@ class Nemesis:
                     "inbox_errors": [e for e in self.rec.errors if e.startswith("ib")][:30],
                     "gave_up": [dict(g.__dict__) for g in self.rec.gave_up][:20],
                     "long_plays": self.rec.long_plays[:20],
+                    "client_retries": _retried(self.rec.slow_calls),
                     "schema_problems": list(self.rec.schema_problems.values())[:5],
                     "notes": self.notes, "findings": _samples(report.findings),
                     "backwards": self.rec.backwards[:20],
@@ -967,6 +968,19 @@ class Nemesis:
         finally:
             self.stop.set()
             self.stop_all()
+
+
+def _retried(slow_calls: list[tuple[int, str]], top: int = 15) -> dict[str, int]:
+    """The inbox clients' transient errors retried, by call and error (its first words)."""
+    from collections import Counter
+
+    seen: Counter[str] = Counter()
+    for _at, what in slow_calls:
+        _tag, _, rest = what.partition(" ")
+        parts = rest.split(": ", 2)  # "<call>: <Error>: <message>" (else a duration)
+        if len(parts) == 3 and parts[1].isidentifier():
+            seen[" ".join(rest.split()[:5])[:80]] += 1
+    return dict(seen.most_common(top))
 
 
 def _samples(findings: list[Any], per_rule: int = 6) -> list[dict[str, Any]]:
