@@ -7,6 +7,7 @@ must refuse (OOM, delivery counts)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgpack
 import pytest
@@ -245,12 +246,61 @@ def test_a_permanent_redis_error_of_one_command_dead_letters_it_alone(r):
     (redis_mod.ResponseError("OOM command not allowed when used memory > 'maxmemory'."), True),
     (redis_mod.ConnectionError("Connection refused"), True),
     (redis_mod.TimeoutError("Timeout reading from socket"), True),
+    (redis_mod.ResponseError("UNBLOCKED force unblock from blocking operation, instance state changed "
+                             "(master -> replica?)"), True),
+    (redis_mod.ResponseError("Command # 2 (WAIT 1 2000) of pipeline caused error: UNBLOCKED force unblock"), True),
+    (redis_mod.ResponseError("Command # 1 (XADD s * a b) of pipeline caused error: WRONGTYPE Operation"), False),
     (redis_mod.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), False),
     (redis_mod.ResponseError("BUSYGROUP Consumer Group name already exists"), False),
     (ValueError("not redis"), False),
 ])
 def test_which_redis_errors_are_transient(exc, transient):
     assert is_transient(exc) is transient
+
+
+def _xread(r: Any) -> Any:
+    return r.xread({"s": "$"}, block=10_000)
+
+
+def _confirm(r: Any) -> Any:
+    """engine/store/replicas.py's confirmation: INCR, then WAIT for a replica there is none of."""
+    pipe = r.pipeline(transaction=False)
+    pipe.execute_command("INCR", "sk:{m}:marker")
+    pipe.execute_command("WAIT", 1, 10_000)
+    return pipe.execute()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("call, blocked", [(_xread, "xread"), (_confirm, "wait")], ids=["xread", "pipelined-wait"])
+def test_a_blocking_call_on_a_master_that_becomes_a_replica_fails_transiently(call, blocked):
+    """Redis answers a client blocked in XREAD BLOCK or WAIT ``UNBLOCKED …`` when its master
+    turns replica (a fail-over; a stopped or cut-off master rejoining), in a pipeline with
+    redis-py's ``Command # N (…) of pipeline caused error:`` before it: the server's state, not
+    the command's, so the call is made again (on the new master), not dead-lettered."""
+    import threading
+    import time
+
+    from tests.conftest import start_redis_server, stop_redis_server
+
+    servers = [start_redis_server(), start_redis_server()]
+    try:
+        old, new = (redis_mod.Redis.from_url(url) for _proc, url, _dir in servers)
+        host, port = new.connection_pool.connection_kwargs["host"], new.connection_pool.connection_kwargs["port"]
+        def demote() -> None:  # once the read is blocked
+            watcher = redis_mod.Redis.from_url(servers[0][1])
+            while not any(c.get("cmd") == blocked for c in watcher.client_list()):
+                time.sleep(0.01)
+            watcher.replicaof(host, port)
+
+        t = threading.Thread(target=demote)
+        t.start()
+        with pytest.raises(redis_mod.ResponseError) as got:
+            call(old)
+        t.join()
+        assert "UNBLOCKED" in str(got.value) and is_transient(got.value)
+    finally:
+        for proc, _url, workdir in servers:
+            stop_redis_server(proc, workdir)
 
 
 @pytest.mark.parametrize("failure", [

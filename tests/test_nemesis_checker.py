@@ -13,9 +13,11 @@ from tests.nemesis.checker import (
     Ack,
     Fault,
     Final,
+    GaveUp,
     History,
     Limits,
     Read,
+    Sent,
     by_fault,
     check,
     others_throughput,
@@ -320,3 +322,39 @@ def test_the_ready_clock_charges_no_player_whose_seat_update_came_late(how, char
         h.reads[0] = dataclasses.replace(h.reads[0], at_ms=T0 + 10_200)
         f.log["m2"][4] = {**f.log["m2"][4], "reason": "left"}
     assert check(h, f, LIMITS).count("outage_timeouts_charged") == charged
+
+
+def _late(h: History, f: Final) -> str:
+    """The ``late_ends`` detail of ``m1`` with its finish moved past the bound."""
+    late = T0 + 600 + LIMITS.end_bound_ms + 1
+    f.log["m1"][-1] = {**f.log["m1"][-1], "ts": late}
+    h.reads[-2] = dataclasses.replace(h.reads[-2], events=(h.reads[-2].events[0], f.log["m1"][-1]))
+    (finding,) = [x for x in check(h, f, LIMITS).findings if x.rule == "late_ends"]
+    return finding.detail
+
+
+@pytest.mark.parametrize("sent_at, read_at, how", [
+    (None, None, "1 idle (update read in time, no command sent by the deadline), 0 with a command sent in time, 0 "),
+    (T0 + 900, None, "0 idle (update read in time, no command sent by the deadline), 1 with a command sent in time"),
+    (T0 + 900, T0 + 3_900, "0 with a command sent in time, 1 with the update late or never read"),
+])
+def test_a_late_match_says_whose_its_timeouts_were(sent_at, read_at, how):
+    """A timeout after the turn's update came in time is the client's when it sent nothing by the
+    deadline (idle), the server's when it sent a command in time; one whose update came late is
+    the outage's."""
+    h, f = clean()
+    if sent_at is not None:
+        h.sends.append(Sent("c1", "alice", "m1", "c-late", sent_at))
+        h.sends.append(Sent("c1", "bob", "m1", "b-late", sent_at))  # another player's: not alice's
+    if read_at is not None:
+        h.reads[3] = dataclasses.replace(h.reads[3], at_ms=read_at)
+    assert how in _late(h, f)
+
+
+def test_a_late_match_names_the_client_that_gave_up_on_it_and_the_faults_after_the_heal():
+    h, f = clean()
+    h.gave_up.append(GaveUp("c1", "m1", T0 + 2_600, "TimeoutError: no reply"))
+    h.faults.append(Fault("partition_master", T0 + 30_600, T0 + 37_600))
+    detail = _late(h, f)
+    assert "the client c1 gave up on it +2.0s from the heal: TimeoutError: no reply" in detail
+    assert "then a partition_master +30.0s..+37.0s, ended 6.0s after its heal" in detail

@@ -1,12 +1,18 @@
-"""The nemesis harness's own choices that need no Cluster: where an inbox client's matches live."""
+"""The nemesis harness's own choices that need no Cluster: where an inbox client's matches live,
+and how it plays a match to its end."""
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.store import keys
-from tests.nemesis.harness import InboxPlayer, slot_of
+from tests.nemesis.harness import InboxPlayer, Recorder, slot_of
 
 
 def _player(home_ranges: list[tuple[int, int]] | None) -> InboxPlayer:
@@ -27,3 +33,81 @@ def test_a_homed_client_plays_only_matches_whose_bucket_is_on_its_master(k: int,
 def test_a_client_without_home_or_with_an_empty_one_takes_the_next_id() -> None:
     assert _player(None).match_id(7) == ("ib0-7", 7)
     assert _player([]).match_id(7) == ("ib0-7", 7)
+
+
+# -- an inbox client plays its match to the end, as a player would ------------------------------
+
+class _State(SimpleNamespace):
+    """What :meth:`InboxPlayer.play` reads of a match's state."""
+
+    def seat(self, i: int) -> SimpleNamespace:
+        return SimpleNamespace(trusteed=i in self.trusteed)
+
+
+def _state(phase: str, version: int, turn: int | None = 0, trusteed: tuple[int, ...] = ()) -> _State:
+    players = ("ib0a", "ib0b")
+    return _State(phase=phase, version=version, turn=turn, trusteed=trusteed,
+                  current_player=players[turn] if phase == "playing" and turn is not None else None)
+
+
+class _Script:
+    """A fake store and inbox: ``load_state`` answers ``states`` in turn (the last one again);
+    ``send`` records each command and raises the errors ``fail`` names (by command id, once)."""
+
+    def __init__(self, states: list[_State], fail: dict[str, Exception] | None = None):
+        self.states, self.fail, self.sent = states, dict(fail or {}), []
+
+    def load_state(self, mid: str) -> _State:
+        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+    def send(self, command: Any) -> SimpleNamespace:
+        self.sent.append((command.type, command.command_id))
+        if command.command_id in self.fail:
+            raise self.fail.pop(command.command_id)
+        return SimpleNamespace(kind="accepted")
+
+
+def _inbox(script: _Script, monkeypatch: pytest.MonkeyPatch) -> InboxPlayer:
+    import engine.tools.bot as bot
+
+    monkeypatch.setattr(bot, "choose_for", lambda _bot, _st, _p: None)  # every turn a Pass
+    monkeypatch.setattr(time, "sleep", lambda _s: None)
+    p = InboxPlayer.__new__(InboxPlayer)  # no Redis: the store and the inbox are the script
+    p.tag, p.players, p.rec, p.matches, p.issued = "ib0", ("ib0a", "ib0b"), Recorder(), [], {}
+    p.reader = script
+    p.send = script.send  # type: ignore[method-assign]
+    p.read_updates = lambda *_a: None  # type: ignore[method-assign]
+    p._retry = lambda fn, **_k: fn()  # type: ignore[method-assign]
+    return p
+
+
+def test_a_seat_in_trusteeship_is_left_to_the_system(monkeypatch: pytest.MonkeyPatch) -> None:
+    """R-13.3: the system plays for a trusteed seat; the client sends nothing for it and stays
+    with the match (its player's own command would be refused, again and again) until it ends."""
+    states = [_state("playing", 9, 0, trusteed=(0,))] * 50 + [_state("playing", 10, 1, trusteed=(0, 1))] * 50 \
+        + [_state("finished", 11, None)]
+    script = _Script(states)
+    _inbox(script, monkeypatch).play("ib0-1", "ib0a", "ib0b")
+    assert [cid for _t, cid in script.sent] == [f"ib0-1:{k}" for k in range(1, 6)]  # the setup only
+
+
+def test_a_match_is_played_on_after_an_error_with_new_ids_for_new_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    states = [_state("seating", 5, None), _state("playing", 6, 0), _state("playing", 6, 0), _state("playing", 7, 1),
+              _state("finished", 8, None)]
+    script = _Script(states, fail={"ib0-1:4": ConnectionError("down"), "ib0-1:6": ConnectionError("down")})
+    p = _inbox(script, monkeypatch)
+    p.play_out("ib0-1")
+    ids = [cid for _t, cid in script.sent]
+    # the setup up to the failed Ready; again in full (the same ids: duplicates); a Pass that
+    # failed; the next turns with ids not used before
+    assert ids[:4] == [f"ib0-1:{k}" for k in range(1, 5)]
+    assert ids[4:9] == [f"ib0-1:{k}" for k in range(1, 6)]
+    assert ids[9:] == ["ib0-1:6", "ib0-1:7"]
+    assert len(p.rec.errors) == 2 and not p.rec.gave_up
+
+
+def test_a_client_gives_up_only_after_its_budget_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    script = _Script([_state("playing", 6, 0)], fail={"ib0-1:1": ValueError("refused")})
+    p = _inbox(script, monkeypatch)
+    p.play_out("ib0-1", give_up_s=-1)
+    assert [g.match for g in p.rec.gave_up] == ["ib0-1"] and "ValueError: refused" in p.rec.gave_up[0].why

@@ -16,6 +16,16 @@ True
 True
 >>> is_transient(redis.ResponseError("BUSYGROUP Consumer Group name already exists"))
 False
+>>> is_transient(redis.ResponseError("UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"))
+True
+
+A pipeline's error reply is annotated by redis-py (``Command # N (…) of pipeline caused error:``
+before the reply); the reply decides:
+
+>>> is_transient(redis.ResponseError("Command # 2 (WAIT 1 2000) of pipeline caused error: UNBLOCKED force unblock"))
+True
+>>> is_transient(redis.ResponseError("Command # 1 (XADD k * a) of pipeline caused error: WRONGTYPE Operation"))
+False
 >>> is_transient(redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"))
 False
 
@@ -62,8 +72,14 @@ def is_outage(exc: BaseException) -> bool:
     return isinstance(exc, redis.RedisError) or (isinstance(exc, rex.RedisClusterException) and is_transient(exc))
 
 #: the same as reply prefixes (fakeredis, other clients, replies redis-py has no class for)
+#: (``UNBLOCKED``: a blocking read, e.g. XREAD BLOCK, on a master that became a replica: a
+#: fail-over, or a SIGSTOPped or cut-off master rejoining; read again, from the new master)
 TRANSIENT_PREFIXES = ("OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
-                      "NOREPLICAS", "MISCONF", "MOVED", "ASK", "NOPERM", "NOAUTH")
+                      "NOREPLICAS", "MISCONF", "MOVED", "ASK", "NOPERM", "NOAUTH", "UNBLOCKED")
+
+#: how redis-py's pipelines annotate the error reply of their ``N``-th command
+#: (``Command # N (WAIT 1 2000) of pipeline caused error: UNBLOCKED …``): the reply follows
+PIPELINE_NOTE = " of pipeline caused error: "
 
 #: the text of an OOM reply once redis-py has removed its prefix
 _OOM_TEXT = "command not allowed when used memory"
@@ -80,5 +96,7 @@ def is_transient(exc: BaseException) -> bool:
     if not isinstance(exc, redis.RedisError):
         return False
     message = str(exc).lstrip()
+    if message.startswith("Command # ") and PIPELINE_NOTE in message:  # the server's reply follows
+        message = message.split(PIPELINE_NOTE, 1)[1].lstrip()
     first = message.split(None, 1)[0].upper() if message else ""
     return first in TRANSIENT_PREFIXES or _OOM_TEXT in message

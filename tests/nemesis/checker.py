@@ -15,7 +15,9 @@ The rules, each a counter of the report (tests/test_nemesis_checker.py breaks ea
 * ``version_gaps`` / ``version_backwards``: a player's updates of a match skip versions (not
   after a resync view) or go back (redeliveries marked ``duplicate`` aside);
 * ``late_ends``: a match live at a heal is not finished or abandoned within
-  ``ready_seconds + 2 × turn_seconds + grace + 30 s`` after it;
+  ``ready_seconds + 2 × turn_seconds + grace + 30 s`` after it; the finding says what held it
+  (its timeouts: the client idle, its command not taken in time, or the update late; a client
+  that gave up on it, :attr:`History.gave_up`; the faults after that heal);
 * ``ledger_mismatches``: a settlement booked for a match the log does not finish, a booked
   settlement that differs from the log's, a finished match never booked, or a balance that is
   not its opening plus the log's settlements (each booked once: coins are conserved);
@@ -78,6 +80,29 @@ class Read:
 
 
 @dataclass(frozen=True)
+class Sent:
+    """A command a client sent (each time it sent it, a re-send with the same id too) for
+    ``player`` in ``match``, at ``at_ms``: whether a player acted before a deadline."""
+
+    client: str
+    player: str | None
+    match: str
+    command_id: str
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class GaveUp:
+    """A client stopped playing a match before it ended, at ``at_ms``, for ``why`` (its error):
+    the match then runs on the clocks alone, which no real player's match does."""
+
+    client: str
+    match: str
+    at_ms: int
+    why: str
+
+
+@dataclass(frozen=True)
 class Fault:
     """One fault: its kind (``kill_master`` …), when it began and when it was healed."""
 
@@ -93,6 +118,11 @@ class History:
     faults: list[Fault] = field(default_factory=list)
     #: when the clients were told to stop (None: they never were)
     load_stop_ms: int | None = None
+    #: the commands the clients sent (``late_ends`` tells a client that did not act from a
+    #: server that did not take its command)
+    sends: list[Sent] = field(default_factory=list)
+    #: the matches a client stopped playing before they ended
+    gave_up: list[GaveUp] = field(default_factory=list)
 
 
 @dataclass
@@ -254,6 +284,16 @@ def check(history: History, final: Final, limits: Limits) -> Report:
 
     # every match live at a heal ends within the bound after it
     bound = limits.end_bound_ms
+    sends_of: dict[tuple[str, str], list[int]] = {}
+    for sent in history.sends:
+        if sent.player is not None:
+            sends_of.setdefault((sent.player, sent.match), []).append(sent.at_ms)
+    gave_up = {g.match: g for g in sorted(history.gave_up, key=lambda g: -g.at_ms)}
+    first_read: dict[tuple[str, str, int], Read] = {}
+    for r in history.reads:
+        rk = (r.player, r.match, r.version)
+        if rk not in first_read or r.at_ms < first_read[rk].at_ms:
+            first_read[rk] = r
     for match, events in log.items():
         if not events:
             continue
@@ -265,10 +305,11 @@ def check(history: History, final: Final, limits: Limits) -> Report:
                 timeouts = sum(1 for e in events if e.get("type") == "TurnTimedOut")
                 gap = max((int(b.get("ts", 0)) - int(a.get("ts", 0)) for a, b in zip(events, events[1:])
                            if int(b.get("ts", 0)) > f.heal_ms), default=0)
+                why = _late_why(match, events, f, end, history.faults, sends_of, first_read, gave_up.get(match))
                 out.append(Finding("late_ends", match, f"live at the {f.kind} heal, {what} "
                                    f"(bound {bound / 1000:.0f}s; began {(f.heal_ms - born) / 1000:.1f}s before "
                                    f"it, {len(events)} events, {timeouts} timeouts, longest gap after the heal "
-                                   f"{gap / 1000:.1f}s)", f.heal_ms))
+                                   f"{gap / 1000:.1f}s){why}", f.heal_ms))
                 break
 
     # the bank: the ledger equals the log's settlements, each booked once (a match the log lost
@@ -310,11 +351,7 @@ def check(history: History, final: Final, limits: Limits) -> Report:
                                f"the opening plus the log's settlements {expected.get(p, 0)}", when.get(p)))
 
     # timeouts charged for a turn whose update came after its deadline, or never
-    reads_at: dict[tuple[str, str, int], Read] = {}
-    for r in history.reads:
-        rk = (r.player, r.match, r.version)
-        if rk not in reads_at or r.at_ms < reads_at[rk].at_ms:
-            reads_at[rk] = r
+    reads_at = first_read  # each player's first read of each version
     for match, events in log.items():
         for e in events:
             if e.get("type") != "TurnTimedOut":
@@ -352,6 +389,41 @@ def check(history: History, final: Final, limits: Limits) -> Report:
             out.append(Finding("outage_timeouts_charged", match, f"{player} removed as not ready at seq {seq}: {how}",
                                ts or None))
     return report
+
+
+def _late_why(match: str, events: Sequence[Mapping[str, Any]], heal: Fault, end: int | None,
+              faults: Sequence[Fault], sends_of: Mapping[tuple[str, str], list[int]],
+              first_read: Mapping[tuple[str, str, int], Read], gave_up: GaveUp | None) -> str:
+    """What tells a late match's causes apart: each ``TurnTimedOut`` is ``idle`` (the player read
+    the turn's update in time and sent no command before its deadline: the client did not act),
+    ``sent`` (a command of the player's went out between the update and the deadline: the server
+    did not take it in time) or ``unread`` (the update came after the deadline, or never: the
+    outage's); the client that gave up on the match; the faults that began after this heal and
+    before the end (the bound runs from each heal)."""
+    idle = sent = unread = 0
+    for e in events:
+        if e.get("type") != "TurnTimedOut":
+            continue
+        seq, player, ts = int(e["seq"]), str(e.get("player")), int(e.get("ts", 0))
+        seen = first_read.get((player, match, seq - 1))
+        deadline = seen.deadline_ms if seen is not None and seen.deadline_ms is not None else ts
+        if seen is None or seen.at_ms > deadline:
+            unread += 1
+        elif any(seen.at_ms <= t <= max(deadline, seen.at_ms) for t in sends_of.get((player, match), ())):
+            sent += 1
+        else:
+            idle += 1
+    parts = [f"timeouts: {idle} idle (update read in time, no command sent by the deadline), "
+             f"{sent} with a command sent in time, {unread} with the update late or never read"]
+    if gave_up is not None:
+        parts.append(f"the client {gave_up.client} gave up on it {(gave_up.at_ms - heal.heal_ms) / 1000:+.1f}s "
+                     f"from the heal: {gave_up.why[:160]}")
+    later = [g for g in faults if heal.heal_ms < g.start_ms and (end is None or g.start_ms < end)]
+    for g in later:
+        after = "" if end is None else f", ended {(end - g.heal_ms) / 1000:.1f}s after its heal"
+        parts.append(f"then a {g.kind} {(g.start_ms - heal.heal_ms) / 1000:+.1f}s..{(g.heal_ms - heal.heal_ms) / 1000:+.1f}s"
+                     f"{after}")
+    return "; " + "; ".join(parts)
 
 
 def _nearest(faults: Sequence[Fault], at_ms: int) -> int:

@@ -43,7 +43,19 @@ from typing import Any
 from tests.cluster_support import LocalCluster, start_cluster
 from tests.gateway_support import ROOT, Client, Closed, Stack, start_stack
 from tests.nemesis import netns
-from tests.nemesis.checker import Ack, Fault, Final, History, Limits, Read, by_fault, check, others_throughput
+from tests.nemesis.checker import (
+    Ack,
+    Fault,
+    Final,
+    GaveUp,
+    History,
+    Limits,
+    Read,
+    Sent,
+    by_fault,
+    check,
+    others_throughput,
+)
 from tests.processes import stop_group, wait_for
 
 KINDS = ("kill_process", "partition_serve", "kill_master", "stop_master", "partition_master", "lose_master")
@@ -56,6 +68,14 @@ PARTITION_S = 7.0
 SHARED_KEYS = ("sk:{ledger}:bal:points", "sk:rooms", "sk:serve:replicas", "sk:ops", "sk:inbox")
 NOGROUP = 65534  # serve s2 runs in this group: nftables drops its packets by it (meta skgid)
 GRACE_S = 2.0  # the sweeper's default grace (workers/runtime.py DEFAULT_GRACE_MS)
+#: an inbox client plays a match on after an error (as a player would) for this long from its
+#: start, then gives up on it (recorded: the match runs on the clocks alone)
+GIVE_UP_S = 240.0
+#: a match whose version has not moved for this long while its client plays it is an error
+STUCK_S = 120.0
+#: the rounds of an inbox client's loop over one match (a state read each) past which the match
+#: is noted in :attr:`Recorder.long_plays` (the harness once left a match silently there)
+LONG_PLAY = 600
 
 
 def now_ms() -> int:
@@ -86,7 +106,12 @@ class Recorder:
 
     acks: list[Ack] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)
+    sends: list[Sent] = field(default_factory=list)
+    gave_up: list[GaveUp] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: an inbox match played over :data:`LONG_PLAY` rounds of its loop (a state read each) or
+    #: with a seat in trusteeship: its rounds, those spent waiting on a trusteed seat, its seconds
+    long_plays: list[str] = field(default_factory=list)
     slow_calls: list[tuple[int, str]] = field(default_factory=list)
     schema_problems: dict[str, str] = field(default_factory=dict)
     #: an update read at a version below one already read (not a redelivery): its entry
@@ -101,6 +126,14 @@ class Recorder:
     def read(self, r: Read) -> None:
         with self.lock:
             self.reads.append(r)
+
+    def sent(self, s: Sent) -> None:
+        with self.lock:
+            self.sends.append(s)
+
+    def give_up(self, g: GaveUp) -> None:
+        with self.lock:
+            self.gave_up.append(g)
 
     def slow(self, what: str) -> None:
         """A client's call that took over a second or met a transient error (kept with the time)."""
@@ -180,6 +213,8 @@ class InboxPlayer:
         self.last_reply = "0"
         self.positions: dict[str, str] = {}
         self.matches: list[str] = []
+        #: match -> the command ids ``<match>:1`` … issued so far (a resumed match goes on from there)
+        self.issued: dict[str, int] = {}
         self.home = home  # the slots its matches' buckets must lie in (None: anywhere)
         #: (player, match) -> the highest version read (not a redelivery) and each version's first entry
         self.seen: dict[tuple[str, str], tuple[int, dict[int, str]]] = {}
@@ -210,7 +245,9 @@ class InboxPlayer:
         began = time.monotonic()
         end = began + 120
         while time.monotonic() < end:
+            at = now_ms()  # when the player acted (the XADD may wait on a stopped master)
             self._retry(lambda: self.gw.send(command), what="send")
+            self.rec.sent(Sent(self.tag, getattr(command, "player", None), command.match_id, command.command_id, at))
             wait = time.monotonic() + 10
             while time.monotonic() < wait:
                 for msg in self._retry(lambda: self.gw.replies(self.last_reply, block_ms=500), what="replies"):
@@ -257,29 +294,51 @@ class InboxPlayer:
         self.seen[(player, m.match_id)] = (max(top, m.version), first)
 
     def play(self, mid: str, a: str, b: str) -> None:
+        """Play ``mid`` for ``a`` and ``b`` until it is finished or abandoned.  Called again after
+        an error it goes on from the match's state: the setup (fixed ids ``<mid>:1`` … ``:5``) is
+        sent again unless the cards are dealt (a duplicate is answered as one), and the turns take
+        the ids not issued yet.  A seat in trusteeship is not played: the system plays for it
+        (R-13.3), and its player's own command would only be refused."""
         from engine.match import commands as c
         from engine.tools.bot import Bot, choose_for
 
         bot = Bot("greedy", random.Random(hash(mid) & 0xFFFF))
-        n = 0
 
         def cid() -> str:
-            nonlocal n
-            n += 1
-            return f"{mid}:{n}"
+            self.issued[mid] = self.issued.get(mid, 0) + 1
+            return f"{mid}:{self.issued[mid]}"
 
-        self.matches.append(mid)
-        for cmd in (c.CreateMatch(command_id=cid(), match_id=mid, room=ROOM),
-                    c.Sit(command_id=cid(), match_id=mid, player=a), c.Sit(command_id=cid(), match_id=mid, player=b),
-                    c.Ready(command_id=cid(), match_id=mid, player=a), c.Ready(command_id=cid(), match_id=mid, player=b)):
-            self.send(cmd)
-            self.read_updates(mid, a, b)
+        if mid not in self.matches:
+            self.matches.append(mid)
+        st = self._retry(lambda: self.reader.load_state(mid), what="load_state") if mid in self.issued else None
+        if st is None or st.phase not in ("playing", "finished", "abandoned"):
+            setup = (c.CreateMatch(command_id=f"{mid}:1", match_id=mid, room=ROOM),
+                     c.Sit(command_id=f"{mid}:2", match_id=mid, player=a),
+                     c.Sit(command_id=f"{mid}:3", match_id=mid, player=b),
+                     c.Ready(command_id=f"{mid}:4", match_id=mid, player=a),
+                     c.Ready(command_id=f"{mid}:5", match_id=mid, player=b))
+            self.issued[mid] = max(self.issued.get(mid, 0), len(setup))
+            for cmd in setup:
+                self.send(cmd)
+                self.read_updates(mid, a, b)
         waiting_since = None
-        for _ in range(600):
+        moved_at, version = time.monotonic(), -1
+        rounds = trusteed = 0
+        began = time.monotonic()
+        while True:
             st = self._retry(lambda: self.reader.load_state(mid), what="load_state")
             self.read_updates(mid, a, b)
+            rounds += 1
             if st.phase in ("finished", "abandoned"):
+                if rounds > LONG_PLAY or trusteed:
+                    with self.rec.lock:
+                        self.rec.long_plays.append(f"{mid}: {rounds} rounds, {trusteed} on a trusteed seat, "
+                                                   f"{time.monotonic() - began:.1f}s")
                 return
+            if st.version != version:
+                moved_at, version = time.monotonic(), st.version
+            elif time.monotonic() - moved_at > STUCK_S:
+                raise TimeoutError(f"{mid} stayed at version {st.version} (phase {st.phase!r}) for {STUCK_S:.0f} s")
             if st.phase != "playing":  # not dealt (yet): the ready clock ends it, or it was lost
                 waiting_since = waiting_since or time.monotonic()
                 if time.monotonic() - waiting_since > 30:
@@ -288,11 +347,34 @@ class InboxPlayer:
                 continue
             waiting_since = None
             p = st.current_player
+            if p is None or st.turn is None or st.seat(st.turn).trusteed:
+                trusteed += 1
+                time.sleep(0.1)  # the system's move (R-13.3) comes
+                continue
             choice = choose_for(bot, st, p)
             cmd = (c.Pass(command_id=cid(), match_id=mid, player=p, expected_version=st.version) if choice is None
                    else c.Play(command_id=cid(), match_id=mid, player=p, cards=choice.cards,
                                expected_version=st.version))
-            self.send(cmd)
+            reply = self.send(cmd)
+            if getattr(reply, "kind", None) == "rejected":
+                time.sleep(0.02)  # refused (a stale read): read again, not at once
+
+    def play_out(self, mid: str, give_up_s: float = GIVE_UP_S) -> None:
+        """Play ``mid`` to its end as a player would: after an error (recorded) play it on, from its
+        state; after ``give_up_s`` from the start give up on it (recorded in
+        :attr:`Recorder.gave_up`: the match then runs on the clocks alone)."""
+        began = time.monotonic()
+        while True:
+            try:
+                self.play(mid, *self.players)
+                return
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {exc}"
+                self.rec.error(f"{mid}: {why}")
+                if time.monotonic() - began > give_up_s:
+                    self.rec.give_up(GaveUp(self.tag, mid, now_ms(), why))
+                    return
+                time.sleep(0.5)
 
     def match_id(self, k: int) -> tuple[str, int]:
         """The ``k``-th match id to play, at or after ``k``, whose bucket is at :attr:`home`; and the
@@ -308,10 +390,7 @@ class InboxPlayer:
         k = 0
         while not self.stop.is_set():
             mid, k = self.match_id(k)
-            try:
-                self.play(mid, *self.players)
-            except Exception as exc:  # recorded; the next match starts
-                self.rec.error(f"{mid}: {type(exc).__name__}: {exc}")
+            self.play_out(mid)
             k += 1
 
 
@@ -338,8 +417,12 @@ class WsPlayer:
         return f"{self.name}-{self.n}"
 
     async def _send(self, ws: Client, msg: dict[str, Any]) -> None:
+        from gateway.channels import engine_command_id
+
         self.pending = (msg["command_id"], msg, time.monotonic())
         await ws.send(msg)
+        self.rec.sent(Sent(self.name, self.name, self.match or "", engine_command_id(self.name, msg["command_id"]),
+                           now_ms()))
 
     async def _act(self, ws: Client) -> None:
         b = self.brief
@@ -857,7 +940,8 @@ class Nemesis:
             self.finish_load(limits.end_bound_ms / 1000 + 30)
             self.wait_settled(30)
             final = self.snapshot()
-            history = History(list(self.rec.acks), list(self.rec.reads), list(self.faults), self.load_stop_ms)
+            history = History(list(self.rec.acks), list(self.rec.reads), list(self.faults), self.load_stop_ms,
+                              list(self.rec.sends), list(self.rec.gave_up))
             report = check(history, final, limits)
             rows = by_fault(report, history)
             others = self.others_throughput(final)
@@ -869,6 +953,10 @@ class Nemesis:
                     "others_throughput_ratio": min(ratios) if ratios else None, "totals": report.summary(), "replay_all_exit": replay,
                     "matches": len(final.log), "finished": len(final.settled), "booked": len(final.booked),
                     "client_errors": len(self.rec.errors), "client_error_samples": self.rec.errors[:10],
+                    "inbox_errors": [e for e in self.rec.errors if e.startswith("ib")][:30],
+                    "gave_up": [dict(g.__dict__) for g in self.rec.gave_up][:20],
+                    "long_plays": self.rec.long_plays[:20],
+                    "client_retries": _retried(self.rec.slow_calls),
                     "schema_problems": list(self.rec.schema_problems.values())[:5],
                     "notes": self.notes, "findings": _samples(report.findings),
                     "backwards": self.rec.backwards[:20],
@@ -880,6 +968,19 @@ class Nemesis:
         finally:
             self.stop.set()
             self.stop_all()
+
+
+def _retried(slow_calls: list[tuple[int, str]], top: int = 15) -> dict[str, int]:
+    """The inbox clients' transient errors retried, by call and error (its first words)."""
+    from collections import Counter
+
+    seen: Counter[str] = Counter()
+    for _at, what in slow_calls:
+        _tag, _, rest = what.partition(" ")
+        parts = rest.split(": ", 2)  # "<call>: <Error>: <message>" (else a duration)
+        if len(parts) == 3 and parts[1].isidentifier():
+            seen[" ".join(rest.split()[:5])[:80]] += 1
+    return dict(seen.most_common(top))
 
 
 def _samples(findings: list[Any], per_rule: int = 6) -> list[dict[str, Any]]:
