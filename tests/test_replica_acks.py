@@ -263,3 +263,62 @@ def test_concurrent_asyncio_waits_share_rounds(pair, alone):
     out, waits = asyncio.run(many(alone.url, 20))
     assert all(isinstance(x, redis.ResponseError) and str(x).startswith("NOREPLICAS 0 of 1") for x in out), out
     assert waits <= 2
+
+
+class _MovedNode:
+    """A Cluster node that answers the INCR + WAIT round with MOVED (its slot failed over)."""
+
+    def pipeline(self, transaction: bool = False) -> Any:
+        return self
+
+    def execute_command(self, *args: Any) -> None:
+        pass
+
+    def execute(self) -> None:
+        raise redis.exceptions.MovedError("3999 127.0.0.1:7001")
+
+    async def execute_pipeline(self, commands: list[Any]) -> None:
+        for c in commands:
+            c.result = redis.exceptions.MovedError("3999 127.0.0.1:7001")
+
+
+def _moved_cluster(cls: type, learned: list[str]) -> Any:
+    """A ``cls`` (redis-py's Cluster client) whose every node answers MOVED; ``learned`` records
+    each topology refresh."""
+    node = _MovedNode()
+
+    async def known() -> None:  # the client's own initialize: a no-op once the slots are known
+        pass
+
+    async def initialize() -> None:
+        learned.append("initialize")
+
+    def initialize_sync() -> None:
+        learned.append("initialize")
+
+    manager = type("NodesManager", (), {"initialize": staticmethod(
+        initialize if cls.__module__.startswith("redis.asyncio") else initialize_sync)})()
+    client = object.__new__(cls)
+    for name, value in (("get_node_from_key", lambda key: node), ("get_redis_connection", lambda n: n),
+                        ("initialize", known), ("nodes_manager", manager)):
+        setattr(client, name, value)
+    return client
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+def test_a_moved_slot_makes_the_waiter_learn_the_topology_again(asynchronous):
+    """A MOVED answer (redis-py's MovedError, whose text has no MOVED prefix) refreshes the slots
+    before it is raised, so the next round goes to the promoted node."""
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+    from redis.cluster import RedisCluster
+
+    learned: list[str] = []
+    if asynchronous:
+        acks: Any = AsyncReplicaAcks(_moved_cluster(AsyncRedisCluster, learned), 1, 100)
+        with pytest.raises(redis.exceptions.MovedError):
+            asyncio.run(acks.confirm(["sk:{b3}:m:x:events"]))
+    else:
+        acks = ReplicaAcks(_moved_cluster(RedisCluster, learned), 1, 100)
+        with pytest.raises(redis.exceptions.MovedError):
+            acks.confirm(["sk:{b3}:m:x:events"])
+    assert learned == ["initialize"]

@@ -129,7 +129,7 @@ class ReplicaAcks(_Waiter):
         try:
             _, got = pipe.execute()
         except rex.ResponseError as exc:
-            if str(exc).startswith("MOVED") and is_cluster(self.client):
+            if isinstance(exc, rex.MovedError) and is_cluster(self.client):
                 self.client.nodes_manager.initialize()  # the slot moved (a fail-over): learn where
             raise
         self._verdict(key, got, started)
@@ -215,7 +215,7 @@ class AsyncReplicaAcks(_Waiter):
         await node.execute_pipeline(commands)
         for c in commands:
             if isinstance(c.result, BaseException):
-                if str(c.result).startswith("MOVED"):
+                if isinstance(c.result, rex.MovedError):
                     await client.nodes_manager.initialize()  # the slot moved (a fail-over): learn where
                 raise c.result
         got: Any = commands[1].result
