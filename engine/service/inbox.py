@@ -688,15 +688,16 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
                  stop: threading.Event | None = None) -> int:
     """:meth:`InboxConsumer.run_once` of several consumers at once, on one Redis node.
 
-    The consumers read streams of one channel with one service, one group and one consumer
-    name (serve's consumers of the buckets it owns on a plain Redis).  A consumer with
-    pending entries of its own reads them first, alone (:meth:`InboxConsumer.run_once`).
-    The others' streams are read with one XREADGROUP (the acknowledgements of their last
-    reads in its pipeline); the commands of every stream are executed together (one
-    ``execute_many``: one round of pipelined appends, the publications carried); then each
-    consumer publishes what no append carried and leaves its acknowledgements for the next
-    read, as ``run_once(defer_ack=True)`` does.  A Redis Cluster cannot: a read of several
-    keys must stay in one slot.  Returns how many messages were handled; the first
+    The consumers read streams with one group and one consumer name (serve's consumers of
+    one channel's buckets it owns on a plain Redis; on a Redis Cluster, where a read of
+    several keys must stay in one slot, the player and operator streams of one bucket).  A
+    consumer with pending entries of its own reads them first, alone
+    (:meth:`InboxConsumer.run_once`).  The others' streams are read with one XREADGROUP (the
+    acknowledgements of their last reads in its pipeline); the commands of every stream of
+    one channel are executed together (one ``execute_many`` per channel: one round of
+    pipelined appends, the publications carried); then each consumer publishes what no
+    append carried and leaves its acknowledgements for the next read, as
+    ``run_once(defer_ack=True)`` does.  Returns how many messages were handled; the first
     transient error is raised once every consumer's batch is committed."""
     handled = 0
     for c in consumers:
@@ -705,7 +706,6 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
     readers = [c for c in consumers if not c._backlog]
     if not readers:
         return handled
-    first = readers[0]
     by_stream = _read_together(consumers, readers, None if handled else block_ms, count)
     if by_stream is None:
         return handled
@@ -732,12 +732,20 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
         work.append((c, slots, ids, _Batch()))
     carries = {id(c): c.handler.carry(slots) for c, slots, _ids, _b in work
                if any(isinstance(x, Prepared) for x in slots)}
-    prepared = [p for _c, slots, _ids, _b in work for p in slots if isinstance(p, Prepared)]
+    # one execute_many per channel: the streams of one channel share a policy (one node's
+    # groups); a Cluster's bucket group reads its player and operator streams together
+    by_channel: dict[Any, tuple[Any, list[Prepared], list[Any]]] = {}
+    for c, slots, _ids, _b in work:
+        mine = [p for p in slots if isinstance(p, Prepared)]
+        if mine:
+            assert c.service is not None, "a publish-only consumer cannot handle inbox messages"
+            key = _channel_key(c.service)
+            _svc, prepared, parts = by_channel.setdefault(key, (c.service, [], []))
+            prepared.extend(mine)
+            parts.append(carries[id(c)])
     results: dict[int, Any] = {}
-    if prepared:
-        assert first.service is not None, "a publish-only consumer cannot handle inbox messages"
-        together = _Carries(list(carries.values()))
-        for p, r in zip(prepared, run_many(first.service, [p.command for p in prepared], stop, together)):
+    for service, prepared, parts in by_channel.values():
+        for p, r in zip(prepared, run_many(service, [p.command for p in prepared], stop, _Carries(parts))):
             results[id(p)] = r
     for c, slots, ids, batch in work:
         try:
@@ -753,6 +761,16 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
     if failure is not None:
         raise failure
     return handled
+
+
+def _channel_key(service: Any) -> Any:
+    """What makes two consumers' services run the same commands alike: a
+    :class:`~engine.service.channels.ChannelService`'s channel, service and operator
+    (serve builds one per consumer); any other service itself."""
+    channel = getattr(service, "channel", None)
+    if channel is None:
+        return id(service)
+    return (channel.name, id(service.service), id(service.operator))
 
 
 #: the arguments of the read of a set of streams (:func:`_xreadgroup_args`), built once per set
