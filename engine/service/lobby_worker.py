@@ -266,10 +266,16 @@ class LobbyWorker:
 
         if not self.cluster or len(streams) == 1:
             return stream_replies(self.client.xreadgroup(GROUP, self.consumer, streams, count=100, block=block))
-        # one slot per read on a Cluster: a read per stream, all in one pipeline (a round trip per node)
-        pipe = self.client.pipeline(transaction=False)
+        # one slot per read on a Cluster: a read per slot (a bucket's lobby channel and feed
+        # share its slot), all in one pipeline (a round trip per node)
+        from redis.crc import key_slot
+
+        by_slot: dict[int, dict[str, str]] = {}
         for s, start in streams.items():
-            pipe.xreadgroup(GROUP, self.consumer, {s: start}, count=100)
+            by_slot.setdefault(key_slot(s.encode()), {})[s] = start
+        pipe = self.client.pipeline(transaction=False)
+        for group in by_slot.values():
+            pipe.xreadgroup(GROUP, self.consumer, group, count=100)
         out: list[Any] = []
         for reply in pipe.execute():
             out += stream_replies(reply)
