@@ -21,6 +21,11 @@ Measured per run, printed as medians over the runs (JSON keys):
 * ``cpu_us_per_command``: CPU µs per command of each process kind (``serve``, ``redis``: every
   cluster node, ``gateway``, ``workers``), from /proc before and after the load;
   ``single_node_cpu_us_per_command`` (``serve``, ``redis``): the same run's single-node leg's;
+  ``redis_masters``: the masters' share of ``redis`` (the rest is the replicas applying the
+  writes);
+* ``redis_commands_per_command``: of each command name (``INFO commandstats`` of every master,
+  a script's own calls included), the calls per simulate command over the load;
+  ``single_node_redis_commands_per_command`` the same on one node;
 * ``idle_cpu_per_s``: CPU ms per second of each process kind (``serve``, ``worker``,
   ``gateway``, ``redis``) with the stack up and idle, over ``--idle-s`` seconds (default 3)
   before the load, after as long a settling (leases, polls, sweeps: what a replica costs
@@ -267,7 +272,7 @@ async def ws_pairs(url: str, stack: Stack, pairs: int, tag: str) -> None:
 
 
 def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, args: argparse.Namespace,
-        tmp: Path, tag: str, watch: bool = False) -> dict[str, Any]:
+        tmp: Path, tag: str, watch: bool = False, master_pids: list[int] | None = None) -> dict[str, Any]:
     """The stack on ``store_url``, the load, the figures; with ``watch``, only the slot shares
     (``MONITOR`` on ``store_url``, a single node, during the load)."""
     # every process of the run waits for the same replicas (the default would be 1 on a
@@ -298,7 +303,8 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
         before_stats = [commandstats(m) for m in masters]
         before_mem = sum(int(m.info("memory")["used_memory"]) for m in masters)
         cpu0 = {"serve": sum(cpu_s(p.pid) for p in serves), "gateway": cpu_s(gw.proc.pid),
-                "workers": group_cpu_s(worker.pid), "redis": sum(cpu_s(n) for n in nodes)}
+                "workers": group_cpu_s(worker.pid), "redis": sum(cpu_s(n) for n in nodes),
+                "redis_masters": sum(cpu_s(n) for n in (nodes if master_pids is None else master_pids))}
         counter = SlotCounter(store_url) if watch else None
         if counter is not None:
             time.sleep(IDLE_S)
@@ -326,10 +332,16 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
         cmds = int(report["commands"])
         calls = [commandstats_calls(m) - b for m, b in zip(masters, before_calls)]
         busiest = max(range(len(masters)), key=lambda i: calls[i])
-        after = commandstats(masters[busiest])
+        afters = [commandstats(m) for m in masters]
+        by_command: dict[str, int] = {}
+        for a, b in zip(afters, before_stats):
+            for k, v in a.items():
+                by_command[k.removeprefix("cmdstat_")] = by_command.get(k.removeprefix("cmdstat_"), 0) + v - b.get(k, 0)
+        after = afters[busiest]
         top = sorted(((after[k] - before_stats[busiest].get(k, 0), k) for k in after), reverse=True)[:6]
         cpu1 = {"serve": sum(cpu_s(p.pid) for p in serves), "gateway": cpu_s(gw.proc.pid),
-                "workers": group_cpu_s(worker.pid), "redis": sum(cpu_s(n) for n in nodes)}
+                "workers": group_cpu_s(worker.pid), "redis": sum(cpu_s(n) for n in nodes),
+                "redis_masters": sum(cpu_s(n) for n in (nodes if master_pids is None else master_pids))}
         if args.ws_pairs:
             ws.join(timeout=600)
         if counter is not None:
@@ -357,6 +369,8 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
             "p50_ms": report["command_latency_ms"]["p50"], "p99_ms": report["command_latency_ms"]["p99"],
             "bytes_per_match": mem / max(1, matches), "gateway_rss_kb": rss, "commands": cmds,
             "busiest_master_top": {k: n for n, k in top},
+            "redis_commands_per_command": {k: round(v / max(1, cmds), 3)
+                                           for k, v in sorted(by_command.items(), key=lambda kv: -kv[1]) if v},
             "seconds": elapsed, "errors": report.get("errors", 0) + report.get("mismatches", 0),
         }
     finally:
@@ -372,8 +386,10 @@ def run_once(args: argparse.Namespace, k: int, tmp: Path) -> dict[str, Any]:
         try:
             masters = [redis.Redis(port=p) for p in cluster.masters()]
             nodes = [cluster.procs[p].pid for p in cluster.ports]
+            master_pids = [cluster.procs[p].pid for p in cluster.masters()]
             (tmp / f"c{k}").mkdir()
-            on_cluster = one(cluster.url, nodes, masters, broker_url, args, tmp / f"c{k}", f"bc{k}")
+            on_cluster = one(cluster.url, nodes, masters, broker_url, args, tmp / f"c{k}", f"bc{k}",
+                             master_pids=master_pids)
         finally:
             cluster.stop()
         single_proc, single_url, single_dir = start_redis_server()
@@ -391,6 +407,7 @@ def run_once(args: argparse.Namespace, k: int, tmp: Path) -> dict[str, Any]:
     on_cluster["single_node_p50_ms"] = single["p50_ms"]
     on_cluster["single_node_cpu_us_per_command"] = {k: single["cpu_us_per_command"][k] for k in ("serve", "redis")}
     on_cluster["single_node_idle_cpu_per_s"] = single["idle_cpu_per_s"]
+    on_cluster["single_node_redis_commands_per_command"] = single["redis_commands_per_command"]
     return on_cluster
 
 

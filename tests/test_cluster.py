@@ -293,3 +293,38 @@ def test_a_cluster_pipeline_of_scripts_asks_no_node_for_their_keys(cluster) -> N
     assert all(isinstance(r, redis.exceptions.NoScriptError) for r in replies[::2])
     assert [len(r[0][1]) for r in replies[1::2]] == [1] * len(players)
     assert getkeys() == before
+
+
+def test_an_inbox_read_goes_to_its_slots_node_and_a_moved_slot_is_found_again(cluster) -> None:
+    """A consumer reads its stream (with the last read's XACKs) on the plain connection of the
+    node serving the stream's slot, not through redis-py's Cluster pipeline; when that node
+    answers MOVED (a fail-over, a resharding) the read fails as a transient error, the
+    acknowledgements stay unsent, and the next read asks the Cluster and goes to the right node."""
+    from redis.cluster import RedisCluster
+    from redis.exceptions import MovedError
+
+    from engine.service.inbox import InboxConsumer
+    from engine.store import keys
+    from engine.store.redis_errors import is_transient
+
+    stream = "sk:{nodetest}:inbox"
+    c = InboxConsumer(cluster, None, "node-test", stream=stream)
+    c._backlog = False
+    cluster.xadd(stream, {"x": "1"})
+    node = cluster.get_node_from_key(stream)
+    client = c._slot_client()
+    assert isinstance(client, redis.Redis) and not isinstance(client, RedisCluster)
+    assert client.connection_pool.connection_kwargs["port"] == node.port
+    got = c._xreadgroup(">", None, 10)
+    assert [f[b"x"] for _i, f in got] == [b"1"]
+    c._unsent_acks.append(got[0][0])
+    other = next(n for n in cluster.get_primaries() if n.name != node.name)
+    c._node = cluster.get_redis_connection(other)  # a stale view: the slot is served elsewhere
+    cluster.xadd(stream, {"x": "2"})
+    with pytest.raises(MovedError) as moved:
+        c._xreadgroup(">", None, 10)
+    assert is_transient(moved.value)
+    assert c._node is None and len(c._unsent_acks) == 1  # nothing acknowledged on the wrong node
+    got = c._xreadgroup(">", None, 10)
+    assert [f[b"x"] for _i, f in got] == [b"2"] and c._unsent_acks == []
+    assert int(cluster.xpending(stream, keys.SERVICE_GROUP)["pending"]) == 1  # the second, not yet acknowledged

@@ -170,3 +170,43 @@ def test_a_hand_over_of_several_buckets_waits_for_one_round_not_one_each(real_re
         assert not any(r.exists(keys.owner_key(b)) for b in range(4))
     finally:
         group.stop()
+
+
+def test_a_buckets_player_and_operator_streams_are_read_together_each_under_its_own_channel(real_redis) -> None:
+    """A Cluster's serve (engine.service.ownership.SlotGroupWork): a bucket's ``sk:{b<N>}:inbox``
+    and ``sk:{b<N>}:ops`` share its slot, so one group reads both with one XREADGROUP; each
+    stream's commands still go through its own channel (a player command on the operator
+    stream is refused ``not_allowed``), and stopping acknowledges everything and ends the thread."""
+    from engine.service.channels import OPS
+    from engine.service.ownership import SlotGroupWork
+
+    r = real_redis
+    svc, consumers, mids = rig(r, 1)
+    mid = mids[0]
+    bucket = keys.bucket_of(mid)
+    other = next(m for m in (f"h{k}" for k in range(10_000)) if keys.bucket_of(m) == bucket)
+    player = consumers[keys.inbox_key(bucket)]
+    ops = InboxConsumer(r, ChannelService(svc, OPS), "t", stream=keys.ops_key(bucket))
+    run_together([player, ops], block_ms=None)  # each consumer's own pending entries first: none
+    client = GatewayClient(r)
+    client.ready(mid, mid + "a")  # the player channel
+    client.create_match(other, CONFIG)  # the operator channel, same bucket
+    wrong = Ready(command_id="on-ops", match_id=mid, player=mid + "b")
+    r.xadd(keys.ops_key(bucket), {"c": encode_command(wrong)})  # a player command on the operator stream
+    before = calls(r)
+    assert run_together([player, ops], block_ms=None) == 3
+    assert (calls(r) - before)["xreadgroup"] == 1  # one read for the bucket's two streams
+    assert svc.state_cache.get(mid).version == 4  # type: ignore[union-attr]
+    assert svc.load_state(other) is not None and svc.load_state(other).version >= 1
+    assert (player.service.refused, ops.service.refused) == (0, 1)  # type: ignore[union-attr]
+    client.sit(other, "z1")
+    work = SlotGroupWork([player, ops], "test bucket", block_ms=50)
+    try:
+        end = time.monotonic() + 20
+        while time.monotonic() < end and ops.stats.accepted < 2:
+            time.sleep(0.02)
+        assert ops.stats.accepted == 2
+    finally:
+        work.stop()
+    assert pending(r, keys.inbox_key(bucket)) == 0 and pending(r, keys.ops_key(bucket)) == 0
+    assert not work.group._thread.is_alive()

@@ -147,6 +147,9 @@ class InboxConsumer:
         #: messages that write to it, not the whole bucket (issue 35 §3).  Default: on a
         #: Cluster client (on one Redis a refused write is the whole Redis's).
         self.park_publications = is_cluster(redis_client)
+        self._cluster = is_cluster(redis_client)
+        #: on a Cluster, the client of the node serving this stream's slot (:meth:`_slot_client`)
+        self._node: Any = None
         self._parked_due: float | None = None
         self._park_delay = PARK_MIN_S
         self._parked_ids: set[str] = set()
@@ -191,11 +194,53 @@ class InboxConsumer:
                 return entries
         return self._xreadgroup(">", block_ms, count)
 
+    def _slot_client(self) -> Any:
+        """What reads this stream: on a Redis Cluster the plain client of the node serving its
+        slot (a read and its acknowledgements name one slot: redis-py's Cluster pipeline would
+        look up every command's slot and gather the nodes' replies, about twice the client CPU
+        of a plain pipeline); else the client itself.  :meth:`_lost_node` forgets it."""
+        if not self._cluster:
+            return self.redis
+        if self._node is None:
+            cluster: Any = self.redis
+            self._node = cluster.get_redis_connection(cluster.get_node_from_key(self.stream))
+        return self._node
+
+    def _lost_node(self, exc: BaseException) -> None:
+        """A read on the slot's node failed for a transient reason (the slot moved, the node is
+        away): ask the Cluster for its slots again and find the node anew on the next read."""
+        if not self._cluster or not is_transient(exc):
+            return
+        self._node = None
+        try:
+            client: Any = self.redis
+            client.nodes_manager.initialize()
+        except Exception as err:  # the Cluster is mid-fail-over: the next read tries again
+            log.debug("%s: could not refresh the Cluster's slots: %s", self.stream, err)
+
     def _xreadgroup(self, start: str, block_ms: int | None, count: int) -> list[tuple[Any, dict]]:
+        try:
+            reply = self._read_slot(start, block_ms, count)
+        except REDIS_FAILURES as exc:
+            self._lost_node(exc)
+            raise
+        if reply is None:
+            return []
+        entries = [e for _, es in stream_replies(reply) for e in es if e[0] is not None]
+        gone = [e[0] for e in entries if e[1] is None]
+        if gone:  # pending entries whose messages were deleted or trimmed: nothing to handle
+            self.redis.xack(self.stream, self.group, *gone)
+            self.stats.processed += len(gone)
+        return [e for e in entries if e[1] is not None]
+
+    def _read_slot(self, start: str, block_ms: int | None, count: int) -> Any:
+        """XREADGROUP's reply, this stream's unsent acknowledgements first in the same round trip
+        (None: the group was gone, now created again)."""
+        client = self._slot_client()
         try:
             if self._unsent_acks:  # the last read's acknowledgements go first, same round trip
                 acks = list(self._unsent_acks)
-                pipe = self.redis.pipeline(transaction=False)
+                pipe = client.pipeline(transaction=False)
                 pipe.xack(self.stream, self.group, *acks)
                 pipe.xreadgroup(self.group, self.consumer, {self.stream: start}, count=count, block=block_ms)
                 acked, reply = pipe.execute(raise_on_error=False)
@@ -205,19 +250,14 @@ class InboxConsumer:
                 if isinstance(reply, Exception):
                     raise reply
             else:
-                reply = self.redis.xreadgroup(self.group, self.consumer, {self.stream: start},
-                                              count=count, block=block_ms)
+                reply = client.xreadgroup(self.group, self.consumer, {self.stream: start},
+                                          count=count, block=block_ms)
         except redis.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
             self.ensure_group()  # the inbox was deleted under us
-            return []
-        entries = [e for _, es in stream_replies(reply) for e in es if e[0] is not None]
-        gone = [e[0] for e in entries if e[1] is None]
-        if gone:  # pending entries whose messages were deleted or trimmed: nothing to handle
-            self.redis.xack(self.stream, self.group, *gone)
-            self.stats.processed += len(gone)
-        return [e for e in entries if e[1] is not None]
+            return None
+        return reply
 
     def _deliveries(self, first: Any, last: Any, count: int) -> dict[str, int]:
         """Delivery counts of this consumer's pending entries from ``first`` to ``last``."""
@@ -688,15 +728,16 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
                  stop: threading.Event | None = None) -> int:
     """:meth:`InboxConsumer.run_once` of several consumers at once, on one Redis node.
 
-    The consumers read streams of one channel with one service, one group and one consumer
-    name (serve's consumers of the buckets it owns on a plain Redis).  A consumer with
-    pending entries of its own reads them first, alone (:meth:`InboxConsumer.run_once`).
-    The others' streams are read with one XREADGROUP (the acknowledgements of their last
-    reads in its pipeline); the commands of every stream are executed together (one
-    ``execute_many``: one round of pipelined appends, the publications carried); then each
-    consumer publishes what no append carried and leaves its acknowledgements for the next
-    read, as ``run_once(defer_ack=True)`` does.  A Redis Cluster cannot: a read of several
-    keys must stay in one slot.  Returns how many messages were handled; the first
+    The consumers read streams with one group and one consumer name (serve's consumers of
+    one channel's buckets it owns on a plain Redis; on a Redis Cluster, where a read of
+    several keys must stay in one slot, the player and operator streams of one bucket).  A
+    consumer with pending entries of its own reads them first, alone
+    (:meth:`InboxConsumer.run_once`).  The others' streams are read with one XREADGROUP (the
+    acknowledgements of their last reads in its pipeline); the commands of every stream of
+    one channel are executed together (one ``execute_many`` per channel: one round of
+    pipelined appends, the publications carried); then each consumer publishes what no
+    append carried and leaves its acknowledgements for the next read, as
+    ``run_once(defer_ack=True)`` does.  Returns how many messages were handled; the first
     transient error is raised once every consumer's batch is committed."""
     handled = 0
     for c in consumers:
@@ -705,7 +746,6 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
     readers = [c for c in consumers if not c._backlog]
     if not readers:
         return handled
-    first = readers[0]
     by_stream = _read_together(consumers, readers, None if handled else block_ms, count)
     if by_stream is None:
         return handled
@@ -732,12 +772,20 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
         work.append((c, slots, ids, _Batch()))
     carries = {id(c): c.handler.carry(slots) for c, slots, _ids, _b in work
                if any(isinstance(x, Prepared) for x in slots)}
-    prepared = [p for _c, slots, _ids, _b in work for p in slots if isinstance(p, Prepared)]
+    # one execute_many per channel: the streams of one channel share a policy (one node's
+    # groups); a Cluster's bucket group reads its player and operator streams together
+    by_channel: dict[Any, tuple[Any, list[Prepared], list[Any]]] = {}
+    for c, slots, _ids, _b in work:
+        mine = [p for p in slots if isinstance(p, Prepared)]
+        if mine:
+            assert c.service is not None, "a publish-only consumer cannot handle inbox messages"
+            key = _channel_key(c.service)
+            _svc, prepared, parts = by_channel.setdefault(key, (c.service, [], []))
+            prepared.extend(mine)
+            parts.append(carries[id(c)])
     results: dict[int, Any] = {}
-    if prepared:
-        assert first.service is not None, "a publish-only consumer cannot handle inbox messages"
-        together = _Carries(list(carries.values()))
-        for p, r in zip(prepared, run_many(first.service, [p.command for p in prepared], stop, together)):
+    for service, prepared, parts in by_channel.values():
+        for p, r in zip(prepared, run_many(service, [p.command for p in prepared], stop, _Carries(parts))):
             results[id(p)] = r
     for c, slots, ids, batch in work:
         try:
@@ -753,6 +801,16 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
     if failure is not None:
         raise failure
     return handled
+
+
+def _channel_key(service: Any) -> Any:
+    """What makes two consumers' services run the same commands alike: a
+    :class:`~engine.service.channels.ChannelService`'s channel, service and operator
+    (serve builds one per consumer); any other service itself."""
+    channel = getattr(service, "channel", None)
+    if channel is None:
+        return id(service)
+    return (channel.name, id(service.service), id(service.operator))
 
 
 #: the arguments of the read of a set of streams (:func:`_xreadgroup_args`), built once per set
@@ -805,16 +863,26 @@ def _read_together(consumers: list[InboxConsumer], readers: list[InboxConsumer],
     now created again).  Sent packed (:mod:`engine.store.wire`) where the client allows,
     else as a redis-py pipeline."""
     first = readers[0]
+    try:
+        return _read_slot_together(first, consumers, readers, block_ms, count)
+    except REDIS_FAILURES as exc:
+        first._lost_node(exc)
+        raise
+
+
+def _read_slot_together(first: InboxConsumer, consumers: list[InboxConsumer], readers: list[InboxConsumer],
+                        block_ms: int | None, count: int) -> dict[str, list[Any]] | None:
     acking = [(c, c._ack_entries()) for c in consumers if c._unsent_acks]
     streams = tuple(c.stream for c in readers)
-    direct = wire.usable(first.redis)
+    client = first._slot_client()
+    direct = wire.usable(client)
     try:
         if direct:
-            replies = wire.round_trip(first.redis, [
+            replies = wire.round_trip(client, [
                 *(wire.pack("XACK", c.stream, c.group, *acks) for c, acks in acking),
                 _xreadgroup_packed(first.group, first.consumer, streams, count, block_ms)])
         else:
-            pipe = first.redis.pipeline(transaction=False)
+            pipe = client.pipeline(transaction=False)
             for c, acks in acking:
                 pipe.xack(c.stream, c.group, *acks)
             pipe.execute_command("XREADGROUP", *_xreadgroup_args(first.group, first.consumer, streams, count,

@@ -56,9 +56,9 @@ ROOMS_EVERY_S = 2.0
 GRACES_EVERY_S = 1.0
 #: on a Cluster (no blocking read over several slots) the longest pause between idle polls
 IDLE_MAX_S = 0.4
-#: on a Cluster, how often a busy loop reads the lobby channels and the rooms' feeds; on one
-#: node, the pause after a round that handled entries, so that a busy stack's feed entries are
-#: read (and acknowledged) a batch at a time instead of one wake-up per command
+#: the pause after a round that handled entries, so that a busy stack's feed entries are read
+#: (and acknowledged) a batch at a time instead of a read per command (on a Cluster a read of
+#: every owned feed); on a Cluster also how often the lobby channels and the rooms' feeds are read
 LOBBY_POLL_S = 0.05
 OFFER_EVERY_S = 1.0
 
@@ -197,7 +197,7 @@ class LobbyWorker:
             idle = 0 if busy else idle + 1
             if not busy and self.cluster:  # no blocking read over several slots: poll, slower when idle
                 stop.wait(min(IDLE_MAX_S, self.block_ms / 1000 * idle))
-            elif busy and not self.cluster:  # the next blocking read finds what came meanwhile
+            elif busy:  # the next read takes what came meanwhile as one batch
                 stop.wait(LOBBY_POLL_S)
 
     def run_once(self) -> int:
@@ -218,7 +218,7 @@ class LobbyWorker:
         for s in streams:
             self._ensure(s)
         if self.cluster and now - self._lobby_polled < LOBBY_POLL_S:
-            # a busy Cluster loop reads the bucket feeds back to back; the lobby's own streams
+            # a busy Cluster loop reads the bucket feeds every round; the lobby's own streams
             # (the players' commands, the queues' feeds) at most every LOBBY_POLL_S
             streams = [keys.feed_key(b) for b in owned]
         else:
@@ -266,13 +266,24 @@ class LobbyWorker:
 
         if not self.cluster or len(streams) == 1:
             return stream_replies(self.client.xreadgroup(GROUP, self.consumer, streams, count=100, block=block))
+        # one slot per read on a Cluster: a read per slot (a bucket's lobby channel and feed
+        # share its slot), all in one pipeline (a round trip per node)
+        from redis.crc import key_slot
+
+        by_slot: dict[int, dict[str, str]] = {}
+        for s, start in streams.items():
+            by_slot.setdefault(key_slot(s.encode()), {})[s] = start
+        pipe = self.client.pipeline(transaction=False)
+        for group in by_slot.values():
+            pipe.xreadgroup(GROUP, self.consumer, group, count=100)
         out: list[Any] = []
-        for s, start in streams.items():  # one slot per read on a Cluster
-            out += stream_replies(self.client.xreadgroup(GROUP, self.consumer, {s: start}, count=100))
+        for reply in pipe.execute():
+            out += stream_replies(reply)
         return out
 
     def _handle_reply(self, reply: list[Any]) -> int:
         done = 0
+        acks: list[tuple[str, list[Any]]] = []
         for stream, entries in reply:
             name = _s(stream)
             acked = []
@@ -293,9 +304,15 @@ class LobbyWorker:
                 else:
                     self._retry.add(name)
             if acked:
-                self.client.xack(name, GROUP, *acked)
-                done += len(acked)
-        return done
+                acks.append((name, acked))
+        if len(acks) == 1:
+            self.client.xack(acks[0][0], GROUP, *acks[0][1])
+        elif acks:  # the streams' acknowledgements in one round trip (one per node on a Cluster)
+            pipe = self.client.pipeline(transaction=False)
+            for name, acked in acks:
+                pipe.xack(name, GROUP, *acked)
+            pipe.execute()
+        return done + sum(len(a) for _n, a in acks)
 
     # -- a player's command --------------------------------------------------------------------
     def _channel(self, f: dict[str, Any]) -> bool:

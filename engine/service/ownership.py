@@ -270,8 +270,9 @@ class InboxGroup:
     """The consumers of one channel's bucket streams on one Redis node, read together by one
     thread (:func:`engine.service.inbox.run_together`: one XREADGROUP for all the streams,
     one round of appends for all their commands) instead of a thread per stream: a read
-    carries the commands of every bucket, as one stream's would.  A Redis Cluster keeps
-    :class:`ConsumerThreads` (one read cannot span slots).
+    carries the commands of every bucket, as one stream's would.  On a Redis Cluster one
+    read cannot span slots: each bucket's player and operator streams (one slot, ``{b<N>}``)
+    are one group of their own (:class:`SlotGroupWork`).
 
     :meth:`add` returns the :class:`BucketWork` of one consumer: its ``stop`` takes the
     stream out of the reads, waits for the round in hand to finish and sends that
@@ -280,13 +281,13 @@ class InboxGroup:
     oversized entry), as :meth:`InboxConsumer.run` does."""
 
     def __init__(self, name: str, *, block_ms: int = 500, count: int = 10, reclaim_every_s: float = 30.0,
-                 min_idle_ms: int = 60_000, trim_every_s: float = 60.0):
+                 min_idle_ms: int = 60_000, trim_every_s: float = 60.0, members: Sequence[Any] = ()):
         self.block_ms = block_ms
         self.count = count
         self.reclaim_every_s = reclaim_every_s
         self.min_idle_ms = min_idle_ms
         self.trim_every_s = trim_every_s
-        self._members: list[Any] = []
+        self._members: list[Any] = list(members)  # read from the first round (:meth:`add` for more)
         #: held briefly (adding never waits for a read); guards the members and _started
         self._members_lock = threading.Lock()
         self._started = 0  # rounds begun (each on the members of that moment)
@@ -413,3 +414,22 @@ class GroupedWork:
         for m, last in self._lasts:
             m.group.settle(last)
             m.consumer.flush_acks()
+
+
+class SlotGroupWork:
+    """The :class:`BucketWork` of one bucket on a Redis Cluster: its streams (the player and
+    the operator channel's, one slot) read by one :class:`InboxGroup` of their own -- one
+    thread and one XREADGROUP for both, instead of a thread and a blocking read each.
+    ``stop`` takes them out of the reads, waits for the round in hand, acknowledges, then
+    ends the thread."""
+
+    def __init__(self, consumers: Sequence[Any], name: str, **loop: Any):
+        self.group = InboxGroup(name, members=consumers, **loop)
+        self.work = GroupedWork([_Member(self.group, c) for c in consumers])
+
+    def begin_stop(self) -> None:
+        self.work.begin_stop()
+
+    def stop(self) -> None:
+        self.work.stop()
+        self.group.stop()

@@ -12,7 +12,8 @@ One process runs
   group ``sk-service``, decides, appends, publishes per-player updates; on a plain Redis
   one thread per channel reads all its owned bucket streams and its unbucketed one
   (``sk:inbox``, ``sk:ops``) with one XREADGROUP (engine.service.ownership.InboxGroup),
-  on a Cluster a thread per stream;
+  on a Cluster a thread per bucket (its two streams share a slot: one XREADGROUP) and one per
+  unbucketed stream;
 * the projection runner (:class:`projections.runner.ProjectionRunner`): the
   bucket feeds → settlement → ledger, consumer group ``sk-projections``;
 * with ``--integrity``, the integrity projection (:mod:`projections.integrity`, docs/INTEGRITY.md):
@@ -168,7 +169,9 @@ def run(args: argparse.Namespace) -> int:
     from engine.service.rooms import RedisRooms, register_shipped
     from projections.ledger import RedisLedger
     from engine.service.inbox import InboxConsumer
-    from engine.service.ownership import BucketOwner, ConsumerThreads, GroupedWork, InboxGroup, take_over_pending
+    from engine.service.ownership import (
+        BucketOwner, ConsumerThreads, GroupedWork, InboxGroup, SlotGroupWork, take_over_pending,
+    )
     from engine.service.state_cache import StateCache
     from engine.store import keys
     from engine.store.redis_store import RedisEventStore
@@ -253,7 +256,8 @@ def run(args: argparse.Namespace) -> int:
         return c
 
     # on one node each channel's owned bucket streams are read together, one XREADGROUP for all
-    # (a read carries every bucket's commands); a Cluster reads each bucket's streams on its own
+    # (a read carries every bucket's commands); a Cluster reads each bucket's two streams (one
+    # slot) together, a thread per bucket
     from redis.cluster import RedisCluster
 
     # (blocking 0.5 s like every loop: a hand-over takes the streams of all the buckets it
@@ -276,8 +280,8 @@ def run(args: argparse.Namespace) -> int:
                 log.info("bucket %d: took over %d pending command(s) of %s", bucket, taken, stream)
         if groups is not None:
             work: Any = GroupedWork([groups[ch.name].add(consumer_of(ch, st, op)) for ch, st, op in streams])
-        else:
-            work = ConsumerThreads([consumer_of(ch, st, op) for ch, st, op in streams], f"b{bucket}", **loop)
+        else:  # a Cluster: the bucket's two streams share its slot, one read for both
+            work = SlotGroupWork([consumer_of(ch, st, op) for ch, st, op in streams], f"read b{bucket}", **loop)
         return work if lobby is None else BothWork([work, lobby.own(bucket)])
 
     # the channels of no bucket: Credit/Debit/AddRoom on sk:ops, and the single inbox of the
