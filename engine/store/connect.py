@@ -182,7 +182,10 @@ def _local_stream_keys(parser: Any, *, asynchronous: bool) -> None:
 
 
 def is_cluster(client: object) -> bool:
-    """True for a redis-py Cluster client (sync or asyncio)."""
+    """True for a redis-py Cluster client (sync or asyncio).  A plain ``redis.Redis`` is told
+    apart at once: ``isinstance`` against the Cluster classes walks their protocol bases."""
+    if type(client) is redis.Redis:
+        return False
     from redis.cluster import RedisCluster
 
     if isinstance(client, RedisCluster):

@@ -24,11 +24,11 @@ from typing import Any
 
 import msgpack
 import redis
-from redis.cluster import RedisCluster
 from redis.exceptions import AskError, MovedError, NoScriptError
 
 from engine.match.events import EventBase, MatchFinished, decode_event, encode_event
 from engine.store import keys, wire
+from engine.store.connect import is_cluster
 from engine.store.redis_errors import is_transient
 from engine.store.base import (
     AppendRequest,
@@ -62,12 +62,6 @@ def stream_replies(reply: Any) -> list[tuple[Any, list[tuple[Any, Any]]]]:
             entries = entries[0]
         out.append((stream, [(e[0], e[1]) for e in entries if e is not None]))
     return out
-
-
-def _is_cluster(client: Any) -> bool:
-    """A redis-py Cluster client (a plain ``redis.Redis`` is told apart at once: ``isinstance``
-    against the Cluster class walks its protocol bases on every call)."""
-    return type(client) is not redis.Redis and isinstance(client, RedisCluster)
 
 
 class LayoutMismatch(RuntimeError):
@@ -221,7 +215,7 @@ class RedisEventStore(EventStore):
         """Yes for writes to this store's own Redis (the same client or connection pool),
         unless that is a Redis Cluster, or writes wait for replicas (the updates must not
         be readable before the append is replicated)."""
-        if _is_cluster(self.client) or self.replica_acks is not None:
+        if is_cluster(self.client) or self.replica_acks is not None:
             return False
         if client is self.client:
             return True
@@ -316,7 +310,7 @@ class RedisEventStore(EventStore):
 
     def _by_node(self, requests: Sequence[AppendRequest]) -> list[tuple[Any, list[int]]]:
         """``(client of one node, indexes of the requests whose match it holds)`` per node."""
-        if not _is_cluster(self.client):
+        if not is_cluster(self.client):
             return [(self.client, list(range(len(requests))))]
         groups: dict[str, tuple[Any, list[int]]] = {}
         for i, rq in enumerate(requests):
@@ -385,7 +379,7 @@ class RedisEventStore(EventStore):
                 out[i] = shortfall  # written, not known to be on the replicas: not acknowledged
             else:
                 out[i] = self._result(rq.match_id, reply, encoded[i], rq.events)
-        if moved and _is_cluster(self.client):
+        if moved and is_cluster(self.client):
             try:  # a fail-over moved a slot: learn where before the caller runs those requests alone
                 self.client.nodes_manager.initialize()
             except Exception:
@@ -478,7 +472,7 @@ class RedisEventStore(EventStore):
                 call(pipe, b)
             return dict(zip(wanted, pipe.execute()))
         except Exception as exc:
-            if not _is_cluster(self.client) or not is_transient(exc):
+            if not is_cluster(self.client) or not is_transient(exc):
                 raise
             first: Exception = exc
         out: dict[int, Any] = {}
