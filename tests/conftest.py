@@ -9,6 +9,10 @@ Redis:
   ``@pytest.mark.redis``.
 - ``real_redis`` / ``real_redis_store``: a client on that server, flushed before each test
   (so a ``REDIS_URL`` must point at a scratch database: FLUSHDB runs on it).
+- ``own_real_redis``: a client on a redis-server of one test alone, for a test that changes
+  the server for all its clients (CONFIG SET, SCRIPT FLUSH: :data:`SERVER_WIDE`).  On the
+  shared server such a test fails (``_shared_redis_left_alone``): CI's two xdist workers share
+  one ``REDIS_URL``, and a ``maxmemory`` of 1 there refuses the other worker's writes too.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ class RedisServer:
 
     base_url: str
     process: subprocess.Popen | None  # None when REDIS_URL points at an external server
+    shared: bool = False  # the session's server (every test of the run; with REDIS_URL, every worker)
 
     def db_url(self, k: int) -> str:
         if not 0 <= k < DBS_PER_WORKER:
@@ -153,10 +158,10 @@ def stop_redis_server(proc: subprocess.Popen, workdir: str | None = None) -> Non
 def redis_server() -> Iterator[RedisServer]:
     url = os.environ.get("REDIS_URL")
     if url:
-        yield RedisServer(base_url=url, process=None)
+        yield RedisServer(base_url=url, process=None, shared=True)
         return
     yield from _started_redis_server("these tests need a real Redis: set REDIS_URL, or install redis-server "
-                                     "(apt-get install redis-server)")
+                                     "(apt-get install redis-server)", shared=True)
 
 
 def own_redis_server() -> Iterator[RedisServer]:
@@ -166,7 +171,7 @@ def own_redis_server() -> Iterator[RedisServer]:
     yield from _started_redis_server("these tests need redis-server (apt-get install redis-server)")
 
 
-def _started_redis_server(missing: str) -> Iterator[RedisServer]:
+def _started_redis_server(missing: str, shared: bool = False) -> Iterator[RedisServer]:
     """A redis-server started here and stopped after; without one, ``missing`` fails the
     tests (or skips them with ``SK_ALLOW_NO_REDIS=1``)."""
     if shutil.which("redis-server") is None:
@@ -176,7 +181,7 @@ def _started_redis_server(missing: str) -> Iterator[RedisServer]:
         pytest.fail(msg, pytrace=False)
     proc, url, workdir = start_redis_server()
     try:
-        yield RedisServer(base_url=url, process=proc)
+        yield RedisServer(base_url=url, process=proc, shared=shared)
     finally:
         stop_redis_server(proc, workdir)
 
@@ -187,6 +192,55 @@ def real_redis(redis_server):
     client.flushdb()
     yield client
     client.close()
+
+
+@pytest.fixture
+def own_real_redis():
+    """A client on a redis-server started for this test alone (stopped after it)."""
+    servers = own_redis_server()
+    client = next(servers).client()
+    try:
+        yield client
+    finally:
+        client.close()
+        servers.close()
+
+
+#: commands that change a redis-server for every client, whatever its database (``calls`` in
+#: INFO commandstats; a refused call is not counted)
+SERVER_WIDE = ("config|set", "config|resetstat", "script|flush", "function|flush", "flushall", "client|pause",
+               "client|kill", "debug", "shutdown")
+
+
+def server_wide_calls(server: RedisServer) -> dict[str, int]:
+    """How many :data:`SERVER_WIDE` commands ``server`` has run so far, by name."""
+    client = server.client()
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in SERVER_WIDE}
+
+
+@pytest.fixture(autouse=True)
+def _shared_redis_left_alone(request):
+    """A test on the shared ``redis_server`` runs none of :data:`SERVER_WIDE`: it would change
+    the server under every other test (with ``REDIS_URL``, the other xdist worker's too).
+    Such a test takes ``own_real_redis`` (or overrides ``redis_server`` with ``own_redis_server``)."""
+    if "redis_server" not in request.fixturenames:
+        yield
+        return
+    server = request.getfixturevalue("redis_server")
+    if not server.shared:
+        yield
+        return
+    before = server_wide_calls(server)
+    yield
+    after = server_wide_calls(server)
+    ran = {name: after[name] - before[name] for name in SERVER_WIDE if after[name] != before[name]}
+    if ran:
+        pytest.fail(f"server-wide commands ran on the shared redis-server during this test: {ran}; a test that "
+                    "changes the server for all its clients takes own_real_redis", pytrace=False)
 
 
 @pytest.fixture

@@ -330,11 +330,11 @@ def test_transient_errors_of_the_service_are_retried_never_dead_lettered(r, fail
 
 
 @pytest.mark.redis
-def test_an_oom_episode_loses_no_accepted_update(real_redis):
+def test_an_oom_episode_loses_no_accepted_update(own_real_redis):
     """Redis refuses writes (maxmemory reached) after a Play was appended: the update waits,
     is never dead-lettered however long the episode lasts, and reaches both players once
-    the limit is lifted."""
-    r = real_redis
+    the limit is lifted.  On a server of its own (the limit refuses every client's writes)."""
+    r = own_real_redis
     service = make_service(r)
     gw = InboxConsumer(r, service, "w1", max_deliveries=2)
     client = GatewayClient(r, ops=keys.INBOX)

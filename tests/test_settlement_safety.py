@@ -155,8 +155,10 @@ def test_transient_or_permanent(exc, transient):
     assert is_transient(exc) is transient
 
 
-def test_a_real_oom_reply_is_transient(real_redis):
-    """What redis-server really answers when full (redis-py drops the OOM prefix)."""
+def test_a_real_oom_reply_is_transient(own_real_redis):
+    """What redis-server really answers when full (redis-py drops the OOM prefix); on a server
+    of its own (a maxmemory of 1 refuses every client's writes)."""
+    real_redis = own_real_redis
     real_redis.set("filler", "x" * 100_000)
     real_redis.config_set("maxmemory", "1")
     try:
