@@ -22,9 +22,11 @@ import redis
 from redis.cluster import ClusterPipeline, RedisCluster
 
 from engine.match.events import PlayerReady
+from engine.service.publish import PUBLISH_SHA, Publisher, Stale
 from engine.store import keys, wire
 from engine.store.base import AppendRequest
 from engine.store.redis_store import RedisEventStore
+from tests.conftest import RedisServer, own_redis_server
 
 pytestmark = pytest.mark.redis
 
@@ -48,6 +50,11 @@ def cluster(local_cluster: Any) -> Iterator[Any]:
     client.close()
 
 
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    yield from own_redis_server()  # SCRIPT FLUSH is server-wide
+
+
 class Trips:
     """Records each packed round trip (the port it went to, its commands' names) and fails a
     test that reaches redis-py's pipelines or the Cluster client's own command path."""
@@ -55,13 +62,21 @@ class Trips:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, allow_cluster: bool = False) -> None:
         self.trips: list[tuple[int, list[str]]] = []
         self.cluster_calls: list[str] = []
-        one = wire.round_trip
+        self.batches: list[int] = []  # nodes per round_trips call
+        one, many = wire.round_trip, wire.round_trips
 
         def round_trip(client: Any, commands: Any) -> Any:
             self.trips.append((self.port(client), [self.name(c) for c in commands]))
             return one(client, commands)
 
+        def round_trips(calls: Any) -> Any:
+            self.batches.append(len(calls))
+            for client, commands in calls:
+                self.trips.append((self.port(client), [self.name(c) for c in commands]))
+            return many(calls)
+
         monkeypatch.setattr(wire, "round_trip", round_trip)
+        monkeypatch.setattr(wire, "round_trips", round_trips)
         if not allow_cluster:
             def refuse(*_a: Any, **_k: Any) -> Any:
                 raise AssertionError("redis-py's pipeline was used")
@@ -209,3 +224,135 @@ def test_a_slot_moved_under_a_packed_append_ends_in_the_right_result(
     assert [(r.version, r.duplicate) for r in results] == [(1, False), (1, False)]  # type: ignore[union-attr]
     assert trips.trips == [(new2, ["EVALSHA", "EVALSHA"])]
     assert all([e.seq for e in store.load(m)] == [1] for m in m2s)
+
+
+def _updates(pub: Publisher, players: list[str], version: int, match: str = "mp", duplicate: bool = False) -> list[Any]:
+    return [pub._delivery(keys.outbox_key(p), {"kind": "update", "match": match, "command_id": f"c{version}",
+                                               "version": version, "body": b"x"}, version, duplicate)
+            for p in players]
+
+
+def _shape(replies: list[Any]) -> list[Any]:
+    return [r if isinstance(r, Stale) else type(r).__name__ for r in replies]
+
+
+def test_the_publisher_writes_each_nodes_updates_packed_with_the_same_replies(
+        cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every update, entry and reply of one write goes packed: every node's commands written,
+    then their replies read (one round trip per node, side by side); the updates by EVALSHA of
+    the fence script.  The replies are those of redis-py's Cluster pipeline (the path of a
+    client the module cannot serve): entry ids, Stale for an update below the stream's version,
+    a re-publication written."""
+    pub = Publisher(cluster, consumer="s1")
+
+    def batch(tag: str) -> tuple[list[str], list[list[Any]]]:
+        players = [f"{tag}{i}" for i in range(9)]
+        assert len({port_of(cluster, keys.outbox_key(p)) for p in players}) == 3
+        return players, [
+            [*_updates(pub, players, 7), pub._delivery(keys.outbox_key(players[0]), {"kind": "rejected", "code": "x"}),
+             pub._delivery(keys.REPLY_PREFIX + tag, {"kind": "accepted"})],
+            [*_updates(pub, players[:4], 3), *_updates(pub, players[4:], 9)],  # Stale, then written
+            _updates(pub, players[:3], 2, duplicate=True),  # a re-publication: always written
+        ]
+
+    packed_players, packed_rounds = batch("pw")
+    redis_py_players, redis_py_rounds = batch("rp")
+    with monkeypatch.context() as m:
+        m.setattr(wire, "by_node", lambda *_a: None)  # redis-py's Cluster pipeline, EVAL
+        expected = [_shape(pub.write(w, raise_on_error=False)) for w in redis_py_rounds]
+    trips = Trips(monkeypatch)
+    got = [_shape(pub.write(w, raise_on_error=False)) for w in packed_rounds]
+    assert got == expected
+    assert got[1] == [Stale(7)] * 4 + ["bytes"] * 5 and pub.stats.fenced == 8
+    assert trips.batches == [3, 3, len({port_of(cluster, keys.outbox_key(p)) for p in packed_players[:3]})]
+    assert trips.cluster_calls == []
+    names = [n for _p, ns in trips.trips for n in ns]
+    assert "EVAL" not in names and names.count("EVALSHA") == 9 + 9 + 3
+    for tag, players in (("pw", packed_players), ("rp", redis_py_players)):
+        first = [f for _i, f in cluster.xrange(keys.outbox_key(players[0]))]
+        assert [(f[b"kind"], f.get(b"version")) for f in first] == [
+            (b"update", b"7"), (b"rejected", None), (b"update", b"2")]
+        assert cluster.xlen(keys.outbox_key(players[5])) == 2
+        assert cluster.xlen(keys.REPLY_PREFIX + tag) == 1
+
+
+def test_a_node_without_the_fence_script_is_given_it(cluster: Any, local_cluster: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """After SCRIPT FLUSH on every master (a restarted or promoted node knows no script) the
+    publisher's updates and the store's appends are written: NOSCRIPT loads the script on
+    that node and sends those commands again there."""
+    pub = Publisher(cluster, consumer="s1")
+    store = RedisEventStore(cluster)
+    players = [f"ns{i}" for i in range(9)]
+    assert len({port_of(cluster, keys.outbox_key(p)) for p in players}) == 3
+    for p in local_cluster.masters():
+        local_cluster.node(p).script_flush()
+        assert local_cluster.node(p).script_exists(PUBLISH_SHA) == [False]
+    trips = Trips(monkeypatch, allow_cluster=True)
+    replies = pub.write(_updates(pub, players, 4))
+    assert trips.cluster_calls == []  # nor the Cluster client's pipeline: each node loaded it
+    assert all(isinstance(r, bytes) for r in replies)
+    assert all(cluster.xlen(keys.outbox_key(p)) == 1 for p in players)
+    for p in local_cluster.masters():
+        assert local_cluster.node(p).script_exists(PUBLISH_SHA) == [True]
+    mids = [f"nsm{k}" for k in range(40) if store.bucket_of(f"nsm{k}") == 3][:2]
+    results = store.append_many([request(m) for m in mids])
+    assert [r.version for r in results] == [1, 1]  # type: ignore[union-attr]
+    assert store.append(f"nsx{mids[0]}", 0, "c1", [ready(f"nsx{mids[0]}", 1)], None).version == 1
+
+
+def test_a_publication_to_a_moved_slot_reaches_its_new_node(cluster: Any, local_cluster: Any,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A player's stream whose slot was handed to another master: that node answers MOVED, the
+    slots are asked again and those writes go through the Cluster client's pipeline (the
+    script as EVAL: the new node may lack it); the other nodes' writes stand as written."""
+    pub = Publisher(cluster, consumer="s1")
+    players = [f"mp{i}" for i in range(9)]
+    moving = players[0]
+    slot = int(cluster.keyslot(keys.outbox_key(moving)))
+    was = int(cluster.nodes_manager.slots_cache[slot][0].port)
+    to = next(p for p in local_cluster.masters() if p != was)
+    move_slot(local_cluster, slot, to)
+    trips = Trips(monkeypatch, allow_cluster=True)
+    replies = pub.write(_updates(pub, players, 5) + [pub._delivery(keys.outbox_key(moving), {"kind": "rejected"})])
+    assert all(isinstance(r, bytes) for r in replies)
+    assert trips.batches == [3] and "XADD" in dict(trips.trips)[was]  # sent to the slot's old node first
+    assert int(cluster.nodes_manager.slots_cache[slot][0].port) == to
+    assert [f[b"kind"] for _i, f in cluster.xrange(keys.outbox_key(moving))] == [b"update", b"rejected"]
+    assert all(cluster.xlen(keys.outbox_key(p)) == 1 for p in players[1:])
+    assert local_cluster.node(to).xlen(keys.outbox_key(moving)) == 2
+
+
+def test_round_trips_gives_each_client_its_replies_or_its_failure(cluster: Any) -> None:
+    """Several clients at once: a client whose connection fails gets its ConnectionError, the
+    others their replies."""
+    from tests.cluster_support import free_ports
+
+    a, b = (cluster.get_redis_connection(n) for n in cluster.get_primaries()[:2])
+    dead = redis.Redis(port=free_ports(1)[0], socket_connect_timeout=1)
+    out = wire.round_trips([(a, [wire.pack("PING"), wire.pack("ECHO", "a")]), (dead, [wire.pack("PING")]),
+                            (b, [wire.pack("ECHO", "b")])])
+    assert out[0] in ([True, b"a"], [b"PONG", b"a"])
+    assert isinstance(out[1], redis.ConnectionError)
+    assert out[2] == [b"b"]
+    assert wire.round_trips([(a, [wire.pack("ECHO", "again")])]) == [[b"again"]]  # its connection kept
+    with pytest.raises(ValueError):  # one client twice would share its connection
+        wire.round_trips([(a, [wire.pack("PING")]), (a, [wire.pack("PING")])])
+
+
+def test_on_one_node_the_publisher_goes_packed_and_reloads_its_script(redis_server: RedisServer,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain client: one packed round trip, the script by EVALSHA, and after SCRIPT FLUSH
+    the script loaded again and the update written."""
+    client = redis_server.client()
+    client.flushdb()
+    pub = Publisher(client, consumer="s1")
+    client.script_flush()
+    trips = Trips(monkeypatch)
+    players = ["a", "b"]
+    replies = pub.write([*_updates(pub, players, 3), pub._delivery(keys.REPLY_PREFIX + "g", {"kind": "accepted"})])
+    assert all(isinstance(r, bytes) for r in replies)
+    assert [n for _p, n in trips.trips] == [["EVALSHA", "EVALSHA", "XADD", "EXPIRE"], ["EVALSHA", "EVALSHA"]]
+    assert client.script_exists(PUBLISH_SHA) == [True]
+    assert pub.write(_updates(pub, players, 2), raise_on_error=False) == [Stale(3), Stale(3)]
+    client.close()
