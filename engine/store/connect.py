@@ -207,11 +207,12 @@ CLUSTER_RETRIED: tuple[type[Exception], ...] = (rex.ConnectionError, rex.Timeout
                                                rex.AskError, rex.TryAgainError)
 
 
-def node_client(client: Any, key: Any) -> Any:
+def node_client(client: Any, key: Any, cluster: bool | None = None) -> Any:
     """The plain ``redis.Redis`` of the node serving ``key``'s slot, by a Cluster client's own
-    slot map (no round trip); ``client`` itself when it is no Cluster; None when the map has no
-    node for the slot (the Cluster client's own path then finds one)."""
-    if not is_cluster(client):
+    slot map (no round trip); ``client`` itself when it is no Cluster (``cluster``: what
+    :func:`is_cluster` said of it, if asked already); None when the map has no node for the
+    slot (the Cluster client's own path then finds one)."""
+    if not (is_cluster(client) if cluster is None else cluster):
         return client
     try:
         node = client.get_node_from_key(key)

@@ -252,7 +252,7 @@ def by_node(client: Any, commands: Sequence[tuple[Any, ...]], routes: Sequence[A
     for i, key in enumerate(routes):
         node = nodes.get(key)
         if node is None:
-            node = nodes[key] = node_client(client, key)
+            node = nodes[key] = node_client(client, key, cluster)
             if node is None or not usable(node):
                 return None
         group = groups.get(id(node))
