@@ -356,3 +356,45 @@ def test_on_one_node_the_publisher_goes_packed_and_reloads_its_script(redis_serv
     assert client.script_exists(PUBLISH_SHA) == [True]
     assert pub.write(_updates(pub, players, 2), raise_on_error=False) == [Stale(3), Stale(3)]
     client.close()
+
+
+def test_a_node_away_sends_the_writes_through_the_cluster_client(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slot map names a node that does not answer (a connection error): the slots are asked
+    again; a publication's writes for it and a lone append go through the Cluster client (the
+    other nodes' writes stand as written); a round's appends raise that error, and the same
+    round run again reaches the slot's node."""
+    from redis.cluster import ClusterNode
+
+    from tests.cluster_support import free_ports
+
+    store = RedisEventStore(cluster)
+    pub = Publisher(cluster, consumer="s1")
+    dead = ClusterNode("127.0.0.1", free_ports(1)[0], server_type="primary")
+
+    def away(key: str) -> tuple[int, Any]:
+        slot = int(cluster.keyslot(key))
+        real = cluster.nodes_manager.slots_cache[slot][0]
+        cluster.nodes_manager.slots_cache[slot] = [dead]
+        return slot, real
+
+    trips = Trips(monkeypatch, allow_cluster=True)
+    players = [f"aw{i}" for i in range(9)]
+    slot, real = away(keys.outbox_key(players[0]))
+    replies = pub.write(_updates(pub, players, 2))
+    assert all(isinstance(r, bytes) for r in replies)
+    assert cluster.nodes_manager.slots_cache[slot][0].name == real.name
+    assert all(cluster.xlen(keys.outbox_key(p)) == 1 for p in players)
+    assert dead.port in dict(trips.trips)
+
+    lone = "away-lone"
+    slot, real = away(keys.events_key(lone, store.bucket_of(lone)))
+    assert store.append(lone, 0, "c1", [ready(lone, 1)], None).version == 1
+    assert cluster.nodes_manager.slots_cache[slot][0].name == real.name
+
+    b = store.bucket_of(lone)
+    mids = [m for m in (f"aw{k}" for k in range(2000)) if store.bucket_of(m) == b][:2]
+    away(keys.events_key(mids[0], b))
+    with pytest.raises(redis.ConnectionError):
+        store.append_many([request(m) for m in mids])
+    assert cluster.nodes_manager.slots_cache[slot][0].name == real.name
+    assert [r.version for r in store.append_many([request(m) for m in mids])] == [1, 1]  # type: ignore[union-attr]
