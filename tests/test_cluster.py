@@ -244,9 +244,9 @@ def test_the_bucket_leases_are_renewed_with_one_pipeline_per_node(cluster, monke
 
 
 def test_the_update_fence_runs_through_a_cluster_pipeline(cluster) -> None:
-    """A player's updates go through engine/store/publish.lua (EVAL) in the publisher's one
-    pipeline, split by node: each player's stream and fence on its own node; an update below
-    the stream's version of its match is refused there (issue 35 §2), on every node."""
+    """A player's updates go through engine/store/publish.lua in the publisher's one write,
+    split by node: each player's stream and fence on its own node; an update below the
+    stream's version of its match is refused there (issue 35 §2), on every node."""
     from engine.service.publish import Publisher, Stale
     from engine.store import keys
 

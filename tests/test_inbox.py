@@ -17,7 +17,7 @@ from engine.match.commands import MAX_COMMAND_BYTES, Pass, Play, encode_command
 from engine.config import load_config
 from engine.service.inbox import INTERNAL_ERROR, InboxConsumer
 from engine.service.service import MatchService
-from engine.store import keys
+from engine.store import keys, wire
 from engine.store.base import WrongVersion
 from engine.store.redis_store import RedisEventStore
 
@@ -467,16 +467,24 @@ def test_the_loop_survives_an_unexpected_error(rig, monkeypatch):
 
 
 # -- one write pipeline and one XACK per read -----------------------------------------------------
-def test_a_read_is_published_in_order_then_acknowledged_once(rig):
+def test_a_read_is_published_in_order_then_acknowledged_once(rig, monkeypatch):
     r, service, gw, client = rig
     sent = [client.create_match("m1", CONFIG), client.sit("m1", "alice"), client.sit("m1", "bob"),
             client.sit("m1", "carol")]  # the last one is refused: the match is full
     calls: list[str] = []
-    real_pipeline, real_xack = r.pipeline, r.xack
+    real_pipeline, real_xack, real_by_node = r.pipeline, r.xack, wire.by_node
 
-    def pipeline(*a, **kw):
+    def pipeline(*a, **kw):  # redis-py's path (fakeredis)
         calls.append("pipeline")
         return real_pipeline(*a, **kw)
+
+    def by_node(*a, **kw):  # packed (a real server: engine/store/wire.py)
+        out = real_by_node(*a, **kw)
+        if out is not None:
+            calls.append("pipeline")
+        return out
+
+    monkeypatch.setattr(wire, "by_node", by_node)
 
     def xack(*a, **kw):
         calls.append(f"xack {len(a) - 2}")
@@ -496,13 +504,18 @@ def test_a_read_is_published_in_order_then_acknowledged_once(rig):
     assert gw.stats.processed == 4 and gw.stats.published == 0 + 1 + 2 + 1
 
 
-def test_a_failed_publication_acknowledges_nothing_of_the_read(rig):
+def test_a_failed_publication_acknowledges_nothing_of_the_read(rig, monkeypatch):
     import redis as redis_mod
 
     r, service, gw, client = rig
     client.create_match("m1", CONFIG)
     client.sit("m1", "alice")
     real_pipeline = r.pipeline
+
+    def down(client, *a):  # packed (a real server); None: redis-py's pipeline, below
+        if wire.usable(client):
+            raise redis_mod.ConnectionError("down")
+        return None
 
     class Failing:
         def __init__(self, pipe):
@@ -516,8 +529,10 @@ def test_a_failed_publication_acknowledges_nothing_of_the_read(rig):
 
     r.pipeline = lambda *a, **kw: Failing(real_pipeline(*a, **kw))
     try:
-        with pytest.raises(redis_mod.ConnectionError):
-            gw.run_once(block_ms=None, count=10)
+        with monkeypatch.context() as m:
+            m.setattr(wire, "by_node", down)
+            with pytest.raises(redis_mod.ConnectionError):
+                gw.run_once(block_ms=None, count=10)
     finally:
         del r.pipeline
     assert r.xpending(keys.INBOX, keys.SERVICE_GROUP)["pending"] == 2  # both stay pending
@@ -550,7 +565,7 @@ def test_an_output_redis_refuses_dead_letters_its_message_only(rig):
     assert gw.run_once(block_ms=None, count=10) == 0
 
 
-def test_an_error_reply_of_the_servers_state_is_retried_not_dead_lettered(rig):
+def test_an_error_reply_of_the_servers_state_is_retried_not_dead_lettered(rig, monkeypatch):
     """OOM / READONLY replies say nothing about the message: it stays pending (the others of
     the read are acknowledged) and is published once Redis takes writes again."""
     import redis as redis_mod
@@ -558,7 +573,13 @@ def test_an_error_reply_of_the_servers_state_is_retried_not_dead_lettered(rig):
     r, service, gw, client = rig
     client.create_match("m1", CONFIG)
     sit = client.sit("m1", "alice")
-    real_pipeline = r.pipeline
+    real_pipeline, real_by_node = r.pipeline, wire.by_node
+
+    def oom(*a):  # packed (a real server); redis-py's pipeline below
+        out = real_by_node(*a)
+        if out is None:
+            return None
+        return out[:-1] + [redis_mod.ResponseError("OOM command not allowed when used memory > 'maxmemory'.")]
 
     class Oom:
         def __init__(self, pipe):
@@ -573,8 +594,10 @@ def test_an_error_reply_of_the_servers_state_is_retried_not_dead_lettered(rig):
 
     r.pipeline = lambda *a, **kw: Oom(real_pipeline(*a, **kw))
     try:
-        with pytest.raises(redis_mod.ResponseError, match="OOM"):
-            gw.run_once(block_ms=None, count=10)
+        with monkeypatch.context() as m:
+            m.setattr(wire, "by_node", oom)
+            with pytest.raises(redis_mod.ResponseError, match="OOM"):
+                gw.run_once(block_ms=None, count=10)
     finally:
         del r.pipeline
     pending = r.xpending_range(keys.INBOX, keys.SERVICE_GROUP, min="-", max="+", count=10)

@@ -59,7 +59,7 @@ from engine.service.publish import (
     text,
 )
 from engine.store import keys, wire
-from engine.store.connect import is_cluster
+from engine.store.connect import is_cluster, refresh_slots
 from engine.store.redis_errors import REDIS_FAILURES, is_outage, is_transient
 from engine.store.redis_store import ensure_group, stream_replies
 
@@ -209,14 +209,8 @@ class InboxConsumer:
     def _lost_node(self, exc: BaseException) -> None:
         """A read on the slot's node failed for a transient reason (the slot moved, the node is
         away): ask the Cluster for its slots again and find the node anew on the next read."""
-        if not self._cluster or not is_transient(exc):
-            return
-        self._node = None
-        try:
-            client: Any = self.redis
-            client.nodes_manager.initialize()
-        except Exception as err:  # the Cluster is mid-fail-over: the next read tries again
-            log.debug("%s: could not refresh the Cluster's slots: %s", self.stream, err)
+        if self._cluster and refresh_slots(self.redis, exc):
+            self._node = None
 
     def _xreadgroup(self, start: str, block_ms: int | None, count: int) -> list[tuple[Any, dict]]:
         try:

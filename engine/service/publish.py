@@ -5,7 +5,7 @@ and writes them in one pipeline.  The inbox consumer (engine/service/inbox.py)
 batches the writes of several messages; the timer workers publish the outcome
 of the commands they run through :meth:`Publisher.publish`.
 
->>> from engine.store import keys
+>>> from engine.store import keys, wire
 >>> Write(keys.outbox_key("alice"), {"kind": "rejected"}, 200).stream
 'sk:out:{alice}'
 
@@ -15,10 +15,11 @@ Formats: docs/PROTOCOL.md ("Outbound streams").
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import msgpack
 import redis
@@ -45,7 +46,7 @@ from engine.match.events import public_event_dict
 from engine.match.protocols import OutcomeLike
 from engine.rules.cards import NUM_RANKS, RANK_LABELS, sort_cards
 from engine.match.state import MatchState
-from engine.store import keys
+from engine.store import keys, wire
 from engine.store.base import Write
 from projections.views import redact_event, view_common, view_for
 
@@ -98,6 +99,9 @@ def _load_publish_lua() -> str:
 
 #: engine/store/publish.lua: a player's update, refused when it would take the match back
 PUBLISH_LUA = _load_publish_lua()
+#: its SHA1: what :meth:`Publisher.write` sends (EVALSHA), the script loaded on a NOSCRIPT
+PUBLISH_SHA = hashlib.sha1(PUBLISH_LUA.encode("utf-8")).hexdigest()
+_PUBLISH_SCRIPTS = {PUBLISH_SHA: PUBLISH_LUA}
 
 
 #: events after which every recipient's update carries the full view: a seating, the deal,
@@ -517,36 +521,56 @@ class Publisher:
 
     # -- writing --------------------------------------------------------------------------
     def write(self, writes: Sequence[Write], raise_on_error: bool = True) -> list[Any]:
-        """The writes in order, one pipeline (no MULTI: each stream is on its own; on
-        Redis Cluster the pipeline splits by node), each followed by its notice
-        (``SPUBLISH <stream> ""``: engine/store/keys.py "Notices"; unless :attr:`Write.notice`
-        is False).  Raises if any of them failed, or
-        with ``raise_on_error=False`` returns each write's reply (an error reply as the
-        exception); a connection failure always raises.
+        """The writes in order, one round trip per node (no MULTI: each stream is on its own),
+        each followed by its notice (``SPUBLISH <stream> ""``: engine/store/keys.py "Notices";
+        unless :attr:`Write.notice` is False).  Raises if any of them failed, or with
+        ``raise_on_error=False`` returns each write's reply (an error reply as the exception);
+        a connection failure raises.
+
+        Sent packed by :func:`engine.store.wire.by_node` on each node's own connection (on a
+        Redis Cluster: every node holding some of the streams, by the Cluster client's slot
+        map, all written before any is read; a slot that moved or a node away: those writes
+        through the Cluster client's pipeline, which follows and retries); for a client that
+        module cannot serve, redis-py's pipeline (on a Cluster, split by node).
 
         A player's update (:attr:`Write.version` set) goes through engine/store/publish.lua
-        (EVAL: a Cluster pipeline takes it, and no node can lack it): it is not written when
-        the stream already holds a higher version of its match -- a delayed write, or one of
-        a replica that lost its bucket's lease, never takes a player back.  Its reply is then
+        (EVALSHA, the script loaded on a node that answers NOSCRIPT and the update sent again
+        there; the script itself by EVAL on redis-py's path): it is not written when the
+        stream already holds a higher version of its match -- a delayed write, or one of a
+        replica that lost its bucket's lease, never takes a player back.  Its reply is then
         :class:`Stale` (counted in :attr:`GatewayStats.fenced`; not an error: the newer
         writer published what the player needs)."""
         if not writes:
             return []
-        pipe = self.redis.pipeline(transaction=False)
+        commands: list[tuple[Any, ...]] = []
+        routes: list[str] = []
         for w in writes:
+            flat = [x for kv in w.fields.items() for x in kv]
             if w.version is not None:
-                flat = [x for kv in w.fields.items() for x in kv]
-                # execute_command: a Cluster pipeline routes EVAL by its keys (its eval() refuses)
-                pipe.execute_command("EVAL", PUBLISH_LUA, 2, w.stream, keys.stream_fence_key(w.stream), w.fields.get("match", ""),
-                          int(w.version), "1" if w.duplicate else "0", w.maxlen,
-                          "" if w.ttl is None else int(w.ttl), "1" if w.notice else "0", *flat)
+                commands.append(("EVALSHA", PUBLISH_SHA, 2, w.stream, keys.stream_fence_key(w.stream),
+                                 w.fields.get("match", ""), int(w.version), "1" if w.duplicate else "0", w.maxlen,
+                                 "" if w.ttl is None else int(w.ttl), "1" if w.notice else "0", *flat))
+                routes.append(w.stream)
                 continue
-            pipe.xadd(w.stream, cast("dict[Any, Any]", w.fields), maxlen=w.maxlen, approximate=True)
+            if not flat:
+                raise redis.DataError("XADD fields must be a non-empty dict")
+            commands.append(("XADD", w.stream, "MAXLEN", "~", w.maxlen, "*", *flat))
+            routes.append(w.stream)
             if w.ttl is not None:
-                pipe.expire(w.stream, w.ttl)
+                commands.append(("EXPIRE", w.stream, w.ttl))
+                routes.append(w.stream)
             if w.notice:
-                pipe.spublish(w.stream, "")  # the notice: a reader's wake-up (keys.py "Notices")
-        replies = pipe.execute(raise_on_error=False)
+                commands.append(("SPUBLISH", w.stream, ""))  # the notice: a reader's wake-up (keys.py "Notices")
+                routes.append(w.stream)
+        # packed, one round trip per node (engine/store/wire.py); else redis-py's pipeline
+        replies = wire.by_node(self.redis, commands, routes, _PUBLISH_SCRIPTS)
+        if replies is None:
+            pipe = self.redis.pipeline(transaction=False)
+            for c in commands:
+                if c[0] == "EVALSHA":  # the script itself: no node can lack it
+                    c = ("EVAL", PUBLISH_LUA, *c[2:])
+                pipe.execute_command(*c)
+            replies = pipe.execute(raise_on_error=False)
         out: list[Any] = []
         at = 0
         for w in writes:  # one reply per write: the XADD's, or the error of its XADD or EXPIRE

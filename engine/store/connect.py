@@ -19,6 +19,7 @@ dramatiq's broker is *not* connected here: it stays a single Redis
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import TYPE_CHECKING, Any, Union
 
@@ -32,10 +33,12 @@ if TYPE_CHECKING:
     SyncClient = Union[redis.Redis, RedisCluster]
     AsyncClient = Union[aioredis.Redis, "aioredis.cluster.RedisCluster"]
 
-__all__ = ["RedisUnavailable", "connect", "connect_async", "is_cluster", "probe", "replica_acks_default"]
+__all__ = ["RedisUnavailable", "connect", "connect_async", "is_cluster", "node_client", "probe", "refresh_slots", "replica_acks_default"]
 
 #: how long the first contact with a node may take before it counts as down
 PROBE_TIMEOUT_S = 5.0
+
+log = logging.getLogger("shuangkou.store")
 
 
 class RedisUnavailable(Exception):
@@ -195,6 +198,44 @@ def is_cluster(client: object) -> bool:
     except ImportError:  # pragma: no cover
         return False
     return isinstance(client, AsyncRedisCluster)
+
+
+#: what redis-py's Cluster client follows or retries on its own (a slot moved or moving, a node
+#: away): a call sent straight to a node (:func:`node_client`) that ends so goes again through
+#: the Cluster client, after :func:`refresh_slots`
+CLUSTER_RETRIED: tuple[type[Exception], ...] = (rex.ConnectionError, rex.TimeoutError, rex.MovedError,
+                                               rex.AskError, rex.TryAgainError)
+
+
+def node_client(client: Any, key: Any, cluster: bool | None = None) -> Any:
+    """The plain ``redis.Redis`` of the node serving ``key``'s slot, by a Cluster client's own
+    slot map (no round trip); ``client`` itself when it is no Cluster (``cluster``: what
+    :func:`is_cluster` said of it, if asked already); None when the map has no node for the
+    slot (the Cluster client's own path then finds one)."""
+    if not (is_cluster(client) if cluster is None else cluster):
+        return client
+    try:
+        node = client.get_node_from_key(key)
+    except rex.SlotNotCoveredError:
+        return None
+    return client.get_redis_connection(node)
+
+
+def refresh_slots(client: Any, exc: BaseException) -> bool:
+    """After ``exc`` from a node a Cluster client's slot map pointed to: when it is transient
+    (MOVED, ASK, the node away: :func:`engine.store.redis_errors.is_transient`) ask the Cluster
+    for its slots again, so the next lookup of a key's node finds it anew, and say True (the
+    caller forgets any node it kept).  False, and nothing asked, for a plain client or an error
+    of the request.  A refresh that fails (the Cluster mid-fail-over) is left to the next."""
+    from engine.store.redis_errors import is_transient
+
+    if not is_cluster(client) or not is_transient(exc):
+        return False
+    try:
+        client.nodes_manager.initialize()
+    except Exception as err:  # the next failure asks again
+        log.debug("could not refresh the Cluster's slots after %s: %s", type(exc).__name__, err)
+    return True
 
 
 def replica_acks_default() -> int:

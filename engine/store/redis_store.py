@@ -28,8 +28,8 @@ from redis.exceptions import AskError, MovedError, NoScriptError
 
 from engine.match.events import EventBase, MatchFinished, decode_event, encode_event
 from engine.store import keys, wire
-from engine.store.connect import is_cluster
-from engine.store.redis_errors import is_transient
+from engine.store.connect import CLUSTER_RETRIED, is_cluster, node_client, refresh_slots
+from engine.store.redis_errors import REDIS_FAILURES, is_transient
 from engine.store.base import (
     AppendRequest,
     AppendResult,
@@ -190,18 +190,27 @@ class RedisEventStore(EventStore):
         return result
 
     def _run_append(self, script_keys: list[Any], args: list[Any]) -> Any:
-        """append.lua by its SHA1 (EVALSHA packed and sent by :mod:`engine.store.wire` on a
-        plain Redis, else straight through ``execute_command``: what the registered script
-        sends, without its per-call copies); on NOSCRIPT (a new server, a SCRIPT FLUSH) the
-        registered script loads it and runs it."""
+        """append.lua by its SHA1, packed and sent by :mod:`engine.store.wire` to the node
+        holding the match (on a Cluster: the node its slot map names), else straight through
+        ``execute_command`` (what the registered script sends, without its per-call copies).
+        A slot that moved or a node away on a Cluster: its slots are asked again and the call
+        goes through the Cluster client, which follows and retries.  On NOSCRIPT (a new
+        server, a SCRIPT FLUSH) the registered script loads it and runs it."""
+        client = self.client
         try:
-            if wire.usable(self.client):  # packed, past redis-py's per-call work
-                reply = wire.round_trip(self.client, [wire.pack("EVALSHA", self._append.sha, len(script_keys),
-                                                                *script_keys, *args)])[0]
-                if isinstance(reply, Exception):
-                    raise reply
-                return reply
-            return self.client.execute_command("EVALSHA", self._append.sha, len(script_keys), *script_keys, *args)
+            node = node_client(client, script_keys[0])
+            if node is None or not wire.usable(node):
+                return client.execute_command("EVALSHA", self._append.sha, len(script_keys), *script_keys, *args)
+            try:
+                reply = wire.round_trip(node, [wire.pack("EVALSHA", self._append.sha, len(script_keys),
+                                                         *script_keys, *args)])[0]
+            except CLUSTER_RETRIED as exc:
+                reply = exc
+            if isinstance(reply, Exception):
+                if isinstance(reply, CLUSTER_RETRIED) and refresh_slots(client, reply):
+                    return client.execute_command("EVALSHA", self._append.sha, len(script_keys), *script_keys, *args)
+                raise reply
+            return reply
         except NoScriptError:
             return self._append(keys=script_keys, args=args)
 
@@ -326,7 +335,7 @@ class RedisEventStore(EventStore):
         """One node's pipeline: its requests' scripts, then (with replica acks) INCR + WAIT.
         A node that knows no append script (NOSCRIPT for every request: none ran) is given
         it and sent the pipeline again, once."""
-        direct = node is self.client and wire.usable(node)  # packed, one write (engine/store/wire.py)
+        direct = wire.usable(node)  # packed, one write (engine/store/wire.py): one node's, or a Cluster node's
         commands: list[tuple[Any, ...]] = []
         sha = self._append.sha
         for i in idxs:
@@ -347,13 +356,17 @@ class RedisEventStore(EventStore):
             commands.append(("INCR", marker_key(wait_key)))  # this connection's write: WAIT covers all before it
             commands.append(("WAIT", waiter.n, waiter.timeout_ms))
         started = time.perf_counter()
-        if direct:
-            replies = wire.round_trip(node, [wire.pack(*c) for c in commands])
-        else:
-            pipe = node.pipeline(transaction=False)
-            for c in commands:
-                pipe.execute_command(*c)
-            replies = pipe.execute(raise_on_error=False)
+        try:
+            if direct:
+                replies = wire.round_trip(node, [wire.pack(*c) for c in commands])
+            else:
+                pipe = node.pipeline(transaction=False)
+                for c in commands:
+                    pipe.execute_command(*c)
+                replies = pipe.execute(raise_on_error=False)
+        except REDIS_FAILURES as exc:
+            refresh_slots(self.client, exc)  # a Cluster's node away: the caller's retry finds the slot's node anew
+            raise
         if not loaded and all(isinstance(r, NoScriptError) for r in replies[:len(idxs)]):
             node.script_load(self._append.script)  # a new node, or after SCRIPT FLUSH
             self._append_on(node, idxs, requests, encoded, out, loaded=True)
@@ -366,11 +379,12 @@ class RedisEventStore(EventStore):
             waiter.waits += 1
             shortfall = incr if isinstance(incr, Exception) else waiter.shortfall(wait_key, got)
             waiter.report("ok" if shortfall is None else "noreplicas", time.perf_counter() - started)
-        moved = False
+        moved: Exception | None = None
         for i, reply in zip(idxs, replies):
             rq = requests[i]
             if isinstance(reply, redis.ResponseError):
-                moved = moved or isinstance(reply, (MovedError, AskError))
+                if moved is None and isinstance(reply, (MovedError, AskError)):
+                    moved = reply
                 wrong = _wrong_version(reply, rq.match_id, rq.expected_version)
                 out[i] = wrong if wrong is not None else reply
             elif isinstance(reply, Exception):
@@ -379,11 +393,8 @@ class RedisEventStore(EventStore):
                 out[i] = shortfall  # written, not known to be on the replicas: not acknowledged
             else:
                 out[i] = self._result(rq.match_id, reply, encoded[i], rq.events)
-        if moved and is_cluster(self.client):
-            try:  # a fail-over moved a slot: learn where before the caller runs those requests alone
-                self.client.nodes_manager.initialize()
-            except Exception:
-                pass
+        if moved is not None:  # a fail-over moved a slot: learn where before the caller runs those requests alone
+            refresh_slots(self.client, moved)
 
     def _range(self, match_id: str, first: int, last: int | None) -> list[EventBase]:
         """Events with first <= seq <= last (last None: to the end), paged."""

@@ -27,16 +27,16 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
 from redis.connection import Connection, ConnectionPool, SSLConnection, UnixDomainSocketConnection
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 import hiredis
 
-__all__ = ["pack", "round_trip", "usable"]
+__all__ = ["by_node", "pack", "round_trip", "round_trips", "usable"]
 
 _CONNECTIONS = (Connection, UnixDomainSocketConnection, SSLConnection)
 #: plain clients asked already, and the answer (a client is asked once)
@@ -116,6 +116,37 @@ class _Leases(threading.local):
 
 _LEASES = _Leases()
 
+#: what ends one client's round trip in :func:`round_trips` (not the others')
+_FAILURES = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+def _lease(client: Any) -> tuple[Any, _Lease]:
+    """The calling thread's connection of ``client``'s pool, fresh if the server closed it
+    or left data on it."""
+    pool = client.connection_pool
+    leases = _LEASES.of
+    lease = leases.get(pool)
+    if lease is None or lease.pid != os.getpid():
+        lease = leases[pool] = _Lease(pool)
+    conn = lease.conn
+    try:
+        stale = conn.can_read()  # data left on it ...
+    except (redis.ConnectionError, redis.TimeoutError, OSError):  # ... or closed by the server
+        stale = True
+    if stale:
+        conn.disconnect()  # connects afresh
+    return leases, lease
+
+
+def _drop(leases: Any, lease: _Lease) -> None:
+    """A failed round trip: whatever is left on the connection unread must not reach the
+    pool's next user."""
+    lease.conn.disconnect()
+    pool = lease.pool()
+    if pool is not None and leases.get(pool) is lease:
+        del leases[pool]
+    lease.give_back()
+
 
 def round_trip(client: Any, commands: Sequence[bytes]) -> list[Any]:
     """Send the packed ``commands`` in one write and read their replies, in order (an error
@@ -127,34 +158,150 @@ def round_trip(client: Any, commands: Sequence[bytes]) -> list[Any]:
     left, or closed by the server: it connects afresh).  A connection error or timeout
     drops the connection, gives it back to the pool (after the connection's retry policy:
     none unless the client was given one) and is raised."""
-    pool = client.connection_pool
-    leases = _LEASES.of
-    lease = leases.get(pool)
-    if lease is None or lease.pid != os.getpid():
-        lease = leases[pool] = _Lease(pool)
+    leases, lease = _lease(client)
     conn = lease.conn
     try:
-        try:
-            stale = conn.can_read()  # data left on it ...
-        except (redis.ConnectionError, redis.TimeoutError, OSError):  # ... or closed by the server
-            stale = True
-        if stale:
-            conn.disconnect()  # connects afresh
         return conn.retry.call_with_retry(lambda: _send_read(conn, commands),  # type: ignore[no-any-return]
                                           lambda _error: conn.disconnect())
     except BaseException:
-        conn.disconnect()  # whatever is left on it unread must not reach the pool's next user
-        del leases[pool]
-        lease.give_back()
+        _drop(leases, lease)
         raise
+
+
+def round_trips(calls: Sequence[tuple[Any, Sequence[bytes]]]) -> list[list[Any] | Exception]:
+    """:func:`round_trip` to several clients at once (a Cluster's nodes): every client's
+    commands written first, then each one's replies read, so the servers work side by side.
+
+    Per client: its replies, or the connection error or timeout that ended its round trip
+    (its connection dropped, as :func:`round_trip` does; the others go on).  No retry (a
+    Cluster's node clients have none: the Cluster client decides).  Each client at most once
+    (ValueError otherwise: its round trips would share one connection)."""
+    if len({id(client.connection_pool) for client, _c in calls}) < len(calls):
+        raise ValueError("round_trips: a client (connection pool) named twice")
+    sent: list[tuple[Any, _Lease] | Exception] = []
+    out: list[list[Any] | Exception] = []
+    try:
+        for client, commands in calls:
+            try:
+                leased = _lease(client)
+            except _FAILURES as exc:  # no connection to be had
+                sent.append(exc)
+                continue
+            sent.append(leased)
+            try:
+                leased[1].conn.send_packed_command([commands[0] if len(commands) == 1 else b"".join(commands)])
+            except _FAILURES as exc:
+                _drop(*leased)
+                sent[-1] = exc
+        for (_client, commands), at in zip(calls, sent):
+            if isinstance(at, Exception):
+                out.append(at)
+                continue
+            try:
+                out.append(_read(at[1].conn, len(commands)))
+            except _FAILURES as exc:
+                _drop(*at)
+                out.append(exc)
+    except BaseException:  # anything else: no connection keeps replies left unread
+        for left in sent[len(out):]:
+            if not isinstance(left, Exception):
+                _drop(*left)
+        raise
+    return out
 
 
 def _send_read(conn: Any, commands: Sequence[bytes]) -> list[Any]:
     conn.send_packed_command([commands[0] if len(commands) == 1 else b"".join(commands)])
+    return _read(conn, len(commands))
+
+
+def _read(conn: Any, n: int) -> list[Any]:
     replies: list[Any] = []
-    for _ in commands:
+    for _ in range(n):
         try:
             replies.append(conn.read_response())
         except ResponseError as exc:
             replies.append(exc)
     return replies
+
+
+def by_node(client: Any, commands: Sequence[tuple[Any, ...]], routes: Sequence[Any],
+            scripts: Mapping[str, str]) -> list[Any] | None:
+    """``commands`` packed, one round trip per node holding some of them (``routes[i]``: the key
+    that places ``commands[i]``; a plain client is one node), every node's commands written
+    before any node's replies are read; the replies in order, as :func:`round_trip` gives them.
+    None, and nothing sent, when a node's client is not :func:`usable`: the caller keeps
+    redis-py's path.
+
+    * NOSCRIPT for an ``EVALSHA`` of one of ``scripts`` (SHA1 -> the script; a node restarted,
+      failed over, or flushed its scripts): the script is loaded on that node and those commands
+      are sent there again (after that round's other commands).
+    * On a Cluster, the commands of a node that answered MOVED, ASK or TRYAGAIN or whose round
+      trip failed (:data:`~engine.store.connect.CLUSTER_RETRIED`): the slots are asked again
+      (:func:`~engine.store.connect.refresh_slots`) and those commands go through the Cluster
+      client's pipeline, which follows redirections and retries (an ``EVALSHA`` of ``scripts``
+      as its ``EVAL``: the slot's new node may not know it); what that pipeline raises is raised.
+    * On a plain client a connection failure raises, as :func:`round_trip`."""
+    from engine.store.connect import CLUSTER_RETRIED, is_cluster, node_client, refresh_slots
+
+    if not commands:
+        return []
+    cluster = is_cluster(client)
+    nodes: dict[Any, Any] = {}
+    groups: dict[int, tuple[Any, list[int]]] = {}
+    for i, key in enumerate(routes):
+        node = nodes.get(key)
+        if node is None:
+            node = nodes[key] = node_client(client, key, cluster)
+            if node is None or not usable(node):
+                return None
+        group = groups.get(id(node))
+        if group is None:
+            group = groups[id(node)] = (node, [])
+        group[1].append(i)
+    packed = [pack(*c) for c in commands]
+    calls = [(node, [packed[i] for i in idxs]) for node, idxs in groups.values()]
+    results: list[list[Any] | Exception] = round_trips(calls) if cluster else [round_trip(client, calls[0][1])]
+    out: list[Any] = [None] * len(commands)
+    again: set[int] = set()  # on a Cluster: through its own pipeline
+    failure: Exception | None = None
+    for (node, idxs), result in zip(groups.values(), results):
+        if isinstance(result, Exception):  # that node's round trip failed (a Cluster's: round_trips)
+            if not isinstance(result, CLUSTER_RETRIED):
+                raise result
+            failure = failure or result
+            again.update(idxs)
+            continue
+        for i, reply in zip(idxs, result):
+            out[i] = reply
+        unknown = [i for i in idxs if isinstance(out[i], NoScriptError)
+                   and commands[i][0] == "EVALSHA" and commands[i][1] in scripts]
+        if unknown:
+            try:
+                for sha in {commands[i][1] for i in unknown}:
+                    node.script_load(scripts[sha])
+                for i, reply in zip(unknown, round_trip(node, [packed[i] for i in unknown])):
+                    out[i] = reply
+            except CLUSTER_RETRIED as exc:
+                if not cluster:
+                    raise
+                failure = failure or exc
+                again.update(unknown)
+        if cluster:
+            for i in idxs:
+                if isinstance(out[i], CLUSTER_RETRIED):
+                    failure = failure or out[i]
+                    again.add(i)
+    if again:
+        assert failure is not None
+        refresh_slots(client, failure)
+        pipe = client.pipeline(transaction=False)
+        order = sorted(again)
+        for i in order:
+            c = commands[i]
+            if c[0] == "EVALSHA" and c[1] in scripts:
+                c = ("EVAL", scripts[c[1]], *c[2:])
+            pipe.execute_command(*c)
+        for i, reply in zip(order, pipe.execute(raise_on_error=False)):
+            out[i] = reply
+    return out

@@ -1,0 +1,400 @@
+"""The command path's writes on a real Redis Cluster go packed to each node (engine/store/wire.py).
+
+The appends of the matches a node holds and the publisher's writes (every node's commands
+written before any node's replies are read) go on the plain connections of the nodes the
+Cluster client's slot map names, not through redis-py's Cluster pipeline; their replies are
+what that pipeline gave (a Stale update included).  A slot that moved (a real resharding: the
+slot handed to another master) ends in the right result: the slots are asked again and the
+write goes where the slot is now.  A node that lost the fence script (SCRIPT FLUSH, as a
+restarted or promoted node) is given it again and the write succeeds.
+
+Three masters (no replicas) of this module alone: its tests move slots and flush scripts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from redis.cluster import ClusterPipeline, RedisCluster
+
+from engine.match.events import PlayerReady
+from engine.service.publish import PUBLISH_SHA, Publisher, Stale
+from engine.store import keys, wire
+from engine.store.base import AppendRequest
+from engine.store.redis_store import RedisEventStore
+from tests.conftest import RedisServer, own_redis_server
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture(scope="module")
+def local_cluster() -> Iterator[Any]:
+    from tests.cluster_support import require_redis_binaries, start_cluster
+
+    require_redis_binaries()
+    c = start_cluster(masters=3, replicas=0)
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(local_cluster: Any) -> Iterator[Any]:
+    from engine.store.connect import connect
+
+    client = connect(local_cluster.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    yield from own_redis_server()  # SCRIPT FLUSH is server-wide
+
+
+class Trips:
+    """Records each packed round trip (the port it went to, its commands' names) and fails a
+    test that reaches redis-py's pipelines or the Cluster client's own command path."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, allow_cluster: bool = False) -> None:
+        self.trips: list[tuple[int, list[str]]] = []
+        self.cluster_calls: list[str] = []
+        self.batches: list[int] = []  # nodes per round_trips call
+        one, many = wire.round_trip, wire.round_trips
+
+        def round_trip(client: Any, commands: Any) -> Any:
+            self.trips.append((self.port(client), [self.name(c) for c in commands]))
+            return one(client, commands)
+
+        def round_trips(calls: Any) -> Any:
+            self.batches.append(len(calls))
+            for client, commands in calls:
+                self.trips.append((self.port(client), [self.name(c) for c in commands]))
+            return many(calls)
+
+        monkeypatch.setattr(wire, "round_trip", round_trip)
+        monkeypatch.setattr(wire, "round_trips", round_trips)
+        if not allow_cluster:
+            def refuse(*_a: Any, **_k: Any) -> Any:
+                raise AssertionError("redis-py's pipeline was used")
+
+            monkeypatch.setattr(redis.client.Pipeline, "execute", refuse)
+            monkeypatch.setattr(ClusterPipeline, "execute", refuse)
+        cluster_execute = RedisCluster.execute_command
+
+        def execute_command(client: Any, *args: Any, **kwargs: Any) -> Any:
+            self.cluster_calls.append(str(args[0]))
+            return cluster_execute(client, *args, **kwargs)
+
+        monkeypatch.setattr(RedisCluster, "execute_command", execute_command)
+
+    @staticmethod
+    def port(client: Any) -> int:
+        return int(client.connection_pool.connection_kwargs.get("port", 0))
+
+    @staticmethod
+    def name(packed: bytes) -> str:
+        return packed.split(b"\r\n")[2].decode()
+
+
+def ready(match_id: str, seq: int, cmd: str = "c") -> PlayerReady:
+    return PlayerReady(match_id=match_id, seq=seq, ts=seq, command_id=cmd, player="a")
+
+
+def request(match_id: str, version: int = 0, cmd: str = "c1") -> AppendRequest:
+    return AppendRequest(match_id, version, cmd, (ready(match_id, version + 1, cmd),), None)
+
+
+def port_of(cluster: Any, key: str) -> int:
+    return int(cluster.get_node_from_key(key).port)
+
+
+def slot_of_bucket(b: int) -> int:
+    return int(redis.cluster.key_slot(keys.events_key("m", b).encode()))
+
+
+def owner_of(local_cluster: Any, slot: int) -> int:
+    """The port of the master serving ``slot``, as the Cluster itself says."""
+    for s, e, master, *_ in local_cluster.node(local_cluster.live()[0]).execute_command("CLUSTER SLOTS"):
+        if s <= slot <= e:
+            return int(master[1])
+    raise LookupError(slot)
+
+
+def move_slot(local_cluster: Any, slot: int, to_port: int) -> None:
+    """Hand ``slot`` to the master on ``to_port`` (its keys deleted first: an empty slot moves
+    with CLUSTER SETSLOT … NODE), and wait until every master says so."""
+    masters = local_cluster.masters()
+    owner = owner_of(local_cluster, slot)
+    if owner == to_port:
+        return
+    src = local_cluster.node(owner)
+    while True:
+        ks = src.execute_command("CLUSTER GETKEYSINSLOT", slot, 1000)
+        if not ks:
+            break
+        src.delete(*ks)
+    target_id = local_cluster.node(to_port).execute_command("CLUSTER MYID")
+    for p in [to_port, owner, *[m for m in masters if m not in (to_port, owner)]]:
+        local_cluster.node(p).execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
+
+    def moved() -> bool:
+        for p in masters:
+            for s, e, master, *_ in local_cluster.node(p).execute_command("CLUSTER SLOTS"):
+                if s <= slot <= e and int(master[1]) != to_port:
+                    return False
+        return True
+
+    for _ in range(200):
+        if moved():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"slot {slot} did not move to {to_port}")
+
+
+def test_a_nodes_appends_go_packed_on_its_own_connection(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lone append and each node's group of a round go as EVALSHA packed to the node holding
+    the match (one round trip per node), never through redis-py's pipelines or Cluster client."""
+    store = RedisEventStore(cluster)
+    by_port: dict[int, list[str]] = {}
+    for k in range(400):
+        mid = f"pk{k}"
+        by_port.setdefault(port_of(cluster, keys.events_key(mid, store.bucket_of(mid))), []).append(mid)
+    assert len(by_port) == 3
+    (p1, mids1), (p2, mids2), _rest = sorted(by_port.items())
+    cluster.script_load(store._append.script)  # on every master (a new node's NOSCRIPT: the last test)
+    trips = Trips(monkeypatch)
+    lone = mids1[0]
+    assert store.append(lone, 0, "c1", [ready(lone, 1)], None).version == 1
+    assert trips.trips == [(p1, ["EVALSHA"])]
+    trips.trips.clear()
+    group = [request(m) for m in mids1[1:4]]
+    other = request(mids2[0])
+    results = store.append_many([*group, other])
+    assert [(r.version, r.duplicate) for r in results] == [(1, False)] * 4  # type: ignore[union-attr]
+    assert sorted(trips.trips) == sorted([(p1, ["EVALSHA"] * 3), (p2, ["EVALSHA"])])
+    assert trips.cluster_calls == []
+    trips.trips.clear()
+    again = store.append_many([request(m) for m in mids1[1:3]])  # the same commands: duplicates
+    assert [r.duplicate for r in again] == [True, True]  # type: ignore[union-attr]
+    for m in [lone, *mids1[1:4], mids2[0]]:
+        assert [e.seq for e in store.load(m)] == [1]
+
+
+def test_a_slot_moved_under_a_packed_append_ends_in_the_right_result(
+        cluster: Any, local_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node the slot map names answers MOVED (the slot was handed to another master): a
+    lone append asks the Cluster for its slots and goes through the Cluster client to the
+    slot's node; a round's appends come back as that transient error (nothing written), the
+    slots are asked again, and the same requests run again reach the new node, once each."""
+    store = RedisEventStore(cluster)
+    masters = local_cluster.masters()
+    b1, b2 = 5, 11
+    m1 = next(f"mv{k}" for k in range(10_000) if store.bucket_of(f"mv{k}") == b1)
+    m2s = [f"mw{k}" for k in range(10_000) if store.bucket_of(f"mw{k}") == b2][:2]
+    slot1 = slot_of_bucket(b1)
+    stale1 = int(cluster.nodes_manager.slots_cache[slot1][0].port)
+    move_slot(local_cluster, slot1, next(p for p in masters if p != stale1))
+    assert int(cluster.nodes_manager.slots_cache[slot1][0].port) == stale1  # the client's map: stale
+    trips = Trips(monkeypatch, allow_cluster=True)
+
+    # a lone append
+    assert store.append(m1, 0, "c1", [ready(m1, 1)], None).version == 1
+    assert trips.trips == [(stale1, ["EVALSHA"])] and trips.cluster_calls == ["EVALSHA"]
+    now1 = int(cluster.nodes_manager.slots_cache[slot1][0].port)
+    assert now1 != stale1 and now1 == local_cluster.master_of(keys.events_key(m1, b1))
+    assert [e.seq for e in store.load(m1)] == [1]
+
+    # a round: the map names another master for b2's slot (as it did for b1's before)
+    slot2 = slot_of_bucket(b2)
+    new2 = int(cluster.nodes_manager.slots_cache[slot2][0].port)
+    old2 = next(n for n in cluster.get_primaries() if int(n.port) != new2)
+    cluster.nodes_manager.slots_cache[slot2] = [old2]
+    trips.trips.clear()
+    results = store.append_many([request(m) for m in m2s])
+    assert all(isinstance(r, redis.exceptions.MovedError) for r in results)
+    assert trips.trips == [(int(old2.port), ["EVALSHA", "EVALSHA"])]
+    assert int(cluster.nodes_manager.slots_cache[slot2][0].port) == new2  # the slots were asked again
+    assert all(store.load(m) == [] for m in m2s)  # nothing written on the wrong node
+    trips.trips.clear()
+    results = store.append_many([request(m) for m in m2s])  # what the caller does: run them again
+    assert [(r.version, r.duplicate) for r in results] == [(1, False), (1, False)]  # type: ignore[union-attr]
+    assert trips.trips == [(new2, ["EVALSHA", "EVALSHA"])]
+    assert all([e.seq for e in store.load(m)] == [1] for m in m2s)
+
+
+def _updates(pub: Publisher, players: list[str], version: int, match: str = "mp", duplicate: bool = False) -> list[Any]:
+    return [pub._delivery(keys.outbox_key(p), {"kind": "update", "match": match, "command_id": f"c{version}",
+                                               "version": version, "body": b"x"}, version, duplicate)
+            for p in players]
+
+
+def _shape(replies: list[Any]) -> list[Any]:
+    return [r if isinstance(r, Stale) else type(r).__name__ for r in replies]
+
+
+def test_the_publisher_writes_each_nodes_updates_packed_with_the_same_replies(
+        cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every update, entry and reply of one write goes packed: every node's commands written,
+    then their replies read (one round trip per node, side by side); the updates by EVALSHA of
+    the fence script.  The replies are those of redis-py's Cluster pipeline (the path of a
+    client the module cannot serve): entry ids, Stale for an update below the stream's version,
+    a re-publication written."""
+    pub = Publisher(cluster, consumer="s1")
+
+    def batch(tag: str) -> tuple[list[str], list[list[Any]]]:
+        players = [f"{tag}{i}" for i in range(9)]
+        assert len({port_of(cluster, keys.outbox_key(p)) for p in players}) == 3
+        return players, [
+            [*_updates(pub, players, 7), pub._delivery(keys.outbox_key(players[0]), {"kind": "rejected", "code": "x"}),
+             pub._delivery(keys.REPLY_PREFIX + tag, {"kind": "accepted"})],
+            [*_updates(pub, players[:4], 3), *_updates(pub, players[4:], 9)],  # Stale, then written
+            _updates(pub, players[:3], 2, duplicate=True),  # a re-publication: always written
+        ]
+
+    packed_players, packed_rounds = batch("pw")
+    redis_py_players, redis_py_rounds = batch("rp")
+    with monkeypatch.context() as m:
+        m.setattr(wire, "by_node", lambda *_a: None)  # redis-py's Cluster pipeline, EVAL
+        expected = [_shape(pub.write(w, raise_on_error=False)) for w in redis_py_rounds]
+    trips = Trips(monkeypatch)
+    got = [_shape(pub.write(w, raise_on_error=False)) for w in packed_rounds]
+    assert got == expected
+    assert got[1] == [Stale(7)] * 4 + ["bytes"] * 5 and pub.stats.fenced == 8
+    assert trips.batches == [3, 3, len({port_of(cluster, keys.outbox_key(p)) for p in packed_players[:3]})]
+    assert trips.cluster_calls == []
+    names = [n for _p, ns in trips.trips for n in ns]
+    assert "EVAL" not in names and names.count("EVALSHA") == 9 + 9 + 3
+    for tag, players in (("pw", packed_players), ("rp", redis_py_players)):
+        first = [f for _i, f in cluster.xrange(keys.outbox_key(players[0]))]
+        assert [(f[b"kind"], f.get(b"version")) for f in first] == [
+            (b"update", b"7"), (b"rejected", None), (b"update", b"2")]
+        assert cluster.xlen(keys.outbox_key(players[5])) == 2
+        assert cluster.xlen(keys.REPLY_PREFIX + tag) == 1
+
+
+def test_a_node_without_the_fence_script_is_given_it(cluster: Any, local_cluster: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """After SCRIPT FLUSH on every master (a restarted or promoted node knows no script) the
+    publisher's updates and the store's appends are written: NOSCRIPT loads the script on
+    that node and sends those commands again there."""
+    pub = Publisher(cluster, consumer="s1")
+    store = RedisEventStore(cluster)
+    players = [f"ns{i}" for i in range(9)]
+    assert len({port_of(cluster, keys.outbox_key(p)) for p in players}) == 3
+    for p in local_cluster.masters():
+        local_cluster.node(p).script_flush()
+        assert local_cluster.node(p).script_exists(PUBLISH_SHA) == [False]
+    trips = Trips(monkeypatch, allow_cluster=True)
+    replies = pub.write(_updates(pub, players, 4))
+    assert trips.cluster_calls == []  # nor the Cluster client's pipeline: each node loaded it
+    assert all(isinstance(r, bytes) for r in replies)
+    assert all(cluster.xlen(keys.outbox_key(p)) == 1 for p in players)
+    for p in local_cluster.masters():
+        assert local_cluster.node(p).script_exists(PUBLISH_SHA) == [True]
+    mids = [f"nsm{k}" for k in range(40) if store.bucket_of(f"nsm{k}") == 3][:2]
+    results = store.append_many([request(m) for m in mids])
+    assert [r.version for r in results] == [1, 1]  # type: ignore[union-attr]
+    assert store.append(f"nsx{mids[0]}", 0, "c1", [ready(f"nsx{mids[0]}", 1)], None).version == 1
+
+
+def test_a_publication_to_a_moved_slot_reaches_its_new_node(cluster: Any, local_cluster: Any,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A player's stream whose slot was handed to another master: that node answers MOVED, the
+    slots are asked again and those writes go through the Cluster client's pipeline (the
+    script as EVAL: the new node may lack it); the other nodes' writes stand as written."""
+    pub = Publisher(cluster, consumer="s1")
+    players = [f"mp{i}" for i in range(9)]
+    moving = players[0]
+    slot = int(cluster.keyslot(keys.outbox_key(moving)))
+    was = int(cluster.nodes_manager.slots_cache[slot][0].port)
+    to = next(p for p in local_cluster.masters() if p != was)
+    move_slot(local_cluster, slot, to)
+    trips = Trips(monkeypatch, allow_cluster=True)
+    replies = pub.write(_updates(pub, players, 5) + [pub._delivery(keys.outbox_key(moving), {"kind": "rejected"})])
+    assert all(isinstance(r, bytes) for r in replies)
+    assert trips.batches == [3] and "XADD" in dict(trips.trips)[was]  # sent to the slot's old node first
+    assert int(cluster.nodes_manager.slots_cache[slot][0].port) == to
+    assert [f[b"kind"] for _i, f in cluster.xrange(keys.outbox_key(moving))] == [b"update", b"rejected"]
+    assert all(cluster.xlen(keys.outbox_key(p)) == 1 for p in players[1:])
+    assert local_cluster.node(to).xlen(keys.outbox_key(moving)) == 2
+
+
+def test_round_trips_gives_each_client_its_replies_or_its_failure(cluster: Any) -> None:
+    """Several clients at once: a client whose connection fails gets its ConnectionError, the
+    others their replies."""
+    from tests.cluster_support import free_ports
+
+    a, b = (cluster.get_redis_connection(n) for n in cluster.get_primaries()[:2])
+    dead = redis.Redis(port=free_ports(1)[0], socket_connect_timeout=1)
+    out = wire.round_trips([(a, [wire.pack("PING"), wire.pack("ECHO", "a")]), (dead, [wire.pack("PING")]),
+                            (b, [wire.pack("ECHO", "b")])])
+    assert out[0] in ([True, b"a"], [b"PONG", b"a"])
+    assert isinstance(out[1], redis.ConnectionError)
+    assert out[2] == [b"b"]
+    assert wire.round_trips([(a, [wire.pack("ECHO", "again")])]) == [[b"again"]]  # its connection kept
+    with pytest.raises(ValueError):  # one client twice would share its connection
+        wire.round_trips([(a, [wire.pack("PING")]), (a, [wire.pack("PING")])])
+
+
+def test_on_one_node_the_publisher_goes_packed_and_reloads_its_script(redis_server: RedisServer,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain client: one packed round trip, the script by EVALSHA, and after SCRIPT FLUSH
+    the script loaded again and the update written."""
+    client = redis_server.client()
+    client.flushdb()
+    pub = Publisher(client, consumer="s1")
+    client.script_flush()
+    trips = Trips(monkeypatch)
+    players = ["a", "b"]
+    replies = pub.write([*_updates(pub, players, 3), pub._delivery(keys.REPLY_PREFIX + "g", {"kind": "accepted"})])
+    assert all(isinstance(r, bytes) for r in replies)
+    assert [n for _p, n in trips.trips] == [["EVALSHA", "EVALSHA", "XADD", "EXPIRE"], ["EVALSHA", "EVALSHA"]]
+    assert client.script_exists(PUBLISH_SHA) == [True]
+    assert pub.write(_updates(pub, players, 2), raise_on_error=False) == [Stale(3), Stale(3)]
+    client.close()
+
+
+def test_a_node_away_sends_the_writes_through_the_cluster_client(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slot map names a node that does not answer (a connection error): the slots are asked
+    again; a publication's writes for it and a lone append go through the Cluster client (the
+    other nodes' writes stand as written); a round's appends raise that error, and the same
+    round run again reaches the slot's node."""
+    from redis.cluster import ClusterNode
+
+    from tests.cluster_support import free_ports
+
+    store = RedisEventStore(cluster)
+    pub = Publisher(cluster, consumer="s1")
+    dead = ClusterNode("127.0.0.1", free_ports(1)[0], server_type="primary")
+
+    def away(key: str) -> tuple[int, Any]:
+        slot = int(cluster.keyslot(key))
+        real = cluster.nodes_manager.slots_cache[slot][0]
+        cluster.nodes_manager.slots_cache[slot] = [dead]
+        return slot, real
+
+    trips = Trips(monkeypatch, allow_cluster=True)
+    players = [f"aw{i}" for i in range(9)]
+    slot, real = away(keys.outbox_key(players[0]))
+    replies = pub.write(_updates(pub, players, 2))
+    assert all(isinstance(r, bytes) for r in replies)
+    assert cluster.nodes_manager.slots_cache[slot][0].name == real.name
+    assert all(cluster.xlen(keys.outbox_key(p)) == 1 for p in players)
+    assert dead.port in dict(trips.trips)
+
+    lone = "away-lone"
+    slot, real = away(keys.events_key(lone, store.bucket_of(lone)))
+    assert store.append(lone, 0, "c1", [ready(lone, 1)], None).version == 1
+    assert cluster.nodes_manager.slots_cache[slot][0].name == real.name
+
+    b = store.bucket_of(lone)
+    mids = [m for m in (f"aw{k}" for k in range(2000)) if store.bucket_of(m) == b][:2]
+    away(keys.events_key(mids[0], b))
+    with pytest.raises(redis.ConnectionError):
+        store.append_many([request(m) for m in mids])
+    assert cluster.nodes_manager.slots_cache[slot][0].name == real.name
+    assert [r.version for r in store.append_many([request(m) for m in mids])] == [1, 1]  # type: ignore[union-attr]
