@@ -218,3 +218,16 @@ def test_a_fresh_ttl_is_not_written_again_by_each_update(real_redis) -> None:
     assert r.pttl(a) > (86_400 - 60) * 1000 and r.pttl(fence) > (86_400 - 60) * 1000
     r.persist(a)  # a stream without a TTL (written by a plain XADD) gets one again
     assert expires(13) == 2 and r.ttl(a) > 0
+
+
+def test_the_script_is_sent_without_its_comment_lines() -> None:
+    """An EVAL carries publish.lua's text each time: its documentation stays in the file, the
+    lines kept (Lua's error messages name the file's lines)."""
+    import importlib.resources
+
+    from engine.service.publish import PUBLISH_LUA
+
+    source = importlib.resources.files("engine.store").joinpath("publish.lua").read_text(encoding="utf-8")
+    assert PUBLISH_LUA.count("\n") == source.count("\n")
+    assert not any(line.lstrip().startswith("--") for line in PUBLISH_LUA.splitlines())
+    assert len(PUBLISH_LUA.encode()) < len(source.encode()) / 2
