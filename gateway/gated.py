@@ -20,12 +20,16 @@ from typing import Any
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.exceptions import RedisClusterException
 
+from engine.store.connect import local_stream_keys
+
 _holding: contextvars.ContextVar[bool] = contextvars.ContextVar("sk_gated_holding", default=False)
 
 
 class GatedCluster(RedisCluster):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # XREAD/XREADGROUP and script keys read off the arguments, not asked of a node first
+        local_stream_keys(self.commands_parser, asynchronous=True)
         self.gate = asyncio.Semaphore(max(1, int(kwargs.get("max_connections") or 2**31) - 2))
 
     @asynccontextmanager

@@ -295,6 +295,43 @@ def test_a_cluster_pipeline_of_scripts_asks_no_node_for_their_keys(cluster) -> N
     assert getkeys() == before
 
 
+def test_the_gateways_cluster_client_asks_no_node_for_stream_or_script_keys(cluster, local_cluster) -> None:
+    """The gateway's asyncio Cluster client (gateway/gated.py, built by gateway/app.py, not by
+    engine.store.connect) reads the keys of its XREADs (the lobby's replies, the fan-out),
+    XREADGROUPs and script calls off their arguments too: none costs a COMMAND GETKEYS."""
+    import asyncio
+
+    from engine.store import keys
+    from gateway.gated import GatedCluster
+
+    def getkeys() -> int:
+        return sum(int(cluster.get_redis_connection(node).info("commandstats")
+                       .get("cmdstat_command|getkeys", {}).get("calls", 0)) for node in cluster.get_primaries())
+
+    streams = [keys.outbox_key(f"gw{i}") for i in range(6)]
+    for s in streams:
+        cluster.xadd(s, {"kind": "update"})
+
+    async def main() -> list[Any]:
+        client = GatedCluster.from_url(local_cluster.url, max_connections=8)
+        try:
+            await client.initialize()
+            before = getkeys()
+            got = [await client.xread({s: "0"}, count=1, block=10) for s in streams]
+            got.append(await client.execute_command("EVAL", "return KEYS[1]", 1, streams[0]))
+            pipe = client.pipeline(transaction=False)
+            for s in streams:
+                pipe.xread({s: "0"}, count=1)
+            got += await pipe.execute()
+            return [getkeys() - before, got]
+        finally:
+            await client.aclose()
+
+    asked, got = asyncio.run(main())
+    assert asked == 0
+    assert all(r and len(r[0][1]) == 1 for r in got[:6] + got[7:]) and got[6] == streams[0].encode()
+
+
 def test_an_inbox_read_goes_to_its_slots_node_and_a_moved_slot_is_found_again(cluster) -> None:
     """A consumer reads its stream (with the last read's XACKs) on the plain connection of the
     node serving the stream's slot, not through redis-py's Cluster pipeline; when that node

@@ -163,3 +163,71 @@ def test_whatever_the_order_of_the_writes_the_stream_never_goes_back(real_redis,
     kept = [v for i, v in enumerate(order) if v >= max(order[:i], default=0)]  # each one not below an earlier one
     assert written == kept
     assert pub.stats.fenced == len(order) - len(kept)
+
+
+# -- expiry (engine/store/keys.py "Expiry") ---------------------------------------------------
+def _slack(ttl: int) -> int:
+    return min(ttl // 10, 3600)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ttl=st.sampled_from([1, 5, 9, 10, 600, 86_400, 200_000]),
+       left=st.one_of(st.none(), st.floats(0.02, 1.0)), fence_left=st.one_of(st.none(), st.floats(0.02, 1.0)),
+       fresh_fence=st.booleans())
+def test_after_a_fenced_update_both_keys_live_at_least_ttl_less_the_slack(real_redis, ttl, left, fence_left,
+                                                                           fresh_fence) -> None:
+    """Whatever the keys' remaining times before it (None: no TTL), after an update the stream
+    and its fence each expire no sooner than ``ttl - min(ttl // 10, 3600)`` s and no later than
+    ``ttl`` s from now."""
+    r = real_redis
+    a, fence = keys.outbox_key("a"), keys.outbox_versions_key("a")
+    r.delete(a, fence)
+    pub = Publisher(r, consumer="s1", outbox_ttl=ttl)
+    r.xadd(a, {"kind": "update"})
+    r.hset(fence, "m0", 1)
+    for key, share in ((a, left), (fence, fence_left)):
+        if share is not None:
+            r.pexpire(key, max(1, int(ttl * 1000 * share)))
+    version = 2 if fresh_fence else 1  # 1: the fence of m1 is not written (the HSET is skipped)
+    r.hset(fence, "m1", 1)
+    pub.write([pub._delivery(a, {"kind": "update", "match": "m1", "command_id": "c", "version": version,
+                                 "body": b""}, version)])
+    floor_ms = (ttl - _slack(ttl)) * 1000 - 1000  # a second for the test's own round trips
+    for key in (a, fence):
+        assert floor_ms <= r.pttl(key) <= ttl * 1000, (key, r.pttl(key))
+
+
+def test_a_fresh_ttl_is_not_written_again_by_each_update(real_redis) -> None:
+    """An update whose keys' TTLs have run down less than the slack sends no EXPIRE (nothing
+    replicated for the TTL); the first update of a new stream does, and so does one after the
+    slack has run down."""
+    r = real_redis
+    a, fence = keys.outbox_key("a"), keys.outbox_versions_key("a")
+    pub = Publisher(r, consumer="s1", outbox_ttl=86_400)
+
+    def expires(version: int) -> int:
+        before = int(r.info("commandstats").get("cmdstat_expire", {}).get("calls", 0))
+        pub.write([pub._delivery(a, {"kind": "update", "match": "m1", "command_id": f"c{version}",
+                                     "version": version, "body": b""}, version)])
+        return int(r.info("commandstats").get("cmdstat_expire", {}).get("calls", 0)) - before
+
+    assert expires(1) == 2  # a new stream and fence: both get their TTL
+    assert [expires(v) for v in range(2, 12)] == [0] * 10
+    r.pexpire(fence, (86_400 - 3600) * 1000 - 5000)  # the fence's TTL has run down an hour
+    assert expires(12) == 2
+    assert r.pttl(a) > (86_400 - 60) * 1000 and r.pttl(fence) > (86_400 - 60) * 1000
+    r.persist(a)  # a stream without a TTL (written by a plain XADD) gets one again
+    assert expires(13) == 2 and r.ttl(a) > 0
+
+
+def test_the_script_is_sent_without_its_comment_lines() -> None:
+    """An EVAL carries publish.lua's text each time: its documentation stays in the file, the
+    lines kept (Lua's error messages name the file's lines)."""
+    import importlib.resources
+
+    from engine.service.publish import PUBLISH_LUA
+
+    source = importlib.resources.files("engine.store").joinpath("publish.lua").read_text(encoding="utf-8")
+    assert PUBLISH_LUA.count("\n") == source.count("\n")
+    assert not any(line.lstrip().startswith("--") for line in PUBLISH_LUA.splitlines())
+    assert len(PUBLISH_LUA.encode()) < len(source.encode()) / 2

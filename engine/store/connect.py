@@ -106,7 +106,7 @@ def connect(url: str, *, option: str = "--redis", **kwargs: Any) -> SyncClient:
             cluster = RedisCluster.from_url(url, **{"require_full_coverage": False, **kwargs})
         except (rex.RedisError, OSError) as exc:
             raise RedisUnavailable(f"cannot join the Redis Cluster at {_safe(url)}: {_reason(exc)}") from None
-        _local_stream_keys(cluster.commands_parser, asynchronous=False)
+        local_stream_keys(cluster.commands_parser, asynchronous=False)
         return cluster
     return redis.Redis.from_url(url, **kwargs)
 
@@ -121,7 +121,7 @@ def connect_async(url: str, *, option: str = "--redis", **kwargs: Any) -> AsyncC
         from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
         cluster = AsyncRedisCluster.from_url(url, **{"require_full_coverage": False, **kwargs})
-        _local_stream_keys(cluster.commands_parser, asynchronous=True)
+        local_stream_keys(cluster.commands_parser, asynchronous=True)
         return cluster
     import redis.asyncio as aioredis
 
@@ -164,9 +164,10 @@ def local_keys(args: tuple[Any, ...]) -> list[Any] | None:
     return rest[:len(rest) // 2]
 
 
-def _local_stream_keys(parser: Any, *, asynchronous: bool) -> None:
+def local_stream_keys(parser: Any, *, asynchronous: bool) -> None:
     """Teach a Cluster client's command parser the keys of XREAD/XREADGROUP and the script calls
-    (:func:`local_keys`: no COMMAND GETKEYS round trip)."""
+    (:func:`local_keys`: no COMMAND GETKEYS round trip).  :func:`connect`, :func:`connect_async`
+    and every other Cluster client the processes build (the gateway's ``GatedCluster``) do."""
     original = parser.get_keys
 
     if asynchronous:

@@ -89,6 +89,13 @@ like the stream (on a Cluster it lives in the stream's slot).  It is only a wake
 gateway's one reader (gateway/fanout.py): the stream stays the source of truth.  A reply
 stream (``sk:reply:…``) is read by polling (a blocking XREAD): it gets no notice.
 
+Expiry: a player's update stream and reply streams expire when idle (``serve --outbox-ttl``,
+default a day).  A plain write sets the stream's TTL again; a fenced update
+(engine/store/publish.lua) sets the TTL of the stream and of its fence ``sk:outv:…`` again
+only once either's remaining time has fallen below the TTL less a tenth of it (at most an
+hour), so such a key expires between ``ttl - min(ttl // 10, 3600)`` and ``ttl`` seconds after
+its last write: the script's TTL reads are not replicated, an EXPIRE is (on every replica).
+
 A match id containing ``{`` or ``}`` is harmless: Redis uses the *first*
 ``{…}`` of a key as its hash tag, which is always the bucket tag here.
 A *player* id is a hash tag itself (``sk:out:{alice}``), so a player id with

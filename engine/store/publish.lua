@@ -10,7 +10,10 @@
 --          "0": an update, refused when KEYS[2] holds a higher version of the match
 --          (a writer that lost its bucket, or a delayed write, would take the player back)
 -- ARGV[4]  maxlen
--- ARGV[5]  ttl in seconds of both keys ("" = none)
+-- ARGV[5]  ttl in seconds of both keys ("" = none): both get it again when either's remaining
+--          time has fallen below ttl - min(ttl // 10, 3600) s (a new key has none), so a key
+--          nobody wrote to expires between that and ttl s after its last write; the TTL
+--          reads are not replicated, an EXPIRE is (engine/store/keys.py "Expiry")
 -- ARGV[6]  "1": then the notice SPUBLISH KEYS[1] "" (with pcall: an ACL that refuses it only
 --          delays a reader), "0": none
 -- ARGV[7…] the entry's field/value pairs
@@ -33,8 +36,15 @@ if version > last then
   redis.call('HSET', KEYS[2], ARGV[1], version)
 end
 if ARGV[5] ~= '' then
-  redis.call('EXPIRE', KEYS[1], ARGV[5])
-  redis.call('EXPIRE', KEYS[2], ARGV[5])
+  local ttl = tonumber(ARGV[5])
+  local slack = math.min(math.floor(ttl / 10), 3600)
+  local due = (ttl - slack) * 1000
+  local left = redis.call('PTTL', KEYS[1])
+  local fence = redis.call('PTTL', KEYS[2])
+  if slack == 0 or left < due or (fence ~= -2 and fence < due) then
+    redis.call('EXPIRE', KEYS[1], ttl)
+    redis.call('EXPIRE', KEYS[2], ttl)
+  end
 end
 if ARGV[6] == '1' then
   redis.pcall('SPUBLISH', KEYS[1], '')
