@@ -197,11 +197,11 @@ def test_after_a_fenced_update_both_keys_live_at_least_ttl_less_the_slack(real_r
         assert floor_ms <= r.pttl(key) <= ttl * 1000, (key, r.pttl(key))
 
 
-def test_a_fresh_ttl_is_not_written_again_by_each_update(real_redis) -> None:
+def test_a_fresh_ttl_is_not_written_again_by_each_update(own_real_redis) -> None:
     """An update whose keys' TTLs have run down less than the slack sends no EXPIRE (nothing
     replicated for the TTL); the first update of a new stream does, and so does one after the
-    slack has run down."""
-    r = real_redis
+    slack has run down.  (A server of its own: the counts are server-wide.)"""
+    r = own_real_redis
     a, fence = keys.outbox_key("a"), keys.outbox_versions_key("a")
     pub = Publisher(r, consumer="s1", outbox_ttl=86_400)
 
