@@ -191,6 +191,7 @@ def test_a_slot_moved_under_a_packed_append_ends_in_the_right_result(
     slot's node; a round's appends come back as that transient error (nothing written), the
     slots are asked again, and the same requests run again reach the new node, once each."""
     store = RedisEventStore(cluster)
+    cluster.script_load(store._append.script)  # on every master: no NOSCRIPT in this test
     masters = local_cluster.masters()
     b1, b2 = 5, 11
     m1 = next(f"mv{k}" for k in range(10_000) if store.bucket_of(f"mv{k}") == b1)
@@ -398,3 +399,28 @@ def test_a_node_away_sends_the_writes_through_the_cluster_client(cluster: Any, m
         store.append_many([request(m) for m in mids])
     assert cluster.nodes_manager.slots_cache[slot][0].name == real.name
     assert [r.version for r in store.append_many([request(m) for m in mids])] == [1, 1]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("error", [redis.exceptions.ClusterDownError("CLUSTERDOWN The cluster is down"),
+                                   redis.exceptions.TryAgainError("TRYAGAIN")])
+def test_a_lone_append_the_node_cannot_take_now_goes_through_the_cluster_client(
+        cluster: Any, monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    """CLUSTERDOWN (mid-fail-over) or TRYAGAIN from the node: the append goes again through the
+    Cluster client, which waits and retries as it does for any call, and ends written once;
+    TRYAGAIN (a slot moving) asks nothing of the slot map, CLUSTERDOWN asks it anew."""
+    store = RedisEventStore(cluster)
+    refreshed: list[str] = []
+    real_initialize = cluster.nodes_manager.initialize
+    monkeypatch.setattr(cluster.nodes_manager, "initialize",
+                        lambda *a, **k: (refreshed.append("slots"), real_initialize(*a, **k))[1])
+    sent = wire.round_trip
+
+    def refuse_once(client: Any, commands: Any) -> Any:
+        monkeypatch.setattr(wire, "round_trip", sent)
+        return [error]
+
+    monkeypatch.setattr(wire, "round_trip", refuse_once)
+    mid = f"cd-{type(error).__name__}"
+    assert store.append(mid, 0, "c1", [ready(mid, 1)], None).version == 1
+    assert store.version(mid) == 1
+    assert refreshed == ([] if isinstance(error, redis.exceptions.TryAgainError) else ["slots"])

@@ -202,10 +202,10 @@ def is_cluster(client: object) -> bool:
 
 
 #: what redis-py's Cluster client follows or retries on its own (a slot moved or moving, a node
-#: away): a call sent straight to a node (:func:`node_client`) that ends so goes again through
-#: the Cluster client, after :func:`refresh_slots`
+#: away, the Cluster down mid-fail-over): a call sent straight to a node (:func:`node_client`)
+#: that ends so goes again through the Cluster client, after :func:`refresh_slots`
 CLUSTER_RETRIED: tuple[type[Exception], ...] = (rex.ConnectionError, rex.TimeoutError, rex.MovedError,
-                                               rex.AskError, rex.TryAgainError)
+                                               rex.AskError, rex.TryAgainError, rex.ClusterDownError)
 
 
 def node_client(client: Any, key: Any, cluster: bool | None = None) -> Any:
@@ -224,14 +224,17 @@ def node_client(client: Any, key: Any, cluster: bool | None = None) -> Any:
 
 def refresh_slots(client: Any, exc: BaseException) -> bool:
     """After ``exc`` from a node a Cluster client's slot map pointed to: when it is transient
-    (MOVED, ASK, the node away: :func:`engine.store.redis_errors.is_transient`) ask the Cluster
-    for its slots again, so the next lookup of a key's node finds it anew, and say True (the
-    caller forgets any node it kept).  False, and nothing asked, for a plain client or an error
+    (MOVED, the node away, CLUSTERDOWN: :func:`engine.store.redis_errors.is_transient`) ask the
+    Cluster for its slots again, so the next lookup of a key's node finds it anew, and say True
+    (the caller forgets any node it kept); ASK and TRYAGAIN (a slot moving: the map still holds)
+    say True without asking.  False, and nothing asked, for a plain client or an error
     of the request.  A refresh that fails (the Cluster mid-fail-over) is left to the next."""
     from engine.store.redis_errors import is_transient
 
     if not is_cluster(client) or not is_transient(exc):
         return False
+    if isinstance(exc, (rex.AskError, rex.TryAgainError)) and not isinstance(exc, rex.MovedError):
+        return True  # a slot moving (MovedError is an AskError too): the map still holds
     try:
         client.nodes_manager.initialize()
     except Exception as err:  # the next failure asks again
