@@ -22,7 +22,7 @@ import redis
 from redis.cluster import ClusterPipeline, RedisCluster
 
 from engine.match.events import PlayerReady
-from engine.service.publish import PUBLISH_SHA, Publisher, Stale
+from engine.service.publish import Publisher, Stale
 from engine.store import keys, wire
 from engine.store.base import AppendRequest
 from engine.store.redis_store import RedisEventStore
@@ -240,7 +240,7 @@ def _shape(replies: list[Any]) -> list[Any]:
 def test_the_publisher_writes_each_nodes_updates_packed_with_the_same_replies(
         cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every update, entry and reply of one write goes packed: every node's commands written,
-    then their replies read (one round trip per node, side by side); the updates by EVALSHA of
+    then their replies read (one round trip per node, side by side); the updates by EVAL of
     the fence script.  The replies are those of redis-py's Cluster pipeline (the path of a
     client the module cannot serve): entry ids, Stale for an update below the stream's version,
     a re-publication written."""
@@ -268,7 +268,7 @@ def test_the_publisher_writes_each_nodes_updates_packed_with_the_same_replies(
     assert trips.batches == [3, 3, len({port_of(cluster, keys.outbox_key(p)) for p in packed_players[:3]})]
     assert trips.cluster_calls == []
     names = [n for _p, ns in trips.trips for n in ns]
-    assert "EVAL" not in names and names.count("EVALSHA") == 9 + 9 + 3
+    assert "EVALSHA" not in names and names.count("EVAL") == 9 + 9 + 3
     for tag, players in (("pw", packed_players), ("rp", redis_py_players)):
         first = [f for _i, f in cluster.xrange(keys.outbox_key(players[0]))]
         assert [(f[b"kind"], f.get(b"version")) for f in first] == [
@@ -277,25 +277,26 @@ def test_the_publisher_writes_each_nodes_updates_packed_with_the_same_replies(
         assert cluster.xlen(keys.REPLY_PREFIX + tag) == 1
 
 
-def test_a_node_without_the_fence_script_is_given_it(cluster: Any, local_cluster: Any,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_node_without_scripts_takes_the_updates_in_order(cluster: Any, local_cluster: Any,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """After SCRIPT FLUSH on every master (a restarted or promoted node knows no script) the
-    publisher's updates and the store's appends are written: NOSCRIPT loads the script on
-    that node and sends those commands again there."""
+    publisher's updates are written in one packed round trip per node, in the order given (an
+    update, then the rejection after it, on the same stream): the script goes as EVAL, so no
+    NOSCRIPT sends an update again after what followed it; the store's appends load theirs."""
     pub = Publisher(cluster, consumer="s1")
     store = RedisEventStore(cluster)
     players = [f"ns{i}" for i in range(9)]
     assert len({port_of(cluster, keys.outbox_key(p)) for p in players}) == 3
     for p in local_cluster.masters():
         local_cluster.node(p).script_flush()
-        assert local_cluster.node(p).script_exists(PUBLISH_SHA) == [False]
-    trips = Trips(monkeypatch, allow_cluster=True)
-    replies = pub.write(_updates(pub, players, 4))
-    assert trips.cluster_calls == []  # nor the Cluster client's pipeline: each node loaded it
+    with monkeypatch.context() as m:
+        trips = Trips(m)  # redis-py's pipelines refused: nothing goes a second way
+        replies = pub.write([*_updates(pub, players, 4),
+                             pub._delivery(keys.outbox_key(players[0]), {"kind": "rejected", "code": "x"})])
+        assert trips.batches == [3] and len(trips.trips) == 3 and trips.cluster_calls == []
     assert all(isinstance(r, bytes) for r in replies)
-    assert all(cluster.xlen(keys.outbox_key(p)) == 1 for p in players)
-    for p in local_cluster.masters():
-        assert local_cluster.node(p).script_exists(PUBLISH_SHA) == [True]
+    assert [f[b"kind"] for _i, f in cluster.xrange(keys.outbox_key(players[0]))] == [b"update", b"rejected"]
+    assert all(cluster.xlen(keys.outbox_key(p)) == 1 for p in players[1:])
     mids = [f"nsm{k}" for k in range(40) if store.bucket_of(f"nsm{k}") == 3][:2]
     results = store.append_many([request(m) for m in mids])
     assert [r.version for r in results] == [1, 1]  # type: ignore[union-attr]
@@ -341,20 +342,21 @@ def test_round_trips_gives_each_client_its_replies_or_its_failure(cluster: Any) 
         wire.round_trips([(a, [wire.pack("PING")]), (a, [wire.pack("PING")])])
 
 
-def test_on_one_node_the_publisher_goes_packed_and_reloads_its_script(redis_server: RedisServer,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """A plain client: one packed round trip, the script by EVALSHA, and after SCRIPT FLUSH
-    the script loaded again and the update written."""
+def test_on_one_node_the_publisher_goes_packed_in_order(redis_server: RedisServer,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain client: one packed round trip, the updates by EVAL; after SCRIPT FLUSH (a
+    restarted server) an update and the sync after it on the same stream stay in that order."""
     client = redis_server.client()
     client.flushdb()
     pub = Publisher(client, consumer="s1")
     client.script_flush()
     trips = Trips(monkeypatch)
     players = ["a", "b"]
-    replies = pub.write([*_updates(pub, players, 3), pub._delivery(keys.REPLY_PREFIX + "g", {"kind": "accepted"})])
+    replies = pub.write([*_updates(pub, players, 3), pub._delivery(keys.outbox_key("a"), {"kind": "sync"}),
+                         pub._delivery(keys.REPLY_PREFIX + "g", {"kind": "accepted"})])
     assert all(isinstance(r, bytes) for r in replies)
-    assert [n for _p, n in trips.trips] == [["EVALSHA", "EVALSHA", "XADD", "EXPIRE"], ["EVALSHA", "EVALSHA"]]
-    assert client.script_exists(PUBLISH_SHA) == [True]
+    assert [n for _p, n in trips.trips] == [["EVAL", "EVAL", "XADD", "EXPIRE", "SPUBLISH", "XADD", "EXPIRE"]]
+    assert [f[b"kind"] for _i, f in client.xrange(keys.outbox_key("a"))] == [b"update", b"sync"]
     assert pub.write(_updates(pub, players, 2), raise_on_error=False) == [Stale(3), Stale(3)]
     client.close()
 

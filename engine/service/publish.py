@@ -15,7 +15,6 @@ Formats: docs/PROTOCOL.md ("Outbound streams").
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -116,11 +115,8 @@ def _load_publish_lua() -> str:
 
 
 #: engine/store/publish.lua (its comment lines left empty): a player's update, refused when
-#: it would take the match back
+#: it would take the match back; sent whole by EVAL (:meth:`Publisher.write`)
 PUBLISH_LUA = _load_publish_lua()
-#: its SHA1: what :meth:`Publisher.write` sends (EVALSHA), the script loaded on a NOSCRIPT
-PUBLISH_SHA = hashlib.sha1(PUBLISH_LUA.encode("utf-8")).hexdigest()
-_PUBLISH_SCRIPTS = {PUBLISH_SHA: PUBLISH_LUA}
 
 
 #: events after which every recipient's update carries the full view: a seating, the deal,
@@ -553,8 +549,8 @@ class Publisher:
         module cannot serve, redis-py's pipeline (on a Cluster, split by node).
 
         A player's update (:attr:`Write.version` set) goes through engine/store/publish.lua
-        (EVALSHA, the script loaded on a node that answers NOSCRIPT and the update sent again
-        there; the script itself by EVAL on redis-py's path): it is not written when the
+        (EVAL: no node can lack it, so no NOSCRIPT can put an update after the writes that
+        followed it in the round -- a sync, a rejection's view): it is not written when the
         stream already holds a higher version of its match -- a delayed write, or one of a
         replica that lost its bucket's lease, never takes a player back.  Its reply is then
         :class:`Stale` (counted in :attr:`GatewayStats.fenced`; not an error: the newer
@@ -566,7 +562,7 @@ class Publisher:
         for w in writes:
             flat = [x for kv in w.fields.items() for x in kv]
             if w.version is not None:
-                commands.append(("EVALSHA", PUBLISH_SHA, 2, w.stream, keys.stream_fence_key(w.stream),
+                commands.append(("EVAL", PUBLISH_LUA, 2, w.stream, keys.stream_fence_key(w.stream),
                                  w.fields.get("match", ""), int(w.version), "1" if w.duplicate else "0", w.maxlen,
                                  "" if w.ttl is None else int(w.ttl), "1" if w.notice else "0", *flat))
                 routes.append(w.stream)
@@ -582,12 +578,10 @@ class Publisher:
                 commands.append(("SPUBLISH", w.stream, ""))  # the notice: a reader's wake-up (keys.py "Notices")
                 routes.append(w.stream)
         # packed, one round trip per node (engine/store/wire.py); else redis-py's pipeline
-        replies = wire.by_node(self.redis, commands, routes, _PUBLISH_SCRIPTS)
+        replies = wire.by_node(self.redis, commands, routes)
         if replies is None:
             pipe = self.redis.pipeline(transaction=False)
             for c in commands:
-                if c[0] == "EVALSHA":  # the script itself: no node can lack it
-                    c = ("EVAL", PUBLISH_LUA, *c[2:])
                 pipe.execute_command(*c)
             replies = pipe.execute(raise_on_error=False)
         out: list[Any] = []

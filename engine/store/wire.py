@@ -27,12 +27,12 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import redis
 from redis.connection import Connection, ConnectionPool, SSLConnection, UnixDomainSocketConnection
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 import hiredis
 
@@ -225,22 +225,20 @@ def _read(conn: Any, n: int) -> list[Any]:
     return replies
 
 
-def by_node(client: Any, commands: Sequence[tuple[Any, ...]], routes: Sequence[Any],
-            scripts: Mapping[str, str]) -> list[Any] | None:
+def by_node(client: Any, commands: Sequence[tuple[Any, ...]], routes: Sequence[Any]) -> list[Any] | None:
     """``commands`` packed, one round trip per node holding some of them (``routes[i]``: the key
     that places ``commands[i]``; a plain client is one node), every node's commands written
     before any node's replies are read; the replies in order, as :func:`round_trip` gives them.
     None, and nothing sent, when a node's client is not :func:`usable`: the caller keeps
     redis-py's path.
 
-    * NOSCRIPT for an ``EVALSHA`` of one of ``scripts`` (SHA1 -> the script; a node restarted,
-      failed over, or flushed its scripts): the script is loaded on that node and those commands
-      are sent there again (after that round's other commands).
+    * A script goes as EVAL, never EVALSHA: a NOSCRIPT reply could only be answered by sending
+      the command again, after the round's later commands had run (out of order).
     * On a Cluster, the commands of a node that answered MOVED, ASK or TRYAGAIN or whose round
       trip failed (:data:`~engine.store.connect.CLUSTER_RETRIED`): the slots are asked again
       (:func:`~engine.store.connect.refresh_slots`) and those commands go through the Cluster
-      client's pipeline, which follows redirections and retries (an ``EVALSHA`` of ``scripts``
-      as its ``EVAL``: the slot's new node may not know it); what that pipeline raises is raised.
+      client's pipeline, which follows redirections and retries; what that pipeline raises is
+      raised.
     * On a plain client a connection failure raises, as :func:`round_trip`."""
     from engine.store.connect import CLUSTER_RETRIED, is_cluster, node_client, refresh_slots
 
@@ -274,19 +272,6 @@ def by_node(client: Any, commands: Sequence[tuple[Any, ...]], routes: Sequence[A
             continue
         for i, reply in zip(idxs, result):
             out[i] = reply
-        unknown = [i for i in idxs if isinstance(out[i], NoScriptError)
-                   and commands[i][0] == "EVALSHA" and commands[i][1] in scripts]
-        if unknown:
-            try:
-                for sha in {commands[i][1] for i in unknown}:
-                    node.script_load(scripts[sha])
-                for i, reply in zip(unknown, round_trip(node, [packed[i] for i in unknown])):
-                    out[i] = reply
-            except CLUSTER_RETRIED as exc:
-                if not cluster:
-                    raise
-                failure = failure or exc
-                again.update(unknown)
         if cluster:
             for i in idxs:
                 if isinstance(out[i], CLUSTER_RETRIED):
@@ -298,10 +283,7 @@ def by_node(client: Any, commands: Sequence[tuple[Any, ...]], routes: Sequence[A
         pipe = client.pipeline(transaction=False)
         order = sorted(again)
         for i in order:
-            c = commands[i]
-            if c[0] == "EVALSHA" and c[1] in scripts:
-                c = ("EVAL", scripts[c[1]], *c[2:])
-            pipe.execute_command(*c)
+            pipe.execute_command(*commands[i])
         for i, reply in zip(order, pipe.execute(raise_on_error=False)):
             out[i] = reply
     return out
