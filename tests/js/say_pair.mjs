@@ -20,32 +20,39 @@ async function webSocketClass() {
 }
 
 const WS = await webSocketClass();
-const timer = setTimeout(() => { console.error("say_pair: timed out"); process.exit(1); }, 60_000);
+let stage = "connect";
+const timer = setTimeout(() => { console.error(`say_pair: timed out at ${stage}`); process.exit(1); }, 60_000);
 const a = new Client({ url: opts.url, token: opts["token-a"], WebSocket: WS });
 const b = new Client({ url: opts.url, token: opts["token-b"], WebSocket: WS });
 const seated = (c) => c.once("lobby", (m) => m.state === "seated");
+// the deal may reach a client before the other client is seated: look at client.match first
+const inMatch = (c, id) => (c.match === id ? Promise.resolve() : c.once("update", (u) => u.message.match === id));
 const saidBy = (c, player, phrase) => c.once("say", (m) => m.player === player && m.phrase === phrase);
 const refused = (c, id) => c.once("rejected", (e) => e.message.command_id === id);
 
 a.connect();
 b.connect();
 await Promise.all([a.once("welcome"), b.once("welcome")]);
+stage = "seat";
 const seatA = seated(a);
 const seatB = seated(b);
 a.join(opts.room);
 b.join(opts.room);
 const [la] = await Promise.all([seatA, seatB]);
-await Promise.all([a.once("update", (u) => u.message.match === la.match),
-  b.once("update", (u) => u.message.match === la.match)]);
+stage = "deal";
+await Promise.all([inMatch(a, la.match), inMatch(b, la.match)]);
+stage = "say";
 
 const atB = saidBy(b, a.player, "nice_cards");
 const atA = saidBy(a, a.player, "nice_cards");
 const sid = a.say("nice_cards");
 const heard = await atB;
 const own = await atA;
+stage = "answer";
 const back = saidBy(a, b.player, "emote_cool");
 b.say("emote_cool");
 const answer = await back;
+stage = "refusals";
 const tooSoon = a.say("thanks");
 const limited = await refused(a, tooSoon);
 const badId = a.send({ type: "Say", phrase: "no such phrase" });
