@@ -1,5 +1,5 @@
-"""A player's command in the inbox in time is not beaten by the timer (issue 35 §4, docs/WORKERS.md
-"Clocks that stop during outages").
+"""A player's command in the inbox in time is not beaten by the timer (R-13.1, R-13.2; issue 35
+§4, docs/WORKERS.md "Clocks that stop during outages").
 
 The timers run TurnTimeout / ReadyTimeout straight through the service, while a player's Play,
 Pass or Ready waits in the bucket's inbox ``sk:{b<N>}:inbox`` for the command service (serve) to
