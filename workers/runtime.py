@@ -515,13 +515,9 @@ def unhandled_in_time(client: Any, state: Any, kind: str, players: list[str],
     deadline = int(state.deadline_at)
     try:
         last = "0-0"
-        try:
-            groups = client.xinfo_groups(stream)
-        except redis_errors.ResponseError as exc:
-            if "no such key" in str(exc).lower():
-                return False  # no inbox: nothing was sent
-            raise
-        for g in groups:
+        if not client.exists(stream):
+            return False  # no inbox: nothing was sent
+        for g in client.xinfo_groups(stream):
             if _text(g.get("name")) == keys.SERVICE_GROUP:
                 last = _text(g.get("last-delivered-id")) or "0-0"
         entries = list(client.xrange(stream, min=f"({last}", max=str(deadline), count=_INBOX_SCAN))
