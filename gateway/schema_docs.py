@@ -178,8 +178,9 @@ BY_OWNER: dict[tuple[str, str], str] = {
                                       "view and the brief moved by this much)",
     ("event_ClockExtended", "reason"): "unpublished: the update that started the clock reached the player's "
                                        "stream late; undelivered: no gateway handed it to the player's socket in "
-                                       "time (their gateway was down or restarting); unconfirmed: the match's writes could not be confirmed on the replicas "
-                                       "(issue 35 §4)",
+                                       "time (their gateway was down or restarting); unconfirmed: the match's writes could not be confirmed on the replicas; "
+                                       "unhandled: the player's command reached the inbox before the deadline and "
+                                       "the command service had not taken it yet (issue 35 §4)",
     ("view.result", "reason"): "out: the winner played their last card; escape: the loser escaped",
     ("view.deadline", "kind"): "which clock: turn (R-13.1), trustee (the trustee's delay, R-13.3), ready (R-13.2)",
     ("view.deadline", "version"): "the version the clock was set at",

@@ -143,7 +143,8 @@ REPLICA_WAITS = Counter("shuangkou_replica_waits",
                         ["result"], registry=REGISTRY)
 CLOCKS_PAUSED = Counter("shuangkou_clocks_paused",
                         "Turn and ready clocks moved later because the player could not have acted "
-                        "(ClockExtended: update published late, undelivered by a gateway, writes unconfirmed; "
+                        "(ClockExtended: update published late, undelivered by a gateway, writes unconfirmed, "
+                        "a command in the inbox in time not handled yet; "
                         "issue 35 §4).",
                         ["kind", "reason"], registry=REGISTRY)
 REPLICA_WAIT_LATENCY = Histogram("shuangkou_replica_wait_duration_seconds",
@@ -163,7 +164,7 @@ def set_replica_acks(n: int) -> None:
 def observe_clock_paused(kind: str, reason: str) -> None:
     """A ClockExtended appended by a timer (workers/runtime.py)."""
     CLOCKS_PAUSED.labels("ready" if kind == "ready" else "turn",
-                         reason if reason in ("unconfirmed", "undelivered") else "unpublished").inc()
+                         reason if reason in ("unconfirmed", "undelivered", "unhandled") else "unpublished").inc()
 
 
 def observe_replica_wait(result: str, seconds: float) -> None:
@@ -834,7 +835,7 @@ def initialize_counters(config_names: Iterable[str] | None = None) -> None:
     for result in ("ok", "noreplicas"):  # ShuangkouReplicaAcksStalled sees the first short WAIT
         REPLICA_WAITS.labels(result)
     for kind in ("turn", "ready"):
-        for reason in ("unpublished", "undelivered", "unconfirmed"):
+        for reason in ("unpublished", "undelivered", "unconfirmed", "unhandled"):
             CLOCKS_PAUSED.labels(kind, reason)
     for ctype, result in product(command_types(), COMMAND_RESULTS):
         COMMANDS.labels(ctype, result)

@@ -589,3 +589,48 @@ def test_the_gateways_lobby_adapter_under_the_shipped_users(acl_redis):
             continue
         allowed.append(what)
     assert allowed == [], f"allowed: {allowed}"
+
+
+@pytest.mark.redis
+def test_the_worker_reads_the_player_channel_and_may_not_touch_it(acl_redis):
+    """A timer worker reads a bucket's player channel (its entries, the service group's position
+    and pending entries: a command there before the deadline and not handled yet pauses the
+    clock, workers/runtime.py ``unhandled_in_time``), and may not write it, consume it, acknowledge
+    its entries for the service, trim or delete it."""
+    import redis
+
+    from engine.match.commands import Play, encode_command
+    from engine.match.state import MatchState
+    from engine.store import keys
+    from workers.runtime import unhandled_in_time
+
+    inbox = keys.inbox_key(keys.bucket_of("m-acl"))
+    svc = redis.Redis.from_url(acl_redis("service"))
+    svc.xgroup_create(inbox, keys.SERVICE_GROUP, id="0", mkstream=True)
+    play = Play(command_id="p1", match_id="m-acl", player="a", cards=(0,), expected_version=7)
+    entry = svc.xadd(inbox, {"c": encode_command(play)}, id="1000-0")
+    worker = redis.Redis.from_url(acl_redis("worker"))
+    state = MatchState(match_id="m-acl", phase="playing", version=7, table_version=7, deadline_at=2_000)
+    assert unhandled_in_time(worker, state, "turn", ["a"])  # read under the worker user: not taken
+    svc.xreadgroup(keys.SERVICE_GROUP, "s1", {inbox: ">"})  # taken by serve, not acknowledged
+    assert unhandled_in_time(worker, state, "turn", ["a"])
+    svc.xack(inbox, keys.SERVICE_GROUP, entry)  # handled
+    assert not unhandled_in_time(worker, state, "turn", ["a"])
+    forbidden = {
+        "write the player channel": lambda: worker.xadd(inbox, {"c": encode_command(play)}),
+        "consume it": lambda: worker.xreadgroup(keys.SERVICE_GROUP, "evil", {inbox: ">"}),
+        "acknowledge for the service": lambda: worker.xack(inbox, keys.SERVICE_GROUP, entry),
+        "create a group": lambda: worker.xgroup_create(inbox, "evil", id="0"),
+        "trim it": lambda: worker.xtrim(inbox, maxlen=0),
+        "delete it": lambda: worker.delete(inbox),
+        "write the operator channel": lambda: worker.xadd(keys.ops_key(1), {"j": "{}"}),
+        "read the operator channel": lambda: worker.xrange(keys.ops_key(1)),
+    }
+    allowed = []
+    for what, call in forbidden.items():
+        try:
+            call()
+        except redis.exceptions.NoPermissionError:
+            continue
+        allowed.append(what)
+    assert allowed == [], f"the worker user may {allowed}"

@@ -337,15 +337,21 @@ def _late(h: History, f: Final) -> str:
     (None, None, "1 idle (update read in time, no command sent by the deadline), 0 with a command sent in time, 0 "),
     (T0 + 900, None, "0 idle (update read in time, no command sent by the deadline), 1 with a command sent in time"),
     (T0 + 900, T0 + 3_900, "0 with a command sent in time, 1 with the update late or never read"),
+    ((T0 + 900, T0 + 1_000), None, "1 with a command sent in time, 0 with the update late or never read, "
+                                   "0 with a command tried in time and stored after the deadline"),
+    ((T0 + 900, T0 + 9_000), None, "0 with a command sent in time, 0 with the update late or never read, "
+                                   "1 with a command tried in time and stored after the deadline"),
 ])
 def test_a_late_match_says_whose_its_timeouts_were(sent_at, read_at, how):
     """A timeout after the turn's update came in time is the client's when it sent nothing by the
-    deadline (idle), the server's when it sent a command in time; one whose update came late is
-    the outage's."""
+    deadline (idle), the server's when it sent a command in time that the server had by the
+    deadline; the outage's when its XADD went through only after the deadline, or its update
+    came late."""
     h, f = clean()
     if sent_at is not None:
-        h.sends.append(Sent("c1", "alice", "m1", "c-late", sent_at))
-        h.sends.append(Sent("c1", "bob", "m1", "b-late", sent_at))  # another player's: not alice's
+        at, stored = sent_at if isinstance(sent_at, tuple) else (sent_at, None)
+        h.sends.append(Sent("c1", "alice", "m1", "c-late", at, stored))
+        h.sends.append(Sent("c1", "bob", "m1", "b-late", at))  # another player's: not alice's
     if read_at is not None:
         h.reads[3] = dataclasses.replace(h.reads[3], at_ms=read_at)
     assert how in _late(h, f)

@@ -18,7 +18,9 @@ out, :func:`clock_pause` asks whether the player could have acted.  The match's
 writes must be confirmable now (with replica acks, an INCR + WAIT on its node; a
 failure leaves the deadline for later and is remembered), and the update that
 started the clock must have reached the player's stream (its entry id is when it
-was published).  Otherwise the timer appends ``ExtendClock`` instead of the timeout:
+was published), and no command of the player's, added to the bucket's inbox by the
+deadline, may be waiting for the command service (``unhandled``: serve down, cut off or
+handing the bucket over).  Otherwise the timer appends ``ExtendClock`` instead of the timeout:
 ClockExtended moves the deadline (the brief's and the view's too) by the delay of
 the publication (``unpublished``), or gives a fresh clock after a period the writes
 could not be confirmed (``unconfirmed``), and is published like any timer outcome.
@@ -34,10 +36,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import redis.exceptions as redis_errors
+
 from engine.match.commands import CommandBase, ExtendClock, ReadyTimeout, TrusteeAct, TurnTimeout
 from engine.match.errors import Rejected, StaleCommand
 from engine.match.deadline import DeadlineKind
 from engine.match.events import ClockExtended
+from engine.store import keys
 from engine.store.base import EventStore, WrongVersion
 from engine.store.transient import Backoff, is_transient
 from workers.clock import SystemClock, read_ms
@@ -278,8 +283,8 @@ def gateway_publisher(client: Any, **delivery: Any) -> Callable[[CommandBase, An
         from engine.service.publish import Publisher
     except ImportError:  # pragma: no cover
         return None
-    # the publisher alone: the timers never read or create the command channels (the
-    # worker's Redis user has no rights on sk:inbox / sk:ops, docs/SECURITY.md)
+    # the publisher alone: the timers never consume or create the command channels (the
+    # worker's Redis user may only read sk:{b*}:inbox, for clock_pause; docs/SECURITY.md)
     publisher = Publisher(client, consumer="sk-timers", **(delivery or delivery_from_env()))
     return lambda command, outcome: publisher.publish(command, outcome)
 
@@ -426,6 +431,10 @@ def clock_pause(rt: Runtime, state: Any, version: int, kind: str) -> tuple[int, 
       on its node; a transient failure propagates, the deadline is retried later and the
       player's clock counts as paused from then).  After such a period the player gets a
       fresh clock: ``unconfirmed``, by ``now + the clock's length - deadline``.
+    * No Play / Pass (turn) or Ready (ready) of the players the clock runs for may wait in the
+      bucket's inbox, added by the deadline and not handled by the command service
+      (:func:`unhandled_in_time`): they get a fresh clock, ``unhandled``, so that the command
+      is decided first; bounded like the publication pauses in a row.
     * The update of ``version`` (or a later one) must be in the stream of each player the
       clock runs for (the one on turn; the seated who are not ready), published in time:
       the clock is moved by how late it was published (never published yet: until now),
@@ -446,8 +455,8 @@ def clock_pause(rt: Runtime, state: Any, version: int, kind: str) -> tuple[int, 
         if by >= 1:
             return by, "unconfirmed"
         rt.unconfirmed_since.pop(state.match_id, None)
-    if rt.publish is None or rt.clock_pause_min_ms is None:
-        return None  # nobody here publishes: no publication to wait for
+    if rt.clock_pause_min_ms is None:
+        return None  # not on the system clock: the streams' entry ids are not comparable
     if kind == "turn":
         seat = state.seats[state.turn] if state.turn is not None else None
         players = [seat.player] if seat is not None else []
@@ -456,6 +465,14 @@ def clock_pause(rt: Runtime, state: Any, version: int, kind: str) -> tuple[int, 
     client = getattr(rt.store, "client", None)
     if client is None or not players:
         return None
+    buckets = int(getattr(rt.store, "buckets", keys.DEFAULT_BUCKETS))
+    if (unhandled_in_time(client, state, kind, players, buckets)
+            and paused_in_a_row(rt.store, state.match_id, version) < max(length, _grace_ms(cfg))):
+        # the player acted in time; the command service has not taken it yet (serve down, cut
+        # off, or handing the bucket over): a whole clock from now, for it to be decided first
+        return max(1, now + length - state.deadline_at), "unhandled"
+    if rt.publish is None:
+        return None  # nobody here publishes: no publication to wait for
     connected = {s.player for s in state.seats if s is not None and s.connected}
     delay, reason = 0, "unpublished"
     for player in players:
@@ -476,6 +493,61 @@ def clock_pause(rt: Runtime, state: Any, version: int, kind: str) -> tuple[int, 
             return None
         return delay, reason
     return None
+
+
+#: inbox entries read (not yet taken by the command service, and taken but not acknowledged)
+#: to find a player's command added before their deadline
+_INBOX_SCAN = 200
+_TAKES_TURN = {"turn": ("Play", "Pass"), "ready": ("Ready",)}
+
+
+def unhandled_in_time(client: Any, state: Any, kind: str, players: list[str],
+                      buckets: int = keys.DEFAULT_BUCKETS) -> bool:
+    """Whether one of ``players`` added to the match's bucket inbox (``sk:{b<N>}:inbox``), by the
+    ``kind`` clock's deadline, a command that would act on it (``turn``: a Play or Pass of the
+    player on turn; ``ready``: a Ready), decided on the current table (no ``expected_version``,
+    or one the table has not moved past), that the command service (group ``sk-service``) has
+    not handled yet: never read by it, or read and not acknowledged (its reader died).  A
+    worker not allowed to read the inbox (an ACL from before this check) says False."""
+    from engine.service.inbox_message import decode
+
+    stream = keys.inbox_key(keys.bucket_of(state.match_id, buckets))
+    deadline = int(state.deadline_at)
+    try:
+        last = "0-0"
+        if not client.exists(stream):
+            return False  # no inbox: nothing was sent
+        for g in client.xinfo_groups(stream):
+            if _text(g.get("name")) == keys.SERVICE_GROUP:
+                last = _text(g.get("last-delivered-id")) or "0-0"
+        entries = list(client.xrange(stream, min=f"({last}", max=str(deadline), count=_INBOX_SCAN))
+        if last != "0-0":
+            pending = client.xpending_range(stream, keys.SERVICE_GROUP, min="-", max=str(deadline),
+                                            count=_INBOX_SCAN)
+            for p in pending:
+                entries.extend(client.xrange(stream, min=p["message_id"], max=p["message_id"], count=1))
+    except Exception as exc:
+        if is_transient(exc) and not isinstance(exc, redis_errors.NoPermissionError):
+            raise  # not now: the deadline is tried again
+        log.warning("cannot read %s (%s): a command not handled yet does not pause the clock", stream, exc)
+        return False
+    types = _TAKES_TURN.get(kind, ())
+    for _entry_id, fields in entries:
+        f = {_text(k): v for k, v in fields.items()}
+        try:
+            cmd = decode(f.get("c", f.get("j")), "c" not in f)
+        except Exception:
+            continue  # not a command: the service dead-letters it
+        ev = getattr(cmd, "expected_version", None)
+        if (cmd.match_id == state.match_id and getattr(cmd, "type", None) in types
+                and getattr(cmd, "player", None) in players
+                and (ev is None or state.table_version <= ev <= state.version)):
+            return True
+    return False
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value) if value is not None else ""
 
 
 def _grace_ms(cfg: Any) -> int:

@@ -221,13 +221,14 @@ class ExtendClock(CommandBase):
     """The turn or ready clock of version ``version`` is moved ``by_ms`` later: the player
     could not have acted for that long (their update was published late, ``unpublished``,
     or handed to their socket late because their gateway was down, ``undelivered``, or the
-    match's writes could not be confirmed, ``unconfirmed``; issue 35 §4).  A timer
+    match's writes could not be confirmed, ``unconfirmed``, or their command, added to the
+    inbox in time, was not handled yet, ``unhandled``; issue 35 §4).  A timer
     command, decided like a timeout (stale unless ``version`` is the match's version)."""
 
     type: Literal["ExtendClock"] = "ExtendClock"
     version: int
     by_ms: int = Field(ge=1, le=86_400_000)
-    reason: Literal["unpublished", "undelivered", "unconfirmed"]
+    reason: Literal["unpublished", "undelivered", "unconfirmed", "unhandled"]
 
 
 class RequestTrustee(CommandBase):

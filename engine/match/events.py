@@ -181,12 +181,13 @@ class ClockExtended(EventBase):
     """The running turn or ready clock moved ``by_ms`` later (issue 35 §4): the player could
     not have acted meanwhile (``unpublished``: their update reached their stream late;
     ``undelivered``: no gateway handed it to their socket in time, their gateway was down;
-    ``unconfirmed``: the match's writes could not be confirmed on the replicas)."""
+    ``unconfirmed``: the match's writes could not be confirmed on the replicas;
+    ``unhandled``: their command reached the inbox in time, the command service had not taken it)."""
 
     type: Literal["ClockExtended"] = "ClockExtended"
     kind: Literal["turn", "ready"]
     by_ms: int = Field(ge=1)
-    reason: Literal["unpublished", "undelivered", "unconfirmed"]
+    reason: Literal["unpublished", "undelivered", "unconfirmed", "unhandled"]
 
 
 class MatchFinished(EventBase):

@@ -82,13 +82,16 @@ class Read:
 @dataclass(frozen=True)
 class Sent:
     """A command a client sent (each time it sent it, a re-send with the same id too) for
-    ``player`` in ``match``, at ``at_ms``: whether a player acted before a deadline."""
+    ``player`` in ``match``, at ``at_ms`` (its first attempt): whether a player acted before a
+    deadline; ``stored_ms``: when the server had it (the inbox entry id's milliseconds, after
+    the XADD's retries through an outage; None: not known, a WebSocket frame)."""
 
     client: str
     player: str | None
     match: str
     command_id: str
     at_ms: int
+    stored_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -284,10 +287,10 @@ def check(history: History, final: Final, limits: Limits) -> Report:
 
     # every match live at a heal ends within the bound after it
     bound = limits.end_bound_ms
-    sends_of: dict[tuple[str, str], list[int]] = {}
+    sends_of: dict[tuple[str, str], list[tuple[int, int | None]]] = {}
     for sent in history.sends:
         if sent.player is not None:
-            sends_of.setdefault((sent.player, sent.match), []).append(sent.at_ms)
+            sends_of.setdefault((sent.player, sent.match), []).append((sent.at_ms, sent.stored_ms))
     gave_up = {g.match: g for g in sorted(history.gave_up, key=lambda g: -g.at_ms)}
     first_read: dict[tuple[str, str, int], Read] = {}
     for r in history.reads:
@@ -392,15 +395,17 @@ def check(history: History, final: Final, limits: Limits) -> Report:
 
 
 def _late_why(match: str, events: Sequence[Mapping[str, Any]], heal: Fault, end: int | None,
-              faults: Sequence[Fault], sends_of: Mapping[tuple[str, str], list[int]],
+              faults: Sequence[Fault], sends_of: Mapping[tuple[str, str], list[tuple[int, int | None]]],
               first_read: Mapping[tuple[str, str, int], Read], gave_up: GaveUp | None) -> str:
     """What tells a late match's causes apart: each ``TurnTimedOut`` is ``idle`` (the player read
     the turn's update in time and sent no command before its deadline: the client did not act),
-    ``sent`` (a command of the player's went out between the update and the deadline: the server
-    did not take it in time) or ``unread`` (the update came after the deadline, or never: the
-    outage's); the client that gave up on the match; the faults that began after this heal and
-    before the end (the bound runs from each heal)."""
-    idle = sent = unread = 0
+    ``sent`` (a command of the player's went out between the update and the deadline and the
+    server had it by the deadline, or when it had it is not known: the server did not take it
+    in time), ``stored_late`` (tried in time, but its XADD went through only after the
+    deadline: the outage met the client's own write) or ``unread`` (the update came after the
+    deadline, or never: the outage's); the client that gave up on the match; the faults that
+    began after this heal and before the end (the bound runs from each heal)."""
+    idle = sent = stored_late = unread = 0
     for e in events:
         if e.get("type") != "TurnTimedOut":
             continue
@@ -409,12 +414,18 @@ def _late_why(match: str, events: Sequence[Mapping[str, Any]], heal: Fault, end:
         deadline = seen.deadline_ms if seen is not None and seen.deadline_ms is not None else ts
         if seen is None or seen.at_ms > deadline:
             unread += 1
-        elif any(seen.at_ms <= t <= max(deadline, seen.at_ms) for t in sends_of.get((player, match), ())):
-            sent += 1
         else:
-            idle += 1
+            tried = [stored for t, stored in sends_of.get((player, match), ())
+                     if seen.at_ms <= t <= max(deadline, seen.at_ms)]
+            if any(stored is None or stored <= deadline for stored in tried):
+                sent += 1
+            elif tried:
+                stored_late += 1
+            else:
+                idle += 1
     parts = [f"timeouts: {idle} idle (update read in time, no command sent by the deadline), "
-             f"{sent} with a command sent in time, {unread} with the update late or never read"]
+             f"{sent} with a command sent in time, {unread} with the update late or never read, "
+             f"{stored_late} with a command tried in time and stored after the deadline"]
     if gave_up is not None:
         parts.append(f"the client {gave_up.client} gave up on it {(gave_up.at_ms - heal.heal_ms) / 1000:+.1f}s "
                      f"from the heal: {gave_up.why[:160]}")

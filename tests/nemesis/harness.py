@@ -246,8 +246,10 @@ class InboxPlayer:
         end = began + 120
         while time.monotonic() < end:
             at = now_ms()  # when the player acted (the XADD may wait on a stopped master)
-            self._retry(lambda: self.gw.send(command), what="send")
-            self.rec.sent(Sent(self.tag, getattr(command, "player", None), command.match_id, command.command_id, at))
+            entry = str(self._retry(lambda: self.gw.send(command), what="send"))
+            stored = int(entry.split("-", 1)[0]) if entry.split("-", 1)[0].isdigit() else None  # Redis had it
+            self.rec.sent(Sent(self.tag, getattr(command, "player", None), command.match_id, command.command_id, at,
+                               stored))
             wait = time.monotonic() + 10
             while time.monotonic() < wait:
                 for msg in self._retry(lambda: self.gw.replies(self.last_reply, block_ms=500), what="replies"):

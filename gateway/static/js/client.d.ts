@@ -265,8 +265,8 @@ export type ClockExtendedEvent = {
   kind: "turn" | "ready";
   /** how many milliseconds later the clock now runs out (the deadline in the view and the brief moved by this much) */
   by_ms: number;
-  /** unpublished: the update that started the clock reached the player's stream late; undelivered: no gateway handed it to the player's socket in time (their gateway was down or restarting); unconfirmed: the match's writes could not be confirmed on the replicas (issue 35 §4) */
-  reason: "unpublished" | "undelivered" | "unconfirmed";
+  /** unpublished: the update that started the clock reached the player's stream late; undelivered: no gateway handed it to the player's socket in time (their gateway was down or restarting); unconfirmed: the match's writes could not be confirmed on the replicas; unhandled: the player's command reached the inbox before the deadline and the command service had not taken it yet (issue 35 §4) */
+  reason: "unpublished" | "undelivered" | "unconfirmed" | "unhandled";
 };
 
 /** HandDealt */
