@@ -144,3 +144,54 @@ def test_a_ready_in_the_inbox_before_the_ready_deadline_is_not_beaten_by_the_rea
     assert serve.run_once(block_ms=None) == 1
     assert m.state().seats[1].ready
     assert not any(isinstance(e, PlayerRemoved) for e in m.events())
+
+
+@pytest.mark.parametrize("taken", [False, True], ids=["waiting", "read_not_acknowledged"])
+def test_a_play_behind_a_long_backlog_still_pauses_the_clock(timers, taken):
+    """The inbox is read page by page: a Play behind more than a page of other commands (600 of
+    the other player's, added earlier) is found, whether serve never read them or read them and
+    died before acknowledging."""
+    t, clock, published = timers
+    m = Match(t, cfg(turn_seconds=5)).start()
+    t.lose_pending_timers()
+    _serve(t)
+    s = m.state()
+    published.prompt(s)
+    d = s.deadline()
+    seat = s.seats[s.turn]
+    other = next(x.player for x in s.seats if x is not None and x.player != seat.player)
+    for i in range(600):
+        _queue(t, Pass(command_id=f"o{i}", match_id="m1", player=other, expected_version=s.version),
+               d.at_ms - 3_000 + i)
+    _queue(t, Play(command_id="p1", match_id="m1", player=seat.player, cards=(seat.hand[0],),
+                   expected_version=s.version), d.at_ms - 1_000)
+    if taken:  # serve read every entry, then died
+        inbox = keys.inbox_key(keys.bucket_of("m1"))
+        assert len(t.store.client.xreadgroup(keys.SERVICE_GROUP, "s1", {inbox: ">"})[0][1]) == 601
+    clock.set(d.at_ms + 100)
+    assert rt_mod.fire("m1", d.version, "turn", t.runtime) == "extended"
+    assert m.events(after=s.version)[0].reason == "unhandled"
+
+
+@pytest.mark.parametrize("backlog, outcome", [(49, "committed"), (50, "extended")])
+def test_a_backlog_as_long_as_the_scan_limit_counts_as_serve_behind(timers, monkeypatch, backlog, outcome):
+    """As many unhandled entries by the deadline as the timers read (50 here): serve is that far
+    behind, and the clock pauses rather than charge a player whose command may be past them;
+    one fewer, none of them the player's, and the timeout is charged."""
+    monkeypatch.setattr(rt_mod, "_INBOX_PAGE", 20)
+    monkeypatch.setattr(rt_mod, "_INBOX_SCAN_LIMIT", 50)
+    t, clock, published = timers
+    m = Match(t, cfg(turn_seconds=5)).start()
+    t.lose_pending_timers()
+    _serve(t)
+    s = m.state()
+    published.prompt(s)
+    d = s.deadline()
+    other = next(x.player for x in s.seats if x is not None and x.player != s.seats[s.turn].player)
+    for i in range(backlog):
+        _queue(t, Pass(command_id=f"o{i}", match_id="m1", player=other, expected_version=s.version),
+               d.at_ms - 3_000 + i)
+    clock.set(d.at_ms + 100)
+    assert rt_mod.fire("m1", d.version, "turn", t.runtime) == outcome
+    first = m.events(after=s.version)[0]
+    assert isinstance(first, ClockExtended) if outcome == "extended" else isinstance(first, TurnTimedOut)

@@ -495,9 +495,10 @@ def clock_pause(rt: Runtime, state: Any, version: int, kind: str) -> tuple[int, 
     return None
 
 
-#: inbox entries read (not yet taken by the command service, and taken but not acknowledged)
-#: to find a player's command added before their deadline
-_INBOX_SCAN = 200
+#: inbox entries read per round trip, and at most in all, to find a player's command added
+#: before their deadline; a longer backlog by the deadline counts as unhandled (serve is behind)
+_INBOX_PAGE = 500
+_INBOX_SCAN_LIMIT = 10_000
 _TAKES_TURN = {"turn": ("Play", "Pass"), "ready": ("Ready",)}
 
 
@@ -507,43 +508,67 @@ def unhandled_in_time(client: Any, state: Any, kind: str, players: list[str],
     ``kind`` clock's deadline, a command that would act on it (``turn``: a Play or Pass of the
     player on turn; ``ready``: a Ready), decided on the current table (no ``expected_version``,
     or one the table has not moved past), that the command service (group ``sk-service``) has
-    not handled yet: never read by it, or read and not acknowledged (its reader died).  A
-    worker not allowed to read the inbox (an ACL from before this check) says False."""
-    from engine.service.inbox_message import decode
-
+    not handled yet: never read by it, or read and not acknowledged (its reader died).  As
+    many entries as ``_INBOX_SCAN_LIMIT`` unhandled by the deadline say True: serve is behind.
+    A worker not allowed to read the inbox (an ACL from before this check) says False."""
     stream = keys.inbox_key(keys.bucket_of(state.match_id, buckets))
-    deadline = int(state.deadline_at)
+    deadline = str(int(state.deadline_at))
+    acts = _acts_on(state, _TAKES_TURN.get(kind, ()), players)
     try:
-        last = "0-0"
         if not client.exists(stream):
             return False  # no inbox: nothing was sent
+        last = "0-0"
         for g in client.xinfo_groups(stream):
             if _text(g.get("name")) == keys.SERVICE_GROUP:
                 last = _text(g.get("last-delivered-id")) or "0-0"
-        entries = list(client.xrange(stream, min=f"({last}", max=str(deadline), count=_INBOX_SCAN))
-        if last != "0-0":
-            pending = client.xpending_range(stream, keys.SERVICE_GROUP, min="-", max=str(deadline),
-                                            count=_INBOX_SCAN)
+        scanned, start = 0, f"({last}"
+        while scanned < _INBOX_SCAN_LIMIT:  # never read by the service
+            page = client.xrange(stream, min=start, max=deadline, count=_INBOX_PAGE)
+            if any(acts(fields) for _id, fields in page):
+                return True
+            scanned += len(page)
+            if len(page) < _INBOX_PAGE:
+                break
+            start = f"({_text(page[-1][0])}"
+        start = "-"
+        while last != "0-0" and scanned < _INBOX_SCAN_LIMIT:  # read and not acknowledged
+            pending = client.xpending_range(stream, keys.SERVICE_GROUP, min=start, max=deadline,
+                                            count=_INBOX_PAGE)
+            pipe = client.pipeline(transaction=False)
             for p in pending:
-                entries.extend(client.xrange(stream, min=p["message_id"], max=p["message_id"], count=1))
+                pipe.xrange(stream, min=p["message_id"], max=p["message_id"], count=1)
+            if any(acts(fields) for found in (pipe.execute() if pending else ())
+                   for _id, fields in found):
+                return True
+            scanned += len(pending)
+            if len(pending) < _INBOX_PAGE:
+                break
+            start = f"({_text(pending[-1]['message_id'])}"
     except Exception as exc:
         if is_transient(exc) and not isinstance(exc, redis_errors.NoPermissionError):
             raise  # not now: the deadline is tried again
         log.warning("cannot read %s (%s): a command not handled yet does not pause the clock", stream, exc)
         return False
-    types = _TAKES_TURN.get(kind, ())
-    for _entry_id, fields in entries:
+    return scanned >= _INBOX_SCAN_LIMIT
+
+
+def _acts_on(state: Any, types: tuple[str, ...], players: list[str]) -> Callable[[Any], bool]:
+    """Whether an inbox entry's fields hold a command of ``types`` by one of ``players`` that
+    would be decided on ``state``'s current table."""
+    from engine.service.inbox_message import decode
+
+    def acts(fields: Any) -> bool:
         f = {_text(k): v for k, v in fields.items()}
         try:
             cmd = decode(f.get("c", f.get("j")), "c" not in f)
         except Exception:
-            continue  # not a command: the service dead-letters it
+            return False  # not a command: the service dead-letters it
         ev = getattr(cmd, "expected_version", None)
-        if (cmd.match_id == state.match_id and getattr(cmd, "type", None) in types
-                and getattr(cmd, "player", None) in players
-                and (ev is None or state.table_version <= ev <= state.version)):
-            return True
-    return False
+        return bool(cmd.match_id == state.match_id and getattr(cmd, "type", None) in types
+                    and getattr(cmd, "player", None) in players
+                    and (ev is None or state.table_version <= ev <= state.version))
+
+    return acts
 
 
 def _text(value: Any) -> str:
