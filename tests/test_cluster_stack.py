@@ -349,6 +349,7 @@ def test_failover_of_the_busiest_master_loses_nothing_with_replica_acks(cluster,
         wait_for(lambda: _started(watcher, "fosim-") >= 4 or sim.poll() is not None, 120,
                  "simulate's first matches", tuple(stack.logs))
         watcher.close()
+        sim_running_at_kill = sim.poll() is None
         cluster.kill(victim)
         cluster.wait_ok(60)  # a replica promoted ...
         # ... which has no replica of its own: writes there wait (WAIT 1) until the old master
@@ -369,7 +370,9 @@ def test_failover_of_the_busiest_master_loses_nothing_with_replica_acks(cluster,
             assert not failures, failures
             report = json.loads(sim_out)
             assert sim.returncode == 0 and report["finished"] == SIM_MATCHES and not report["errors"], (sim_out, sim_err[-2000:])
-            assert report["redis_retries"] > 0, "simulate met no outage: the kill came too late for it"
+            # the kill fell in simulate's run (whether one of its calls met the dead node, and so
+            # counted a retry, depends on which of its 4 matches' slots it held: not asserted)
+            assert sim_running_at_kill, "simulate finished before the kill"
             assert done == ids
             for p in stack.procs:
                 assert p.poll() is None, "a process exited during the fail-over:\n" + "\n".join(tail(x) for x in stack.logs)
