@@ -210,3 +210,41 @@ def test_a_buckets_player_and_operator_streams_are_read_together_each_under_its_
         work.stop()
     assert pending(r, keys.inbox_key(bucket)) == 0 and pending(r, keys.ops_key(bucket)) == 0
     assert not work.group._thread.is_alive()
+
+
+def test_a_group_reads_again_at_once_after_a_redirection_and_within_a_second_of_an_outage(monkeypatch) -> None:
+    """After a MOVED (the slots were asked again) the bucket streams are read again at once,
+    the back-off left where it was; while a node is away the waits double up to
+    READ_RETRY_CAP_S (1 s), so a replica promoted in a fail-over is read within a second."""
+    import types
+
+    import redis.exceptions as rex
+
+    from engine.service import inbox
+    from engine.store.transient import READ_RETRY_CAP_S
+
+    errors = [rex.ConnectionError("refused")] * 7 + [rex.MovedError("5566 127.0.0.1:7001"),
+                                                      rex.ConnectionError("refused")]
+
+    def failing(*_a: Any, **_k: Any) -> int:
+        raise errors.pop(0)
+
+    waits: list[float] = []
+
+    class Recorder:
+        def is_set(self) -> bool:
+            return not errors
+
+        def wait(self, delay: float) -> bool:
+            waits.append(delay)
+            return False
+
+    group = InboxGroup("t-retry", block_ms=10)
+    group.stop()
+    monkeypatch.setattr(inbox, "run_together", failing)
+    group._members = [types.SimpleNamespace(stats=types.SimpleNamespace(oversized=0), _backlog=False)]
+    group._stop = Recorder()  # type: ignore[assignment]
+    group._run()
+    assert READ_RETRY_CAP_S == 1.0
+    assert waits == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 0.05, 1.0]
+    assert group._members[0]._backlog is True  # what the failed round read is read again first

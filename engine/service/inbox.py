@@ -62,6 +62,7 @@ from engine.store import keys, wire
 from engine.store.connect import is_cluster, refresh_slots
 from engine.store.redis_errors import REDIS_FAILURES, is_outage, is_transient
 from engine.store.redis_store import ensure_group, stream_replies
+from engine.store.transient import READ_RETRY_CAP_S, Backoff, read_retry_delay
 
 log = logging.getLogger("shuangkou.gateway")
 
@@ -516,7 +517,7 @@ class InboxConsumer:
               min_idle_ms: int, trim_every_s: float) -> None:
         next_reclaim = time.monotonic() + reclaim_every_s
         next_trim = time.monotonic() + trim_every_s
-        backoff = 0.05
+        backoff = Backoff(first=0.05, cap=READ_RETRY_CAP_S)
         oversized = self.stats.oversized
         while not stop.is_set():
             try:
@@ -532,22 +533,22 @@ class InboxConsumer:
                 if now >= next_trim and not stop.is_set():
                     self.trim_inbox()
                     next_trim = now + trim_every_s
-                backoff = 0.05
+                backoff.reset()
             except REDIS_FAILURES as exc:
                 if self._just_parked:  # only some messages' publications wait: read on
                     self._just_parked = False
                     log.warning("%s: publication refused (%s); %d message(s) wait, the others go on",
                                 self.stream, exc, len(self._parked_ids))
                     continue
-                log.warning("redis error in the gateway loop (retrying in %.2fs): %s", backoff, exc)
+                delay = read_retry_delay(exc, backoff)
+                log.warning("redis error in the gateway loop (retrying in %.2fs): %s", delay, exc)
                 self._backlog = True
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                stop.wait(delay)
             except Exception:
-                log.exception("the gateway loop failed (retrying in %.2fs)", backoff)
+                delay = backoff.next()
+                log.exception("the gateway loop failed (retrying in %.2fs)", delay)
                 self._backlog = True
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                stop.wait(delay)
 
     def trim_inbox(self) -> int:
         """XTRIM MINID the inbox below the oldest entry some group still needs; returns entries removed."""

@@ -336,10 +336,11 @@ class InboxGroup:
     def _run(self) -> None:
         from engine.service.inbox import run_together
         from engine.store.redis_errors import REDIS_FAILURES
+        from engine.store.transient import READ_RETRY_CAP_S, Backoff, read_retry_delay
 
         next_reclaim = time.monotonic() + self.reclaim_every_s
         next_trim = time.monotonic() + self.trim_every_s
-        backoff = 0.05
+        backoff = Backoff(first=0.05, cap=READ_RETRY_CAP_S)
         while not self._stop.is_set():
             with self._members_lock:
                 members = list(self._members)
@@ -369,19 +370,19 @@ class InboxGroup:
                     with self._finished:
                         self._done += 1
                         self._finished.notify_all()
-                backoff = 0.05
+                backoff.reset()
             except REDIS_FAILURES as exc:
-                log.warning("redis error reading %d stream(s) (retrying in %.2fs): %s", len(members), backoff, exc)
+                delay = read_retry_delay(exc, backoff)
+                log.warning("redis error reading %d stream(s) (retrying in %.2fs): %s", len(members), delay, exc)
                 for c in members:
                     c._backlog = True
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                self._stop.wait(delay)
             except Exception:
-                log.exception("reading %d stream(s) failed (retrying in %.2fs)", len(members), backoff)
+                delay = backoff.next()
+                log.exception("reading %d stream(s) failed (retrying in %.2fs)", len(members), delay)
                 for c in members:
                     c._backlog = True
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                self._stop.wait(delay)
 
 
 class _Member:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from engine.store.redis_errors import TRANSIENT_PREFIXES, is_transient  # one classification (hardenA's)
 
-__all__ = ["TRANSIENT_PREFIXES", "Backoff", "is_transient"]
+__all__ = ["READ_RETRY_CAP_S", "TRANSIENT_PREFIXES", "Backoff", "is_transient", "read_retry_delay"]
 
 
 class Backoff:
@@ -51,3 +51,27 @@ class Backoff:
 
     def reset(self) -> None:
         self._delay = self.first
+
+
+#: the longest a command reader waits between tries while Redis fails: a replica promoted in a
+#: fail-over is read within this of taking the slots
+READ_RETRY_CAP_S = 1.0
+
+
+def read_retry_delay(exc: BaseException, backoff: Backoff) -> float:
+    """How long a stream reader waits after ``exc`` before reading again: ``backoff.first`` after
+    a redirection (MOVED or ASK: the slots were asked again, the next read finds the slot's
+    node), without advancing the back-off; else ``backoff.next()``.
+
+    >>> import redis
+    >>> b = Backoff(first=0.05, cap=READ_RETRY_CAP_S)
+    >>> [read_retry_delay(redis.ConnectionError("refused"), b) for _ in range(6)]
+    [0.05, 0.1, 0.2, 0.4, 0.8, 1.0]
+    >>> read_retry_delay(redis.exceptions.MovedError("5566 127.0.0.1:7001"), b), b.next()
+    (0.05, 1.0)
+    """
+    import redis.exceptions as rex
+
+    if isinstance(exc, rex.AskError):  # MovedError is an AskError
+        return backoff.first
+    return backoff.next()
