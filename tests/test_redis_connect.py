@@ -193,3 +193,48 @@ def test_no_token_may_claim_a_bot_seats_id(bot: str) -> None:
         verify(secret, forged)
     for person in ("bot-x", "robot-1", "bot"):  # the positive controls: only bot-<digits> is reserved
         assert verify(secret, mint(secret, person)).player == person
+
+
+_READS = [
+    ("XREADGROUP", "GROUP", "g", "c", "COUNT", "10", "STREAMS", "a", "b", ">", ">"),
+    ("XREADGROUP", "GROUP", "streams", "streams", "BLOCK", "5", "NOACK", "STREAMS", "k", ">"),
+    ("XREADGROUP", "GROUP", "g", "STREAMS", "STREAMS", "STREAMS", "0"),
+    ("xread", "count", "2", "block", "0", "streams", "x", "y", "z", "0", "0", "0"),
+    ("XREAD", "STREAMS", "streams", "0"),
+    ("EVAL", "return 1", "2", "k1", "k2", "arg"),
+    ("EVAL", "return 1", "0"),
+]
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("args", _READS, ids=lambda a: " ".join(a[:5]))
+def test_the_cluster_clients_key_parser_agrees_with_the_server(real_redis, args):
+    """local_keys (a Cluster client's routing of XREAD, XREADGROUP and the scripts without a
+    COMMAND GETKEYS round trip) names the keys the server names, whatever the groups, the
+    consumers or the keys are called."""
+    from engine.store.connect import local_keys
+
+    server = [k.decode() if isinstance(k, bytes) else k for k in real_redis.command_getkeys(*args)]
+    assert local_keys(args) == server
+
+
+@pytest.mark.parametrize("args", [
+    ("XREADGROUP", "GROUP", "g", "c", "STREAMS", "a"),    # keys without their ids
+    ("XREADGROUP", "GROUP", "g", "c", "RETRY", "STREAMS", "a", ">"),  # an option Redis lacks
+    ("XREAD", "COUNT"),
+    ("XREAD",),
+])
+def test_arguments_the_parser_cannot_read_are_left_to_the_server(args):
+    """Arguments that do not parse give None: the Cluster client asks the server (which refuses
+    them) rather than routing by a guess."""
+    from engine.store.connect import local_keys
+
+    assert local_keys(args) is None
+
+
+def test_connect_doctests():
+    import doctest
+
+    import engine.store.connect as connect_module
+
+    assert doctest.testmod(connect_module).failed == 0

@@ -138,18 +138,25 @@ _SCRIPT_COMMANDS = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro"})
 
 def local_keys(args: tuple[Any, ...]) -> list[Any] | None:
     """The keys of an XREAD / XREADGROUP (the first half after ``STREAMS``) or a script call
-    (the ``numkeys`` after the script), read off the arguments; None for any other command.
+    (the ``numkeys`` after the script), read off the arguments; None for any other command, or
+    one whose arguments do not parse (the server's ``COMMAND GETKEYS`` then answers).
+
+    The options are read as Redis reads them (``GROUP`` takes two arguments, ``COUNT`` and
+    ``BLOCK`` one, ``NOACK`` none), so a group or consumer named ``streams`` is not taken
+    for the keyword.
 
     >>> local_keys(("XREADGROUP", "GROUP", "g", "c", "COUNT", 10, "STREAMS", "a", "b", ">", ">"))
     ['a', 'b']
+    >>> local_keys(("XREADGROUP", "GROUP", "streams", "STREAMS", "BLOCK", 5, "STREAMS", "k", ">"))
+    ['k']
     >>> local_keys(("EVAL", "return 1", 2, "k1", "k2", "arg")), local_keys((b"EVALSHA", "f00", 0))
     (['k1', 'k2'], [])
-    >>> local_keys(("GET", "k")) is None
-    True
+    >>> local_keys(("GET", "k")) is None, local_keys(("XREAD", "COUNT", 1, "STREAMS", "a")) is None
+    (True, True)
     """
     if not args:
         return None
-    name = (args[0].decode() if isinstance(args[0], bytes) else str(args[0])).lower()
+    name = _word(args[0]).lower()
     if name in _SCRIPT_COMMANDS:
         if len(args) < 3:
             return None
@@ -157,11 +164,23 @@ def local_keys(args: tuple[Any, ...]) -> list[Any] | None:
         return list(args[3:3 + n])
     if name not in _STREAMS_COMMANDS:
         return None
-    words = [a.decode().upper() if isinstance(a, bytes) else str(a).upper() for a in args]
-    if "STREAMS" not in words:
-        return None
-    rest = list(args[words.index("STREAMS") + 1:])
-    return rest[:len(rest) // 2]
+    takes = {"COUNT": 1, "BLOCK": 1, "NOACK": 0}
+    if name == "xreadgroup":
+        takes["GROUP"] = 2
+    at = 1
+    while at < len(args):
+        word = _word(args[at]).upper()
+        if word == "STREAMS":
+            rest = list(args[at + 1:])
+            return rest[:len(rest) // 2] if rest and len(rest) % 2 == 0 else None
+        if word not in takes:
+            return None
+        at += 1 + takes[word]
+    return None
+
+
+def _word(arg: Any) -> str:
+    return arg.decode(errors="replace") if isinstance(arg, bytes) else str(arg)
 
 
 def local_stream_keys(parser: Any, *, asynchronous: bool) -> None:
