@@ -22,6 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import redis
 
@@ -38,6 +40,7 @@ from tests.test_workers import T0, cfg
 from workers.clock import FakeClock
 from workers.dispatcher import (
     DEFAULT_IDLE_MS,
+    CLAIM_LIMIT,
     DEFAULT_INTERVAL_MS,
     HOLDER_KEY,
     NOTHING_RECORDED,
@@ -45,6 +48,7 @@ from workers.dispatcher import (
     Dispatcher,
     DispatcherLease,
     DispatcherThread,
+    MemoryClaims,
     RedisClaims,
     claims_for,
     sent_key,
@@ -479,3 +483,70 @@ def test_idle_ms_at_most_the_interval_keeps_the_fixed_tick(real_redis):
     thread._stop_event = stop                                    # type: ignore[assignment]
     thread.run()
     assert set(stop.waits[1:]) == {0.025} and thread.ticks == 40
+
+
+# ---- what a claim reads ------------------------------------------------------------------------
+
+def _index_reads(client: Any) -> dict[str, int]:
+    stats = client.info("commandstats")
+    return {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("zrange", "zrangebyscore")}
+
+
+def test_a_claim_with_nothing_due_reads_each_buckets_index_once(real_redis):
+    """A tick that finds nothing due (most ticks: a dispatcher ticks up to 10 times a second,
+    a turn's clock runs for seconds) reads the head of each bucket's index and nothing more;
+    the head is also the soonest deadline it reports."""
+    store = RedisEventStore(real_redis)
+    claims = claims_for(store, first_lease_ms=1_000)
+    for i in range(40):
+        _record(store, _deadline(f"m{i}", 1, T0 + 1_000 + 10 * i))
+    real_redis.config_resetstat()
+    assert claims.claim(T0, 100) == []
+    assert claims.next_due_ms == T0 + 1_000                      # type: ignore[attr-defined]
+    assert _index_reads(real_redis) == {"zrange": store.buckets, "zrangebyscore": 0}
+    real_redis.flushdb()
+    real_redis.config_resetstat()
+    assert claims.claim(T0, 100) == [] and claims.next_due_ms == NOTHING_RECORDED  # type: ignore[attr-defined]
+    assert _index_reads(real_redis) == {"zrange": store.buckets, "zrangebyscore": 0}
+
+
+_OPS = st.lists(st.one_of(
+    st.tuples(st.just("record"), st.integers(0, 7), st.integers(-3_000, 3_000)),   # match, at - now
+    st.tuples(st.just("claim"), st.integers(0, 1_500), st.just(0)),                # the clock moves on
+    st.tuples(st.just("release"), st.integers(0, 7), st.just(0)),                  # that match fired
+), max_size=30)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_OPS, buckets=st.sampled_from([1, 3, 16]))
+def test_a_claim_takes_what_memory_claims_takes_and_reports_the_soonest_left(real_redis, ops, buckets):
+    """Against :class:`~workers.dispatcher.MemoryClaims` (the same rules in this process), over
+    any order of recorded deadlines, claims and releases: the Lua claim takes the same
+    deadlines, and ``next_due_ms`` is the soonest recorded deadline after the claim's time
+    (``NOTHING_RECORDED`` when there is none)."""
+    real_redis.flushdb()
+    store = RedisEventStore(real_redis, buckets=buckets)
+    claims = claims_for(store, first_lease_ms=1_000)
+    model = MemoryClaims(store, first_lease_ms=1_000)
+    now = T0
+    current: dict[str, Deadline] = {}
+    version: dict[str, int] = {}
+    for op, a, b in ops:
+        mid = f"m{a}"
+        if op == "record":
+            version[mid] = version.get(mid, 0) + 1
+            current[mid] = _deadline(mid, version[mid], now + b)
+            _record(store, current[mid])
+        elif op == "release":
+            if mid in current:
+                d = current[mid]
+                fired = [(d.match_id, d.version, d.kind)]
+                claims.release(fired)
+                model.release(fired)
+        else:
+            now += a
+            got = {c.deadline.match_id: c.attempt for c in claims.claim(now, CLAIM_LIMIT)}
+            want = {c.deadline.match_id: c.attempt for c in model.claim(now, CLAIM_LIMIT)}
+            assert got == want
+            later = [d.at_ms for d in current.values() if d.at_ms > now]
+            assert claims.next_due_ms == (min(later) if later else NOTHING_RECORDED)  # type: ignore[attr-defined]

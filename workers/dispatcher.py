@@ -147,6 +147,13 @@ for k = 1, #KEYS - 2, 3 do
   local index, infos, marks = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   local n = 0
   local offset = 0
+  local head = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
+  local first_at = tonumber(head[2])
+  local quiet = first_at == nil or first_at > due   -- nothing due here: the head is its soonest
+  if quiet then
+    offset = scan
+    if first_at and (soonest < 0 or first_at < soonest) then soonest = first_at end
+  end
   while n < want and offset < scan do
     local ids = redis.call('ZRANGEBYSCORE', index, '-inf', due, 'LIMIT', offset, math.min(want, scan - offset))
     if #ids == 0 then break end
@@ -186,6 +193,7 @@ for k = 1, #KEYS - 2, 3 do
   end
   if n >= want then
     soonest = due                                   -- more may be due in this bucket
+  elseif quiet then                                 -- its head, read above, said all
   elseif soonest ~= due then
     local after = redis.call('ZRANGEBYSCORE', index, '(' .. ARGV[1], '+inf', 'LIMIT', 0, 1, 'WITHSCORES')
     local at = tonumber(after[2])
