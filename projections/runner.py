@@ -135,6 +135,14 @@ def _s(v: bytes | str) -> str:
     return v.decode("utf-8") if isinstance(v, bytes) else v
 
 
+def _stream_rows(reply: Any) -> list[tuple[Any, Any]]:
+    """An XREAD / XREADGROUP reply as ``(stream, entries)`` pairs: redis-py gives a list of
+    pairs on RESP2 and a map of stream -> ``[entries]`` on RESP3."""
+    if isinstance(reply, dict):
+        return [(stream, value[0] if value else []) for stream, value in reply.items()]
+    return [(stream, entries) for stream, entries in reply or []]
+
+
 class RedisFeed(Feed):
     """Consumer-group reader of the bucket feed streams."""
 
@@ -159,6 +167,9 @@ class RedisFeed(Feed):
         #: per bucket, the entries read (and so pending on this consumer) and not acked yet:
         #: a bucket whose reads were all acknowledged needs no re-read of its pending entries
         self._unacked: list[set[str]] = [set() for _ in range(buckets)]
+        #: read every feed with one XREADGROUP (one Redis), or a feed a command (a Cluster);
+        #: None until the first read asks
+        self._together: bool | None = None
 
     def ensure_groups(self) -> None:
         """Create the group on every bucket feed (from the start: replaying is harmless)."""
@@ -247,10 +258,7 @@ class RedisFeed(Feed):
         had_pending: set[int] = set()
         pending_buckets = [b for b in range(self.buckets) if self._maybe_pending[b]]
         if pending_buckets:
-            pipe = self.client.pipeline(transaction=False)
-            for b in pending_buckets:
-                pipe.xreadgroup(self.group, self.consumer, {keys.feed_key(b): "0"}, count=count)
-            for b, reply in zip(pending_buckets, pipe.execute()):
+            for b, reply in zip(pending_buckets, self._read_feeds(pending_buckets, "0", count)):
                 before = len(out)
                 self._parse(b, reply, out, empty.setdefault(b, []))
                 if len(out) > before:
@@ -265,10 +273,7 @@ class RedisFeed(Feed):
             was = {b: self._maybe_pending[b] for b in fresh_buckets}
             for b in fresh_buckets:
                 self._maybe_pending[b] = True
-            pipe = self.client.pipeline(transaction=False)
-            for b in fresh_buckets:
-                pipe.xreadgroup(self.group, self.consumer, {keys.feed_key(b): ">"}, count=count)
-            for b, reply in zip(fresh_buckets, pipe.execute()):
+            for b, reply in zip(fresh_buckets, self._read_feeds(fresh_buckets, ">", count)):
                 before = len(out)
                 self._parse(b, reply, out, empty.setdefault(b, []))
                 self._maybe_pending[b] = was[b] or len(out) > before  # delivered to us: pending until acked
@@ -280,6 +285,26 @@ class RedisFeed(Feed):
                     pipe.xack(keys.feed_key(b), self.group, *ids)
             pipe.execute()
         return out
+
+    def _read_feeds(self, buckets: Sequence[int], start: str, count: int) -> list[Any]:
+        """XREADGROUP of ``buckets``' feeds from ``start`` (``"0"``: this consumer's pending
+        entries, ``">"``: new ones), at most ``count`` entries a feed; per bucket, in order, a
+        reply :meth:`_parse` reads.  On one Redis one XREADGROUP names every feed; on a Cluster
+        (a feed a slot) one XREADGROUP a feed, in one pipeline split by node."""
+        if self._together is None:
+            from engine.store.connect import is_cluster
+
+            self._together = not is_cluster(self.client)
+        if not self._together:
+            pipe = self.client.pipeline(transaction=False)
+            for b in buckets:
+                pipe.xreadgroup(self.group, self.consumer, {keys.feed_key(b): start}, count=count)
+            return [_stream_rows(reply) for reply in pipe.execute()]
+        reply = self.client.xreadgroup(self.group, self.consumer, {keys.feed_key(b): start for b in buckets},
+                                       count=count)
+        by_feed = {_s(stream): entries for stream, entries in _stream_rows(reply)}
+        return [[(keys.feed_key(b), by_feed[keys.feed_key(b)])] if keys.feed_key(b) in by_feed else []
+                for b in buckets]
 
     def ack(self, delivery: Delivery) -> None:
         self.ack_all([delivery])

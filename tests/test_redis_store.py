@@ -135,6 +135,34 @@ def test_a_short_feed_is_trimmed_below_what_every_group_acknowledged(client):
     assert sum(client.xlen(keys.feed_key(b)) for b in range(2)) == 0
 
 
+@pytest.mark.redis
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_a_feed_reads_every_bucket_with_one_xreadgroup_pending_and_new(redis_server, protocol):
+    """On one Redis a projection's read of the feeds is one XREADGROUP naming every bucket's feed
+    (its pending entries after a restart: one more), on RESP2 and RESP3 alike; what the
+    consumer read and did not acknowledge comes back to it, nothing twice in one read."""
+    from projections.runner import RedisFeed
+
+    client = redis.Redis.from_url(redis_server.url, protocol=protocol)
+    client.flushdb()
+    try:
+        store = RedisEventStore(client, buckets=4)
+        for i in range(12):
+            store.append(f"m{i}", 0, "c", [ready(f"m{i}", 1)], None)
+        assert len({keys.bucket_of(f"m{i}", 4) for i in range(12)}) > 1
+        feed = RedisFeed(client, consumer="one", buckets=4)
+        got = feed.read(count=100)
+        assert sorted(d.entry.match_id for d in got) == sorted(f"m{i}" for i in range(12))
+        feed.ack_all(got[:5])
+        client.config_resetstat()
+        again = RedisFeed(client, consumer="one", buckets=4).read(count=100)     # a restart
+        assert sorted(d.entry.id for d in again) == sorted(d.entry.id for d in got[5:])
+        xreadgroups = int(client.info("commandstats")["cmdstat_xreadgroup"]["calls"])
+        assert xreadgroups == 2                          # this consumer's pending entries, then new ones
+    finally:
+        client.close()
+
+
 def test_the_runner_trims_what_it_acknowledged_when_caught_up_and_when_it_stops(fake_redis):
     import threading
 
