@@ -26,6 +26,7 @@ unscaled run is ~0.3 s, too short for a steady p50).  Then the Redis work per pl
 
 * ``redis_commands_per_command``: INFO commandstats delta over the serve runs ÷ commands
   (the whole pipeline: serve, its projections, and the clients' XADD/XREAD/state reads);
+  ``redis_commands_per_command_by_name`` the same per command name (``xadd``, ``xack``…);
 * ``serve_commands_per_command`` / ``serve_round_trips_per_command``: serve's own share,
   live: one more serve run per concurrency in a process whose Redis connections count what
   each thread sends (a pipeline is one round trip), until the projections have drained the
@@ -231,9 +232,11 @@ def run_floor(url: str, concurrency: int, commands: int) -> dict[str, float]:
         _stop(server)
 
 
-def _commandstats(r: Any) -> int:
-    return sum(int(v["calls"]) for k, v in r.info("commandstats").items() if k.startswith("cmdstat_")
-               and k not in ("cmdstat_info",))
+def _commandstats(r: Any) -> dict[str, int]:
+    """Calls per command name (``xadd``, ``xinfo|groups``; a script's own calls included),
+    INFO itself left out."""
+    return {k[len("cmdstat_"):]: int(v["calls"]) for k, v in r.info("commandstats").items()
+            if k.startswith("cmdstat_") and k != "cmdstat_info"}
 
 
 def run_serve(url: str, concurrency: int, matches: int) -> dict[str, Any]:
@@ -257,7 +260,8 @@ def run_serve(url: str, concurrency: int, matches: int) -> dict[str, Any]:
                 for k in range(clients)]
         outs = [p.communicate(timeout=900) for p in sims]
         wall = time.perf_counter() - t0
-        calls = _commandstats(r) - before
+        after = _commandstats(r)
+        calls = {name: n - before.get(name, 0) for name, n in after.items() if n - before.get(name, 0)}
         reps = []
         for p, (stdout, stderr) in zip(sims, outs):
             if p.returncode not in (0, 1):
@@ -430,7 +434,8 @@ def measure(url: str, runs: int, quick: bool, scale: int = 1) -> dict[str, Any]:
     import redis
 
     out: dict[str, Any] = {}
-    serve_calls = serve_cmds = 0
+    serve_cmds = 0
+    serve_calls: dict[str, int] = {}
     if not quick:  # one short run of each, not counted: the first run on a fresh server reads slower
         run_serve(url, 1, 4)
         run_floor(url, 1, 500)
@@ -441,7 +446,8 @@ def measure(url: str, runs: int, quick: bool, scale: int = 1) -> dict[str, Any]:
         for _ in range(runs):
             s = run_serve(url, c, matches)
             serve_runs.append(s)
-            serve_calls += s["redis_calls"]
+            for name, n in s["redis_calls"].items():
+                serve_calls[name] = serve_calls.get(name, 0) + n
             serve_cmds += s["commands"]
             floor_runs.append(run_floor(url, c, floor_commands))
         med = {k: statistics.median(x[k] for x in serve_runs) for k in ("cps", "p50_ms", "p99_ms")}
@@ -456,7 +462,9 @@ def measure(url: str, runs: int, quick: bool, scale: int = 1) -> dict[str, Any]:
                         "run_ratios": [round(a["cps"] / b["cps"], 3) for a, b in zip(serve_runs, floor_runs)],
                         "run_p50_ratios": [round(a["p50_ms"] / b["p50_ms"], 3)
                                            for a, b in zip(serve_runs, floor_runs)]}
-    out["redis_commands_per_command"] = round(serve_calls / max(serve_cmds, 1), 2)
+    out["redis_commands_per_command"] = round(sum(serve_calls.values()) / max(serve_cmds, 1), 2)
+    out["redis_commands_per_command_by_name"] = {
+        name: round(n / max(serve_cmds, 1), 3) for name, n in sorted(serve_calls.items(), key=lambda x: -x[1])}
     # serve's own Redis work, live (a counted serve: every connection of the process counted
     # per thread), at each concurrency; the figures are medians over the levels
     work = {f"c{c}": serve_redis_work(url, c, max(c, 4) if quick else max(2 * c, 10))
@@ -528,7 +536,8 @@ def main() -> int:
           + "; ".join(f"c{c} cmd/s {res[f'c{c}']['run_ratios']} p50 {res[f'c{c}']['run_p50_ratios']}"
                       for c in LEVELS))
     print(f"Redis commands per player command, whole pipeline (INFO commandstats): "
-          f"{res['redis_commands_per_command']}")
+          f"{res['redis_commands_per_command']} ("
+          + ", ".join(f"{k} {v}" for k, v in res["redis_commands_per_command_by_name"].items() if v >= 0.01) + ")")
     print(f"serve's own (a counted serve, live): {res['serve_commands_per_command']} commands, "
           f"{res['serve_round_trips_per_command']} round trips per player command "
           f"({res['inbox_round_trips_per_command']} the command loop's, "

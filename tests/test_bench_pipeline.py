@@ -32,6 +32,9 @@ def test_pipeline_bench_quick_json_has_the_issue_keys() -> None:
         assert len(figures["run_ratios"]) == len(figures["run_p50_ratios"]) == figures["runs"] == 1
         assert figures["run_ratios"] == [pytest.approx(figures["ratio"], rel=0.01)]  # one run: its own ratio
     assert report["redis_commands_per_command"] > 0
+    by_name = report["redis_commands_per_command_by_name"]
+    assert by_name["evalsha"] > 0 and by_name["xreadgroup"] > 0 and "info" not in by_name
+    assert abs(sum(by_name.values()) - report["redis_commands_per_command"]) < 0.05
     assert report["serve_commands_per_command"] > 0 and report["serve_round_trips_per_command"] > 0
     # the projections' own share, counted live in serve's projection thread (issue 13 §2)
     assert 0 < report["projections_round_trips_per_command"] < report["serve_round_trips_per_command"]
