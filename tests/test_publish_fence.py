@@ -231,3 +231,31 @@ def test_the_script_is_sent_without_its_comment_lines() -> None:
     assert PUBLISH_LUA.count("\n") == source.count("\n")
     assert not any(line.lstrip().startswith("--") for line in PUBLISH_LUA.splitlines())
     assert len(PUBLISH_LUA.encode()) < len(source.encode()) / 2
+
+
+_SCRIPTS = [
+    "-- a comment\nreturn 'x'",
+    "local s = [[\n-- not a comment: a line of a long string\n]]\nreturn s",
+    "local s = [==[\n  -- nor is this\n]==]\nreturn s",
+    "--[[ a block\ncomment ]]\nreturn 'y'",
+    "local t = {}\n-- a comment\nt[#t + 1] = '--'\nreturn t[1]",
+]
+
+
+@pytest.mark.parametrize("script", _SCRIPTS)
+def test_a_script_without_its_comment_lines_returns_what_the_script_returns(real_redis, script) -> None:
+    """What is sent (:func:`without_comment_lines`) runs as the file does: a line of a long
+    string that starts with ``--`` is kept, and the line count with it."""
+    from engine.service.publish import without_comment_lines
+
+    sent = without_comment_lines(script)
+    assert sent.count("\n") == script.count("\n")
+    assert real_redis.eval(sent, 0) == real_redis.eval(script, 0)
+
+
+def test_publish_doctests() -> None:
+    import doctest
+
+    import engine.service.publish as publish_module
+
+    assert doctest.testmod(publish_module).failed == 0

@@ -100,9 +100,14 @@ def without_comment_lines(script: str) -> str:
     ['', '', "local a = '--x' -- why", 'return a']
     >>> without_comment_lines("--[[ a\\nb ]]\\nreturn 1") == "--[[ a\\nb ]]\\nreturn 1"
     True
+    >>> without_comment_lines("local s = [[\\n-- kept\\n]]\\nreturn s") == "local s = [[\\n-- kept\\n]]\\nreturn s"
+    True
+
+    A script with a long bracket anywhere (a block comment ``--[[``, a long string ``[[`` or
+    ``[==[``) is sent whole: a line inside one that starts with ``--`` is not a comment.
     """
     lines = script.splitlines(keepends=True)
-    if any(line.lstrip().startswith(("--[[", "--[=")) for line in lines):  # a block comment: sent whole
+    if any("[[" in line or "[=" in line for line in lines):  # a long bracket: sent whole
         return script
     return "".join("\n" if line.lstrip().startswith("--") else line for line in lines)
 
