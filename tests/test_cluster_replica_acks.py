@@ -97,6 +97,11 @@ def test_the_default_is_one_when_every_master_has_a_replica_and_zero_when_one_ha
         client.close()
 
 
+#: the WAIT timeout of these tests: a healthy replica on a loaded 2-core CI machine can take
+#: a few hundred ms to answer; a node whose replica was killed makes its WAIT last this long
+ACK_TIMEOUT_MS = 2_000
+
+
 def test_pipelined_appends_on_a_cluster_wait_per_node_and_one_node_short_fails_only_its_own(local_cluster):
     from tests.cluster_support import _wait
 
@@ -106,7 +111,7 @@ def test_pipelined_appends_on_a_cluster_wait_per_node_and_one_node_short_fails_o
     client = _client(local_cluster)
     try:
         store = RedisEventStore(client)
-        store.replica_acks = ReplicaAcks(client, 1, timeout_ms=300)
+        store.replica_acks = ReplicaAcks(client, 1, timeout_ms=ACK_TIMEOUT_MS)
         seen: list[str] = []
         store.replica_acks.on_wait = lambda result, _s: seen.append(result)
         by_master = _one_match_per_master(local_cluster, store)
@@ -171,10 +176,14 @@ def test_execute_many_keeps_the_other_masters_matches_going(local_cluster):
     from engine.service.shuffle import seeded_random
     from engine.service.state_cache import StateCache
 
+    from tests.cluster_support import _wait
+
+    _wait(lambda: all(local_cluster.online_replicas(m) for m in local_cluster.masters()), 30,
+          "every master's replica online")
     client = _client(local_cluster)
     try:
         store = RedisEventStore(client)
-        store.replica_acks = ReplicaAcks(client, 1, timeout_ms=300)
+        store.replica_acks = ReplicaAcks(client, 1, timeout_ms=ACK_TIMEOUT_MS)
         service = MatchService(store, lambda: 1_000, seeded_random(1), state_cache=StateCache(100))
         by_master = _one_match_per_master(local_cluster, store)
         cfg = load_config("points").to_record()
