@@ -156,7 +156,7 @@ def test_a_duplicate_found_through_a_refusal_waits_for_the_replicas(alone, pair)
         first = MatchService(RedisEventStore(node.client()), lambda: 1_000, random.Random(0))
         assert first.execute(create).rejection is None  # written, no wait (as a master cut off would)
         store = RedisEventStore(node.client())
-        store.replica_acks = ReplicaAcks(store.client, 1, 200)
+        store.replica_acks = ReplicaAcks(store.client, 1, 2_000 if answered else 200)  # a replica answers within 2 s
         retry = MatchService(store, lambda: 2_000, random.Random(0))
         if answered:
             outcome = retry.execute(create)
@@ -244,9 +244,9 @@ def test_concurrent_asyncio_waits_share_rounds(pair, alone):
     caller holding a connection each.  Too few replicas: every caller gets NOREPLICAS."""
     import redis.asyncio as aioredis
 
-    async def many(url: str, n: int) -> tuple[list[Any], int]:
+    async def many(url: str, n: int, timeout_ms: int) -> tuple[list[Any], int]:
         client = aioredis.Redis.from_url(url)
-        acks = AsyncReplicaAcks(client, 1, 200)
+        acks = AsyncReplicaAcks(client, 1, timeout_ms)
         try:
             for k in range(n):  # each caller's own write first, then its wait
                 await client.set(f"sk:{{lobby}}:round-{k}", k)
@@ -257,10 +257,10 @@ def test_concurrent_asyncio_waits_share_rounds(pair, alone):
             await client.aclose()
 
     primary, replica = pair
-    out, waits = asyncio.run(many(primary.url, 20))
+    out, waits = asyncio.run(many(primary.url, 20, 2_000))  # a replica answers within 2 s
     assert out == [None] * 20 and 1 <= waits <= 2, (out, waits)
     assert replica.client().get("sk:{lobby}:round-19") == b"19"  # the replica had every caller's write
-    out, waits = asyncio.run(many(alone.url, 20))
+    out, waits = asyncio.run(many(alone.url, 20, 200))
     assert all(isinstance(x, redis.ResponseError) and str(x).startswith("NOREPLICAS 0 of 1") for x in out), out
     assert waits <= 2
 
