@@ -66,6 +66,8 @@ from redis.exceptions import NoScriptError
 from engine.match.events import EventBase, MatchFinished
 from engine.store import keys
 from engine.store.base import EventStore, FeedEntry
+from engine.store.connect import is_cluster
+from engine.store.redis_store import stream_replies
 from engine.store.transient import Backoff, is_transient
 from projections.ledger import Ledger, LedgerRefused
 from projections.settlement import Settlement, SettlementError, settle
@@ -135,14 +137,6 @@ def _s(v: bytes | str) -> str:
     return v.decode("utf-8") if isinstance(v, bytes) else v
 
 
-def _stream_rows(reply: Any) -> list[tuple[Any, Any]]:
-    """An XREAD / XREADGROUP reply as ``(stream, entries)`` pairs: redis-py gives a list of
-    pairs on RESP2 and a map of stream -> ``[entries]`` on RESP3."""
-    if isinstance(reply, dict):
-        return [(stream, value[0] if value else []) for stream, value in reply.items()]
-    return [(stream, entries) for stream, entries in reply or []]
-
-
 class RedisFeed(Feed):
     """Consumer-group reader of the bucket feed streams."""
 
@@ -167,9 +161,8 @@ class RedisFeed(Feed):
         #: per bucket, the entries read (and so pending on this consumer) and not acked yet:
         #: a bucket whose reads were all acknowledged needs no re-read of its pending entries
         self._unacked: list[set[str]] = [set() for _ in range(buckets)]
-        #: read every feed with one XREADGROUP (one Redis), or a feed a command (a Cluster);
-        #: None until the first read asks
-        self._together: bool | None = None
+        #: read every feed with one XREADGROUP (one Redis), or a feed a command (a Cluster)
+        self._together = not is_cluster(client)
 
     def ensure_groups(self) -> None:
         """Create the group on every bucket feed (from the start: replaying is harmless)."""
@@ -291,20 +284,16 @@ class RedisFeed(Feed):
         entries, ``">"``: new ones), at most ``count`` entries a feed; per bucket, in order, a
         reply :meth:`_parse` reads.  On one Redis one XREADGROUP names every feed; on a Cluster
         (a feed a slot) one XREADGROUP a feed, in one pipeline split by node."""
-        if self._together is None:
-            from engine.store.connect import is_cluster
-
-            self._together = not is_cluster(self.client)
         if not self._together:
             pipe = self.client.pipeline(transaction=False)
             for b in buckets:
                 pipe.xreadgroup(self.group, self.consumer, {keys.feed_key(b): start}, count=count)
-            return [_stream_rows(reply) for reply in pipe.execute()]
+            return [stream_replies(reply) for reply in pipe.execute()]
         reply = self.client.xreadgroup(self.group, self.consumer, {keys.feed_key(b): start for b in buckets},
                                        count=count)
-        by_feed = {_s(stream): entries for stream, entries in _stream_rows(reply)}
-        return [[(keys.feed_key(b), by_feed[keys.feed_key(b)])] if keys.feed_key(b) in by_feed else []
-                for b in buckets]
+        by_feed = {_s(stream): entries for stream, entries in stream_replies(reply)}
+        names = [keys.feed_key(b) for b in buckets]
+        return [[(name, by_feed[name])] if name in by_feed else [] for name in names]
 
     def ack(self, delivery: Delivery) -> None:
         self.ack_all([delivery])
