@@ -150,11 +150,8 @@ for k = 1, #KEYS - 2, 3 do
   local head = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
   local first_at = tonumber(head[2])
   local quiet = first_at == nil or first_at > due   -- nothing due here: the head is its soonest
-  if quiet then
-    offset = scan
-    if first_at and (soonest < 0 or first_at < soonest) then soonest = first_at end
-  end
-  while n < want and offset < scan do
+  if quiet and first_at and (soonest < 0 or first_at < soonest) then soonest = first_at end
+  while not quiet and n < want and offset < scan do
     local ids = redis.call('ZRANGEBYSCORE', index, '-inf', due, 'LIMIT', offset, math.min(want, scan - offset))
     if #ids == 0 then break end
     offset = offset + #ids
