@@ -736,6 +736,8 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
     transient error is raised once every consumer's batch is committed."""
     handled = 0
     for c in consumers:
+        if c._parked_due is not None and time.monotonic() >= c._parked_due:
+            c._backlog = True  # its parked messages' retry is due: run_once reads them first
         if c._backlog:
             handled += c.run_once(block_ms=None, count=count, stop=stop, defer_ack=True)
     readers = [c for c in consumers if not c._backlog]
