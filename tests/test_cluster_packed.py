@@ -63,17 +63,22 @@ class Trips:
         self.trips: list[tuple[int, list[str]]] = []
         self.cluster_calls: list[str] = []
         self.batches: list[int] = []  # nodes per round_trips call
+        self.rides: list[list[str]] = []  # per rider taken: the commands of the round trip it rode on
         one, many = wire.round_trip, wire.round_trips
 
         def round_trip(client: Any, commands: Any) -> Any:
             self.trips.append((self.port(client), [self.name(c) for c in commands]))
             return one(client, commands)
 
-        def round_trips(calls: Any) -> Any:
+        def round_trips(calls: Any, rider: Any = None) -> Any:
             self.batches.append(len(calls))
             for client, commands in calls:
                 self.trips.append((self.port(client), [self.name(c) for c in commands]))
-            return many(calls)
+            boards = next((c for c, _ in calls if rider is not None and rider.boards(c)), None)
+            out = many(calls, rider)
+            if boards is not None:  # the commands the rider went after
+                self.rides.append([self.name(c) for client, cs in calls if client is boards for c in cs])
+            return out
 
         monkeypatch.setattr(wire, "round_trip", round_trip)
         monkeypatch.setattr(wire, "round_trips", round_trips)

@@ -162,3 +162,58 @@ def test_an_append_after_the_scripts_were_flushed_loads_the_script_and_runs_once
         assert len(store.load(mid)) == res.state.version
     again = svc.execute(Ready(command_id="r-a", match_id="w1", player="w1a"))
     assert again.duplicate  # the first run after the flush counted once
+
+
+def test_riders_go_in_the_same_write_and_their_blocking_reply_waits_on_a_connection_of_their_own(real_redis) -> None:
+    r = real_redis
+    r.delete("ride")
+    r.xgroup_create("ride", "g", id="0", mkstream=True)
+    mine = wire.round_trip(r, [wire.pack("CLIENT", "ID")])[0]
+    rider = wire.Rider(r, [wire.pack("CLIENT", "ID"), wire.pack("XREADGROUP", "GROUP", "g", "c", "BLOCK", "5000",
+                                                                 "STREAMS", "ride", ">")])
+    assert rider.boards(r)
+    assert wire.round_trips([(r, [wire.pack("SET", "ridden", "1")])], rider) == [[b"OK"]]  # its own replies only
+    assert rider.sent and rider.in_flight is not None and not rider.boards(r)  # taken once
+    # the thread's next round trip takes another connection: the rider's read blocks on its own
+    other = wire.round_trip(r, [wire.pack("CLIENT", "ID"), wire.pack("GET", "ridden")])
+    assert other[0] != mine and other[1] == b"1"
+    r.xadd("ride", {"f": "v"})
+    ids, read = rider.in_flight.finish()
+    assert ids == mine  # the riders went on the thread's connection, after the commands
+    stream = read[b"ride"] if isinstance(read, dict) else dict(read)[b"ride"]
+    assert stream[0][1] == [b"f", b"v"]
+    with pytest.raises(RuntimeError):
+        rider.in_flight.finish()
+    # the connection is the thread's again, or back in the pool: nothing is left unread on either
+    assert wire.round_trip(r, [wire.pack("PING")])[0] in (True, b"PONG")
+    assert r.ping()
+
+
+def test_an_abandoned_rider_drops_its_connection_so_no_one_reads_its_reply(real_redis) -> None:
+    r = real_redis
+    r.delete("ride2")
+    r.xgroup_create("ride2", "g", id="0", mkstream=True)
+    rider = wire.Rider(r, [wire.pack("XREADGROUP", "GROUP", "g", "c", "BLOCK", "2000", "STREAMS", "ride2", ">")])
+    wire.round_trips([(r, [wire.pack("PING")])], rider)
+    assert rider.in_flight is not None
+    rider.in_flight.abandon()
+    r.xadd("ride2", {"f": "v"})  # the abandoned read is gone with its connection: it takes nothing
+    for _ in range(20):  # every connection of the pool answers its own commands
+        assert r.get("nothing-here") is None
+        assert wire.round_trip(r, [wire.pack("PING")])[0] in (True, b"PONG")
+    assert r.xpending("ride2", "g")["pending"] == 0
+
+
+def test_a_rider_boards_only_a_round_trip_to_its_own_server(real_redis, redis_server: RedisServer) -> None:
+    r = real_redis
+    at = r.connection_pool.connection_kwargs
+    same = redis.Redis(host=at["host"], port=at["port"], db=at.get("db", 0))
+    other_db = redis.Redis(host=at["host"], port=at["port"], db=at.get("db", 0) + 1)
+    rider = wire.Rider(r, [wire.pack("PING")])
+    assert wire.same_server(same, r) and rider.boards(same)
+    assert not wire.same_server(other_db, r) and not rider.boards(other_db)
+    assert wire.round_trips([(other_db, [wire.pack("PING")])], rider) == [[b"PONG"]]
+    assert not rider.sent  # another server's round trip left it
+    out = wire.round_trips([(same, [wire.pack("QUIT"), wire.pack("PING")])], rider)
+    assert isinstance(out[0], redis.ConnectionError)  # the server closed it after QUIT: sent, never in flight
+    assert rider.sent and rider.in_flight is None

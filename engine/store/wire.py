@@ -20,6 +20,10 @@ connection's parser.
   ``execute_command`` does.
 * Only for a client :func:`usable` says it serves: a ``redis.Redis`` (not a Cluster, not
   fakeredis) with bytes replies and hiredis; the callers keep redis-py's path for any other.
+* :func:`round_trips` may take another layer's commands (a :class:`Rider`: serve's next
+  inbox read on a Cluster) after one node's own in the same write and leave their replies
+  on the connection (:class:`InFlight`) -- a blocking read waits there while the thread
+  goes on with other round trips on another connection of the pool.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from redis.exceptions import ResponseError
 
 import hiredis
 
-__all__ = ["by_node", "pack", "round_trip", "round_trips", "usable"]
+__all__ = ["InFlight", "Rider", "by_node", "pack", "round_trip", "round_trips", "same_server", "usable"]
 
 _CONNECTIONS = (Connection, UnixDomainSocketConnection, SSLConnection)
 #: plain clients asked already, and the answer (a client is asked once)
@@ -168,9 +172,94 @@ def round_trip(client: Any, commands: Sequence[bytes]) -> list[Any]:
         raise
 
 
-def round_trips(calls: Sequence[tuple[Any, Sequence[bytes]]]) -> list[list[Any] | Exception]:
+class InFlight:
+    """The replies of a :func:`ride`'s riders, still on their connection: nobody else's until
+    :meth:`finish` reads them or :meth:`abandon` (or the garbage collector) drops it."""
+
+    __slots__ = ("_lease", "_n")
+
+    def __init__(self, lease: _Lease, n: int) -> None:
+        self._lease: _Lease | None = lease
+        self._n = n
+
+    def finish(self) -> list[Any]:
+        """The riders' replies, in order (an error reply in its place), waited for as long as
+        they take (a blocking read's, its BLOCK); the connection then goes back to the calling
+        thread when it holds none of that pool, else to the pool.  A failure drops the
+        connection and raises; a second call raises RuntimeError."""
+        lease, self._lease = self._lease, None
+        if lease is None:
+            raise RuntimeError("the riders' replies were read or dropped already")
+        try:
+            replies = _read(lease.conn, self._n)
+        except BaseException:
+            lease.conn.disconnect()
+            lease.give_back()
+            raise
+        pool = lease.pool()
+        if pool is not None and lease.pid == os.getpid() and _LEASES.of.get(pool) is None:
+            _LEASES.of[pool] = lease  # the thread's connection again: no trip through the pool
+        else:
+            lease.give_back()
+        return replies
+
+    def abandon(self) -> None:
+        """Drop the connection unread (its replies must reach no one) and give it back."""
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.conn.disconnect()
+            lease.give_back()
+
+    def __del__(self) -> None:
+        try:
+            self.abandon()
+        except Exception:  # pragma: no cover - a pool (or the interpreter) being torn down
+            pass
+
+
+class Rider:
+    """Commands that ride on the next round trip another layer makes to ``server`` (a plain
+    client of that Redis): the round trip that :meth:`boards` takes them after its own
+    commands (:func:`round_trips`) and sets :attr:`in_flight`, where their replies wait.
+    :attr:`sent` says they may have reached the server (set before the write: a round trip
+    that fails after it may have run them)."""
+
+    __slots__ = ("server", "commands", "in_flight", "sent")
+
+    def __init__(self, server: Any, commands: Sequence[bytes]) -> None:
+        self.server = server
+        self.commands = list(commands)
+        self.in_flight: InFlight | None = None
+        self.sent = False
+
+    def boards(self, client: Any) -> bool:
+        """Whether a round trip on ``client`` takes the riders: none took them yet, ``client``
+        reaches the same server, and :func:`round_trip` serves it."""
+        return not self.sent and same_server(client, self.server) and usable(client)
+
+
+def same_server(a: Any, b: Any) -> bool:
+    """Whether two plain clients reach one server (the same client, or pools that connect
+    alike: host, port, socket path, database, user)."""
+    if a is b:
+        return True
+    pa, pb = getattr(a, "connection_pool", None), getattr(b, "connection_pool", None)
+    if pa is None or pb is None:
+        return False
+    if pa is pb:
+        return True
+    ka, kb = pa.connection_kwargs, pb.connection_kwargs
+    return pa.connection_class is pb.connection_class and all(
+        ka.get(k) == kb.get(k) for k in ("host", "port", "path", "db", "username"))
+
+
+def round_trips(calls: Sequence[tuple[Any, Sequence[bytes]]], rider: Rider | None = None) -> list[list[Any] | Exception]:
     """:func:`round_trip` to several clients at once (a Cluster's nodes): every client's
     commands written first, then each one's replies read, so the servers work side by side.
+    ``rider``: taken by the first client it :meth:`~Rider.boards`, after that client's
+    commands; their replies are left on the connection, which is the rider's now
+    (:attr:`Rider.in_flight`): a blocking read waits there while the calling thread's next
+    round trips take another connection of the pool.
 
     Per client: its replies, or the connection error or timeout that ended its round trip
     (its connection dropped, as :func:`round_trip` does; the others go on).  No retry (a
@@ -180,6 +269,7 @@ def round_trips(calls: Sequence[tuple[Any, Sequence[bytes]]]) -> list[list[Any] 
         raise ValueError("round_trips: a client (connection pool) named twice")
     sent: list[tuple[Any, _Lease] | Exception] = []
     out: list[list[Any] | Exception] = []
+    riding: _Lease | None = None
     try:
         for client, commands in calls:
             try:
@@ -188,8 +278,14 @@ def round_trips(calls: Sequence[tuple[Any, Sequence[bytes]]]) -> list[list[Any] 
                 sent.append(exc)
                 continue
             sent.append(leased)
+            write = list(commands)
+            if rider is not None and riding is None and rider.boards(client):
+                riding = leased[1]
+                del leased[0][client.connection_pool]  # the rider's connection now
+                rider.sent = True
+                write += rider.commands
             try:
-                leased[1].conn.send_packed_command([commands[0] if len(commands) == 1 else b"".join(commands)])
+                leased[1].conn.send_packed_command([write[0] if len(write) == 1 else b"".join(write)])
             except _FAILURES as exc:
                 _drop(*leased)
                 sent[-1] = exc
@@ -202,6 +298,10 @@ def round_trips(calls: Sequence[tuple[Any, Sequence[bytes]]]) -> list[list[Any] 
             except _FAILURES as exc:
                 _drop(*at)
                 out.append(exc)
+                continue
+            if at[1] is riding:
+                assert rider is not None
+                rider.in_flight = InFlight(riding, len(rider.commands))
     except BaseException:  # anything else: no connection keeps replies left unread
         for left in sent[len(out):]:
             if not isinstance(left, Exception):
@@ -225,7 +325,8 @@ def _read(conn: Any, n: int) -> list[Any]:
     return replies
 
 
-def by_node(client: Any, commands: Sequence[tuple[Any, ...]], routes: Sequence[Any]) -> list[Any] | None:
+def by_node(client: Any, commands: Sequence[tuple[Any, ...]], routes: Sequence[Any],
+            rider: Rider | None = None) -> list[Any] | None:
     """``commands`` packed, one round trip per node holding some of them (``routes[i]``: the key
     that places ``commands[i]``; a plain client is one node), every node's commands written
     before any node's replies are read; the replies in order, as :func:`round_trip` gives them.
@@ -239,7 +340,9 @@ def by_node(client: Any, commands: Sequence[tuple[Any, ...]], routes: Sequence[A
       (:func:`~engine.store.connect.refresh_slots`) and those commands go through the Cluster
       client's pipeline, which follows redirections and retries; what that pipeline raises is
       raised.
-    * On a plain client a connection failure raises, as :func:`round_trip`."""
+    * On a plain client a connection failure raises, as :func:`round_trip`.
+    * ``rider`` (a Cluster's): taken by the round trip of the node it names, after that
+      node's commands (:func:`round_trips`)."""
     from engine.store.connect import CLUSTER_RETRIED, is_cluster, node_client, refresh_slots
 
     if not commands:
@@ -259,7 +362,8 @@ def by_node(client: Any, commands: Sequence[tuple[Any, ...]], routes: Sequence[A
         group[1].append(i)
     packed = [pack(*c) for c in commands]
     calls = [(node, [packed[i] for i in idxs]) for node, idxs in groups.values()]
-    results: list[list[Any] | Exception] = round_trips(calls) if cluster else [round_trip(client, calls[0][1])]
+    results: list[list[Any] | Exception] = (round_trips(calls, rider) if cluster
+                                             else [round_trip(client, calls[0][1])])
     out: list[Any] = [None] * len(commands)
     again: set[int] = set()  # on a Cluster: through its own pipeline
     failure: Exception | None = None
