@@ -431,3 +431,118 @@ def test_a_lone_append_the_node_cannot_take_now_goes_through_the_cluster_client(
     assert store.append(mid, 0, "c1", [ready(mid, 1)], None).version == 1
     assert store.version(mid) == 1
     assert refreshed == ([] if isinstance(error, redis.exceptions.TryAgainError) else ["slots"])
+
+
+def _ride_rig(cluster: Any) -> tuple[Any, Any, str, list[str], str, int]:
+    """A match seated by two players whose streams the node of its bucket holds (every
+    publication goes there), and the bucket's player-channel consumer: (service, consumer,
+    match, players, inbox, the node's port)."""
+    from engine.config import load_config
+    from engine.service.channels import PLAYER, ChannelService
+    from engine.service.client import GatewayClient
+    from engine.service.inbox import InboxConsumer, run_together
+    from engine.service.service import MatchService
+    from engine.service.shuffle import seeded_random, seeded_server_seeds
+    from engine.service.state_cache import StateCache
+
+    clock = iter(range(1_000_000, 10**12, 1000))
+    svc = MatchService(RedisEventStore(cluster), lambda: next(clock), seeded_random(1), state_cache=StateCache(),
+                       server_seeds=seeded_server_seeds(1))
+    mid = f"ride-{time.monotonic_ns()}"
+    stream = keys.inbox_key(keys.bucket_of(mid))
+    node = port_of(cluster, stream)
+    players = [p for p in (f"{mid}-p{i}" for i in range(200)) if port_of(cluster, keys.outbox_key(p)) == node][:2]
+    setup = InboxConsumer(cluster, svc, "t", stream="{ride}:setup")
+    lobby = GatewayClient(cluster, inbox="{ride}:setup", ops="{ride}:setup")
+    lobby.create_match(mid, load_config("points").to_record())
+    for p in players:
+        lobby.sit(mid, p)
+    while setup.run_once(block_ms=None, count=50):
+        pass
+    consumer = InboxConsumer(cluster, ChannelService(svc, PLAYER), "t", stream=stream)
+    assert run_together([consumer], block_ms=None) == 0
+    return svc, consumer, mid, players, stream, node
+
+
+def _both_ready(cluster: Any, mid: str, players: list[str], stream: str) -> Any:
+    """The first player's Ready now, the second's once the first one's update is out (the
+    bucket's reader is then waiting on its ride); returns the sending thread."""
+    import threading
+
+    from engine.match.commands import Ready, encode_command
+
+    seen = len(cluster.xrange(keys.outbox_key(players[0])))
+
+    def second() -> None:
+        end = time.monotonic() + 20
+        while time.monotonic() < end and len(cluster.xrange(keys.outbox_key(players[0]))) <= seen:
+            time.sleep(0.005)
+        cluster.xadd(stream, {"c": encode_command(Ready(command_id=f"{mid}-r2", match_id=mid, player=players[1]))})
+
+    t = threading.Thread(target=second, daemon=True)
+    t.start()
+    cluster.xadd(stream, {"c": encode_command(Ready(command_id=f"{mid}-r1", match_id=mid, player=players[0]))})
+    return t
+
+
+def test_the_next_read_rides_on_the_publications_to_the_buckets_node(cluster: Any, local_cluster: Any,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38: on a Cluster a bucket's next read goes after the round's last writes to its
+    node -- the publications (an update to a player whose stream that node holds) -- in their
+    write, not with the appends (a read sent with them would take the first command to arrive
+    during the publications, not what came meanwhile).  Every command is handled, the reads
+    after the first cost no round trip of their own."""
+    from engine.service.inbox import run_together
+
+    svc, consumer, mid, players, stream, node = _ride_rig(cluster)
+    t = _both_ready(cluster, mid, players, stream)
+    trips = Trips(monkeypatch, allow_cluster=True)
+    riders: list[Any] = []
+    real_rider = wire.Rider
+
+    class Rider(real_rider):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            riders.append(self)
+
+    monkeypatch.setattr(wire, "Rider", Rider)
+    before = int(local_cluster.node(node).info("commandstats")["cmdstat_xreadgroup"]["calls"])
+    assert run_together([consumer], block_ms=300, carry_on=lambda: True) == 2  # both, in one call
+    t.join()
+    reads = int(local_cluster.node(node).info("commandstats")["cmdstat_xreadgroup"]["calls"]) - before
+    sent = [r for r in riders if r.sent]
+    assert len(sent) >= 2  # each read after the first rode (the last one made after it unsent) ...
+    assert reads == 1 + len(sent)
+    alone = [names for port, names in trips.trips if port == node and "XREADGROUP" in names]
+    assert alone == [["XREADGROUP"]]  # ... and only the first had a round trip of its own
+    assert len(trips.rides) == len(sent) and all(set(names) == {"EVAL"} for names in trips.rides)  # the updates
+    assert svc.state_cache.get(mid).phase == "playing"  # type: ignore[union-attr]  # both Ready: dealt
+    assert consumer.stats.accepted == 2
+
+
+def test_a_ride_whose_reply_is_lost_leaves_its_entries_to_be_read_again(cluster: Any,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ride's read that ran and whose reply never came back (the connection lost): its
+    entries are pending on the reader, read again first; nothing is lost, nothing handled
+    twice."""
+    from engine.service.inbox import run_together
+
+    svc, consumer, mid, players, stream, _node = _ride_rig(cluster)
+    real_finish = wire.InFlight.finish
+
+    def lost(self: Any) -> list[Any]:
+        real_finish(self)  # the read ran on the server: the entry is delivered ...
+        raise redis.ConnectionError("lost")  # ... and the reply never arrived
+
+    monkeypatch.setattr(wire.InFlight, "finish", lost)
+    t = _both_ready(cluster, mid, players, stream)
+    with pytest.raises(redis.ConnectionError):
+        run_together([consumer], block_ms=5000, carry_on=lambda: True)
+    t.join()
+    assert consumer.stats.accepted == 1 and consumer._backlog  # its own pending entries first
+    monkeypatch.setattr(wire.InFlight, "finish", real_finish)
+    for _ in range(10):
+        run_together([consumer], block_ms=None)
+    assert consumer.stats.accepted == 2
+    assert svc.state_cache.get(mid).phase == "playing"  # type: ignore[union-attr]
+    assert int(cluster.xpending(stream, keys.SERVICE_GROUP)["pending"]) == 0

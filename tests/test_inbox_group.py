@@ -248,3 +248,32 @@ def test_a_group_reads_again_at_once_after_a_redirection_and_within_a_second_of_
     assert READ_RETRY_CAP_S == 1.0
     assert waits == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 0.05, 1.0]
     assert group._members[0]._backlog is True  # what the failed round read is read again first
+
+
+def test_on_one_redis_serves_loop_reads_on_its_own_after_the_appends(real_redis, monkeypatch) -> None:
+    """Issue 38: on one Redis the next read takes no ride (the publications go inside the
+    appends' scripts: a read sent with them would be served before the round finished, and
+    a command coming meanwhile would wait a round more): the read, the appends, the read."""
+    from engine.store import wire
+
+    r = real_redis
+    _svc, consumers, mids = rig(r, 4)
+    group = list(consumers.values())
+    run_together(group, block_ms=None)
+    client = GatewayClient(r)
+    for mid in mids:
+        client.ready(mid, mid + "a")
+    riders: list[Any] = []
+    real_rider = wire.Rider
+
+    class Rider(real_rider):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            riders.append(self)
+
+    monkeypatch.setattr(wire, "Rider", Rider)
+    assert run_together(group, block_ms=300, carry_on=lambda: True) == 4
+    assert not riders
+    assert sum(pending(r, s) for s in consumers) == 4  # acknowledged with the next read
+    assert run_together(group, block_ms=None) == 0
+    assert sum(pending(r, s) for s in consumers) == 0

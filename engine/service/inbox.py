@@ -29,7 +29,8 @@ The channels are one stream per bucket (``sk:{b<N>}:inbox``, ``sk:{b<N>}:ops``):
 one InboxConsumer per stream of each bucket it owns (engine/service/ownership.py), so no
 single Cluster slot carries every command.  On a plain Redis the owned streams of a channel
 are read together (:func:`run_together`: one XREADGROUP, one round of appends); on a Cluster
-each stream is read on its own.
+the two streams of one bucket are, and in serve's loop the next read rides in the write of
+the round's publications to the bucket's node (:class:`engine.store.wire.Rider`).
 """
 
 from __future__ import annotations
@@ -613,7 +614,7 @@ class InboxConsumer:
                 replies.extend([exc] * len(handled.writes))
         return replies
 
-    def _commit(self, batch: _Batch, defer_ack: bool = False) -> None:
+    def _commit(self, batch: _Batch, defer_ack: bool = False, rider: wire.Rider | None = None) -> None:
         """Write the batch's outputs, then acknowledge the messages whose outputs were written.
 
         A write refused because of the message (e.g. WRONGTYPE: its ``reply_to``
@@ -623,11 +624,12 @@ class InboxConsumer:
         (OOM, READONLY, …: :func:`engine.store.redis_errors.is_transient`),
         acknowledges none of the messages it touched: they are redelivered
         (duplicates, published again), and those deliveries do not count against
-        ``max_deliveries``."""
+        ``max_deliveries``.  ``rider``: the next read, for the writes' round trip to its node
+        (:meth:`Publisher.write`)."""
         writes = [w for h in batch.handled for w in h.writes]
         try:
             try:
-                replies = self.publisher.write(writes, raise_on_error=False)
+                replies = self.publisher.write(writes, raise_on_error=False, rider=rider)
             except Exception as exc:
                 if is_outage(exc):
                     raise
@@ -720,7 +722,7 @@ class _Carries:
 
 
 def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, count: int = 10,
-                 stop: threading.Event | None = None) -> int:
+                 stop: threading.Event | None = None, carry_on: Callable[[], bool] | None = None) -> int:
     """:meth:`InboxConsumer.run_once` of several consumers at once, on one Redis node.
 
     The consumers read streams with one group and one consumer name (serve's consumers of
@@ -732,8 +734,19 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
     one channel are executed together (one ``execute_many`` per channel: one round of
     pipelined appends, the publications carried); then each consumer publishes what no
     append carried and leaves its acknowledgements for the next read, as
-    ``run_once(defer_ack=True)`` does.  Returns how many messages were handled; the first
-    transient error is raised once every consumer's batch is committed."""
+    ``run_once(defer_ack=True)`` does.
+
+    On a Redis Cluster, with ``carry_on`` (asked before each ride;
+    :class:`engine.service.ownership.InboxGroup` says no once its members changed, a stop was
+    asked for or its housekeeping is due) the next read rides on the round's publications to
+    the readers' node (:class:`engine.store.wire.Rider`: the acknowledgements and the blocking
+    XREADGROUP after that node's writes, in their write): its entries are handled in the same
+    call, and so on while they come -- one round trip per read less, when a player's or the
+    reply stream lives on the bucket's node (else no node takes the ride and the next read
+    goes alone).
+
+    Returns how many messages were handled; the first transient error is raised once every
+    consumer's batch is committed."""
     handled = 0
     for c in consumers:
         if c._parked_due is not None and time.monotonic() >= c._parked_due:
@@ -744,8 +757,112 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
     if not readers:
         return handled
     by_stream = _read_together(consumers, readers, None if handled else block_ms, count)
-    if by_stream is None:
-        return handled
+
+    def next_ride() -> _Ride | None:
+        if carry_on is None or not readers[0]._cluster or not carry_on():
+            return None
+        return _Ride.of(consumers, readers, block_ms, count)
+
+    ride = next_ride() if by_stream and any(by_stream.values()) else None
+    while by_stream and any(by_stream.values()):
+        try:
+            handled += _handle_read(readers, by_stream, stop, None if ride is None else ride.rider)
+        except BaseException:
+            if ride is not None:
+                ride.drop(readers)
+            raise
+        if ride is None:
+            break
+        following = next_ride()  # made while the ride's read may still wait: off a command's path
+        try:
+            by_stream = ride.read(readers)
+        except BaseException:
+            if following is not None:
+                following.drop(readers)
+            raise
+        ride = following
+    if ride is not None:  # made, never sent: its acknowledgements go with the next read
+        ride.drop(readers)
+    return handled
+
+
+class _Ride:
+    """The next read of a :func:`run_together` round, riding on its appends: the unsent
+    acknowledgements of every consumer and the XREADGROUP of the readers' streams (BLOCK),
+    as a :class:`~engine.store.wire.Rider` to the node of the readers' slot."""
+
+    __slots__ = ("rider", "acking")
+
+    def __init__(self, rider: wire.Rider, acking: list[tuple[InboxConsumer, list[Any]]]):
+        self.rider = rider
+        self.acking = acking
+
+    @classmethod
+    def of(cls, consumers: list[InboxConsumer], readers: list[InboxConsumer], block_ms: int | None,
+           count: int) -> _Ride | None:
+        """The ride of the readers' next read; None on one Redis (its publications go inside
+        the appends' scripts: a read sent with the appends is served as soon as they run, and
+        a command that comes while the round finishes would wait a round more) and where
+        :mod:`engine.store.wire` cannot serve the readers' node."""
+        first = readers[0]
+        if not first._cluster:
+            return None
+        server = first._slot_client()
+        if not wire.usable(server):
+            return None
+        acking = [(c, c._ack_entries()) for c in consumers if c._unsent_acks]
+        streams = tuple(c.stream for c in readers)
+        commands = [*(wire.pack("XACK", c.stream, c.group, *acks) for c, acks in acking),
+                    _xreadgroup_packed(first.group, first.consumer, streams, count, block_ms)]
+        return cls(wire.Rider(server, commands), acking)
+
+    def _unsent(self) -> None:
+        for c, acks in self.acking:  # they go with the next read
+            c._unsent_acks[:0] = acks
+        self.acking = []
+
+    def drop(self, readers: list[InboxConsumer]) -> None:
+        """The round failed: the acknowledgements wait for the next read; a read that may
+        have run leaves its entries pending on the readers (read again first)."""
+        if self.rider.in_flight is not None:
+            self.rider.in_flight.abandon()
+        self._unsent()
+        if self.rider.sent:
+            for c in readers:
+                c._backlog = True
+
+    def read(self, readers: list[InboxConsumer]) -> dict[str, list[Any]] | None:
+        """What the ride read (None: no append took it, or the read ran and was lost -- its
+        entries are read again as the readers' own pending ones); raises as a read does."""
+        in_flight = self.rider.in_flight
+        if in_flight is None:
+            self.drop(readers)
+            return None
+        try:
+            try:
+                replies = in_flight.finish()
+            except BaseException:
+                self.drop(readers)
+                raise
+            acking, self.acking = self.acking, []
+            try:
+                return _read_replies(acking, readers, replies, direct=True)
+            except BaseException:
+                for c in readers:
+                    c._backlog = True
+                raise
+        except REDIS_FAILURES as exc:
+            readers[0]._lost_node(exc)
+            raise
+
+
+def _handle_read(readers: list[InboxConsumer], by_stream: dict[str, list[Any]], stop: threading.Event | None,
+                 rider: wire.Rider | None) -> int:
+    """One read's entries (by stream) handled: prepared, executed per channel, published,
+    committed with deferred acknowledgements; ``rider`` (the next read) goes with the
+    publications to its node.  Returns how many messages were handled; the first transient
+    error is raised once every batch is committed."""
+    handled = 0
     work: list[tuple[InboxConsumer, list[Any], list[Any], _Batch]] = []
     failure: Exception | None = None
     for c in readers:
@@ -791,7 +908,7 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
             failure = failure or exc
         finally:
             try:
-                c._commit(batch, defer_ack=True)
+                c._commit(batch, defer_ack=True, rider=rider)
             except Exception as exc:
                 failure = failure or exc
         handled += len(batch.acks)
@@ -889,6 +1006,14 @@ def _read_slot_together(first: InboxConsumer, consumers: list[InboxConsumer], re
         for c, acks in acking:  # not sent: they go with the next read
             c._unsent_acks[:0] = acks
         raise
+    return _read_replies(acking, readers, replies, direct)
+
+
+def _read_replies(acking: list[tuple[InboxConsumer, list[Any]]], readers: list[InboxConsumer], replies: list[Any],
+                  direct: bool) -> dict[str, list[Any]] | None:
+    """The replies of a read's round trip (each consumer's XACK, then the XREADGROUP) as the
+    new entries by stream; None when a stream had lost its group (created again).  An XACK
+    that failed is queued again and raised."""
     for (c, acks), acked in zip(acking, replies):
         if isinstance(acked, Exception):
             c._unsent_acks[:0] = acks

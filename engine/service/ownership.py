@@ -333,6 +333,19 @@ class InboxGroup:
             except Exception as exc:  # redelivered after a restart: duplicates, published again
                 log.warning("%s: could not acknowledge on stopping: %s", c.stream, exc)
 
+    def _carry_on(self, members: list[Any], until: float) -> Callable[[], bool]:
+        """Whether a round of ``members`` may read on (on a Cluster its next read rides on its
+        publications, :func:`engine.service.inbox.run_together`): not once a stop was asked
+        for, the members changed (a stream taken out waits for the round in hand; one added is
+        read from the next) or the housekeeping is due (monotonic ``until``)."""
+        def carry_on() -> bool:
+            if self._stop.is_set() or time.monotonic() >= until:
+                return False
+            with self._members_lock:
+                return self._members == members
+
+        return carry_on
+
     def _run(self) -> None:
         from engine.service.inbox import run_together
         from engine.store.redis_errors import REDIS_FAILURES
@@ -352,7 +365,8 @@ class InboxGroup:
             try:
                 try:
                     oversized = sum(c.stats.oversized for c in members)
-                    run_together(members, self.block_ms, self.count, self._stop)
+                    run_together(members, self.block_ms, self.count, self._stop,
+                                 carry_on=self._carry_on(members, min(next_reclaim, next_trim)))
                     now = time.monotonic()
                     if sum(c.stats.oversized for c in members) != oversized:
                         for c in members:  # an oversized entry handled: out of Redis now

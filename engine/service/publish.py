@@ -540,7 +540,7 @@ class Publisher:
                      notice=not stream.startswith(keys.REPLY_PREFIX), version=version, duplicate=duplicate)
 
     # -- writing --------------------------------------------------------------------------
-    def write(self, writes: Sequence[Write], raise_on_error: bool = True) -> list[Any]:
+    def write(self, writes: Sequence[Write], raise_on_error: bool = True, rider: wire.Rider | None = None) -> list[Any]:
         """The writes in order, one round trip per node (no MULTI: each stream is on its own),
         each followed by its notice (``SPUBLISH <stream> ""``: engine/store/keys.py "Notices";
         unless :attr:`Write.notice` is False).  Raises if any of them failed, or with
@@ -559,7 +559,10 @@ class Publisher:
         stream already holds a higher version of its match -- a delayed write, or one of a
         replica that lost its bucket's lease, never takes a player back.  Its reply is then
         :class:`Stale` (counted in :attr:`GatewayStats.fenced`; not an error: the newer
-        writer published what the player needs)."""
+        writer published what the player needs).
+
+        ``rider`` (:class:`engine.store.wire.Rider`): taken by the round trip of the node it
+        names, after that node's writes (the inbox's next read, :func:`engine.store.wire.by_node`)."""
         if not writes:
             return []
         commands: list[tuple[Any, ...]] = []
@@ -583,7 +586,7 @@ class Publisher:
                 commands.append(("SPUBLISH", w.stream, ""))  # the notice: a reader's wake-up (keys.py "Notices")
                 routes.append(w.stream)
         # packed, one round trip per node (engine/store/wire.py); else redis-py's pipeline
-        replies = wire.by_node(self.redis, commands, routes)
+        replies = wire.by_node(self.redis, commands, routes, rider)
         if replies is None:
             pipe = self.redis.pipeline(transaction=False)
             for c in commands:
