@@ -452,14 +452,14 @@ def _ride_rig(cluster: Any) -> tuple[Any, Any, str, list[str], str, int]:
     stream = keys.inbox_key(keys.bucket_of(mid))
     node = port_of(cluster, stream)
     players = [p for p in (f"{mid}-p{i}" for i in range(200)) if port_of(cluster, keys.outbox_key(p)) == node][:2]
-    setup = InboxConsumer(cluster, svc, "t", stream="{ride}:setup")
+    setup = InboxConsumer(cluster, svc, mid, stream="{ride}:setup")  # a consumer of its own: no one's pending
     lobby = GatewayClient(cluster, inbox="{ride}:setup", ops="{ride}:setup")
     lobby.create_match(mid, load_config("points").to_record())
     for p in players:
         lobby.sit(mid, p)
     while setup.run_once(block_ms=None, count=50):
         pass
-    consumer = InboxConsumer(cluster, ChannelService(svc, PLAYER), "t", stream=stream)
+    consumer = InboxConsumer(cluster, ChannelService(svc, PLAYER), mid, stream=stream)
     assert run_together([consumer], block_ms=None) == 0
     return svc, consumer, mid, players, stream, node
 
