@@ -27,6 +27,7 @@ from engine.store import keys, wire
 from engine.store.base import AppendRequest
 from engine.store.redis_store import RedisEventStore
 from tests.conftest import RedisServer, own_redis_server
+from tests.wire_support import record_riders
 
 pytestmark = pytest.mark.redis
 
@@ -497,15 +498,7 @@ def test_the_next_read_rides_on_the_publications_to_the_buckets_node(cluster: An
     svc, consumer, mid, players, stream, node = _ride_rig(cluster)
     t = _both_ready(cluster, mid, players, stream)
     trips = Trips(monkeypatch, allow_cluster=True)
-    riders: list[Any] = []
-    real_rider = wire.Rider
-
-    class Rider(real_rider):  # type: ignore[misc,valid-type]
-        def __init__(self, *args: Any) -> None:
-            super().__init__(*args)
-            riders.append(self)
-
-    monkeypatch.setattr(wire, "Rider", Rider)
+    riders = record_riders(monkeypatch)
     before = int(local_cluster.node(node).info("commandstats")["cmdstat_xreadgroup"]["calls"])
     assert run_together([consumer], block_ms=300, carry_on=lambda: True) == 2  # both, in one call
     t.join()

@@ -29,6 +29,7 @@ from engine.service.state_cache import StateCache
 from engine.store import keys
 from engine.store.redis_store import RedisEventStore
 from tests.conftest import RedisServer, own_redis_server
+from tests.wire_support import record_riders
 
 pytestmark = pytest.mark.redis
 
@@ -254,8 +255,6 @@ def test_on_one_redis_serves_loop_reads_on_its_own_after_the_appends(real_redis,
     """Issue 38: on one Redis the next read takes no ride (the publications go inside the
     appends' scripts: a read sent with them would be served before the round finished, and
     a command coming meanwhile would wait a round more): the read, the appends, the read."""
-    from engine.store import wire
-
     r = real_redis
     _svc, consumers, mids = rig(r, 4)
     group = list(consumers.values())
@@ -263,15 +262,7 @@ def test_on_one_redis_serves_loop_reads_on_its_own_after_the_appends(real_redis,
     client = GatewayClient(r)
     for mid in mids:
         client.ready(mid, mid + "a")
-    riders: list[Any] = []
-    real_rider = wire.Rider
-
-    class Rider(real_rider):  # type: ignore[misc,valid-type]
-        def __init__(self, *args: Any) -> None:
-            super().__init__(*args)
-            riders.append(self)
-
-    monkeypatch.setattr(wire, "Rider", Rider)
+    riders = record_riders(monkeypatch)
     assert run_together(group, block_ms=300, carry_on=lambda: True) == 4
     assert not riders
     assert sum(pending(r, s) for s in consumers) == 4  # acknowledged with the next read
