@@ -449,7 +449,8 @@ def _ride_rig(cluster: Any) -> tuple[Any, Any, str, list[str], str, int]:
     clock = iter(range(1_000_000, 10**12, 1000))
     svc = MatchService(RedisEventStore(cluster), lambda: next(clock), seeded_random(1), state_cache=StateCache(),
                        server_seeds=seeded_server_seeds(1))
-    mid = f"ride-{time.monotonic_ns()}"
+    # every rig's match in bucket 0: the rigs share its stream, each reading as a consumer of its own
+    mid = next(m for m in (f"ride-{time.monotonic_ns()}-{k}" for k in range(1000)) if keys.bucket_of(m) == 0)
     stream = keys.inbox_key(keys.bucket_of(mid))
     node = port_of(cluster, stream)
     players = [p for p in (f"{mid}-p{i}" for i in range(200)) if port_of(cluster, keys.outbox_key(p)) == node][:2]
@@ -511,6 +512,7 @@ def test_the_next_read_rides_on_the_publications_to_the_buckets_node(cluster: An
     assert len(trips.rides) == len(sent) and all(set(names) == {"EVAL"} for names in trips.rides)  # the updates
     assert svc.state_cache.get(mid).phase == "playing"  # type: ignore[union-attr]  # both Ready: dealt
     assert consumer.stats.accepted == 2
+    consumer.flush_acks()
 
 
 def test_a_ride_whose_reply_is_lost_leaves_its_entries_to_be_read_again(cluster: Any,
@@ -538,4 +540,5 @@ def test_a_ride_whose_reply_is_lost_leaves_its_entries_to_be_read_again(cluster:
         run_together([consumer], block_ms=None)
     assert consumer.stats.accepted == 2
     assert svc.state_cache.get(mid).phase == "playing"  # type: ignore[union-attr]
-    assert int(cluster.xpending(stream, keys.SERVICE_GROUP)["pending"]) == 0
+    consumer.flush_acks()
+    assert not cluster.xpending_range(stream, keys.SERVICE_GROUP, "-", "+", 10, consumername=mid)  # all acknowledged
