@@ -759,6 +759,9 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
     by_stream = _read_together(consumers, readers, None if handled else block_ms, count)
 
     def next_ride() -> _Ride | None:
+        # none on one Redis: its publications go inside the appends' scripts, and a read sent
+        # with the appends is served as soon as they run (a command that comes while the
+        # round finishes would wait a round more)
         if carry_on is None or not readers[0]._cluster or not carry_on():
             return None
         return _Ride.of(consumers, readers, block_ms, count)
@@ -787,7 +790,7 @@ def run_together(consumers: list[InboxConsumer], block_ms: int | None = 1000, co
 
 
 class _Ride:
-    """The next read of a :func:`run_together` round, riding on its appends: the unsent
+    """The next read of a :func:`run_together` round, riding on its publications: the unsent
     acknowledgements of every consumer and the XREADGROUP of the readers' streams (BLOCK),
     as a :class:`~engine.store.wire.Rider` to the node of the readers' slot."""
 
@@ -800,21 +803,13 @@ class _Ride:
     @classmethod
     def of(cls, consumers: list[InboxConsumer], readers: list[InboxConsumer], block_ms: int | None,
            count: int) -> _Ride | None:
-        """The ride of the readers' next read; None on one Redis (its publications go inside
-        the appends' scripts: a read sent with the appends is served as soon as they run, and
-        a command that comes while the round finishes would wait a round more) and where
-        :mod:`engine.store.wire` cannot serve the readers' node."""
-        first = readers[0]
-        if not first._cluster:
-            return None
-        server = first._slot_client()
+        """The ride of the readers' next read (a Cluster's: :func:`run_together` asks on one
+        only); None where :mod:`engine.store.wire` cannot serve the readers' node."""
+        server = readers[0]._slot_client()
         if not wire.usable(server):
             return None
         acking = [(c, c._ack_entries()) for c in consumers if c._unsent_acks]
-        streams = tuple(c.stream for c in readers)
-        commands = [*(wire.pack("XACK", c.stream, c.group, *acks) for c, acks in acking),
-                    _xreadgroup_packed(first.group, first.consumer, streams, count, block_ms)]
-        return cls(wire.Rider(server, commands), acking)
+        return cls(wire.Rider(server, _read_commands(acking, readers, count, block_ms)), acking)
 
     def _unsent(self) -> None:
         for c, acks in self.acking:  # they go with the next read
@@ -984,6 +979,14 @@ def _read_together(consumers: list[InboxConsumer], readers: list[InboxConsumer],
         raise
 
 
+def _read_commands(acking: list[tuple[InboxConsumer, list[Any]]], readers: list[InboxConsumer], count: int,
+                   block_ms: int | None) -> list[bytes]:
+    """A read's round trip, packed: each consumer's XACK, then one XREADGROUP of the readers' streams."""
+    first = readers[0]
+    return [*(wire.pack("XACK", c.stream, c.group, *acks) for c, acks in acking),
+            _xreadgroup_packed(first.group, first.consumer, tuple(c.stream for c in readers), count, block_ms)]
+
+
 def _read_slot_together(first: InboxConsumer, consumers: list[InboxConsumer], readers: list[InboxConsumer],
                         block_ms: int | None, count: int) -> dict[str, list[Any]] | None:
     acking = [(c, c._ack_entries()) for c in consumers if c._unsent_acks]
@@ -992,9 +995,7 @@ def _read_slot_together(first: InboxConsumer, consumers: list[InboxConsumer], re
     direct = wire.usable(client)
     try:
         if direct:
-            replies = wire.round_trip(client, [
-                *(wire.pack("XACK", c.stream, c.group, *acks) for c, acks in acking),
-                _xreadgroup_packed(first.group, first.consumer, streams, count, block_ms)])
+            replies = wire.round_trip(client, _read_commands(acking, readers, count, block_ms))
         else:
             pipe = client.pipeline(transaction=False)
             for c, acks in acking:
