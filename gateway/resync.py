@@ -90,6 +90,9 @@ class Resync:
         self._gap_timers: dict[str, asyncio.Task] = {}
         self._awaiting: dict[str, str] = {}  # match -> the engine id of the Sync whose view we wait for
         self._viewed: set[str] = set()  # matches this socket has sent a view of
+        #: match -> a version the client gave (``?version=``, ``Sync.version``) that no update of
+        #: the stream confirmed: a version of the match before, for all it says (it names no match)
+        self._claimed: dict[str, int] = {}
 
     @property
     def _stream_owner(self) -> str:
@@ -106,6 +109,7 @@ class Resync:
         """The client's version of ``match`` is unknown again (it says which it has next); with
         ``unseen`` the client has no view of it either (the next view goes out whatever its version)."""
         self.versions.pop(match, None)
+        self._claimed.pop(match, None)
         if unseen:
             self._viewed.discard(match)
 
@@ -119,7 +123,11 @@ class Resync:
 
     # -- catching up ----------------------------------------------------------------------
     async def catch_up(self, match: str, version: int | None) -> None:
-        """The updates after ``version`` when the stream still holds them all, else the current view."""
+        """The updates after ``version`` when the stream still holds them all, else the current view.
+
+        A ``version`` the view shows ``match`` has not reached was the client's of another match
+        (client.js keeps the last one it read until an update of the next match comes): the view
+        goes out, and every update after it."""
         owner = self._stream_owner
         upto = self.conn.read_upto(keys.outbox_key(owner))
         if version is not None:
@@ -130,6 +138,7 @@ class Resync:
                 for e in later:
                     await self._forward_update(e)
                 return
+            self._claimed[match] = version
         await self.request_view(match)
 
     async def request_view(self, match: str, client_id: str | None = None) -> None:
@@ -169,6 +178,10 @@ class Resync:
 
     async def _send_view(self, match: str, version: int, view: dict | None, client_id: str | None,
                          force: bool) -> None:
+        claimed = self._claimed.pop(match, None)
+        if claimed is not None and version < claimed:
+            self.versions.pop(match, None)  # the client's version was of another match
+            self._viewed.discard(match)
         last = self.versions.get(match)
         if force or client_id is not None or last is None or version > last or match not in self._viewed:
             await self.conn.send(protocol.update(match, version, [], self._view(view), client_id))
@@ -240,7 +253,7 @@ class Resync:
         if conn.is_player:
             conn.answered(e.command_id)
         last = self.versions.get(e.match)
-        if last is not None and e.version <= last:
+        if last is not None and e.version <= last and e.match not in self._claimed:
             return  # a redelivery (duplicate) or what the client already has
         first = e.first_seq
         if e.match in self._awaiting and first is not None:
@@ -305,6 +318,8 @@ class Resync:
         self._awaiting.pop(e.match, None)
         if e.match == self.conn.match and e.view is not None and e.version:
             await self._apply_view(e.match, int(e.version), e.view, None, force=client_id is None)
+        elif self._claimed.pop(e.match, None) is not None:
+            self.versions.pop(e.match, None)  # a version never checked: a duplicate, never a loss
         await self._flush(e.match)
 
     async def _send_update(self, e: outbox.OutEntry) -> None:

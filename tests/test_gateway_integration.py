@@ -49,6 +49,7 @@ ROOMS: dict[str, dict[str, Any]] = {
     "quits": {"trustee_delay_seconds": 0.0},
     "away": {"trustee_delay_seconds": 0.0, "ready_seconds": 1, "reconnect_grace_seconds": 1},
     "metered": {"trustee_delay_seconds": 0.0},
+    "resume": {"trustee_delay_seconds": 0.0},
 }
 #: how long after its deadline a timer may fire in these stacks (the sweeper's grace; serve alone: 500 ms)
 GRACE_S = 2.0
@@ -183,6 +184,43 @@ def test_reconnect_within_grace_changes_nothing_and_resumes_without_gap(stack):
         cur = await ca3.expect(kind("update"))
         assert cur["view"] is not None and cur["view"]["you"] == "gr-alice"
         await ca3.close()
+        await cb.close()
+
+    run(main())
+
+
+def test_a_reconnect_with_the_version_of_the_match_before_misses_nothing_of_the_next(stack):
+    """client.js keeps the last version it read until an update of another match comes, and gives
+    it when it reconnects: a socket that drops between a match's end and the next match's first
+    update comes back with ``?version=`` of the match before.  The gateway must not take it for
+    the next match's (it dropped that match's updates up to it: no deal, a clock never seen)."""
+    gw = stack.gateways[0]
+
+    async def main() -> None:
+        ca, cb, m1 = await seat_pair(gw.url, gw.url, stack, "rv-alice", "rv-bob", "resume")
+        await asyncio.gather(ready_and_play(ca, m1), ready_and_play(cb, m1))
+        last = max(m["version"] for m in ca.received if m["kind"] == "update" and m["match"] == m1)
+        m2 = (await ca.expect(lobby("seated"), what="the next match"))["match"]
+        await ca.close()
+        ca2 = await Client.connect(gw.url, stack.token("rv-alice"), "rv-alice", version=last)
+        await ca2.expect(kind("welcome"))
+        assert (await ca2.expect(lobby("seated")))["match"] == m2
+        view = await ca2.expect(lambda x: x["kind"] == "update" and x["match"] == m2, what="the view")
+        assert view["version"] < last  # the next match is not as far on as the one before
+        for c in (ca2, cb):
+            await c.send({"type": "Ready", "command_id": f"ready-{m2}"})
+        dealt = await ca2.expect(lambda x: x["kind"] == "update" and x["match"] == m2 and any(
+            e["type"] == "HandDealt" for e in x["events"]), timeout_s=30, what="the deal of the next match")
+        assert dealt["version"] < last
+        for c in (ca2, cb):
+            await c.send({"type": "RequestTrustee"})
+        for c in (ca2, cb):
+            await c.expect(lambda x: x["kind"] == "settled" and x["match"] == m2, what="the next match settled")
+        versions = [m["version"] for m in ca2.received if m["kind"] == "update" and m["match"] == m2]
+        assert versions == sorted(set(versions))
+        seqs = [e["seq"] for m in ca2.received if m["kind"] == "update" and m["match"] == m2 for e in m["events"]]
+        assert seqs == list(range(seqs[0], versions[-1] + 1)) and seqs[0] <= view["version"] + 1  # no gap
+        await ca2.close()
         await cb.close()
 
     run(main())

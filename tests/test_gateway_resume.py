@@ -1,0 +1,158 @@
+"""A socket's catch-up from the version its client gives (gateway/resync.py, docs/PROTOCOL.md
+"On (re)connect"), against an in-memory Redis.
+
+``?version=``, ``Auth.version`` and ``Sync.version`` name no match, and client.js keeps the last
+version it read until an update of another match comes: a client that dropped between a match's
+end and the next one's first update gives the version of the match before.  The gateway took it
+for the next match's and dropped every update of it up to that version (the deal and the clock
+that starts the player's turn among them)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import fakeredis
+import msgpack
+import pytest
+
+from engine.store import keys
+from gateway.outbox import OutEntry, parse_entry
+from gateway.resync import Resync
+
+M = "t1-2"  # the table's next match; the client's version was of t1-1
+
+
+class _Hub:
+    def __init__(self) -> None:
+        self.redis = fakeredis.aioredis.FakeRedis()
+
+
+class _Conn:
+    """A player's socket as the resync sees it (gateway/resync.py Receiver)."""
+
+    def __init__(self) -> None:
+        self.id, self.hub, self.match, self.source = "c1", _Hub(), M, None
+        self.sent: list[dict[str, Any]] = []
+
+    @property
+    def is_player(self) -> bool:
+        return True
+
+    @property
+    def player(self) -> str:
+        return "ann"
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+
+    def read_upto(self, stream: str) -> str:
+        return "+"
+
+    def track(self, engine_id: str, ctype: str) -> None:
+        pass
+
+    def answered(self, engine_id: str) -> None:
+        pass
+
+    def ended(self, match: str) -> None:
+        pass
+
+    async def adopt(self, match: str) -> bool:
+        return False
+
+
+def _view(version: int) -> dict[str, Any]:
+    return {"match_id": M, "version": version, "phase": "seating", "seats": [], "hand": {"ids": []}}
+
+
+def _update(version: int) -> OutEntry:
+    return OutEntry(f"{version}-1", "update", M, "", version,
+                    body={"events": [{"seq": version, "type": "PlayerReady"}], "view": _view(version)})
+
+
+def _sync(resync: Resync, version: int | None) -> OutEntry:
+    """The engine's answer to the Sync the socket sent (its command id), with the view at ``version``."""
+    body = {} if version is None else {"view": _view(version)}
+    return OutEntry(f"{version}-2", "sync", M, resync._awaiting[M], version, body=body)
+
+
+async def _write(conn: _Conn, versions: range) -> None:
+    for v in versions:
+        await conn.hub.redis.xadd(keys.outbox_key("ann"), {
+            "kind": "update", "match": M, "command_id": "", "version": str(v),
+            "body": msgpack.packb({"events": [{"seq": v, "type": "PlayerReady"}], "view": _view(v)})})
+
+
+def _versions(conn: _Conn) -> list[int]:
+    return [m["version"] for m in conn.sent if m["kind"] == "update"]
+
+
+@pytest.mark.parametrize("live", [(), (4, 5)], ids=["nothing-meanwhile", "updates-while-the-view-is-awaited"])
+def test_a_version_the_match_has_not_reached_is_not_taken_for_its(live):
+    """The client gives version 80 (of the match before); the next match stands at 3: the view
+    of 3 goes out, then every update after it (also those that came while the view was awaited)."""
+
+    async def main() -> list[int]:
+        conn = _Conn()
+        await _write(conn, range(1, 4))
+        r = Resync(conn, gap_wait_s=5)
+        await r.catch_up(M, 80)
+        for v in live:
+            await r.on_entry(_update(v))
+        await r.on_entry(_sync(r, 3))
+        for v in range(max(live, default=3) + 1, 8):
+            await r.on_entry(_update(v))
+        return _versions(conn)
+
+    assert asyncio.run(main()) == [3, 4, 5, 6, 7]
+
+
+def test_a_version_of_this_match_still_skips_what_the_client_has():
+    """A version the match did reach: the updates after it, none before, none twice."""
+
+    async def main() -> list[int]:
+        conn = _Conn()
+        await _write(conn, range(1, 7))
+        r = Resync(conn, gap_wait_s=5)
+        await r.catch_up(M, 4)
+        for v in (5, 6, 7):  # 5 and 6 again (read live as well), then a new one
+            await r.on_entry(_update(v))
+        return _versions(conn)
+
+    assert asyncio.run(main()) == [5, 6, 7]
+
+
+def test_a_view_at_the_clients_version_sends_nothing_again_after_it():
+    """The stream no longer holds the updates after the client's version 5; the view stands at 5:
+    it goes out (the socket's own Sync), the updates up to 5 do not."""
+
+    async def main() -> list[int]:
+        conn = _Conn()
+        r = Resync(conn, gap_wait_s=5)
+        await r.catch_up(M, 5)
+        await r.on_entry(_update(5))
+        await r.on_entry(_sync(r, 5))
+        await r.on_entry(_update(5))
+        await r.on_entry(_update(6))
+        return _versions(conn)
+
+    assert asyncio.run(main()) == [5, 6]
+
+
+def test_a_sync_refused_without_a_view_leaves_no_unchecked_version_behind():
+    """The engine refused the view and gave none: the client's version was never checked, so
+    updates go out from there (a duplicate at worst, never a loss)."""
+
+    async def main() -> list[int]:
+        conn = _Conn()
+        r = Resync(conn, gap_wait_s=5)
+        await r.catch_up(M, 80)
+        entry = parse_entry(b"9-1", {b"kind": b"rejected", b"match": M.encode(),
+                                     b"command_id": r._awaiting[M].encode(), b"code": b"unknown_match"})
+        await r.on_entry(entry)
+        await r.on_entry(_update(4))
+        await r.on_entry(_update(5))
+        return _versions(conn)
+
+    assert asyncio.run(main()) == [4, 5]
