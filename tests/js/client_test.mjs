@@ -108,6 +108,30 @@ test("after a drop it reconnects and resumes with the last version; a final clos
   assert.equal(c.link, "refused");
 });
 
+test("seated at the next match, it reconnects without the version of the match before", async () => {
+  FakeSocket.all = [];
+  const c = new Client({ url: "ws://gw/ws", token: "T", WebSocket: FakeSocket, auth: "query" });
+  c.connect();
+  const first = FakeSocket.all[0];
+  first.open();
+  first.receive(update(9));
+  first.receive({ kind: "lobby", state: "seated", room: "r", table: "t1", match: "t1-1", reason: null });
+  first.close(1006, "");
+  await new Promise((r) => setTimeout(r, 300));
+  const second = FakeSocket.all[1];
+  assert.equal(second.url, "ws://gw/ws?token=T&version=9");  // the same match: resume after 9
+  second.open();
+  second.receive({ kind: "lobby", state: "seated", room: "r", table: "t1", match: "t1-2", reason: null });
+  second.close(1006, "");
+  await new Promise((r) => setTimeout(r, 600));
+  const third = FakeSocket.all[2];
+  assert.equal(third.url, "ws://gw/ws?token=T");  // 9 was of t1-1: the current view instead
+  third.open();
+  third.receive(update(2, { match: "t1-2" }));
+  assert.equal(c.version, 2);
+  c.close();
+});
+
 test("the cards helper names every id as docs/PROTOCOL.md's table does", () => {
   const labels = new Set();
   for (let id = 0; id < NUM_CARDS; id += 1) {

@@ -11,7 +11,8 @@
 // What it does for you:
 // * auth: the token as the first message (`{"type": "Auth"}`, default) or in the query (`auth: "query"`);
 // * resume: on a drop it reconnects with a growing delay and gives the last version it saw, so the
-//   gateway sends every later update (no gap, no duplicate); `sync()` asks for the view again;
+//   gateway sends every later update (no gap, no duplicate), and none once seated at another
+//   match (the version was of the match before); `sync()` asks for the view again;
 // * `state`: the table from the briefs alone -- your `hand`, the current trick's `trick_plays`,
 //   whose `turn`, `your_turn`, the phase, the play to beat, the deadline, the card counts
 //   (render from it: no folding of events); it keeps the newest `brief` and full `view` too
@@ -389,6 +390,8 @@ export class Client {
       case "lobby":
         if (msg.command_id) this.pending.delete(msg.command_id);  // the Join or Leave it answers
         this.lobby = msg;
+        // seated at another match: the version kept is of the match before (?version= names no match)
+        if (msg.state === "seated" && msg.match && msg.match !== this.match) this.version = null;
         // a Join or a Leave is answered by the lobby's next message (they carry no command_id)
         for (const [id, c] of this.pending) if (c.type === "Join" || c.type === "Leave") this.answered(id);
         this.emit("lobby", msg);
