@@ -156,11 +156,11 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
                 unauthenticated.release(address)
         if auth is None:
             return
-        identity, version = auth
+        identity, resume = auth
         conn = Connection(hub, ws, identity)
         conn.address = address
         try:
-            await conn.run(version)
+            await conn.run(resume)
         except RedisError as exc:  # Redis away or the pool busy past its wait: the client may retry
             log.warning("socket of %s closed, Redis failed: %s", identity.player, exc)
             with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):

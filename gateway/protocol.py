@@ -80,6 +80,8 @@ class Auth(_Msg):
     type: Literal["Auth"]
     token: str = Field(min_length=1, max_length=4096)
     version: int | None = Field(None, ge=0, description="resume: the last match version this client saw")
+    match: str | None = Field(None, min_length=1, max_length=200, description="resume: the match of that "
+                              "version; another than the table's: the version is not applied (the current view)")
 
 
 class Join(_Msg):
@@ -140,6 +142,8 @@ class Leave(_Msg):
 class Sync(_Msg):
     type: Literal["Sync"]
     version: int | None = Field(None, ge=0, description="resume: send every update after this version")
+    match: str | None = Field(None, min_length=1, max_length=200, description="the match of that version; "
+                              "another than the table's: the current view instead")
 
 
 class Seen(_Msg):

@@ -20,7 +20,8 @@ the server's out).
 * On connect the player at once gets the lobby state and the current view of their match;
   given a last-seen ``version`` (``?version=``, ``Auth.version`` or ``Sync.version``) every
   later update follows instead, with no gap (or, when the stream no longer holds them, one
-  resync update with the view) and no duplicate.
+  resync update with the view) and no duplicate; with its ``match`` (``?match=``, ``Auth.match``,
+  ``Sync.match``) only when that is the table's match (:class:`Resume`).
 """
 
 from __future__ import annotations
@@ -285,7 +286,7 @@ class Connection:
             pass
 
     # -- life cycle -----------------------------------------------------------------------
-    async def run(self, first_version: int | None) -> None:
+    async def run(self, resume: Resume | None) -> None:
         hub = self.hub
         r = hub.redis
         hub.connections.add(self)
@@ -313,7 +314,7 @@ class Connection:
                 if self.room:
                     await hub.lobby.present({self.player: (self.room, now_ms() + HEARTBEAT_SLACK_MS + self.grace_ms)})
                     await hub.lobby.came_back(self.player, self.room)  # a Reconnect if the grace had ended
-                await self._greet(first_version)
+                await self._greet(resume or Resume())
             self.subscription.start()
             await self._receive_loop()
         finally:
@@ -337,9 +338,9 @@ class Connection:
         await self.subscription.take([keys.outbox_key(self.player), session_key(self.player)],
                                      at={session_key(self.player): self._session_id})
 
-    async def _greet(self, version: int | None) -> None:
-        """The lobby state and the current view (or the updates after ``version``) at once; a
-        private table's series: its totals and any open vote again (issue 39)."""
+    async def _greet(self, resume: Resume) -> None:
+        """The lobby state and the current view (or the updates after the client's version) at
+        once; a private table's series: its totals and any open vote again (issue 39)."""
         for note in await self.hub.lobby.series_resync(self.player):
             await self.send(note)
         place = self.place
@@ -354,7 +355,7 @@ class Connection:
             else:
                 await self.send(protocol.lobby("queued", table.room, table.id))
         if self.match is not None:
-            await self.resync.catch_up(self.match, version)
+            await self.resync.catch_up(self.match, resume.version_for(self.match))
 
     # -- client → server ------------------------------------------------------------------
     async def _receive_loop(self) -> None:
@@ -558,10 +559,11 @@ class Connection:
                                            None if place.state else "not in a room"))
             return
         self.match = table.match
-        if msg.version is not None:
+        version = Resume(msg.version, msg.match).version_for(table.match)
+        if version is not None:
             self.resync.forget(table.match)
             await self.subscription.skip_to_end(keys.outbox_key(self.player))
-            await self.resync.catch_up(table.match, msg.version)
+            await self.resync.catch_up(table.match, version)
             self.subscription.restart()
             return
         await self.resync.request_view(table.match, msg.command_id)
@@ -664,13 +666,34 @@ class Connection:
             await self.resync.catch_up(self.match, None)
 
 
-async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] | None:
-    """The identity of a freshly accepted socket, or None after closing it 4401."""
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """What a client has of its match: the last ``version`` it read, of ``match`` (None: it did
+    not say).  A version of another match than the table's is not applied.
+
+    >>> Resume(8, "t1-2").version_for("t1-3"), Resume(8, "t1-3").version_for("t1-3"), Resume(8).version_for("t1-3")
+    (None, 8, 8)
+    """
+
+    version: int | None = None
+    match: str | None = None
+
+    def version_for(self, match: str) -> int | None:
+        return self.version if self.match is None or self.match == match else None
+
+
+def _resume_match(value: object) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= 200 else None
+
+
+async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, Resume] | None:
+    """The identity of a freshly accepted socket and what it resumes, or None after closing it 4401."""
     token = ws.query_params.get("token")
     version: int | None = None
     qv = ws.query_params.get("version")
     if qv is not None and qv.isdigit():
         version = int(qv)
+    match = _resume_match(ws.query_params.get("match"))
     reason_label = "invalid"
     claimed: object = None
     if token is None:
@@ -698,6 +721,7 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] |
         v = data.get("version")
         if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
             version = v
+        match = _resume_match(data.get("match")) or match
     try:
         identity = verify(hub.secret, token)
     except TokenError as exc:
@@ -712,4 +736,4 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, int | None] |
         hub.metrics.auth_failures.labels("invalid").inc()
         await ws.close(code=CLOSE_UNAUTHORIZED, reason="the Auth message names another player than the token")
         return None
-    return identity, version
+    return identity, Resume(version, match)

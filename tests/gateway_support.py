@@ -210,7 +210,9 @@ class Client:
 
     @classmethod
     async def connect(cls, url: str, token: str | None = None, name: str = "", version: int | None = None,
-                      auth_message: bool = False) -> Client:
+                      auth_message: bool = False, match: str | None = None) -> Client:
+        import urllib.parse
+
         import websockets
 
         q = []
@@ -218,12 +220,16 @@ class Client:
             q.append(f"token={token}")
         if version is not None and not auth_message:
             q.append(f"version={version}")
+        if match is not None and not auth_message:
+            q.append(f"match={urllib.parse.quote(match)}")
         ws = await websockets.connect(url + ("?" + "&".join(q) if q else ""), open_timeout=20)
         c = cls(ws, name)
         if auth_message:
             msg: dict[str, Any] = {"type": "Auth", "token": token}
             if version is not None:
                 msg["version"] = version
+            if match is not None:
+                msg["match"] = match
             await c.send(msg)
         return c
 

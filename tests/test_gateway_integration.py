@@ -50,6 +50,7 @@ ROOMS: dict[str, dict[str, Any]] = {
     "away": {"trustee_delay_seconds": 0.0, "ready_seconds": 1, "reconnect_grace_seconds": 1},
     "metered": {"trustee_delay_seconds": 0.0},
     "resume": {"trustee_delay_seconds": 0.0},
+    "named": {"trustee_delay_seconds": 0.0},
 }
 #: how long after its deadline a timer may fire in these stacks (the sweeper's grace; serve alone: 500 ms)
 GRACE_S = 2.0
@@ -221,6 +222,37 @@ def test_a_reconnect_with_the_version_of_the_match_before_misses_nothing_of_the_
         seqs = [e["seq"] for m in ca2.received if m["kind"] == "update" and m["match"] == m2 for e in m["events"]]
         assert seqs == list(range(seqs[0], versions[-1] + 1)) and seqs[0] <= view["version"] + 1  # no gap
         await ca2.close()
+        await cb.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("auth_message", [False, True], ids=["query", "auth-message"])
+def test_a_resume_version_of_another_match_gets_the_current_view(stack, auth_message):
+    """``?version=N&match=M`` (or ``Auth.version`` with ``Auth.match``): N is applied only when M
+    is the table's match; of another match, the socket gets the current view, not the updates
+    after N (without ``match``, N would be taken for the current match's)."""
+    gw = stack.gateways[0]
+
+    async def main() -> None:
+        a, b = f"nm-alice-{int(auth_message)}", f"nm-bob-{int(auth_message)}"
+        ca, cb, m = await seat_pair(gw.url, gw.url, stack, a, b, "named")
+        for c in (ca, cb):
+            await c.send({"type": "Ready", "command_id": f"ready-{m}"})
+        dealt = await ca.expect(lambda x: x["kind"] == "update" and x["match"] == m and any(
+            e["type"] == "HandDealt" for e in x["events"]), what="the deal")
+        await ca.close()
+        resumed = []
+        for match in ("t000000000000-1", m):
+            c = await Client.connect(gw.url, stack.token(a), a, version=dealt["events"][0]["seq"] - 1, match=match,
+                                     auth_message=auth_message)
+            await c.expect(kind("welcome"))
+            assert (await c.expect(lobby("seated")))["match"] == m
+            resumed.append(await c.expect(lambda x: x["kind"] == "update" and x["match"] == m, what="the resume"))
+            await c.close()
+        other, same = resumed
+        assert other["events"] == [] and other["view"]["you"] == a and other["version"] == dealt["version"]
+        assert same["events"] == dealt["events"] and same["version"] == dealt["version"]  # after the version given
         await cb.close()
 
     run(main())

@@ -98,7 +98,7 @@ test("after a drop it reconnects and resumes with the last version; a final clos
   assert.deepEqual(closed.at(-1), { code: 1006, reason: "", reconnecting: true });
   await new Promise((r) => setTimeout(r, 300));
   const second = FakeSocket.all[1];
-  assert.equal(second.url, "ws://gw/ws?token=T&version=9");
+  assert.equal(second.url, "ws://gw/ws?token=T&version=9&match=t1-1");
   second.open();
   second.close(4409, "replaced by a newer connection of the same player");
   assert.equal(closed.at(-1).reconnecting, false);
@@ -119,7 +119,7 @@ test("seated at the next match, it reconnects without the version of the match b
   first.close(1006, "");
   await new Promise((r) => setTimeout(r, 300));
   const second = FakeSocket.all[1];
-  assert.equal(second.url, "ws://gw/ws?token=T&version=9");  // the same match: resume after 9
+  assert.equal(second.url, "ws://gw/ws?token=T&version=9&match=t1-1");  // the same match: after 9
   second.open();
   second.receive({ kind: "lobby", state: "seated", room: "r", table: "t1", match: "t1-2", reason: null });
   second.close(1006, "");
@@ -129,6 +129,19 @@ test("seated at the next match, it reconnects without the version of the match b
   third.open();
   third.receive(update(2, { match: "t1-2" }));
   assert.equal(c.version, 2);
+  c.close();
+});
+
+test("the Auth message of a reconnect names the version and its match", async () => {
+  FakeSocket.all = [];
+  const c = new Client({ url: "ws://gw/ws", token: "T", WebSocket: FakeSocket });
+  c.connect();
+  FakeSocket.all[0].open();
+  FakeSocket.all[0].receive(update(9));
+  FakeSocket.all[0].close(1006, "");
+  await new Promise((r) => setTimeout(r, 300));
+  FakeSocket.all[1].open();
+  assert.deepEqual(FakeSocket.all[1].sent[0], { type: "Auth", token: "T", version: 9, match: "t1-1" });
   c.close();
 });
 

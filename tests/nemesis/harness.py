@@ -471,11 +471,12 @@ class WsPlayer:
     async def _session(self) -> bool:
         """One connection; True when the player is done (stopped after a match)."""
         q = self.url()
+        resuming = bool(self.match and self.version and self.idle_since is None)
         ws = await Client.connect(q, self.stack.token(self.name), self.name,
-                                  # the version of the match under way only: ``?version=`` names no
-                                  # match, and the lobby may have seated the player at the next one
-                                  version=self.version if self.match and self.version and self.idle_since is None
-                                  else None)
+                                  # the match under way, as far as this player knows: the lobby may
+                                  # have seated it at the next one meanwhile (``?match=`` says which)
+                                  version=self.version if resuming else None,
+                                  match=self.match if resuming else None)
         import websockets
 
         from tests.gateway_support import schema_problem

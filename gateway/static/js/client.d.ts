@@ -13,6 +13,8 @@ export type AuthMessage = {
   token: string;
   /** resume: the last match version this client saw */
   version?: number | null;
+  /** resume: the match of that version; another than the table's: the version is not applied (the current view) */
+  match?: string | null;
 };
 
 /** CancelTable */
@@ -197,6 +199,8 @@ export type SyncMessage = {
   type: "Sync";
   /** resume: send every update after this version */
   version?: number | null;
+  /** the match of that version; another than the table's: the current view instead */
+  match?: string | null;
 };
 
 /** VoteEnd */

@@ -11,8 +11,8 @@
 // What it does for you:
 // * auth: the token as the first message (`{"type": "Auth"}`, default) or in the query (`auth: "query"`);
 // * resume: on a drop it reconnects with a growing delay and gives the last version it saw, so the
-//   gateway sends every later update (no gap, no duplicate), and none once seated at another
-//   match (the version was of the match before); `sync()` asks for the view again;
+//   gateway sends every later update (no gap, no duplicate); the version goes with its match, and
+//   none once seated at another match (it was of the match before); `sync()` asks for the view again;
 // * `state`: the table from the briefs alone -- your `hand`, the current trick's `trick_plays`,
 //   whose `turn`, `your_turn`, the phase, the play to beat, the deadline, the card counts
 //   (render from it: no folding of events); it keeps the newest `brief` and full `view` too
@@ -277,6 +277,7 @@ export class Client {
       const sep = url.includes("?") ? "&" : "?";
       url += `${sep}token=${encodeURIComponent(this.token)}`;
       if (this.version !== null) url += `&version=${this.version}`;
+      if (this.version !== null && this.match) url += `&match=${encodeURIComponent(this.match)}`;
     }
     const ws = new this.WS(url);
     this.ws = ws;
@@ -285,6 +286,7 @@ export class Client {
       if (this.auth !== "query") {
         const a = { type: "Auth", token: this.token };
         if (this.version !== null) a.version = this.version;
+        if (this.version !== null && this.match) a.match = this.match;
         ws.send(JSON.stringify(a));
       }
       this.delay = 250;
