@@ -125,9 +125,10 @@ class Resync:
     async def catch_up(self, match: str, version: int | None) -> None:
         """The updates after ``version`` when the stream still holds them all, else the current view.
 
-        A ``version`` the view shows ``match`` has not reached was the client's of another match
-        (client.js keeps the last one it read until an update of the next match comes): the view
-        goes out, and every update after it."""
+        A ``version`` that no update of ``match`` in the stream reached is checked against the
+        view: below it, it was the client's of another match (a resume that named no match, from a
+        client that missed the seating at this one), and the view goes out, then every update
+        after it."""
         owner = self._stream_owner
         upto = self.conn.read_upto(keys.outbox_key(owner))
         if version is not None:
@@ -138,7 +139,9 @@ class Resync:
                 for e in later:
                     await self._forward_update(e)
                 return
-            self._claimed[match] = version
+            newest = await outbox.recent_updates(self.conn.hub.redis, owner, match, 1, upto)
+            if not newest or int(newest[0].version or 0) < version:
+                self._claimed[match] = version
         await self.request_view(match)
 
     async def request_view(self, match: str, client_id: str | None = None) -> None:
@@ -161,10 +164,13 @@ class Resync:
         try:
             await asyncio.sleep(self.gap_wait_s * 2)
             if self._awaiting.pop(match, None) is None or match != self.conn.match:
+                self._unclaim(match)
                 return  # answered, or the table moved on (no view of a match left behind)
             latest = await outbox.latest_update(self.conn.hub.redis, self._stream_owner, match)
             if latest is not None:
                 await self._apply_view(match, int(latest.version or 0), latest.view, None)
+            else:
+                self._unclaim(match)
             await self._flush(match)
         finally:
             self._gap_timers.pop(match, None)
@@ -188,6 +194,17 @@ class Resync:
             self._viewed.add(match)
         if last is None or version > last:
             self.versions[match] = version
+
+    def _unclaim(self, match: str) -> None:
+        """The client's version of ``match`` went unchecked (no view came): it is taken to be just
+        before the first update held, or unknown (a duplicate at worst, never a loss)."""
+        if self._claimed.pop(match, None) is None:
+            return
+        held = self._held.get(match)
+        if held:
+            self.versions[match] = min(held) - 1
+        else:
+            self.versions.pop(match, None)
 
     def _view(self, view: dict | None) -> dict | None:
         return spectator_view(view) if not self.conn.is_player else view
@@ -300,12 +317,15 @@ class Resync:
         if client_id is not None:
             conn.answered(e.command_id)
         if e.version is None:
+            if mine:
+                self._unclaim(e.match)
             await self._flush(e.match)
             return
         if client_id is not None and e.match != conn.match:
             await conn.send(protocol.update(e.match, int(e.version), [], self._view(e.view), client_id))
             return
         if e.match != conn.match:
+            self._unclaim(e.match)
             return
         if not mine and client_id is None and e.match in self._awaiting:
             return  # someone else's; ours is on its way
@@ -318,12 +338,13 @@ class Resync:
         self._awaiting.pop(e.match, None)
         if e.match == self.conn.match and e.view is not None and e.version:
             await self._apply_view(e.match, int(e.version), e.view, None, force=client_id is None)
-        elif self._claimed.pop(e.match, None) is not None:
-            self.versions.pop(e.match, None)  # a version never checked: a duplicate, never a loss
+        else:
+            self._unclaim(e.match)
         await self._flush(e.match)
 
     async def _send_update(self, e: outbox.OutEntry) -> None:
         conn = self.conn
+        self._claimed.pop(e.match, None)  # what follows is numbered from this update
         self.versions[e.match] = int(e.version or 0)
         if conn.is_player:
             await conn.send(protocol.update(e.match, int(e.version or 0), e.events, e.view,

@@ -691,7 +691,7 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, Resume] | Non
     token = ws.query_params.get("token")
     version: int | None = None
     qv = ws.query_params.get("version")
-    if qv is not None and qv.isdigit():
+    if qv is not None and qv.isascii() and qv.isdigit() and len(qv) <= 18:
         version = int(qv)
     match = _resume_match(ws.query_params.get("match"))
     reason_label = "invalid"
@@ -720,8 +720,7 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, Resume] | Non
         claimed = data.get("player")  # optional; it must be the token's subject (gateway/schemas)
         v = data.get("version")
         if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-            version = v
-        match = _resume_match(data.get("match")) or match
+            version, match = v, _resume_match(data.get("match"))  # both from the Auth
     try:
         identity = verify(hub.secret, token)
     except TokenError as exc:

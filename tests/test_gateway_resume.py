@@ -5,7 +5,8 @@
 version it read until an update of another match comes: a client that dropped between a match's
 end and the next one's first update gives the version of the match before.  The gateway took it
 for the next match's and dropped every update of it up to that version (the deal and the clock
-that starts the player's turn among them)."""
+that starts the player's turn among them).  And where a resume's version and match are read
+from (``authenticate``: the query or the Auth message, never one of each)."""
 
 from __future__ import annotations
 
@@ -77,11 +78,14 @@ def _sync(resync: Resync, version: int | None) -> OutEntry:
     return OutEntry(f"{version}-2", "sync", M, resync._awaiting[M], version, body=body)
 
 
-async def _write(conn: _Conn, versions: range) -> None:
+async def _write(conn: _Conn, versions: range, views: tuple[int, ...] | None = None) -> None:
+    """Updates of M at ``versions`` in the player's stream, each with its view (only those in ``views``)."""
     for v in versions:
+        body: dict[str, Any] = {"events": [{"seq": v, "type": "PlayerReady"}]}
+        if views is None or v in views:
+            body["view"] = _view(v)
         await conn.hub.redis.xadd(keys.outbox_key("ann"), {
-            "kind": "update", "match": M, "command_id": "", "version": str(v),
-            "body": msgpack.packb({"events": [{"seq": v, "type": "PlayerReady"}], "view": _view(v)})})
+            "kind": "update", "match": M, "command_id": "", "version": str(v), "body": msgpack.packb(body)})
 
 
 def _versions(conn: _Conn) -> list[int]:
@@ -156,3 +160,103 @@ def test_a_sync_refused_without_a_view_leaves_no_unchecked_version_behind():
         return _versions(conn)
 
     assert asyncio.run(main()) == [4, 5]
+
+
+def test_an_older_view_in_the_stream_does_not_overturn_a_version_the_match_reached():
+    """The client has 18, the newest update; the engine does not answer the Sync, and the newest
+    view in the stream is 16's: the version stands, and 19 goes out with its events."""
+
+    async def main() -> list[tuple[int, int]]:
+        conn = _Conn()
+        await _write(conn, range(1, 19), views=(1, 16))
+        r = Resync(conn, gap_wait_s=0.01)
+        await r.catch_up(M, 18)
+        await asyncio.sleep(0.1)  # the Sync's fallback: the stream's newest view
+        await r.on_entry(_update(19))
+        return [(m["version"], len(m["events"])) for m in conn.sent if m["kind"] == "update"]
+
+    assert asyncio.run(main()) == [(19, 1)]
+
+
+@pytest.mark.parametrize("held", [(), (3, 4)], ids=["nothing-held", "updates-held"])
+def test_a_version_no_view_could_check_is_dropped_without_a_loss(held):
+    """The client gives 80; no view comes (the engine does not answer, the stream holds none): the
+    updates held meanwhile go out, then the later ones, and a redelivery is dropped again."""
+
+    async def main() -> list[int]:
+        conn = _Conn()
+        r = Resync(conn, gap_wait_s=0.01)
+        await r.catch_up(M, 80)
+        for v in held:
+            await r.on_entry(_update(v))
+        await asyncio.sleep(0.1)  # the Sync's fallback finds no view
+        for v in (*range(max(held, default=0) + 1, max(held, default=0) + 4), 2):
+            await r.on_entry(_update(v))
+        return _versions(conn)
+
+    expected = {(): [1, 2, 3], (3, 4): [3, 4, 5, 6, 7]}[held]
+    assert asyncio.run(main()) == expected
+
+
+def test_a_sync_refused_without_a_view_sends_what_was_held_in_order():
+    async def main() -> list[int]:
+        conn = _Conn()
+        r = Resync(conn, gap_wait_s=5)
+        await r.catch_up(M, 80)
+        for v in (4, 5):
+            await r.on_entry(_update(v))
+        entry = parse_entry(b"9-1", {b"kind": b"rejected", b"match": M.encode(),
+                                     b"command_id": r._awaiting[M].encode(), b"code": b"unknown_match"})
+        await r.on_entry(entry)
+        await r.on_entry(_update(6))
+        return _versions(conn)
+
+    assert asyncio.run(main()) == [4, 5, 6]
+
+
+class _Socket:
+    """A freshly accepted socket as ``authenticate`` sees it: its query, then its first message."""
+
+    def __init__(self, query: dict[str, str], first: dict[str, Any] | None = None):
+        import json
+
+        self.query_params, self._first = query, None if first is None else json.dumps(first)
+
+    async def receive_text(self) -> str:
+        assert self._first is not None
+        return self._first
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        raise AssertionError(f"closed {code} {reason}")
+
+
+SECRET = b"s" * 32
+
+
+@pytest.mark.parametrize(("query", "auth", "resume"), [
+    ({"version": "7", "match": "t1-1"}, None, (7, "t1-1")),
+    ({"version": "7"}, None, (7, None)),
+    ({"version": "²"}, None, (None, None)),  # a digit to str.isdigit, not to int()
+    ({"version": "9" * 40}, None, (None, None)),
+    ({"match": "t1-1"}, {"version": 7}, (7, None)),  # the version and its match from one place
+    ({"version": "3", "match": "t1-1"}, {}, (3, "t1-1")),
+    ({}, {"version": 7, "match": "t1-2"}, (7, "t1-2")),
+    ({}, {"version": 7, "match": ""}, (7, None)),
+], ids=["query", "query-no-match", "not-ascii", "too-long", "auth-version-alone", "auth-without-version",
+        "auth", "auth-empty-match"])
+def test_a_resume_takes_its_version_and_match_from_one_place(query, auth, resume):
+    from gateway.session import Resume, authenticate
+    from gateway.tokens import mint
+
+    class _Metrics:
+        def __getattr__(self, name: str) -> Any:
+            raise AssertionError(f"refused: {name}")
+
+    hub = type("Hub", (), {"secret": SECRET, "metrics": _Metrics()})()
+    token = mint(SECRET, "ann")
+    if auth is None:
+        ws = _Socket({**query, "token": token})
+    else:
+        ws = _Socket(query, {"type": "Auth", "token": token, **auth})
+    got = asyncio.run(authenticate(hub, ws))  # type: ignore[arg-type]
+    assert got is not None and got[0].player == "ann" and got[1] == Resume(*resume)
