@@ -586,7 +586,7 @@ export interface ClientOptions {
   url: string; token: string;
   /** a WebSocket class: the global one by default (browsers, Node 22); Node < 22: the ws package's */
   WebSocket?: unknown;
-  auth?: "message" | "query"; version?: number | null; reconnect?: boolean;
+  auth?: "message" | "query"; version?: number | null; match?: string | null; reconnect?: boolean;
 }
 export interface PlayOptions { reading_kind?: Reading["kind"]; reading_rank?: string; expected_version?: number | null }
 export declare class Client {
@@ -612,7 +612,7 @@ export declare class Client {
   join(room: string): string; ready(clientSeed?: string): string;
   play(cards: readonly number[] | string, options?: PlayOptions): string;
   pass(options?: { expected_version?: number | null }): string;
-  sync(version?: number): string; watch(match: string): string; leave(): string; escape(): string;
+  sync(version?: number, match?: string | null): string; watch(match: string): string; leave(): string; escape(): string;
   requestTrustee(): string; cancelTrustee(): string;
   /** a quick phrase or emote (one of PHRASES or EMOTES) to the table; at most one every 3 s */
   say(phrase: SayMessage["phrase"]): string;

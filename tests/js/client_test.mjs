@@ -142,7 +142,19 @@ test("the Auth message of a reconnect names the version and its match", async ()
   await new Promise((r) => setTimeout(r, 300));
   FakeSocket.all[1].open();
   assert.deepEqual(FakeSocket.all[1].sent[0], { type: "Auth", token: "T", version: 9, match: "t1-1" });
+  FakeSocket.all[1].receive({ kind: "welcome", player: "alice", role: "player", room: null, gateway: "g",
+    rate: 1000, burst: 1000, sync_rate: 1000 });
+  c.sync(9);
+  c.sync(3, "t1-0");
+  c.sync();
+  assert.deepEqual(FakeSocket.all[1].sent.slice(1).map(({ type, version, match }) => [type, version, match]),
+    [["Sync", 9, "t1-1"], ["Sync", 3, "t1-0"], ["Sync", undefined, undefined]]);
   c.close();
+  // a page that kept its version across a reload names its match from the start
+  const d = new Client({ url: "ws://gw/ws", token: "T", WebSocket: FakeSocket, auth: "query", version: 4, match: "t2-1" });
+  d.connect();
+  assert.equal(FakeSocket.all.at(-1).url, "ws://gw/ws?token=T&version=4&match=t2-1");
+  d.close();
 });
 
 test("the cards helper names every id as docs/PROTOCOL.md's table does", () => {

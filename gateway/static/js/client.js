@@ -195,10 +195,11 @@ export class Client {
    * @param {Function} [o.WebSocket]  a WebSocket class (Node < 22: `import WebSocket from "ws"`)
    * @param {"message"|"query"} [o.auth]  how the token is given (default "message")
    * @param {number|null} [o.version]     resume after this match version
+   * @param {string|null} [o.match]       the match of that version (say it: another match's is not applied)
    * @param {boolean} [o.reconnect]       reconnect after a drop (default true)
    */
   constructor({ url, token, WebSocket: WS = globalThis.WebSocket, auth = "message", version = null,
-    reconnect = true } = {}) {
+    match = null, reconnect = true } = {}) {
     if (!url) throw new TypeError("Client: url is required");
     if (!token) throw new TypeError("Client: token is required");
     if (!WS) throw new TypeError("Client: no WebSocket here: pass one (Node < 22: `WebSocket` from the ws package)");
@@ -208,7 +209,7 @@ export class Client {
     this.auth = auth;
     this.reconnect = reconnect;
     this.version = version;   // the newest version seen of `match` (resume)
-    this.match = null;        // the match of the newest update
+    this.match = match;       // the match of the newest update
     this.brief = null;        // the newest brief
     this.view = null;         // the newest full view
     this.state = stateOf(null, null, null);  // the table from the newest brief (render from it)
@@ -536,7 +537,11 @@ export class Client {
     if (v !== null && v !== undefined) m.expected_version = v;
     return this.send(m);
   }
-  sync(version) { return this.send(version === undefined ? { type: "Sync" } : { type: "Sync", version }); }
+  /** the view again; with a version (of `match`, by default the current one), the updates after it */
+  sync(version, match = this.match) {
+    if (version === undefined) return this.send({ type: "Sync" });
+    return this.send(match ? { type: "Sync", version, match } : { type: "Sync", version });
+  }
   watch(match) { return this.send({ type: "Watch", match }); }
   leave() { return this.send({ type: "Leave" }); }
   escape() { return this.send({ type: "Escape" }); }
