@@ -173,7 +173,7 @@ def round_trip(client: Any, commands: Sequence[bytes]) -> list[Any]:
 
 
 class InFlight:
-    """The replies of a :func:`ride`'s riders, still on their connection: nobody else's until
+    """The replies of a :class:`Rider`'s commands, still on their connection: nobody else's until
     :meth:`finish` reads them or :meth:`abandon` (or the garbage collector) drops it."""
 
     __slots__ = ("_lease", "_n")
