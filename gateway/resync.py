@@ -87,7 +87,10 @@ class Resync:
         self.gap_wait_s = gap_wait_s
         self.versions: dict[str, int] = {}  # match -> last version forwarded
         self._held: dict[str, dict[int, outbox.OutEntry]] = {}  # match -> first seq -> update ahead of a gap
+        #: match -> the timer of a gap (``_close_gap``); an awaited view has a timer of its own
+        #: (``_sync_fallback``), so neither keeps the other from being started
         self._gap_timers: dict[str, asyncio.Task] = {}
+        self._timers: set[asyncio.Task] = set()  # every timer running (cancelled with the socket)
         self._awaiting: dict[str, str] = {}  # match -> the engine id of the Sync whose view we wait for
         self._viewed: set[str] = set()  # matches this socket has sent a view of
         #: match -> a version the client gave (``?version=``, ``Sync.version``) that no update of
@@ -115,11 +118,17 @@ class Resync:
 
     def cancel(self) -> None:
         """The socket is gone: stop every timer."""
-        for t in list(self._gap_timers.values()):
+        for t in list(self._timers):
             t.cancel()
 
+    def _start(self, coro: Any) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._timers.add(task)
+        task.add_done_callback(self._timers.discard)
+        return task
+
     def _timer(self, match: str, coro: Any) -> None:
-        self._gap_timers[match] = asyncio.get_running_loop().create_task(coro)
+        self._gap_timers[match] = self._start(coro)
 
     # -- catching up ----------------------------------------------------------------------
     async def catch_up(self, match: str, version: int | None) -> None:
@@ -156,24 +165,24 @@ class Resync:
         self._awaiting[match] = engine_id
         command = channels.player_command("Sync", match, source, engine_id)
         await conn.hub.redis.xadd(channels.stream_for(command), channels.entry(command))
-        if match not in self._gap_timers:
-            self._timer(match, self._sync_fallback(match))
+        self._start(self._sync_fallback(match, engine_id))
 
-    async def _sync_fallback(self, match: str) -> None:
-        """No Sync answer in twice the gap wait (an engine busy or away): the newest view in the stream."""
-        try:
-            await asyncio.sleep(self.gap_wait_s * 2)
-            if self._awaiting.pop(match, None) is None or match != self.conn.match:
-                self._unclaim(match)
-                return  # answered, or the table moved on (no view of a match left behind)
-            latest = await outbox.latest_update(self.conn.hub.redis, self._stream_owner, match)
-            if latest is not None:
-                await self._apply_view(match, int(latest.version or 0), latest.view, None)
-            else:
-                self._unclaim(match)
-            await self._flush(match)
-        finally:
-            self._gap_timers.pop(match, None)
+    async def _sync_fallback(self, match: str, engine_id: str) -> None:
+        """No answer to the Sync ``engine_id`` in twice the gap wait (an engine busy or away): the
+        newest view in the stream.  A later Sync of the match has a fallback of its own."""
+        await asyncio.sleep(self.gap_wait_s * 2)
+        awaited = self._awaiting.get(match)
+        if awaited is not None and awaited != engine_id:
+            return  # asked again since: that Sync's fallback comes later
+        if self._awaiting.pop(match, None) is None or match != self.conn.match:
+            self._unclaim(match)
+            return  # answered, or the table moved on (no view of a match left behind)
+        latest = await outbox.latest_update(self.conn.hub.redis, self._stream_owner, match)
+        if latest is not None:
+            await self._apply_view(match, int(latest.version or 0), latest.view, None)
+        else:
+            self._unclaim(match)
+        await self._flush(match)
 
     async def _apply_view(self, match: str, version: int, view: dict | None, client_id: str | None,
                           force: bool = False) -> None:

@@ -6,7 +6,9 @@ version it read until an update of another match comes: a client that dropped be
 end and the next one's first update gives the version of the match before.  The gateway took it
 for the next match's and dropped every update of it up to that version (the deal and the clock
 that starts the player's turn among them).  And where a resume's version and match are read
-from (``authenticate``: the query or the Auth message, never one of each)."""
+from (``authenticate``: the query or the Auth message, never one of each).  And the timers: a
+gap's and an awaited view's fallback each run on their own (one shared slot per match let
+either keep the other from starting)."""
 
 from __future__ import annotations
 
@@ -260,3 +262,63 @@ def test_a_resume_takes_its_version_and_match_from_one_place(query, auth, resume
         ws = _Socket(query, {"type": "Auth", "token": token, **auth})
     got = asyncio.run(authenticate(hub, ws))  # type: ignore[arg-type]
     assert got is not None and got[0].player == "ann" and got[1] == Resume(*resume)
+
+
+
+def test_a_view_asked_for_while_a_gap_timer_runs_still_falls_back_to_the_stream():
+    """A gap (3 before 2) starts the gap timer and fills at once; the client then asks for the
+    view (``Sync``) and the engine does not answer.  The Sync's fallback still runs: the
+    stream's newest view (5) goes out, then what comes after it (6)."""
+
+    async def main() -> list[int]:
+        conn = _Conn()
+        await _write(conn, range(1, 2))
+        r = Resync(conn, gap_wait_s=0.05)
+        await r.catch_up(M, 1)
+        await r.on_entry(_sync(r, 1))
+        await asyncio.sleep(0.2)  # that Sync's fallback is over
+        await r.on_entry(_update(3))  # held: the gap timer runs
+        await r.on_entry(_update(2))  # the gap fills: 2, then 3
+        await r.request_view(M, "s1")  # the client's Sync, never answered
+        await _write(conn, range(2, 6))
+        await asyncio.sleep(0.5)
+        await r.on_entry(_update(6))
+        return _versions(conn)
+
+    assert asyncio.run(main()) == [1, 2, 3, 5, 6]
+
+
+def test_a_gap_while_an_answered_views_fallback_waits_is_closed_in_the_gap_wait():
+    """The view asked for on connect is answered (1); 3 comes before 2, and 2 never comes.  The
+    gap's own timer asks for the view, whose fallback (the engine does not answer) sends the
+    stream's newest view (3): the fallback of the answered Sync does not stand in for it."""
+
+    async def main() -> list[int]:
+        conn = _Conn()
+        await _write(conn, range(1, 2))
+        r = Resync(conn, gap_wait_s=0.05)
+        await r.catch_up(M, 1)
+        await r.on_entry(_sync(r, 1))
+        await _write(conn, range(2, 4))
+        await r.on_entry(_update(3))
+        await asyncio.sleep(0.5)
+        return _versions(conn)
+
+    assert asyncio.run(main()) == [1, 3]
+
+
+def test_a_socket_closed_stops_every_timer_of_its_resync():
+    async def main() -> int:
+        conn = _Conn()
+        r = Resync(conn, gap_wait_s=5)
+        await r.catch_up(M, 1)  # a view asked for: its fallback waits
+        await r.on_entry(_sync(r, 1))
+        await r.on_entry(_update(3))  # a gap: its timer waits
+        await r.request_view(M, "s1")
+        timers = list(r._timers)
+        assert len(timers) == 3
+        r.cancel()
+        await asyncio.gather(*timers, return_exceptions=True)
+        return sum(not t.cancelled() for t in timers) + len(r._timers)
+
+    assert asyncio.run(main()) == 0
