@@ -298,7 +298,8 @@ def _moved_cluster(cls: type, learned: list[str]) -> Any:
 
     manager = type("NodesManager", (), {"initialize": staticmethod(
         initialize if cls.__module__.startswith("redis.asyncio") else initialize_sync)})()
-    client = object.__new__(cls)
+    # never built, so nothing to close: redis-py's __del__ would fail on what it lacks
+    client = object.__new__(type(cls.__name__, (cls,), {"__del__": lambda self: None}))
     for name, value in (("get_node_from_key", lambda key: node), ("get_redis_connection", lambda n: n),
                         ("initialize", known), ("nodes_manager", manager)):
         setattr(client, name, value)
