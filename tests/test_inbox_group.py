@@ -268,3 +268,20 @@ def test_on_one_redis_serves_loop_reads_on_its_own_after_the_appends(real_redis,
     assert sum(pending(r, s) for s in consumers) == 4  # acknowledged with the next read
     assert run_together(group, block_ms=None) == 0
     assert sum(pending(r, s) for s in consumers) == 0
+
+
+def test_every_xack_a_read_could_not_run_goes_with_the_next_read() -> None:
+    """A read's round trip whose XACKs failed on two streams: both streams' acknowledgements are
+    queued again, ahead of those taken since, and the first failure is raised."""
+    import types
+
+    import redis.exceptions as rex
+
+    from engine.service.inbox import _read_replies
+
+    a, b, c = (types.SimpleNamespace(_unsent_acks=[f"{n}-9"]) for n in (1, 2, 3))
+    first, second = rex.ConnectionError("a"), rex.ResponseError("b")
+    acking: list[Any] = [(a, ["1-1"]), (b, ["2-1"]), (c, ["3-1"])]
+    with pytest.raises(rex.ConnectionError):
+        _read_replies(acking, [], [first, 1, second, None], direct=True)
+    assert (a._unsent_acks, b._unsent_acks, c._unsent_acks) == (["1-1", "1-9"], ["2-9"], ["3-1", "3-9"])

@@ -812,8 +812,7 @@ class _Ride:
         return cls(wire.Rider(server, _read_commands(acking, readers, count, block_ms)), acking)
 
     def _unsent(self) -> None:
-        for c, acks in self.acking:  # they go with the next read
-            c._unsent_acks[:0] = acks
+        _ack_later(self.acking)
         self.acking = []
 
     def drop(self, readers: list[InboxConsumer]) -> None:
@@ -979,6 +978,13 @@ def _read_together(consumers: list[InboxConsumer], readers: list[InboxConsumer],
         raise
 
 
+def _ack_later(acking: list[tuple[InboxConsumer, list[Any]]]) -> None:
+    """Acknowledgements taken for a round trip that did not carry them: they go first with the
+    next read."""
+    for c, acks in acking:
+        c._unsent_acks[:0] = acks
+
+
 def _read_commands(acking: list[tuple[InboxConsumer, list[Any]]], readers: list[InboxConsumer], count: int,
                    block_ms: int | None) -> list[bytes]:
     """A read's round trip, packed: each consumer's XACK, then one XREADGROUP of the readers' streams."""
@@ -1004,8 +1010,7 @@ def _read_slot_together(first: InboxConsumer, consumers: list[InboxConsumer], re
                                                                  block_ms))
             replies = pipe.execute(raise_on_error=False)
     except Exception:
-        for c, acks in acking:  # not sent: they go with the next read
-            c._unsent_acks[:0] = acks
+        _ack_later(acking)
         raise
     return _read_replies(acking, readers, replies, direct)
 
@@ -1015,10 +1020,10 @@ def _read_replies(acking: list[tuple[InboxConsumer, list[Any]]], readers: list[I
     """The replies of a read's round trip (each consumer's XACK, then the XREADGROUP) as the
     new entries by stream; None when a stream had lost its group (created again).  An XACK
     that failed is queued again and raised."""
-    for (c, acks), acked in zip(acking, replies):
-        if isinstance(acked, Exception):
-            c._unsent_acks[:0] = acks
-            raise acked
+    failed = [(pair, acked) for pair, acked in zip(acking, replies) if isinstance(acked, Exception)]
+    if failed:
+        _ack_later([pair for pair, _ in failed])
+        raise failed[0][1]
     reply = replies[-1]
     if isinstance(reply, redis.ResponseError) and "NOGROUP" in str(reply):
         for c in readers:  # a stream deleted under us
