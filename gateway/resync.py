@@ -163,9 +163,9 @@ class Resync:
         if client_id is not None:
             conn.track(engine_id, "Sync")
         self._awaiting[match] = engine_id
+        self._start(self._sync_fallback(match, engine_id))  # also when the Sync cannot be sent
         command = channels.player_command("Sync", match, source, engine_id)
         await conn.hub.redis.xadd(channels.stream_for(command), channels.entry(command))
-        self._start(self._sync_fallback(match, engine_id))
 
     async def _sync_fallback(self, match: str, engine_id: str) -> None:
         """No answer to the Sync ``engine_id`` in twice the gap wait (an engine busy or away): the
@@ -177,7 +177,11 @@ class Resync:
         if self._awaiting.pop(match, None) is None or match != self.conn.match:
             self._unclaim(match)
             return  # answered, or the table moved on (no view of a match left behind)
-        latest = await outbox.latest_update(self.conn.hub.redis, self._stream_owner, match)
+        try:
+            latest = await outbox.latest_update(self.conn.hub.redis, self._stream_owner, match)
+        except Exception as exc:  # Redis away: a gap still held is asked for again after its wait
+            log.warning("no view of %s in the stream: %s", match, exc)
+            latest = None
         if latest is not None:
             await self._apply_view(match, int(latest.version or 0), latest.view, None)
         else:
@@ -369,4 +373,7 @@ class Resync:
         finally:
             self._gap_timers.pop(match, None)
         if self._held.get(match):
-            await self.request_view(match)
+            try:
+                await self.request_view(match)
+            except Exception as exc:  # Redis away: the Sync's fallback reads the stream
+                log.warning("no Sync of %s sent: %s", match, exc)

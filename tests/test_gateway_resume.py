@@ -322,3 +322,30 @@ def test_a_socket_closed_stops_every_timer_of_its_resync():
         return sum(not t.cancelled() for t in timers) + len(r._timers)
 
     assert asyncio.run(main()) == 0
+
+
+def test_a_sync_that_could_not_be_sent_still_falls_back_to_the_stream():
+    """The gap's timer asks for the view while Redis refuses the Sync's XADD: the match does not
+    wait for an answer that cannot come; the fallback sends the stream's newest view (3)."""
+    import redis.exceptions
+
+    async def main() -> list[int]:
+        conn = _Conn()
+        await _write(conn, range(1, 2))
+        r = Resync(conn, gap_wait_s=0.05)
+        await r.catch_up(M, 1)
+        await r.on_entry(_sync(r, 1))
+        await _write(conn, range(2, 4))
+        xadd, fails = conn.hub.redis.xadd, [redis.exceptions.ConnectionError("away")]
+
+        async def refused(*args: Any, **kwargs: Any) -> Any:
+            if fails:
+                raise fails.pop()
+            return await xadd(*args, **kwargs)
+
+        conn.hub.redis.xadd = refused  # type: ignore[method-assign]
+        await r.on_entry(_update(3))  # 2 never comes
+        await asyncio.sleep(0.5)
+        return _versions(conn)
+
+    assert asyncio.run(main()) == [1, 3]
