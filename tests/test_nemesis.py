@@ -103,7 +103,9 @@ def _row(nemesis: dict[str, Any], kind: str) -> dict[str, Any]:
 
 def _explain(nemesis: dict[str, Any], kind: str, row: dict[str, Any]) -> str:
     return (f"{kind}: {row}\nfindings: {json.dumps(nemesis['findings'][:20], indent=1)}\n"
-            f"notes: {nemesis['notes']}\nlogs: {nemesis.get('logs')}")
+            f"notes: {nemesis['notes']}\nclient errors: {nemesis.get('client_error_samples')}\n"
+            f"gave up: {nemesis.get('gave_up')}\nlogs: {nemesis.get('logs')}\n"
+            f"the history of the matches found: {nemesis.get('history')}")
 
 
 def _waits_for_replicas(nemesis: dict[str, Any]) -> bool:

@@ -111,3 +111,28 @@ def test_a_client_gives_up_only_after_its_budget_and_says_so(monkeypatch: pytest
     p = _inbox(script, monkeypatch)
     p.play_out("ib0-1", give_up_s=-1)
     assert [g.match for g in p.rec.gave_up] == ["ib0-1"] and "ValueError: refused" in p.rec.gave_up[0].why
+
+
+def test_the_history_kept_for_a_finding_holds_its_matches_alone() -> None:
+    """A run with findings keeps what the clients recorded of the matches they name (reads,
+    sends, acknowledgements, the turns a player did not act on) with their logs; nothing of
+    the other matches."""
+    import json
+
+    from tests.nemesis.checker import Ack, Fault, Final, Finding, History, Read, Sent
+    from tests.nemesis.harness import _history_of
+
+    rec = Recorder()
+    rec.decline("p1", "m1", 4, "no hand to lead from")
+    rec.decline("p2", "m2", 7, "a command unanswered")
+    history = History([Ack("p1", "m1", "c1", "update", 5, 4), Ack("p2", "m2", "c2", "update", 5, 7)],
+                      [Read("p1", "m1", 4, 10), Read("p2", "m2", 7, 11)], [Fault("kill_process", 1, 2)],
+                      None, [Sent("p1", "p1", "m1", "c1", 3), Sent("p2", "p2", "m2", "c2", 3)])
+    report = SimpleNamespace(findings=[Finding("late_ends", "m1", "ended late", 2)])
+    kept = _history_of(report, history, Final({"m1": [{"seq": 1, "type": "MatchCreated"}], "m2": []}), rec)
+    assert set(kept["matches"]) == {"m1"} and kept["matches"]["m1"][0]["type"] == "MatchCreated"
+    assert [r["match"] for r in kept["reads"]] == [a["match"] for a in kept["acks"]] == ["m1"]
+    assert [s["match"] for s in kept["sends"]] == ["m1"]
+    assert [d[1:] for d in kept["declined"]] == [("p1", "m1", 4, "no hand to lead from")]
+    assert kept["faults"] == [{"kind": "kill_process", "start_ms": 1, "heal_ms": 2}]
+    json.dumps(kept, default=str)

@@ -117,6 +117,8 @@ class Recorder:
     #: an update read at a version below one already read (not a redelivery): its entry
     #: (id, command id) and the entry the player first read at that version
     backwards: list[str] = field(default_factory=list)
+    #: a WebSocket player's turn it did not act on: (at_ms, player, match, version, why)
+    declined: list[tuple[int, str, str, int, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def ack(self, a: Ack) -> None:
@@ -144,6 +146,11 @@ class Recorder:
     def error(self, what: str) -> None:
         with self.lock:
             self.errors.append(what)
+
+    def decline(self, player: str, match: str, version: int, why: str) -> None:
+        with self.lock:
+            if len(self.declined) < 20_000:
+                self.declined.append((now_ms(), player, match, version, why))
 
     def schema(self, problem: str) -> None:
         """A message that gateway/schemas/server.json does not allow (kept once per shape)."""
@@ -428,9 +435,13 @@ class WsPlayer:
 
     async def _act(self, ws: Client) -> None:
         b = self.brief
-        if self.pending is not None or b is None or b.get("version") != self.version:
+        if b is None or b.get("phase") != "playing" or b.get("turn") != self.name:
             return
-        if b.get("phase") != "playing" or b.get("turn") != self.name:
+        why = ("a command unanswered" if self.pending is not None
+               else f"the brief is of v{b.get('version')}" if b.get("version") != self.version
+               else "no hand to lead from" if b.get("last_play") is None and not self.hand else None)
+        if why is not None:  # its turn, and it does not act: kept for the checker's findings
+            self.rec.decline(self.name, self.match or "", self.version, why)
             return
         if b.get("last_play") is None and self.hand:
             await self._send(ws, {"type": "Play", "cards": [min(self.hand)], "expected_version": self.version,
@@ -907,6 +918,15 @@ class Nemesis:
             time.sleep(1.0)
         self.notes.append("some finished matches were not booked in the ledger in time")
 
+    def _keep_history(self, report: Any, history: History, final: Final) -> str | None:
+        """With findings: the history of the matches they name, in ``history.json`` beside the
+        logs (its path; None: nothing found)."""
+        if not report.findings:
+            return None
+        path = self.tmp / "history.json"
+        path.write_text(json.dumps(_history_of(report, history, final, self.rec), default=str))
+        return str(path)
+
     def replay_exit(self) -> int:
         assert self.cluster is not None
         out = subprocess.run([sys.executable, "-m", "shuangkou", "replay", "--all", "--json", "--redis",
@@ -946,6 +966,7 @@ class Nemesis:
             history = History(list(self.rec.acks), list(self.rec.reads), list(self.faults), self.load_stop_ms,
                               list(self.rec.sends), list(self.rec.gave_up))
             report = check(history, final, limits)
+            kept = self._keep_history(report, history, final)
             rows = by_fault(report, history)
             others = self.others_throughput(final)
             ratios = [o["ratio"] for o in others if o["ratio"] is not None]
@@ -967,10 +988,26 @@ class Nemesis:
                     # serve's gauge; a build without it runs the flag given, else its default 0
                     "replica_acks_in_force": in_force if in_force is not None else (self.cfg.replica_acks or 0),
                     "replicas_per_master": self.cfg.replicas, "masters": self.cfg.masters,
-                    "run_id": uuid.uuid4().hex[:8]}
+                    "run_id": uuid.uuid4().hex[:8], "history": kept}
         finally:
             self.stop.set()
             self.stop_all()
+
+
+def _history_of(report: Any, history: History, final: Final, rec: Recorder) -> dict[str, Any]:
+    """What the clients recorded of each match a finding names, with its log: enough to tell
+    why a rule broke after the run's processes are gone."""
+    named = {f.match for f in report.findings if f.match}
+
+    def of(items: list[Any]) -> list[dict[str, Any]]:
+        return [dict(x.__dict__) for x in items if getattr(x, "match", None) in named]
+
+    return {"findings": [dict(f.__dict__) for f in report.findings],
+            "faults": [dict(f.__dict__) for f in history.faults],
+            "matches": {m: final.log.get(m, []) for m in sorted(named)},
+            "reads": of(history.reads), "sends": of(history.sends), "acks": of(history.acks),
+            "gave_up": of(history.gave_up),
+            "declined": [d for d in rec.declined if d[2] in named], "errors": rec.errors[:500]}
 
 
 def _retried(slow_calls: list[tuple[int, str]], top: int = 15) -> dict[str, int]:
