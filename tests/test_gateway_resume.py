@@ -265,17 +265,23 @@ def test_a_resume_takes_its_version_and_match_from_one_place(query, auth, resume
 
 
 
+async def _caught_up_at_1(gap_wait_s: float) -> tuple[_Conn, Resync]:
+    """A socket whose client has version 1 of M (the stream holds only 1): the view asked for on
+    connect answered at 1."""
+    conn = _Conn()
+    await _write(conn, range(1, 2))
+    r = Resync(conn, gap_wait_s=gap_wait_s)
+    await r.catch_up(M, 1)
+    await r.on_entry(_sync(r, 1))
+    return conn, r
+
 def test_a_view_asked_for_while_a_gap_timer_runs_still_falls_back_to_the_stream():
     """A gap (3 before 2) starts the gap timer and fills at once; the client then asks for the
     view (``Sync``) and the engine does not answer.  The Sync's fallback still runs: the
     stream's newest view (5) goes out, then what comes after it (6)."""
 
     async def main() -> list[int]:
-        conn = _Conn()
-        await _write(conn, range(1, 2))
-        r = Resync(conn, gap_wait_s=0.05)
-        await r.catch_up(M, 1)
-        await r.on_entry(_sync(r, 1))
+        conn, r = await _caught_up_at_1(gap_wait_s=0.05)
         await asyncio.sleep(0.2)  # that Sync's fallback is over
         await r.on_entry(_update(3))  # held: the gap timer runs
         await r.on_entry(_update(2))  # the gap fills: 2, then 3
@@ -294,11 +300,7 @@ def test_a_gap_while_an_answered_views_fallback_waits_is_closed_in_the_gap_wait(
     stream's newest view (3): the fallback of the answered Sync does not stand in for it."""
 
     async def main() -> list[int]:
-        conn = _Conn()
-        await _write(conn, range(1, 2))
-        r = Resync(conn, gap_wait_s=0.05)
-        await r.catch_up(M, 1)
-        await r.on_entry(_sync(r, 1))
+        conn, r = await _caught_up_at_1(gap_wait_s=0.05)
         await _write(conn, range(2, 4))
         await r.on_entry(_update(3))
         await asyncio.sleep(0.5)
@@ -309,10 +311,7 @@ def test_a_gap_while_an_answered_views_fallback_waits_is_closed_in_the_gap_wait(
 
 def test_a_socket_closed_stops_every_timer_of_its_resync():
     async def main() -> int:
-        conn = _Conn()
-        r = Resync(conn, gap_wait_s=5)
-        await r.catch_up(M, 1)  # a view asked for: its fallback waits
-        await r.on_entry(_sync(r, 1))
+        _conn, r = await _caught_up_at_1(gap_wait_s=5)  # its view's fallback still waits
         await r.on_entry(_update(3))  # a gap: its timer waits
         await r.request_view(M, "s1")
         timers = list(r._timers)
@@ -330,11 +329,7 @@ def test_a_sync_that_could_not_be_sent_still_falls_back_to_the_stream():
     import redis.exceptions
 
     async def main() -> list[int]:
-        conn = _Conn()
-        await _write(conn, range(1, 2))
-        r = Resync(conn, gap_wait_s=0.05)
-        await r.catch_up(M, 1)
-        await r.on_entry(_sync(r, 1))
+        conn, r = await _caught_up_at_1(gap_wait_s=0.05)
         await _write(conn, range(2, 4))
         xadd, fails = conn.hub.redis.xadd, [redis.exceptions.ConnectionError("away")]
 
