@@ -21,7 +21,7 @@ def test_client_js_in_node() -> None:
     out = subprocess.run([node, "--test", str(ROOT / "tests" / "js" / "client_test.mjs")],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert "# pass 12" in out.stdout and "# fail 0" in out.stdout, out.stdout[-2000:]
+    assert "# pass 20" in out.stdout and "# fail 0" in out.stdout, out.stdout[-2000:]
 
 
 def test_every_close_code_client_js_knows_is_sent_by_the_gateway_and_documented() -> None:

@@ -2,14 +2,16 @@
 // resume with the last version after a drop, the brief and view it keeps, client.state from the
 // briefs alone, expected_version on Play and Pass, rejections and acks matched to their commands,
 // every pending entry cleared by its answer, pacing under the welcome's rates and the retry of a
-// rate-limited move, the acknowledgements (Seen) of the updates read, no reconnect after a final close code, the cards helper over all 108 ids, and
-// client.d.ts declaring exactly what the module exports.
+// rate-limited move, the acknowledgements (Seen) of the updates read, no reconnect after a final close code, the cards helper over all 108 ids,
+// client.d.ts declaring exactly what the module exports, and the reconnect's edges: close() or connect()
+// while a reconnect waits, the growing delay, unanswered moves sent again, a spectator watching again,
+// a late answer about the match before, a token renewed during the handshake.
 // Run by tests/test_client_js.py: node --test tests/js/client_test.mjs
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { mock, test } from "node:test";
 import * as clientModule from "../../gateway/static/js/client.js";
-import { Client, FINAL_CLOSE_CODES, NUM_CARDS, RANKS, cards } from "../../gateway/static/js/client.js";
+import { Client, FINAL_CLOSE_CODES, NUM_CARDS, RANKS, STABLE_MS, cards } from "../../gateway/static/js/client.js";
 
 class FakeSocket {
   static OPEN = 1;
@@ -27,7 +29,11 @@ class FakeSocket {
   send(text) { this.sent.push(JSON.parse(text)); }
   receive(msg) { this.fire("message", { data: JSON.stringify(msg) }); }
   close(code = 1000, reason = "") { this.readyState = 3; this.fire("close", { code, reason }); }
+  drop(code = 1006) { this.close(code, ""); }
 }
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const welcomeOf = (player, role = "player") => ({ kind: "welcome", player, role, room: null, gateway: "g",
+  rate: 1000, burst: 1000, sync_rate: 1000 });
 
 const brief = (version, turn = "alice", lastPlay = null) => ({
   version, phase: "playing", turn, trick: 0, last_play: lastPlay, deadline_ms: 1, cards_left: { alice: 27, bob: 27 },
@@ -343,11 +349,148 @@ test("client.d.ts declares every export, method, field and event of client.js", 
   FakeSocket.all = [];
   const fields = Object.keys(new Client({ url: "ws://gw/ws", token: "T", WebSocket: FakeSocket }))
     .filter((f) => !["WS", "auth", "reconnect", "handlers", "ws", "retries", "buckets", "pumpTimer", "delay",
-      "closedByUs"].includes(f));
+      "closedByUs", "retryTimer", "openedAt"].includes(f));
   for (const f of fields) assert.ok(members.has(f), `client.d.ts lacks Client.${f}`);
   const events = dts.slice(dts.indexOf("export interface ClientEvents {"));
   const eventNames = new Set([...events.slice(0, events.indexOf("\n}")).matchAll(/(\w+): /g)].map((m) => m[1]));
   const emitted = new Set([...src.matchAll(/this\.emit\("(\w+)"/g)].map((m) => m[1]));
   for (const e of emitted) assert.ok(eventNames.has(e), `ClientEvents lacks ${e}`);
   assert.ok(members.has("renew") && eventNames.has("message") && eventNames.has("ack"));
+});
+
+test("close() between a drop and its reconnect ends the link closed, with no socket made after", async () => {
+  FakeSocket.all = [];
+  const c = new Client({ url: "ws://gw/ws", token: "T", WebSocket: FakeSocket });
+  c.connect();
+  FakeSocket.all[0].open();
+  FakeSocket.all[0].drop();
+  assert.equal(c.link, "reconnecting");
+  c.close();
+  await sleep(400);
+  assert.equal(FakeSocket.all.length, 1);
+  assert.equal(c.link, "closed");
+});
+
+test("connect() while a reconnect waits makes one socket, and connect() on an open one replaces it", async () => {
+  FakeSocket.all = [];
+  const c = new Client({ url: "ws://gw/ws", token: "T", WebSocket: FakeSocket, auth: "query" });
+  c.connect();
+  FakeSocket.all[0].open();
+  FakeSocket.all[0].drop();
+  c.connect();  // "retry now"
+  FakeSocket.all[1].open();
+  await sleep(400);  // the drop's own reconnect would have come by now
+  assert.equal(FakeSocket.all.length, 2);
+  c.connect();
+  assert.deepEqual(FakeSocket.all.map((s) => s.readyState), [3, 3, 0]);
+  assert.equal(c.link, "connecting");
+  c.close();
+});
+
+test("a gateway that accepts and closes at once is retried ever more slowly; a stable socket starts over", async () => {
+  FakeSocket.all = [];
+  const c = new Client({ url: "ws://gw/ws", token: "T", WebSocket: FakeSocket });
+  c.connect();
+  const at = [];
+  for (let i = 0; i < 4; i += 1) {
+    const ws = FakeSocket.all.at(-1);
+    at.push(Date.now());
+    ws.open();
+    ws.receive(welcomeOf("alice"));
+    ws.drop(1013);  // Redis away: welcome, then closed
+    while (FakeSocket.all.at(-1) === ws) await sleep(5);
+  }
+  const gaps = at.slice(1).map((t, i) => t - at[i]);
+  for (let i = 1; i < gaps.length; i += 1) assert.ok(gaps[i] > gaps[i - 1], `gaps ${gaps.join(", ")} ms`);
+  const ws = FakeSocket.all.at(-1);
+  ws.open();
+  c.openedAt = Date.now() - STABLE_MS;  // it stayed open long enough
+  ws.drop();
+  assert.equal(c.delay, 500);  // 250 for this reconnect, then doubling again
+  c.close();
+});
+
+test("a late answer about the match before does not take the client back to it", () => {
+  FakeSocket.all = [];
+  const c = new Client({ url: "ws://gw/ws", token: "T", WebSocket: FakeSocket });
+  c.connect();
+  const ws = FakeSocket.all[0];
+  ws.open();
+  ws.receive(welcomeOf("alice"));
+  ws.receive(update(60));
+  const sid = c.sync();
+  ws.receive({ kind: "lobby", state: "seated", room: "r", table: "t1", match: "t1-2", reason: null, command_id: null });
+  ws.receive(update(3, { match: "t1-2", view: { match_id: "t1-2", version: 3 } }));
+  ws.receive(update(6, { match: "t1-2" }));
+  const got = [];
+  c.on("update", (u) => got.push(u.message.match));
+  ws.receive(update(61, { command_id: sid, view: { match_id: "t1-1", version: 61, phase: "finished" } }));
+  ws.receive({ kind: "rejected", command_id: null, code: "match_over", reason: "over", match: "t1-1",
+    view: { match_id: "t1-1", version: 61, phase: "finished", seats: [] } });
+  assert.deepEqual(got, ["t1-1"]);  // still told
+  assert.equal(c.pending.has(sid), false);  // and answered
+  assert.deepEqual([c.match, c.version, c.state.match, c.view.match_id], ["t1-2", 6, "t1-2", "t1-2"]);
+  c.pass();
+  assert.equal(ws.sent.at(-1).expected_version, 6);
+});
+
+test("a queued Sync is one with another only when both name the same version of the same match", () => {
+  FakeSocket.all = [];
+  const c = new Client({ url: "ws://gw/ws", token: "T", WebSocket: FakeSocket });
+  c.connect();  // not open: they queue
+  const a = c.sync(5, "t1-2");
+  assert.notEqual(c.sync(5, "t1-1"), a);
+  assert.equal(c.sync(5, "t1-2"), a);
+});
+
+test("a spectator's reconnect watches its match again, once, also when its page asks on each welcome", async () => {
+  FakeSocket.all = [];
+  const c = new Client({ url: "ws://gw/ws", token: "S", WebSocket: FakeSocket });
+  c.on("welcome", (w) => { if (!w.renewed) c.send({ type: "Watch", match: "t1-1" }); });  // as table.js does
+  c.connect();
+  FakeSocket.all[0].open();
+  FakeSocket.all[0].receive(welcomeOf("sam", "spectator"));
+  assert.equal(FakeSocket.all[0].sent.filter((m) => m.type === "Watch").length, 1);
+  FakeSocket.all[0].receive(update(9, { view: { match_id: "t1-1", version: 9 } }));
+  FakeSocket.all[0].drop();
+  await sleep(300);
+  const ws = FakeSocket.all[1];
+  ws.open();
+  ws.receive(welcomeOf("sam", "spectator"));
+  assert.deepEqual(ws.sent.filter((m) => m.type === "Watch").map((m) => m.match), ["t1-1"]);
+  c.close();
+});
+
+test("on a new socket the moves a drop left unanswered go again with their ids; other commands are not waited for", async () => {
+  FakeSocket.all = [];
+  const c = new Client({ url: "ws://gw/ws", token: "T", WebSocket: FakeSocket });
+  c.connect();
+  FakeSocket.all[0].open();
+  FakeSocket.all[0].receive(welcomeOf("alice"));
+  FakeSocket.all[0].receive({ kind: "lobby", state: "seated", room: "r", table: "t1", match: "t1-1", reason: null,
+    command_id: null });
+  const rid = c.ready();
+  const said = c.say("thanks");
+  FakeSocket.all[0].drop();
+  await sleep(300);
+  const ws = FakeSocket.all[1];
+  ws.open();
+  assert.deepEqual(ws.sent.slice(1).map((m) => [m.type, m.command_id]), [["Ready", rid]]);
+  assert.equal(c.pending.has(said), false);
+  ws.receive({ kind: "ack", command_id: rid });
+  assert.equal(c.pending.size, 0);
+  c.close();
+});
+
+test("auth 'query': a token renewed while the socket connects is sent as an Auth once it opens", () => {
+  FakeSocket.all = [];
+  const c = new Client({ url: "ws://gw/ws", token: "OLD", WebSocket: FakeSocket, auth: "query" });
+  c.connect();
+  c.renew("NEW");
+  const ws = FakeSocket.all[0];
+  assert.equal(ws.url, "ws://gw/ws?token=OLD");
+  ws.open();
+  assert.equal(ws.sent[0].type, "Auth");
+  assert.equal(ws.sent[0].token, "NEW");
+  c.close();
 });

@@ -1333,6 +1333,8 @@ export declare const DECK_SIZE: 54;
 export declare const NUM_CARDS: 108;
 export declare const FINAL_CLOSE_CODES: readonly number[];
 export declare const RATE_CLOSE_CODE: 4429;
+/** A socket open this long (ms) counts as stable: the next drop's reconnect starts from the shortest delay. */
+export declare const STABLE_MS: 10000;
 export declare const DEFAULT_LIMITS: Readonly<Limits>;
 export declare const RETRIED_TYPES: readonly ("Play" | "Pass" | "Ready")[];
 /** The quick phrase ids a Say may carry (docs/PROTOCOL.md §8 "Quick phrases"). */
@@ -1370,6 +1372,16 @@ export declare class Client {
   setState(link: LinkState, detail?: { code?: number; reason?: string }): void;
   connect(): this; close(): void; receive(message: ServerMessage): void;
   answered(commandId: string): void; retry(command: ClientMessage): boolean; pump(): void;
+  /** on a new socket: the moves, a Sync for the view and the Watch whose answer a drop may have taken, again (same command_id) */
+  resend(): void;
+  /** whether a Play or Pass is still within its turn, a Ready still seated */
+  stillCounts(command: ClientMessage): boolean;
+  /** the current match becomes `match`; the one before is remembered as left */
+  moveTo(match: string): void; remember(match: string): void;
+  /** the match a Watch asked for (a spectator's reconnect watches it again) */
+  watching: string | null;
+  /** the last matches moved on from: a late answer about one does not take the client back */
+  left: Set<string>;
   /** acknowledge a read update (Seen): the first on a socket, then those that start your clock */
   seen(message: UpdateMessage): void;
   /** this socket sent a Seen */

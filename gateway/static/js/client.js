@@ -10,9 +10,14 @@
 //
 // What it does for you:
 // * auth: the token as the first message (`{"type": "Auth"}`, default) or in the query (`auth: "query"`);
-// * resume: on a drop it reconnects with a growing delay and gives the last version it saw, so the
-//   gateway sends every later update (no gap, no duplicate); the version goes with its match, and
-//   none once seated at another match (it was of the match before); `sync()` asks for the view again;
+// * resume: on a drop it reconnects with a growing delay (up to a quarter less, so clients dropped
+//   together spread out; from the shortest again after a socket that stayed open STABLE_MS) and
+//   gives the last version it saw, so the gateway sends every later update (no gap, no duplicate);
+//   the version goes with its match, and none once seated at another match (it was of the match
+//   before); the moves a drop left unanswered go again with their command_id (a Play or Pass within
+//   its turn, a Ready while seated, a Sync for the view), the other commands' answers are no longer waited for;
+//   a spectator watches its match again; a late update or refusal about a match it moved on from is
+//   still an event but does not take `match`, `version` or `state` back; `sync()` asks for the view again;
 // * `state`: the table from the briefs alone -- your `hand`, the current trick's `trick_plays`,
 //   whose `turn`, `your_turn`, the phase, the play to beat, the deadline, the card counts
 //   (render from it: no folding of events); it keeps the newest `brief` and full `view` too
@@ -48,6 +53,9 @@ export const NUM_CARDS = 108;
 export const FINAL_CLOSE_CODES = Object.freeze([4401, 4409]);
 /** The close code of a socket that stayed over its rate: reconnect, and slower. */
 export const RATE_CLOSE_CODE = 4429;
+/** A socket open this long counts as stable: the next drop's reconnect starts from the shortest delay
+ * again (a gateway that accepts and then closes, 1013 or 1011, meets a growing one). */
+export const STABLE_MS = 10000;
 /** The gateway's limits until its welcome says the ones in force (docs/PROTOCOL.md §8, "Limits"). */
 export const DEFAULT_LIMITS = Object.freeze({ rate: 20, burst: 40, sync_rate: 2 });
 /** The moves a `rate_limited` refusal is retried for (the same command_id). */
@@ -227,8 +235,12 @@ export class Client {
     this.buckets = buckets(this.limits);
     this.pumpTimer = null;
     this.delay = 250;
+    this.retryTimer = null;   // the reconnect waiting after a drop
+    this.openedAt = null;     // when the socket opened (STABLE_MS)
     this.closedByUs = false;
     this.acking = false;      // this socket was sent a Seen (the first update on a socket is acknowledged)
+    this.watching = null;     // the match a Watch asked for (a spectator's reconnect asks again)
+    this.left = new Set();    // matches moved on from: a late answer about one does not take the client back
   }
 
   on(name, fn) {
@@ -272,11 +284,17 @@ export class Client {
 
   connect() {
     this.closedByUs = false;
+    if (this.retryTimer !== null) clearTimeout(this.retryTimer);  // asked for now: not again later
+    this.retryTimer = null;
+    const old = this.ws;
+    this.ws = null;  // its events are no longer ours
+    if (old) old.close(1000, "reconnecting");
     this.setState("connecting");
     let url = this.url;
+    const token = this.token;
     if (this.auth === "query") {
       const sep = url.includes("?") ? "&" : "?";
-      url += `${sep}token=${encodeURIComponent(this.token)}`;
+      url += `${sep}token=${encodeURIComponent(token)}`;
       if (this.version !== null) url += `&version=${this.version}`;
       if (this.version !== null && this.match) url += `&match=${encodeURIComponent(this.match)}`;
     }
@@ -289,10 +307,13 @@ export class Client {
         if (this.version !== null) a.version = this.version;
         if (this.version !== null && this.match) a.match = this.match;
         ws.send(JSON.stringify(a));
+      } else if (this.token !== token) {  // renewed while connecting: the query carried the old one
+        ws.send(JSON.stringify({ type: "Auth", token: this.token, command_id: newId() }));
       }
-      this.delay = 250;
+      this.openedAt = Date.now();
       this.acking = false;  // acknowledgements are per socket
       this.buckets = buckets(this.limits);  // the gateway's budget is per socket: a new one is full
+      this.resend();
       this.setState("open");
       this.pump();
     });
@@ -318,8 +339,15 @@ export class Client {
         this.setState("refused", info);
       } else {
         this.setState("reconnecting", info);
+        if (this.openedAt !== null && Date.now() - this.openedAt >= STABLE_MS) this.delay = 250;
+        this.openedAt = null;
         if (ev.code === RATE_CLOSE_CODE) this.delay = Math.max(this.delay, 2000);  // over the rate: slower
-        setTimeout(() => { if (!this.closedByUs) this.connect(); }, this.delay);
+        // up to a quarter sooner: clients dropped together do not all come back at once
+        const wait = Math.round(this.delay * (0.75 + 0.25 * Math.random()));
+        this.retryTimer = setTimeout(() => {
+          this.retryTimer = null;
+          if (!this.closedByUs) this.connect();
+        }, wait);
         this.delay = Math.min(this.delay * 2, 5000);
       }
     });
@@ -331,7 +359,39 @@ export class Client {
     this.closedByUs = true;
     if (this.pumpTimer !== null) clearTimeout(this.pumpTimer);
     this.pumpTimer = null;
+    if (this.retryTimer !== null) {  // between a drop and its reconnect: closed now
+      clearTimeout(this.retryTimer);
+      this.retryTimer = null;
+      this.setState("closed", { code: 1000, reason: "bye" });
+    }
     if (this.ws) this.ws.close(1000, "bye");
+  }
+
+  /** On a new socket: the moves and views whose answer the drop may have taken, sent again with
+   * their command_id (docs/PROTOCOL.md §5: never applied twice) -- a Play or Pass within its
+   * turn, a Ready while seated, a Sync for the view, a Watch; the other commands' answers (a
+   * Sync's with a version too: the reconnect resumes from the newest version) are not waited for. */
+  resend() {
+    const queued = new Set(this.queue.map((m) => m.command_id));
+    const again = [];
+    for (const [id, m] of this.pending) {
+      if (queued.has(id)) continue;
+      if ((m.type === "Sync" && m.version === undefined) || m.type === "Watch"
+        || (RETRIED_TYPES.includes(m.type) && this.stillCounts(m))) {
+        again.push(m);
+      } else {
+        this.answered(id);
+      }
+    }
+    this.queue.unshift(...again);
+  }
+
+  /** Whether a Play, Pass or Ready sent earlier still makes sense: a move within the turn, a Ready while seated. */
+  stillCounts(command) {
+    const b = this.brief;
+    if (command.type === "Ready") return !!this.lobby && this.lobby.state === "seated";
+    return !!b && b.phase === "playing" && b.turn === this.player
+      && (b.deadline_ms === null || b.deadline_ms === undefined || Date.now() < b.deadline_ms);
   }
 
   /** one server message (from the socket) */
@@ -347,17 +407,15 @@ export class Client {
           if (changed && !msg.renewed) this.buckets = buckets(this.limits);
         }
         this.state = stateOf(this.match, this.brief, this.player);
+        // a spectator's new socket watches again (a resume's version is for players)
+        if (!msg.renewed && this.role !== "player" && this.watching) this.watch(this.watching);
         this.emit("welcome", msg);
         break;
       case "update": {
         if (msg.command_id) this.answered(msg.command_id);
-        if (msg.match !== this.match) {
-          this.match = msg.match;
-          this.view = null;
-          this.brief = null;
-          this.version = null;
-        }
-        if (this.version === null || msg.version >= this.version) {  // older: a redelivery
+        const past = msg.match !== this.match && this.left.has(msg.match);  // a late answer about it
+        if (msg.match !== this.match && !past) this.moveTo(msg.match);
+        if (!past && (this.version === null || msg.version >= this.version)) {  // older: a redelivery
           if (msg.view) this.view = msg.view;
           this.brief = briefOf(msg) || this.brief;
           this.version = msg.version;
@@ -372,9 +430,10 @@ export class Client {
         const command = msg.command_id ? this.pending.get(msg.command_id) || null : null;
         if (msg.code === "rate_limited" && command && this.retry(command)) break;
         if (msg.command_id) this.answered(msg.command_id);
-        if (msg.view && msg.view.match_id && msg.view.match_id === (msg.match || msg.view.match_id)) {
+        if (msg.view && msg.view.match_id && msg.view.match_id === (msg.match || msg.view.match_id)
+          && (msg.view.match_id === this.match || !this.left.has(msg.view.match_id))) {
           if (msg.view.match_id !== this.match || this.version === null || msg.view.version >= this.version) {
-            this.match = msg.view.match_id;
+            if (msg.view.match_id !== this.match) this.moveTo(msg.view.match_id);
             this.view = msg.view;
             this.version = msg.view.version;
             this.brief = briefOf({ version: msg.view.version, view: msg.view });
@@ -394,7 +453,11 @@ export class Client {
         if (msg.command_id) this.pending.delete(msg.command_id);  // the Join or Leave it answers
         this.lobby = msg;
         // seated at another match: the version kept is of the match before (?version= names no match)
-        if (msg.state === "seated" && msg.match && msg.match !== this.match) this.version = null;
+        if (msg.state === "seated" && msg.match && msg.match !== this.match) {
+          if (this.match) this.remember(this.match);
+          this.left.delete(msg.match);
+          this.version = null;
+        }
         // a Join or a Leave is answered by the lobby's next message (they carry no command_id)
         for (const [id, c] of this.pending) if (c.type === "Join" || c.type === "Leave") this.answered(id);
         this.emit("lobby", msg);
@@ -441,20 +504,31 @@ export class Client {
     this.retries.delete(commandId);
   }
 
+  /** The current match becomes `match` (an update of it, or a view a refusal carried). */
+  moveTo(match) {
+    if (this.match) this.remember(this.match);
+    this.left.delete(match);
+    this.match = match;
+    this.view = null;
+    this.brief = null;
+    this.version = null;
+  }
+
+  /** `match` was moved on from (the last few are kept). */
+  remember(match) {
+    this.left.delete(match);
+    this.left.add(match);
+    if (this.left.size > 8) this.left.delete(this.left.values().next().value);
+  }
+
   /** A move refused `rate_limited`: queue it again (the same command_id) at the front, after the
    * bucket refills, while it still makes sense -- a Play or Pass within the turn, a Ready while
    * seated; false when it is given up (the refusal is then reported). */
   retry(command) {
     if (!RETRIED_TYPES.includes(command.type) || this.closedByUs) return false;
     const tries = (this.retries.get(command.command_id) || 0) + 1;
-    if (tries > 50) return false;
-    const b = this.brief;
+    if (tries > 50 || !this.stillCounts(command)) return false;
     const now = Date.now();
-    if (command.type === "Ready") {
-      if (!this.lobby || this.lobby.state !== "seated") return false;
-    } else if (!b || b.phase !== "playing" || b.turn !== this.player || (b.deadline_ms !== null && now >= b.deadline_ms)) {
-      return false;
-    }
     this.retries.set(command.command_id, tries);
     this.buckets.messages.empty(now);  // the gateway says the socket is over: wait for a refill
     this.queue.unshift(command);
@@ -493,8 +567,14 @@ export class Client {
   send(msg) {
     const m = { ...msg };
     if (m.type === "Sync") {
-      const same = this.queue.find((q) => q.type === "Sync" && q.version === m.version);
+      const same = this.queue.find((q) => q.type === "Sync" && q.version === m.version && q.match === m.match);
       if (same) return same.command_id;
+    }
+    if (m.type === "Watch") {
+      this.watching = m.match;
+      this.left.delete(m.match);
+      // one Watch of a match at a time (a page that watches again on each welcome, as client.js does)
+      for (const [id, c] of this.pending) if (c.type === "Watch" && c.match === m.match) return id;
     }
     if (!m.command_id) m.command_id = newId();
     if (m.type !== "Auth") this.pending.set(m.command_id, m);  // a renewal is answered by a welcome
