@@ -298,7 +298,8 @@ def rejected(command_id: str | None, code: str, reason: str, view: dict[str, Any
 
 def ack(command_id: str) -> dict[str, Any]:
     """The answer to a command the engine accepted with no change (a Ready from a player already
-    ready, or after the deal: docs/PROTOCOL.md §8).
+    ready, or after the deal: docs/PROTOCOL.md §8), and to a Sync with a version once the
+    updates after it went out.
 
     >>> ack("r1")
     {'kind': 'ack', 'command_id': 'r1'}
@@ -311,7 +312,7 @@ def lobby(state: str, room: str | None, table: str | None = None, match: str | N
           command_id: str | None = None) -> dict[str, Any]:
     """Where the player is; ``bot_level``: the level of a bot opponent at the table
     (``easy`` / ``normal`` / ``hard``, docs/BOTS.md), None when the opponent is a person;
-    ``command_id``: the player's Join or Leave that caused the message, else None."""
+    ``command_id``: the player's Join, Leave or Sync (not at a table) that caused the message, else None."""
     return {"kind": "lobby", "state": state, "room": room, "table": table, "match": match, "reason": reason,
             "bot_level": bot_level, "command_id": command_id}
 

@@ -182,8 +182,9 @@ class Resync:
         except Exception as exc:  # Redis away: a gap still held is asked for again after its wait
             log.warning("no view of %s in the stream: %s", match, exc)
             latest = None
-        if latest is not None:
-            await self._apply_view(match, int(latest.version or 0), latest.view, None)
+        if latest is not None:  # a client's own Sync is answered with its command id
+            await self._apply_view(match, int(latest.version or 0), latest.view,
+                                   channels.client_command_id(self.conn.player, engine_id))
         else:
             self._unclaim(match)
         await self._flush(match)

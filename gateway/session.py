@@ -554,9 +554,9 @@ class Connection:
         place = await self.hub.lobby.place(self.player)
         self.place = place
         table = place.table
-        if table is None or table.status not in AT_TABLE:
+        if table is None or table.status not in AT_TABLE:  # no match to sync: where the player is
             await self.send(protocol.lobby(place.state or "removed", place.room, None, None,
-                                           None if place.state else "not in a room"))
+                                           None if place.state else "not in a room", command_id=msg.command_id))
             return
         self.match = table.match
         version = Resume(msg.version, msg.match).version_for(table.match)
@@ -565,6 +565,8 @@ class Connection:
             await self.subscription.skip_to_end(keys.outbox_key(self.player))
             await self.resync.catch_up(table.match, version)
             self.subscription.restart()
+            if msg.command_id:  # the updates after it went out (or the view was asked for): answered
+                await self.send(protocol.ack(msg.command_id))
             return
         await self.resync.request_view(table.match, msg.command_id)
 

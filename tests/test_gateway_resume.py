@@ -344,3 +344,17 @@ def test_a_sync_that_could_not_be_sent_still_falls_back_to_the_stream():
         return _versions(conn)
 
     assert asyncio.run(main()) == [1, 3]
+
+
+def test_the_fallback_view_of_a_clients_own_sync_names_its_command_id():
+    """The engine does not answer the client's ``Sync`` s1: the stream's newest view answers it,
+    with s1 (the client stops waiting for it)."""
+
+    async def main() -> list[tuple[int, str | None]]:
+        conn, r = await _caught_up_at_1(gap_wait_s=0.02)
+        await _write(conn, range(2, 4))
+        await r.request_view(M, "s1")
+        await asyncio.sleep(0.3)
+        return [(m["version"], m["command_id"]) for m in conn.sent]
+
+    assert asyncio.run(main())[-1] == (3, "s1")

@@ -1084,3 +1084,23 @@ def test_an_update_of_the_next_match_while_the_table_is_being_created_is_asked_a
         await ws.expect(_view_update("t1-2"), "the view of t1-2")
 
     asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3, "t1-2": 4}, body))
+
+
+def test_a_sync_with_a_version_is_answered_with_an_ack_after_the_updates(aredis):
+    """``Sync`` with a version gets the updates after it (here, no update: the view) and then an
+    ``ack`` naming it, so a client can stop waiting for its answer."""
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(_view_update("t1-1"), "the first view")
+        await ws.inbox.put(json.dumps({"type": "Sync", "version": 2, "match": "t1-1", "command_id": "s3"}))
+        await ws.expect(lambda m: m["kind"] == "ack" and m["command_id"] == "s3", "the Sync's ack")
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 4}, body))
+
+
+def test_a_sync_off_a_table_is_answered_by_the_lobby_message_naming_it(aredis):
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.inbox.put(json.dumps({"type": "Sync", "command_id": "s4"}))
+        got = await ws.expect(lambda m: m["kind"] == "lobby" and m.get("command_id") == "s4", "the lobby answer")
+        assert got["match"] is None
+
+    asyncio.run(_with_connection(aredis, {}, body))
