@@ -298,8 +298,9 @@ def rejected(command_id: str | None, code: str, reason: str, view: dict[str, Any
 
 def ack(command_id: str) -> dict[str, Any]:
     """The answer to a command the engine accepted with no change (a Ready from a player already
-    ready, or after the deal: docs/PROTOCOL.md §8), and to a Sync with a version once the
-    updates after it went out.
+    ready, or after the deal: docs/PROTOCOL.md §8), to a Sync with a version once the
+    updates after it went out, and to a command sent again whose update the client already
+    has (a view covered it).
 
     >>> ack("r1")
     {'kind': 'ack', 'command_id': 'r1'}

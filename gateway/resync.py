@@ -96,6 +96,8 @@ class Resync:
         #: match -> a version the client gave (``?version=``, ``Sync.version``) that no update of
         #: the stream confirmed: a version of the match before, for all it says (it names no match)
         self._claimed: dict[str, int] = {}
+        #: the client's command ids this socket answered (an update or an ack), the last few
+        self._told: dict[str, None] = {}
 
     @property
     def _stream_owner(self) -> str:
@@ -285,7 +287,8 @@ class Resync:
             conn.answered(e.command_id)
         last = self.versions.get(e.match)
         if last is not None and e.version <= last and e.match not in self._claimed:
-            return  # a redelivery (duplicate) or what the client already has
+            await self._answer_dropped(e)  # a redelivery (duplicate) or what the client already has
+            return
         first = e.first_seq
         if e.match in self._awaiting and first is not None:
             self._held.setdefault(e.match, {})[first] = e  # sent after the view it follows
@@ -301,13 +304,32 @@ class Resync:
         await self._send_update(e)
         await self._flush(e.match)
 
+    async def _answer_dropped(self, e: outbox.OutEntry) -> None:
+        """An update not sent (the client has its version: a redelivery, or a view covered it)
+        that answers a command of the client's: an ``ack`` with its command id, so a command
+        sent again (the same id) is answered even when its update is not sent twice."""
+        client_id = channels.client_command_id(self.conn.player, e.command_id) if self.conn.is_player else None
+        if client_id and not self._told_of(client_id):
+            await self.conn.send(protocol.ack(client_id))
+
+    def _told_of(self, client_id: str | None) -> bool:
+        """Whether this socket already answered ``client_id``; it counts as answered from now."""
+        if not client_id:
+            return False
+        if client_id in self._told:
+            return True
+        self._told[client_id] = None
+        if len(self._told) > 64:
+            self._told.pop(next(iter(self._told)))
+        return False
+
     async def _flush(self, match: str) -> None:
         """Send the held updates that now follow on; drop those the client has."""
         held = self._held.get(match)
         while held:
             last = self.versions.get(match, 0)
             for seq in [k for k, v in held.items() if int(v.version or 0) <= last]:
-                del held[seq]
+                await self._answer_dropped(held.pop(seq))
             nxt = held.pop(last + 1, None)
             if nxt is None:
                 break
@@ -361,8 +383,9 @@ class Resync:
         self._claimed.pop(e.match, None)  # what follows is numbered from this update
         self.versions[e.match] = int(e.version or 0)
         if conn.is_player:
-            await conn.send(protocol.update(e.match, int(e.version or 0), e.events, e.view,
-                                            channels.client_command_id(conn.player, e.command_id), e.brief))
+            client_id = channels.client_command_id(conn.player, e.command_id)
+            self._told_of(client_id)
+            await conn.send(protocol.update(e.match, int(e.version or 0), e.events, e.view, client_id, e.brief))
         else:
             await conn.send(protocol.update(e.match, int(e.version or 0), [spectator_event(x) for x in e.events],
                                             spectator_view(e.view), brief=spectator_brief(e.brief)))

@@ -358,3 +358,46 @@ def test_the_fallback_view_of_a_clients_own_sync_names_its_command_id():
         return [(m["version"], m["command_id"]) for m in conn.sent]
 
     assert asyncio.run(main())[-1] == (3, "s1")
+
+
+def _answering(version: int, client_id: str) -> OutEntry:
+    """The update at ``version`` that a command of ann's (``client_id``) made."""
+    from gateway import channels
+
+    e = _update(version)
+    return OutEntry(e.id, e.kind, e.match, channels.engine_command_id("ann", client_id), version, body=e.body)
+
+
+def test_a_command_whose_update_a_view_covered_is_answered_with_an_ack_once():
+    """ann's Ready made version 4, and a resync view at 6 reached her before that update: she
+    sent the Ready again (the same id) and waits.  The update is not sent (she has 6) but she is
+    answered: an ack r1.  A second redelivery, and the redelivery of an update she did get with
+    its id (r2), answer nothing again."""
+
+    async def main() -> list[tuple[str, Any]]:
+        conn = _Conn()
+        r = Resync(conn, gap_wait_s=5)
+        await r.catch_up(M, None)
+        await r.on_entry(_sync(r, 6))
+        await r.on_entry(_answering(4, "r1"))
+        await r.on_entry(_answering(4, "r1"))
+        await r.on_entry(_answering(7, "r2"))
+        await r.on_entry(_answering(7, "r2"))
+        return [(m["kind"], m.get("version", m["command_id"])) for m in conn.sent]
+
+    assert asyncio.run(main()) == [("update", 6), ("ack", "r1"), ("update", 7)]
+
+
+def test_a_held_update_a_view_covers_answers_its_command():
+    """The update of ann's r1 (5) arrives while the view is awaited; the view comes at 6: the
+    update is dropped, and r1 answered with an ack."""
+
+    async def main() -> list[tuple[str, Any]]:
+        conn = _Conn()
+        r = Resync(conn, gap_wait_s=5)
+        await r.catch_up(M, None)
+        await r.on_entry(_answering(5, "r1"))  # held for the view
+        await r.on_entry(_sync(r, 6))
+        return [(m["kind"], m.get("version", m["command_id"])) for m in conn.sent]
+
+    assert asyncio.run(main()) == [("update", 6), ("ack", "r1")]
