@@ -50,9 +50,8 @@ MASTER_MAY_LOSE = ("a master that dies or stops may take acknowledged writes not
 #: the master faults: on replica acks 0 the data promise holds only by luck
 MASTER_FAULTS = ("kill_master", "stop_master", "lose_master")
 
-#: a kind whose order rules (versions read back, late ends) are a known gap: none.  The last, a
-#: match ended past the bound after a heal, was the harness's client leaving a live match
-#: (docs/RELIABILITY.md "Findings"); 0 in the long run of 51 faults since and 79 short-run faults
+#: a kind whose order rules (versions read back, late ends) are a known gap: none (the late ends
+#: found so far and their fixes: docs/RELIABILITY.md "Findings")
 ORDER_SEEN: dict[str, str] = {}
 #: a kind whose timeouts charged are a known gap (none: the last, an update a gateway handed to
 #: the socket and was SIGKILLed before the client read it, is closed by the clients' ``Seen``)
