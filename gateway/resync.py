@@ -309,19 +309,17 @@ class Resync:
         that answers a command of the client's: an ``ack`` with its command id, so a command
         sent again (the same id) is answered even when its update is not sent twice."""
         client_id = channels.client_command_id(self.conn.player, e.command_id) if self.conn.is_player else None
-        if client_id and not self._told_of(client_id):
+        if client_id and client_id not in self._told:
+            self._note_told(client_id)
             await self.conn.send(protocol.ack(client_id))
 
-    def _told_of(self, client_id: str | None) -> bool:
-        """Whether this socket already answered ``client_id``; it counts as answered from now."""
+    def _note_told(self, client_id: str | None) -> None:
+        """This socket answered ``client_id`` (an update naming it, or an ack); the last 64 are kept."""
         if not client_id:
-            return False
-        if client_id in self._told:
-            return True
+            return
         self._told[client_id] = None
         if len(self._told) > 64:
             self._told.pop(next(iter(self._told)))
-        return False
 
     async def _flush(self, match: str) -> None:
         """Send the held updates that now follow on; drop those the client has."""
@@ -384,7 +382,7 @@ class Resync:
         self.versions[e.match] = int(e.version or 0)
         if conn.is_player:
             client_id = channels.client_command_id(conn.player, e.command_id)
-            self._told_of(client_id)
+            self._note_told(client_id)
             await conn.send(protocol.update(e.match, int(e.version or 0), e.events, e.view, client_id, e.brief))
         else:
             await conn.send(protocol.update(e.match, int(e.version or 0), [spectator_event(x) for x in e.events],
