@@ -64,10 +64,6 @@ class Subscription:
                 at[s] = outbox.entry_id(last[0][0]) if last else "0-0"
         self.positions = {s: at[s] for s in streams}
 
-    async def skip_to_end(self, stream: str) -> None:
-        """Read ``stream`` after its newest entry (what came before is caught up otherwise)."""
-        self.positions[stream] = await outbox.last_id(self.redis, stream)
-
     def start(self) -> None:
         self._running = True
         self._reset()

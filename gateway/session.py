@@ -560,11 +560,9 @@ class Connection:
             return
         self.match = table.match
         version = Resume(msg.version, msg.match).version_for(table.match)
-        if version is not None:
+        if version is not None:  # the updates after it that the socket handed on; it reads on from there
             self.resync.forget(table.match)
-            await self.subscription.skip_to_end(keys.outbox_key(self.player))
             await self.resync.catch_up(table.match, version)
-            self.subscription.restart()
             if msg.command_id:  # the updates after it went out (or the view was asked for): answered
                 await self.send(protocol.ack(msg.command_id))
             return

@@ -1097,6 +1097,28 @@ def test_a_sync_with_a_version_is_answered_with_an_ack_after_the_updates(aredis)
     asyncio.run(_at_a_seated_table(aredis, {"t1-1": 4}, body))
 
 
+def test_a_sync_with_a_version_drops_nothing_the_socket_had_not_handed_on_yet(aredis):
+    """``Sync`` with a version replays the updates after it and leaves the socket reading where it
+    was: an entry of the player's stream not handed on yet (here ``settled``, written while the
+    fan-out held the socket back) still reaches the client after the Sync's ack."""
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        r = conn.hub.redis
+        await ws.expect(_view_update("t1-1"), "the first view")
+        sub = conn.subscription
+        sub.backlogged = lambda: True  # type: ignore[method-assign]  # the fan-out reads nothing for it
+        settled = {"kind": "settled", "match": "t1-1", "scores": {"alice": 4, "bob": -4}}
+        await r.xadd(keys.outbox_key("alice"), {"kind": "settled", "m": json.dumps(settled)})
+        await r.spublish(keys.outbox_key("alice"), "")
+        await ws.inbox.put(json.dumps({"type": "Sync", "version": 3, "match": "t1-1", "command_id": "s4"}))
+        await ws.expect(lambda m: m["kind"] == "ack" and m["command_id"] == "s4", "the Sync's ack")
+        del sub.backlogged  # the fan-out may read for it again
+        sub.fanout.mark(sub, keys.outbox_key("alice"))
+        got = await ws.expect(lambda m: m["kind"] == "settled", "the settled entry written before the Sync")
+        assert got["scores"] == settled["scores"]
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3}, body))
+
+
 def test_a_sync_off_a_table_is_answered_by_the_lobby_message_naming_it(aredis):
     async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
         await ws.inbox.put(json.dumps({"type": "Sync", "command_id": "s4"}))
