@@ -221,12 +221,13 @@ class Lobby:
         await self.redis.xadd(stream, {"c": json.dumps(body, ensure_ascii=False)})
         return stream
 
-    async def send_series(self, player: str, client_id: str, msg: Any) -> str:
+    async def send_series(self, player: str, client_id: str, msg: Any, room_only: str | None = None) -> str:
         """XADD a player's private table command (CreateTable, JoinTable, CancelTable,
         RequestEnd, VoteEnd: gateway/protocol.py) to a lobby channel: a CreateTable to its
         room's bucket's, a JoinTable to its code's bucket's, the others to the player's
         bucket's.  Any replica's lobby thread may run any series command (the series' appends
-        are checked against its version); the channel only spreads the work."""
+        are checked against its version); the channel only spreads the work.  ``room_only``:
+        the token's room, which a JoinTable carries (the engine refuses a table of another)."""
         body: dict[str, Any] = {"type": msg.type, "command_id": channels.engine_command_id(player, client_id),
                                 "player": player}
         if msg.type == "CreateTable":
@@ -236,6 +237,8 @@ class Lobby:
             route = msg.room
         elif msg.type == "JoinTable":
             body["code"] = msg.code.upper()
+            if room_only is not None:  # the token's room: a table of another room is refused
+                body["room"] = room_only
             route = body["code"]
         else:
             route = player

@@ -547,7 +547,7 @@ class Connection:
                 await self.send(protocol.rejected(msg.command_id, protocol.RATE_LIMITED, "too many JoinTable "
                                                   "attempts: wait before trying a code again", None, None, wait_ms))
                 return
-        await self.hub.lobby.send_series(self.player, msg.command_id, msg)
+        await self.hub.lobby.send_series(self.player, msg.command_id, msg, self.identity.room)
         self.track(channels.engine_command_id(self.player, msg.command_id), msg.type)
 
     async def _sync(self, msg: Any) -> None:

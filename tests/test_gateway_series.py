@@ -131,6 +131,19 @@ def test_the_refusals_have_their_own_codes(stack) -> None:
         await spy.send({"type": "Watch", "command_id": "w1", "match": _match})
         assert (await spy.expect(refused("not_allowed"), what="no spectators"))["command_id"] == "w1"
         await spy.close()
+        # a token for one room joins no table of another (SECURITY.md: the token's room claim)
+        cr = await Client.connect(stack.gateways[0].url, stack.token("rf-roy", room="brieftable"), "rf-roy")
+        await cr.expect(kind("welcome"))
+        cz = await connect(stack, "rf-zoe")
+        await cz.send({"type": "CreateTable", "command_id": "ctz", "room": "friends", "hands": 4})
+        cz_code = (await cz.expect(kind("private_table")))["code"]
+        await cr.send({"type": "JoinTable", "command_id": "j-room", "code": cz_code})
+        r = await cr.expect(refused("not_allowed"), what="a table of another room")
+        assert r["command_id"] == "j-room" and cz_code not in r["reason"]
+        await cr.close()
+        await cz.send({"type": "CancelTable", "command_id": "xz"})
+        await cz.expect(series("finished"))
+        await cz.close()
         cc = await connect(stack, "rf-cat")
         await cc.send({"type": "JoinTable", "command_id": "j-full", "code": created["code"]})
         r = await cc.expect(refused("table_full"), what="table_full")

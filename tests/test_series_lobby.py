@@ -320,3 +320,64 @@ def test_the_live_path_counts_tables_finishes_by_reason_and_votes_by_outcome(sta
     stack.run()
     after = [value(n, **lb) for n, lb in probes]
     assert [a - b for a, b in zip(after, before)] == [2, 1, 1, 1, 1, 0]
+
+
+def test_commands_handled_together_still_give_a_player_one_place(stack: SeriesStack) -> None:
+    """One place per player when the commands reach the lobby in one read, before the read
+    models say where the first put them (engine/service/place_claims.py): a Join and a
+    CreateTable, then two CreateTables: the first places the player, the next is refused
+    ``already_placed``.  A refused command leaves no claim behind."""
+    stack.send("Join", "dan", "b1")
+    stack.cmd("CreateTable", "dan", "b2", room="points", hands=4, spectators=False, bots=True)
+    stack.run()
+    told = stack.told("dan")
+    assert sorted((m["kind"], m.get("state") or "", m.get("code") or "") for m in told) == \
+        [("lobby", "queued", ""), ("rejected", "", "already_placed")], told
+    assert stack.client.get(keys.player_series_key("dan")) is None and stack.place("dan")["state"] == "queued"
+    for cid in ("c1", "c2"):
+        stack.cmd("CreateTable", "eve", cid, room="points", hands=4, spectators=False, bots=True)
+    stack.run()
+    told = stack.told("eve")
+    assert sorted((m["kind"], m.get("state") or m.get("code")) for m in told) == \
+        [("private_table", "created"), ("rejected", "already_placed")], told
+    assert stack.client.get(keys.place_claim_key("eve")) is None  # the read model took over
+    stack.cmd("JoinTable", "fay", "j1", code="ZZZZZZ")  # no such table: refused, nothing claimed
+    stack.run()
+    assert [m.get("code") for m in stack.told("fay")] == ["unknown_table"]
+    assert stack.client.get(keys.place_claim_key("fay")) is None
+
+
+def test_two_rooms_joined_together_seat_the_player_in_one(real_redis) -> None:
+    """Join of two rooms in one read (or by two lobby threads): the second is refused
+    ``already_placed`` while the first's read model is not written yet."""
+    from tests.lobby_stack import room_config
+
+    stack = SeriesStack(real_redis)
+    stack.rooms.cfgs["wealth"] = room_config("wealth")
+    stack.send("Join", "gus", "w1", room="points")
+    stack.send("Join", "gus", "w2", room="wealth")
+    stack.run()
+    told = stack.told("gus")
+    assert sorted((m["kind"], m.get("room") or "", m.get("code") or "") for m in told) == \
+        [("lobby", "points", ""), ("rejected", "", "already_placed")], told
+    assert stack.client.hget(keys.queue_info_key("wealth"), "waiting") in (None, b"0")
+    stack.send("Leave", "gus", "w3", room="points")  # left: free to join elsewhere at once
+    stack.run()
+    stack.send("Join", "gus", "w4", room="wealth")
+    stack.run()
+    assert [(m["kind"], m.get("state"), m.get("room")) for m in stack.told("gus")][-1] == \
+        ("lobby", "queued", "wealth")
+
+
+def test_a_join_table_with_a_token_for_another_room_is_refused(stack: SeriesStack) -> None:
+    """A JoinTable carrying the token's room (gateway/lobby.py ``send_series``) joins only a
+    table of that room: ``not_allowed``, and the player is placed nowhere."""
+    created = _open(stack)
+    stack.cmd("JoinTable", "bob", "j1", code=created["code"], room="wealth")
+    stack.run()
+    assert [(m["kind"], m.get("code")) for m in stack.told("bob")] == [("rejected", "not_allowed")]
+    assert stack.client.get(keys.player_series_key("bob")) is None
+    assert stack.client.get(keys.place_claim_key("bob")) is None
+    stack.cmd("JoinTable", "bob", "j2", code=created["code"], room="points")
+    stack.run()
+    assert [m["state"] for m in stack.told("bob") if m["kind"] == "lobby"] == ["seated"]

@@ -59,7 +59,8 @@ from engine.lobby.errors import (
     VoteLimit,
     VoteOpen,
 )
-from engine.match.errors import BadCommand, NotSeated, Rejected, SeatRefused, StaleCommand, UnknownRoom, WrongPhase
+from engine.match.errors import (BadCommand, NotAllowed, NotSeated, Rejected, SeatRefused, StaleCommand, UnknownRoom,
+                                 WrongPhase)
 from engine.match.frozen import evolve
 
 #: the most votes to end one player may start in one series
@@ -419,6 +420,8 @@ def _join(b: _Builder, c: sc.JoinTable) -> None:
         raise UnknownTable("no table has this code")
     if c.player in s.players:
         return  # seated here already: nothing changes
+    if c.room is not None and c.room != s.room:
+        raise NotAllowed(f"this token is for room {c.room!r}")
     if s.status != "open":
         raise TableFull("this table has its two players")
     if b.ctx.now_ms >= s.join_deadline:

@@ -56,11 +56,13 @@ class CreateTable(SeriesCommand):
 
 
 class JoinTable(SeriesCommand):
-    """``player`` takes the second seat with the table's ``code``."""
+    """``player`` takes the second seat with the table's ``code``; ``room``: the only room the
+    player's token allows (a table of another room is refused ``not_allowed``), None: any."""
 
     type: Literal["JoinTable"] = "JoinTable"
     code: Code
     player: PlayerId
+    room: Id | None = None
 
 
 class CancelTable(SeriesCommand):

@@ -54,8 +54,10 @@ def new_bot_id() -> str:
 
 #: the queue's bot policy: fixed, or by room (``gateway --bots`` offers bots per room)
 Bots = BotPolicy | Callable[[str], BotPolicy | None] | None
-#: the room a player waits or sits in, if any (the ``place`` read model): a Join elsewhere
-Places = Callable[[str], str | None]
+#: ``(player, room)``: the room (or private table) a player waits or sits in, if any (the
+#: ``place`` read model, or a place another command claimed), ``room`` itself claimed for the
+#: Join when they are nowhere (engine/service/place_claims.py): a Join elsewhere is refused
+Places = Callable[[str, str], str | None]
 
 
 class LobbyStreams:
@@ -113,7 +115,7 @@ class QueueAggregate:
         bots = self.bots(state.room) if callable(self.bots) else self.bots
         elsewhere = None
         if isinstance(command, lc.Join) and self.places is not None:
-            at = self.places(command.player)
+            at = self.places(command.player, state.room)
             elsewhere = at if at and at != state.room else None
         return LobbyContext(now_ms=int(self.clock()), room=cfg, balance=balance, table_id=self.table_ids(),
                             bot_id=self.bot_ids() if bot else None, bots=bots, elsewhere=elsewhere)

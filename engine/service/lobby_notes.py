@@ -28,6 +28,7 @@ from typing import Any
 
 from engine.lobby import events as ev
 from engine.lobby.state import TableState
+from engine.service.place_claims import PlaceClaims, room_claim
 from engine.store import keys
 
 
@@ -161,6 +162,8 @@ class LobbyOutbox:
                 pipe.delete(keys.place_key(player))
             else:
                 pipe.hset(keys.place_key(player), mapping=fields)
+                if not keys.is_bot_id(player):  # the read model says it: the Join's claim ends
+                    PlaceClaims.caught_up(pipe, player, room_claim(fields["room"]))
         if table is not None and e.aggregate.startswith("table:"):
             written.append(keys.table_info_key(table.table, self.buckets))
             pipe.hset(written[-1], mapping=table_info(table))

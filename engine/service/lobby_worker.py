@@ -157,6 +157,8 @@ class LobbyWorker:
         manager.rooms = self.owned_rooms
         #: private tables' series (engine/service/series_lobby.py), or None
         self.series: Any = manager.series
+        #: engine.service.place_claims.PlaceClaims (build_lobby), or None: no claims settled here
+        self.claims: Any = None
 
     # -- the leases ----------------------------------------------------------------------------
     def own(self, bucket: int) -> _Lease:
@@ -331,7 +333,7 @@ class LobbyWorker:
             return True
         if isinstance(command, (lc.Leave, lc.GraceExpired, lc.Returned)) and self._to_private(command):
             return True
-        out = self.engine.submit(command)
+        out = self._join(command) if isinstance(command, lc.Join) else self.engine.submit(command)
         if isinstance(command, lc.Returned):
             return True  # the gateway's own: nothing to tell
         rej: Rejected | None = out.rejection
@@ -343,6 +345,17 @@ class LobbyWorker:
         elif rej is not None:
             self._refuse(command, rej)
         return True
+
+    def _join(self, command: lc.Join) -> Any:
+        """A Join, its place claim (engine/service/place_claims.py) settled by what it did."""
+        placed = False
+        try:
+            out = self.engine.submit(command)
+            placed = out.rejection is None and bool(out.events)
+            return out
+        finally:
+            if self.claims is not None:
+                self.claims.settle(command.player, placed)
 
     def _to_private(self, command: lc.Leave | lc.GraceExpired | lc.Returned) -> bool:
         """A Leave, a grace's end or a return of a player at a private table (whose players are
@@ -524,6 +537,7 @@ def build_lobby(client: Any, store: Any, service: Any, ledger: Any, rooms: Any, 
     """The lobby of one serve replica: its engine over the event store's lobby streams, the
     process managers on the feeds, the notes writer and the thread's worker."""
     from engine.service.lobby_notes import LobbyOutbox
+    from engine.service.place_claims import PlaceClaims, room_claim, series_claim
     from engine.service.publish import Publisher
     from engine.service.series import SeriesService
     from engine.service.series_lobby import SeriesLobby
@@ -537,15 +551,20 @@ def build_lobby(client: Any, store: Any, service: Any, ledger: Any, rooms: Any, 
         series = _s(client.get(keys.player_series_key(player)))
         return f"private table {series}" if series else None
 
-    def place(player: str) -> str | None:
-        """Where a Join finds ``player`` already: a private table's series (waiting for the
-        friend or playing), else the room of the place read model."""
-        return series_place(player) or _s(client.hget(keys.place_key(player), "room")) or None
+    claims = PlaceClaims(client)
 
-    def place_state(player: str) -> str | None:
-        """Where a CreateTable or JoinTable finds ``player`` already: queued or at a table, or
-        in another series."""
-        return _s(client.hget(keys.place_key(player), "state")) or series_place(player)
+    def place(player: str, room: str) -> str | None:
+        """Where a Join of ``room`` finds ``player`` already: a private table's series (waiting
+        for the friend or playing), else the room of the place read model, else the place
+        another command claimed; nowhere: ``room`` is claimed for the Join."""
+        return series_place(player) or _s(client.hget(keys.place_key(player), "room")) or \
+            claims.take(player, room_claim(room))
+
+    def place_state(player: str, series: str) -> str | None:
+        """Where a CreateTable or JoinTable of ``series`` finds ``player`` already: queued or
+        at a table, or in another series, or claimed; nowhere: ``series`` is claimed."""
+        return _s(client.hget(keys.place_key(player), "state")) or series_place(player) or \
+            claims.take(player, series_claim(series))
 
     engine = LobbyEngine(RedisLobbyStore(client, buckets=buckets), PublishingMatches(service, publisher),
                          clock=clock, rooms=rooms, balances=ledger, settlements=ledger,
@@ -557,10 +576,12 @@ def build_lobby(client: Any, store: Any, service: Any, ledger: Any, rooms: Any, 
                                                balances=ledger, elsewhere=place_state), engine, publisher,
                          ledger=ledger)
     manager.series = series
+    series.claims = claims
     outbox.series_summary = series.summary
     outbox.series_finished = series.finished_after
     engine.series_settled = series.settled
     worker = LobbyWorker(client, engine, manager, publisher, consumer=consumer, rooms=rooms, clock=clock,
                          buckets=buckets)
+    worker.claims = claims
     holder.append(worker)
     return worker

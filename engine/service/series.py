@@ -76,7 +76,7 @@ class SeriesAggregate:
 
     def __init__(self, clock: Callable[[], int], rooms: RoomSource | None, balances: BalanceSource | None = None,
                  bot_ids: Callable[[], str] | None = None, bot_level: str = "normal",
-                 elsewhere: Callable[[str], str | None] | None = None):
+                 elsewhere: Callable[[str, str], str | None] | None = None):
         self.clock, self.rooms, self.balances = clock, rooms, balances
         self.bot_ids = bot_ids or (lambda: "bot-" + str(secrets.randbelow(10**9)))
         self.bot_level = bot_level
@@ -104,7 +104,7 @@ class SeriesAggregate:
         balance = None
         if seating and cfg is not None and self.balances is not None:
             balance = int(self.balances.balance(str(player), cfg.mode))
-        elsewhere = self.elsewhere(str(player)) if seating and self.elsewhere is not None else None
+        elsewhere = self.elsewhere(str(player), command.series) if seating and self.elsewhere is not None else None
         bot = isinstance(command, sc.JoinTimer) and state.bots
         return SeriesContext(now_ms=int(self.clock()), room=cfg, code=self.next_code,
                              bot_id=self.bot_ids() if bot else None, bot_level=self.bot_level, balance=balance,
@@ -131,7 +131,7 @@ class SeriesService:
     def __init__(self, store: LobbyStore, *, clock: Callable[[], int], rooms: RoomSource | None,
                  balances: BalanceSource | None = None, codes: Callable[[], str] = new_code,
                  series_ids: Callable[[str, str], str] = series_id_for, bot_ids: Callable[[], str] | None = None,
-                 bot_level: str = "normal", elsewhere: Callable[[str], str | None] | None = None):
+                 bot_level: str = "normal", elsewhere: Callable[[str, str], str | None] | None = None):
         self.store = store
         self.codes = codes
         self._creating = threading.Lock()  # the code travels to the context through the aggregate
@@ -167,12 +167,13 @@ class SeriesService:
     def series_of_code(self, code: str) -> str | None:
         return self.store.series_of_code(code)
 
-    def join(self, command_id: str, player: str, code: str) -> Outcome[SeriesState]:
-        """JoinTable by the code a friend typed or followed (``/t/<code>``)."""
+    def join(self, command_id: str, player: str, code: str, room: str | None = None) -> Outcome[SeriesState]:
+        """JoinTable by the code a friend typed or followed (``/t/<code>``); ``room``: the only
+        room the player's token allows (None: any)."""
         series = self.store.series_of_code(code) if _CODE.fullmatch(code) else None
         if series is None:
             return Outcome("series:?", (), SeriesState(series="?"), UnknownTable("no table has this code"))
-        return self.execute(sc.JoinTable(command_id=command_id, series=series, code=code, player=player))
+        return self.execute(sc.JoinTable(command_id=command_id, series=series, code=code, player=player, room=room))
 
     def execute(self, command: sc.SeriesCommand) -> Outcome[SeriesState]:
         return self.service.execute(command)

@@ -35,6 +35,7 @@ from engine.lobby.series import SeriesState, apply, replay_series, summary
 from engine.lobby.state import TableState
 from engine.match.errors import BadCommand, NotSeated, Rejected
 from engine.service import series_notes
+from engine.service.place_claims import PlaceClaims, series_claim
 from engine.service.series import SeriesService
 from engine.store import keys
 
@@ -58,12 +59,23 @@ class SeriesLobby:
         self.engine = engine
         self.publisher = publisher
         self.ledger = ledger
+        #: engine.service.place_claims.PlaceClaims (build_lobby), or None: no claims settled here
+        self.claims: Any = None
 
     # -- a player's command ----------------------------------------------------------------
     def submit(self, data: dict[str, Any]) -> None:
         """One player's series command (a lobby channel entry's ``c``, parsed): run it, answer
         a refusal on the player's stream."""
         kind, player, cid = data.get("type"), str(data.get("player") or ""), str(data.get("command_id") or "")
+        placed = False
+        try:
+            placed = self._submit(kind, player, cid, data)
+        finally:
+            if self.claims is not None and kind in ("CreateTable", "JoinTable"):
+                self.claims.settle(player, placed)  # engine/service/place_claims.py
+
+    def _submit(self, kind: Any, player: str, cid: str, data: dict[str, Any]) -> bool:
+        """:meth:`submit`'s work; whether the command seated or placed the player anew."""
         try:
             if not cid or keys.player_id_problem(player) is not None:
                 raise BadCommand("a series command needs a command_id and a player")
@@ -71,7 +83,8 @@ class SeriesLobby:
                 out = self.service.create(cid, player, str(data.get("room") or ""), int(data.get("hands") or 0),
                                           bool(data.get("spectators")), bool(data.get("bots")))
             elif kind == "JoinTable":
-                out = self.service.join(cid, player, str(data.get("code") or "").upper())
+                out = self.service.join(cid, player, str(data.get("code") or "").upper(),
+                                        str(data["room"]) if data.get("room") else None)
             else:
                 series = self.series_of(player)
                 if series is None:
@@ -80,14 +93,15 @@ class SeriesLobby:
                 out = self.service.execute(sc.parse_series_command({**body, "series": series}))
         except Rejected as rej:
             self._refuse(player, cid, rej)
-            return
+            return False
         except (TypeError, ValueError) as exc:
             self._refuse(player, cid, BadCommand(f"bad {kind}: {exc}"))
-            return
+            return False
         if out.rejection is not None:
             self._refuse(player, cid, out.rejection)
         elif out.duplicate and kind == "CreateTable" and out.state.status == "open":
             self._write([(player, series_notes.created_message(out.state, cid))])  # a retry: its answer again
+        return out.rejection is None and bool(out.events)
 
     def series_of(self, player: str) -> str | None:
         return _s(self.client.get(keys.player_series_key(player))) or None
@@ -130,8 +144,10 @@ class SeriesLobby:
                          for p in state.players if p != state.bot]
             if isinstance(e, se.SeriesCreated):
                 pipe.set(keys.player_series_key(e.owner), series)
+                PlaceClaims.caught_up(pipe, e.owner, series_claim(series))
             elif isinstance(e, se.PlayerJoinedSeries) and not e.bot:
                 pipe.set(keys.player_series_key(e.player), series)
+                PlaceClaims.caught_up(pipe, e.player, series_claim(series))
             elif isinstance(e, se.PlayerJoinedSeries):  # a bot's seat, for the process that plays bots
                 pipe.xadd(keys.bot_seats_key(state.room), {"bot": e.player, "table": state.table,
                                                            "match": f"{state.table}-1",

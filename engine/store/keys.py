@@ -403,6 +403,15 @@ def place_key(player_id: str) -> str:
     return f"{PREFIX}:place:{player_tag(player_id)}"
 
 
+def place_claim_key(player_id: str) -> str:
+    """A player's place claimed by a Join, CreateTable or JoinTable the lobby accepts, until
+    the ``place`` read model (or :func:`player_series_key`) says it (a string:
+    ``room:<room>`` or ``series:<id>``; expiring), under the player's tag: one place per
+    player even for commands handled together or by two lobby threads
+    (engine/service/place_claims.py)."""
+    return f"{PREFIX}:claim:{player_tag(player_id)}"
+
+
 def player_series_key(player_id: str) -> str:
     """The private table's series a player is in (a string: the series id; absent: none),
     under the player's tag: how a CancelTable, RequestEnd or VoteEnd, which name no series,
