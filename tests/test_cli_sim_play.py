@@ -139,7 +139,7 @@ def test_play_quit_asks_states_the_price_then_escapes_and_settles():
 def test_play_quit_then_end_of_input_does_not_escape():
     out = _run(["play", "--seed", "1"], stdin="quit\n")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "Type 'yes' to escape" in out.stdout and "escaped (escape policy" not in out.stdout
+    assert "Type 'yes' (or 'y') to escape" in out.stdout and "escaped (escape policy" not in out.stdout
     assert "end of input" in out.stdout
 
 

@@ -149,7 +149,7 @@ def test_quit_states_the_price_asks_and_only_then_escapes(make) -> None:  # R-12
     out = text(s)
     assert "escape policy is forfeit (R-12.2: points forfeit)" in out
     assert "you pay 120 points" in out and "12·X = 12·10 = 120" in out
-    assert "Type 'yes' to escape" in out
+    assert "Type 'yes' (or 'y') to escape" in out
     assert s.state().phase == "playing"
     s.handle_line("no")
     s.pump()
@@ -237,3 +237,18 @@ def test_settlement_sentences_grammar() -> None:  # R-7, R-8.4, R-8.5, R-8.6
     joined = " ".join(lines)
     assert "{" not in joined and "you wins" not in joined and "you holds" not in joined
     assert says(YOU, "win") == "you win" and says(BOT, "win") == "the bot wins"
+
+
+def test_a_refusal_of_a_suited_card_shows_the_suits_you_hold(make) -> None:
+    """Naming one held card twice (``3H 3H`` with one 3H): the refusal lists the held cards of
+    those ranks with their suits, so the player sees which one they lack."""
+    from engine.rules.cards import card_label, format_cards, sort_cards
+
+    s = make(YOU_LEAD)
+    hand = s.state().seat(0).hand
+    card = hand[0]
+    label = card_label(card, True)
+    same = [c for c in hand if card_label(c, True) == label]
+    s.handle_line(" ".join([label] * (len(same) + 1)))
+    held = format_cards(sort_cards(c for c in hand if rank_of(c) == rank_of(card)))
+    assert f"you do not hold {label} (" in text(s) and f"of those ranks you hold: {held})" in text(s)

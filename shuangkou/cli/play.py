@@ -472,7 +472,7 @@ class PlaySession:
             self._refused(line, out.rejection, st)
 
     def _refused(self, line: str, rejection: Any, st: Any) -> None:
-        from engine.rules.cards import format_ranks, missing_in_hand, parse_tokens, rank_of
+        from engine.rules.cards import format_cards, missing_in_hand, parse_tokens, rank_of, sort_cards
 
         if rejection.code == "not_in_hand":
             hand = st.seat(st.seat_of(YOU)).hand
@@ -483,7 +483,7 @@ class PlaySession:
                 missing, ranks = [], set()
             if missing:
                 held = [c for c in hand if rank_of(c) in ranks]
-                have = format_ranks(held) if held else "none of them"
+                have = format_cards(sort_cards(held)) if held else "none of them"  # suits: which you hold
                 self.say(f"[red]Not accepted: you do not hold {' '.join(missing)} "
                          f"(you named {' '.join(line.split())}; of those ranks you hold: {have}).[/red]",
                          highlight=False)
@@ -496,7 +496,7 @@ class PlaySession:
             return
         for line in self.escape_price(st):
             self.say(line, highlight=False, markup=False)
-        self.say("Escape? Type 'yes' to escape, anything else to stay.")
+        self.say("Escape? Type 'yes' (or 'y') to escape, anything else to stay.")
         self.confirming_escape = True
         self.prompt_open = False
         self.console.print("escape? ", end="")
