@@ -38,7 +38,22 @@ MAX_SUBJECT = 100  # like a seated player's id (engine Sit)
 
 
 class TokenError(ValueError):
-    """The token is missing, malformed, badly signed, expired or lacks a claim (close 4401)."""
+    """The token is missing, malformed, badly signed, expired or lacks a claim (close 4401);
+    ``code``: ``missing``, ``expired`` or ``invalid`` (the gateway's auth failure label).
+
+    >>> for token in ("", "x.y.z", mint(b"k" * 32, "ann", ttl_seconds=60, now=0)):
+    ...     try:
+    ...         verify(b"k" * 32, token)
+    ...     except TokenError as e:
+    ...         print(e.code, "-", e)
+    missing - no token
+    invalid - not a valid token (DecodeError)
+    expired - the token has expired
+    """
+
+    def __init__(self, reason: str, code: Literal["missing", "expired", "invalid"] = "invalid"):
+        super().__init__(reason)
+        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,14 +105,14 @@ def verify(secret: bytes, token: object, now: int | None = None) -> Identity:
     ``exp`` is required, ``sub`` must be a 1..100 character string and ``role`` a known role.
     """
     if not isinstance(token, str) or not token:
-        raise TokenError("no token")
+        raise TokenError("no token", "missing")
     if len(token) > 4096:
         raise TokenError("the token is too long")
     options: jwt.types.Options = {"require": ["exp", "sub"], "verify_exp": now is None}
     try:
         claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options=options)
     except jwt.ExpiredSignatureError:
-        raise TokenError("the token has expired") from None
+        raise TokenError("the token has expired", "expired") from None
     except jwt.MissingRequiredClaimError as exc:
         raise TokenError(f"the token lacks the {exc.claim!r} claim") from None
     except jwt.InvalidSignatureError:
@@ -108,7 +123,7 @@ def verify(secret: bytes, token: object, now: int | None = None) -> Identity:
     if not isinstance(exp, int):
         raise TokenError("the token's exp claim is not a number")
     if now is not None and exp <= now:
-        raise TokenError("the token has expired")
+        raise TokenError("the token has expired", "expired")
     sub = claims.get("sub")
     if not isinstance(sub, str) or not 0 < len(sub) <= MAX_SUBJECT:
         raise TokenError(f"the token's sub claim must be 1..{MAX_SUBJECT} characters")
