@@ -140,7 +140,19 @@ def test_the_refusals_have_their_own_codes(stack) -> None:
         await cr.send({"type": "JoinTable", "command_id": "j-room", "code": cz_code})
         r = await cr.expect(refused("not_allowed"), what="a table of another room")
         assert r["command_id"] == "j-room" and cz_code not in r["reason"]
+        await cr.send({"type": "CreateTable", "command_id": "c-room", "room": "friends", "hands": 4})
+        r = await cr.expect(refused("not_allowed"), what="a table opened in another room")
+        assert r["command_id"] == "c-room" and "brieftable" in r["reason"]
+        await cr.send({"type": "CreateTable", "command_id": "c-none", "room": "nosuchroom", "hands": 4})
+        assert (await cr.expect(refused("unknown_room"), what="no such room"))["command_id"] == "c-none"
         await cr.close()
+        spy2 = await Client.connect(stack.gateways[0].url, stack.token("rf-spy2", role="spectator", room="brieftable"),
+                                    "rf-spy2")
+        await spy2.expect(kind("welcome"))
+        await spy2.send({"type": "Watch", "command_id": "w2", "match": _match})
+        r = await spy2.expect(refused("not_allowed"), what="a match of another room")
+        assert r["command_id"] == "w2" and "brieftable" in r["reason"]
+        await spy2.close()
         await cz.send({"type": "CancelTable", "command_id": "xz"})
         await cz.expect(series("finished"))
         await cz.close()
