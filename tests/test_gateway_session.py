@@ -1087,12 +1087,21 @@ def test_an_update_of_the_next_match_while_the_table_is_being_created_is_asked_a
 
 
 def test_a_sync_with_a_version_is_answered_with_an_ack_after_the_updates(aredis):
-    """``Sync`` with a version gets the updates after it (here, no update: the view) and then an
-    ``ack`` naming it, so a client can stop waiting for its answer."""
+    """``Sync`` with a version gets the updates after it, in order, and then an ``ack`` naming
+    it, so a client can stop waiting for its answer; with no update after it, the view is
+    asked for and the ack follows the request."""
     async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        r = conn.hub.redis
         await ws.expect(_view_update("t1-1"), "the first view")
-        await ws.inbox.put(json.dumps({"type": "Sync", "version": 2, "match": "t1-1", "command_id": "s3"}))
-        await ws.expect(lambda m: m["kind"] == "ack" and m["command_id"] == "s3", "the Sync's ack")
+        for v in (5, 6):
+            await _publish_update(r, "alice", "t1-1", v, {"type": "Passed", "seq": v, "player": "bob"})
+            await ws.expect(lambda m, v=v: m["kind"] == "update" and m["version"] == v, f"update {v}")
+        await ws.inbox.put(json.dumps({"type": "Sync", "version": 4, "match": "t1-1", "command_id": "s3"}))
+        got = [await ws.expect(lambda m: m["kind"] in ("update", "ack"), "the Sync's answer") for _ in range(3)]
+        assert [(m["kind"], m.get("version"), m.get("command_id")) for m in got] == \
+            [("update", 5, None), ("update", 6, None), ("ack", None, "s3")], got
+        await ws.inbox.put(json.dumps({"type": "Sync", "version": 2, "match": "t1-1", "command_id": "s4"}))
+        await ws.expect(lambda m: m["kind"] == "ack" and m["command_id"] == "s4", "the second Sync's ack")
 
     asyncio.run(_at_a_seated_table(aredis, {"t1-1": 4}, body))
 
