@@ -111,34 +111,34 @@ class LobbyStore(ABC):
         events = self.load(aggregate)
         return events[-1].seq if events else 0
 
+    @abstractmethod
     def due(self, now_ms: int, limit: int = 1000) -> list[Due]:
         """The bucket-tagged lobby aggregates (a series) whose recorded deadline is at or before
         ``now_ms``, oldest first: what a deadline sweeper runs the timer command of."""
-        raise NotImplementedError
 
     # -- private tables' series (engine/lobby/series.py) and their codes ----------------------
+    @abstractmethod
     def series_ids(self) -> Iterator[str]:
         """Every series the store holds (the ids, without ``series:``)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def delete_series(self, series: str, code: str | None = None) -> None:
         """Remove a series' stream, command ids and membership, and its ``code`` from the
         index if it still names this series (``shuangkou archive``)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def reserve_code(self, code: str, series: str) -> bool:
         """Point the private-table code ``code`` at ``series`` unless another series holds it
         (False: draw another code).  Reserved before the series' SeriesCreated is appended, so
         a code never names two series; it stays until the series is archived."""
-        raise NotImplementedError
 
+    @abstractmethod
     def series_of_code(self, code: str) -> str | None:
         """The series a code was reserved for (None: no table has this code)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def release_code(self, code: str, series: str) -> None:
         """Drop ``code`` from the index if it names ``series``."""
-        raise NotImplementedError
 
     def command_events(self, aggregate: str, command_id: str) -> list[LobbyEvent]:
         """The events a command id appended (empty: none, or never applied)."""
