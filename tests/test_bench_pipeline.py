@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tests.tool_support import need
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 def test_pipeline_bench_quick_json_has_the_issue_keys() -> None:
+    need("redis-server", "apt-get install redis-server")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("REDIS_URL", None)
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "pipeline.py"), "--quick", "--json"],

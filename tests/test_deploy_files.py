@@ -10,7 +10,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 yaml = pytest.importorskip("yaml")  # PyYAML
 
 from projections import metrics  # noqa: E402
+from tests.tool_support import need
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -160,21 +160,15 @@ def test_metrics_listen_on_loopback_by_default():
     assert broker.PROMETHEUS_DEFAULT_HOST == "127.0.0.1"
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
-def test_promtool_checks_the_prometheus_config():  # pragma: no cover - only where promtool exists
+def test_promtool_checks_the_prometheus_config():
+    need("promtool", "apt-get install prometheus")
     out = subprocess.run(["promtool", "check", "config", str(DEPLOY / "prometheus.yml")], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def _docker_compose() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    return subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30).returncode == 0
-
-
-@pytest.mark.skipif(not _docker_compose(), reason="no docker compose here")
-def test_docker_compose_config(tmp_path):  # pragma: no cover - only where docker compose exists
+def test_docker_compose_config(tmp_path):
+    need("docker compose", "Docker with the compose plugin")
     secret = tmp_path / "gateway-secret"
     secret.write_bytes(b"x" * 32)
     out = subprocess.run(["docker", "compose", "-f", str(DEPLOY / "compose.yaml"), "config", "-q"],
@@ -232,8 +226,8 @@ def test_grafana_provisioning_parses():
     assert prov["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
-def test_promtool_checks_rules():  # pragma: no cover - only where promtool exists
+def test_promtool_checks_rules():
+    need("promtool", "apt-get install prometheus")
     out = subprocess.run(["promtool", "check", "rules", str(DEPLOY / "alerts.yml")], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 

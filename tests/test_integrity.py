@@ -19,6 +19,7 @@ from engine.tools.script import run_script
 from projections.integrity.features import is_bot, match_record, pair_key, split_pair
 from projections.integrity.score import (CAPS, DEFAULT_MIN_SCORE, FLOORS, MIN_LOSSES, MIN_MATCHES, SIGNALS, Rates, indicators,
                                          population, score_pair, surprise)
+from tests.tool_support import need
 
 
 
@@ -373,8 +374,8 @@ def test_integrity_commands(redis_server, real_redis, real_redis_store, capsys, 
     assert main(["integrity", "dismiss", "dumper", "partner", "--reason", "  ", "--redis", url]) == 2
 
 
-@pytest.mark.skipif(__import__("shutil").which("promtool") is None, reason="promtool not installed")
-def test_promtool_integrity_alert() -> None:  # pragma: no cover - only where promtool exists
+def test_promtool_integrity_alert() -> None:
+    need("promtool", "apt-get install prometheus")
     import subprocess
 
     out = subprocess.run(["promtool", "test", "rules", "integrity_test.yml"], capture_output=True, text=True,

@@ -20,6 +20,7 @@ import engine
 import engine.config as config_mod
 from shuangkou.cli import main as cli_main
 from engine.config import ConfigError, builtin_config_dir, builtin_configs, load_config
+from tests.tool_support import need
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -306,8 +307,8 @@ def test_alert_texts_round_their_values():
             assert re.match(r"\|\s*(printf \"%\.\d+f\"|humanize\w*)", m.group(1)), t
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
-def test_promtool_alert_unit_tests():  # pragma: no cover - only where promtool exists
+def test_promtool_alert_unit_tests():
+    need("promtool", "apt-get install prometheus")
     out = subprocess.run(["promtool", "test", "rules", "alerts_test.yml"], capture_output=True, text=True,
                          cwd=ROOT / "tests" / "promtool", timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
