@@ -31,7 +31,7 @@ from engine.service.gc_tuning import tune_gc
 from gateway import web
 from gateway.context import WebContext
 from gateway.headers import DeniedHandshakeFilter, EdgeMiddleware, EdgePolicy, deny
-from gateway.limits import AddressCount, Limits, client_address
+from gateway.limits import CLOSE_RATE_LIMITED, AddressCount, Limits, client_address
 from gateway.lobby import Lobby
 from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from gateway.rooms import RoomBook
@@ -132,6 +132,7 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
                      redis_url=settings.redis_url, allow_live_replay=settings.allow_live_replay,
                      frame_ancestors=settings.edge.frame_ancestors)
     unauthenticated = AddressCount(settings.limits.unauthenticated_per_address)
+    watchers = AddressCount(settings.limits.sockets_per_watcher)  # per spectator / operator token subject
 
     async def ws_endpoint(ws: WebSocket) -> None:
         # a socket that will wait for its Auth message (no ?token=) holds a place of its address
@@ -157,6 +158,20 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
         if auth is None:
             return
         identity, resume = auth
+        watcher = identity.role != "player"  # a player's newer socket replaces the older one
+        if watcher and not watchers.acquire(identity.player):
+            metrics.refused("sockets_per_watcher")
+            with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
+                await ws.close(code=CLOSE_RATE_LIMITED, reason=f"too many sockets of this {identity.role} token "
+                                                               f"(at most {settings.limits.sockets_per_watcher})")
+            return
+        try:
+            await serve_socket(ws, identity, resume, address)
+        finally:
+            if watcher:
+                watchers.release(identity.player)
+
+    async def serve_socket(ws: WebSocket, identity: Any, resume: Any, address: str) -> None:
         conn = Connection(hub, ws, identity)
         conn.address = address
         try:

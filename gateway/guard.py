@@ -101,8 +101,8 @@ class Guard:
             return False
         metrics.refused(verdict)
         if verdict == "sync_limited":
-            reason = (f"at most {self.limits.sync_rate:g} Sync a second reach the engine; the view you have "
-                      f"is current until the next update")
+            reason = (f"at most {self.limits.sync_rate:g} Sync or Watch a second reach the engine; the view "
+                      f"you have is current until the next update")
         else:
             reason = (f"over {self.limits.rate:g} messages a second (a burst of {self.limits.burst}): wait a "
                       f"moment; a socket that stays over for {self.limits.close_after_s:g} s is closed 4429")

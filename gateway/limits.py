@@ -1,15 +1,19 @@
 """What one client may cost the gateway (issue 23 items 1 and 5): message size, command rate,
-Sync rate, unauthenticated sockets per address.  Pure bookkeeping, the clock passed in.
+Sync rate, unauthenticated sockets per address, sockets per watching token.  Pure
+bookkeeping, the clock passed in.
 
 * :class:`Limits` -- the settings (``shuangkou gateway --max-message-bytes --rate --burst
-  --rate-close-after --sync-rate --max-unauthenticated-per-address --trusted-proxy``).
+  --rate-close-after --sync-rate --max-unauthenticated-per-address --max-sockets-per-watcher
+  --trusted-proxy``).
 * :class:`TokenBucket` -- ``rate`` tokens a second up to ``burst``; a command takes one.
 * :class:`SocketBudget` -- one socket's buckets: a command over the rate is refused
   ``rate_limited``; a socket refused without a break for :attr:`Limits.close_after_s`
-  is closed 4429; a Sync also needs the Sync bucket (at most ``sync_rate`` a second reach
-  the engine).
+  is closed 4429; a Sync or a Watch (each asks the engine for a view) also needs the Sync
+  bucket (at most ``sync_rate`` a second reach the engine).
 * :class:`AddressCount` -- unauthenticated sockets per client address (the peer, or the
-  first untrusted hop of ``X-Forwarded-For`` when the peer is a ``--trusted-proxy``).
+  first untrusted hop of ``X-Forwarded-For`` when the peer is a ``--trusted-proxy``); also
+  a spectator's or operator's sockets per token subject (a player's newer socket replaces
+  the older, a watcher's do not: each could ask the engine for views at the Sync rate).
 
 >>> b = TokenBucket(rate=20, burst=40, now=0.0)
 >>> sum(b.take(0.0) for _ in range(50))
@@ -27,6 +31,8 @@ from dataclasses import dataclass, field
 
 CLOSE_RATE_LIMITED = 4429
 CALM_S = 1.0  # a socket with no refusal for this long is no longer over its rate
+#: the messages that ask the engine for a view (a Sync in the player's name): the Sync budget
+VIEW_REQUESTS = ("Sync", "Watch")
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,8 @@ class Limits:
     sync_rate: float = 2.0
     close_after_s: float = 10.0
     unauthenticated_per_address: int = 20
+    #: sockets of one spectator or operator (the token's subject) open at once on this gateway
+    sockets_per_watcher: int = 8
     trusted_proxies: tuple[str, ...] = ()
     #: JoinTable attempts (right or wrong codes) a player, and an address, may make per window
     join_table_per_player: int = 10
@@ -56,6 +64,8 @@ class Limits:
             raise ValueError(f"--rate-close-after must be > 0 and at most 3600 s, got {self.close_after_s}")
         if self.unauthenticated_per_address < 1:
             raise ValueError("--max-unauthenticated-per-address must be at least 1")
+        if self.sockets_per_watcher < 1:
+            raise ValueError("--max-sockets-per-watcher must be at least 1")
         for p in self.trusted_proxies:
             ipaddress.ip_network(p, strict=False)  # ValueError names the bad one
 
@@ -99,6 +109,9 @@ class SocketBudget:
     >>> s = SocketBudget(Limits(), now=0.0)
     >>> [s.admit("Sync", 0.0) for _ in range(3)]
     ['ok', 'ok', 'sync_limited']
+    >>> s = SocketBudget(Limits(), now=0.0)  # a Watch asks for a view as a Sync does
+    >>> [s.admit(t, 0.0) for t in ("Watch", "Sync", "Watch", "Play")]
+    ['ok', 'ok', 'sync_limited', 'ok']
     """
 
     limits: Limits
@@ -124,7 +137,7 @@ class SocketBudget:
             elif now - self.over_since >= self.limits.close_after_s:
                 return "close"
             return "rate_limited"
-        if message_type == "Sync" and not self.syncs.take(now):
+        if message_type in VIEW_REQUESTS and not self.syncs.take(now):
             return "sync_limited"
         return "ok"
 

@@ -36,7 +36,7 @@ ROLES = ("player", "spectator", "operator")
 #: socket closed 4401 at its token's exp, a second message before the Auth, a live match's replay (409)
 REFUSALS = ("origin", "too_large", "rate_limited", "sync_limited", "rate_closed",
             "unauthenticated_per_address", "token_expired", "before_auth", "live_replay", "say_limited",
-            "join_table_limited")
+            "join_table_limited", "sockets_per_watcher")
 
 
 class GatewayMetrics:

@@ -43,7 +43,7 @@ def stack(redis_server, tmp_path_factory):
         s.start_gateway("E", "--max-unauthenticated-per-address", "3")
         s.start_gateway("P", "--max-unauthenticated-per-address", "3", "--trusted-proxy", "127.0.0.1/32")
         s.start_gateway("R", "--rate", "0.001", "--burst", "5", "--rate-close-after", "1")
-        s.start_gateway("S", "--sync-rate", "0.001")
+        s.start_gateway("S", "--sync-rate", "0.001", "--max-sockets-per-watcher", "2")
         s.start_gateway("O", "--allowed-origin", "https://casino.example", "--frame-ancestors",
                         "https://casino.example")
         s.start_gateway("F", "--frame-ancestors", "http://casino.example")
@@ -230,6 +230,51 @@ def test_over_the_rate_is_refused_and_a_socket_that_stays_over_is_closed_4429(st
     assert closed.code == 4429
     r = refusals(g)
     assert r["rate_limited"] >= 5 and r["rate_closed"] >= 1
+
+
+def test_a_watch_counts_as_a_sync_and_a_watchers_sockets_are_capped(stack):
+    """A Watch asks the engine for a view as a Sync does: over the Sync rate it is refused
+    ``rate_limited``.  A spectator token holds at most ``--max-sockets-per-watcher`` sockets at
+    once (its sockets are never replaced, each could ask for views): the next is closed 4429;
+    one closed frees its place."""
+    g = gw(stack, "S")  # --sync-rate 0.001, --max-sockets-per-watcher 2
+
+    async def main() -> None:
+        a = await Client.connect(g.url, stack.token("wt-alice"), "wt-alice")
+        b = await Client.connect(g.url, stack.token("wt-bob"), "wt-bob")
+        for c in (a, b):
+            await c.expect(kind("welcome"))
+            await c.send({"type": "Join", "room": "pairs"})
+        match = (await a.expect(lobby("seated")))["match"]
+        await b.expect(lobby("seated"))
+        token = stack.token("wt-spy", role="spectator")
+        s1 = await Client.connect(g.url, token, "wt-spy")
+        await s1.expect(kind("welcome"))
+        await s1.send({"type": "Watch", "command_id": "w1", "match": match})
+        await s1.expect(lambda m: m.get("kind") == "update" and m.get("view") is not None, what="the view")
+        await s1.send({"type": "Watch", "command_id": "w2", "match": match})
+        r = await s1.expect(kind("rejected"), what="the second Watch refused")
+        assert (r["command_id"], r["code"]) == ("w2", "rate_limited") and "Watch" in r["reason"]
+        s2 = await Client.connect(g.url, token, "wt-spy")
+        await s2.expect(kind("welcome"))
+        s3 = await Client.connect(g.url, token, "wt-spy")
+        closed = await s3.closed()
+        assert closed.code == 4429 and "at most 2" in closed.reason
+        await s2.close()
+        for _ in range(100):  # the gateway sees the close a moment later
+            s4 = await Client.connect(g.url, token, "wt-spy")
+            try:
+                await s4.expect(kind("welcome"))
+                break
+            except Closed:
+                await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("a closed socket never freed its place")
+        for c in (a, b, s1, s4):
+            await c.close()
+
+    run(main())
+    assert refusals(g).get("sockets_per_watcher", 0) >= 1
 
 
 def test_at_most_the_sync_rate_of_syncs_reaches_the_engine(stack):

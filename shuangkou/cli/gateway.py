@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="Syncs a socket may send the engine a second (default 2; more are refused rate_limited)")
     edge.add_argument("--max-unauthenticated-per-address", type=int, default=20, metavar="N",
                       help="sockets one client address may hold before their Auth (default 20; more: HTTP 429)")
+    edge.add_argument("--max-sockets-per-watcher", type=int, default=8, metavar="N",
+                      help="sockets one spectator or operator token may hold open at once on this gateway "
+                           "(default 8; more: closed 4429); a player's newer socket replaces the older")
     edge.add_argument("--trusted-proxy", action="append", default=[], metavar="CIDR",
                       help="a reverse proxy whose X-Forwarded-For names the client address; repeatable "
                            "(default: none, the peer address counts)")
@@ -169,7 +172,7 @@ def edge_settings(args: argparse.Namespace) -> tuple[EdgePolicy, Limits]:
     try:
         limits = Limits(max_message_bytes=args.max_message_bytes, rate=args.rate, burst=args.burst,
                         sync_rate=args.sync_rate, close_after_s=args.rate_close_after, unauthenticated_per_address=args.max_unauthenticated_per_address,
-                        trusted_proxies=tuple(args.trusted_proxy))
+                        sockets_per_watcher=args.max_sockets_per_watcher, trusted_proxies=tuple(args.trusted_proxy))
     except ValueError as exc:
         if "does not appear to be" in str(exc):
             raise ValueError(f"--trusted-proxy: {exc}") from None
