@@ -31,12 +31,13 @@
 --          reader; a reply stream, read by polling, gets none), sent with pcall: a notice
 --          the caller's ACL refuses only delays a reader, it never fails the append.
 --
--- Replies:
---   {"ok", version, wrote}    appended; version = seq of the last event now;
---                             wrote = 1 when the carried entries were written, else 0
---   {"dup", first, last}      the command id was applied before: nothing changed;
---                             its events are seqs first..last (first > last: none)
---   error "WRONGVERSION <actual>"  the stream is not at the expected version
+-- Replies (field/value pairs, never positional: engine/store/redis_store.py append_fields):
+--   {"status", "ok", "version", v, "wrote", w}  appended; v = seq of the last event now;
+--                             w = 1 when the carried entries were written, else 0
+--   {"status", "duplicate", "first", a, "last", b}  the command id was applied before:
+--                             nothing changed; its events are seqs a..b (a > b: none)
+--   {"status", "wrong_version", "actual", n}  the stream is at version n, not the expected one:
+--                             nothing written
 --
 -- Every check happens before the first write (a Lua error does not roll back
 -- earlier writes), and XADD with explicit ids "<seq>-1" refuses a stale writer
@@ -45,7 +46,8 @@
 local seen = redis.call('HGET', KEYS[2], ARGV[3])
 if seen then
   local dash = string.find(seen, '-', 1, true)
-  return {'dup', tonumber(string.sub(seen, 1, dash - 1)), tonumber(string.sub(seen, dash + 1))}
+  return {'status', 'duplicate', 'first', tonumber(string.sub(seen, 1, dash - 1)),
+          'last', tonumber(string.sub(seen, dash + 1))}
 end
 
 -- Seqs run 1, 2, 3… with no gap and the stream is never trimmed, so its length
@@ -55,7 +57,7 @@ end
 local expected = tonumber(ARGV[2])
 local actual = redis.call('XLEN', KEYS[1])
 if actual ~= expected then
-  return redis.error_reply('WRONGVERSION ' .. actual)
+  return {'status', 'wrong_version', 'actual', actual}
 end
 
 local n = tonumber(ARGV[7])
@@ -134,4 +136,4 @@ if carried > 0 then
     end
   end
 end
-return {'ok', version, wrote}
+return {'status', 'ok', 'version', version, 'wrote', wrote}

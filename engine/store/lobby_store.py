@@ -258,9 +258,8 @@ class RedisLobbyStore(LobbyStore):
 
     def append(self, aggregate: str, expected_version: int, command_id: str,
                events: Sequence[LobbyEvent], deadline: tuple[str, int] | None = None) -> AppendResult:
-        import redis
 
-        from engine.store.redis_store import _wrong_version
+        from engine.store.redis_store import _wrong_version, append_fields
 
         check_lobby_append(aggregate, expected_version, command_id, events)
         payloads = [encode_lobby_event(e) for e in events]
@@ -270,16 +269,13 @@ class RedisLobbyStore(LobbyStore):
         if deadline is not None:
             at, info = str(deadline[1]), f"{expected_version + len(events)}|{deadline[0]}|{deadline[1]}"
         args: list[Any] = [aggregate, str(expected_version), command_id, "0", at, info, len(payloads), *payloads]
-        try:
-            reply = self._append(keys=list(self._keys(aggregate)), args=args)
-        except redis.ResponseError as exc:
-            wrong = _wrong_version(exc, aggregate, expected_version)
-            if wrong is not None:
-                raise wrong from None
-            raise
-        if _s(reply[0]) == "ok":
-            return AppendResult(version=int(reply[1]), duplicate=False, events=tuple(events))
-        lo, hi = int(reply[1]), int(reply[2])
+        fields = append_fields(self._append(keys=list(self._keys(aggregate)), args=args))
+        wrong = _wrong_version(fields, aggregate, expected_version)
+        if wrong is not None:
+            raise wrong
+        if fields["status"] == "ok":
+            return AppendResult(version=fields["version"], duplicate=False, events=tuple(events))
+        lo, hi = fields["first"], fields["last"]
         stored = self._range(aggregate, lo, hi) if hi >= lo else []
         return AppendResult(version=hi, duplicate=True, events=tuple(stored))
 

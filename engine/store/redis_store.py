@@ -84,12 +84,25 @@ def _load_script(name: str) -> str:
     return importlib.resources.files("engine.store").joinpath(name).read_text(encoding="utf-8")
 
 
-def _wrong_version(exc: Exception, match_id: str, expected_version: int) -> WrongVersion | None:
-    """The WrongVersion an append script's error reply stands for (None: another error)."""
-    msg = str(exc)
-    if "WRONGVERSION" not in msg:
+def append_fields(reply: Any) -> dict[str, Any]:
+    """append.lua's reply (field/value pairs) by name: ``status`` (``ok``, ``duplicate``,
+    ``wrong_version``) and its numbers (``version``, ``wrote``; ``first``, ``last``;
+    ``actual``).
+
+    >>> append_fields([b"status", b"ok", b"version", 7, b"wrote", 1])
+    {'status': 'ok', 'version': 7, 'wrote': 1}
+    """
+    if not isinstance(reply, (list, tuple)) or len(reply) % 2:
+        raise redis.ResponseError(f"append.lua: not a field/value reply: {reply!r}"[:200])
+    fields = {_s(k): v for k, v in zip(reply[::2], reply[1::2])}
+    return {k: _s(v) if k == "status" else int(v) for k, v in fields.items()}
+
+
+def _wrong_version(fields: dict[str, Any], match_id: str, expected_version: int) -> WrongVersion | None:
+    """The WrongVersion an append script's reply stands for (None: appended or a duplicate)."""
+    if fields["status"] != "wrong_version":
         return None
-    return WrongVersion(match_id, expected_version, int(msg.rsplit(" ", 1)[-1]))
+    return WrongVersion(match_id, expected_version, fields["actual"])
 
 
 def _s(value: bytes | str) -> str:
@@ -177,14 +190,11 @@ class RedisEventStore(EventStore):
         """
         _, ks = self._match_keys(match_id)
         args = self._script_args(match_id, expected_version, command_id, payloads, deadline, events, writes)
-        try:
-            reply = self._run_append([*ks, *(w.stream for w in writes)], args)
-        except redis.ResponseError as exc:
-            wrong = _wrong_version(exc, match_id, expected_version)
-            if wrong is not None:
-                raise wrong from None
-            raise
-        result = self._result(match_id, reply, payloads, events)
+        fields = append_fields(self._run_append([*ks, *(w.stream for w in writes)], args))
+        wrong = _wrong_version(fields, match_id, expected_version)
+        if wrong is not None:
+            raise wrong
+        result = self._result(match_id, fields, payloads, events)
         if self.replica_acks is not None:
             self.replica_acks.confirm(ks[:1])
         return result
@@ -253,16 +263,16 @@ class RedisEventStore(EventStore):
                 args += (k, v)
         return args
 
-    def _result(self, match_id: str, reply: Any, payloads: Sequence[bytes],
+    def _result(self, match_id: str, fields: dict[str, Any], payloads: Sequence[bytes],
                 events: Sequence[EventBase] | None) -> AppendResult:
-        """The AppendResult of append.lua's reply (a duplicate's stored events are read)."""
-        tag = _s(reply[0])
-        if tag == "ok":
+        """The AppendResult of append.lua's reply, appended or a duplicate (:func:`append_fields`;
+        a duplicate's stored events are read)."""
+        if fields["status"] == "ok":
             if events is None:
                 events = [decode_event(p) for p in payloads]
-            return AppendResult(version=int(reply[1]), duplicate=False, events=tuple(events),
-                                wrote=len(reply) > 2 and int(reply[2]) == 1)
-        lo, hi = int(reply[1]), int(reply[2])
+            return AppendResult(version=fields["version"], duplicate=False, events=tuple(events),
+                                wrote=fields["wrote"] == 1)
+        lo, hi = fields["first"], fields["last"]
         stored = self._range(match_id, lo, hi) if hi >= lo else []
         return AppendResult(version=hi, duplicate=True, events=tuple(stored))
 
@@ -382,17 +392,19 @@ class RedisEventStore(EventStore):
         moved: Exception | None = None
         for i, reply in zip(idxs, replies):
             rq = requests[i]
-            if isinstance(reply, redis.ResponseError):
+            if isinstance(reply, Exception):
                 if moved is None and isinstance(reply, (MovedError, AskError)):
                     moved = reply
-                wrong = _wrong_version(reply, rq.match_id, rq.expected_version)
-                out[i] = wrong if wrong is not None else reply
-            elif isinstance(reply, Exception):
                 out[i] = reply
+                continue
+            fields = append_fields(reply)
+            wrong = _wrong_version(fields, rq.match_id, rq.expected_version)
+            if wrong is not None:
+                out[i] = wrong  # nothing written: the caller decides again
             elif shortfall is not None:
                 out[i] = shortfall  # written, not known to be on the replicas: not acknowledged
             else:
-                out[i] = self._result(rq.match_id, reply, encoded[i], rq.events)
+                out[i] = self._result(rq.match_id, fields, encoded[i], rq.events)
         if moved is not None:  # a fail-over moved a slot: learn where before the caller runs those requests alone
             refresh_slots(self.client, moved)
 
