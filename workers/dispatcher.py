@@ -132,8 +132,9 @@ class DueClaims(Protocol):
 # KEYS: per bucket, its deadlines zset, deadline_info hash, deadline_sent hash (3 keys a bucket,
 # any number of buckets: all of them in one call on one Redis, one bucket a call on a cluster)
 # ARGV: due ms, most to claim per bucket, most to read past, first lease ms, lease cap ms, now ms
-# Returns id, info, attempt, id, info, attempt, ... over the buckets, then the soonest deadline
-# after "due" (ms; "due" itself when a bucket had more due than it claimed; -1: none).
+# Returns field/value pairs (never positional, :func:`_claim_reply`): "claims", a list of
+# {"match", id, "info", info, "attempt", n} over the buckets, and "soonest", the soonest
+# deadline after "due" (ms; "due" itself when a bucket had more due than it claimed; -1: none).
 _CLAIM_LUA = """
 local due = tonumber(ARGV[1])
 local want = tonumber(ARGV[2])
@@ -180,9 +181,7 @@ for k = 1, #KEYS - 2, 3 do
           local base = now
           if at > base then base = at end
           redis.call('HSET', marks, id, info .. '#' .. string.format('%d', base + lease) .. '#' .. attempt)
-          out[#out + 1] = id
-          out[#out + 1] = info
-          out[#out + 1] = attempt
+          out[#out + 1] = {'match', id, 'info', info, 'attempt', attempt}
           n = n + 1
         end
       end
@@ -197,8 +196,7 @@ for k = 1, #KEYS - 2, 3 do
     if at and (soonest < 0 or at < soonest) then soonest = at end
   end
 end
-out[#out + 1] = soonest
-return out
+return {'claims', out, 'soonest', soonest}
 """
 
 # KEYS: one deadline_sent hash per released deadline; ARGV: its match id, "<version>|<kind>|", …
@@ -219,6 +217,24 @@ return gone
 
 def _s(v: Any) -> str:
     return v.decode("utf-8", "surrogatepass") if isinstance(v, bytes) else str(v)
+
+
+def _pairs(reply: Any) -> dict[str, Any]:
+    return {_s(k): v for k, v in zip(reply[::2], reply[1::2])}
+
+
+def _claim_reply(reply: Any) -> tuple[list[Claim], int]:
+    """The claim script's reply read by name: its claims and the soonest deadline (-1: none).
+
+    >>> _claim_reply([b"claims", [[b"match", b"m1", b"info", b"3|turn|900", b"attempt", 2]], b"soonest", -1])
+    ([Claim(deadline=Deadline(match_id='m1', version=3, at_ms=900, kind='turn'), attempt=2)], -1)
+    """
+    fields = _pairs(reply)
+    claims = []
+    for raw in fields["claims"]:
+        c = _pairs(raw)
+        claims.append(Claim(_parse_info(_s(c["match"]), c["info"]), int(c["attempt"])))
+    return claims, int(fields["soonest"])
 
 
 def _parse_info(match_id: str, raw: Any) -> Deadline:
@@ -283,9 +299,8 @@ class RedisClaims:
         out: list[Claim] = []
         soonest: int | None = None
         for reply in replies:
-            for i in range(0, len(reply) - 1, 3):
-                out.append(Claim(_parse_info(_s(reply[i]), reply[i + 1]), int(reply[i + 2])))
-            at = int(reply[-1])
+            claims, at = _claim_reply(reply)
+            out += claims
             if at >= 0 and (soonest is None or at < soonest):
                 soonest = at
         self.next_due_ms = NOTHING_RECORDED if soonest is None else soonest
