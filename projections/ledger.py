@@ -161,7 +161,7 @@ def check_settlement_amounts(settlement: Settlement) -> None:
 
     >>> from projections.settlement import Settlement
     >>> s = Settlement(match_id="m", mode="points", winner="a", loser="b", kou="single",
-    ...                cards_left={}, scores={"a": 3 * 2**61, "b": -3 * 2**61}, breakdown={})
+    ...                cards_left={}, scores={"a": 2**63, "b": -2**63}, breakdown={})
     >>> try:
     ...     check_settlement_amounts(s)
     ... except LedgerRefused as exc:
@@ -442,7 +442,7 @@ end
 local function parse(v, what)
   if v == false or v == nil then return {0, 0} end
   if type(v) ~= 'string' or not string.match(v, '^%-?%d+$') or #v > 20 then
-    error({err = 'LEDGER corrupt ' .. what .. ' is not an integer'})
+    error({code = 'corrupt', reason = what .. ' is not an integer'})
   end
   local neg = string.sub(v, 1, 1) == '-'
   local d = neg and string.sub(v, 2) or v
@@ -456,22 +456,26 @@ local function plus(a, b)
 end
 local function check(v, what)
   if v[1] > LIMIT_HI or (v[1] == LIMIT_HI and v[2] > 0) or v[1] < -LIMIT_HI then
-    error({err = 'LEDGER overflow ' .. what .. ' would leave the limit'})
+    error({code = 'overflow', reason = what .. ' would leave the limit'})
   end
   return v
 end
 local function is_zero(v) return v[1] == 0 and v[2] == 0 end
 """
 
-#: runs ``main`` and turns a refusal raised inside it into an error reply ``LEDGER <code> …``
-#: (nothing was written: every refusal is raised before the first write)
+#: runs ``main``; its reply as field/value pairs (never positional, :func:`_script_reply`):
+#: ``{"status", "done", "value", n}``, or a refusal raised inside it (nothing was written: every
+#: refusal is raised before the first write) ``{"status", "refused", "code", c, "reason", r}``;
+#: any other Lua error stays an error reply
 _MAIN_LUA = """
 local ok, res = pcall(main)
 if not ok then
-  if type(res) == 'table' and res.err then return redis.error_reply(res.err) end
+  if type(res) == 'table' and res.code then
+    return {'status', 'refused', 'code', res.code, 'reason', res.reason}
+  end
   return redis.error_reply(tostring(res))
 end
-return res
+return {'status', 'done', 'value', res}
 """
 
 _APPLY_LUA = _CHECK_LUA + """
@@ -536,37 +540,51 @@ return 1
 """
 
 
-def _refused(exc: Exception) -> LedgerRefused | None:
-    """The LedgerRefused a script's ``LEDGER <code> <reason>`` error stands for, else None."""
-    text = str(exc)
-    at = text.find("LEDGER ")
-    if at < 0:
-        return None
-    code, _, reason = text[at + 7:].partition(" ")
-    reason = reason.split(" script:", 1)[0].strip()
-    return LedgerRefused(code, reason)
+def _pairs(reply: Any) -> dict[str, Any]:
+    return {_s(k): v for k, v in zip(reply[::2], reply[1::2])}
+
+
+def _script_reply(reply: Any) -> int:
+    """A ledger script's reply read by name (``_MAIN_LUA``): its value, or the
+    :class:`LedgerRefused` it stands for raised; a script without ``main`` answers the int.
+
+    >>> _script_reply([b"status", b"done", b"value", 1])
+    1
+    >>> _script_reply([b"status", b"refused", b"code", b"overflow", b"reason", b"a balance would leave the limit"])
+    Traceback (most recent call last):
+    ...
+    projections.ledger.LedgerRefused: a balance would leave the limit
+    """
+    if not isinstance(reply, list):
+        return int(reply)
+    fields = _pairs(reply)
+    if _s(fields["status"]) == "refused":
+        raise LedgerRefused(_s(fields["code"]), _s(fields["reason"]))
+    return int(fields["value"])
 
 
 _ENTRY_LUA = """
 -- KEYS[1] refs hash, KEYS[2] balances hash of the mode, KEYS[3] the player's journal
 -- ARGV[1] ref, ARGV[2] player, ARGV[3] signed amount, ARGV[4] entry JSON, ARGV[5] journal field,
 -- ARGV[6] max balance.  Everything is checked before anything is written.
+-- Replies (field/value pairs): {"status", "duplicate", "booked", <the booked entry's JSON>}
+-- (Python compares it with this one), {"status", "insufficient" | "overflow" | "applied"}.
 local booked = redis.call('HGET', KEYS[1], ARGV[1])
 if booked then
-  return {'duplicate', booked}  -- Python compares the booked entry with this one
+  return {'status', 'duplicate', 'booked', booked}
 end
 local amount = tonumber(ARGV[3])
 local new = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0') + amount
 if amount < 0 and new < 0 then
-  return 'insufficient'
+  return {'status', 'insufficient'}
 end
 if new > tonumber(ARGV[6]) then
-  return 'overflow'
+  return {'status', 'overflow'}
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
 redis.call('HINCRBY', KEYS[2], ARGV[2], ARGV[3])
 redis.call('HSET', KEYS[3], ARGV[5], ARGV[4])
-return 'applied'
+return {'status', 'applied'}
 """
 
 
@@ -591,15 +609,7 @@ class RedisLedger(Ledger):
             self.replica_acks.confirm([SETTLED_KEY])  # every ledger key shares the {ledger} tag
 
     def _run(self, script: Any, keys: list[str], args: list[Any]) -> int:
-        import redis
-
-        try:
-            return int(script(keys=keys, args=args))
-        except redis.ResponseError as exc:
-            refused = _refused(exc)
-            if refused is None:
-                raise
-            raise refused from None
+        return _script_reply(script(keys=keys, args=args))
 
     def balance(self, player: str, mode: Mode) -> int:
         _check_mode(mode)
@@ -653,14 +663,16 @@ class RedisLedger(Ledger):
         out = self._entry(keys=[REFS_KEY, balance_key(entry.mode), journal_key(entry.player)],
                           args=[entry.ref, entry.player, int(entry.amount), entry.to_json(),
                                 entry.journal_field, MAX_BALANCE])
-        if isinstance(out, list):  # a duplicate: the booked entry
-            booked = LedgerEntry.from_json(_s(out[1]))
+        fields = _pairs(out)
+        status = _s(fields["status"])
+        if status == "duplicate":  # the booked entry
+            booked = LedgerEntry.from_json(_s(fields["booked"]))
             if not same_entry(booked, entry):
                 raise LedgerEntryConflict(booked)
             self._replicated()  # answered "duplicate" only once the booked entry is on the replicas
             return ENTRY_DUPLICATE
         self._replicated()
-        return _s(out)
+        return status
 
     def entries(self, player: str) -> list[LedgerEntry]:
         raw = self.client.hvals(journal_key(player))

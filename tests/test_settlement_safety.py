@@ -370,3 +370,14 @@ def test_reconcile_exits_1_while_a_match_is_parked(real_redis, redis_server, cap
     main(["replay", "--all", "--redis", redis_server.url, "--json"])
     [r] = json.loads(capsys.readouterr().out)
     assert any("parked" in p for p in r["problems"])
+
+
+def test_the_ledger_modules_examples_hold():
+    """projections/ledger.py's docstring examples run as written (a refusal read by name
+    from a script's reply; an amount beyond the limit refused before any script)."""
+    import doctest
+
+    from projections import ledger
+
+    result = doctest.testmod(ledger)
+    assert result.attempted >= 4 and result.failed == 0
