@@ -78,4 +78,5 @@ class PlaceClaims:
     def caught_up(pipe: Any, player: str, claim: str) -> None:
         """In the pipeline that writes ``player``'s read model of ``claim``'s place: the claim
         ends (only if it is still that one)."""
-        pipe.eval(RELEASE_LUA, 1, keys.place_claim_key(player), claim)
+        # by execute_command: a Redis Cluster's pipeline has no eval(script, ...) of its own
+        pipe.execute_command("EVAL", RELEASE_LUA, 1, keys.place_claim_key(player), claim)
