@@ -155,7 +155,7 @@ class Lobby:
         self.rooms = rooms
         self.gateway_id = gateway_id
         self.buckets = buckets
-        self.replies = ReplyWaiter(redis, f"sk:reply:ops-gw-{gateway_id}")
+        self.replies = ReplyWaiter(redis, keys.ops_reply_key(f"gw-{gateway_id}"))
         self.send_timeout_s = send_timeout_s
         self._registering = asyncio.Lock()
         #: called every :data:`ROOMS_REFRESH_S` (``shuangkou gateway --bots``: the bot offers)

@@ -66,7 +66,7 @@ GAP_WAIT_S = 2.0  # how long an update ahead of a missing one waits before a res
 
 
 def session_key(player: str) -> str:
-    return f"sk:gw:session:{{{player}}}"  # the player's tag: read with sk:out:{<player>}
+    return keys.gateway_session_key(player)  # the player's tag: read with sk:out:{<player>}
 
 
 def _s(v: Any) -> str:

@@ -55,22 +55,22 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from engine.config import Level, RoomConfig
-from engine.store.keys import PREFIX
+from engine.store import keys
 from projections.settlement import Settlement
 
 Mode = Literal["points", "wealth"]
 MODES: tuple[Mode, ...] = ("points", "wealth")
 
-TAG = "{ledger}"
-SETTLED_KEY = f"{PREFIX}:{TAG}:settled"
-BURNED_KEY = f"{PREFIX}:{TAG}:burned"
-GRANTS_KEY = f"{PREFIX}:{TAG}:grants"
-REFS_KEY = f"{PREFIX}:{TAG}:refs"
+TAG = keys.LEDGER_TAG
+SETTLED_KEY = keys.ledger_key("settled")
+BURNED_KEY = keys.ledger_key("burned")
+GRANTS_KEY = keys.ledger_key("grants")
+REFS_KEY = keys.ledger_key("refs")
 MAX_BALANCE = 10**15  # an operator entry never takes a balance above this (exact in Lua's doubles)
 
 
 def journal_key(player: str) -> str:
-    return f"{PREFIX}:{TAG}:journal:{player}"
+    return keys.ledger_key(f"journal:{player}")
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,8 @@ class LedgerEntry:
 
 #: what :meth:`Ledger.record_entry` reports
 ENTRY_APPLIED, ENTRY_DUPLICATE, ENTRY_INSUFFICIENT, ENTRY_OVERFLOW = "applied", "duplicate", "insufficient", "overflow"
-PARKED_KEY = f"{PREFIX}:{TAG}:parked"
-ARCHIVED_KEY = f"{PREFIX}:{TAG}:archived"
+PARKED_KEY = keys.ledger_key("parked")
+ARCHIVED_KEY = keys.ledger_key("archived")
 
 #: the largest |amount| and |balance| the ledger keeps (exactly, in Python and in Lua):
 #: inside int64 (2**63 - 1 ≈ 9.22e18), so a checked HINCRBY never overflows
@@ -182,7 +182,7 @@ def check_settlement_amounts(settlement: Settlement) -> None:
 
 
 def balance_key(mode: str) -> str:
-    return f"{PREFIX}:{TAG}:bal:{mode}"
+    return keys.ledger_key(f"bal:{mode}")
 
 
 def _check_mode(mode: str) -> None:

@@ -77,7 +77,7 @@ DEFAULT_LEASE_MS = 5_000
 LEASE_CAP_MS = 60_000
 #: how long the dispatcher lease lives without renewal (the takeover delay after a SIGKILL)
 DEFAULT_HOLDER_TTL_MS = 2_000
-HOLDER_KEY = "sk:timers:dispatcher-lease"
+HOLDER_KEY = keys.DISPATCHER_LEASE_KEY
 #: deadlines per fire_deadlines message (at most)
 BATCH = 16
 #: deadlines claimed per tick (at most, over all buckets)
@@ -92,7 +92,7 @@ BACKLOG_LIMIT = 200
 
 def sent_key(bucket: int) -> str:
     """The in-flight marks of one bucket (same hash tag as its deadline index)."""
-    return f"{keys.PREFIX}:{{b{bucket}}}:deadline_sent"
+    return keys.deadline_sent_key(bucket)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from typing import Any
 from dramatiq.middleware import Middleware
 
 from engine.match.deadline import Deadline
+from engine.store import keys
 from engine.store.transient import Backoff, is_transient
 from workers import runtime as rt_mod
 from workers.dispatcher import (
@@ -47,7 +48,7 @@ log = logging.getLogger("workers.sweeper")
 
 INTERVAL_ENV = "SK_SWEEP_INTERVAL_MS"
 DEFAULT_INTERVAL_MS = 500
-LEASE_KEY = "sk:timers:sweeper-lease"
+LEASE_KEY = keys.SWEEPER_LEASE_KEY
 MAX_ROUNDS = 20  # pages per sweep; a deadline that cannot be fired never loops forever
 
 

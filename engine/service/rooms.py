@@ -25,9 +25,7 @@ import threading
 from typing import Any, Protocol
 
 from engine.config import RoomConfig, load_config, parse_config
-from engine.store.keys import PREFIX
-
-ROOMS_KEY = f"{PREFIX}:rooms"
+from engine.store.keys import ROOMS_KEY
 SHIPPED = ("points", "wealth")
 MAX_ROOMS = 200  # the metrics label set stays bounded
 

@@ -73,7 +73,21 @@ key                                         type    holds
 ``sk:{seasons}:list``                       hash    season name -> JSON ``{name, start_ms, end_ms,
                                                     soft_reset}`` (a few keys of metadata)
 ``sk:{seasons}:ladders``                    set     ``<room>:<season>`` of every ladder kept
-``sk:reply:<anything>``                     stream  optional per-gateway replies (``reply_to``)
+``sk:reply:<anything>``                     stream  optional per-gateway replies (``reply_to``;
+                                                    :func:`reply_key`, :func:`ops_reply_key`)
+``sk:gw:session:{<player_id>}``            stream  which socket of the player's is the current one
+                                                    (:func:`gateway_session_key`)
+``sk:{b<N>}:deadline_sent``                 hash    the dispatcher's in-flight marks of the bucket's
+                                                    deadlines (:func:`deadline_sent_key`)
+``sk:timers:dispatcher-lease``              string  the one timer dispatcher's lease
+``sk:timers:sweeper-lease``                 string  the one deadline sweeper's lease
+``sk:<tag>:acks``                           string  a counter beside a key, written before a WAIT for
+                                                    the replicas (:func:`acks_marker_key`)
+``sk:rooms``                                hash    room name -> its config JSON (the room registry)
+``sk:{ledger}:…``                           …       the ledger (projections/ledger.py): ``settled``,
+                                                    ``burned``, ``grants``, ``refs``, ``parked``,
+                                                    ``archived``, ``bal:<mode>``, ``journal:<player>``
+                                                    (:func:`ledger_key`)
 ==========================================  ======  =============================================
 
 The bucket count is part of the layout: every process of one deployment must
@@ -505,3 +519,51 @@ def ladder_tag(room: str, season: str) -> str:
 def ladder_key(room: str, season: str, part: str) -> str:
     """A key of a ladder: ``part`` is ``players``, ``board``, ``results`` or ``meta``."""
     return f"{PREFIX}:{ladder_tag(room, season)}:{part}"
+
+
+# ---- the processes' own keys: sessions, timers, replica acks, rooms, the ledger ---------------
+
+def gateway_session_key(player_id: str) -> str:
+    """The player's session stream (which socket is the current one), under the player's tag:
+    read with ``sk:out:{<player>}``."""
+    return f"{PREFIX}:gw:session:{player_tag(player_id)}"
+
+
+def reply_key(name: str) -> str:
+    """A reply stream (``reply_to``): ``sk:reply:<name>``."""
+    return REPLY_PREFIX + name
+
+
+def ops_reply_key(who: str) -> str:
+    """An operator channel caller's reply stream: ``sk:reply:ops-<who>`` (the ``lobby`` ACL user
+    may read and write these only)."""
+    return reply_key(f"ops-{who}")
+
+
+def deadline_sent_key(bucket: int) -> str:
+    """The timer dispatcher's in-flight marks of one bucket (its deadline index's tag)."""
+    return f"{PREFIX}:{{b{bucket}}}:deadline_sent"
+
+
+#: the one timer dispatcher's lease (workers/dispatcher.py)
+DISPATCHER_LEASE_KEY = f"{PREFIX}:timers:dispatcher-lease"
+#: the one deadline sweeper's lease (workers/sweeper.py)
+SWEEPER_LEASE_KEY = f"{PREFIX}:timers:sweeper-lease"
+
+
+def acks_marker_key(tag: str) -> str:
+    """The counter written beside a key of hash tag ``tag`` (``{…}``, or the key itself when it
+    has none) before a WAIT for the replicas (engine/store/replicas.py): same slot."""
+    return f"{PREFIX}:{tag}:acks"
+
+
+#: hash: room name -> its config JSON (the room registry, engine/service/rooms.py)
+ROOMS_KEY = f"{PREFIX}:rooms"
+#: the ledger's hash tag: every ledger key is in one slot (a settlement is one script)
+LEDGER_TAG = "{ledger}"
+
+
+def ledger_key(part: str) -> str:
+    """A ledger key: ``sk:{ledger}:<part>`` (``settled``, ``burned``, ``grants``, ``refs``,
+    ``parked``, ``archived``, ``bal:<mode>``, ``journal:<player>``)."""
+    return f"{PREFIX}:{LEDGER_TAG}:{part}"

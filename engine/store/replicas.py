@@ -33,6 +33,7 @@ from typing import Any
 
 import redis.exceptions as rex
 
+from engine.store import keys
 from engine.store.connect import is_cluster
 
 DEFAULT_TIMEOUT_MS = 2_000
@@ -59,7 +60,7 @@ def tag_of(key: str) -> str:
 
 def marker_key(key: str) -> str:
     """The counter :meth:`ReplicaAcks.confirm` writes beside ``key`` (same slot)."""
-    return f"sk:{tag_of(key)}:acks"
+    return keys.acks_marker_key(tag_of(key))
 
 
 class _Waiter:

@@ -35,7 +35,9 @@ def send_and_wait(client: Any, command: CommandBase, timeout: float) -> Any:
     from shuangkou.cli import CliError
     from engine.service.client import GatewayClient
 
-    reply_to = f"sk:reply:ops-{uuid.uuid4().hex}"
+    from engine.store import keys
+
+    reply_to = keys.ops_reply_key(uuid.uuid4().hex)
     gw = GatewayClient(client, reply_to=reply_to)
     gw.send(command)
     end = time.monotonic() + max(0.1, timeout)

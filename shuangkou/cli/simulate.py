@@ -413,13 +413,14 @@ class Simulation:
     # -- talking to the pipeline -------------------------------------------------------
     def _client(self) -> Any:
         from engine.service.client import GatewayClient
+        from engine.store import keys
 
         local = getattr(self, "_local", None)
         if local is None:
             self._local = local = threading.local()
         c = getattr(local, "client", None)
         if c is None:
-            reply_to = f"sk:reply:{self.prefix}{self.run_id}-{threading.get_ident()}"
+            reply_to = keys.reply_key(f"{self.prefix}{self.run_id}-{threading.get_ident()}")
             c = GatewayClient(self.client, reply_to=reply_to)
             with self._lock:
                 self.reply_streams.add(reply_to)
