@@ -277,13 +277,15 @@ def standing_for(data: Any, rooms: Any) -> dict[str, Any]:
 
     if not isinstance(data, dict) or not isinstance(data.get("bombs"), dict) or len(data["bombs"]) > 2:
         raise HttpError(400, "bad_request", 'send {"room": name, "bombs": {player: [...]}} for at most 2 players')
-    name = data.get("room")
+    name = data.get("room", "points")  # no room: the shipped points room's rules
     cfg = (getattr(rooms, "rooms", None) or {}).get(name) if isinstance(name, str) else None
-    if cfg is None:
+    if cfg is None and name in ("points", "wealth"):
         try:
-            cfg = load_config(name if name in ("points", "wealth") else "points")
+            cfg = load_config(name)
         except ConfigError:  # pragma: no cover - the shipped configs load
-            raise HttpError(400, "bad_request", "unknown room") from None
+            cfg = None
+    if cfg is None:  # a room nobody serves: its rules are unknown, never another room's
+        raise HttpError(400, "bad_request", "unknown room")
     out: dict[str, Any] = {}
     for player, plays in data["bombs"].items():
         if not isinstance(plays, list) or len(plays) > 27:

@@ -314,6 +314,8 @@ def test_standing_is_the_effective_xiang_of_the_bombs_seen() -> None:
     assert r.status_code == 400 and "bomb" in r.json()["reason"]
     r = c.post("/api/standing", json={"bombs": {"a": [], "b": [], "c": []}}, headers=bearer("al"))
     assert r.status_code == 400
+    r = c.post("/api/standing", json={**body, "room": "nosuchroom"}, headers=bearer("al"))  # never points' rules
+    assert (r.status_code, r.json()["reason"]) == (400, "unknown room")
 
 
 def test_hint_and_readings_read_the_cards_under_the_rooms_rules() -> None:
