@@ -1598,13 +1598,9 @@ function onMessage(msg) {
 }
 
 function onRejected(msg) {
-  if (S.pendingSeed && msg.command_id === S.pendingSeed.id && msg.code === "bad_command"
-      && /client_seed/.test(msg.reason || "")) {
-    // a gateway that does not forward client seeds yet: be ready with the default seed
-    S.pendingSeed = null;
-    S.link.send({ type: "Ready" });
-    return;
-  }
+  // the Ready that carried our seed was refused: the seed is not in the deal (the page and the
+  // gateway that serves it ship together, so a refusal is never "seeds not forwarded")
+  if (S.pendingSeed && msg.command_id === S.pendingSeed.id) S.pendingSeed = null;
   if (msg.view && msg.view.match_id) {
     S.views[msg.view.match_id] = msg.view;
     S.versions[msg.view.match_id] = Math.max(S.versions[msg.view.match_id] || 0, msg.view.version);
