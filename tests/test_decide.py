@@ -17,6 +17,7 @@ from engine.match.commands import (
     Deal,
     Disconnect,
     Escape,
+    ExtendClock,
     Leave,
     Pass,
     Play,
@@ -723,3 +724,44 @@ def test_check_stream_reads_plays_under_the_recorded_chain_bomb_twos(twos: bool)
     assert (problems == []) is twos, problems
     if not twos:
         assert any("is not a reading of" in p for p in problems)
+
+
+# ---- refusals no other table reaches ------------------------------------------------------------
+
+def _escaped_a() -> M:
+    """a escaped under the trustee policy (R-12.1): the match goes on, a's seat is the system's."""
+    m = dealt("3 4 5", "9 10 J", escape_policy="trustee")
+    m.do(Escape, player="a")
+    return m
+
+
+def _trustee_a() -> M:
+    """a asked for the trustee on their turn (R-13.5): the trustee's delay runs, no turn clock."""
+    m = dealt("3 4 5", "9 10 J")
+    m.do(RequestTrustee, player="a")
+    return m
+
+
+def _both_ready() -> M:
+    m = M()
+    m.do(Ready, player="a")
+    m.do(Ready, player="b")
+    return m
+
+
+@pytest.mark.parametrize("case, make, cls, kw, exc, needle", [
+    ("an escaped player plays (R-12.1)", _escaped_a, Play, {"player": "a", "text": "3"}, NotAllowed, "escaped"),
+    ("an escaped player disconnects", _escaped_a, Disconnect, {"player": "a"}, NotAllowed, "escaped"),
+    ("a ready timeout when both are ready", _both_ready, ReadyTimeout, {}, StaleCommand,
+     "every seated player is ready"),
+    ("a deal with an empty seat (R-1.2)", lambda: M(seat=False), Deal, {"hands": ((0,), (1,)), "first": 0},
+     WrongPhase, "two players must be seated"),
+    ("a clock extension while the trustee's delay runs", _trustee_a, ExtendClock,
+     {"by_ms": 1000, "reason": "undelivered"}, StaleCommand, "no turn or ready clock runs (deadline trustee)"),
+])
+def test_the_rarer_refusals(case, make, cls, kw, exc, needle) -> None:
+    m = make()
+    if cls in (ReadyTimeout, ExtendClock):
+        kw = {"version": m.state.version, **kw}
+    e = m.no(cls, **kw)
+    assert type(e) is exc and needle in str(e), (case, str(e))
