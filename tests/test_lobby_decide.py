@@ -79,6 +79,10 @@ QUEUE_REFUSALS = [
     ("queue timer before the wait is over", Q_A, lc.QueueTimer(command_id="q", room="points", version=1),
      {"now_ms": NOW + 2_999, "bots": BotPolicy(3000)}, "stale"),
     ("two wait and no table id", Q_A, join("b"), {"table_id": None}, "bad_command"),
+    ("queue timer with no table id for the bot's table", Q_A, lc.QueueTimer(command_id="q", room="points", version=1),
+     {"now_ms": NOW + 10_000, "bots": BotPolicy(3000), "table_id": None}, "bad_command"),
+    ("pair timer in a room nobody registered", Q_A, lc.PairTimer(command_id="p", room="points"), {"room": None},
+     "unknown_room"),
 ]
 
 TABLE_REFUSALS = [
@@ -103,6 +107,30 @@ TABLE_REFUSALS = [
     ("a closed table", run(opened(), lc.Leave(command_id="l", room="points", player="a", table="tA")),
      lc.ConfirmSeated(command_id="s", table="tA", match="tA-1"), "table_closed"),
     ("a queue's command", opened(), join("a"), "bad_command"),
+    ("one player in both seats", TableState(table="tA"),
+     lc.OpenTable(command_id="o", table="tA", room="points", players=("a", "a"), match="tA-1"), "bad_command"),
+    ("a bot not at its table", TableState(table="tA"),
+     lc.OpenTable(command_id="o", table="tA", room="points", players=("a", "b"), match="tA-1", bot="bot-9",
+                  bot_level="normal"), "bad_command"),
+    ("a first match of another number", TableState(table="tA"),
+     lc.OpenTable(command_id="o", table="tA", room="points", players=("a", "b"), match="tA-2"), "bad_command"),
+    ("a ready once the match ended", finished(), lc.NoteReady(command_id="r", table="tA", match="tA-1", player="a"),
+     "wrong_phase"),
+    ("a ready after the deal", dealt(), lc.NoteReady(command_id="r", table="tA", match="tA-1", player="a"),
+     "wrong_phase"),
+    ("a Leave naming another room", seated(), lc.Leave(command_id="l", room="wealth", player="a", table="tA"),
+     "bad_command"),
+    ("a stranger's grace ends", seated(), lc.GraceExpired(command_id="g", room="points", player="z", table="tA"),
+     "not_seated"),
+    ("a stranger returns", seated(), lc.Returned(command_id="r", room="points", player="z", table="tA"),
+     "not_seated"),
+    ("a match ended twice", finished(),
+     lc.MatchEnded(command_id="e2", table="tA", match="tA-1", outcome="finished"), "wrong_phase"),
+    ("a stranger removed", seated(),
+     lc.MatchEnded(command_id="e", table="tA", match="tA-1", outcome="removed", removed=(("z", "left"),)),
+     "not_seated"),
+    ("a stranger escaped", dealt(),
+     lc.MatchEnded(command_id="e", table="tA", match="tA-1", outcome="finished", escaper="z"), "not_seated"),
 ]
 
 
