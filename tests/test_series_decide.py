@@ -134,6 +134,8 @@ REFUSALS = [
     ("a bot seat without a bot id", run(S0, create(bots=True)), sc.JoinTimer(command_id="t", series="s1"),
      {"now_ms": NOW + JOIN_MS, "bot_id": None}, "bad_command"),
     ("a friend placed elsewhere", OPEN, join(), {"elsewhere": "room points"}, "already_placed"),
+    ("a friend whose token is for another room", OPEN,
+     sc.JoinTable(command_id="j", series="s1", code="K7M2QX", player="b", room="wealth"), {}, "not_allowed"),
     ("an owner below the lowest level (R-11.1)", SeriesState(series="s1"),
      sc.CreateTable(command_id="c", series="s1", room="wealth", player="a", hands=4),
      {"room": load_config("wealth"), "balance": 0}, "seat_refused"),
