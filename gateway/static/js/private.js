@@ -31,6 +31,9 @@ export function setupPrivate(link, { me, name, room }) {
   P.me = me;
   P.name = name || ((p) => p);
   P.room = room;
+  // the names come with the lobby's seated, the updates and settled (table.js keeps them): the
+  // tally is written again after each, so a player is shown by name as soon as the page knows it
+  for (const kind of ["lobby", "update", "settled"]) link.on(kind, () => renderTally());
   link.on("welcome", (m) => {
     const code = pathCode();
     if (code && !P.joined && m.role === "player") {
@@ -103,18 +106,23 @@ function render() {
     $("[data-private-link]").textContent = `${window.location.origin}${P.created.link}`;
     $("[data-action=copy-link]").textContent = t("private.copy");
   }
-  const tally = $("[data-series-tally]");
-  tally.hidden = !P.series;
-  if (P.series) {
-    tally.dataset.hand = String(P.series.hand);
-    tally.dataset.hands = String(P.series.hands);
-    const parts = others(P.series.totals).map((p) => `${P.name(p)} ${P.series.totals[p] > 0 ? "+" : ""}${P.series.totals[p]}`);
-    tally.querySelector("[data-tally-text]").textContent =
-      [t("series.tally", { hand: P.series.hand, hands: P.series.hands }), ...parts].join(" · ");
-  }
-  $("[data-action=request-end]").hidden = !P.series || !!P.vote;
+  renderTally();
   renderVote();
   renderStandings();
+}
+
+/** The series' tally: the hand, then each player's name and running total. */
+export function renderTally() {
+  const tally = $("[data-series-tally]");
+  if (!tally) return;
+  tally.hidden = !P.series;
+  $("[data-action=request-end]").hidden = !P.series || !!P.vote;
+  if (!P.series) return;
+  tally.dataset.hand = String(P.series.hand);
+  tally.dataset.hands = String(P.series.hands);
+  const parts = others(P.series.totals).map((p) => `${P.name(p)} ${P.series.totals[p] > 0 ? "+" : ""}${P.series.totals[p]}`);
+  tally.querySelector("[data-tally-text]").textContent =
+    [t("series.tally", { hand: P.series.hand, hands: P.series.hands }), ...parts].join(" · ");
 }
 
 function renderVote() {
