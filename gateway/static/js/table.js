@@ -890,10 +890,19 @@ function bind() {
     if (!ev.target.closest("[data-level-table], button[data-level]")) $("[data-level-table]").hidden = true;
   });
   // the result sheet starts under the top bar, whose height changes as it wraps (a phone, a long
-  // balance): --topbar-h is its bottom edge
+  // balance), and under a private table's series tally when it is shown: --topbar-h is the lower
+  // bottom edge of the two
   const bar = $(".topbar");
-  const barBottom = () => document.documentElement.style.setProperty("--topbar-h", `${Math.ceil(bar.offsetTop + bar.offsetHeight)}px`);
-  if (typeof ResizeObserver === "function") new ResizeObserver(barBottom).observe(bar);
+  const tally = $("[data-series-tally]");
+  const barBottom = () => {
+    const edge = (e) => (e.hidden ? 0 : e.offsetTop + e.offsetHeight);
+    document.documentElement.style.setProperty("--topbar-h", `${Math.ceil(Math.max(edge(bar), edge(tally)))}px`);
+  };
+  if (typeof ResizeObserver === "function") {
+    const watch = new ResizeObserver(barBottom);
+    watch.observe(bar);
+    watch.observe(tally);
+  }
   barBottom();
   let resizeTimer = null;
   window.addEventListener("resize", () => {
