@@ -8,8 +8,8 @@
 // (data-reason), data-standings-row (data-player, data-total).
 import { onLang, t } from "./i18n.js";
 
-const P = { link: null, me: () => null, name: (p) => p, room: () => null, created: null, series: null, vote: null,
-  final: null, tick: null, joined: false };
+const P = { link: null, me: () => null, name: (p) => p, room: () => null, closed: () => {}, created: null, series: null,
+  vote: null, final: null, tick: null, joined: false };
 const $ = (s) => document.querySelector(s);
 
 /** The code of a /t/<code> page, or null. */
@@ -26,8 +26,9 @@ function el(tag, text = "", attrs = {}) {
 }
 
 /** Wire the private-table UI to a client.js link (called once per link). */
-export function setupPrivate(link, { me, name, room }) {
+export function setupPrivate(link, { me, name, room, seriesClosed }) {
   P.link = link;
+  P.closed = seriesClosed || (() => {});
   P.me = me;
   P.name = name || ((p) => p);
   P.room = room;
@@ -88,7 +89,12 @@ export function bindPrivate() {
   $("[data-action=request-end]").addEventListener("click", () => P.link && P.link.requestEnd());
   $("[data-action=vote-agree]").addEventListener("click", () => P.link && P.link.voteEnd(true));
   $("[data-action=vote-refuse]").addEventListener("click", () => P.link && P.link.voteEnd(false));
-  $("[data-action=standings-close]").addEventListener("click", () => { P.final = null; render(); });
+  $("[data-action=standings-close]").addEventListener("click", () => {
+    const id = P.final && P.final.series_id;
+    P.final = null;
+    render();
+    if (id) P.closed(id);  // table.js: the series' last hand leaves the table, the lobby shows
+  });
   onLang(render);
 }
 

@@ -42,6 +42,8 @@ const S = {
   link: null, linkState: "connecting", dev: false, renewTimer: null,
   lobby: null, match: null, views: {}, versions: {},
   hold: null,  // a finished match that stays on the table until the player presses Ready
+  left: {},  // match -> true: a match the player was removed from (its later updates are not shown)
+  closedSeries: null,  // a private series whose final standings were closed: its hands leave the page
   per: {},  // match -> what this page saw of it: fair, log, bombs, trick
   selected: new Set(), readings: [], reading: 0, readingsSeq: 0, readingsKey: null,
   settled: {}, ratings: {}, tiers: {}, tierAsked: {}, balance: null, clock: { version: null, total: null }, offset: null,
@@ -1209,6 +1211,7 @@ function flySource(view, events) {
 
 function onUpdate(msg, brief) {
   if (msg.names) Object.assign(S.names, msg.names);
+  if (S.left[msg.match]) return;  // a table the player was removed from
   const seen = S.versions[msg.match];
   if (seen !== undefined && msg.version <= seen) return;  // a duplicate or an old redelivery
   const prev = S.views[msg.match];
@@ -1376,7 +1379,7 @@ function renderFinished(view) {
     return;
   }
   const settled = S.settled[view.match_id] || null;
-  const key = `${view.match_id}|${view.version}|${settled ? 1 : 0}|${S.ratings[view.match_id] ? 1 : 0}|${currentLang()}`;
+  const key = `${view.match_id}|${view.version}|${settled ? 1 : 0}|${S.ratings[view.match_id] ? 1 : 0}|${currentLang()}|${S.lobby ? S.lobby.state : ""}`;
   if (panel.dataset.key === key) return;
   panel.dataset.key = key;
   if (panel.dataset.match !== view.match_id) {
@@ -1424,6 +1427,8 @@ function renderFinished(view) {
       scoreList.append(li);
     }
   }
+  // "Press Ready…" only while the player still sits at the table (not after a private series ended)
+  const seated = !!(S.lobby && S.lobby.state === "seated");
   const next = el("p", S.spectator ? t("settle.nextWatch") : t("settle.next"), { class: "muted" });
   const parts = [el("h2", t("settle.title")), verdict, scoreList];
   const rated = S.ratings[view.match_id];  // ranked rooms: my rating before → after
@@ -1437,7 +1442,7 @@ function renderFinished(view) {
   }
   parts.push(hands);
   if (settled) parts.push(formulaDetails(settled));
-  if (!S.spectator || settled) parts.push(next);
+  if (S.spectator ? settled : seated) parts.push(next);
   panel.replaceChildren(...parts);
   finalHands(view).then((cards) => {
     if (panel.dataset.key !== key) return;
@@ -1577,10 +1582,17 @@ function onMessage(msg) {
       S.lobby = msg.state === "removed" ? null : msg;
       if (msg.state === "removed") {
         const why = removedText(msg.reason);
+        // the table is left: a match there that never finished leaves the page, and its later
+        // updates (the other player's removal, an abandoned hand) do not bring it back
+        if (msg.match) {
+          S.left[msg.match] = true;
+          if (S.views[msg.match] && S.views[msg.match].phase !== "finished") delete S.views[msg.match];
+        }
         if (S.match && S.views[S.match] && S.views[S.match].phase !== "finished") delete S.views[S.match];
         notice(t("status.removed", { why }), "warn", "removed");
         setStatus(t("status.removed", { why }));
         loadLobbyRooms();
+        dropClosedSeries();
       }
       render();
       break;
@@ -1638,6 +1650,32 @@ function onLinkState(state, ev) {
   if (state === "open" && shown()) render();
 }
 
+/** The final standings of a private series were closed: its last hand leaves the table and the
+ * player is back in the lobby, as after any table ends. */
+function seriesClosed(seriesId) {
+  S.closedSeries = seriesId;
+  dropClosedSeries();
+  render();
+}
+
+/** Let go of the closed series' hands once the player has left its table (the lobby's removal,
+ * `series_over`, may come after the standings were closed). */
+function dropClosedSeries() {
+  const seriesId = S.closedSeries;
+  const ofSeries = (m) => !!m && m.startsWith(`${seriesId}-`);
+  if (!seriesId || (S.lobby && ofSeries(S.lobby.match))) return;  // still seated there
+  S.closedSeries = null;
+  if (ofSeries(S.hold)) S.hold = null;
+  if (ofSeries(S.match)) {
+    S.left[S.match] = true;
+    S.match = null;
+  }
+  if (!S.lobby) {
+    setStatus(t("status.chooseRoom"));
+    loadLobbyRooms();
+  }
+}
+
 // ---- start ---------------------------------------------------------------------------------------
 
 function start(token) {
@@ -1664,7 +1702,8 @@ function start(token) {
   for (const name of ["update", "rejected"]) S.link.on(name, ({ message }) => onMessage(message));
   S.link.on("say", onSay);
   setupPrivate(S.link, { me: () => S.me, name: (p) => nameOf(p),
-    room: () => (document.querySelector("input[name=room]:checked") || {}).value || null });
+    room: () => (document.querySelector("input[name=room]:checked") || {}).value || null,
+    seriesClosed });
   S.link.on("state", ({ state, code, reason }) => onLinkState(state, code === undefined ? undefined : { code, reason }));
   S.link.connect();
   render();
