@@ -35,8 +35,11 @@ export function currentLang() {
   return lang;
 }
 
-/** The text of `key` with {name} placeholders filled in; a missing key shows as the key. */
+/** The text of `key` with {name} placeholders filled in; a missing key shows as the key.  With
+ * `n` === 1 the catalogue's singular `<key>.one` is taken where it has one ("1 hand played"). */
 export function t(key, params = {}) {
+  const one = params.n === 1 && Object.prototype.hasOwnProperty.call(words, `${key}.one`);
+  if (one) key = `${key}.one`;
   const text = Object.prototype.hasOwnProperty.call(words, key) ? words[key] : key;
   return text.replace(/\{(\w+)\}/g, (m, k) => (params[k] === undefined || params[k] === null ? m : String(params[k])));
 }
