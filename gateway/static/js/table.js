@@ -1475,7 +1475,9 @@ function formulaDetails(msg) {
   const names = (text) => ids.reduce((s, p) => s.split(`c_${p}`).join(`c(${nameOf(p)})`), String(text || ""));
   row(t("settle.X"), `${b.X} — ${t("settle.XWhy")}`, { "data-term": "X" });
   for (const [p, x] of Object.entries(b.xiang || {})) {
-    row(t("settle.xiang", { name: nameOf(p) }), `${x.xiang || 0}相 · c=${x.c} · b=${x.b}`, { "data-xiang": p, "data-xiang-value": x.xiang || 0 });
+    // the bomb's strength in the page's language (xiang, 相), or "no bomb" when none was played
+    const words = x.xiang ? t("settle.xiangValue", { xiang: x.xiang, c: x.c, b: x.b }) : t("settle.xiangNone", { c: x.c, b: x.b });
+    row(t("settle.xiang", { name: nameOf(p) }), words, { "data-xiang": p, "data-xiang-value": x.xiang || 0 });
   }
   if (b.escape) {
     row(t("settle.escape"), names(b.escape.formula), { "data-term": "escape" });
