@@ -8,7 +8,8 @@
 // (data-reason), data-standings-row (data-player, data-total).
 import { onLang, t } from "./i18n.js";
 
-const P = { link: null, me: () => null, name: (p) => p, room: () => null, closed: () => {}, created: null, series: null,
+const P = { link: null, me: () => null, name: (p) => p, room: () => null, closed: () => {}, shown: () => null,
+  created: null, series: null,
   vote: null, final: null, tick: null, joined: false };
 const $ = (s) => document.querySelector(s);
 
@@ -26,8 +27,9 @@ function el(tag, text = "", attrs = {}) {
 }
 
 /** Wire the private-table UI to a client.js link (called once per link). */
-export function setupPrivate(link, { me, name, room, seriesClosed }) {
+export function setupPrivate(link, { me, name, room, seriesClosed, shown }) {
   P.link = link;
+  P.shown = shown || (() => null);
   P.closed = seriesClosed || (() => {});
   P.me = me;
   P.name = name || ((p) => p);
@@ -117,7 +119,20 @@ function render() {
   renderStandings();
 }
 
-/** The series' tally: the hand, then each player's name and running total. */
+/** The hand the table shows: a series' hands are matches <series_id>-1, -2, …; with none shown,
+ * the next one to be dealt. */
+function handShown() {
+  const view = P.shown();
+  const prefix = `${P.series.series_id}-`;
+  if (view && typeof view.match_id === "string" && view.match_id.startsWith(prefix)) {
+    const n = Number(view.match_id.slice(prefix.length));
+    if (Number.isInteger(n) && n > 0) return n;
+  }
+  return Math.min(P.series.hand + 1, P.series.hands);
+}
+
+/** The series' tally: the hand being played (data-hand: the hands settled), then each player's
+ * name and running total. */
 export function renderTally() {
   const tally = $("[data-series-tally]");
   if (!tally) return;
@@ -128,7 +143,7 @@ export function renderTally() {
   tally.dataset.hands = String(P.series.hands);
   const parts = others(P.series.totals).map((p) => `${P.name(p)} ${P.series.totals[p] > 0 ? "+" : ""}${P.series.totals[p]}`);
   tally.querySelector("[data-tally-text]").textContent =
-    [t("series.tally", { hand: P.series.hand, hands: P.series.hands }), ...parts].join(" · ");
+    [t("series.tally", { hand: handShown(), hands: P.series.hands }), ...parts].join(" · ");
 }
 
 function renderVote() {

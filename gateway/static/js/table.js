@@ -20,7 +20,7 @@ import { LANGS, currentLang, has, onLang, setLang, startLang, t } from "./i18n.j
 import { boom, flyIn, muted, setMuted, sound, unlockAudio } from "./fx.js";
 import { avatarSvg } from "./avatar.js";
 import { onSay, relabelSay, renderSay, setupSay } from "./say.js";
-import { bindPrivate, setupPrivate } from "./private.js";
+import { bindPrivate, renderTally, setupPrivate } from "./private.js";
 
 const $ = (sel) => document.querySelector(sel);
 const root = $("#table");
@@ -577,6 +577,7 @@ function render() {
   const mode = (view && view.mode) || roomCfg().mode || "points";
   $("#me-balance").textContent = S.balance !== null && !S.spectator ? `${t(mode === "wealth" ? "unit.coins" : "unit.points")} ${S.balance}` : "";
   renderReady(view);
+  renderTally();
   loadTiers(view);
   renderFinished(view);
   renderSay({ canSay: !S.spectator && !!view && (view.phase === "seating" || view.phase === "playing")
@@ -1705,7 +1706,7 @@ function start(token) {
   S.link.on("say", onSay);
   setupPrivate(S.link, { me: () => S.me, name: (p) => nameOf(p),
     room: () => (document.querySelector("input[name=room]:checked") || {}).value || null,
-    seriesClosed });
+    seriesClosed, shown });
   S.link.on("state", ({ state, code, reason }) => onLinkState(state, code === undefined ? undefined : { code, reason }));
   S.link.connect();
   render();
