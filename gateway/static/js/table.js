@@ -90,6 +90,10 @@ function refusalText(code) {
   return has(`refusal.${c}`) ? t(`refusal.${c}`) : t("refusal.other");
 }
 
+function isLeave(code) {
+  return String(code || "").split(":")[0] === "left";
+}
+
 function removedText(code) {
   const c = String(code || "").split(":")[0];
   return has(`removed.${c}`) ? t(`removed.${c}`) : t("removed.other");
@@ -1003,7 +1007,9 @@ function noteEvents(match, events, view) {
         notice(t("notice.escaped", { name: name() }), "warn", `escape-${e.player}`);
         break;
       case "PlayerRemoved":
-        notice(t("notice.removed", { name: name(), why: removedText(e.reason) }), "warn", `removed-${e.player}`);
+        // a plain leave is said once ("Carol left the table"), not "left the table: left"
+        notice(isLeave(e.reason) ? t("notice.left", { name: name() })
+          : t("notice.removed", { name: name(), why: removedText(e.reason) }), "warn", `removed-${e.player}`);
         break;
       case "MatchFinished":
         p.log.push({ trick: p.trick, kind: "end", text: () => `${t("log.wins", { name: nameOf(e.winner) })} · ${kouWords(e.kou)}` });
@@ -1585,6 +1591,7 @@ function onMessage(msg) {
       S.lobby = msg.state === "removed" ? null : msg;
       if (msg.state === "removed") {
         const why = removedText(msg.reason);
+        const words = isLeave(msg.reason) ? t("status.left") : t("status.removed", { why });
         // the table is left: a match there that never finished leaves the page, and its later
         // updates (the other player's removal, an abandoned hand) do not bring it back
         if (msg.match) {
@@ -1592,8 +1599,8 @@ function onMessage(msg) {
           if (S.views[msg.match] && S.views[msg.match].phase !== "finished") delete S.views[msg.match];
         }
         if (S.match && S.views[S.match] && S.views[S.match].phase !== "finished") delete S.views[S.match];
-        notice(t("status.removed", { why }), "warn", "removed");
-        setStatus(t("status.removed", { why }));
+        notice(words, "warn", "removed");
+        setStatus(words);
         loadLobbyRooms();
         dropClosedSeries();
       }
