@@ -3,9 +3,10 @@
 // tally (always shown during the series), the vote dialog with its countdown, and the final standings.
 // Testability contract: data-action=create-table | join-table | copy-link | request-end | vote-agree |
 // vote-refuse | standings-close; data-private-hands, data-private-spectators, data-private-bots,
-// data-private-join-code, data-private-created, data-private-code, data-private-link, data-series-tally
-// (data-hand, data-hands), data-vote-dialog (data-vote-by), data-vote-countdown, data-standings
-// (data-reason), data-standings-row (data-player, data-total).
+// data-private-join-code, data-private-join-error (a code that is not 6 letters or digits),
+// data-private-created, data-private-code, data-private-link, data-series-tally (data-hand, data-hands),
+// data-vote-dialog (data-vote-by), data-vote-countdown, data-standings (data-reason),
+// data-standings-row (data-player, data-total).
 import { onLang, t } from "./i18n.js";
 
 const P = { link: null, me: () => null, name: (p) => p, room: () => null, closed: () => {}, shown: () => null,
@@ -77,7 +78,13 @@ export function bindPrivate() {
   });
   $("[data-action=join-table]").addEventListener("click", () => {
     const code = $("[data-private-join-code]").value.trim();
-    if (P.link && code) P.link.joinTable(code);
+    // a code has 6 letters or digits: anything else is said here, never sent (the gateway would
+    // only answer that it did not understand the move)
+    const bad = !/^[A-Za-z0-9]{6}$/.test(code);
+    const why = $("[data-private-join-error]");
+    why.hidden = !bad;
+    why.textContent = bad ? t("private.badCode") : "";
+    if (P.link && !bad) P.link.joinTable(code);
   });
   $("[data-action=copy-link]").addEventListener("click", async () => {
     const url = $("[data-private-link]").textContent;
@@ -114,6 +121,8 @@ function render() {
     $("[data-private-link]").textContent = `${window.location.origin}${P.created.link}`;
     $("[data-action=copy-link]").textContent = t("private.copy");
   }
+  const why = $("[data-private-join-error]");
+  if (!why.hidden) why.textContent = t("private.badCode");  // in the page's language
   renderTally();
   renderVote();
   renderStandings();
