@@ -45,7 +45,18 @@ export function setupPrivate(link, { me, name, room, seriesClosed, shown }) {
       link.joinTable(code);
     }
   });
-  link.on("private_table", (m) => { P.created = m; P.final = null; render(); });
+  link.on("private_table", (m) => {
+    P.created = m;
+    P.final = null;
+    render();
+    // on a phone the panel with the code opens under the lobby's form, below the fold: bring it
+    // into view and say on the status line that the table waits for the friend
+    $("[data-private-created]").scrollIntoView({ block: "center" });
+    const status = $("[data-status]");
+    status.textContent = t("status.tableOpen");
+    status.dataset.kind = "";
+    delete status.dataset.code;
+  });
   link.on("series", onSeries);
   link.on("settled", (m) => { if (m.series) { P.series = m.series; render(); } });
   link.on("lobby", (m) => {
