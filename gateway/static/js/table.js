@@ -1326,6 +1326,10 @@ async function verifyThisDeal() {
     f.result = { ok: false, checks: [{ ok: false, key: "cannot", params: { why: err.message }, text: err.message }] };
   }
   renderFair(shown());
+  // the checks open under the button, below the sheet's fold on a phone: scroll the sheet to them
+  // (the sheet ends above the floating Ready button)
+  const panel = $("[data-verify]");
+  if (!panel.hidden) panel.scrollIntoView({ block: "end" });
 }
 
 // ---- the end of a match: verdict, both hands, bombs, the formula behind a toggle ---------------
