@@ -128,6 +128,17 @@ function notice(text, kind = "info", tag = kind) {
   setTimeout(() => n.remove(), NOTICE_MS);
 }
 
+/** The result sheet starts under the top bar and under a private table's series tally when it is
+ * shown: --topbar-h is the lower bottom edge of the two (kept as they wrap, and on each render:
+ * the tally moves up when the lobby above it hides, without changing its size). */
+function sheetTop() {
+  const edge = (e) => (!e || e.hidden ? 0 : e.offsetTop + e.offsetHeight);
+  const px = `${Math.ceil(Math.max(edge($(".topbar")), edge($("[data-series-tally]"))))}px`;
+  if (document.documentElement.style.getPropertyValue("--topbar-h") !== px) {
+    document.documentElement.style.setProperty("--topbar-h", px);
+  }
+}
+
 function show(id, on) {
   $(id).hidden = !on;
 }
@@ -582,6 +593,7 @@ function render() {
   $("#me-balance").textContent = S.balance !== null && !S.spectator ? `${t(mode === "wealth" ? "unit.coins" : "unit.points")} ${S.balance}` : "";
   renderReady(view);
   renderTally();
+  sheetTop();
   loadTiers(view);
   renderFinished(view);
   renderSay({ canSay: !S.spectator && !!view && (view.phase === "seating" || view.phase === "playing")
@@ -896,21 +908,13 @@ function bind() {
     }
     if (!ev.target.closest("[data-level-table], button[data-level]")) $("[data-level-table]").hidden = true;
   });
-  // the result sheet starts under the top bar, whose height changes as it wraps (a phone, a long
-  // balance), and under a private table's series tally when it is shown: --topbar-h is the lower
-  // bottom edge of the two
-  const bar = $(".topbar");
-  const tally = $("[data-series-tally]");
-  const barBottom = () => {
-    const edge = (e) => (e.hidden ? 0 : e.offsetTop + e.offsetHeight);
-    document.documentElement.style.setProperty("--topbar-h", `${Math.ceil(Math.max(edge(bar), edge(tally)))}px`);
-  };
+  // the top bar's height changes as it wraps (a phone, a long balance); the tally's as its text wraps
   if (typeof ResizeObserver === "function") {
-    const watch = new ResizeObserver(barBottom);
-    watch.observe(bar);
-    watch.observe(tally);
+    const watch = new ResizeObserver(sheetTop);
+    watch.observe($(".topbar"));
+    watch.observe($("[data-series-tally]"));
   }
-  barBottom();
+  sheetTop();
   let resizeTimer = null;
   window.addEventListener("resize", () => {
     clearTimeout(resizeTimer);
