@@ -12,11 +12,19 @@ A second test plays two hands of a 4-hand series through the link (both players 
 trustee, whose choice plays each hand to its settlement), then Bob asks to end and Alice agrees:
 both see the standings (dissolved, 2 hands) whose totals are the tally's and the hands' sums.
 Screenshots of the create, join, tally, vote and standings screens at 375×812, 812×375 and
-1280×800 (``private-<screen>-<w>x<h>.png``, in the first deployment)."""
+1280×800 (``private-<screen>-<w>x<h>.png``, in the first deployment).
+
+A third test plays one hand on two phones (375×812, a zh-CN owner and an en friend) and checks
+what a play-test found: names and the hand in the tally, nothing covered by it, Ask to end
+reachable, the code's panel in view, a malformed code refused in the page, English words and
+plurals in the result and the standings, Verify's checks in view, no repeated leave reason, and
+the lobby after the final standings are closed (``private-phone-<what>-<lang>-375x812.png``)."""
 
 from __future__ import annotations
 
 import json
+import re
+import time
 
 import pytest
 
@@ -217,3 +225,238 @@ def test_two_friends_play_two_hands_by_link_then_end_the_series_by_vote(stack, d
         assert len(standings["per_hand"]) == 2 and standings["totals"] == totals
         assert {p: sum(h["scores"][p] for h in standings["per_hand"]) for p in totals} == totals
     assert console.errors == []
+
+
+# -- a private table on two phones (the play-test of 2026-12-05) ----------------------------------
+
+PHONE = {"width": 375, "height": 812}
+CJK = "[\u3400-\u9fff]"
+
+#: a box's [left, top, right, bottom] in the viewport, or None when it is not laid out
+_BOX = """e => { if (!e) return null; const r = e.getBoundingClientRect();
+  return r.width && r.height ? [r.left, r.top, r.right, r.bottom] : null; }"""
+
+#: whether a click at the element's centre reaches it (nothing covers it) inside the viewport
+_REACHABLE = """sel => { const e = document.querySelector(sel); if (!e) return `no ${sel}`;
+  const r = e.getBoundingClientRect(); const x = r.left + r.width / 2, y = r.top + r.height / 2;
+  if (!r.width || x < 0 || y < 0 || x > innerWidth || y > innerHeight) return `${sel} is not in view at ${x},${y}`;
+  const hit = document.elementFromPoint(x, y); return !!hit && (hit === e || e.contains(hit))
+    || `${sel} at ${x},${y} is under ${hit ? hit.outerHTML.slice(0, 120) : "nothing"}`; }"""
+
+
+def _reachable(page, sel: str, seconds: float = 5.0) -> None:
+    """A click at the centre of ``sel`` reaches it: it is in the viewport and nothing covers it
+    (within ``seconds``: the page lays out what it has just rendered)."""
+    end = time.monotonic() + seconds
+    while (got := page.evaluate(_REACHABLE, sel)) is not True and time.monotonic() < end:
+        page.wait_for_timeout(100)
+    assert got is True, got
+
+
+def _box(page, sel: str):
+    return page.evaluate(f"() => ({_BOX})(document.querySelector({json.dumps(sel)}))")
+
+
+def _boxes(page, sel: str) -> list:
+    return [b for b in page.eval_on_selector_all(sel, f"els => els.map({_BOX})") if b]
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[2] - 0.5 and b[0] < a[2] - 0.5 and a[1] < b[3] - 0.5 and b[1] < a[3] - 0.5
+
+
+def _tally_clear_of(page, sels: str) -> None:
+    """The series tally and its button overlap none of the elements ``sels`` (a selector list)."""
+    tally = _box(page, "[data-series-tally]")
+    assert tally, "the tally is not shown"
+    hits = [b for b in _boxes(page, sels) if _overlap(tally, b)]
+    assert not hits, (tally, hits, page.text_content("[data-series-tally]"))
+
+
+def _watch_notices(page) -> None:
+    """Keep every notice's text in window.__notices (they are gone after 4.5 s)."""
+    page.evaluate("""() => { window.__notices = [];
+      new MutationObserver((ms) => { for (const m of ms) for (const n of m.addedNodes)
+        if (n.textContent) window.__notices.push(n.textContent); })
+        .observe(document.querySelector('#notices'), { childList: true }); }""")
+
+
+def _in_lobby(page) -> bool:
+    return page.evaluate("""() => { const v = (s) => { const e = document.querySelector(s);
+        return !!e && !!(e.offsetWidth || e.offsetHeight); };
+      return document.querySelector('#table').dataset.phase === 'lobby' && v('#lobby') && !v('#match')
+        && document.querySelector('#sheet').hidden && v('[data-action=join]') && v('[data-action=create-table]')
+        && v('[data-action=join-table]') && document.querySelector('[data-action=ready]').hidden; }""")
+
+
+def test_a_private_table_on_two_phones_names_fits_and_ends_in_the_lobby(stack, deployment) -> None:
+    """老王 (a zh-CN phone) opens a 4-hand table, Dave (an en phone) joins it by its code after a
+    code too short; one hand played by the trustee, then Dave asks to end, 老王 agrees, both close
+    the standings.  At 375×812: the code's panel is in view; the too-short code is refused in the
+    page; the tally names the owner (never an id), shows the hand being played, covers no seat,
+    badge or result heading, and Ask to end is reachable; the English result has no Chinese in
+    its score details and says "1 card left" / "N cards left"; the checks of Verify are in view
+    above Ready; the standings say "1 hand played"; no leave notice repeats its reason; after
+    Close both pages are in the lobby and stay there."""
+    from playwright.sync_api import sync_playwright
+
+    base = stack["base"]
+    shoot = deployment == DEPLOYMENTS[0]
+    console = Console()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+
+    def shot(page, what: str, lang: str) -> None:
+        if shoot:
+            page.screenshot(path=str(SHOTS / f"private-phone-{what}-{lang}-375x812.png"))
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            a = browser.new_context(viewport=PHONE, locale="zh-CN").new_page()
+            b = browser.new_context(viewport=PHONE, locale="en-US").new_page()
+            console.watch(a, "owner")
+            console.watch(b, "friend")
+
+            # -- 老王 opens a table: the code's panel is in view ---------------------------------
+            a.goto(base + "/")
+            a.fill("#login-name", "老王")
+            a.click("[data-action=login]")
+            a.wait_for_selector("#lobby:not([hidden]) input[name=room][value=friends]")
+            _watch_notices(a)
+            a.check("input[name=room][value=friends]")
+            a.select_option("[data-private-hands]", "4")
+            a.click("[data-action=create-table]")
+            a.wait_for_selector("[data-private-created]:not([hidden])", timeout=60_000)
+            a.wait_for_function(f"() => ({_REACHABLE})('[data-private-code]') === true", timeout=5_000)
+            code = a.text_content("[data-private-code]").strip()
+            assert "牌桌已开好" in a.text_content("[data-status]")
+            shot(a, "created", "zh")
+
+            # -- Dave: a code too short is refused in the page, then the right one -----------------
+            b.goto(base + "/")
+            b.fill("#login-name", "Dave")
+            b.click("[data-action=login]")
+            b.wait_for_selector("#lobby:not([hidden]) [data-action=join-table]")
+            _watch_notices(b)
+            b.fill("[data-private-join-code]", "abc")
+            b.click("[data-action=join-table]")
+            b.wait_for_selector("[data-private-join-error]:visible")
+            assert "6 letters or digits" in b.text_content("[data-private-join-error]")
+            b.wait_for_timeout(300)
+            assert b.get_attribute("[data-status]", "data-code") is None  # nothing was sent
+            b.fill("[data-private-join-code]", code.lower())
+            b.click("[data-action=join-table]")
+            for page in (a, b):
+                page.wait_for_selector("#match:not([hidden])", timeout=60_000)
+                page.wait_for_selector("[data-series-tally]:not([hidden])", timeout=60_000)
+            assert b.is_hidden("[data-private-join-error]")
+
+            # -- seated: names in the tally, the hand to be played, nothing covered ---------------
+            b.wait_for_function("() => document.querySelector('[data-tally-text]').textContent.includes('老王')",
+                                timeout=15_000)
+            a.wait_for_function("() => document.querySelector('[data-tally-text]').textContent.includes('Dave')",
+                                timeout=15_000)
+            for page in (a, b):
+                assert "u-" not in page.text_content("[data-tally-text]")
+                page.wait_for_function(
+                    "() => !['', '—'].includes(document.querySelector('[data-opponent-name]').textContent.trim())")
+            assert b.text_content("[data-tally-text]").startswith("Hand 1/4")
+            assert a.text_content("[data-tally-text]").startswith("第1/4局")
+            assert b.get_attribute("[data-series-tally]", "data-hand") == "0"
+            seats = "[data-opponent-name], #opp-level, #opp-badges > *, #opp-avatar, #opp .backs, #opp .count"
+            for page in (a, b):
+                _tally_clear_of(page, seats)
+                _reachable(page, "[data-action=request-end]")
+                _reachable(page, "[data-opponent-name]")
+            shot(a, "seated", "zh")
+            shot(b, "seated", "en")
+
+            # -- hand 1, played by the trustee to its settlement ----------------------------------
+            for page in (a, b):
+                page.wait_for_selector("[data-action=ready]:visible", timeout=60_000)
+                page.click("[data-action=ready]")
+            for page in (a, b):
+                page.wait_for_function("() => document.querySelector('#table').dataset.phase === 'playing'",
+                                       timeout=60_000)
+            assert b.text_content("[data-tally-text]").startswith("Hand 1/4")
+            for page in (a, b):
+                _tally_clear_of(page, seats)
+                _reachable(page, "[data-action=request-end]")
+            shot(b, "dealt", "en")
+            for page in (a, b):
+                page.click("[data-action=trustee]")
+            for page in (a, b):
+                page.wait_for_selector("[data-series-tally][data-hand='1']", timeout=60_000)
+                page.wait_for_selector("[data-settlement]:visible", timeout=60_000)
+                page.wait_for_selector("[data-settlement] [data-xiang]", state="attached", timeout=30_000)
+                _tally_clear_of(page, "[data-settlement] h2, [data-settlement] .verdict")
+                _reachable(page, "[data-settlement] h2")
+                _reachable(page, "[data-action=request-end]")
+            assert b.text_content("[data-tally-text]").startswith("Hand 1/4")
+
+            # the English result: no Chinese in the score details, proper plurals
+            for cell in b.eval_on_selector_all("[data-settlement] [data-xiang]", "els => els.map(e => e.textContent)"):
+                assert not re.search(CJK, cell), cell
+            lefts = b.eval_on_selector_all("[data-settlement] .final-name", "els => els.map(e => e.textContent)")
+            assert lefts and not any("(s)" in x for x in lefts), lefts
+            for x in lefts:
+                m = re.search(r"(\d+) cards? left", x)
+                if m:
+                    assert x.endswith(" card left" if m.group(1) == "1" else " cards left"), x
+            shot(a, "settled", "zh")
+            shot(b, "settled", "en")
+
+            # Verify (when the deal was a fair one): its checks are in view, above Ready
+            if a.is_visible("[data-action=verify]"):
+                a.click("[data-action=verify]")
+                a.wait_for_selector("[data-verify-checks] li", timeout=30_000)
+                a.wait_for_timeout(200)
+                last = _boxes(a, "[data-verify-checks] li")[-1]
+                ready = _box(a, "[data-action=ready]")
+                assert last[3] <= (ready[1] if ready else PHONE["height"]), (last, ready)
+                _reachable(a, "[data-verify-checks] li:last-child")
+                shot(a, "verified", "zh")
+
+            # -- Dave asks to end (a real click on the phone), 老王 agrees -------------------------
+            b.click("[data-action=request-end]")
+            a.wait_for_selector("[data-vote-dialog]:not([hidden]) [data-action=vote-agree]:not([hidden])",
+                                timeout=60_000)
+            a.click("[data-action=vote-agree]")
+            for page in (a, b):
+                page.wait_for_selector("[data-standings]:not([hidden])", timeout=60_000)
+                # the table is left: its result no longer asks to press Ready
+                page.wait_for_function("() => document.querySelector('#table').dataset.phase !== 'seating'"
+                                       " && !document.querySelector('[data-action=ready]').offsetWidth", timeout=30_000)
+            assert b.text_content("[data-standings-hands]").strip() == "1 hand played"
+            b.wait_for_function("() => !document.querySelector('[data-settlement]').textContent.includes('Press Ready')",
+                                timeout=30_000)
+            shot(a, "standings", "zh")
+            shot(b, "standings", "en")
+
+            # -- Close: both are back in the lobby, and stay there ---------------------------------
+            for page in (a, b):
+                page.click("[data-action=standings-close]")
+            for page in (a, b):
+                assert _wait_lobby(page), page.evaluate("() => document.querySelector('#table').dataset.phase")
+            a.wait_for_timeout(3000)  # the updates that follow the series' end do not bring the table back
+            for page in (a, b):
+                assert _in_lobby(page), page.evaluate("() => document.querySelector('#table').dataset.phase")
+            shot(a, "after-close", "zh")
+            shot(b, "after-close", "en")
+
+            # -- no leave notice said its reason twice --------------------------------------------
+            for page, twice in ((a, "离开牌桌：离开"), (b, "left the table: left")):
+                notes = page.evaluate("() => window.__notices")
+                assert not [n for n in notes if twice in n], notes
+        finally:
+            browser.close()
+    assert console.errors == []
+
+
+def _wait_lobby(page, seconds: float = 15.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if _in_lobby(page):
+            return True
+        page.wait_for_timeout(200)
+    return False
