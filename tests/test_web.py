@@ -371,3 +371,33 @@ def test_the_lobby_lists_base_entry_and_the_players_own_balance() -> None:
     assert rooms["points"]["levels"][-1] == {"level": 16, "need": 2000000, "base": 800}
     assert rooms["wealth"]["levels"][0] == {"level": 1, "need": 100, "base": 5}
     assert [lv["level"] for lv in web.room_list(None)[0]["levels"]] == list(range(17))  # no room book: the built-in ones
+
+
+def test_the_api_refuses_a_bad_body_with_its_reason() -> None:
+    """Each refusal of a request body the routes read: 400 ``bad_request`` with a reason that
+    says what was wrong (never a 500)."""
+    c = client()
+    al, op = bearer("al"), bearer("olga", "operator")
+    big = b" " * (web.MAX_BODY_BYTES + 1)
+    rows = [
+        ("a body over the limit", "/api/hint", big, al, "body too large"),
+        ("a replay file over the limit", "/api/replay", big, op, "body too large"),
+        ("a body that is no JSON object", "/api/hint", b"[1, 2]", al, "send a JSON object"),
+        ("a player's bombs that are no list", "/api/standing",
+         json.dumps({"room": "points", "bombs": {"a": "4 4 4 4"}}).encode(), al, "at most 27 plays"),
+        ("a bomb that is no object", "/api/standing",
+         json.dumps({"room": "points", "bombs": {"a": [[0, 1, 2, 3]]}}).encode(), al, "each bomb is"),
+    ]
+    for name, path, body, who, needle in rows:
+        r = c.post(path, content=body, headers={**who, "Content-Type": "application/json"})
+        assert r.status_code == 400 and r.json()["error"] == "bad_request" and needle in r.json()["reason"], \
+            (name, r.status_code, r.text[:200])
+    r = c.get("/api/leaderboard?room=points&around=you", headers=al)
+    assert r.status_code == 400 and "around must be 'me'" in r.json()["reason"]
+
+
+def test_a_replay_file_of_several_matches_must_name_one() -> None:
+    text, _s = _export_text()
+    two = text + "\n" + text.replace('"w1"', '"w2"')
+    r = client().post("/api/replay", content=two, headers=bearer("olga", "operator"))
+    assert r.status_code == 400 and "holds 2 matches; name one" in r.json()["reason"], r.text[:300]
