@@ -181,3 +181,16 @@ def test_matches_filters_by_player_room_and_time(stored, capsys) -> None:
     assert main(["matches", "--redis", url]) == 0
     text = capsys.readouterr().out
     assert all(mid in text for mid in out)
+
+
+def test_a_match_lists_who_sat_in_it_even_once_removed() -> None:
+    """An abandoned match whose players were removed before the deal (not ready, R-13.2) still
+    names them, so ``matches --player`` finds it for a dispute; ``removed`` says who was."""
+    from shuangkou.cli.matches import summary
+    from tests.test_decide import M
+    from engine.match.commands import ReadyTimeout
+
+    m = M()
+    m.do(ReadyTimeout, version=m.state.version)
+    row = summary("m", m.history, None)
+    assert row["phase"] == "abandoned" and row["players"] == ["a", "b"] and sorted(row["removed"]) == ["a", "b"], row

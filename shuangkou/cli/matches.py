@@ -6,7 +6,8 @@ Lists the matches in the store, newest first, one line each: id, start time
 ledger's stored settlement when there is one, else recomputed from the
 events; ``settled`` says which).  Filters:
 
-* ``--player P``: P was seated in the match; the tables P sat at are listed too (after the
+* ``--player P``: P was seated in the match (also one that removed P: ``removed`` lists who
+  was, and the text marks them ``(removed)``); the tables P sat at are listed too (after the
   matches; JSON: rows with ``"kind": "table"``, the table's id, room, players, status,
   close reason and matches; ``shuangkou replay --table ID`` tells a table's life), and the
   private tables' series P played (JSON: rows with ``"kind": "series"``, the series' id, room,
@@ -88,16 +89,19 @@ def summary(match_id: str, events: list[Any], stored: Any) -> dict[str, Any]:
     from projections.timeline import format_ts
 
     room = mode = None
-    players: dict[str, int] = {}
+    players: dict[str, int] = {}  # everyone who sat, at the seat they first took
+    removed: list[str] = []  # who of them the match removed (not ready, left before the deal)
     finish = None
     abandoned = None
     for e in events:
         if isinstance(e, MatchCreated):
             room, mode = e.config.get("name"), e.config.get("mode")
         elif isinstance(e, PlayerSeated):
-            players[e.player] = e.seat
+            players.setdefault(e.player, e.seat)
+            if e.player in removed:
+                removed.remove(e.player)  # sat again
         elif isinstance(e, PlayerRemoved):
-            players.pop(e.player, None)
+            removed.append(e.player)
         elif isinstance(e, MatchFinished):
             finish = e
         elif isinstance(e, MatchAbandoned):
@@ -116,7 +120,8 @@ def summary(match_id: str, events: list[Any], stored: Any) -> dict[str, Any]:
     return {
         "match_id": match_id, "started_ms": started, "started": format_ts(started) if started else None,
         "finished_ms": finish.ts if finish else None, "room": room, "mode": mode,
-        "players": sorted(players, key=lambda p: players[p]), "phase": "finished" if finish else ("abandoned" if abandoned else "open"),
+        "players": sorted(players, key=lambda p: players[p]), "removed": removed,
+        "phase": "finished" if finish else ("abandoned" if abandoned else "open"),
         "abandoned": abandoned,
         "winner": finish.winner if finish else None, "reason": finish.reason if finish else None,
         "kou": kou, "scores": scores, "settled": stored is not None, "events": len(events),
@@ -190,8 +195,9 @@ def run(args: argparse.Namespace) -> int:
             result = "finished" if r["archived"] else "not finished"
         if r["archived"]:
             result += f"  [{r['archive_where']}]"
+        who = [f"{p} (removed)" if p in r.get("removed", ()) else p for p in r["players"]]
         print(f"{r['match_id']}  {r['started']}  {r['room']} ({r['mode']})  "
-              f"{' vs '.join(r['players']) or '?'}  {result}")
+              f"{' vs '.join(who) or '?'}  {result}")
     for t in tables:
         state = f"closed ({t['close_reason']})" if t["status"] == "closed" else t["status"]
         print(f"table {t['table']}  {t['started']}  {t['room']}  {' vs '.join(t['players'])}  {state}  "
@@ -268,7 +274,7 @@ def archived_row(gone: Any) -> dict[str, Any]:
         row["settled"] = row["phase"] == "finished"  # only settled (or abandoned: nothing to settle) ones are
     else:
         row = {"match_id": gone.match_id, "started_ms": None, "started": None, "finished_ms": None,
-               "room": None, "mode": None, "players": [], "phase": "finished", "abandoned": None,
+               "room": None, "mode": None, "players": [], "removed": [], "phase": "finished", "abandoned": None,
                "winner": None, "reason": None,
                "kou": None, "scores": None, "settled": True, "events": 0}
     at = gone.archived_at_ms
