@@ -288,3 +288,21 @@ def test_lobby_messages_and_refusals_carry_the_command_id_and_retry_after_ms():
     assert protocol.lobby("queued", "points")["command_id"] is None
     r = protocol.rejected("c", "cooldown", "wait", retry_after_ms=5000)
     assert r["retry_after_ms"] == 5000 and "retry_after_ms" not in protocol.rejected("c", "stale", "x")
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--trusted-proxy", "10.0.0.0/33"], "--trusted-proxy: "),
+    (["--trusted-proxy", "127.0.0.1", "--trusted-proxy", "proxy.example"], "--trusted-proxy: 'proxy.example'"),
+    (["--max-sockets-per-watcher", "0"], "--max-sockets-per-watcher must be at least 1"),
+])
+def test_the_gateways_edge_flags_are_refused_by_name(flags, needle):
+    """A bad edge flag is refused with the flag's name (the CLI prints it and exits 2)."""
+    import argparse
+
+    from shuangkou.cli import gateway as cli_gateway
+
+    parser = argparse.ArgumentParser()
+    cli_gateway.add_arguments(parser)
+    with pytest.raises(ValueError) as err:
+        cli_gateway.edge_settings(parser.parse_args(["--secret-file", "unused", *flags]))
+    assert str(err.value).startswith(needle), str(err.value)
