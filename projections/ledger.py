@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from engine.config import Level, RoomConfig
-from engine.store import keys
+from engine.store import keys, replies
 from projections.settlement import Settlement
 
 Mode = Literal["points", "wealth"]
@@ -540,10 +540,6 @@ return 1
 """
 
 
-def _pairs(reply: Any) -> dict[str, Any]:
-    return {_s(k): v for k, v in zip(reply[::2], reply[1::2])}
-
-
 def _script_reply(reply: Any) -> int:
     """A ledger script's reply read by name (``_MAIN_LUA``): its value, or the
     :class:`LedgerRefused` it stands for raised; a script without ``main`` answers the int.
@@ -557,7 +553,7 @@ def _script_reply(reply: Any) -> int:
     """
     if not isinstance(reply, list):
         return int(reply)
-    fields = _pairs(reply)
+    fields = replies.fields(reply)
     if _s(fields["status"]) == "refused":
         raise LedgerRefused(_s(fields["code"]), _s(fields["reason"]))
     return int(fields["value"])
@@ -663,7 +659,7 @@ class RedisLedger(Ledger):
         out = self._entry(keys=[REFS_KEY, balance_key(entry.mode), journal_key(entry.player)],
                           args=[entry.ref, entry.player, int(entry.amount), entry.to_json(),
                                 entry.journal_field, MAX_BALANCE])
-        fields = _pairs(out)
+        fields = replies.fields(out)
         status = _s(fields["status"])
         if status == "duplicate":  # the booked entry
             booked = LedgerEntry.from_json(_s(fields["booked"]))

@@ -262,11 +262,12 @@ def test_the_append_scripts_replies_are_read_by_name():
     """append.lua answers field/value pairs (never positional); the module's examples hold."""
     import doctest
 
-    from engine.store import redis_store
+    from engine.store import redis_store, replies
     from engine.store.redis_store import append_fields
 
-    result = doctest.testmod(redis_store)
-    assert result.attempted > 0 and result.failed == 0
+    for module in (redis_store, replies):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module
     assert append_fields([b"actual", 3, b"status", b"wrong_version"]) == {"actual": 3, "status": "wrong_version"}
     with pytest.raises(redis.ResponseError):
         append_fields([b"ok", 7, 1])  # the old positional form is not read as anything

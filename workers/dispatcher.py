@@ -53,7 +53,7 @@ from dramatiq import Message
 from dramatiq.broker import Broker
 
 from engine.match.deadline import Deadline
-from engine.store import keys
+from engine.store import keys, replies
 from engine.store.lease import LeaseScripts
 from engine.store.transient import Backoff, is_transient
 from workers.broker import FIRE_MANY_ACTOR, QUEUE
@@ -219,20 +219,16 @@ def _s(v: Any) -> str:
     return v.decode("utf-8", "surrogatepass") if isinstance(v, bytes) else str(v)
 
 
-def _pairs(reply: Any) -> dict[str, Any]:
-    return {_s(k): v for k, v in zip(reply[::2], reply[1::2])}
-
-
 def _claim_reply(reply: Any) -> tuple[list[Claim], int]:
     """The claim script's reply read by name: its claims and the soonest deadline (-1: none).
 
     >>> _claim_reply([b"claims", [[b"match", b"m1", b"info", b"3|turn|900", b"attempt", 2]], b"soonest", -1])
     ([Claim(deadline=Deadline(match_id='m1', version=3, at_ms=900, kind='turn'), attempt=2)], -1)
     """
-    fields = _pairs(reply)
+    fields = replies.fields(reply)
     claims = []
     for raw in fields["claims"]:
-        c = _pairs(raw)
+        c = replies.fields(raw)
         claims.append(Claim(_parse_info(_s(c["match"]), c["info"]), int(c["attempt"])))
     return claims, int(fields["soonest"])
 

@@ -45,7 +45,7 @@ from engine.match.events import public_event_dict
 from engine.match.protocols import OutcomeLike
 from engine.rules.cards import NUM_RANKS, RANK_LABELS, sort_cards
 from engine.match.state import MatchState
-from engine.store import keys, wire
+from engine.store import keys, replies, wire
 from engine.store.base import Write
 from projections.views import redact_event, view_common, view_for
 
@@ -84,7 +84,7 @@ def _fenced_reply(reply: Any) -> Any:
     """publish.lua's reply (field/value pairs) as the entry id written, or :class:`Stale`."""
     if isinstance(reply, Exception):
         return reply
-    fields = {text(k): v for k, v in zip(reply[::2], reply[1::2])}
+    fields = replies.fields(reply)
     if text(fields["status"]) == "stale":
         return Stale(int(fields["last"]))
     return fields["id"]

@@ -27,7 +27,7 @@ import redis
 from redis.exceptions import AskError, MovedError, NoScriptError
 
 from engine.match.events import EventBase, MatchFinished, decode_event, encode_event
-from engine.store import keys, wire
+from engine.store import keys, replies, wire
 from engine.store.connect import CLUSTER_RETRIED, is_cluster, node_client, refresh_slots
 from engine.store.redis_errors import REDIS_FAILURES, is_transient
 from engine.store.base import (
@@ -92,10 +92,7 @@ def append_fields(reply: Any) -> dict[str, Any]:
     >>> append_fields([b"status", b"ok", b"version", 7, b"wrote", 1])
     {'status': 'ok', 'version': 7, 'wrote': 1}
     """
-    if not isinstance(reply, (list, tuple)) or len(reply) % 2:
-        raise redis.ResponseError(f"append.lua: not a field/value reply: {reply!r}"[:200])
-    fields = {_s(k): v for k, v in zip(reply[::2], reply[1::2])}
-    return {k: _s(v) if k == "status" else int(v) for k, v in fields.items()}
+    return {k: _s(v) if k == "status" else int(v) for k, v in replies.fields(reply).items()}
 
 
 def _wrong_version(fields: dict[str, Any], match_id: str, expected_version: int) -> WrongVersion | None:
