@@ -156,13 +156,16 @@ class LobbyOutbox:
     def __call__(self, e: ev.LobbyEvent, table: TableState | None, waiting: int | None = None) -> None:
         pipe = self.client.pipeline(transaction=False)
         written: list[str] = []  # the keys of the read models, confirmed with the notes (acks)
+        # a Join's claim (engine/service/place_claims.py) is said by its queue's events only:
+        # a table's events never release one (no EVAL per player per match)
+        joined = e.aggregate.startswith("queue:")
         for player, fields in _place_changes(e, table):
             written.append(keys.place_key(player))
             if fields is None:
                 pipe.delete(keys.place_key(player))
             else:
                 pipe.hset(keys.place_key(player), mapping=fields)
-                if not keys.is_bot_id(player):  # the read model says it: the Join's claim ends
+                if joined and not keys.is_bot_id(player):  # the read model says it: the Join's claim ends
                     PlaceClaims.caught_up(pipe, player, room_claim(fields["room"]))
         if table is not None and e.aggregate.startswith("table:"):
             written.append(keys.table_info_key(table.table, self.buckets))
