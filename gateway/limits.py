@@ -171,7 +171,7 @@ def _trusted(address: str, trusted: tuple[str, ...]) -> bool:
 
 @dataclass
 class AddressCount:
-    """Unauthenticated sockets per address, at most ``limit`` each.
+    """Sockets per key, at most ``limit`` each: unauthenticated ones per address, a watcher's per token subject.
 
     >>> c = AddressCount(limit=2)
     >>> c.acquire("a"), c.acquire("a"), c.acquire("a"), c.acquire("b")
