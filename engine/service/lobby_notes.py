@@ -23,13 +23,21 @@ they reach a player in order with the match's updates, then sends the notice.
 
 from __future__ import annotations
 
+import importlib.resources
 import json
+import logging
 from typing import Any
 
 from engine.lobby import events as ev
 from engine.lobby.state import TableState
 from engine.service.place_claims import PlaceClaims, room_claim
 from engine.store import keys
+from engine.store.replies import fields as reply_fields
+
+log = logging.getLogger("shuangkou.lobby")
+
+#: engine/store/table_info.lua: a table's read model, not written over a later version
+TABLE_INFO_LUA = importlib.resources.files("engine.store").joinpath("table_info.lua").read_text(encoding="utf-8")
 
 
 def _cid(e: ev.LobbyEvent) -> str | None:
@@ -117,12 +125,33 @@ def _place_changes(e: ev.LobbyEvent, table: TableState | None) -> list[tuple[str
 
 def table_info(table: TableState) -> dict[str, str]:
     """A table's read model (:func:`engine.store.keys.table_info_key`): what the gateways read
-    of a table (its players, its current match, its status)."""
+    of a table (its players, its current match, its status) and ``v``, the table's version
+    (the fence of :data:`TABLE_INFO_LUA`)."""
     players = list(table.players) + ["", ""]
     finished = (table.match or "") if table.status == "between" else ""
     return {"room": table.room, "a": players[0], "b": players[1], "n": str(table.n), "match": table.match or "",
             "status": table.status, "finished": finished, "escaped": table.escaper or "",
-            "bot_level": (table.bot_level or "") if table.bot else ""}
+            "bot_level": (table.bot_level or "") if table.bot else "", "v": str(table.version)}
+
+
+def write_table_info(pipe: Any, key: str, table: TableState) -> None:
+    """In ``pipe``: the table's read model, written unless the hash already shows a later
+    version of the table (engine/store/table_info.lua; its reply: :func:`table_info_written`)."""
+    flat = [x for kv in table_info(table).items() for x in kv]
+    # by execute_command: a Redis Cluster's pipeline has no eval(script, ...) of its own
+    pipe.execute_command("EVAL", TABLE_INFO_LUA, 1, key, table.version, *flat)
+
+
+def table_info_written(reply: Any) -> int | None:
+    """table_info.lua's reply: None when written, else the later version the hash kept."""
+    f = reply_fields(reply)
+    status = f.get("status")
+    status = status.decode("utf-8") if isinstance(status, bytes) else status
+    if status == "written":
+        return None
+    if status == "stale":
+        return int(f["v"])
+    raise ValueError(f"table_info.lua replied {reply!r}"[:200])
 
 
 class LobbyOutbox:
@@ -167,9 +196,11 @@ class LobbyOutbox:
                 pipe.hset(keys.place_key(player), mapping=fields)
                 if joined and not keys.is_bot_id(player):  # the read model says it: the Join's claim ends
                     PlaceClaims.caught_up(pipe, player, room_claim(fields["room"]))
+        info_at = None
         if table is not None and e.aggregate.startswith("table:"):
             written.append(keys.table_info_key(table.table, self.buckets))
-            pipe.hset(written[-1], mapping=table_info(table))
+            info_at = len(pipe)
+            write_table_info(pipe, written[-1], table)
         if waiting is not None and e.aggregate.startswith("queue:"):
             pipe.hset(keys.queue_info_key(e.aggregate.partition(":")[2]), "waiting", str(waiting))
         if isinstance(e, ev.BotSeated):
@@ -177,7 +208,12 @@ class LobbyOutbox:
             pipe.xadd(keys.bot_seats_key(room), {"bot": e.bot, "table": e.table, "match": e.match,
                                                   "level": e.bot_level}, maxlen=1000, approximate=True)
         if len(pipe):
-            pipe.execute()
+            replies = pipe.execute()
+            if info_at is not None and table is not None:
+                later = table_info_written(replies[info_at])
+                if later is not None:
+                    log.info("table %s: read model of v%d not written, it shows v%d", table.table, table.version,
+                             later)
         writes = [self._entry(player, "lobby", message.get("match") or "", message)
                   for player, message in messages_of(e, table)]
         if isinstance(e, ev.MatchSettled) and table is not None:
