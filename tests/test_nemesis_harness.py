@@ -3,6 +3,7 @@ and how it plays a match to its end."""
 
 from __future__ import annotations
 
+import threading
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -125,6 +126,8 @@ def test_the_history_kept_for_a_finding_holds_its_matches_alone() -> None:
     rec = Recorder()
     rec.decline("p1", "m1", 4, "no hand to lead from")
     rec.decline("p2", "m2", 7, "a command unanswered")
+    rec.refuse("p1", "m1", "c9", "not_seated")
+    rec.refuse("p2", "m2", "c8", "rate_limited")
     history = History([Ack("p1", "m1", "c1", "update", 5, 4), Ack("p2", "m2", "c2", "update", 5, 7)],
                       [Read("p1", "m1", 4, 10), Read("p2", "m2", 7, 11)], [Fault("kill_process", 1, 2)],
                       None, [Sent("p1", "p1", "m1", "c1", 3), Sent("p2", "p2", "m2", "c2", 3)])
@@ -134,5 +137,69 @@ def test_the_history_kept_for_a_finding_holds_its_matches_alone() -> None:
     assert [r["match"] for r in kept["reads"]] == [a["match"] for a in kept["acks"]] == ["m1"]
     assert [s["match"] for s in kept["sends"]] == ["m1"]
     assert [d[1:] for d in kept["declined"]] == [("p1", "m1", 4, "no hand to lead from")]
+    assert [r[1:] for r in kept["refused"]] == [("p1", "m1", "c9", "not_seated")]
     assert kept["faults"] == [{"kind": "kill_process", "start_ms": 1, "heal_ms": 2}]
     json.dumps(kept, default=str)
+
+
+class _Socket:
+    """What a WsPlayer sends, kept."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict] = []
+
+    async def send(self, msg: dict) -> None:
+        self.sent.append(msg)
+
+
+def _ws_player_on_turn() -> tuple[Any, _Socket]:
+    from tests.nemesis.harness import WsPlayer
+
+    p = WsPlayer(lambda: "ws://unused", None, "p1", Recorder(), threading.Event())
+    p.match, p.version, p.hand, p.idle_since = "m1", 9, [12, 30], None
+    p.brief = {"phase": "playing", "turn": "p1", "version": 9, "last_play": None}
+    return p, _Socket()
+
+
+@pytest.mark.parametrize("code,pauses", [("rate_limited", True), ("not_seated", True), ("stale", False)])
+def test_a_refused_ws_player_decides_again_after_a_pause(monkeypatch: pytest.MonkeyPatch, code: str,
+                                                         pauses: bool) -> None:
+    """A refusal answered at once by the same command again and again ran into the gateway's
+    rate limit, whose refusals fed the loop: the player sent 4,800 commands in one match and
+    none was stored (the nemesis run's late_ends).  After a refusal (but stale, which an
+    update follows) the player waits :data:`REFUSED_PAUSE_S`; each refusal is recorded."""
+    import asyncio
+
+    from tests.nemesis import harness
+
+    clock = [100.0]
+    monkeypatch.setattr(harness.time, "monotonic", lambda: clock[0])
+    p, ws = _ws_player_on_turn()
+
+    async def run() -> None:
+        await p._act(ws)
+        assert [m["type"] for m in ws.sent] == ["Play"] and ws.sent[0]["cards"] == [12]
+        await p._answered(ws, {"kind": "rejected", "command_id": ws.sent[0]["command_id"], "code": code,
+                               "match": "m1"})
+        assert len(ws.sent) == (1 if pauses else 2)
+        await p._resume(ws)
+        assert len(ws.sent) == (1 if pauses else 2)  # not yet
+        clock[0] += harness.REFUSED_PAUSE_S
+        await p._resume(ws)
+        assert len(ws.sent) == 2 and ws.sent[1]["command_id"] != ws.sent[0]["command_id"]
+
+    asyncio.run(run())
+    assert [r[1:] for r in p.rec.refused] == [("p1", "m1", ws.sent[0]["command_id"], code)]
+
+
+def test_an_answer_to_another_command_changes_nothing() -> None:
+    import asyncio
+
+    p, ws = _ws_player_on_turn()
+
+    async def run() -> None:
+        await p._act(ws)
+        await p._answered(ws, {"kind": "rejected", "command_id": "someone-else", "code": "rate_limited"})
+
+    asyncio.run(run())
+    assert len(ws.sent) == 1 and p.pending is not None and not p.rec.refused and p.hold_until == 0.0

@@ -76,6 +76,10 @@ STUCK_S = 120.0
 #: the rounds of an inbox client's loop over one match (a state read each) past which the match
 #: is noted in :attr:`Recorder.long_plays` (the harness once left a match silently there)
 LONG_PLAY = 600
+#: a WebSocket player whose command was refused (but as stale) decides again after this pause,
+#: as a person would: acting again at once on the same view only repeats the refusal, and a
+#: refusal per round trip soon runs into the gateway's rate limit (``rate_limited``, then 4429)
+REFUSED_PAUSE_S = 1.0
 
 
 def now_ms() -> int:
@@ -119,6 +123,8 @@ class Recorder:
     backwards: list[str] = field(default_factory=list)
     #: a WebSocket player's turn it did not act on: (at_ms, player, match, version, why)
     declined: list[tuple[int, str, str, int, str]] = field(default_factory=list)
+    #: a WebSocket player's command refused: (at_ms, player, match, command id, code)
+    refused: list[tuple[int, str, str, str, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def ack(self, a: Ack) -> None:
@@ -151,6 +157,11 @@ class Recorder:
         with self.lock:
             if len(self.declined) < 20_000:
                 self.declined.append((now_ms(), player, match, version, why))
+
+    def refuse(self, player: str, match: str, command_id: str, code: str) -> None:
+        with self.lock:
+            if len(self.refused) < 20_000:
+                self.refused.append((now_ms(), player, match, command_id, code))
 
     def schema(self, problem: str) -> None:
         """A message that gateway/schemas/server.json does not allow (kept once per shape)."""
@@ -420,6 +431,7 @@ class WsPlayer:
         self.n = 0
         self.matches = 0
         self.idle_since: float | None = None  # when the last match ended (None: in a match)
+        self.hold_until = 0.0  # after a refusal: no command before this (time.monotonic)
 
     def _cid(self) -> str:
         self.n += 1
@@ -437,6 +449,8 @@ class WsPlayer:
         b = self.brief
         if b is None or b.get("phase") != "playing" or b.get("turn") != self.name:
             return
+        if time.monotonic() < self.hold_until:
+            return  # a refusal's pause: the loop acts once it is over
         why = ("a command unanswered" if self.pending is not None
                else f"the brief is of v{b.get('version')}" if b.get("version") != self.version
                else "no hand to lead from" if b.get("last_play") is None and not self.hand else None)
@@ -479,6 +493,25 @@ class WsPlayer:
                 elif e.get("type") == "CardsPlayed" and e.get("player") == self.name:
                     self.hand = [x for x in self.hand if x not in set(e.get("cards") or ())]
 
+    async def _answered(self, ws: Client, m: dict[str, Any]) -> None:
+        """A ``rejected`` or ``ack`` of the pending command: the turn is decided again, after
+        :data:`REFUSED_PAUSE_S` when it was refused (but as stale)."""
+        if self.pending is None or m.get("command_id") != self.pending[0]:
+            return
+        self.pending = None
+        if m.get("kind") == "rejected":
+            code = str(m.get("code") or "")
+            self.rec.refuse(self.name, m.get("match") or self.match or "", str(m["command_id"]), code)
+            if code != "stale":  # stale: an update is on its way, act on it
+                self.hold_until = time.monotonic() + REFUSED_PAUSE_S
+        await self._act(ws)
+
+    async def _resume(self, ws: Client) -> None:
+        """A refusal's pause over: the turn is decided again."""
+        if self.hold_until and time.monotonic() >= self.hold_until:
+            self.hold_until = 0.0
+            await self._act(ws)
+
     async def _session(self) -> bool:
         """One connection; True when the player is done (stopped after a match)."""
         q = self.url()
@@ -508,8 +541,10 @@ class WsPlayer:
                     if time.monotonic() - self.idle_since > 5:  # not seated again by the lobby: join
                         self.idle_since = time.monotonic()
                         await ws.send({"type": "Join", "room": ROOM})
+                await self._resume(ws)
+                wait_s = 1.0 if not self.hold_until else min(1.0, max(0.01, self.hold_until - time.monotonic()))
                 try:
-                    raw = await asyncio.wait_for(ws.ws.recv(), 1.0)
+                    raw = await asyncio.wait_for(ws.ws.recv(), wait_s)
                 except asyncio.TimeoutError:
                     continue
                 except websockets.ConnectionClosed as exc:
@@ -541,9 +576,7 @@ class WsPlayer:
                         self.pending = None
                         self.idle_since = time.monotonic()
                 elif kind in ("rejected", "ack"):  # ack: a Ready that changed nothing (already ready)
-                    if self.pending is not None and m.get("command_id") == self.pending[0]:
-                        self.pending = None
-                        await self._act(ws)
+                    await self._answered(ws, m)
         finally:
             await ws.close()
 
@@ -1007,7 +1040,8 @@ def _history_of(report: Any, history: History, final: Final, rec: Recorder) -> d
             "matches": {m: final.log.get(m, []) for m in sorted(named)},
             "reads": of(history.reads), "sends": of(history.sends), "acks": of(history.acks),
             "gave_up": of(history.gave_up),
-            "declined": [d for d in rec.declined if d[2] in named], "errors": rec.errors[:500]}
+            "declined": [d for d in rec.declined if d[2] in named],
+            "refused": [r for r in rec.refused if r[2] in named], "errors": rec.errors[:500]}
 
 
 def _retried(slow_calls: list[tuple[int, str]], top: int = 15) -> dict[str, int]:
