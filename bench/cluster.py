@@ -26,6 +26,11 @@ Measured per run, printed as medians over the runs (JSON keys):
 * ``redis_commands_per_command``: of each command name (``INFO commandstats`` of every master,
   a script's own calls included), the calls per simulate command over the load;
   ``single_node_redis_commands_per_command`` the same on one node;
+* ``masters_reads_per_command`` / ``masters_writes_per_command``: the masters' socket reads
+  and writes (``INFO stats`` ``total_reads_processed`` / ``total_writes_processed``: each read
+  an event-loop wake-up for one client, whatever it carried; the writes include the replication
+  stream and the notices) per simulate command over the load; ``single_node_reads_per_command``
+  / ``single_node_writes_per_command`` the same on one node;
 * ``idle_cpu_per_s``: CPU ms per second of each process kind (``serve``, ``worker``,
   ``gateway``, ``redis``) with the stack up and idle, over ``--idle-s`` seconds (default 3)
   before the load, after as long a settling (leases, polls, sweeps: what a replica costs
@@ -109,6 +114,12 @@ def commandstats_calls(client: Any) -> int:
 
 
 _SLOT = re.compile(r'"(sk:(?:\{([^}]+)\}|[^"{]+))')
+
+
+def io_counts(client: Any) -> tuple[int, int]:
+    """The node's socket reads and writes so far (its event loop's wake-ups, INFO stats)."""
+    stats = client.info("stats")
+    return int(stats["total_reads_processed"]), int(stats["total_writes_processed"])
 
 
 def slot_of(command: str) -> str | None:
@@ -302,6 +313,7 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
         before_calls = [commandstats_calls(m) for m in masters]
         before_stats = [commandstats(m) for m in masters]
         before_mem = sum(int(m.info("memory")["used_memory"]) for m in masters)
+        before_io = [io_counts(m) for m in masters]
         cpu0 = {"serve": sum(cpu_s(p.pid) for p in serves), "gateway": cpu_s(gw.proc.pid),
                 "workers": group_cpu_s(worker.pid), "redis": sum(cpu_s(n) for n in nodes),
                 "redis_masters": sum(cpu_s(n) for n in (nodes if master_pids is None else master_pids))}
@@ -338,6 +350,7 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
             for k, v in a.items():
                 by_command[k.removeprefix("cmdstat_")] = by_command.get(k.removeprefix("cmdstat_"), 0) + v - b.get(k, 0)
         after = afters[busiest]
+        io = [sum(io_counts(m)[i] - b[i] for m, b in zip(masters, before_io)) for i in range(2)]
         top = sorted(((after[k] - before_stats[busiest].get(k, 0), k) for k in after), reverse=True)[:6]
         cpu1 = {"serve": sum(cpu_s(p.pid) for p in serves), "gateway": cpu_s(gw.proc.pid),
                 "workers": group_cpu_s(worker.pid), "redis": sum(cpu_s(n) for n in nodes),
@@ -371,6 +384,8 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
             "busiest_master_top": {k: n for n, k in top},
             "redis_commands_per_command": {k: round(v / max(1, cmds), 3)
                                            for k, v in sorted(by_command.items(), key=lambda kv: -kv[1]) if v},
+            "masters_reads_per_command": round(io[0] / max(1, cmds), 2),
+            "masters_writes_per_command": round(io[1] / max(1, cmds), 2),
             "seconds": elapsed, "errors": report.get("errors", 0) + report.get("mismatches", 0),
         }
     finally:
@@ -408,6 +423,8 @@ def run_once(args: argparse.Namespace, k: int, tmp: Path) -> dict[str, Any]:
     on_cluster["single_node_cpu_us_per_command"] = {k: single["cpu_us_per_command"][k] for k in ("serve", "redis")}
     on_cluster["single_node_idle_cpu_per_s"] = single["idle_cpu_per_s"]
     on_cluster["single_node_redis_commands_per_command"] = single["redis_commands_per_command"]
+    on_cluster["single_node_reads_per_command"] = single["masters_reads_per_command"]
+    on_cluster["single_node_writes_per_command"] = single["masters_writes_per_command"]
     return on_cluster
 
 
