@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1013,6 +1014,8 @@ class Nemesis:
                     "inbox_errors": [e for e in self.rec.errors if e.startswith("ib")][:30],
                     "gave_up": [dict(g.__dict__) for g in self.rec.gave_up][:20],
                     "long_plays": self.rec.long_plays[:20],
+                    # the WebSocket players' commands refused, by code
+                    "refused": dict(Counter(r[4] for r in self.rec.refused)),
                     "client_retries": _retried(self.rec.slow_calls),
                     "schema_problems": list(self.rec.schema_problems.values())[:5],
                     "notes": self.notes, "findings": _samples(report.findings),
