@@ -410,11 +410,14 @@ class Connection:
             place = known[0]
         else:
             place = await self.hub.lobby.place(self.player)
-        self.place = place
         table = place.table
         if table is None or table.status not in AT_TABLE:
-            raise protocol.ClientError(protocol.NOT_SEATED, "you are not seated at a table (send Join first)",
-                                       msg.command_id)
+            table = await self._still_seated(place)
+            if table is None:
+                raise protocol.ClientError(protocol.NOT_SEATED, "you are not seated at a table (send Join first)",
+                                           msg.command_id)
+            place = Place("table", table.room, table)
+        self.place = place
         match = table.match
         self.match = match
         self._know(place, notes_seen)
@@ -434,6 +437,24 @@ class Connection:
             raise protocol.ClientError(protocol.BAD_COMMAND, str(exc)[:300], msg.command_id)
         self.track(engine_id, t)
         await self.hub.sender.send(channels.stream_for(command), channels.entry(command))
+
+    async def _still_seated(self, place: Place) -> Table | None:
+        """The table of the match this socket was seated at, when its read model still has
+        the player at it (seated, or between a finish and its settlement), else None.
+
+        The place read model is not fenced: a lobby feed entry handled late may write an
+        older place (``queued``, or none) over a player's seat.  The table's read model is
+        never written over a later version (engine/store/table_info.lua), and a player sits
+        at one table at a time, so while it has them seated their commands go to its match
+        rather than being refused ``not_seated`` until the table's next event."""
+        if not self.match:
+            return None
+        table = await self.hub.lobby.table_of_match(self.match)
+        if table is None or table.status not in AT_TABLE or self.player not in table.players:
+            return None
+        log.info("%s: the place read model says %r, the table %s has them seated: going on there", self.player,
+                 place.state, table.id)
+        return table
 
     async def adopt(self, match: str) -> bool:
         """An update of ``match``, which no ``seated`` announced to this socket: True once the

@@ -1135,3 +1135,52 @@ def test_a_sync_off_a_table_is_answered_by_the_lobby_message_naming_it(aredis):
         assert got["match"] is None
 
     asyncio.run(_with_connection(aredis, {}, body))
+
+
+@pytest.mark.parametrize("stale", ["queued", None])
+def test_a_place_written_late_over_the_seat_does_not_refuse_the_seated_players_commands(aredis, stale):
+    """The place read model is not fenced: a lobby feed entry handled late (a serve that lost
+    the room's bucket in a partition) may write ``queued``, or nothing, over a seated player's
+    place.  The table's read model (fenced: engine/store/table_info.lua) still has them seated
+    at the match their socket was seated at, so their Play goes there instead of being refused
+    ``not_seated`` for the rest of the match (docs/RELIABILITY.md "Findings")."""
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        r = conn.hub.redis
+        await _place(r, "alice", stale)  # the late write
+        seen = conn._notes_seen
+        await _note(r, "alice", "seated", table="t1", match="t1-1")  # any note: the next Play looks up again
+        await _eventually(lambda: conn._notes_seen > seen, "the note read")
+        await ws.inbox.put(json.dumps({"type": "Play", "cards": [5], "command_id": "p1"}))
+        await _eventually(lambda: _has_command(r, "t1-1", ("Play", "alice")), "the Play sent to t1-1")
+        # the table closed: refused, the place read model or not
+        await r.hset(keys.table_info_key("t1"), "status", "closed")
+        await _note(r, "alice", "removed", reason="opponent_left")
+        await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "removed", "removed")
+        await ws.inbox.put(json.dumps({"type": "Play", "cards": [7], "command_id": "p2"}))
+        refused = await ws.expect(lambda m: m["kind"] == "rejected" and m["command_id"] == "p2", "the refusal")
+        assert refused["code"] == "not_seated"
+        assert [c for c in await _player_commands(r, "t1-1") if c[0] == "Play"] == [("Play", "alice")]
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3}, body))
+
+
+def test_a_table_that_no_longer_seats_the_player_is_no_way_round_a_place(aredis):
+    """The table read model has other players (the socket's match was of a table the player
+    left): the player's command is refused ``not_seated``, never sent to that match."""
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        r = conn.hub.redis
+        await _table(r, "seated", "t1", "t1-1", a="carol", b="bob")
+        await _place(r, "alice", None)
+        seen = conn._notes_seen
+        await _note(r, "alice", "removed", reason="left")
+        await _eventually(lambda: conn._notes_seen > seen, "the note read")
+        await ws.inbox.put(json.dumps({"type": "Play", "cards": [5], "command_id": "p1"}))
+        refused = await ws.expect(lambda m: m["kind"] == "rejected" and m["command_id"] == "p1", "the refusal")
+        assert refused["code"] == "not_seated"
+        assert ("Play", "alice") not in await _player_commands(r, "t1-1")
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3}, body))
