@@ -246,7 +246,7 @@ _SCRIPTS = [
 def test_a_script_without_its_comment_lines_returns_what_the_script_returns(real_redis, script) -> None:
     """What is sent (:func:`without_comment_lines`) runs as the file does: a line of a long
     string that starts with ``--`` is kept, and the line count with it."""
-    from engine.service.publish import without_comment_lines
+    from engine.store.scripts import without_comment_lines
 
     sent = without_comment_lines(script)
     assert sent.count("\n") == script.count("\n")
@@ -257,5 +257,8 @@ def test_publish_doctests() -> None:
     import doctest
 
     import engine.service.publish as publish_module
+    from engine.store import scripts
 
     assert doctest.testmod(publish_module).failed == 0
+    sent = doctest.testmod(scripts)  # without_comment_lines: what an EVAL sends
+    assert sent.attempted > 0 and sent.failed == 0

@@ -23,7 +23,6 @@ they reach a player in order with the match's updates, then sends the notice.
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 import logging
 from typing import Any
@@ -31,13 +30,13 @@ from typing import Any
 from engine.lobby import events as ev
 from engine.lobby.state import TableState
 from engine.service.place_claims import PlaceClaims, room_claim
-from engine.store import keys
+from engine.store import keys, scripts
 from engine.store.replies import fields as reply_fields
 
 log = logging.getLogger("shuangkou.lobby")
 
 #: engine/store/table_info.lua: a table's read model, not written over a later version
-TABLE_INFO_LUA = importlib.resources.files("engine.store").joinpath("table_info.lua").read_text(encoding="utf-8")
+TABLE_INFO_LUA = scripts.sent_by_eval("table_info.lua")
 
 
 def _cid(e: ev.LobbyEvent) -> str | None:

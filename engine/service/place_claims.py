@@ -14,16 +14,16 @@ read model's write), when its command is refused (:meth:`PlaceClaims.settle`), o
 
 from __future__ import annotations
 
-import importlib.resources
 import threading
 from typing import Any
 
-from engine.store import keys
+from engine.store import keys, scripts
 
 #: how long a claim outlives a thread that stopped before the read model said the place
 CLAIM_MS = 30_000
 
-RELEASE_LUA = importlib.resources.files("engine.store").joinpath("claim_release.lua").read_text(encoding="utf-8")
+#: engine/store/claim_release.lua, sent by EVAL (in a Cluster pipeline too)
+RELEASE_LUA = scripts.sent_by_eval("claim_release.lua")
 
 
 def room_claim(room: str) -> str:

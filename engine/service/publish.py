@@ -45,7 +45,7 @@ from engine.match.events import public_event_dict
 from engine.match.protocols import OutcomeLike
 from engine.rules.cards import NUM_RANKS, RANK_LABELS, sort_cards
 from engine.match.state import MatchState
-from engine.store import keys, replies, wire
+from engine.store import keys, replies, scripts, wire
 from engine.store.base import Write
 from projections.views import redact_event, view_common, view_for
 
@@ -90,38 +90,9 @@ def _fenced_reply(reply: Any) -> Any:
     return fields["id"]
 
 
-def without_comment_lines(script: str) -> str:
-    """A Lua script as it is sent: each line that is only a comment left empty (its line
-    numbers kept for Lua's error messages).  An EVAL sends the script's text every time and
-    the server hashes all of it; publish.lua's documentation is two thirds of its bytes.
-
-    >>> lines = ["-- doc", "  -- more", "local a = '--x' -- why", "return a", ""]
-    >>> without_comment_lines("\\n".join(lines)).splitlines()
-    ['', '', "local a = '--x' -- why", 'return a']
-    >>> without_comment_lines("--[[ a\\nb ]]\\nreturn 1") == "--[[ a\\nb ]]\\nreturn 1"
-    True
-    >>> without_comment_lines("local s = [[\\n-- kept\\n]]\\nreturn s") == "local s = [[\\n-- kept\\n]]\\nreturn s"
-    True
-
-    A script with a long bracket anywhere (a block comment ``--[[``, a long string ``[[`` or
-    ``[==[``) is sent whole: a line inside one that starts with ``--`` is not a comment.
-    """
-    lines = script.splitlines(keepends=True)
-    if any("[[" in line or "[=" in line for line in lines):  # a long bracket: sent whole
-        return script
-    return "".join("\n" if line.lstrip().startswith("--") else line for line in lines)
-
-
-def _load_publish_lua() -> str:
-    import importlib.resources
-
-    text = importlib.resources.files("engine.store").joinpath("publish.lua").read_text(encoding="utf-8")
-    return without_comment_lines(text)
-
-
 #: engine/store/publish.lua (its comment lines left empty): a player's update, refused when
 #: it would take the match back; sent whole by EVAL (:meth:`Publisher.write`)
-PUBLISH_LUA = _load_publish_lua()
+PUBLISH_LUA = scripts.sent_by_eval("publish.lua")
 
 
 #: events after which every recipient's update carries the full view: a seating, the deal,

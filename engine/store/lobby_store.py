@@ -31,7 +31,7 @@ from typing import Any
 
 from engine.lobby.events import LobbyEvent, encode_lobby_event
 from engine.lobby.series_events import decode_stored_event
-from engine.store import keys
+from engine.store import keys, scripts
 from engine.store.base import WrongVersion
 
 PAGE = 500
@@ -236,15 +236,13 @@ class RedisLobbyStore(LobbyStore):
     store's when ``events`` is given one: one script, one SCRIPT LOAD)."""
 
     def __init__(self, client: Any, buckets: int = keys.DEFAULT_BUCKETS, page: int = PAGE):
-        from engine.store.redis_store import _load_script
-
         kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
         if kwargs.get("decode_responses"):
             raise ValueError("RedisLobbyStore needs a client with decode_responses=False (events are bytes)")
         self.client = client
         self.buckets = buckets
         self.page = page
-        self._append = client.register_script(_load_script("append.lua"))
+        self._append = client.register_script(scripts.load("append.lua"))
 
     def check_layout(self) -> None:
         """Record the bucket count, or refuse another recorded one (as the match store: a

@@ -17,7 +17,6 @@ The client must return bytes (``decode_responses=False``, the default).
 
 from __future__ import annotations
 
-import importlib.resources
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -27,7 +26,7 @@ import redis
 from redis.exceptions import AskError, MovedError, NoScriptError
 
 from engine.match.events import EventBase, MatchFinished, decode_event, encode_event
-from engine.store import keys, replies, wire
+from engine.store import keys, replies, scripts, wire
 from engine.store.connect import CLUSTER_RETRIED, is_cluster, node_client, refresh_slots
 from engine.store.redis_errors import REDIS_FAILURES, is_transient
 from engine.store.base import (
@@ -80,10 +79,6 @@ def ensure_group(client: Any, stream: str, group: str) -> bool:
     return True
 
 
-def _load_script(name: str) -> str:
-    return importlib.resources.files("engine.store").joinpath(name).read_text(encoding="utf-8")
-
-
 def append_fields(reply: Any) -> dict[str, Any]:
     """append.lua's reply (field/value pairs) by name: ``status`` (``ok``, ``duplicate``,
     ``wrong_version``) and its numbers (``version``, ``wrote``; ``first``, ``last``;
@@ -124,7 +119,7 @@ class RedisEventStore(EventStore):
         self.buckets = buckets
         self.feed_maxlen = feed_maxlen
         self.page = page
-        self._append = client.register_script(_load_script("append.lua"))
+        self._append = client.register_script(scripts.load("append.lua"))
         #: ``--replica-acks N`` (engine/store/replicas.py): an append returns once N replicas have it
         self.replica_acks: Any = None
         self._pool: Any = None  # threads sending several nodes' pipelines side by side (append_many)

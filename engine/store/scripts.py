@@ -1,0 +1,43 @@
+"""The engine's Lua scripts (engine/store/*.lua), read from the package.
+
+:func:`load` gives a script's text (for ``register_script``: EVALSHA after its first call);
+:func:`sent_by_eval` gives it as a script sent whole by EVAL on every call (a fenced write in a
+pipeline, where a Redis Cluster's pipeline has no EVALSHA at hand): its comment-only lines
+left empty (:func:`without_comment_lines`).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+
+
+def load(name: str) -> str:
+    """The text of ``engine/store/<name>``."""
+    return importlib.resources.files("engine.store").joinpath(name).read_text(encoding="utf-8")
+
+
+def sent_by_eval(name: str) -> str:
+    """``engine/store/<name>`` as an EVAL sends it: :func:`without_comment_lines`."""
+    return without_comment_lines(load(name))
+
+
+def without_comment_lines(script: str) -> str:
+    """A Lua script as it is sent: each line that is only a comment left empty (its line
+    numbers kept for Lua's error messages).  An EVAL sends the script's text every time and
+    the server hashes all of it; publish.lua's documentation is two thirds of its bytes.
+
+    >>> lines = ["-- doc", "  -- more", "local a = '--x' -- why", "return a", ""]
+    >>> without_comment_lines("\\n".join(lines)).splitlines()
+    ['', '', "local a = '--x' -- why", 'return a']
+    >>> without_comment_lines("--[[ a\\nb ]]\\nreturn 1") == "--[[ a\\nb ]]\\nreturn 1"
+    True
+    >>> without_comment_lines("local s = [[\\n-- kept\\n]]\\nreturn s") == "local s = [[\\n-- kept\\n]]\\nreturn s"
+    True
+
+    A script with a long bracket anywhere (a block comment ``--[[``, a long string ``[[`` or
+    ``[==[``) is sent whole: a line inside one that starts with ``--`` is not a comment.
+    """
+    lines = script.splitlines(keepends=True)
+    if any("[[" in line or "[=" in line for line in lines):  # a long bracket: sent whole
+        return script
+    return "".join("\n" if line.lstrip().startswith("--") else line for line in lines)
