@@ -65,10 +65,6 @@ PENDING_TTL_S = 60.0
 GAP_WAIT_S = 2.0  # how long an update ahead of a missing one waits before a resync
 
 
-def session_key(player: str) -> str:
-    return keys.gateway_session_key(player)  # the player's tag: read with sk:out:{<player>}
-
-
 def _s(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else ("" if v is None else str(v))
 
@@ -298,9 +294,9 @@ class Connection:
             if self.is_player:
                 await hub.names.remember(self.player, self.identity.name)
                 pipe = r.pipeline(transaction=False)  # the entry, and its notice (gateway/fanout.py)
-                pipe.xadd(session_key(self.player), {"conn": self.id, "gw": hub.gateway_id}, maxlen=10,
+                pipe.xadd(keys.gateway_session_key(self.player), {"conn": self.id, "gw": hub.gateway_id}, maxlen=10,
                           approximate=True)
-                pipe.spublish(session_key(self.player), "")
+                pipe.spublish(keys.gateway_session_key(self.player), "")
                 added = (await pipe.execute(raise_on_error=False))[0]  # a refused notice only delays
                 if isinstance(added, Exception):
                     raise added
@@ -335,8 +331,8 @@ class Connection:
 
     async def _take_positions(self) -> None:
         """Where the reader starts: after the newest entry of each of the player's streams."""
-        await self.subscription.take([keys.outbox_key(self.player), session_key(self.player)],
-                                     at={session_key(self.player): self._session_id})
+        await self.subscription.take([keys.outbox_key(self.player), keys.gateway_session_key(self.player)],
+                                     at={keys.gateway_session_key(self.player): self._session_id})
 
     async def _greet(self, resume: Resume) -> None:
         """The lobby state and the current view (or the updates after the client's version) at
@@ -636,7 +632,7 @@ class Connection:
     # -- server → client ------------------------------------------------------------------
     async def deliver(self, stream: str, entry_id: str, fields: dict) -> None:
         """One new entry of a stream this socket reads (its subscription's reader calls it)."""
-        if self.is_player and stream == session_key(self.player):
+        if self.is_player and stream == keys.gateway_session_key(self.player):
             if _s(fields.get(b"conn", fields.get("conn"))) != self.id:
                 self.replaced = True
                 await self.close(CLOSE_REPLACED, "replaced by a newer connection of the same player")

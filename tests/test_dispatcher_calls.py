@@ -51,7 +51,6 @@ from workers.dispatcher import (
     MemoryClaims,
     RedisClaims,
     claims_for,
-    sent_key,
 )
 from workers.embedded import EmbeddedTimers
 from tests.conftest import own_redis_server
@@ -173,7 +172,7 @@ def test_releasing_a_fired_batch_is_one_evalsha(recorded):
     rec.clear()
     claims.release([(d.match_id, d.version, d.kind) for d in ds[1:]])
     assert rec.round_trips == [["EVALSHA"]]
-    assert sum(client.hlen(sent_key(b)) for b in range(store.buckets)) == 0
+    assert sum(client.hlen(keys.deadline_sent_key(b)) for b in range(store.buckets)) == 0
 
 
 def test_a_release_leaves_the_marks_of_newer_deadlines(real_redis):
@@ -266,7 +265,7 @@ def test_script_flush_between_every_call_loses_no_deadline_and_settles_each_matc
             totals[p] = totals.get(p, 0) + v
     for p, v in totals.items():                                  # each settlement applied once
         assert ledger.balance(p, "points") == v
-    assert sum(real_redis.hlen(sent_key(b)) for b in range(store.buckets)) == 0  # no mark left
+    assert sum(real_redis.hlen(keys.deadline_sent_key(b)) for b in range(store.buckets)) == 0  # no mark left
 
 
 # ---- the loop never spins ------------------------------------------------------------------------
@@ -309,7 +308,7 @@ def _delete_lease(c: Any) -> None:
 
 def _delete_indexes(c: Any) -> None:
     c.delete(*[k for b in range(keys.DEFAULT_BUCKETS)
-               for k in (keys.deadlines_key(b), keys.deadline_info_key(b), sent_key(b))])
+               for k in (keys.deadlines_key(b), keys.deadline_info_key(b), keys.deadline_sent_key(b))])
 
 
 def _other_holder(c: Any) -> None:

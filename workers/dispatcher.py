@@ -90,11 +90,6 @@ SCAN_PAST = 2_000
 BACKLOG_LIMIT = 200
 
 
-def sent_key(bucket: int) -> str:
-    """The in-flight marks of one bucket (same hash tag as its deadline index)."""
-    return keys.deadline_sent_key(bucket)
-
-
 @dataclass(frozen=True, slots=True)
 class Claim:
     """One deadline the dispatcher took; ``attempt`` 1 is its first dispatch."""
@@ -268,7 +263,7 @@ class RedisClaims:
         self._all_keys = [k for b in range(buckets) for k in self._bucket_keys(b)]
 
     def _bucket_keys(self, b: int) -> list[str]:
-        return [keys.deadlines_key(b), keys.deadline_info_key(b), sent_key(b)]
+        return [keys.deadlines_key(b), keys.deadline_info_key(b), keys.deadline_sent_key(b)]
 
     def claim(self, now_ms: int, limit: int, *, due_ms: int | None = None) -> list[Claim]:
         per_bucket = max(1, math.ceil(limit / self.buckets))
@@ -311,7 +306,7 @@ class RedisClaims:
             return
         calls: list[tuple[list[str], list[Any]]] = []
         for match_id, version, kind in items:
-            key, args = sent_key(self.bucket_of(match_id)), [match_id, f"{version}|{kind}|"]
+            key, args = keys.deadline_sent_key(self.bucket_of(match_id)), [match_id, f"{version}|{kind}|"]
             if self.cluster or not calls:
                 calls.append(([key], args))
             else:  # one Redis: every mark of the batch in one call
@@ -321,7 +316,7 @@ class RedisClaims:
             self._release(keys=ks, args=args)
 
     def retry_at(self, deadline: Deadline) -> int | None:
-        raw = self.client.hget(sent_key(self.bucket_of(deadline.match_id)), deadline.match_id)
+        raw = self.client.hget(keys.deadline_sent_key(self.bucket_of(deadline.match_id)), deadline.match_id)
         if raw is None:
             return None
         info, retry, _attempt = _s(raw).rsplit("#", 2)
@@ -336,11 +331,11 @@ class RedisClaims:
             return set()
         order = list(by_bucket.items())
         if self.cluster:
-            replies = [self.client.hmget(sent_key(b), [d.match_id for d in ds]) for b, ds in order]
+            replies = [self.client.hmget(keys.deadline_sent_key(b), [d.match_id for d in ds]) for b, ds in order]
         else:
             pipe = self.client.pipeline(transaction=False)
             for b, ds in order:
-                pipe.hmget(sent_key(b), [d.match_id for d in ds])
+                pipe.hmget(keys.deadline_sent_key(b), [d.match_id for d in ds])
             replies = pipe.execute()
         out: set[Deadline] = set()
         for (_b, ds), raws in zip(order, replies):
@@ -354,7 +349,7 @@ class RedisClaims:
 
     def in_flight(self) -> int:
         """Marks standing (claimed, not released yet), over all buckets."""
-        return sum(int(self.client.hlen(sent_key(b))) for b in range(self.buckets))
+        return sum(int(self.client.hlen(keys.deadline_sent_key(b))) for b in range(self.buckets))
 
 
 class MemoryClaims:
