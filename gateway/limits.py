@@ -67,7 +67,10 @@ class Limits:
         if self.sockets_per_watcher < 1:
             raise ValueError("--max-sockets-per-watcher must be at least 1")
         for p in self.trusted_proxies:
-            ipaddress.ip_network(p, strict=False)  # ValueError names the bad one
+            try:
+                ipaddress.ip_network(p, strict=False)
+            except ValueError as exc:  # its text names the bad one
+                raise ValueError(f"--trusted-proxy: {exc}") from None
 
 
 @dataclass
