@@ -42,7 +42,7 @@ def _info(client) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in client.hgetall(keys.table_info_key(TABLE)).items()}
 
 
-@pytest.fixture(params=["fakeredis", "redis-server"])
+@pytest.fixture(params=["fakeredis", pytest.param("redis", marks=pytest.mark.redis)])
 def client(request):
     if request.param == "fakeredis":
         return request.getfixturevalue("fake_redis")
