@@ -90,12 +90,17 @@ function refusalText(code) {
   return has(`refusal.${c}`) ? t(`refusal.${c}`) : t("refusal.other");
 }
 
+/** A removal's reason without its detail ("left", "not_ready", …). */
+function removalCode(code) {
+  return String(code || "").split(":")[0];
+}
+
 function isLeave(code) {
-  return String(code || "").split(":")[0] === "left";
+  return removalCode(code) === "left";
 }
 
 function removedText(code) {
-  const c = String(code || "").split(":")[0];
+  const c = removalCode(code);
   return has(`removed.${c}`) ? t(`removed.${c}`) : t("removed.other");
 }
 
@@ -1602,11 +1607,10 @@ function onMessage(msg) {
         const words = isLeave(msg.reason) ? t("status.left") : t("status.removed", { why });
         // the table is left: a match there that never finished leaves the page, and its later
         // updates (the other player's removal, an abandoned hand) do not bring it back
-        if (msg.match) {
-          S.left[msg.match] = true;
-          if (S.views[msg.match] && S.views[msg.match].phase !== "finished") delete S.views[msg.match];
+        if (msg.match) S.left[msg.match] = true;
+        for (const m of [msg.match, S.match]) {
+          if (m && S.views[m] && S.views[m].phase !== "finished") delete S.views[m];
         }
-        if (S.match && S.views[S.match] && S.views[S.match].phase !== "finished") delete S.views[S.match];
         notice(words, "warn", "removed");
         setStatus(words);
         loadLobbyRooms();
