@@ -542,3 +542,109 @@ def test_a_ride_whose_reply_is_lost_leaves_its_entries_to_be_read_again(cluster:
     assert svc.state_cache.get(mid).phase == "playing"  # type: ignore[union-attr]
     consumer.flush_acks()
     assert not cluster.xpending_range(stream, keys.SERVICE_GROUP, "-", "+", 10, consumername=mid)  # all acknowledged
+
+
+def _due_in_every_bucket(cluster: Any, tag: str) -> tuple[RedisEventStore, list[str]]:
+    """A match with a deadline due at 1,000 ms in each of the 16 buckets."""
+    from engine.match.deadline import Deadline
+
+    store = RedisEventStore(cluster)
+    mids: dict[int, str] = {}
+    k = 0
+    while len(mids) < store.buckets:
+        mids.setdefault(store.bucket_of(f"{tag}{k}"), f"{tag}{k}")
+        k += 1
+    for mid in mids.values():
+        store.append(mid, 0, f"{mid}-c", [], Deadline(match_id=mid, version=0, at_ms=1_000, kind="turn"))
+    return store, sorted(mids.values())
+
+
+def _claimed(claims: Any, now_ms: int, tag: str) -> list[str]:
+    return sorted(c.deadline.match_id for c in claims.claim(now_ms, 2_000) if c.deadline.match_id.startswith(tag))
+
+
+def test_the_dispatchers_claims_go_one_round_trip_per_node(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38: a tick of the deadline dispatcher claims the 16 buckets with one EVALSHA each
+    (each bucket its own slot), packed into one round trip per master, every master written
+    before any is read; the claims are those of one call a bucket, each deadline claimed once."""
+    from workers.dispatcher import RedisClaims
+
+    store, mids = _due_in_every_bucket(cluster, "dpn")
+    claims = RedisClaims(cluster, store.buckets, bucket_of=store.bucket_of)
+    claims.claim(0, 2_000)  # the masters learn the script (the first tick's NOSCRIPT: the test below)
+    trips = Trips(monkeypatch)  # redis-py's pipelines refused
+    assert _claimed(claims, 2_000, "dpn") == mids
+    assert trips.batches == [3] and len(trips.trips) == 3
+    assert sorted(n for _p, names in trips.trips for n in names) == ["EVALSHA"] * 16
+    assert trips.cluster_calls == []
+    assert _claimed(claims, 2_001, "dpn") == []  # marked in flight: not claimed again
+
+
+def test_a_node_without_the_claim_script_gets_it_through_the_cluster_client(
+        cluster: Any, local_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A master that lost its scripts (SCRIPT FLUSH, as a restarted or promoted node) answers
+    its buckets' claims NOSCRIPT (the script did not run): those buckets are claimed alone
+    through the Cluster client, which loads the script; nothing is missed or claimed twice, and
+    the next tick goes packed again."""
+    from workers.dispatcher import RedisClaims
+
+    store, mids = _due_in_every_bucket(cluster, "dns")
+    claims = RedisClaims(cluster, store.buckets, bucket_of=store.bucket_of)
+    claims.claim(0, 2_000)  # the script known to every master
+    flushed = local_cluster.masters()[0]
+    local_cluster.node(flushed).script_flush()
+    on_flushed = [b for b in range(store.buckets) if port_of(cluster, keys.deadlines_key(b)) == flushed]
+    with monkeypatch.context() as m:
+        trips = Trips(m, allow_cluster=True)
+        assert _claimed(claims, 2_000, "dns") == mids
+        assert trips.batches == [3]
+        # the first one answered NOSCRIPT once more, loaded it and ran it; the others found it
+        assert trips.cluster_calls.count("SCRIPT LOAD") == 1 and len(on_flushed) > 0
+        assert trips.cluster_calls.count("EVALSHA") == len(on_flushed) + 1
+    with monkeypatch.context() as m:
+        trips = Trips(m)
+        assert _claimed(claims, 2_001, "dns") == [] and trips.batches == [3] and trips.cluster_calls == []
+
+
+def test_a_node_away_holds_back_only_its_own_buckets_claims(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slot map names a node that does not answer for one bucket: the other buckets' claims
+    stand as the packed round trips made them, and that bucket is claimed alone through the
+    Cluster client, which finds the slot's node; a bucket whose node the Cluster cannot reach
+    at all (CLUSTERDOWN there too) is left for the next tick, the others dispatched."""
+    from redis.cluster import ClusterNode
+
+    from tests.cluster_support import free_ports
+    from workers.dispatcher import RedisClaims
+
+    store, mids = _due_in_every_bucket(cluster, "dna")
+    claims = RedisClaims(cluster, store.buckets, bucket_of=store.bucket_of)
+    dead = ClusterNode("127.0.0.1", free_ports(1)[0], server_type="primary")
+    slot = int(cluster.keyslot(keys.deadlines_key(0)))
+    real = cluster.nodes_manager.slots_cache[slot][0]
+    cluster.nodes_manager.slots_cache[slot] = [dead]
+    with monkeypatch.context() as m:
+        trips = Trips(m, allow_cluster=True)
+        assert _claimed(claims, 2_000, "dna") == mids
+        assert dead.port in dict(trips.trips) and trips.cluster_calls == ["EVALSHA"]
+    assert cluster.nodes_manager.slots_cache[slot][0].name == real.name
+
+    store, mids = _due_in_every_bucket(cluster, "dnb")
+    cut = store.bucket_of(mids[1])
+    real_claim = claims._claim
+
+    class Down:  # the Cluster client's own path: the node cannot be reached
+        sha = real_claim.sha
+
+        def __call__(self, keys: Any, args: Any) -> Any:
+            raise redis.exceptions.ClusterDownError("CLUSTERDOWN The cluster is down")
+
+    claims._claim = Down()  # type: ignore[assignment]
+    cut_slot = int(cluster.keyslot(keys.deadlines_key(cut)))
+    cluster.nodes_manager.slots_cache[cut_slot] = [dead]
+    try:
+        assert _claimed(claims, 2_000, "dnb") == [m for m in mids if m != mids[1]]
+        assert claims.next_due_ms is None  # what the skipped bucket holds is unknown: tick again
+    finally:
+        claims._claim = real_claim
+        cluster.nodes_manager.initialize()
+    assert _claimed(claims, 2_001, "dnb") == [mids[1]]

@@ -15,7 +15,8 @@ A deadline that a later commit replaced was never sent, so there are no stale
 messages.
 
 **In flight.**  Claiming a deadline writes a mark next to the index, atomically
-with the read (one Lua call for all buckets; one per bucket on Redis Cluster):
+with the read (one Lua call for all buckets; on Redis Cluster one per bucket, packed into
+one round trip per node):
 ``sk:{bN}:deadline_sent``: match id -> ``"<version>|<kind>|<at_ms>#<retry at ms>#<attempt>"``.
 A claimed deadline is not claimed again while its mark stands; firing it removes
 the mark (whatever the result: committed, stale, duplicate).  A mark whose
@@ -239,7 +240,7 @@ def _is_cluster(client: Any) -> bool:
 
 class RedisClaims:
     """Claims on the store's Redis: one Lua call for all buckets on one Redis (one call a
-    bucket on Redis Cluster, where each bucket lives on its own slot).
+    bucket on Redis Cluster, where each bucket lives on its own slot: a round trip per node).
 
     Each call is one ``EVALSHA``: no pipeline of scripts (a pipeline holding registered
     scripts asks ``SCRIPT EXISTS`` first, one more round trip per tick), and a ``NOSCRIPT``
@@ -271,10 +272,10 @@ class RedisClaims:
                 self.cap_ms, now_ms]
         failed: Exception | None = None
         if self.cluster:
-            # one call per bucket (each its own slot): a node that cannot answer (cut off,
-            # failing over) holds back only its own buckets' deadlines (issue 35 §3)
-            replies = []
-            for b in range(self.buckets):
+            # one call per bucket (each its own slot), packed by node: a node that cannot
+            # answer (cut off, failing over) holds back only its own buckets' deadlines (issue 35 §3)
+            replies, alone = self._claim_by_node(args)
+            for b in alone:
                 try:
                     replies.append(self._claim(keys=self._bucket_keys(b), args=args))
                 except Exception as exc:
@@ -299,6 +300,41 @@ class RedisClaims:
             self.next_due_ms = None  # what the skipped buckets hold is unknown: tick every interval
         out.sort(key=lambda c: (c.deadline.at_ms, c.deadline.match_id))
         return out
+
+    def _claim_by_node(self, args: list[Any]) -> tuple[list[Any], list[int]]:
+        """On a Cluster: each node's buckets' claims in one round trip, every node written
+        before any is read (engine/store/wire.py :func:`~engine.store.wire.round_trips`).
+        Returns the claims' replies and the buckets left to claim alone through the Cluster
+        client, which follows a moved slot and loads a flushed script: those whose node the
+        slot map does not name or the packed path cannot serve, whose node's round trip
+        failed, or whose call was answered with an error (NOSCRIPT, MOVED, CLUSTERDOWN…:
+        the script did not run)."""
+        from engine.store import wire
+        from engine.store.connect import node_client
+
+        groups: dict[int, tuple[Any, list[int]]] = {}
+        alone: list[int] = []
+        for b in range(self.buckets):
+            node = node_client(self.client, keys.deadlines_key(b))
+            if node is None or not wire.usable(node):
+                alone.append(b)
+                continue
+            groups.setdefault(id(node.connection_pool), (node, []))[1].append(b)
+        if not groups:
+            return [], alone
+        calls = [(node, [wire.pack("EVALSHA", self._claim.sha, 3, *self._bucket_keys(b), *args) for b in bs])
+                 for node, bs in groups.values()]
+        out: list[Any] = []
+        for (_node, bs), result in zip(groups.values(), wire.round_trips(calls)):
+            if isinstance(result, Exception):
+                alone += bs
+                continue
+            for b, reply in zip(bs, result):
+                if isinstance(reply, Exception):
+                    alone.append(b)
+                else:
+                    out.append(reply)
+        return out, sorted(alone)
 
     def release(self, fired: Iterable[tuple[str, int, str]]) -> None:
         items = list(fired)
