@@ -350,3 +350,45 @@ def test_notes_and_read_models_are_confirmed_before_the_event_goes_on(real_redis
     info = {k.decode(): v.decode() for k, v in real_redis.hgetall(keys.table_info_key(table)).items()}
     assert info["status"] == "seated" and {info["a"], info["b"]} == {"ann", "bob"}
     assert keys.table_info_key(table) in acks.confirmed
+
+
+def test_handled_entries_are_acknowledged_in_the_next_reads_round_trip(stack: Stack, monkeypatch) -> None:
+    """Issue 38: what a round handled is acknowledged in the next read's round trip (XACK before
+    the XREADGROUP, one pipeline), not a round trip of its own; a re-read of the consumer's
+    pending entries after it does not deliver them again, and stopping sends what is left."""
+    import threading
+
+    import redis
+
+    from engine.service.lobby_feed import GROUP
+
+    chan = keys.lobby_inbox_key(keys.room_bucket("points"))
+    stack.worker.block_ms = 1
+    stack.send("Join", "ann", "j-ack")
+    assert stack.worker.run_once() >= 1
+    assert stack.client.xpending(chan, GROUP)["pending"] == 1  # handled: acknowledged with the next read
+    trips: list[list[str]] = []
+    real = redis.client.Pipeline.execute
+
+    def execute(pipe: Any, *a: Any, **k: Any) -> Any:
+        trips.append([str(c[0][0]) for c in pipe.command_stack])
+        return real(pipe, *a, **k)
+
+    def xack(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("an acknowledgement in a round trip of its own")
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", execute)
+    monkeypatch.setattr(stack.client, "xack", xack)
+    stack.worker._retry.add(chan)  # the channel's pending entries read again first
+    stack.worker._retry_at = 0.0
+    stack.worker.run_once()
+    assert trips[0] == ["XACK", "XREADGROUP"]
+    assert stack.client.xpending(chan, GROUP)["pending"] == 0
+    assert [(m["state"], m.get("reason")) for m in stack.told("ann")] == [("queued", None)]  # handled once
+    stack.send("Join", "bob", "j-bob")
+    assert stack.worker.run_once() >= 1
+    assert stack.client.xpending(chan, GROUP)["pending"] == 1
+    stop = threading.Event()
+    stop.set()
+    stack.worker.run(stop)  # stopping: the last acknowledgements go
+    assert stack.client.xpending(chan, GROUP)["pending"] == 0

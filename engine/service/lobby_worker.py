@@ -139,6 +139,8 @@ class LobbyWorker:
         self._lock = threading.Lock()
         self._fresh: set[int] = set()  # buckets owned since the last round: take over their pending
         self._retry: set[str] = set()  # streams with entries this consumer left pending
+        #: stream -> entries handled and not acknowledged yet: acknowledged in the next read's round trip
+        self._acks: dict[str, list[Any]] = {}
         self._groups: set[str] = set()
         self._room_names: list[str] = []
         self._rooms_at = 0.0
@@ -201,6 +203,28 @@ class LobbyWorker:
                 stop.wait(min(IDLE_MAX_S, self.block_ms / 1000 * idle))
             elif busy:  # the next read takes what came meanwhile as one batch
                 stop.wait(LOBBY_POLL_S)
+        try:
+            self.flush_acks()
+        except Exception as exc:  # the entries stay pending: the bucket's next owner handles them again
+            log.warning("lobby: last acknowledgements not sent: %s", exc)
+
+    def flush_acks(self) -> None:
+        """Acknowledge the entries handled since the last read now (one round trip per node)."""
+        acks, self._acks = self._acks, {}
+        if not acks:
+            return
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for name, ids in acks.items():
+                pipe.xack(name, GROUP, *ids)
+            pipe.execute()
+        except BaseException:
+            self._keep_acks(acks)
+            raise
+
+    def _keep_acks(self, acks: dict[str, list[Any]]) -> None:
+        for name, ids in acks.items():
+            self._acks.setdefault(name, []).extend(ids)
 
     def run_once(self) -> int:
         """One round: take over new buckets' pending entries, read and handle the channels and
@@ -234,8 +258,10 @@ class LobbyWorker:
         if streams:
             block = None if self.cluster else self.block_ms
             done += self._handle_reply(self._read({s: ">" for s in streams}, block))
-        elif not self.cluster:
-            time.sleep(self.block_ms / 1000)
+        else:
+            self.flush_acks()  # no read to carry them (no bucket held)
+            if not self.cluster:
+                time.sleep(self.block_ms / 1000)
         if now - self._timers_at >= TIMER_EVERY_S:
             self._timers_at = now
             done += self._timers(rooms)
@@ -264,28 +290,43 @@ class LobbyWorker:
                 self._retry.add(s)
 
     def _read(self, streams: dict[str, str], block: int | None) -> list[Any]:
+        """XREADGROUP of ``streams`` from their start ids, in the round trip that acknowledges
+        the entries handled since the last read (before the reads: a re-read of the pending
+        entries does not deliver them again).  On a Cluster a read per slot (a bucket's lobby
+        channel and feed share its slot), all in one pipeline: a round trip per node.  Should
+        it fail, the acknowledgements go with the next read."""
         from engine.store.redis_store import stream_replies
 
-        if not self.cluster or len(streams) == 1:
-            return stream_replies(self.client.xreadgroup(GROUP, self.consumer, streams, count=100, block=block))
-        # one slot per read on a Cluster: a read per slot (a bucket's lobby channel and feed
-        # share its slot), all in one pipeline (a round trip per node)
-        from redis.crc import key_slot
+        acks, self._acks = self._acks, {}
+        try:
+            if not acks and (not self.cluster or len(streams) == 1):
+                return stream_replies(self.client.xreadgroup(GROUP, self.consumer, streams, count=100, block=block))
+            pipe = self.client.pipeline(transaction=False)
+            for name, ids in acks.items():
+                pipe.xack(name, GROUP, *ids)
+            if self.cluster:
+                from redis.crc import key_slot
 
-        by_slot: dict[int, dict[str, str]] = {}
-        for s, start in streams.items():
-            by_slot.setdefault(key_slot(s.encode()), {})[s] = start
-        pipe = self.client.pipeline(transaction=False)
-        for group in by_slot.values():
-            pipe.xreadgroup(GROUP, self.consumer, group, count=100)
+                by_slot: dict[int, dict[str, str]] = {}
+                for s, start in streams.items():
+                    by_slot.setdefault(key_slot(s.encode()), {})[s] = start
+                for group in by_slot.values():
+                    pipe.xreadgroup(GROUP, self.consumer, group, count=100)
+            else:
+                pipe.xreadgroup(GROUP, self.consumer, streams, count=100, block=block)
+            replies = pipe.execute()[len(acks):]
+        except BaseException:
+            self._keep_acks(acks)
+            raise
         out: list[Any] = []
-        for reply in pipe.execute():
+        for reply in replies:
             out += stream_replies(reply)
         return out
 
     def _handle_reply(self, reply: list[Any]) -> int:
-        done = 0
-        acks: list[tuple[str, list[Any]]] = []
+        """Handle a read's entries; those handled (or gone) are acknowledged with the next
+        read (:meth:`_read`), the others read again later.  Returns how many were handled."""
+        handled = 0
         for stream, entries in reply:
             name = _s(stream)
             acked = []
@@ -306,15 +347,9 @@ class LobbyWorker:
                 else:
                     self._retry.add(name)
             if acked:
-                acks.append((name, acked))
-        if len(acks) == 1:
-            self.client.xack(acks[0][0], GROUP, *acks[0][1])
-        elif acks:  # the streams' acknowledgements in one round trip (one per node on a Cluster)
-            pipe = self.client.pipeline(transaction=False)
-            for name, acked in acks:
-                pipe.xack(name, GROUP, *acked)
-            pipe.execute()
-        return done + sum(len(a) for _n, a in acks)
+                self._acks.setdefault(name, []).extend(acked)
+                handled += len(acked)
+        return handled
 
     # -- a player's command --------------------------------------------------------------------
     def _channel(self, f: dict[str, Any]) -> bool:
