@@ -23,6 +23,10 @@ Measured per run, printed as medians over the runs (JSON keys):
   ``single_node_cpu_us_per_command`` (``serve``, ``redis``): the same run's single-node leg's;
   ``redis_masters``: the masters' share of ``redis`` (the rest is the replicas applying the
   writes);
+* ``cpu_ratio_to_single_node`` (``serve``, ``redis``): each run's Cluster figure ÷ its own
+  single-node leg's, the median over the runs (the ratio of two legs a minute apart, less
+  moved by the machine's drift than the ratio of the two medians); ``cpu_ratio_per_run``
+  the runs' own;
 * ``redis_commands_per_command``: of each command name (``INFO commandstats`` of every master,
   a script's own calls included), the calls per simulate command over the load;
   ``single_node_redis_commands_per_command`` the same on one node;
@@ -421,6 +425,9 @@ def run_once(args: argparse.Namespace, k: int, tmp: Path) -> dict[str, Any]:
     on_cluster["single_node_cps"] = single["cps"]
     on_cluster["single_node_p50_ms"] = single["p50_ms"]
     on_cluster["single_node_cpu_us_per_command"] = {k: single["cpu_us_per_command"][k] for k in ("serve", "redis")}
+    on_cluster["cpu_ratio_to_single_node"] = {
+        k: round(on_cluster["cpu_us_per_command"][k] / single["cpu_us_per_command"][k], 3)
+        if single["cpu_us_per_command"][k] else 0.0 for k in ("serve", "redis")}
     on_cluster["single_node_idle_cpu_per_s"] = single["idle_cpu_per_s"]
     on_cluster["single_node_redis_commands_per_command"] = single["redis_commands_per_command"]
     on_cluster["single_node_reads_per_command"] = single["masters_reads_per_command"]
@@ -447,7 +454,8 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in runs[0].items():
         if isinstance(value, dict):
-            out[key] = {k: round(statistics.median(r[key].get(k, 0) for r in runs), 1) for k in value}
+            digits = 3 if key.endswith("ratio_to_single_node") else 1
+            out[key] = {k: round(statistics.median(r[key].get(k, 0) for r in runs), digits) for k in value}
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             m = statistics.median(r[key] for r in runs)
             out[key] = round(m, 4) if isinstance(m, float) else m
@@ -476,6 +484,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="sk-bench-cluster-"))
     runs = [run_once(args, k, tmp) for k in range(args.runs)]
     med = median_of(runs)
+    med["cpu_ratio_per_run"] = [r["cpu_ratio_to_single_node"] for r in runs]
     if args.slot_shares:
         med["slot_shares"] = watched_run(args, tmp)
         med["lobby_commands_per_match"] = med["slot_shares"]["per_match"]["lobby_keys"]
