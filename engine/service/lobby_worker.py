@@ -209,22 +209,9 @@ class LobbyWorker:
             log.warning("lobby: last acknowledgements not sent: %s", exc)
 
     def flush_acks(self) -> None:
-        """Acknowledge the entries handled since the last read now (one round trip per node)."""
-        acks, self._acks = self._acks, {}
-        if not acks:
-            return
-        try:
-            pipe = self.client.pipeline(transaction=False)
-            for name, ids in acks.items():
-                pipe.xack(name, GROUP, *ids)
-            pipe.execute()
-        except BaseException:
-            self._keep_acks(acks)
-            raise
-
-    def _keep_acks(self, acks: dict[str, list[Any]]) -> None:
-        for name, ids in acks.items():
-            self._acks.setdefault(name, []).extend(ids)
+        """Acknowledge the entries handled since the last read now: :meth:`_read` of no stream
+        (one round trip per node)."""
+        self._read({}, None)
 
     def run_once(self) -> int:
         """One round: take over new buckets' pending entries, read and handle the channels and
@@ -298,6 +285,8 @@ class LobbyWorker:
         from engine.store.redis_store import stream_replies
 
         acks, self._acks = self._acks, {}
+        if not acks and not streams:
+            return []
         try:
             if not acks and (not self.cluster or len(streams) == 1):
                 return stream_replies(self.client.xreadgroup(GROUP, self.consumer, streams, count=100, block=block))
@@ -312,11 +301,12 @@ class LobbyWorker:
                     by_slot.setdefault(key_slot(s.encode()), {})[s] = start
                 for group in by_slot.values():
                     pipe.xreadgroup(GROUP, self.consumer, group, count=100)
-            else:
+            elif streams:
                 pipe.xreadgroup(GROUP, self.consumer, streams, count=100, block=block)
             replies = pipe.execute()[len(acks):]
         except BaseException:
-            self._keep_acks(acks)
+            for name, ids in acks.items():  # kept for the next round trip
+                self._acks.setdefault(name, []).extend(ids)
             raise
         out: list[Any] = []
         for reply in replies:
