@@ -274,23 +274,23 @@ class RedisClaims:
         if self.cluster:
             # one call per bucket (each its own slot), packed by node: a node that cannot
             # answer (cut off, failing over) holds back only its own buckets' deadlines (issue 35 §3)
-            replies, alone = self._claim_by_node(args)
+            answers, alone = self._claim_by_node(args)
             for b in alone:
                 try:
-                    replies.append(self._claim(keys=self._bucket_keys(b), args=args))
+                    answers.append(self._claim(keys=self._bucket_keys(b), args=args))
                 except Exception as exc:
                     if not is_transient(exc):
                         raise
                     failed = failed or exc
-            if failed is not None and not replies:
+            if failed is not None and not answers:
                 raise failed
             if failed is not None:
                 log.warning("dispatcher: some buckets could not be claimed (%s); the others go on", failed)
         else:
-            replies = [self._claim(keys=self._all_keys, args=args)]
+            answers = [self._claim(keys=self._all_keys, args=args)]
         out: list[Claim] = []
         soonest: int | None = None
-        for reply in replies:
+        for reply in answers:
             claims, at = _claim_reply(reply)
             out += claims
             if at >= 0 and (soonest is None or at < soonest):
@@ -367,14 +367,14 @@ class RedisClaims:
             return set()
         order = list(by_bucket.items())
         if self.cluster:
-            replies = [self.client.hmget(keys.deadline_sent_key(b), [d.match_id for d in ds]) for b, ds in order]
+            marks = [self.client.hmget(keys.deadline_sent_key(b), [d.match_id for d in ds]) for b, ds in order]
         else:
             pipe = self.client.pipeline(transaction=False)
             for b, ds in order:
                 pipe.hmget(keys.deadline_sent_key(b), [d.match_id for d in ds])
-            replies = pipe.execute()
+            marks = pipe.execute()
         out: set[Deadline] = set()
-        for (_b, ds), raws in zip(order, replies):
+        for (_b, ds), raws in zip(order, marks):
             for d, raw in zip(ds, raws):
                 if raw is None:
                     continue
