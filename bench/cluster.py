@@ -30,6 +30,12 @@ Measured per run, printed as medians over the runs (JSON keys):
 * ``redis_commands_per_command``: of each command name (``INFO commandstats`` of every master,
   a script's own calls included), the calls per simulate command over the load;
   ``single_node_redis_commands_per_command`` the same on one node;
+* ``masters_usec_per_command`` / ``replicas_usec_per_command``: of each command name, the
+  µs the masters (the replicas) spent running it (``INFO commandstats`` ``usec``, wall time
+  inside the command: a script's calls count in the script and again under their own names,
+  and the time between commands, the event loop's reads and writes, is in none of them) per
+  simulate command over the load, names under 0.5 µs left out; ``single_node_usec_per_command``
+  the same on one node;
 * ``masters_reads_per_command`` / ``masters_writes_per_command``: the masters' socket reads
   and writes (``INFO stats`` ``total_reads_processed`` / ``total_writes_processed``: each read
   an event-loop wake-up for one client, whatever it carried; the writes include the replication
@@ -72,7 +78,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -111,6 +117,23 @@ def group_cpu_s(pgid: int) -> float:
 
 def commandstats(client: Any) -> dict[str, int]:
     return {k: int(v.get("calls", 0)) for k, v in client.info("commandstats").items()}
+
+
+def command_usec(clients: list[Any]) -> dict[str, int]:
+    """The µs each command name has run so far (``INFO commandstats`` ``usec``), summed over
+    ``clients``."""
+    out: dict[str, int] = {}
+    for c in clients:
+        for k, v in c.info("commandstats").items():
+            name = k.removeprefix("cmdstat_")
+            out[name] = out.get(name, 0) + int(v.get("usec", 0))
+    return out
+
+
+def usec_per_command(before: dict[str, int], after: dict[str, int], commands: int) -> dict[str, float]:
+    """``after - before`` per command, the names under 0.5 µs left out, the largest first."""
+    per = {k: (v - before.get(k, 0)) / max(1, commands) for k, v in after.items()}
+    return {k: round(v, 1) for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.5}
 
 
 def commandstats_calls(client: Any) -> int:
@@ -287,9 +310,11 @@ async def ws_pairs(url: str, stack: Stack, pairs: int, tag: str) -> None:
 
 
 def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, args: argparse.Namespace,
-        tmp: Path, tag: str, watch: bool = False, master_pids: list[int] | None = None) -> dict[str, Any]:
+        tmp: Path, tag: str, watch: bool = False, master_pids: list[int] | None = None,
+        replicas: Sequence[Any] = ()) -> dict[str, Any]:
     """The stack on ``store_url``, the load, the figures; with ``watch``, only the slot shares
-    (``MONITOR`` on ``store_url``, a single node, during the load)."""
+    (``MONITOR`` on ``store_url``, a single node, during the load).  ``replicas``: clients of
+    the replica nodes (their commands' time)."""
     # every process of the run waits for the same replicas (the default would be 1 on a
     # Cluster whose masters have replicas, 0 on the single-node baseline: issue 35 §3)
     os.environ["SK_REPLICA_ACKS"] = str(args.replica_acks)
@@ -314,6 +339,7 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
             time.sleep(args.idle_s)
             idle1, i1 = cpu_now(), time.perf_counter()
             idle_cpu = {k: (idle1[k] - idle0[k]) * 1000 / (i1 - i0) for k in idle0}
+        before_usec = (command_usec(masters), command_usec(list(replicas)))
         before_calls = [commandstats_calls(m) for m in masters]
         before_stats = [commandstats(m) for m in masters]
         before_mem = sum(int(m.info("memory")["used_memory"]) for m in masters)
@@ -354,6 +380,7 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
             for k, v in a.items():
                 by_command[k.removeprefix("cmdstat_")] = by_command.get(k.removeprefix("cmdstat_"), 0) + v - b.get(k, 0)
         after = afters[busiest]
+        after_usec = (command_usec(masters), command_usec(list(replicas)))
         io = [sum(io_counts(m)[i] - b[i] for m, b in zip(masters, before_io)) for i in range(2)]
         top = sorted(((after[k] - before_stats[busiest].get(k, 0), k) for k in after), reverse=True)[:6]
         cpu1 = {"serve": sum(cpu_s(p.pid) for p in serves), "gateway": cpu_s(gw.proc.pid),
@@ -388,6 +415,8 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
             "busiest_master_top": {k: n for n, k in top},
             "redis_commands_per_command": {k: round(v / max(1, cmds), 3)
                                            for k, v in sorted(by_command.items(), key=lambda kv: -kv[1]) if v},
+            "masters_usec_per_command": usec_per_command(before_usec[0], after_usec[0], cmds),
+            "replicas_usec_per_command": usec_per_command(before_usec[1], after_usec[1], cmds),
             "masters_reads_per_command": round(io[0] / max(1, cmds), 2),
             "masters_writes_per_command": round(io[1] / max(1, cmds), 2),
             "seconds": elapsed, "errors": report.get("errors", 0) + report.get("mismatches", 0),
@@ -403,12 +432,14 @@ def run_once(args: argparse.Namespace, k: int, tmp: Path) -> dict[str, Any]:
     try:
         cluster = start_cluster(masters=args.masters, replicas=args.replicas)
         try:
-            masters = [redis.Redis(port=p) for p in cluster.masters()]
+            master_ports = cluster.masters()
+            masters = [redis.Redis(port=p) for p in master_ports]
+            replicas = [redis.Redis(port=p) for p in cluster.ports if p not in master_ports]
             nodes = [cluster.procs[p].pid for p in cluster.ports]
-            master_pids = [cluster.procs[p].pid for p in cluster.masters()]
+            master_pids = [cluster.procs[p].pid for p in master_ports]
             (tmp / f"c{k}").mkdir()
             on_cluster = one(cluster.url, nodes, masters, broker_url, args, tmp / f"c{k}", f"bc{k}",
-                             master_pids=master_pids)
+                             master_pids=master_pids, replicas=replicas)
         finally:
             cluster.stop()
         single_proc, single_url, single_dir = start_redis_server()
@@ -432,6 +463,7 @@ def run_once(args: argparse.Namespace, k: int, tmp: Path) -> dict[str, Any]:
     on_cluster["single_node_redis_commands_per_command"] = single["redis_commands_per_command"]
     on_cluster["single_node_reads_per_command"] = single["masters_reads_per_command"]
     on_cluster["single_node_writes_per_command"] = single["masters_writes_per_command"]
+    on_cluster["single_node_usec_per_command"] = single["masters_usec_per_command"]
     return on_cluster
 
 
