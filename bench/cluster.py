@@ -115,18 +115,18 @@ def group_cpu_s(pgid: int) -> float:
     return total
 
 
-def commandstats(client: Any) -> dict[str, int]:
-    return {k: int(v.get("calls", 0)) for k, v in client.info("commandstats").items()}
+def commandstats(client: Any) -> dict[str, tuple[int, int]]:
+    """One node's ``INFO commandstats``: ``cmdstat_<name>`` -> (calls, µs) so far."""
+    return {k: (int(v.get("calls", 0)), int(v.get("usec", 0))) for k, v in client.info("commandstats").items()}
 
 
-def command_usec(clients: list[Any]) -> dict[str, int]:
-    """The µs each command name has run so far (``INFO commandstats`` ``usec``), summed over
-    ``clients``."""
+def command_usec(stats: list[dict[str, tuple[int, int]]]) -> dict[str, int]:
+    """The µs each command name has run so far, summed over the nodes' :func:`commandstats`."""
     out: dict[str, int] = {}
-    for c in clients:
-        for k, v in c.info("commandstats").items():
+    for node in stats:
+        for k, (_calls, usec) in node.items():
             name = k.removeprefix("cmdstat_")
-            out[name] = out.get(name, 0) + int(v.get("usec", 0))
+            out[name] = out.get(name, 0) + usec
     return out
 
 
@@ -134,10 +134,6 @@ def usec_per_command(before: dict[str, int], after: dict[str, int], commands: in
     """``after - before`` per command, the names under 0.5 µs left out, the largest first."""
     per = {k: (v - before.get(k, 0)) / max(1, commands) for k, v in after.items()}
     return {k: round(v, 1) for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.5}
-
-
-def commandstats_calls(client: Any) -> int:
-    return sum(commandstats(client).values())
 
 
 _SLOT = re.compile(r'"(sk:(?:\{([^}]+)\}|[^"{]+))')
@@ -339,9 +335,8 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
             time.sleep(args.idle_s)
             idle1, i1 = cpu_now(), time.perf_counter()
             idle_cpu = {k: (idle1[k] - idle0[k]) * 1000 / (i1 - i0) for k in idle0}
-        before_usec = (command_usec(masters), command_usec(list(replicas)))
-        before_calls = [commandstats_calls(m) for m in masters]
         before_stats = [commandstats(m) for m in masters]
+        before_replicas = [commandstats(r) for r in replicas]
         before_mem = sum(int(m.info("memory")["used_memory"]) for m in masters)
         before_io = [io_counts(m) for m in masters]
         cpu0 = {"serve": sum(cpu_s(p.pid) for p in serves), "gateway": cpu_s(gw.proc.pid),
@@ -372,17 +367,18 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
         # the commands the simulate clients sent (the inboxes are trimmed while they run: their
         # lengths undercount); the few of the sockets beside them are not counted
         cmds = int(report["commands"])
-        calls = [commandstats_calls(m) - b for m, b in zip(masters, before_calls)]
-        busiest = max(range(len(masters)), key=lambda i: calls[i])
         afters = [commandstats(m) for m in masters]
+        after_replicas = [commandstats(r) for r in replicas]
+        calls = [sum(n for n, _u in a.values()) - sum(n for n, _u in b.values()) for a, b in zip(afters, before_stats)]
+        busiest = max(range(len(masters)), key=lambda i: calls[i])
         by_command: dict[str, int] = {}
         for a, b in zip(afters, before_stats):
-            for k, v in a.items():
-                by_command[k.removeprefix("cmdstat_")] = by_command.get(k.removeprefix("cmdstat_"), 0) + v - b.get(k, 0)
+            for k, (n, _u) in a.items():
+                name = k.removeprefix("cmdstat_")
+                by_command[name] = by_command.get(name, 0) + n - b.get(k, (0, 0))[0]
         after = afters[busiest]
-        after_usec = (command_usec(masters), command_usec(list(replicas)))
         io = [sum(io_counts(m)[i] - b[i] for m, b in zip(masters, before_io)) for i in range(2)]
-        top = sorted(((after[k] - before_stats[busiest].get(k, 0), k) for k in after), reverse=True)[:6]
+        top = sorted(((after[k][0] - before_stats[busiest].get(k, (0, 0))[0], k) for k in after), reverse=True)[:6]
         cpu1 = {"serve": sum(cpu_s(p.pid) for p in serves), "gateway": cpu_s(gw.proc.pid),
                 "workers": group_cpu_s(worker.pid), "redis": sum(cpu_s(n) for n in nodes),
                 "redis_masters": sum(cpu_s(n) for n in (nodes if master_pids is None else master_pids))}
@@ -415,8 +411,9 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
             "busiest_master_top": {k: n for n, k in top},
             "redis_commands_per_command": {k: round(v / max(1, cmds), 3)
                                            for k, v in sorted(by_command.items(), key=lambda kv: -kv[1]) if v},
-            "masters_usec_per_command": usec_per_command(before_usec[0], after_usec[0], cmds),
-            "replicas_usec_per_command": usec_per_command(before_usec[1], after_usec[1], cmds),
+            "masters_usec_per_command": usec_per_command(command_usec(before_stats), command_usec(afters), cmds),
+            "replicas_usec_per_command": usec_per_command(command_usec(before_replicas), command_usec(after_replicas),
+                                                          cmds),
             "masters_reads_per_command": round(io[0] / max(1, cmds), 2),
             "masters_writes_per_command": round(io[1] / max(1, cmds), 2),
             "seconds": elapsed, "errors": report.get("errors", 0) + report.get("mismatches", 0),
