@@ -265,6 +265,42 @@ def test_the_update_fence_runs_through_a_cluster_pipeline(cluster) -> None:
         assert [int(f[b"version"]) for _i, f in cluster.xrange(keys.outbox_key(p))] == [7]
 
 
+def test_a_node_whose_reply_was_lost_is_sent_its_updates_again_and_writes_each_once(cluster, monkeypatch) -> None:
+    """A node ran a round's commands and the reply never came back (its connection failed
+    while the replies were read): ``wire.by_node`` sends that node's commands again through
+    the Cluster client's pipeline.  Each update is on its player's stream once, the second
+    copy refused at its own version; before, publish.lua refused only a lower version."""
+    from engine.service.publish import Publisher, Stale
+    from engine.store import keys, wire
+
+    players = [f"resent{i}" for i in range(12)]
+    node_of = {p: cluster.get_node_from_key(keys.outbox_key(p)).name for p in players}
+    lost_node = node_of[players[0]]
+    lost = [p for p in players if node_of[p] == lost_node]
+    assert len(lost) < len(players)  # the other nodes' replies arrive
+    real = wire.round_trips
+    dropped: list[int] = []
+
+    def reply_lost(calls: Any, rider: Any = None) -> Any:
+        out = real(calls, rider)
+        for i, (client, _commands) in enumerate(calls):
+            if not dropped and client.connection_pool.connection_kwargs["port"] == int(lost_node.rpartition(":")[2]):
+                dropped.append(i)
+                out[i] = redis.exceptions.ConnectionError("the reply was lost after the node ran the commands")
+        return out
+
+    monkeypatch.setattr(wire, "round_trips", reply_lost)
+    pub = Publisher(cluster, consumer="s1")
+    replies = pub.write([pub._delivery(keys.outbox_key(p), {"kind": "update", "match": "mr", "command_id": "c5",
+                                                            "version": 5, "body": b""}, 5) for p in players],
+                        raise_on_error=False)
+    assert dropped  # the lost node's commands went again
+    assert [p for p, x in zip(players, replies) if x == Stale(5)] == lost
+    assert not any(isinstance(x, Exception) for x in replies)
+    for p in players:
+        assert [int(f[b"version"]) for _i, f in cluster.xrange(keys.outbox_key(p))] == [5]
+
+
 def test_a_cluster_pipeline_of_scripts_asks_no_node_for_their_keys(cluster) -> None:
     """A Cluster pipeline resolves each command's slot through the client's command parser;
     for a script call (EVAL / EVALSHA: "movable keys") redis-py would send ``COMMAND GETKEYS``

@@ -69,13 +69,13 @@ class GatewayStats:
     retried: int = 0  # left pending after a transient failure (redelivered later)
     published: int = 0  # entries written to player/reply streams
     oversized: int = 0  # inbox entries over MAX_ENTRY_BYTES (dead-lettered as a record, the inbox trimmed soon)
-    fenced: int = 0  # updates refused: the player's stream held a higher version of the match (Stale)
+    fenced: int = 0  # updates refused: the player's stream held their version of the match or a higher one (Stale)
 
 
 @dataclasses.dataclass(frozen=True)
 class Stale:
     """The reply of an update :meth:`Publisher.write` did not write: the player's stream
-    already holds version ``last`` of the match, above the update's (engine/store/publish.lua)."""
+    already holds version ``last`` of the match, at or above the update's (engine/store/publish.lua)."""
 
     last: int
 
@@ -527,8 +527,9 @@ class Publisher:
         A player's update (:attr:`Write.version` set) goes through engine/store/publish.lua
         (EVAL: no node can lack it, so no NOSCRIPT can put an update after the writes that
         followed it in the round -- a sync, a rejection's view): it is not written when the
-        stream already holds a higher version of its match -- a delayed write, or one of a
-        replica that lost its bucket's lease, never takes a player back.  Its reply is then
+        stream already holds its version of its match or a higher one -- a delayed write, or
+        one of a replica that lost its bucket's lease, never takes a player back, and a round
+        sent again after its reply was lost writes each update once.  Its reply is then
         :class:`Stale` (counted in :attr:`GatewayStats.fenced`; not an error: the newer
         writer published what the player needs).
 

@@ -62,7 +62,8 @@ class Write(NamedTuple):
     #: when told); False for a stream read by polling (a reply stream): no notice
     notice: bool = True
     #: a player's ``update`` of match ``fields["match"]`` at this version: written only if the
-    #: stream holds no higher version of the match (engine/store/publish.lua); None: not fenced
+    #: stream holds neither this version of the match nor a higher one (engine/store/publish.lua);
+    #: None: not fenced
     version: int | None = None
     #: with ``version``: a re-publication (older events, marked duplicate): never refused
     duplicate: bool = False

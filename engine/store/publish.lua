@@ -7,8 +7,9 @@
 -- ARGV[1]  match id
 -- ARGV[2]  the update's version
 -- ARGV[3]  "1": a re-publication (its body says duplicate: older events, always written),
---          "0": an update, refused when KEYS[2] holds a higher version of the match
---          (a writer that lost its bucket, or a delayed write, would take the player back)
+--          "0": an update, refused when KEYS[2] holds its version of the match or a higher one
+--          (a writer that lost its bucket, or a delayed write, would take the player back;
+--          a round sent again after a lost reply would write the same update twice)
 -- ARGV[4]  maxlen
 -- ARGV[5]  ttl in seconds of both keys ("" = none): both get it again when either's remaining
 --          time has fallen below ttl - min(ttl // 10, 3600) s (a new key has none), so a key
@@ -20,11 +21,11 @@
 --
 -- Replies (field/value pairs, never positional):
 --   {"status", "written", "id", <entry id>}
---   {"status", "stale", "last", <the higher version already written>}
+--   {"status", "stale", "last", <the version already written, at or above the update's>}
 
 local version = tonumber(ARGV[2])
 local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
-if ARGV[3] ~= '1' and version < last then
+if ARGV[3] ~= '1' and version <= last then
   return {'status', 'stale', 'last', last}
 end
 local entry = {'XADD', KEYS[1], 'MAXLEN', '~', ARGV[4], '*'}
