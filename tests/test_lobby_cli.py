@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from engine.store import keys
 from shuangkou.cli import main
 from tests.lobby_stack import StackWorld
 
@@ -87,6 +88,7 @@ def test_table_life_doctests() -> None:
 
 
 def test_archive_takes_a_closed_table_with_its_matches(redis_server, real_redis, tmp_path, capsys) -> None:
+    from engine.service.lobby_notes import write_table_info
     from engine.tools.archive import read_table_archive
 
     w = StackWorld(real_redis, bots=False)
@@ -104,11 +106,19 @@ def test_archive_takes_a_closed_table_with_its_matches(redis_server, real_redis,
     w.settle()
     w.engine.drain()
     assert w.engine.table(first).status == "closed" and w.engine.table(second).status == "seated"
+    buckets = w.lobby_store.buckets
+    pipe = real_redis.pipeline(transaction=False)  # the read models the lobby's feed follower writes
+    for t in (first, second):
+        write_table_info(pipe, keys.table_info_key(t, buckets), w.engine.table(t))
+    pipe.execute()
     url = redis_server.url
     assert main(["archive", "--older-than", "0", "--to", str(tmp_path), "--redis", url, "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["archived"] == [f"{first}-1"] and rep["tables_archived"] == [first]  # the open one stays
     assert sorted(w.lobby_store.table_ids()) == [second]
+    # the archived table's read model goes with it; the open one's stays
+    assert not real_redis.exists(keys.table_info_key(first, buckets))
+    assert real_redis.hget(keys.table_info_key(second, buckets), "status") == b"seated"
     (path,) = tmp_path.glob("table-*.jsonl")
     head, events = read_table_archive(path)
     assert (head["table"], head["matches"], head["close_reason"]) == (first, [f"{first}-1"], "left")

@@ -105,7 +105,8 @@ class LobbyStore(ABC):
 
     @abstractmethod
     def delete_table(self, table: str) -> None:
-        """Remove a table's stream, command ids and membership (``shuangkou archive``)."""
+        """Remove a table's stream, command ids and membership, and its read model
+        (:func:`engine.store.keys.table_info_key`, when the store holds one) (``shuangkou archive``)."""
 
     def version(self, aggregate: str) -> int:
         events = self.load(aggregate)
@@ -318,7 +319,7 @@ class RedisLobbyStore(LobbyStore):
     def delete_table(self, table: str) -> None:
         ks = keys.table_keys(table, self.buckets)
         pipe = self.client.pipeline(transaction=True)  # one slot: the table's bucket
-        pipe.delete(ks[0], ks[1])
+        pipe.delete(ks[0], ks[1], keys.table_info_key(table, self.buckets))
         pipe.srem(ks[5], f"table:{table}")
         pipe.execute()
 
