@@ -94,6 +94,16 @@ class Table:
                    f["match"], f.get("status", ""), f.get("finished", ""), f.get("escaped", ""),
                    f.get("bot_level") or None)
 
+    def moved_past(self, match: str) -> bool:
+        """True when ``match`` is one of this table's matches before its current one.
+
+        >>> t = Table.parse("t1", {b"n": b"3", b"match": b"t1-3", b"status": b"seated"})
+        >>> t.moved_past("t1-2"), t.moved_past("t1-3"), t.moved_past("t9-1"), t.moved_past("t1-x")
+        (True, False, False, False)
+        """
+        table, _, n = match.rpartition("-")
+        return table == self.id and n.isascii() and n.isdigit() and int(n) < self.n
+
 
 @dataclass(frozen=True)
 class Place:

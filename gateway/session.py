@@ -466,9 +466,7 @@ class Connection:
         if not self.is_player or match in self._not_mine:
             return False
         table = await self.hub.lobby.table_of_match(match)
-        n = match.rpartition("-")[2]
-        if table is None or self.player not in table.players or table.status == "closed" \
-                or (n.isdigit() and int(n) < table.n):
+        if table is None or self.player not in table.players or table.status == "closed" or table.moved_past(match):
             if len(self._not_mine) >= 64:  # never this player's: not looked up again
                 self._not_mine.clear()
             self._not_mine.add(match)
@@ -647,7 +645,12 @@ class Connection:
     async def _lobby_message(self, e: outbox.OutEntry) -> None:
         """What the engine's lobby tells the player (a ``lobby`` or ``settled`` entry of their
         stream), forwarded: the ``command_id`` is the client's own (or null); a ``seated`` names
-        the players, makes its match the socket's (HOT commands go there) and catches it up."""
+        the players, makes its match the socket's (HOT commands go there) and catches it up.
+
+        A ``seated`` of a match its table has moved past (a feed entry handled late: the table's
+        read model, written before the note and never taken back, shows a later match) names
+        the table's current match instead while the table still seats the player, and is
+        dropped otherwise: it never takes the socket back to a match that is over."""
         self._notes_seen += 1  # the lobby moved this player: HOT commands look the place up again
         note = dict(e.body)
         table: Table | None = None
@@ -671,11 +674,19 @@ class Connection:
             if state == "seated":
                 if note.get("match") and note.get("match") == self._announced and note["command_id"] is None:
                     return  # the greeting said so already (the entry came after the positions)
-                self.match = self._announced = note.get("match")
-                if note.get("table"):  # read once: the names, and the place the Ready goes to
+                if note.get("table"):  # read once: the names, the place the Ready goes to, a late note
                     table = await self.hub.lobby.table(str(note["table"]))
-                    if table is not None and table.match == note.get("match"):
-                        self._know(Place("table", table.room, table), self._notes_seen)
+                    if table is not None and table.moved_past(str(note.get("match") or "")):
+                        if table.status not in AT_TABLE or self.player not in table.players:
+                            log.info("%s: a seated of %s, which its table has moved past: dropped", self.player,
+                                     note.get("match"))
+                            return
+                        note = {**note, "match": table.match, "bot_level": table.bot_level}
+                        if table.match == self._announced and note["command_id"] is None:
+                            return
+                self.match = self._announced = note.get("match")
+                if table is not None and table.match == note.get("match"):
+                    self._know(Place("table", table.room, table), self._notes_seen)
         await self.send(note, table)
         if note.get("kind") == "lobby" and note.get("state") == "seated" and self.match \
                 and not self.resync.has(self.match):

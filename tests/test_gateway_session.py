@@ -1039,6 +1039,41 @@ def test_an_update_of_the_tables_next_match_with_no_seated_note_announces_it_and
     asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3, "t1-2": 4}, body))
 
 
+@pytest.mark.parametrize("after", ["announced", "note_lost", "closed"])
+def test_a_late_seated_of_a_match_the_table_moved_past_never_takes_the_socket_back(aredis, after):
+    """alice's table moved on from t1-1 through t1-2 to t1-3; then a ``seated`` of t1-2 reaches
+    her stream (a feed entry handled again late, by a follower that had lost its bucket).  It
+    is not forwarded and the socket never goes to t1-2: dropped when t1-3 was announced, or
+    when the table closed; when t1-3's own note was lost, it announces t1-3 (the table's
+    current match).  Before, the socket's match went back to t1-2 and alice was told so."""
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        r = conn.hub.redis
+        await _table(r, "seated", "t1", "t1-3")
+        if after == "announced":
+            await _note(r, "alice", "seated", table="t1", match="t1-3")
+            await ws.expect(lambda m: m["kind"] == "lobby" and m["state"] == "seated", "seated at t1-3")
+            await ws.expect(_view_update("t1-3"), "the view of t1-3")
+        elif after == "closed":
+            await r.hset(keys.table_info_key("t1"), "status", "closed")
+        await _note(r, "alice", "seated", table="t1", match="t1-2")  # the late one
+        nxt, v = ("t1-1", 4) if after == "closed" else ("t1-3", 5)  # a marker the socket forwards
+        await _publish_update(r, "alice", nxt, v, {"type": "Passed", "seq": v, "player": "bob"})
+        got = await ws.expect(lambda m: m["kind"] in ("lobby", "update"), "the next message")
+        if after == "note_lost":  # announced as the table's current match, with its view
+            assert (got["kind"], got["state"], got["match"], got["command_id"]) == ("lobby", "seated", "t1-3", None)
+            await ws.expect(_view_update("t1-3"), "the view of t1-3")
+            assert conn.match == "t1-3"
+        elif after == "announced":
+            assert (got["kind"], got["match"], got["version"]) == ("update", "t1-3", 5)
+            assert conn.match == "t1-3"
+        else:  # the table closed: nothing announced, the socket's match as it was
+            assert (got["kind"], got["match"], got["version"]) == ("update", "t1-1", 4)
+            assert conn.match == "t1-1"
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3, "t1-2": 4, "t1-3": 4}, body))
+
+
 def test_an_update_of_a_match_not_the_players_tables_is_still_dropped(aredis):
     """An unannounced update of a match the player's table is not at (another table's, or the
     table's finished match) is not forwarded and announces nothing; it is looked up once."""
