@@ -384,6 +384,10 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
                 assert viewer.text_content("[data-settlement] [data-term=win]") == settled.breakdown["win_formula"]
             _shot(viewer, "replay", 1280)
             _shot(viewer, "replay", 375)
+            # on a phone each hand's heading shows the whole player id (wrapped, not cut)
+            cut = viewer.eval_on_selector_all("[data-replay-hand] .name",
+                                              "els => els.filter((e) => e.scrollWidth > e.clientWidth).length")
+            assert cut == 0 and viewer.locator(f"[data-replay-hand='{alice}'] .name").text_content().startswith(alice)
 
             # the viewer reads the export file too
             export = tmp_path / "match.jsonl"
