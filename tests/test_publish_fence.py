@@ -157,6 +157,35 @@ def test_a_round_written_again_after_its_reply_was_lost_writes_each_update_once(
     assert pub.stats.fenced == 2
 
 
+def test_a_re_publication_at_the_current_version_lets_that_versions_one_update_through(real_redis) -> None:
+    """A re-publication (a duplicate command answered again: its old events, the match's current
+    version V) can reach the stream before the update of the command that made V (a timer's
+    redelivered command while the inbox's pipeline is still on its way).  That update is written,
+    once; what is below V stays refused."""
+    r = real_redis
+    svc = service()
+    history = played(svc, 4)
+    pub = Publisher(r, consumer="s1")
+    for cmd, outcome in history[:-1]:
+        pub.publish(cmd, outcome)
+    made, made_outcome = history[-1]  # made V; its updates not out yet
+    top = int(made_outcome.state.version)
+    old_cmd, _old = history[-2]
+    again = svc.execute(old_cmd)  # the earlier command once more: a duplicate, at V
+    assert again.duplicate and int(again.state.version) == top
+    pub.publish(old_cmd, again)
+    late = pub.outputs(made, made_outcome)
+    assert not any(isinstance(x, (Stale, Exception)) for x in pub.write(late))  # V's own update
+    assert pub.write(late) == [Stale(top), Stale(top)]  # not twice
+    below = [w for w in pub.outputs(*history[-2]) if w.version is not None]
+    assert pub.write(below) == [Stale(top), Stale(top)]
+    for player in ("a", "b"):
+        mine = [(m.command_id, m.version, bool(m.body.get("duplicate"))) for m in GatewayClient(r).updates(player)
+                if m.kind == "update"]
+        assert mine[-2:] == [(old_cmd.command_id, top, True), (made.command_id, top, False)]
+        assert int(r.hget(keys.outbox_versions_key(player), "m1")) == top
+
+
 def test_a_fenced_update_still_wakes_the_reader(real_redis) -> None:
     """The notice (SPUBLISH of the stream's name) goes out from the script."""
     r = real_redis
@@ -171,18 +200,28 @@ def test_a_fenced_update_still_wakes_the_reader(real_redis) -> None:
     assert got is not None and got["type"] == "smessage" and got["channel"] == keys.outbox_key("a").encode()
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(order=st.lists(st.integers(1, 12), min_size=1, max_size=25))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(order=st.lists(st.tuples(st.integers(1, 12), st.booleans()), min_size=1, max_size=25))
 def test_whatever_the_order_of_the_writes_the_stream_never_goes_back(real_redis, order) -> None:
+    """Updates and re-publications (``True``: duplicate, at the match's current version) in any
+    order: every re-publication is written; an update only above every update written before
+    it and not below a re-publication's version, and at most once per version."""
     r = real_redis
     r.delete(keys.outbox_key("a"), keys.outbox_versions_key("a"))
     pub = Publisher(r, consumer="s1")
-    for v in order:
+    for v, dup in order:
         pub.write([pub._delivery(keys.outbox_key("a"), {"kind": "update", "match": "m1", "command_id": f"c{v}",
-                                                          "version": v, "body": b""}, v)], raise_on_error=False)
-    written = [int(f[b"version"]) for _i, f in r.xrange(keys.outbox_key("a"))]
-    kept = [v for i, v in enumerate(order) if v > max(order[:i], default=0)]  # each one above every earlier one
+                                                          "version": v, "body": b"", "dup": int(dup)}, v, dup)],
+                  raise_on_error=False)
+    written = [(int(f[b"version"]), f[b"dup"] == b"1") for _i, f in r.xrange(keys.outbox_key("a"))]
+    kept, high, top = [], 0, 0  # the highest update written, and the highest version written at all
+    for v, dup in order:
+        if dup or (v > high and v >= top):
+            kept.append((v, dup))
+            high, top = (high if dup else v), max(top, v + (0 if dup else 1))
     assert written == kept
+    fresh = [v for v, dup in written if not dup]
+    assert fresh == sorted(set(fresh))  # never back, never twice
     assert pub.stats.fenced == len(order) - len(kept)
 
 

@@ -53,7 +53,8 @@ key                                         type    holds
 ``sk:out:{<player_id>}``                    stream  per-player updates and rejections; the player's
                                                     own hash tag (:func:`outbox_key`)
 ``sk:outv:{<player_id>}``                   hash    match id -> the highest version of its updates on
-                                                    the player's stream: the fence that keeps a
+                                                    the player's stream (less one half when only a
+                                                    re-publication wrote it): the fence that keeps a
                                                     player's versions from going back
                                                     (engine/store/publish.lua; :func:`outbox_versions_key`)
 ``sk:seen:{<player_id>}``                   string  the player's delivery receipt: when a gateway last
@@ -236,8 +237,9 @@ def outbox_key(player_id: str) -> str:
 
 def outbox_versions_key(player_id: str) -> str:
     """The fence of a player's stream, ``sk:outv:{<player>}``: a hash, match id -> the highest
-    version of that match's updates written to the stream (engine/store/publish.lua: an update
-    below it is refused, a player's versions never go back).  Same hash tag as the stream."""
+    version of that match's updates written to the stream, less one half when only a
+    re-publication wrote it (engine/store/publish.lua: an update at or below it is refused, a
+    player's versions never go back nor come twice).  Same hash tag as the stream."""
     return stream_fence_key(outbox_key(player_id))
 
 

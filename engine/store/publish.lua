@@ -3,13 +3,16 @@
 --
 -- KEYS[1]  sk:out:{<player>}      the player's stream (XADD key MAXLEN ~ maxlen * field value ...)
 -- KEYS[2]  sk:outv:{<player>}      hash  match id -> the highest version of that match's
---                                 updates written to KEYS[1] (the same hash tag: one slot)
+--                                 updates written to KEYS[1], less one half when only a
+--                                 re-publication wrote it (the same hash tag: one slot)
 -- ARGV[1]  match id
 -- ARGV[2]  the update's version
 -- ARGV[3]  "1": a re-publication (its body says duplicate: older events, always written),
 --          "0": an update, refused when KEYS[2] holds its version of the match or a higher one
 --          (a writer that lost its bucket, or a delayed write, would take the player back;
---          a round sent again after a lost reply would write the same update twice)
+--          a round sent again after a lost reply would write the same update twice).  A
+--          re-publication carries the match's current version V with its older events, so
+--          it fences V - 0.5: what is below V is refused, the one update of V still passes
 -- ARGV[4]  maxlen
 -- ARGV[5]  ttl in seconds of both keys ("" = none): both get it again when either's remaining
 --          time has fallen below ttl - min(ttl // 10, 3600) s (a new key has none), so a key
@@ -26,15 +29,19 @@
 local version = tonumber(ARGV[2])
 local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 if ARGV[3] ~= '1' and version <= last then
-  return {'status', 'stale', 'last', last}
+  return {'status', 'stale', 'last', math.ceil(last)}
 end
 local entry = {'XADD', KEYS[1], 'MAXLEN', '~', ARGV[4], '*'}
 for i = 7, #ARGV do
   entry[#entry + 1] = ARGV[i]
 end
 local id = redis.call(unpack(entry))
-if version > last then
-  redis.call('HSET', KEYS[2], ARGV[1], version)
+local fence = version
+if ARGV[3] == '1' then
+  fence = version - 0.5
+end
+if fence > last then
+  redis.call('HSET', KEYS[2], ARGV[1], tostring(fence))
 end
 if ARGV[5] ~= '' then
   local ttl = tonumber(ARGV[5])
