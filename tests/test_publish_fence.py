@@ -2,9 +2,10 @@
 
 A serve replica cut off from Redis past its lease keeps the writes it had in hand; they may
 land after its successor took the bucket over, re-published the command (a duplicate) and
-went on.  The fence ``sk:outv:{<player>}`` (match id -> the highest version written) refuses
-such an update; a re-publication (marked duplicate) and every other entry pass.  On a real
-redis-server (the script's EVAL, its SPUBLISH and its reply as the server gives them).
+went on.  The fence ``sk:outv:{<player>}`` (match id -> the highest version written, less one
+half when only a re-publication wrote it) refuses such an update, and a second copy of one; a
+re-publication (marked duplicate) and every other entry pass.  On a real redis-server (the
+script's EVAL, its SPUBLISH and its reply as the server gives them).
 """
 
 from __future__ import annotations

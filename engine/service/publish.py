@@ -527,9 +527,9 @@ class Publisher:
         A player's update (:attr:`Write.version` set) goes through engine/store/publish.lua
         (EVAL: no node can lack it, so no NOSCRIPT can put an update after the writes that
         followed it in the round -- a sync, a rejection's view): it is not written when the
-        stream already holds its version of its match or a higher one -- a delayed write, or
-        one of a replica that lost its bucket's lease, never takes a player back, and a round
-        sent again after its reply was lost writes each update once.  Its reply is then
+        stream already holds the update of its version of its match, or any entry of a higher
+        one -- a delayed write, or one of a replica that lost its bucket's lease, never takes a
+        player back, and a round sent again after its reply was lost writes each update once.  Its reply is then
         :class:`Stale` (counted in :attr:`GatewayStats.fenced`; not an error: the newer
         writer published what the player needs).
 

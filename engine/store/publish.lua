@@ -36,12 +36,13 @@ for i = 7, #ARGV do
   entry[#entry + 1] = ARGV[i]
 end
 local id = redis.call(unpack(entry))
-local fence = version
+local mark, stored = version, ARGV[2]
 if ARGV[3] == '1' then
-  fence = version - 0.5
+  mark = version - 0.5
+  stored = string.format('%.1f', mark)
 end
-if fence > last then
-  redis.call('HSET', KEYS[2], ARGV[1], tostring(fence))
+if mark > last then
+  redis.call('HSET', KEYS[2], ARGV[1], stored)
 end
 if ARGV[5] ~= '' then
   local ttl = tonumber(ARGV[5])
