@@ -336,6 +336,9 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
             _shot(page, "table-settlement", 1280)
             spec.wait_for_selector("#table[data-phase=finished]", timeout=30_000)  # the result, in its status line
             assert spec.locator("#match [data-card]").count() == 0
+            # a spectator is never sent the settlement: its result does not wait for one ("settling…")
+            spec.wait_for_function("() => document.querySelector('[data-status]').textContent.includes('wins')")
+            assert "settling" not in spec.text_content("[data-status]")
             leaks = [what for f in frames for what in _no_hand_in(f)]
             assert frames and not leaks, leaks
 

@@ -1353,7 +1353,7 @@ function verdictText(view, settled) {
   if (settled && settled.scores && !S.spectator && S.me in settled.scores) {
     parts.push(signed(settled.scores[S.me]));
     if (settled.balances && S.me in settled.balances) parts.push(t("settle.newBalance", { n: settled.balances[S.me] }));
-  } else if (!settled) {
+  } else if (!settled && !S.spectator) {  // a spectator is never sent the settlement (balances)
     parts.push(t("status.settling"));
   }
   return parts.join(" · ");
