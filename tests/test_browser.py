@@ -449,3 +449,38 @@ def test_a_named_token_is_shown_to_the_opponent(stack) -> None:
         finally:
             browser.close()
     assert console.errors == []
+
+
+def test_a_tab_another_tab_replaced_says_so_and_offers_no_lobby(stack) -> None:
+    """The same player opens the table in a second tab: the first one's socket is closed 4409
+    (docs/PROTOCOL.md "Close codes").  Its page says why in the player's language and hides
+    the lobby's buttons, which a closed socket could not send; before, it read "Session
+    closed: ✕ closed" over a lobby that still looked usable."""
+    from playwright.sync_api import sync_playwright
+
+    from gateway.tokens import mint
+
+    base = stack["base"]
+    console = Console()
+    token = mint(stack["secret"], "p-twin", name="Twin", ttl_seconds=600)
+    words = {"zh-CN": "已在另一个标签页或窗口打开牌桌", "en-US": "opened in another tab or window"}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            for locale, said in words.items():
+                ctx = browser.new_context(viewport={"width": 375, "height": 812}, locale=locale)
+                first, second = ctx.new_page(), ctx.new_page()
+                console.watch(first, f"first {locale}")
+                console.watch(second, f"second {locale}")
+                first.goto(f"{base}/?token={token}")
+                first.wait_for_selector("#lobby:not([hidden]) [data-action=join]")
+                second.goto(f"{base}/?token={token}")
+                second.wait_for_selector("#lobby:not([hidden]) [data-action=join]")
+                first.wait_for_function("() => document.querySelector('[data-status]').dataset.code === '4409'",
+                                        timeout=30_000)
+                assert said in first.text_content("[data-status]")
+                assert first.locator("#lobby").is_hidden()
+                ctx.close()
+        finally:
+            browser.close()
+    assert console.errors == []

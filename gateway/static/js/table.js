@@ -587,7 +587,8 @@ function render() {
   const view = shown();
   const inMatch = !!view;
   show("#match", inMatch);
-  show("#lobby", !S.spectator && !!S.me && S.role === "player" && !S.lobby && (!inMatch || view.phase === "finished"));
+  show("#lobby", !S.spectator && !!S.me && S.role === "player" && !S.lobby && S.linkState !== "refused"
+    && (!inMatch || view.phase === "finished"));
   root.dataset.phase = view ? view.phase : (S.lobby ? `lobby-${S.lobby.state}` : "lobby");
   root.dataset.yourTurn = view && view.your_turn && !S.spectator ? "true" : "false";
   root.dataset.spectator = S.spectator ? "true" : "false";
@@ -1662,7 +1663,10 @@ function onLinkState(state, ev) {
   l.textContent = has(`link.${state}`) ? t(`link.${state}`) : state;
   if (state === "reconnecting") setStatus(t("status.connLost"), "error");
   if (state === "refused") {
-    setStatus(t("status.sessionClosed", { why: t("link.refused") }), "error", ev ? String(ev.code) : null);
+    // why, by the close code (docs/PROTOCOL.md "Close codes"); the badge word for any other
+    const why = ev && has(`close.${ev.code}`) ? t(`close.${ev.code}`) : t("link.refused");
+    render();  // a closed socket takes no command: the lobby's buttons go
+    setStatus(t("status.sessionClosed", { why }), "error", ev ? String(ev.code) : null);
     if (ev && ev.code === 4401) {
       forgetToken();
       S.link = null;
