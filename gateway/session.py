@@ -357,12 +357,15 @@ class Connection:
     async def _receive_loop(self) -> None:
         while not self.closed:
             try:
-                raw = await self.ws.receive_text()
+                raw = await receive_frame(self.ws)
             except WebSocketDisconnect:
                 return
-            except (RuntimeError, OSError, KeyError):
+            except (RuntimeError, OSError):
                 return
             try:
+                if raw is None:
+                    raise protocol.ClientError(protocol.BAD_COMMAND, "a binary frame: send each message as "
+                                               "JSON in a text frame")
                 msg = protocol.parse_client_message(raw, self.player, self.hub.limits.max_message_bytes)
             except protocol.ClientError as exc:
                 self.hub.metrics.message_in("other")
@@ -710,6 +713,17 @@ class Resume:
         return self.version if self.match is None or self.match == match else None
 
 
+async def receive_frame(ws: Any) -> str | None:
+    """The socket's next message: its text, or None for a binary frame (the protocol is JSON in
+    text frames, docs/PROTOCOL.md).  A close raises :class:`WebSocketDisconnect`, as Starlette's
+    ``receive_text`` does."""
+    message = await ws.receive()
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000), message.get("reason"))
+    text = message.get("text")
+    return text if isinstance(text, str) else None
+
+
 def _resume_match(value: object) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= 200 else None
 
@@ -725,23 +739,23 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, Resume] | Non
     claimed: object = None
     if token is None:
         try:
-            raw = await asyncio.wait_for(ws.receive_text(), AUTH_TIMEOUT_S)
+            raw = await asyncio.wait_for(receive_frame(ws), AUTH_TIMEOUT_S)
         except asyncio.TimeoutError:
             hub.metrics.auth_failures.labels("timeout").inc()
             await ws.close(code=CLOSE_UNAUTHORIZED, reason=f"no token: send ?token= or an Auth message "
                                                            f"within {AUTH_TIMEOUT_S:.0f} s")
             return None
-        except (WebSocketDisconnect, RuntimeError, KeyError):
+        except (WebSocketDisconnect, RuntimeError):
             return None
         try:
-            data = json.loads(raw)
+            data = None if raw is None else json.loads(raw)  # None: a binary frame
         except ValueError:
             data = None
         if not isinstance(data, dict) or data.get("type") != "Auth" or not isinstance(data.get("token"), str):
             hub.metrics.auth_failures.labels("missing").inc()
             hub.metrics.refused("before_auth")  # one message before the Auth, and it must be the Auth
             await ws.close(code=CLOSE_UNAUTHORIZED, reason="no token: the first message must be "
-                                                           '{"type": "Auth", "token": ...}')
+                                                           '{"type": "Auth", "token": ...} (a text frame)')
             return None
         token = data["token"]
         claimed = data.get("player")  # optional; it must be the token's subject (gateway/schemas)

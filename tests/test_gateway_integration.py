@@ -355,7 +355,7 @@ def test_impersonation_and_non_player_commands_are_refused_and_never_forwarded(s
 
 
 @pytest.mark.parametrize("how", ["missing", "bad_signature", "expired", "garbage", "auth_message_expired",
-                                 "first_message_not_auth"])
+                                 "first_message_not_auth", "first_message_binary"])
 def test_bad_expired_and_missing_tokens_close_4401(stack, how):
     import jwt
 
@@ -376,6 +376,9 @@ def test_bad_expired_and_missing_tokens_close_4401(stack, how):
         elif how == "auth_message_expired":
             c = await Client.connect(gw.url, jwt.encode({"sub": "x", "exp": 1000}, _secret(), "HS256"), "x",
                                      auth_message=True)
+        elif how == "first_message_binary":  # the Auth itself, in a binary frame
+            c = await Client.connect(gw.url, None, "x")
+            await c.ws.send(json.dumps({"type": "Auth", "token": stack.token("x")}).encode())
         else:
             c = await Client.connect(gw.url, None, "x")
             await c.send({"type": "Ready"})
@@ -398,7 +401,7 @@ def test_hostile_frames_are_typed_rejections_and_no_token_reaches_the_log(stack)
         got = []
         for raw in ('{"type":"Join","room":"pairs","x":' + "[" * 5000 + "]" * 5000 + "}",
                     '{"type":"Join","room":"pairs","command_id":"\\ud800"}',
-                    "not json at all"):
+                    "not json at all", b'{"type":"Sync"}'):  # the last one in a binary frame
             await c.ws.send(raw)
             got.append(await c.expect(kind("rejected")))
         await c.send({"type": "Join", "room": "no-such-room", "command_id": "still-here"})  # still open
@@ -409,11 +412,12 @@ def test_hostile_frames_are_typed_rejections_and_no_token_reaches_the_log(stack)
         return got, await other.closed()
 
     got, closed = run(main())
-    deep, surrogate, garbage, alive = got
+    deep, surrogate, garbage, binary, alive = got
     assert (deep["code"], deep["reason"]) == ("bad_command", "JSON nested too deeply")
     assert surrogate["code"] == "bad_command" and "surrogate" in surrogate["reason"]
     assert garbage["code"] == "bad_command"
-    assert all(isinstance(r["command_id"], str) and r["command_id"] for r in (deep, surrogate, garbage))
+    assert binary["code"] == "bad_command" and "text frame" in binary["reason"]  # and the socket stays open
+    assert all(isinstance(r["command_id"], str) and r["command_id"] for r in (deep, surrogate, garbage, binary))
     assert alive["kind"] == "rejected"
     assert closed.code == 4401 and "another player" in closed.reason
     log = gw.err.read_text(errors="replace") + gw.out.read_text(errors="replace")

@@ -224,9 +224,9 @@ class _Socket:
 
         self.query_params, self._first = query, None if first is None else json.dumps(first)
 
-    async def receive_text(self) -> str:
+    async def receive(self) -> dict[str, Any]:
         assert self._first is not None
-        return self._first
+        return {"type": "websocket.receive", "text": self._first}
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         raise AssertionError(f"closed {code} {reason}")

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from starlette.websockets import WebSocketDisconnect, WebSocketState
+from starlette.websockets import WebSocketState
 
 from engine.match.commands import decode_command
 from engine.service.channels import OPS, PLAYER
@@ -48,11 +48,11 @@ class FakeSocket:
     async def send_text(self, text: str) -> None:
         await self.out.put(json.loads(text))
 
-    async def receive_text(self) -> str:
+    async def receive(self) -> dict[str, Any]:
         raw = await self.inbox.get()
         if raw is None:
-            raise WebSocketDisconnect(1000)
-        return raw
+            return {"type": "websocket.disconnect", "code": 1000}
+        return {"type": "websocket.receive", "text": raw}
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         self.application_state = WebSocketState.DISCONNECTED
