@@ -100,7 +100,9 @@ def _identity(ctx: Any, request: Request, roles: tuple[str, ...]) -> Any:
     except TokenError as exc:
         raise HttpError(401, "unauthorized", str(exc)) from None
     if ident.role not in roles:
-        raise HttpError(403, "not_allowed", f"this needs a {' or '.join(roles)} token, not {ident.role}")
+        wanted = " or ".join(roles)
+        raise HttpError(403, "not_allowed", f"this needs {'an' if wanted[0] in 'aeiou' else 'a'} {wanted} token, "
+                                            f"not {ident.role}")
     return ident
 
 

@@ -190,6 +190,8 @@ def test_replay_endpoints_need_an_operator_and_read_exports() -> None:
     for h in ({}, bearer("alice"), bearer("sam", "spectator")):
         assert c.post("/api/replay", content=text, headers=h).status_code in (401, 403)
         assert c.get("/api/replay/w1", headers=h).status_code in (401, 403)
+    refused = c.get("/api/replay/w1", headers=bearer("alice")).json()
+    assert (refused["error"], refused["reason"]) == ("not_allowed", "this needs an operator token, not player")
     op = bearer("olga", "operator")
     r = c.post("/api/replay", content=text, headers=op)
     assert r.status_code == 200
