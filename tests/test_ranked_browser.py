@@ -129,5 +129,11 @@ def test_the_leaderboard_page_in_three_languages(browser, site, locale: str) -> 
     assert page.query_selector("[data-board=me] tr.me").get_attribute("data-player") == "alice"
     assert page.inner_text("h1") == words["board.title"]
     _shots(page, f"leaderboard-{lang}")
+    # on a phone: the title stays, and the hide-my-name box sits beside its words, not above them
+    page.set_viewport_size({"width": 375, "height": 812})
+    assert page.is_visible("h1")
+    box, label = page.locator("#board-hide").bounding_box(), page.locator("#hide-row span").bounding_box()
+    assert box["x"] + box["width"] <= label["x"] and abs((box["y"] + box["height"] / 2)
+                                                         - (label["y"] + label["height"] / 2)) < label["height"]
     assert not errors, errors
     context.close()
