@@ -250,6 +250,8 @@ def parse_client_message(raw: str | bytes, player: str, max_bytes: int = MAX_MES
         if key in data:
             raise ClientError(NOT_ALLOWED, f"{key!r} is set by the gateway, not by the client", cid)
     mtype = data.get("type")
+    if mtype is None:
+        raise ClientError(BAD_COMMAND, f'a message needs a "type": one of {", ".join(sorted(CLIENT_TYPES))}', cid)
     if not isinstance(mtype, str) or mtype not in CLIENT_TYPES:
         raise ClientError(NOT_ALLOWED if isinstance(mtype, str) and mtype else BAD_COMMAND,
                           f"{str(mtype)[:40]!r} is not a message a client may send (one of "

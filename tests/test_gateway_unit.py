@@ -120,6 +120,13 @@ def test_client_messages_refused(message, code):
     assert exc.value.code == code
 
 
+def test_a_message_without_a_type_is_told_so() -> None:
+    with pytest.raises(protocol.ClientError) as exc:
+        protocol.parse_client_message('{"command_id": "c1"}', "alice")
+    assert (exc.value.code, exc.value.command_id) == ("bad_command", "c1")
+    assert exc.value.reason.startswith('a message needs a "type": one of ') and "Play" in exc.value.reason
+
+
 def test_client_message_errors_keep_the_command_id_and_big_or_broken_input_is_bad():
     with pytest.raises(protocol.ClientError) as exc:
         protocol.parse_client_message('{"type": "Pass", "player": "bob", "command_id": "c9"}', "alice")
