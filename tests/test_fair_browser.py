@@ -193,6 +193,8 @@ def _play_to_the_finish(browser, site, tamper: bool):
     assert fair == {"ok": "verified", "mismatch": "failed"}[result]
     # each check's words come from the page's catalogue; data-check names it (fair.js check keys)
     checks = page.eval_on_selector_all("[data-verify-checks] li", "els => els.map(e => `${e.dataset.check} ${e.textContent}`)")
+    # each check carries its own ✔ / ✘: no list bullet before it as well
+    assert page.eval_on_selector("[data-verify-checks] li", "e => getComputedStyle(e).listStyleType") == "none"
     page.close()
     # the page's own JSON API (/api/readings, /api/hint) belongs to the gateway process, not served here
     api = [u for u in missing if "/api/" in u]
