@@ -80,6 +80,11 @@ class Receiver(Protocol):
         player's table is there), False to drop it."""
         ...
 
+    async def follow(self, match: str) -> bool:
+        """A spectator's update of ``match``, not the watched one: True once the socket watches
+        it (the watched table moved on to it), False to drop it."""
+        ...
+
 
 class Resync:
     def __init__(self, conn: Receiver, gap_wait_s: float):
@@ -280,7 +285,7 @@ class Resync:
         if e.version is None:
             return
         if e.match != conn.match:
-            if conn.is_player and e.match and await conn.adopt(e.match):
+            if e.match and await (conn.adopt(e.match) if conn.is_player else conn.follow(e.match)):
                 await self._forward(e)  # after the view asked for: held, or dropped as known
             return
         if conn.is_player:

@@ -43,7 +43,7 @@ from engine.store.connect import is_cluster
 from gateway import channels, names, outbox, protocol, say
 from gateway.guard import Guard
 from gateway.limits import Limits
-from gateway.lobby import Lobby, Place, Table, now_ms
+from gateway.lobby import Lobby, Place, Table, now_ms, table_of_match_id
 from gateway.metrics import GatewayMetrics
 from gateway.rooms import RoomBook
 from gateway.fanout import Fanout
@@ -484,6 +484,21 @@ class Connection:
         log.debug("%s: an update of %s before any seated note: the table is there, announced", self.player, match)
         await self.send(protocol.lobby("seated", table.room, table.id, match, bot_level=table.bot_level), table)
         await self.resync.catch_up(match, None)
+        return True
+
+    async def follow(self, match: str) -> bool:
+        """A spectator's: an update of ``match`` on the seated player's stream it reads.  True once
+        the socket watches ``match`` (its view asked for) when ``match`` is the watched table's
+        current match and the table has moved past the watched one (the next hand of a series,
+        the next match at a table); False for any other match, whose updates stay dropped."""
+        watched = self.watching
+        if watched is None or table_of_match_id(match) != table_of_match_id(watched):
+            return False
+        table = await self.hub.lobby.table_of_match(match)
+        if table is None or table.match != match or not table.moved_past(watched):
+            return False
+        self.watching = self.match = match
+        await self.resync.request_view(match, None)
         return True
 
     def ended(self, match: str) -> None:

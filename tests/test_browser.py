@@ -349,6 +349,11 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
                 " return t.dataset.match && t.dataset.match !== m && t.dataset.phase === 'playing'; }",
                 arg=match_id, timeout=60_000)
             page.click("[data-action=trustee]")  # let trusteeship finish it; the test is done playing
+            # the spectator follows the table to its next match, and a reload would watch that one
+            nxt = page.get_attribute("#table", "data-match")
+            spec.wait_for_function("m => document.querySelector('#table').dataset.match === m", arg=nxt,
+                                   timeout=60_000)
+            assert spec.url.endswith(f"/watch/{nxt}") and spec.locator("#match [data-card]").count() == 0
             spec_ctx.close()
 
             # -- the replay viewer ----------------------------------------------------------------

@@ -775,6 +775,36 @@ def test_a_settled_entry_and_a_cooldown_refusal_reach_the_client(aredis):
     asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3}, body))
 
 
+@pytest.mark.parametrize("moved", [True, False])
+def test_a_spectator_follows_the_table_to_its_next_match_and_nowhere_else(aredis, moved):
+    """A spectator of t1-1 reads alice's stream.  When the table moves on to t1-2 (the next hand
+    of a series, the next match at a table), t1-2's updates reach that stream: the socket now
+    watches t1-2 (its spectator view, then its updates).  An update of a match the table has not
+    moved to (another table's, or before the read model says so) is still dropped.  Before, the
+    spectator stayed on the finished t1-1 for good."""
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        r = conn.hub.redis
+        await ws.inbox.put(json.dumps({"type": "Watch", "match": "t1-1", "command_id": "w1"}))
+        await ws.expect(_view_update("t1-1"), "the spectator view of t1-1")
+        if moved:
+            await _table(r, "seated", "t1", "t1-2")
+        await _publish_update(r, "alice", "t9-1", 2, {"type": "Passed", "seq": 2, "player": "carol"})
+        await _publish_update(r, "alice", "t1-2", 5, {"type": "Passed", "seq": 5, "player": "bob"})
+        await _publish_update(r, "alice", "t1-1", 5, {"type": "Passed", "seq": 5, "player": "bob"})  # a marker
+        got = await ws.expect(lambda m: m["kind"] == "update" and (m["match"] != "t1-1" or m["version"] == 5),
+                              "the next update")
+        if moved:
+            assert got["match"] == "t1-2" and got["view"] is not None
+            assert got["view"]["hand"] is None and got["view"]["you"] is None  # the spectator view
+            assert conn.watching == conn.match == "t1-2"
+            assert engine.syncs[-1][:2] == ("t1-2", "alice")
+        else:
+            assert (got["match"], got["version"]) == ("t1-1", 5) and conn.watching == "t1-1"
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 4, "t1-2": 4, "t9-1": 2}, body, player="watcher",
+                                   role="spectator"))
+
+
 def test_a_spectator_never_gets_the_lobby_messages_of_the_player_whose_stream_it_reads(aredis):
     async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
         r = conn.hub.redis

@@ -1245,6 +1245,11 @@ function onUpdate(msg, brief) {
   }
   view = { ...view, version: msg.version };
   S.versions[msg.match] = msg.version;
+  if (S.spectator && S.watchMatch && msg.match !== S.watchMatch) {
+    // the gateway follows the table to its next match: a reconnect (or a reload) watches that one
+    S.watchMatch = msg.match;
+    window.history.replaceState(null, "", `/watch/${encodeURIComponent(msg.match)}${window.location.search}`);
+  }
   if (S.match !== msg.match) {
     const old = S.views[S.match];
     // the finished match stays on the table until Ready (a spectator: until the next one plays)
@@ -1253,6 +1258,7 @@ function onUpdate(msg, brief) {
     S.selected.clear();
     S.readings = [];
   }
+  if (S.spectator && S.hold && S.hold !== msg.match && view.phase === "playing") S.hold = null;  // the next one plays
   S.flyFrom = (msg.match === (S.hold || S.match)) ? flySource(prev || view, msg.events) : null;
   noteEvents(msg.match, msg.events, prev || view);
   noteFair(msg.match, msg.events, view);
