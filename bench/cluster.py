@@ -120,13 +120,14 @@ def commandstats(client: Any) -> dict[str, tuple[int, int]]:
     return {k: (int(v.get("calls", 0)), int(v.get("usec", 0))) for k, v in client.info("commandstats").items()}
 
 
-def command_usec(stats: list[dict[str, tuple[int, int]]]) -> dict[str, int]:
-    """The µs each command name has run so far, summed over the nodes' :func:`commandstats`."""
+def per_name(stats: list[dict[str, tuple[int, int]]], field: int) -> dict[str, int]:
+    """One field of the nodes' :func:`commandstats` (0: calls, 1: µs) by command name, summed
+    over the nodes."""
     out: dict[str, int] = {}
     for node in stats:
-        for k, (_calls, usec) in node.items():
+        for k, pair in node.items():
             name = k.removeprefix("cmdstat_")
-            out[name] = out.get(name, 0) + usec
+            out[name] = out.get(name, 0) + pair[field]
     return out
 
 
@@ -371,11 +372,8 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
         after_replicas = [commandstats(r) for r in replicas]
         calls = [sum(n for n, _u in a.values()) - sum(n for n, _u in b.values()) for a, b in zip(afters, before_stats)]
         busiest = max(range(len(masters)), key=lambda i: calls[i])
-        by_command: dict[str, int] = {}
-        for a, b in zip(afters, before_stats):
-            for k, (n, _u) in a.items():
-                name = k.removeprefix("cmdstat_")
-                by_command[name] = by_command.get(name, 0) + n - b.get(k, (0, 0))[0]
+        calls_before = per_name(before_stats, 0)
+        by_command = {k: n - calls_before.get(k, 0) for k, n in per_name(afters, 0).items()}
         after = afters[busiest]
         io = [sum(io_counts(m)[i] - b[i] for m, b in zip(masters, before_io)) for i in range(2)]
         top = sorted(((after[k][0] - before_stats[busiest].get(k, (0, 0))[0], k) for k in after), reverse=True)[:6]
@@ -411,8 +409,8 @@ def one(store_url: str, nodes: list[Any], masters: list[Any], broker_url: str, a
             "busiest_master_top": {k: n for n, k in top},
             "redis_commands_per_command": {k: round(v / max(1, cmds), 3)
                                            for k, v in sorted(by_command.items(), key=lambda kv: -kv[1]) if v},
-            "masters_usec_per_command": usec_per_command(command_usec(before_stats), command_usec(afters), cmds),
-            "replicas_usec_per_command": usec_per_command(command_usec(before_replicas), command_usec(after_replicas),
+            "masters_usec_per_command": usec_per_command(per_name(before_stats, 1), per_name(afters, 1), cmds),
+            "replicas_usec_per_command": usec_per_command(per_name(before_replicas, 1), per_name(after_replicas, 1),
                                                           cmds),
             "masters_reads_per_command": round(io[0] / max(1, cmds), 2),
             "masters_writes_per_command": round(io[1] / max(1, cmds), 2),
