@@ -668,7 +668,9 @@ class Connection:
         A ``seated`` of a match its table has moved past (a feed entry handled late: the table's
         read model, written before the note and never taken back, shows a later match) names
         the table's current match instead while the table still seats the player, and is
-        dropped otherwise: it never takes the socket back to a match that is over."""
+        dropped otherwise: it never takes the socket back to a match that is over.  A dropped
+        one that answered the client's Join (``already_seated``) is answered ``rejected``
+        ``stale`` instead: no Join goes unanswered."""
         self._notes_seen += 1  # the lobby moved this player: HOT commands look the place up again
         note = dict(e.body)
         table: Table | None = None
@@ -698,6 +700,10 @@ class Connection:
                         if table.status not in AT_TABLE or self.player not in table.players:
                             log.info("%s: a seated of %s, which its table has moved past: dropped", self.player,
                                      note.get("match"))
+                            if note["command_id"] is not None:  # the client's Join is still answered
+                                await self.send(protocol.rejected(
+                                    note["command_id"], protocol.STALE,
+                                    "you were at a table that has moved on since: join again", None, None))
                             return
                         note = {**note, "match": table.match, "bot_level": table.bot_level}
                         if table.match == self._announced and note["command_id"] is None:

@@ -1104,6 +1104,25 @@ def test_a_late_seated_of_a_match_the_table_moved_past_never_takes_the_socket_ba
     asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3, "t1-2": 4, "t1-3": 4}, body))
 
 
+def test_a_late_already_seated_answer_of_a_closed_table_still_answers_the_join(aredis):
+    """alice's Join was answered ``seated`` ``already_seated`` at t1-2, but the entry reaches the
+    socket after the table closed: it is not forwarded (the socket never goes back to t1-2) and
+    her Join is answered ``rejected`` ``stale`` with its own command id.  Before, the answer was
+    dropped with the note, and a client that matches answers by ``command_id`` waited for good."""
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        r = conn.hub.redis
+        await _table(r, "seated", "t1", "t1-3")
+        await r.hset(keys.table_info_key("t1"), "status", "closed")
+        await _note(r, "alice", "seated", table="t1", match="t1-2", reason="already_seated",
+                    command_id=channels.engine_command_id("alice", "j1"))
+        got = await ws.expect(lambda m: m["kind"] in ("lobby", "rejected"), "the Join's answer")
+        assert (got["kind"], got["code"], got["command_id"], got["match"]) == ("rejected", "stale", "j1", None)
+        assert "t1-2" not in json.dumps(got) and conn.match == "t1-1"
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3, "t1-2": 4, "t1-3": 4}, body))
+
+
 def test_an_update_of_a_match_not_the_players_tables_is_still_dropped(aredis):
     """An unannounced update of a match the player's table is not at (another table's, or the
     table's finished match) is not forwarded and announces nothing; it is looked up once."""
