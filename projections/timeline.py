@@ -11,6 +11,8 @@ and records, after every event, what an operator needs to settle a dispute:
 * the trick it belongs to and whether it ended the trick (``trick_break``: a
   pass ends a trick with two players, R-6.2);
 * both hands (card ids, sorted) and the cards left after it;
+* the event's own fields (``fields``: the reading of a play, a timeout's count, a reason...)
+  beside its English line (``text``), so the replay viewer words the step in its language;
 * trusteeship, disconnect and escape events as their own steps.
 
 At the end, the settlement (:func:`projections.settlement.settle`) with each
@@ -28,6 +30,8 @@ operator's replay viewer (``/replay/<match_id>``), so both show the same numbers
 >>> t = timeline(run.events)
 >>> [(s["type"], s["actor"], s["cards_left"]) for s in t["steps"] if s["type"] in ("CardsPlayed", "Passed")]
 [('CardsPlayed', 'player', {'a': 1, 'b': 1}), ('CardsPlayed', 'player', {'a': 1, 'b': 0})]
+>>> [s["fields"]["reading"]["kind"] for s in t["steps"] if s["type"] == "CardsPlayed"]
+['single', 'single']
 >>> t["settlement"]["winner"], t["problems"]
 ('b', [])
 """
@@ -57,6 +61,11 @@ from engine.match.state import MatchState
 from engine.rules.cards import format_ranks_lenient, sort_cards
 
 __all__ = ["format_ms", "format_ts", "settlement_lines", "timeline", "timeline_lines"]
+
+# the event's own fields every step carries as ``fields`` (so the viewer words a step in its own
+# language): all but the envelope, the hands (``hands``) and the fair-deal material
+ENVELOPE = ("match_id", "seq", "ts", "command_id", "v", "type", "hands", "set_aside", "client_seeds", "server_seed",
+            "config")
 
 # events that are about a player's connection or automation, shown as notices
 NOTICE_TYPES = (TurnTimedOut, TrusteeshipStarted, TrusteeshipEnded, PlayerDisconnected,
@@ -127,6 +136,7 @@ def timeline(events: Sequence[EventBase]) -> dict[str, Any]:
             "text": line.split(None, 1)[1] if " " in line else line,
             "trick": state.trick if state.phase in ("playing", "finished") else None,
             "trick_break": False, "turn_ms": None,
+            "fields": {k: v for k, v in e.model_dump(mode="json").items() if k not in ENVELOPE},
         }
         if isinstance(e, (CardsPlayed, Passed)):
             started = before.turn_started_at

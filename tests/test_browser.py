@@ -357,7 +357,7 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
             spec_ctx.close()
 
             # -- the replay viewer ----------------------------------------------------------------
-            viewer_ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+            viewer_ctx = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
             viewer = viewer_ctx.new_page()
             console.watch(viewer, "replay")
             viewer.goto(f"{base}/replay/{match_id}?token={_token(base, 'op', 'operator')}")
@@ -371,7 +371,7 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
             viewer.click("[data-action=back]")
             assert pos() == 7
             n_steps = viewer.locator("#steps [data-replay-step]").count()
-            first_play = viewer.locator("#steps [data-replay-step]", has_text=" plays ").first
+            first_play = viewer.locator("#steps [data-replay-step][data-step-type=CardsPlayed]").first
             first_play.click()
             assert viewer.locator("#now [data-actor]").count() == 1
             assert viewer.locator("[data-replay-hand]").count() == 2  # both hands
@@ -387,7 +387,9 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
             assert shown == settled.scores
             for p, x in settled.breakdown["xiang"].items():
                 cell = viewer.locator(f"[data-settlement] [data-xiang='{p}']")
-                assert int(cell.get_attribute("data-xiang-value")) == x["xiang"] and x["source"] in cell.text_content()
+                assert int(cell.get_attribute("data-xiang-value")) == x["xiang"] and "R-8.3" in cell.text_content()
+                # which bomb: the command line's English transcript, folded under the settlement
+                assert x["source"] in viewer.text_content("[data-settlement] .settlement-lines")
             if "win_formula" in settled.breakdown:
                 assert viewer.text_content("[data-settlement] [data-term=win]") == settled.breakdown["win_formula"]
             _shot(viewer, "replay", 1280)

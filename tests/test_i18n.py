@@ -106,3 +106,46 @@ def test_the_language_comes_from_navigator_languages() -> None:
     out = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [want for _, want in LANG_CASES]
+
+
+STATIC = ROOT / "gateway" / "static"
+
+
+def _keys_used(page: str, script: str) -> set[str]:
+    """The catalogue keys a page names literally: data-i18n, data-i18n-attr and t("...") / has("...")."""
+    html = (STATIC / page).read_text(encoding="utf-8")
+    js = (STATIC / "js" / script).read_text(encoding="utf-8")
+    keys = set(re.findall(r'data-i18n="([^"]+)"', html))
+    for attrs in re.findall(r'data-i18n-attr="([^"]+)"', html):
+        keys |= {pair.split(":")[1].strip() for pair in attrs.split(";") if ":" in pair}
+    keys |= set(re.findall(r'\b(?:t|has)\("([\w.]+)"', js))
+    keys |= set(re.findall(r'dataset\.i18n = "([\w.]+)"', js))
+    return keys
+
+
+@pytest.mark.parametrize("page, script", [("replay.html", "replay.js"), ("leaderboard.html", "leaderboard.js"),
+                                          ("index.html", "table.js")])
+def test_every_key_a_page_names_is_in_every_catalogue(page: str, script: str) -> None:
+    used = _keys_used(page, script)
+    assert len(used) > 10
+    missing = sorted((lang, k) for lang, c in CATALOGUES.items() for k in used if k not in c)
+    assert not missing
+
+
+def test_the_replay_viewer_has_a_word_for_every_value_it_words() -> None:
+    """The replay viewer words actors, phases, trusteeship reasons and clocks by key
+    (``replay.actor.<actor>`` ...): each value the engine can send has its key everywhere."""
+    from typing import get_args
+
+    from engine.match import events, state
+
+    values = {"replay.actor": set(get_args(events.Actor)) | set(get_args(events.PassActor)) | {"system"},
+              "replay.phase": set(get_args(state.Phase)),
+              "replay.why": set(get_args(events.TrusteeReason)) | set(get_args(events.TrusteeEndReason)),
+              "replay.clock": set(get_args(events.ClockExtended.model_fields["kind"].annotation)),
+              "removed": set(get_args(events.PlayerRemoved.model_fields["reason"].annotation))}
+    missing = sorted((lang, f"{prefix}.{v}") for lang, c in CATALOGUES.items() for prefix, vs in values.items()
+                     for v in vs if f"{prefix}.{v}" not in c)
+    assert not missing
+    js = (STATIC / "js" / "replay.js").read_text(encoding="utf-8")
+    assert all(f"`{prefix}.${{" in js or prefix == "removed" for prefix in values)

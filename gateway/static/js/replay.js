@@ -1,10 +1,13 @@
 // The operator's replay viewer: /replay/<match_id> with an operator token (?token=, postMessage
 // {type: "shuangkou-token"}, or a dev token), or an exported file (shuangkou export).  Read-only:
 // GET /api/replay/<id> and POST /api/replay compute the timeline on the server
-// (projections/timeline.py), the same one `shuangkou replay` prints.
+// (projections/timeline.py), the same one `shuangkou replay` prints.  Words from the i18n
+// catalogues, one language at a time (i18n.js): each step is worded here from its event's
+// fields (``fields``), not from the timeline's English line.
 import { cardElement } from "./cards.js";
-import { KOU } from "./words.js";
+import { eventReading, kouWords, modeWords, readingWords } from "./words.js";
 import { clientConfig, tokenFromHost } from "./auth.js";
+import { LANGS, currentLang, has, onLang, setLang, startLang, t } from "./i18n.js";
 
 const $ = (s) => document.querySelector(s);
 const KEY = "shuangkou-operator-token";
@@ -12,11 +15,17 @@ const pathMatch = window.location.pathname.match(/^\/replay\/(.+)$/);
 const matchId = pathMatch ? decodeURIComponent(pathMatch[1]) : null;
 const V = { token: null, data: null, i: 0, timer: null };
 
-const ACTOR = { player: "player", timeout: "timeout 超時", trustee: "trustee 託管", auto: "auto-pass 自動過", system: "system" };
+// what the status line says, as a function: it is worded again when the language changes
+let status = () => "";
 
-function setStatus(t, kind = "") {
+function actorWords(actor) {
+  return has(`replay.actor.${actor}`) ? t(`replay.actor.${actor}`) : actor;
+}
+
+function setStatus(words, kind = "") {
+  status = typeof words === "function" ? words : () => words;
   const el = $("[data-status]");
-  el.textContent = t;
+  el.textContent = status();
   el.dataset.kind = kind;
 }
 
@@ -29,9 +38,71 @@ function el(tag, text, attrs = {}) {
 
 function fmtMs(ms) {
   if (ms === null || ms === undefined) return "";
-  if (ms < 60000) return `${(ms / 1000).toFixed(1)}s`;
+  if (ms < 60000) return t("replay.seconds", { s: (ms / 1000).toFixed(1) });
   const s = Math.floor(ms / 1000);
-  return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s`;
+  return t("replay.minutes", { m: Math.floor(s / 60), s: String(s % 60).padStart(2, "0") });
+}
+
+const utc = (time) => t("replay.utc", { time });
+
+/** The room in the page's language: its mode, and its name when that is not the mode's (as on
+ * the table page). */
+function roomWords(d) {
+  return !d.room || d.room === "points" || d.room === "wealth" ? modeWords(d.mode) : `${d.room} · ${modeWords(d.mode)}`;
+}
+
+/** Why the server refused, in the page's language where the catalogue has its code. */
+function why(e) {
+  return e.code && has(`replay.err.${e.code}`) ? t(`replay.err.${e.code}`) : e.message;
+}
+
+/** A step in the page's language, from its event's fields; the timeline's English line for an
+ * event this page does not know. */
+function stepWords(s) {
+  const f = s.fields || {};
+  const name = s.player;
+  const because = (what, reason) => (reason && has(`replay.why.${reason}`)
+    ? t("replay.ev.why", { what, why: t(`replay.why.${reason}`) }) : what);
+  switch (s.type) {
+    case "MatchCreated":
+      return t("replay.ev.created", { id: V.data.match_id, room: roomWords(V.data) });
+    case "PlayerSeated":
+      return t("replay.ev.seated", { name, seat: f.seat, balance: f.balance, level: f.level, base: f.base });
+    case "PlayerReady":
+      return t("replay.ev.ready", { name });
+    case "PlayerRemoved":
+      return t("replay.ev.removed", { name, why: t(has(`removed.${f.reason}`) ? `removed.${f.reason}` : "removed.other") });
+    case "HandDealt":
+      return t("replay.ev.dealt", { name: s.first || "" });
+    case "CardsPlayed": {
+      const by = f.by === "timeout" ? t("log.byTimeout") : f.by === "trustee" ? t("log.byTrustee") : "";
+      return t("log.play", { name, what: readingWords(eventReading(f.reading)) + by });
+    }
+    case "Passed":
+      if (f.by === "auto") return t("log.autoPass", { name });
+      return t("log.pass", { name }) + (f.by === "timeout" ? t("log.byTimeout") : f.by === "trustee" ? t("log.byTrustee") : "");
+    case "TurnTimedOut":
+      return t("notice.timeoutOther", { name, n: f.count });
+    case "TrusteeshipStarted":
+      return because(t("notice.trusteeOn", { name }), f.reason);
+    case "TrusteeshipEnded":
+      return because(t("notice.trusteeOff", { name }), f.reason);
+    case "PlayerDisconnected":
+      return t("notice.disconnected", { name });
+    case "PlayerReconnected":
+      return t("notice.reconnected", { name });
+    case "PlayerEscaped":
+      return t("notice.escaped", { name });
+    case "ClockExtended":
+      return t("replay.ev.clock", { kind: t(`replay.clock.${f.kind}`), s: (f.by_ms / 1000).toFixed(1) });
+    case "MatchFinished":
+      return t("replay.ev.finished", { name: f.winner, kou: kouWords(f.kou),
+        left: Object.entries(f.cards_left || {}).map(([p, n]) => `${p} ${n}`).join(", ") });
+    case "MatchAbandoned":
+      return t("replay.ev.abandoned");
+    default:
+      return s.text;
+  }
 }
 
 async function call(path, body) {
@@ -41,7 +112,7 @@ async function call(path, body) {
     body,
   });
   const data = await r.json().catch(() => ({ reason: `HTTP ${r.status}` }));
-  if (!r.ok) throw new Error(data.reason || `HTTP ${r.status}`);
+  if (!r.ok) throw Object.assign(new Error(data.reason || `HTTP ${r.status}`), { code: data.error });
   return data;
 }
 
@@ -60,21 +131,23 @@ function finishIndex() {
 function renderMeta() {
   const d = V.data;
   const meta = $("#meta");
-  const players = d.players.map((p) => `${p.player} (seat ${p.seat}, balance ${p.balance}, level ${p.level}, X=${p.base})`).join(" · ");
-  const ledger = d.stored_matches === true ? ["✓ the ledger's stored settlement equals the replay", "ok-mark"]
-    : d.stored_matches === false ? ["✕ the ledger's stored settlement DIFFERS from the replay", "bad-mark"]
-      : ["no stored settlement (not settled yet, or not in this file)", "muted"];
+  const players = d.players.map((p) => t("replay.player", { name: p.player, seat: p.seat, balance: p.balance, level: p.level,
+    base: p.base })).join(" · ");
+  const ledger = d.stored_matches === true ? ["replay.ledger.ok", "ok-mark"]
+    : d.stored_matches === false ? ["replay.ledger.bad", "bad-mark"] : ["replay.ledger.none", "muted"];
+  const phase = has(`replay.phase.${d.phase}`) ? t(`replay.phase.${d.phase}`) : d.phase;
   meta.replaceChildren(
-    el("div", `${d.match_id} · ${d.mode === "wealth" ? "財富 wealth" : "積分 points"} room ${d.room || ""} · ${d.phase}`),
+    el("div", t("replay.meta", { id: d.match_id, room: roomWords(d), phase })),
     el("div", players),
-    el("div", `${d.steps.length} events · started ${d.steps.length ? d.steps[0].time : ""} UTC`
-      + (d.finished_ms ? ` · finished ${d.steps[d.steps.length - 1].time} UTC` : "")),
-    el("div", ledger[0], { class: ledger[1], "data-ledger": d.stored_matches === null ? "none" : String(d.stored_matches) }),
+    el("div", t("replay.events", { n: d.steps.length, time: d.steps.length ? utc(d.steps[0].time) : "" })
+      + (d.finished_ms ? ` · ${t("replay.finishedAt", { time: utc(d.steps[d.steps.length - 1].time) })}` : "")),
+    el("div", t(ledger[0]), { class: ledger[1], "data-ledger": d.stored_matches === null ? "none" : String(d.stored_matches) }),
   );
   $("#title").textContent = d.match_id;
   const probs = $("#problems");
   probs.hidden = !d.problems.length;
-  probs.replaceChildren(el("b", "Problems found by the check:"), ...d.problems.map((p) => el("div", p)));
+  // the check's own findings are an operator's diagnostics, in English like `shuangkou replay`
+  probs.replaceChildren(el("b", t("replay.problems")), ...d.problems.map((p) => el("div", p, { lang: "en" })));
 }
 
 function renderList() {
@@ -84,10 +157,10 @@ function renderList() {
   V.data.steps.forEach((s, i) => {
     if ((s.type === "CardsPlayed" || s.type === "Passed") && s.trick !== trick) {
       trick = s.trick;
-      items.push(el("li", `──── trick ${trick} ────`, { class: "trick", "data-trick": trick }));
+      items.push(el("li", `──── ${t("log.trick", { n: trick })} ────`, { class: "trick", "data-trick": trick }));
     }
     const turn = s.turn_ms !== null ? ` +${fmtMs(s.turn_ms)}` : "";
-    const li = el("li", `#${s.seq} ${s.time.slice(11)}${turn}  ${s.text}`, { "data-replay-step": i });
+    const li = el("li", `#${s.seq} ${s.time.slice(11)}${turn}  ${stepWords(s)}`, { "data-replay-step": i, "data-step-type": s.type });
     if (s.notice) li.classList.add("notice-step");
     li.addEventListener("click", () => go(i));
     items.push(li);
@@ -99,7 +172,7 @@ function renderHands(i) {
   const hands = handsAt(i);
   const box = $("#hands");
   if (!hands) {
-    box.replaceChildren(el("p", "No cards dealt yet at this step. 尚未發牌", { class: "muted" }));
+    box.replaceChildren(el("p", t("replay.noCards"), { class: "muted" }));
     return;
   }
   const s = V.data.steps[i];
@@ -107,7 +180,7 @@ function renderHands(i) {
     const seat = el("div", null, { class: "seat", "data-replay-hand": p });
     const onTurn = s.player === p && (s.type === "CardsPlayed" || s.type === "Passed");
     if (onTurn) seat.classList.add("on-turn");
-    seat.append(el("div", `${p} — ${ids.length} cards left 剩 ${ids.length} 張`, { class: "name", "data-cards-left": ids.length }));
+    seat.append(el("div", t("replay.cardsLeft", { name: p, n: ids.length }), { class: "name", "data-cards-left": ids.length }));
     const hand = el("div", null, { class: "hand" });
     hand.append(...ids.map((id) => cardElement(id, { attrs: { "data-hand-card": id }, wild: true, small: true })));
     seat.append(hand);
@@ -119,19 +192,19 @@ function renderNow(i) {
   const s = V.data.steps[i];
   const now = $("#now");
   const parts = [
-    el("div", `#${s.seq} · ${s.time} UTC` + (s.turn_ms !== null ? ` · turn took ${fmtMs(s.turn_ms)}` : "")
-      + (s.trick ? ` · trick ${s.trick}` : ""), { class: "when" }),
+    el("div", `#${s.seq} · ${utc(s.time)}` + (s.turn_ms !== null ? ` · ${t("replay.turnTook", { d: fmtMs(s.turn_ms) })}` : "")
+      + (s.trick ? ` · ${t("log.trick", { n: s.trick })}` : ""), { class: "when" }),
   ];
-  const line = el("div", s.text);
-  line.append(el("span", ACTOR[s.actor] || s.actor, { class: `actor ${s.actor}`, "data-actor": s.actor }));
+  const line = el("div", stepWords(s));
+  line.append(el("span", actorWords(s.actor), { class: `actor ${s.actor}`, "data-actor": s.actor }));
   parts.push(line);
   if (s.cards) {
     const row = el("div", null, { class: "last-cards" });
     row.append(...s.cards.map((id) => cardElement(id, { attrs: { "data-table-card": id }, small: true })));
     parts.push(row);
   }
-  if (s.notice_zh) parts.push(el("div", `${s.notice_zh} — ${s.notice_en}`, { class: "notice warn" }));
-  if (s.trick_break && s.type === "Passed") parts.push(el("div", "— the trick ends (R-6.2) 本輪結束 —", { class: "muted" }));
+  if (s.type === "TurnTimedOut") parts.push(el("div", t("notice.timeoutOther", { name: s.player, n: (s.fields || {}).count }), { class: "notice warn" }));
+  if (s.trick_break && s.type === "Passed") parts.push(el("div", `— ${t("replay.trickEnds")} (R-6.2) —`, { class: "muted" }));
   now.replaceChildren(...parts);
 }
 
@@ -150,20 +223,22 @@ function renderSettlement(i) {
     tr.append(el("th", k), el("td", v, attrs));
     rows.push(tr);
   };
-  row("X 對局分", `${b.X}`, { "data-term": "X" });
+  // the rule ids (R-8.2 ...) stay beside the words: an operator settles a dispute by them
+  row(t("settle.X"), `${b.X} — ${t("settle.XWhy")} (R-8.2)`, { "data-term": "X" });
   for (const [p, x] of Object.entries(b.xiang || {})) {
-    row(`${p} 相`, `${x.xiang} — ${x.source} (R-8.3${/R-9/.test(x.source) ? ", R-9" : ""}${/R-10/.test(x.source) ? ", R-10" : ""}) · c=${x.c} · b=${x.b}`,
-      { "data-xiang": p, "data-xiang-value": x.xiang });
+    const rules = `R-8.3${/R-9/.test(x.source) ? ", R-9" : ""}${/R-10/.test(x.source) ? ", R-10" : ""}`;
+    const words = x.xiang ? t("settle.xiangValue", { xiang: x.xiang, c: x.c, b: x.b }) : t("settle.xiangNone", { c: x.c, b: x.b });
+    row(t("settle.xiang", { name: p }), `${words} (${rules})`, { "data-xiang": p, "data-xiang-value": x.xiang });
   }
   if (b.escape) {
-    row("逃跑 escape", `${b.escape.rule}: ${b.escape.formula}`, { "data-term": "escape" });
-    row("received", `${b.escape.received_formula}; burned ${b.burned || 0}`);
+    row(t("settle.escape"), `${b.escape.rule}: ${b.escape.formula}`, { "data-term": "escape" });
+    row(t("settle.received"), `${b.escape.received_formula}; ${t("replay.burned", { n: b.burned || 0 })}`);
   } else {
-    row("a (kou)", `${b.a} — ${KOU[b.kou] || b.kou}: ${b.a_from}`, { "data-term": "a" });
-    row("b (翻倍)", `${b.b} — ${b.b_from}`, { "data-term": "b" });
-    row("X·a·b", b.win_formula, { "data-term": "win" });
-    row("X·c (貢獻)", b.contribution_formula, { "data-term": "contribution" });
-    if (b.cap && b.cap.applied) row("cap R-11.2", `${b.cap.payer} owed ${b.cap.owed}, paid ${b.cap.paid}`);
+    row(t("settle.a"), `${b.a} — ${kouWords(b.kou)} (R-7)`, { "data-term": "a" });
+    row(t("settle.b"), `${b.b} (R-8.4)`, { "data-term": "b" });
+    row(t("settle.win.formula"), b.win_formula, { "data-term": "win" });
+    row(t("settle.contribution"), b.contribution_formula, { "data-term": "contribution" });
+    if (b.cap && b.cap.applied) row(`${t("settle.cap")} (R-11.2)`, t("settle.capText", { payer: b.cap.payer, owed: b.cap.owed, paid: b.cap.paid }));
   }
   const table = el("table");
   table.append(...rows);
@@ -173,8 +248,12 @@ function renderSettlement(i) {
     li.append(el("b", v > 0 ? `+${v}` : `${v}`, { "data-score": p }));
     scores.append(li);
   }
-  const lines = el("pre", V.data.settlement_lines.join("\n"), { class: "muted settlement-lines" });  // no inline style (CSP)
-  panel.replaceChildren(el("h2", `Settlement 結算 — ${st.winner} wins, ${KOU[st.kou] || st.kou}`), scores, table, lines);
+  // the same settlement as `shuangkou replay` prints it (English, like the command line), folded
+  const lines = el("details", null, { class: "formula" });
+  lines.append(el("summary", t("replay.cliText")),
+    el("pre", V.data.settlement_lines.join("\n"), { class: "muted settlement-lines", lang: "en" }));  // no inline style (CSP)
+  panel.replaceChildren(el("h2", `${t("settle.title")} — ${t("settle.wins", { name: st.winner })} · ${kouWords(st.kou)}`),
+    scores, table, lines);
   panel.hidden = false;
 }
 
@@ -188,7 +267,7 @@ function go(i) {
     cur.scrollIntoView({ block: "nearest" });
   }
   $("#jump").value = String(V.i);
-  $("#pos").textContent = `step ${V.i + 1} / ${n}`;
+  $("#pos").textContent = t("replay.position", { n: V.i + 1, total: n });
   $("#pos").dataset.stepIndex = String(V.i);
   $("[data-action=back]").disabled = V.i === 0;
   $("[data-action=first]").disabled = V.i === 0;
@@ -204,7 +283,8 @@ function stopAutoplay() {
   if (V.timer) clearInterval(V.timer);
   V.timer = null;
   $("[data-action=autoplay]").setAttribute("aria-pressed", "false");
-  $("[data-action=autoplay]").textContent = "Autoplay ▶▶";
+  $("[data-action=autoplay]").dataset.i18n = "replay.autoplay";
+  $("[data-action=autoplay]").textContent = t("replay.autoplay");
 }
 
 function toggleAutoplay() {
@@ -215,7 +295,8 @@ function toggleAutoplay() {
   if (V.i >= V.data.steps.length - 1) go(0);
   V.timer = setInterval(() => go(V.i + 1), Number($("#speed").value));
   $("[data-action=autoplay]").setAttribute("aria-pressed", "true");
-  $("[data-action=autoplay]").textContent = "Pause ❚❚";
+  $("[data-action=autoplay]").dataset.i18n = "replay.pause";
+  $("[data-action=autoplay]").textContent = t("replay.pause");
 }
 
 function show(data) {
@@ -226,22 +307,23 @@ function show(data) {
   renderList();
   go(0);
   document.getElementById("viewer").dataset.loaded = "true";
-  setStatus(`${data.match_id}: ${data.steps.length} events${data.problems.length ? `, ${data.problems.length} problem(s)` : ", the check found no problem"}`,
-    data.problems.length ? "error" : "");
+  const k = data.problems.length;
+  setStatus(() => t(k ? "replay.loadedProblems" : "replay.loaded", { id: data.match_id, n: data.steps.length, k }),
+    k ? "error" : "");
 }
 
 // ---- start ------------------------------------------------------------------------------------------
 
 async function load() {
   if (!matchId || matchId === "file") {
-    setStatus("Load an exported file 載入匯出檔");
+    setStatus(() => t("replay.loadFile"));
     return;
   }
-  setStatus(`Loading ${matchId}… 載入中`);
+  setStatus(() => t("replay.loading", { id: matchId }));
   try {
     show(await call(`/api/replay/${encodeURIComponent(matchId)}`));
   } catch (e) {
-    setStatus(`Cannot load ${matchId}: ${e.message}`, "error");
+    setStatus(() => t("replay.cannotLoad", { id: matchId, why: why(e) }), "error");
   }
 }
 
@@ -252,6 +334,9 @@ function bind() {
   $("[data-action=last]").addEventListener("click", () => go(V.data.steps.length - 1));
   $("[data-action=autoplay]").addEventListener("click", toggleAutoplay);
   $("#jump").addEventListener("input", (ev) => go(Number(ev.target.value)));
+  $("[data-action=lang]").addEventListener("click", () => {
+    setLang(LANGS[(LANGS.indexOf(currentLang()) + 1) % LANGS.length]);
+  });
   document.addEventListener("keydown", (ev) => {
     if (!V.data || ev.target.tagName === "INPUT") return;
     if (ev.key === "ArrowRight") go(V.i + 1);
@@ -261,7 +346,7 @@ function bind() {
     const f = ev.target.files[0];
     if (!f) return;
     if (!V.token) {
-      setStatus("An operator token is needed 需要操作員權限", "error");
+      setStatus(() => t("replay.needTokenFile"), "error");
       return;
     }
     try {
@@ -269,7 +354,7 @@ function bind() {
       const q = matchId && matchId !== "file" ? `?match=${encodeURIComponent(matchId)}` : "";
       show(await call(`/api/replay${q}`, text));
     } catch (e) {
-      setStatus(`Cannot read ${f.name}: ${e.message}`, "error");
+      setStatus(() => t("replay.cannotRead", { file: f.name, why: why(e) }), "error");
     }
   });
   $("#login-form").addEventListener("submit", async (ev) => {
@@ -278,7 +363,7 @@ function bind() {
       body: JSON.stringify({ name: $("#login-name").value.trim(), role: "operator" }) });
     const body = await r.json();
     if (!r.ok) {
-      setStatus(body.reason || "refused", "error");
+      setStatus(() => (body.error && has(`refusal.${body.error}`) ? t(`refusal.${body.error}`) : body.reason || t("refusal.other")), "error");
       return;
     }
     useToken(body.token);
@@ -308,7 +393,22 @@ async function boot() {
   tokenFromHost(useToken, KEY);  // only from the --frame-ancestors origins
   const cfg = await clientConfig();
   if (cfg.dev) $("#login").hidden = false;
-  setStatus("An operator token is needed: ?token=… 需要操作員權限");
+  setStatus(() => t("replay.needToken"));
 }
 
-boot();
+/** The language changed: every word on the page again (the static ones are i18n.js's). */
+function relabel() {
+  document.title = t("replay.pageTitle");
+  $("[data-status]").textContent = status();
+  if (V.data) {
+    renderMeta();
+    renderList();
+    go(V.i);
+  }
+}
+
+onLang(relabel);
+startLang().catch(() => {}).then(() => {
+  relabel();
+  boot();
+});

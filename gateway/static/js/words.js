@@ -1,10 +1,6 @@
 // The card-game vocabulary in the page's language (i18n.js catalogues): combination names,
-// kou names, room modes.  KOU (both languages) stays for the operator's replay viewer.
+// kou names, room modes; the table page's and the operator's replay viewer's.
 import { t } from "./i18n.js";
-
-export const KOU = {
-  flat: "平扣 flat", single: "單扣 single kou", double: "雙扣 double kou", escape: "逃跑 escape",
-};
 
 export const BOMB_KINDS = new Set(["bomb", "chain_bomb", "three_jokers", "four_jokers"]);
 const RANK_LABELS = ["3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K", "A", "2", "SJ", "BJ"];

@@ -1,0 +1,152 @@
+"""The operator's replay viewer speaks the page's language (issue 25): a real headless Chromium at
+375×812 in zh-CN, zh-TW and en opens ``/replay/<id>`` on a real match (played by
+:func:`tests.strategies.play_match`, written to a real redis-server with its ledger settlement,
+read by a real ``shuangkou gateway --dev``) and every word it shows -- the page, each step of
+the timeline, the step on show with its actor and notices, the hands and the settlement -- is
+from that language's catalogue: no English word in Chinese, no Chinese in English, no
+Traditional-only character in Simplified Chinese and no Simplified-only one in Traditional.
+Player ids, the match id and the card faces are data, not words, and are left out.
+
+Screenshots (``SK_REPLAY_SHOTS`` or artifacts/screenshots/): ``replay-<locale>-375.png``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, Console, browser_stack
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.redis]
+
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = Path(os.environ.get("SK_REPLAY_SHOTS") or ROOT / "artifacts" / "screenshots")
+I18N = ROOT / "gateway" / "static" / "i18n"
+CATALOGUES = {lang: json.loads((I18N / f"{lang}.json").read_text(encoding="utf-8")) for lang in ("zh-Hans", "zh-Hant", "en")}
+CJK = re.compile(r"[\u3400-\u9fff]")
+MATCH = "r1"
+PLAYERS = ("a", "b")  # tests.strategies' player ids
+LOCALES = {"zh-CN": "zh-Hans", "zh-TW": "zh-Hant", "en-US": "en"}
+
+# every visible text node outside the card faces and the command line (<code>), every option,
+# and each visible element's
+# title / aria-label / placeholder
+VISIBLE_TEXT = """() => {
+  const out = [document.title];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const p = n.parentElement;
+    if (!p || p.closest('.card, code, script, style') || !n.textContent.trim()) continue;
+    if (p.tagName === 'OPTION' ? p.closest('select').checkVisibility() : p.checkVisibility()) out.push(n.textContent.trim());
+  }
+  for (const e of document.querySelectorAll('[title], [aria-label], [placeholder]')) {
+    if (!e.checkVisibility() || e.closest('.card')) continue;
+    for (const a of ['title', 'aria-label', 'placeholder']) if (e.getAttribute(a)) out.push(e.getAttribute(a));
+  }
+  return out;
+}"""
+
+
+def _only_in(lang: str, other: str) -> set[str]:
+    """The CJK characters of ``lang``'s catalogue that ``other``'s never uses (雙 in zh-Hant)."""
+    mine = set(CJK.findall("".join(CATALOGUES[lang].values())))
+    return mine - set(CJK.findall("".join(CATALOGUES[other].values())))
+
+
+def wrong_words(texts: list[str], lang: str) -> list[str]:
+    """The texts that are not ``lang``'s: English words (two letters or more) or another
+    script's characters in Chinese, Chinese in English.  Ids are removed first."""
+    bad = []
+    for text in texts:
+        bare = re.sub(r"\b(%s)\b" % "|".join(map(re.escape, (MATCH, *PLAYERS))), " ", text)
+        if lang == "en":
+            if CJK.search(bare):
+                bad.append(text)
+            continue
+        other = "zh-Hant" if lang == "zh-Hans" else "zh-Hans"
+        if re.search(r"[A-Za-z]{2,}", bare) or set(bare) & _only_in(other, lang):
+            bad.append(text)
+    return bad
+
+
+def test_wrong_words_finds_the_mixed_texts() -> None:
+    assert wrong_words(["Replay 回放", "b 剩 3 張", "a — 3"], "zh-Hans") == ["Replay 回放", "b 剩 3 張"]
+    assert wrong_words(["回放", "b wins"], "en") == ["回放"]
+    assert wrong_words(["剩 3 张", "X·a·b = 60·1·1"], "zh-Hant") == ["剩 3 张"]
+
+
+@pytest.fixture
+def replay_stack(redis_server, tmp_path):
+    """A finished match with timeouts, trusteeship and bombs in the store and its settlement in
+    the ledger, and a ``gateway --dev`` that reads it: the base URL.  The viewer reads the
+    store only, so one deployment (serve alone) is enough."""
+    import redis
+
+    from engine.store.redis_store import RedisEventStore
+    from projections.ledger import RedisLedger
+    from projections.settlement import settle
+    from tests.strategies import MatchSpec, play_match
+
+    with browser_stack(redis_server, tmp_path, "serve-alone", {"quick": {}}, "replay", "--dev") as (s, gw):
+        client = redis.Redis.from_url(s.store_url)
+        events = play_match(MatchSpec(seed=23), match_id=MATCH, reproducible=True).store.load(MATCH)
+        types = {e.type for e in events}
+        assert {"TurnTimedOut", "TrusteeshipStarted", "PlayerDisconnected", "MatchFinished"} <= types
+        store = RedisEventStore(client)
+        for e in events:
+            store.append(MATCH, e.seq - 1, f"c{e.seq}", [e], None)
+        RedisLedger(client).apply_settlement(MATCH, settle(events))
+        client.close()
+        yield gw.http
+
+
+def _operator(base: str) -> str:
+    from tests.test_browser import _token
+
+    return _token(base, "op", "operator")
+
+
+def test_the_replay_viewer_speaks_one_language(replay_stack) -> None:
+    from playwright.sync_api import sync_playwright
+
+    base = replay_stack
+    console = Console()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            for locale, lang in LOCALES.items():
+                words = CATALOGUES[lang]
+                ctx = browser.new_context(viewport={"width": 375, "height": 812}, locale=locale)
+                page = ctx.new_page()
+                console.watch(page, f"replay {locale}")
+                page.goto(f"{base}/replay/{MATCH}?token={_operator(base)}")
+                page.wait_for_selector("#viewer[data-loaded=true]", timeout=30_000)
+                assert page.get_attribute("html", "lang") == lang
+                assert page.locator("#login").is_hidden()  # a token is there: no dev-token offer
+                page.click("[data-action=last]")
+                page.wait_for_selector("[data-settlement]:not([hidden])")
+                page.screenshot(path=str(SHOTS / f"replay-{locale}-375.png"), full_page=True)
+                seen: list[str] = page.evaluate(VISIBLE_TEXT)  # the settlement
+                page.click("[data-action=first]")
+                seen += page.evaluate(VISIBLE_TEXT)  # no cards dealt yet
+                assert not wrong_words(seen, lang), (locale, sorted(set(wrong_words(seen, lang)))[:40])
+                for kind in ("TurnTimedOut", "TrusteeshipStarted", "CardsPlayed", "Passed", "HandDealt"):
+                    page.locator(f"#steps li[data-step-type={kind}]").first.click()
+                    seen += page.evaluate(VISIBLE_TEXT)
+                page.click("[data-action=autoplay]")  # the button says Pause
+                seen += page.evaluate(VISIBLE_TEXT)
+                page.click("[data-action=autoplay]")
+                bad = wrong_words(seen, lang)
+                assert not bad, (locale, sorted(set(bad))[:40])
+                body = page.text_content("body") or ""
+                for key in ("replay.title", "replay.first", "replay.forward", "replay.autoplay", "settle.title"):
+                    assert words[key] in body or words[key] in seen, (locale, key, words[key])
+                ctx.close()
+        finally:
+            browser.close()
+    assert console.errors == []
+
