@@ -7,6 +7,9 @@ from that language's catalogue: no English word in Chinese, no Chinese in Englis
 Traditional-only character in Simplified Chinese and no Simplified-only one in Traditional.
 Player ids, the match id and the card faces are data, not words, and are left out.
 
+The dev-token form is offered only to a tab that holds no operator token: one the table page
+kept in the tab (``shuangkou-token``) is used, as the table page uses it.
+
 Screenshots (``SK_REPLAY_SHOTS`` or artifacts/screenshots/): ``replay-<locale>-375.png``."""
 
 from __future__ import annotations
@@ -150,3 +153,32 @@ def test_the_replay_viewer_speaks_one_language(replay_stack) -> None:
             browser.close()
     assert console.errors == []
 
+
+def test_a_tab_holding_an_operator_token_is_not_offered_a_dev_token(replay_stack) -> None:
+    """An operator token the table page kept in this tab is used; the dev-token form only shows
+    when the tab has none (as on the table page)."""
+    from playwright.sync_api import sync_playwright
+
+    base = replay_stack
+    token = _operator(base)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            ctx = browser.new_context(viewport={"width": 375, "height": 812}, locale="zh-CN")
+            page = ctx.new_page()
+            page.add_init_script(f"sessionStorage.setItem('shuangkou-token', {json.dumps(token)})")
+            page.goto(f"{base}/replay/{MATCH}")
+            page.wait_for_selector("#viewer[data-loaded=true]", timeout=30_000)
+            assert page.locator("#login").is_hidden()
+            ctx.close()
+            fresh = browser.new_context(viewport={"width": 375, "height": 812}, locale="zh-CN")
+            page = fresh.new_page()
+            page.goto(f"{base}/replay/{MATCH}")
+            page.wait_for_selector("#login:not([hidden])", timeout=30_000)  # --dev, no token: offered
+            page.fill("#login-name", "olga")
+            page.click("[data-action=login]")
+            page.wait_for_selector("#viewer[data-loaded=true]", timeout=30_000)
+            assert page.locator("#login").is_hidden()
+            fresh.close()
+        finally:
+            browser.close()

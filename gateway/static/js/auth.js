@@ -1,7 +1,8 @@
 // Where the page's token comes from: ?token=, a postMessage from the host page
 // ({type: "shuangkou-token", token}), or -- with `shuangkou gateway --dev` -- a name typed
 // into the page (POST /api/dev/token).  Kept in sessionStorage so a reload keeps the seat;
-// each tab has its own (two tabs can be two players).
+// each tab has its own (two tabs can be two players).  A page with a token of its own (the
+// replay viewer's operator token) passes its storage key.
 const KEY = "shuangkou-token";
 
 export function claims(token) {
@@ -13,19 +14,19 @@ export function claims(token) {
   }
 }
 
-export function tokenFromUrl() {
+export function tokenFromUrl(storageKey = KEY) {
   const url = new URL(window.location.href);
   const t = url.searchParams.get("token");
   if (t) {
     url.searchParams.delete("token");  // keep it out of the address bar and the history
     window.history.replaceState(null, "", url.pathname + url.search + url.hash);
-    sessionStorage.setItem(KEY, t);
+    sessionStorage.setItem(storageKey, t);
   }
   return t;
 }
 
-export function storedToken() {
-  return sessionStorage.getItem(KEY);
+export function storedToken(storageKey = KEY) {
+  return sessionStorage.getItem(storageKey);
 }
 
 export function forgetToken() {
@@ -51,14 +52,14 @@ export function tokenFromHost(onToken, storageKey = KEY) {
   });
 }
 
-export async function devToken(name, role) {
+export async function devToken(name, role, storageKey = KEY) {
   const r = await fetch("/api/dev/token", {
     method: "POST", headers: { "Content-Type": "application/json" },
     body: JSON.stringify({ name, role }),
   });
   const body = await r.json().catch(() => ({}));
   if (!r.ok) throw Object.assign(new Error(body.reason || `HTTP ${r.status}`), { code: body.error || "rejected" });
-  sessionStorage.setItem(KEY, body.token);
+  sessionStorage.setItem(storageKey, body.token);
   return body.token;
 }
 
@@ -78,6 +79,6 @@ export async function api(path, token, body) {
     body: body === undefined ? undefined : (typeof body === "string" ? body : JSON.stringify(body)),
   });
   const data = await r.json().catch(() => ({ reason: `HTTP ${r.status}` }));
-  if (!r.ok) throw new Error(data.reason || `HTTP ${r.status}`);
+  if (!r.ok) throw Object.assign(new Error(data.reason || `HTTP ${r.status}`), { code: data.error });
   return data;
 }

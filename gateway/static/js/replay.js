@@ -6,7 +6,7 @@
 // fields (``fields``), not from the timeline's English line.
 import { cardElement } from "./cards.js";
 import { eventReading, kouWords, modeWords, readingWords } from "./words.js";
-import { clientConfig, tokenFromHost } from "./auth.js";
+import { api, claims, clientConfig, devToken, storedToken, tokenFromHost, tokenFromUrl } from "./auth.js";
 import { LANGS, currentLang, has, onLang, setLang, startLang, t } from "./i18n.js";
 
 const $ = (s) => document.querySelector(s);
@@ -105,16 +105,7 @@ function stepWords(s) {
   }
 }
 
-async function call(path, body) {
-  const r = await fetch(path, {
-    method: body === undefined ? "GET" : "POST",
-    headers: { Authorization: `Bearer ${V.token}` },
-    body,
-  });
-  const data = await r.json().catch(() => ({ reason: `HTTP ${r.status}` }));
-  if (!r.ok) throw Object.assign(new Error(data.reason || `HTTP ${r.status}`), { code: data.error });
-  return data;
-}
+const call = (path, body) => api(path, V.token, body);
 
 // ---- rendering ------------------------------------------------------------------------------------
 
@@ -359,39 +350,39 @@ function bind() {
   });
   $("#login-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    const r = await fetch("/api/dev/token", { method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ name: $("#login-name").value.trim(), role: "operator" }) });
-    const body = await r.json();
-    if (!r.ok) {
-      setStatus(() => (body.error && has(`refusal.${body.error}`) ? t(`refusal.${body.error}`) : body.reason || t("refusal.other")), "error");
-      return;
+    try {
+      useToken(await devToken($("#login-name").value.trim(), "operator", KEY));
+    } catch (e) {
+      setStatus(() => (e.code && has(`refusal.${e.code}`) ? t(`refusal.${e.code}`) : e.message), "error");
     }
-    useToken(body.token);
   });
 }
 
-function useToken(t) {
-  V.token = t;
-  sessionStorage.setItem(KEY, t);
+/** Each token's source keeps it (auth.js, under this page's KEY); this only uses it. */
+function useToken(token) {
+  V.token = token;
   $("#login").hidden = true;
   load();
 }
 
+/** The tab's table token (auth.js's own key) when it is an operator's: the table page took it
+ * from ?token= or its host page, and this tab may read replays with it. */
+function operatorToken(token) {
+  const c = token ? claims(token) : null;
+  return c && c.role === "operator" ? token : null;
+}
+
 async function boot() {
   bind();
-  const url = new URL(window.location.href);
-  const t = url.searchParams.get("token");
-  if (t) {
-    url.searchParams.delete("token");
-    window.history.replaceState(null, "", url.pathname + url.search);
-  }
-  const token = t || sessionStorage.getItem(KEY);
+  // as the table page: ?token=, else this tab's kept token; the dev form only without one
+  const token = tokenFromUrl(KEY) || storedToken(KEY) || operatorToken(storedToken());
   if (token) {
     useToken(token);
     return;
   }
   tokenFromHost(useToken, KEY);  // only from the --frame-ancestors origins
   const cfg = await clientConfig();
+  if (V.token) return;  // the host page's token came first: nothing to offer
   if (cfg.dev) $("#login").hidden = false;
   setStatus(() => t("replay.needToken"));
 }
