@@ -696,6 +696,56 @@ def test_the_result_sheet_scrolls_under_the_top_bar_never_behind_it(browser, sit
         context.close()
 
 
+#: a phone of 375×812 as it is met: plain (a desktop browser's device mode), with the 34 px home
+#: indicator inset of the phones of that size (viewport-fit=cover), and that inset with the
+#: browser's text size set to "very large" (a 24 px default: Ready grows with it)
+PHONE_CASES = {"plain": (0, 16), "inset": (34, 16), "inset-large-text": (34, 24)}
+
+
+@pytest.mark.parametrize("case", sorted(PHONE_CASES))
+@pytest.mark.parametrize("locale", ["en-US", "zh-CN"])
+def test_the_end_of_a_long_result_is_never_under_ready(browser, site, locale: str, case: str) -> None:
+    """On a 375×812 phone the result sheet (the settlement with its formula open, Verify's checks
+    under it) ends above the floating Ready button, whatever the phone's bottom inset and the text
+    size: scrolled to its end, its last line is above Ready and a tap there reaches it."""
+    inset, font = PHONE_CASES[case]
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        cdp = context.new_cdp_session(page)
+        cdp.send("Emulation.setSafeAreaInsetsOverride", {"insets": {"bottom": inset}})
+        cdp.send("Page.setFontSizes", {"fontSizes": {"standard": font}})
+        page.set_viewport_size({"width": 375, "height": 812})
+        m = Match(f"end-{locale}-{case}")
+        _seat(page, m)
+        _feed(page, m.step(400))
+        assert m.state.phase == "finished"
+        _feed(page, [m.settled()])
+        page.wait_for_selector("[data-settlement] [data-score='alice']")
+        m2 = Match(f"end-{locale}-{case}-2")  # the next match is offered: Ready floats over the table
+        _feed(page, [{"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m2.mid}]
+              + m2.run(CreateMatch(command_id="n1", match_id=m2.mid, config=load_config("points").to_record())))
+        page.wait_for_selector("[data-action=ready]:visible")
+        page.click("[data-settlement] details summary")  # the formula open: a long result
+        page.click("[data-action=verify]")
+        page.wait_for_selector("[data-verify-checks] li")
+        page.wait_for_timeout(200)
+        page.eval_on_selector("#sheet", "s => { s.scrollTop = s.scrollHeight; }")
+        page.wait_for_timeout(100)
+        ready, sheet = _box(page, "[data-action=ready]"), _box(page, "#sheet")
+        panel, last = _box(page, "[data-verify]"), _box(page, "[data-verify-result]")  # the sheet's last panel, line
+        assert sheet["bottom"] <= ready["top"] + 0.5, (case, sheet, ready)
+        assert panel["bottom"] <= ready["top"] and last["top"] >= sheet["top"], (case, panel, last, ready)
+        hit = page.evaluate("""() => { const e = document.querySelector('[data-verify-result]');
+            const r = e.getBoundingClientRect(); const h = document.elementFromPoint(r.left + 8, r.bottom - 3);
+            return !!h && (h === e || e.contains(h)); }""")
+        assert hit, "the last line of the result is covered"
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"table-{LOCALES[locale]}-result-end-{case}-375x812.png"))
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 def test_avatar_initials_are_letters_of_the_name() -> None:
     """The avatar's initials (js/avatar.js initialsOf, run in Node): a CJK name's first character,
     the first letters of a Latin name's first two words, never a separator such as the "·" of

@@ -144,6 +144,16 @@ function sheetTop() {
   }
 }
 
+/** The result sheet ends above the floating Ready button: --ready-h is the button's height (48 px,
+ * more when the text is larger), kept as it changes; a hidden button keeps the last one. */
+function readyHeight() {
+  const h = $("[data-action=ready]").offsetHeight;
+  const px = `${Math.ceil(h)}px`;
+  if (h && document.documentElement.style.getPropertyValue("--ready-h") !== px) {
+    document.documentElement.style.setProperty("--ready-h", px);
+  }
+}
+
 function show(id, on) {
   $(id).hidden = !on;
 }
@@ -598,6 +608,7 @@ function render() {
   const mode = (view && view.mode) || roomCfg().mode || "points";
   $("#me-balance").textContent = S.balance !== null && !S.spectator ? `${t(mode === "wealth" ? "unit.coins" : "unit.points")} ${S.balance}` : "";
   renderReady(view);
+  readyHeight();
   renderTally();
   sheetTop();
   loadTiers(view);
@@ -919,8 +930,10 @@ function bind() {
     const watch = new ResizeObserver(sheetTop);
     watch.observe($(".topbar"));
     watch.observe($("[data-series-tally]"));
+    new ResizeObserver(readyHeight).observe($("[data-action=ready]"));
   }
   sheetTop();
+  readyHeight();
   let resizeTimer = null;
   window.addEventListener("resize", () => {
     clearTimeout(resizeTimer);
