@@ -746,6 +746,75 @@ def test_the_end_of_a_long_result_is_never_under_ready(browser, site, locale: st
         context.close()
 
 
+#: the played cards' fly-in (fx.js flyIn), swept frame by frame: at each moment a card's box
+#: overlaps the "… played" label, what a tap at the middle of the overlap reaches
+_SWEEP = """() => {
+  const who = document.querySelector('#last-who');
+  const cards = [...document.querySelectorAll('#last-cards .card')];
+  const anims = cards.flatMap((c) => c.getAnimations());
+  anims.forEach((a) => a.pause());
+  const end = Math.max(0, ...anims.map((a) => a.effect.getComputedTiming().endTime));
+  const out = { anims: anims.length, overlaps: 0, covered: [] };
+  const check = (t) => {
+    const w = who.getBoundingClientRect();
+    for (const c of cards) {
+      const r = c.getBoundingClientRect();
+      const l = Math.max(r.left, w.left), rt = Math.min(r.right, w.right);
+      const tp = Math.max(r.top, w.top), b = Math.min(r.bottom, w.bottom);
+      if (rt - l < 1 || b - tp < 1) continue;
+      out.overlaps += 1;
+      const hit = document.elementFromPoint((l + rt) / 2, (tp + b) / 2);
+      if (!(hit && (hit === who || who.contains(hit)))) out.covered.push([t, hit ? hit.outerHTML.slice(0, 60) : null]);
+    }
+  };
+  for (let t = 0; t <= end; t += 8) { anims.forEach((a) => { a.currentTime = t; }); check(t); }
+  anims.forEach((a) => a.finish());
+  const [overlaps, covered] = [out.overlaps, out.covered.length];
+  check('settled');
+  out.settled = { overlaps: out.overlaps - overlaps, covered: out.covered.length - covered };
+  return out;
+}"""
+
+
+@pytest.mark.parametrize("locale", ["en-US", "zh-CN"])
+def test_the_cards_played_never_cover_who_played_them(browser, site, locale: str) -> None:
+    """On a 375×812 phone the opponent's cards fly in from the seat above, across the trick's
+    "… played" label: at no moment of the flight, and not after it, does a card cover the label
+    (a tap on it reaches the label)."""
+    from engine.rules.moves import trustee_choice
+
+    context, page, errors = _open(browser, site, locale)  # with the motion
+    try:
+        page.set_viewport_size({"width": 375, "height": 812})
+        m = Match(f"fly-{locale}")
+        _seat(page, m)
+        flights = 0
+        for _ in range(40):
+            s = m.state
+            if s.phase != "playing" or flights == 3:
+                break
+            seat = s.seats[s.turn]
+            follows = s.to_beat.combo if s.to_beat is not None else None
+            if seat.player != "bob" or trustee_choice(list(seat.hand), follows) is None:
+                _feed(page, m.step(1))
+                continue
+            msgs = m.step(1)  # bob plays: his cards fly in from his seat
+            page.evaluate("(ms) => { for (const m of ms) window.__feed(m); }", msgs)
+            got = page.evaluate(_SWEEP)
+            assert got["anims"] > 0 and got["overlaps"] > 0, got  # in flight, they do cross the label
+            assert got["covered"] == [], got
+            assert got["settled"]["overlaps"] == 0, got  # landed, none is over it
+            assert "Bob" in page.text_content("#last-who")
+            flights += 1
+            page.wait_for_timeout(50)
+        assert flights == 3
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"table-{LOCALES[locale]}-trick-label-375x812.png"))
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 def test_avatar_initials_are_letters_of_the_name() -> None:
     """The avatar's initials (js/avatar.js initialsOf, run in Node): a CJK name's first character,
     the first letters of a Latin name's first two words, never a separator such as the "·" of
