@@ -17,7 +17,8 @@ Screenshots of the create, join, tally, vote and standings screens at 375×812, 
 A third test plays one hand on two phones (375×812, a zh-CN owner and an en friend) and checks
 what a play-test found: names and the hand in the tally, nothing covered by it, Ask to end
 reachable, the code's panel in view, a malformed code refused in the page, English words and
-plurals in the result and the standings, Verify's checks in view, no repeated leave reason, and
+plurals in the result and the standings, Verify's checks in view, a refused vote to end said in
+each page's language in the tally, no repeated leave reason, and
 the lobby after the final standings are closed (``private-phone-<what>-<lang>-375x812.png``)."""
 
 from __future__ import annotations
@@ -291,13 +292,14 @@ def _in_lobby(page) -> bool:
 
 def test_a_private_table_on_two_phones_names_fits_and_ends_in_the_lobby(stack, deployment) -> None:
     """老王 (a zh-CN phone) opens a 4-hand table, Dave (an en phone) joins it by its code after a
-    code too short; one hand played by the trustee, then Dave asks to end, 老王 agrees, both close
-    the standings.  At 375×812: the code's panel is in view; the too-short code is refused in the
-    page; the tally names the owner (never an id), shows the hand being played, covers no seat,
-    badge or result heading, and Ask to end is reachable; the English result has no Chinese in
-    its score details and says "1 card left" / "N cards left"; the checks of Verify are in view
-    above Ready; the standings say "1 hand played"; no leave notice repeats its reason; after
-    Close both pages are in the lobby and stay there."""
+    code too short; one hand played by the trustee, then Dave asks to end and 老王 plays on (both
+    pages say so in the tally), Dave asks again, 老王 agrees, both close the standings.  At
+    375×812: the code's panel is in view; the too-short code is refused in the page; the tally
+    names the owner (never an id), shows the hand being played, covers no seat, badge or result
+    heading, and Ask to end is reachable; the English result has no Chinese in its score details
+    and says "1 card left" / "N cards left"; the checks of Verify are in view above Ready; the
+    refused vote is said in each page's language; the standings say "1 hand played"; no leave
+    notice repeats its reason; after Close both pages are in the lobby and stay there."""
     from playwright.sync_api import sync_playwright
 
     base = stack["base"]
@@ -417,10 +419,25 @@ def test_a_private_table_on_two_phones_names_fits_and_ends_in_the_lobby(stack, d
                 _reachable(a, "[data-verify-checks] li:last-child")
                 shot(a, "verified", "zh")
 
-            # -- Dave asks to end (a real click on the phone), 老王 agrees -------------------------
+            # -- Dave asks to end, 老王 plays on: both read what came of it in the tally ------------
+            b.click("[data-action=request-end]")
+            a.wait_for_selector("[data-vote-dialog]:not([hidden]) [data-action=vote-refuse]:not([hidden])",
+                                timeout=60_000)
+            a.click("[data-action=vote-refuse]")
+            for page in (a, b):
+                page.wait_for_selector("[data-series-tally] [data-vote-result=refused]:visible", timeout=60_000)
+                assert page.is_hidden("[data-vote-dialog]")
+                _tally_clear_of(page, "[data-settlement] h2, [data-settlement] .verdict")
+            assert a.text_content("[data-vote-result]") == "你选择继续打：解散申请未通过。"
+            assert b.text_content("[data-vote-result]") == "老王 chose to play on: the vote to end was refused."
+            shot(a, "vote-refused", "zh")
+            shot(b, "vote-refused", "en")
+
+            # -- Dave asks again (a real click on the phone), 老王 agrees --------------------------
             b.click("[data-action=request-end]")
             a.wait_for_selector("[data-vote-dialog]:not([hidden]) [data-action=vote-agree]:not([hidden])",
                                 timeout=60_000)
+            assert a.is_hidden("[data-vote-result]")  # a new vote: the old outcome is gone
             a.click("[data-action=vote-agree]")
             for page in (a, b):
                 page.wait_for_selector("[data-standings]:not([hidden])", timeout=60_000)

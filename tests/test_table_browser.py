@@ -815,6 +815,79 @@ def test_the_cards_played_never_cover_who_played_them(browser, site, locale: str
         context.close()
 
 
+def _series(state: str, **kw) -> dict:
+    return {"kind": "series", "state": state, "series_id": "s-vote", "command_id": None, **kw}
+
+
+@pytest.mark.parametrize("locale", sorted(LOCALES))
+def test_the_outcome_of_a_vote_to_end_stays_said_in_the_tally(browser, site, locale: str) -> None:
+    """A private series (js/private.js): when a vote to end is refused or passes, the dialog closes
+    and a line of the series tally ([data-vote-result] = refused / passed) says what came of it, in
+    the page's language, who answered (you, the friend, or nobody in time); it stays after the
+    notices are gone and further plays, until the next vote opens or the series ends."""
+    lang = LOCALES[locale]
+    words = CATALOGUES[lang]
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        page.set_viewport_size({"width": 375, "height": 812})
+        m = Match("s-vote-1")
+        _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
+                     _series("tally", hand=0, hands=4, totals={"alice": 0, "bob": 0}),
+                     {"kind": "lobby", "state": "seated", "room": "points", "table": "s-vote", "match": m.mid,
+                      "names": {"alice": "小明", "bob": "Bob"}}] + m.start())
+        page.wait_for_selector("#hand [data-card]")
+        page.wait_for_selector("[data-series-tally]:not([hidden])")
+        result = "[data-series-tally] [data-vote-result]"
+        assert page.is_hidden(result) and page.get_attribute(result, "data-vote-result") == ""
+        deadline = 1_800_000_060_000
+
+        # alice asks, Bob plays on: refused, said in the tally, and it lasts
+        _feed(page, [_series("vote", by="alice", deadline_ms=deadline)])
+        page.wait_for_selector("[data-vote-dialog]:not([hidden])")
+        _feed(page, [_series("vote_refused", by="bob", timed_out=False)])
+        page.wait_for_selector(f"{result}[data-vote-result=refused]:visible")
+        assert page.is_hidden("[data-vote-dialog]")
+        assert page.text_content(result) == words["series.voteRefused"].replace("{name}", "Bob")
+        assert page.get_attribute(result, "data-answered-by") == "bob"
+        assert page.is_visible("[data-action=request-end]")  # and one may ask again
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"private-vote-refused-{lang}-375x812.png"))
+        _feed(page, m.step(2))
+        page.wait_for_timeout(5000)  # longer than a notice lives
+        assert page.is_visible(f"{result}[data-vote-result=refused]")
+        # its words follow a change of language
+        nxt = {"zh-Hans": "zh-Hant", "zh-Hant": "en", "en": "zh-Hans"}[lang]
+        page.click("[data-action=lang]")
+        page.wait_for_function("l => document.documentElement.lang === l", arg=nxt)
+        assert page.text_content(result) == CATALOGUES[nxt]["series.voteRefused"].replace("{name}", "Bob")
+        page.click("[data-action=lang]")
+        page.click("[data-action=lang]")
+        page.wait_for_function("l => document.documentElement.lang === l", arg=lang)
+
+        # Bob asks: a new vote clears the old outcome; alice agrees during the hand: passed
+        _feed(page, [_series("vote", by="bob", deadline_ms=deadline)])
+        page.wait_for_selector("[data-vote-dialog]:not([hidden]) [data-action=vote-agree]:not([hidden])")
+        assert page.is_hidden(result)
+        _feed(page, [_series("vote_passed", by="alice", timed_out=False)])
+        page.wait_for_selector(f"{result}[data-vote-result=passed]:visible")
+        assert page.text_content(result) == words["series.votePassedYou"]
+        page.screenshot(path=str(SHOTS / f"private-vote-passed-{lang}-375x812.png"))
+        # nobody answered in time: that counts as yes, and says so
+        _feed(page, [_series("vote", by="alice", deadline_ms=deadline),
+                     _series("vote_passed", by="bob", timed_out=True)])
+        page.wait_for_selector(f"{result}[data-timed-out=true]")
+        assert page.text_content(result) == words["series.votePassedTimeout"]
+
+        # the series ends: the standings say why, the tally (and its line) go
+        _feed(page, [_series("finished", reason="dissolved", standings={
+            "totals": {"alice": 0, "bob": 0}, "per_hand": [], "hands_won": {}, "biggest_bomb": None})])
+        page.wait_for_selector("[data-standings]:not([hidden])")
+        assert page.is_hidden("[data-series-tally]") and page.is_hidden(result)
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 def test_avatar_initials_are_letters_of_the_name() -> None:
     """The avatar's initials (js/avatar.js initialsOf, run in Node): a CJK name's first character,
     the first letters of a Latin name's first two words, never a separator such as the "·" of

@@ -1,17 +1,20 @@
 // Private tables (好友房, issue 39) in the browser: the create-table and join-by-code form of the
 // lobby, /t/<code> (joins right after sign-in), the table's code with a copy-link button, the series'
-// tally (always shown during the series), the vote dialog with its countdown, and the final standings.
+// tally (always shown during the series), the vote dialog with its countdown, what came of the vote
+// (a line of the tally), and the final standings.
 // Testability contract: data-action=create-table | join-table | copy-link | request-end | vote-agree |
 // vote-refuse | standings-close; data-private-hands, data-private-spectators, data-private-bots,
 // data-private-join-code, data-private-join-error (a code that is not 6 letters or digits),
 // data-private-created, data-private-code, data-private-link, data-series-tally (data-hand, data-hands),
 // data-vote-dialog (data-vote-by), data-vote-countdown, data-standings (data-reason),
-// data-standings-row (data-player, data-total).
+// data-standings-row (data-player, data-total), data-vote-result (passed | refused: the last vote's
+// outcome, a lasting line in the series tally until the next vote opens or the series ends; empty
+// and hidden when there is none; data-answered-by: who answered, data-timed-out: nobody did).
 import { onLang, t } from "./i18n.js";
 
 const P = { link: null, me: () => null, name: (p) => p, room: () => null, closed: () => {}, shown: () => null,
   created: null, series: null,
-  vote: null, final: null, tick: null, joined: false };
+  vote: null, result: null, final: null, tick: null, joined: false };
 const $ = (s) => document.querySelector(s);
 
 /** The code of a /t/<code> page, or null. */
@@ -47,7 +50,7 @@ export function setupPrivate(link, { me, name, room, seriesClosed, shown }) {
   });
   link.on("private_table", (m) => {
     P.created = m;
-    P.final = null;
+    P.final = P.result = null;
     render();
     // on a phone the panel with the code opens under the lobby's form, below the fold: bring it
     // into view and say on the status line that the table waits for the friend
@@ -70,12 +73,20 @@ export function setupPrivate(link, { me, name, room, seriesClosed, shown }) {
 }
 
 function onSeries(m) {
-  if (m.state === "tally") P.series = { series_id: m.series_id, hand: m.hand, hands: m.hands, totals: m.totals };
-  else if (m.state === "vote") P.vote = m;
-  else if (m.state === "vote_passed" || m.state === "vote_refused") P.vote = null;
-  else if (m.state === "finished") {
+  if (m.state === "tally") {
+    P.series = { series_id: m.series_id, hand: m.hand, hands: m.hands, totals: m.totals };
+    if (P.result && P.result.series_id !== m.series_id) P.result = null;
+  } else if (m.state === "vote") {
+    P.vote = m;
+    P.result = null;
+  } else if (m.state === "vote_passed" || m.state === "vote_refused") {
+    // the dialog closes; what came of it stays said in the tally (a passed vote during a hand
+    // ends the series only when that hand is settled)
+    P.vote = null;
+    P.result = { series_id: m.series_id, passed: m.state === "vote_passed", by: m.by, timed_out: !!m.timed_out };
+  } else if (m.state === "finished") {
     P.final = m;
-    P.series = P.vote = P.created = null;
+    P.series = P.vote = P.created = P.result = null;
   }
   render();
 }
@@ -164,6 +175,28 @@ export function renderTally() {
   const parts = others(P.series.totals).map((p) => `${P.name(p)} ${P.series.totals[p] > 0 ? "+" : ""}${P.series.totals[p]}`);
   tally.querySelector("[data-tally-text]").textContent =
     [t("series.tally", { hand: handShown(), hands: P.series.hands }), ...parts].join(" · ");
+  renderResult();
+}
+
+/** The last vote's outcome, a line of the tally ([data-vote-result]). */
+function renderResult() {
+  const line = $("[data-vote-result]");
+  const r = P.result;
+  line.hidden = !r;
+  line.dataset.voteResult = r ? (r.passed ? "passed" : "refused") : "";
+  if (!r) {
+    line.textContent = "";
+    delete line.dataset.answeredBy;
+    delete line.dataset.timedOut;
+    return;
+  }
+  line.dataset.answeredBy = r.by || "";
+  line.dataset.timedOut = String(r.timed_out);
+  const mine = r.by === P.me();
+  let key = r.passed ? "series.votePassed" : "series.voteRefused";
+  if (r.passed && r.timed_out) key = "series.votePassedTimeout";
+  else if (mine) key += "You";
+  line.textContent = t(key, { name: P.name(r.by) });
 }
 
 function renderVote() {
