@@ -951,3 +951,48 @@ def test_the_fairness_panel_is_punctuated_in_the_pages_language(browser, site, l
         assert not errors, errors
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("viewport", [(375, 812), (812, 375)])
+@pytest.mark.parametrize("locale", ["en-US", "zh-CN"])
+def test_a_twelve_card_play_fits_the_phone(browser, site, locale: str, viewport: tuple[int, int]) -> None:
+    """The opponent's 12-card straight (3 to A, R-3) on a phone, upright and sideways: every card of
+    the trick is on the screen, the page does not scroll sideways, and the cards stay in order.
+    Before, each card kept 58 % of its width and the straight ran 60 px past a 375 px screen."""
+    import copy
+
+    from engine.rules import classify, parse_cards
+
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        page.set_viewport_size({"width": viewport[0], "height": viewport[1]})
+        m = Match(f"long-{locale}-{viewport[0]}")
+        _seat(page, m)
+        msgs = m.step(2)
+        _feed(page, msgs)
+        msg = copy.deepcopy(msgs[-1])
+        ids = parse_cards("3S 4S 5S 6S 7S 8S 9S 10S JS QS KS AS")
+        combo = classify(ids)
+        assert combo is not None and combo.kind == "straight"
+        msg["version"] = msg["view"]["version"] = msg["version"] + 1
+        msg["events"] = []
+        msg["view"]["last_play"] = {"player": "bob", "cards": ids, "text": "", "describe": "",
+                                    "reading": {"kind": "straight", "rank": "A", "size": 12, "xiang": None,
+                                                "chain": None, "regular": None, "m": None, "bomb_sizes": None,
+                                                "jokers_as": []}}
+        _feed(page, [msg])
+        page.wait_for_selector("#last-cards [data-table-card]")
+        got = page.evaluate("""() => ({
+          cards: [...document.querySelectorAll('#last-cards [data-table-card]')].map((c) => {
+            const b = c.getBoundingClientRect(); return [b.left, b.right]; }),
+          width: window.innerWidth, scroll: document.scrollingElement.scrollWidth })""")
+        assert len(got["cards"]) == 12
+        assert got["cards"][0][0] >= 0 and got["cards"][-1][1] <= got["width"], got
+        assert got["scroll"] <= got["width"], got
+        lefts = [c[0] for c in got["cards"]]
+        assert lefts == sorted(lefts) and len(set(lefts)) == 12, got  # in order, each one showing
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"table-{LOCALES[locale]}-long-play-{viewport[0]}x{viewport[1]}.png"))
+        assert not errors, errors
+    finally:
+        context.close()
