@@ -871,6 +871,7 @@ def test_the_outcome_of_a_vote_to_end_stays_said_in_the_tally(browser, site, loc
         _feed(page, [_series("vote_passed", by="alice", timed_out=False)])
         page.wait_for_selector(f"{result}[data-vote-result=passed]:visible")
         assert page.text_content(result) == words["series.votePassedYou"]
+        assert page.is_hidden("[data-action=request-end]")  # passed: nothing left to ask
         page.screenshot(path=str(SHOTS / f"private-vote-passed-{lang}-375x812.png"))
         # nobody answered in time: that counts as yes, and says so
         _feed(page, [_series("vote", by="alice", deadline_ms=deadline),

@@ -168,7 +168,8 @@ export function renderTally() {
   const tally = $("[data-series-tally]");
   if (!tally) return;
   tally.hidden = !P.series;
-  $("[data-action=request-end]").hidden = !P.series || !!P.vote;
+  // nothing to ask once a vote passed: the series ends when the running hand is settled
+  $("[data-action=request-end]").hidden = !P.series || !!P.vote || !!(P.result && P.result.passed);
   if (!P.series) return;
   tally.dataset.hand = String(P.series.hand);
   tally.dataset.hands = String(P.series.hands);
