@@ -18,7 +18,11 @@ for its reply before the next):
   batch's appends pipelined (one round trip), publish each command's reply and outbox
   entry and acknowledge the batch (one round trip); driven by :func:`floor_client`
   (C threads sending Play commands through GatewayClient, waiting for each reply);
-* the ratio serve ÷ floor (commands/s; p50 latency).
+* the ratio serve ÷ floor (commands/s; p50 latency);
+* ``serve_cpu_us_per_command`` / ``floor_cpu_us_per_command``: the CPU µs per command of each
+  process kind in those runs, ``server`` (serve, or the floor server: /proc), ``driver``
+  (``simulate``'s own ``cpu_seconds``, or the floor client's) and ``redis`` (INFO cpu): on a
+  machine where they all share the cores, the ratio is as much the drivers' as the servers'.
 
 Each figure is the median of ``--runs`` runs (default 3), serve and floor alternating on
 the same server, after one short warm-up run of each that is not counted; ``--scale K`` (default 4) makes each run K times longer (at c1 the
@@ -102,6 +106,24 @@ def start_redis() -> tuple[subprocess.Popen, str, str]:
 def _pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))] if s else 0.0
+
+
+def _proc_cpu(pid: int) -> float | None:
+    """A live process's CPU seconds (user + system, /proc/<pid>/stat); None where there is no /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _redis_cpu(r: Any) -> float:
+    info = r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _cpu_us(seconds: dict[str, float | None], commands: int) -> dict[str, float | None]:
+    return {k: None if v is None else round(v / max(commands, 1) * 1e6, 1) for k, v in seconds.items()}
 
 
 def _stop(p: subprocess.Popen) -> None:
@@ -198,14 +220,15 @@ def floor_client(url: str, concurrency: int, commands: int) -> dict[str, float]:
             mine.append(time.perf_counter() - t0)
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     dt = time.perf_counter() - t0
     flat = [x for xs in latencies for x in xs]
-    return {"cps": len(flat) / dt, "p50_ms": _pct(flat, 0.5) * 1000, "p99_ms": _pct(flat, 0.99) * 1000}
+    return {"cps": len(flat) / dt, "p50_ms": _pct(flat, 0.5) * 1000, "p99_ms": _pct(flat, 0.99) * 1000,
+            "commands": len(flat), "cpu_seconds": time.process_time() - cpu0}
 
 
 def _env() -> dict[str, str]:
@@ -222,12 +245,18 @@ def run_floor(url: str, concurrency: int, commands: int) -> dict[str, float]:
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         _wait_ready(server)
+        r = redis.Redis.from_url(url)
+        server0, redis0 = _proc_cpu(server.pid), _redis_cpu(r)
         out = subprocess.run([sys.executable, me, "--floor-client", url, "--concurrency", str(concurrency),
                               "--commands", str(commands)], cwd=ROOT, env=_env(), capture_output=True,
                              text=True, timeout=600)
+        server1, redis1 = _proc_cpu(server.pid), _redis_cpu(r)
         if out.returncode != 0:
             raise RuntimeError(out.stderr[-2000:])
-        return json.loads(out.stdout)
+        rep = json.loads(out.stdout)
+        rep["cpu_us"] = _cpu_us({"server": None if server0 is None or server1 is None else server1 - server0,
+                                 "driver": rep.pop("cpu_seconds"), "redis": redis1 - redis0}, rep["commands"])
+        return rep
     finally:
         _stop(server)
 
@@ -252,6 +281,7 @@ def run_serve(url: str, concurrency: int, matches: int) -> dict[str, Any]:
     try:
         _wait_ready(serve)
         before = _commandstats(r)
+        serve0, redis0 = _proc_cpu(serve.pid), _redis_cpu(r)
         t0 = time.perf_counter()
         sims = [subprocess.Popen([sys.executable, "-m", "shuangkou", "simulate", "-n", str(matches // clients),
                                   "--redis", url, "--external", "--json", "--seed", str(1 + k), "--concurrency",
@@ -260,6 +290,7 @@ def run_serve(url: str, concurrency: int, matches: int) -> dict[str, Any]:
                 for k in range(clients)]
         outs = [p.communicate(timeout=900) for p in sims]
         wall = time.perf_counter() - t0
+        serve1, redis1 = _proc_cpu(serve.pid), _redis_cpu(r)
         after = _commandstats(r)
         calls = {name: n - before.get(name, 0) for name, n in after.items() if n - before.get(name, 0)}
         reps = []
@@ -275,7 +306,12 @@ def run_serve(url: str, concurrency: int, matches: int) -> dict[str, Any]:
         return {"cps": commands / max(max(x["seconds"] for x in reps), 1e-9) if wall else 0.0,
                 "p50_ms": statistics.median(x["command_latency_ms"]["p50"] for x in reps),
                 "p99_ms": max(x["command_latency_ms"]["p99"] for x in reps), "commands": commands,
-                "redis_calls": calls}
+                "redis_calls": calls,
+                # serve and Redis over the clients' whole run (their verification after the load
+                # included: a little idle work); the driver (simulate) over its play only
+                "cpu_us": _cpu_us({"server": None if serve0 is None or serve1 is None else serve1 - serve0,
+                                   "driver": sum(x["cpu_seconds"] for x in reps), "redis": redis1 - redis0},
+                                  commands)}
     finally:
         _stop(serve)
 
@@ -430,6 +466,14 @@ def _feeds_drained(r: Any, group: str = "sk-projections") -> bool:
     return True
 
 
+def _median_cpu(runs: list[dict[str, float | None]]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for k in runs[0]:
+        xs = [x[k] for x in runs if x[k] is not None]
+        out[k] = round(statistics.median(xs), 1) if xs else None  # type: ignore[type-var]
+    return out
+
+
 def measure(url: str, runs: int, quick: bool, scale: int = 1) -> dict[str, Any]:
     import redis
 
@@ -461,7 +505,11 @@ def measure(url: str, runs: int, quick: bool, scale: int = 1) -> dict[str, Any]:
                         # each run's serve ÷ the floor run right after it (how much the ratio moves)
                         "run_ratios": [round(a["cps"] / b["cps"], 3) for a, b in zip(serve_runs, floor_runs)],
                         "run_p50_ratios": [round(a["p50_ms"] / b["p50_ms"], 3)
-                                           for a, b in zip(serve_runs, floor_runs)]}
+                                           for a, b in zip(serve_runs, floor_runs)],
+                        # CPU µs per command of each process kind, medians of the runs: the server
+                        # (serve / the floor server), the driver (simulate / the floor client), Redis
+                        "serve_cpu_us_per_command": _median_cpu([x["cpu_us"] for x in serve_runs]),
+                        "floor_cpu_us_per_command": _median_cpu([x["cpu_us"] for x in floor_runs])}
     out["redis_commands_per_command"] = round(sum(serve_calls.values()) / max(serve_cmds, 1), 2)
     out["redis_commands_per_command_by_name"] = {
         name: round(n / max(serve_cmds, 1), 3) for name, n in sorted(serve_calls.items(), key=lambda x: -x[1])}

@@ -31,6 +31,10 @@ def test_pipeline_bench_quick_json_has_the_issue_keys() -> None:
         assert figures["ratio"] == pytest.approx(figures["serve_cps"] / figures["floor_cps"], rel=0.01)
         assert len(figures["run_ratios"]) == len(figures["run_p50_ratios"]) == figures["runs"] == 1
         assert figures["run_ratios"] == [pytest.approx(figures["ratio"], rel=0.01)]  # one run: its own ratio
+        # each process kind's CPU per command, serve's run and the floor's (the VM's 2 cores are shared)
+        for side in ("serve_cpu_us_per_command", "floor_cpu_us_per_command"):
+            assert set(figures[side]) == {"server", "driver", "redis"}, (level, side, figures[side])
+            assert all(isinstance(v, float) and v > 0 for v in figures[side].values()), (level, side, figures[side])
     assert report["redis_commands_per_command"] > 0
     by_name = report["redis_commands_per_command_by_name"]
     assert by_name["evalsha"] > 0 and by_name["xreadgroup"] > 0 and "info" not in by_name

@@ -33,6 +33,7 @@ def test_simulate_json_with_escapes_and_timeouts():
     assert sum(data["kou"].values()) == 20
     assert data["timeouts"] > 0 and sum(data["escapes"].values()) > 0
     assert data["kou"].get("escape", 0) > 0  # wealth room: escape policy forfeit
+    assert 0 < data["cpu_seconds"] and data["seconds"] > 0  # the play's own CPU (bench/pipeline.py's driver)
 
 
 @pytest.mark.parametrize("level", ["easy", "normal", "hard"])

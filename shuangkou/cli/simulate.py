@@ -184,6 +184,9 @@ class Report:
     matches: int = 0
     finished: int = 0
     seconds: float = 0.0
+    #: this process's CPU time over ``seconds`` (with ``--external``: the bots and their clients
+    #: only, what a benchmark's driver costs; embedded: the engine's threads too)
+    cpu_seconds: float = 0.0
     commands: int = 0
     events: int = 0
     latencies: list[float] = field(default_factory=list)
@@ -216,7 +219,7 @@ class Report:
         n = max(self.finished, 1)
         return {
             "config": self.config, "mode": self.mode, "matches": self.matches, "finished": self.finished,
-            "seconds": round(self.seconds, 3),
+            "seconds": round(self.seconds, 3), "cpu_seconds": round(self.cpu_seconds, 3),
             "matches_per_s": round(self.finished / self.seconds, 2) if self.seconds else None,
             "commands": self.commands, "events": self.events,
             "events_per_s": round(self.events / self.seconds, 1) if self.seconds else None,
@@ -592,7 +595,7 @@ class Simulation:
             bar = Progress(TextColumn("[bold]simulate"), BarColumn(), MofNCompleteColumn(),
                            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
                            disable=not progress, transient=False, console=_stderr_console())
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), time.process_time()
             with bar:
                 task = bar.add_task("matches", total=self.n, rate="")
                 todo = list(range(self.n))
@@ -625,6 +628,7 @@ class Simulation:
                     for t in threads:
                         t.join()
             self.report.seconds = time.perf_counter() - t0
+            self.report.cpu_seconds = time.process_time() - cpu0
             self.report.matches = self.n
             self.report.match_ids = sorted(ids)
             self._verify(sorted(ids))
