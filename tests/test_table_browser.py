@@ -398,6 +398,15 @@ def _box(page, sel: str) -> dict:
                                       " return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; }")
 
 
+def _to_the_result(page, m: Match) -> None:
+    """Alice seated at ``m``, played to its end, and its settlement on show."""
+    _seat(page, m)
+    _feed(page, m.step(400))
+    assert m.state.phase == "finished"
+    _feed(page, [m.settled()])
+    page.wait_for_selector("[data-settlement] [data-score='alice']")
+
+
 @pytest.mark.parametrize("locale", sorted(LOCALES))
 def test_the_table_is_a_scene_at_each_size(browser, site, locale: str) -> None:
     """The opponent's seat (avatar, name, level) at the top, the trick in the middle, the hand
@@ -677,12 +686,7 @@ def test_the_result_sheet_scrolls_under_the_top_bar_never_behind_it(browser, sit
     buttons."""
     context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
     try:
-        m = Match(f"sheet-{locale}")
-        _seat(page, m)
-        _feed(page, m.step(400))
-        assert m.state.phase == "finished"
-        _feed(page, [m.settled()])
-        page.wait_for_selector("[data-settlement] [data-score='alice']")
+        _to_the_result(page, Match(f"sheet-{locale}"))
         page.click("[data-settlement] details summary")  # the formula open: more to scroll
         for width, height in SIZES:
             page.set_viewport_size({"width": width, "height": height})
@@ -715,12 +719,7 @@ def test_the_end_of_a_long_result_is_never_under_ready(browser, site, locale: st
         cdp.send("Emulation.setSafeAreaInsetsOverride", {"insets": {"bottom": inset}})
         cdp.send("Page.setFontSizes", {"fontSizes": {"standard": font}})
         page.set_viewport_size({"width": 375, "height": 812})
-        m = Match(f"end-{locale}-{case}")
-        _seat(page, m)
-        _feed(page, m.step(400))
-        assert m.state.phase == "finished"
-        _feed(page, [m.settled()])
-        page.wait_for_selector("[data-settlement] [data-score='alice']")
+        _to_the_result(page, Match(f"end-{locale}-{case}"))
         m2 = Match(f"end-{locale}-{case}-2")  # the next match is offered: Ready floats over the table
         _feed(page, [{"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m2.mid}]
               + m2.run(CreateMatch(command_id="n1", match_id=m2.mid, config=load_config("points").to_record())))
