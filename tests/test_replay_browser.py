@@ -130,6 +130,7 @@ def test_the_replay_viewer_speaks_one_language(replay_stack) -> None:
                 page.wait_for_selector("#viewer[data-loaded=true]", timeout=30_000)
                 assert page.get_attribute("html", "lang") == lang
                 assert page.locator("#login").is_hidden()  # a token is there: no dev-token offer
+                assert page.is_visible(".topbar h1 [data-i18n='replay.title']")  # its title, on a phone too
                 page.click("[data-action=last]")
                 page.wait_for_selector("[data-settlement]:not([hidden])")
                 page.screenshot(path=str(SHOTS / f"replay-{locale}-375.png"), full_page=True)
