@@ -668,9 +668,9 @@ class Connection:
         A ``seated`` of a match its table has moved past (a feed entry handled late: the table's
         read model, written before the note and never taken back, shows a later match) names
         the table's current match instead while the table still seats the player, and is
-        dropped otherwise: it never takes the socket back to a match that is over.  A dropped
-        one that answered the client's Join (``already_seated``) is answered ``rejected``
-        ``stale`` instead: no Join goes unanswered."""
+        dropped otherwise (the socket's room left as it was): it never takes the socket back to
+        a match that is over.  A dropped one that answered a Join this socket is waiting for
+        (``already_seated``) is answered ``rejected`` ``stale`` instead: no Join goes unanswered."""
         self._notes_seen += 1  # the lobby moved this player: HOT commands look the place up again
         note = dict(e.body)
         table: Table | None = None
@@ -682,9 +682,11 @@ class Connection:
         if note.get("kind") == "lobby":
             engine_id = note.get("command_id")
             note["command_id"] = channels.client_command_id(self.player, engine_id) if engine_id else None
+            waited = engine_id is not None and str(engine_id) in self.pending  # this socket's own Join
             if note["command_id"] is not None:
                 self.answered(str(engine_id))
             state, room = note.get("state"), note.get("room")
+            before = (self.room, self.grace_ms)  # a note dropped below changes nothing
             if state in ("queued", "seated") and room:
                 if room != self.room:
                     self.room = room
@@ -700,7 +702,8 @@ class Connection:
                         if table.status not in AT_TABLE or self.player not in table.players:
                             log.info("%s: a seated of %s, which its table has moved past: dropped", self.player,
                                      note.get("match"))
-                            if note["command_id"] is not None:  # the client's Join is still answered
+                            self.room, self.grace_ms = before
+                            if waited:  # the Join this socket sent is still answered
                                 await self.send(protocol.rejected(
                                     note["command_id"], protocol.STALE,
                                     "you were at a table that has moved on since: join again", None, None))

@@ -1114,11 +1114,19 @@ def test_a_late_already_seated_answer_of_a_closed_table_still_answers_the_join(a
         r = conn.hub.redis
         await _table(r, "seated", "t1", "t1-3")
         await r.hset(keys.table_info_key("t1"), "status", "closed")
-        await _note(r, "alice", "seated", table="t1", match="t1-2", reason="already_seated",
-                    command_id=channels.engine_command_id("alice", "j1"))
-        got = await ws.expect(lambda m: m["kind"] in ("lobby", "rejected"), "the Join's answer")
+        await ws.inbox.put(json.dumps({"type": "Join", "room": "points", "command_id": "j1"}))
+        await _eventually(lambda: "j1" in json.dumps(list(conn.pending)), "the Join sent")
+        conn.room = None  # the player's room as the socket last heard it (removed): a dropped note keeps it
+        for _ in range(2):  # the answer, and a copy of it handled again (a fail-over): answered once
+            await _note(r, "alice", "seated", table="t1", match="t1-2", reason="already_seated",
+                        command_id=channels.engine_command_id("alice", "j1"))
+        await _publish_update(r, "alice", "t1-1", 4, {"type": "Passed", "seq": 4, "player": "bob"})  # a marker
+        got = await ws.expect(lambda m: m["kind"] in ("lobby", "rejected", "update"), "the Join's answer")
         assert (got["kind"], got["code"], got["command_id"], got["match"]) == ("rejected", "stale", "j1", None)
         assert "t1-2" not in json.dumps(got) and conn.match == "t1-1"
+        got = await ws.expect(lambda m: m["kind"] in ("lobby", "rejected", "update"), "the next message")
+        assert (got["kind"], got["match"], got["version"]) == ("update", "t1-1", 4), got  # the copy: nothing
+        assert conn.room is None
 
     asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3, "t1-2": 4, "t1-3": 4}, body))
 
