@@ -64,8 +64,8 @@ __all__ = ["format_ms", "format_ts", "settlement_lines", "timeline", "timeline_l
 
 # the event's own fields every step carries as ``fields`` (so the viewer words a step in its own
 # language): all but the envelope, the hands (``hands``) and the fair-deal material
-ENVELOPE = ("match_id", "seq", "ts", "command_id", "v", "type", "hands", "set_aside", "client_seeds", "server_seed",
-            "config")
+ENVELOPE = ("match_id", "seq", "ts", "command_id", "v", "type", "hands", "set_aside", "client_seed", "client_seeds",
+            "server_seed", "config")
 
 # events that are about a player's connection or automation, shown as notices
 NOTICE_TYPES = (TurnTimedOut, TrusteeshipStarted, TrusteeshipEnded, PlayerDisconnected,

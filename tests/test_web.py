@@ -199,6 +199,10 @@ def test_replay_endpoints_need_an_operator_and_read_exports() -> None:
     assert data["match_id"] == "w1" and data["settlement"]["scores"] == s.scores
     assert data["stored_matches"] is True and data["problems"] == []
     assert [st["seq"] for st in data["steps"]] == list(range(1, len(data["steps"]) + 1))
+    # each step's own fields for the viewer's words: no hand, no seed (FAIRNESS.md), no config
+    secret = {"hands", "set_aside", "client_seed", "client_seeds", "server_seed", "config"}
+    assert all(not secret & set(st["fields"]) for st in data["steps"]), [st["fields"] for st in data["steps"]][:3]
+    assert any(st["fields"] for st in data["steps"])
     forged = json.loads(text.splitlines()[0])
     forged["settlement"]["scores"] = {p: -v for p, v in s.scores.items()}
     r = c.post("/api/replay", content="\n".join([json.dumps(forged), *text.splitlines()[1:]]), headers=op)
