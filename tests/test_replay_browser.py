@@ -34,7 +34,8 @@ MATCH = "r1"
 PLAYERS = ("a", "b")  # tests.strategies' player ids
 LOCALES = {"zh-CN": "zh-Hans", "zh-TW": "zh-Hant", "en-US": "en"}
 
-# every visible text node outside the card faces and the command line (<code>), every option,
+# every visible text node outside the card faces, the command line (<code>) and a quotation of what
+# the engine sent the player (<q>: its own words, word for word), every option,
 # and each visible element's
 # title / aria-label / placeholder
 VISIBLE_TEXT = """() => {
@@ -42,7 +43,7 @@ VISIBLE_TEXT = """() => {
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   for (let n = walker.nextNode(); n; n = walker.nextNode()) {
     const p = n.parentElement;
-    if (!p || p.closest('.card, code, script, style') || !n.textContent.trim()) continue;
+    if (!p || p.closest('.card, code, q, script, style') || !n.textContent.trim()) continue;
     if (p.tagName === 'OPTION' ? p.closest('select').checkVisibility() : p.checkVisibility()) out.push(n.textContent.trim());
   }
   for (const e of document.querySelectorAll('[title], [aria-label], [placeholder]')) {
@@ -141,6 +142,13 @@ def test_the_replay_viewer_speaks_one_language(replay_stack) -> None:
                 for kind in ("TurnTimedOut", "TrusteeshipStarted", "CardsPlayed", "Passed", "HandDealt"):
                     page.locator(f"#steps li[data-step-type={kind}]").first.click()
                     seen += page.evaluate(VISIBLE_TEXT)
+                    if kind == "TurnTimedOut":  # the warning the player got, word for word
+                        sent = page.text_content("#now [data-notice-sent] q") or ""
+                        assert ("超時" if lang != "en" else "timed out") in sent, (locale, sent)
+                    if kind == "HandDealt":  # the card that picked the leader
+                        assert page.locator("#now [data-lead-card] .card").count() == 1, locale
+                    if kind in ("TurnTimedOut", "HandDealt"):
+                        page.locator("#now").screenshot(path=str(SHOTS / f"replay-{locale}-{kind}-375.png"))
                 page.click("[data-action=autoplay]")  # the button says Pause
                 seen += page.evaluate(VISIBLE_TEXT)
                 page.click("[data-action=autoplay]")

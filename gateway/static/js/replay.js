@@ -53,7 +53,9 @@ function roomWords(d) {
 
 /** Why the server refused, in the page's language where the catalogue has its code. */
 function why(e) {
-  return e.code && has(`replay.err.${e.code}`) ? t(`replay.err.${e.code}`) : e.message;
+  if (!e.code || !has(`replay.err.${e.code}`)) return e.message;
+  // a bad request has several causes (not an export, too large, too long an id): the server says which
+  return e.code === "bad_request" && e.message ? `${t(`replay.err.${e.code}`)} (${e.message})` : t(`replay.err.${e.code}`);
 }
 
 /** A step in the page's language, from its event's fields; the timeline's English line for an
@@ -92,14 +94,16 @@ function stepWords(s) {
     case "PlayerReconnected":
       return t("notice.reconnected", { name });
     case "PlayerEscaped":
-      return t("notice.escaped", { name });
+      return has(`replay.policy.${f.policy}`)
+        ? t("replay.ev.why", { what: t("notice.escaped", { name }), why: t(`replay.policy.${f.policy}`) })
+        : t("notice.escaped", { name });
     case "ClockExtended":
-      return t("replay.ev.clock", { kind: t(`replay.clock.${f.kind}`), s: (f.by_ms / 1000).toFixed(1) });
+      return because(t("replay.ev.clock", { kind: t(`replay.clock.${f.kind}`), s: (f.by_ms / 1000).toFixed(1) }), f.reason);
     case "MatchFinished":
-      return t("replay.ev.finished", { name: f.winner, kou: kouWords(f.kou),
-        left: Object.entries(f.cards_left || {}).map(([p, n]) => `${p} ${n}`).join(", ") });
+      return because(t("replay.ev.finished", { name: f.winner, kou: kouWords(f.kou),
+        left: Object.entries(f.cards_left || {}).map(([p, n]) => `${p} ${n}`).join(", ") }), f.reason);
     case "MatchAbandoned":
-      return t("replay.ev.abandoned");
+      return because(t("replay.ev.abandoned"), f.reason);
     default:
       return s.text;
   }
@@ -194,7 +198,18 @@ function renderNow(i) {
     row.append(...s.cards.map((id) => cardElement(id, { attrs: { "data-table-card": id }, small: true })));
     parts.push(row);
   }
-  if (s.type === "TurnTimedOut") parts.push(el("div", t("notice.timeoutOther", { name: s.player, n: (s.fields || {}).count }), { class: "notice warn" }));
+  if (s.type === "HandDealt" && Number.isInteger((s.fields || {}).lead_card)) {
+    const lead = el("div", t("replay.leadCard"), { class: "lead-card", "data-lead-card": s.fields.lead_card });
+    lead.append(cardElement(s.fields.lead_card, { small: true }));
+    parts.push(lead);
+  }
+  if (s.notice_zh || s.notice_en) {
+    // what the player was sent, word for word (a quotation: the engine's text, not this page's)
+    const zh = currentLang().startsWith("zh") && s.notice_zh;
+    const box = el("div", `${t("replay.noticeSent")} `, { class: "notice warn", "data-notice-sent": "" });
+    box.append(el("q", zh ? s.notice_zh : s.notice_en || s.notice_zh, { lang: zh ? "zh-Hant" : "en" }));
+    parts.push(box);
+  }
   if (s.trick_break && s.type === "Passed") parts.push(el("div", `— ${t("replay.trickEnds")} (R-6.2) —`, { class: "muted" }));
   now.replaceChildren(...parts);
 }
