@@ -23,6 +23,9 @@ for its reply before the next):
   process kind in those runs, ``server`` (serve, or the floor server: /proc), ``driver``
   (``simulate``'s own ``cpu_seconds``, or the floor client's) and ``redis`` (INFO cpu): on a
   machine where they all share the cores, the ratio is as much the drivers' as the servers'.
+  The driver is counted over its play; the server and Redis over the drivers' whole run (their
+  start-up and, for ``simulate``, its check of the finished matches included), which weighs
+  most at c1. Each figure is the median of its runs: the three need not come from one run.
 
 Each figure is the median of ``--runs`` runs (default 3), serve and floor alternating on
 the same server, after one short warm-up run of each that is not counted; ``--scale K`` (default 4) makes each run K times longer (at c1 the
