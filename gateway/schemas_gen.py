@@ -434,7 +434,9 @@ def server_schema() -> dict[str, Any]:
         "by": {"type": "string", "description": "vote: who asked; vote_passed / vote_refused: who answered"},
         "deadline_ms": _NAT, "timed_out": {"type": "boolean", "description": "nobody answered: counts as agreed"},
         "reason": {"enum": ["completed", "dissolved", "escaped", "abandoned", "not_joined", "cancelled"]},
-        "standings": {"$ref": "#/$defs/standings"}, "hand": _NAT, "hands": {"enum": [4, 8, 16]}, "totals": totals},
+        "standings": {"$ref": "#/$defs/standings"}, "hand": _NAT, "hands": {"enum": [4, 8, 16]}, "totals": totals,
+        "dissolving": {"type": "boolean", "description": "tally (a reconnect's): a vote to end passed during the "
+                       "running hand; the series ends at its settlement"}},
         "A private table's series: a vote to end it, its outcome, the running tally (a reconnect's) or the final "
         "standings")
     defs["series"]["required"] = ["kind", "state", "series_id", "command_id"]

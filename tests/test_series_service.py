@@ -5,6 +5,8 @@ index of the in-memory store, the players' messages and what a reconnect gets ag
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 import pytest
@@ -80,6 +82,10 @@ def test_the_players_are_told_the_table_the_vote_and_the_standings() -> None:
     assert told["a"]["command_id"] is None  # not a's command
     again = resync(asked.state, "a")
     assert [m["state"] for m in again] == ["tally", "vote"] and again[0]["totals"] == {"a": 0, "b": 0}
+    assert "dissolving" not in again[0]
+    # a vote that passed during a hand: a reload is told the series is ending (no Ask to end)
+    ending = dataclasses.replace(asked.state, vote=None, dissolving=True, current=f"{sid}-1", started=1)
+    assert [(m["state"], m.get("dissolving")) for m in resync(ending, "b")] == [("tally", True)]
     timer = svc.timer(sid)
     assert timer is not None and timer.command_id == f"timer:{sid}:vote:1"
     clock.now += 10_000

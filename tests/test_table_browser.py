@@ -888,6 +888,24 @@ def test_the_outcome_of_a_vote_to_end_stays_said_in_the_tally(browser, site, loc
         context.close()
 
 
+def test_a_reload_after_a_passed_vote_offers_no_ask_to_end(browser, site) -> None:
+    """A reload during the last hand of a series a vote ended: the tally it gets again says
+    ``dissolving`` and the page offers no Ask to end (the engine would ignore it)."""
+    context, page, errors = _open(browser, site, "zh-CN", reduced_motion="reduce")
+    try:
+        m = Match("s-end-1")
+        for dissolving in (False, True):
+            _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
+                         _series("tally", hand=1, hands=4, totals={"alice": 0, "bob": 0}, dissolving=dissolving),
+                         {"kind": "lobby", "state": "seated", "room": "points", "table": "s-end", "match": m.mid,
+                          "names": {"alice": "小明", "bob": "Bob"}}] + (m.start() if not dissolving else []))
+            page.wait_for_selector("[data-series-tally]:not([hidden])")
+            assert page.is_hidden("[data-action=request-end]") == dissolving, dissolving
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 def test_avatar_initials_are_letters_of_the_name() -> None:
     """The avatar's initials (js/avatar.js initialsOf, run in Node): a CJK name's first character,
     the first letters of a Latin name's first two words, never a separator such as the "·" of

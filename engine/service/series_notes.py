@@ -87,7 +87,8 @@ def settled_series(state: SeriesState) -> dict[str, Any]:
 
 def resync(state: SeriesState, player: str) -> list[dict[str, Any]]:
     """What a reconnecting player of the series gets again: the running totals (``state``
-    ``tally``), the open vote, or the final standings."""
+    ``tally``, with ``dissolving: true`` once a vote to end has passed during the running hand),
+    the open vote, or the final standings."""
     if player not in state.players or state.status == "new":
         return []
     if state.status == "finished" and state.final is not None:
@@ -96,7 +97,10 @@ def resync(state: SeriesState, player: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if state.status == "open" and player == state.owner:
         out.append(created_message(state))
-    out.append({"kind": "series", "state": "tally", **summary(state), "command_id": None})
+    tally = {"kind": "series", "state": "tally", **summary(state), "command_id": None}
+    if state.dissolving:  # the series ends when the running hand is settled: nothing left to ask
+        tally["dissolving"] = True
+    out.append(tally)
     if state.vote is not None:
         out.append({"kind": "series", "state": "vote", "series_id": state.series, "by": state.vote.by,
                     "deadline_ms": state.vote.deadline, "command_id": None})

@@ -1286,6 +1286,8 @@ export type SeriesMessage = {
   hands?: 4 | 8 | 16;
   /** player -> the sum of their scores */
   totals?: Record<string, number>;
+  /** tally (a reconnect's): a vote to end passed during the running hand; the series ends at its settlement */
+  dissolving?: boolean;
 };
 
 /** A client → server WebSocket message */

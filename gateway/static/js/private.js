@@ -74,7 +74,7 @@ export function setupPrivate(link, { me, name, room, seriesClosed, shown }) {
 
 function onSeries(m) {
   if (m.state === "tally") {
-    P.series = { series_id: m.series_id, hand: m.hand, hands: m.hands, totals: m.totals };
+    P.series = { series_id: m.series_id, hand: m.hand, hands: m.hands, totals: m.totals, dissolving: !!m.dissolving };
     if (P.result && P.result.series_id !== m.series_id) P.result = null;
   } else if (m.state === "vote") {
     P.vote = m;
@@ -169,7 +169,7 @@ export function renderTally() {
   if (!tally) return;
   tally.hidden = !P.series;
   // nothing to ask once a vote passed: the series ends when the running hand is settled
-  $("[data-action=request-end]").hidden = !P.series || !!P.vote || !!(P.result && P.result.passed);
+  $("[data-action=request-end]").hidden = !P.series || !!P.vote || !!(P.result && P.result.passed) || P.series.dissolving;
   if (!P.series) return;
   tally.dataset.hand = String(P.series.hand);
   tally.dataset.hands = String(P.series.hands);
