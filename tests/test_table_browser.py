@@ -888,6 +888,24 @@ def test_the_outcome_of_a_vote_to_end_stays_said_in_the_tally(browser, site, loc
         context.close()
 
 
+def test_two_quick_presses_of_the_language_switch_move_two_steps(browser, site) -> None:
+    """The language switch pressed twice before the first catalogue has loaded (both presses in
+    one task: no load can finish between them) ends two languages on, zh-Hans → zh-Hant → en,
+    and the page is worded in it.  Before, both presses started from the language still shown
+    and the page stayed one step on (a test pressing it twice in a row failed now and then)."""
+    context, page, errors = _open(browser, site, "zh-CN", reduced_motion="reduce")
+    try:
+        assert page.evaluate("document.documentElement.lang") == "zh-Hans"
+        page.evaluate("() => { const b = document.querySelector('[data-action=lang]'); b.click(); b.click(); }")
+        page.wait_for_function("() => document.documentElement.lang === 'en'", timeout=5_000)
+        page.wait_for_timeout(500)  # both loads done: the later press stays the one shown
+        assert page.evaluate("document.documentElement.lang") == "en"
+        assert page.text_content("[data-action=lang]") == CATALOGUES["en"]["lang.name"]
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 def test_a_reload_after_a_passed_vote_offers_no_ask_to_end(browser, site) -> None:
     """A reload during the last hand of a series a vote ended: the tally it gets again says
     ``dissolving`` and the page offers no Ask to end (the engine would ignore it)."""

@@ -9,6 +9,8 @@ const KEY = "shuangkou-lang";
 let lang = "en";
 let words = {};
 const listeners = [];
+let asked = null;  // the language the last setLang asked for, while its catalogue loads
+let calls = 0;
 
 /** The catalogue language for a list of BCP 47 tags (navigator.languages), first match wins. */
 export function pickLang(tags) {
@@ -67,10 +69,16 @@ async function load(which) {
   return r.json();
 }
 
-/** Switch to `which` (remembered when `remember`), fill the page and tell the listeners. */
+/** Switch to `which` (remembered when `remember`), fill the page and tell the listeners.  When
+ * another switch comes while its catalogue loads, the later one wins. */
 export async function setLang(which, remember = true) {
   const next = LANGS.includes(which) ? which : "en";
-  words = await load(next);
+  const mine = ++calls;
+  asked = next;
+  const loaded = await load(next);
+  if (mine !== calls) return;  // a later switch was asked for meanwhile
+  asked = null;
+  words = loaded;
   lang = next;
   document.documentElement.lang = next;
   if (remember) {
@@ -82,6 +90,12 @@ export async function setLang(which, remember = true) {
   }
   applyStatic();
   for (const fn of listeners) fn(next);
+}
+
+/** The language switch ([data-action=lang]): the next of LANGS after the one last asked for, so
+ * two quick presses move two steps. */
+export function cycleLang() {
+  return setLang(LANGS[(LANGS.indexOf(asked || lang) + 1) % LANGS.length]);
 }
 
 export function onLang(fn) {

@@ -3,7 +3,7 @@
 // name.  Data from GET /api/leaderboard; words from the i18n catalogues (one language at a time).
 // Test hooks: [data-board=top|me] rows carry data-rank, data-player, data-tier; data-status.
 import { api, clientConfig, storedToken } from "./auth.js";
-import { LANGS, currentLang, onLang, setLang, startLang, t } from "./i18n.js";
+import { cycleLang, onLang, startLang, t } from "./i18n.js";
 
 const $ = (sel) => document.querySelector(sel);
 const params = new URLSearchParams(window.location.search);
@@ -84,9 +84,7 @@ async function boot() {
     await api("/api/leaderboard/name", S.token, { hidden: ev.target.checked }).catch(() => {});
     load();
   });
-  $("[data-action=lang]").addEventListener("click", () => {
-    setLang(LANGS[(LANGS.indexOf(currentLang()) + 1) % LANGS.length]);
-  });
+  $("[data-action=lang]").addEventListener("click", cycleLang);
   await load();
 }
 

@@ -7,7 +7,7 @@
 import { cardElement } from "./cards.js";
 import { eventReading, kouWords, modeWords, readingWords } from "./words.js";
 import { api, claims, clientConfig, devToken, storedToken, tokenFromHost, tokenFromUrl } from "./auth.js";
-import { LANGS, currentLang, has, onLang, setLang, startLang, t } from "./i18n.js";
+import { currentLang, cycleLang, has, onLang, startLang, t } from "./i18n.js";
 
 const $ = (s) => document.querySelector(s);
 const KEY = "shuangkou-operator-token";
@@ -340,9 +340,7 @@ function bind() {
   $("[data-action=last]").addEventListener("click", () => go(V.data.steps.length - 1));
   $("[data-action=autoplay]").addEventListener("click", toggleAutoplay);
   $("#jump").addEventListener("input", (ev) => go(Number(ev.target.value)));
-  $("[data-action=lang]").addEventListener("click", () => {
-    setLang(LANGS[(LANGS.indexOf(currentLang()) + 1) % LANGS.length]);
-  });
+  $("[data-action=lang]").addEventListener("click", cycleLang);
   document.addEventListener("keydown", (ev) => {
     if (!V.data || ev.target.tagName === "INPUT") return;
     if (ev.key === "ArrowRight") go(V.i + 1);

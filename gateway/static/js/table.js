@@ -16,7 +16,7 @@ import { cardElement, sortCards } from "./cards.js";
 import { Client } from "./client.js";
 import { fairDeal, randomClientSeed, verifyDeal } from "./fair.js";
 import { BOMB_KINDS, eventReading, kouWords, modeWords, readingWords } from "./words.js";
-import { LANGS, currentLang, has, onLang, setLang, startLang, t } from "./i18n.js";
+import { currentLang, cycleLang, has, onLang, startLang, t } from "./i18n.js";
 import { boom, flyIn, muted, setMuted, sound, unlockAudio } from "./fx.js";
 import { avatarSvg } from "./avatar.js";
 import { onSay, relabelSay, renderSay, setupSay } from "./say.js";
@@ -854,11 +854,6 @@ function ready() {
   $("[data-action=ready]").hidden = true;
   render();
   setStatus(t("status.readyWait"));
-}
-
-function cycleLang() {
-  const i = LANGS.indexOf(currentLang());
-  setLang(LANGS[(i + 1) % LANGS.length]);
 }
 
 function renderLangButton() {
