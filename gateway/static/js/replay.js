@@ -5,7 +5,7 @@
 // catalogues, one language at a time (i18n.js): each step is worded here from its event's
 // fields (``fields``), not from the timeline's English line.
 import { cardElement } from "./cards.js";
-import { eventReading, kouWords, modeWords, readingWords } from "./words.js";
+import { byWords, eventReading, kouWords, modeWords, readingWords } from "./words.js";
 import { api, claims, clientConfig, devToken, storedToken, tokenFromHost, tokenFromUrl } from "./auth.js";
 import { currentLang, cycleLang, has, onLang, startLang, t } from "./i18n.js";
 
@@ -76,13 +76,11 @@ function stepWords(s) {
       return t("replay.ev.removed", { name, why: t(has(`removed.${f.reason}`) ? `removed.${f.reason}` : "removed.other") });
     case "HandDealt":
       return t("replay.ev.dealt", { name: s.first || "" });
-    case "CardsPlayed": {
-      const by = f.by === "timeout" ? t("log.byTimeout") : f.by === "trustee" ? t("log.byTrustee") : "";
-      return t("log.play", { name, what: readingWords(eventReading(f.reading)) + by });
-    }
+    case "CardsPlayed":
+      return t("log.play", { name, what: readingWords(eventReading(f.reading)) + byWords(f.by) });
     case "Passed":
       if (f.by === "auto") return t("log.autoPass", { name });
-      return t("log.pass", { name }) + (f.by === "timeout" ? t("log.byTimeout") : f.by === "trustee" ? t("log.byTrustee") : "");
+      return t("log.pass", { name }) + byWords(f.by);
     case "TurnTimedOut":
       return t("notice.timeoutOther", { name, n: f.count });
     case "TrusteeshipStarted":

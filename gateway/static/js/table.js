@@ -15,7 +15,7 @@ import { api, claims, clientConfig, devToken, forgetToken, storedToken, tokenFro
 import { cardElement, sortCards } from "./cards.js";
 import { Client } from "./client.js";
 import { fairDeal, randomClientSeed, verifyDeal } from "./fair.js";
-import { BOMB_KINDS, eventReading, kouWords, modeWords, readingWords } from "./words.js";
+import { BOMB_KINDS, byWords, eventReading, kouWords, modeWords, readingWords } from "./words.js";
 import { currentLang, cycleLang, has, onLang, startLang, t } from "./i18n.js";
 import { boom, flyIn, muted, setMuted, sound, unlockAudio } from "./fx.js";
 import { avatarSvg } from "./avatar.js";
@@ -992,8 +992,7 @@ function noteEvents(match, events, view) {
         break;
       case "CardsPlayed": {
         const r = eventReading(e.reading);
-        const by = e.by === "timeout" ? t("log.byTimeout") : e.by === "trustee" ? t("log.byTrustee") : "";
-        p.log.push({ trick: p.trick, player: e.player, cards: e.cards, kind: BOMB_KINDS.has(r.kind) ? "bomb" : "play", text: () => t("log.play", { name: name(), what: readingWords(r) + by }) });
+        p.log.push({ trick: p.trick, player: e.player, cards: e.cards, kind: BOMB_KINDS.has(r.kind) ? "bomb" : "play", text: () => t("log.play", { name: name(), what: readingWords(r) + byWords(e.by) }) });
         if (BOMB_KINDS.has(r.kind)) {
           (p.bombs[e.player] = p.bombs[e.player] || []).push({ cards: e.cards, kind: r.kind, rank: r.rank });
           p.pendingBombs = [...(p.pendingBombs || []), { player: e.player, r }];

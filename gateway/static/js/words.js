@@ -17,6 +17,12 @@ export function readingWords(r) {
   return text + wild;
 }
 
+/** What follows a play or a pass the system made for the player: " (timed out)" / " (trustee)",
+ * else nothing (``by`` of CardsPlayed and Passed). */
+export function byWords(by) {
+  return by === "timeout" ? t("log.byTimeout") : by === "trustee" ? t("log.byTrustee") : "";
+}
+
 export function kouWords(kou) {
   return kou ? t(`kou.${kou}`) : "";
 }
