@@ -84,6 +84,7 @@ function onSeries(m) {
     // ends the series only when that hand is settled)
     P.vote = null;
     P.result = { series_id: m.series_id, passed: m.state === "vote_passed", by: m.by, timed_out: !!m.timed_out };
+    if (P.series && P.result.passed) P.series.dissolving = true;  // as a reconnect's tally says it
   } else if (m.state === "finished") {
     P.final = m;
     P.series = P.vote = P.created = P.result = null;
@@ -169,7 +170,7 @@ export function renderTally() {
   if (!tally) return;
   tally.hidden = !P.series;
   // nothing to ask once a vote passed: the series ends when the running hand is settled
-  $("[data-action=request-end]").hidden = !P.series || !!P.vote || !!(P.result && P.result.passed) || P.series.dissolving;
+  $("[data-action=request-end]").hidden = !P.series || !!P.vote || P.series.dissolving;
   if (!P.series) return;
   tally.dataset.hand = String(P.series.hand);
   tally.dataset.hands = String(P.series.hands);
