@@ -120,6 +120,11 @@ def _proc_cpu(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _spent(before: float | None, after: float | None) -> float | None:
+    """The CPU seconds between two :func:`_proc_cpu` readings; None when either had none."""
+    return None if before is None or after is None else after - before
+
+
 def _redis_cpu(r: Any) -> float:
     info = r.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
@@ -257,7 +262,7 @@ def run_floor(url: str, concurrency: int, commands: int) -> dict[str, float]:
         if out.returncode != 0:
             raise RuntimeError(out.stderr[-2000:])
         rep = json.loads(out.stdout)
-        rep["cpu_us"] = _cpu_us({"server": None if server0 is None or server1 is None else server1 - server0,
+        rep["cpu_us"] = _cpu_us({"server": _spent(server0, server1),
                                  "driver": rep.pop("cpu_seconds"), "redis": redis1 - redis0}, rep["commands"])
         return rep
     finally:
@@ -312,7 +317,7 @@ def run_serve(url: str, concurrency: int, matches: int) -> dict[str, Any]:
                 "redis_calls": calls,
                 # serve and Redis over the clients' whole run (their verification after the load
                 # included: a little idle work); the driver (simulate) over its play only
-                "cpu_us": _cpu_us({"server": None if serve0 is None or serve1 is None else serve1 - serve0,
+                "cpu_us": _cpu_us({"server": _spent(serve0, serve1),
                                    "driver": sum(x["cpu_seconds"] for x in reps), "redis": redis1 - redis0},
                                   commands)}
     finally:
