@@ -201,11 +201,11 @@ function renderNow(i) {
     lead.append(cardElement(s.fields.lead_card, { small: true }));
     parts.push(lead);
   }
-  if (s.notice_zh || s.notice_en) {
+  if (s.notice_zh) {  // a TurnTimedOut's step: the event carries the notice in both languages
     // what the player was sent, word for word (a quotation: the engine's text, not this page's)
-    const zh = currentLang().startsWith("zh") && s.notice_zh;
+    const zh = currentLang().startsWith("zh");
     const box = el("div", `${t("replay.noticeSent")} `, { class: "notice warn", "data-notice-sent": "" });
-    box.append(el("q", zh ? s.notice_zh : s.notice_en || s.notice_zh, { lang: zh ? "zh-Hant" : "en" }));
+    box.append(el("q", zh ? s.notice_zh : s.notice_en, { lang: zh ? "zh-Hant" : "en" }));
     parts.push(box);
   }
   if (s.trick_break && s.type === "Passed") parts.push(el("div", `— ${t("replay.trickEnds")} (R-6.2) —`, { class: "muted" }));
