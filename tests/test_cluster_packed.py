@@ -132,7 +132,8 @@ def owner_of(local_cluster: Any, slot: int) -> int:
 
 def move_slot(local_cluster: Any, slot: int, to_port: int) -> None:
     """Hand ``slot`` to the master on ``to_port`` (its keys deleted first: an empty slot moves
-    with CLUSTER SETSLOT … NODE), and wait until every master says so."""
+    with CLUSTER SETSLOT … NODE, the new owner's config epoch bumped to the greatest), and wait
+    until every master says so."""
     masters = local_cluster.masters()
     owner = owner_of(local_cluster, slot)
     if owner == to_port:
@@ -146,6 +147,10 @@ def move_slot(local_cluster: Any, slot: int, to_port: int) -> None:
     target_id = local_cluster.node(to_port).execute_command("CLUSTER MYID")
     for p in [to_port, owner, *[m for m in masters if m not in (to_port, owner)]]:
         local_cluster.node(p).execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
+        if p == to_port:
+            # the new owner's claim must carry the greatest config epoch, or a master (or the old
+            # owner's replica) still gossiping the old owner's higher epoch takes the slot back
+            local_cluster.node(p).execute_command("CLUSTER BUMPEPOCH")
 
     def moved() -> bool:
         for p in masters:
