@@ -19,9 +19,11 @@ import re
 import tomllib
 from importlib import resources
 from importlib.resources.abc import Traversable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 #: Where the wheel puts the built-in room configs inside this package (pyproject.toml).
@@ -313,8 +315,10 @@ class RoomConfig(_Strict):
 
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> RoomConfig:
-        """A config as a command or a record carries it (missing keys take their defaults)."""
-        return cls.model_validate(data)
+        """A config as a command or a record carries it (missing keys take their defaults).
+
+        Equal records give the one validated config (:func:`_validated`)."""
+        return _validated(cls, data, recorded=False)
 
     @classmethod
     def from_match_record(cls, data: dict[str, Any]) -> RoomConfig:
@@ -330,7 +334,33 @@ class RoomConfig(_Strict):
         """
         if isinstance(data, dict) and "chain_bomb_twos" not in data:
             data = {**data, "chain_bomb_twos": False}
-        return cls.model_validate(data, context={"recorded": True})
+        return _validated(cls, data, recorded=True)
+
+
+def _validated(cls: type[RoomConfig], data: Any, recorded: bool) -> RoomConfig:
+    """``data`` validated as a config (``recorded``: as a MatchCreated recorded it, bounds
+    unchecked), through a cache keyed by its msgpack bytes: a room's matches carry one
+    record, and validating it costs more than deciding a play.  Equal bytes are equal plain
+    data (msgpack tells an int from a float and a bool, a str from bytes), so the cached
+    config is the one a fresh validation would give; a config is frozen, and shared already
+    (a registered room's config is every match's of that room).  A refusal is not cached;
+    data msgpack cannot pack is validated uncached.
+
+    >>> rec = load_config("points").to_record()
+    >>> RoomConfig.from_record(rec) is RoomConfig.from_record(dict(rec))
+    True
+    """
+    try:
+        key = msgpack.packb(data, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):
+        return cls.model_validate(data, context={"recorded": recorded})
+    return _validated_bytes(cls, key, recorded)
+
+
+@lru_cache(maxsize=256)
+def _validated_bytes(cls: type[RoomConfig], key: bytes, recorded: bool) -> RoomConfig:
+    data = msgpack.unpackb(key, raw=False, strict_map_key=False)
+    return cls.model_validate(data, context={"recorded": recorded})
 
 
 class ConfigError(ValueError):
