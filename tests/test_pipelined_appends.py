@@ -146,6 +146,27 @@ def test_two_commands_of_one_match_in_one_batch_both_apply_in_order(store) -> No
                                                   *[f"{mid}-rb"] * (len(events) - 4)]
 
 
+def test_creates_of_uncached_matches_join_the_round_and_an_existing_match_still_refuses(store) -> None:
+    rounds = Rounds(store)
+    svc, other = service(rounds), service(store, seed=2)  # other: another process, its own cache
+    assert other.execute(CreateMatch(command_id="old-c", match_id="old", config=CONFIG)).rejection is None
+    commands = [CreateMatch(command_id="n1-c", match_id="n1", config=CONFIG),
+                CreateMatch(command_id="n2-c", match_id="n2", config=CONFIG),
+                CreateMatch(command_id="again", match_id="old", config=CONFIG),  # exists: not in svc's cache
+                CreateMatch(command_id="old-c", match_id="old", config=CONFIG)]  # the create retried
+    results = svc.execute_many(commands)
+    assert rounds.rounds[0] == 3  # the three creates decided on the empty match: one pipeline
+    for mid, out in zip(("n1", "n2"), results[:2]):
+        out = accepted(out)
+        assert [e.type for e in out.events] == ["MatchCreated"]
+        assert replay(store.load(mid)) == out.state == svc.state_cache.get(mid)
+    again, retried = results[2], results[3]
+    assert isinstance(again, Outcome) and again.rejection is not None
+    assert again.rejection.code == "match_exists"
+    assert isinstance(retried, Outcome) and retried.duplicate and retried.rejection is None
+    assert [e.command_id for e in store.load("old")] == ["old-c"]  # nothing appended twice
+
+
 def test_a_transient_failure_of_the_pipeline_leaves_every_command_of_the_round_unfinished(store) -> None:
     class Down(Rounds):
         def append_many(self, requests: list[AppendRequest]) -> list[Any]:

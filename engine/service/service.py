@@ -445,13 +445,18 @@ class MatchService:
     def _plan(self, command: CommandBase) -> tuple[MatchState, tuple[EventBase, ...], MatchState] | None:
         """``(state, events, new state)`` of a command decided on its match's cached state,
         to append in a round; None when :meth:`execute` handles it alone (no cache, not
-        cached, a Sync or a Say, a refusal, nothing to append)."""
+        cached, a Sync or a Say, a refusal, nothing to append).  A CreateMatch of a match
+        not cached is decided on the empty match: the append expects version 0, so a match
+        that exists after all (a retried or a second create) comes back WrongVersion or
+        duplicate and is run alone, as a miss would have been."""
         cache = self.state_cache
-        if cache is None or isinstance(command, (Sync, Say)) or cache.version(command.match_id) is None:
-            return None  # not cached: execute loads it (and counts the one miss)
-        state = cache.get(command.match_id)
-        if state is None:
+        if cache is None or isinstance(command, (Sync, Say)):
             return None
+        state = cache.get(command.match_id) if cache.version(command.match_id) is not None else None
+        if state is None:
+            if not isinstance(command, CreateMatch):
+                return None  # not cached: execute loads it (and counts the one miss)
+            state = MatchState(match_id=command.match_id)
         try:
             events, new_state = decide_and_apply(state, command, self._context(command, state))
         except Rejected:  # decided again by execute, and checked against the stream there
