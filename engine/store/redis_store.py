@@ -406,10 +406,18 @@ class RedisEventStore(EventStore):
         end = "+" if last is None else keys.entry_id(last)
         out: list[EventBase] = []
         start = f"{first}-0"
+        direct = wire.usable(self.client)  # packed, the raw reply: [[id, [field, value, …]], …]
         while True:
-            page = self.client.xrange(ks[0], min=start, max=end, count=self.page)
-            for entry_id, fields in page:
-                out.append(decode_event(fields[b"e"]))
+            if direct:
+                page = wire.round_trip(self.client, [wire.pack("XRANGE", ks[0], start, end, "COUNT", self.page)])[0]
+                if isinstance(page, Exception):
+                    raise page
+                for _entry_id, fields in page:
+                    out.append(decode_event(_field(fields, b"e")))
+            else:
+                page = self.client.xrange(ks[0], min=start, max=end, count=self.page)
+                for _entry_id, fields in page:
+                    out.append(decode_event(fields[b"e"]))
             if len(page) < self.page:
                 return out
             start = f"{keys.seq_of(page[-1][0]) + 1}-0"
@@ -530,3 +538,11 @@ class RedisEventStore(EventStore):
                                      first=int(f[b"from"]), last=int(f[b"to"]),
                                      finished=None if fin is None else fin == b"1"))
         return out
+
+
+def _field(flat: Sequence[Any], name: bytes) -> Any:
+    """The value of field ``name`` in a stream entry's raw ``[field, value, …]`` (KeyError: none)."""
+    for i in range(0, len(flat) - 1, 2):
+        if flat[i] == name:
+            return flat[i + 1]
+    raise KeyError(name)
