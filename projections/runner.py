@@ -64,7 +64,7 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from engine.match.events import EventBase, MatchFinished
-from engine.store import keys
+from engine.store import keys, wire
 from engine.store.base import EventStore, FeedEntry
 from engine.store.connect import is_cluster
 from engine.store.redis_store import stream_replies
@@ -185,7 +185,8 @@ class RedisFeed(Feed):
                 if not fields:                      # trimmed from the stream (MAXLEN): nothing to do
                     empty.append(eid)
                     continue
-                f = {_s(k): _s(v) for k, v in fields.items()}
+                pairs = fields.items() if isinstance(fields, dict) else zip(fields[::2], fields[1::2])
+                f = {_s(k): _s(v) for k, v in pairs}
                 fin = f.get("fin")  # set by the append script; absent on entries written before
                 out.append(Delivery(bucket, FeedEntry(id=eid, match_id=f["match"],
                                                       first=int(f["from"]), last=int(f["to"]),
@@ -289,10 +290,16 @@ class RedisFeed(Feed):
             for b in buckets:
                 pipe.xreadgroup(self.group, self.consumer, {keys.feed_key(b): start}, count=count)
             return [stream_replies(reply) for reply in pipe.execute()]
-        reply = self.client.xreadgroup(self.group, self.consumer, {keys.feed_key(b): start for b in buckets},
-                                       count=count)
-        by_feed = {_s(stream): entries for stream, entries in stream_replies(reply)}
         names = [keys.feed_key(b) for b in buckets]
+        if wire.usable(self.client):  # packed, the raw reply (engine/store/wire.py)
+            reply = wire.round_trip(self.client, [wire.pack("XREADGROUP", "GROUP", self.group, self.consumer,
+                                                            "COUNT", count, "STREAMS", *names,
+                                                            *(start for _ in names))])[0]
+            if isinstance(reply, Exception):
+                raise reply
+        else:
+            reply = self.client.xreadgroup(self.group, self.consumer, {name: start for name in names}, count=count)
+        by_feed = {_s(stream): entries for stream, entries in stream_replies(reply)}
         return [[(name, by_feed[name])] if name in by_feed else [] for name in names]
 
     def ack(self, delivery: Delivery) -> None:
@@ -304,10 +311,16 @@ class RedisFeed(Feed):
             by_bucket.setdefault(d.bucket, []).append(d.entry.id)
         if not by_bucket:
             return
-        pipe = self.client.pipeline(transaction=False)
-        for b, ids in by_bucket.items():
-            pipe.xack(keys.feed_key(b), self.group, *ids)
-        pipe.execute()
+        if wire.usable(self.client):  # packed, one write (engine/store/wire.py)
+            for reply in wire.round_trip(self.client, [wire.pack("XACK", keys.feed_key(b), self.group, *ids)
+                                                       for b, ids in by_bucket.items()]):
+                if isinstance(reply, Exception):
+                    raise reply
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            for b, ids in by_bucket.items():
+                pipe.xack(keys.feed_key(b), self.group, *ids)
+            pipe.execute()
         for b, ids in by_bucket.items():  # every entry read from the bucket acked: nothing pending there
             left = self._unacked[b]
             left.difference_update(ids)
