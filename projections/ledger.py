@@ -54,8 +54,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from redis.exceptions import NoScriptError
+
 from engine.config import Level, RoomConfig
-from engine.store import keys, replies
+from engine.store import keys, replies, wire
 from projections.settlement import Settlement
 
 Mode = Literal["points", "wealth"]
@@ -604,12 +606,29 @@ class RedisLedger(Ledger):
         if self.replica_acks is not None:
             self.replica_acks.confirm([SETTLED_KEY])  # every ledger key shares the {ledger} tag
 
+    def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """A script's reply: sent packed on a plain Redis (engine/store/wire.py), else through
+        redis-py; a script the server does not hold (NOSCRIPT) goes through redis-py, which
+        loads it."""
+        if wire.usable(self.client):
+            reply = wire.round_trip(self.client, [wire.pack("EVALSHA", script.sha, len(keys), *keys, *args)])[0]
+            if not isinstance(reply, NoScriptError):
+                if isinstance(reply, Exception):
+                    raise reply
+                return reply
+        return script(keys=keys, args=args)
+
     def _run(self, script: Any, keys: list[str], args: list[Any]) -> int:
-        return _script_reply(script(keys=keys, args=args))
+        return _script_reply(self._call(script, keys, args))
 
     def balance(self, player: str, mode: Mode) -> int:
         _check_mode(mode)
-        v = self.client.hget(balance_key(mode), player)
+        if wire.usable(self.client):
+            v = wire.round_trip(self.client, [wire.pack("HGET", balance_key(mode), player)])[0]
+            if isinstance(v, Exception):
+                raise v
+        else:
+            v = self.client.hget(balance_key(mode), player)
         return 0 if v is None else int(v)
 
     def apply_settlement(self, match_id: str, settlement: Settlement, mode: Mode | None = None) -> bool:
@@ -627,9 +646,16 @@ class RedisLedger(Ledger):
 
     def _journal_settlement(self, match_id: str, settlement: Settlement, mode: str) -> None:
         """The settlement in each player's journal (idempotent: rewritten on a redelivery)."""
+        writes = [(journal_key(e.player), e.journal_field, e.to_json())
+                  for e in self._settlement_entries(match_id, settlement, mode)]
+        if wire.usable(self.client):  # packed, one write (engine/store/wire.py)
+            for reply in wire.round_trip(self.client, [wire.pack("HSET", *w) for w in writes]):
+                if isinstance(reply, Exception):
+                    raise reply
+            return
         pipe = self.client.pipeline(transaction=False)
-        for e in self._settlement_entries(match_id, settlement, mode):
-            pipe.hset(journal_key(e.player), e.journal_field, e.to_json())
+        for key, name, value in writes:
+            pipe.hset(key, name, value)
         pipe.execute()
 
     def settlement(self, match_id: str) -> Settlement | None:
@@ -656,9 +682,9 @@ class RedisLedger(Ledger):
 
     def record_entry(self, entry: LedgerEntry) -> str:
         _check_mode(entry.mode)
-        out = self._entry(keys=[REFS_KEY, balance_key(entry.mode), journal_key(entry.player)],
-                          args=[entry.ref, entry.player, int(entry.amount), entry.to_json(),
-                                entry.journal_field, MAX_BALANCE])
+        out = self._call(self._entry, [REFS_KEY, balance_key(entry.mode), journal_key(entry.player)],
+                         [entry.ref, entry.player, int(entry.amount), entry.to_json(), entry.journal_field,
+                          MAX_BALANCE])
         fields = replies.fields(out)
         status = _s(fields["status"])
         if status == "duplicate":  # the booked entry

@@ -22,7 +22,7 @@ from engine.match.events import (
 from engine.store import keys
 from engine.store.memory import InMemoryEventStore
 from engine.store.redis_store import RedisEventStore
-from projections.ledger import InMemoryLedger, RedisLedger
+from projections.ledger import ENTRY_APPLIED, ENTRY_DUPLICATE, InMemoryLedger, LedgerEntry, RedisLedger
 from projections.runner import MemoryFeed, ProjectionRunner, RedisFeed, project_match
 from projections.settlement import settle
 
@@ -57,10 +57,14 @@ def match_events(match_id, mode="points", bombs=(), escape=None, left=8, finishe
 # ---- the Ledger contract -------------------------------------------------------------------
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", pytest.param("real-redis", marks=pytest.mark.redis)])
 def ledger(request):
+    """The in-memory ledger, the Redis one on fakeredis (redis-py's calls) and on a real
+    redis-server (its calls sent packed: engine/store/wire.py)."""
     if request.param == "memory":
         return InMemoryLedger()
+    if request.param == "real-redis":
+        return RedisLedger(request.getfixturevalue("real_redis"))
     return RedisLedger(fakeredis.FakeRedis())
 
 
@@ -108,6 +112,24 @@ def test_grants_and_levels(ledger):
 def test_bad_mode(ledger):
     with pytest.raises(ValueError):
         ledger.balance("a", "coins")
+
+
+def test_entries_balances_and_settlements_go_on_after_the_server_lost_its_scripts(own_real_redis):
+    """A ledger call sent packed meets NOSCRIPT after a SCRIPT FLUSH (a restart, a fail-over):
+    it goes through redis-py, which loads the script, and nothing is booked twice."""
+    ledger = RedisLedger(own_real_redis)
+    entry = LedgerEntry("credit", "a", "points", 300, "dep-1", 1, "deposit", "ops-7")
+    assert ledger.record_entry(entry) == ENTRY_APPLIED
+    own_real_redis.script_flush()
+    assert ledger.record_entry(entry) == ENTRY_DUPLICATE
+    assert ledger.record_entry(LedgerEntry("credit", "b", "points", 50, "dep-2", 2, "deposit", "ops-7")) == ENTRY_APPLIED
+    own_real_redis.script_flush()
+    s = settle(match_events("m1", bombs=["7 7 7 7 7 7 7"]))
+    assert ledger.apply_settlement("m1", s) is True
+    own_real_redis.script_flush()
+    assert ledger.apply_settlement("m1", s) is False
+    assert (ledger.balance("a", "points"), ledger.balance("b", "points")) == (500, -150)
+    assert [e.ref for e in ledger.entries("a")] == ["dep-1", "m1"]
 
 
 # ---- the runner ----------------------------------------------------------------------------
