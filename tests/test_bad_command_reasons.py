@@ -6,6 +6,8 @@ the first few problems, no documentation URL, no input echoed, at most 300 chara
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.match import commands
 from engine.match.commands import MAX_REASON, command_of, parse_command
@@ -103,3 +105,49 @@ def test_a_bad_room_config_reason_is_readable(key, value, says):
     reason = str(caught.value)
     assert reason == says, reason
     _check_readable(reason, {})
+
+
+# ---- the quick plain check agrees with the walk that explains ------------------------------
+
+_leaves = st.one_of(
+    st.none(), st.booleans(), st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-2**70, max_value=2**70), st.sampled_from([2**63 - 1, 2**63, -2**63, -2**63 - 1]),
+    st.text(max_size=6), st.sampled_from(["\ud800", "é", "ok"]),
+    st.binary(max_size=3))
+_nested = st.recursive(_leaves, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.lists(inner, max_size=3).map(tuple),
+    st.dictionaries(st.one_of(st.text(max_size=3), st.integers(-3, 3)), inner, max_size=3)), max_leaves=20)
+
+
+def _deep(depth: int, leaf: object) -> object:
+    for k in range(depth):
+        leaf = {"k": leaf} if k % 2 else [leaf]
+    return leaf
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(_nested, st.builds(_deep, st.integers(commands.MAX_NESTING - 1, commands.MAX_NESTING + 2),
+                                   _leaves)))
+def test_the_quick_plain_check_passes_only_what_check_plain_passes(data) -> None:
+    """``_is_plain`` (no paths built: a CreateMatch's config is checked quickly) never passes
+    what the walk that names the problem refuses, and passes what it passes when only plain
+    types are in it."""
+    try:
+        commands._explain(data, "", 0)
+        refused = False
+    except BadCommand:
+        refused = True
+    if commands._is_plain(data):
+        assert not refused
+    elif not refused:  # passed by the walk: only a type the quick check leaves to it (bytes)
+        assert _holds_bytes(data)
+
+
+def _holds_bytes(data: object) -> bool:
+    if isinstance(data, bytes):
+        return True
+    if isinstance(data, dict):
+        return any(_holds_bytes(k) or _holds_bytes(v) for k, v in data.items())
+    if isinstance(data, (list, tuple)):
+        return any(_holds_bytes(v) for v in data)
+    return False
