@@ -367,17 +367,25 @@ def test_handled_entries_are_acknowledged_in_the_next_reads_round_trip(stack: St
     stack.send("Join", "ann", "j-ack")
     assert stack.worker.run_once() >= 1
     assert stack.client.xpending(chan, GROUP)["pending"] == 1  # handled: acknowledged with the next read
+    from engine.store import wire
+
     trips: list[list[str]] = []
     real = redis.client.Pipeline.execute
+    real_trip = wire.round_trip
 
     def execute(pipe: Any, *a: Any, **k: Any) -> Any:
         trips.append([str(c[0][0]) for c in pipe.command_stack])
         return real(pipe, *a, **k)
 
+    def round_trip(client: Any, commands: Any) -> Any:  # packed, on a real redis-server
+        trips.append([c.split(b"\r\n")[2].decode() for c in commands])
+        return real_trip(client, commands)
+
     def xack(*_a: Any, **_k: Any) -> Any:
         raise AssertionError("an acknowledgement in a round trip of its own")
 
     monkeypatch.setattr(redis.client.Pipeline, "execute", execute)
+    monkeypatch.setattr(wire, "round_trip", round_trip)
     monkeypatch.setattr(stack.client, "xack", xack)
     stack.worker._retry.add(chan)  # the channel's pending entries read again first
     stack.worker._retry_at = 0.0

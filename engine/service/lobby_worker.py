@@ -37,7 +37,7 @@ from engine.lobby.errors import AlreadyPlaced, Cooldown
 from engine.match.errors import Rejected
 from engine.service.lobby import LobbyEngine
 from engine.service.lobby_feed import GROUP, LobbyFeedManager
-from engine.store import keys
+from engine.store import keys, wire
 from engine.store.redis_errors import is_transient
 
 log = logging.getLogger("shuangkou.lobby")
@@ -288,6 +288,8 @@ class LobbyWorker:
         if not acks and not streams:
             return []
         try:
+            if not self.cluster and wire.usable(self.client):  # packed, one write (engine/store/wire.py)
+                return self._read_packed(acks, streams, block)
             if not acks and (not self.cluster or len(streams) == 1):
                 return stream_replies(self.client.xreadgroup(GROUP, self.consumer, streams, count=100, block=block))
             pipe = self.client.pipeline(transaction=False)
@@ -313,6 +315,22 @@ class LobbyWorker:
             out += stream_replies(reply)
         return out
 
+    def _read_packed(self, acks: dict[str, list[Any]], streams: dict[str, str], block: int | None) -> list[Any]:
+        """:meth:`_read`'s round trip on a plain Redis: the XACKs and the XREADGROUP packed, the
+        raw reply (an entry's fields a flat list); an error reply raised."""
+        commands = [wire.pack("XACK", name, GROUP, *ids) for name, ids in acks.items()]
+        if streams:
+            blocking = () if block is None else ("BLOCK", block)
+            commands.append(wire.pack("XREADGROUP", "GROUP", GROUP, self.consumer, "COUNT", 100, *blocking,
+                                      "STREAMS", *streams, *streams.values()))
+        from engine.store.redis_store import stream_replies
+
+        replies = wire.round_trip(self.client, commands)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return stream_replies(replies[-1]) if streams else []
+
     def _handle_reply(self, reply: list[Any]) -> int:
         """Handle a read's entries; those handled (or gone) are acknowledged with the next
         read (:meth:`_read`), the others read again later.  Returns how many were handled."""
@@ -321,7 +339,8 @@ class LobbyWorker:
             name = _s(stream)
             acked = []
             for entry_id, fields in entries:
-                f = {_s(k): v for k, v in (fields or {}).items()}
+                pairs = fields.items() if isinstance(fields, dict) else zip(fields[::2], fields[1::2])
+                f = {_s(k): v for k, v in pairs} if fields else {}
                 if not f:
                     acked.append(entry_id)  # deleted meanwhile (XAUTOCLAIM's nil)
                     continue
