@@ -400,3 +400,30 @@ def test_handled_entries_are_acknowledged_in_the_next_reads_round_trip(stack: St
     stop.set()
     stack.worker.run(stop)  # stopping: the last acknowledgements go
     assert stack.client.xpending(chan, GROUP)["pending"] == 0
+
+
+def test_a_pending_entry_deleted_meanwhile_is_acknowledged_and_the_round_goes_on(stack: Stack) -> None:
+    """A re-read of the consumer's pending entries gives a deleted entry without fields (nil):
+    it is acknowledged, and the entries around it are handled (the packed read's raw reply
+    on a real redis-server)."""
+    from engine.service.lobby_feed import GROUP
+    from engine.store import wire
+
+    assert wire.usable(stack.client)  # the packed path is the one under test
+    chan = keys.lobby_inbox_key(keys.room_bucket("points"))
+    stack.worker.block_ms = 1
+    stack.send("Join", "ann", "j-ann")
+    assert stack.worker.run_once() >= 1  # the channel's group exists, ann is queued
+    stack.send("Join", "bob", "j-bob")
+    stack.send("Join", "cy", "j-cy")
+    # delivered to the worker's consumer and not handled (a crash after the read) ...
+    read = stack.client.xreadgroup(GROUP, stack.worker.consumer, {chan: ">"})
+    bob_id = read[0][1][0][0]
+    stack.client.xdel(chan, bob_id)  # ... and bob's entry trimmed meanwhile
+    stack.worker._retry.add(chan)
+    stack.worker._retry_at = 0.0
+    stack.worker.run_once()
+    stack.worker.run_once()  # the acknowledgements go with this read
+    assert stack.client.xpending(chan, GROUP)["pending"] == 0
+    assert [m["state"] for m in stack.told("cy") if m["kind"] == "lobby"][:1] == ["queued"]  # handled
+    assert stack.told("bob") == []

@@ -339,11 +339,11 @@ class LobbyWorker:
             name = _s(stream)
             acked = []
             for entry_id, fields in entries:
-                pairs = fields.items() if isinstance(fields, dict) else zip(fields[::2], fields[1::2])
-                f = {_s(k): v for k, v in pairs} if fields else {}
-                if not f:
+                if not fields:
                     acked.append(entry_id)  # deleted meanwhile (XAUTOCLAIM's nil)
                     continue
+                pairs = fields.items() if isinstance(fields, dict) else zip(fields[::2], fields[1::2])
+                f = {_s(k): v for k, v in pairs}
                 try:
                     ok = self._channel(f) if name.endswith(":lobby") else \
                         self.manager.handle({k: _s(v) for k, v in f.items()})
