@@ -505,7 +505,7 @@ class MatchService:
                     stalled[cmd.match_id] = reply  # type: ignore[assignment]
                 continue
             try:  # another writer, a retried command id, an error reply: this command alone
-                if isinstance(reply, WrongVersion):
+                if isinstance(reply, WrongVersion) and state.version:  # a create's empty match: execute loads it
                     self._verify(cmd.match_id, state, reply.actual)
                 results[i] = self.execute(cmd)
             except Exception as exc:
