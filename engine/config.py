@@ -16,10 +16,10 @@ so a later edit to a file never changes an old match's replay.
 from __future__ import annotations
 
 import re
+import threading
 import tomllib
 from importlib import resources
 from importlib.resources.abc import Traversable
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -351,16 +351,23 @@ def _validated(cls: type[RoomConfig], data: Any, recorded: bool) -> RoomConfig:
     True
     """
     try:
-        key = msgpack.packb(data, use_bin_type=True)
+        key = (msgpack.packb(data, use_bin_type=True), recorded)
     except (TypeError, ValueError, OverflowError):
         return cls.model_validate(data, context={"recorded": recorded})
-    return _validated_bytes(cls, key, recorded)
+    cfg = _VALIDATED.get(key)
+    if cfg is None:
+        cfg = cls.model_validate(data, context={"recorded": recorded})
+        with _VALIDATED_LOCK:
+            _VALIDATED[key] = cfg
+            while len(_VALIDATED) > _VALIDATED_MAX:
+                del _VALIDATED[next(iter(_VALIDATED))]  # the oldest first
+    return cfg
 
 
-@lru_cache(maxsize=256)
-def _validated_bytes(cls: type[RoomConfig], key: bytes, recorded: bool) -> RoomConfig:
-    data = msgpack.unpackb(key, raw=False, strict_map_key=False)
-    return cls.model_validate(data, context={"recorded": recorded})
+#: :func:`_validated`'s cache: (record bytes, recorded) -> config, the oldest dropped first
+_VALIDATED: dict[tuple[bytes, bool], RoomConfig] = {}
+_VALIDATED_MAX = 256
+_VALIDATED_LOCK = threading.Lock()
 
 
 class ConfigError(ValueError):
