@@ -19,7 +19,7 @@ from engine.match.events import (
     PlayerSeated,
     Reading,
 )
-from engine.store import keys
+from engine.store import keys, wire
 from engine.store.memory import InMemoryEventStore
 from engine.store.redis_store import RedisEventStore
 from projections.ledger import ENTRY_APPLIED, ENTRY_DUPLICATE, InMemoryLedger, LedgerEntry, RedisLedger
@@ -64,7 +64,9 @@ def ledger(request):
     if request.param == "memory":
         return InMemoryLedger()
     if request.param == "real-redis":
-        return RedisLedger(request.getfixturevalue("real_redis"))
+        client = request.getfixturevalue("real_redis")
+        assert wire.usable(client)  # the packed calls are the ones under test
+        return RedisLedger(client)
     return RedisLedger(fakeredis.FakeRedis())
 
 
@@ -117,6 +119,7 @@ def test_bad_mode(ledger):
 def test_entries_balances_and_settlements_go_on_after_the_server_lost_its_scripts(own_real_redis):
     """A ledger call sent packed meets NOSCRIPT after a SCRIPT FLUSH (a restart, a fail-over):
     it goes through redis-py, which loads the script, and nothing is booked twice."""
+    assert wire.usable(own_real_redis)  # the packed calls, whose NOSCRIPT goes through redis-py
     ledger = RedisLedger(own_real_redis)
     entry = LedgerEntry("credit", "a", "points", 300, "dep-1", 1, "deposit", "ops-7")
     assert ledger.record_entry(entry) == ENTRY_APPLIED
