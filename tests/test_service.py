@@ -309,11 +309,27 @@ def test_a_retried_command_id_is_looked_up_in_the_command_hash_not_scanned(reque
         reads.append((str(min), str(max), len(page)))
         return page
 
+    from engine.store import wire
+
+    real_trip = wire.round_trip
+
+    def counting_trip(conn, commands):  # the packed XRANGE of a real redis-server (engine/store/wire.py)
+        replies = real_trip(conn, commands)
+        for c, page in zip(commands, replies):
+            args = [a.decode() for a in c.split(b"\r\n")[2::2]]
+            if args[0] == "XRANGE":
+                reads.append((args[2], args[3], len(page)))
+        return replies
+
     client.xrange = counting_xrange
+    wire.round_trip = counting_trip
     retry = Play(command_id="p0", match_id="m", player=first_play[0].player,
                  cards=tuple(first_play[0].cards))
-    out = svc.execute(retry)
-    client.xrange = real_xrange
+    try:
+        out = svc.execute(retry)
+    finally:
+        client.xrange = real_xrange
+        wire.round_trip = real_trip
     assert out.duplicate and out.rejection is None
     assert [e.seq for e in out.events] == [e.seq for e in first_play]
     # the lookup read the duplicate's own entries, never the rest of the stream
