@@ -13,7 +13,7 @@
 import { onLang, t } from "./i18n.js";
 
 const P = { link: null, me: () => null, name: (p) => p, room: () => null, closed: () => {}, shown: () => null,
-  created: null, series: null,
+  laidOut: () => {}, created: null, series: null,
   vote: null, result: null, final: null, tick: null, joined: false };
 const $ = (s) => document.querySelector(s);
 
@@ -31,8 +31,10 @@ function el(tag, text = "", attrs = {}) {
 }
 
 /** Wire the private-table UI to a client.js link (called once per link). */
-export function setupPrivate(link, { me, name, room, seriesClosed, shown }) {
+export function setupPrivate(link, { me, name, room, seriesClosed, shown, laidOut }) {
   P.link = link;
+  // the page's layout under the tally (table.js: the result sheet's top), kept as the tally changes
+  P.laidOut = laidOut || (() => {});
   P.shown = shown || (() => null);
   P.closed = seriesClosed || (() => {});
   P.me = me;
@@ -164,8 +166,14 @@ function handShown() {
 }
 
 /** The series' tally: the hand being played (data-hand: the hands settled), then each player's
- * name and running total. */
+ * name and running total; then the layout under it (``laidOut``) in the same task, so nothing
+ * under the tally is covered until a resize observer catches up. */
 export function renderTally() {
+  drawTally();
+  P.laidOut();
+}
+
+function drawTally() {
   const tally = $("[data-series-tally]");
   if (!tally) return;
   tally.hidden = !P.series;

@@ -1743,7 +1743,7 @@ function start(token) {
   S.link.on("say", onSay);
   setupPrivate(S.link, { me: () => S.me, name: (p) => nameOf(p),
     room: () => (document.querySelector("input[name=room]:checked") || {}).value || null,
-    seriesClosed, shown });
+    seriesClosed, shown, laidOut: sheetTop });
   S.link.on("state", ({ state, code, reason }) => onLinkState(state, code === undefined ? undefined : { code, reason }));
   S.link.connect();
   render();
