@@ -624,9 +624,7 @@ class RedisLedger(Ledger):
     def balance(self, player: str, mode: Mode) -> int:
         _check_mode(mode)
         if wire.usable(self.client):
-            v = wire.round_trip(self.client, [wire.pack("HGET", balance_key(mode), player)])[0]
-            if isinstance(v, Exception):
-                raise v
+            v = wire.checked(self.client, [wire.pack("HGET", balance_key(mode), player)])[0]
         else:
             v = self.client.hget(balance_key(mode), player)
         return 0 if v is None else int(v)
@@ -649,9 +647,7 @@ class RedisLedger(Ledger):
         writes = [(journal_key(e.player), e.journal_field, e.to_json())
                   for e in self._settlement_entries(match_id, settlement, mode)]
         if wire.usable(self.client):  # packed, one write (engine/store/wire.py)
-            for reply in wire.round_trip(self.client, [wire.pack("HSET", *w) for w in writes]):
-                if isinstance(reply, Exception):
-                    raise reply
+            wire.checked(self.client, [wire.pack("HSET", *w) for w in writes])
             return
         pipe = self.client.pipeline(transaction=False)
         for key, name, value in writes:

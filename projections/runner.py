@@ -67,7 +67,7 @@ from engine.match.events import EventBase, MatchFinished
 from engine.store import keys, wire
 from engine.store.base import EventStore, FeedEntry
 from engine.store.connect import is_cluster
-from engine.store.redis_store import stream_replies
+from engine.store.redis_store import entry_pairs, stream_replies
 from engine.store.transient import Backoff, is_transient
 from projections.ledger import Ledger, LedgerRefused
 from projections.settlement import Settlement, SettlementError, settle
@@ -185,8 +185,7 @@ class RedisFeed(Feed):
                 if not fields:                      # trimmed from the stream (MAXLEN): nothing to do
                     empty.append(eid)
                     continue
-                pairs = fields.items() if isinstance(fields, dict) else zip(fields[::2], fields[1::2])
-                f = {_s(k): _s(v) for k, v in pairs}
+                f = {_s(k): _s(v) for k, v in entry_pairs(fields)}
                 fin = f.get("fin")  # set by the append script; absent on entries written before
                 out.append(Delivery(bucket, FeedEntry(id=eid, match_id=f["match"],
                                                       first=int(f["from"]), last=int(f["to"]),
@@ -292,11 +291,9 @@ class RedisFeed(Feed):
             return [stream_replies(reply) for reply in pipe.execute()]
         names = [keys.feed_key(b) for b in buckets]
         if wire.usable(self.client):  # packed, the raw reply (engine/store/wire.py)
-            reply = wire.round_trip(self.client, [wire.pack("XREADGROUP", "GROUP", self.group, self.consumer,
-                                                            "COUNT", count, "STREAMS", *names,
-                                                            *(start for _ in names))])[0]
-            if isinstance(reply, Exception):
-                raise reply
+            reply = wire.checked(self.client, [wire.pack("XREADGROUP", "GROUP", self.group, self.consumer,
+                                                         "COUNT", count, "STREAMS", *names,
+                                                         *(start for _ in names))])[0]
         else:
             reply = self.client.xreadgroup(self.group, self.consumer, {name: start for name in names}, count=count)
         by_feed = {_s(stream): entries for stream, entries in stream_replies(reply)}
@@ -312,10 +309,8 @@ class RedisFeed(Feed):
         if not by_bucket:
             return
         if wire.usable(self.client):  # packed, one write (engine/store/wire.py)
-            for reply in wire.round_trip(self.client, [wire.pack("XACK", keys.feed_key(b), self.group, *ids)
-                                                       for b, ids in by_bucket.items()]):
-                if isinstance(reply, Exception):
-                    raise reply
+            wire.checked(self.client, [wire.pack("XACK", keys.feed_key(b), self.group, *ids)
+                                       for b, ids in by_bucket.items()])
         else:
             pipe = self.client.pipeline(transaction=False)
             for b, ids in by_bucket.items():

@@ -325,15 +325,14 @@ class LobbyWorker:
                                       "STREAMS", *streams, *streams.values()))
         from engine.store.redis_store import stream_replies
 
-        replies = wire.round_trip(self.client, commands)
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
+        replies = wire.checked(self.client, commands)
         return stream_replies(replies[-1]) if streams else []
 
     def _handle_reply(self, reply: list[Any]) -> int:
         """Handle a read's entries; those handled (or gone) are acknowledged with the next
         read (:meth:`_read`), the others read again later.  Returns how many were handled."""
+        from engine.store.redis_store import entry_pairs
+
         handled = 0
         for stream, entries in reply:
             name = _s(stream)
@@ -342,8 +341,7 @@ class LobbyWorker:
                 if not fields:
                     acked.append(entry_id)  # deleted meanwhile (XAUTOCLAIM's nil)
                     continue
-                pairs = fields.items() if isinstance(fields, dict) else zip(fields[::2], fields[1::2])
-                f = {_s(k): v for k, v in pairs}
+                f = {_s(k): v for k, v in entry_pairs(fields)}
                 try:
                     ok = self._channel(f) if name.endswith(":lobby") else \
                         self.manager.handle({k: _s(v) for k, v in f.items()})

@@ -63,6 +63,12 @@ def stream_replies(reply: Any) -> list[tuple[Any, list[tuple[Any, Any]]]]:
     return out
 
 
+def entry_pairs(fields: Any) -> Any:
+    """A stream entry's ``(field, value)`` pairs, from redis-py's map or a raw ``[field, value, …]``
+    (:mod:`engine.store.wire`)."""
+    return fields.items() if isinstance(fields, dict) else zip(fields[::2], fields[1::2])
+
+
 class LayoutMismatch(RuntimeError):
     """This Redis holds a store laid out with another bucket count."""
 
@@ -409,9 +415,7 @@ class RedisEventStore(EventStore):
         direct = wire.usable(self.client)  # packed, the raw reply: [[id, [field, value, …]], …]
         while True:
             if direct:
-                page = wire.round_trip(self.client, [wire.pack("XRANGE", ks[0], start, end, "COUNT", self.page)])[0]
-                if isinstance(page, Exception):
-                    raise page
+                page = wire.checked(self.client, [wire.pack("XRANGE", ks[0], start, end, "COUNT", self.page)])[0]
                 for _entry_id, fields in page:
                     out.append(decode_event(_field(fields, b"e")))
             else:

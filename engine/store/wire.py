@@ -40,7 +40,7 @@ from redis.exceptions import ResponseError
 
 import hiredis
 
-__all__ = ["InFlight", "Rider", "by_node", "pack", "round_trip", "round_trips", "same_server", "usable"]
+__all__ = ["InFlight", "Rider", "by_node", "checked", "pack", "round_trip", "round_trips", "same_server", "usable"]
 
 _CONNECTIONS = (Connection, UnixDomainSocketConnection, SSLConnection)
 #: plain clients asked already, and the answer (a client is asked once)
@@ -170,6 +170,16 @@ def round_trip(client: Any, commands: Sequence[bytes]) -> list[Any]:
     except BaseException:
         _drop(leases, lease)
         raise
+
+
+def checked(client: Any, commands: Sequence[bytes]) -> list[Any]:
+    """:func:`round_trip`, its first error reply raised: for a round trip whose commands stand
+    or fall together."""
+    replies = round_trip(client, commands)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
 class InFlight:
