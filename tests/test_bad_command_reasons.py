@@ -24,6 +24,7 @@ CASES = [
     ({"type": "Play", "cards": [999]}, "cards.0: a card id is 0–107 (R-1.1"),   # 108 cards
     ({"type": "Play", "cards": [-1]}, "cards.0: a card id is 0–107 (R-1.1"),
     ({"type": "Play", "cards": []}, "cards: Tuple should have at least 1 item"),
+    ({"type": "Play", "cards": [5, 5]}, "the same card id is named twice"),
     ({"type": "Play", "cards": ["x" * 5000]}, "cards.0: Input should be a valid integer"),
     ({"type": "Play", "text": "ZZ" * 190}, "bad card token"),
     ({"type": "Sit", "player": "p" * 50_000, "extra1": 1, "extra2": 2, "extra3": 3, "extra4": 4, "extra5": 5},

@@ -318,7 +318,6 @@ def test_ready_clock_restarts_when_a_player_sits() -> None:
     ("a", {"text": "3 3 3 3 4"}, NotInHand, "does not hold 3 3 (named: 3 3 3 3 4)"),  # names the missing
     ("a", {"text": "5H 5"}, NotInHand, "does not hold 5H (named"),   # D-2: the hand's only 5 is 5S
     ("a", {"cards": (107,)}, NotInHand, "does not hold BJ"),
-    ("a", {"cards": (0, 0)}, NotInHand, "twice"),
     ("a", {"text": "3 4"}, NotACombination, "3 4 is not a combination"),  # R-3
     ("a", {"text": "3 3 4 4 SJ"}, NotACombination, "not a combination"),  # R-4.5
     ("z", {"text": "3"}, NotSeated, "not seated"),
@@ -329,6 +328,15 @@ def test_play_refusals_when_leading(player, kw, exc, needle) -> None:
     m = dealt("3 3 4 4 5 SJ", "9 10 J")
     e = m.no(Play, player=player, **kw)
     assert type(e) is exc and needle in str(e), str(e)
+
+
+def test_a_card_named_twice_is_a_bad_command_even_unvalidated() -> None:
+    """The model refuses it (tests/test_bad_command_reasons.py); decide does too."""
+    m = dealt("3 3 4 4 5 SJ", "9 10 J")
+    play = Play.model_construct(command_id="x", match_id="m", player="a", cards=(0, 0), text=None,
+                                expected_version=None, reading_kind=None, reading_rank=None)
+    with pytest.raises(BadCommand, match="named twice"):
+        decide(m.state, play, Context(now_ms=m.now))
 
 
 @pytest.mark.parametrize("prev, play, needle", [

@@ -182,6 +182,8 @@ class Play(CommandBase):
     def _one_of(self) -> Play:
         if (self.cards is None) == (self.text is None):
             raise ValueError("give exactly one of cards (ids) or text (card notation)")
+        if self.cards is not None and len(set(self.cards)) != len(self.cards):
+            raise ValueError("the same card id is named twice")
         if self.text is not None:
             try:
                 parse_tokens(self.text)

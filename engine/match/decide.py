@@ -338,7 +338,7 @@ def _reading_for(state: MatchState, i: int, cards: tuple[int, ...],
     if bad:
         raise NotInHand(f"no card has id {bad[0]}")
     if len(set(cards)) != len(cards):
-        raise NotInHand("the same card was named twice")
+        raise BadCommand("the same card id is named twice")
     missing = [c for c in cards if c not in hand]
     if missing:
         raise NotInHand(f"{state.seat(i).player} does not hold {format_ranks(missing)}")
