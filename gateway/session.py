@@ -76,6 +76,19 @@ HOT = frozenset({"Play", "Pass", "Ready"})
 #: a table whose match these commands go to: running, or between its finish and its settlement
 #: (the engine answers a Ready there with an ack, a Play with a refusal)
 AT_TABLE = frozenset({"seated", "between"})
+
+
+def waiting_message(place: Place, command_id: str | None = None) -> dict[str, Any]:
+    """The ``lobby`` message of a player at no table's match: ``queued`` in a room's queue, or
+    paired at a table whose match is not seated yet (``table`` then names it); in no room,
+    ``removed`` with reason null (docs/PROTOCOL.md §8, Sync)."""
+    table = place.table
+    if place.state == "queued":
+        return protocol.lobby("queued", place.room, command_id=command_id)
+    if place.state:
+        return protocol.lobby("queued", table.room if table else place.room, table.id if table else None,
+                              command_id=command_id)
+    return protocol.lobby("removed", place.room, command_id=command_id)
 #: the entries of the player's stream that the lobby writes (gateway/outbox.py)
 LOBBY_KINDS = frozenset({"lobby", "settled", "private_table", "series"})
 
@@ -341,15 +354,12 @@ class Connection:
             await self.send(note)
         place = self.place
         table = place.table
-        if place.state == "queued":
-            await self.send(protocol.lobby("queued", place.room))
-        elif table is not None:
-            if table.status in AT_TABLE:
-                self.match = self._announced = table.match
-                await self.send(protocol.lobby("seated", table.room, table.id, table.match,
-                                               bot_level=table.bot_level))
-            else:
-                await self.send(protocol.lobby("queued", table.room, table.id))
+        if place.state != "queued" and table is not None and table.status in AT_TABLE:
+            self.match = self._announced = table.match
+            await self.send(protocol.lobby("seated", table.room, table.id, table.match,
+                                           bot_level=table.bot_level))
+        elif place.state == "queued" or table is not None:
+            await self.send(waiting_message(place))
         if self.match is not None:
             await self.resync.catch_up(self.match, resume.version_for(self.match))
 
@@ -588,8 +598,7 @@ class Connection:
         self.place = place
         table = place.table
         if table is None or table.status not in AT_TABLE:  # no match to sync: where the player is
-            await self.send(protocol.lobby(place.state or "removed", place.room, None, None,
-                                           None if place.state else "not in a room", command_id=msg.command_id))
+            await self.send(waiting_message(place, msg.command_id))
             return
         self.match = table.match
         version = Resume(msg.version, msg.match).version_for(table.match)

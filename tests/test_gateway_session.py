@@ -19,6 +19,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import jsonschema
 import msgpack
 import pytest
 from starlette.websockets import WebSocketState
@@ -30,6 +31,7 @@ from gateway import channels, session
 from gateway.lobby import Lobby
 from gateway.metrics import GatewayMetrics
 from gateway.rooms import RoomBook
+from gateway.schemas_gen import load as load_schema
 from gateway.tokens import Identity
 
 pytestmark = [pytest.mark.redis]
@@ -326,6 +328,34 @@ def test_the_clients_own_sync_is_answered_with_an_update_carrying_the_view(aredi
         assert [c for _m, _p, c in engine.syncs][-1] == channels.engine_command_id("alice", "s2")
 
     asyncio.run(_at_a_seated_table(aredis, {"t1-1": 4}, body))
+
+
+@pytest.mark.parametrize("where, expected", [
+    (None, ("removed", None, None, None)),                       # in no room
+    ("queued", ("queued", "points", None, None)),                # in the room's queue
+    ("creating", ("queued", "points", "t1", None)),              # paired, the table's match not seated yet
+])
+def test_a_sync_at_no_tables_match_is_answered_where_the_player_is(aredis, where, expected):
+    """A Sync with no match to sync gets the ``lobby`` message of where the player is, with the
+    Sync's command id: a state and reason the schema allows (never free text)."""
+    server = jsonschema.Draft202012Validator(load_schema("server.json"))
+
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        await ws.inbox.put(json.dumps({"type": "Sync", "command_id": "s1"}))
+        got = await ws.expect(lambda m: m["kind"] == "lobby" and m.get("command_id") == "s1", "the Sync's answer")
+        assert (got["state"], got["room"], got["table"], got["reason"]) == expected
+        assert not list(server.iter_errors(got)), got
+
+    async def setup() -> None:
+        r = aredis()
+        if where == "creating":
+            await _table_creating(r)
+        else:
+            await _place(r, "alice", where)
+        await r.aclose()
+
+    asyncio.run(setup())
+    asyncio.run(_with_connection(aredis, {}, body))
 
 
 def test_the_engines_ack_of_a_ready_reaches_the_client_as_ack_with_its_command_id(aredis):
