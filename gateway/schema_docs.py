@@ -226,9 +226,10 @@ BY_OWNER: dict[tuple[str, str], str] = {
     ("rejected", "match"): "the match the command was for, when known",
     ("lobby", "table"): "the table's id (t<N>), when at one",
     ("lobby", "match"): "the table's current match (seated: send Ready for it)",
-    ("lobby", "reason"): "why (removed: not_ready, no_opponent, left, escaped, disconnected, seat_refused: …, "
-                         "table_closed; queued after the opponent left: opponent_left; the answer to a Join "
-                         "from where you already are: already_seated, already_queued)",
+    ("lobby", "reason"): "why (removed: not_ready, no_opponent, left, escaped, disconnected, seat_refused, "
+                         "unknown_room, series_over, table_closed; null in answer to a Sync from a player in no "
+                         "room; queued after the opponent left: opponent_left; the answer to a Join from where "
+                         "you already are: already_seated, already_queued)",
     ("lobby", "room"): "the room",
     ("lobby", "command_id"): "the command_id of your Join or Leave that caused this message, else null (a "
                              "gateway before it sends none)",

@@ -28,6 +28,7 @@ from typing import Any, get_args
 
 from pydantic import TypeAdapter
 
+from engine.service.lobby_notes import LOBBY_REASONS
 from projections.ratings import TIERS
 
 TIER_IDS = tuple(t for t, _ in TIERS)
@@ -360,10 +361,7 @@ def server_schema() -> dict[str, Any]:
     defs["rejected"]["required"] = [k for k in defs["rejected"]["required"] if k != "retry_after_ms"]
     defs["lobby"] = msg("lobby", {
         "state": {"enum": ["queued", "seated", "removed"]}, "room": _NULLABLE_STR, "table": _NULLABLE_STR,
-        "match": _NULLABLE_STR, "reason": _nullable({"anyOf": [
-            {"enum": ["not_ready", "no_opponent", "left", "escaped", "disconnected", "opponent_left", "table_closed",
-                       "already_seated", "already_queued", "series_over"]},
-            {"type": "string", "pattern": "^seat_refused: "}]}),
+        "match": _NULLABLE_STR, "reason": _nullable({"enum": list(LOBBY_REASONS)}),
         "bot_level": {"enum": ["easy", "normal", "hard", "trustee", None]}, "command_id": _NULLABLE_STR},
         "Where you are in the lobby (bot_level: the level of a bot opponent, null for a person)")
     # the Join or Leave that caused it (issue 34): a gateway before it sends none

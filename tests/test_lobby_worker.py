@@ -23,6 +23,24 @@ from tests.lobby_stack import room_config
 pytestmark = pytest.mark.redis
 
 
+_SERVER_SCHEMA: Any = None
+
+
+def on_the_wire(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` as a gateway forwards it, checked against gateway/schemas/server.json
+    (every lobby message a test reads from a player's stream is one the schema allows)."""
+    global _SERVER_SCHEMA
+    if _SERVER_SCHEMA is None:
+        import jsonschema
+
+        from gateway.schemas_gen import load
+
+        _SERVER_SCHEMA = jsonschema.Draft202012Validator(load("server.json"))
+    errors = [e.message for e in _SERVER_SCHEMA.iter_errors(message)]
+    assert not errors, (message, errors)
+    return message
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1_700_000_000_000
@@ -81,7 +99,7 @@ class Stack:
             self.seen[player] = entry_id.decode()
             kind = f[b"kind"].decode()
             if kind in ("lobby", "settled"):
-                out.append(json.loads(f[b"m"]))
+                out.append(on_the_wire(json.loads(f[b"m"])))
             elif kind == "rejected":
                 out.append({"kind": "rejected", **{k.decode(): v.decode() for k, v in f.items() if k != b"kind"}})
         return out

@@ -164,21 +164,52 @@ def test_the_messages_of_whole_matches_and_settlements_validate_in_both(tmp_path
     assert _ajv(lines)["validated"] == len(corpus)
 
 
-@pytest.mark.parametrize("state,reason", [
-    ("seated", "already_seated"), ("queued", "already_queued"), ("removed", "table_closed"),
-    ("queued", "opponent_left"), ("removed", "seat_refused: too few coins"), ("seated", None)])
-def test_every_lobby_reason_the_gateway_sends_validates(state: str, reason: str | None) -> None:
-    """The answers to a Join from where the player already is (gateway/session.py) and a bot's
-    table_closed are codes in the schema's reason enum, never free text."""
-    import inspect
+def _lobby_messages_the_engine_sends() -> list[dict[str, Any]]:
+    """Every ``lobby`` message shape the engine writes (engine/service/lobby_notes.py
+    ``messages_of``, with each reason its events' types allow) and the gateway's own answers
+    to a Sync or a connect from a player at no table's match (gateway/session.py)."""
+    from typing import get_args
 
-    from gateway import protocol, session
+    from engine.lobby import events as ev
+    from engine.lobby.state import TableState
+    from engine.service.lobby_notes import messages_of
+    from gateway.lobby import Place, Table
+    from gateway.session import waiting_message
+
+    base = {"seq": 2, "ts": 5, "command_id": "pm:x"}
+    events: list[Any] = [ev.PlayerQueued(aggregate="queue:points", player="a", since=0, reason=r, **base)
+                         for r in get_args(ev.PlayerQueued.model_fields["reason"].annotation)]
+    events += [ev.PlayerLeftQueue(aggregate="queue:points", player="a", reason=r, **base)
+               for r in get_args(ev.DequeueReason)]
+    events += [ev.LeftWithTable(aggregate="queue:points", player="a", table="t1", reason=r, **base)
+               for r in get_args(ev.LeftWithTable.model_fields["reason"].annotation)]
+    table = TableState(table="t1", room="points", players=("a", "bot:x"), bot="bot:x", n=1, match="t1-1",
+                       status="closed")
+    closes = [ev.TableClosed(aggregate="table:t1", reason="left", removed=(("a", r),), stayed=(), bot="bot:x",
+                             dealt=False, **base) for r in get_args(ev.RemovalReason)]
+    closes.append(ev.TableClosed(aggregate="table:t1", reason="left", removed=(("a", "left"),), stayed=("b",),
+                                 dealt=True, **base))
+    out = [m for e in events for _p, m in messages_of(e, None)]
+    out += [m for e in closes for _p, m in messages_of(e, table)]
+    creating = Table(id="t1", room="points", players=("a", "b"), n=1, match="t1-1", status="creating",
+                     finished="", escaped="")
+    out += [waiting_message(Place(state, room, t), "s1") for state, room, t in (
+        ("", None, None), ("", "points", None), ("queued", "points", None), ("table", "points", creating),
+        ("table", "points", None))]
+    return out
+
+
+def test_every_lobby_reason_the_engine_sends_validates() -> None:
+    """The ``lobby`` messages the code builds validate (their reasons are the schema's enum,
+    engine.service.lobby_notes.LOBBY_REASONS), and every reason of the enum is one of them."""
+    from engine.service.lobby_notes import LOBBY_REASONS
 
     server = jsonschema.Draft202012Validator(load("server.json"))
-    msg = {**protocol.lobby(state, "points", "t1", "t1-1" if state == "seated" else None, reason,
-                            command_id="c1"), "names": {}}
-    assert not list(server.iter_errors(msg)), list(server.iter_errors(msg))
-    source = inspect.getsource(session.Connection._join)
-    assert '"already at a table"' not in source and '"already queued"' not in source
-    bad = {**msg, "reason": "already at a table"}
+    sent = _lobby_messages_the_engine_sends()
+    for msg in sent:
+        assert not list(server.iter_errors(msg)), (msg, [e.message for e in server.iter_errors(msg)])
+    produced = {m["reason"] for m in sent} - {None}
+    assert produced | {"already_seated", "already_queued"} == set(LOBBY_REASONS)  # those two: lobby_worker
+    assert {m["state"] for m in sent} == {"queued", "removed"}
+    bad = {**sent[0], "reason": "not in a room"}
     assert list(server.iter_errors(bad)), "free text must not validate as a reason"

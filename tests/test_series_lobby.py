@@ -12,7 +12,7 @@ import pytest
 
 from engine.match import commands as mc
 from engine.store import keys
-from tests.test_lobby_worker import Stack
+from tests.test_lobby_worker import Stack, on_the_wire
 
 pytestmark = pytest.mark.redis
 
@@ -30,7 +30,7 @@ class SeriesStack(Stack):
             self.seen[player] = entry_id.decode()
             kind = f[b"kind"].decode()
             if kind in ("lobby", "settled", "private_table", "series"):
-                out.append(json.loads(f[b"m"]))
+                out.append(on_the_wire(json.loads(f[b"m"])))
             elif kind == "rejected":
                 out.append({"kind": "rejected", **{k.decode(): v.decode() for k, v in f.items() if k != b"kind"}})
         return out

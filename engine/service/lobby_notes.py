@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, get_args
 
 from engine.lobby import events as ev
 from engine.lobby.state import TableState
@@ -34,6 +34,13 @@ from engine.store import keys, scripts
 from engine.store.replies import fields as reply_fields
 
 log = logging.getLogger("shuangkou.lobby")
+
+#: every ``reason`` a ``lobby`` message carries (gateway/schemas_gen.py's enum): why a player
+#: left a queue or a table (engine/lobby/events.py), a requeue after the opponent left, a bot's
+#: table closing, and the answers to a Join from where the player already is (lobby_worker.py)
+LOBBY_REASONS: tuple[str, ...] = tuple(dict.fromkeys((
+    *get_args(ev.RemovalReason), *get_args(ev.DequeueReason), "opponent_left", "table_closed",
+    "already_seated", "already_queued")))
 
 #: engine/store/table_info.lua: a table's read model, not written over a later version
 TABLE_INFO_LUA = scripts.sent_by_eval("table_info.lua")

@@ -1112,8 +1112,8 @@ export type LobbyMessage = {
   table: string | null;
   /** the table's current match (seated: send Ready for it) */
   match: string | null;
-  /** why (removed: not_ready, no_opponent, left, escaped, disconnected, seat_refused: …, table_closed; queued after the opponent left: opponent_left; the answer to a Join from where you already are: already_seated, already_queued) */
-  reason: "not_ready" | "no_opponent" | "left" | "escaped" | "disconnected" | "opponent_left" | "table_closed" | "already_seated" | "already_queued" | "series_over" | string | null;
+  /** why (removed: not_ready, no_opponent, left, escaped, disconnected, seat_refused, unknown_room, series_over, table_closed; null in answer to a Sync from a player in no room; queued after the opponent left: opponent_left; the answer to a Join from where you already are: already_seated, already_queued) */
+  reason: "left" | "not_ready" | "escaped" | "no_opponent" | "seat_refused" | "unknown_room" | "series_over" | "disconnected" | "opponent_left" | "table_closed" | "already_seated" | "already_queued" | null;
   /** the level of a bot opponent at the table (easy, normal, hard; gateway --bots, docs/BOTS.md); null when the opponent is a person */
   bot_level: "easy" | "normal" | "hard" | "trustee" | null;
   /** the command_id of your Join or Leave that caused this message, else null (a gateway before it sends none) */
