@@ -43,8 +43,8 @@ socket's; errors are ``{"error": code, "reason": text}`` with 400/401/403/404/40
   the page shows contributions as bombs are played, between full views.
 * ``GET /api/replay/<match_id>`` (operator) -- the match's
   :func:`projections.timeline.timeline` plus the ledger's stored settlement and
-  whether it equals the replayed one.  A match that has not finished is refused
-  409 ``match_not_finished`` (its timeline shows both hands) unless the gateway runs
+  whether it equals the replayed one.  A match still under way (neither finished nor
+  abandoned) is refused 409 ``match_not_finished`` (its timeline shows both hands) unless the gateway runs
   with ``--allow-live-replay`` (dangerous: any operator token then reads the hands
   of a match being played).  Read-only (XRANGE, HGET): it uses the
   Redis URL in ``SK_REPLAY_REDIS_URL`` (the read-only user of deploy/) when
@@ -350,7 +350,8 @@ class ReplaySource:
             start = f"{keys.seq_of(page[-1][0]) + 1}-0"
         if not events:
             raise HttpError(404, "unknown_match", f"no such match: {match_id!r}")
-        if not any(e.type == "MatchFinished" for e in events) and not getattr(self.ctx, "allow_live_replay", False):
+        over = any(e.type in ("MatchFinished", "MatchAbandoned") for e in events)
+        if not over and not getattr(self.ctx, "allow_live_replay", False):
             raise HttpError(409, "match_not_finished",
                             f"match {match_id!r} has not finished: its replay would show both hands of a match "
                             f"being played (replay it once it is over; shuangkou gateway --allow-live-replay "

@@ -284,6 +284,29 @@ def test_the_replay_of_a_live_match_is_refused_409_unless_allowed(redis_server, 
         assert len(data["steps"]) == len(live)
 
 
+def test_the_replay_of_an_abandoned_match_is_served(redis_server, real_redis) -> None:
+    """A match abandoned before the deal is over (it never finishes): the viewer shows it, with
+    no settlement, as ``shuangkou replay`` does."""
+    import redis.asyncio as aioredis
+
+    from engine.config import load_config
+    from engine.match import commands as mc
+    from engine.service.service import MatchService
+    from engine.store.redis_store import RedisEventStore
+    from engine.service.shuffle import seeded_random
+
+    svc = MatchService(RedisEventStore(real_redis), clock=lambda: 1_700_000_000_000, rng=seeded_random(1))
+    svc.execute(mc.CreateMatch(command_id="c0", match_id="ab1", config=load_config("points").to_record()))
+    svc.execute(mc.Sit(command_id="c1", match_id="ab1", player="ann"))
+    assert svc.execute(mc.Leave(command_id="c2", match_id="ab1", player="ann")).accepted  # MatchAbandoned
+    with client(redis=aioredis.Redis.from_url(redis_server.url)) as c:
+        r = c.get("/api/replay/ab1", headers=bearer("olga", "operator"))
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["settlement"] is None and data["stored_settlement"] is None
+    assert [s["type"] for s in data["steps"]][-1] == "MatchAbandoned"
+
+
 def test_the_pages_keep_the_testability_contract() -> None:
     """The names hidden checks use (issue 15) are in the page sources; data-card only marks the hand."""
     html = (STATIC / "index.html").read_text()
