@@ -234,6 +234,36 @@ def test_play_is_disabled_for_a_non_combination(browser, site) -> None:
         context.close()
 
 
+def test_cards_chosen_before_the_turn_are_checked_against_the_play_that_comes(browser, site) -> None:
+    """A card chosen while the opponent is on turn is checked again once their play arrives:
+    Play is enabled (or says why not) without the player touching the cards again."""
+    from gateway.web import readings_for
+
+    context, page, errors = _open(browser, site, "zh-CN")
+    try:
+        m = Match()
+        _seat(page, m)
+        if m.state.seats[m.state.turn].player == "alice":
+            _feed(page, m.step(1))  # alice leads: now bob is on turn
+        page.wait_for_selector("#table[data-your-turn=false]")
+        top = max(m.state.seats[0].hand)  # the big joker or her highest card
+        page.click(f"#hand [data-card='{top}']")
+        page.wait_for_function("t => document.querySelector('[data-play-why]').textContent === t",
+                               arg=CATALOGUES["zh-Hans"]["reading.notYourTurn"])
+        _feed(page, m.step(1))  # bob plays (or passes): alice's turn, her card still chosen
+        page.wait_for_selector("#table[data-your-turn=true]")
+        page.wait_for_function("() => !document.querySelector('[data-play-why]').textContent.startsWith('"
+                               + CATALOGUES["zh-Hans"]["reading.checking"] + "')")
+        lp = m.state.to_beat
+        ask = {"cards": [top], "last_cards": list(lp.cards), "last_kind": lp.combo.kind,
+               "last_rank": lp.combo.rank} if lp else {"cards": [top]}
+        beats = any(r.get("beats") for r in readings_for(ask)["readings"])
+        assert page.is_disabled("[data-action=play]") == (not beats)
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 def test_a_refusal_shows_the_catalogue_words_and_keeps_the_code(browser, site) -> None:
     context, page, errors = _open(browser, site, "en-US")
     try:

@@ -45,7 +45,7 @@ const S = {
   left: {},  // match -> true: a match the player was removed from (its later updates are not shown)
   closedSeries: null,  // a private series whose final standings were closed: its hands leave the page
   per: {},  // match -> what this page saw of it: fair, log, bombs, trick
-  selected: new Set(), readings: [], reading: 0, readingsSeq: 0, readingsKey: null,
+  selected: new Set(), readings: [], reading: 0, readingsSeq: 0, readingsKey: null, readingsAsked: null,
   settled: {}, ratings: {}, tiers: {}, tierAsked: {}, balance: null, clock: { version: null, total: null }, offset: null,
   rooms: [], lobbyRooms: null, names: {}, learned: {}, pendingSeed: null, refusal: null,
   warned: null, wasMyTurn: null, shownPlay: null, finishSounded: null, readyFor: null, flyFrom: null,
@@ -729,6 +729,9 @@ function renderPlayButton(view) {
     reason = "";
   } else if (S.readingsKey !== selectionKey(view)) {
     reason = t("reading.checking");
+    // a selection made before the play in front changed (cards chosen while waiting for the
+    // turn): ask for its readings against the new play, once per selection and play
+    if (S.readingsAsked !== selectionKey(view)) queueMicrotask(refreshReadings);
   } else if (S.readings === null) {
     ok = true;  // the readings endpoint did not answer: the engine decides
   } else if (!S.readings.length) {
@@ -749,6 +752,7 @@ async function refreshReadings() {
   const view = shown();
   const seq = ++S.readingsSeq;
   const key = selectionKey(view);
+  S.readingsAsked = key;
   if (S.selected.size === 0 || S.spectator || !view) {
     S.readings = [];
     S.readingsKey = key;
