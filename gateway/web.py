@@ -412,13 +412,15 @@ def room_list(ctx: Any) -> list[dict[str, Any]]:
     if not isinstance(rooms, dict):
         from engine.config import load_config
 
-        return [{"name": mode, "mode": mode, "levels": _levels(load_config(mode)), "ranked": False} for mode in ("points", "wealth")]
+        return [{"name": mode, "mode": mode, "levels": _levels(load_config(mode)), "ranked": False,
+                 "timeouts_before_trustee": load_config(mode).timeouts_before_trustee} for mode in ("points", "wealth")]
     out = []
     for name, cfg in sorted(rooms.items()):
         low = cfg.levels[0]
         out.append({"name": name, "mode": cfg.mode, "turn_seconds": cfg.turn_seconds,
                     "trustee_delay_seconds": cfg.trustee_delay_seconds,
                     "reclaim_after_reconnect": cfg.reclaim_after_reconnect,
+                    "timeouts_before_trustee": cfg.timeouts_before_trustee,
                     "base": low.base, "need": low.need if cfg.mode == "wealth" else 0,
                     "levels": _levels(cfg), "ranked": bool(getattr(cfg, "ranked", False))})
     return out

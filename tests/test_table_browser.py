@@ -49,11 +49,14 @@ LOCALES = {"zh-CN": "zh-Hans", "zh-TW": "zh-Hant", "en-US": "en"}
 class _Site(_Static):
     """The static files plus the page's JSON endpoints, answered by gateway/web.py's functions."""
 
+    #: rooms a test offers beside the built-in ones (set around one test)
+    extra_rooms: list[dict] = []
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         from gateway import web
 
         if self.path.startswith("/api/client-config"):
-            return self._json({"dev": False, "bots": False, "rooms": web.room_list(None)})
+            return self._json({"dev": False, "bots": False, "rooms": web.room_list(None) + self.extra_rooms})
         if self.path.startswith("/api/rooms"):
             return self._json({"rooms": [{**r, "balance": 0, "admits": True} for r in web.room_list(None)],
                                "balances": {"points": 0}})
@@ -94,10 +97,11 @@ def browser():
 class Match:
     """A real match in the engine (alice against bob); ``run`` gives alice's socket messages."""
 
-    def __init__(self, mid: str = "page-1") -> None:
+    def __init__(self, mid: str = "page-1", config=None) -> None:
         self.svc = MatchService(InMemoryEventStore(), lambda: 1_800_000_000_000, seeded_random(7))
         self.mid = mid
         self.state = None
+        self.config = config or load_config("points")
 
     def run(self, cmd) -> list[dict]:
         out = self.svc.execute(cmd)
@@ -109,7 +113,7 @@ class Match:
                  "names": {"alice": "小明", "bob": "Bob"}}]
 
     def start(self) -> list[dict]:
-        msgs = self.run(CreateMatch(command_id="c1", match_id=self.mid, config=load_config("points").to_record()))
+        msgs = self.run(CreateMatch(command_id="c1", match_id=self.mid, config=self.config.to_record()))
         msgs += self.run(Sit(command_id="c2", match_id=self.mid, player="alice"))
         msgs += self.run(Sit(command_id="c3", match_id=self.mid, player="bob"))
         msgs += self.run(Ready(command_id="c4", match_id=self.mid, player="alice"))
@@ -413,6 +417,46 @@ def test_trusteeship_is_a_badge_its_notices_replace_each_other_and_a_disconnect_
         assert text == words["explain.disconnect"].replace("{s}", "10") and "R-" not in text
         assert page.is_hidden("[data-action=cancel-trustee]")  # the points room: reclaim_after_reconnect = false
         page.wait_for_function("() => !document.querySelector('[data-notice]')")  # transient: they go by themselves
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("locale, words", [("zh-CN", "超时两次"), ("en-US", "after 2 timeouts")])
+def test_the_trusteeship_words_name_the_rooms_timeouts(browser, site, locale: str, words: str) -> None:
+    """R-13.1: a room whose trusteeship starts after 2 timeouts says 2, not the default 3, in
+    the timeout notice, the badge and the explanation."""
+    from engine.match.commands import TurnTimeout
+
+    quick = {**next(r for r in __import__("gateway.web", fromlist=["x"]).room_list(None) if r["name"] == "points"),
+             "name": "quick", "timeouts_before_trustee": 2}
+    _Site.extra_rooms = [quick]
+    try:
+        context, page, errors = _open(browser, site, locale)
+    finally:
+        _Site.extra_rooms = []
+    try:
+        m = Match(config=load_config("points").model_copy(update={"timeouts_before_trustee": 2}))
+        _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
+                     {"kind": "lobby", "state": "seated", "room": "quick", "table": "t1", "match": m.mid,
+                      "names": {"alice": "小明", "bob": "Bob"}}] + m.start())
+        page.wait_for_selector("#hand [data-card]")
+        while m.state.seats[m.state.turn].player != "alice":
+            _feed(page, m.step(1))
+        _feed(page, m.run(TurnTimeout(command_id="to1", match_id=m.mid, version=m.state.version)))
+        lang = LOCALES[locale]
+        first = CATALOGUES[lang]["notice.timeout.one"].replace("{n}", "1").replace(
+            "{limit}", CATALOGUES[lang]["num.2"])
+        page.wait_for_function("t => [...document.querySelectorAll('[data-notice]')].some(e => e.textContent === t)",
+                               arg=first)
+        while m.state.seats[m.state.turn].player != "alice":
+            _feed(page, m.step(1))
+        _feed(page, m.run(TurnTimeout(command_id="to2", match_id=m.mid, version=m.state.version)))
+        assert m.state.seats[0].trusteed  # the engine: after 2
+        page.wait_for_selector("[data-explain='timeouts']")
+        assert words in page.text_content("[data-explain]").replace("超時", "超时")
+        badge = page.text_content("#mine-badges [data-badge=trustee]")
+        assert CATALOGUES[lang]["num.2"] in badge and CATALOGUES[lang]["num.3"] not in badge
         assert not errors, errors
     finally:
         context.close()

@@ -169,13 +169,19 @@ function roomCfg() {
   return (S.rooms || []).find((r) => r.name === name) || {};
 }
 
+/** R-13.1: the room's number of timeouts before trusteeship, worded ("三" in Chinese). */
+function trusteeLimit() {
+  const n = roomCfg().timeouts_before_trustee || 3;
+  return has(`num.${n}`) ? t(`num.${n}`) : String(n);
+}
+
 function badges(box, seat, view) {
   box.replaceChildren();
   if (!seat) return;
   const add = (text, cls, why = "") => box.append(el("span", text, { class: `badge ${cls}`, "data-badge": cls, title: why || null }));
   if (seat.trustee) {
     const key = has(`badge.trustee.${seat.trustee}`) ? `badge.trustee.${seat.trustee}` : "badge.trustee";
-    add(t(key), "trustee", seat.player !== S.me && seat.trustee === "disconnect" ? t("explain.disconnectOther", { name: nameOf(seat.player) }) : "");
+    add(t(key, { limit: trusteeLimit() }), "trustee", seat.player !== S.me && seat.trustee === "disconnect" ? t("explain.disconnectOther", { name: nameOf(seat.player) }) : "");
   }
   if (seat.connected === false) add(t("badge.offline"), "offline");
   if (seat.escaped) add(t("badge.escaped"), "escaped");
@@ -691,7 +697,7 @@ function renderExplain(view, mine, room, reclaim) {
   if (view.phase === "playing" && mine && mine.trustee === "disconnect") {
     text = t(reclaim ? "explain.disconnectReclaim" : "explain.disconnect", { s: room.reconnect_grace_seconds || 10 });
   } else if (view.phase === "playing" && mine && mine.trustee === "timeouts") {
-    text = t("explain.timeouts");
+    text = t("explain.timeouts", { limit: trusteeLimit() });
   }
   box.textContent = text;
   box.hidden = !text;
@@ -1008,7 +1014,7 @@ function noteEvents(match, events, view) {
         p.trick += 1;
         break;
       case "TurnTimedOut":
-        notice(you ? t("notice.timeout", { n: e.count }) : t("notice.timeoutOther", { name: name(), n: e.count }), "warn", "timeout");
+        notice(you ? t("notice.timeout", { n: e.count, limit: trusteeLimit() }) : t("notice.timeoutOther", { name: name(), n: e.count }), "warn", "timeout");
         break;
       case "ClockExtended":
         notice(t("notice.clockPaused", { s: Math.round(e.by_ms / 1000) }), "info", "clock");
