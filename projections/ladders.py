@@ -58,11 +58,11 @@ class SeasonError(ValueError):
 
 
 def board_entry(rank: int, player: str, score: float, names: dict[str, str | None]) -> dict[str, Any]:
-    """One leaderboard entry: ``{"rank", "player", "name", "rating", "tier"}`` (``score``: the
-    board's exact rating)."""
+    """One leaderboard entry: ``{"rank", "player", "name", "rating", "tier", "bot"}`` (``score``:
+    the board's exact rating; ``bot``: a bot seat of a room that rates bots, which has no name)."""
     ordinal = (score - RATING_BASE) / RATING_SCALE
     return {"rank": rank, "player": player, "name": names.get(player), "rating": round(score),
-            "tier": tier_of(ordinal)}
+            "tier": tier_of(ordinal), "bot": is_bot(player)}
 
 
 class RatingStore(ABC):

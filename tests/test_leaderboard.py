@@ -18,7 +18,7 @@ from gateway import web
 from gateway.outbox import parse_entry
 from gateway.tokens import mint
 from engine.service.publish import message_publisher
-from projections.ladders import RatingProjector, RedisRatingStore
+from projections.ladders import RatingProjector, RedisRatingStore, board_entry
 from projections.ratings import RatedMatch
 from tests.test_ratings import match_events
 
@@ -79,7 +79,9 @@ def test_top_n_and_me_with_neighbours(world):
     body = r.json()
     assert set(body) == {"room", "season", "entries"} and (body["room"], body["season"]) == ("ranked", "s1")
     assert [e["rank"] for e in body["entries"]] == list(range(1, 11))
-    assert all(set(e) == {"rank", "player", "name", "rating", "tier"} for e in body["entries"])
+    assert all(set(e) == {"rank", "player", "name", "rating", "tier", "bot"} for e in body["entries"])
+    assert not any(e["bot"] for e in body["entries"])
+    assert board_entry(1, "bot-7", 1000.0, {})["bot"] and not board_entry(1, "bot-x", 1000.0, {})["bot"]
     ratings_shown = [e["rating"] for e in body["entries"]]
     assert ratings_shown == sorted(ratings_shown, reverse=True)
     assert body["entries"] == ratings.leaderboard("ranked", "s1", 10)["entries"]

@@ -19,8 +19,9 @@ SIZES = ((375, 812), (812, 375), (1280, 800))
 LOCALES = {"zh-CN": "zh-Hans", "zh-TW": "zh-Hant", "en-US": "en"}
 TIERS = ["master", "diamond", "platinum", "gold", "silver", "bronze"]
 LADDER = [{"rank": i + 1, "player": f"p{i:03d}", "name": None if i == 3 else f"玩家{i}", "rating": 2300 - 12 * i,
-           "tier": TIERS[min(i // 20, 5)]} for i in range(120)]
+           "tier": TIERS[min(i // 20, 5)], "bot": False} for i in range(120)]
 LADDER[41] = {**LADDER[41], "player": "alice", "name": "小明"}
+LADDER[5] = {**LADDER[5], "player": "bot-5", "name": None, "bot": True}  # a room with rate_bots
 
 
 def _rooms() -> list[dict]:
@@ -124,6 +125,7 @@ def test_the_leaderboard_page_in_three_languages(browser, site, locale: str) -> 
     assert rows[0].get_attribute("data-rank") == "1" and rows[0].get_attribute("data-tier") == "master"
     assert words["tier.master"] in rows[0].inner_text()
     assert words["board.hidden"] in rows[3].inner_text()  # p003 hides their name
+    assert words["lobby.bot"] in rows[5].inner_text() and words["board.hidden"] not in rows[5].inner_text()
     me_rows = page.query_selector_all("[data-board=me] tbody tr")
     assert [r.get_attribute("data-rank") for r in me_rows] == [str(i) for i in range(37, 48)]
     assert page.query_selector("[data-board=me] tr.me").get_attribute("data-player") == "alice"

@@ -186,7 +186,7 @@ def test_store_folds_once_and_answers_the_leaderboard(ratings):
     board = ratings.leaderboard("ranked", "s1", limit=2, me="c")
     assert [e["player"] for e in board["entries"]] == ["a", "b"] or [e["player"] for e in board["entries"]] == ["a", "c"]
     top = board["entries"][0]
-    assert set(top) == {"rank", "player", "name", "rating", "tier"}
+    assert set(top) == {"rank", "player", "name", "rating", "tier", "bot"}
     assert (top["rank"], top["name"]) == (1, "Alice")
     assert board["me"]["player"] == "c" and board["me"]["rank"] in (2, 3)
     assert [e["rank"] for e in board["me"]["neighbours"]] == [1, 2, 3]

@@ -19,7 +19,7 @@ function el(tag, text, attrs = {}) {
 function row(entry, mine) {
   const tr = el("tr", null, { "data-rank": entry.rank, "data-player": entry.player, "data-tier": entry.tier,
     class: mine ? "me" : null });
-  const name = entry.name === null ? t("board.hidden") : entry.name;
+  const name = entry.bot ? t("lobby.bot") : entry.name === null ? t("board.hidden") : entry.name;
   tr.append(el("td", String(entry.rank)), el("td", entry.name === null && mine ? t("board.me") : name),
     el("td", String(entry.rating)), el("td", ""));
   tr.lastChild.append(el("span", t(`tier.${entry.tier}`), { class: "badge tier", "data-tier": entry.tier }));
