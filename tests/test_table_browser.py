@@ -268,6 +268,34 @@ def test_cards_chosen_before_the_turn_are_checked_against_the_play_that_comes(br
         context.close()
 
 
+def test_a_double_tap_on_play_sends_one_play_until_its_answer(browser, site) -> None:
+    """Play and Pass hold after a Play is sent: a double tap sends it once; a refusal frees them."""
+    context, page, errors = _open(browser, site, "zh-CN")
+    try:
+        m = Match()
+        _seat(page, m)
+        if m.state.seats[m.state.turn].player != "alice":
+            _feed(page, m.step(1))
+        page.wait_for_selector("#table[data-your-turn=true]")
+        s = m.state
+        choice = trustee_choice(list(s.seats[0].hand), s.to_beat.combo if s.to_beat is not None else None)
+        assert choice is not None
+        for c in choice.cards:
+            page.click(f"#hand [data-card='{c}']")
+        page.wait_for_function("() => !document.querySelector('[data-action=play]').disabled")
+        page.dblclick("[data-action=play]")
+        page.wait_for_timeout(300)
+        plays = page.evaluate("() => window.__sent.filter(m => m.type === 'Play' || m.type === 'Pass')")
+        assert len(plays) == 1 and plays[0]["type"] == "Play", plays
+        assert page.is_disabled("[data-action=play]")
+        _feed(page, [{"kind": "rejected", "command_id": None, "code": "stale", "reason": "stale",
+                      "view": None, "match": m.mid}])
+        page.wait_for_function("() => !document.querySelector('[data-action=play]').disabled")
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 def test_a_refusal_shows_the_catalogue_words_and_keeps_the_code(browser, site) -> None:
     context, page, errors = _open(browser, site, "en-US")
     try:

@@ -45,7 +45,7 @@ const S = {
   left: {},  // match -> true: a match the player was removed from (its later updates are not shown)
   closedSeries: null,  // a private series whose final standings were closed: its hands leave the page
   per: {},  // match -> what this page saw of it: fair, log, bombs, trick
-  selected: new Set(), readings: [], reading: 0, readingsSeq: 0, readingsKey: null, readingsAsked: null,
+  selected: new Set(), readings: [], reading: 0, readingsSeq: 0, readingsKey: null, readingsAsked: null, sent: null,
   settled: {}, ratings: {}, tiers: {}, tierAsked: {}, balance: null, clock: { version: null, total: null }, offset: null,
   rooms: [], lobbyRooms: null, names: {}, learned: {}, pendingSeed: null, refusal: null,
   warned: null, wasMyTurn: null, shownPlay: null, finishSounded: null, readyFor: null, flyFrom: null,
@@ -650,7 +650,7 @@ function render() {
     renderSeat("mine", mine, view, { isMine: true });
     renderHand(view);
     const myTurn = canActNow(view);
-    $("[data-action=pass]").disabled = !myTurn || view.leading;
+    $("[data-action=pass]").disabled = !myTurn || view.leading || awaitingAnswer(view);
     $("[data-action=hint]").disabled = !myTurn;
     const playing = view.phase === "playing";
     $("#play-actions").hidden = !playing;
@@ -731,6 +731,8 @@ function renderPlayButton(view) {
   let ok = false;
   if (!canActNow(view)) {
     reason = S.selected.size && view && view.phase === "playing" && !S.hold ? t("reading.notYourTurn") : "";
+  } else if (awaitingAnswer(view)) {
+    reason = "";  // the command is on its way: the status line says so
   } else if (!S.selected.size) {
     reason = "";
   } else if (S.readingsKey !== selectionKey(view)) {
@@ -841,14 +843,30 @@ function play() {
     msg.reading_rank = r.rank;
   }
   S.link.send(msg);
+  justSent(view);
   setStatus(t("status.playing"));
 }
 
 function pass() {
   const view = shown();
-  if (!view) return;
+  if (!view || $("[data-action=pass]").disabled) return;
   S.link.send({ type: "Pass", expected_version: view.version });
+  justSent(view);
   S.selected.clear();
+}
+
+/** A Play or Pass went out at this version: Play and Pass stay disabled until the answer (a new
+ * version or a refusal), or for SENT_HOLD_MS at most (a command lost with the link is not waited for). */
+const SENT_HOLD_MS = 3000;
+function justSent(view) {
+  S.sent = { match: view.match_id, version: view.version, at: Date.now() };
+  setTimeout(render, SENT_HOLD_MS + 50);
+  render();
+}
+
+function awaitingAnswer(view) {
+  const s = S.sent;
+  return !!(s && view && s.match === view.match_id && s.version === view.version && Date.now() - s.at < SENT_HOLD_MS);
 }
 
 function ready() {
@@ -1674,6 +1692,7 @@ function onRejected(msg) {
     S.versions[msg.view.match_id] = Math.max(S.versions[msg.view.match_id] || 0, msg.view.version);
   }
   const view = shown();
+  S.sent = null;  // refused: the player may act again at once
   S.refusal = { code: msg.code, version: view ? view.version : null };
   render();
   // the catalogue's words for the code; the code itself stays in data-code (for support)
