@@ -131,8 +131,9 @@ class LedgerRefused(ValueError):
     """The ledger refused a write and changed nothing (a permanent error: retrying fails the same way).
 
     ``code``: ``overflow`` (an amount or a resulting balance beyond :data:`BALANCE_LIMIT`),
-    ``not_zero_sum`` (scores + burned != 0), ``bad_amount`` (not an integer, negative burned),
-    ``corrupt`` (a stored balance is not an integer).
+    ``not_zero_sum`` (scores + burned != 0), ``bad_amount`` (a grant's or an entry's amount that
+    is not an integer; a :class:`Settlement`'s are integers and its burned is never negative by
+    its own validation), ``corrupt`` (a stored balance is not an integer).
     """
 
     def __init__(self, code: str, reason: str):
@@ -172,13 +173,9 @@ def check_settlement_amounts(settlement: Settlement) -> None:
     """
     amounts = list(settlement.scores.items()) + [("burned", settlement.burned)]
     for who, v in amounts:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise LedgerRefused("bad_amount", f"match {settlement.match_id}: amount of {who} is not an integer")
         if abs(v) > BALANCE_LIMIT:
             raise LedgerRefused("overflow", f"match {settlement.match_id}: the amount of {who} is beyond "
                                 f"the ledger's limit of ±{BALANCE_LIMIT}")
-    if settlement.burned < 0:
-        raise LedgerRefused("bad_amount", f"match {settlement.match_id}: burned is negative")
     if sum(settlement.scores.values()) + settlement.burned != 0:
         raise LedgerRefused("not_zero_sum", f"match {settlement.match_id}: scores plus burned do not sum to 0")
 

@@ -62,13 +62,32 @@ def test_a_balance_that_would_overflow_refuses_the_whole_settlement(ledger):
 
 
 def test_a_grant_beyond_the_limit_is_refused(ledger):
-    with pytest.raises(LedgerRefused):
+    with pytest.raises(LedgerRefused) as err:
         ledger.grant("a", "wealth", BALANCE_LIMIT + 1, ref="r1")
+    assert err.value.code == "overflow"
     assert ledger.grant("a", "wealth", BALANCE_LIMIT, ref="r2")
-    with pytest.raises(LedgerRefused):
+    with pytest.raises(LedgerRefused) as err:
         ledger.grant("a", "wealth", 1, ref="r3")
+    assert err.value.code == "overflow"
     assert ledger.balance("a", "wealth") == BALANCE_LIMIT
     assert ledger.grant("a", "wealth", -1, ref="r3")  # the refused ref was not used up
+
+
+@pytest.mark.parametrize("amount", [1.5, True, "5", None])
+def test_a_grant_of_no_integer_is_refused_bad_amount(ledger, amount):
+    with pytest.raises(LedgerRefused) as err:
+        ledger.grant("a", "wealth", amount, ref="r1")
+    assert err.value.code == "bad_amount" and ledger.balance("a", "wealth") == 0
+    assert ledger.grant("a", "wealth", 5, ref="r1")  # the refused ref was not used up
+
+
+def test_a_settlements_amounts_are_integers_by_its_own_validation():
+    """What check_settlement_amounts no longer checks: the model refuses or coerces it."""
+    from pydantic import ValidationError
+
+    for bad in ({"scores": {"a": 1.5, "b": -1.5}}, {"burned": -1}):
+        with pytest.raises(ValidationError):
+            Settlement(**{**settlement("m", {"a": 1, "b": -1}).model_dump(), **bad})
 
 
 @pytest.mark.parametrize("scores,burned,code", [
