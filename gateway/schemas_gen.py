@@ -381,7 +381,7 @@ def server_schema() -> dict[str, Any]:
         "(the token's exp, seconds since the epoch) unless renewed before")
     defs["ack"] = msg("ack", {"command_id": {"type": "string"}},
                       "Your command was accepted and changed nothing (a Ready from a player already ready, or after "
-                      "the deal)")
+                      "the deal; a RequestEnd once the end is agreed; a JoinTable of the table you sit at)")
     # the display name is new (issue 25), the token's lifetime too (issue 23): a gateway before them
     # sends no "name", "expires_at", "renewed"
     # the rates in force are newer still (issue 36)

@@ -31,6 +31,8 @@ class SeriesStack(Stack):
             kind = f[b"kind"].decode()
             if kind in ("lobby", "settled", "private_table", "series"):
                 out.append(on_the_wire(json.loads(f[b"m"])))
+            elif kind == "ack":
+                out.append({"kind": "ack", "command_id": f[b"command_id"].decode()})
             elif kind == "rejected":
                 out.append({"kind": "rejected", **{k.decode(): v.decode() for k, v in f.items() if k != b"kind"}})
         return out
@@ -242,6 +244,10 @@ def test_a_vote_passed_during_a_hand_ends_the_series_once_that_hand_is_settled(s
     stack.run()
     ann = stack.told("ann")
     assert [m["state"] for m in ann if m["kind"] == "series"] == ["vote", "vote_passed"]  # the hand goes on
+    stack.told("bob")
+    stack.cmd("RequestEnd", "ann", "r2")  # agreed already: accepted, nothing changes, answered
+    stack.run()
+    assert stack.told("ann") == [{"kind": "ack", "command_id": "r2"}] and stack.told("bob") == []
     m = stack.matches.load_state(match)
     s = m.seat(m.turn)
     assert stack.matches.execute(mc.Play(command_id="p", match_id=match, player=s.player, cards=s.hand)).accepted
@@ -290,7 +296,7 @@ def test_a_player_in_a_public_queue_or_another_series_cannot_take_a_private_seat
     if kind == "CreateTable":
         assert [(m["kind"], m.get("code")) for m in told] == [("rejected", "already_placed")]
     else:
-        assert told == []  # her own table's code: she sits there already, nothing changes
+        assert told == [{"kind": "ack", "command_id": "x2"}]  # her own table's code: she sits there already
     assert stack.client.get(keys.player_series_key("ann")).decode() == created["series_id"]
 
 

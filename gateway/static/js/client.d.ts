@@ -1166,7 +1166,7 @@ export type WelcomeMessage = {
   sync_rate?: number;
 };
 
-/** Your command was accepted and changed nothing (a Ready from a player already ready, or after the deal) */
+/** Your command was accepted and changed nothing (a Ready from a player already ready, or after the deal; a RequestEnd once the end is agreed; a JoinTable of the table you sit at) */
 export type AckMessage = {
   /** the message kind (the tag of the union) */
   kind: "ack";
