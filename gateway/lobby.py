@@ -135,6 +135,11 @@ class ReplyWaiter:
             self._waiting[command_id] = fut
         return fut
 
+    def forget(self, command_id: str, fut: asyncio.Future) -> None:
+        """Stop waiting with ``fut`` (its reply came, or its wait ended without one)."""
+        if self._waiting.get(command_id) is fut:
+            del self._waiting[command_id]
+
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
@@ -340,8 +345,11 @@ class Lobby:
     # -- rooms ----------------------------------------------------------------------------
     async def _send_ops(self, command: Any) -> dict[str, str]:
         fut = self.replies.expect(command.command_id)
-        await self.redis.xadd(channels.stream_for(command), channels.entry(command, self.replies.stream))
-        return await asyncio.wait_for(fut, self.send_timeout_s)
+        try:
+            await self.redis.xadd(channels.stream_for(command), channels.entry(command, self.replies.stream))
+            return await asyncio.wait_for(fut, self.send_timeout_s)
+        finally:
+            self.replies.forget(command.command_id, fut)
 
     async def register_rooms(self) -> list[str]:
         """Register the ``--room FILE`` rooms the registry does not hold with the same config

@@ -436,6 +436,33 @@ def test_the_lobby_registers_its_file_rooms_once_and_offers_the_registrys(aredis
     asyncio.run(main())
 
 
+def test_an_operator_command_that_times_out_is_no_longer_waited_for(aredis):
+    """A gateway's AddRoom whose reply never comes raises TimeoutError and leaves no waiter
+    behind (one per command id would pile up); a reply that comes is matched and forgotten."""
+    from engine.match.commands import AddRoom
+
+    async def main() -> None:
+        r = aredis()
+        lobby = Lobby(r, RoomBook.load(), "gw-t", send_timeout_s=0.05)
+        cmd = AddRoom(command_id="gw:add:1", name="quick", config=RoomBook.load().get("points").to_record())
+        with pytest.raises(asyncio.TimeoutError):
+            await lobby._send_ops(cmd)
+        assert lobby.replies._waiting == {}
+        stop = asyncio.Event()
+        await lobby.replies.start()
+        reader = asyncio.create_task(lobby.replies.run(stop))
+        lobby.send_timeout_s = 5.0
+        sent = asyncio.create_task(lobby._send_ops(cmd))
+        await _eventually(lambda: "gw:add:1" in lobby.replies._waiting, "the waiter")
+        await r.xadd(lobby.replies.stream, {"command_id": "gw:add:1", "status": "accepted"})
+        assert (await sent)["status"] == "accepted" and lobby.replies._waiting == {}
+        stop.set()
+        await asyncio.gather(reader, return_exceptions=True)
+        await r.aclose()
+
+    asyncio.run(main())
+
+
 def test_a_registry_room_that_does_not_validate_is_not_offered():
     rooms = RoomBook.load()
     bad = {**rooms.get("points").to_record(), "turn_seconds": -1}
