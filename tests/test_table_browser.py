@@ -142,7 +142,7 @@ class Match:
 
 
 def _open(browser, site, locale: str = "en-US", **ctx):
-    context = browser.new_context(locale=locale, viewport={"width": 1280, "height": 900}, **ctx)
+    context = browser.new_context(locale=locale, **{"viewport": {"width": 1280, "height": 900}, **ctx})
     page = context.new_page()
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -291,6 +291,30 @@ def test_a_double_tap_on_play_sends_one_play_until_its_answer(browser, site) -> 
         _feed(page, [{"kind": "rejected", "command_id": None, "code": "stale", "reason": "stale",
                       "view": None, "match": m.mid}])
         page.wait_for_function("() => !document.querySelector('[data-action=play]').disabled")
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("locale", ["zh-CN", "en-US"])
+def test_a_table_closed_by_another_tab_says_it_whole_and_takes_no_move(browser, site, locale: str) -> None:
+    """Mid-match, the socket is closed 4409 (the table opened in another tab): on a phone the
+    status says why and what to do without being cut, and no action button stays usable."""
+    context, page, errors = _open(browser, site, locale, viewport={"width": 390, "height": 844})
+    try:
+        m = Match()
+        _seat(page, m)
+        if m.state.seats[m.state.turn].player != "alice":
+            _feed(page, m.step(1))
+        page.wait_for_selector("#table[data-your-turn=true]")
+        page.evaluate("() => window.__ws._emit('close', { code: 4409, reason: '' })")
+        page.wait_for_function("() => document.querySelector('[data-status]').dataset.code === '4409'")
+        cut = page.eval_on_selector("[data-status]", "e => e.scrollWidth > e.clientWidth + 1 || "
+                                                     "e.scrollHeight > e.clientHeight + 1")
+        assert not cut, page.text_content("[data-status]")
+        usable = page.eval_on_selector_all("#play-actions button", "bs => bs.filter(b => !b.hidden && !b.disabled)"
+                                                                  ".map(b => b.dataset.action)")
+        assert usable == [], usable
         assert not errors, errors
     finally:
         context.close()

@@ -662,6 +662,8 @@ function render() {
       || !(["requested", "timeouts"].includes(mine.trustee) || reclaim);
     renderExplain(view, mine, room, reclaim);
     renderPlayButton(view);
+    // a socket closed for good (another tab took the seat, the token was refused) sends nothing
+    if (S.linkState === "refused") for (const b of document.querySelectorAll("#play-actions button")) b.disabled = true;
   }
   $("#turn-who").textContent = view.phase === "playing" && view.turn
     ? `${t("turn.label")} ${view.turn === S.me && !S.spectator ? t("turn.you") : nameOf(view.turn)}` : "";
