@@ -130,6 +130,30 @@ def test_replay_text_has_times_turns_tricks_cards_left_and_the_formula(stored, c
     assert "stored settlement: matches the replay" in text
 
 
+def test_matches_finds_a_player_by_display_name_and_shows_the_names(stored, capsys) -> None:
+    """An operator knows the player as 小明, not by the token's id: ``--player 小明`` finds every
+    player going by that name, and the listing names them beside their ids."""
+    import redis as redis_py
+
+    from engine.store import keys
+
+    url, out = stored
+    client = redis_py.Redis.from_url(url)
+    client.hset(keys.NAMES_KEY, mapping={"p1": "小明", "p2": "Bob"})
+    try:
+        assert main(["matches", "--redis", url, "--player", "小明", "--json"]) == 0
+        got = json.loads(capsys.readouterr().out)
+        assert sorted(r["match_id"] for r in got) == ["d0", "d1", "d4", "d5"]  # p1's, as by id
+        assert all(r["names"]["p1"] == "小明" for r in got)
+        assert main(["matches", "--redis", url, "--player", "小明"]) == 0
+        text = capsys.readouterr().out
+        assert "p1 (小明)" in text and "no matches" not in text
+        assert main(["matches", "--redis", url, "--player", "小红", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == []
+    finally:
+        client.delete(keys.NAMES_KEY)
+
+
 def test_replay_events_reads_old_json_and_bad_jsonl(tmp_path, capsys) -> None:
     run = play_match(MatchSpec(seed=3), match_id="j1")
     events = run.store.load("j1")

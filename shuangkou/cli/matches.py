@@ -6,7 +6,9 @@ Lists the matches in the store, newest first, one line each: id, start time
 ledger's stored settlement when there is one, else recomputed from the
 events; ``settled`` says which).  Filters:
 
-* ``--player P``: P was seated in the match (also one that removed P: ``removed`` lists who
+* ``--player P``: P was seated in the match -- P a player id, or a display name the gateways
+  keep (``sk:{names}:display``: every player who goes by that name; read with HSCAN, one pass
+  over the names) -- (also one that removed P: ``removed`` lists who
   was, and the text marks them ``(removed)``); the tables P sat at are listed too (after the
   matches; JSON: rows with ``"kind": "table"``, the table's id, room, players, status,
   close reason and matches; ``shuangkou replay --table ID`` tells a table's life), and the
@@ -19,6 +21,9 @@ events; ``settled`` says which).  Filters:
 * ``--room R``: the room config's name (``points``, ``wealth``…);
 * ``--archived`` / ``--live``: only the matches ``shuangkou archive`` moved to files,
   or only those still in Redis (default: both).
+
+Every row carries ``names``: the display names of its players who have one (the text shows
+``id (name)``).
 
 An archived match is listed from its file (the ledger's ``sk:{ledger}:archived``
 says where) and marked ``[archived on DATE to FILE]`` (JSON: ``"archived": true``,
@@ -43,7 +48,7 @@ from typing import Any
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis", metavar="URL", default=None,
                         help="Redis URL of the event store (default $SK_REDIS_URL)")
-    parser.add_argument("--player", metavar="P", help="only matches where P was seated")
+    parser.add_argument("--player", metavar="P", help="only matches where P was seated (a player id or a display name)")
     parser.add_argument("--since", metavar="T", help="only matches started at or after T (ISO time, ms, or 2h / 7d)")
     parser.add_argument("--room", metavar="R", help="only matches of this room (config name)")
     parser.add_argument("--json", action="store_true", help="print a JSON list")
@@ -141,8 +146,13 @@ def run(args: argparse.Namespace) -> int:
     ledger = RedisLedger(store.client)
     rows: list[dict[str, Any]] = []
 
+    try:
+        wanted = players_named(store.client, args.player) if args.player else set()
+    except Exception as exc:
+        raise CliError(f"cannot read the display names from {args.redis}: {exc}") from None
+
     def keep(row: dict[str, Any]) -> bool:
-        if args.player and args.player not in row["players"]:
+        if args.player and not wanted & set(row["players"]):
             return False
         if args.room and row["room"] != args.room:
             return False
@@ -174,10 +184,13 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"cannot read matches from {args.redis}: {exc}") from None
     rows.sort(key=lambda r: (-(r["started_ms"] or 0), r["match_id"]))
     try:
-        tables = player_tables(store, args.player, args.room, since) if args.player and not args.archived else []
-        series = player_series(store, args.player, args.room, since) if args.player and not args.archived else []
+        tables = player_tables(store, wanted, args.room, since) if args.player and not args.archived else []
+        series = player_series(store, wanted, args.room, since) if args.player and not args.archived else []
+        names = display_names(store.client, {p for r in rows + tables + series for p in r["players"]})
     except Exception as exc:
         raise CliError(f"cannot read tables from {args.redis}: {exc}") from None
+    for r in rows + tables + series:
+        r["names"] = {p: names[p] for p in r["players"] if p in names}
     if args.json:
         print(json.dumps(rows + tables + series, ensure_ascii=False))
         return 0
@@ -195,24 +208,55 @@ def run(args: argparse.Namespace) -> int:
             result = "finished" if r["archived"] else "not finished"
         if r["archived"]:
             result += f"  [{r['archive_where']}]"
-        who = [f"{p} (removed)" if p in r.get("removed", ()) else p for p in r["players"]]
+        who = [_who(p, names) + (" (removed)" if p in r.get("removed", ()) else "") for p in r["players"]]
         print(f"{r['match_id']}  {r['started']}  {r['room']} ({r['mode']})  "
               f"{' vs '.join(who) or '?'}  {result}")
     for t in tables:
         state = f"closed ({t['close_reason']})" if t["status"] == "closed" else t["status"]
-        print(f"table {t['table']}  {t['started']}  {t['room']}  {' vs '.join(t['players'])}  {state}  "
+        print(f"table {t['table']}  {t['started']}  {t['room']}  {' vs '.join(_who(p, names) for p in t['players'])}"
+              f"  {state}  "
               f"matches: {', '.join(t['matches']) or 'none'}  (shuangkou replay --table {t['table']})")
     for r in series:
         state = f"finished ({r['reason']})" if r["status"] == "finished" else r["status"]
         totals = ", ".join(f"{p} {v:+d}" for p, v in r["totals"].items())
-        print(f"series {r['series']}  {r['started']}  {r['room']}  {' vs '.join(r['players'])}  "
+        print(f"series {r['series']}  {r['started']}  {r['room']}  {' vs '.join(_who(p, names) for p in r['players'])}  "
               f"{r['hands_played']}/{r['hands']} hands  {state}  totals: {totals}  "
               f"(shuangkou replay --series {r['series']})")
     return 0
 
 
-def player_series(store: Any, player: str, room: str | None, since: int | None) -> list[dict[str, Any]]:
-    """The private tables' series ``player`` played (engine/store/lobby_store.py), newest
+def players_named(client: Any, who: str) -> set[str]:
+    """``who`` as a player id, and every player whose display name is ``who``
+    (``sk:{names}:display``, gateway/names.py)."""
+    from engine.store import keys
+
+    out = {who}
+    for player, name in client.hscan_iter(keys.NAMES_KEY, count=1000):
+        if _text(name) == who:
+            out.add(_text(player))
+    return out
+
+
+def display_names(client: Any, players: set[str]) -> dict[str, str]:
+    """The display names of ``players`` that have one (HMGET)."""
+    from engine.store import keys
+
+    order = sorted(players)
+    got = client.hmget(keys.NAMES_KEY, order) if order else []
+    return {p: _text(n) for p, n in zip(order, got) if n is not None}
+
+
+def _text(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def _who(player: str, names: dict[str, str]) -> str:
+    name = names.get(player)
+    return f"{player} ({name})" if name and name != player else player
+
+
+def player_series(store: Any, players: set[str], room: str | None, since: int | None) -> list[dict[str, Any]]:
+    """The private tables' series any of ``players`` played (engine/store/lobby_store.py), newest
     first: rows with ``kind`` ``series``: the series' id, room, players, hands, hands played,
     status, finish reason, totals and its hands' matches."""
     from engine.lobby.series import replay_series
@@ -228,7 +272,7 @@ def player_series(store: Any, player: str, room: str | None, since: int | None) 
             continue
         s = replay_series(sid, events)
         started = events[0].ts
-        if player not in s.players or (room and s.room != room) or (since is not None and started < since):
+        if not players & set(s.players) or (room and s.room != room) or (since is not None and started < since):
             continue
         matches = [h.match for h in s.played] + ([s.current] if s.current else [])
         out.append({"kind": "series", "series": sid, "room": s.room, "players": list(s.players), "bot": s.bot,
@@ -239,8 +283,8 @@ def player_series(store: Any, player: str, room: str | None, since: int | None) 
     return out
 
 
-def player_tables(store: Any, player: str, room: str | None, since: int | None) -> list[dict[str, Any]]:
-    """The tables ``player`` sat at (the lobby's table streams, engine/store/lobby_store.py),
+def player_tables(store: Any, players: set[str], room: str | None, since: int | None) -> list[dict[str, Any]]:
+    """The tables any of ``players`` sat at (the lobby's table streams, engine/store/lobby_store.py),
     newest first: rows with ``kind`` ``table`` (a match row has no ``kind``)."""
     from engine.lobby.events import match_of, table_aggregate
     from engine.lobby.replay import replay_table
@@ -255,7 +299,7 @@ def player_tables(store: Any, player: str, room: str | None, since: int | None) 
             continue
         t = replay_table(tid, events)
         started = events[0].ts
-        if player not in t.players or (room and t.room != room) or (since is not None and started < since):
+        if not players & set(t.players) or (room and t.room != room) or (since is not None and started < since):
             continue
         out.append({"kind": "table", "table": tid, "room": t.room, "players": list(t.players), "bot": t.bot,
                     "status": t.status, "close_reason": t.close_reason, "started_ms": started,
