@@ -514,6 +514,19 @@ def test_the_trusteeship_words_name_the_rooms_timeouts(browser, site, locale: st
         context.close()
 
 
+def test_the_leaderboard_without_a_ranked_room_shows_only_its_words(browser, site) -> None:
+    """No room is ranked: the page says so, with no empty room picker, season box or table."""
+    context = browser.new_context(locale="zh-CN", viewport={"width": 390, "height": 844})
+    try:
+        page = context.new_page()
+        page.goto(f"{site}/static/leaderboard.html")
+        page.wait_for_selector("#board[data-loaded=true]")
+        assert page.text_content("[data-status]") == CATALOGUES["zh-Hans"]["board.noRoom"]
+        assert page.is_hidden("#board-form") and page.is_hidden("[data-board=top]")
+    finally:
+        context.close()
+
+
 # ---- the scene (issue 36) ------------------------------------------------------------------------
 
 NAMES = ("小明", "Bob", "Bo")  # the names and their avatars' initials: the only words of another language

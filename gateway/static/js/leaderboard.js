@@ -53,6 +53,8 @@ async function load() {
   const season = $("#board-season").value.trim();
   if (!room) {
     $("[data-status]").textContent = t("board.noRoom");
+    // no ranked room at all: nothing to choose and no table to fill, only the words
+    $("#board-form").hidden = $("#top-section").hidden = !S.rooms.length;
     $("#board").dataset.loaded = "true";
     return;
   }
