@@ -506,6 +506,9 @@ def test_the_trusteeship_words_name_the_rooms_timeouts(browser, site, locale: st
         _feed(page, m.run(TurnTimeout(command_id="to2", match_id=m.mid, version=m.state.version)))
         assert m.state.seats[0].trusteed  # the engine: after 2
         page.wait_for_selector("[data-explain='timeouts']")
+        # the warning "after 2 ..." is gone once auto-play is on: only the trusteeship's notice
+        assert page.eval_on_selector_all("#notices [data-notice='timeout']", "els => els.length") == 0
+        assert page.text_content("[data-notice='trustee-alice']") == CATALOGUES[lang]["notice.trusteeOnYou"]
         assert words in page.text_content("[data-explain]").replace("超時", "超时")
         badge = page.text_content("#mine-badges [data-badge=trustee]")
         assert CATALOGUES[lang]["num.2"] in badge and CATALOGUES[lang]["num.3"] not in badge

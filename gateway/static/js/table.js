@@ -1034,6 +1034,11 @@ function noteEvents(match, events, view) {
         p.trick += 1;
         break;
       case "TurnTimedOut":
+        if (you && e.count >= (roomCfg().timeouts_before_trustee || 3)) {
+          // the timeout that starts auto-play: its own notice says so, a warning would come after it
+          for (const old of document.querySelectorAll('#notices [data-notice="timeout"]')) old.remove();
+          break;
+        }
         notice(you ? t("notice.timeout", { n: e.count, limit: trusteeLimit() }) : t("notice.timeoutOther", { name: name(), n: e.count }), "warn", "timeout");
         break;
       case "ClockExtended":
