@@ -43,7 +43,8 @@ socket's; errors are ``{"error": code, "reason": text}`` with 400/401/403/404/40
   the page shows contributions as bombs are played, between full views.
 * ``GET /api/replay/<match_id>`` (operator) -- the match's
   :func:`projections.timeline.timeline` plus the ledger's stored settlement and
-  whether it equals the replayed one.  A match still under way (neither finished nor
+  whether it equals the replayed one, and ``names``: the players' display names (those who
+  have one, ``sk:{names}:display``).  A match still under way (neither finished nor
   abandoned) is refused 409 ``match_not_finished`` (its timeline shows both hands) unless the gateway runs
   with ``--allow-live-replay`` (dangerous: any operator token then reads the hands
   of a match being played).  Read-only (XRANGE, HGET): it uses the
@@ -358,7 +359,11 @@ class ReplaySource:
                             f"opts in)")
         raw = await r.hget(SETTLED_KEY, match_id)
         stored = None if raw is None else Settlement.model_validate_json(raw).to_json()
-        return await run_in_threadpool(replay_answer, events, stored)
+        answer = await run_in_threadpool(replay_answer, events, stored)
+        players = sorted({e.player for e in events if e.type == "PlayerSeated"})
+        got = await r.hmget(keys.NAMES_KEY, players) if players else []
+        answer["names"] = {p: _text(n) for p, n in zip(players, got) if n is not None}
+        return answer
 
 
 def replay_answer(events: list[Any], stored: Any, forms: dict[str, Any] | None = None) -> dict[str, Any]:

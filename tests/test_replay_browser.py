@@ -32,6 +32,7 @@ CATALOGUES = {lang: json.loads((I18N / f"{lang}.json").read_text(encoding="utf-8
 CJK = re.compile(r"[\u3400-\u9fff]")
 MATCH = "r1"
 PLAYERS = ("a", "b")  # tests.strategies' player ids
+NAMES = {"a": "小明"}  # a's display name (sk:{names}:display): the viewer names a by it
 LOCALES = {"zh-CN": "zh-Hans", "zh-TW": "zh-Hant", "en-US": "en"}
 
 # every visible text node outside the card faces, the command line (<code>) and a quotation of what
@@ -65,7 +66,7 @@ def wrong_words(texts: list[str], lang: str) -> list[str]:
     script's characters in Chinese, Chinese in English.  Ids are removed first."""
     bad = []
     for text in texts:
-        bare = re.sub(r"\b(%s)\b" % "|".join(map(re.escape, (MATCH, *PLAYERS))), " ", text)
+        bare = re.sub(r"\b(%s)\b" % "|".join(map(re.escape, (MATCH, *PLAYERS, *NAMES.values()))), " ", text)
         if lang == "en":
             if CJK.search(bare):
                 bad.append(text)
@@ -103,6 +104,9 @@ def replay_stack(redis_server, tmp_path):
         for e in events:
             store.append(MATCH, e.seq - 1, f"c{e.seq}", [e], None)
         RedisLedger(client).apply_settlement(MATCH, settle(events))
+        from engine.store import keys
+
+        client.hset(keys.NAMES_KEY, mapping=NAMES)
         client.close()
         yield gw.http
 
@@ -132,6 +136,7 @@ def test_the_replay_viewer_speaks_one_language(replay_stack) -> None:
                 assert page.get_attribute("html", "lang") == lang
                 assert page.locator("#login").is_hidden()  # a token is there: no dev-token offer
                 assert page.is_visible(".topbar h1 [data-i18n='replay.title']")  # its title, on a phone too
+                assert "小明 [a]" in page.text_content("#meta")  # the display name, the id beside it
                 page.click("[data-action=last]")
                 page.wait_for_selector("[data-settlement]:not([hidden])")
                 page.screenshot(path=str(SHOTS / f"replay-{locale}-375.png"), full_page=True)

@@ -304,6 +304,7 @@ def test_the_replay_of_an_abandoned_match_is_served(redis_server, real_redis) ->
     assert r.status_code == 200, r.text
     data = r.json()
     assert data["settlement"] is None and data["stored_settlement"] is None
+    assert data["names"] == {}  # ann has no display name
     assert [s["type"] for s in data["steps"]][-1] == "MatchAbandoned"
 
 

@@ -58,11 +58,17 @@ function why(e) {
   return e.code === "bad_request" && e.message ? `${t(`replay.err.${e.code}`)} (${e.message})` : t(`replay.err.${e.code}`);
 }
 
+/** A player as the viewer names them: their display name when the answer has one (`names`). */
+function who(player) {
+  const names = (V.data && V.data.names) || {};
+  return names[player] || player;
+}
+
 /** A step in the page's language, from its event's fields; the timeline's English line for an
  * event this page does not know. */
 function stepWords(s) {
   const f = s.fields || {};
-  const name = s.player;
+  const name = who(s.player);
   const because = (what, reason) => (reason && has(`replay.why.${reason}`)
     ? t("replay.ev.why", { what, why: t(`replay.why.${reason}`) }) : what);
   switch (s.type) {
@@ -75,7 +81,7 @@ function stepWords(s) {
     case "PlayerRemoved":
       return t("replay.ev.removed", { name, why: t(has(`removed.${f.reason}`) ? `removed.${f.reason}` : "removed.other") });
     case "HandDealt":
-      return t("replay.ev.dealt", { name: s.first || "" });
+      return t("replay.ev.dealt", { name: s.first ? who(s.first) : "" });
     case "CardsPlayed":
       return t("log.play", { name, what: readingWords(eventReading(f.reading)) + byWords(f.by) });
     case "Passed":
@@ -98,8 +104,8 @@ function stepWords(s) {
     case "ClockExtended":
       return because(t("replay.ev.clock", { kind: t(`replay.clock.${f.kind}`), s: (f.by_ms / 1000).toFixed(1) }), f.reason);
     case "MatchFinished":
-      return because(t("replay.ev.finished", { name: f.winner, kou: kouWords(f.kou),
-        left: Object.entries(f.cards_left || {}).map(([p, n]) => `${p} ${n}`).join(", ") }), f.reason);
+      return because(t("replay.ev.finished", { name: who(f.winner), kou: kouWords(f.kou),
+        left: Object.entries(f.cards_left || {}).map(([p, n]) => `${who(p)} ${n}`).join(", ") }), f.reason);
     case "MatchAbandoned":
       return because(t("replay.ev.abandoned"), f.reason);
     default:
@@ -124,7 +130,9 @@ function finishIndex() {
 function renderMeta() {
   const d = V.data;
   const meta = $("#meta");
-  const players = d.players.map((p) => t("replay.player", { name: p.player, seat: p.seat, balance: p.balance, level: p.level,
+  // the ids stay beside the names: an operator finds the player with them (shuangkou matches)
+  const players = d.players.map((p) => t("replay.player", { name: who(p.player) === p.player ? p.player
+    : `${who(p.player)} [${p.player}]`, seat: p.seat, balance: p.balance, level: p.level,
     base: p.base })).join(" · ");
   const ledger = d.stored_matches === true ? ["replay.ledger.ok", "ok-mark"]
     : d.stored_matches === false ? ["replay.ledger.bad", "bad-mark"] : ["replay.ledger.none", "muted"];
@@ -173,7 +181,7 @@ function renderHands(i) {
     const seat = el("div", null, { class: "seat", "data-replay-hand": p });
     const onTurn = s.player === p && (s.type === "CardsPlayed" || s.type === "Passed");
     if (onTurn) seat.classList.add("on-turn");
-    seat.append(el("div", t("replay.cardsLeft", { name: p, n: ids.length }), { class: "name", "data-cards-left": ids.length }));
+    seat.append(el("div", t("replay.cardsLeft", { name: who(p), n: ids.length }), { class: "name", "data-cards-left": ids.length }));
     const hand = el("div", null, { class: "hand" });
     hand.append(...ids.map((id) => cardElement(id, { attrs: { "data-hand-card": id }, wild: true, small: true })));
     seat.append(hand);
@@ -232,7 +240,7 @@ function renderSettlement(i) {
   for (const [p, x] of Object.entries(b.xiang || {})) {
     const rules = `R-8.3${/R-9/.test(x.source) ? ", R-9" : ""}${/R-10/.test(x.source) ? ", R-10" : ""}`;
     const words = x.xiang ? t("settle.xiangValue", { xiang: x.xiang, c: x.c, b: x.b }) : t("settle.xiangNone", { c: x.c, b: x.b });
-    row(t("settle.xiang", { name: p }), `${words} (${rules})`, { "data-xiang": p, "data-xiang-value": x.xiang });
+    row(t("settle.xiang", { name: who(p) }), `${words} (${rules})`, { "data-xiang": p, "data-xiang-value": x.xiang });
   }
   if (b.escape) {
     row(t("settle.escape"), `${b.escape.rule}: ${b.escape.formula}`, { "data-term": "escape" });
@@ -242,13 +250,13 @@ function renderSettlement(i) {
     row(t("settle.b"), `${b.b} (R-8.4)`, { "data-term": "b" });
     row(t("settle.win.formula"), b.win_formula, { "data-term": "win" });
     row(t("settle.contribution"), b.contribution_formula, { "data-term": "contribution" });
-    if (b.cap && b.cap.applied) row(`${t("settle.cap")} (R-11.2)`, t("settle.capText", { payer: b.cap.payer, owed: b.cap.owed, paid: b.cap.paid }));
+    if (b.cap && b.cap.applied) row(`${t("settle.cap")} (R-11.2)`, t("settle.capText", { payer: who(b.cap.payer), owed: b.cap.owed, paid: b.cap.paid }));
   }
   const table = el("table");
   table.append(...rows);
   const scores = el("ul", null, { class: "scores" });
   for (const [p, v] of Object.entries(st.scores)) {
-    const li = el("li", `${p}: `);
+    const li = el("li", `${who(p)}: `);
     li.append(el("b", v > 0 ? `+${v}` : `${v}`, { "data-score": p }));
     scores.append(li);
   }
@@ -256,7 +264,7 @@ function renderSettlement(i) {
   const lines = el("details", null, { class: "formula" });
   lines.append(el("summary", t("replay.cliText")),
     el("pre", V.data.settlement_lines.join("\n"), { class: "muted settlement-lines", lang: "en" }));  // no inline style (CSP)
-  panel.replaceChildren(el("h2", `${t("settle.title")} — ${t("settle.wins", { name: st.winner })} · ${kouWords(st.kou)}`),
+  panel.replaceChildren(el("h2", `${t("settle.title")} — ${t("settle.wins", { name: who(st.winner) })} · ${kouWords(st.kou)}`),
     scores, table, lines);
   panel.hidden = false;
 }
