@@ -160,6 +160,16 @@ def _seat(page, m: Match) -> None:
     page.wait_for_selector("#hand [data-card]")
 
 
+def _at_alices_turn(page) -> Match:
+    """A match seated on the page, moved on (bob leads) until alice is on turn."""
+    m = Match()
+    _seat(page, m)
+    if m.state.seats[m.state.turn].player != "alice":
+        _feed(page, m.step(1))
+    page.wait_for_selector("#table[data-your-turn=true]")
+    return m
+
+
 def _visible_text(page) -> str:
     """What a player reads without opening a details toggle."""
     return page.evaluate("""() => {
@@ -200,11 +210,7 @@ def test_the_browser_language_picks_the_catalogue(browser, site, locale: str) ->
 def test_play_is_disabled_for_a_non_combination(browser, site) -> None:
     context, page, errors = _open(browser, site, "zh-CN")
     try:
-        m = Match()
-        _seat(page, m)
-        if m.state.seats[m.state.turn].player != "alice":
-            _feed(page, m.step(1))  # bob leads: now it is alice's turn, to follow
-        page.wait_for_selector("#table[data-your-turn=true]")
+        m = _at_alices_turn(page)
         hand = sorted(m.state.seats[0].hand)
         from engine.rules.cards import rank_of
 
@@ -272,11 +278,7 @@ def test_a_double_tap_on_play_sends_one_play_until_its_answer(browser, site) -> 
     """Play and Pass hold after a Play is sent: a double tap sends it once; a refusal frees them."""
     context, page, errors = _open(browser, site, "zh-CN")
     try:
-        m = Match()
-        _seat(page, m)
-        if m.state.seats[m.state.turn].player != "alice":
-            _feed(page, m.step(1))
-        page.wait_for_selector("#table[data-your-turn=true]")
+        m = _at_alices_turn(page)
         s = m.state
         choice = trustee_choice(list(s.seats[0].hand), s.to_beat.combo if s.to_beat is not None else None)
         assert choice is not None
@@ -302,11 +304,7 @@ def test_a_table_closed_by_another_tab_says_it_whole_and_takes_no_move(browser, 
     status says why and what to do without being cut, and no action button stays usable."""
     context, page, errors = _open(browser, site, locale, viewport={"width": 390, "height": 844})
     try:
-        m = Match()
-        _seat(page, m)
-        if m.state.seats[m.state.turn].player != "alice":
-            _feed(page, m.step(1))
-        page.wait_for_selector("#table[data-your-turn=true]")
+        _at_alices_turn(page)
         page.evaluate("() => window.__ws._emit('close', { code: 4409, reason: '' })")
         page.wait_for_function("() => document.querySelector('[data-status]').dataset.code === '4409'")
         cut = page.eval_on_selector("[data-status]", "e => e.scrollWidth > e.clientWidth + 1 || "
