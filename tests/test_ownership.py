@@ -80,6 +80,12 @@ def test_a_new_owner_takes_the_former_owners_pending_commands_first(real_redis):
     pend = real_redis.xpending_range(stream, group, min="-", max="+", count=10)
     assert {p["consumer"] for p in pend} == {b"new-owner"}
     assert all(p["times_delivered"] == 2 for p in pend)  # JUSTID kept the count (+ this read)
+    for i in range(600):  # more than one XAUTOCLAIM page (COUNT 500): the cursor goes on
+        real_redis.xadd(stream, {"n": str(i)})
+    real_redis.xreadgroup(group, "dead-replica", {stream: ">"}, count=1000)
+    assert take_over_pending(real_redis, stream, group, "new-owner") == 605  # its own 3 again, then 602
+    pend = real_redis.xpending(stream, group)
+    assert pend["pending"] == 605 and [c["name"] for c in pend["consumers"]] == [b"new-owner"]
 
 
 def test_the_state_cache_metric_counts_hits_and_misses():

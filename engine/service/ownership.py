@@ -77,10 +77,11 @@ def wanted(bucket_count: int, live: Sequence[str], replica: str) -> set[int]:
     return {b for b in range(bucket_count) if b % n == i}
 
 
-# KEYS: stream; ARGV: group, consumer, start.  The raw XAUTOCLAIM … JUSTID reply (cursor, ids, deleted):
-# redis-py drops the cursor of a JUSTID reply
+# KEYS[1]: stream; ARGV: group, consumer, start.  XAUTOCLAIM … JUSTID (redis-py drops the cursor
+# of a JUSTID reply), answered by name: {"cursor", next start ("0-0": done), "ids", {claimed ids}}
 _CLAIM_LUA = """
-return redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'COUNT', 500, 'JUSTID')
+local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'COUNT', 500, 'JUSTID')
+return {'cursor', r[1], 'ids', r[2]}
 """
 
 
@@ -90,17 +91,20 @@ def take_over_pending(client: Any, stream: str, group: str, consumer: str) -> in
     or the group does not exist yet: nothing can be pending; the consumer creates the group)."""
     import redis
 
+    from engine.store.replies import fields
+
     claim = client.register_script(_CLAIM_LUA)
     taken, start = 0, "0-0"
     while True:
         try:
-            cursor, ids, *_ = claim(keys=[stream], args=[group, consumer, start])
+            reply = fields(claim(keys=[stream], args=[group, consumer, start]))
         except redis.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
             return taken
+        cursor = reply["cursor"]
         start = cursor.decode() if isinstance(cursor, bytes) else str(cursor)
-        taken += len(ids)
+        taken += len(reply["ids"])
         if start == "0-0":
             return taken
 
