@@ -288,7 +288,7 @@ class Lobby:
                 continue
             key = keys.join_attempts_key(who)
             pipe = self.redis.pipeline(transaction=True)  # one key: one slot
-            pipe.incr(key)
+            pipe.execute_command("INCR", key)  # redis-py's incr() sends INCRBY, which the lobby user lacks
             pipe.expire(key, window_s, nx=True)
             pipe.pttl(key)
             n, _set, ttl = await pipe.execute()

@@ -552,6 +552,10 @@ def test_the_gateways_lobby_adapter_under_the_shipped_users(acl_redis):
             await bots.offer(["points", "wealth"])
             await bots.withdraw(["wealth"])
             assert await bots.take_seats(["points"], "acl-gw") == ["bot-acl"]
+            # a JoinTable's attempts (gateway/session.py): counted, then refused over the limit
+            assert await lobby.join_allowed("acl-a", "10.0.0.1", 2, 5, 60) == 0
+            assert await lobby.join_allowed("acl-a", "10.0.0.1", 2, 5, 60) == 0
+            assert 0 < await lobby.join_allowed("acl-a", "10.0.0.1", 2, 5, 60) <= 60_000
         finally:
             await client.aclose()
     asyncio.run(adapter())
