@@ -107,14 +107,34 @@ def _identity(ctx: Any, request: Request, roles: tuple[str, ...]) -> Any:
     return ident
 
 
+async def _read_body(request: Request) -> bytes:
+    """The request body, refused 400 ``bad_request`` once it passes :data:`MAX_BODY_BYTES`: a
+    declared Content-Length over it before anything is read, a streamed body as soon as the
+    bytes read pass it (never the whole body in memory first)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise HttpError(400, "bad_request", "the Content-Length is not a number")
+        if int(declared) > MAX_BODY_BYTES:
+            raise HttpError(400, "bad_request", f"body too large ({declared} bytes; the limit is {MAX_BODY_BYTES})")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise HttpError(400, "bad_request", f"body too large (over the limit of {MAX_BODY_BYTES} bytes)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def _json_body(request: Request) -> Any:
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        raise HttpError(400, "bad_request", f"body too large ({len(body)} bytes)")
+    body = await _read_body(request)
     try:
         return json.loads(body or b"null")
     except ValueError:
         raise HttpError(400, "bad_request", "the body is not JSON") from None
+    except RecursionError:
+        raise HttpError(400, "bad_request", "the body's JSON is nested too deeply") from None
 
 
 def _ids(value: Any, what: str, allow_none: bool = False, max_len: int = 27) -> list[int] | None:
@@ -571,9 +591,7 @@ def routes(ctx: Any) -> list[Any]:
 
     async def replay_post(request: Request) -> Response:
         _identity(ctx, request, ("operator",))
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
-            raise HttpError(400, "bad_request", f"body too large ({len(body)} bytes)")
+        body = await _read_body(request)
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:

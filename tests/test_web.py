@@ -403,6 +403,37 @@ def test_the_lobby_lists_base_entry_and_the_players_own_balance() -> None:
     assert [lv["level"] for lv in web.room_list(None)[0]["levels"]] == list(range(17))  # no room book: the built-in ones
 
 
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_body_over_the_limit_is_refused_before_it_is_all_read(declared: bool) -> None:
+    """A body announced over the limit is refused before a byte is read; one streamed without a
+    length, once the bytes read pass the limit: never the whole body in memory."""
+    import asyncio
+
+    app = Starlette(routes=web.routes(Ctx()))
+    chunk, chunks = 1 << 20, 300  # 300 MB offered
+    taken = 0
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        nonlocal taken
+        taken += 1
+        return {"type": "http.request", "body": b" " * chunk, "more_body": taken < chunks}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    headers = [(k.lower().encode(), v.encode()) for k, v in bearer("al").items()]
+    headers.append((b"content-type", b"application/json"))
+    if declared:
+        headers.append((b"content-length", str(chunk * chunks).encode()))
+    scope = {"type": "http", "method": "POST", "path": "/api/hint", "raw_path": b"/api/hint", "query_string": b"",
+             "headers": headers, "http_version": "1.1", "scheme": "http", "root_path": "",
+             "server": ("testserver", 80), "client": ("127.0.0.1", 5000)}
+    asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == 400 and b"body too large" in sent[1]["body"]
+    assert taken == (0 if declared else web.MAX_BODY_BYTES // chunk + 1), taken
+
+
 def test_the_api_refuses_a_bad_body_with_its_reason() -> None:
     """Each refusal of a request body the routes read: 400 ``bad_request`` with a reason that
     says what was wrong (never a 500)."""
@@ -417,6 +448,10 @@ def test_the_api_refuses_a_bad_body_with_its_reason() -> None:
          json.dumps({"room": "points", "bombs": {"a": "4 4 4 4"}}).encode(), al, "at most 27 plays"),
         ("a bomb that is no object", "/api/standing",
          json.dumps({"room": "points", "bombs": {"a": [[0, 1, 2, 3]]}}).encode(), al, "each bomb is"),
+        ("JSON nested beyond the parser", "/api/hint", b"[" * 100_000 + b"]" * 100_000, al, "nested too deeply"),
+        ("a replay file nested beyond the parser", "/api/replay", b"[" * 100_000 + b"]" * 100_000, op,
+         "nested too deeply"),
+        ("a Content-Length that is no number", "/api/hint", b"{}", {**al, "Content-Length": "x2"}, "Content-Length"),
     ]
     for name, path, body, who, needle in rows:
         r = c.post(path, content=body, headers={**who, "Content-Type": "application/json"})

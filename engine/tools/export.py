@@ -132,6 +132,8 @@ def parse_events_text(text: str) -> ParsedEvents:
     whole: Any = None
     try:
         whole = json.loads(stripped)
+    except RecursionError:
+        raise ExportFormatError("its JSON is nested too deeply") from None
     except json.JSONDecodeError:
         whole = None
         for n, line in enumerate(stripped.splitlines(), start=1):
@@ -141,6 +143,8 @@ def parse_events_text(text: str) -> ParsedEvents:
                 raw_items.append((json.loads(line), f"line {n}"))
             except json.JSONDecodeError as exc:
                 raise ExportFormatError(f"line {n} is not JSON: {exc.msg}") from None
+            except RecursionError:
+                raise ExportFormatError(f"line {n}: its JSON is nested too deeply") from None
     if whole is not None or not raw_items:
         if isinstance(whole, dict) and whole.get("export") == EXPORT_TAG:
             raw_items = [(whole, "line 1")]  # a header alone
