@@ -62,6 +62,7 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from redis.exceptions import NoPermissionError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
@@ -364,7 +365,12 @@ class ReplaySource:
         events: list[Any] = []
         start = "-"
         while True:  # paged, like RedisEventStore._range
-            page = await r.xrange(key, min=start, max="+", count=1000)
+            try:
+                page = await r.xrange(key, min=start, max="+", count=1000)
+            except NoPermissionError:
+                raise HttpError(503, "replay_not_permitted",
+                                "this gateway's Redis user may not read the matches: set SK_REPLAY_REDIS_URL to "
+                                "the read-only user (docs/OPERATIONS.md)") from None
             events += [decode_event(fields[b"e"]) for _, fields in page]
             if len(page) < 1000:
                 break

@@ -85,6 +85,8 @@ def test_compose_file_has_the_stack():
     worker = services["worker"]
     assert worker["entrypoint"] == ["dramatiq"] and "workers.actors" in worker["command"]
     assert worker["deploy"]["replicas"] >= 2
+    # the replay viewer reads the matches as the read-only user (the gateway user may not)
+    assert services["gateway"]["environment"]["SK_REPLAY_REDIS_URL"].startswith("redis://readonly:")
     env = worker["environment"]
     assert env["PROMETHEUS_MULTIPROC_DIR"] == env["dramatiq_prom_db"]
     # dramatiq's Prometheus middleware is switched on by the broker set-up (workers/broker.py)

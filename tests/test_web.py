@@ -284,6 +284,20 @@ def test_the_replay_of_a_live_match_is_refused_409_unless_allowed(redis_server, 
         assert len(data["steps"]) == len(live)
 
 
+def test_a_replay_the_gateways_redis_user_may_not_read_is_a_typed_503() -> None:
+    """Under the shipped ACL the gateway user may not read the match streams: without
+    SK_REPLAY_REDIS_URL the viewer answers 503 ``replay_not_permitted`` saying what to set."""
+    from redis.exceptions import NoPermissionError
+
+    class Denied:
+        async def xrange(self, *a: Any, **kw: Any) -> Any:
+            raise NoPermissionError("this user has no permissions to access one of the keys used as arguments")
+
+    r = client(redis=Denied()).get("/api/replay/m1", headers=bearer("olga", "operator"))
+    assert r.status_code == 503 and r.json()["error"] == "replay_not_permitted"
+    assert "SK_REPLAY_REDIS_URL" in r.json()["reason"]
+
+
 def test_the_replay_of_an_abandoned_match_is_served(redis_server, real_redis) -> None:
     """A match abandoned before the deal is over (it never finishes): the viewer shows it, with
     no settlement, as ``shuangkou replay`` does."""
