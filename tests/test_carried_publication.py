@@ -287,8 +287,8 @@ MAX_ID = "18446744073709551615-18446744073709551615"
 
 @pytest.mark.parametrize("alone", [True, False], ids=["alone", "in-a-round"])
 def test_a_carried_write_the_server_refuses_after_the_events_is_not_a_failed_append(r, alone) -> None:
-    """A reply stream whose last id is the largest there is (anyone who may XADD to it --
-    the lobby user may to ``sk:reply:ops-*`` -- can make it so): the script's XADD of the
+    """A reply stream whose last id is the largest there is (anyone who may XADD to it can
+    make it so): the script's XADD of the
     reply fails *after* the events, the command id and the deadline are stored (Lua does
     not roll back).  The command is accepted once: its message is acknowledged, its players'
     updates are on their streams once (in order), it is not dead-lettered as an engine
@@ -297,8 +297,8 @@ def test_a_carried_write_the_server_refuses_after_the_events_is_not_a_failed_app
     client = GatewayClient(r, ops=keys.INBOX, reply_to="sk:reply:t")
     seat(client, gw)
     st1 = svc.load_state("m1")
-    r.xadd("sk:reply:ops-full", {"x": "1"}, id=MAX_ID)
-    full = GatewayClient(r, ops=keys.INBOX, reply_to="sk:reply:ops-full")
+    r.xadd("sk:reply:full", {"x": "1"}, id=MAX_ID)
+    full = GatewayClient(r, ops=keys.INBOX, reply_to="sk:reply:full")
     if not alone:  # another match's command in the same round: the pipelined path
         client.create_match("m2", CONFIG)
         client.sit("m2", "c")

@@ -13,7 +13,7 @@ import pytest
 
 from engine.service.shuffle import seeded_random
 from engine.service.client import GatewayClient, OutMessage
-from engine.match.commands import MAX_COMMAND_BYTES, Pass, Play, encode_command
+from engine.match.commands import MAX_COMMAND_BYTES, CreateMatch, Pass, Play, Sync, encode_command
 from engine.config import load_config
 from engine.service.inbox import INTERNAL_ERROR, InboxConsumer
 from engine.service.service import MatchService
@@ -141,6 +141,18 @@ def test_reply_to_stream(r):
     assert r.xlen("sk:{b1}:feed") == 0
     with pytest.raises(ValueError):
         GatewayClient(r, ops=keys.INBOX, reply_to="elsewhere")
+    # a player channel entry (a gateway wrote it) may not answer into an operator caller's
+    # stream: its reply would pass for the engine's answer to the lobby's AddRoom
+    lobby_replies = keys.ops_reply_key("gw-g1")
+    r.xadd(keys.INBOX, {"c": encode_command(Sync(command_id="lobby:room:x", match_id="m1", player="a")),
+                        "reply_to": lobby_replies})
+    drain(gw)
+    assert r.xlen(lobby_replies) == 0
+    ops = InboxConsumer(r, make_service(r), "w2", stream=keys.OPS)  # the operator channel: its callers'
+    r.xadd(keys.OPS, {"c": encode_command(CreateMatch(command_id="o1", match_id="m9", config=CONFIG)),
+                      "reply_to": lobby_replies})
+    drain(ops)
+    assert [f[b"command_id"] for _i, f in r.xrange(lobby_replies)] == [b"o1"]
 
 
 def test_json_commands_are_accepted(rig):

@@ -165,11 +165,17 @@ def _player_checked(command: CommandBase) -> CommandBase:
     return command
 
 
-def reply_stream(value: Any) -> str | None:
-    """The entry's ``reply_to`` if it names a reply stream (``sk:reply:…``), else None."""
+def reply_stream(value: Any, stream: str = keys.OPS) -> str | None:
+    """The entry's ``reply_to`` if it names a reply stream (``sk:reply:…``), else None.  An entry
+    of the player channel (``stream``: a gateway wrote it) may not name an operator channel
+    caller's (``sk:reply:ops-…``, :func:`engine.store.keys.ops_reply_key`): its answers would
+    pass for the engine's answers to the lobby's or an operator's commands."""
     if value is None:
         return None
     name = text(value)
+    if keys.is_player_channel(stream) and name.startswith(keys.ops_reply_key("")):
+        log.warning("ignoring reply_to %r of a player channel entry: an operator caller's stream", name[:80])
+        return None
     if name.startswith(keys.REPLY_PREFIX) and len(name) <= MAX_REPLY_TO:
         return name
     log.warning("ignoring reply_to %r: reply streams must be named %s…", name[:80], keys.REPLY_PREFIX)
@@ -214,7 +220,7 @@ class MessageHandler:
         fields = {text(k): v for k, v in fields.items()}
         if entry_bytes(fields) > MAX_ENTRY_BYTES:
             pub.stats.oversized += 1  # refused below (check_entry); the inbox is trimmed soon after
-        reply_to = reply_stream(fields.get("reply_to"))
+        reply_to = reply_stream(fields.get("reply_to"), self.stream)
         raw, is_json = (fields.get("c"), False) if "c" in fields else (fields.get("j"), True)
         try:
             check_entry(fields)

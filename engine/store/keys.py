@@ -183,6 +183,15 @@ def inbox_key(bucket: int) -> str:
     return f"{PREFIX}:{{b{bucket}}}:inbox"
 
 
+def is_player_channel(stream: str) -> bool:
+    """Whether ``stream`` is the player channel (:func:`inbox_key`, or the old :data:`INBOX`).
+
+    >>> is_player_channel(inbox_key(3)), is_player_channel(INBOX), is_player_channel(ops_key(3))
+    (True, True, False)
+    """
+    return stream == INBOX or (stream.startswith(f"{PREFIX}:{{b") and stream.endswith("}:inbox"))
+
+
 def ops_key(bucket: int) -> str:
     """The operator channel of one bucket's matches (CreateMatch, Sit, Deal): ``sk:{b<N>}:ops``."""
     return f"{PREFIX}:{{b{bucket}}}:ops"
