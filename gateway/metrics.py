@@ -25,9 +25,9 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401  (re-exported for the app)
 
-from gateway.protocol import CLIENT_TYPES
+from gateway.protocol import CLIENT_TYPES, SERVER_KINDS
 
-KINDS = ("update", "rejected", "lobby", "settled", "welcome", "say", "private_table", "series")
+KINDS = SERVER_KINDS
 AUTH_REASONS = ("missing", "invalid", "expired", "timeout")
 ROLES = ("player", "spectator", "operator")
 #: why the gateway's edge refused something (issue 23): a handshake's Origin (403), a message over
@@ -36,7 +36,7 @@ ROLES = ("player", "spectator", "operator")
 #: socket closed 4401 at its token's exp, a second message before the Auth, a live match's replay (409)
 REFUSALS = ("origin", "too_large", "rate_limited", "sync_limited", "rate_closed",
             "unauthenticated_per_address", "token_expired", "before_auth", "live_replay", "say_limited",
-            "join_table_limited", "sockets_per_watcher")
+            "join_table_limited", "sockets_per_watcher", "metrics_from")
 
 
 class GatewayMetrics:

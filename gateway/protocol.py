@@ -29,6 +29,11 @@ from engine.match.commands import SAY_IDS, readable_validation_error
 from engine.rules.combo import Kind
 from projections.views import brief_of_view
 
+#: every kind of message a gateway sends a client (gateway/schemas/server.json's oneOf, the
+#: ``kind`` label of ``shuangkou_gateway_messages_out_total``)
+SERVER_KINDS: tuple[str, ...] = ("update", "rejected", "lobby", "settled", "welcome", "ack", "rating", "say",
+                                 "private_table", "series")
+
 #: a rank label in a command (engine.rules.cards.RANK_LABELS, and T for 10)
 RankLabel = Literal["3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K", "A", "2", "SJ", "BJ", "T"]
 

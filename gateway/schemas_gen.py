@@ -438,7 +438,9 @@ def server_schema() -> dict[str, Any]:
         "A private table's series: a vote to end it, its outcome, the running tally (a reconnect's) or the final "
         "standings")
     defs["series"]["required"] = ["kind", "state", "series_id", "command_id"]
-    kinds = ["update", "rejected", "lobby", "settled", "welcome", "ack", "rating", "say", "private_table", "series"]
+    from gateway.protocol import SERVER_KINDS
+
+    kinds = list(SERVER_KINDS)
     return _standard({"$schema": DRAFT, "$id": "server.json", "title": "A server → client WebSocket message",
                       "oneOf": [{"$ref": f"#/$defs/{k}"} for k in kinds], "$defs": defs})
 

@@ -213,3 +213,18 @@ def test_every_lobby_reason_the_engine_sends_validates() -> None:
     assert {m["state"] for m in sent} == {"queued", "removed"}
     bad = {**sent[0], "reason": "not in a room"}
     assert list(server.iter_errors(bad)), "free text must not validate as a reason"
+
+
+def test_every_server_message_kind_is_counted_under_its_own_label() -> None:
+    """``shuangkou_gateway_messages_out_total{kind}`` has a label for each kind server.json
+    allows (an ack or a rating was counted ``other``)."""
+    from gateway.metrics import GatewayMetrics
+
+    kinds = [d["$ref"].rsplit("/", 1)[1] for d in load("server.json")["oneOf"]]
+    m = GatewayMetrics()
+    for k in kinds:
+        m.message_out(k)
+    text = m.exposition().decode()
+    for k in kinds:
+        assert f'shuangkou_gateway_messages_out_total{{kind="{k}"}} 1.0' in text, k
+    assert 'shuangkou_gateway_messages_out_total{kind="other"} 0.0' in text
