@@ -31,7 +31,7 @@ from engine.service.gc_tuning import tune_gc
 from gateway import web
 from gateway.context import WebContext
 from gateway.headers import DeniedHandshakeFilter, EdgeMiddleware, EdgePolicy, deny
-from gateway.limits import CLOSE_RATE_LIMITED, AddressCount, Limits, client_address
+from gateway.limits import CLOSE_RATE_LIMITED, AddressCount, Limits, address_in, client_address
 from gateway.lobby import Lobby
 from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from gateway.rooms import RoomBook
@@ -40,6 +40,12 @@ from gateway.session import CLOSE_GOING_AWAY, Connection, Hub, authenticate
 log = logging.getLogger("shuangkou.gateway")
 
 CLOSE_TRY_AGAIN = 1013  # WebSocket "try again later": Redis failed under this socket
+
+
+#: who may read ``/metrics`` unless ``--metrics-from`` says otherwise: they name rooms, counts and
+#: latencies an outsider should not read (docs/OPERATIONS.md)
+METRICS_FROM: tuple[str, ...] = ("127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                                 "fc00::/7")
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,10 @@ class GatewaySettings:
     #: Off by default: our frames are small, and per socket it costs a deflate and an inflate
     #: context (memory) and CPU on both ends for every frame (docs/CAPACITY.md)
     ws_compression: bool = False
+    #: --metrics-from: the networks whose clients may read ``/metrics`` (the client address as
+    #: for the edge limits, trusted proxies resolved); others get 404.  Default: loopback and
+    #: the private networks (a Prometheus beside the gateway), never the Internet
+    metrics_from: tuple[str, ...] = METRICS_FROM
 
 
 #: Redis connections of one gateway process, whatever its sockets: the players' pool (every
@@ -194,7 +204,12 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
         return JSONResponse({"status": "ok", "gateway": settings.gateway_id,
                              "connections": len(hub.connections)})
 
-    async def metrics_endpoint(_request: Request) -> Response:
+    async def metrics_endpoint(request: Request) -> Response:
+        address = client_address(request.client.host if request.client else None,
+                                 request.headers.get("x-forwarded-for"), settings.limits.trusted_proxies)
+        if not address_in(address, settings.metrics_from):
+            metrics.refused("metrics_from")
+            return Response("Not Found", status_code=404, media_type="text/plain")
         rooms = settings.rooms.names()  # the registry's rooms too (refreshed by the lobby)
         try:
             waiting = await asyncio.wait_for(lobby.waiting(rooms), 2.0)

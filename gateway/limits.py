@@ -164,6 +164,15 @@ def client_address(peer: str | None, forwarded_for: str | None, trusted: tuple[s
     return peer
 
 
+def address_in(address: str, networks: tuple[str, ...]) -> bool:
+    """Whether ``address`` is in one of ``networks`` (CIDRs); an unparsable address is in none.
+
+    >>> address_in("172.18.0.4", ("172.16.0.0/12",)), address_in("8.8.8.8", ("10.0.0.0/8",))
+    (True, False)
+    """
+    return _trusted(address, networks)
+
+
 def _trusted(address: str, trusted: tuple[str, ...]) -> bool:
     try:
         ip = ipaddress.ip_address(address)

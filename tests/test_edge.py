@@ -537,3 +537,21 @@ def test_hostile_inbox_entries_leave_redis_within_20_mb_of_its_start(stack):
     assert after - start <= 20 * MB
     assert biggest == 100 * MB + 1  # recorded by size ...
     assert all(len(f.get(b"c", f.get(b"j", b""))) <= 1024 and f[b"truncated"] == b"1" for _, f in letters)  # ... never whole
+
+
+def test_metrics_are_read_from_the_allowed_networks_only(stack):
+    """``/metrics`` names rooms, counts and latencies: a client outside ``--metrics-from``
+    (default: loopback and the private networks) gets 404; the address is resolved as for the
+    edge limits, so behind a trusted proxy the forwarded client counts."""
+    def status(g: Gateway, forwarded: str | None) -> int:
+        req = urllib.request.Request(g.http + "/metrics", headers={"X-Forwarded-For": forwarded} if forwarded else {})
+        try:
+            return urllib.request.urlopen(req, timeout=10).status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    p, e = gw(stack, "P"), gw(stack, "E")
+    assert status(e, None) == 200 and status(e, "8.8.8.8") == 200  # no trusted proxy: the peer, loopback
+    assert status(p, "10.1.2.3") == 200  # a Prometheus on the private network, through the proxy
+    assert status(p, "8.8.8.8") == 404  # the Internet, through the proxy
+    assert refusals(p).get("metrics_from") == 1

@@ -8,6 +8,7 @@ closes every socket with 1001 and a reason, then exits 0.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 from typing import TYPE_CHECKING
 
@@ -72,6 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     edge.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
                       help="a page origin that may open /ws (repeatable; '*' for any; default: the gateway's own "
                            "origin, any with --dev); a wrong Origin is refused 403, none at all is let through")
+    edge.add_argument("--metrics-from", action="append", default=[], metavar="CIDR",
+                      help="a network whose clients may read /metrics (repeatable; default: loopback and the "
+                           "private networks 10/8, 172.16/12, 192.168/16, fc00::/7); others get 404")
     edge.add_argument("--allow-live-replay", action="store_true",
                       help="DANGEROUS: the replay viewer (/api/replay/<id>) shows matches still being played, both "
                            "hands included, to any operator token (default: 409 until the match has finished)")
@@ -91,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--bot-think must be 0..10 seconds, got {args.bot_think:g}")
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port must be 0..65535, got {args.port}")
-    from gateway.app import GatewaySettings, default_gateway_id, listen_socket, serve
+    from gateway.app import METRICS_FROM, GatewaySettings, default_gateway_id, listen_socket, serve
     from gateway.rooms import RoomBook
     from gateway.tokens import load_secret
 
@@ -131,6 +135,11 @@ def run(args: argparse.Namespace) -> int:
         edge, limits = edge_settings(args)
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    for net in args.metrics_from:
+        try:
+            ipaddress.ip_network(net, strict=False)
+        except ValueError:
+            raise CliError(f"--metrics-from {net!r}: not a network (give a CIDR such as 10.0.0.0/8)") from None
     if args.allow_live_replay:
         logging.getLogger("shuangkou.gateway").warning(
             "--allow-live-replay: any operator token can read both hands of a match being played")
@@ -139,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
                                bot_think_s=args.bot_think,
                                lobby_redis_url=args.lobby_redis, edge=edge, limits=limits,
                                allow_live_replay=args.allow_live_replay, replica_acks=replica_acks,
-                               ws_compression=args.ws_compression)
+                               ws_compression=args.ws_compression,
+                               metrics_from=tuple(args.metrics_from) or METRICS_FROM)
     try:
         sock = listen_socket(args.host, args.port)
     except OSError as exc:
