@@ -138,13 +138,14 @@ class Resync:
         self._gap_timers[match] = self._start(coro)
 
     # -- catching up ----------------------------------------------------------------------
-    async def catch_up(self, match: str, version: int | None) -> None:
+    async def catch_up(self, match: str, version: int | None, named: bool = False) -> None:
         """The updates after ``version`` when the stream still holds them all, else the current view.
 
         A ``version`` that no update of ``match`` in the stream reached is checked against the
         view: below it, it was the client's of another match (a resume that named no match, from a
         client that missed the seating at this one), and the view goes out, then every update
-        after it."""
+        after it.  ``named``: the client said ``version`` is of ``match``; at the stream's newest
+        update it has everything, and nothing goes out (no update twice)."""
         owner = self._stream_owner
         upto = self.conn.read_upto(keys.outbox_key(owner))
         if version is not None:
@@ -156,6 +157,8 @@ class Resync:
                     await self._forward_update(e)
                 return
             newest = await outbox.recent_updates(self.conn.hub.redis, owner, match, 1, upto)
+            if named and newest and int(newest[0].version or 0) == version:
+                return  # up to date: the newest update of the match is the client's
             if not newest or int(newest[0].version or 0) < version:
                 self._claimed[match] = version
         await self.request_view(match)

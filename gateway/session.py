@@ -361,7 +361,7 @@ class Connection:
         elif place.state == "queued" or table is not None:
             await self.send(waiting_message(place))
         if self.match is not None:
-            await self.resync.catch_up(self.match, resume.version_for(self.match))
+            await self.resync.catch_up(self.match, resume.version_for(self.match), named=resume.match == self.match)
 
     # -- client → server ------------------------------------------------------------------
     async def _receive_loop(self) -> None:
@@ -604,7 +604,7 @@ class Connection:
         version = Resume(msg.version, msg.match).version_for(table.match)
         if version is not None:  # the updates after it that the socket handed on; it reads on from there
             self.resync.forget(table.match)
-            await self.resync.catch_up(table.match, version)
+            await self.resync.catch_up(table.match, version, named=msg.match == table.match)
             if msg.command_id:  # the updates after it went out (or the view was asked for): answered
                 await self.send(protocol.ack(msg.command_id))
             return

@@ -129,6 +129,28 @@ def test_a_version_of_this_match_still_skips_what_the_client_has():
     assert asyncio.run(main()) == [5, 6, 7]
 
 
+@pytest.mark.parametrize("named", [True, False])
+def test_a_resume_at_the_newest_update_of_its_named_match_sends_nothing_again(named):
+    """The client says it has version 6 of this match, the stream's newest update: nothing goes
+    out again (PROTOCOL.md: no update twice), only what comes after.  A version that names no
+    match may be another match's: then the view is asked for, as before."""
+
+    async def main() -> tuple[list[int], bool]:
+        conn = _Conn()
+        await _write(conn, range(1, 7))
+        r = Resync(conn, gap_wait_s=5)
+        await r.catch_up(M, 6, named=named)
+        asked = M in r._awaiting
+        if asked:
+            await r.on_entry(_sync(r, 6))
+        await r.on_entry(_update(7))
+        return _versions(conn), asked
+
+    sent, asked = asyncio.run(main())
+    assert asked != named
+    assert sent == ([7] if named else [6, 7])
+
+
 def test_a_view_at_the_clients_version_sends_nothing_again_after_it():
     """The stream no longer holds the updates after the client's version 5; the view stands at 5:
     it goes out (the socket's own Sync), the updates up to 5 do not."""
