@@ -90,6 +90,8 @@ class Fanout:
         self._subscribe: set[str] = set()  # channels to SSUBSCRIBE at the next turn of the notice loop
         self._unsubscribe: set[str] = set()
         self._tasks: list[asyncio.Task] = []
+        #: the stopped tasks' wind-down (:meth:`_stop`): their end, then the notice connection's close
+        self._winding: set[asyncio.Task] = set()
         self._pubsub: Any = None
         self.notices = 0  # notices received (tests, metrics)
 
@@ -167,17 +169,19 @@ class Fanout:
         pubsub, self._pubsub = self._pubsub, None
         self._subscribe.clear()
         self._unsubscribe.clear()
-        if pubsub is not None:
-            asyncio.get_running_loop().create_task(_close(pubsub))
+        # the connection is closed once the cancelled tasks have ended: never while the notice
+        # loop is still inside a read on it (the close waits for the read's lock)
+        winding = asyncio.get_running_loop().create_task(_wind_down(tasks, pubsub))
+        self._winding.add(winding)
+        winding.add_done_callback(self._winding.discard)
 
     async def aclose(self) -> None:
         tasks, self._tasks = self._tasks, []
         for t in tasks:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         pubsub, self._pubsub = self._pubsub, None
-        if pubsub is not None:
-            await _close(pubsub)
+        await _wind_down(tasks, pubsub)
+        await asyncio.gather(*self._winding, return_exceptions=True)
 
     async def _sweep(self) -> None:
         while True:
@@ -188,6 +192,7 @@ class Fanout:
         """The notice loop: (un)subscribe what changed, and turn each notice into a read."""
         backoff = 0.1
         while True:
+            _unless_cancelled()
             try:
                 if self._pubsub is None:
                     self._pubsub = self.redis.pubsub()
@@ -218,6 +223,7 @@ class Fanout:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the notice connection dropped: read everything, subscribe again
+                _unless_cancelled(exc)
                 log.warning("gateway notices: %s; reconnecting", exc)
                 pubsub, self._pubsub = self._pubsub, None
                 if pubsub is not None:
@@ -243,6 +249,7 @@ class Fanout:
 
     async def _read_loop(self) -> None:
         while True:
+            _unless_cancelled()
             await self._wake.wait()
             batch = self._take_batch()
             if not batch:  # all in flight (their readers wake us) or backlogged (their queues do)
@@ -253,6 +260,7 @@ class Fanout:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                _unless_cancelled(exc)
                 log.warning("reading players' streams failed: %s", exc)
                 for key in batch:
                     self._dirty.setdefault(key, None)
@@ -353,6 +361,23 @@ def _streams(reply: Any) -> list[tuple[Any, list]]:
     if isinstance(reply, dict):
         return list(reply.items())
     return [(k, v) for k, v in reply]
+
+
+def _unless_cancelled(exc: BaseException | None = None) -> None:
+    """Raise CancelledError when the running task was cancelled although its awaits went on (or
+    ``exc`` came instead): the Redis client can end a read a cancellation interrupted with a
+    reply or an error rather than the CancelledError, and a loop that goes on (retrying on
+    errors) would never end; each loop looks at the start of every turn."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError() from exc
+
+
+async def _wind_down(tasks: list[asyncio.Task], pubsub: Any) -> None:
+    """The cancelled ``tasks`` ended, then ``pubsub`` closed (when there is one)."""
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if pubsub is not None:
+        await _close(pubsub)
 
 
 async def _close(pubsub: Any) -> None:

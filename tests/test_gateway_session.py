@@ -160,6 +160,7 @@ async def _with_connection(aredis, engine_versions: dict[str, int], body: Callab
         await asyncio.wait_for(run, WAIT_S)
         engine_task.cancel()
         await asyncio.gather(engine_task, return_exceptions=True)
+        await asyncio.wait_for(hub.fanout.aclose(), WAIT_S)  # as the gateway's shutdown does
         await r.aclose()
 
 
