@@ -77,7 +77,7 @@ BY_NAME: dict[str, str] = {
     "turn": "the player on turn; null outside the playing phase",
     "your_turn": "true when you are on turn",
     "leading": "true when the player on turn leads a new trick (nothing to beat)",
-    "trick": "tricks ended so far (a pass ends one, R-6.2)",
+    "trick": "the trick under way, 1 from the deal (0 before it); a pass ends it and the next begins (R-6.2)",
     "table_count": "cards played so far",
     "table": "every card played so far, in notation",
     "table_ids": "every card played so far, as ids, in order",

@@ -770,7 +770,7 @@ export type View = {
   your_turn: boolean;
   /** true when the player on turn leads a new trick (nothing to beat) */
   leading: boolean;
-  /** tricks ended so far (a pass ends one, R-6.2) */
+  /** the trick under way, 1 from the deal (0 before it); a pass ends it and the next begins */
   trick: number;
   /** cards played so far */
   table_count: number;
@@ -868,7 +868,7 @@ export type Brief = {
   phase: "new" | "seating" | "playing" | "finished" | "abandoned";
   /** the player on turn; null outside the playing phase */
   turn: string | null;
-  /** tricks ended so far (a pass ends one, R-6.2) */
+  /** the trick under way, 1 from the deal (0 before it); a pass ends it and the next begins */
   trick: number;
   /** the play to beat; null when the player on turn leads (after a pass ended the trick) */
   last_play: {
