@@ -360,6 +360,8 @@ def test_integrity_commands(redis_server, real_redis, real_redis_store, capsys, 
     assert real_redis.ttl(keys.integrity_dismissed_key(pair_key("dumper", "partner"))) > 170 * 86_400
     assert main(["integrity", "report", "--redis", url, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["pairs"] == []
+    assert main(["integrity", "show", "dumper", "partner", "--redis", url]) == 0
+    assert "family, checked (nothing new since: the score counts only later matches)" in capsys.readouterr().out
     # the flag comes back only on new evidence: matches after the review
     engine.clock.set_at_least(int(__import__("time").time() * 1000) + 60_000)
     for i in range(8):
@@ -370,6 +372,8 @@ def test_integrity_commands(redis_server, real_redis, real_redis_store, capsys, 
     back = json.loads(capsys.readouterr().out)["pairs"]
     assert [p["pair"] for p in back] == [pair_key("dumper", "partner")]
     assert back[0]["dismissed"]["reason"] == "family, checked"
+    assert main(["integrity", "show", "dumper", "partner", "--redis", url]) == 0
+    assert "family, checked (new evidence since)" in capsys.readouterr().out
     assert back[0]["concessions"] and all(c["match"].startswith("n") for c in back[0]["concessions"])
     assert main(["integrity", "dismiss", "dumper", "partner", "--reason", "  ", "--redis", url]) == 2
 

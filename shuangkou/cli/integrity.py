@@ -133,7 +133,8 @@ def _summary(rank: int, ev: dict[str, Any]) -> str:
     for c in ev.get("concessions", [])[:3]:
         lines.append(f"   concession: match {c['match']} seq {c['seq']}: {c['what']}")
     if ev.get("dismissed"):
-        lines.append(f"   dismissed before: {ev['dismissed'].get('reason')} (new evidence since)")
+        since = "new evidence since" if ev["score"] > 0 else "nothing new since: the score counts only later matches"
+        lines.append(f"   dismissed before: {ev['dismissed'].get('reason')} ({since})")
     return "\n".join(lines)
 
 
