@@ -358,10 +358,10 @@ def _seed_room_labels() -> None:
     """The built-in rooms are always known (once, on first use)."""
     global _room_labels_seeded
     if not _room_labels_seeded:
-        _room_labels_seeded = True
         names = builtin_config_names()
         with _room_labels_lock:
             _room_labels.update(names)
+        _room_labels_seeded = True  # only once filled: a thread reading meanwhile seeds again
 
 
 def register_room_labels(names: Iterable[str]) -> None:

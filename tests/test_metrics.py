@@ -234,3 +234,27 @@ def test_exposed_names_cover_dramatiq_middleware():
     assert "dramatiq_message_rejects_total" in names
     assert "dramatiq_message_duration_milliseconds_bucket" in names
     assert "shuangkou_projection_lag_events" in names
+
+
+def test_a_room_label_read_while_another_thread_seeds_them_is_the_rooms(monkeypatch):
+    """A worker's first timers run in several threads: a label read while another thread fills
+    the built-in room names was "other" (the labels were marked seeded before they were)."""
+    import threading
+
+    monkeypatch.setattr(m, "_room_labels_seeded", False)
+    monkeypatch.setattr(m, "_room_labels", set())
+    started, release = threading.Event(), threading.Event()
+    real = m.builtin_config_names
+
+    def slow() -> list[str]:
+        started.set()
+        release.wait(5)
+        return list(real())
+
+    monkeypatch.setattr(m, "builtin_config_names", slow)
+    first = threading.Thread(target=m.room_label, args=("points",))
+    first.start()
+    assert started.wait(5)
+    threading.Timer(0.2, release.set).start()
+    assert m.room_label("points") == "points"
+    first.join(5)
