@@ -394,10 +394,12 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
                 assert viewer.text_content("[data-settlement] [data-term=win]") == settled.breakdown["win_formula"]
             _shot(viewer, "replay", 1280)
             _shot(viewer, "replay", 375)
-            # on a phone each hand's heading shows the whole player id (wrapped, not cut)
+            # on a phone each hand's heading shows the whole name (wrapped, not cut): the display
+            # name the player chose, the id beside it in the players' line
             cut = viewer.eval_on_selector_all("[data-replay-hand] .name",
                                               "els => els.filter((e) => e.scrollWidth > e.clientWidth).length")
-            assert cut == 0 and viewer.locator(f"[data-replay-hand='{alice}'] .name").text_content().startswith(alice)
+            assert cut == 0 and viewer.locator(f"[data-replay-hand='{alice}'] .name").text_content().startswith("小明")
+            assert f"小明 [{alice}]" in viewer.text_content("#meta")
 
             # the viewer reads the export file too
             export = tmp_path / "match.jsonl"
