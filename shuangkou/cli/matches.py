@@ -228,6 +228,7 @@ def run(args: argparse.Namespace) -> int:
 def players_named(client: Any, who: str) -> set[str]:
     """``who`` as a player id, and every player whose display name is ``who``
     (``sk:{names}:display``, gateway/names.py)."""
+    from engine.service.publish import text as _text
     from engine.store import keys
 
     out = {who}
@@ -239,15 +240,12 @@ def players_named(client: Any, who: str) -> set[str]:
 
 def display_names(client: Any, players: set[str]) -> dict[str, str]:
     """The display names of ``players`` that have one (HMGET)."""
+    from engine.service.publish import text as _text
     from engine.store import keys
 
     order = sorted(players)
     got = client.hmget(keys.NAMES_KEY, order) if order else []
     return {p: _text(n) for p, n in zip(order, got) if n is not None}
-
-
-def _text(v: Any) -> str:
-    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
 def _who(player: str, names: dict[str, str]) -> str:
