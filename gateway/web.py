@@ -443,8 +443,9 @@ def room_list(ctx: Any) -> list[dict[str, Any]]:
     if not isinstance(rooms, dict):
         from engine.config import load_config
 
-        return [{"name": mode, "mode": mode, "levels": _levels(load_config(mode)), "ranked": False,
-                 "timeouts_before_trustee": load_config(mode).timeouts_before_trustee} for mode in ("points", "wealth")]
+        builtin = [load_config(mode) for mode in ("points", "wealth")]
+        return [{"name": cfg.mode, "mode": cfg.mode, "levels": _levels(cfg), "ranked": False,
+                 "timeouts_before_trustee": cfg.timeouts_before_trustee} for cfg in builtin]
     out = []
     for name, cfg in sorted(rooms.items()):
         low = cfg.levels[0]
