@@ -76,6 +76,8 @@ HOT = frozenset({"Play", "Pass", "Ready"})
 #: a table whose match these commands go to: running, or between its finish and its settlement
 #: (the engine answers a Ready there with an ack, a Play with a refusal)
 AT_TABLE = frozenset({"seated", "between"})
+#: the entries of the player's stream that the lobby writes (gateway/outbox.py)
+LOBBY_KINDS = frozenset({"lobby", "settled", "private_table", "series"})
 
 
 def waiting_message(place: Place, command_id: str | None = None) -> dict[str, Any]:
@@ -89,8 +91,6 @@ def waiting_message(place: Place, command_id: str | None = None) -> dict[str, An
         return protocol.lobby("queued", table.room if table else place.room, table.id if table else None,
                               command_id=command_id)
     return protocol.lobby("removed", place.room, command_id=command_id)
-#: the entries of the player's stream that the lobby writes (gateway/outbox.py)
-LOBBY_KINDS = frozenset({"lobby", "settled", "private_table", "series"})
 
 
 @dataclass
