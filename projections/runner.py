@@ -17,7 +17,8 @@ and a message is acknowledged only after it was applied.  So
 
 Feeds:
 
-* :class:`RedisFeed` — consumer group ``sk-projections`` on every bucket feed;
+* :class:`RedisFeed` — consumer group ``sk-projections`` on every bucket feed (in serve,
+  the new entries of the buckets the replica owns: :meth:`RedisFeed.follow`);
   each read first re-reads this consumer's own pending messages (what a crash
   left unacknowledged), optionally claims messages another consumer left
   pending too long (``XAUTOCLAIM``), then reads new ones: every bucket's
@@ -142,7 +143,7 @@ class RedisFeed(Feed):
 
     def __init__(self, client: Any, consumer: str = "ledger-1", group: str = GROUP,
                  buckets: int = keys.DEFAULT_BUCKETS, claim_idle_ms: int | None = 60_000,
-                 feed_maxlen: int = 100_000):
+                 feed_maxlen: int = 100_000, follow_owned: bool = False):
         self.client = client
         #: kept for compatibility: :meth:`trim` now trims every feed below what every group
         #: acknowledged, whatever its length
@@ -163,6 +164,25 @@ class RedisFeed(Feed):
         self._unacked: list[set[str]] = [set() for _ in range(buckets)]
         #: read every feed with one XREADGROUP (one Redis), or a feed a command (a Cluster)
         self._together = not is_cluster(client)
+        #: the buckets whose new entries are read: every one, or with ``follow_owned`` those
+        #: :meth:`follow` names (a serve replica's owned buckets)
+        self._followed: frozenset[int] = frozenset() if follow_owned else frozenset(range(buckets))
+        self._follow_lock = threading.Lock()
+
+    def follow(self, bucket: int) -> FollowedBucket:
+        """Read ``bucket``'s new entries from now on, until the returned handle's ``stop``
+        (serve: while the replica holds the bucket's lease, so that on a Cluster each replica
+        reads its own buckets' feeds, not every one).  Entries already delivered to this
+        consumer are read again and handled whether or not it follows their bucket, and an
+        entry a dead consumer left is claimed (``XAUTOCLAIM``) on every bucket."""
+        with self._follow_lock:
+            self._followed = self._followed | {bucket}
+        return FollowedBucket(self, bucket)
+
+    def unfollow(self, bucket: int) -> None:
+        """Stop reading ``bucket``'s new entries (its pending ones are still handled)."""
+        with self._follow_lock:
+            self._followed = self._followed - {bucket}
 
     def ensure_groups(self) -> None:
         """Create the group on every bucket feed (from the start: replaying is harmless)."""
@@ -260,7 +280,8 @@ class RedisFeed(Feed):
                 self._unacked[b] = {d.entry.id for d in out[before:]}
                 if len(out) - before + len(empty[b]) >= count:  # maybe more pending than one read holds
                     self._unacked[b].add(_MORE_PENDING)
-        fresh_buckets = [b for b in range(self.buckets) if b not in had_pending]
+        followed = self._followed
+        fresh_buckets = [b for b in range(self.buckets) if b in followed and b not in had_pending]
         if fresh_buckets and len(out) < count:
             # set before reading: should the reply be lost, what it delivered is pending on us
             was = {b: self._maybe_pending[b] for b in fresh_buckets}
@@ -356,6 +377,16 @@ class RedisFeed(Feed):
         for key, (ms, n) in floors.items():
             pipe.xtrim(key, minid=f"{ms}-{n}", approximate=False)
         return sum(int(r) for r in pipe.execute())
+
+
+class FollowedBucket:
+    """One bucket a :class:`RedisFeed` follows (:meth:`RedisFeed.follow`); ``stop`` ends it."""
+
+    def __init__(self, feed: RedisFeed, bucket: int):
+        self.feed, self.bucket = feed, bucket
+
+    def stop(self) -> None:
+        self.feed.unfollow(self.bucket)
 
 
 def _pending_of(pending_min: dict[tuple[str, str], tuple[int, int]], key: str, name: str) -> tuple[int, int] | None:

@@ -89,3 +89,53 @@ def test_run_forever_settles_what_finishes_after_a_flush(real_redis):
         stop.set()
         t.join(10)
     assert settled.count("after") == 1 and runner.errors == []
+
+
+def _matches_in_two_buckets(store, n: int = 8) -> tuple[int, int, list[str], list[str]]:
+    """``n`` match ids, split by bucket: those of one bucket and those of another."""
+    mids = [f"f{i}" for i in range(64)]
+    first = store.bucket_of(mids[0])
+    second = next(store.bucket_of(m) for m in mids if store.bucket_of(m) != first)
+    return (first, second, [m for m in mids if store.bucket_of(m) == first][:n],
+            [m for m in mids if store.bucket_of(m) == second][:n])
+
+
+def test_a_feed_following_its_owned_buckets_reads_only_their_new_entries(real_redis):
+    """serve's runner (``follow_owned``) reads the new entries of the buckets it follows, from
+    the moment it follows them until it stops: another replica's buckets cost it no read."""
+    store = RedisEventStore(real_redis, buckets=4)
+    ledger = RedisLedger(real_redis)
+    feed = RedisFeed(real_redis, buckets=4, follow_owned=True)
+    runner = ProjectionRunner(store, ledger, feed)
+    mine, other, in_mine, in_other = _matches_in_two_buckets(store, 2)
+    for mid in in_mine + in_other:
+        append(store, match_events(mid, left=7))
+    assert runner.drain() == 0                                     # no bucket followed yet
+    held = feed.follow(mine)
+    assert runner.drain() > 0
+    assert [m for m in in_mine + in_other if ledger.settlement(m) is not None] == in_mine
+    held.stop()
+    feed.follow(other).stop()                                      # followed and let go: nothing read
+    assert runner.drain() == 0 and all(ledger.settlement(m) is None for m in in_other)
+    feed.follow(other)
+    assert runner.drain() > 0 and all(ledger.settlement(m) is not None for m in in_other)
+    assert totals(ledger, "a", "b") == (20 * 4, -20 * 4) and runner.errors == []
+
+
+def test_entries_delivered_before_a_bucket_moved_are_still_settled(real_redis):
+    """A replica that read a bucket's entries and lost the bucket before acknowledging them
+    (its process restarted: the same consumer) handles them again: what is pending on a
+    consumer is read whether or not it follows the bucket."""
+    store = RedisEventStore(real_redis, buckets=4)
+    mine, _other, in_mine, _ = _matches_in_two_buckets(store)
+    for mid in in_mine:
+        append(store, match_events(mid, left=7))
+    before = RedisFeed(real_redis, buckets=4, follow_owned=True)
+    before.follow(mine)
+    delivered = before.read()                                      # read, never acknowledged
+    assert {d.entry.match_id for d in delivered} == set(in_mine)
+    ledger = RedisLedger(real_redis)
+    runner = ProjectionRunner(store, ledger, RedisFeed(real_redis, buckets=4, follow_owned=True))
+    assert runner.drain() > 0                                      # follows nothing, settles them
+    assert all(ledger.settlement(m) is not None for m in in_mine) and runner.errors == []
+    assert real_redis.xpending(keys.feed_key(mine), "sk-projections")["pending"] == 0

@@ -15,7 +15,8 @@ One process runs
   on a Cluster a thread per bucket (its two streams share a slot: one XREADGROUP) and one per
   unbucketed stream;
 * the projection runner (:class:`projections.runner.ProjectionRunner`): the
-  bucket feeds → settlement → ledger, consumer group ``sk-projections``;
+  bucket feeds → settlement → ledger, consumer group ``sk-projections``, the new entries of
+  the buckets the replica owns (their pending ones wherever they are);
 * with ``--integrity``, the integrity projection (:mod:`projections.integrity`, docs/INTEGRITY.md):
   the bucket feeds → chip-dumping records, scores and flags, consumer group ``sk-integrity``;
 * timers: every append records the match's deadline in the store's index; with
@@ -270,6 +271,11 @@ def run(args: argparse.Namespace) -> int:
     from engine.service.lobby_worker import BothWork, build_lobby
 
     lobby = None if args.no_lobby else build_lobby(client, raw_store, isvc, ledger, rooms, clock, consumer, delivery)
+    # the projections read the new feed entries of the buckets this replica owns (own() below)
+    from projections.runner import RedisFeed
+
+    feed = None if args.no_projections else RedisFeed(client, consumer=consumer, buckets=raw_store.buckets,
+                                                      feed_maxlen=raw_store.feed_maxlen, follow_owned=True)
 
     def own(bucket: int) -> Any:
         """This replica now holds ``bucket``'s lease: its pending commands first, then its channels."""
@@ -282,7 +288,8 @@ def run(args: argparse.Namespace) -> int:
             work: Any = GroupedWork([groups[ch.name].add(consumer_of(ch, st, op)) for ch, st, op in streams])
         else:  # a Cluster: the bucket's two streams share its slot, one read for both
             work = SlotGroupWork([consumer_of(ch, st, op) for ch, st, op in streams], f"read b{bucket}", **loop)
-        return work if lobby is None else BothWork([work, lobby.own(bucket)])
+        parts = [work] + ([lobby.own(bucket)] if lobby is not None else []) + ([feed.follow(bucket)] if feed else [])
+        return work if len(parts) == 1 else BothWork(parts)
 
     # the channels of no bucket: Credit/Debit/AddRoom on sk:ops, and the single inbox of the
     # builds before issue 24 (drained during an upgrade), read by every replica (consumer group)
@@ -299,16 +306,15 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_projections:
         from engine.service.publish import message_publisher
         from projections.ladders import RatingProjector, RedisRatingStore
-        from projections.runner import ProjectionRunner, RedisFeed
+        from projections.runner import ProjectionRunner
 
         def settled(s, applied: bool) -> None:
             metrics.observe_projection_applied("ledger")
             if applied:
                 metrics.observe_settlement(s.scores, s.mode)
 
-        runner = ProjectionRunner(raw_store, ledger,
-                                  RedisFeed(client, consumer=consumer, buckets=raw_store.buckets,
-                                            feed_maxlen=raw_store.feed_maxlen),
+        assert feed is not None
+        runner = ProjectionRunner(raw_store, ledger, feed,
                                   on_settled=settled,
                                   ratings=RatingProjector(RedisRatingStore(client),
                                                           message_publisher(client, **delivery)),
