@@ -276,7 +276,8 @@ def compact_brief(brief: dict[str, Any]) -> list[Any]:
     its other fields that are not at their defaults, when there are any, and of the trick's
     plays only those before the play to beat (which is the trick's last), each as
     ``[player, cards, kind, rank, xiang]`` (30-170 bytes of msgpack, 54 on average: the hand
-    costs one byte a card).  :func:`expand_brief` undoes it.
+    costs one byte a card; each of the trick's earlier plays adds its own, 19 bytes a single
+    of ``alice``).  :func:`expand_brief` undoes it.
 
     >>> b = {"version": 9, "phase": "playing", "turn": "b", "trick": 1, "deadline_ms": 5, "cards_left": {"a": 26},
     ...      "last_play": {"player": "a", "cards": [0], "reading": {"kind": "single", "rank": "3", "size": 1,
