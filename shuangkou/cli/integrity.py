@@ -3,7 +3,8 @@
 * ``integrity report [--since T] [--min-score S] [--json]``: the flagged pairs, highest score
   first, with their evidence (coins moved, rates, the worst decisions and the concessions,
   each with a replay position: ``shuangkou replay MATCH`` shows event ``seq``); ``--min-score``
-  defaults to the detector's threshold; a dismissed pair is listed again only on new evidence;
+  defaults to the detector's threshold and must be above 0 (a pair at 0 is not indexed); a
+  dismissed pair is listed again only on new evidence;
 * ``integrity show A B [--json]``: one pair's evidence, scored now;
 * ``integrity dismiss A B --reason R``: mark the pair reviewed; only matches after now can
   flag it again;
@@ -27,14 +28,28 @@ from typing import Any
 from shuangkou.cli.ops_client import add_redis_arguments, connect
 
 
+def above_zero(text: str) -> float:
+    """``--min-score``: a number above 0 (a pair scoring 0 has no evidence against it and is
+    not kept in the ranked index, so a report could not list it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text} (a pair at 0 has no evidence and is "
+                                         "not listed)")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from projections.integrity.score import DEFAULT_MIN_SCORE
 
     sub = parser.add_subparsers(dest="integrity_command", required=True, metavar="ACTION")
     p = sub.add_parser("report", help="the flagged pairs with their evidence, highest score first")
     p.add_argument("--since", metavar="T", help="only pairs that played at or after T (ISO time, ms, or 2h / 7d)")
-    p.add_argument("--min-score", type=float, default=DEFAULT_MIN_SCORE, metavar="S",
-                   help=f"list pairs scoring at least S (default {DEFAULT_MIN_SCORE:g}: the flag threshold)")
+    p.add_argument("--min-score", type=above_zero, default=DEFAULT_MIN_SCORE, metavar="S",
+                   help=f"list pairs scoring at least S, above 0 (default {DEFAULT_MIN_SCORE:g}: the flag "
+                        "threshold)")
     p.add_argument("--json", action="store_true", help="print JSON")
     add_redis_arguments(p, wait=False)
     p = sub.add_parser("show", help="one pair's evidence, scored now")
