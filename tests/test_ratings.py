@@ -301,6 +301,13 @@ def test_season_and_ratings_show_commands(fake_redis, capsys, monkeypatch):
     assert board["season"] == "2027-01" and [e["player"] for e in board["entries"]] == ["a", "b"]
     assert main(["ratings", "show", "ranked", "--season", "2026-12", "--json", *r]) == 0
     assert json.loads(capsys.readouterr().out)["entries"] == []  # the earlier season stays queryable
+    assert main(["ratings", "show", "nowhere", *r]) == 1  # no such room: not an empty board
+    assert "no room 'nowhere'" in capsys.readouterr().err
+    from engine.service.rooms import RedisRooms, register_shipped
+
+    register_shipped(RedisRooms(fake_redis))
+    assert main(["ratings", "show", "points", *r]) == 1
+    assert "'points' is not ranked" in capsys.readouterr().err
     assert main(["season", "end", *r]) == 0
     assert "2027-01" in capsys.readouterr().out
 

@@ -4,7 +4,8 @@
   fresh ladders of season S (:func:`projections.ladders.rebuild`), compare each room's with
   the live projection's, and store the rebuilt ones (``--check``: compare only, write
   nothing).  Exit 0 when every room's ladder equals the live one, 1 when one differed.
-* ``ratings show ROOM [--season S] [--limit N] [--json]``: the leaderboard.
+* ``ratings show ROOM [--season S] [--limit N] [--json]``: the leaderboard (exit 1 for a room
+  that does not exist or is not ranked and has no ladder in any season).
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ def run(args: argparse.Namespace) -> int:
         if season is None:
             raise NotFound(f"no season {args.season!r}" if args.season else "no season yet (shuangkou season start NAME)")
         board = ratings.leaderboard(args.room, season.name, args.limit)
+        if not board["entries"] and args.room not in {room for room, _season in ratings.ladders()}:
+            from engine.service.rooms import RedisRooms  # no ladder in any season: say why
+
+            cfg = RedisRooms(client).get(args.room)
+            if cfg is None:
+                raise NotFound(f"no room {args.room!r} (shuangkou room list names them)")
+            if not cfg.ranked:
+                raise NotFound(f"room {args.room!r} is not ranked: it has no leaderboard")
         if args.json:
             print(json.dumps(board, ensure_ascii=False))
         else:
