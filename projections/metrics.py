@@ -34,6 +34,8 @@ appear on port 9191 beside ``dramatiq_*``.  docs/OPERATIONS.md has the details.
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import threading
 import time
@@ -57,6 +59,8 @@ from engine.match.commands import CommandBase
 from engine.match.events import CardsPlayed, EventBase
 from engine.match.protocols import OutcomeLike, ServiceLike
 from engine.store.base import EventStore
+
+log = logging.getLogger(__name__)
 
 NAMESPACE = "shuangkou"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -373,6 +377,33 @@ def register_room_labels(names: Iterable[str]) -> None:
                 _room_labels.add(name)
 
 
+#: where :func:`room_label` reads the registered rooms again on a miss (:func:`follow_room_registry`)
+_room_source: Callable[[], Iterable[str]] | None = None
+_room_source_every_s = 30.0
+_room_source_read = -math.inf
+
+
+def follow_room_registry(names: Callable[[], Iterable[str]] | None, every_s: float = 30.0) -> None:
+    """Read the registered rooms' names from ``names`` (``RedisRooms.names``) now, and again when
+    a name not known yet is labelled, at most every ``every_s`` seconds: a room another replica
+    added (AddRoom) gets its own label here too, not ``"other"``.  A failed read keeps what is known."""
+    global _room_source, _room_source_every_s, _room_source_read
+    _room_source, _room_source_every_s, _room_source_read = names, every_s, -math.inf
+    _read_room_source()
+
+
+def _read_room_source() -> None:
+    global _room_source_read
+    source = _room_source
+    if source is None or time.monotonic() - _room_source_read < _room_source_every_s:
+        return
+    _room_source_read = time.monotonic()
+    try:
+        register_room_labels(source())
+    except Exception as exc:  # the labels are not worth a failed command: known names stay
+        log.debug("room labels not read again: %s", exc)
+
+
 def room_label(name: str) -> str:
     """``name`` when it is a known room (built-in or registered), else ``"other"``.
 
@@ -380,7 +411,10 @@ def room_label(name: str) -> str:
     ('points', 'other')
     """
     _seed_room_labels()
-    return name if name in _room_labels or name in ("unknown", "other") else "other"
+    if name in _room_labels or name in ("unknown", "other"):
+        return name
+    _read_room_source()
+    return name if name in _room_labels else "other"
 
 
 def observe_outcome(outcome: OutcomeLike, config_name: str | None = None) -> None:
@@ -552,13 +586,19 @@ class InstrumentedService:
 def instrument_runtime(rt: Any) -> Any:
     """Wrap a timer worker's runtime (:class:`workers.runtime.Runtime`) in the engine
     metrics: its store in :class:`InstrumentedStore`, its service in
-    :class:`InstrumentedService` (timer lateness, command latency, counts).
+    :class:`InstrumentedService` (timer lateness, command latency, counts); a store on
+    Redis names the registered rooms (:func:`follow_room_registry`).
 
     Register it with ``workers.runtime.on_build(instrument_runtime)`` (what
     workers/prometheus.py does); idempotent.
     """
     if isinstance(rt.service, InstrumentedService):
         return rt
+    client = getattr(getattr(rt.store, "inner", rt.store), "client", None)
+    if client is not None and _room_source is None:  # the registered rooms label their matches here too
+        from engine.service.rooms import RedisRooms
+
+        follow_room_registry(RedisRooms(client).names)
     waiter = getattr(getattr(rt.store, "inner", rt.store), "replica_acks", None)
     set_replica_acks(getattr(waiter, "n", 0))
     if waiter is not None:

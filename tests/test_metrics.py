@@ -258,3 +258,33 @@ def test_a_room_label_read_while_another_thread_seeds_them_is_the_rooms(monkeypa
     threading.Timer(0.2, release.set).start()
     assert m.room_label("points") == "points"
     first.join(5)
+
+
+def test_a_room_another_replica_added_gets_its_own_label(monkeypatch, fake_redis):
+    """A room added (AddRoom) on another serve replica, or in a worker, which runs no AddRoom,
+    was labelled "other" until a restart: a name not known yet reads the registry again, at
+    most every ``every_s``; a registry that cannot be read keeps the labels known."""
+    from engine.config import load_config
+    from engine.service.rooms import RedisRooms
+
+    monkeypatch.setattr(m, "_room_labels", set())
+    monkeypatch.setattr(m, "_room_labels_seeded", False)
+    for name, value in (("_room_source", None), ("_room_source_every_s", 30.0), ("_room_source_read", 0.0)):
+        monkeypatch.setattr(m, name, value)
+    rooms = RedisRooms(fake_redis)
+    points = load_config("points")
+    rooms.add("early", points)
+    m.follow_room_registry(rooms.names, every_s=3600.0)
+    assert m.room_label("early") == "early" and m.room_label("late") == "other"
+    rooms.add("late", points)
+    assert m.room_label("late") == "other"  # read at most every every_s
+    m.follow_room_registry(rooms.names, every_s=0.0)
+    assert m.room_label("late") == "late"
+    rooms.add("later", points)
+    assert m.room_label("later") == "later"  # a miss reads the registry again
+
+    def down() -> list[str]:
+        raise ConnectionError("the registry's master is away")
+
+    m.follow_room_registry(down, every_s=0.0)
+    assert m.room_label("late") == "late" and m.room_label("elsewhere") == "other"

@@ -244,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
     service.balances = ledger
     service.rooms = rooms
     # metrics are labelled by room: the registered rooms (a bounded set), anything else "other"
-    metrics.register_room_labels(rooms.names())
+    metrics.follow_room_registry(rooms.names)  # a room another replica adds: read again on its first match
     desk = OperatorDesk(ledger, rooms, service=isvc, clock=clock, on_room_added=metrics.register_room_labels)
     loop = {"block_ms": 500, "count": args.batch, "reclaim_every_s": 15.0, "min_idle_ms": 30_000}
     consumers: list[InboxConsumer] = []  # every consumer this process ran (their stats, on stopping)
