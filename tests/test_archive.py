@@ -74,6 +74,10 @@ def test_archive_exports_deletes_and_replay_reads_the_archive(real_redis, redis_
     assert main(["replay", "--events", str(files[0])]) == 0
     capsys.readouterr()
     reconcile(store, ledger)  # settle the one left behind again
+    # the folder also holds the tables' and the series' archive files (shuangkou archive writes
+    # them there): not matches, not read as matches
+    for name in ("table-0123456789abcdef-t1.jsonl", "series-0123456789abcdef-s1.jsonl"):
+        (tmp_path / "arch" / name).write_text('{"kind": "table", "table": "t1"}\n', encoding="utf-8")
     assert main(["replay", "--all", "--redis", url, "--archive", str(tmp_path / "arch"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert sorted(r["match_id"] for r in out) == sorted(ids)

@@ -261,12 +261,14 @@ def archive_matches(store: Any, ledger: Ledger, to_dir: str | Path, older_than_m
 
 
 def read_archive(path: str | Path) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
-    """Events and stored settlement forms of every archive file under ``path`` (a file
-    or a folder): ``{match_id: {"settlement": ..., "settlement_record": ...}}`` as
+    """Events and stored settlement forms of every match's archive file under ``path`` (a file
+    or a folder, whose tables' and series' files, ``table-*`` and ``series-*``, are not
+    matches'): ``{match_id: {"settlement": ..., "settlement_record": ...}}`` as
     :meth:`engine.tools.export.ParsedEvents.stored_forms` gives them, for
     :func:`engine.tools.export.settlement_differences`."""
     root = Path(path)
-    files = sorted(root.rglob("*.jsonl")) if root.is_dir() else [root]
+    files = sorted(f for f in root.rglob("*.jsonl") if not f.name.startswith(("table-", "series-"))) \
+        if root.is_dir() else [root]
     events: dict[str, list[Any]] = {}
     stored: dict[str, dict[str, Any]] = {}
     for f in files:
