@@ -19,11 +19,12 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.match.events import EventBase
 from engine.store import keys
 from engine.store.base import EventStore
 from projections.ratings import (
@@ -424,36 +425,56 @@ class RatingProjector:
 
 @dataclass(frozen=True)
 class RebuildReport:
-    """What :func:`rebuild` found per room: the rebuilt ladder and whether the stored one equals it."""
+    """What :func:`rebuild` found per room: the rebuilt ladder, whether the stored one equals it,
+    and the rated matches of the stored one whose events were nowhere to read (``missing``:
+    archived or deleted; then nothing was written); ``written``: the rebuilt ladders were stored."""
 
     season: str
     ladders: dict[str, Ladder]
     same: dict[str, bool]
+    missing: dict[str, list[str]] = field(default_factory=dict)
+    written: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"season": self.season, "rooms": {
-            room: {"players": len(lad.players), "matches": len(lad.results), "same": self.same[room]}
-            for room, lad in sorted(self.ladders.items())}, "same": all(self.same.values())}
+            room: {"players": len(lad.players), "matches": len(lad.results), "same": self.same[room],
+                   "missing": len(self.missing.get(room, ()))}
+            for room, lad in sorted(self.ladders.items())}, "same": all(self.same.values()),
+            "written": self.written}
 
 
 def rebuild(events: EventStore, store: RatingStore, season_name: str, write: bool = True,
-            match_ids: Iterable[str] | None = None) -> RebuildReport:
-    """Replay every match's events into fresh ladders of ``season_name``, compare each with the
-    stored one, and (``write``) store the rebuilt ladders."""
+            match_ids: Iterable[str] | None = None,
+            archived: Mapping[str, Sequence[EventBase]] | None = None) -> RebuildReport:
+    """Replay every match's events (the store's, then ``archived``'s for the matches the store
+    no longer holds) into fresh ladders of ``season_name``, compare each with the stored one,
+    and (``write``) store the rebuilt ladders -- only when every rated match of the stored
+    ladders was read again: a ladder is never rebuilt without the matches an archive took."""
     season = store.season(season_name)
     if season is None:
         raise SeasonError("unknown", f"no season {season_name!r} (shuangkou season list)")
     by_room: dict[str, list[RatedMatch]] = {}
-    for mid in (events.match_ids() if match_ids is None else match_ids):
-        m = rated_match(events.load(mid))
+    read: set[str] = set()
+    ids = list(events.match_ids() if match_ids is None else match_ids)
+    known = set(ids)
+    ids += [mid for mid in (archived or {}) if mid not in known]
+    for mid in ids:
+        evs = list(events.load(mid)) or list((archived or {}).get(mid, ()))
+        if evs:
+            read.add(mid)
+        m = rated_match(evs)
         if isinstance(m, RatedMatch) and season.holds(m.finished_ms):
             by_room.setdefault(m.room, []).append(m)
     rooms = set(by_room) | {room for room, s in store.ladders() if s == season.name}
     ladders = {room: Ladder.build(room, season.name, by_room.get(room, ()), store.starter(room, season.name))
                for room in rooms}
-    same = {room: lad.same(store.ladder(room, season.name)) for room, lad in ladders.items()}
-    if write:
+    stored = {room: store.ladder(room, season.name) for room in rooms}
+    same = {room: lad.same(stored[room]) for room, lad in ladders.items()}
+    missing = {room: sorted(set(stored[room].results) - read) for room in rooms}
+    missing = {room: ids for room, ids in missing.items() if ids}
+    written = write and not missing
+    if written:
         for lad in ladders.values():
             store.replace(lad)
-    return RebuildReport(season.name, ladders, same)
+    return RebuildReport(season.name, ladders, same, missing, written)
 

@@ -263,6 +263,43 @@ def test_rebuild_equals_the_live_projection(fake_redis, fake_redis_store, capsys
     assert main(["ratings", "rebuild", "--season", "nope", "--redis", "redis://x"]) == 1
 
 
+def test_a_rebuild_after_an_archive_keeps_the_archived_matches(fake_redis, fake_redis_store, tmp_path, capsys,
+                                                               monkeypatch):
+    """``shuangkou archive`` deletes finished matches from Redis: a rebuild from what Redis holds
+    then dropped their ratings, and wrote that ladder over the live one.  Now it writes nothing
+    while a live ladder's rated match was not read again (exit 1), and ``--archive DIR`` reads
+    them from the archive, whose tables' files beside them are not matches."""
+    from engine.tools.archive import archive_matches
+    from shuangkou.cli import main
+
+    ratings = RedisRatingStore(fake_redis)
+    ratings.start_season("s1", 0)
+    store = fake_redis_store
+    rng = random.Random(5)
+    for i in range(12):
+        a, b = rng.sample(["p1", "p2", "p3", "p4"], 2)
+        for e in match_events(f"y{i:02d}", a, b, rng.choice([a, b]), 1_000 + 10 * i):
+            store.append(e.match_id, e.seq - 1, f"c{e.seq}", [e], None)
+    ledger = InMemoryLedger()
+    ProjectionRunner(store, ledger, MemoryFeed(store), ratings=RatingProjector(ratings)).drain()
+    live = ratings.ladder("ranked", "s1")
+    assert len(live.results) == 12
+    (tmp_path / "table-0123456789abcdef-t1.jsonl").write_text('{"table": "t1"}\n', encoding="utf-8")
+    gone = archive_matches(store, ledger, tmp_path, older_than_ms=0, now_ms=10**13, limit=5).archived
+    assert len(gone) == 5 and all(not store.load(m) for m in gone)
+    monkeypatch.setattr("shuangkou.cli.serve.connect_redis", lambda url, opt: fake_redis)
+    r = ["--season", "s1", "--redis", "redis://x"]
+    assert main(["ratings", "rebuild", *r]) == 1
+    out, err = capsys.readouterr()
+    assert "5 rated match(es) of the live ladder have no events here" in out and "nothing written" in err
+    assert ratings.ladder("ranked", "s1").same(live)  # the live ladder kept
+    assert main(["ratings", "rebuild", *r, "--archive", str(tmp_path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["written"] and report["rooms"]["ranked"] == {"players": 4, "matches": 12, "same": True,
+                                                              "missing": 0}
+    assert ratings.ladder("ranked", "s1").same(live)
+
+
 def test_every_tier_has_a_name_in_the_three_languages():
     from pathlib import Path
 

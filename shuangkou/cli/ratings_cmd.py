@@ -1,9 +1,11 @@
 """``shuangkou ratings``: the ladders of ranked rooms (docs/RANKED.md).
 
-* ``ratings rebuild --season S [--check] [--json]``: replay every stored match's events into
-  fresh ladders of season S (:func:`projections.ladders.rebuild`), compare each room's with
-  the live projection's, and store the rebuilt ones (``--check``: compare only, write
-  nothing).  Exit 0 when every room's ladder equals the live one, 1 when one differed.
+* ``ratings rebuild --season S [--check] [--archive DIR] [--json]``: replay every stored
+  match's events (and with ``--archive`` the archived ones') into fresh ladders of season S
+  (:func:`projections.ladders.rebuild`), compare each room's with the live projection's, and
+  store the rebuilt ones (``--check``: compare only, write nothing) -- nothing at all when a
+  live ladder rated a match whose events were not read again (archived).  Exit 0 when every
+  room's ladder equals the live one, 1 when one differed or was missing matches.
 * ``ratings show ROOM [--season S] [--limit N] [--json]``: the leaderboard (exit 1 for a room
   that does not exist or is not ranked and has no ladder in any season).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("rebuild", help="replay the events into the season's ladders and compare them with the live ones")
     p.add_argument("--season", required=True, help="the season's name (shuangkou season list)")
     p.add_argument("--check", action="store_true", help="compare only: write nothing")
+    p.add_argument("--archive", metavar="DIR", default=None,
+                   help="also read the matches archived to DIR (shuangkou archive): without them a ladder that "
+                        "rated an archived match is not rebuilt")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     _redis(p)
     p = sub.add_parser("show", help="a room's leaderboard")
@@ -68,8 +74,16 @@ def run(args: argparse.Namespace) -> int:
 
     store = RedisEventStore(client)
     store.check_layout()
+    archived = None
+    if args.archive:
+        from engine.tools.archive import read_archive
+
+        try:
+            archived = read_archive(args.archive)[0]
+        except Exception as exc:
+            raise CliError(f"cannot read the archive {args.archive}: {exc}") from None
     try:
-        report = rebuild(store, ratings, args.season, write=not args.check)
+        report = rebuild(store, ratings, args.season, write=not args.check, archived=archived)
     except SeasonError as exc:
         raise NotFound(str(exc)) from None
     out = report.to_json()
@@ -79,6 +93,12 @@ def run(args: argparse.Namespace) -> int:
         for room, r in out["rooms"].items():
             print(f"{room}: {r['players']} players, {r['matches']} rated matches: "
                   f"{'equals the live ladder' if r['same'] else 'DIFFERS from the live ladder'}")
+            if r["missing"]:
+                print(f"  {r['missing']} rated match(es) of the live ladder have no events here "
+                      f"(archived? --archive DIR reads them)")
         if not out["rooms"]:
             print(f"season {args.season}: no rated matches")
-    return 0 if out["same"] else 1
+    if report.missing and not args.check:
+        print(f"nothing written: {sum(len(v) for v in report.missing.values())} rated match(es) were not "
+              "read again", file=sys.stderr)
+    return 0 if out["same"] and not report.missing else 1
