@@ -36,6 +36,17 @@ def test_simulate_json_with_escapes_and_timeouts():
     assert 0 < data["cpu_seconds"] and data["seconds"] > 0  # the play's own CPU (bench/pipeline.py's driver)
 
 
+def test_simulate_escape_rate_one_escapes_in_every_match():
+    """``--escape-rate P`` is the share of matches with an escape: the moment is drawn over 80
+    turns, and a match that would end before it (most do) escapes before the bot's last play.
+    It had been about a fifth of P (9 escapes in 100 matches at 0.5, seed 3)."""
+    out = _run(["simulate", "-n", "12", "--seed", "3", "--config", "wealth", "--escape-rate", "1", "--json"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    data = json.loads(out.stdout)
+    assert data["finished"] == 12 and data["errors"] == [] and data["mismatches"] == []
+    assert sum(data["escapes"].values()) == 12 and data["kou"].get("escape") == 12
+
+
 @pytest.mark.parametrize("level", ["easy", "normal", "hard"])
 def test_simulate_plays_every_bot_level(level):
     """``simulate --bot hard`` (issue 27): the levels play whole matches through the pipeline."""

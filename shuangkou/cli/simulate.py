@@ -77,7 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="bot level (easy, normal, hard) or policy (greedy, trustee, random) of both "
                              "players (engine.tools.bot, docs/BOTS.md; default greedy)")
     parser.add_argument("--escape-rate", type=float, default=0.0, metavar="P",
-                        help="probability that a match has a player escape at a random moment")
+                        help="probability that a match has a player escape at a random moment (at the "
+                             "latest before the bot's play that would end it)")
     parser.add_argument("--timeout-rate", type=float, default=0.0, metavar="P",
                         help="probability that a bot lets its turn clock run out (R-13.1)")
     parser.add_argument("-c", "--concurrency", type=int, default=None,
@@ -571,6 +572,9 @@ class Simulation:
                 continue
             else:
                 play = choose_for(bot, st, seat.player)  # the bot sees that player's view only
+                if escape_at is not None and play is not None and len(play.cards) >= len(seat.hand):
+                    escape_at = turns  # the play would end the match: the escape drawn for it comes first
+                    continue
                 if play is None:
                     cmd: Any = Pass(command_id=cid(), match_id=mid, player=seat.player, expected_version=st.version)
                 else:
