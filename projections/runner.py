@@ -18,7 +18,8 @@ and a message is acknowledged only after it was applied.  So
 Feeds:
 
 * :class:`RedisFeed` — consumer group ``sk-projections`` on every bucket feed (in serve,
-  the new entries of the buckets the replica owns: :meth:`RedisFeed.follow`);
+  the new entries of the buckets the replica owns, :meth:`RedisFeed.follow`, and of every
+  bucket once per ``sweep_every_s``, 5 s: those of a replica run with ``--no-projections``);
   each read first re-reads this consumer's own pending messages (what a crash
   left unacknowledged), optionally claims messages another consumer left
   pending too long (``XAUTOCLAIM``), then reads new ones: every bucket's
@@ -143,7 +144,8 @@ class RedisFeed(Feed):
 
     def __init__(self, client: Any, consumer: str = "ledger-1", group: str = GROUP,
                  buckets: int = keys.DEFAULT_BUCKETS, claim_idle_ms: int | None = 60_000,
-                 feed_maxlen: int = 100_000, follow_owned: bool = False):
+                 feed_maxlen: int = 100_000, follow_owned: bool = False, sweep_every_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic):
         self.client = client
         #: kept for compatibility: :meth:`trim` now trims every feed below what every group
         #: acknowledged, whatever its length
@@ -165,16 +167,21 @@ class RedisFeed(Feed):
         #: read every feed with one XREADGROUP (one Redis), or a feed a command (a Cluster)
         self._together = not is_cluster(client)
         #: the buckets whose new entries are read: every one, or with ``follow_owned`` those
-        #: :meth:`follow` names (a serve replica's owned buckets)
+        #: :meth:`follow` names (a serve replica's owned buckets), and every one once per
+        #: ``sweep_every_s`` (a bucket whose owner runs no projections is read by the others)
         self._followed: frozenset[int] = frozenset() if follow_owned else frozenset(range(buckets))
         self._follow_lock = threading.Lock()
+        self._sweep_every_s = sweep_every_s
+        self._clock = clock
+        self._next_sweep = clock() + sweep_every_s
 
     def follow(self, bucket: int) -> FollowedBucket:
         """Read ``bucket``'s new entries from now on, until the returned handle's ``stop``
         (serve: while the replica holds the bucket's lease, so that on a Cluster each replica
-        reads its own buckets' feeds, not every one).  Entries already delivered to this
-        consumer are read again and handled whether or not it follows their bucket, and an
-        entry a dead consumer left is claimed (``XAUTOCLAIM``) on every bucket."""
+        reads its own buckets' feeds five times a second, and every feed only once per
+        ``sweep_every_s``).  Entries already delivered to this consumer are read again and
+        handled whether or not it follows their bucket, and an entry a dead consumer left is
+        claimed (``XAUTOCLAIM``) on every bucket."""
         with self._follow_lock:
             self._followed = self._followed | {bucket}
         return FollowedBucket(self, bucket)
@@ -281,6 +288,9 @@ class RedisFeed(Feed):
                 if len(out) - before + len(empty[b]) >= count:  # maybe more pending than one read holds
                     self._unacked[b].add(_MORE_PENDING)
         followed = self._followed
+        if len(followed) < self.buckets and self._clock() >= self._next_sweep:
+            followed = frozenset(range(self.buckets))
+            self._next_sweep = self._clock() + self._sweep_every_s
         fresh_buckets = [b for b in range(self.buckets) if b in followed and b not in had_pending]
         if fresh_buckets and len(out) < count:
             # set before reading: should the reply be lost, what it delivered is pending on us

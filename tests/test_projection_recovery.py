@@ -139,3 +139,22 @@ def test_entries_delivered_before_a_bucket_moved_are_still_settled(real_redis):
     assert runner.drain() > 0                                      # follows nothing, settles them
     assert all(ledger.settlement(m) is not None for m in in_mine) and runner.errors == []
     assert real_redis.xpending(keys.feed_key(mine), "sk-projections")["pending"] == 0
+
+
+def test_a_bucket_nobody_follows_is_read_by_the_sweep(real_redis):
+    """A replica run with ``serve --no-projections`` owns buckets that no runner follows: every
+    runner reads every bucket's new entries once per ``sweep_every_s`` too, so their matches
+    are settled and their feed entries acknowledged (then trimmed), not left to reconcile."""
+    now = [0.0]
+    store = RedisEventStore(real_redis, buckets=4)
+    ledger = RedisLedger(real_redis)
+    feed = RedisFeed(real_redis, buckets=4, follow_owned=True, sweep_every_s=5.0, clock=lambda: now[0])
+    runner = ProjectionRunner(store, ledger, feed)
+    _mine, other, _in_mine, in_other = _matches_in_two_buckets(store, 2)
+    for mid in in_other:
+        append(store, match_events(mid, left=7))
+    assert runner.drain() == 0                                     # nobody follows that bucket
+    now[0] = 5.0                                                   # the sweep is due
+    assert runner.drain() > 0 and all(ledger.settlement(m) is not None for m in in_other)
+    feed.trim()
+    assert real_redis.xlen(keys.feed_key(other)) == 0 and runner.errors == []

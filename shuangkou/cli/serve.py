@@ -16,7 +16,8 @@ One process runs
   unbucketed stream;
 * the projection runner (:class:`projections.runner.ProjectionRunner`): the
   bucket feeds → settlement → ledger, consumer group ``sk-projections``, the new entries of
-  the buckets the replica owns (their pending ones wherever they are);
+  the buckets the replica owns (their pending ones wherever they are), and of every bucket
+  once per 5 s (a replica run with ``--no-projections`` leaves its buckets to the others);
 * with ``--integrity``, the integrity projection (:mod:`projections.integrity`, docs/INTEGRITY.md):
   the bucket feeds → chip-dumping records, scores and flags, consumer group ``sk-integrity``;
 * timers: every append records the match's deadline in the store's index; with
@@ -67,7 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "Prometheus on another host scrapes it, as compose does)")
     parser.add_argument("--consumer", default=None,
                         help="consumer name in the groups (default <hostname>-<pid>)")
-    parser.add_argument("--no-projections", action="store_true", help="do not run the projection runner here")
+    parser.add_argument("--no-projections", action="store_true",
+                        help="do not run the projection runner here (the other replicas' runners read the "
+                             "feeds of this replica's buckets every 5 s; one replica at least must run it)")
     parser.add_argument("--no-lobby", action="store_true",
                         help="do not run the lobby (rooms' queues, tables) for the buckets this replica holds")
     parser.add_argument("--integrity", action="store_true",
