@@ -377,31 +377,47 @@ def register_room_labels(names: Iterable[str]) -> None:
                 _room_labels.add(name)
 
 
-#: where :func:`room_label` reads the registered rooms again on a miss (:func:`follow_room_registry`)
+#: where the registered rooms are read again when a name not known yet is labelled
+#: (:func:`follow_room_registry`), how often at most, when last, and the thread reading them
 _room_source: Callable[[], Iterable[str]] | None = None
 _room_source_every_s = 30.0
 _room_source_read = -math.inf
+_room_refresh: threading.Thread | None = None
+_room_refresh_lock = threading.Lock()
 
 
 def follow_room_registry(names: Callable[[], Iterable[str]] | None, every_s: float = 30.0) -> None:
-    """Read the registered rooms' names from ``names`` (``RedisRooms.names``) now, and again when
-    a name not known yet is labelled, at most every ``every_s`` seconds: a room another replica
-    added (AddRoom) gets its own label here too, not ``"other"``.  A failed read keeps what is known."""
+    """Read the registered rooms' names from ``names`` (``RedisRooms.names``) now, and again, in a
+    thread of its own, when a name not known yet is labelled, at most every ``every_s`` seconds:
+    a room another replica added (AddRoom) gets its own label here too, not ``"other"`` (which
+    the names it is labelled with until the read answered).  A failed read keeps what is known;
+    None: no more reads."""
     global _room_source, _room_source_every_s, _room_source_read
-    _room_source, _room_source_every_s, _room_source_read = names, every_s, -math.inf
-    _read_room_source()
+    with _room_refresh_lock:
+        _room_source, _room_source_every_s, _room_source_read = names, every_s, time.monotonic()
+    if names is not None:
+        _read_rooms(names)
 
 
-def _read_room_source() -> None:
-    global _room_source_read
-    source = _room_source
-    if source is None or time.monotonic() - _room_source_read < _room_source_every_s:
-        return
-    _room_source_read = time.monotonic()
+def _read_rooms(names: Callable[[], Iterable[str]]) -> None:
     try:
-        register_room_labels(source())
-    except Exception as exc:  # the labels are not worth a failed command: known names stay
+        register_room_labels(names())
+    except Exception as exc:  # the labels are not worth a failure: the known names stay
         log.debug("room labels not read again: %s", exc)
+
+
+def _refresh_room_labels() -> None:
+    """A name was not known: read the registry again in a thread (never on the caller's path,
+    a command's), unless one is reading or the last read was under ``every_s`` ago."""
+    global _room_source_read, _room_refresh
+    with _room_refresh_lock:
+        source = _room_source
+        if source is None or (_room_refresh is not None and _room_refresh.is_alive()) \
+                or time.monotonic() - _room_source_read < _room_source_every_s:
+            return
+        _room_source_read = time.monotonic()
+        _room_refresh = threading.Thread(target=_read_rooms, args=(source,), name="sk-room-labels", daemon=True)
+        _room_refresh.start()
 
 
 def room_label(name: str) -> str:
@@ -413,8 +429,8 @@ def room_label(name: str) -> str:
     _seed_room_labels()
     if name in _room_labels or name in ("unknown", "other"):
         return name
-    _read_room_source()
-    return name if name in _room_labels else "other"
+    _refresh_room_labels()
+    return "other"
 
 
 def observe_outcome(outcome: OutcomeLike, config_name: str | None = None) -> None:
@@ -586,19 +602,13 @@ class InstrumentedService:
 def instrument_runtime(rt: Any) -> Any:
     """Wrap a timer worker's runtime (:class:`workers.runtime.Runtime`) in the engine
     metrics: its store in :class:`InstrumentedStore`, its service in
-    :class:`InstrumentedService` (timer lateness, command latency, counts); a store on
-    Redis names the registered rooms (:func:`follow_room_registry`).
+    :class:`InstrumentedService` (timer lateness, command latency, counts).
 
     Register it with ``workers.runtime.on_build(instrument_runtime)`` (what
     workers/prometheus.py does); idempotent.
     """
     if isinstance(rt.service, InstrumentedService):
         return rt
-    client = getattr(getattr(rt.store, "inner", rt.store), "client", None)
-    if client is not None and _room_source is None:  # the registered rooms label their matches here too
-        from engine.service.rooms import RedisRooms
-
-        follow_room_registry(RedisRooms(client).names)
     waiter = getattr(getattr(rt.store, "inner", rt.store), "replica_acks", None)
     set_replica_acks(getattr(waiter, "n", 0))
     if waiter is not None:

@@ -14,7 +14,7 @@ installed package (no ``--path``), so this works from a wheel.  It
 * registers :func:`projections.metrics.instrument_runtime` with
   :func:`workers.runtime.on_build`, so the runtime each worker process builds
   records the engine metrics (timer lateness, command latency, counts of what
-  the timers did).  Set ``PROMETHEUS_MULTIPROC_DIR`` to the same directory as
+  the timers did), labelled by the rooms of the store's registry (:func:`follow_rooms`).  Set ``PROMETHEUS_MULTIPROC_DIR`` to the same directory as
   ``dramatiq_prom_db`` so they are served on 9191 too.
 
 See docs/OPERATIONS.md, "Metrics".
@@ -27,11 +27,24 @@ import logging
 import dramatiq
 
 import workers.actors  # noqa: F401  (declares the actors, installs the broker)
-from projections.metrics import instrument_runtime
+from projections.metrics import follow_room_registry, instrument_runtime
 from workers import runtime
 from workers.broker import PROMETHEUS_ENV, prometheus_from_env
 
+
+def follow_rooms(rt: runtime.Runtime) -> runtime.Runtime:
+    """A runtime on Redis labels its metrics by the registered rooms, read again for a room
+    added since (:func:`projections.metrics.follow_room_registry`): not ``other``."""
+    client = getattr(getattr(rt.store, "inner", rt.store), "client", None)
+    if client is not None:
+        from engine.service.rooms import RedisRooms
+
+        follow_room_registry(RedisRooms(client).names)
+    return rt
+
+
 runtime.on_build(instrument_runtime)
+runtime.on_build(follow_rooms)
 
 broker = dramatiq.get_broker()
 
