@@ -594,6 +594,33 @@ def test_the_gateways_lobby_adapter_under_the_shipped_users(acl_redis):
 
 
 @pytest.mark.redis
+def test_the_worker_reads_the_room_registry_for_its_labels_and_may_not_change_it(acl_redis):
+    """A timer worker labels its matches' metrics by room: it reads the registry ``sk:rooms``
+    (a room added after it started gets its label), and may not add, change or remove a room."""
+    import redis
+
+    from engine.config import load_config
+    from engine.service.rooms import RedisRooms
+    from engine.store.keys import ROOMS_KEY
+    from projections import metrics
+
+    RedisRooms(redis.Redis.from_url(acl_redis("service"))).add("acl-room", load_config("points"))
+    worker = redis.Redis.from_url(acl_redis("worker"))
+    assert "acl-room" in RedisRooms(worker).names()
+    metrics.follow_room_registry(RedisRooms(worker).names)
+    try:
+        assert metrics.room_label("acl-room") == "acl-room"
+    finally:
+        metrics.follow_room_registry(None)
+    forbidden = {
+        "add a room": lambda: worker.hset(ROOMS_KEY, "evil", "{}"),
+        "remove one": lambda: worker.hdel(ROOMS_KEY, "acl-room"),
+        "delete the registry": lambda: worker.delete(ROOMS_KEY),
+    }
+    allowed = _permitted(forbidden)
+    assert allowed == [], f"the worker user may {allowed}"
+
+
 def test_the_worker_reads_the_player_channel_and_may_not_touch_it(acl_redis):
     """A timer worker reads a bucket's player channel (its entries, the service group's position
     and pending entries: a command there before the deadline and not handled yet pauses the
