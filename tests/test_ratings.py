@@ -280,7 +280,9 @@ def test_a_rebuild_after_an_archive_keeps_the_archived_matches(fake_redis, fake_
         a, b = rng.sample(["p1", "p2", "p3", "p4"], 2)
         for e in match_events(f"y{i:02d}", a, b, rng.choice([a, b]), 1_000 + 10 * i):
             store.append(e.match_id, e.seq - 1, f"c{e.seq}", [e], None)
-    ledger = InMemoryLedger()
+    from projections.ledger import RedisLedger
+
+    ledger = RedisLedger(fake_redis)  # its archived markers in Redis, as a deployment's
     ProjectionRunner(store, ledger, MemoryFeed(store), ratings=RatingProjector(ratings)).drain()
     live = ratings.ladder("ranked", "s1")
     assert len(live.results) == 12
@@ -297,7 +299,15 @@ def test_a_rebuild_after_an_archive_keeps_the_archived_matches(fake_redis, fake_
     report = json.loads(capsys.readouterr().out)
     assert report["written"] and report["rooms"]["ranked"] == {"players": 4, "matches": 12, "same": True,
                                                               "missing": 0}
-    assert ratings.ladder("ranked", "s1").same(live)
+    assert report["archived_not_read"] == 0 and ratings.ladder("ranked", "s1").same(live)
+    # a ladder that is gone cannot name what it rated: the archived matches not read are counted
+    for k in list(fake_redis.scan_iter(match="sk:{rk:ranked:s1}:*")):
+        fake_redis.delete(k)
+    assert main(["ratings", "rebuild", *r, "--json"]) == 1  # differs from the (empty) live one: written
+    out, err = capsys.readouterr()
+    rebuilt = json.loads(out)
+    assert rebuilt["written"] and rebuilt["rooms"]["ranked"]["matches"] == 7
+    assert rebuilt["archived_not_read"] == 5 and "5 archived match(es) were not read" in err
 
 
 def test_every_tier_has_a_name_in_the_three_languages():

@@ -4,8 +4,10 @@
   match's events (and with ``--archive`` the archived ones') into fresh ladders of season S
   (:func:`projections.ladders.rebuild`), compare each room's with the live projection's, and
   store the rebuilt ones (``--check``: compare only, write nothing) -- nothing at all when a
-  live ladder rated a match whose events were not read again (archived).  Exit 0 when every
-  room's ladder equals the live one, 1 when one differed or was missing matches.
+  live ladder rated a match whose events were not read again (archived); archived matches not
+  read are counted (``archived_not_read``: a ladder that is gone cannot say what it rated).
+  Exit 0 when every room's ladder equals the live one, 1 when one differed (it is written) or
+  lacked a match it rated (nothing is).
 * ``ratings show ROOM [--season S] [--limit N] [--json]``: the leaderboard (exit 1 for a room
   that does not exist or is not ranked and has no ladder in any season).
 """
@@ -86,7 +88,14 @@ def run(args: argparse.Namespace) -> int:
         report = rebuild(store, ratings, args.season, write=not args.check, archived=archived)
     except SeasonError as exc:
         raise NotFound(str(exc)) from None
-    out = report.to_json()
+    from engine.tools.archive import archived_markers
+
+    # a ladder that is gone cannot say which archived matches it rated: name those not read
+    unread = len(set(archived_markers(client)) - set(archived or {}))
+    out = {**report.to_json(), "archived_not_read": unread}
+    if unread and not report.missing:
+        print(f"{unread} archived match(es) were not read (--archive DIR reads them): a ladder that rated "
+              "them and is gone was rebuilt without them", file=sys.stderr)
     if args.json:
         print(json.dumps(out, ensure_ascii=False))
     else:
