@@ -348,7 +348,7 @@ def test_integrity_commands(redis_server, real_redis, real_redis_store, capsys, 
     assert text.startswith("1. dumper / partner") and "dumper → partner" in text
     assert main(["integrity", "report", "--redis", url, "--since", "1h"]) == 0  # the engine's clock is in 2023
     assert "no pair scores" in capsys.readouterr().out
-    for bad in ("0", "-1", "nan", "high"):  # a pair at 0 is not indexed: no report could list it
+    for bad in ("0", "-1", "nan", "inf", "high"):  # a pair at 0 is not indexed: no report could list it
         with pytest.raises(SystemExit) as usage:
             main(["integrity", "report", "--redis", url, "--min-score", bad])
         assert usage.value.code == 2 and "--min-score" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -35,9 +36,9 @@ def above_zero(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:  # NaN too
-        raise argparse.ArgumentTypeError(f"must be above 0, got {text} (a pair at 0 has no evidence and is "
-                                         "not listed)")
+    if not 0 < value < math.inf:  # NaN and infinity too (JSON has neither)
+        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text} (a pair at 0 has no "
+                                         "evidence and is not listed)")
     return value
 
 
