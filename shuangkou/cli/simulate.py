@@ -78,7 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "players (engine.tools.bot, docs/BOTS.md; default greedy)")
     parser.add_argument("--escape-rate", type=float, default=0.0, metavar="P",
                         help="probability that a match has a player escape at a random moment (at the "
-                             "latest before the bot's play that would end it)")
+                             "latest before the bot's play that would end it; with --timeout-rate a timer's "
+                             "play may end it first)")
     parser.add_argument("--timeout-rate", type=float, default=0.0, metavar="P",
                         help="probability that a bot lets its turn clock run out (R-13.1)")
     parser.add_argument("-c", "--concurrency", type=int, default=None,
