@@ -483,6 +483,9 @@ def test_the_trusteeship_words_name_the_rooms_timeouts(browser, site, locale: st
     _Site.extra_rooms = [quick]
     try:
         context, page, errors = _open(browser, site, locale)
+        # the room's config has reached the page (the room picker lists it) before any message:
+        # a timeout fed before the config answered was worded with the default 3
+        page.wait_for_selector(".rooms [data-room=quick]", state="attached")
     finally:
         _Site.extra_rooms = []
     try:
