@@ -452,3 +452,47 @@ def test_outcomes_and_quality_alone_never_flag_a_pair(draw_rows: list[tuple[dict
     assert ev["score"] < DEFAULT_MIN_SCORE
     for d in ev["directions"]:
         assert d["score"] <= OUTCOMES_CAP + CAPS["quality"] + 1e-9
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_serve_integrity_scores_the_matches_of_every_bucket(redis_server, real_redis, tmp_path) -> None:
+    """``serve --integrity`` (what compose's serve runs): its integrity projection follows the
+    buckets the replica owns, as the ledger's runner does, and scores every finished match --
+    here two replicas share the 16 buckets, one of them run with ``--no-projections``."""
+    import subprocess
+
+    from engine.match.events import PlayerSeated
+    from engine.store.redis_store import RedisEventStore
+    from projections.integrity.store import IntegrityStore
+    from tests.processes import stop_group, wait_for
+
+    root = Path(__file__).resolve().parents[1]
+    url = redis_server.url
+    procs, logs = [], []
+    try:
+        for name, extra in (("it-1", ["--integrity"]), ("it-2", ["--integrity", "--no-projections"])):
+            log = tmp_path / f"{name}.log"
+            logs.append(log)
+            procs.append(subprocess.Popen([sys.executable, "-m", "shuangkou", "serve", "--redis", url,
+                                           "--consumer", name, *extra], cwd=root, stdout=log.open("wb"),
+                                          stderr=subprocess.STDOUT, start_new_session=True))
+        for log in logs:
+            wait_for(lambda log=log: "ready consumer" in log.read_text(errors="replace"), 60, "serve did not start",
+                     logs)
+        sim = subprocess.run([sys.executable, "-m", "shuangkou", "simulate", "--external", "--redis", url, "-n", "6",
+                              "-c", "3", "--seed", "2", "--prefix", "integ-", "--json", "--no-progress"],
+                             cwd=root, capture_output=True, text=True, timeout=300)
+        assert sim.returncode == 0, sim.stdout[-2000:] + sim.stderr[-2000:]
+        ids = json.loads(sim.stdout)["match_ids"]
+        store, records = RedisEventStore(real_redis), IntegrityStore(real_redis)
+        assert len({store.bucket_of(m) for m in ids}) > 1
+        players = {m: [e.player for e in store.load(m) if isinstance(e, PlayerSeated)] for m in ids}
+
+        def scored() -> bool:
+            return all(any(r["m"] == m for r in records.records(p)) for m, ps in players.items() for p in ps)
+
+        wait_for(scored, 60, "serve --integrity did not score every match", logs)
+    finally:
+        for p in procs:
+            stop_group(p)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["integrity_runner", "integrity_thread"]
+__all__ = ["integrity_runner"]
 
 
-def integrity_runner(client: Any, event_store: Any, consumer: str) -> Any:
+def integrity_runner(client: Any, event_store: Any, consumer: str, follow_owned: bool = False) -> Any:
     """The integrity projection on ``client``, following the bucket feeds of ``event_store``
-    with the consumer group ``sk-integrity`` (``integrity scan`` and ``serve --integrity``)."""
+    with the consumer group ``sk-integrity`` (``integrity scan``: every feed; ``serve
+    --integrity``: ``follow_owned``, the new entries of the buckets the replica owns,
+    :meth:`projections.runner.RedisFeed.follow`, and every feed each 5 s)."""
     from engine.store import keys
     from engine.tools.quality import evaluate
     from projections.integrity.store import IntegrityProjection, IntegrityRunner, IntegrityStore
@@ -21,12 +23,5 @@ def integrity_runner(client: Any, event_store: Any, consumer: str) -> Any:
 
     return IntegrityRunner(event_store, IntegrityProjection(IntegrityStore(client), evaluate=evaluate),
                            RedisFeed(client, consumer=consumer, group=keys.INTEGRITY_GROUP,
-                                     buckets=getattr(event_store, "buckets", keys.DEFAULT_BUCKETS)))
-
-
-def integrity_thread(client: Any, event_store: Any, consumer: str, stop: Any) -> Any:
-    """:func:`integrity_runner` as a daemon thread (not started) that runs until ``stop``."""
-    import threading
-
-    runner = integrity_runner(client, event_store, consumer)
-    return threading.Thread(target=runner.run_forever, args=(stop,), name="integrity", daemon=True)
+                                     buckets=getattr(event_store, "buckets", keys.DEFAULT_BUCKETS),
+                                     follow_owned=follow_owned))

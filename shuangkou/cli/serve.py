@@ -19,7 +19,8 @@ One process runs
   the buckets the replica owns (their pending ones wherever they are), and of every bucket
   once per 5 s (a replica run with ``--no-projections`` leaves its buckets to the others);
 * with ``--integrity``, the integrity projection (:mod:`projections.integrity`, docs/INTEGRITY.md):
-  the bucket feeds → chip-dumping records, scores and flags, consumer group ``sk-integrity``;
+  the bucket feeds → chip-dumping records, scores and flags, consumer group ``sk-integrity``,
+  read as the projections read theirs (the owned buckets', every one each 5 s);
 * timers: every append records the match's deadline in the store's index; with
   ``--broker-url`` (or ``SK_BROKER_URL``) the ``dramatiq workers.actors``
   processes dispatch and fire them (workers/dispatcher.py; serve sends nothing per
@@ -279,6 +280,12 @@ def run(args: argparse.Namespace) -> int:
 
     feed = None if args.no_projections else RedisFeed(client, consumer=consumer, buckets=raw_store.buckets,
                                                       feed_maxlen=raw_store.feed_maxlen, follow_owned=True)
+    integrity = None
+    if args.integrity:  # the integrity projection follows the owned buckets' feeds the same way
+        from engine.tools.integrity import integrity_runner
+
+        integrity = integrity_runner(client, raw_store, consumer, follow_owned=True)
+    followers = [f for f in (feed, getattr(integrity, "feed", None)) if f is not None]
 
     def own(bucket: int) -> Any:
         """This replica now holds ``bucket``'s lease: its pending commands first, then its channels."""
@@ -291,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
             work: Any = GroupedWork([groups[ch.name].add(consumer_of(ch, st, op)) for ch, st, op in streams])
         else:  # a Cluster: the bucket's two streams share its slot, one read for both
             work = SlotGroupWork([consumer_of(ch, st, op) for ch, st, op in streams], f"read b{bucket}", **loop)
-        parts = [work] + ([lobby.own(bucket)] if lobby is not None else []) + ([feed.follow(bucket)] if feed else [])
+        parts = [work] + ([lobby.own(bucket)] if lobby is not None else []) + [f.follow(bucket) for f in followers]
         return work if len(parts) == 1 else BothWork(parts)
 
     # the channels of no bucket: Credit/Debit/AddRoom on sk:ops, and the single inbox of the
@@ -337,10 +344,8 @@ def run(args: argparse.Namespace) -> int:
     if lobby is not None:
         threads.append(threading.Thread(target=lobby.run, args=(stop,), name="lobby", daemon=True))
 
-    if args.integrity:
-        from engine.tools.integrity import integrity_thread
-
-        threads.append(integrity_thread(client, raw_store, consumer, stop))
+    if integrity is not None:
+        threads.append(threading.Thread(target=integrity.run_forever, args=(stop,), name="integrity", daemon=True))
 
     server = None
     if args.metrics_port is not None:
