@@ -73,6 +73,18 @@ def missing_match(client: Any, match_id: str, hint: str) -> Exception:
     return NotFound(notice[1] if notice else f"no such match: {match_id!r}")
 
 
+def archive_argument(path: str) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
+    """``--archive DIR`` read (:func:`engine.tools.archive.read_archive`), or the
+    :class:`~shuangkou.cli.CliError` (exit 2) that says why it cannot be."""
+    from engine.tools.archive import read_archive
+    from shuangkou.cli import CliError
+
+    try:
+        return read_archive(path)
+    except Exception as exc:
+        raise CliError(f"cannot read the archive {path}: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from shuangkou.cli import CliError
     from engine.tools.export import export_text

@@ -78,12 +78,9 @@ def run(args: argparse.Namespace) -> int:
     store.check_layout()
     archived = None
     if args.archive:
-        from engine.tools.archive import read_archive
+        from shuangkou.cli.export import archive_argument
 
-        try:
-            archived = read_archive(args.archive)[0]
-        except Exception as exc:
-            raise CliError(f"cannot read the archive {args.archive}: {exc}") from None
+        archived = archive_argument(args.archive)[0]
     try:
         report = rebuild(store, ratings, args.season, write=not args.check, archived=archived)
     except SeasonError as exc:

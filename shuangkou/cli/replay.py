@@ -340,12 +340,9 @@ def run(args: argparse.Namespace) -> int:
                     return 1
                 raise NotFound(message)
     if args.archive:
-        from engine.tools.archive import read_archive
+        from shuangkou.cli.export import archive_argument
 
-        try:
-            events_of, archived = read_archive(args.archive)
-        except Exception as exc:
-            raise CliError(f"cannot read the archive {args.archive}: {exc}") from None
+        events_of, archived = archive_argument(args.archive)
         if args.match_id and not args.all:
             events_of = {m: e for m, e in events_of.items() if m == args.match_id}
             matches = {m: e for m, e in matches.items() if e}  # a match deleted from Redis: read from the archive
