@@ -470,8 +470,7 @@ def rebuild(events: EventStore, store: RatingStore, season_name: str, write: boo
                for room in rooms}
     stored = {room: store.ladder(room, season.name) for room in rooms}
     same = {room: lad.same(stored[room]) for room, lad in ladders.items()}
-    missing = {room: sorted(set(stored[room].results) - read) for room in rooms}
-    missing = {room: ids for room, ids in missing.items() if ids}
+    missing = {room: sorted(gone) for room in rooms if (gone := set(stored[room].results) - read)}
     written = write and not missing
     if written:
         for lad in ladders.values():

@@ -288,9 +288,9 @@ class RedisFeed(Feed):
                 if len(out) - before + len(empty[b]) >= count:  # maybe more pending than one read holds
                     self._unacked[b].add(_MORE_PENDING)
         followed = self._followed
-        if len(followed) < self.buckets and self._clock() >= self._next_sweep:
+        if len(followed) < self.buckets and (now := self._clock()) >= self._next_sweep:
             followed = frozenset(range(self.buckets))
-            self._next_sweep = self._clock() + self._sweep_every_s
+            self._next_sweep = now + self._sweep_every_s
         fresh_buckets = [b for b in range(self.buckets) if b in followed and b not in had_pending]
         if fresh_buckets and len(out) < count:
             # set before reading: should the reply be lost, what it delivered is pending on us

@@ -14,8 +14,9 @@ installed package (no ``--path``), so this works from a wheel.  It
 * registers :func:`projections.metrics.instrument_runtime` with
   :func:`workers.runtime.on_build`, so the runtime each worker process builds
   records the engine metrics (timer lateness, command latency, counts of what
-  the timers did), labelled by the rooms of the store's registry (:func:`follow_rooms`).  Set ``PROMETHEUS_MULTIPROC_DIR`` to the same directory as
-  ``dramatiq_prom_db`` so they are served on 9191 too.
+  the timers did), labelled by the rooms of the store's registry (:func:`follow_rooms`).
+  Set ``PROMETHEUS_MULTIPROC_DIR`` to the same directory as ``dramatiq_prom_db`` so they
+  are served on 9191 too.
 
 See docs/OPERATIONS.md, "Metrics".
 """

@@ -313,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
     threads: list[threading.Thread] = []
 
     runner = None
-    if not args.no_projections:
+    if feed is not None:
         from engine.service.publish import message_publisher
         from projections.ladders import RatingProjector, RedisRatingStore
         from projections.runner import ProjectionRunner
@@ -323,7 +323,6 @@ def run(args: argparse.Namespace) -> int:
             if applied:
                 metrics.observe_settlement(s.scores, s.mode)
 
-        assert feed is not None
         runner = ProjectionRunner(raw_store, ledger, feed,
                                   on_settled=settled,
                                   ratings=RatingProjector(RedisRatingStore(client),
