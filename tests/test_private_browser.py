@@ -237,6 +237,17 @@ CJK = "[\u3400-\u9fff]"
 _BOX = """e => { if (!e) return null; const r = e.getBoundingClientRect();
   return r.width && r.height ? [r.left, r.top, r.right, r.bottom] : null; }"""
 
+#: the part of an element a player sees: its box clipped by each scrolling or clipping ancestor
+#: (a result sheet scrolled down to Verify's checks hides its heading under its top edge)
+_SHOWN = """e => { if (!e) return null; const r = e.getBoundingClientRect();
+  let [l, t, rt, b] = [r.left, r.top, r.right, r.bottom];
+  for (let p = e.parentElement; p; p = p.parentElement) {
+    if (getComputedStyle(p).overflow === "visible") continue;
+    const c = p.getBoundingClientRect();
+    l = Math.max(l, c.left); t = Math.max(t, c.top); rt = Math.min(rt, c.right); b = Math.min(b, c.bottom);
+  }
+  return rt > l && b > t ? [l, t, rt, b] : null; }"""
+
 #: whether a click at the element's centre reaches it (nothing covers it) inside the viewport
 _REACHABLE = """sel => { const e = document.querySelector(sel); if (!e) return `no ${sel}`;
   const r = e.getBoundingClientRect(); const x = r.left + r.width / 2, y = r.top + r.height / 2;
@@ -267,10 +278,12 @@ def _overlap(a, b) -> bool:
 
 
 def _tally_clear_of(page, sels: str) -> None:
-    """The series tally and its button overlap none of the elements ``sels`` (a selector list)."""
+    """The series tally and its button overlap no shown part of the elements ``sels`` (a selector
+    list): what a scrolled sheet clips is not under the tally."""
     tally = _box(page, "[data-series-tally]")
     assert tally, "the tally is not shown"
-    hits = [b for b in _boxes(page, sels) if _overlap(tally, b)]
+    shown = [b for b in page.eval_on_selector_all(sels, f"els => els.map({_SHOWN})") if b]
+    hits = [b for b in shown if _overlap(tally, b)]
     assert not hits, (tally, hits, page.text_content("[data-series-tally]"))
 
 
