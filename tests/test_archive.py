@@ -134,6 +134,7 @@ def test_archived_matches_stay_findable(real_redis, redis_server, tmp_path, caps
     assert {m for m, r in rows.items() if r["archived"]} == set(finished)
     row = rows[gone]
     assert row["archive_file"] == file and row["archived_at"] and row["players"] == ["a", "b"]
+    assert row["archive_readable"] is True
     assert row["winner"] is not None and row["settled"] is True
     for flag, expected in (("--archived", set(finished)), ("--live", set(ids) - set(finished))):
         assert main(["matches", "--redis", url, flag, "--json"]) == 0
@@ -152,6 +153,10 @@ def test_archived_matches_stay_findable(real_redis, redis_server, tmp_path, caps
     assert main(["matches", "--redis", url, "--archived", "--json"]) == 0
     row = {r["match_id"]: r for r in json.loads(capsys.readouterr().out)}[gone]
     assert row["archived"] and row["players"] == [] and row["archive_file"] == file
+    assert row["archive_readable"] is False and row["phase"] is None and row["settled"] is None  # not guessed
+    assert main(["matches", "--redis", url, "--archived"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(gone))
+    assert line == f"{gone}  [{row['archive_where']}; the file cannot be read here]", line
     assert main(["replay", gone, "--redis", url]) == 1
     assert f"match {gone!r} was archived to {file}" in capsys.readouterr().err
 

@@ -27,8 +27,9 @@ Every row carries ``names``: the display names of its players who have one (the 
 
 An archived match is listed from its file (the ledger's ``sk:{ledger}:archived``
 says where) and marked ``[archived on DATE to FILE]`` (JSON: ``"archived": true``,
-``archive_file``, ``archived_at``); a file that cannot be read here still lists the
-match, without its players (``--player`` cannot find it then).
+``archive_file``, ``archived_at``, ``archive_readable``); a file that cannot be read here
+still lists the match, without its players (``--player`` cannot find it then) and with what
+only the file could say (``phase``, ``settled``, the result) null: the text says so.
 
 Read-only (the read-only Redis user is enough).  Exit 0 (also when nothing
 matches: an empty list), 2 on bad input.
@@ -198,6 +199,9 @@ def run(args: argparse.Namespace) -> int:
         print("no matches")
         return 0
     for r in rows:
+        if r["archived"] and not r["archive_readable"]:
+            print(f"{r['match_id']}  [{r['archive_where']}; the file cannot be read here]")
+            continue
         scores = ", ".join(f"{p} {v:+d}" for p, v in (r["scores"] or {}).items())
         if r["winner"]:
             result = (f"{r['winner']} wins ({r['reason']}, kou {r['kou']}): {scores}"
@@ -314,11 +318,11 @@ def archived_row(gone: Any) -> dict[str, Any]:
     if gone.readable:
         row = summary(gone.match_id, list(gone.events), None)
         row["settled"] = row["phase"] == "finished"  # only settled (or abandoned: nothing to settle) ones are
-    else:
+    else:  # what only the file could say is unknown (null), never guessed
         row = {"match_id": gone.match_id, "started_ms": None, "started": None, "finished_ms": None,
-               "room": None, "mode": None, "players": [], "removed": [], "phase": "finished", "abandoned": None,
+               "room": None, "mode": None, "players": [], "removed": [], "phase": None, "abandoned": None,
                "winner": None, "reason": None,
-               "kou": None, "scores": None, "settled": True, "events": 0}
+               "kou": None, "scores": None, "settled": None, "events": 0}
     at = gone.archived_at_ms
-    return {**row, "archived": True, "archive_file": gone.file, "archived_at": format_ts(at) if at else None,
-            "archive_where": gone.where()}
+    return {**row, "archived": True, "archive_file": gone.file, "archive_readable": gone.readable,
+            "archived_at": format_ts(at) if at else None, "archive_where": gone.where()}
