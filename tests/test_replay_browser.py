@@ -31,6 +31,7 @@ I18N = ROOT / "gateway" / "static" / "i18n"
 CATALOGUES = {lang: json.loads((I18N / f"{lang}.json").read_text(encoding="utf-8")) for lang in ("zh-Hans", "zh-Hant", "en")}
 CJK = re.compile(r"[\u3400-\u9fff]")
 MATCH = "r1"
+ESCAPED = "r2"  # a points match a player escaped from (R-12.2), settled by its own rule
 PLAYERS = ("a", "b")  # tests.strategies' player ids
 NAMES = {"a": "小明"}  # a's display name (sk:{names}:display): the viewer names a by it
 LOCALES = {"zh-CN": "zh-Hans", "zh-TW": "zh-Hant", "en-US": "en"}
@@ -66,7 +67,7 @@ def wrong_words(texts: list[str], lang: str) -> list[str]:
     script's characters in Chinese, Chinese in English.  Ids are removed first."""
     bad = []
     for text in texts:
-        bare = re.sub(r"\b(%s)\b" % "|".join(map(re.escape, (MATCH, *PLAYERS, *NAMES.values()))), " ", text)
+        bare = re.sub(r"\b(%s)\b" % "|".join(map(re.escape, (MATCH, ESCAPED, *PLAYERS, *NAMES.values()))), " ", text)
         if lang == "en":
             if CJK.search(bare):
                 bad.append(text)
@@ -100,10 +101,13 @@ def replay_stack(redis_server, tmp_path):
         events = play_match(MatchSpec(seed=23), match_id=MATCH, reproducible=True).store.load(MATCH)
         types = {e.type for e in events}
         assert {"TurnTimedOut", "TrusteeshipStarted", "PlayerDisconnected", "MatchFinished"} <= types
+        escaped = play_match(MatchSpec(seed=4), match_id=ESCAPED, reproducible=True).store.load(ESCAPED)
+        assert "PlayerEscaped" in {e.type for e in escaped}
         store = RedisEventStore(client)
-        for e in events:
-            store.append(MATCH, e.seq - 1, f"c{e.seq}", [e], None)
-        RedisLedger(client).apply_settlement(MATCH, settle(events))
+        for mid, evs in ((MATCH, events), (ESCAPED, escaped)):
+            for e in evs:
+                store.append(mid, e.seq - 1, f"c{e.seq}", [e], None)
+            RedisLedger(client).apply_settlement(mid, settle(evs))
         from engine.store import keys
 
         client.hset(keys.NAMES_KEY, mapping=NAMES)
@@ -162,6 +166,14 @@ def test_the_replay_viewer_speaks_one_language(replay_stack) -> None:
                 body = page.text_content("body") or ""
                 for key in ("replay.title", "replay.first", "replay.forward", "replay.autoplay", "settle.title"):
                     assert words[key] in body or words[key] in seen, (locale, key, words[key])
+                # an escape's settlement (R-12.2): its rule by id, its words the page's
+                page.goto(f"{base}/replay/{ESCAPED}?token={_operator(base)}")
+                page.wait_for_selector("#viewer[data-loaded=true]", timeout=30_000)
+                page.click("[data-action=last]")
+                page.wait_for_selector("[data-settlement]:not([hidden]) [data-term=escape]")
+                assert "(R-12.2)" in page.text_content("[data-settlement] [data-term=escape]"), locale
+                bad = wrong_words(page.evaluate(VISIBLE_TEXT), lang)
+                assert not bad, (locale, sorted(set(bad))[:40])
                 ctx.close()
         finally:
             browser.close()

@@ -550,6 +550,38 @@ def _to_the_result(page, m: Match) -> None:
     page.wait_for_selector("[data-settlement] [data-score='alice']")
 
 
+@pytest.mark.parametrize("locale", ["zh-CN", "en-US"])
+def test_an_escape_is_settled_in_the_pages_words(browser, site, locale: str) -> None:
+    """Bob leaves mid-match (R-12.2, points forfeit): alice's result says what he owes and what
+    she receives in signs and the page's words, never the command line's English ("floor")."""
+    from engine.match.commands import Escape
+
+    lang = LOCALES[locale]
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        m = Match(f"esc-{lang}")
+        _seat(page, m)
+        _feed(page, m.step(6) + m.run(Escape(command_id="bye", match_id=m.mid, player="bob")))
+        assert m.state.phase == "finished" and m.state.finished.reason == "escape"
+        msg = m.settled()
+        _feed(page, [msg])
+        page.wait_for_selector("[data-settlement] [data-score='alice']")
+        page.click("[data-settlement] details summary")
+        esc = msg["breakdown"]["escape"]
+        owed, got = page.text_content("[data-term=escape]"), page.text_content("[data-term=received]")
+        assert owed == esc["formula"], owed
+        ratio = f"{esc['transfer_ratio']:g}"
+        assert got == f"⌊{esc['paid']} × {ratio}⌋ = {esc['received']}" and "floor" not in got, got
+        assert int(page.get_attribute("[data-score='alice']", "data-score-value")) == esc["received"]
+        if lang != "en":
+            rows = page.eval_on_selector_all("[data-settlement] details tr", "els => els.map(e => e.textContent)")
+            assert not [r for r in rows if re.search(r"[A-Za-z]{2,}", r.replace("Bob", ""))], rows  # names are data
+        _shot(page, f"table-{lang}-escape")
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 @pytest.mark.parametrize("locale", sorted(LOCALES))
 def test_the_table_is_a_scene_at_each_size(browser, site, locale: str) -> None:
     """The opponent's seat (avatar, name, level) at the top, the trick in the middle, the hand

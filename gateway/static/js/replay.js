@@ -5,7 +5,7 @@
 // catalogues, one language at a time (i18n.js): each step is worded here from its event's
 // fields (``fields``), not from the timeline's English line.
 import { cardElement } from "./cards.js";
-import { byWords, eventReading, kouWords, modeWords, readingWords } from "./words.js";
+import { byWords, escapeRuleId, eventReading, kouWords, modeWords, readingWords, receivedWords } from "./words.js";
 import { api, claims, clientConfig, devToken, storedToken, tokenFromHost, tokenFromUrl } from "./auth.js";
 import { currentLang, cycleLang, has, onLang, startLang, t } from "./i18n.js";
 
@@ -243,8 +243,8 @@ function renderSettlement(i) {
     row(t("settle.xiang", { name: who(p) }), `${words} (${rules})`, { "data-xiang": p, "data-xiang-value": x.xiang });
   }
   if (b.escape) {
-    row(t("settle.escape"), `${b.escape.rule}: ${b.escape.formula}`, { "data-term": "escape" });
-    row(t("settle.received"), `${b.escape.received_formula}; ${t("replay.burned", { n: b.burned || 0 })}`);
+    row(t("settle.escape"), `${b.escape.formula} (${escapeRuleId(b.escape)})`, { "data-term": "escape" });
+    row(t("settle.received"), `${receivedWords(b.escape)}; ${t("replay.burned", { n: b.burned || 0 })}`, { "data-term": "received" });
   } else {
     row(t("settle.a"), `${b.a} — ${kouWords(b.kou)} (R-7)`, { "data-term": "a" });
     row(t("settle.b"), `${b.b} (R-8.4)`, { "data-term": "b" });

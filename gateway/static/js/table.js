@@ -15,7 +15,7 @@ import { api, claims, clientConfig, devToken, forgetToken, storedToken, tokenFro
 import { cardElement, sortCards } from "./cards.js";
 import { Client } from "./client.js";
 import { fairDeal, randomClientSeed, verifyDeal } from "./fair.js";
-import { BOMB_KINDS, byWords, eventReading, kouWords, modeWords, readingWords } from "./words.js";
+import { BOMB_KINDS, byWords, eventReading, kouWords, modeWords, readingWords, receivedWords } from "./words.js";
 import { currentLang, cycleLang, has, onLang, startLang, t } from "./i18n.js";
 import { boom, flyIn, muted, setMuted, sound, unlockAudio } from "./fx.js";
 import { avatarSvg } from "./avatar.js";
@@ -1551,7 +1551,7 @@ function formulaDetails(msg) {
   }
   if (b.escape) {
     row(t("settle.escape"), names(b.escape.formula), { "data-term": "escape" });
-    row(t("settle.received"), names(b.escape.received_formula));
+    row(t("settle.received"), receivedWords(b.escape), { "data-term": "received" });
   } else {
     row(t("settle.a"), `${b.a} — ${kouWords(b.kou)}`, { "data-term": "a" });
     row(t("settle.b"), `${b.b}`, { "data-term": "b" });

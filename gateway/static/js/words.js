@@ -23,6 +23,17 @@ export function byWords(by) {
   return by === "timeout" ? t("log.byTimeout") : by === "trustee" ? t("log.byTrustee") : "";
 }
 
+/** What the escaper's opponent receives (R-12), in signs any language reads: "⌊720 × 1⌋ = 720"
+ * (the breakdown's ``received_formula`` says "floor(…)", the command line's English). */
+export function receivedWords(esc) {
+  return `⌊${esc.paid} × ${esc.transfer_ratio}⌋ = ${esc.received}`;
+}
+
+/** The rule an escape was settled by, its id only ("R-12.2"): the words beside it are English. */
+export function escapeRuleId(esc) {
+  return String(esc.rule || "").split(":")[0];
+}
+
 export function kouWords(kou) {
   return kou ? t(`kou.${kou}`) : "";
 }
