@@ -468,9 +468,17 @@ def observe_series_events(events: Iterable[Any], config_name: str) -> None:
 
 
 def observe_settlement(scores: dict[str, int] | None, config_name: str) -> None:
-    """Record the winner's gain of one settled match (``settle(events)`` scores)."""
+    """Record the winner's gain of one settled match (``settle(events)`` scores) under its room."""
     if scores:
         SCORE_TRANSFER.labels(room_label(config_name)).observe(max(0, max(scores.values())))
+
+
+def observe_settled(settlement: Any, applied: bool, room: str | None) -> None:
+    """The ledger projection's ``on_settled``: one settlement handled; the winner's gain counted
+    under the match's room when this call applied it (a settlement applied before is not)."""
+    observe_projection_applied("ledger")
+    if applied:
+        observe_settlement(settlement.scores, room or "unknown")
 
 
 def observe_timer_lateness(kind: str, seconds: float) -> None:
@@ -966,7 +974,7 @@ def generate_latest(extra_collectors: Iterable[Collector] = ()) -> bytes:
 
 
 __all__ = [
-    "REGISTRY", "DRAMATIQ_METRICS", "observe_outcome", "observe_events", "observe_settlement",
+    "REGISTRY", "DRAMATIQ_METRICS", "observe_outcome", "observe_events", "observe_settlement", "observe_settled",
     "observe_timer_lateness", "observe_dead_letter", "observe_projection_applied",
     "InstrumentedService", "InstrumentedStore", "instrument_runtime", "FeedLagCollector", "DeadLetterQueueCollector",
     "RedisMemoryCollector", "observe_parked", "observe_reconciled", "observe_sweeper_failure",

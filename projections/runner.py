@@ -65,7 +65,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from engine.match.events import EventBase, MatchFinished
+from engine.match.events import EventBase, MatchCreated, MatchFinished
 from engine.store import keys, wire
 from engine.store.base import EventStore, FeedEntry
 from engine.store.connect import is_cluster
@@ -463,6 +463,15 @@ def project_match(events: Sequence[EventBase], ledger: Ledger) -> Settlement | N
     return s
 
 
+def room_of(events: Sequence[EventBase]) -> str | None:
+    """The room a match was created in (its MatchCreated config's name; None if it has none)."""
+    for e in events:
+        if isinstance(e, MatchCreated):
+            name = e.config.get("name")
+            return name if isinstance(name, str) and name else None
+    return None
+
+
 @dataclass
 class ProjectionRunner:
     """Feed → settle → ledger, acknowledging each message after it is applied.
@@ -473,13 +482,15 @@ class ProjectionRunner:
     in :attr:`errors` (and passed to ``on_error(match_id, reason)`` and
     ``on_parked(match_id, code, reason)``) and acknowledged: it never blocks the
     feed.  A transient Redis failure propagates and the message stays pending
-    (:meth:`run_forever` retries with back-off).
+    (:meth:`run_forever` retries with back-off).  Each settled match is passed to
+    ``on_settled(settlement, applied, room)`` (``applied``: by this call; ``room``:
+    :func:`room_of` its events).
     """
 
     store: EventStore
     ledger: Ledger
     feed: Feed
-    on_settled: Callable[[Settlement, bool], None] | None = None
+    on_settled: Callable[[Settlement, bool, str | None], None] | None = None
     errors: list[tuple[str, str]] = field(default_factory=list)
     on_error: Callable[[str, str], None] | None = None
     on_parked: Callable[[str, str, str], None] | None = None
@@ -531,7 +542,7 @@ class ProjectionRunner:
                     raise  # left pending: the ledger's apply is a no-op the next time
                 log.exception("rating match %s failed", match_id)
         if self.on_settled is not None:
-            self.on_settled(s, applied)
+            self.on_settled(s, applied, room_of(events))
         return s, applied
 
     def process(self, d: Delivery) -> Settlement | None:

@@ -31,9 +31,12 @@ WEALTH = load_config("wealth")
 
 
 def match_events(match_id, mode="points", bombs=(), escape=None, left=8, finished=True,
-                 seats=((2, 10, 150), (2, 10, 150))):
-    """A short match: created, two seats, a deal, a's bombs, then the finish (a wins, or b escapes)."""
+                 seats=((2, 10, 150), (2, 10, 150)), room=None):
+    """A short match: created (in ``room``: a room of ``mode`` by another name), two seats, a
+    deal, a's bombs, then the finish (a wins, or b escapes)."""
     cfg = POINTS if mode == "points" else WEALTH
+    if room is not None:
+        cfg = cfg.model_copy(update={"name": room})
     seq = itertools.count(1)
     env = lambda: {"match_id": match_id, "seq": next(seq), "ts": 1, "command_id": f"c-{match_id}"}  # noqa: E731
     ev = [MatchCreated(**env(), config=cfg.to_record())]
@@ -168,11 +171,11 @@ def test_runner_settles_finished_matches_once(rig):
     store, ledger, feed = rig
     append(store, match_events("m1", bombs=["7 7 7 7 7 7 7"]))
     append(store, match_events("m2", finished=False))
-    append(store, match_events("m3", left=12))                      # 10·4·1 = 40
+    append(store, match_events("m3", left=12, room="quick"))        # 10·4·1 = 40
     seen = []
-    runner = ProjectionRunner(store, ledger, feed(), on_settled=lambda s, applied: seen.append((s.match_id, applied)))
+    runner = ProjectionRunner(store, ledger, feed(), on_settled=lambda s, applied, room: seen.append((s.match_id, applied, room)))
     assert runner.drain() > 3
-    assert sorted(seen) == [("m1", True), ("m3", True)]
+    assert sorted(seen) == [("m1", True, "points"), ("m3", True, "quick")]  # the room, not the mode
     assert totals(ledger, "a", "b") == (240, -240)
     assert ledger.settlement("m1").scores == {"a": 200, "b": -200} and ledger.settlement("m2") is None
     assert runner.run_once() == 0                                   # everything acked
@@ -201,7 +204,7 @@ def test_crash_after_apply_before_ack(rig):
         crashed.process(d)
     assert totals(ledger, "a", "b") == (200, -200)
     seen = []
-    restarted = ProjectionRunner(store, ledger, feed(), on_settled=lambda s, applied: seen.append(applied))
+    restarted = ProjectionRunner(store, ledger, feed(), on_settled=lambda s, applied, room: seen.append(applied))
     assert restarted.drain() > 0                                     # redelivered
     assert seen == [False] and totals(ledger, "a", "b") == (200, -200)
     assert restarted.run_once() == 0

@@ -320,3 +320,19 @@ def test_a_room_another_replica_added_gets_its_own_label(fresh_labels, fake_redi
 
     m.follow_room_registry(down, every_s=0.0)
     assert label("late") == "late" and label("elsewhere") == "other"
+
+
+def test_a_settlement_is_counted_under_its_room_not_its_mode(monkeypatch):
+    """serve's ledger projection (``on_settled``): the winner's gain goes under the match's room
+    (``quick``, a points room), as every other match metric does, and only when applied now."""
+    monkeypatch.setattr(m, "_room_labels", {"points", "wealth", "quick"})
+    monkeypatch.setattr(m, "_room_labels_seeded", True)
+    settled = SimpleNamespace(scores={"a": 40, "b": -40}, mode="points")
+    count = lambda cfg: val("shuangkou_score_transfer_count", config=cfg)  # noqa: E731
+    ledger = lambda: val("shuangkou_projection_events_total", projection="ledger")  # noqa: E731
+    quick, points, handled = count("quick"), count("points"), ledger()
+    m.observe_settled(settled, True, "quick")
+    m.observe_settled(settled, False, "quick")  # applied before: handled, not counted again
+    assert count("quick") == quick + 1 and count("points") == points
+    assert val("shuangkou_score_transfer_sum", config="quick") >= 40
+    assert ledger() == handled + 2

@@ -67,7 +67,7 @@ def test_run_forever_settles_what_finishes_after_a_flush(real_redis):
     settled: list[str] = []
     done = threading.Event()
 
-    def on_settled(s, applied: bool) -> None:
+    def on_settled(s, applied: bool, room: str | None) -> None:
         settled.append(s.match_id)
         if s.match_id == "after":
             done.set()

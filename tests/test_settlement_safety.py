@@ -294,7 +294,7 @@ def test_run_forever_backs_off_and_recovers_from_a_transient_failure():
     stop = threading.Event()
     flaky = _OomOnce(store, 4)
     runner = ProjectionRunner(flaky, ledger, MemoryFeed(store),
-                              on_settled=lambda s, applied: stop.set())
+                              on_settled=lambda s, applied, room: stop.set())
     t = threading.Thread(target=runner.run_forever, args=(stop,), kwargs={"idle_seconds": 0.01}, daemon=True)
     t.start()
     t.join(30)

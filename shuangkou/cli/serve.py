@@ -318,13 +318,8 @@ def run(args: argparse.Namespace) -> int:
         from projections.ladders import RatingProjector, RedisRatingStore
         from projections.runner import ProjectionRunner
 
-        def settled(s, applied: bool) -> None:
-            metrics.observe_projection_applied("ledger")
-            if applied:
-                metrics.observe_settlement(s.scores, s.mode)
-
         runner = ProjectionRunner(raw_store, ledger, feed,
-                                  on_settled=settled,
+                                  on_settled=metrics.observe_settled,
                                   ratings=RatingProjector(RedisRatingStore(client),
                                                           message_publisher(client, **delivery)),
                                   on_error=lambda _match, _reason: metrics.observe_dead_letter("feed"),

@@ -749,7 +749,7 @@ class Simulation:
             return ledger
         runner = ProjectionRunner(self.raw_store, ledger,
                                   RedisFeed(self.client, consumer=f"{self.prefix}{self.run_id}"),
-                                  on_settled=lambda st, applied: observe_projection_applied("ledger"))
+                                  on_settled=lambda _s, _applied, _room: observe_projection_applied("ledger"))
         runner.drain(500)
         for mid, err in runner.errors:
             self.report.mismatches.append(f"{mid}: projection runner: {err}")
