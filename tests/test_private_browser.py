@@ -460,6 +460,9 @@ def test_a_private_table_on_two_phones_names_fits_and_ends_in_the_lobby(stack, d
             assert b.text_content("[data-standings-hands]").strip() == "1 hand played"
             b.wait_for_function("() => !document.querySelector('[data-settlement]').textContent.includes('Press Ready')",
                                 timeout=30_000)
+            for page in (a, b):  # the table is left, the lobby is due: it waits for Close, not under the result
+                page.wait_for_function("() => !document.querySelector('#lobby').hidden", timeout=30_000)
+                assert page.evaluate("() => document.querySelector('#lobby').offsetHeight") == 0
             shot(a, "standings", "zh")
             shot(b, "standings", "en")
 
