@@ -384,14 +384,16 @@ _room_source_every_s = 30.0
 _room_source_read = -math.inf
 _room_refresh: threading.Thread | None = None
 _room_refresh_lock = threading.Lock()
+#: the names a read was started for (a first miss reads at once; at most MAX_ROOM_LABELS)
+_room_missed: set[str] = set()
 
 
 def follow_room_registry(names: Callable[[], Iterable[str]] | None, every_s: float = 30.0) -> None:
     """Read the registered rooms' names from ``names`` (``RedisRooms.names``) now, and again, in a
-    thread of its own, when a name not known yet is labelled, at most every ``every_s`` seconds:
-    a room another replica added (AddRoom) gets its own label here too, not ``"other"`` (which
-    the names it is labelled with until the read answered).  A failed read keeps what is known;
-    None: no more reads."""
+    thread of its own, when a name not known yet is labelled: at once for a name never missed
+    before, else at most every ``every_s`` seconds.  A room another replica added (AddRoom)
+    gets its own label here too, not ``"other"`` (which the names it is labelled with until the
+    read answered).  A failed read keeps what is known; None: no more reads."""
     global _room_source, _room_source_every_s, _room_source_read
     with _room_refresh_lock:
         _room_source, _room_source_every_s, _room_source_read = names, every_s, time.monotonic()
@@ -406,15 +408,19 @@ def _read_rooms(names: Callable[[], Iterable[str]]) -> None:
         log.debug("room labels not read again: %s", exc)
 
 
-def _refresh_room_labels() -> None:
-    """A name was not known: read the registry again in a thread (never on the caller's path,
-    a command's), unless one is reading or the last read was under ``every_s`` ago."""
+def _refresh_room_labels(name: str) -> None:
+    """``name`` was not known: read the registry again in a thread (never on the caller's path,
+    a command's), unless one is reading, or ``name`` was missed before and the last read was
+    under ``every_s`` ago."""
     global _room_source_read, _room_refresh
     with _room_refresh_lock:
         source = _room_source
-        if source is None or (_room_refresh is not None and _room_refresh.is_alive()) \
-                or time.monotonic() - _room_source_read < _room_source_every_s:
+        if source is None or (_room_refresh is not None and _room_refresh.is_alive()):
             return
+        first = name not in _room_missed and len(_room_missed) < MAX_ROOM_LABELS
+        if not first and time.monotonic() - _room_source_read < _room_source_every_s:
+            return
+        _room_missed.add(name)
         _room_source_read = time.monotonic()
         _room_refresh = threading.Thread(target=_read_rooms, args=(source,), name="sk-room-labels", daemon=True)
         _room_refresh.start()
@@ -429,7 +435,7 @@ def room_label(name: str) -> str:
     _seed_room_labels()
     if name in _room_labels or name in ("unknown", "other"):
         return name
-    _refresh_room_labels()
+    _refresh_room_labels(name)
     return "other"
 
 

@@ -266,7 +266,7 @@ def fresh_labels(monkeypatch):
     monkeypatch.setattr(m, "_room_labels", set())
     monkeypatch.setattr(m, "_room_labels_seeded", False)
     for name, value in (("_room_source", None), ("_room_source_every_s", 30.0), ("_room_source_read", 0.0),
-                        ("_room_refresh", None)):
+                        ("_room_refresh", None), ("_room_missed", set())):
         monkeypatch.setattr(m, name, value)
 
 
@@ -290,8 +290,9 @@ def test_a_worker_runtime_on_redis_labels_by_the_registered_rooms(fresh_labels, 
 def test_a_room_another_replica_added_gets_its_own_label(fresh_labels, fake_redis):
     """A room added (AddRoom) on another serve replica, or in a worker, which runs no AddRoom,
     was labelled "other" until a restart: a name not known yet has the registry read again, in
-    a thread (not on the command's path), at most every ``every_s``; a registry that cannot be
-    read keeps the labels known."""
+    a thread (not on the command's path), at once the first time it is missed (a room added
+    after the process started is labelled by its first matches), then at most every
+    ``every_s``; a registry that cannot be read keeps the labels known."""
     from engine.config import load_config
     from engine.service.rooms import RedisRooms
 
@@ -306,14 +307,14 @@ def test_a_room_another_replica_added_gets_its_own_label(fresh_labels, fake_redi
     points = load_config("points")
     rooms.add("early", points)
     m.follow_room_registry(rooms.names, every_s=3600.0)
-    assert m.room_label("early") == "early" and label("late") == "other"
+    assert m.room_label("early") == "early" and label("late") == "other"  # a read, no room yet
     rooms.add("late", points)
-    assert label("late") == "other"  # read at most every every_s
-    m.follow_room_registry(rooms.names, every_s=0.0)  # reads now
-    assert m.room_label("late") == "late"
+    assert label("late") == "other"  # missed before: read at most every every_s
     rooms.add("later", points)
     assert m.room_label("later") == "other"  # this command does not wait for the registry
-    assert label("later") == "later"  # the read it started has answered
+    assert label("later") == "later"  # a first miss reads at once: it has answered
+    m.follow_room_registry(rooms.names, every_s=0.0)  # reads now
+    assert m.room_label("late") == "late"
 
     def down() -> list[str]:
         raise ConnectionError("the registry's master is away")

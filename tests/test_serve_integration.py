@@ -117,8 +117,9 @@ def stack(redis_server, tmp_path):
             f.close()
 
 
-def _play(store_url: str, n: int, timeout_every: int) -> list[str]:
-    """n matches through the inbox; every `timeout_every`-th turn the bot lets the clock run out."""
+def _play(store_url: str, n: int, timeout_every: int, room: str = "points") -> list[str]:
+    """n matches of a points ``room`` through the inbox; every `timeout_every`-th turn the bot
+    lets the clock run out."""
     import random
 
     import redis
@@ -132,7 +133,7 @@ def _play(store_url: str, n: int, timeout_every: int) -> list[str]:
     client = redis.Redis.from_url(store_url)
     gw = GatewayClient(client, reply_to="sk:reply:it")
     reader = MatchService(RedisEventStore(client), lambda: int(time.time() * 1000), random.Random(0))
-    cfg = load_config("points").model_copy(update={"turn_seconds": 1.0, "trustee_delay_seconds": 0.05})
+    cfg = load_config("points").model_copy(update={"name": room, "turn_seconds": 1.0, "trustee_delay_seconds": 0.05})
     bot = Bot("greedy", random.Random(5))
     last = "0"
 
@@ -185,7 +186,12 @@ def test_serve_and_worker_metrics_match_what_happened(stack):
     from engine.match.events import MatchFinished, TurnTimedOut
     from engine.store.redis_store import RedisEventStore
 
-    ids = _play(stack["store_url"], n=4, timeout_every=7)
+    from engine.config import load_config
+    from engine.service.rooms import RedisRooms
+
+    # a registered points room by another name: the metrics label it by its name, not its mode
+    RedisRooms(redis.Redis.from_url(stack["store_url"])).add("it-room", load_config("points"))
+    ids = _play(stack["store_url"], n=4, timeout_every=7, room="it-room")
     store = RedisEventStore(redis.Redis.from_url(stack["store_url"]))
     finished = timeouts = 0
     kous: dict[str, int] = {}
@@ -240,6 +246,7 @@ def test_serve_and_worker_metrics_match_what_happened(stack):
     assert _sum(serve_m, "shuangkou_append_duration_seconds_count") > 0
     assert _sum(serve_m, "shuangkou_projection_events_total", projection="ledger") >= 4
     assert _sum(serve_m, "shuangkou_projection_lag_events") == 0
+    assert _sum(serve_m, "shuangkou_score_transfer_count", config="it-room") == 4  # each winner's gain, its room
     # the dispatcher sends the due deadlines in batches (fire_deadlines), none per commit
     assert _sum(worker_m, "dramatiq_messages_total", actor_name="fire_deadlines") >= 1
     assert _sum(worker_m, "dramatiq_messages_total", actor_name="fire_deadline") == 0
