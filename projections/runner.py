@@ -484,7 +484,7 @@ class ProjectionRunner:
     feed.  A transient Redis failure propagates and the message stays pending
     (:meth:`run_forever` retries with back-off).  Each settled match is passed to
     ``on_settled(settlement, applied, room)`` (``applied``: by this call; ``room``:
-    :func:`room_of` its events).
+    :func:`room_of` its events); an error there is logged, never parks the match.
     """
 
     store: EventStore
@@ -542,7 +542,10 @@ class ProjectionRunner:
                     raise  # left pending: the ledger's apply is a no-op the next time
                 log.exception("rating match %s failed", match_id)
         if self.on_settled is not None:
-            self.on_settled(s, applied, room_of(events))
+            try:
+                self.on_settled(s, applied, room_of(events))
+            except Exception:  # applied: a failing observer never parks the match
+                log.exception("the settled callback failed for match %s", match_id)
         return s, applied
 
     def process(self, d: Delivery) -> Settlement | None:

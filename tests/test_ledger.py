@@ -181,6 +181,22 @@ def test_runner_settles_finished_matches_once(rig):
     assert runner.run_once() == 0                                   # everything acked
 
 
+def test_a_failing_settled_callback_parks_nothing(rig):
+    """``on_settled`` is an observer (serve's metrics): its error is logged, the applied match is
+    neither parked nor left pending."""
+    store, ledger, feed = rig
+    append(store, match_events("m1", bombs=["7 7 7 7 7 7 7"]))
+
+    def broken(s, applied, room):
+        raise RuntimeError("a metrics bug")
+
+    runner = ProjectionRunner(store, ledger, feed(), on_settled=broken)
+    assert runner.drain() > 0
+    assert ledger.settlement("m1") is not None and totals(ledger, "a", "b") == (200, -200)
+    assert runner.errors == [] and ledger.parked() == {}
+    assert runner.run_once() == 0                                   # acknowledged
+
+
 def test_redelivery_changes_nothing(rig):
     """The same message handled twice (at-least-once delivery): the ledger marker stops the second."""
     store, ledger, feed = rig
