@@ -97,8 +97,11 @@ def browser():
 class Match:
     """A real match in the engine (alice against bob); ``run`` gives alice's socket messages."""
 
-    def __init__(self, mid: str = "page-1", config=None) -> None:
-        self.svc = MatchService(InMemoryEventStore(), lambda: 1_800_000_000_000, seeded_random(7))
+    def __init__(self, mid: str = "page-1", config=None, balances: dict[str, int] | None = None) -> None:
+        from engine.service.service import FixedBalances
+
+        self.svc = MatchService(InMemoryEventStore(), lambda: 1_800_000_000_000, seeded_random(7),
+                                balances=FixedBalances(balances) if balances else None)
         self.mid = mid
         self.state = None
         self.config = config or load_config("points")
@@ -550,16 +553,23 @@ def _to_the_result(page, m: Match) -> None:
     page.wait_for_selector("[data-settlement] [data-score='alice']")
 
 
+@pytest.mark.parametrize("room", ["points", "capped-coins"])
 @pytest.mark.parametrize("locale", ["zh-CN", "en-US"])
-def test_an_escape_is_settled_in_the_pages_words(browser, site, locale: str) -> None:
-    """Bob leaves mid-match (R-12.2, points forfeit): alice's result says what he owes and what
-    she receives in signs and the page's words, never the command line's English ("floor")."""
+def test_an_escape_is_settled_in_the_pages_words(browser, site, locale: str, room: str) -> None:
+    """Bob leaves mid-match (R-12.2 points forfeit; R-12.3 in a coin room whose escape costs
+    100·X, more than his 150 coins: R-11.2 caps what he pays): alice's result says what he owes,
+    the cap, and what she receives in signs and the page's words, never the command line's
+    English ("floor")."""
     from engine.match.commands import Escape
 
     lang = LOCALES[locale]
     context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
     try:
-        m = Match(f"esc-{lang}")
+        if room == "points":
+            m = Match(f"esc-{lang}")
+        else:
+            coins = load_config("wealth").model_copy(update={"escape_penalty_multiple": 100})
+            m = Match(f"esc-{lang}-cap", coins, {"alice": 5000, "bob": 150})
         _seat(page, m)
         _feed(page, m.step(6) + m.run(Escape(command_id="bye", match_id=m.mid, player="bob")))
         assert m.state.phase == "finished" and m.state.finished.reason == "escape"
@@ -573,10 +583,17 @@ def test_an_escape_is_settled_in_the_pages_words(browser, site, locale: str) -> 
         ratio = f"{esc['transfer_ratio']:g}"
         assert got == f"⌊{esc['paid']} × {ratio}⌋ = {esc['received']}" and "floor" not in got, got
         assert int(page.get_attribute("[data-score='alice']", "data-score-value")) == esc["received"]
+        cap = msg["breakdown"].get("cap")
+        if room == "points":
+            assert cap is None and page.locator("[data-term=cap]").count() == 0
+        else:
+            assert cap["applied"] and cap["paid"] == esc["paid"] == 150 < cap["owed"] == esc["owed"], cap
+            words = CATALOGUES[lang]["settle.capText"].format(payer="Bob", owed=cap["owed"], paid=cap["paid"])
+            assert page.text_content("[data-term=cap]") == words
         if lang != "en":
             rows = page.eval_on_selector_all("[data-settlement] details tr", "els => els.map(e => e.textContent)")
             assert not [r for r in rows if re.search(r"[A-Za-z]{2,}", r.replace("Bob", ""))], rows  # names are data
-        _shot(page, f"table-{lang}-escape")
+        _shot(page, f"table-{lang}-escape-{room}")
         assert not errors, errors
     finally:
         context.close()

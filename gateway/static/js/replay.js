@@ -242,15 +242,22 @@ function renderSettlement(i) {
     const words = x.xiang ? t("settle.xiangValue", { xiang: x.xiang, c: x.c, b: x.b }) : t("settle.xiangNone", { c: x.c, b: x.b });
     row(t("settle.xiang", { name: who(p) }), `${words} (${rules})`, { "data-xiang": p, "data-xiang-value": x.xiang });
   }
+  // R-11.2: what the payer held capped what they paid (an escape's too, before its share)
+  const cap = () => {
+    if (b.cap && b.cap.applied) {
+      row(`${t("settle.cap")} (R-11.2)`, t("settle.capText", { payer: who(b.cap.payer), owed: b.cap.owed, paid: b.cap.paid }), { "data-term": "cap" });
+    }
+  };
   if (b.escape) {
     row(t("settle.escape"), `${b.escape.formula} (${escapeRuleId(b.escape)})`, { "data-term": "escape" });
+    cap();
     row(t("settle.received"), `${receivedWords(b.escape)}; ${t("replay.burned", { n: b.burned || 0 })}`, { "data-term": "received" });
   } else {
     row(t("settle.a"), `${b.a} — ${kouWords(b.kou)} (R-7)`, { "data-term": "a" });
     row(t("settle.b"), `${b.b} (R-8.4)`, { "data-term": "b" });
     row(t("settle.win.formula"), b.win_formula, { "data-term": "win" });
     row(t("settle.contribution"), b.contribution_formula, { "data-term": "contribution" });
-    if (b.cap && b.cap.applied) row(`${t("settle.cap")} (R-11.2)`, t("settle.capText", { payer: who(b.cap.payer), owed: b.cap.owed, paid: b.cap.paid }));
+    cap();
   }
   const table = el("table");
   table.append(...rows);

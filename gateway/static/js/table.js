@@ -1549,15 +1549,22 @@ function formulaDetails(msg) {
     const words = x.xiang ? t("settle.xiangValue", { xiang: x.xiang, c: x.c, b: x.b }) : t("settle.xiangNone", { c: x.c, b: x.b });
     row(t("settle.xiang", { name: nameOf(p) }), words, { "data-xiang": p, "data-xiang-value": x.xiang || 0 });
   }
+  // R-11.2: what the payer held capped what they paid (an escape's too, before its share)
+  const cap = () => {
+    if (b.cap && b.cap.applied) {
+      row(t("settle.cap"), t("settle.capText", { payer: nameOf(b.cap.payer), owed: b.cap.owed, paid: b.cap.paid }), { "data-term": "cap" });
+    }
+  };
   if (b.escape) {
     row(t("settle.escape"), names(b.escape.formula), { "data-term": "escape" });
+    cap();
     row(t("settle.received"), receivedWords(b.escape), { "data-term": "received" });
   } else {
     row(t("settle.a"), `${b.a} — ${kouWords(b.kou)}`, { "data-term": "a" });
     row(t("settle.b"), `${b.b}`, { "data-term": "b" });
     row(t("settle.win.formula"), b.win_formula || "", { "data-term": "win" });
     row(t("settle.contribution"), names(b.contribution_formula), { "data-term": "contribution" });
-    if (b.cap && b.cap.applied) row(t("settle.cap"), t("settle.capText", { payer: nameOf(b.cap.payer), owed: b.cap.owed, paid: b.cap.paid }));
+    cap();
   }
   const table = document.createElement("table");
   table.append(...rows);
