@@ -5,7 +5,9 @@ read by a real ``shuangkou gateway --dev``) and every word it shows -- the page,
 the timeline, the step on show with its actor and notices, the hands and the settlement -- is
 from that language's catalogue: no English word in Chinese, no Chinese in English, no
 Traditional-only character in Simplified Chinese and no Simplified-only one in Traditional.
-Player ids, the match id and the card faces are data, not words, and are left out.
+Player ids, the match id and the card faces are data, not words, and are left out.  Two escaped
+matches' settlements are read the same way: a points forfeit (R-12.2) and a coin room's escape
+capped at what the escaper held (R-12.3, R-11.2), its cap row between the owed and the received.
 
 The dev-token form is offered only to a tab that holds no operator token: one the table page
 kept in the tab (``shuangkou-token``) is used, as the table page uses it.
@@ -32,6 +34,7 @@ CATALOGUES = {lang: json.loads((I18N / f"{lang}.json").read_text(encoding="utf-8
 CJK = re.compile(r"[\u3400-\u9fff]")
 MATCH = "r1"
 ESCAPED = "r2"  # a points match a player escaped from (R-12.2), settled by its own rule
+CAPPED = "r3"  # a coin room's escape costing more than the escaper holds (R-12.3, R-11.2)
 PLAYERS = ("a", "b")  # tests.strategies' player ids
 NAMES = {"a": "小明"}  # a's display name (sk:{names}:display): the viewer names a by it
 LOCALES = {"zh-CN": "zh-Hans", "zh-TW": "zh-Hant", "en-US": "en"}
@@ -67,7 +70,7 @@ def wrong_words(texts: list[str], lang: str) -> list[str]:
     script's characters in Chinese, Chinese in English.  Ids are removed first."""
     bad = []
     for text in texts:
-        bare = re.sub(r"\b(%s)\b" % "|".join(map(re.escape, (MATCH, ESCAPED, *PLAYERS, *NAMES.values()))), " ", text)
+        bare = re.sub(r"\b(%s)\b" % "|".join(map(re.escape, (MATCH, ESCAPED, CAPPED, *PLAYERS, *NAMES.values()))), " ", text)
         if lang == "en":
             if CJK.search(bare):
                 bad.append(text)
@@ -103,8 +106,9 @@ def replay_stack(redis_server, tmp_path):
         assert {"TurnTimedOut", "TrusteeshipStarted", "PlayerDisconnected", "MatchFinished"} <= types
         escaped = play_match(MatchSpec(seed=4), match_id=ESCAPED, reproducible=True).store.load(ESCAPED)
         assert "PlayerEscaped" in {e.type for e in escaped}
+        capped = _capped_escape()
         store = RedisEventStore(client)
-        for mid, evs in ((MATCH, events), (ESCAPED, escaped)):
+        for mid, evs in ((MATCH, events), (ESCAPED, escaped), (CAPPED, capped)):
             for e in evs:
                 store.append(mid, e.seq - 1, f"c{e.seq}", [e], None)
             RedisLedger(client).apply_settlement(mid, settle(evs))
@@ -113,6 +117,33 @@ def replay_stack(redis_server, tmp_path):
         client.hset(keys.NAMES_KEY, mapping=NAMES)
         client.close()
         yield gw.http
+
+
+def _capped_escape() -> list:
+    """b escapes a coin room whose escape costs 100·X (500) with 150 coins: R-11.2 caps it."""
+    from engine.config import load_config
+    from engine.match.commands import CreateMatch, Escape, Pass, Play, Ready, Sit
+    from engine.rules.moves import trustee_choice
+    from engine.service.service import FixedBalances, MatchService
+    from engine.service.shuffle import seeded_random
+    from engine.store.memory import InMemoryEventStore
+
+    svc = MatchService(InMemoryEventStore(), lambda: 1_800_000_000_000, seeded_random(7),
+                       balances=FixedBalances({"a": 5000, "b": 150}))
+    cfg = load_config("wealth").model_copy(update={"escape_penalty_multiple": 100}).to_record()
+    cmds = [CreateMatch(command_id="c0", match_id=CAPPED, config=cfg)]
+    cmds += [Sit(command_id=f"s{p}", match_id=CAPPED, player=p) for p in PLAYERS]
+    cmds += [Ready(command_id=f"r{p}", match_id=CAPPED, player=p) for p in PLAYERS]
+    for cmd in cmds:
+        state = svc.execute(cmd).state
+    for i in range(6):  # a few of the trustee's moves, then b leaves
+        seat = state.seats[state.turn]
+        play = trustee_choice(list(seat.hand), state.to_beat.combo if state.to_beat is not None else None)
+        cmd = (Pass(command_id=f"m{i}", match_id=CAPPED, player=seat.player) if play is None else
+               Play(command_id=f"m{i}", match_id=CAPPED, player=seat.player, cards=tuple(play.cards)))
+        state = svc.execute(cmd).state
+    svc.execute(Escape(command_id="bye", match_id=CAPPED, player="b"))
+    return list(svc.store.load(CAPPED))
 
 
 def _operator(base: str) -> str:
@@ -172,6 +203,17 @@ def test_the_replay_viewer_speaks_one_language(replay_stack) -> None:
                 page.click("[data-action=last]")
                 page.wait_for_selector("[data-settlement]:not([hidden]) [data-term=escape]")
                 assert "(R-12.2)" in page.text_content("[data-settlement] [data-term=escape]"), locale
+                bad = wrong_words(page.evaluate(VISIBLE_TEXT), lang)
+                assert not bad, (locale, sorted(set(bad))[:40])
+                # a capped one (R-11.2): the cap between what b owed and what a received
+                page.goto(f"{base}/replay/{CAPPED}?token={_operator(base)}")
+                page.wait_for_selector("#viewer[data-loaded=true]", timeout=30_000)
+                page.click("[data-action=last]")
+                page.wait_for_selector("[data-settlement]:not([hidden]) [data-term=cap]")
+                terms = page.eval_on_selector_all("[data-settlement] [data-term]", "els => els.map(e => e.dataset.term)")
+                assert terms[-3:] == ["escape", "cap", "received"], terms
+                assert "(R-12.3)" in page.text_content("[data-term=escape]")
+                assert page.text_content("[data-term=received]").startswith("⌊150 × 0.7⌋ = 105"), locale
                 bad = wrong_words(page.evaluate(VISIBLE_TEXT), lang)
                 assert not bad, (locale, sorted(set(bad))[:40])
                 ctx.close()
