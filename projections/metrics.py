@@ -56,7 +56,7 @@ from prometheus_client.registry import Collector
 
 from engine.config import RoomConfig
 from engine.match.commands import CommandBase
-from engine.match.events import CardsPlayed, EventBase
+from engine.match.events import CardsPlayed, EventBase, room_of
 from engine.match.protocols import OutcomeLike, ServiceLike
 from engine.store.base import EventStore
 
@@ -291,12 +291,7 @@ def _config_name_of(outcome: OutcomeLike) -> str | None:
     cfg = getattr(state, "config", None)
     if isinstance(cfg, dict) and isinstance(cfg.get("name"), str):
         return cfg["name"]
-    for ev in getattr(outcome, "events", ()) or ():
-        if getattr(ev, "type", None) == "MatchCreated":
-            name = ev.config.get("name")
-            if isinstance(name, str):
-                return name
-    return None
+    return room_of(getattr(outcome, "events", ()) or ())
 
 
 #: (metric, label values) -> the metric's child: ``labels()`` validates and locks on every

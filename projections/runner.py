@@ -65,7 +65,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from engine.match.events import EventBase, MatchCreated, MatchFinished
+from engine.match.events import EventBase, MatchFinished, room_of
 from engine.store import keys, wire
 from engine.store.base import EventStore, FeedEntry
 from engine.store.connect import is_cluster
@@ -463,15 +463,6 @@ def project_match(events: Sequence[EventBase], ledger: Ledger) -> Settlement | N
     return s
 
 
-def room_of(events: Sequence[EventBase]) -> str | None:
-    """The room a match was created in (its MatchCreated config's name; None if it has none)."""
-    for e in events:
-        if isinstance(e, MatchCreated):
-            name = e.config.get("name")
-            return name if isinstance(name, str) and name else None
-    return None
-
-
 @dataclass
 class ProjectionRunner:
     """Feed → settle → ledger, acknowledging each message after it is applied.
@@ -484,7 +475,7 @@ class ProjectionRunner:
     feed.  A transient Redis failure propagates and the message stays pending
     (:meth:`run_forever` retries with back-off).  Each settled match is passed to
     ``on_settled(settlement, applied, room)`` (``applied``: by this call; ``room``:
-    :func:`room_of` its events); an error there is logged, never parks the match.
+    :func:`engine.match.events.room_of` its events); an error there is logged, never parks the match.
     """
 
     store: EventStore

@@ -12,6 +12,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal, Union
 
 import msgpack
@@ -237,6 +238,19 @@ class EventDecodeError(ValueError):
 
 #: fields that are stored with the match but never sent to a player or a spectator
 PRIVATE_FIELDS: dict[str, tuple[str, ...]] = {"MatchCreated": ("server_seed",)}
+
+
+def room_of(events: Iterable[Any]) -> str | None:
+    """The room a match was created in: its MatchCreated config's name (None without one).
+
+    >>> room_of([MatchCreated(match_id="m", seq=1, ts=0, command_id="c", config={"name": "quick"})])
+    'quick'
+    """
+    for e in events:
+        if isinstance(e, MatchCreated):
+            name = e.config.get("name")
+            return name if isinstance(name, str) and name else None
+    return None
 
 
 def event_to_dict(event: EventBase) -> dict[str, Any]:
