@@ -381,6 +381,10 @@ _room_refresh: threading.Thread | None = None
 _room_refresh_lock = threading.Lock()
 #: the names a read was started for (a first miss reads at once; at most MAX_ROOM_LABELS)
 _room_missed: set[str] = set()
+#: observations of a name not known yet, held until the read in hand has answered
+#: (:func:`_with_room`; at most :data:`MAX_HELD_OBSERVATIONS`)
+_room_held: list[tuple[str, Callable[[str], None]]] = []
+MAX_HELD_OBSERVATIONS = 10_000
 
 
 def follow_room_registry(names: Callable[[], Iterable[str]] | None, every_s: float = 30.0) -> None:
@@ -403,22 +407,55 @@ def _read_rooms(names: Callable[[], Iterable[str]]) -> None:
         log.debug("room labels not read again: %s", exc)
 
 
-def _refresh_room_labels(name: str) -> None:
+def _refresh_room_labels(name: str, observe: Callable[[str], None] | None = None) -> bool:
     """``name`` was not known: read the registry again in a thread (never on the caller's path,
     a command's), unless one is reading, or ``name`` was missed before and the last read was
-    under ``every_s`` ago."""
+    under ``every_s`` ago.  ``observe``: held, and called with the name's label once the read
+    in hand (started now or before) has answered; True when so held."""
     global _room_source_read, _room_refresh
     with _room_refresh_lock:
         source = _room_source
-        if source is None or (_room_refresh is not None and _room_refresh.is_alive()):
-            return
-        first = name not in _room_missed and len(_room_missed) < MAX_ROOM_LABELS
-        if not first and time.monotonic() - _room_source_read < _room_source_every_s:
-            return
-        _room_missed.add(name)
-        _room_source_read = time.monotonic()
-        _room_refresh = threading.Thread(target=_read_rooms, args=(source,), name="sk-room-labels", daemon=True)
-        _room_refresh.start()
+        if source is None:
+            return False
+        if _room_refresh is None:
+            first = name not in _room_missed and len(_room_missed) < MAX_ROOM_LABELS
+            if not first and time.monotonic() - _room_source_read < _room_source_every_s:
+                return False
+            _room_missed.add(name)
+            _room_source_read = time.monotonic()
+            _room_refresh = threading.Thread(target=_read_then_observe, args=(source,), name="sk-room-labels",
+                                             daemon=True)
+            _room_refresh.start()
+        if observe is None or len(_room_held) >= MAX_HELD_OBSERVATIONS:
+            return False
+        _room_held.append((name, observe))
+        return True
+
+
+def _read_then_observe(source: Callable[[], Iterable[str]]) -> None:
+    """The label thread: read the registry, then make the observations held meanwhile."""
+    global _room_refresh
+    _read_rooms(source)
+    with _room_refresh_lock:
+        held = list(_room_held)
+        _room_held.clear()
+        _room_refresh = None
+    for name, observe in held:
+        try:
+            observe(name if name in _room_labels else "other")
+        except Exception:  # a metric is not worth the thread
+            log.exception("a held observation of room %s failed", name)
+
+
+def _with_room(name: str, observe: Callable[[str], None]) -> None:
+    """``observe(label)``: at once with ``name`` when it is a known room; for a name not known
+    yet whose registry read is under way (a room added elsewhere), once that read answered, so
+    that a new room's first matches count under its name; else with ``"other"``."""
+    _seed_room_labels()
+    if name in _room_labels or name in ("unknown", "other"):
+        observe(name)
+    elif not _refresh_room_labels(name, observe):
+        observe("other")
 
 
 def room_label(name: str) -> str:
@@ -441,37 +478,44 @@ def observe_outcome(outcome: OutcomeLike, config_name: str | None = None) -> Non
     under its code.  ``config_name`` labels the room type; when None it is read
     from the outcome's state (or its MatchCreated event), else ``"unknown"``.
     """
-    cfg = room_label(config_name or _config_name_of(outcome) or "unknown")
+    name = config_name or _config_name_of(outcome) or "unknown"
     if getattr(outcome, "duplicate", False):
+        room_label(name)
         return
     rejection = getattr(outcome, "rejection", None)
     if rejection is not None:
-        _child(REJECTIONS, cfg, getattr(rejection, "code", "rejected")).inc()
+        code = getattr(rejection, "code", "rejected")
+        _with_room(name, lambda cfg: _child(REJECTIONS, cfg, code).inc())
         return
     events = list(getattr(outcome, "events", ()) or ())
     EVENTS_APPENDED.inc(len(events))
-    observe_events(events, cfg)
+    _with_room(name, lambda cfg: observe_events(events, cfg))
 
 
 def observe_series_events(events: Iterable[Any], config_name: str) -> None:
     """Count what newly appended events of one private table's series did (its room's name:
     ``config_name``): tables opened, series finished by reason, votes by outcome."""
-    cfg = room_label(config_name)
-    for ev in events:
-        kind = getattr(ev, "type", type(ev).__name__)
-        if kind == "SeriesCreated":
-            _child(PRIVATE_TABLES_CREATED, cfg).inc()
-        elif kind == "SeriesFinished":
-            _child(PRIVATE_TABLES_FINISHED, cfg, ev.reason).inc()
-        elif kind == "EndVoted":
-            outcome = "timed_out" if ev.timed_out else "passed" if ev.agree else "refused"
-            _child(SERIES_VOTES, cfg, outcome).inc()
+    events = list(events)
+
+    def observe(cfg: str) -> None:
+        for ev in events:
+            kind = getattr(ev, "type", type(ev).__name__)
+            if kind == "SeriesCreated":
+                _child(PRIVATE_TABLES_CREATED, cfg).inc()
+            elif kind == "SeriesFinished":
+                _child(PRIVATE_TABLES_FINISHED, cfg, ev.reason).inc()
+            elif kind == "EndVoted":
+                outcome = "timed_out" if ev.timed_out else "passed" if ev.agree else "refused"
+                _child(SERIES_VOTES, cfg, outcome).inc()
+
+    _with_room(config_name, observe)
 
 
 def observe_settlement(scores: dict[str, int] | None, config_name: str) -> None:
     """Record the winner's gain of one settled match (``settle(events)`` scores) under its room."""
     if scores:
-        SCORE_TRANSFER.labels(room_label(config_name)).observe(max(0, max(scores.values())))
+        gain = max(0, max(scores.values()))
+        _with_room(config_name, lambda cfg: SCORE_TRANSFER.labels(cfg).observe(gain))
 
 
 def observe_settled(settlement: Any, applied: bool, room: str | None) -> None:

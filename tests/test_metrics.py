@@ -266,8 +266,15 @@ def fresh_labels(monkeypatch):
     monkeypatch.setattr(m, "_room_labels", set())
     monkeypatch.setattr(m, "_room_labels_seeded", False)
     for name, value in (("_room_source", None), ("_room_source_every_s", 30.0), ("_room_source_read", 0.0),
-                        ("_room_refresh", None), ("_room_missed", set())):
+                        ("_room_refresh", None), ("_room_missed", set()), ("_room_held", [])):
         monkeypatch.setattr(m, name, value)
+
+
+def _label_read_answered() -> None:
+    """Wait for the registry read in hand, if any (the label thread)."""
+    reading = m._room_refresh
+    if reading is not None:
+        reading.join(5)
 
 
 def test_a_worker_runtime_on_redis_labels_by_the_registered_rooms(fresh_labels, fake_redis):
@@ -299,8 +306,7 @@ def test_a_room_another_replica_added_gets_its_own_label(fresh_labels, fake_redi
     def label(name: str) -> str:
         """The label after any read the first one started has answered."""
         first = m.room_label(name)
-        if m._room_refresh is not None:
-            m._room_refresh.join(5)
+        _label_read_answered()
         return first if first != "other" else m.room_label(name)
 
     rooms = RedisRooms(fake_redis)
@@ -321,6 +327,42 @@ def test_a_room_another_replica_added_gets_its_own_label(fresh_labels, fake_redi
 
     m.follow_room_registry(down, every_s=0.0)
     assert label("late") == "late" and label("elsewhere") == "other"
+
+
+def test_a_new_rooms_first_commands_count_under_its_name(fresh_labels, fake_redis):
+    """A room added elsewhere after the process read the registry: its first outcomes (a
+    rejection, a match's events, a series' events, a settlement) are held until the read they
+    started has answered, then counted under the room's name, none under "other"; a name the
+    registry does not know is counted under "other" once it answered."""
+    from engine.config import load_config
+    from engine.match.events import MatchCreated
+    from engine.service.rooms import RedisRooms
+
+    rooms = RedisRooms(fake_redis)
+    m.follow_room_registry(rooms.names, every_s=3600.0)
+    rooms.add("brand-new", load_config("points"))
+    rejected = SimpleNamespace(duplicate=False, rejection=SimpleNamespace(code="not_your_turn"), events=())
+    created = SimpleNamespace(duplicate=False, rejection=None, events=[
+        MatchCreated(match_id="mn", seq=1, ts=1, command_id="c1", config=load_config("points").to_record())])
+    before = {cfg: (val("shuangkou_rejections_total", config=cfg, code="not_your_turn"),
+                    val("shuangkou_matches_created_total", config=cfg),
+                    val("shuangkou_private_tables_created_total", config=cfg),
+                    val("shuangkou_score_transfer_count", config=cfg)) for cfg in ("brand-new", "other")}
+    m.observe_outcome(rejected, "brand-new")
+    m.observe_outcome(created, "brand-new")
+    m.observe_series_events([SimpleNamespace(type="SeriesCreated")], "brand-new")
+    m.observe_settlement({"a": 30, "b": -30}, "brand-new")
+    _label_read_answered()
+    after = {cfg: (val("shuangkou_rejections_total", config=cfg, code="not_your_turn"),
+                   val("shuangkou_matches_created_total", config=cfg),
+                   val("shuangkou_private_tables_created_total", config=cfg),
+                   val("shuangkou_score_transfer_count", config=cfg)) for cfg in ("brand-new", "other")}
+    assert [a - b for a, b in zip(after["brand-new"], before["brand-new"])] == [1, 1, 1, 1]
+    assert after["other"] == before["other"]
+    m.observe_outcome(rejected, "never-registered")
+    _label_read_answered()
+    assert val("shuangkou_rejections_total", config="other", code="not_your_turn") == before["other"][0] + 1
+    assert m._room_held == []
 
 
 def test_a_settlement_is_counted_under_its_room_not_its_mode(monkeypatch):
