@@ -382,17 +382,19 @@ _room_refresh_lock = threading.Lock()
 #: the names a read was started for (a first miss reads at once; at most MAX_ROOM_LABELS)
 _room_missed: set[str] = set()
 #: observations of a name not known yet, held until the read in hand has answered
-#: (:func:`_with_room`; at most :data:`MAX_HELD_OBSERVATIONS`)
+#: (:func:`_with_room`): at most :data:`MAX_HELD_OBSERVATIONS`, and only in a read's first
+#: :data:`HOLD_S` seconds (a read that hangs holds no more)
 _room_held: list[tuple[str, Callable[[str], None]]] = []
 MAX_HELD_OBSERVATIONS = 10_000
+HOLD_S = 5.0
 
 
 def follow_room_registry(names: Callable[[], Iterable[str]] | None, every_s: float = 30.0) -> None:
     """Read the registered rooms' names from ``names`` (``RedisRooms.names``) now, and again, in a
     thread of its own, when a name not known yet is labelled: at once for a name never missed
     before, else at most every ``every_s`` seconds.  A room another replica added (AddRoom)
-    gets its own label here too, not ``"other"`` (which the names it is labelled with until the
-    read answered).  A failed read keeps what is known; None: no more reads."""
+    gets its own label here too, not ``"other"``.  A failed read keeps what is known; None:
+    no more reads."""
     global _room_source, _room_source_every_s, _room_source_read
     with _room_refresh_lock:
         _room_source, _room_source_every_s, _room_source_read = names, every_s, time.monotonic()
@@ -407,55 +409,74 @@ def _read_rooms(names: Callable[[], Iterable[str]]) -> None:
         log.debug("room labels not read again: %s", exc)
 
 
-def _refresh_room_labels(name: str, observe: Callable[[str], None] | None = None) -> bool:
+def _refresh_room_labels(name: str, observe: Callable[[str], None] | None = None) -> str:
     """``name`` was not known: read the registry again in a thread (never on the caller's path,
-    a command's), unless one is reading, or ``name`` was missed before and the last read was
-    under ``every_s`` ago.  ``observe``: held, and called with the name's label once the read
-    in hand (started now or before) has answered; True when so held."""
+    a command's) unless one is reading, or ``name`` was missed before and the last read was
+    under ``every_s`` ago.  Says "known" when ``name`` is known by now; "held" when a read is
+    under way and ``observe`` is kept for the label thread to call once it answered (a read's
+    first :data:`HOLD_S` s); else "other"."""
     global _room_source_read, _room_refresh
     with _room_refresh_lock:
+        if name in _room_labels:  # a read answered since the caller looked
+            return "known"
         source = _room_source
         if source is None:
-            return False
-        if _room_refresh is None:
+            return "other"
+        if _room_refresh is None or not _room_refresh.is_alive():  # none, or lost (a fork)
             first = name not in _room_missed and len(_room_missed) < MAX_ROOM_LABELS
             if not first and time.monotonic() - _room_source_read < _room_source_every_s:
-                return False
+                return "other"
+            thread = threading.Thread(target=_read_then_observe, args=(source,), name="sk-room-labels", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as exc:  # no thread to be had: nothing is held
+                log.debug("room labels not read again: %s", exc)
+                return "other"
+            _room_refresh = thread
             _room_missed.add(name)
             _room_source_read = time.monotonic()
-            _room_refresh = threading.Thread(target=_read_then_observe, args=(source,), name="sk-room-labels",
-                                             daemon=True)
-            _room_refresh.start()
-        if observe is None or len(_room_held) >= MAX_HELD_OBSERVATIONS:
-            return False
+        if observe is None or len(_room_held) >= MAX_HELD_OBSERVATIONS \
+                or time.monotonic() - _room_source_read > HOLD_S:
+            return "other"
         _room_held.append((name, observe))
-        return True
+        return "held"
 
 
 def _read_then_observe(source: Callable[[], Iterable[str]]) -> None:
-    """The label thread: read the registry, then make the observations held meanwhile."""
+    """The label thread: read the registry, then make the observations held meanwhile, until
+    none is left (then no read is under way)."""
+    try:
+        _read_rooms(source)
+    finally:
+        _make_held()
+
+
+def _make_held() -> None:
     global _room_refresh
-    _read_rooms(source)
-    with _room_refresh_lock:
-        held = list(_room_held)
-        _room_held.clear()
-        _room_refresh = None
-    for name, observe in held:
-        try:
-            observe(name if name in _room_labels else "other")
-        except Exception:  # a metric is not worth the thread
-            log.exception("a held observation of room %s failed", name)
+    while True:
+        with _room_refresh_lock:
+            held = list(_room_held)
+            _room_held.clear()
+            if not held:
+                _room_refresh = None
+                return
+        for name, observe in held:
+            try:
+                observe(name if name in _room_labels else "other")
+            except Exception as exc:  # a metric is not worth the thread
+                log.debug("a held observation of room %s failed: %s", name, exc)
 
 
 def _with_room(name: str, observe: Callable[[str], None]) -> None:
-    """``observe(label)``: at once with ``name`` when it is a known room; for a name not known
-    yet whose registry read is under way (a room added elsewhere), once that read answered, so
-    that a new room's first matches count under its name; else with ``"other"``."""
+    """``observe(label)`` with ``name`` when it is a known room, else with ``"other"``; a name
+    not known yet whose registry read is under way waits for it (:func:`_refresh_room_labels`)."""
     _seed_room_labels()
     if name in _room_labels or name in ("unknown", "other"):
         observe(name)
-    elif not _refresh_room_labels(name, observe):
-        observe("other")
+        return
+    said = _refresh_room_labels(name, observe)
+    if said != "held":
+        observe(name if said == "known" else "other")
 
 
 def room_label(name: str) -> str:
@@ -467,8 +488,7 @@ def room_label(name: str) -> str:
     _seed_room_labels()
     if name in _room_labels or name in ("unknown", "other"):
         return name
-    _refresh_room_labels(name)
-    return "other"
+    return name if _refresh_room_labels(name) == "known" else "other"
 
 
 def observe_outcome(outcome: OutcomeLike, config_name: str | None = None) -> None:
@@ -480,7 +500,7 @@ def observe_outcome(outcome: OutcomeLike, config_name: str | None = None) -> Non
     """
     name = config_name or _config_name_of(outcome) or "unknown"
     if getattr(outcome, "duplicate", False):
-        room_label(name)
+        room_label(name)  # counts nothing; a name not known yet still has the registry read
         return
     rejection = getattr(outcome, "rejection", None)
     if rejection is not None:

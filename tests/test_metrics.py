@@ -365,6 +365,71 @@ def test_a_new_rooms_first_commands_count_under_its_name(fresh_labels, fake_redi
     assert m._room_held == []
 
 
+def test_holding_an_observation_never_loses_it_nor_blocks_the_reads(fresh_labels, monkeypatch):
+    """Each observation of a name not known yet is made once: under the name when a read
+    answered in between (even after the caller looked); under "other" at once when no thread
+    can be started (and the next miss reads), when the thread left from before is gone (a
+    fork), or when the read under way has hung past ``HOLD_S``."""
+    import threading
+
+    made: list[tuple[str, str]] = []
+
+    def obs(tag: str):
+        return lambda cfg: made.append((tag, cfg))
+
+    registry: list[str] = []
+    release = threading.Event()
+    release.set()
+
+    def names() -> list[str]:
+        release.wait(5)
+        return list(registry)
+
+    m.follow_room_registry(names, every_s=3600.0)
+    registry.append("r1")
+    m._with_room("r1", obs("first"))  # a first miss: held until its read answered
+    _label_read_answered()
+    m._with_room("r1", obs("known"))
+    assert made == [("first", "r1"), ("known", "r1")]
+    m.register_room_labels(["r2"])  # known since the caller looked: not held, not "other"
+    assert m._refresh_room_labels("r2", obs("late")) == "known"
+    made.clear()
+
+    real_start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (_ for _ in ()).throw(RuntimeError("no thread")))
+    m._with_room("r3", obs("no-thread"))
+    assert made == [("no-thread", "other")] and m._room_refresh is None and m._room_held == []
+    monkeypatch.setattr(threading.Thread, "start", real_start)
+    registry.append("r3")
+    m._with_room("r3", obs("then"))  # r3 was never counted as read: read now
+    _label_read_answered()
+    assert made[-1] == ("then", "r3")
+
+    gone = threading.Thread(target=lambda: None)
+    gone.start()
+    gone.join()
+    monkeypatch.setattr(m, "_room_refresh", gone)  # a thread of the parent process, after a fork
+    registry.append("r4")
+    m._with_room("r4", obs("after-fork"))
+    _label_read_answered()
+    assert made[-1] == ("after-fork", "r4")
+
+    monkeypatch.setattr(m, "HOLD_S", 0.2)
+    release.clear()  # the next read hangs
+    registry.append("r5")
+    m._with_room("r5", obs("held"))
+    assert made[-1] == ("after-fork", "r4")  # held
+    import time
+
+    time.sleep(0.3)
+    m._with_room("r5", obs("past"))  # the read under way has hung past HOLD_S: not held
+    assert made[-1] == ("past", "other")
+    release.set()
+    _label_read_answered()
+    assert made[-1] == ("held", "r5") and m._room_held == [] and m._room_refresh is None
+    assert [tag for tag, _cfg in made].count("held") == 1
+
+
 def test_a_settlement_is_counted_under_its_room_not_its_mode(monkeypatch):
     """serve's ledger projection (``on_settled``): the winner's gain goes under the match's room
     (``quick``, a points room), as every other match metric does, and only when applied now."""
