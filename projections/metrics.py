@@ -467,11 +467,16 @@ def _make_held() -> None:
                 log.debug("a held observation of room %s failed: %s", name, exc)
 
 
+def _known(name: str) -> bool:
+    """Is ``name`` a label as it is: a known room (built-in or registered), "unknown" or "other"?"""
+    _seed_room_labels()
+    return name in _room_labels or name in ("unknown", "other")
+
+
 def _with_room(name: str, observe: Callable[[str], None]) -> None:
     """``observe(label)`` with ``name`` when it is a known room, else with ``"other"``; a name
     not known yet whose registry read is under way waits for it (:func:`_refresh_room_labels`)."""
-    _seed_room_labels()
-    if name in _room_labels or name in ("unknown", "other"):
+    if _known(name):
         observe(name)
         return
     said = _refresh_room_labels(name, observe)
@@ -485,8 +490,7 @@ def room_label(name: str) -> str:
     >>> room_label("points"), room_label("x" * 50)
     ('points', 'other')
     """
-    _seed_room_labels()
-    if name in _room_labels or name in ("unknown", "other"):
+    if _known(name):
         return name
     return name if _refresh_room_labels(name) == "known" else "other"
 
