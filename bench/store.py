@@ -8,9 +8,10 @@ so point it at a scratch database).  Prints figures (median of the runs); it
 asserts nothing about time.  Measured, all from one process and one connection:
 
 * appends/s through ``RedisEventStore.append`` (pydantic event -> msgpack, the
-  Lua script: version + command-id check, XADD, feed notification, deadline,
-  match set, command id) with 1 event per call like a real turn, and with
-  batches of 2–3 events (a play that ends the match, a timeout + auto pass);
+  Lua script: version + command-id check, XADD, deadline, match set, command id; a
+  feed notification only for a batch that is announced, not for plays and passes alone)
+  with 1 event per call like a real turn, and with batches of 2–3 events (a play that
+  ends the match, a timeout + auto pass);
 * the same with pre-encoded payloads (``append_encoded``: the script's own cost);
 * raw XADD of a payload of the same size, one XADD per round trip (redis-py);
 * ``redis-benchmark`` XADD with 1 client (no Python at all), when the binary is there;

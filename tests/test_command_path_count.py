@@ -56,13 +56,13 @@ BOUNDS = {
     "evalsha": 1.0,      # append: one script call per command
     "hget": 1.0,         # in the script: the command-id check
     "xlen": 1.0,         # in the script: the version check
-    "xadd": 4.5,         # in the script: the events, the feed entry, the players' updates
+    "xadd": 3.5,         # in the script: the events, the players' updates (no feed entry for a move)
     "hset": 2.0,         # in the script: the command id, the deadline's info
     "zadd": 1.0,         # in the script: the deadline
     "expire": 2.5,       # in the script: each update stream's TTL
     "spublish": 2.5,     # in the script: each update's notice (the gateways' wake-up)
 }
-TOTAL = 15.25
+TOTAL = 14.5
 #: serve's round trips per player command when each read carries one command (a lone
 #: player, concurrency 1): the read (with the last read's acknowledgement in its pipeline)
 #: and the append (the updates, the reply, the notices and the deadline inside its script)

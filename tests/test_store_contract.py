@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.match.events import CardsPlayed, Passed, PlayerReady, Reading
+from engine.match.events import (CardsPlayed, MatchFinished, Passed, PlayerReady, Reading, TrusteeshipStarted,
+                                 TurnTimedOut)
 from engine.match.deadline import Deadline
 from engine.store.base import AppendResult, Snapshot, WrongVersion
 from engine.store.memory import InMemoryEventStore
@@ -152,7 +153,7 @@ def test_feed_notifications(store):
     a, b = same_bucket_ids(store, 2)
     bucket = store.bucket_of(a)
     store.append(a, 0, "c1", evs(a, 0, 2), None)
-    store.append(b, 0, "c1", evs(b, 0, 1), None)
+    store.append(b, 0, "c1", [PlayerReady(match_id=b, seq=1, ts=1_001, command_id="c1", player="a")], None)
     store.append(a, 2, "c2", evs(a, 2, 3), None)
     store.append(a, 2, "c2", evs(a, 2, 3), None)  # duplicate: no notification
     feed = store.read_feed(bucket)
@@ -163,6 +164,31 @@ def test_feed_notifications(store):
     assert store.read_feed(bucket, count=2) == feed[:2]
     other = next(i for i in range(store.buckets) if i != bucket)
     assert all(e.match_id not in (a, b) for e in store.read_feed(other))
+
+
+def _env(seq: int) -> dict:
+    return {"match_id": "m1", "seq": seq, "ts": 1_000 + seq, "command_id": f"c{seq}"}
+
+
+def test_feed_leaves_a_dealt_hands_moves_unannounced(store):
+    """An append gets a feed entry unless all its events are a match's moves or clock
+    (engine.match.events.announced): the lobby and the projections act on none of them."""
+    bucket = store.bucket_of("m1")
+    play = {"cards": (5, 6), "reading": Reading(kind="pair", top=5, size=2, counts=(2,))}
+    appends = [
+        [PlayerReady(**_env(1), player="a")],                                          # announced
+        [CardsPlayed(**_env(2), player="a", **play)],                                  # a move
+        [Passed(**_env(3), player="b"), TurnTimedOut(**_env(4), player="a", count=1, notice_zh="超時", notice_en="timed out"),
+         TrusteeshipStarted(**_env(5), player="a", reason="timeouts")],                 # moves, the clock
+        [CardsPlayed(**_env(6), player="a", **play),
+         MatchFinished(**_env(7), winner="a", loser="b", cards_left={"a": 0, "b": 5}, kou="single",
+                       reason="out")],                                                  # the finish
+    ]
+    version = 0
+    for events in appends:
+        version = store.append("m1", version, events[0].command_id, events, None).version
+    assert version == 7 and len(store.load("m1")) == 7
+    assert [(e.first, e.last, e.finished) for e in store.read_feed(bucket)] == [(1, 1, False), (6, 7, True)]
 
 
 # -- deadlines ------------------------------------------------------------------------------

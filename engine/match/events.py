@@ -232,6 +232,29 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
 _EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)
 
 
+#: a match's moves, clock and connection changes (before the deal too): nothing that follows
+#: the feeds acts on them (the lobby hears of a match's readiness, deal and end, the
+#: projections and the integrity scan of its finish)
+UNANNOUNCED: tuple[type[EventBase], ...] = (
+    CardsPlayed, Passed, TurnTimedOut, TrusteeshipStarted, TrusteeshipEnded, PlayerDisconnected,
+    PlayerReconnected, ClockExtended,
+)
+
+
+def announced(events: Iterable[EventBase]) -> bool:
+    """Whether an append of ``events`` gets an entry on its bucket's feed: when one of them
+    at least is not in :data:`UNANNOUNCED` (an event type added later is announced).
+
+    >>> announced([Passed(match_id="m", seq=9, ts=0, command_id="c", player="a")])
+    False
+    >>> announced([PlayerReady(match_id="m", seq=3, ts=0, command_id="c", player="a")])
+    True
+    >>> announced([])
+    False
+    """
+    return any(not isinstance(e, UNANNOUNCED) for e in events)
+
+
 class EventDecodeError(ValueError):
     """Stored bytes are not a valid event of a known schema version."""
 

@@ -1,7 +1,8 @@
 """The lobby's process managers following the feeds (docs/ARCHITECTURE.md "Process managers").
 
 :class:`LobbyFeedManager` reads, with its own consumer group (``sk-lobby``), the bucket
-feeds ``sk:{b<N>}:feed`` (each append of a table or a match) and the rooms' feeds
+feeds ``sk:{b<N>}:feed`` (each append of a table or a match, a match's moves and clock aside:
+:func:`engine.match.events.announced`) and the rooms' feeds
 ``sk:{r:<room>}:feed`` (each append of a queue).  For every entry it loads the events the
 entry names and runs what the managers of engine/lobby/managers.py derive from them,
 through the command service (:class:`engine.service.lobby.LobbyEngine` in its

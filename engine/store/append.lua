@@ -10,9 +10,11 @@
 -- ARGV[1]  match id
 -- ARGV[2]  expected version (seq of the last event the caller saw; 0 = new match)
 -- ARGV[3]  command id
--- ARGV[4]  "1" when the last event finishes the match (MatchFinished), else "0": the feed
---          entry says so (field fin), so the projections read only the entries that finish a
---          match (projections/runner.py).  The feed is never trimmed here (RedisFeed.trim).
+-- ARGV[4]  the feed entry: "1" when the last event finishes the match (MatchFinished), "0"
+--          when not (field fin: the projections read only the entries that finish a match,
+--          projections/runner.py), "" for none (only a match's moves and clock, which nothing
+--          following the feeds acts on: engine.match.events.announced).  The feed is never
+--          trimmed here (RedisFeed.trim).
 -- ARGV[5]  deadline at_ms, or "" to clear the match's deadline
 -- ARGV[6]  deadline info "<version>|<kind>|<at_ms>" (ignored when ARGV[5] is "")
 -- ARGV[7]  n, the number of events
@@ -66,7 +68,7 @@ for i = 1, n do
 end
 local version = expected + n
 redis.call('HSET', KEYS[2], ARGV[3], (expected + 1) .. '-' .. version)
-if n > 0 then
+if n > 0 and ARGV[4] ~= '' then
   redis.call('XADD', KEYS[3], '*', 'match', ARGV[1], 'from', expected + 1, 'to', version,
              'fin', ARGV[4] == '1' and '1' or '0')
 end

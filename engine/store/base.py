@@ -2,12 +2,13 @@
 implementation, one contract test suite (tests/test_store_contract.py).
 
 An append is atomic: it checks the command id and the expected version, adds
-the events, adds a notification to the match's bucket feed and records the
+the events, adds a notification to the match's bucket feed (unless the events are
+only a match's moves and clock: :func:`engine.match.events.announced`) and records the
 match's next deadline (or clears it) — all or nothing.
 
 Matches are spread over ``buckets`` (``bucket_of(match_id)``); each bucket has
-a feed (one :class:`FeedEntry` per append that added events) that projections
-follow, and a deadline index that the sweeper reads.
+a feed (one :class:`FeedEntry` per append of announced events) that projections
+and the lobby follow, and a deadline index that the sweeper reads.
 """
 
 from __future__ import annotations
@@ -144,7 +145,8 @@ class EventStore(ABC):
         ``deadline`` replaces the match's recorded deadline (None clears it).
 
         ``events`` may be empty: the command id is then recorded and the
-        deadline set, but no feed notification is written.  Events must carry
+        deadline set, but no feed notification is written; nor is one for events
+        that are not :func:`~engine.match.events.announced`.  Events must carry
         this match id and consecutive seqs from ``expected_version + 1``
         (ValueError otherwise)."""
 

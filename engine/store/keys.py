@@ -15,8 +15,10 @@ key                                         type    holds
                                                     (``first = last + 1`` for a command that
                                                     appended no events)
 ``sk:{b<N>}:m:<match_id>:snap``             string  msgpack ``[version, state bytes]``
-``sk:{b<N>}:feed``                          stream  one entry per append: ``match``, ``from``,
-                                                    ``to`` (seqs); trimmed only below what every
+``sk:{b<N>}:feed``                          stream  one entry per announced append: ``match``,
+                                                    ``from``, ``to`` (seqs), ``fin``; none for a
+                                                    match's moves and clock (engine.match.events
+                                                    .announced); trimmed only below what every
                                                     projection group acknowledged
 ``sk:{b<N>}:deadlines``                     zset    member match id, score ``at_ms``
 ``sk:{b<N>}:deadline_info``                 hash    match id -> ``"<version>|<kind>|<at_ms>"``

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 
-from engine.match.events import EventBase, MatchFinished
+from engine.match.events import EventBase, MatchFinished, announced
 from engine.store import keys
 from engine.store.base import (
     AppendResult,
@@ -60,7 +60,7 @@ class InMemoryEventStore(EventStore):
             version = len(stream)
             commands[command_id] = (expected_version + 1, version)
             bucket = self.bucket_of(match_id)
-            if events:
+            if announced(events):
                 self._feed_counter += 1
                 feed = self._feeds.setdefault(bucket, [])
                 feed.append(FeedEntry(id=f"{self._feed_counter}-0", match_id=match_id,

@@ -2,7 +2,8 @@
 
 One stream per match (entry id ``<seq>-1``, field ``e`` = msgpack event); the
 append is one Lua script (``append.lua``) that checks the command id and the
-expected version, XADDs the events, notifies the bucket feed, sets or clears
+expected version, XADDs the events, notifies the bucket feed (unless they are
+only a match's moves and clock: :func:`engine.match.events.announced`), sets or clears
 the deadline and records the command id.  Every match key one call touches shares
 the bucket hash tag, so it works unchanged on Redis Cluster (give it a
 ``redis.cluster.RedisCluster`` client).  Works on fakeredis with Lua too.
@@ -25,7 +26,7 @@ import msgpack
 import redis
 from redis.exceptions import AskError, MovedError, NoScriptError
 
-from engine.match.events import EventBase, MatchFinished, decode_event, encode_event
+from engine.match.events import EventBase, MatchFinished, announced, decode_event, encode_event
 from engine.store import keys, replies, scripts, wire
 from engine.store.connect import CLUSTER_RETRIED, is_cluster, node_client, refresh_slots
 from engine.store.redis_errors import REDIS_FAILURES, is_transient
@@ -182,11 +183,13 @@ class RedisEventStore(EventStore):
         """:meth:`append` with the events already msgpack-encoded (``encode_event``).
 
         No argument checks beyond what the script does; ``events`` (the decoded
-        payloads) is only used for the result (decoded from ``payloads`` if None);
+        payloads; decoded from ``payloads`` if None) decide the feed entry and make the result;
         ``writes`` are carried (:attr:`AppendRequest.writes`; the caller checked
         :meth:`can_carry`).
         """
         _, ks = self._match_keys(match_id)
+        if events is None:
+            events = [decode_event(p) for p in payloads]
         args = self._script_args(match_id, expected_version, command_id, payloads, deadline, events, writes)
         fields = append_fields(self._run_append([*ks, *(w.stream for w in writes)], args))
         wrong = _wrong_version(fields, match_id, expected_version)
@@ -241,20 +244,19 @@ class RedisEventStore(EventStore):
 
     @staticmethod
     def _script_args(match_id: str, expected_version: int, command_id: str, payloads: Sequence[bytes],
-                     deadline: Deadline | None, events: Sequence[EventBase] | None,
+                     deadline: Deadline | None, events: Sequence[EventBase],
                      writes: Sequence[Write] = ()) -> list[Any]:
-        """ARGV of append.lua for one command (its KEYS: the match's six, then each write's stream)."""
+        """ARGV of append.lua for one command (its KEYS: the match's six, then each write's
+        stream); ``events`` are ``payloads`` decoded."""
         if deadline is None:
             at, info = "", ""
         else:
             at = str(deadline.at_ms)
             info = f"{deadline.version}|{deadline.kind}|{deadline.at_ms}"
-        if payloads:  # the feed entry says whether this append finishes the match
-            final = events[-1] if events else decode_event(payloads[-1])
-            finishes = "1" if isinstance(final, MatchFinished) else "0"
-        else:
-            finishes = "0"
-        args: list[Any] = [match_id, str(expected_version), command_id, finishes, at, info, len(payloads), *payloads]
+        feed = ""  # no entry: no events, or only moves and clock (events.announced)
+        if announced(events):  # the entry says whether this append finishes the match
+            feed = "1" if isinstance(events[-1], MatchFinished) else "0"
+        args: list[Any] = [match_id, str(expected_version), command_id, feed, at, info, len(payloads), *payloads]
         for w in writes:
             args += (w.maxlen, "" if w.ttl is None else w.ttl, "1" if w.notice else "0", len(w.fields))
             for k, v in w.fields.items():
