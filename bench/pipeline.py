@@ -68,13 +68,13 @@ LEVELS = (1, 16, 64)
 FLOOR_GROUP = "floor"
 
 # the floor's append: the command-id check, the version check and the writes of one event
+# (a Play: no feed entry, engine.match.events.announced)
 FLOOR_APPEND = """
 local seen = redis.call('HGET', KEYS[2], ARGV[1])
 if seen then return {'dup', seen} end
 local v = redis.call('XLEN', KEYS[1]) + 1
 redis.call('XADD', KEYS[1], v .. '-1', 'e', ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[1], v .. '-' .. v)
-redis.call('XADD', KEYS[3], '*', 'match', ARGV[3], 'from', v, 'to', v)
 return {'ok', v}
 """
 
@@ -186,8 +186,7 @@ def floor_server(url: str, stop: threading.Event | None = None, batch: int = 20)
             c = msgpack.unpackb(fields[b"c"], raw=False)
             commands.append(c)
             match = c["match_id"]
-            pipe.evalsha(sha, 3, f"sk:floor:{match}:events", f"sk:floor:{match}:cmds", "sk:floor:feed",
-                         c["command_id"], fields[b"c"], match)
+            pipe.evalsha(sha, 2, f"sk:floor:{match}:events", f"sk:floor:{match}:cmds", c["command_id"], fields[b"c"])
         results = pipe.execute()
         pipe = r.pipeline(transaction=False)
         for (_msg_id, fields), c, (_kind, version) in zip(entries, commands, results):
