@@ -110,10 +110,11 @@ def match_specs(max_chaos: float = 0.3) -> st.SearchStrategy[MatchSpec]:
 
 
 def play_match(spec: MatchSpec, on_step: Callable[[Step], Any] | None = None,
-               max_steps: int = 600, match_id: str = "m1", reproducible: bool = False) -> MatchRun:
+               max_steps: int = 600, match_id: str = "m1", reproducible: bool = True) -> MatchRun:
     """Play a random match of ``spec`` through a :class:`MatchService` on an in-memory store.
-    ``reproducible``: the server seed drawn from ``spec.seed`` too (the whole match, its
-    commitment included, the same on every run)."""
+    ``reproducible`` (the default): the server seed drawn from ``spec.seed`` too, so the whole
+    match, its deal and commitment included, is the same on every run and a failing example
+    replays; False: the service's own random server seeds, as in production."""
     rnd = random.Random(spec.seed)
     clock = Clock()
     store = InMemoryEventStore()
