@@ -39,7 +39,7 @@ from engine.rules.moves import legal_plays, pick_cards
 from engine.service.channels import channel_consumers
 from engine.service.client import GatewayClient
 from engine.service.service import FixedBalances, MatchService
-from engine.service.shuffle import seeded_random
+from engine.service.shuffle import seeded_random, seeded_server_seeds
 from engine.store import keys
 from engine.store.redis_store import RedisEventStore
 from projections.views import redact_event, view_for
@@ -126,7 +126,7 @@ def run_match(seed: int, config: str = "points", rounds: int = 400) -> Audit:
     cfg = load_config(config).model_copy(update={"reclaim_after_reconnect": rnd.random() < 0.5,
                                                  "escape_policy": rnd.choice(["forfeit", "trustee"])})
     service = MatchService(RedisEventStore(r), clock=lambda: clock[0], rng=seeded_random(seed),
-                           balances=FixedBalances({"a": 5000, "b": 5000}))
+                           balances=FixedBalances({"a": 5000, "b": 5000}), server_seeds=seeded_server_seeds(seed))
     player_consumer, ops_consumer = channel_consumers(r, service, "w1")
     gw = GatewayClient(r, reply_to="sk:reply:gateway-x")
     evil = GatewayClient(r, reply_to="sk:reply:gateway-evil")  # impersonates, with its own replies
