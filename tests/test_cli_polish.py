@@ -1,6 +1,7 @@
 """Command-line polish: a closed output pipe ends any command quietly (no traceback);
-the replay of an escape is headed by its own rule (R-12), not the normal-end formula
-(R-8.6), with a readable doubling term; "1 card", not "1 cards" (R-7)."""
+a usage error is one line naming the command and a pointer to its ``--help``; the replay
+of an escape is headed by its own rule (R-12), not the normal-end formula (R-8.6), with a
+readable doubling term; "1 card", not "1 cards" (R-7)."""
 
 from __future__ import annotations
 
@@ -116,3 +117,21 @@ def test_replay_prints_the_cards_of_a_bomb_with_the_notations_separators(tmp_pat
     assert "effective xiang of a: 5 (played 10 10 10 10 SJ (5-xiang))" in text
     assert "a plays 10 10 10 10 SJ -- 5-xiang bomb of 10" in text
     assert "1010" not in text and "+SJ" not in text
+
+
+@pytest.mark.parametrize("argv, command, says", [
+    (["serve", "--bogus"], "shuangkou serve", "unrecognized arguments: --bogus"),
+    (["simulate", "-n", "x"], "shuangkou simulate", "argument -n/--matches: invalid int value: 'x'"),
+    (["gateway", "--port", "1"], "shuangkou gateway", "the following arguments are required: --secret-file"),
+    (["integrity", "scan", "--nope"], "shuangkou integrity scan", "unrecognized arguments: --nope"),
+    (["room", "list", "--x"], "shuangkou room list", "unrecognized arguments: --x"),
+    (["bogus"], "shuangkou", "argument COMMAND: invalid choice: 'bogus'"),
+    ([], "shuangkou", "the following arguments are required: COMMAND"),
+])
+def test_a_usage_error_is_one_line_that_names_the_command(argv, command, says, capsys):
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    assert refused.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith(f"{command}: {says}"), lines
+    assert lines[1:] == [f"Try '{command} --help'."]

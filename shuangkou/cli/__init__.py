@@ -17,6 +17,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -52,10 +53,23 @@ class NotFound(CliError):
     """The thing asked for is not there (an unknown or archived match): one line, exit code 1."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error is one line naming the command, and a pointer to
+    its ``--help`` (not the whole usage block); exit code 2 as before.  Each parser names
+    itself in the namespace (``_parser``: a command's, or its subcommand's, is the last)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.set_defaults(_parser=self)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\nTry '{self.prog} --help'.\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from engine import __version__
 
-    parser = argparse.ArgumentParser(prog="shuangkou", description="火拼雙扣 match engine")
+    parser = Parser(prog="shuangkou", description="火拼雙扣 match engine")
     parser.add_argument("--version", action="version", version=f"shuangkou {__version__}",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -106,7 +120,9 @@ def _discard_stdout() -> None:
 
 def _main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the command's own parser, which knows its arguments
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "_missing", False):
         print(f"shuangkou: the {args.command!r} command is not available in this build", file=sys.stderr)
         return 2
