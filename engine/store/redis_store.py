@@ -195,7 +195,7 @@ class RedisEventStore(EventStore):
         wrong = _wrong_version(fields, match_id, expected_version)
         if wrong is not None:
             raise wrong
-        result = self._result(match_id, fields, payloads, events)
+        result = self._result(match_id, fields, events)
         if self.replica_acks is not None:
             self.replica_acks.confirm(ks[:1])
         return result
@@ -263,13 +263,10 @@ class RedisEventStore(EventStore):
                 args += (k, v)
         return args
 
-    def _result(self, match_id: str, fields: dict[str, Any], payloads: Sequence[bytes],
-                events: Sequence[EventBase] | None) -> AppendResult:
-        """The AppendResult of append.lua's reply, appended or a duplicate (:func:`append_fields`;
-        a duplicate's stored events are read)."""
+    def _result(self, match_id: str, fields: dict[str, Any], events: Sequence[EventBase]) -> AppendResult:
+        """The AppendResult of append.lua's reply, appended (``events``) or a duplicate
+        (:func:`append_fields`; a duplicate's stored events are read)."""
         if fields["status"] == "ok":
-            if events is None:
-                events = [decode_event(p) for p in payloads]
             return AppendResult(version=fields["version"], duplicate=False, events=tuple(events),
                                 wrote=fields["wrote"] == 1)
         lo, hi = fields["first"], fields["last"]
@@ -404,7 +401,7 @@ class RedisEventStore(EventStore):
             elif shortfall is not None:
                 out[i] = shortfall  # written, not known to be on the replicas: not acknowledged
             else:
-                out[i] = self._result(rq.match_id, fields, encoded[i], rq.events)
+                out[i] = self._result(rq.match_id, fields, rq.events)
         if moved is not None:  # a fail-over moved a slot: learn where before the caller runs those requests alone
             refresh_slots(self.client, moved)
 
