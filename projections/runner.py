@@ -2,10 +2,10 @@
 
 Every append to a match notifies its bucket's feed (``sk:{b<N>}:feed``,
 :mod:`engine.store.keys`), but for a match's moves and clock (a play, a pass, a timeout: no
-finish among them, :func:`engine.match.events.announced`).  The runner reads the feeds with a consumer group,
-and for each notification whose events include ``MatchFinished`` it loads the
-match, :func:`~projections.settlement.settle`\\ s it and applies the settlement
-to the :class:`~projections.ledger.Ledger`; then it acknowledges the message.
+finish among them, :func:`engine.match.events.announced`).  The runner reads the feeds
+with a consumer group, and for each notification whose events include ``MatchFinished``
+it loads the match, :func:`~projections.settlement.settle`\\ s it and applies the
+settlement to the :class:`~projections.ledger.Ledger`; then it acknowledges the message.
 
 Exactly once: the ledger's apply is atomic and idempotent per match id (the
 settlement, the balance increments and the "settled" marker are one write),

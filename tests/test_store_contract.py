@@ -170,7 +170,7 @@ def _env(seq: int) -> dict:
     return {"match_id": "m1", "seq": seq, "ts": 1_000 + seq, "command_id": f"c{seq}"}
 
 
-def test_feed_leaves_a_dealt_hands_moves_unannounced(store):
+def test_feed_leaves_a_matchs_moves_and_clock_unannounced(store):
     """An append gets a feed entry unless all its events are a match's moves or clock
     (engine.match.events.announced): the lobby and the projections act on none of them."""
     bucket = store.bucket_of("m1")
