@@ -451,11 +451,12 @@ class Connection:
         """The table of the match this socket was seated at, when its read model still has
         the player at it (seated, or between a finish and its settlement), else None.
 
-        The place read model is not fenced: a lobby feed entry handled late may write an
-        older place (``queued``, or none) over a player's seat.  The table's read model is
-        never written over a later version (engine/store/table_info.lua), and a player sits
-        at one table at a time, so while it has them seated their commands go to its match
-        rather than being refused ``not_seated`` until the table's next event."""
+        The place read model is fenced (engine/store/place.lua), but a place a master took
+        and lost in a fail-over (no replica acknowledgement asked), or one an older release
+        wrote unfenced, may still say ``queued``, or nothing, under a player's seat.  The
+        table's read model is never written over a later version (engine/store/table_info.lua),
+        and a player sits at one table at a time, so while it has them seated their commands
+        go to its match rather than being refused ``not_seated`` until the table's next event."""
         if not self.match:
             return None
         table = await self.hub.lobby.table_of_match(self.match)

@@ -830,4 +830,6 @@ def bot_place(stack, bot: str) -> dict[str, str]:
     import redis
 
     with redis.Redis.from_url(stack.store_url, decode_responses=True) as r:
-        return r.hgetall(keys.place_key(bot))
+        from engine.service.lobby_notes import PLACE_FIELDS
+
+        return {k: v for k, v in r.hgetall(keys.place_key(bot)).items() if k in PLACE_FIELDS}

@@ -1289,9 +1289,9 @@ def test_a_sync_off_a_table_is_answered_by_the_lobby_message_naming_it(aredis):
 
 @pytest.mark.parametrize("stale", ["queued", None])
 def test_a_place_written_late_over_the_seat_does_not_refuse_the_seated_players_commands(aredis, stale):
-    """The place read model is not fenced: a lobby feed entry handled late (a serve that lost
-    the room's bucket in a partition) may write ``queued``, or nothing, over a seated player's
-    place.  The table's read model (fenced: engine/store/table_info.lua) still has them seated
+    """A place read model that says ``queued``, or nothing, under a seated player's seat (lost
+    in a fail-over, or written unfenced by an older release: engine/store/place.lua fences
+    it now).  The table's read model (fenced: engine/store/table_info.lua) still has them seated
     at the match their socket was seated at, so their Play goes there instead of being refused
     ``not_seated`` for the rest of the match (docs/RELIABILITY.md "Findings")."""
 

@@ -12,6 +12,7 @@ import pytest
 
 from engine.lobby.errors import Cooldown
 from engine.match import commands as mc
+from engine.service.lobby_notes import PLACE_FIELDS
 from engine.service.lobby_worker import build_lobby, parse_channel_command
 from engine.service.service import MatchService
 from engine.store import keys
@@ -105,7 +106,8 @@ class Stack:
         return out
 
     def place(self, player: str) -> dict[str, str]:
-        return {k.decode(): v.decode() for k, v in self.client.hgetall(keys.place_key(player)).items()}
+        raw = {k.decode(): v.decode() for k, v in self.client.hgetall(keys.place_key(player)).items()}
+        return {k: v for k, v in raw.items() if k in PLACE_FIELDS}
 
     def ready(self, player: str, match: str) -> None:
         out = self.matches.execute(mc.Ready(match_id=match, player=player, command_id=f"r-{player}-{match}"))

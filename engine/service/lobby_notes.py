@@ -44,6 +44,13 @@ LOBBY_REASONS: tuple[str, ...] = tuple(dict.fromkeys((
 
 #: engine/store/table_info.lua: a table's read model, not written over a later version
 TABLE_INFO_LUA = scripts.sent_by_eval("table_info.lua")
+#: engine/store/place.lua: a player's place, never taken back by an entry handled late
+PLACE_LUA = scripts.sent_by_eval("place.lua")
+#: the fields of a place (keys.place_key) that say where the player is; the others are the fence
+PLACE_FIELDS = ("state", "room", "table", "match")
+#: how long a place that says nowhere keeps its fence: far longer than an entry is ever handled
+#: late (a bucket's hand-over, a partition's heal), then the hash goes (a bot's id is new each table)
+PLACE_FENCE_TTL_MS = 24 * 3600 * 1000
 
 
 def _cid(e: ev.LobbyEvent) -> str | None:
@@ -129,6 +136,41 @@ def _place_changes(e: ev.LobbyEvent, table: TableState | None) -> list[tuple[str
     return []
 
 
+def _place_table(e: ev.LobbyEvent, fields: dict[str, str] | None) -> str:
+    """The table a place write is about: the one it seats the player at, or the one a clear
+    takes them from ("": a queue's own place)."""
+    if fields is not None:
+        return fields.get("table", "")
+    if isinstance(e, ev.LeftWithTable):
+        return e.table
+    return e.aggregate.partition(":")[2] if e.aggregate.startswith("table:") else ""
+
+
+def write_place(pipe: Any, player: str, e: ev.LobbyEvent, fields: dict[str, str] | None, *,
+                op: str | None = None) -> None:
+    """In ``pipe``: ``player``'s place after ``e`` (``fields``; None: nowhere), unless a later
+    event of ``e``'s queue or table was written, or ``e`` seats the player at a table that
+    has closed, or clears a place the player no longer has (engine/store/place.lua; its
+    reply: :func:`place_written`).  ``op="closed"``: ``e`` closes the player's table and
+    leaves their place to the queue (only the fence learns of it)."""
+    closes = isinstance(e, ev.TableClosed)
+    room = e.aggregate.partition(":")[2] if e.aggregate.startswith("queue:") else ""
+    flat = [x for kv in (fields or {}).items() for x in kv]
+    op = op or ("clear" if fields is None else "set")
+    pipe.execute_command("EVAL", PLACE_LUA, 1, keys.place_key(player), op, e.aggregate, e.seq,
+                         _place_table(e, fields), "1" if closes else "", room if fields is None else "",
+                         PLACE_FENCE_TTL_MS, *flat)
+
+
+def place_written(reply: Any) -> str:
+    """place.lua's reply: ``written``, ``stale`` or ``elsewhere``."""
+    status = reply_fields(reply).get("status")
+    status = status.decode("utf-8") if isinstance(status, bytes) else status
+    if status in ("written", "stale", "elsewhere"):
+        return str(status)
+    raise ValueError(f"place.lua replied {reply!r}"[:200])
+
+
 def table_info(table: TableState) -> dict[str, str]:
     """A table's read model (:func:`engine.store.keys.table_info_key`): what the gateways read
     of a table (its players, its current match, its status) and ``v``, the table's version
@@ -172,7 +214,9 @@ class LobbyOutbox:
     * a BotSeated on the room's bot seats stream, for the process that plays the bot.
 
     Writing again what was written (a feed entry read twice) changes nothing a reader could
-    tell but a repeated message, which the gateways drop (a ``seated`` already announced)."""
+    tell but a repeated message, which the gateways drop (a ``seated`` already announced): the
+    read models are fenced (engine/store/table_info.lua, engine/store/place.lua), so an entry
+    handled late never takes a table or a player back."""
 
     def __init__(self, client: Any, publisher: Any, ledger: Any = None, *, buckets: int = keys.DEFAULT_BUCKETS,
                  acks: Any = None):
@@ -194,14 +238,18 @@ class LobbyOutbox:
         # a Join's claim (engine/service/place_claims.py) is said by its queue's events only:
         # a table's events never release one (no EVAL per player per match)
         joined = e.aggregate.startswith("queue:")
+        places: list[tuple[int, str]] = []  # (its reply's index, the player)
         for player, fields in _place_changes(e, table):
             written.append(keys.place_key(player))
-            if fields is None:
-                pipe.delete(keys.place_key(player))
-            else:
-                pipe.hset(keys.place_key(player), mapping=fields)
-                if joined and not keys.is_bot_id(player):  # the read model says it: the Join's claim ends
-                    PlaceClaims.caught_up(pipe, player, room_claim(fields["room"]))
+            places.append((len(pipe), player))
+            write_place(pipe, player, e, fields)
+            if fields is not None and joined and not keys.is_bot_id(player):  # the Join's claim ends
+                PlaceClaims.caught_up(pipe, player, room_claim(fields["room"]))
+        if isinstance(e, ev.TableClosed):  # who stays in the room: the table closed all the same
+            for player in sorted(set(e.stayed) - {p for _at, p in places}):
+                written.append(keys.place_key(player))
+                places.append((len(pipe), player))
+                write_place(pipe, player, e, None, op="closed")
         info_at = None
         if table is not None and e.aggregate.startswith("table:"):
             written.append(keys.table_info_key(table.table, self.buckets))
@@ -215,6 +263,11 @@ class LobbyOutbox:
                                                   "level": e.bot_level}, maxlen=1000, approximate=True)
         if len(pipe):
             replies = pipe.execute()
+            for at, player in places:
+                status = place_written(replies[at])
+                if status != "written":
+                    log.info("%s v%d: %s's place not %s (%s)", e.aggregate, e.seq, player,
+                             "cleared" if status == "elsewhere" else "written", status)
             if info_at is not None and table is not None:
                 later = table_info_written(replies[info_at])
                 if later is not None:

@@ -380,7 +380,7 @@ class LobbyWorker:
             return True  # the gateway's own: nothing to tell
         rej: Rejected | None = out.rejection
         if isinstance(command, lc.Join) and isinstance(rej, AlreadyPlaced) and \
-                not self.client.exists(keys.place_key(command.player)):
+                not self.client.hget(keys.place_key(command.player), "state"):
             self._refuse(command, rej)  # at a private table still waiting for the friend: no place to tell
         elif isinstance(command, lc.Join) and (isinstance(rej, AlreadyPlaced) or (rej is None and not out.events)):
             self._tell_place(command)

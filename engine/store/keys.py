@@ -426,7 +426,8 @@ def lobby_inbox_key(bucket: int) -> str:
 
 def place_key(player_id: str) -> str:
     """Where the lobby has a player (a hash, under the player's tag beside ``sk:out``):
-    ``state`` (``queued`` | ``table``; absent: nowhere), ``room``, ``table``, ``match``."""
+    ``state`` (``queued`` | ``table``; absent: nowhere), ``room``, ``table``, ``match``, and the
+    fence of engine/store/place.lua (``v:<aggregate>``, ``closed``)."""
     return f"{PREFIX}:place:{player_tag(player_id)}"
 
 
