@@ -54,7 +54,8 @@ class Publications:
     def prompt(self, state: Any) -> None:
         self.default = int(state.last_ts)
 
-    def __call__(self, _client: Any, player: str, _match_id: str, version: int) -> int | None:
+    def __call__(self, _client: Any, player: str, _match_id: str, version: int,
+                 _since: int | None = None) -> int | None:
         return self.at.get((player, version), self.default)
 
 
@@ -247,6 +248,48 @@ def test_published_at_reads_the_first_entry_at_the_version():
     assert rt_mod.published_at(client, "a", "m1", 8) is None
     assert rt_mod.published_at(client, "b", "m1", 1) is None
     assert rt_mod.published_at(client, "a", "other", 9) == 2500
+    assert rt_mod.published_at(client, "a", "m1", 6, since_ms=4500) == 3000  # read from 2.5 s before
+
+
+def _answers(client, player: str, match: str, version: int, n: int, from_ms: int) -> None:
+    """``n`` answers to the player's own Syncs: entries of the match at ``version``, 10 ms apart."""
+    for i in range(n):
+        client.xadd(keys.outbox_key(player), {"kind": "sync", "match": match, "version": version},
+                    id=f"{from_ms + 10 * i}-0", maxlen=200, approximate=False)
+
+
+@pytest.fixture(params=["fakeredis", pytest.param("redis", marks=pytest.mark.redis)])
+def streams(request):
+    if request.param == "fakeredis":
+        return fakeredis.FakeRedis()
+    return request.getfixturevalue("real_redis")
+
+
+def test_the_players_own_syncs_after_the_update_never_make_it_late(streams):
+    """The player on turn floods their own stream with Sync answers of the same version: read
+    newest first, the update fell out of the entries read and the first answer read stood for
+    it, a pause of the player's own making (about 3× their clock; the security review of
+    2026-12-06).  Read from the version's time, the update is the first entry at it."""
+    client = streams
+    client.xadd(keys.outbox_key("a"), {"kind": "update", "match": "m1", "version": 5}, id="100000-0")
+    client.xadd(keys.outbox_key("a"), {"kind": "update", "match": "m1", "version": 6}, id="100020-0")
+    _answers(client, "a", "m1", 6, 150, from_ms=101_000)
+    assert rt_mod.published_at(client, "a", "m1", 6, since_ms=100_010) == 100_020
+    assert rt_mod.published_at(client, "a", "m1", 7, since_ms=100_010) is None  # read to the end, by pages
+
+
+def test_a_stream_turned_over_since_the_version_counts_as_published_in_time(streams):
+    """More than the stream's cap written since the version (a flood of Sync answers or
+    views) trims the update: when it came is not known, so it came in time (no pause to buy).
+    Never written, on a stream that kept all it had: not published (None)."""
+    client = streams
+    client.xadd(keys.outbox_key("a"), {"kind": "update", "match": "m1", "version": 6}, id="100020-0")
+    _answers(client, "a", "m1", 6, 250, from_ms=101_000)
+    assert client.xlen(keys.outbox_key("a")) == 200
+    assert rt_mod.published_at(client, "a", "m1", 6, since_ms=100_010) == 100_010
+    assert rt_mod.published_at(client, "a", "m1", 7, since_ms=100_010) == 100_010
+    client.xadd(keys.outbox_key("b"), {"kind": "update", "match": "m1", "version": 5}, id="100000-0")
+    assert rt_mod.published_at(client, "b", "m1", 6, since_ms=100_010) is None
 
 
 def test_a_clock_pauses_once_in_a_row_when_nothing_reaches_the_player(timers, published):

@@ -62,8 +62,13 @@ FireResult = Literal["committed", "duplicate", "stale", "rejected", "conflict", 
 #: a clock whose update reached the player this much later than its event is paused
 #: for that long (issue 35 §4; ``SK_CLOCK_PAUSE_MIN_MS``); publication takes milliseconds
 CLOCK_PAUSE_MIN_MS = 1_000
-#: outbox entries read back (newest first) to find when a player's update was published
-_OUTBOX_SCAN = 50
+#: outbox entries read a round trip, and at most in all, to find when a player's update was
+#: published (a stream holds about 200: engine/service/publish.py DEFAULT_OUTBOX_MAXLEN)
+_OUTBOX_PAGE = 100
+_OUTBOX_SCAN_LIMIT = 1_000
+#: how far before a version's own time the search for its publication starts: the version's
+#: time is serve's clock, an entry id Redis's (a clock ahead of Redis's by up to this is covered)
+_CLOCK_SKEW_MS = 2_000
 
 #: how long fire() keeps retrying a publish that Redis refuses for a transient reason
 #: (OOM, READONLY, a dropped connection…), in seconds: under dramatiq's time limit; after
@@ -476,7 +481,7 @@ def clock_pause(rt: Runtime, state: Any, version: int, kind: str) -> tuple[int, 
     connected = {s.player for s in state.seats if s is not None and s.connected}
     delay, reason = 0, "unpublished"
     for player in players:
-        published = published_at(client, player, state.match_id, version)
+        published = published_at(client, player, state.match_id, version, int(state.last_ts or 0))
         at, why = (now, "unpublished") if published is None else (published, "unpublished")
         if published is not None and player in connected:
             through_gateway, delivered = delivered_at(client, player, state.match_id, version, now)
@@ -633,26 +638,61 @@ def _unconfirmed(rt: Runtime, match_id: str, exc: BaseException) -> None:
     rt.unconfirmed_since.setdefault(match_id, rt.now_ms())
 
 
-def published_at(client: Any, player: str, match_id: str, version: int) -> int | None:
+def published_at(client: Any, player: str, match_id: str, version: int, since_ms: int | None = None) -> int | None:
     """When the first entry of match ``match_id`` at ``version`` or later reached ``player``'s
-    stream (``sk:out:{player}``; its entry id's milliseconds), None when none has yet."""
+    stream (``sk:out:{player}``; its entry id's milliseconds), None when none has yet.
+
+    The stream is read oldest first from ``since_ms`` (the version's own time, less
+    :data:`_CLOCK_SKEW_MS`; None: from its start), so the entries written after the update --
+    answers to the player's own Syncs, a spectator's views -- never hide it.  A stream whose
+    entries since then were trimmed (more than its cap written since) says nothing of when
+    the update came: ``since_ms``, published in time, never a pause a flood could buy."""
     from engine.store import keys
 
-    first: int | None = None
-    for entry_id, fields in client.xrevrange(keys.outbox_key(player), count=_OUTBOX_SCAN):
-        f = {(k.decode() if isinstance(k, bytes) else k): v for k, v in fields.items()}
-        match = f.get("match")
-        if (match.decode() if isinstance(match, bytes) else match) != match_id:
-            continue
-        try:
-            at_version = int(f.get("version") or 0)
-        except (TypeError, ValueError):
-            continue
-        if at_version < version:
-            break  # older updates of this match follow
-        ms = int((entry_id.decode() if isinstance(entry_id, bytes) else entry_id).split("-", 1)[0])
-        first = ms if first is None else min(first, ms)
-    return first
+    stream = keys.outbox_key(player)
+    from_ms = None if since_ms is None else max(0, since_ms - _CLOCK_SKEW_MS)
+    if from_ms is not None and _trimmed_since(client, stream, from_ms):
+        return since_ms
+    start = "-" if from_ms is None else f"{from_ms}-0"
+    read = 0
+    while read < _OUTBOX_SCAN_LIMIT:
+        page = client.xrange(stream, min=start, max="+", count=_OUTBOX_PAGE)
+        for entry_id, fields in page:
+            f = {(k.decode() if isinstance(k, bytes) else k): v for k, v in fields.items()}
+            match = f.get("match")
+            if (match.decode() if isinstance(match, bytes) else match) != match_id:
+                continue
+            try:
+                at_version = int(f.get("version") or 0)
+            except (TypeError, ValueError):
+                continue
+            if at_version >= version:
+                return _entry_ms(entry_id)
+        if len(page) < _OUTBOX_PAGE:
+            break
+        read += len(page)
+        last = page[-1][0]
+        start = "(" + (last.decode() if isinstance(last, bytes) else last)
+    return None
+
+
+def _entry_ms(entry_id: Any) -> int:
+    return int((entry_id.decode() if isinstance(entry_id, bytes) else entry_id).split("-", 1)[0])
+
+
+def _trimmed_since(client: Any, stream: str, ms: int) -> bool:
+    """Whether ``stream`` lost entries (trimmed to its cap) and now starts after ``ms``."""
+    from redis.exceptions import ResponseError
+
+    try:
+        info = client.xinfo_stream(stream)
+    except ResponseError:  # no such stream
+        return False
+    first = info.get("first-entry")
+    added = info.get("entries-added")
+    if not first or added is None:
+        return False
+    return int(added) > int(info.get("length") or 0) and _entry_ms(first[0]) > ms
 
 
 def _count_clock_paused(kind: str, reason: str) -> None:
