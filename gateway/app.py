@@ -17,6 +17,7 @@ import os
 import socket
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote_plus
 
 import uvicorn
 from starlette.applications import Starlette
@@ -293,24 +294,33 @@ def default_gateway_id() -> str:
 
 
 class TokenRedactingFilter(logging.Filter):
-    """Hides the value of every ``token=`` query parameter in a log record: uvicorn logs each
+    """Hides the value of every ``token`` query parameter in a log record: uvicorn logs each
     WebSocket's path with its query string, and ``?token=`` is a documented way to connect.
+    A name is read as the gateway reads it (percent-decoded: ``tok%65n`` is ``token``).
 
     >>> f = TokenRedactingFilter()
     >>> r = logging.LogRecord("uvicorn.error", logging.INFO, "", 0, '%s - "WebSocket %s" [accepted]',
     ...                       ("127.0.0.1:5", "/ws?version=3&token=eyJabc.def.ghi"), None)
     >>> f.filter(r), r.getMessage()
     (True, '127.0.0.1:5 - "WebSocket /ws?version=3&token=<redacted>" [accepted]')
+    >>> f.redact("/ws?tok%65n=eyJa.b.c&x=1 /ws?%74oken=eyJd&v=2 /ws?tokens=kept")
+    '/ws?tok%65n=<redacted>&x=1 /ws?%74oken=<redacted>&v=2 /ws?tokens=kept'
     """
 
-    _TOKEN = re.compile(r"(token=)[^&\s\"']+")
+    _PARAM = re.compile(r"(?<=[?&])([^=&\s\"'?]+)=([^&\s\"']*)")
+
+    @classmethod
+    def redact(cls, text: str) -> str:
+        def one(m: re.Match[str]) -> str:
+            return f"{m.group(1)}=<redacted>" if unquote_plus(m.group(1)) == "token" else m.group(0)
+        return cls._PARAM.sub(one, text)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.msg, str):
-            record.msg = self._TOKEN.sub(r"\1<redacted>", record.msg)
+            record.msg = self.redact(record.msg)
         if record.args:
             args = record.args if isinstance(record.args, tuple) else (record.args,)
-            record.args = tuple(self._TOKEN.sub(r"\1<redacted>", a) if isinstance(a, str) else a for a in args)
+            record.args = tuple(self.redact(a) if isinstance(a, str) else a for a in args)
         return True
 
 

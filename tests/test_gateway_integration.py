@@ -394,6 +394,7 @@ def test_hostile_frames_are_typed_rejections_and_no_token_reaches_the_log(stack)
     every ``?token=``; an Auth message naming another player was welcomed as the token's."""
     gw = stack.gateways[0]
     token = stack.token("hf-alice")
+    encoded = stack.token("hf-carol")
 
     async def main() -> tuple[list[dict[str, Any]], Closed]:
         c = await Client.connect(gw.url, token, "hf-alice")
@@ -409,6 +410,11 @@ def test_hostile_frames_are_typed_rejections_and_no_token_reaches_the_log(stack)
         await c.close()
         other = await Client.connect(gw.url, None, "hf-alice")  # no token yet: the first message is Auth
         await other.ws.send(json.dumps({"type": "Auth", "token": token, "player": "hf-bob"}))
+        import websockets
+
+        # the query's name percent-encoded: the gateway reads it as token= (the security review of 2026-12-06)
+        async with websockets.connect(f"{gw.url}?tok%65n={encoded}") as raw:
+            assert json.loads(await raw.recv())["kind"] == "welcome"
         return got, await other.closed()
 
     got, closed = run(main())
@@ -421,8 +427,9 @@ def test_hostile_frames_are_typed_rejections_and_no_token_reaches_the_log(stack)
     assert alive["kind"] == "rejected"
     assert closed.code == 4401 and "another player" in closed.reason
     log = gw.err.read_text(errors="replace") + gw.out.read_text(errors="replace")
-    assert "token=<redacted>" in log                      # the connection was logged …
-    assert token not in log and token.split(".")[2] not in log  # … without its token
+    assert "token=<redacted>" in log and "tok%65n=<redacted>" in log  # the connections were logged …
+    for t in (token, encoded):
+        assert t not in log and t.split(".")[2] not in log  # … without their tokens
 
 
 def _secret() -> bytes:
