@@ -15,6 +15,7 @@ import logging
 import re
 import os
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_plus
@@ -169,6 +170,15 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
         if auth is None:
             return
         identity, resume = auth
+        if not hub.budgets.connect(f"{identity.role}:{identity.player}", time.monotonic()):
+            # each greeting asks the engine for a view and the lobby for a Returned: a token's
+            # sockets opened and closed in a loop would flood both (docs/SECURITY.md)
+            metrics.refused("connect_limited")
+            with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
+                await ws.close(code=CLOSE_RATE_LIMITED, reason=f"connecting again too often: at most "
+                                                               f"{settings.limits.connect_rate:g} new sockets a "
+                                                               f"second for this token; wait a moment")
+            return
         watcher = identity.role != "player"  # a player's newer socket replaces the older one
         if watcher and not watchers.acquire(identity.player):
             metrics.refused("sockets_per_watcher")

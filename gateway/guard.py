@@ -8,7 +8,8 @@ the socket's rates.  gateway/session.py's ``Connection`` calls it at three point
   token for the same player, role and room moves the deadline and keeps the socket, its
   place and its subscription; the answer is a ``welcome`` with ``renewed: true`` and the new
   ``expires_at``.  A bad renewal is refused (``not_allowed``) and changes nothing.
-* **Rates** (:class:`gateway.limits.SocketBudget`): a message over the socket's rate is
+* **Rates** (:class:`gateway.limits.SocketBudget`, the token subject's on this gateway, kept
+  across its sockets: :class:`gateway.limits.SubjectBudgets`): a message over the rate is
   refused ``rate_limited`` (never handled, never forwarded); a Sync over the Sync rate too
   (it never reaches the engine); a socket over its rate for ``close_after_s`` is closed 4429.
 
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from gateway import protocol
-from gateway.limits import CLOSE_RATE_LIMITED, Limits, SocketBudget
+from gateway.limits import CLOSE_RATE_LIMITED, Limits
 from gateway.tokens import Identity, TokenError, verify
 
 CLOSE_UNAUTHORIZED = 4401
@@ -34,7 +35,7 @@ class Guarded(Protocol):
     """What the guard needs of its socket."""
 
     identity: Identity
-    hub: Any  # the gateway's Hub: ``secret``, ``metrics``, ``gateway_id``
+    hub: Any  # the gateway's Hub: ``secret``, ``metrics``, ``gateway_id``, ``budgets``
     closed: bool
 
     async def send(self, message: dict[str, Any]) -> None: ...
@@ -49,8 +50,10 @@ class Guard:
         self.limits = limits
         self.clock = clock
         self.wall = wall
-        self.budget = SocketBudget(limits, clock())
+        # the token subject's, kept across its sockets on this gateway (gateway/limits.py)
+        self.budget = conn.hub.budgets.budget(f"{conn.identity.role}:{conn.identity.player}", clock())
         self._expiry: asyncio.Task | None = None
+        self._watched = False  # this socket's first Watch was admitted
 
     # -- the token's lifetime ---------------------------------------------------------------
     def start(self) -> None:
@@ -90,7 +93,12 @@ class Guard:
     async def admit(self, message_type: str, command_id: str | None) -> bool:
         """May this message be handled?  False when it was refused (the refusal is sent) or the
         socket closed 4429."""
-        verdict = self.budget.admit(message_type, self.clock())
+        # a socket's first Watch is its view: a spectator's several sockets share one Sync bucket,
+        # and their connects are paced (gateway/limits.py SubjectBudgets)
+        first_watch = message_type == "Watch" and not self._watched
+        verdict = self.budget.admit(message_type, self.clock(), view_free=first_watch)
+        if verdict == "ok" and first_watch:
+            self._watched = True
         if verdict == "ok":
             return True
         metrics = self.conn.hub.metrics

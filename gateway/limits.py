@@ -10,6 +10,10 @@ bookkeeping, the clock passed in.
   ``rate_limited``; a socket refused without a break for :attr:`Limits.close_after_s`
   is closed 4429; a Sync or a Watch (each asks the engine for a view) also needs the Sync
   bucket (at most ``sync_rate`` a second reach the engine).
+* :class:`SubjectBudgets` -- each token subject's budget, kept across its sockets on this
+  gateway: a client that connects again finds its buckets as it left them, and each new
+  socket takes one of the subject's connects (``connect_rate`` a second, a burst of
+  ``connect_burst``): a greeting asks the engine for a view and the lobby for a Returned.
 * :class:`AddressCount` -- unauthenticated sockets per client address (the peer, or the
   first untrusted hop of ``X-Forwarded-For`` when the peer is a ``--trusted-proxy``); also
   a spectator's or operator's sockets per token subject (a player's newer socket replaces
@@ -27,7 +31,9 @@ False
 from __future__ import annotations
 
 import ipaddress
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 CLOSE_RATE_LIMITED = 4429
 CALM_S = 1.0  # a socket with no refusal for this long is no longer over its rate
@@ -47,6 +53,9 @@ class Limits:
     unauthenticated_per_address: int = 20
     #: sockets of one spectator or operator (the token's subject) open at once on this gateway
     sockets_per_watcher: int = 8
+    #: new sockets one token subject may open a second on this gateway, sustained, and at once
+    connect_rate: float = 1.0
+    connect_burst: int = 5
     trusted_proxies: tuple[str, ...] = ()
     #: JoinTable attempts (right or wrong codes) a player, and an address, may make per window
     join_table_per_player: int = 10
@@ -66,6 +75,9 @@ class Limits:
             raise ValueError("--max-unauthenticated-per-address must be at least 1")
         if self.sockets_per_watcher < 1:
             raise ValueError("--max-sockets-per-watcher must be at least 1")
+        if not 0 < self.connect_rate <= 1000 or not 1 <= self.connect_burst <= 1000:
+            raise ValueError(f"--connect-rate must be > 0 and at most 1000, --connect-burst 1..1000, got "
+                             f"{self.connect_rate} and {self.connect_burst}")
         for p in self.trusted_proxies:
             try:
                 ipaddress.ip_network(p, strict=False)
@@ -128,9 +140,10 @@ class SocketBudget:
         self.commands = TokenBucket(self.limits.rate, self.limits.burst, self.now)
         self.syncs = TokenBucket(self.limits.sync_rate, max(1.0, self.limits.sync_rate), self.now)
 
-    def admit(self, message_type: str, now: float) -> str:
+    def admit(self, message_type: str, now: float, view_free: bool = False) -> str:
         """``ok``; ``rate_limited`` (refuse it); ``sync_limited`` (a Sync over the Sync rate:
-        refuse it, it never reaches the engine); ``close`` (over for ``close_after_s``: 4429)."""
+        refuse it, it never reaches the engine); ``close`` (over for ``close_after_s``: 4429).
+        ``view_free``: a view request outside the Sync bucket (a socket's first Watch)."""
         if self.last_refused is not None and now - self.last_refused >= CALM_S:
             self.over_since = None  # it calmed down
         if not self.commands.take(now):
@@ -140,9 +153,62 @@ class SocketBudget:
             elif now - self.over_since >= self.limits.close_after_s:
                 return "close"
             return "rate_limited"
-        if message_type in VIEW_REQUESTS and not self.syncs.take(now):
+        if message_type in VIEW_REQUESTS and not view_free and not self.syncs.take(now):
             return "sync_limited"
         return "ok"
+
+
+#: token subjects whose budgets a gateway keeps; past it the least recently used is dropped (a
+#: budget left alone for its bucket's refill is a fresh one anyway)
+MAX_SUBJECTS = 50_000
+
+
+@dataclass
+class SubjectBudgets:
+    """Each token subject's :class:`SocketBudget` and connect bucket, kept across its sockets:
+    rates are per subject on this gateway, so closing a socket and opening another never
+    refills them (a player's socket replaces the older; a watcher's several share one).
+
+    >>> b = SubjectBudgets(Limits(connect_rate=1, connect_burst=2))
+    >>> [b.connect("player:ann", 0.0) for _ in range(3)], b.connect("player:bob", 0.0), b.connect("player:ann", 1.0)
+    ([True, True, False], True, True)
+    >>> first = b.budget("player:ann", 0.0)
+    >>> [first.admit("Sync", 0.0) for _ in range(2)], b.budget("player:ann", 0.1) is first
+    (['ok', 'ok'], True)
+    >>> b.budget("player:ann", 0.1).admit("Sync", 0.1)  # a new socket of ann's: the same bucket
+    'sync_limited'
+    >>> b.budget("player:ann", 0.1).admit("Watch", 0.1, view_free=True)  # a socket's first Watch
+    'ok'
+    """
+
+    limits: Limits
+    max_subjects: int = MAX_SUBJECTS
+    _budgets: OrderedDict[str, SocketBudget] = field(default_factory=OrderedDict)
+    _connects: OrderedDict[str, TokenBucket] = field(default_factory=OrderedDict)
+
+    def budget(self, subject: str, now: float) -> SocketBudget:
+        """The subject's message and Sync budget (a fresh one the first time)."""
+        b = self._budgets.get(subject)
+        if b is None:
+            b = self._budgets[subject] = SocketBudget(self.limits, now)
+            self._trim(self._budgets)
+        else:
+            self._budgets.move_to_end(subject)
+        return b
+
+    def connect(self, subject: str, now: float) -> bool:
+        """Take one of the subject's connects; False (nothing taken) when it has none left."""
+        c = self._connects.get(subject)
+        if c is None:
+            c = self._connects[subject] = TokenBucket(self.limits.connect_rate, self.limits.connect_burst, now)
+            self._trim(self._connects)
+        else:
+            self._connects.move_to_end(subject)
+        return c.take(now)
+
+    def _trim(self, kept: OrderedDict[str, Any]) -> None:
+        while len(kept) > self.max_subjects:
+            kept.popitem(last=False)
 
 
 def client_address(peer: str | None, forwarded_for: str | None, trusted: tuple[str, ...]) -> str:

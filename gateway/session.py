@@ -42,7 +42,7 @@ from engine.store import keys
 from engine.store.connect import is_cluster
 from gateway import channels, names, outbox, protocol, say
 from gateway.guard import Guard
-from gateway.limits import Limits
+from gateway.limits import Limits, SubjectBudgets
 from gateway.lobby import Lobby, Place, Table, now_ms, table_of_match_id
 from gateway.metrics import GatewayMetrics
 from gateway.rooms import RoomBook
@@ -104,6 +104,7 @@ class Hub:
     gateway_id: str
     metrics: GatewayMetrics
     limits: Limits = field(default_factory=Limits)  # sizes and rates per client (gateway/limits.py)
+    budgets: SubjectBudgets = field(init=False)  # each token subject's rates, across its sockets
     says: say.SayLimiter = field(default_factory=say.SayLimiter)  # one Say every 3 s a player (gateway/say.py)
     connections: set[Connection] = field(default_factory=set)
     stopping: bool = False
@@ -118,6 +119,7 @@ class Hub:
     reader_redis: Any = None
 
     def __post_init__(self) -> None:
+        self.budgets = SubjectBudgets(self.limits)
         self.fanout = Fanout(self.reader_redis if self.reader_redis is not None else self.redis)
         # one pipeline at a time on the hot client; on a Cluster each command is its own XADD,
         # as many at once as sockets send: those take the players' larger pool

@@ -44,6 +44,7 @@ def stack(redis_server, tmp_path_factory):
         s.start_gateway("P", "--max-unauthenticated-per-address", "3", "--trusted-proxy", "127.0.0.1/32")
         s.start_gateway("R", "--rate", "0.001", "--burst", "5", "--rate-close-after", "1")
         s.start_gateway("S", "--sync-rate", "0.001", "--max-sockets-per-watcher", "2")
+        s.start_gateway("C", "--sync-rate", "0.001", "--connect-rate", "0.001", "--connect-burst", "2")
         s.start_gateway("O", "--allowed-origin", "https://casino.example", "--frame-ancestors",
                         "https://casino.example")
         s.start_gateway("F", "--frame-ancestors", "http://casino.example")
@@ -233,10 +234,11 @@ def test_over_the_rate_is_refused_and_a_socket_that_stays_over_is_closed_4429(st
 
 
 def test_a_watch_counts_as_a_sync_and_a_watchers_sockets_are_capped(stack):
-    """A Watch asks the engine for a view as a Sync does: over the Sync rate it is refused
-    ``rate_limited``.  A spectator token holds at most ``--max-sockets-per-watcher`` sockets at
-    once (its sockets are never replaced, each could ask for views): the next is closed 4429;
-    one closed frees its place."""
+    """A Watch asks the engine for a view as a Sync does: a socket's first is its view, the
+    next ones count against the token's Sync rate, and over it they are refused ``rate_limited``.
+    A spectator token holds at most ``--max-sockets-per-watcher`` sockets at once (its sockets
+    are never replaced, each could ask for views): the next is closed 4429; one closed frees
+    its place."""
     g = gw(stack, "S")  # --sync-rate 0.001, --max-sockets-per-watcher 2
 
     async def main() -> None:
@@ -252,11 +254,14 @@ def test_a_watch_counts_as_a_sync_and_a_watchers_sockets_are_capped(stack):
         await s1.expect(kind("welcome"))
         await s1.send({"type": "Watch", "command_id": "w1", "match": match})
         await s1.expect(lambda m: m.get("kind") == "update" and m.get("view") is not None, what="the view")
-        await s1.send({"type": "Watch", "command_id": "w2", "match": match})
-        r = await s1.expect(kind("rejected"), what="the second Watch refused")
-        assert (r["command_id"], r["code"]) == ("w2", "rate_limited") and "Watch" in r["reason"]
+        await s1.send({"type": "Watch", "command_id": "w2", "match": match})  # the token's one Sync
+        await s1.send({"type": "Watch", "command_id": "w3", "match": match})
+        r = await s1.expect(kind("rejected"), what="the third Watch refused")
+        assert (r["command_id"], r["code"]) == ("w3", "rate_limited") and "Watch" in r["reason"]
         s2 = await Client.connect(g.url, token, "wt-spy")
         await s2.expect(kind("welcome"))
+        await s2.send({"type": "Watch", "command_id": "w4", "match": match})  # another socket: its own view
+        await s2.expect(lambda m: m.get("kind") == "update" and m.get("view") is not None, what="s2's view")
         s3 = await Client.connect(g.url, token, "wt-spy")
         closed = await s3.closed()
         assert closed.code == 4429 and "at most 2" in closed.reason
@@ -319,6 +324,40 @@ def test_at_most_the_sync_rate_of_syncs_reaches_the_engine(stack):
              and (channels.client_command_id("sy-alice", s.command_id) or "").startswith("flood-")]
     assert len(flood) == 1
     assert refusals(g)["sync_limited"] >= 29
+
+
+def test_a_tokens_rates_hold_across_its_sockets_and_its_new_sockets_are_paced(stack):
+    """A token's rates are its subject's on the gateway, not a socket's: a Sync over the Sync
+    rate is refused on the next socket as on the last, and a token opens at most
+    ``--connect-burst`` sockets before ``--connect-rate`` paces it (4429 after the Auth), each
+    greeting asking the engine for a view and the lobby for a Returned (docs/SECURITY.md 37).
+    Another token is not held back."""
+    g = gw(stack, "C")  # --sync-rate 0.001 --connect-rate 0.001 --connect-burst 2
+
+    async def main() -> tuple[dict[str, Any], dict[str, Any], Closed]:
+        first = await Client.connect(g.url, stack.token("cn-alice"), "cn-alice")
+        await first.expect(kind("welcome"))
+        await first.send({"type": "Sync", "command_id": "s1"})
+        one = await first.expect(lambda m: m.get("command_id") == "s1", what="the first Sync's answer")
+        await first.close()
+        second = await Client.connect(g.url, stack.token("cn-alice"), "cn-alice")
+        await second.expect(kind("welcome"))
+        await second.send({"type": "Sync", "command_id": "s2"})
+        two = await second.expect(lambda m: m.get("command_id") == "s2", what="the second Sync's answer")
+        await second.close()
+        third = await Client.connect(g.url, stack.token("cn-alice"), "cn-alice")
+        closed = await third.closed()
+        other = await Client.connect(g.url, stack.token("cn-bob"), "cn-bob")
+        await other.expect(kind("welcome"))
+        await other.close()
+        return one, two, closed
+
+    one, two, closed = run(main())
+    assert one.get("code") != "rate_limited"
+    assert (two["kind"], two["code"]) == ("rejected", "rate_limited")
+    assert closed.code == 4429 and "connecting again too often" in closed.reason
+    r = refusals(g)
+    assert r["connect_limited"] >= 1 and r["sync_limited"] >= 1
 
 
 def test_unauthenticated_sockets_per_address_behind_a_trusted_proxy_or_not(stack):

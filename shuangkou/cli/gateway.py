@@ -52,18 +52,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="the largest WebSocket message, before and after Auth: a larger frame closes the "
                            "socket 1009 unread (default 16384)")
     edge.add_argument("--rate", type=float, default=20.0, metavar="PER_S",
-                      help="commands a socket may send a second, sustained (default 20); over it: rate_limited, "
+                      help="commands a token may send a second on this gateway, its sockets together, sustained "
+                           "(default 20); over it: rate_limited, "
                            "and 4429 after 10 s over")
-    edge.add_argument("--burst", type=int, default=40, metavar="N", help="commands a socket may send at once (default 40)")
+    edge.add_argument("--burst", type=int, default=40, metavar="N", help="commands a token may send at once (default 40)")
     edge.add_argument("--rate-close-after", type=float, default=10.0, metavar="S",
                       help="a socket over its rate for this long is closed 4429 (default 10)")
     edge.add_argument("--sync-rate", type=float, default=2.0, metavar="PER_S",
-                      help="Syncs a socket may send the engine a second (default 2; more are refused rate_limited)")
+                      help="Syncs and Watches a token may send the engine a second on this gateway (default 2; "
+                           "more are refused rate_limited)")
     edge.add_argument("--max-unauthenticated-per-address", type=int, default=20, metavar="N",
                       help="sockets one client address may hold before their Auth (default 20; more: HTTP 429)")
     edge.add_argument("--max-sockets-per-watcher", type=int, default=8, metavar="N",
                       help="sockets one spectator or operator token may hold open at once on this gateway "
                            "(default 8; more: closed 4429); a player's newer socket replaces the older")
+    edge.add_argument("--connect-rate", type=float, default=1.0, metavar="PER_S",
+                      help="new sockets one token may open a second on this gateway, sustained (default 1; "
+                           "more: closed 4429); the token's rates hold across its sockets")
+    edge.add_argument("--connect-burst", type=int, default=5, metavar="N",
+                      help="new sockets one token may open at once (default 5)")
     edge.add_argument("--trusted-proxy", action="append", default=[], metavar="CIDR",
                       help="a reverse proxy whose X-Forwarded-For names the client address; repeatable "
                            "(default: none, the peer address counts)")
@@ -182,5 +189,6 @@ def edge_settings(args: argparse.Namespace) -> tuple[EdgePolicy, Limits]:
     limits = Limits(max_message_bytes=args.max_message_bytes, rate=args.rate, burst=args.burst,
                     sync_rate=args.sync_rate, close_after_s=args.rate_close_after,
                     unauthenticated_per_address=args.max_unauthenticated_per_address,
-                    sockets_per_watcher=args.max_sockets_per_watcher, trusted_proxies=tuple(args.trusted_proxy))
+                    sockets_per_watcher=args.max_sockets_per_watcher, connect_rate=args.connect_rate,
+                    connect_burst=args.connect_burst, trusted_proxies=tuple(args.trusted_proxy))
     return edge, limits

@@ -312,7 +312,7 @@ export class Client {
       }
       this.openedAt = Date.now();
       this.acking = false;  // acknowledgements are per socket
-      this.buckets = buckets(this.limits);  // the gateway's budget is per socket: a new one is full
+      // the gateway keeps a token's budget across its sockets: a new socket is not a full one
       this.resend();
       this.setState("open");
       this.pump();
