@@ -162,8 +162,9 @@ class RoomConfig(_Strict):
     #: the lobby's leave cooldown (engine/lobby/decide.py): a player who leaves a table before
     #: its deal may Join again only after this long, doubled for each such leave in a row ...
     leave_cooldown_seconds: float = Field(5.0, ge=0, le=3600, description="lobby: a player who leaves a table "
-                                          "before its deal may Join again only after this long, doubled for "
-                                          "each such leave in a row (0: no cooldown)")
+                                          "before its deal, or is removed not ready (R-13.2), may Join again "
+                                          "only after this long, doubled for each such leave in a row (0: no "
+                                          "cooldown)")
     #: ... up to this long
     leave_cooldown_max_seconds: float = Field(300.0, ge=0, le=86400, description="lobby: the longest leave "
                                               "cooldown (the doubling stops here)")

@@ -505,8 +505,9 @@ def test_players_away_when_their_match_is_abandoned_are_not_held_at_its_table(st
     """Both players close their sockets before the Ready: the ready clock abandons the match
     (R-13.2) while no socket reads its update.  The engine's lobby learns the end from the
     match's feed (never from a socket) and closes the table; the players come back at once
-    (within their grace) or after it, and their Join queues them again and pairs them at a new
-    match."""
+    (within their grace) or after it, their first Join is refused ``cooldown`` (a removal not
+    ready before the deal cools as a leave does), and their Join after it queues them again
+    and pairs them at a new match."""
     gw = stack.gateways[0]
     players = (f"aw-{back}-alice", f"aw-{back}-bob")
 
@@ -528,11 +529,17 @@ def test_players_away_when_their_match_is_abandoned_are_not_held_at_its_table(st
         for p in players:
             c = await Client.connect(gw.url, stack.token(p), p)
             await c.expect(kind("welcome"))
+            await c.send({"type": "Join", "room": "away", "command_id": f"j-{p}"})
+            # removed not ready before the deal: the room's leave cooldown first (SECURITY.md 39)
+            cooled = await c.expect(lambda x: x.get("command_id") == f"j-{p}", what=f"{p}'s Join answered")
+            assert (cooled["kind"], cooled["code"]) == ("rejected", "cooldown"), cooled
+            back_.append((c, p, cooled["retry_after_ms"]))
+        await asyncio.sleep(max(wait for _c, _p, wait in back_) / 1000 + 0.2)
+        for c, p, _wait in back_:
             await c.send({"type": "Join", "room": "away"})
-            back_.append(c)
-        seated = [await c.expect(lobby("seated"), what=f"{p} seated again") for c, p in zip(back_, players)]
+        seated = [await c.expect(lobby("seated"), what=f"{p} seated again") for c, p, _w in back_]
         assert seated[0]["match"] == seated[1]["match"] != m, seated
-        for c in back_:
+        for c, _p, _w in back_:
             await c.send({"type": "Leave"})
             await c.expect(lobby("removed"))
             await c.close()

@@ -277,14 +277,15 @@ def test_a_bot_is_seated_by_the_queue_timer_after_the_wait_and_leaves_with_its_p
 
 
 def test_a_removal_before_the_deal_closes_the_table_and_the_other_stays() -> None:
-    # the ready clock removed a; b, ready, goes back to the queue; no cooldown for a
+    # the ready clock removed a; b, ready, goes back to the queue; a cools down as after a
+    # Leave (a player who never readies would hold seats again and again: docs/SECURITY.md 39)
     t = seated()
     events = decide(t, lc.MatchEnded(command_id="e", table="tA", match="tA-1", outcome="removed",
                                      removed=(("a", "not_ready"),)), ctx())
     close = events[-1]
     assert isinstance(close, ev.TableClosed)
     assert (close.reason, close.removed, close.stayed, close.left_before_deal) == (
-        "not_ready", (("a", "not_ready"),), ("b",), ())
+        "not_ready", (("a", "not_ready"),), ("b",), ("a",))
     # the stayer leaves the abandoned match (a Leave with a fixed id)
     (leave,) = managers.to_match(run(t, *[]), close)
     assert (leave.type, leave.player) == ("Leave", "b")  # type: ignore[attr-defined]
@@ -297,7 +298,7 @@ def test_who_left_into_the_match_leaves_with_the_table_never_requeued() -> None:
                                     removed=(("b", "not_ready"),)), ctx())[-1]
     assert isinstance(close, ev.TableClosed)
     assert dict(close.removed) == {"a": "left", "b": "not_ready"} and close.stayed == ()
-    assert close.left_before_deal == ("a",)
+    assert close.left_before_deal == ("a", "b")
 
 
 def test_a_leave_at_the_settlement_closes_instead_of_offering_the_next_match() -> None:

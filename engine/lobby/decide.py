@@ -276,7 +276,8 @@ def _join(b: _Builder, c: Join) -> None:
     cd = q.cooldown_of(c.player)
     if cd is not None and now < cd.until:
         wait = cd.until - now
-        raise Cooldown(f"{c.player} left a table before its deal: join again in {(wait + 999) // 1000} s",
+        raise Cooldown(f"{c.player} left a table before its deal, or was not ready in time: join again in "
+                       f"{(wait + 999) // 1000} s",
                        retry_after_ms=wait)
     b.emit(ev.PlayerQueued, player=c.player, since=now, reason="joined", rating=c.rating)
     _pair(b)
@@ -387,8 +388,14 @@ def _current(t: TableState, match: str) -> None:
         raise StaleCommand(f"table {t.table} is at match {t.match}, not {match}")
 
 
+#: the removals before a table's first deal that start the leaver's cooldown: a Leave, and the
+#: ready clock's (R-13.2), else a player who never readies holds a seat again and again
+_COOLED = ("left", "not_ready")
+
+
 def _close(b: _Builder, removed: list[tuple[str, Any]]) -> None:
-    """TableClosed: ``removed`` (with whoever left into the current match) leave the room."""
+    """TableClosed: ``removed`` (with whoever left into the current match) leave the room;
+    ``left_before_deal``: those of them who left, or were not ready, before its first deal."""
     t = b.table
     gone = dict(removed)
     for q in t.quit:
@@ -399,7 +406,7 @@ def _close(b: _Builder, removed: list[tuple[str, Any]]) -> None:
     b.emit(ev.TableClosed, reason=reason,
            removed=tuple((p, r) for p, r in ordered if p != t.bot),
            stayed=tuple(p for p in people if p not in gone), bot=t.bot, dealt=t.ever_dealt,
-           left_before_deal=() if t.ever_dealt else tuple(p for p, r in ordered if r == "left" and p != t.bot))
+           left_before_deal=() if t.ever_dealt else tuple(p for p, r in ordered if r in _COOLED and p != t.bot))
 
 
 @_on(_TABLE_HANDLERS, OpenTable)

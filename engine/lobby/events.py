@@ -263,7 +263,8 @@ class TableClosed(LobbyEvent):
     """The table's last event.  ``removed`` leave the room (the ``removed`` note with each
     reason); ``stayed`` go back to the queue unless they asked to leave there; the bot
     leaves (``table_closed``).  ``dealt``: whether any match of the table was dealt;
-    ``left_before_deal``: who left before that (the room's leave cooldown)."""
+    ``left_before_deal``: who left, or was removed not ready (R-13.2), before that (the room's
+    leave cooldown)."""
 
     type: Literal["TableClosed"] = "TableClosed"
     reason: CloseReason

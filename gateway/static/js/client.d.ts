@@ -661,7 +661,7 @@ export type RoomConfig = {
   reclaim_after_reconnect?: boolean;
   /** gateway: a dropped socket becomes a Disconnect only after this long without a reconnect */
   reconnect_grace_seconds?: number;
-  /** lobby: a player who leaves a table before its deal may Join again only after this long, doubled for each such leave in a row (0: no cooldown) */
+  /** lobby: a player who leaves a table before its deal, or is removed not ready, may Join again only after this long, doubled for each such leave in a row (0: no cooldown) */
   leave_cooldown_seconds?: number;
   /** lobby: the longest leave cooldown (the doubling stops here) */
   leave_cooldown_max_seconds?: number;
