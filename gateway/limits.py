@@ -61,6 +61,9 @@ class Limits:
     join_table_per_player: int = 10
     join_table_per_address: int = 30
     join_table_window_s: int = 60
+    #: private tables a player may open (CreateTable) per ``join_table_window_s``: each keeps its
+    #: series' keys and code until the table is archived
+    create_table_per_player: int = 5
 
     def __post_init__(self) -> None:
         if not 256 <= self.max_message_bytes <= 16 * 1024 * 1024:

@@ -282,8 +282,16 @@ class Lobby:
         """Count one JoinTable attempt of ``player`` and of ``address`` (a fixed window of
         ``window_s`` seconds, in Redis: every gateway counts the same); 0 when allowed, else the
         ms until the window ends (``rate_limited``).  Wrong codes count like right ones."""
+        return await self._attempts([(f"p:{player}", per_player), (f"a:{address}" if address else "", per_address)],
+                                    window_s)
+
+    async def create_allowed(self, player: str, per_player: int, window_s: int) -> int:
+        """Count one CreateTable of ``player`` as :meth:`join_allowed` counts a JoinTable."""
+        return await self._attempts([(f"c:{player}", per_player)], window_s)
+
+    async def _attempts(self, counters: list[tuple[str, int]], window_s: int) -> int:
         wait = 0
-        for who, limit in ((f"p:{player}", per_player), (f"a:{address}" if address else "", per_address)):
+        for who, limit in counters:
             if not who:
                 continue
             key = keys.join_attempts_key(who)

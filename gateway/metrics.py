@@ -34,10 +34,11 @@ ROLES = ("player", "spectator", "operator")
 #: ``--max-message-bytes`` (1009), a command over the socket's rate (``rate_limited``), a Sync over
 #: the Sync rate, a socket closed 4429, an address over its unauthenticated sockets (1013), a
 #: socket closed 4401 at its token's exp, a second message before the Auth, a live match's replay (409),
-#: a token subject's sockets opened over ``--connect-rate`` (4429)
+#: a token subject's sockets opened over ``--connect-rate`` (4429), a player's CreateTables over the limit
 REFUSALS = ("origin", "too_large", "rate_limited", "sync_limited", "rate_closed",
             "unauthenticated_per_address", "token_expired", "before_auth", "live_replay", "say_limited",
-            "join_table_limited", "sockets_per_watcher", "metrics_from", "connect_limited")
+            "join_table_limited", "sockets_per_watcher", "metrics_from", "connect_limited",
+            "create_table_limited")
 
 
 class GatewayMetrics:

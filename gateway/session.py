@@ -575,7 +575,8 @@ class Connection:
     async def _series(self, msg: Any) -> None:
         """A private table's command (issue 39), to the engine's lobby; the answer comes on the
         player's stream (``private_table``, ``series``, ``lobby``, or ``rejected`` with its
-        code).  JoinTable attempts are limited per player and per address: ``rate_limited``."""
+        code).  JoinTable attempts are limited per player and per address, CreateTables per
+        player: ``rate_limited``."""
         if (problem := keys.player_id_problem(self.player)) is not None:
             raise protocol.ClientError(protocol.NOT_ALLOWED, problem, msg.command_id)
         if msg.type == "CreateTable":
@@ -584,6 +585,14 @@ class Connection:
             if self.identity.room is not None and self.identity.room != msg.room:
                 raise protocol.ClientError(protocol.NOT_ALLOWED, f"this token is for room {self.identity.room!r}",
                                            msg.command_id)
+            lim = self.hub.limits
+            wait_ms = await self.hub.lobby.create_allowed(self.player, lim.create_table_per_player,
+                                                          lim.join_table_window_s)
+            if wait_ms:
+                self.hub.metrics.refused("create_table_limited")
+                await self.send(protocol.rejected(msg.command_id, protocol.RATE_LIMITED, "too many tables opened: "
+                                                  "wait before opening another", None, None, wait_ms))
+                return
         if msg.type == "JoinTable":
             lim = self.hub.limits
             wait_ms = await self.hub.lobby.join_allowed(self.player, self.address, lim.join_table_per_player,

@@ -188,7 +188,17 @@ def test_the_refusals_have_their_own_codes(stack) -> None:
         await cf.send({"type": "JoinTable", "command_id": "g-last", "code": "QQQQQ9"})
         limited = await cf.expect(refused("rate_limited"), what="rate_limited")
         assert limited["command_id"] == "g-last" and limited["retry_after_ms"] > 0
-        for c in (ca, cb, cc, cd, ce, cf):
+        # too many tables opened (each keeps its series until archived): 5 a minute a player
+        cg = await connect(stack, "rf-gus")
+        for i in range(5):
+            await cg.send({"type": "CreateTable", "command_id": f"o{i}", "room": "friends", "hands": 4})
+            await cg.expect(kind("private_table"), what="a table opened")
+            await cg.send({"type": "CancelTable", "command_id": f"x{i}"})
+            await cg.expect(series("finished"), what="its cancel")
+        await cg.send({"type": "CreateTable", "command_id": "o-last", "room": "friends", "hands": 4})
+        limited = await cg.expect(refused("rate_limited"), what="the sixth table refused")
+        assert limited["command_id"] == "o-last" and limited["retry_after_ms"] > 0 and "tables" in limited["reason"]
+        for c in (ca, cb, cc, cd, ce, cf, cg):
             await c.close()
 
     run(main())

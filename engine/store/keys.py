@@ -448,8 +448,9 @@ def player_series_key(player_id: str) -> str:
 
 
 def join_attempts_key(who: str) -> str:
-    """The JoinTable attempts counter of a player (``p:<id>``) or an address (``a:<ip>``) in the
-    current window (a string, expiring): the gateways' rate limit on private table codes."""
+    """The JoinTable attempts counter of a player (``p:<id>``) or an address (``a:<ip>``), or a
+    player's CreateTable counter (``c:<id>``), in the current window (a string, expiring): the
+    gateways' rate limits on private table codes and on opening tables."""
     return f"{PREFIX}:jt:{{{who}}}"
 
 
