@@ -135,3 +135,14 @@ def test_a_usage_error_is_one_line_that_names_the_command(argv, command, says, c
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith(f"{command}: {says}"), lines
     assert lines[1:] == [f"Try '{command} --help'."]
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.0.0.5", "::", "example.com"])
+def test_dev_tokens_are_refused_on_a_reachable_host(tmp_path, capsys, host):
+    """``--dev`` lets anyone who reaches the port mint an operator token: the gateway refuses
+    to start with it on anything but a loopback address (the security review of 2026-12-06),
+    before it reads its secret or connects to Redis."""
+    assert main(["gateway", "--dev", "--host", host, "--redis", "redis://127.0.0.1:1/0",
+                 "--secret-file", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert "--dev" in err and "loopback" in err and repr(host) in err

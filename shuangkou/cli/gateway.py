@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an extra room config (TOML) offered by the lobby, by its name; repeatable")
     parser.add_argument("--id", default=None, help="this gateway's id (default <hostname>-<pid>)")
     parser.add_argument("--dev", action="store_true", help="development only: the browser page mints tokens by name, for any role "
-                             "(operator included): never on a reachable host")
+                             "(operator included); refused unless --host is a loopback address")
     parser.add_argument("--bots", action="store_true",
                         help="seat a bot opposite a player who waits alone for a few seconds (docs/BOTS.md)")
     parser.add_argument("--bot-level", choices=(*LEVELS, "trustee"), default=DEFAULT_LEVEL,
@@ -88,6 +88,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "hands included, to any operator token (default: 409 until the match has finished)")
 
 
+def loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (or ``localhost``).
+
+    >>> [loopback(h) for h in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "10.1.2.3", "example.com")]
+    [True, True, True, False, False, False]
+    """
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def run(args: argparse.Namespace) -> int:
     import logging
     import sys
@@ -102,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--bot-think must be 0..10 seconds, got {args.bot_think:g}")
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port must be 0..65535, got {args.port}")
+    if args.dev and not loopback(args.host):
+        raise CliError(f"--dev lets anyone who reaches the port mint an operator token: it listens on a loopback "
+                       f"--host only (127.0.0.1, ::1), not {args.host!r}")
     from gateway.app import METRICS_FROM, GatewaySettings, default_gateway_id, listen_socket, serve
     from gateway.rooms import RoomBook
     from gateway.tokens import load_secret
