@@ -8,6 +8,13 @@
 Credits and debits are sent on the operator channel ``sk:ops`` and applied by the
 engine (``shuangkou serve``), idempotently by command id; a debit never takes a
 balance below 0.  Exit 0 when applied, 1 when the engine refused it, 2 bad input.
+
+PLAYER is a player id.  The browser shows display names, so a PLAYER that is no known
+player (no display name, no balance, no entry) but the display name of some is refused
+with their ids (exit 2): a credit to the name would open an account nobody plays.  A
+credit to an id nobody knows yet (a deposit before the first login) goes through, with a
+note on stderr.  ``show`` of a display name shows each player who goes by it; of nobody
+known, exit 1 (``--json``: one player's object; a name several go by is refused).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import dataclasses
 import getpass
 import json
 import sys
+from typing import Any
 
 from shuangkou.cli.ops_client import add_redis_arguments, connect, send_and_wait
 
@@ -41,12 +49,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_redis_arguments(p, wait=False)
 
 
+def known(client: Any, player: str) -> bool:
+    """Whether ``player`` is a player id this deployment knows: a display name the gateways
+    keep, a balance, or a ledger entry."""
+    from engine.store import keys
+    from projections.ledger import MODES, balance_key, journal_key
+
+    if client.hget(keys.NAMES_KEY, player) is not None or client.hlen(journal_key(player)):
+        return True
+    return any(client.hget(balance_key(m), player) is not None for m in MODES)
+
+
+def going_by(client: Any, name: str) -> list[str]:
+    """The players whose display name is ``name`` (``name`` itself left out)."""
+    from shuangkou.cli.matches import players_named
+
+    return sorted(players_named(client, name) - {name})
+
+
 def run(args: argparse.Namespace) -> int:
     from shuangkou.cli import CliError
 
     client = connect(args)
     if args.ledger_command == "show":
         return _show(client, args)
+    if not known(client, args.player):
+        named = going_by(client, args.player)
+        if named:
+            raise CliError(f"{args.player!r} is a display name, not a player id: {', '.join(named)} "
+                           f"{'goes' if len(named) == 1 else 'go'} by it; name the player by id")
+        print(f"note: no player {args.player!r} is known here yet (no display name, balance or entry): "
+              f"a new account", file=sys.stderr)
     import uuid
 
     from pydantic import ValidationError
@@ -75,22 +108,43 @@ def run(args: argparse.Namespace) -> int:
 
 def _show(client, args: argparse.Namespace) -> int:
     from projections.ledger import MODES, RedisLedger
+    from shuangkou.cli import CliError, NotFound
+    from shuangkou.cli.matches import display_names
 
+    players = [args.player] if known(client, args.player) else going_by(client, args.player)
+    if not players:
+        raise NotFound(f"no player {args.player!r} is known here (no display name, balance or entry)")
     ledger = RedisLedger(client)
-    balances = {m: ledger.balance(args.player, m) for m in MODES}
-    entries = [dataclasses.asdict(e) for e in ledger.entries(args.player)]
-    for e in entries:
-        if e["kind"] == "settlement":
-            e["match"] = e["ref"]
+    names = display_names(client, set(players))
+    shown: list[dict[str, Any]] = []
+    for player in players:
+        balances = {m: ledger.balance(player, m) for m in MODES}
+        entries = [dataclasses.asdict(e) for e in ledger.entries(player)]
+        for e in entries:
+            if e["kind"] == "settlement":
+                e["match"] = e["ref"]
+        shown.append({"player": player, "name": names.get(player), "balance": balances["wealth"],
+                      "balances": balances, "entries": entries})
     if args.json:
-        print(json.dumps({"player": args.player, "balance": balances["wealth"], "balances": balances,
-                          "entries": entries}, ensure_ascii=False, indent=2))
+        if len(shown) > 1:
+            raise CliError(f"{args.player!r} is the display name of {', '.join(players)}: name the player by id")
+        print(json.dumps(shown[0], ensure_ascii=False, indent=2))
         return 0
-    print(f"{args.player}: {balances['wealth']} coins, {balances['points']} points")
-    if not entries:
-        print("  no entries")
-    for e in entries:
-        who = f" by {e['operator']}" if e["operator"] else ""
-        ref = f"match {e['ref']}" if e["kind"] == "settlement" else f"entry {e['ref']}"
-        print(f"  {e['at_ms']:>14}  {e['kind']:<10} {e['amount']:>+12} {e['mode']:<6} {ref}{who}: {e['reason']}")
+    for s in shown:
+        name = f" ({s['name']})" if s["name"] and s["name"] != s["player"] else ""
+        print(f"{s['player']}{name}: {s['balances']['wealth']} coins, {s['balances']['points']} points")
+        if not s["entries"]:
+            print("  no entries")
+        for e in s["entries"]:
+            who = f" by {e['operator']}" if e["operator"] else ""
+            ref = f"match {e['ref']}" if e["kind"] == "settlement" else f"entry {e['ref']}"
+            print(f"  {_when(e['at_ms'])}  {e['kind']:<10} {e['amount']:>+12} {e['mode']:<6} {ref}{who}: "
+                  f"{e['reason']}")
     return 0
+
+
+def _when(ms: int) -> str:
+    """An entry's time in UTC, to the second (``2026-12-06 16:25:05Z``)."""
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")

@@ -1,0 +1,60 @@
+"""``shuangkou ledger`` against the names an operator sees.
+
+The browser shows display names, never player ids.  ``ledger credit 小李 100`` used to open an
+account named 小李 (balance 100) while the player who goes by 小李 kept 0, and ``ledger show``
+of any name printed "0 coins, 0 points, no entries" with exit 0 (found by a new user's play
+of 2026-12-06).  A display name is refused for a credit or debit, with the ids that go by it;
+``show`` of a name shows those players; an unknown player is exit 1 for ``show``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.store import keys
+from projections.ledger import LedgerEntry, RedisLedger
+from shuangkou.cli import main
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def named(real_redis, redis_server):
+    """u-1 goes by 小李 and holds a credit of 300 points; u-2 and u-3 both go by Sam."""
+    real_redis.hset(keys.NAMES_KEY, mapping={"u-1": "小李", "u-2": "Sam", "u-3": "Sam"})
+    RedisLedger(real_redis).record_entry(
+        LedgerEntry("credit", "u-1", "points", 300, "dep-1", 1_796_573_590_598, "welcome", "op-7"))
+    return redis_server.url
+
+
+# (the command after ``ledger``, exit code, what stderr says)
+REFUSED = [
+    (["credit", "小李", "100", "--reason", "x"], 2, "'小李' is a display name, not a player id: u-1 goes by it"),
+    (["debit", "Sam", "5", "--reason", "x"], 2, "'Sam' is a display name, not a player id: u-2, u-3 go by it"),
+    (["show", "nobody-known"], 1, "no player 'nobody-known' is known here"),
+    (["show", "Sam", "--json"], 2, "'Sam' is the display name of u-2, u-3: name the player by id"),
+]
+
+
+@pytest.mark.parametrize("args,code,words", REFUSED, ids=[" ".join(a[:2]) for a, _c, _w in REFUSED])
+def test_a_display_name_or_nobody_is_refused_and_says_who(named, capsys, args, code, words):
+    assert main(["ledger", *args, "--redis", named]) == code
+    err = capsys.readouterr().err
+    assert words in err, err
+    import redis
+
+    with redis.Redis.from_url(named) as r:  # nothing was sent to the engine, no account opened
+        assert r.hget("sk:{ledger}:bal:wealth", "小李") is None and not r.exists(keys.OPS)
+
+
+def test_show_of_a_display_name_shows_the_players_who_go_by_it(named, capsys):
+    assert main(["ledger", "show", "小李", "--redis", named]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "u-1 (小李): 0 coins, 300 points"
+    assert out[1].split() == ["2026-12-06", "16:13:10Z", "credit", "+300", "points", "entry", "dep-1", "by",
+                              "op-7:", "welcome"]
+    assert main(["ledger", "show", "u-1", "--json", "--redis", named]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["player"], shown["name"], shown["balances"]) == ("u-1", "小李", {"points": 300, "wealth": 0})
