@@ -124,3 +124,16 @@ def test_archive_takes_a_closed_table_with_its_matches(redis_server, real_redis,
     assert (head["table"], head["matches"], head["close_reason"]) == (first, [f"{first}-1"], "left")
     assert events[0].type == "TableOpened" and events[-1].type == "TableClosed"
     assert main(["replay", "--table", first, "--redis", url]) == 1  # gone from Redis
+    assert "--archive DIR" in capsys.readouterr().err  # … and where to look for it
+    # read back from the archive, with its match (found by a new user's play of 2026-12-06)
+    assert main(["replay", "--table", first, "--archive", str(tmp_path)]) == 0
+    life = capsys.readouterr().out
+    assert first in life and f"{first}-1" in life and "left" in life
+    assert main(["replay", "--table", first, "--archive", str(tmp_path), "--redis", url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["problems"] == [] and [m["match"] for m in report["matches"]] == [f"{first}-1"]
+    assert report["matches"][0]["phase"] == "finished"
+    # a table's archive given as a match's events says which command reads it
+    assert main(["replay", "--events", str(path)]) == 2
+    assert "replay --table ID --archive DIR" in capsys.readouterr().err
+    assert main(["replay", "--table", "nope", "--archive", str(tmp_path)]) == 1

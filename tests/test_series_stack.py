@@ -226,6 +226,12 @@ def test_matches_lists_the_players_series_and_archive_takes_it_whole(played: tup
     assert events[0].type == "SeriesCreated" and events[-1].type == "SeriesFinished"  # type: ignore[attr-defined]
     assert list(w.lobby.series_ids()) == [] and w.lobby.series_of_code(s.code) is None
     assert main(["replay", "--series", sid, "--redis", url]) == 1  # gone from Redis
+    capsys.readouterr()
+    assert main(["replay", "--series", sid, "--archive", str(tmp_path), "--json"]) == 0  # read from the archive
+    report = json.loads(capsys.readouterr().out)
+    assert report["problems"] == [] and report["series"] == sid
+    assert main(["replay", "--events", str(path)]) == 2
+    assert "replay --series ID --archive DIR" in capsys.readouterr().err
 
 
 def test_the_service_refuses_by_code_and_a_retried_create_is_one_table(stack: SeriesStack) -> None:

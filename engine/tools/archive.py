@@ -260,6 +260,34 @@ def archive_matches(store: Any, ledger: Ledger, to_dir: str | Path, older_than_m
                          bytes_written=written)
 
 
+def read_lobby_archive(path: str | Path, kind: str, ident: str) -> list[Any] | None:
+    """The events of table or series (``kind``) ``ident`` from its archive file under ``path``
+    (a folder, or the file itself: :func:`table_file_name`, :func:`series_file_name`); None
+    when there is none.  A file that is not that table's or series' raises ``ValueError``."""
+    name, read = (table_file_name(ident), read_table_archive) if kind == "table" else \
+        (series_file_name(ident), read_series_archive)
+    root = Path(path)
+    f = root / name if root.is_dir() else root
+    if not f.is_file():
+        return None
+    head, events = read(f)
+    if head.get(kind) != ident:
+        raise ValueError(f"{f} is the archive of {kind} {head.get(kind)!r}, not {ident!r}")
+    return events
+
+
+def archive_format(text: str) -> str | None:
+    """The format a table's or a series' archive file names in its header line
+    (:data:`TABLE_FORMAT`, :data:`SERIES_FORMAT`), None for anything else (a match's)."""
+    first = text.split("\n", 1)[0]
+    try:
+        head = json.loads(first)
+    except ValueError:
+        return None
+    fmt = head.get("format") if isinstance(head, dict) else None
+    return fmt if fmt in (TABLE_FORMAT, SERIES_FORMAT) else None
+
+
 def read_archive(path: str | Path) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
     """Events and stored settlement forms of every match's archive file under ``path`` (a file
     or a folder, whose tables' and series' files, ``table-*`` and ``series-*``, are not

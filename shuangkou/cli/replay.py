@@ -1,8 +1,11 @@
 """``shuangkou replay MATCH_ID --redis URL | --events FILE [--json] [--all]``, and
-``shuangkou replay --table ID --redis URL [--json]``: a table's life (who joined, who was
-seated, each match and how it ended, each leave, why it closed; engine/tools/table_life.py),
-and ``shuangkou replay --series ID --redis URL [--json]``: a private table's series hand by
-hand with its standings (engine/tools/series_life.py).
+``shuangkou replay --table ID --redis URL | --archive DIR [--json]``: a table's life (who
+joined, who was seated, each match and how it ended, each leave, why it closed;
+engine/tools/table_life.py), and ``shuangkou replay --series ID --redis URL | --archive DIR
+[--json]``: a private table's series hand by hand with its standings
+(engine/tools/series_life.py).  An archived table or series is read from the folder
+``shuangkou archive`` wrote (its ``table-``/``series-`` file and its matches' files); a
+table's or series' archive given to ``--events`` says which command reads it.
 
 Rebuild a match from its stored events, print it play by play in card
 notation -- with each event's UTC time, the time each turn took, a separator
@@ -32,6 +35,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -45,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--all", action="store_true", help="check every match in the store")
     parser.add_argument("--archive", metavar="DIR",
-                        help="also read the matches archived to DIR (shuangkou archive), with their stored settlements")
+                        help="also read the matches archived to DIR (shuangkou archive), with their stored settlements; "
+                             "with --table or --series, that table's or series' archive too")
     parser.add_argument("--table", metavar="ID",
                         help="print a table's life instead: who joined, who was seated, each match, each leave, "
                              "and why it closed (from the table's and its room queue's streams)")
@@ -65,6 +70,13 @@ def _load_file(path: str) -> Any:
             text = fh.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise CliError(f"cannot read events from {path}: {exc}") from None
+    from engine.tools.archive import archive_format
+
+    fmt = archive_format(text)
+    if fmt is not None:
+        kind = "table" if fmt.startswith("shuangkou-table") else "series"
+        raise CliError(f"{path} is a {kind}'s archive ({fmt}), not a match's events: "
+                       f"shuangkou replay --{kind} ID --archive DIR")
     try:
         return parse_events_text(text)
     except ExportFormatError as exc:
@@ -195,43 +207,93 @@ def result_line(r: dict[str, Any]) -> str:
     return format_result(r["result"])
 
 
-def run_table(args: argparse.Namespace) -> int:
-    """``replay --table ID``: the table's life (engine/tools/table_life.py); exit 0 when its
-    stream is sound, 1 for an unknown table or a problem in its stream."""
-    from shuangkou.cli import CliError, NotFound
+def _lobby_source(args: argparse.Namespace, kind: str) -> str | None:
+    """The Redis URL a ``--table`` or ``--series`` replay reads (None: its archive only)."""
+    from shuangkou.cli import CliError
 
-    if args.match_id or args.events or args.all or args.archive:
-        raise CliError("--table ID takes no MATCH_ID, --events, --all or --archive")
+    if args.match_id or args.events or args.all or (kind == "series" and args.table):
+        raise CliError(f"--{kind} ID takes no MATCH_ID, --events or --all" + (", --table" if kind == "series" else ""))
     url = args.redis or os.environ.get("SK_REDIS_URL") or None
-    if not url:
-        raise CliError("give --redis URL (or set SK_REDIS_URL): tables are read from the store")
+    if not url and not args.archive:
+        raise CliError(f"give --redis URL (or set SK_REDIS_URL), or --archive DIR: a {kind} is read from the store "
+                       f"or from where shuangkou archive wrote it")
+    return url
+
+
+def _archived(args: argparse.Namespace, kind: str, ident: str) -> tuple[list[Any], Callable[[str], list[Any]]]:
+    """A table's or series' events from ``--archive`` (none: ``[]``), and the events of one of
+    its matches archived there (each read from its own file, :func:`archive_file_name`)."""
+    from pathlib import Path
+
+    from engine.tools.archive import archive_file_name, load_archived, read_lobby_archive
+    from shuangkou.cli import CliError
+
+    if not args.archive:
+        return [], lambda _mid: []
+    try:
+        events = read_lobby_archive(args.archive, kind, ident) or []
+    except (OSError, ValueError) as exc:
+        raise CliError(f"cannot read the archive {args.archive}: {exc}") from None
+    root = Path(args.archive) if Path(args.archive).is_dir() else Path(args.archive).parent
+    return events, lambda mid: list(load_archived(mid, str(root / archive_file_name(mid))).events)
+
+
+def _missing(args: argparse.Namespace, kind: str, ident: str) -> Exception:
+    from shuangkou.cli import NotFound
+
+    where = f" (not in the store, not in {args.archive})" if args.archive else \
+        f" (archived? shuangkou replay --{kind} {ident} --archive DIR)"
+    return NotFound(f"no such {kind}: {ident!r}{where}")
+
+
+def run_table(args: argparse.Namespace) -> int:
+    """``replay --table ID``: the table's life (engine/tools/table_life.py), from the store or
+    from ``--archive DIR`` (its ``table-`` file and its matches'); exit 0 when its stream is
+    sound, 1 for an unknown table or a problem in its stream."""
+    from shuangkou.cli import CliError
+
+    url = _lobby_source(args, "table")
     from engine.lobby.events import queue_aggregate, table_aggregate
     from engine.match.replay import replay as replay_match
     from engine.store.lobby_store import RedisLobbyStore
     from engine.tools.table_life import format_table_life, table_life
     from shuangkou.cli.export import read_only_store
 
-    store = read_only_store(url)  # the read-only user is enough
-    try:
-        lobby = RedisLobbyStore(store.client, buckets=store.buckets)
-        events = lobby.load(table_aggregate(args.table))
-        room = getattr(events[0], "room", None) if events else None
-        queue = lobby.load(queue_aggregate(room)) if room else []
-        matches = {}
-        for n in range(1, len(events) + 1):  # a table has at most one match per event
-            mid = f"{args.table}-{n}"
-            m_events = store.load(mid)
-            if not m_events:
-                break
-            matches[mid] = replay_match(m_events, match_id=mid)
-    except Exception as exc:
-        raise CliError(f"cannot load from {url}: {exc}") from None
+    events: list[Any] = []
+    queue: list[Any] = []
+    match_events: dict[str, list[Any]] = {}
+    lobby = None
+    if url:
+        store = read_only_store(url)  # the read-only user is enough
+        try:
+            lobby = RedisLobbyStore(store.client, buckets=store.buckets)
+            events = lobby.load(table_aggregate(args.table))
+            for n in range(1, len(events) + 1):  # a table has at most one match per event
+                mid = f"{args.table}-{n}"
+                if not (m_events := store.load(mid)):
+                    break
+                match_events[mid] = m_events
+        except Exception as exc:
+            raise CliError(f"cannot load from {url}: {exc}") from None
+    archived, archived_match = _archived(args, "table", args.table)
+    events = events or archived
+    for n in range(1, len(events) + 1):
+        mid = f"{args.table}-{n}"
+        if mid not in match_events and (m_events := archived_match(mid)):
+            match_events[mid] = m_events
+    room = getattr(events[0], "room", None) if events else None
+    if lobby is not None and room:
+        try:
+            queue = lobby.load(queue_aggregate(room))
+        except Exception as exc:
+            raise CliError(f"cannot load from {url}: {exc}") from None
+    matches = {mid: replay_match(evs, match_id=mid) for mid, evs in match_events.items()}
     report = table_life(args.table, events, queue, matches)
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
         return 1 if report["problems"] else 0
     if not events:
-        raise NotFound(f"no such table: {args.table!r}")
+        raise _missing(args, "table", args.table)
     for line in format_table_life(report):
         print(line)
     for p in report["problems"]:
@@ -243,38 +305,42 @@ def run_series(args: argparse.Namespace) -> int:
     """``replay --series ID``: the series hand by hand with its standings
     (engine/tools/series_life.py); exit 0 when its stream is sound, 1 for an unknown series or
     a problem in its stream."""
-    from shuangkou.cli import CliError, NotFound
+    from shuangkou.cli import CliError
 
-    if args.match_id or args.events or args.all or args.archive or args.table:
-        raise CliError("--series ID takes no MATCH_ID, --table, --events, --all or --archive")
-    url = args.redis or os.environ.get("SK_REDIS_URL") or None
-    if not url:
-        raise CliError("give --redis URL (or set SK_REDIS_URL): series are read from the store")
+    url = _lobby_source(args, "series")
     from engine.lobby.series_events import series_aggregate
     from engine.match.replay import replay as replay_match
     from engine.store.lobby_store import RedisLobbyStore
     from engine.tools.series_life import format_series_life, series_life
     from shuangkou.cli.export import read_only_store
 
-    store = read_only_store(url)  # the read-only user is enough
-    try:
-        lobby = RedisLobbyStore(store.client, buckets=store.buckets)
-        events = lobby.load(series_aggregate(args.series))
-        matches = {}
-        for e in events:
-            mid = getattr(e, "match", None)
-            if type(e).__name__ == "HandStarted" and mid and mid not in matches:
-                m_events = store.load(mid)
-                if m_events:
-                    matches[mid] = replay_match(m_events, match_id=mid)
-    except Exception as exc:
-        raise CliError(f"cannot load from {url}: {exc}") from None
+    events: list[Any] = []
+    match_events: dict[str, list[Any]] = {}
+
+    def hands(evs: list[Any]) -> list[str]:
+        return [e.match for e in evs if type(e).__name__ == "HandStarted" and getattr(e, "match", None)]
+
+    if url:
+        store = read_only_store(url)  # the read-only user is enough
+        try:
+            events = RedisLobbyStore(store.client, buckets=store.buckets).load(series_aggregate(args.series))
+            for mid in hands(events):
+                if mid not in match_events and (m_events := store.load(mid)):
+                    match_events[mid] = m_events
+        except Exception as exc:
+            raise CliError(f"cannot load from {url}: {exc}") from None
+    archived, archived_match = _archived(args, "series", args.series)
+    events = events or archived
+    for mid in hands(events):
+        if mid not in match_events and (m_events := archived_match(mid)):
+            match_events[mid] = m_events
+    matches = {mid: replay_match(evs, match_id=mid) for mid, evs in match_events.items()}
     report = series_life(args.series, events, matches)
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
         return 1 if report["problems"] else 0
     if not events:
-        raise NotFound(f"no such series: {args.series!r}")
+        raise _missing(args, "series", args.series)
     for line in format_series_life(report):
         print(line)
     for p in report["problems"]:
