@@ -100,6 +100,7 @@ def test_replay_says_no_such_match(stored, capsys) -> None:
     assert main(["replay", "nope", "--redis", url]) == 1
     cap = capsys.readouterr()
     assert "no such match" in cap.err and "not finished" not in cap.out + cap.err
+    assert (cap.out + cap.err).count("no such match") == 1  # said once (it was said twice)
     assert main(["replay", "nope", "--redis", url, "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["problems"] == ["no such match: 'nope'"]
 

@@ -438,6 +438,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r['match_id']}: {r['event_count']} events, {r['phase']}, {status}")
         elif r.get("missing"):
             print(f"shuangkou replay: no such match: {r['match_id']!r}", file=sys.stderr)
+            continue  # said once: its one problem is that line
         else:
             for line in r["lines"]:
                 print(line)
