@@ -386,7 +386,7 @@ def test_ledger_and_room_cli(real_redis, redis_server, tmp_path, capsys):
         bad = tmp_path / "bad.toml"
         bad.write_text(room.read_text().replace("turn_seconds = 40", "turn_seconds = -1"))
         assert main(["room", "add", str(bad), "--redis", url]) == 2
-        assert main(["room", "show", "nope", "--redis", url]) == 2
+        assert main(["room", "show", "nope", "--redis", url]) == 1  # not found, as for every command
     finally:
         stop.set()
         for t in threads:

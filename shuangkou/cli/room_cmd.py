@@ -4,7 +4,7 @@
   NAME (default: the config's ``name``); sent on the operator channel ``sk:ops`` and
   applied by the engine (``shuangkou serve``).
 * ``room list``: the registered names (serve registers ``points`` and ``wealth`` at start).
-* ``room show NAME``: the registered config as JSON.
+* ``room show NAME``: the registered config as JSON (an unknown name: exit 1, as a thing not found).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shuangkou.cli import CliError
+    from shuangkou.cli import CliError, NotFound
     from engine.service.rooms import RedisRooms
 
     if args.room_command == "add":
@@ -70,6 +70,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     found = rooms.get(args.name)
     if found is None:
-        raise CliError(f"no room named {args.name!r} is registered (shuangkou room list)")
+        raise NotFound(f"no room named {args.name!r} is registered (shuangkou room list)")
     print(json.dumps(found.to_record(), indent=2, ensure_ascii=False))
     return 0
