@@ -387,3 +387,20 @@ def test_a_join_table_with_a_token_for_another_room_is_refused(stack: SeriesStac
     stack.cmd("JoinTable", "bob", "j2", code=created["code"], room="points")
     stack.run()
     assert [m["state"] for m in stack.told("bob") if m["kind"] == "lobby"] == ["seated"]
+
+
+def test_a_create_table_sent_again_is_answered_open_or_not(stack: SeriesStack) -> None:
+    """A CreateTable sent again with its command id (a client that lost the answer) gets the
+    table's answer again while it is open, and an ``ack`` once the table has ended (cancelled
+    here): never silence, which left the client waiting (the security review of 2026-12-06)."""
+    created = _open(stack)
+    stack.cmd("CreateTable", "ann", "c1", room="points", hands=4, spectators=False, bots=False)
+    stack.run()
+    again = stack.told("ann")
+    assert [(m["kind"], m.get("code"), m["command_id"]) for m in again] == [("private_table", created["code"], "c1")]
+    stack.cmd("CancelTable", "ann", "x1")
+    stack.run()
+    assert [(m["state"], m["reason"]) for m in stack.told("ann")] == [("finished", "cancelled")]
+    stack.cmd("CreateTable", "ann", "c1", room="points", hands=4, spectators=False, bots=False)
+    stack.run()
+    assert stack.told("ann") == [{"kind": "ack", "command_id": "c1"}]

@@ -99,11 +99,13 @@ class SeriesLobby:
             return False
         if out.rejection is not None:
             self._refuse(player, cid, out.rejection)
-        elif not out.events and not out.duplicate:  # accepted, nothing to do (a RequestEnd once agreed)
-            self.publisher.write([self.publisher._delivery(keys.outbox_key(player), {
-                "kind": "ack", "match": "", "command_id": cid})])
         elif out.duplicate and kind == "CreateTable" and out.state.status == "open":
             self._write([(player, series_notes.created_message(out.state, cid))])  # a retry: its answer again
+        elif out.duplicate or not out.events:
+            # accepted with nothing to do (a RequestEnd once agreed), or a retry of a command already
+            # decided whose answer cannot be given again (its table moved on): the client waits no more
+            self.publisher.write([self.publisher._delivery(keys.outbox_key(player), {
+                "kind": "ack", "match": "", "command_id": cid})])
         return out.rejection is None and bool(out.events)
 
     def series_of(self, player: str) -> str | None:
