@@ -172,6 +172,13 @@ def test_the_replay_viewer_speaks_one_language(replay_stack) -> None:
                 assert page.locator("#login").is_hidden()  # a token is there: no dev-token offer
                 assert page.is_visible(".topbar h1 [data-i18n='replay.title']")  # its title, on a phone too
                 assert "小明 [a]" in page.text_content("#meta")  # the display name, the id beside it
+                # the status line is a line above the match (not a 200 px box, not at the page's end)
+                status, meta = page.locator("[data-status]").bounding_box(), page.locator("#meta").bounding_box()
+                assert status and meta and status["height"] < 80 and status["y"] < meta["y"], (locale, status, meta)
+                page.set_viewport_size({"width": 1280, "height": 800})
+                wide = page.locator("[data-status]").bounding_box()
+                assert wide and wide["height"] < 80, (locale, wide)
+                page.set_viewport_size({"width": 375, "height": 812})
                 page.click("[data-action=last]")
                 page.wait_for_selector("[data-settlement]:not([hidden])")
                 page.screenshot(path=str(SHOTS / f"replay-{locale}-375.png"), full_page=True)
