@@ -521,6 +521,27 @@ def test_the_trusteeship_words_name_the_rooms_timeouts(browser, site, locale: st
         context.close()
 
 
+def test_the_lobby_picks_the_room_this_browser_joined_last(browser, site) -> None:
+    """The lobby's choice is the room this browser last joined (``shuangkou-room``), else the
+    first room that seats the player -- never simply the first name in the list (a room an
+    operator adds that sorts first would become everyone's default: a new user's finding)."""
+    context = browser.new_context(locale="en-US", viewport={"width": 375, "height": 812})
+    try:
+        page = context.new_page()
+        page.add_init_script(FAKE_SOCKET)
+        page.add_init_script("localStorage.setItem('shuangkou-room', 'wealth')")
+        page.goto(f"{site}/?token={_token('alice')}")
+        page.wait_for_function("() => !!window.__ws && window.__ws.readyState === 1")
+        _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"}])
+        page.wait_for_selector("#lobby input[name=room][value=wealth]:checked")
+        page.click("#lobby [data-room=points]")
+        page.click("[data-action=join]")
+        assert page.evaluate("localStorage.getItem('shuangkou-room')") == "points"
+        assert [m for m in page.evaluate("window.__sent") if m["type"] == "Join"][-1]["room"] == "points"
+    finally:
+        context.close()
+
+
 def test_the_leaderboard_without_a_ranked_room_shows_only_its_words(browser, site) -> None:
     """No room is ranked: the page says so, with no empty room picker, season box or table."""
     context = browser.new_context(locale="zh-CN", viewport={"width": 390, "height": 844})

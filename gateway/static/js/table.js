@@ -27,6 +27,15 @@ const root = $("#table");
 const watchPath = window.location.pathname.match(/^\/watch\/(.+)$/);
 const NOTICE_MS = 4500;  // a transient notice is gone within 5 s
 const ARRANGE_KEY = "shuangkou-arrange";
+const ROOM_KEY = "shuangkou-room";  // the room this browser last joined: the lobby's choice next time
+
+function storedRoom() {
+  try {
+    return localStorage.getItem(ROOM_KEY);
+  } catch (e) {
+    return null;
+  }
+}
 
 function storedArrange() {
   try {
@@ -984,6 +993,11 @@ function bind() {
     const picked = document.querySelector("input[name=room]:checked");
     if (!picked) return;
     S.link.send({ type: "Join", room: picked.value });
+    try {
+      localStorage.setItem(ROOM_KEY, picked.value);
+    } catch (e) {
+      // private mode: for this page only
+    }
     setStatus(t("status.joining", { room: roomWords(picked.value) }));
   });
   document.querySelector(".rooms").addEventListener("change", renderLobbyWhy);
@@ -1587,10 +1601,16 @@ function renderRooms() {
   const before = (document.querySelector("input[name=room]:checked") || {}).value;
   const rooms = [...list];
   if (wanted && !rooms.some((r) => r.name === wanted)) rooms.push({ name: wanted, mode: "points" });
-  box.replaceChildren(...rooms.map((r, i) => {
+  // chosen first: the room the player picked on this page, the link's ?room=, the room this
+  // browser joined last, else the first room that seats the player (then the first at all)
+  const last = storedRoom();
+  const open = rooms.filter((r) => r.admits !== false);
+  const choice = before || wanted || (rooms.some((r) => r.name === last && r.admits !== false) ? last : null)
+    || (open[0] || rooms[0] || {}).name;
+  box.replaceChildren(...rooms.map((r) => {
     const l = el("label", "", { class: "room", "data-room": r.name });
     const input = el("input", "", { type: "radio", name: "room", value: r.name });
-    input.checked = before ? r.name === before : wanted ? r.name === wanted : i === 0;
+    input.checked = r.name === choice;
     const facts = [];
     if (r.base !== undefined) facts.push(t("lobby.base", { x: r.base }));
     if (r.need !== undefined) facts.push(r.need > 0 ? t("lobby.need", { n: r.need }) : t("lobby.open"));
