@@ -219,8 +219,11 @@ def test_a_whole_match_in_the_browser_against_the_bot(stack, tmp_path) -> None:
 
             # -- sit down: dev login with a Chinese name, join the quick points room, Ready -----
             page.goto(base + "/")
+            page.wait_for_selector("#login:not([hidden])")
+            assert page.locator("#link").is_hidden()  # no socket before sign-in: no "connecting…" badge
             page.fill("#login-name", "小明")
             page.click("[data-action=login]")
+            page.wait_for_selector("#link[data-link=open]:visible")
             alice = dev_identity("小明")[0]  # the id the --dev login derives from the name
             page.check("input[name=room][value=quick]")
             page.click("[data-action=join]")

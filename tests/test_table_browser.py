@@ -463,7 +463,10 @@ def test_trusteeship_is_a_badge_its_notices_replace_each_other_and_a_disconnect_
         page.wait_for_function("() => !document.querySelector('#mine-badges [data-badge=trustee]')")
         notes = page.eval_on_selector_all("[data-notice='trustee-alice']", "els => els.map(e => e.textContent)")
         assert notes == [words["notice.trusteeOffYou"]]  # "ended" replaced "started"
-        _feed(page, m.run(Disconnect(command_id="t3", match_id=m.mid, player="alice"))
+        _feed(page, m.run(Disconnect(command_id="t3", match_id=m.mid, player="bob")))
+        page.wait_for_selector("#opp-badges [data-badge=trustee]")  # "auto-play (disconnected)" says it once
+        assert page.locator("#opp-badges [data-badge=offline]").count() == 0
+        _feed(page, m.run(Disconnect(command_id="t3a", match_id=m.mid, player="alice"))
               + m.run(Reconnect(command_id="t4", match_id=m.mid, player="alice")))
         page.wait_for_selector("[data-explain='disconnect']")
         text = page.text_content("[data-explain]")

@@ -192,7 +192,8 @@ function badges(box, seat, view) {
     const key = has(`badge.trustee.${seat.trustee}`) ? `badge.trustee.${seat.trustee}` : "badge.trustee";
     add(t(key, { limit: trusteeLimit() }), "trustee", seat.player !== S.me && seat.trustee === "disconnect" ? t("explain.disconnectOther", { name: nameOf(seat.player) }) : "");
   }
-  if (seat.connected === false) add(t("badge.offline"), "offline");
+  // a disconnect's trusteeship says "(disconnected)" already: one badge, not two
+  if (seat.connected === false && seat.trustee !== "disconnect") add(t("badge.offline"), "offline");
   if (seat.escaped) add(t("badge.escaped"), "escaped");
   if (seat.timeouts && view.phase === "playing") add(t("badge.timeouts", { n: seat.timeouts }), "timeouts");
   if (view.phase === "seating") add(seat.ready ? t("badge.ready") : t("badge.notReady"), seat.ready ? "ready" : "not-ready");
@@ -1738,6 +1739,7 @@ function onLinkState(state, ev) {
   const l = $("#link");
   l.dataset.link = state;
   l.textContent = has(`link.${state}`) ? t(`link.${state}`) : state;
+  l.hidden = !S.link;  // no socket yet (the sign-in form): nothing is connecting
   if (state === "reconnecting") setStatus(t("status.connLost"), "error");
   if (state === "refused") {
     // why, by the close code (docs/PROTOCOL.md "Close codes"); the badge word for any other
@@ -1809,6 +1811,7 @@ function start(token) {
     seriesClosed, shown, laidOut: sheetTop });
   S.link.on("state", ({ state, code, reason }) => onLinkState(state, code === undefined ? undefined : { code, reason }));
   S.link.connect();
+  $("#link").hidden = false;
   render();
 }
 
