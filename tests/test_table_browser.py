@@ -321,6 +321,27 @@ def test_a_table_closed_by_another_tab_says_it_whole_and_takes_no_move(browser, 
         context.close()
 
 
+def test_a_table_closed_by_another_tab_before_the_deal_offers_no_ready(browser, site) -> None:
+    """Seated before the deal, the socket is closed 4409 (the table opened in another tab): the
+    page no longer offers Ready or Leave, which it could not send (found by a new user's play:
+    the old tab kept an active Ready under "reload this page to play here")."""
+    context, page, errors = _open(browser, site, "en-US", viewport={"width": 375, "height": 812})
+    try:
+        m = Match("other-tab")
+        msgs = m.run(CreateMatch(command_id="c1", match_id=m.mid, config=load_config("points").to_record()))
+        msgs += m.run(Sit(command_id="c2", match_id=m.mid, player="alice"))
+        msgs += m.run(Sit(command_id="c3", match_id=m.mid, player="bob"))
+        _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
+                     {"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m.mid}] + msgs)
+        page.wait_for_selector("[data-action=ready]:visible")
+        page.evaluate("() => window.__ws._emit('close', { code: 4409, reason: '' })")
+        page.wait_for_function("() => document.querySelector('[data-status]').dataset.code === '4409'")
+        assert page.locator("[data-action=ready]").is_hidden() and page.locator("[data-action=leave]").is_hidden()
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 def test_a_refusal_shows_the_catalogue_words_and_keeps_the_code(browser, site) -> None:
     context, page, errors = _open(browser, site, "en-US")
     try:

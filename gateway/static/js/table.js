@@ -694,7 +694,8 @@ function render() {
 function renderReady(view) {
   const ready = $("[data-action=ready]");
   let want = false;
-  if (!S.spectator && S.lobby && S.lobby.state === "seated") {
+  // a socket closed for good (the table opened in another tab): nothing here can send it
+  if (!S.spectator && S.lobby && S.lobby.state === "seated" && S.linkState !== "refused") {
     const current = S.views[S.lobby.match];
     const mine = current ? seatsOf(current).find((s) => s.player === S.me) : null;
     if (S.hold) want = !!S.settled[S.hold] || S.lobby.match !== S.hold;
