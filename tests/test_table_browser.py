@@ -906,11 +906,62 @@ def test_ready_is_a_wide_button_clear_of_the_players_seat(browser, site, locale:
         for width, height in SIZES:
             page.set_viewport_size({"width": width, "height": height})
             page.wait_for_timeout(200)
-            ready = _box(page, "[data-action=ready]")
+            ready, leave = _box(page, "[data-action=ready]"), _box(page, "[data-action=leave]")
             assert ready["right"] - ready["left"] >= 160, (width, ready)
+            assert not _overlap(ready, leave), (width, ready, leave)
             for part in ("#mine-avatar", "#mine-name", "#mine-level", "#mine-badges"):
                 box = _box(page, part)
-                assert not _overlap(ready, box), (width, part, ready, box)
+                assert not _overlap(ready, box) and not _overlap(leave, box), (width, part, ready, leave, box)
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("locale", ["zh-CN", "en-US"])
+def test_a_player_stops_waiting_or_leaves_the_table_before_the_deal_never_during_a_hand(
+        browser, site, locale: str) -> None:
+    """The Leave button (``data-leave``): ``queue`` while the player waits (they stop waiting and
+    choose a room again), ``table`` at a table before its deal (beside Ready); none while the hand
+    is played (a Leave then is an escape, R-12.1).  A click sends one Leave and hides the button
+    until the answer; the removal's words say which was left."""
+    cat = CATALOGUES[LOCALES[locale]]
+    lang = LOCALES[locale]
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        leave = page.locator("[data-action=leave]")
+        _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
+                     {"kind": "lobby", "state": "queued", "room": "points", "table": None, "match": None}])
+        leave.wait_for(state="visible")
+        assert (leave.get_attribute("data-leave"), leave.inner_text()) == ("queue", cat["btn.leaveQueue"])
+        _shot(page, f"leave-queue-{lang}")
+        leave.click()
+        assert [m["type"] for m in page.evaluate("window.__sent")].count("Leave") == 1
+        assert leave.is_hidden() and page.locator("[data-status]").inner_text() == cat["status.leaving"]
+        _feed(page, [{"kind": "lobby", "state": "removed", "room": "points", "table": None, "match": None,
+                      "reason": "left"}])
+        page.wait_for_selector("#lobby:visible")
+        assert page.locator("[data-status]").inner_text() == cat["status.leftQueue"] and leave.is_hidden()
+
+        m = Match(f"leave-{locale}")
+        # seated, the match's view not here yet (a reload mid-hand looks the same): no Leave, which
+        # after the deal would be an escape (R-12.1)
+        _feed(page, [{"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m.mid,
+                      "names": {"alice": "小明", "bob": "Bob"}}])
+        page.wait_for_selector("#lobby", state="hidden")
+        assert leave.is_hidden()
+        msgs = m.run(CreateMatch(command_id="c1", match_id=m.mid, config=load_config("points").to_record()))
+        msgs += m.run(Sit(command_id="c2", match_id=m.mid, player="alice"))
+        msgs += m.run(Sit(command_id="c3", match_id=m.mid, player="bob"))
+        _feed(page, [{"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m.mid,
+                      "names": {"alice": "小明", "bob": "Bob"}}] + msgs)
+        page.wait_for_selector("[data-action=ready]:visible")
+        leave.wait_for(state="visible")
+        assert (leave.get_attribute("data-leave"), leave.inner_text()) == ("table", cat["btn.leaveTable"])
+        _shot(page, f"leave-table-{lang}")
+        _feed(page, m.run(Ready(command_id="c4", match_id=m.mid, player="alice"))
+              + m.run(Ready(command_id="c5", match_id=m.mid, player="bob")))
+        page.wait_for_selector("#hand [data-card]")
+        assert leave.is_hidden()
         assert not errors, errors
     finally:
         context.close()

@@ -8,7 +8,8 @@
 // "bottom" with data-player and an avatar data-avatar, the level badge data-level, the 理牌
 // toggle data-action=arrange (data-arrange="rank" | "groups"), the hand's groups data-group,
 // the history drawer data-history, the fairness info data-action=fair-info / data-fair-panel;
-// data-tier (a tier badge, ranked rooms), data-rating-change (the settlement's rating line).
+// data-tier (a tier badge, ranked rooms), data-rating-change (the settlement's rating line),
+// the Leave button data-action=leave (data-leave="queue" | "table").
 // The socket is client.js's Client (the page's
 // one networking seam: auth, resume, command ids, expected versions, the brief).
 import { api, claims, clientConfig, devToken, forgetToken, storedToken, tokenFromHost, tokenFromUrl } from "./auth.js";
@@ -58,6 +59,7 @@ const S = {
   settled: {}, ratings: {}, tiers: {}, tierAsked: {}, balance: null, clock: { version: null, total: null }, offset: null,
   rooms: [], lobbyRooms: null, names: {}, learned: {}, pendingSeed: null, refusal: null,
   warned: null, wasMyTurn: null, shownPlay: null, finishSounded: null, readyFor: null, flyFrom: null,
+  leaving: false,  // a Leave sent, not answered yet
   arrange: storedArrange(), groups: { key: null, groups: null }, arrangeSeq: 0, arrangeAsked: null,
 };
 
@@ -625,6 +627,7 @@ function render() {
   const mode = (view && view.mode) || roomCfg().mode || "points";
   $("#me-balance").textContent = S.balance !== null && !S.spectator ? `${t(mode === "wealth" ? "unit.coins" : "unit.points")} ${S.balance}` : "";
   renderReady(view);
+  renderLeave();
   readyHeight();
   renderTally();
   sheetTop();
@@ -702,6 +705,36 @@ function renderReady(view) {
     else want = !current || ((current.phase === "seating" || current.phase === "new") && !(mine && mine.ready));
   }
   ready.hidden = !want;
+}
+
+/** The Leave button (``data-leave``: ``queue`` or ``table``): out of the room's queue while
+ * waiting, or away from the table while the page knows the match is not dealt (its view says
+ * new or seating) or is over (finished, or held until Ready); never while a hand is played nor
+ * before the page has the match's view (after a reload: a Leave after the deal is an escape,
+ * R-12.1), nor at a private table (its series ends by a vote). The engine's queue decides it
+ * wherever the player is (docs/PROTOCOL.md §8). */
+function renderLeave() {
+  const b = $("[data-action=leave]");
+  let kind = "";
+  const privateTable = !$("[data-series-tally]").hidden || !$("[data-private-created]").hidden;
+  if (!S.spectator && S.lobby && !S.leaving && !privateTable && S.linkState !== "refused") {
+    if (S.lobby.state === "queued") kind = "queue";
+    else if (S.lobby.state === "seated") {
+      const current = S.views[S.lobby.match];
+      const phase = current ? current.phase : null;
+      if (phase === "new" || phase === "seating" || phase === "finished" || (!current && S.hold)) kind = "table";
+    }
+  }
+  b.hidden = !kind;
+  b.dataset.leave = kind;
+  if (kind) b.textContent = t(kind === "queue" ? "btn.leaveQueue" : "btn.leaveTable");
+}
+
+function leave() {
+  S.leaving = true;
+  S.link.leave();
+  render();
+  setStatus(t("status.leaving"));
 }
 
 function renderExplain(view, mine, room, reclaim) {
@@ -985,6 +1018,7 @@ function bind() {
   $("[data-action=trustee]").addEventListener("click", () => S.link.send({ type: "RequestTrustee" }));
   $("[data-action=cancel-trustee]").addEventListener("click", () => S.link.send({ type: "CancelTrustee" }));
   $("[data-action=ready]").addEventListener("click", ready);
+  $("[data-action=leave]").addEventListener("click", leave);
   $("[data-action=lang]").addEventListener("click", cycleLang);
   $("[data-action=mute]").addEventListener("click", () => {
     setMuted(!muted());
@@ -1681,9 +1715,10 @@ function onMessage(msg) {
       break;
     case "lobby":
       S.lobby = msg.state === "removed" ? null : msg;
+      S.leaving = false;
       if (msg.state === "removed") {
         const why = removedText(msg.reason);
-        const words = isLeave(msg.reason) ? t("status.left") : t("status.removed", { why });
+        const words = isLeave(msg.reason) ? t(msg.table ? "status.left" : "status.leftQueue") : t("status.removed", { why });
         // the table is left: a match there that never finished leaves the page, and its later
         // updates (the other player's removal, an abandoned hand) do not bring it back
         if (msg.match) S.left[msg.match] = true;
@@ -1720,6 +1755,7 @@ function onMessage(msg) {
 }
 
 function onRejected(msg) {
+  S.leaving = false;  // a refused Leave: the button comes back
   // the Ready that carried our seed was refused: the seed is not in the deal (the page and the
   // gateway that serves it ship together, so a refusal is never "seeds not forwarded")
   if (S.pendingSeed && msg.command_id === S.pendingSeed.id) S.pendingSeed = null;
