@@ -3,8 +3,11 @@
 The browser shows display names, never player ids.  ``ledger credit 小李 100`` used to open an
 account named 小李 (balance 100) while the player who goes by 小李 kept 0, and ``ledger show``
 of any name printed "0 coins, 0 points, no entries" with exit 0 (found by a new user's play
-of 2026-12-06).  A display name is refused for a credit or debit, with the ids that go by it;
-``show`` of a name shows those players; an unknown player is exit 1 for ``show``.
+of 2026-12-06).  A display name is refused for a credit or debit, naming the ids that go by
+it and ``--new-player``; ``show`` of an unknown id is exit 1, and ``show --by-name`` shows the
+players who go by a name.  An id is never resolved from a display name: any player may take
+another's id as their display name (the security review of 2026-12-06: a player going by
+``vip_0042`` blocked the deposit to that new account, and ``show vip_0042`` showed theirs).
 """
 
 from __future__ import annotations
@@ -31,10 +34,15 @@ def named(real_redis, redis_server):
 
 # (the command after ``ledger``, exit code, what stderr says)
 REFUSED = [
-    (["credit", "小李", "100", "--reason", "x"], 2, "'小李' is a display name, not a player id: u-1 goes by it"),
-    (["debit", "Sam", "5", "--reason", "x"], 2, "'Sam' is a display name, not a player id: u-2, u-3 go by it"),
+    (["credit", "小李", "100", "--reason", "x"], 2,
+     "no player id '小李' is known here, but u-1 goes by it as a display name: name an existing player by id, "
+     "or pass --new-player"),
+    (["debit", "Sam", "5", "--reason", "x"], 2, "but u-2, u-3 go by it as a display name"),
     (["show", "nobody-known"], 1, "no player 'nobody-known' is known here"),
-    (["show", "Sam", "--json"], 2, "'Sam' is the display name of u-2, u-3: name the player by id"),
+    (["show", "Sam"], 1, "no player 'Sam' is known here (no display name, balance or entry); u-2, u-3 go by it as "
+                         "a display name (--by-name shows them)"),
+    (["show", "nobody-known", "--by-name"], 1, "nobody goes by the display name 'nobody-known' here"),
+    (["show", "Sam", "--json", "--by-name"], 2, "'Sam' is the display name of u-2, u-3: name the player by id"),
 ]
 
 
@@ -49,8 +57,8 @@ def test_a_display_name_or_nobody_is_refused_and_says_who(named, capsys, args, c
         assert r.hget("sk:{ledger}:bal:wealth", "小李") is None and not r.exists(keys.OPS)
 
 
-def test_show_of_a_display_name_shows_the_players_who_go_by_it(named, capsys):
-    assert main(["ledger", "show", "小李", "--redis", named]) == 0
+def test_show_by_name_shows_the_players_who_go_by_it(named, capsys):
+    assert main(["ledger", "show", "小李", "--by-name", "--redis", named]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "u-1 (小李): 0 coins, 300 points"
     assert out[1].split() == ["2026-12-06", "16:13:10Z", "credit", "+300", "points", "entry", "dep-1", "by",

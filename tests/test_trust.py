@@ -370,6 +370,17 @@ def test_ledger_and_room_cli(real_redis, redis_server, tmp_path, capsys):
         cap = capsys.readouterr()
         assert "applied" not in cap.out and "command_id_reused" in cap.err
         assert "already used for a different entry" in cap.err and "amount 70, reason r" in cap.err
+        # a player who took a new player's id as their display name blocks nothing: the operator
+        # opens the account by its id with --new-player, and show never shows the squatter's
+        real_redis.hset(keys.NAMES_KEY, "mallory", "vip_0042")
+        assert main(["ledger", "credit", "vip_0042", "500", "--reason", "deposit", "--redis", url]) == 2
+        assert "--new-player" in capsys.readouterr().err
+        assert main(["ledger", "credit", "vip_0042", "500", "--reason", "deposit", "--new-player",
+                     "--redis", url]) == 0
+        capsys.readouterr()
+        assert main(["ledger", "show", "vip_0042", "--json", "--redis", url]) == 0
+        squat = json.loads(capsys.readouterr().out)
+        assert (squat["player"], squat["balance"]) == ("vip_0042", 500)
 
         room = tmp_path / "slow.toml"
         room.write_text((CONFIG_DIR / "points.toml").read_text().replace("turn_seconds = 15", "turn_seconds = 40"))

@@ -9,12 +9,14 @@ Credits and debits are sent on the operator channel ``sk:ops`` and applied by th
 engine (``shuangkou serve``), idempotently by command id; a debit never takes a
 balance below 0.  Exit 0 when applied, 1 when the engine refused it, 2 bad input.
 
-PLAYER is a player id.  The browser shows display names, so a PLAYER that is no known
-player (no display name, no balance, no entry) but the display name of some is refused
-with their ids (exit 2): a credit to the name would open an account nobody plays.  A
-credit to an id nobody knows yet (a deposit before the first login) goes through, with a
-note on stderr.  ``show`` of a display name shows each player who goes by it; of nobody
-known, exit 1 (``--json``: one player's object; a name several go by is refused).
+PLAYER is always a player id, never resolved from a display name (anyone may choose a
+display name, another player's id included).  The browser shows display names, so a PLAYER
+that is no known player (no display name, no balance, no entry) but the display name of
+some is refused (exit 2), naming both ways on: the id of one of them, or ``--new-player``
+to open the account PLAYER (a deposit before the first login).  A credit to an id nobody
+knows and nobody goes by goes through, with a note on stderr.  ``show`` of an unknown id
+exits 1, naming who goes by it; ``show NAME --by-name`` shows each player who goes by
+``NAME`` (``--json``: one player's object; a name several go by is refused).
 """
 
 from __future__ import annotations
@@ -42,10 +44,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="which balance: wealth = coins (default), points")
         p.add_argument("--command-id", default=None, help="idempotency key (default: a new uuid); "
                                                           "re-run with the same id to retry safely")
+        p.add_argument("--new-player", action="store_true",
+                       help="PLAYER is the id of a player who has not logged in yet, though others go by "
+                            "it as a display name: open that account")
         add_redis_arguments(p)
     p = sub.add_parser("show", help="a player's balances and ledger entries")
     p.add_argument("player")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--by-name", action="store_true",
+                   help="PLAYER is a display name: show each player who goes by it")
     add_redis_arguments(p, wait=False)
 
 
@@ -75,9 +82,10 @@ def run(args: argparse.Namespace) -> int:
         return _show(client, args)
     if not known(client, args.player):
         named = going_by(client, args.player)
-        if named:
-            raise CliError(f"{args.player!r} is a display name, not a player id: {', '.join(named)} "
-                           f"{'goes' if len(named) == 1 else 'go'} by it; name the player by id")
+        if named and not args.new_player:
+            raise CliError(f"no player id {args.player!r} is known here, but {_who(named)} by it as a display "
+                           f"name: name an existing player by id, or pass --new-player to open the account "
+                           f"{args.player!r} for a player who has not logged in yet")
         print(f"note: no player {args.player!r} is known here yet (no display name, balance or entry): "
               f"a new account", file=sys.stderr)
     import uuid
@@ -111,9 +119,17 @@ def _show(client, args: argparse.Namespace) -> int:
     from shuangkou.cli import CliError, NotFound
     from shuangkou.cli.matches import display_names
 
-    players = [args.player] if known(client, args.player) else going_by(client, args.player)
-    if not players:
-        raise NotFound(f"no player {args.player!r} is known here (no display name, balance or entry)")
+    if args.by_name:
+        itself = display_names(client, {args.player}).get(args.player) == args.player
+        players = sorted(going_by(client, args.player) + ([args.player] if itself else []))
+        if not players:
+            raise NotFound(f"nobody goes by the display name {args.player!r} here")
+    elif known(client, args.player):
+        players = [args.player]
+    else:
+        named = going_by(client, args.player)
+        also = f"; {_who(named)} by it as a display name (--by-name shows them)" if named else ""
+        raise NotFound(f"no player {args.player!r} is known here (no display name, balance or entry){also}")
     ledger = RedisLedger(client)
     names = display_names(client, set(players))
     shown: list[dict[str, Any]] = []
@@ -141,6 +157,11 @@ def _show(client, args: argparse.Namespace) -> int:
             print(f"  {_when(e['at_ms'])}  {e['kind']:<10} {e['amount']:>+12} {e['mode']:<6} {ref}{who}: "
                   f"{e['reason']}")
     return 0
+
+
+def _who(players: list[str]) -> str:
+    """``u-1 goes``, ``u-2, u-3 go``: who goes by a display name, for a message."""
+    return f"{', '.join(players)} {'goes' if len(players) == 1 else 'go'}"
 
 
 def _when(ms: int) -> str:
