@@ -281,7 +281,9 @@ class Lobby:
                            window_s: int) -> int:
         """Count one JoinTable attempt of ``player`` and of ``address`` (a fixed window of
         ``window_s`` seconds, in Redis: every gateway counts the same); 0 when allowed, else the
-        ms until the window ends (``rate_limited``).  Wrong codes count like right ones."""
+        ms until the window ends (``rate_limited``).  Wrong codes count like right ones.  An
+        attempt over the player's own limit is not counted for the address: one player never
+        spends the budget of the others behind the same address."""
         return await self._attempts([(f"p:{player}", per_player), (f"a:{address}" if address else "", per_address)],
                                     window_s)
 
@@ -290,7 +292,8 @@ class Lobby:
         return await self._attempts([(f"c:{player}", per_player)], window_s)
 
     async def _attempts(self, counters: list[tuple[str, int]], window_s: int) -> int:
-        wait = 0
+        """Count one attempt on each of ``counters`` in turn (``""``: none), up to the first
+        over its limit: the ms until its window ends, else 0."""
         for who, limit in counters:
             if not who:
                 continue
@@ -301,8 +304,8 @@ class Lobby:
             pipe.pttl(key)
             n, _set, ttl = await pipe.execute()
             if int(n) > limit:
-                wait = max(wait, int(ttl) if int(ttl) > 0 else window_s * 1000)
-        return wait
+                return int(ttl) if int(ttl) > 0 else window_s * 1000
+        return 0
 
     async def join(self, player: str, room: str, client_id: str) -> None:
         """``player``'s Join of ``room`` (the engine's queue decides it and answers on the player's

@@ -203,3 +203,20 @@ def test_a_bot_gets_ready_on_its_seated_and_stops_on_its_removed(aredis):
             await fanout.aclose()
 
     _run(aredis, body)
+
+
+def test_one_player_over_their_join_table_limit_spends_nothing_of_their_address(aredis):
+    """JoinTable attempts count per player (2 here) and per address (5): a player over their own
+    limit is refused without counting for the address, so the others behind it (a NAT, a proxy
+    not named ``--trusted-proxy``) keep their attempts (the security review of 2026-12-06: 31
+    wrong codes of one player refused everyone at the address for a minute)."""
+    async def body(r: Any, lobby: Lobby) -> None:
+        # (player, allowed?) in order, all from 10.0.0.9
+        steps = [("mallory", True), ("mallory", True), *[("mallory", False)] * 30,
+                 ("ann", True), ("ann", True), ("bob", True), ("bob", False), ("ann", False)]
+        for player, allowed in steps:
+            wait = await lobby.join_allowed(player, "10.0.0.9", 2, 5, 60)
+            assert (wait == 0) == allowed, (player, wait)
+            assert wait == 0 or 0 < wait <= 60_000
+        assert int(await r.get(keys.join_attempts_key("a:10.0.0.9"))) == 6  # 5 allowed, bob's 6th refused
+    _run(aredis, body)
