@@ -170,7 +170,7 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
         if auth is None:
             return
         identity, resume = auth
-        if not hub.budgets.connect(f"{identity.role}:{identity.player}", time.monotonic()):
+        if not hub.budgets.connect(identity.player, time.monotonic()):
             # each greeting asks the engine for a view and the lobby for a Returned: a token's
             # sockets opened and closed in a loop would flood both (docs/SECURITY.md)
             metrics.refused("connect_limited")

@@ -50,8 +50,9 @@ class Guard:
         self.limits = limits
         self.clock = clock
         self.wall = wall
-        # the token subject's, kept across its sockets on this gateway (gateway/limits.py)
-        self.budget = conn.hub.budgets.budget(f"{conn.identity.role}:{conn.identity.player}", clock())
+        # the token subject's, whatever the token's role, kept across its sockets on this gateway
+        # (gateway/limits.py)
+        self.budget = conn.hub.budgets.budget(conn.identity.player, clock())
         self._expiry: asyncio.Task | None = None
         self._watched = False  # this socket's first Watch was admitted
 

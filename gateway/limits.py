@@ -169,18 +169,20 @@ MAX_SUBJECTS = 50_000
 @dataclass
 class SubjectBudgets:
     """Each token subject's :class:`SocketBudget` and connect bucket, kept across its sockets:
-    rates are per subject on this gateway, so closing a socket and opening another never
-    refills them (a player's socket replaces the older; a watcher's several share one).
+    rates are per subject (the token's ``sub``, whatever its role: one person's player and
+    spectator tokens share them) on this gateway, so closing a socket and opening another, or
+    one of another role, never refills them (a player's socket replaces the older; a
+    watcher's several share one).
 
     >>> b = SubjectBudgets(Limits(connect_rate=1, connect_burst=2))
-    >>> [b.connect("player:ann", 0.0) for _ in range(3)], b.connect("player:bob", 0.0), b.connect("player:ann", 1.0)
+    >>> [b.connect("ann", 0.0) for _ in range(3)], b.connect("bob", 0.0), b.connect("ann", 1.0)
     ([True, True, False], True, True)
-    >>> first = b.budget("player:ann", 0.0)
-    >>> [first.admit("Sync", 0.0) for _ in range(2)], b.budget("player:ann", 0.1) is first
+    >>> first = b.budget("ann", 0.0)
+    >>> [first.admit("Sync", 0.0) for _ in range(2)], b.budget("ann", 0.1) is first
     (['ok', 'ok'], True)
-    >>> b.budget("player:ann", 0.1).admit("Sync", 0.1)  # a new socket of ann's: the same bucket
+    >>> b.budget("ann", 0.1).admit("Sync", 0.1)  # a new socket of ann's: the same bucket
     'sync_limited'
-    >>> b.budget("player:ann", 0.1).admit("Watch", 0.1, view_free=True)  # a socket's first Watch
+    >>> b.budget("ann", 0.1).admit("Watch", 0.1, view_free=True)  # a socket's first Watch
     'ok'
     """
 

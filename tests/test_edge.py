@@ -331,7 +331,8 @@ def test_a_tokens_rates_hold_across_its_sockets_and_its_new_sockets_are_paced(st
     rate is refused on the next socket as on the last, and a token opens at most
     ``--connect-burst`` sockets before ``--connect-rate`` paces it (4429 after the Auth), each
     greeting asking the engine for a view and the lobby for a Returned (docs/SECURITY.md 37).
-    Another token is not held back."""
+    A token of another role for the same subject shares them (its third socket is refused as a
+    third player socket would be); another subject is not held back."""
     g = gw(stack, "C")  # --sync-rate 0.001 --connect-rate 0.001 --connect-burst 2
 
     async def main() -> tuple[dict[str, Any], dict[str, Any], Closed]:
@@ -345,7 +346,7 @@ def test_a_tokens_rates_hold_across_its_sockets_and_its_new_sockets_are_paced(st
         await second.send({"type": "Sync", "command_id": "s2"})
         two = await second.expect(lambda m: m.get("command_id") == "s2", what="the second Sync's answer")
         await second.close()
-        third = await Client.connect(g.url, stack.token("cn-alice"), "cn-alice")
+        third = await Client.connect(g.url, stack.token("cn-alice", role="spectator"), "cn-alice")
         closed = await third.closed()
         other = await Client.connect(g.url, stack.token("cn-bob"), "cn-bob")
         await other.expect(kind("welcome"))
