@@ -198,12 +198,21 @@ def test_a_player_nowhere_has_no_state_and_the_fence_stays(client):
     assert client.pttl(keys.place_key("ann")) == -1
 
 
-def test_the_closed_tables_kept_are_the_last_sixteen(client):
-    for n in range(1, 19):
+def test_the_closed_tables_kept_are_the_last_sixty_four(client):
+    """A table's seq fence goes at its close (a player's place would grow by a field a table);
+    its id stays among the last 64 closed, so a late seating of one is refused while it is
+    (the security review of 2026-12-06 put a player back at a table closed 17 tables before,
+    when 16 were kept)."""
+    for n in range(1, 67):
+        _write(client, _t(ev.MatchSeated, f"t{n}", 2, match=f"t{n}-1"),
+               {"state": "table", "room": "points", "table": f"t{n}", "match": f"t{n}-1"})
         _write(client, _t(ev.TableClosed, f"t{n}", 5, reason="left", removed=(("ann", "left"),), stayed=(),
                           dealt=True), None)
     closed = client.hget(keys.place_key("ann"), "closed").decode().split()
-    assert closed == [f"t{n}" for n in range(3, 19)]
+    assert closed == [f"t{n}" for n in range(3, 67)]
+    late = _t(ev.MatchSeated, "t3", 2, match="t3-1")
+    assert _write(client, late, {"state": "table", "room": "points", "table": "t3", "match": "t3-1"}) == "stale"
+    assert _place(client) == {}
 
 
 def test_a_reply_of_another_shape_is_an_error():

@@ -5,8 +5,10 @@
 --
 -- KEYS[1]  sk:place:{<player>}   the place (a hash): state, room, table, match (absent: nowhere),
 --                                and the fence: "v:<aggregate>" the seq of the last event of
---                                that queue or table written here, "closed" the last 16 tables
---                                closed with the player at them (space separated)
+--                                that queue or table written here, "closed" the last 64 tables
+--                                closed with the player at them (space separated; a table's
+--                                "v:" goes at its close, so a late entry of a table closed
+--                                64 tables ago is written again: hours of play later)
 -- ARGV[1]  "set", "clear", or "closed" (the table closed and the player stays in its room: the
 --          queue's events say where; only the fence changes)
 -- ARGV[2]  the event's aggregate: queue:<room> or table:<table>
@@ -24,6 +26,7 @@
 --                             table that closed, or a queue's set of a table whose own events wrote
 --   {"status", "elsewhere"}   a clear of a place the player no longer has: nothing cleared
 
+local CLOSED_KEPT = 64
 local key, op, agg, table_id = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 local seq = tonumber(ARGV[3])
 local closes = ARGV[5] == '1'
@@ -43,7 +46,7 @@ if closes and not was_closed then
   local kept = {}
   for t in string.gmatch(closed, '%S+') do kept[#kept + 1] = t end
   kept[#kept + 1] = table_id
-  while #kept > 16 do table.remove(kept, 1) end
+  while #kept > CLOSED_KEPT do table.remove(kept, 1) end
   redis.call('HSET', key, 'closed', table.concat(kept, ' '))
 end
 if closes then
