@@ -921,8 +921,8 @@ def test_ready_is_a_wide_button_clear_of_the_players_seat(browser, site, locale:
 def test_a_player_stops_waiting_or_leaves_the_table_before_the_deal_never_during_a_hand(
         browser, site, locale: str) -> None:
     """The Leave button (``data-leave``): ``queue`` while the player waits (they stop waiting and
-    choose a room again), ``table`` at a table before its deal (beside Ready); none while the hand
-    is played (a Leave then is an escape, R-12.1).  A click sends one Leave and hides the button
+    choose a room again), ``table`` at a table before its deal (beside Ready) until the player is
+    ready; none once they are, nor while the hand is played (a Leave then is an escape, R-12.1).  A click sends one Leave and hides the button
     until the answer; the removal's words say which was left."""
     cat = CATALOGUES[LOCALES[locale]]
     lang = LOCALES[locale]
@@ -958,8 +958,11 @@ def test_a_player_stops_waiting_or_leaves_the_table_before_the_deal_never_during
         leave.wait_for(state="visible")
         assert (leave.get_attribute("data-leave"), leave.inner_text()) == ("table", cat["btn.leaveTable"])
         _shot(page, f"leave-table-{lang}")
-        _feed(page, m.run(Ready(command_id="c4", match_id=m.mid, player="alice"))
-              + m.run(Ready(command_id="c5", match_id=m.mid, player="bob")))
+        # ready: bob's Ready deals at once, and a Leave in flight would land after it (an escape)
+        _feed(page, m.run(Ready(command_id="c4", match_id=m.mid, player="alice")))
+        leave.wait_for(state="hidden")
+        assert leave.get_attribute("data-leave") == ""
+        _feed(page, m.run(Ready(command_id="c5", match_id=m.mid, player="bob")))
         page.wait_for_selector("#hand [data-card]")
         assert leave.is_hidden()
         assert not errors, errors

@@ -709,9 +709,10 @@ function renderReady(view) {
 
 /** The Leave button (``data-leave``: ``queue`` or ``table``): out of the room's queue while
  * waiting, or away from the table while the page knows the match is not dealt (its view says
- * new or seating) or is over (finished, or held until Ready); never while a hand is played nor
- * before the page has the match's view (after a reload: a Leave after the deal is an escape,
- * R-12.1), nor at a private table (its series ends by a vote). The engine's queue decides it
+ * new, or seating and this player not ready yet) or is over (finished, or held until Ready);
+ * never while a hand is played, once this player is ready (the opponent's Ready deals at once),
+ * nor before the page has the match's view (after a reload: a Leave after the deal is an
+ * escape, R-12.1), nor at a private table (its series ends by a vote). The engine's queue decides it
  * wherever the player is (docs/PROTOCOL.md §8). */
 function renderLeave() {
   const b = $("[data-action=leave]");
@@ -722,7 +723,12 @@ function renderLeave() {
     else if (S.lobby.state === "seated") {
       const current = S.views[S.lobby.match];
       const phase = current ? current.phase : null;
-      if (phase === "new" || phase === "seating" || phase === "finished" || (!current && S.hold)) kind = "table";
+      const mine = current ? seatsOf(current).find((s) => s.player === S.me) : null;
+      // once this player is ready the opponent's Ready deals: a Leave then in flight would be an escape
+      const readied = phase === "seating" && !!mine && !!mine.ready;
+      if (phase === "new" || (phase === "seating" && !readied) || phase === "finished" || (!current && S.hold)) {
+        kind = "table";
+      }
     }
   }
   b.hidden = !kind;
