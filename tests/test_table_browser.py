@@ -391,7 +391,13 @@ SIZES = ((375, 812), (812, 375), (1280, 800))
 
 def _no_overflow(page) -> None:
     """Nothing wider than the screen: no sideways scrolling, no hand card off the edge."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     width = page.evaluate("() => window.innerWidth")
+    try:  # a resize lays the page out again in the next frames: a busy machine takes longer
+        page.wait_for_function("w => document.documentElement.scrollWidth <= w", arg=width, timeout=10_000)
+    except PlaywrightTimeout:
+        pass
     assert page.evaluate("() => document.documentElement.scrollWidth") <= width
     edges = page.eval_on_selector_all("#hand [data-card] .card", "els => els.map(e => { const r = e.getBoundingClientRect();"
                                       " return [r.left, r.right]; })")
