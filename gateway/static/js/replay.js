@@ -4,7 +4,7 @@
 // (projections/timeline.py), the same one `shuangkou replay` prints.  Words from the i18n
 // catalogues, one language at a time (i18n.js): each step is worded here from its event's
 // fields (``fields``), not from the timeline's English line.
-import { cardElement } from "./cards.js";
+import { cardElement, sortCards } from "./cards.js";
 import { byWords, escapeRuleId, eventReading, kouWords, modeWords, readingWords, receivedWords } from "./words.js";
 import { api, claims, clientConfig, devToken, storedToken, tokenFromHost, tokenFromUrl } from "./auth.js";
 import { currentLang, cycleLang, has, onLang, startLang, t } from "./i18n.js";
@@ -201,7 +201,7 @@ function renderNow(i) {
   parts.push(line);
   if (s.cards) {
     const row = el("div", null, { class: "last-cards" });
-    row.append(...s.cards.map((id) => cardElement(id, { attrs: { "data-table-card": id }, small: true })));
+    row.append(...sortCards(s.cards).map((id) => cardElement(id, { attrs: { "data-table-card": id }, small: true })));
     parts.push(row);
   }
   if (s.type === "HandDealt" && Number.isInteger((s.fields || {}).lead_card)) {

@@ -517,7 +517,7 @@ function renderLast(view, from) {
     return;
   }
   $("#last-who").textContent = `${t("last.trick", { n: view.trick })} · ${t("last.played", { name: nameOf(lp.player) })}`;
-  cards.replaceChildren(...lp.cards.map((id) => cardElement(id, { attrs: { "data-table-card": id }, small: true })));
+  cards.replaceChildren(...sortCards(lp.cards).map((id) => cardElement(id, { attrs: { "data-table-card": id }, small: true })));
   cards.style.setProperty("--n", String(lp.cards.length));  // a long play overlaps more (table.css)
   $("#last-reading").textContent = readingWords(lp.reading);
   last.dataset.lastKind = lp.reading.kind;
