@@ -976,6 +976,83 @@ def test_a_player_stops_waiting_or_leaves_the_table_before_the_deal_never_during
         context.close()
 
 
+@pytest.mark.parametrize("locale", ["zh-CN", "en-US"])
+def test_leaving_from_a_result_goes_back_to_the_lobby_and_a_cooldown_says_its_wait(
+        browser, site, locale: str) -> None:
+    """Found by a new user's play (2026-12-06): a Leave from a result held until Ready left the
+    result over the lobby (on a phone Join could not be tapped until a reload), and the leave
+    cooldown's refusal never said how long.  Now the removal takes the result off the page, the
+    cooldown says its seconds (``retry_after_ms`` rounded up), and a player is never told of their
+    own removal as of someone else's ("小明 left the table" on 小明's page)."""
+    from engine.match.commands import Leave
+    from engine.rules.moves import legal_plays, pick_cards
+
+    cat = CATALOGUES[LOCALES[locale]]
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce",
+                                  viewport={"width": 390, "height": 844})
+    try:
+        m = Match(f"leave-result-{locale}")
+        _seat(page, m)
+        for i in range(8):  # a play in any order is on the table as the history drawer shows it (by rank)
+            st = m.state
+            seat = st.seats[st.turn]
+            if st.to_beat is None:  # a lead: the longest play the hand has, its cards from the highest
+                combo = max(legal_plays(seat.hand), key=lambda c: sum(c.counts))
+                cards: tuple[int, ...] | None = pick_cards(seat.hand, combo.counts)
+            else:
+                play = trustee_choice(list(seat.hand), st.to_beat.combo)
+                cards = None if play is None else tuple(play.cards)
+            _feed(page, m.run(Pass(command_id=f"o{i}", match_id=m.mid, player=seat.player) if cards is None else
+                              Play(command_id=f"o{i}", match_id=m.mid, player=seat.player,
+                                   cards=tuple(reversed(cards)))))
+            page.wait_for_function("v => document.querySelector('#table').dataset.version === String(v)",
+                                   arg=m.state.version)
+            table = page.eval_on_selector_all("#last-cards [data-table-card]", "els => els.map(e => e.dataset.tableCard)")
+            logged = page.evaluate("() => { const li = [...document.querySelectorAll('#log li')]"
+                                   ".find((x) => x.querySelector('[data-history-card]'));"
+                                   " return li ? [...li.querySelectorAll('[data-history-card]')]"
+                                   ".map((e) => e.dataset.historyCard) : []; }")
+            assert not table or table == logged, (table, logged)
+        _feed(page, m.step(400))
+        nxt = Match("t1-2")  # the table's next match, seated, not dealt without alice's Ready
+        msgs = nxt.run(CreateMatch(command_id="c1", match_id=nxt.mid, config=load_config("points").to_record()))
+        msgs += nxt.run(Sit(command_id="c2", match_id=nxt.mid, player="alice"))
+        msgs += nxt.run(Sit(command_id="c3", match_id=nxt.mid, player="bob"))
+        _feed(page, [m.settled(), {"kind": "lobby", "state": "seated", "room": "points", "table": "t1",
+                                   "match": nxt.mid, "names": {"alice": "小明", "bob": "Bob"}}] + msgs)
+        page.wait_for_selector("[data-settlement] [data-score='alice']")
+        leave = page.locator("[data-action=leave]")
+        leave.wait_for(state="visible")  # the result held until Ready
+        leave.click()
+        _feed(page, [{"kind": "lobby", "state": "removed", "room": "points", "table": "t1", "match": nxt.mid,
+                      "reason": "left"}])
+        page.wait_for_selector("#lobby:visible")
+        page.wait_for_selector("[data-settlement]", state="hidden")
+        assert page.locator("[data-status]").inner_text() == cat["status.left"]
+        page.click("[data-action=join]", timeout=5_000)  # nothing lies over it
+        assert [x["type"] for x in page.evaluate("window.__sent")].count("Join") == 1
+        _feed(page, [{"kind": "rejected", "code": "cooldown", "command_id": None, "reason": "x",
+                      "retry_after_ms": 9_200}])
+        page.wait_for_function("w => document.querySelector('[data-status]').textContent === w",
+                               arg=cat["refusal.cooldownWait"].replace("{s}", "10"))
+
+        # seated again before a deal: alice's own removal is the lobby's to tell, bob's is a notice
+        m2 = Match("leave-notice")
+        msgs = m2.run(CreateMatch(command_id="c1", match_id=m2.mid, config=load_config("points").to_record()))
+        msgs += m2.run(Sit(command_id="c2", match_id=m2.mid, player="alice"))
+        msgs += m2.run(Sit(command_id="c3", match_id=m2.mid, player="bob"))
+        _feed(page, [{"kind": "lobby", "state": "seated", "room": "points", "table": "t2", "match": m2.mid,
+                      "names": {"alice": "小明", "bob": "Bob"}}] + msgs)
+        page.wait_for_selector("[data-action=ready]:visible")
+        _feed(page, m2.run(Leave(command_id="c4", match_id=m2.mid, player="alice"))
+              + m2.run(Leave(command_id="c5", match_id=m2.mid, player="bob")))
+        page.wait_for_selector("[data-notice='removed-bob']")
+        assert page.locator("[data-notice='removed-alice']").count() == 0
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 @pytest.mark.parametrize("locale", sorted(LOCALES))
 def test_the_result_sheet_scrolls_under_the_top_bar_never_behind_it(browser, site, locale: str) -> None:
     """The end of a match is a sheet that scrolls; it starts under the top bar (which wraps to more

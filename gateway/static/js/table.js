@@ -1116,6 +1116,7 @@ function noteEvents(match, events, view) {
         notice(t("notice.escaped", { name: name() }), "warn", `escape-${e.player}`);
         break;
       case "PlayerRemoved":
+        if (you) break;  // the lobby's removal says it to the player, in their own words
         // a plain leave is said once ("Carol left the table"), not "left the table: left"
         notice(isLeave(e.reason) ? t("notice.left", { name: name() })
           : t("notice.removed", { name: name(), why: removedText(e.reason) }), "warn", `removed-${e.player}`);
@@ -1731,6 +1732,13 @@ function onMessage(msg) {
         for (const m of [msg.match, S.match]) {
           if (m && S.views[m] && S.views[m].phase !== "finished") delete S.views[m];
         }
+        // a result held until Ready leaves with the table: the lobby is the page now (a private
+        // series' last hand leaves when its final standings close, dropClosedSeries)
+        if (removalCode(msg.reason) !== "series_over") {
+          for (const m of [S.hold, S.match]) if (m) S.left[m] = true;
+          S.hold = null;
+          S.match = null;
+        }
         notice(words, "warn", "removed");
         setStatus(words);
         loadLobbyRooms();
@@ -1774,7 +1782,9 @@ function onRejected(msg) {
   S.refusal = { code: msg.code, version: view ? view.version : null };
   render();
   // the catalogue's words for the code; the code itself stays in data-code (for support)
-  setStatus(refusalText(msg.code), "error", msg.code || "rejected");
+  const words = msg.code === "cooldown" && msg.retry_after_ms > 0
+    ? t("refusal.cooldownWait", { s: Math.ceil(msg.retry_after_ms / 1000) }) : refusalText(msg.code);
+  setStatus(words, "error", msg.code || "rejected");
 }
 
 function onLinkState(state, ev) {
