@@ -234,6 +234,9 @@ def test_deal_needs_two_ready_players_and_happens_once() -> None:
 def test_leave_before_the_deal_only() -> None:
     m = M()
     assert [(e.type, e.reason) for e in m.do(Leave, player="a")] == [("PlayerRemoved", "left")]
+    # the lobby's Leave for who stays at a table that closed before the deal: they did not leave
+    assert [(e.type, e.reason) for e in M().do(Leave, player="b", reason="table_closed")][0] == (
+        "PlayerRemoved", "table_closed")
     assert m.state.seats[0] is None
     m.do(Sit, player="c")  # the free seat is taken again
     assert m.state.seat(0).player == "c"

@@ -288,7 +288,8 @@ def test_a_removal_before_the_deal_closes_the_table_and_the_other_stays() -> Non
         "not_ready", (("a", "not_ready"),), ("b",), ("a",))
     # the stayer leaves the abandoned match (a Leave with a fixed id)
     (leave,) = managers.to_match(run(t, *[]), close)
-    assert (leave.type, leave.player) == ("Leave", "b")  # type: ignore[attr-defined]
+    # … as what it is: the table closed under b, who never left (the match's log says so)
+    assert (leave.type, leave.player, leave.reason) == ("Leave", "b", "table_closed")  # type: ignore[attr-defined]
 
 
 def test_who_left_into_the_match_leaves_with_the_table_never_requeued() -> None:
@@ -345,6 +346,12 @@ def test_the_match_process_manager_reads_one_decision_at_a_time() -> None:
     end = out[1]
     assert isinstance(end, lc.MatchEnded) and end.removed == (("a", "not_ready"), ("b", "not_ready"))
     assert end.command_id == "pm:tA-1:5:end"  # fixed: a second run is the store's duplicate
+    # the stayer's removal by the table's close is the table's own doing: the closed table gets
+    # no word of it, only of the match's end
+    closed = [e(me.PlayerRemoved, 8, "pm:table:tA:9:leave:b", player="b", reason="table_closed"),
+              e(me.MatchAbandoned, 9, "pm:table:tA:9:leave:b", reason="left")]
+    (gone,) = managers.from_match("tA", "tA-1", closed)
+    assert isinstance(gone, lc.MatchEnded) and (gone.outcome, gone.removed) == ("abandoned", ())
     fin = [e(me.MatchFinished, 9, "x", winner="b", loser="a", cards_left={"a": 3, "b": 0}, kou="flat",
              reason="out")]
     (ended,) = managers.from_match("tA", "tA-1", fin, escaped=["a"])  # a escaped earlier (trustee policy)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import groupby
+from typing import Any
 
 from engine.match import commands as mc
 from engine.match.events import (
@@ -71,8 +72,8 @@ def from_table(table: TableState, e: ev.LobbyEvent) -> list[lc.LobbyCommand]:
 
 
 def _player_command(cls: type[mc.CommandBase], e: ev.LobbyEvent, tag: str, match: str,
-                    player: str) -> mc.CommandBase:
-    return cls(command_id=_id(e, tag), match_id=match, player=player)  # type: ignore[call-arg]
+                    player: str, **fields: Any) -> mc.CommandBase:
+    return cls(command_id=_id(e, tag), match_id=match, player=player, **fields)  # type: ignore[call-arg]
 
 
 def to_match(before: TableState, e: ev.LobbyEvent) -> list[mc.CommandBase]:
@@ -96,7 +97,7 @@ def to_match(before: TableState, e: ev.LobbyEvent) -> list[mc.CommandBase]:
         # stays leaves that match, so it ends with the table and they sit in no other
         stay = [*e.stayed, *([e.bot] if e.bot else [])]
         stay += [p for p, r in e.removed if r == "series_over"]  # a private table's next match, never dealt
-        return [_player_command(mc.Leave, e, f"leave:{p}", before.match, p) for p in stay]
+        return [_player_command(mc.Leave, e, f"leave:{p}", before.match, p, reason="table_closed") for p in stay]
     return []
 
 
@@ -110,7 +111,9 @@ def from_match(table: str, match: str, events: Iterable[EventBase],
     for _cid, group in groupby(events, key=lambda x: x.command_id):
         batch: Sequence[EventBase] = list(group)
         first = f"pm:{match}:{batch[0].seq}"
-        removed = tuple((x.player, x.reason) for x in batch if isinstance(x, PlayerRemoved))
+        # a removal the table's close asked for is the table's own doing: nothing to tell it
+        removed = tuple((x.player, x.reason) for x in batch
+                        if isinstance(x, PlayerRemoved) and x.reason != "table_closed")
         for x in batch:
             if isinstance(x, PlayerReady):
                 out.append(lc.NoteReady(command_id=f"pm:{match}:{x.seq}:ready", table=table, match=match,

@@ -126,11 +126,14 @@ class Sit(CommandBase):
 
 
 class Leave(CommandBase):
-    """A seated player leaves before the deal."""
+    """A seated player leaves before the deal: by their own choice (``left``), or because the
+    table closed under them (``table_closed``: the lobby's, for who stays at a table whose other
+    player left before this match's deal; they did not leave)."""
 
     type: Literal["Leave"] = "Leave"
     player: str
     expected_version: ExpectedVersion = None
+    reason: Literal["left", "table_closed"] = "left"
 
 
 class Ready(CommandBase):

@@ -485,7 +485,7 @@ def _leave(b: _Builder, c: Leave) -> None:
     _seat_in_open_match(s, c.player)
     if s.phase != "seating":
         raise WrongPhase(f"{c.player} cannot leave a running match; leaving now is an escape (R-12)")
-    b.emit(PlayerRemoved, player=c.player, reason="left")
+    b.emit(PlayerRemoved, player=c.player, reason=c.reason)
     _abandon_if_empty(b)
 
 

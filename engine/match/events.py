@@ -103,12 +103,13 @@ class PlayerReady(EventBase):
 
 
 class PlayerRemoved(EventBase):
-    """A seated player leaves before the deal: not ready in time (R-13.2), by request, or
-    ready but alone when the ready clock ran out (``no_opponent``: the other Sit never came)."""
+    """A seated player leaves before the deal: not ready in time (R-13.2), by request, ready
+    but alone when the ready clock ran out (``no_opponent``: the other Sit never came), or
+    because the table closed before the deal (``table_closed``: the other player left)."""
 
     type: Literal["PlayerRemoved"] = "PlayerRemoved"
     player: str
-    reason: Literal["not_ready", "left", "no_opponent"]
+    reason: Literal["not_ready", "left", "no_opponent", "table_closed"]
 
 
 class HandDealt(EventBase):

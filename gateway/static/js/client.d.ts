@@ -482,7 +482,7 @@ export type PlayerRemovedEvent = {
   /** a player's id (the token subject of their sockets) */
   player: string;
   /** not_ready: the ready timer removed the player; left: they left */
-  reason: "not_ready" | "left" | "no_opponent";
+  reason: "not_ready" | "left" | "no_opponent" | "table_closed";
 };
 
 /** PlayerSeated */
