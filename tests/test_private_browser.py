@@ -493,3 +493,43 @@ def _wait_lobby(page, seconds: float = 15.0) -> bool:
             return True
         page.wait_for_timeout(200)
     return False
+
+
+def test_the_owner_cancels_a_table_nobody_joined_even_after_a_reload(stack) -> None:
+    """Found by a new user's play (2026-12-06): a table nobody joined held its owner for the
+    room's ``private_join_seconds`` (600 s): the page had no way to send CancelTable, Join and
+    opening another table were refused ``already_placed``, and after a reload the tally offered
+    "Ask to end", which the series refuses before its first hand.  The code's panel now has
+    ``[data-action=cancel-table]``; the owner is back in the lobby and can Join."""
+    from playwright.sync_api import sync_playwright
+
+    console = Console()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            a = browser.new_context(viewport={"width": 390, "height": 844}, locale="zh-CN").new_page()
+            console.watch(a, "nora")
+            a.goto(stack["base"] + "/")
+            a.fill("#login-name", "Nora")
+            a.click("[data-action=login]")
+            a.wait_for_selector("#lobby:not([hidden]) input[name=room][value=friends]")
+            a.check("input[name=room][value=friends]")
+            a.click("[data-action=create-table]")
+            a.wait_for_selector("[data-private-created]:not([hidden])", timeout=60_000)
+            a.reload()  # a reconnect: the tally and the code again, and no "Ask to end" before a hand
+            a.wait_for_selector("[data-private-created]:not([hidden])", timeout=60_000)
+            assert a.is_hidden("[data-action=request-end]")
+            cancel = a.locator("[data-action=cancel-table]")
+            assert cancel.inner_text() == "取消开房"
+            cancel.click()
+            a.wait_for_selector("[data-private-created]", state="hidden", timeout=60_000)
+            assert _wait_lobby(a) and a.is_hidden("[data-standings]") and a.is_hidden("[data-series-tally]")
+            assert a.text_content("[data-status]") == "已取消开房。选择房间即可再玩。"
+            a.check("input[name=room][value=friends]")
+            a.click("[data-action=join]")  # no longer placed at the cancelled table: queued
+            a.wait_for_function("() => (document.querySelector('[data-status]').dataset.code || '') !== "
+                                "'already_placed' && !document.querySelector('#lobby').offsetParent",
+                                timeout=60_000)
+        finally:
+            browser.close()
+    assert console.errors == []

@@ -2,8 +2,8 @@
 // lobby, /t/<code> (joins right after sign-in), the table's code with a copy-link button, the series'
 // tally (always shown during the series), the vote dialog with its countdown, what came of the vote
 // (a line of the tally), and the final standings.
-// Testability contract: data-action=create-table | join-table | copy-link | request-end | vote-agree |
-// vote-refuse | standings-close; data-private-hands, data-private-spectators, data-private-bots,
+// Testability contract: data-action=create-table | join-table | copy-link | cancel-table (the
+// owner's, while nobody joined: CancelTable) | request-end | vote-agree | vote-refuse | standings-close; data-private-hands, data-private-spectators, data-private-bots,
 // data-private-join-code, data-private-join-error (a code that is not 6 letters or digits),
 // data-private-created, data-private-code, data-private-link, data-series-tally (data-hand, data-hands),
 // data-vote-dialog (data-vote-by), data-vote-countdown, data-standings (data-reason),
@@ -88,8 +88,18 @@ function onSeries(m) {
     P.result = { series_id: m.series_id, passed: m.state === "vote_passed", by: m.by, timed_out: !!m.timed_out };
     if (P.series && P.result.passed) P.series.dissolving = true;  // as a reconnect's tally says it
   } else if (m.state === "finished") {
-    P.final = m;
     P.series = P.vote = P.created = P.result = null;
+    if (m.reason === "cancelled") {  // the owner's own doing, before any hand: no standings to show
+      P.final = null;
+      render();
+      P.closed(m.series_id);
+      const status = $("[data-status]");
+      status.textContent = t("status.tableCancelled");
+      status.dataset.kind = "";
+      delete status.dataset.code;
+      return;
+    }
+    P.final = m;
   }
   render();
 }
@@ -120,6 +130,7 @@ export function bindPrivate() {
       /* no clipboard (an insecure page): the link stays shown to copy by hand */
     }
   });
+  $("[data-action=cancel-table]").addEventListener("click", () => P.link && P.link.cancelTable());
   $("[data-action=request-end]").addEventListener("click", () => P.link && P.link.requestEnd());
   $("[data-action=vote-agree]").addEventListener("click", () => P.link && P.link.voteEnd(true));
   $("[data-action=vote-refuse]").addEventListener("click", () => P.link && P.link.voteEnd(false));
@@ -177,8 +188,9 @@ function drawTally() {
   const tally = $("[data-series-tally]");
   if (!tally) return;
   tally.hidden = !P.series;
-  // nothing to ask once a vote passed: the series ends when the running hand is settled
-  $("[data-action=request-end]").hidden = !P.series || !!P.vote || P.series.dissolving;
+  // nothing to ask once a vote passed: the series ends when the running hand is settled; nor
+  // while nobody joined (a reload's tally): the owner cancels the table instead
+  $("[data-action=request-end]").hidden = !P.series || !!P.vote || P.series.dissolving || !!P.created;
   if (!P.series) return;
   tally.dataset.hand = String(P.series.hand);
   tally.dataset.hands = String(P.series.hands);
