@@ -115,10 +115,14 @@ class Match:
                  "view": json.loads(json.dumps(view_for(out.state, "alice"))),
                  "names": {"alice": "小明", "bob": "Bob"}}]
 
-    def start(self) -> list[dict]:
+    def seat(self) -> list[dict]:
+        """The match created and both players seated, neither ready."""
         msgs = self.run(CreateMatch(command_id="c1", match_id=self.mid, config=self.config.to_record()))
         msgs += self.run(Sit(command_id="c2", match_id=self.mid, player="alice"))
-        msgs += self.run(Sit(command_id="c3", match_id=self.mid, player="bob"))
+        return msgs + self.run(Sit(command_id="c3", match_id=self.mid, player="bob"))
+
+    def start(self) -> list[dict]:
+        msgs = self.seat()
         msgs += self.run(Ready(command_id="c4", match_id=self.mid, player="alice"))
         return msgs + self.run(Ready(command_id="c5", match_id=self.mid, player="bob"))
 
@@ -328,9 +332,7 @@ def test_a_table_closed_by_another_tab_before_the_deal_offers_no_ready(browser, 
     context, page, errors = _open(browser, site, "en-US", viewport={"width": 375, "height": 812})
     try:
         m = Match("other-tab")
-        msgs = m.run(CreateMatch(command_id="c1", match_id=m.mid, config=load_config("points").to_record()))
-        msgs += m.run(Sit(command_id="c2", match_id=m.mid, player="alice"))
-        msgs += m.run(Sit(command_id="c3", match_id=m.mid, player="bob"))
+        msgs = m.seat()
         _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
                      {"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m.mid}] + msgs)
         page.wait_for_selector("[data-action=ready]:visible")
@@ -901,9 +903,7 @@ def test_ready_is_a_wide_button_clear_of_the_players_seat(browser, site, locale:
     context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
     try:
         m = Match(f"ready-{locale}")
-        msgs = m.run(CreateMatch(command_id="c1", match_id=m.mid, config=load_config("points").to_record()))
-        msgs += m.run(Sit(command_id="c2", match_id=m.mid, player="alice"))
-        msgs += m.run(Sit(command_id="c3", match_id=m.mid, player="bob"))
+        msgs = m.seat()
         _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
                      {"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m.mid,
                       "names": {"alice": "小明", "bob": "Bob"}}] + msgs)
@@ -955,9 +955,7 @@ def test_a_player_stops_waiting_or_leaves_the_table_before_the_deal_never_during
                       "names": {"alice": "小明", "bob": "Bob"}}])
         page.wait_for_selector("#lobby", state="hidden")
         assert leave.is_hidden()
-        msgs = m.run(CreateMatch(command_id="c1", match_id=m.mid, config=load_config("points").to_record()))
-        msgs += m.run(Sit(command_id="c2", match_id=m.mid, player="alice"))
-        msgs += m.run(Sit(command_id="c3", match_id=m.mid, player="bob"))
+        msgs = m.seat()
         _feed(page, [{"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m.mid,
                       "names": {"alice": "小明", "bob": "Bob"}}] + msgs)
         page.wait_for_selector("[data-action=ready]:visible")
@@ -1015,9 +1013,7 @@ def test_leaving_from_a_result_goes_back_to_the_lobby_and_a_cooldown_says_its_wa
             assert not table or table == logged, (table, logged)
         _feed(page, m.step(400))
         nxt = Match("t1-2")  # the table's next match, seated, not dealt without alice's Ready
-        msgs = nxt.run(CreateMatch(command_id="c1", match_id=nxt.mid, config=load_config("points").to_record()))
-        msgs += nxt.run(Sit(command_id="c2", match_id=nxt.mid, player="alice"))
-        msgs += nxt.run(Sit(command_id="c3", match_id=nxt.mid, player="bob"))
+        msgs = nxt.seat()
         _feed(page, [m.settled(), {"kind": "lobby", "state": "seated", "room": "points", "table": "t1",
                                    "match": nxt.mid, "names": {"alice": "小明", "bob": "Bob"}}] + msgs)
         page.wait_for_selector("[data-settlement] [data-score='alice']")
@@ -1038,9 +1034,7 @@ def test_leaving_from_a_result_goes_back_to_the_lobby_and_a_cooldown_says_its_wa
 
         # seated again before a deal: alice's own removal is the lobby's to tell, bob's is a notice
         m2 = Match("leave-notice")
-        msgs = m2.run(CreateMatch(command_id="c1", match_id=m2.mid, config=load_config("points").to_record()))
-        msgs += m2.run(Sit(command_id="c2", match_id=m2.mid, player="alice"))
-        msgs += m2.run(Sit(command_id="c3", match_id=m2.mid, player="bob"))
+        msgs = m2.seat()
         _feed(page, [{"kind": "lobby", "state": "seated", "room": "points", "table": "t2", "match": m2.mid,
                       "names": {"alice": "小明", "bob": "Bob"}}] + msgs)
         page.wait_for_selector("[data-action=ready]:visible")
@@ -1326,9 +1320,7 @@ def test_a_match_abandoned_before_the_deal_says_the_player_waits_for_an_opponent
     context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
     try:
         m = Match(f"abandoned-{locale}")
-        msgs = m.run(CreateMatch(command_id="c1", match_id=m.mid, config=load_config("points").to_record()))
-        msgs += m.run(Sit(command_id="c2", match_id=m.mid, player="alice"))
-        msgs += m.run(Sit(command_id="c3", match_id=m.mid, player="bob"))
+        msgs = m.seat()
         msgs += m.run(Ready(command_id="c4", match_id=m.mid, player="alice"))
         _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
                      {"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m.mid,
