@@ -35,6 +35,7 @@ CJK = re.compile(r"[\u3400-\u9fff]")
 MATCH = "r1"
 ESCAPED = "r2"  # a points match a player escaped from (R-12.2), settled by its own rule
 CAPPED = "r3"  # a coin room's escape costing more than the escaper holds (R-12.3, R-11.2)
+ABANDONED = "r4"  # a bot and a left a table before its deal: nothing to settle
 PLAYERS = ("a", "b")  # tests.strategies' player ids
 NAMES = {"a": "小明"}  # a's display name (sk:{names}:display): the viewer names a by it
 LOCALES = {"zh-CN": "zh-Hans", "zh-TW": "zh-Hant", "en-US": "en"}
@@ -107,11 +108,13 @@ def replay_stack(redis_server, tmp_path):
         escaped = play_match(MatchSpec(seed=4), match_id=ESCAPED).store.load(ESCAPED)
         assert "PlayerEscaped" in {e.type for e in escaped}
         capped = _capped_escape()
+        abandoned = _abandoned_with_a_bot()
         store = RedisEventStore(client)
-        for mid, evs in ((MATCH, events), (ESCAPED, escaped), (CAPPED, capped)):
+        for mid, evs in ((MATCH, events), (ESCAPED, escaped), (CAPPED, capped), (ABANDONED, abandoned)):
             for e in evs:
                 store.append(mid, e.seq - 1, f"c{e.seq}", [e], None)
-            RedisLedger(client).apply_settlement(mid, settle(evs))
+            if mid != ABANDONED:
+                RedisLedger(client).apply_settlement(mid, settle(evs))
         from engine.store import keys
 
         client.hset(keys.NAMES_KEY, mapping=NAMES)
@@ -144,6 +147,24 @@ def _capped_escape() -> list:
         state = svc.execute(cmd).state
     svc.execute(Escape(command_id="bye", match_id=CAPPED, player="b"))
     return list(svc.store.load(CAPPED))
+
+
+def _abandoned_with_a_bot() -> list:
+    """A bot and a sat; the bot left, then a: the match ended before its deal."""
+    from engine.config import load_config
+    from engine.match.commands import CreateMatch, Leave, Sit
+    from engine.service.service import MatchService
+    from engine.service.shuffle import seeded_random
+    from engine.store.memory import InMemoryEventStore
+
+    svc = MatchService(InMemoryEventStore(), lambda: 1_800_000_000_000, seeded_random(7))
+    for cmd in (CreateMatch(command_id="c0", match_id=ABANDONED, config=load_config("points").to_record()),
+                Sit(command_id="s1", match_id=ABANDONED, player="bot-42"),
+                Sit(command_id="s2", match_id=ABANDONED, player="a"),
+                Leave(command_id="l1", match_id=ABANDONED, player="bot-42"),
+                Leave(command_id="l2", match_id=ABANDONED, player="a")):
+        assert svc.execute(cmd).rejection is None
+    return list(svc.store.load(ABANDONED))
 
 
 def _operator(base: str) -> str:
@@ -181,6 +202,9 @@ def test_the_replay_viewer_speaks_one_language(replay_stack) -> None:
                 page.set_viewport_size({"width": 375, "height": 812})
                 page.click("[data-action=last]")
                 page.wait_for_selector("[data-settlement]:not([hidden])")
+                # each player's contribution c by name, as the table shows it, not c_<id>
+                contribution = page.text_content("[data-settlement] [data-term=contribution]") or ""
+                assert "c(小明)" in contribution and "c_" not in contribution, (locale, contribution)
                 page.screenshot(path=str(SHOTS / f"replay-{locale}-375.png"), full_page=True)
                 seen: list[str] = page.evaluate(VISIBLE_TEXT)  # the settlement
                 page.click("[data-action=first]")
@@ -223,6 +247,12 @@ def test_the_replay_viewer_speaks_one_language(replay_stack) -> None:
                 assert page.text_content("[data-term=received]").startswith("⌊150 × 0.7⌋ = 105"), locale
                 bad = wrong_words(page.evaluate(VISIBLE_TEXT), lang)
                 assert not bad, (locale, sorted(set(bad))[:40])
+                # abandoned before the deal: nothing to settle (not "not settled yet"); a bot by its word
+                page.goto(f"{base}/replay/{ABANDONED}?token={_operator(base)}")
+                page.wait_for_selector("#viewer[data-loaded=true]", timeout=30_000)
+                assert page.text_content("[data-ledger]") == words["replay.ledger.abandoned"], locale
+                steps = page.text_content("#steps") or ""
+                assert words["lobby.bot"] in steps and "bot-42" not in steps, (locale, steps)
                 ctx.close()
         finally:
             browser.close()

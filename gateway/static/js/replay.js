@@ -58,10 +58,18 @@ function why(e) {
   return e.code === "bad_request" && e.message ? `${t(`replay.err.${e.code}`)} (${e.message})` : t(`replay.err.${e.code}`);
 }
 
-/** A player as the viewer names them: their display name when the answer has one (`names`). */
+/** A player as the viewer names them: their display name when the answer has one (`names`),
+ * a bot by the word the table uses for it, else the id. */
 function who(player) {
   const names = (V.data && V.data.names) || {};
-  return names[player] || player;
+  if (names[player]) return names[player];
+  return /^bot-\d+$/.test(player || "") ? t("lobby.bot") : player;
+}
+
+/** A settlement formula with each player's c_<id> written c(<name>), as the table shows it. */
+function named(text) {
+  const ids = ((V.data && V.data.players) || []).map((p) => p.player);
+  return ids.reduce((s, p) => s.split(`c_${p}`).join(`c(${who(p)})`), String(text || ""));
 }
 
 /** A step in the page's language, from its event's fields; the timeline's English line for an
@@ -135,7 +143,8 @@ function renderMeta() {
     : `${who(p.player)} [${p.player}]`, seat: p.seat, balance: p.balance, level: p.level,
     base: p.base })).join(" · ");
   const ledger = d.stored_matches === true ? ["replay.ledger.ok", "ok-mark"]
-    : d.stored_matches === false ? ["replay.ledger.bad", "bad-mark"] : ["replay.ledger.none", "muted"];
+    : d.stored_matches === false ? ["replay.ledger.bad", "bad-mark"]
+      : d.phase === "abandoned" ? ["replay.ledger.abandoned", "muted"] : ["replay.ledger.none", "muted"];
   const phase = has(`replay.phase.${d.phase}`) ? t(`replay.phase.${d.phase}`) : d.phase;
   meta.replaceChildren(
     el("div", t("replay.meta", { id: d.match_id, room: roomWords(d), phase })),
@@ -256,7 +265,7 @@ function renderSettlement(i) {
     row(t("settle.a"), `${b.a} — ${kouWords(b.kou)} (R-7)`, { "data-term": "a" });
     row(t("settle.b"), `${b.b} (R-8.4)`, { "data-term": "b" });
     row(t("settle.win.formula"), b.win_formula, { "data-term": "win" });
-    row(t("settle.contribution"), b.contribution_formula, { "data-term": "contribution" });
+    row(t("settle.contribution"), named(b.contribution_formula), { "data-term": "contribution" });
     cap();
   }
   const table = el("table");
