@@ -300,6 +300,21 @@ class RoomConfig(_Strict):
                 best = lv
         return best
 
+    def seat_level(self, balance: int) -> Level | None:
+        """The level a player with ``balance`` sits at (R-11), None when the room refuses them.
+
+        **Decision:** in a points room a balance below the first level (a player who lost into
+        negative points) sits at the first level; in a wealth room it cannot sit (R-11.1).
+
+        >>> from engine.config import load_config
+        >>> load_config("points").seat_level(-5).level, load_config("wealth").seat_level(0) is None
+        (0, True)
+        """
+        lv = self.level_of(balance)
+        if lv is None and self.mode == "points":
+            return self.levels[0]
+        return lv
+
     def to_record(self) -> dict[str, Any]:
         """Plain data for the MatchCreated event (keys as strings for msgpack)."""
         data = self.model_dump(mode="json")

@@ -68,7 +68,7 @@ class RoomBook:
     def admits(self, cfg: RoomConfig, balance: int) -> bool:
         """Whether a player with ``balance`` may sit in this room (R-11.1: a wealth room refuses a
         balance below its lowest level; a points room seats every balance at level 0 or above)."""
-        return cfg.mode == "points" or cfg.level_of(balance) is not None
+        return cfg.seat_level(balance) is not None
 
     def update_registry(self, records: Mapping[str, Any]) -> list[str]:
         """Take the registry's rooms (name → config record or its JSON); a record that does not

@@ -282,16 +282,9 @@ class Ledger(ABC):
         return [m for m in match_ids if not self.is_settled(m)]
 
     def level_for(self, player: str, config: RoomConfig) -> Level | None:
-        """The level a player sits at in a room of ``config`` (R-11).
-
-        **Decision:** in a points room a balance below the first level (a
-        player who lost into negative points) sits at the first level; in a
-        wealth room it is None — the player cannot sit (R-11.1).
-        """
-        lv = config.level_of(self.balance(player, config.mode))
-        if lv is None and config.mode == "points":
-            return config.levels[0]
-        return lv
+        """The level a player sits at in a room of ``config`` (R-11), None when they cannot
+        sit (:meth:`engine.config.RoomConfig.seat_level`)."""
+        return config.seat_level(self.balance(player, config.mode))
 
 
 class InMemoryLedger(Ledger):

@@ -142,6 +142,26 @@ def test_queue_refusals(name: str, state: QueueState, command: lc.LobbyCommand, 
     assert info.value.code == code, str(info.value)
 
 
+@pytest.mark.parametrize("room,balance,queued", [
+    ("points", 0, True), ("points", -5, True), ("points", -10_000, True),  # R-11 decision: level 0
+    ("wealth", 0, False), ("wealth", 99, False), ("wealth", 100, True),  # R-11.1: the first level's need
+])
+def test_who_the_queue_seats_by_balance(room: str, balance: int, queued: bool) -> None:
+    """A points player who lost into negative points still Joins and sits at the first level (a
+    new user's play of 2026-12-06: one loss, then every Join was refused ``seat_refused``); a
+    wealth room refuses a balance below its first level's need (R-11.1)."""
+    cfg = load_config(room)
+    assert cfg.levels[0].need == (0 if room == "points" else 100)
+    cmd = join("a", room)
+    if queued:
+        events = decide(QueueState(room=room), cmd, ctx(room=cfg, balance=balance))
+        assert [type(e).__name__ for e in events] == ["PlayerQueued"]
+    else:
+        with pytest.raises(Rejected) as info:
+            decide(QueueState(room=room), cmd, ctx(room=cfg, balance=balance))
+        assert info.value.code == "seat_refused"
+
+
 @pytest.mark.parametrize("name,state,command,code", TABLE_REFUSALS, ids=[r[0] for r in TABLE_REFUSALS])
 def test_table_refusals(name: str, state: TableState, command: lc.LobbyCommand, code: str) -> None:
     with pytest.raises(Rejected) as info:

@@ -157,6 +157,15 @@ def test_every_series_refusal_code_has_a_row() -> None:
 
 # ---- creating, joining, the join timer ------------------------------------------------------
 
+def test_a_points_player_below_zero_opens_and_joins_tables() -> None:
+    """R-11 decision: a points balance below 0 sits at the first level, at a private table as at a
+    public one (a new user's play of 2026-12-06: one loss, then CreateTable was refused)."""
+    assert CFG.mode == "points"
+    events = decide(S0, create(), ctx(balance=-5))
+    assert type(events[0]).__name__ == "SeriesCreated"
+    assert decide(OPEN, join(), ctx(balance=-40))
+
+
 def test_create_records_the_code_the_table_the_options_and_the_rooms_clocks() -> None:
     (created,) = decide(S0, create(hands=8, bots=True, spectators=True), ctx(code="k7m2qx"))
     assert isinstance(created, se.SeriesCreated)

@@ -270,7 +270,7 @@ def _join(b: _Builder, c: Join) -> None:
         return  # already here: nothing changes (the gateway tells them where they are)
     if b.ctx.elsewhere is not None:
         raise AlreadyPlaced(f"{c.player} is already in {b.ctx.elsewhere}: leave it first")
-    if cfg.level_of(b.ctx.balance) is None:
+    if cfg.seat_level(b.ctx.balance) is None:
         low = cfg.levels[0]
         raise SeatRefused(f"this room needs {low.need} {cfg.mode} for level {low.level} (R-11.1)")
     cd = q.cooldown_of(c.player)

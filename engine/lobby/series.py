@@ -389,7 +389,7 @@ def _admit(b: _Builder, player: str) -> None:
     cfg = b.ctx.room
     if b.ctx.elsewhere is not None:
         raise AlreadyPlaced(f"{player} is already in {b.ctx.elsewhere}: leave it first")
-    if cfg is not None and b.ctx.balance is not None and cfg.level_of(b.ctx.balance) is None:
+    if cfg is not None and b.ctx.balance is not None and cfg.seat_level(b.ctx.balance) is None:
         low = cfg.levels[0]
         raise SeatRefused(f"this room needs {low.need} {cfg.mode} for level {low.level} (R-11.1)")
 

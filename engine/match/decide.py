@@ -468,14 +468,12 @@ def _sit(b: _Builder, c: Sit) -> None:
         raise SeatRefused(f"both seats are taken ({', '.join(s.players())}); 火拼雙扣 is for 2 players (R-1.2)")
     cfg = _cfg(s)
     balance = b.ctx.balance  # from the engine's ledger, never from the message
-    level = cfg.level_of(balance)
-    if level is None:
-        if cfg.mode == "wealth":
-            low = cfg.levels[0]
-            # the balance itself is not quoted: rejections may reach others than the player
-            raise SeatRefused(f"{c.player} holds fewer coins than the lowest level of this room "
-                              f"needs ({low.need} coins for level {low.level}) (R-11.1)")
-        level = cfg.levels[0]  # points: a balance below 0 plays at the lowest level
+    level = cfg.seat_level(balance)
+    if level is None:  # a wealth room (points seat every balance: RoomConfig.seat_level)
+        low = cfg.levels[0]
+        # the balance itself is not quoted: rejections may reach others than the player
+        raise SeatRefused(f"{c.player} holds fewer coins than the lowest level of this room "
+                          f"needs ({low.need} coins for level {low.level}) (R-11.1)")
     b.emit(PlayerSeated, player=c.player, seat=free[0], balance=balance,
            level=level.level, base=level.base)
 
