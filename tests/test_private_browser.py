@@ -519,6 +519,10 @@ def test_the_owner_cancels_a_table_nobody_joined_even_after_a_reload(stack) -> N
             a.reload()  # a reconnect: the tally and the code again, and no "Ask to end" before a hand
             a.wait_for_selector("[data-private-created]:not([hidden])", timeout=60_000)
             assert a.is_hidden("[data-action=request-end]")
+            a.check("input[name=room][value=friends]")
+            a.click("[data-action=join]")  # refused already_placed: the words name the way out
+            a.wait_for_function("() => document.querySelector('[data-status]').textContent === "
+                                "'你的好友房正在等待好友加入：请先取消开房。'", timeout=60_000)
             cancel = a.locator("[data-action=cancel-table]")
             assert cancel.inner_text() == "取消开房"
             cancel.click()

@@ -1025,12 +1025,20 @@ def test_leaving_from_a_result_goes_back_to_the_lobby_and_a_cooldown_says_its_wa
         page.wait_for_selector("#lobby:visible")
         page.wait_for_selector("[data-settlement]", state="hidden")
         assert page.locator("[data-status]").inner_text() == cat["status.left"]
+        assert page.locator("#log li").count() == 0  # the history of the match left goes too
         page.click("[data-action=join]", timeout=5_000)  # nothing lies over it
         assert [x["type"] for x in page.evaluate("window.__sent")].count("Join") == 1
         _feed(page, [{"kind": "rejected", "code": "cooldown", "command_id": None, "reason": "x",
                       "retry_after_ms": 9_200}])
         page.wait_for_function("w => document.querySelector('[data-status]').textContent === w",
                                arg=cat["refusal.cooldownWait"].replace("{s}", "10"))
+        # it counts down, and says the lobby's words once a Join is taken again
+        _feed(page, [{"kind": "rejected", "code": "cooldown", "command_id": None, "reason": "x",
+                      "retry_after_ms": 1_200}])
+        page.wait_for_function("w => document.querySelector('[data-status]').textContent === w",
+                               arg=cat["refusal.cooldownWait"].replace("{s}", "1"))
+        page.wait_for_function("w => document.querySelector('[data-status]').textContent === w",
+                               arg=cat["status.chooseRoom"])
 
         # seated again before a deal: alice's own removal is the lobby's to tell, bob's is a notice
         m2 = Match("leave-notice")
@@ -1042,6 +1050,17 @@ def test_leaving_from_a_result_goes_back_to_the_lobby_and_a_cooldown_says_its_wa
               + m2.run(Leave(command_id="c5", match_id=m2.mid, player="bob")))
         page.wait_for_selector("[data-notice='removed-bob']")
         assert page.locator("[data-notice='removed-alice']").count() == 0
+
+        # seated, not dealt, and the other player left: back in the queue, the empty table goes
+        m3 = Match("leave-queued")
+        _feed(page, [{"kind": "lobby", "state": "seated", "room": "points", "table": "t3", "match": m3.mid,
+                      "names": {"alice": "小明", "bob": "Bob"}}] + m3.seat())
+        page.wait_for_selector("[data-action=ready]:visible")
+        _feed(page, m3.run(Leave(command_id="c5", match_id=m3.mid, player="bob"))
+              + [{"kind": "lobby", "state": "queued", "room": "points", "table": None, "match": None,
+                  "reason": "opponent_left"}])
+        page.wait_for_function("() => document.querySelector('#table').dataset.phase === 'lobby-queued'")
+        assert page.locator("#match").is_hidden()
         assert not errors, errors
     finally:
         context.close()

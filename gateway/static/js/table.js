@@ -639,6 +639,7 @@ function render() {
     if (S.lobby && S.lobby.state === "queued") setStatus(t("status.queued", { room: roomWords(S.lobby.room) }));
     else if (S.lobby && S.lobby.state === "seated") setStatus(t("status.seatedPressReady"));
     renderFair(null);
+    $("#log").replaceChildren();  // no match on the page: the history of the one left goes with it
     return;
   }
   const seats = seatsOf(view);
@@ -1723,6 +1724,12 @@ function onMessage(msg) {
     case "lobby":
       S.lobby = msg.state === "removed" ? null : msg;
       S.leaving = false;
+      if (msg.state === "queued" && S.match && S.views[S.match] && S.views[S.match].phase !== "finished") {
+        // back in the queue (the other player left before the deal): that table is gone
+        S.left[S.match] = true;
+        delete S.views[S.match];
+        S.match = null;
+      }
       if (msg.state === "removed") {
         const why = removedText(msg.reason);
         const words = isLeave(msg.reason) ? t(msg.table ? "status.left" : "status.leftQueue") : t("status.removed", { why });
@@ -1782,9 +1789,30 @@ function onRejected(msg) {
   S.refusal = { code: msg.code, version: view ? view.version : null };
   render();
   // the catalogue's words for the code; the code itself stays in data-code (for support)
-  const words = msg.code === "cooldown" && msg.retry_after_ms > 0
-    ? t("refusal.cooldownWait", { s: Math.ceil(msg.retry_after_ms / 1000) }) : refusalText(msg.code);
+  if (msg.code === "cooldown" && msg.retry_after_ms > 0) {
+    countDown(Date.now() + msg.retry_after_ms);
+    return;
+  }
+  // the owner's private table waits for the friend: the way out is to cancel it (private.js)
+  const words = msg.code === "already_placed" && !$("[data-private-created]").hidden
+    ? t("refusal.ownTableOpen") : refusalText(msg.code);
   setStatus(words, "error", msg.code || "rejected");
+}
+
+/** The leave cooldown's refusal, counting down the seconds until a Join is taken again; then
+ * the lobby's own words.  Another status written meanwhile (or a newer cooldown) ends it. */
+function countDown(until) {
+  const s = $("[data-status]");
+  const left = Math.ceil((until - Date.now()) / 1000);
+  if (left > 0) {
+    setStatus(t("refusal.cooldownWait", { s: left }), "error", "cooldown");
+    s.dataset.until = String(until);
+    setTimeout(() => {
+      if (s.dataset.code === "cooldown" && s.dataset.until === String(until)) countDown(until);
+    }, until - Date.now() - (left - 1) * 1000);
+  } else if (s.dataset.code === "cooldown" && !S.lobby) {
+    setStatus(t("status.chooseRoom"));
+  }
 }
 
 function onLinkState(state, ev) {
