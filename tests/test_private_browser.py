@@ -518,7 +518,7 @@ def test_the_owner_cancels_a_table_nobody_joined_even_after_a_reload(stack) -> N
             a.wait_for_selector("[data-private-created]:not([hidden])", timeout=60_000)
             a.reload()  # a reconnect: the tally and the code again, and no "Ask to end" before a hand
             a.wait_for_selector("[data-private-created]:not([hidden])", timeout=60_000)
-            assert a.is_hidden("[data-action=request-end]")
+            assert a.is_hidden("[data-action=request-end]") and a.is_hidden("[data-series-tally]")  # as before it
             a.check("input[name=room][value=friends]")
             a.click("[data-action=join]")  # refused already_placed: the words name the way out
             a.wait_for_function("() => document.querySelector('[data-status]').textContent === "

@@ -187,7 +187,8 @@ export function renderTally() {
 function drawTally() {
   const tally = $("[data-series-tally]");
   if (!tally) return;
-  tally.hidden = !P.series;
+  // while nobody joined, the code's panel says it all (a reload's tally of hand 0 is not shown)
+  tally.hidden = !P.series || !!P.created;
   // nothing to ask once a vote passed: the series ends when the running hand is settled; nor
   // while nobody joined (a reload's tally): the owner cancels the table instead
   $("[data-action=request-end]").hidden = !P.series || !!P.vote || P.series.dissolving || !!P.created;
