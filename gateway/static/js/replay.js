@@ -5,7 +5,7 @@
 // catalogues, one language at a time (i18n.js): each step is worded here from its event's
 // fields (``fields``), not from the timeline's English line.
 import { cardElement, sortCards } from "./cards.js";
-import { byWords, escapeRuleId, eventReading, kouWords, modeWords, readingWords, receivedWords } from "./words.js";
+import { byWords, escapeRuleId, eventReading, isBot, kouWords, modeWords, namedFormula, readingWords, receivedWords } from "./words.js";
 import { api, claims, clientConfig, devToken, storedToken, tokenFromHost, tokenFromUrl } from "./auth.js";
 import { currentLang, cycleLang, has, onLang, startLang, t } from "./i18n.js";
 
@@ -63,13 +63,7 @@ function why(e) {
 function who(player) {
   const names = (V.data && V.data.names) || {};
   if (names[player]) return names[player];
-  return /^bot-\d+$/.test(player || "") ? t("lobby.bot") : player;
-}
-
-/** A settlement formula with each player's c_<id> written c(<name>), as the table shows it. */
-function named(text) {
-  const ids = ((V.data && V.data.players) || []).map((p) => p.player);
-  return ids.reduce((s, p) => s.split(`c_${p}`).join(`c(${who(p)})`), String(text || ""));
+  return isBot(player) ? t("lobby.bot") : player;
 }
 
 /** A step in the page's language, from its event's fields; the timeline's English line for an
@@ -265,7 +259,7 @@ function renderSettlement(i) {
     row(t("settle.a"), `${b.a} — ${kouWords(b.kou)} (R-7)`, { "data-term": "a" });
     row(t("settle.b"), `${b.b} (R-8.4)`, { "data-term": "b" });
     row(t("settle.win.formula"), b.win_formula, { "data-term": "win" });
-    row(t("settle.contribution"), named(b.contribution_formula), { "data-term": "contribution" });
+    row(t("settle.contribution"), namedFormula(b.contribution_formula, ((V.data && V.data.players) || []).map((p) => p.player), who), { "data-term": "contribution" });
     cap();
   }
   const table = el("table");

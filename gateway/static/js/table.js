@@ -16,7 +16,7 @@ import { api, claims, clientConfig, devToken, forgetToken, storedToken, tokenFro
 import { cardElement, sortCards } from "./cards.js";
 import { Client } from "./client.js";
 import { fairDeal, randomClientSeed, verifyDeal } from "./fair.js";
-import { BOMB_KINDS, byWords, eventReading, kouWords, modeWords, readingWords, receivedWords } from "./words.js";
+import { BOMB_KINDS, byWords, eventReading, isBot, kouWords, modeWords, namedFormula, readingWords, receivedWords } from "./words.js";
 import { currentLang, cycleLang, has, onLang, startLang, t } from "./i18n.js";
 import { boom, flyIn, muted, setMuted, sound, unlockAudio } from "./fx.js";
 import { avatarSvg } from "./avatar.js";
@@ -76,10 +76,6 @@ function per(match) {
 }
 
 // ---- words ---------------------------------------------------------------------------------
-
-function isBot(p) {
-  return /^bot-\d+$/.test(p || "");
-}
 
 /** What a player is called: the display name the gateway passed, else the bot's word, else the id. */
 function nameOf(p) {
@@ -1599,8 +1595,7 @@ function formulaDetails(msg) {
     tr.append(el("th", k), el("td", v, attrs));
     rows.push(tr);
   };
-  const ids = Object.keys(msg.scores || b.xiang || {}).sort((x, y) => y.length - x.length);
-  const names = (text) => ids.reduce((s, p) => s.split(`c_${p}`).join(`c(${nameOf(p)})`), String(text || ""));
+  const names = (text) => namedFormula(text, Object.keys(msg.scores || b.xiang || {}), nameOf);
   row(t("settle.X"), `${b.X} — ${t("settle.XWhy")}`, { "data-term": "X" });
   for (const [p, x] of Object.entries(b.xiang || {})) {
     // the bomb's strength in the page's language (xiang, 相), or "no bomb" when none was played

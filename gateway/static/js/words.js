@@ -49,3 +49,15 @@ export function eventReading(er) {
     regular: er.regular, jokers_as: (er.jokers_as || []).map((r) => RANK_LABELS[r]),
   };
 }
+
+/** Whether a player id is a bot seat's (``bot-<n>``, engine/store/keys.py). */
+export function isBot(player) {
+  return /^bot-\d+$/.test(player || "");
+}
+
+/** A settlement formula with each player's ``c_<id>`` written ``c(<name>)`` (``nameOf``); the
+ * longest ids first, so an id that begins another is never replaced inside it. */
+export function namedFormula(text, ids, nameOf) {
+  return [...ids].sort((x, y) => y.length - x.length)
+    .reduce((s, p) => s.split(`c_${p}`).join(`c(${nameOf(p)})`), String(text || ""));
+}
