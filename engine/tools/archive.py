@@ -181,22 +181,28 @@ def read_series_archive(path: str | Path) -> tuple[dict[str, Any], list[Any]]:
     """A series' archive file: its header and its events."""
     from engine.lobby.series_events import stored_event_from_dict
 
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    head = json.loads(lines[0])
-    if head.get("format") != SERIES_FORMAT:
-        raise ValueError(f"{path} is not a series archive ({head.get('format')!r})")
-    return head, [stored_event_from_dict(json.loads(x)) for x in lines[1:] if x.strip()]
+    return _read_lobby_file(path, SERIES_FORMAT, stored_event_from_dict)
 
 
 def read_table_archive(path: str | Path) -> tuple[dict[str, Any], list[Any]]:
     """A table's archive file: its header and its events."""
     from engine.lobby.events import lobby_event_from_dict
 
+    return _read_lobby_file(path, TABLE_FORMAT, lobby_event_from_dict)
+
+
+#: the kind of lobby aggregate each archive format holds
+LOBBY_FORMATS = {TABLE_FORMAT: "table", SERIES_FORMAT: "series"}
+
+
+def _read_lobby_file(path: str | Path, fmt: str, decode: Any) -> tuple[dict[str, Any], list[Any]]:
+    """The header and the events (each line ``decode``d) of a table's or a series' archive
+    file; ``ValueError`` when its header names another ``format`` than ``fmt``."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     head = json.loads(lines[0])
-    if head.get("format") != TABLE_FORMAT:
-        raise ValueError(f"{path} is not a table archive ({head.get('format')!r})")
-    return head, [lobby_event_from_dict(json.loads(x)) for x in lines[1:] if x.strip()]
+    if head.get("format") != fmt:
+        raise ValueError(f"{path} is not a {LOBBY_FORMATS[fmt]} archive ({head.get('format')!r})")
+    return head, [decode(json.loads(x)) for x in lines[1:] if x.strip()]
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -276,16 +282,15 @@ def read_lobby_archive(path: str | Path, kind: str, ident: str) -> list[Any] | N
     return events
 
 
-def archive_format(text: str) -> str | None:
-    """The format a table's or a series' archive file names in its header line
-    (:data:`TABLE_FORMAT`, :data:`SERIES_FORMAT`), None for anything else (a match's)."""
-    first = text.split("\n", 1)[0]
+def archive_kind(text: str) -> str | None:
+    """``table`` or ``series`` when ``text`` is such an archive file (its header line names
+    :data:`TABLE_FORMAT` or :data:`SERIES_FORMAT`), None for anything else (a match's)."""
     try:
-        head = json.loads(first)
+        head = json.loads(text.split("\n", 1)[0])
     except ValueError:
         return None
     fmt = head.get("format") if isinstance(head, dict) else None
-    return fmt if fmt in (TABLE_FORMAT, SERIES_FORMAT) else None
+    return LOBBY_FORMATS.get(fmt) if isinstance(fmt, str) else None
 
 
 def read_archive(path: str | Path) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:

@@ -70,12 +70,11 @@ def _load_file(path: str) -> Any:
             text = fh.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise CliError(f"cannot read events from {path}: {exc}") from None
-    from engine.tools.archive import archive_format
+    from engine.tools.archive import archive_kind
 
-    fmt = archive_format(text)
-    if fmt is not None:
-        kind = "table" if fmt.startswith("shuangkou-table") else "series"
-        raise CliError(f"{path} is a {kind}'s archive ({fmt}), not a match's events: "
+    kind = archive_kind(text)
+    if kind is not None:
+        raise CliError(f"{path} is a {kind}'s archive, not a match's events: "
                        f"shuangkou replay --{kind} ID --archive DIR")
     try:
         return parse_events_text(text)
