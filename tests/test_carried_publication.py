@@ -1,13 +1,14 @@
 """A command's publication travels with its append (issue 13: the c1 latency).
 
 The inbox offers the publisher's outputs to ``MatchService.execute_many`` (``carry``);
-on a plain Redis (real, fakeredis) the append script writes them in its own step once
-the events are in (engine/store/append.lua, KEYS[7…]): one round trip per read less.
+the append script writes them in its own step once the events are in
+(engine/store/append.lua, after the events' payloads): one round trip per read less (on a
+Redis Cluster only the streams of the match's node: tests/test_cluster_packed.py).
 What is published is exactly what the separate publication wrote (a hypothesis property
 over random bot matches and read sizes); what the store did not append (a wrong version,
 a duplicate, a refusal) is published afterwards as before, once; a delivery stream of
 the wrong type makes the append write none of them (the message is dead-lettered as
-before); a store that cannot carry (in-memory, another Redis, Redis Cluster) never does.
+before); a store that cannot carry (in-memory, another Redis) never does.
 """
 
 from __future__ import annotations
@@ -179,6 +180,47 @@ def test_a_play_is_appended_and_published_in_one_step(r) -> None:
     for p in ("a", "b"):
         [(_, last)] = r.xrevrange(keys.outbox_key(p), count=1)
         assert last[b"command_id"].decode() == sent.command_id and int(last[b"version"]) == st1.version + 1
+
+
+
+
+class MovingStore(RedisEventStore):
+    """A store whose slot map places player a's stream on another node until its first round
+    of appends is sent, then on the match's node (a slot moved between two rounds)."""
+
+    moved = False
+
+    def carries(self, match_id: str, stream: str) -> bool:
+        return self.moved or stream != keys.outbox_key("a")
+
+    def append_many(self, requests: Any) -> Any:
+        try:
+            return super().append_many(requests)
+        finally:
+            self.moved = True
+
+
+def test_a_stream_left_to_the_publisher_is_not_carried_later_in_the_same_read(r) -> None:
+    """A stream whose entry a round left to the publisher (another node's) gets no carried
+    entry from a later round of the same read, even once the slot map places it on the
+    match's node: the carried one would reach it first."""
+    store = MovingStore(r)
+    gw, svc = consumer(r, store)
+    client = GatewayClient(r, ops=keys.INBOX, reply_to="sk:reply:t")
+    seat(client, gw)
+    st1 = svc.load_state("m1")
+    store.moved = False
+    gw.publisher.written.clear()
+    first = client.play("m1", st1.current_player, cards=[st1.seat(st1.turn).hand[0]], expected_version=st1.version)
+    other = "b" if st1.current_player == "a" else "a"
+    second = client.pass_("m1", other, expected_version=st1.version + 1)
+    assert gw.run_once(block_ms=None) == 2  # one read, two rounds (one append of a match a round)
+    assert {m.command_id: m.kind for m in client.replies()}.keys() >= {first.command_id, second.command_id}
+    assert [w.version for w in gw.publisher.written if w.stream == keys.outbox_key("a")] \
+        == [st1.version + 1, st1.version + 2]  # both published by the publisher, in order
+    assert versions_on(r, "a")[-2:] == [st1.version + 1, st1.version + 2]
+    assert versions_on(r, "b")[-2:] == [st1.version + 1, st1.version + 2]  # b's: carried
+    assert not any(w.stream == keys.outbox_key("b") for w in gw.publisher.written)
 
 
 def test_a_stale_command_and_a_duplicate_are_published_after_the_round_once(r) -> None:

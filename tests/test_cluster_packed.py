@@ -439,10 +439,18 @@ def test_a_lone_append_the_node_cannot_take_now_goes_through_the_cluster_client(
     assert refreshed == ([] if isinstance(error, redis.exceptions.TryAgainError) else ["slots"])
 
 
+class NoCarryStore(RedisEventStore):
+    """A store whose appends carry nothing, as with ``--replica-acks`` 1 or more (the default
+    on a Cluster whose masters have replicas): every publication goes on its own."""
+
+    def can_carry(self, client: Any) -> bool:
+        return False
+
+
 def _ride_rig(cluster: Any) -> tuple[Any, Any, str, list[str], str, int]:
     """A match seated by two players whose streams the node of its bucket holds (every
-    publication goes there), and the bucket's player-channel consumer: (service, consumer,
-    match, players, inbox, the node's port)."""
+    publication goes there: its store carries none, :class:`NoCarryStore`), and the bucket's
+    player-channel consumer: (service, consumer, match, players, inbox, the node's port)."""
     from engine.config import load_config
     from engine.service.channels import PLAYER, ChannelService
     from engine.service.client import GatewayClient
@@ -452,7 +460,7 @@ def _ride_rig(cluster: Any) -> tuple[Any, Any, str, list[str], str, int]:
     from engine.service.state_cache import StateCache
 
     clock = iter(range(1_000_000, 10**12, 1000))
-    svc = MatchService(RedisEventStore(cluster), lambda: next(clock), seeded_random(1), state_cache=StateCache(),
+    svc = MatchService(NoCarryStore(cluster), lambda: next(clock), seeded_random(1), state_cache=StateCache(),
                        server_seeds=seeded_server_seeds(1))
     # every rig's match in bucket 0: the rigs share its stream, each reading as a consumer of its own
     mid = next(m for m in (f"ride-{time.monotonic_ns()}-{k}" for k in range(1000)) if keys.bucket_of(m) == 0)
@@ -562,6 +570,101 @@ def _due_in_every_bucket(cluster: Any, tag: str) -> tuple[RedisEventStore, list[
     for mid in mids.values():
         store.append(mid, 0, f"{mid}-c", [], Deadline(match_id=mid, version=0, at_ms=1_000, kind="turn"))
     return store, sorted(mids.values())
+
+
+def _carry_rig(cluster: Any, local_reply: bool) -> tuple[Any, Any, str, list[str], str, list[Any]]:
+    """A match in bucket 0 seated by a player whose stream the match's node holds and one
+    whose stream another node holds, a consumer of the bucket's stream that replies to a
+    stream on (``local_reply``) or off that node and records what it publishes itself:
+    (service, consumer, match, [local player, remote player], reply stream, written)."""
+    from engine.config import load_config
+    from engine.service.client import GatewayClient
+    from engine.service.inbox import InboxConsumer
+    from engine.service.service import MatchService
+    from engine.service.shuffle import seeded_random, seeded_server_seeds
+    from engine.service.state_cache import StateCache
+
+    clock = iter(range(1_000_000, 10**12, 1000))
+    svc = MatchService(RedisEventStore(cluster), lambda: next(clock), seeded_random(1), state_cache=StateCache(),
+                       server_seeds=seeded_server_seeds(1))
+    mid = next(m for m in (f"carry-{time.monotonic_ns()}-{k}" for k in range(1000)) if keys.bucket_of(m) == 0)
+    node = port_of(cluster, keys.events_key(mid, 0))
+    near = next(p for p in (f"{mid}-n{i}" for i in range(200)) if port_of(cluster, keys.outbox_key(p)) == node)
+    far = next(p for p in (f"{mid}-f{i}" for i in range(200)) if port_of(cluster, keys.outbox_key(p)) != node)
+    reply = next(r for r in (f"{keys.REPLY_PREFIX}{{{mid}-r{i}}}" for i in range(200))
+                 if (port_of(cluster, r) == node) == local_reply)
+    consumer = InboxConsumer(cluster, svc, mid, stream="{carry}:in")
+    written: list[Any] = []
+    real_write = consumer.publisher.write
+
+    def write(writes: Any, *args: Any, **kwargs: Any) -> Any:
+        written.extend(writes)
+        return real_write(writes, *args, **kwargs)
+
+    consumer.publisher.write = write  # type: ignore[method-assign]
+    client = GatewayClient(cluster, inbox="{carry}:in", ops="{carry}:in", reply_to=reply)
+    client.create_match(mid, load_config("points").to_record())
+    for p in (near, far):
+        client.sit(mid, p)
+    for p in (near, far):
+        client.ready(mid, p)
+    while consumer.run_once(block_ms=None, count=50):
+        pass
+    return svc, consumer, mid, [near, far], reply, written
+
+
+@pytest.mark.parametrize("local_reply", [True, False], ids=["reply-near", "reply-far"])
+def test_an_append_carries_the_streams_its_node_holds_and_the_rest_is_published(
+        cluster: Any, local_reply: bool) -> None:
+    """Issue 38: on a Cluster an append carries the entries of the streams the match's node
+    holds (append.lua reaches them there), the publisher writes the others; each player gets
+    every update once, in version order, and each stream's fence holds the last version, a
+    carried one too (a late older update is refused after it)."""
+    svc, consumer, mid, (near, far), reply, written = _carry_rig(cluster, local_reply)
+    state = svc.state_cache.get(mid)
+    assert state is not None and state.phase == "playing" and state.version >= 5
+    streams = {w.stream for w in written}
+    assert keys.outbox_key(far) in streams  # another node's: published
+    assert keys.outbox_key(near) not in streams  # the match's node's: carried
+    assert (reply in streams) is (not local_reply)
+    for p in (near, far):
+        got = [int(f[b"version"]) for _, f in cluster.xrange(keys.outbox_key(p)) if f.get(b"kind") == b"update"]
+        assert got == sorted(set(got)) and got[-1] == state.version  # once each, in order, up to now
+        assert int(float(cluster.hget(keys.outbox_versions_key(p), mid))) == state.version
+        assert cluster.ttl(keys.outbox_key(p)) > 0 and cluster.ttl(keys.outbox_versions_key(p)) > 0
+    replies = [f[b"kind"] for _, f in cluster.xrange(reply)]
+    assert len(replies) == 5 and set(replies) == {b"accepted"}  # create, two Sits, two Readys
+    assert consumer.stats.accepted == 5
+    consumer.flush_acks()
+    # a delayed publication of an older update (a writer that lost the bucket) is refused
+    late = consumer.publisher._delivery(keys.outbox_key(near), {"kind": "update", "match": mid},
+                                        version=state.version - 1)
+    assert consumer.publisher.write([late], raise_on_error=False) == [Stale(state.version)]
+
+
+def test_an_entry_the_slot_map_misplaced_is_not_carried_and_nothing_of_it_stays(cluster: Any) -> None:
+    """A stream another node holds (a slot map gone stale) fails the carried writes in the
+    script: the events are in, no carried entry stays anywhere, the caller is told (not
+    ``wrote``) and publishes them itself."""
+    from engine.store.base import Write
+
+    store = RedisEventStore(cluster)
+    mid = f"misplaced-{time.monotonic_ns()}"
+    node = port_of(cluster, keys.events_key(mid, store.bucket_of(mid)))
+    near = next(p for p in (f"{mid}-n{i}" for i in range(200)) if port_of(cluster, keys.outbox_key(p)) == node)
+    far = next(p for p in (f"{mid}-f{i}" for i in range(200)) if port_of(cluster, keys.outbox_key(p)) != node)
+    assert store.carries(mid, keys.outbox_key(near)) and not store.carries(mid, keys.outbox_key(far))
+    e = PlayerReady(match_id=mid, seq=1, ts=0, command_id="c1", player=near)
+    writes = (Write(keys.outbox_key(near), {"kind": "update", "match": mid}, 100, 60, version=1),
+              Write(keys.outbox_key(far), {"kind": "update", "match": mid}, 100, 60, version=1))
+    for rq in ([AppendRequest(mid, 0, "c1", (e,), None, writes)],
+               [AppendRequest(mid, 1, "c2", (e.model_copy(update={"seq": 2, "command_id": "c2"}),), None, writes),
+                AppendRequest(f"{mid}-x", 0, "c3", (e.model_copy(update={"match_id": f"{mid}-x"}),), None)]):
+        result = store.append_many(rq)[0]
+        assert not isinstance(result, Exception) and not result.wrote
+    assert store.version(mid) == 2
+    for p in (near, far):
+        assert cluster.xlen(keys.outbox_key(p)) == 0 and not cluster.exists(keys.outbox_versions_key(p))
 
 
 def _claimed(claims: Any, now_ms: int, tag: str) -> list[str]:

@@ -267,11 +267,12 @@ class MessageHandler:
     def finish(self, prepared: Prepared, outcome: Any, carried: CarriedOutputs | None = None) -> Handled:
         """The writes that publish ``outcome`` of a prepared message (a dead letter if it
         cannot be encoded: the events are stored, the sender is told).  No writes when its
-        append carried them (``outcome.published``, ``carried``): only counted then."""
+        append carried them (``outcome.published``, ``carried``): only counted then, and
+        what it left (``outcome.leftover``: the streams another Cluster node holds) written."""
         pub, msg_id = self.publisher, prepared.msg_id
         if carried is not None and getattr(outcome, "published", False):
             pub.tally(prepared.command, outcome)
-            return Handled([], carried.count(prepared.command), prepared.fields)
+            return Handled(list(getattr(outcome, "leftover", ())), carried.count(prepared.command), prepared.fields)
         try:
             outputs = pub.outputs(prepared.command, outcome, prepared.reply_to, msg_id)
         except Exception as exc:  # an unencodable view: the events are stored, report and go on

@@ -119,8 +119,12 @@ class Outcome:
     duplicate: bool = False
     attempts: int = field(default=1, compare=False)
     #: its publication (the inbox's outputs) was written with its events, in the append's
-    #: own step (:meth:`MatchService.execute_many` ``carry``): not to be published again
+    #: own step (:meth:`MatchService.execute_many` ``carry``): not to be published again,
+    #: but for ``leftover``
     published: bool = field(default=False, compare=False)
+    #: with ``published``: the entries of its publication the append could not carry (on a
+    #: Redis Cluster, the streams another node holds), the caller's to write
+    leftover: tuple[Write, ...] = field(default=(), compare=False)
 
     @property
     def accepted(self) -> bool:
@@ -350,7 +354,7 @@ class MatchService:
         return Outcome(out.events, out.state, out.rejection, out.duplicate, out.attempts)
 
     def _committed(self, state: MatchState, new_state: MatchState, events: tuple[EventBase, ...],
-                   attempt: int, published: bool = False) -> Outcome:
+                   attempt: int, published: bool = False, leftover: tuple[Write, ...] = ()) -> Outcome:
         """What follows an append of ``events`` on ``state``: the cache, the snapshot, the hook."""
         if self.state_cache is not None:
             self.state_cache.put(new_state)
@@ -358,7 +362,7 @@ class MatchService:
             self._maybe_snapshot(state, new_state)
         except Exception:  # the next multiple of snapshot_every writes one; loads replay a longer tail
             _log.exception("could not save the snapshot of match %s at v%d", state.match_id, new_state.version)
-        outcome = Outcome(events, new_state, None, False, attempt, published)
+        outcome = Outcome(events, new_state, None, False, attempt, published, leftover if published else ())
         if self.on_commit is not None:
             try:
                 self.on_commit(outcome)
@@ -391,8 +395,9 @@ class MatchService:
         goes with its events, in the append's own step, when the store can write to the
         publisher's Redis (:meth:`EventStore.can_carry`): one round trip per read less,
         and no window between the events and their updates.  Those outcomes come back
-        ``published``; every other outcome (a refusal, a duplicate, a command run alone)
-        is the caller's to publish, as without ``carry``."""
+        ``published`` (on a Redis Cluster with the ``leftover`` entries of streams another
+        node holds, :meth:`EventStore.carries`); every other outcome (a refusal, a
+        duplicate, a command run alone) is the caller's to publish, as without ``carry``."""
         if carry is not None and not self.store.can_carry(carry.redis):
             carry = None
         results: list[Outcome | Exception | None] = [None] * len(commands)
@@ -401,6 +406,9 @@ class MatchService:
         #: matches with an outcome the caller publishes itself: nothing later of theirs is
         #: carried (it would reach their players' streams first)
         held: set[str] = set()
+        #: streams an earlier round left to the caller (another Cluster node's): nothing later
+        #: to them is carried either, should the slot map move meanwhile
+        apart: set[str] = set()
         #: matches whose append hit a transient error of their node alone (NOREPLICAS,
         #: CLUSTERDOWN): their later commands wait with it, other matches go on
         stalled: dict[str, Exception] = {}
@@ -413,7 +421,7 @@ class MatchService:
                 continue
             try:
                 if any(p[1].match_id == command.match_id for p in round_):
-                    failed = self._send_round(round_, results, carry, held, stalled)
+                    failed = self._send_round(round_, results, carry, held, stalled, apart)
                     if command.match_id in stalled:
                         results[i] = stalled[command.match_id]
                         round_ = []
@@ -436,7 +444,7 @@ class MatchService:
                 elif is_transient(exc):
                     failed = exc
         if failed is None:
-            self._send_round(round_, results, carry, held, stalled)
+            self._send_round(round_, results, carry, held, stalled, apart)
         else:
             for p in round_:  # decided, never sent: redelivered
                 results[p[0]] = failed
@@ -467,7 +475,8 @@ class MatchService:
 
     def _send_round(self, round_: Sequence[tuple[int, CommandBase, MatchState, tuple[EventBase, ...], MatchState]],
                     results: list[Outcome | Exception | None], carry: Carry | None = None,
-                    held: set[str] | None = None, stalled: dict[str, Exception] | None = None) -> Exception | None:
+                    held: set[str] | None = None, stalled: dict[str, Exception] | None = None,
+                    apart: set[str] | None = None) -> Exception | None:
         """Append a round in one pipeline and fill in its results; the transient failure
         that stopped it, if any (its unfinished commands then hold that exception).
         ``held``: matches whose commands carry nothing; a command run alone here joins them.
@@ -477,9 +486,21 @@ class MatchService:
         if not round_:
             return None
         held = held if held is not None else set()
-        requests = [AppendRequest(cmd.match_id, state.version, cmd.command_id, events, new.deadline(),
-                                  () if cmd.match_id in held else self._carried(carry, cmd, events, new))
-                    for _i, cmd, state, events, new in round_]
+        apart = apart if apart is not None else set()
+        #: per command: None (nothing offered), else its publication split in what the
+        #: append carries and what is left for the caller (another Cluster node's streams)
+        split: list[tuple[tuple[Write, ...], tuple[Write, ...]] | None] = []
+        for _i, cmd, _state, events, new in round_:
+            writes = None if cmd.match_id in held else self._carried(carry, cmd, events, new)
+            if writes is None:
+                split.append(None)
+                continue
+            local = [w.stream not in apart and self.store.carries(cmd.match_id, w.stream) for w in writes]
+            split.append((tuple(w for w, ok in zip(writes, local) if ok),
+                          tuple(w for w, ok in zip(writes, local) if not ok)))
+        requests = [AppendRequest(cmd.match_id, state.version, cmd.command_id, events, after.deadline(),
+                                  () if parts is None else parts[0])
+                    for (_i, cmd, state, events, after), parts in zip(round_, split)]
         try:
             replies = self.store.append_many(requests)
         except Exception as exc:
@@ -489,11 +510,16 @@ class MatchService:
                 results[p[0]] = exc
             return exc
         failed: Exception | None = None
-        for (i, cmd, state, events, new), reply in zip(round_, replies):
+        for (i, cmd, state, events, new), reply, parts in zip(round_, replies, split):
             if isinstance(reply, AppendResult) and not reply.duplicate:
-                results[i] = self._committed(state, new, events, 1, reply.wrote)
-                if not reply.wrote:  # the caller publishes it after the appends: nothing later
+                # carried: every entry it was given (none given: nothing to carry, all left over)
+                published = parts is not None and (reply.wrote or not parts[0])
+                results[i] = self._committed(state, new, events, 1, published,
+                                             parts[1] if published and parts is not None else ())
+                if not published:  # the caller publishes it after the appends: nothing later
                     held.add(cmd.match_id)  # of its match may be carried past it
+                elif parts is not None:
+                    apart.update(w.stream for w in parts[1])
                 continue
             if failed is not None:
                 results[i] = failed
@@ -516,16 +542,17 @@ class MatchService:
 
     @staticmethod
     def _carried(carry: Carry | None, command: CommandBase, events: tuple[EventBase, ...],
-                 new: MatchState) -> tuple[Write, ...]:
-        """The writes a round's append carries for ``command`` (none without ``carry``, or
-        when the publisher cannot build them now: then it publishes them afterwards)."""
+                 new: MatchState) -> tuple[Write, ...] | None:
+        """The writes of ``command``'s publication a round's append may carry; None without
+        ``carry``, or when the publisher cannot build them now (it publishes them afterwards)."""
         if carry is None:
-            return ()
+            return None
         try:
-            return tuple(carry.outputs_of(command, Outcome(events, new)) or ())
+            writes = carry.outputs_of(command, Outcome(events, new))
         except Exception:
             _log.exception("could not build the publication of %s with its append", command.command_id)
-            return ()
+            return None
+        return None if writes is None else tuple(writes)
 
     def _maybe_snapshot(self, old: MatchState, new: MatchState) -> None:
         n = self.snapshot_every

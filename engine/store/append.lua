@@ -19,16 +19,26 @@
 -- ARGV[6]  deadline info "<version>|<kind>|<at_ms>" (ignored when ARGV[5] is "")
 -- ARGV[7]  n, the number of events
 -- ARGV[8…] the events' msgpack payloads, seq expected+1 … expected+n
--- KEYS[7…] streams the append carries entries to (the command's updates and reply,
---          engine/service/publish.py; only on a plain Redis, never on Cluster: other slots),
---          one per carried write; after the payloads, for each of them:
---          maxlen, ttl ("" = none), notice ("1" or "0"), k, then k field/value pairs:
---          XADD key MAXLEN ~ maxlen * field value …, then EXPIRE key ttl.
+-- ARGV[8+n] m, the number of entries the append carries (the command's updates and reply,
+--          engine/service/publish.py), then for each of them: stream, fence, version, maxlen,
+--          ttl ("" = none), notice ("1" or "0"), k, then k field/value pairs:
+--          XADD stream MAXLEN ~ maxlen * field value …, then EXPIRE stream ttl.  fence: ""
+--          or the stream's fence (sk:outv:…, engine/store/publish.lua) and version the
+--          update's: once written, the fence holds that version of ARGV[1] or a higher one
+--          (and gets the ttl), so a delayed publication of an older update is refused.
+--          The carried streams are not among KEYS: they live in slots of their own.  A plain
+--          Redis takes any key; a Redis Cluster lets a script without flags reach a key of
+--          another slot held by this node (and refuses one held elsewhere, as any write that
+--          fails below), while a declared key of another slot is refused at once (CROSSSLOT).
+--          The caller sends only streams its slot map places on the match's node
+--          (engine/store/redis_store.py RedisEventStore.carries).
 --          Written only once the events are in, and only if every one of the writes succeeds
---          (a key that is not a stream, or that the caller may not write, fails its XADD):
+--          (a key that is not a stream, or that the caller may not write, or that another node
+--          holds, fails its XADD):
 --          else none is -- what was added is removed again, a stream this script created is
 --          deleted, and the caller publishes them itself and meets the error there.
---          Once all are written, each carried stream whose notice is "1" gets its notice,
+--          Once all are written, each fence is set and each carried stream whose notice is "1"
+--          gets its notice,
 --          SPUBLISH <stream> "" (engine/store/keys.py "Notices": it wakes the gateway's
 --          reader; a reply stream, read by polling, gets none), sent with pcall: a notice
 --          the caller's ACL refuses only delays a reader, it never fails the append.
@@ -84,25 +94,25 @@ if expected == 0 then
 end
 
 -- The carried entries, after the events.  Each XADD and EXPIRE is protected (a key that
--- is not a stream, or that the caller may not write, refuses XADD; so does a stream whose
--- last id is the largest there is; an argument may be malformed): on the first failure the
--- entries added so far are removed again and wrote = 0 -- the events stay, the caller
--- publishes every entry itself and meets the error there, as without carrying.  No reader
--- sees the removed entries: the script is atomic.  A stream this script created (its
--- entry the only one ever added to it: XINFO STREAM entries-added) is deleted again.
-local carried = #KEYS - 6
+-- is not a stream, or that the caller may not write, or that another Cluster node holds,
+-- refuses XADD; so does a stream whose last id is the largest there is; an argument may be
+-- malformed): on the first failure the entries added so far are removed again and wrote = 0
+-- -- the events stay, the caller publishes every entry itself and meets the error there, as
+-- without carrying.  No reader sees the removed entries: the script is atomic.  A stream
+-- this script created (its entry the only one ever added to it: XINFO STREAM entries-added)
+-- is deleted again.  The fences are set only once every entry is in.
+local carried = tonumber(ARGV[8 + n]) or 0
 local wrote = 0
 if carried > 0 then
   local added = {}
   local ok = true
-  local at = 8 + n
-  for j = 1, carried do
-    local key = KEYS[6 + j]
-    local ttl, k = ARGV[at + 1], tonumber(ARGV[at + 3])
+  local at = 9 + n
+  for _ = 1, carried do
+    local key, ttl, k = ARGV[at], ARGV[at + 4], tonumber(ARGV[at + 6])
     local done, id = pcall(function()
-      local args = {key, 'MAXLEN', '~', ARGV[at], '*'}
+      local args = {key, 'MAXLEN', '~', ARGV[at + 3], '*'}
       for f = 1, 2 * k do
-        args[5 + f] = ARGV[at + 3 + f]
+        args[5 + f] = ARGV[at + 6 + f]
       end
       return redis.call('XADD', unpack(args))
     end)
@@ -111,16 +121,24 @@ if carried > 0 then
     if ttl ~= '' then
       if not pcall(redis.call, 'EXPIRE', key, ttl) then ok = false break end
     end
-    at = at + 4 + 2 * k
+    at = at + 7 + 2 * k
   end
   if ok then
     wrote = 1
-    at = 8 + n
-    for j = 1, carried do
-      if ARGV[at + 2] == '1' then
-        redis.pcall('SPUBLISH', KEYS[6 + j], '')
+    at = 9 + n
+    for _ = 1, carried do
+      local fence, ttl = ARGV[at + 1], ARGV[at + 4]
+      if fence ~= '' then
+        local v = tonumber(ARGV[at + 2])
+        if v > (tonumber(redis.pcall('HGET', fence, ARGV[1])) or 0) then
+          redis.pcall('HSET', fence, ARGV[1], ARGV[at + 2])
+        end
+        if ttl ~= '' then redis.pcall('EXPIRE', fence, ttl) end
       end
-      at = at + 4 + 2 * tonumber(ARGV[at + 3])
+      if ARGV[at + 5] == '1' then
+        redis.pcall('SPUBLISH', ARGV[at], '')
+      end
+      at = at + 7 + 2 * tonumber(ARGV[at + 6])
     end
   else
     for a = #added, 1, -1 do

@@ -180,7 +180,12 @@ class EventStore(ABC):
     def can_carry(self, client: Any) -> bool:
         """Can an append carry :attr:`AppendRequest.writes` meant for the Redis ``client``
         (the publisher's)?  Only a store on that same Redis, where one script may touch
-        both (not Redis Cluster: the streams live in other slots).  Here: no."""
+        both (on a Redis Cluster, only the streams :meth:`carries` allows).  Here: no."""
+        return False
+
+    def carries(self, match_id: str, stream: str) -> bool:
+        """May an append of ``match_id`` carry an entry of ``stream`` (with :meth:`can_carry`)?
+        Here: no."""
         return False
 
     @abstractmethod

@@ -7,11 +7,11 @@ only a match's moves and clock: :func:`engine.match.events.announced`), sets or 
 the deadline and records the command id.  Every match key one call touches shares
 the bucket hash tag, so it works unchanged on Redis Cluster (give it a
 ``redis.cluster.RedisCluster`` client).  Works on fakeredis with Lua too.
-On a plain Redis an append may also carry the command's publication (the players'
-updates and the reply: :attr:`~engine.store.base.AppendRequest.writes`), written in
-the same step once the events are in: one round trip per command instead of two
-(:meth:`RedisEventStore.can_carry`; never on Cluster, where those streams live in
-other slots).
+An append may also carry the command's publication (the players' updates and the
+reply: :attr:`~engine.store.base.AppendRequest.writes`), written in the same step once
+the events are in: one round trip per command instead of two
+(:meth:`RedisEventStore.can_carry`; on a Redis Cluster only the streams held by the
+match's own node, :meth:`RedisEventStore.carries`).
 
 The client must return bytes (``decode_responses=False``, the default).
 """
@@ -132,6 +132,7 @@ class RedisEventStore(EventStore):
         self._pool: Any = None  # threads sending several nodes' pipelines side by side (append_many)
         # per-match key cache: building 6 key strings per append is measurable
         self._keys: dict[str, tuple[int, list[bytes]]] = {}
+        self._cluster = is_cluster(client)
 
     @classmethod
     def from_url(cls, url: str, buckets: int = keys.DEFAULT_BUCKETS, **kwargs: Any) -> RedisEventStore:
@@ -190,8 +191,9 @@ class RedisEventStore(EventStore):
         _, ks = self._match_keys(match_id)
         if events is None:
             events = [decode_event(p) for p in payloads]
-        args = self._script_args(match_id, expected_version, command_id, payloads, deadline, events, writes)
-        fields = append_fields(self._run_append([*ks, *(w.stream for w in writes)], args))
+        args = self._script_args(match_id, expected_version, command_id, payloads, deadline, events, writes,
+                                 self._cluster)
+        fields = append_fields(self._run_append(ks, args))
         wrong = _wrong_version(fields, match_id, expected_version)
         if wrong is not None:
             raise wrong
@@ -233,21 +235,38 @@ class RedisEventStore(EventStore):
 
     def can_carry(self, client: Any) -> bool:
         """Yes for writes to this store's own Redis (the same client or connection pool),
-        unless that is a Redis Cluster, or writes wait for replicas (the updates must not
-        be readable before the append is replicated)."""
-        if is_cluster(self.client) or self.replica_acks is not None:
+        unless writes wait for replicas (the updates must not be readable before the append
+        is replicated).  On a Redis Cluster an append carries only what :meth:`carries`
+        allows."""
+        if self.replica_acks is not None:
             return False
         if client is self.client:
             return True
         pool = getattr(client, "connection_pool", None)
         return pool is not None and pool is getattr(self.client, "connection_pool", None)
 
+    def carries(self, match_id: str, stream: str) -> bool:
+        """May an append of ``match_id`` carry an entry of ``stream``?  On a plain Redis yes;
+        on a Redis Cluster when its slot map places the stream on the node holding the match
+        (append.lua reaches a key of another slot only on its own node; a map gone stale
+        fails the carried writes there, and the caller publishes them)."""
+        if not self._cluster:
+            return True
+        try:
+            client = self.client
+            return bool(client.get_node_from_key(stream).name
+                        == client.get_node_from_key(self._match_keys(match_id)[1][0]).name)
+        except Exception:  # a slot no node covers now: published the usual way
+            return False
+
     @staticmethod
     def _script_args(match_id: str, expected_version: int, command_id: str, payloads: Sequence[bytes],
                      deadline: Deadline | None, events: Sequence[EventBase],
-                     writes: Sequence[Write] = ()) -> list[Any]:
-        """ARGV of append.lua for one command (its KEYS: the match's six, then each write's
-        stream); ``events`` are ``payloads`` decoded."""
+                     writes: Sequence[Write] = (), fences: bool = False) -> list[Any]:
+        """ARGV of append.lua for one command (its KEYS: the match's six); ``events`` are
+        ``payloads`` decoded, ``writes`` the entries it carries; ``fences``: each carried
+        update sets its stream's fence (on a Redis Cluster, where every other update is
+        fenced by publish.lua: docs/CAPACITY.md "The command path on a Cluster")."""
         if deadline is None:
             at, info = "", ""
         else:
@@ -256,9 +275,12 @@ class RedisEventStore(EventStore):
         feed = ""  # no entry: no events, or only moves and clock (events.announced)
         if announced(events):  # the entry says whether this append finishes the match
             feed = "1" if isinstance(events[-1], MatchFinished) else "0"
-        args: list[Any] = [match_id, str(expected_version), command_id, feed, at, info, len(payloads), *payloads]
+        args: list[Any] = [match_id, str(expected_version), command_id, feed, at, info, len(payloads), *payloads,
+                           len(writes)]
         for w in writes:
-            args += (w.maxlen, "" if w.ttl is None else w.ttl, "1" if w.notice else "0", len(w.fields))
+            fenced = fences and w.version is not None and not w.duplicate
+            args += (w.stream, keys.stream_fence_key(w.stream) if fenced else "", w.version if fenced else "",
+                     w.maxlen, "" if w.ttl is None else w.ttl, "1" if w.notice else "0", len(w.fields))
             for k, v in w.fields.items():
                 args += (k, v)
         return args
@@ -349,11 +371,11 @@ class RedisEventStore(EventStore):
             rq = requests[i]
             _, ks = self._match_keys(rq.match_id)
             args = self._script_args(rq.match_id, rq.expected_version, rq.command_id, encoded[i],
-                                     rq.deadline, rq.events, rq.writes)
+                                     rq.deadline, rq.events, rq.writes, self._cluster)
             # EVALSHA directly (not Script(client=pipe)): a registered script makes the
             # pipeline ask SCRIPT EXISTS first, a second round trip; NOSCRIPT comes back
             # as that request's error and the caller appends it alone (which loads it)
-            commands.append(("EVALSHA", sha, len(ks) + len(rq.writes), *ks, *(w.stream for w in rq.writes), *args))
+            commands.append(("EVALSHA", sha, len(ks), *ks, *args))
         waiter = self.replica_acks
         wait_key = ""
         if waiter is not None and waiter.n > 0:
