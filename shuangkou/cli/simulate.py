@@ -416,22 +416,28 @@ class Simulation:
             self.timers.stop()
 
     # -- talking to the pipeline -------------------------------------------------------
-    def _client(self) -> Any:
+    def _client(self, match_id: str) -> list[Any]:
+        """This thread's ``[client, last reply id]`` for commands of ``match_id``: one reply
+        stream per bucket, in the bucket's slot."""
         from engine.service.client import GatewayClient
         from engine.store import keys
 
         local = getattr(self, "_local", None)
         if local is None:
             self._local = local = threading.local()
-        c = getattr(local, "client", None)
-        if c is None:
-            reply_to = keys.reply_key(f"{self.prefix}{self.run_id}-{threading.get_ident()}")
-            c = GatewayClient(self.client, reply_to=reply_to)
+        clients = getattr(local, "clients", None)
+        if clients is None:
+            local.clients = clients = {}
+        bucket = keys.bucket_of(match_id)
+        entry = clients.get(bucket)
+        if entry is None:
+            # in the slot of the match's bucket: on a Cluster the append writes the reply too
+            # (docs/PROTOCOL.md, "Replies")
+            reply_to = keys.reply_key(f"{keys.bucket_tag(bucket)}:{self.prefix}{self.run_id}-{threading.get_ident()}")
+            entry = clients[bucket] = [GatewayClient(self.client, reply_to=reply_to), "0"]
             with self._lock:
                 self.reply_streams.add(reply_to)
-            local.client = c
-            local.last = "0"
-        return c
+        return entry
 
     def _ride(self, call: Callable[[], T]) -> tuple[T, bool]:
         """``call()``, retried with back-off while Redis fails transiently (a fail-over, a lost
@@ -458,8 +464,8 @@ class Simulation:
         again (same id: the engine's duplicate), since an XADD the old master acknowledged and
         had not replicated is gone (an outage this thread need not have seen: its reply stream
         may live on another master)."""
-        c = self._client()
-        local = self._local
+        entry = self._client(cmd.match_id)
+        c = entry[0]
         t0 = time.perf_counter()
         self._ride(lambda: c.send(cmd))
         sent_at = time.monotonic()
@@ -470,7 +476,7 @@ class Simulation:
                     gw.run_once(block_ms=None, count=10)
         deadline = time.monotonic() + 30
         while True:
-            replies, retried = self._ride(lambda: list(c.replies(local.last, block_ms=None if not self.redis_url
+            replies, retried = self._ride(lambda: list(c.replies(entry[1], block_ms=None if not self.redis_url
                                                                  else 2000, count=100)))
             if retried:
                 deadline = time.monotonic() + 30
@@ -478,7 +484,7 @@ class Simulation:
                 self._ride(lambda: c.send(cmd))
                 sent_at = time.monotonic()
             for msg in replies:
-                local.last = msg.id
+                entry[1] = msg.id
                 if msg.command_id == cmd.command_id:
                     dt = time.perf_counter() - t0
                     with self._lock:
