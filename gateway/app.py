@@ -38,6 +38,7 @@ from gateway.lobby import Lobby
 from gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from gateway.rooms import RoomBook
 from gateway.session import CLOSE_GOING_AWAY, Connection, Hub, authenticate
+from gateway.tokens import TokenPolicy
 
 log = logging.getLogger("shuangkou.gateway")
 
@@ -73,6 +74,8 @@ class GatewaySettings:
     #: for the edge limits, trusted proxies resolved); others get 404.  Default: loopback and
     #: the private networks (a Prometheus beside the gateway), never the Internet
     metrics_from: tuple[str, ...] = METRICS_FROM
+    #: --token-max-lifetime, --token-audience, --token-issuer (gateway/tokens.py TokenPolicy)
+    token_policy: TokenPolicy = TokenPolicy()
 
 
 #: Redis connections of one gateway process, whatever its sockets: the players' pool (every
@@ -128,7 +131,8 @@ def build_app(settings: GatewaySettings, redis: Any | None = None) -> Starlette:
     metrics.replica_acks.set(settings.replica_acks)
     reader = None if redis is not None else redis_client(settings.redis_url, READER_CONNECTIONS, name, hot=True)
     hub = Hub(redis=client, secret=settings.secret, rooms=settings.rooms, lobby=lobby,
-              gateway_id=settings.gateway_id, metrics=metrics, limits=settings.limits, reader_redis=reader)
+              gateway_id=settings.gateway_id, metrics=metrics, limits=settings.limits, reader_redis=reader,
+              token_policy=settings.token_policy)
     bots = None
     if settings.bots:
         from gateway.bots import BotDriver

@@ -78,7 +78,7 @@ class Guard:
         """An ``Auth`` on an open socket: a fresh token for the same player, role and room."""
         old = self.conn.identity
         try:
-            new = verify(self.conn.hub.secret, msg.token)
+            new = verify(self.conn.hub.secret, msg.token, policy=self.conn.hub.token_policy)
         except TokenError as exc:
             raise protocol.ClientError(protocol.NOT_ALLOWED, f"the new token is refused: {exc}",
                                        msg.command_id) from None

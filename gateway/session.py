@@ -51,7 +51,7 @@ from gateway.reader import Subscription
 from gateway.receipts import Receipts
 from gateway.sender import CommandSender
 from gateway.resync import Resync
-from gateway.tokens import Identity, TokenError, verify
+from gateway.tokens import Identity, TokenError, TokenPolicy, verify
 
 log = logging.getLogger("shuangkou.gateway")
 
@@ -117,6 +117,8 @@ class Hub:
     #: the players' commands never queue behind the sockets' other calls in ``redis``'s pool);
     #: None: they share ``redis``
     reader_redis: Any = None
+    #: what a token must also satisfy here (gateway/tokens.py TokenPolicy)
+    token_policy: TokenPolicy = field(default_factory=TokenPolicy)
 
     def __post_init__(self) -> None:
         self.budgets = SubjectBudgets(self.limits)
@@ -808,7 +810,7 @@ async def authenticate(hub: Hub, ws: WebSocket) -> tuple[Identity, Resume] | Non
         if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
             version, match = v, _resume_match(data.get("match"))  # both from the Auth
     try:
-        identity = verify(hub.secret, token)
+        identity = verify(hub.secret, token, policy=hub.token_policy)
     except TokenError as exc:
         hub.metrics.auth_failures.labels(exc.code).inc()
         await ws.close(code=CLOSE_UNAUTHORIZED, reason=str(exc)[:120])

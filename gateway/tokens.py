@@ -56,6 +56,49 @@ class TokenError(ValueError):
         self.code = code
 
 
+#: the longest a token may still run when the gateway sees it, by default (``--token-max-lifetime``)
+DEFAULT_MAX_LIFETIME = 30 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class TokenPolicy:
+    """What a token must also satisfy at this gateway (``shuangkou gateway`` flags):
+    ``max_lifetime``: its ``exp`` at most that many seconds ahead (None: any), so a token
+    minted for years, or taken from one who was, is refused; ``audience`` / ``issuer``: its
+    ``aud`` / ``iss`` claims must name them (None: not checked), so a token another service
+    signs with a shared secret is refused here.
+
+    >>> secret = b"k" * 32
+    >>> verify(secret, mint(secret, "ann", ttl_seconds=10**8, now=0), now=0)
+    Traceback (most recent call last):
+    ...
+    gateway.tokens.TokenError: the token runs 100000000 s, longer than this gateway takes (2592000 s)
+    >>> policy = TokenPolicy(audience="shuangkou", issuer="rooms.example")
+    >>> verify(secret, mint(secret, "ann", now=0), now=0, policy=policy)
+    Traceback (most recent call last):
+    ...
+    gateway.tokens.TokenError: the token lacks the 'aud' claim
+    >>> token = mint(secret, "ann", now=0, audience="shuangkou", issuer="rooms.example")
+    >>> verify(secret, token, now=0, policy=policy).player
+    'ann'
+    >>> verify(secret, token, now=0, policy=TokenPolicy(audience="other"))
+    Traceback (most recent call last):
+    ...
+    gateway.tokens.TokenError: the token is not for this gateway (its aud claim)
+    """
+
+    max_lifetime: int | None = DEFAULT_MAX_LIFETIME
+    audience: str | None = None
+    issuer: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_lifetime is not None and self.max_lifetime <= 0:
+            raise ValueError(f"the longest token lifetime must be positive, got {self.max_lifetime}")
+        for what, value in (("audience", self.audience), ("issuer", self.issuer)):
+            if value is not None and not value.strip():
+                raise ValueError(f"the token {what} must not be empty")
+
+
 @dataclass(frozen=True, slots=True)
 class Identity:
     """Who a socket speaks for, from a verified token."""
@@ -76,9 +119,11 @@ def load_secret(path: str | Path) -> bytes:
 
 
 def mint(secret: bytes, player: str, role: Role = "player", ttl_seconds: int = 3600,
-         room: str | None = None, now: int | None = None, name: str | None = None) -> str:
+         room: str | None = None, now: int | None = None, name: str | None = None,
+         audience: str | None = None, issuer: str | None = None) -> str:
     """A signed token for ``player`` that expires ``ttl_seconds`` from ``now``; ``name`` (the
-    display name) is cleaned first, and a bad one is a ValueError (:class:`gateway.names.BadName`)."""
+    display name) is cleaned first, and a bad one is a ValueError (:class:`gateway.names.BadName`);
+    ``audience`` / ``issuer``: its ``aud`` / ``iss`` claims (:class:`TokenPolicy`)."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
     if not 0 < len(player) <= MAX_SUBJECT:
@@ -95,28 +140,40 @@ def mint(secret: bytes, player: str, role: Role = "player", ttl_seconds: int = 3
         claims["room"] = room
     if name is not None:
         claims["name"] = clean_name(name)
+    if audience is not None:
+        claims["aud"] = audience
+    if issuer is not None:
+        claims["iss"] = issuer
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 
-def verify(secret: bytes, token: object, now: int | None = None) -> Identity:
+def verify(secret: bytes, token: object, now: int | None = None, policy: TokenPolicy = TokenPolicy()) -> Identity:
     """The identity a token carries; :class:`TokenError` with a short reason otherwise.
 
     Only HS256 is accepted (a token signed ``none`` or with another algorithm is refused),
-    ``exp`` is required, ``sub`` must be a 1..100 character string and ``role`` a known role.
+    ``exp`` is required, ``sub`` must be a 1..100 character string and ``role`` a known role;
+    and what ``policy`` asks (:class:`TokenPolicy`: by default ``exp`` at most 30 days ahead).
     """
     if not isinstance(token, str) or not token:
         raise TokenError("no token", "missing")
     if len(token) > 4096:
         raise TokenError("the token is too long")
-    options: jwt.types.Options = {"require": ["exp", "sub"], "verify_exp": now is None}
+    required = ["exp", "sub"] + (["aud"] if policy.audience else []) + (["iss"] if policy.issuer else [])
+    # a token with an aud claim is refused where no audience is set (PyJWT's check, as before)
+    options: jwt.types.Options = {"require": required, "verify_exp": now is None}
     try:
-        claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options=options)
+        claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options=options,
+                            audience=policy.audience, issuer=policy.issuer)
     except jwt.ExpiredSignatureError:
         raise TokenError("the token has expired", "expired") from None
     except jwt.MissingRequiredClaimError as exc:
         raise TokenError(f"the token lacks the {exc.claim!r} claim") from None
     except jwt.InvalidSignatureError:
         raise TokenError("the token's signature is not valid") from None
+    except jwt.InvalidAudienceError:
+        raise TokenError("the token is not for this gateway (its aud claim)") from None
+    except jwt.InvalidIssuerError:
+        raise TokenError("the token is not from this gateway's issuer (its iss claim)") from None
     except jwt.PyJWTError as exc:
         raise TokenError(f"not a valid token ({type(exc).__name__})") from None
     exp = claims.get("exp")
@@ -143,4 +200,7 @@ def verify(secret: bytes, token: object, now: int | None = None) -> Identity:
             name = clean_name(name)
         except BadName as exc:
             raise TokenError(f"the token's name claim: {exc}") from None
+    at = int(time.time()) if now is None else now
+    if policy.max_lifetime is not None and exp - at > policy.max_lifetime:
+        raise TokenError(f"the token runs {exp - at} s, longer than this gateway takes ({policy.max_lifetime} s)")
     return Identity(player=sub, role=role, room=room, expires_at=exp, name=name)

@@ -91,14 +91,15 @@ def _secret(ctx: Any) -> bytes:
 
 
 def _identity(ctx: Any, request: Request, roles: tuple[str, ...]) -> Any:
-    from gateway.tokens import TokenError, verify
+    from gateway.tokens import TokenError, TokenPolicy, verify
 
     auth = request.headers.get("authorization", "")
     token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
     if not token:
         raise HttpError(401, "unauthorized", "send the token as Authorization: Bearer <token>")
     try:
-        ident = verify(_secret(ctx), token)
+        hub = getattr(ctx, "hub", None)
+        ident = verify(_secret(ctx), token, policy=hub.token_policy if hub is not None else TokenPolicy())
     except TokenError as exc:
         raise HttpError(401, "unauthorized", str(exc)) from None
     if ident.role not in roles:
@@ -563,7 +564,10 @@ def routes(ctx: Any) -> list[Any]:
         if role not in DEV_ROLES:
             raise HttpError(400, "bad_request", f"role is one of {', '.join(DEV_ROLES)}")
         player, name = dev_identity(data.get("name"))
-        token = mint(_secret(ctx), player, role=role, ttl_seconds=12 * 3600, name=name)
+        hub = getattr(ctx, "hub", None)
+        policy = hub.token_policy if hub is not None else None  # what this gateway's own checks ask
+        token = mint(_secret(ctx), player, role=role, ttl_seconds=12 * 3600, name=name,
+                     audience=policy.audience if policy else None, issuer=policy.issuer if policy else None)
         return JSONResponse({"token": token, "player": player, "role": role, "name": name})
 
     async def hint(request: Request) -> Response:

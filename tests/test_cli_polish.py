@@ -146,3 +146,18 @@ def test_dev_tokens_are_refused_on_a_reachable_host(tmp_path, capsys, host):
                  "--secret-file", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err
     assert "--dev" in err and "loopback" in err and repr(host) in err
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--token-max-lifetime", "0"], "must be positive"),
+    (["--token-max-lifetime", "-5"], "must be positive"),
+    (["--token-audience", " "], "audience must not be empty"),
+    (["--token-issuer", ""], "issuer must not be empty"),
+])
+def test_a_token_policy_that_takes_nothing_is_refused_at_start(tmp_path, capsys, flags, says):
+    """--token-max-lifetime, --token-audience and --token-issuer (docs/SECURITY.md): a value
+    that no token could meet stops the gateway before it reads its secret or connects."""
+    assert main(["gateway", "--redis", "redis://127.0.0.1:1/0", "--secret-file", str(tmp_path / "none"),
+                 *flags]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "--token-max-lifetime" in err

@@ -355,7 +355,7 @@ def test_impersonation_and_non_player_commands_are_refused_and_never_forwarded(s
 
 
 @pytest.mark.parametrize("how", ["missing", "bad_signature", "expired", "garbage", "auth_message_expired",
-                                 "first_message_not_auth", "first_message_binary"])
+                                 "first_message_not_auth", "first_message_binary", "lives_for_years"])
 def test_bad_expired_and_missing_tokens_close_4401(stack, how):
     import jwt
 
@@ -373,6 +373,9 @@ def test_bad_expired_and_missing_tokens_close_4401(stack, how):
                                                         "HS256"), "x")
         elif how == "garbage":
             c = await Client.connect(gw.url, "not.a.token", "x")
+        elif how == "lives_for_years":  # rightly signed, exp beyond the default --token-max-lifetime (30 days)
+            c = await Client.connect(gw.url, jwt.encode({"sub": "x", "role": "player", "exp": 4102444800}, _secret(),
+                                                        "HS256"), "x")
         elif how == "auth_message_expired":
             c = await Client.connect(gw.url, jwt.encode({"sub": "x", "exp": 1000}, _secret(), "HS256"), "x",
                                      auth_message=True)

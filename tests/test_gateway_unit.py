@@ -45,6 +45,43 @@ def test_bad_tokens_are_refused_with_a_reason(token, reason):
     assert reason in str(exc.value)
 
 
+POLICY = tokens.TokenPolicy(max_lifetime=3600, audience="shuangkou", issuer="rooms.example")
+SOON = 4102444800 - 600  # exp for "now" = 4102444200 below
+
+
+@pytest.mark.parametrize("claims, policy, reason", [
+    ({"sub": "a", "exp": 4102444200 + 2592001}, tokens.TokenPolicy(), "runs 2592001 s, longer than this gateway "
+                                                                       "takes (2592000 s)"),
+    ({"sub": "a", "exp": 4102444200 + 3601, "aud": "shuangkou", "iss": "rooms.example"}, POLICY,
+     "the token runs 3601 s"),
+    ({"sub": "a", "exp": SOON, "iss": "rooms.example"}, POLICY, "lacks the 'aud' claim"),
+    ({"sub": "a", "exp": SOON, "aud": "shuangkou"}, POLICY, "lacks the 'iss' claim"),
+    ({"sub": "a", "exp": SOON, "aud": "billing", "iss": "rooms.example"}, POLICY, "not for this gateway"),
+    ({"sub": "a", "exp": SOON, "aud": ["billing", "ops"], "iss": "rooms.example"}, POLICY, "not for this gateway"),
+    ({"sub": "a", "exp": SOON, "aud": "shuangkou", "iss": "elsewhere"}, POLICY, "not from this gateway's issuer"),
+    ({"sub": "a", "exp": SOON, "aud": "shuangkou"}, tokens.TokenPolicy(), "not for this gateway"),  # no aud asked
+])
+def test_tokens_this_gateways_policy_refuses(claims, policy, reason):
+    """--token-max-lifetime, --token-audience, --token-issuer (docs/SECURITY.md): a token minted
+    for years, one for another service signing with the same secret, or from another issuer."""
+    with pytest.raises(tokens.TokenError) as exc:
+        tokens.verify(SECRET, jwt.encode(claims, SECRET, "HS256"), now=4102444200, policy=policy)
+    assert reason in str(exc.value) and exc.value.code == "invalid"
+
+
+def test_a_token_the_policy_asks_for_is_taken():
+    ok = {"sub": "a", "exp": 4102444200 + 3600, "iss": "rooms.example"}
+    for aud in ("shuangkou", ["billing", "shuangkou"]):
+        ident = tokens.verify(SECRET, jwt.encode({**ok, "aud": aud}, SECRET, "HS256"), now=4102444200, policy=POLICY)
+        assert ident.player == "a"
+    assert tokens.verify(SECRET, tokens.mint(SECRET, "b", ttl_seconds=3600, audience="shuangkou",
+                                             issuer="rooms.example"), policy=POLICY).player == "b"
+    with pytest.raises(ValueError, match="positive"):
+        tokens.TokenPolicy(max_lifetime=0)
+    with pytest.raises(ValueError, match="empty"):
+        tokens.TokenPolicy(audience=" ")
+
+
 def test_secrets_shorter_than_32_bytes_are_refused(tmp_path):
     f = tmp_path / "s"
     f.write_bytes(b"short\n")
@@ -63,6 +100,9 @@ def test_token_cli_mints_a_verifiable_token(tmp_path, capsys):
     ident = tokens.verify(SECRET, capsys.readouterr().out.strip())
     assert (ident.player, ident.role) == ("bob", "spectator")
     assert main(["token", "bob", "--secret-file", str(tmp_path / "missing")]) == 2
+    assert main(["token", "bob", "--secret-file", str(f), "--audience", "shuangkou", "--issuer", "rooms"]) == 0
+    policy = tokens.TokenPolicy(audience="shuangkou", issuer="rooms")
+    assert tokens.verify(SECRET, capsys.readouterr().out.strip(), policy=policy).player == "bob"
 
 
 def test_token_new_secret_writes_32_random_bytes_mode_0600_and_never_overwrites(tmp_path, capsys):

@@ -20,6 +20,8 @@ from engine.tools.levels import DEFAULT_LEVEL, LEVELS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from gateway.tokens import DEFAULT_MAX_LIFETIME
+
     parser.add_argument("--redis", metavar="URL", default=os.environ.get("SK_REDIS_URL"),
                         help="the engine's Redis (default $SK_REDIS_URL)")
     parser.add_argument("--lobby-redis", metavar="URL", default=os.environ.get("SK_LOBBY_REDIS_URL"),
@@ -83,6 +85,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     edge.add_argument("--metrics-from", action="append", default=[], metavar="CIDR",
                       help="a network whose clients may read /metrics (repeatable; default: loopback and the "
                            "private networks 10/8, 172.16/12, 192.168/16, fc00::/7); others get 404")
+    edge.add_argument("--token-max-lifetime", type=int, default=DEFAULT_MAX_LIFETIME, metavar="SECONDS",
+                      help="refuse a token whose exp is further ahead than this "
+                           f"(default {DEFAULT_MAX_LIFETIME}: 30 days; docs/SECURITY.md)")
+    edge.add_argument("--token-audience", default=None, metavar="AUD",
+                      help="accept only tokens whose aud claim names AUD (default: only tokens without aud)")
+    edge.add_argument("--token-issuer", default=None, metavar="ISS",
+                      help="accept only tokens whose iss claim is ISS (default: any)")
     edge.add_argument("--allow-live-replay", action="store_true",
                       help="DANGEROUS: the replay viewer (/api/replay/<id>) shows matches still being played, both "
                            "hands included, to any operator token (default: 409 until the match has finished)")
@@ -123,8 +132,12 @@ def run(args: argparse.Namespace) -> int:
                        f"--host only (127.0.0.1, ::1), not {args.host!r}")
     from gateway.app import METRICS_FROM, GatewaySettings, default_gateway_id, listen_socket, serve
     from gateway.rooms import RoomBook
-    from gateway.tokens import load_secret
+    from gateway.tokens import TokenPolicy, load_secret
 
+    try:
+        token_policy = TokenPolicy(args.token_max_lifetime, args.token_audience, args.token_issuer)
+    except ValueError as exc:
+        raise CliError(f"--token-max-lifetime, --token-audience, --token-issuer: {exc}") from None
     try:
         secret = load_secret(args.secret_file)
     except OSError as exc:
@@ -175,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
                                lobby_redis_url=args.lobby_redis, edge=edge, limits=limits,
                                allow_live_replay=args.allow_live_replay, replica_acks=replica_acks,
                                ws_compression=args.ws_compression,
-                               metrics_from=tuple(args.metrics_from) or METRICS_FROM)
+                               metrics_from=tuple(args.metrics_from) or METRICS_FROM, token_policy=token_policy)
     try:
         sock = listen_socket(args.host, args.port)
     except OSError as exc:

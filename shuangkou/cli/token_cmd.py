@@ -1,6 +1,7 @@
 """``shuangkou token``: development tokens and the gateway's signing secret.
 
-* ``shuangkou token PLAYER --secret-file F [--role spectator] [--ttl 3600] [--room NAME] [--name 小明]``:
+* ``shuangkou token PLAYER --secret-file F [--role spectator] [--ttl 3600] [--room NAME] [--name 小明]
+  [--audience AUD] [--issuer ISS]``:
   mint a gateway session token (JWT, HS256) for tests and development; prints it.
 * ``shuangkou token --new-secret FILE``: write a new signing secret for ``gateway
   --secret-file``: 32 random bytes (``secrets.token_bytes``), the file created with mode
@@ -26,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--room", default=None, help="restrict the token to one room")
     parser.add_argument("--name", default=None, help="the display name shown at the table (1–24 characters, "
                         "any script; control and format characters are dropped)")
+    parser.add_argument("--audience", default=None, metavar="AUD",
+                        help="its aud claim (for a gateway started with --token-audience AUD)")
+    parser.add_argument("--issuer", default=None, metavar="ISS",
+                        help="its iss claim (for a gateway started with --token-issuer ISS)")
 
 
 def new_secret() -> bytes:
@@ -73,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("give PLAYER --secret-file F (a token), or --new-secret FILE (a secret)")
     try:
         secret = load_secret(args.secret_file)
-        print(mint(secret, args.player, role=args.role, ttl_seconds=args.ttl, room=args.room, name=args.name))
+        print(mint(secret, args.player, role=args.role, ttl_seconds=args.ttl, room=args.room, name=args.name,
+                   audience=args.audience, issuer=args.issuer))
     except OSError as exc:
         raise CliError(f"cannot read --secret-file {args.secret_file}: {exc.strerror or exc}") from None
     except ValueError as exc:
