@@ -1032,6 +1032,7 @@ def test_leaving_from_a_result_goes_back_to_the_lobby_and_a_cooldown_says_its_wa
                       "retry_after_ms": 9_200}])
         page.wait_for_function("w => document.querySelector('[data-status]').textContent === w",
                                arg=cat["refusal.cooldownWait"].replace("{s}", "10"))
+        assert page.locator("[data-action=join][data-cooldown]").is_disabled()  # Join waits with it
         # it counts down, and says the lobby's words once a Join is taken again
         _feed(page, [{"kind": "rejected", "code": "cooldown", "command_id": None, "reason": "x",
                       "retry_after_ms": 1_200}])
@@ -1039,6 +1040,7 @@ def test_leaving_from_a_result_goes_back_to_the_lobby_and_a_cooldown_says_its_wa
                                arg=cat["refusal.cooldownWait"].replace("{s}", "1"))
         page.wait_for_function("w => document.querySelector('[data-status]').textContent === w",
                                arg=cat["status.chooseRoom"])
+        page.wait_for_selector("[data-action=join]:not([data-cooldown]):enabled", timeout=5_000)
 
         # seated again before a deal: alice's own removal is the lobby's to tell, bob's is a notice
         m2 = Match("leave-notice")

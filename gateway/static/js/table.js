@@ -60,6 +60,7 @@ const S = {
   rooms: [], lobbyRooms: null, names: {}, learned: {}, pendingSeed: null, refusal: null,
   warned: null, wasMyTurn: null, shownPlay: null, finishSounded: null, readyFor: null, flyFrom: null,
   leaving: false,  // a Leave sent, not answered yet
+  cooldownUntil: 0,  // the leave cooldown's end (Date.now() ms): Join waits until then
   arrange: storedArrange(), groups: { key: null, groups: null }, arrangeSeq: 0, arrangeAsked: null,
 };
 
@@ -1677,7 +1678,10 @@ function renderLobbyWhy() {
   const blocked = !!(r && r.admits === false);
   why.hidden = !blocked;
   why.textContent = blocked ? t("lobby.cannot", { need: r.need, balance: r.balance }) : "";
-  $("[data-action=join]").disabled = blocked;
+  const join = $("[data-action=join]");
+  const cooling = (S.cooldownUntil || 0) > Date.now();
+  join.disabled = blocked || cooling;
+  join.toggleAttribute("data-cooldown", cooling);
 }
 
 async function loadLobbyRooms() {
@@ -1785,7 +1789,12 @@ function onRejected(msg) {
   render();
   // the catalogue's words for the code; the code itself stays in data-code (for support)
   if (msg.code === "cooldown" && msg.retry_after_ms > 0) {
-    countDown(Date.now() + msg.retry_after_ms);
+    // Join waits with the cooldown: a tap before it ends would only be refused again
+    const until = Date.now() + msg.retry_after_ms;
+    S.cooldownUntil = until;
+    renderLobbyWhy();
+    setTimeout(renderLobbyWhy, msg.retry_after_ms + 50);
+    countDown(until);
     return;
   }
   // the owner's private table waits for the friend: the way out is to cancel it (private.js)
