@@ -12,7 +12,7 @@ for its reply before the next):
   driven by ``shuangkou simulate --external --concurrency C`` (bot matches through the
   inbox, replies on ``sk:reply:…``): player commands/s and the client round trip p50/p99
   (on this plain Redis an accepted command's updates and reply are written by its append
-  script: engine/store/append.lua, KEYS[7…]);
+  script: engine/store/append.lua);
 * **floor**: :func:`floor_server`, the same protocol's Redis work and no game logic: read
   a batch from the inbox (XREADGROUP), one small append script per command with the
   batch's appends pipelined (one round trip), publish each command's reply and outbox
