@@ -90,16 +90,24 @@ def _secret(ctx: Any) -> bytes:
     return s if isinstance(s, bytes) else str(s).encode()
 
 
+def _token_policy(ctx: Any) -> Any:
+    """What a token must also satisfy (the hub's :class:`gateway.tokens.TokenPolicy`; the
+    default where the context has no hub, or one without a policy)."""
+    from gateway.tokens import TokenPolicy
+
+    policy = getattr(getattr(ctx, "hub", None), "token_policy", None)
+    return policy if isinstance(policy, TokenPolicy) else TokenPolicy()
+
+
 def _identity(ctx: Any, request: Request, roles: tuple[str, ...]) -> Any:
-    from gateway.tokens import TokenError, TokenPolicy, verify
+    from gateway.tokens import TokenError, verify
 
     auth = request.headers.get("authorization", "")
     token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
     if not token:
         raise HttpError(401, "unauthorized", "send the token as Authorization: Bearer <token>")
     try:
-        hub = getattr(ctx, "hub", None)
-        ident = verify(_secret(ctx), token, policy=hub.token_policy if hub is not None else TokenPolicy())
+        ident = verify(_secret(ctx), token, policy=_token_policy(ctx))
     except TokenError as exc:
         raise HttpError(401, "unauthorized", str(exc)) from None
     if ident.role not in roles:
@@ -564,10 +572,9 @@ def routes(ctx: Any) -> list[Any]:
         if role not in DEV_ROLES:
             raise HttpError(400, "bad_request", f"role is one of {', '.join(DEV_ROLES)}")
         player, name = dev_identity(data.get("name"))
-        hub = getattr(ctx, "hub", None)
-        policy = hub.token_policy if hub is not None else None  # what this gateway's own checks ask
+        policy = _token_policy(ctx)  # what this gateway's own checks ask
         token = mint(_secret(ctx), player, role=role, ttl_seconds=12 * 3600, name=name,
-                     audience=policy.audience if policy else None, issuer=policy.issuer if policy else None)
+                     audience=policy.audience, issuer=policy.issuer)
         return JSONResponse({"token": token, "player": player, "role": role, "name": name})
 
     async def hint(request: Request) -> Response:

@@ -22,6 +22,7 @@ import pytest
 from engine.store import keys
 from gateway.outbox import OutEntry, parse_entry
 from gateway.resync import Resync
+from gateway.tokens import TokenPolicy
 
 M = "t1-2"  # the table's next match; the client's version was of t1-1
 
@@ -276,7 +277,7 @@ def test_a_resume_takes_its_version_and_match_from_one_place(query, auth, resume
         def __getattr__(self, name: str) -> Any:
             raise AssertionError(f"refused: {name}")
 
-    hub = type("Hub", (), {"secret": SECRET, "metrics": _Metrics()})()
+    hub = type("Hub", (), {"secret": SECRET, "metrics": _Metrics(), "token_policy": TokenPolicy()})()
     token = mint(SECRET, "ann")
     if auth is None:
         ws = _Socket({**query, "token": token})

@@ -20,8 +20,6 @@ from engine.tools.levels import DEFAULT_LEVEL, LEVELS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from gateway.tokens import DEFAULT_MAX_LIFETIME
-
     parser.add_argument("--redis", metavar="URL", default=os.environ.get("SK_REDIS_URL"),
                         help="the engine's Redis (default $SK_REDIS_URL)")
     parser.add_argument("--lobby-redis", metavar="URL", default=os.environ.get("SK_LOBBY_REDIS_URL"),
@@ -85,9 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     edge.add_argument("--metrics-from", action="append", default=[], metavar="CIDR",
                       help="a network whose clients may read /metrics (repeatable; default: loopback and the "
                            "private networks 10/8, 172.16/12, 192.168/16, fc00::/7); others get 404")
-    edge.add_argument("--token-max-lifetime", type=int, default=DEFAULT_MAX_LIFETIME, metavar="SECONDS",
-                      help="refuse a token whose exp is further ahead than this "
-                           f"(default {DEFAULT_MAX_LIFETIME}: 30 days; docs/SECURITY.md)")
+    edge.add_argument("--token-max-lifetime", type=int, default=None, metavar="SECONDS",
+                      help="refuse a token whose exp is further ahead than this (default 30 days; "
+                           "docs/SECURITY.md)")
     edge.add_argument("--token-audience", default=None, metavar="AUD",
                       help="accept only tokens whose aud claim names AUD (default: only tokens without aud)")
     edge.add_argument("--token-issuer", default=None, metavar="ISS",
@@ -132,10 +130,11 @@ def run(args: argparse.Namespace) -> int:
                        f"--host only (127.0.0.1, ::1), not {args.host!r}")
     from gateway.app import METRICS_FROM, GatewaySettings, default_gateway_id, listen_socket, serve
     from gateway.rooms import RoomBook
-    from gateway.tokens import TokenPolicy, load_secret
+    from gateway.tokens import DEFAULT_MAX_LIFETIME, TokenPolicy, load_secret
 
     try:
-        token_policy = TokenPolicy(args.token_max_lifetime, args.token_audience, args.token_issuer)
+        lifetime = DEFAULT_MAX_LIFETIME if args.token_max_lifetime is None else args.token_max_lifetime
+        token_policy = TokenPolicy(lifetime, args.token_audience, args.token_issuer)
     except ValueError as exc:
         raise CliError(f"--token-max-lifetime, --token-audience, --token-issuer: {exc}") from None
     try:
