@@ -190,8 +190,8 @@ class MovingStore(RedisEventStore):
 
     moved = False
 
-    def carries(self, match_id: str, stream: str) -> bool:
-        return self.moved or stream != keys.outbox_key("a")
+    def carries(self, match_id: str, streams: Any) -> list[bool]:
+        return [self.moved or stream != keys.outbox_key("a") for stream in streams]
 
     def append_many(self, requests: Any) -> Any:
         try:

@@ -362,7 +362,7 @@ class MatchService:
             self._maybe_snapshot(state, new_state)
         except Exception:  # the next multiple of snapshot_every writes one; loads replay a longer tail
             _log.exception("could not save the snapshot of match %s at v%d", state.match_id, new_state.version)
-        outcome = Outcome(events, new_state, None, False, attempt, published, leftover if published else ())
+        outcome = Outcome(events, new_state, None, False, attempt, published, leftover)
         if self.on_commit is not None:
             try:
                 self.on_commit(outcome)
@@ -495,7 +495,8 @@ class MatchService:
             if writes is None:
                 split.append(None)
                 continue
-            local = [w.stream not in apart and self.store.carries(cmd.match_id, w.stream) for w in writes]
+            local = [ok and w.stream not in apart
+                     for w, ok in zip(writes, self.store.carries(cmd.match_id, [w.stream for w in writes]))]
             split.append((tuple(w for w, ok in zip(writes, local) if ok),
                           tuple(w for w, ok in zip(writes, local) if not ok)))
         requests = [AppendRequest(cmd.match_id, state.version, cmd.command_id, events, after.deadline(),

@@ -183,10 +183,10 @@ class EventStore(ABC):
         both (on a Redis Cluster, only the streams :meth:`carries` allows).  Here: no."""
         return False
 
-    def carries(self, match_id: str, stream: str) -> bool:
-        """May an append of ``match_id`` carry an entry of ``stream`` (with :meth:`can_carry`)?
-        Here: no."""
-        return False
+    def carries(self, match_id: str, streams: Sequence[str]) -> list[bool]:
+        """For each of ``streams``: may an append of ``match_id`` carry an entry of it (with
+        :meth:`can_carry`)?  Here: no."""
+        return [False] * len(streams)
 
     @abstractmethod
     def load(self, match_id: str, after: int = 0) -> list[EventBase]:

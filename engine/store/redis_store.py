@@ -24,7 +24,7 @@ from typing import Any
 
 import msgpack
 import redis
-from redis.exceptions import AskError, MovedError, NoScriptError
+from redis.exceptions import AskError, MovedError, NoScriptError, SlotNotCoveredError
 
 from engine.match.events import EventBase, MatchFinished, announced, decode_event, encode_event
 from engine.store import keys, replies, scripts, wire
@@ -245,19 +245,25 @@ class RedisEventStore(EventStore):
         pool = getattr(client, "connection_pool", None)
         return pool is not None and pool is getattr(self.client, "connection_pool", None)
 
-    def carries(self, match_id: str, stream: str) -> bool:
-        """May an append of ``match_id`` carry an entry of ``stream``?  On a plain Redis yes;
-        on a Redis Cluster when its slot map places the stream on the node holding the match
-        (append.lua reaches a key of another slot only on its own node; a map gone stale
-        fails the carried writes there, and the caller publishes them)."""
+    def carries(self, match_id: str, streams: Sequence[str]) -> list[bool]:
+        """For each of ``streams``: may an append of ``match_id`` carry an entry of it?  On a
+        plain Redis yes; on a Redis Cluster when its slot map places the stream on the node
+        holding the match (append.lua reaches a key of another slot only on its own node; a
+        map gone stale fails the carried writes there, and the caller publishes them)."""
         if not self._cluster:
-            return True
+            return [True] * len(streams)
+        client = self.client
         try:
-            client = self.client
-            return bool(client.get_node_from_key(stream).name
-                        == client.get_node_from_key(self._match_keys(match_id)[1][0]).name)
-        except Exception:  # a slot no node covers now: published the usual way
-            return False
+            home = client.get_node_from_key(self._match_keys(match_id)[1][0]).name
+        except SlotNotCoveredError:  # no node holds the match's slot now: published the usual way
+            return [False] * len(streams)
+        out = []
+        for stream in streams:
+            try:
+                out.append(client.get_node_from_key(stream).name == home)
+            except SlotNotCoveredError:
+                out.append(False)
+        return out
 
     @staticmethod
     def _script_args(match_id: str, expected_version: int, command_id: str, payloads: Sequence[bytes],
@@ -266,7 +272,7 @@ class RedisEventStore(EventStore):
         """ARGV of append.lua for one command (its KEYS: the match's six); ``events`` are
         ``payloads`` decoded, ``writes`` the entries it carries; ``fences``: each carried
         update sets its stream's fence (on a Redis Cluster, where every other update is
-        fenced by publish.lua: docs/CAPACITY.md "The command path on a Cluster")."""
+        fenced by publish.lua: docs/CAPACITY.md "What a Cluster does differently")."""
         if deadline is None:
             at, info = "", ""
         else:
