@@ -177,6 +177,10 @@ def _at_alices_turn(page) -> Match:
     return m
 
 
+#: page.evaluate(_RECT, selector): the element's [left, top, right, bottom] in the viewport
+_RECT = "s => { const r = document.querySelector(s).getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; }"
+
+
 def _visible_text(page) -> str:
     """What a player reads without opening a details toggle."""
     return page.evaluate("""() => {
@@ -1272,6 +1276,47 @@ def test_the_outcome_of_a_vote_to_end_stays_said_in_the_tally(browser, site, loc
             "totals": {"alice": 0, "bob": 0}, "per_hand": [], "hands_won": {}, "biggest_bomb": None})])
         page.wait_for_selector("[data-standings]:not([hidden])")
         assert page.is_hidden("[data-series-tally]") and page.is_hidden(result)
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("size", [(390, 844), (375, 667), (844, 390), (1280, 900)])
+@pytest.mark.parametrize("locale", ["zh-CN", "en-US"])
+def test_a_vote_to_end_during_the_players_turn_hides_no_card_clock_or_action(
+        browser, site, locale: str, size: tuple[int, int]) -> None:
+    """A vote to end comes while a hand is played, a clock running: the dialog docks under the
+    series tally over the opponent's seat (over the top bar on a landscape phone), and the cards
+    played, the player's clock (.turn), the actions and the hand stay clear of it and in reach."""
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        width, height = size
+        page.set_viewport_size({"width": width, "height": height})
+        m = Match("s-vote-1")
+        _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
+                     _series("tally", hand=1, hands=4, totals={"alice": -40, "bob": 40}),
+                     {"kind": "lobby", "state": "seated", "room": "points", "table": "s-vote", "match": m.mid,
+                      "names": {"alice": "小明", "bob": "Bob"}}] + m.start())
+        page.wait_for_selector("#hand [data-card]")
+        assert page.text_content("[data-tally-text]").endswith("小明 -40 · Bob +40")
+        if m.state.seats[m.state.turn].player != "alice":
+            _feed(page, m.step(1))
+        page.wait_for_selector("#table[data-your-turn=true]")
+        _feed(page, [_series("vote", by="bob", deadline_ms=int(page.evaluate("Date.now()")) + 60_000)])
+        page.wait_for_selector("[data-vote-dialog]:not([hidden]) [data-action=vote-agree]:visible")
+        box = page.evaluate(_RECT, "[data-vote-dialog]")
+        assert box[0] >= 0 and box[1] >= 0 and box[2] <= width and box[3] <= height, box
+        for sel in (".turn", "#last", "#play-actions", "#hand"):
+            r = page.evaluate(_RECT, sel)
+            apart = box[3] <= r[1] or r[3] <= box[1] or box[2] <= r[0] or r[2] <= box[0]
+            assert apart, f"the vote dialog {box} covers {sel} {r} at {width}x{height}"
+        for action in ("vote-agree", "vote-refuse"):
+            r = page.evaluate(_RECT, f"[data-action={action}]")
+            assert r[3] - r[1] >= 34 and r[2] - r[0] >= 44, (action, r)
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"private-vote-turn-{LOCALES[locale]}-{width}x{height}.png"))
+        page.click("[data-action=vote-refuse]")
+        page.wait_for_function("() => window.__sent.some(m => m.type === 'VoteEnd' && m.agree === false)")
         assert not errors, errors
     finally:
         context.close()
