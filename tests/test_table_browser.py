@@ -511,6 +511,47 @@ def test_trusteeship_is_a_badge_its_notices_replace_each_other_and_a_disconnect_
         context.close()
 
 
+@pytest.mark.parametrize("size", [(390, 844), (375, 667), (1280, 900)])
+@pytest.mark.parametrize("locale", ["zh-CN", "en-US"])
+def test_notices_never_cover_a_refusal_or_the_opponents_name(browser, site, locale: str, size: tuple[int, int]) -> None:
+    """Notices float over the top of the page for a few seconds: on a phone only the newest shows,
+    so they never reach the opponent's name; and a refusal, said in the status line, clears them,
+    so it is read whole the moment it comes."""
+    from engine.match.commands import Disconnect, RequestTrustee
+
+    context, page, errors = _open(browser, site, locale)
+    try:
+        width, height = size
+        page.set_viewport_size({"width": width, "height": height})
+        m = Match()
+        _seat(page, m)
+        _feed(page, m.run(RequestTrustee(command_id="t1", match_id=m.mid, player="alice"))
+              + m.run(Disconnect(command_id="t2", match_id=m.mid, player="bob")))
+        page.wait_for_selector("[data-notice]")
+        shown = "() => [...document.querySelectorAll('[data-notice]')].filter(n => n.offsetParent !== null)" \
+                ".map(n => { const r = n.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })"
+
+        def apart(a, b) -> bool:
+            return a[3] <= b[1] or b[3] <= a[1] or a[2] <= b[0] or b[2] <= a[0]
+
+        name = page.evaluate(_RECT, "#opp-name")
+        notes = page.evaluate(shown)
+        assert notes and all(apart(n, name) for n in notes), (notes, name)
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"notices-{LOCALES[locale]}-{width}x{height}.png"))
+        s = m.state
+        off = s.seats[1 - s.turn]
+        out = m.svc.execute(Play(command_id="x1", match_id=m.mid, player=off.player, cards=(sorted(off.hand)[0],)))
+        assert out.rejection is not None
+        _feed(page, [{"kind": "rejected", "command_id": "x1", "code": out.rejection.code,
+                      "reason": out.rejection.reason, "view": None, "match": m.mid}])
+        page.wait_for_selector(f"[data-status][data-code='{out.rejection.code}']")
+        assert page.evaluate(shown) == []  # the refusal cleared them
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 @pytest.mark.parametrize("locale, words", [("zh-CN", "超时两次"), ("en-US", "after 2 timeouts")])
 def test_the_trusteeship_words_name_the_rooms_timeouts(browser, site, locale: str, words: str) -> None:
     """R-13.1: a room whose trusteeship starts after 2 timeouts says 2, not the default 3, in

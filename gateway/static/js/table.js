@@ -123,6 +123,7 @@ function el(tag, text = "", attrs = {}) {
 
 function setStatus(text, kind = "", code = null) {
   const s = $("[data-status]");
+  if (kind === "error") $("#notices").replaceChildren();  // a refusal is read whole, never under a notice
   s.textContent = text;
   s.dataset.kind = kind;
   if (code) s.dataset.code = code;
