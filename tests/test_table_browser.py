@@ -455,6 +455,9 @@ def test_the_end_of_a_match_stays_with_the_losers_cards_and_a_verdict(browser, s
         assert verdict.startswith(mine) and words[f"kou.{f.kou}"] in verdict, verdict
         score = m.settled()["scores"]["alice"]
         assert int(page.get_attribute("[data-score='alice']", "data-score-value")) == score
+        # one way to write a signed number on every page: "+5", "-5" (a [data-score] reads back as an int)
+        assert int(page.text_content("[data-score='alice']")) == score
+        assert "\u2212" not in _visible_text(page)
         assert int(page.text_content("[data-balance='alice']")) == 100 + score
         assert not page.is_visible("[data-term=X]")  # the formula sits behind the details toggle
         page.click("[data-settlement] details summary")

@@ -11,6 +11,7 @@
 // outcome, a lasting line in the series tally until the next vote opens or the series ends; empty
 // and hidden when there is none; data-answered-by: who answered, data-timed-out: nobody did).
 import { onLang, t } from "./i18n.js";
+import { signed } from "./words.js";
 
 const P = { link: null, me: () => null, name: (p) => p, room: () => null, closed: () => {}, shown: () => null,
   laidOut: () => {}, created: null, series: null,
@@ -195,7 +196,7 @@ function drawTally() {
   if (!P.series) return;
   tally.dataset.hand = String(P.series.hand);
   tally.dataset.hands = String(P.series.hands);
-  const parts = others(P.series.totals).map((p) => `${P.name(p)} ${P.series.totals[p] > 0 ? "+" : ""}${P.series.totals[p]}`);
+  const parts = others(P.series.totals).map((p) => `${P.name(p)} ${signed(P.series.totals[p])}`);
   tally.querySelector("[data-tally-text]").textContent =
     [t("series.tally", { hand: handShown(), hands: P.series.hands }), ...parts].join(" · ");
   renderResult();
@@ -250,7 +251,7 @@ function renderStandings() {
   box.querySelector("[data-standings-reason]").textContent = t(`series.reason.${P.final.reason}`);
   const rows = others(s.totals).map((p) => {
     const tr = el("tr", "", { "data-standings-row": "", "data-player": p, "data-total": s.totals[p] });
-    tr.append(el("td", P.name(p)), el("td", String(s.totals[p])), el("td", String((s.hands_won || {})[p] || 0)));
+    tr.append(el("td", P.name(p)), el("td", signed(s.totals[p])), el("td", String((s.hands_won || {})[p] || 0)));
     return tr;
   });
   const head = el("tr");

@@ -5,7 +5,7 @@
 // catalogues, one language at a time (i18n.js): each step is worded here from its event's
 // fields (``fields``), not from the timeline's English line.
 import { cardElement, sortCards } from "./cards.js";
-import { byWords, escapeRuleId, eventReading, isBot, kouWords, modeWords, namedFormula, readingWords, receivedWords } from "./words.js";
+import { byWords, escapeRuleId, eventReading, isBot, kouWords, modeWords, namedFormula, readingWords, receivedWords, signed } from "./words.js";
 import { api, claims, clientConfig, devToken, storedToken, tokenFromHost, tokenFromUrl } from "./auth.js";
 import { currentLang, cycleLang, has, onLang, startLang, t } from "./i18n.js";
 
@@ -267,7 +267,7 @@ function renderSettlement(i) {
   const scores = el("ul", null, { class: "scores" });
   for (const [p, v] of Object.entries(st.scores)) {
     const li = el("li", `${who(p)}: `);
-    li.append(el("b", v > 0 ? `+${v}` : `${v}`, { "data-score": p }));
+    li.append(el("b", signed(v), { "data-score": p }));
     scores.append(li);
   }
   // the same settlement as `shuangkou replay` prints it (English, like the command line), folded

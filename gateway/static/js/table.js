@@ -16,7 +16,7 @@ import { api, claims, clientConfig, devToken, forgetToken, storedToken, tokenFro
 import { cardElement, sortCards } from "./cards.js";
 import { Client } from "./client.js";
 import { fairDeal, randomClientSeed, verifyDeal } from "./fair.js";
-import { BOMB_KINDS, byWords, eventReading, isBot, kouWords, modeWords, namedFormula, readingWords, receivedWords } from "./words.js";
+import { BOMB_KINDS, byWords, eventReading, isBot, kouWords, modeWords, namedFormula, readingWords, receivedWords, signed } from "./words.js";
 import { currentLang, cycleLang, has, onLang, startLang, t } from "./i18n.js";
 import { boom, flyIn, muted, setMuted, sound, unlockAudio } from "./fx.js";
 import { avatarSvg } from "./avatar.js";
@@ -87,10 +87,6 @@ function nameOf(p) {
     return level && has(`botLevel.${level}`) ? t("lobby.botLevel", { level: t(`botLevel.${level}`) }) : t("lobby.bot");
   }
   return p;
-}
-
-function signed(n) {
-  return n > 0 ? `+${n}` : n < 0 ? `−${-n}` : "0";
 }
 
 function refusalText(code) {
@@ -1546,7 +1542,7 @@ function renderFinished(view) {
     for (const [p, v] of Object.entries(settled.scores || {})) {
       const li = el("li", `${t("settle.scoreOf", { name: nameOf(p) })} `);
       // the number as a number (int() / Number() read it): ASCII signs, as before
-      li.append(el("b", v > 0 ? `+${v}` : `${v}`, { "data-score": p, "data-score-value": v }));
+      li.append(el("b", signed(v), { "data-score": p, "data-score-value": v }));
       if (settled.balances && p in settled.balances) {
         li.append(el("span", ` · ${t("settle.balanceLabel")} `), el("b", `${settled.balances[p]}`, { "data-balance": p }));
       }

@@ -5,6 +5,12 @@ import { t } from "./i18n.js";
 export const BOMB_KINDS = new Set(["bomb", "chain_bomb", "three_jokers", "four_jokers"]);
 const RANK_LABELS = ["3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K", "A", "2", "SJ", "BJ"];
 
+/** A score or a total as every page writes it: "+5", "0", "-5" (ASCII, so the text of a
+ * [data-score] reads back as a number). */
+export function signed(n) {
+  return n > 0 ? `+${n}` : String(n);
+}
+
 export function rankWord(rank) {
   return rank === "SJ" || rank === "BJ" ? t(`rank.${rank}`) : rank;
 }
