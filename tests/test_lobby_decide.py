@@ -270,6 +270,38 @@ def test_the_cooldown_doubles_for_each_leave_in_a_row_up_to_the_max_and_starts_a
     w.check()
 
 
+def test_the_queue_forgets_the_cooldowns_whose_doubling_ran_out() -> None:
+    """A cooldown that ended ``leave_cooldown_max_seconds`` ago changes nothing (the next leave
+    counts 1 again, a Join is taken): the room's next CooldownStarted forgets it, so the queue
+    holds its recent leavers, not everyone who ever left a table before its deal."""
+    cfg = room_config(leave_cooldown_seconds=5, leave_cooldown_max_seconds=30)
+    w = World(cfg=cfg, bots=False)
+
+    def cool(a: str, b: str) -> None:  # b leaves the table it was paired at with a, before the deal
+        assert w.join(a) is None and w.join(b) is None
+        w.deliver_all()
+        assert w.leave(b) is None
+        w.deliver_all()
+        assert w.leave(a) is None
+        w.deliver_all()
+
+    for i in range(4):
+        cool(f"a{i}", f"g{i}")
+    assert [p for p, _ in w.queue.cooldowns] == ["g0", "g1", "g2", "g3"]
+    start = w.now
+    w.now += 5_000 + 30_000 - 1  # g0..g3's cooldowns ended 1 ms less than the max ago
+    cool("a8", "g8")
+    assert [p for p, _ in w.queue.cooldowns] == ["g0", "g1", "g2", "g3", "g8"]
+    w.now = start + 5_000 + 30_000  # now the max ago: each would count 1 again
+    cool("a9", "g9")
+    last = [e for e in w.queue_events if isinstance(e, ev.CooldownStarted)][-1]
+    assert (last.player, last.forget_before) == ("g9", w.now - 30_000)
+    assert [p for p, _ in w.queue.cooldowns] == ["g8", "g9"]
+    cool("a0", "g0")  # forgotten, as if never cooled: the count starts at 1
+    assert w.queue.cooldown_of("g0") == type(w.queue.cooldown_of("g0"))(1, w.now + 5_000)  # type: ignore[misc]
+    w.check()
+
+
 def test_no_cooldown_when_the_base_is_zero_nor_after_a_deal() -> None:
     w = World(cfg=room_config(leave_cooldown_seconds=0), bots=False)
     w.join("a"), w.join("b"), w.deliver_all(), w.leave("a"), w.deliver_all()

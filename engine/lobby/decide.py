@@ -32,7 +32,8 @@ The queue (``QueueState``):
 
 The leave cooldown: the ``k``-th leave before a deal in a row gives
 ``min(leave_cooldown_seconds · 2^(k-1), leave_cooldown_max_seconds)``; a player whose last
-cooldown ended ``leave_cooldown_max_seconds`` ago starts again at ``k`` = 1;
+cooldown ended ``leave_cooldown_max_seconds`` ago starts again at ``k`` = 1 (so the next
+CooldownStarted of the room forgets such cooldowns: ``forget_before``);
 ``leave_cooldown_seconds`` = 0 turns it off.
 
 A table (``TableState``): ``OpenTable`` → TableOpened (status ``creating``);
@@ -353,7 +354,9 @@ def _cool(b: _Builder, player: str) -> None:
     prev = b.queue.cooldown_of(player)
     fresh = prev is None or now >= prev.until + _ms(cfg.leave_cooldown_max_seconds)
     leaves = 1 if prev is None or fresh else prev.leaves + 1
-    b.emit(ev.CooldownStarted, player=player, leaves=leaves, until=now + cooldown_ms(cfg, leaves))
+    forget = max(0, now - _ms(cfg.leave_cooldown_max_seconds))  # a cooldown over since: fresh again
+    b.emit(ev.CooldownStarted, player=player, leaves=leaves, until=now + cooldown_ms(cfg, leaves),
+           forget_before=forget)
 
 
 @_on(_QUEUE_HANDLERS, ReleaseTable)

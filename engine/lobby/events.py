@@ -153,12 +153,16 @@ class LeftWithTable(LobbyEvent):
 
 class CooldownStarted(LobbyEvent):
     """The player left a table before its deal: the ``leaves``-th such leave in a row; a
-    Join is refused until ``until`` (ms)."""
+    Join is refused until ``until`` (ms).  The queue forgets the other players' cooldowns
+    that ended at or before ``forget_before`` (ms; None: none): their doubling had run out, so
+    remembering them changed nothing, and a busy room's queue stays the size of its recent
+    leavers."""
 
     type: Literal["CooldownStarted"] = "CooldownStarted"
     player: str
     leaves: int = Field(ge=1)
     until: int = Field(ge=0)
+    forget_before: int | None = Field(None, ge=0)
 
 
 # ---- a table ------------------------------------------------------------------------

@@ -139,7 +139,8 @@ def _left_with_table(e: LeftWithTable, s: QueueState) -> Changes:
 
 @_queue(CooldownStarted)
 def _cooldown(e: CooldownStarted, s: QueueState) -> Changes:
-    new = dict(s.cooldowns)
+    cut = e.forget_before
+    new = {p: c for p, c in s.cooldowns if cut is None or c.until > cut}
     new[e.player] = Cooldown(e.leaves, e.until)
     return {"cooldowns": tuple(sorted(new.items()))}
 
