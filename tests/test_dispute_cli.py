@@ -155,6 +155,29 @@ def test_matches_finds_a_player_by_display_name_and_shows_the_names(stored, caps
         client.delete(keys.NAMES_KEY)
 
 
+def test_replay_names_the_players_who_go_by_a_display_name(stored, capsys) -> None:
+    """The replay's lines name players by id (what the events hold); where a player goes by a
+    display name that is not the id (a gateway's ``u-…`` id for a name it cannot use), a first
+    line says whose id is whose, so an operator reads the lines below by name."""
+    import redis as redis_py
+
+    from engine.store import keys
+
+    url, _out = stored
+    assert main(["replay", "d1", "--redis", url]) in (0, 1)
+    assert not capsys.readouterr().out.startswith("players:")  # nobody has a name: no line
+    client = redis_py.Redis.from_url(url)
+    client.hset(keys.NAMES_KEY, mapping={"p1": "小明", "p2": "p2"})
+    try:
+        assert main(["replay", "d1", "--redis", url]) in (0, 1)
+        first = capsys.readouterr().out.splitlines()[0]
+        assert first == "players: p1 (小明) · p2", first
+        assert main(["replay", "d1", "--redis", url, "--json"]) in (0, 1)
+        assert "players" not in json.loads(capsys.readouterr().out)  # the JSON is unchanged
+    finally:
+        client.delete(keys.NAMES_KEY)
+
+
 def test_replay_events_reads_old_json_and_bad_jsonl(tmp_path, capsys) -> None:
     run = play_match(MatchSpec(seed=3), match_id="j1")
     events = run.store.load("j1")

@@ -53,6 +53,19 @@ def test_replay_table_prints_its_life(lived, capsys) -> None:
     assert lines[-1] == "closed: left"
 
 
+def test_replay_table_names_a_player_who_goes_by_a_display_name(lived, capsys, real_redis) -> None:
+    from engine.store import keys
+
+    url, table, _w = lived
+    real_redis.hset(keys.NAMES_KEY, "a", "小明")
+    try:
+        assert main(["replay", "--table", table, "--redis", url]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[:2] == ["players: a (小明) · b", f"table {table} (room points): a vs b"]
+    finally:
+        real_redis.delete(keys.NAMES_KEY)
+
+
 def test_replay_table_json_and_an_unknown_table(lived, capsys) -> None:
     url, table, w = lived
     assert main(["replay", "--table", table, "--redis", url, "--json"]) == 0

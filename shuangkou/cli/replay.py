@@ -35,7 +35,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -245,6 +245,26 @@ def _missing(args: argparse.Namespace, kind: str, ident: str) -> Exception:
     return NotFound(f"no such {kind}: {ident!r}{where}")
 
 
+def players_line(client: Any, event_lists: Iterable[list[Any]]) -> str | None:
+    """``players: u-1a2b3c (小明) · bob``: the display names of the players the events name,
+    where a name is not the id itself (a gateway derives ``u-…`` from a name it cannot use as an
+    id), so an operator reads the lines below by name; None without a store or such a name."""
+    from shuangkou.cli.matches import _who, display_names
+
+    if client is None:
+        return None
+    players = sorted({p for evs in event_lists for e in evs
+                      for p in ([getattr(e, "player", None)] + list(getattr(e, "players", None) or ()))
+                      if isinstance(p, str) and p})
+    try:
+        names = display_names(client, set(players))
+    except Exception:  # noqa: BLE001 - the names are a courtesy: the replay stands without them
+        return None
+    if not any(n != p for p, n in names.items()):
+        return None
+    return "players: " + " · ".join(_who(p, names) for p in players)
+
+
 def run_table(args: argparse.Namespace) -> int:
     """``replay --table ID``: the table's life (engine/tools/table_life.py), from the store or
     from ``--archive DIR`` (its ``table-`` file and its matches'); exit 0 when its stream is
@@ -293,6 +313,8 @@ def run_table(args: argparse.Namespace) -> int:
         return 1 if report["problems"] else 0
     if not events:
         raise _missing(args, "table", args.table)
+    if (who := players_line(store.client if url else None, [events, *match_events.values()])) is not None:
+        print(who)
     for line in format_table_life(report):
         print(line)
     for p in report["problems"]:
@@ -340,6 +362,8 @@ def run_series(args: argparse.Namespace) -> int:
         return 1 if report["problems"] else 0
     if not events:
         raise _missing(args, "series", args.series)
+    if (who := players_line(store.client if url else None, [events, *match_events.values()])) is not None:
+        print(who)
     for line in format_series_life(report):
         print(line)
     for p in report["problems"]:
@@ -439,6 +463,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"shuangkou replay: no such match: {r['match_id']!r}", file=sys.stderr)
             continue  # said once: its one problem is that line
         else:
+            client = store.client if args.redis else None
+            if (who := players_line(client, [matches.get(r["match_id"]) or []])) is not None:
+                print(who)
             for line in r["lines"]:
                 print(line)
             print(result_line(r))
