@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from engine.match.commands import SAY_IDS, readable_validation_error
+from engine.lobby.commands import AnyLobbyCommand
+from engine.lobby.series_commands import AnySeriesCommand
+from engine.match.commands import SAY_IDS, Command, readable_validation_error
 from engine.rules.combo import Kind
 from projections.views import brief_of_view
 
@@ -43,10 +45,20 @@ CLIENT_ID_MAX = 100
 #: client message types that become an engine command for the socket's player
 PLAYER_COMMAND_TYPES = frozenset({"Ready", "Play", "Pass", "RequestTrustee", "CancelTrustee", "Escape",
                                   "Leave", "Sync", "Say"})
-#: every client message type
 #: the client messages of a private table's series (issue 39), sent on the lobby channel
 SERIES_TYPES = ("CreateTable", "JoinTable", "CancelTable", "RequestEnd", "VoteEnd")
+#: every client message type
 CLIENT_TYPES = PLAYER_COMMAND_TYPES | {"Join", "Watch", "Auth", "Seen", *SERIES_TYPES}
+
+
+def _type_names(union: Any) -> frozenset[str]:
+    return frozenset(m.model_fields["type"].default for m in get_args(get_args(union)[0]))
+
+
+#: the engine's commands (a match's, the lobby's, a series'): one a client may not send is
+#: ``not_allowed`` (the operator's, the clocks', the process managers'); any other name is no
+#: message at all, ``bad_command`` (docs/PROTOCOL.md, "Rejection codes")
+ENGINE_TYPES = _type_names(Command) | _type_names(AnyLobbyCommand) | _type_names(AnySeriesCommand)
 
 #: gateway-level rejection codes (the engine's own codes are in engine/match/errors.py)
 BAD_COMMAND = "bad_command"
@@ -255,12 +267,12 @@ def parse_client_message(raw: str | bytes, player: str, max_bytes: int = MAX_MES
         if key in data:
             raise ClientError(NOT_ALLOWED, f"{key!r} is set by the gateway, not by the client", cid)
     mtype = data.get("type")
-    if mtype is None:
+    if mtype is None or not isinstance(mtype, str) or not mtype:  # malformed: bad_command
         raise ClientError(BAD_COMMAND, f'a message needs a "type": one of {", ".join(sorted(CLIENT_TYPES))}', cid)
-    if not isinstance(mtype, str) or mtype not in CLIENT_TYPES:
-        raise ClientError(NOT_ALLOWED if isinstance(mtype, str) and mtype else BAD_COMMAND,
-                          f"{str(mtype)[:40]!r} is not a message a client may send (one of "
-                          f"{', '.join(sorted(CLIENT_TYPES))})", cid)
+    if mtype not in CLIENT_TYPES:
+        what = "a message a client may send" if mtype in ENGINE_TYPES else "a message"
+        raise ClientError(NOT_ALLOWED if mtype in ENGINE_TYPES else BAD_COMMAND,
+                          f"{mtype[:40]!r} is not {what} (one of {', '.join(sorted(CLIENT_TYPES))})", cid)
     try:
         return _ADAPTER.validate_python(data)
     except ValidationError as exc:  # "field: message" for each problem, no URL, no input echoed

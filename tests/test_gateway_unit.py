@@ -160,11 +160,33 @@ def test_client_messages_refused(message, code):
     assert exc.value.code == code
 
 
-def test_a_message_without_a_type_is_told_so() -> None:
+@pytest.mark.parametrize("raw", ['{"command_id": "c1"}', '{"command_id": "c1", "type": 5}',
+                                 '{"command_id": "c1", "type": null}', '{"command_id": "c1", "type": ""}',
+                                 '{"command_id": "c1", "type": ["Play"]}'])
+def test_a_message_without_a_type_is_told_so(raw: str) -> None:
+    """No type, or one that is no message name: bad_command, said as such (not "5 is not a
+    message a client may send", which is what a name of no client message gets: not_allowed)."""
     with pytest.raises(protocol.ClientError) as exc:
-        protocol.parse_client_message('{"command_id": "c1"}', "alice")
+        protocol.parse_client_message(raw, "alice")
     assert (exc.value.code, exc.value.command_id) == ("bad_command", "c1")
     assert exc.value.reason.startswith('a message needs a "type": one of ') and "Play" in exc.value.reason
+
+
+@pytest.mark.parametrize("name, code, said", [
+    ("TurnTimeout", "not_allowed", "is not a message a client may send"),  # the clock's
+    ("CreateMatch", "not_allowed", "is not a message a client may send"),  # the operator's
+    ("OpenTable", "not_allowed", "is not a message a client may send"),  # the lobby's managers'
+    ("StartHand", "not_allowed", "is not a message a client may send"),  # a series'
+    ("Dance", "bad_command", "is not a message (one of "),  # nobody's: an unknown type
+    ("play", "bad_command", "is not a message (one of "),
+])
+def test_a_type_no_client_may_send_is_not_allowed_and_an_unknown_one_is_bad(name: str, code: str, said: str) -> None:
+    """docs/PROTOCOL.md "Rejection codes": an engine command a client may not send is
+    ``not_allowed``; a type that names no message is malformed, ``bad_command``."""
+    with pytest.raises(protocol.ClientError) as exc:
+        protocol.parse_client_message(json.dumps({"command_id": "c1", "type": name}), "alice")
+    assert (exc.value.code, exc.value.command_id) == (code, "c1")
+    assert exc.value.reason.startswith(f"{name!r} {said}")
 
 
 def test_client_message_errors_keep_the_command_id_and_big_or_broken_input_is_bad():
