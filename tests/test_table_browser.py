@@ -483,6 +483,71 @@ def test_the_end_of_a_match_stays_with_the_losers_cards_and_a_verdict(browser, s
         context.close()
 
 
+@pytest.mark.parametrize("locale", ["zh-CN", "en-US"])
+def test_the_page_says_you_for_the_players_own_plays_and_names_each_in_the_deal_check(browser, site, locale: str) -> None:
+    """Before the deal the opponent's seat shows no card count ("0 cards"); in the trick the
+    player's own play is "you" (the one in front, the one it beat), the opponent's by name; a
+    long negative balance keeps the top bar's tools on the name's row; the deal check names
+    whose plays it checked, never a seat number; and when the opponent leaves after the result,
+    the status says the player waits again while the result stays."""
+    words = CATALOGUES[LOCALES[locale]]
+    context, page, errors = _open(browser, site, locale, reduced_motion="reduce")
+    try:
+        page.set_viewport_size({"width": 390, "height": 844})
+        m = Match()
+        _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
+                     {"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m.mid,
+                      "names": {"alice": "小明", "bob": "Bob"}}] + m.seat())
+        page.wait_for_selector("[data-action=ready]:visible")
+        assert page.is_hidden("#opp .count")  # nothing dealt: no "0 cards"
+        _feed(page, m.run(Ready(command_id="c4", match_id=m.mid, player="alice"))
+              + m.run(Ready(command_id="c5", match_id=m.mid, player="bob")))
+        page.wait_for_selector("#hand [data-card]")
+        assert page.is_visible("#opp .count")
+        seen_mine = seen_prev = False
+        for _ in range(80):
+            _feed(page, m.step(1))
+            page.wait_for_function("v => document.querySelector('#table').dataset.version === String(v)",
+                                   arg=m.state.version)
+            if m.state.phase != "playing":
+                break
+            lp = m.state.to_beat
+            who = page.text_content("#last-who") if lp is not None else ""
+            by = m.state.seats[lp.seat].player if lp is not None else None
+            if by == "alice":
+                assert who.endswith(words["last.playedYou"]), who
+                seen_mine = True
+            elif lp is not None:
+                assert who.endswith(words["last.played"].replace("{name}", "Bob")), who
+            if page.is_visible("#trick-prev[data-player=alice]"):
+                prev = page.text_content("#trick-prev .prev-who")
+                assert prev.startswith(words["last.prevYou"].split("{what}")[0]), prev
+                seen_prev = True
+            if seen_mine and seen_prev:
+                break
+        assert seen_mine and seen_prev
+        _feed(page, m.step(400))
+        assert m.state.phase == "finished"
+        _feed(page, [{**m.settled(), "balances": {"alice": -12345}}])
+        page.wait_for_function("() => document.querySelector('#me-balance').textContent.endsWith('-12345')")
+        # a long balance cuts the name row short; the tools stay on it
+        who, tools = page.evaluate(_RECT, ".topbar .who"), page.evaluate(_RECT, ".topbar .tools")
+        assert abs(who[1] - tools[1]) < 12 and who[2] <= tools[0], (who, tools)
+        page.click("[data-action=verify]")
+        page.wait_for_selector("[data-verify-result][data-fair=verified]")
+        played = page.eval_on_selector_all("[data-verify-checks] li[data-check=played]", "els => els.map(e => e.textContent)")
+        assert sorted(x.removeprefix("✔ ") for x in played) == sorted(
+            [words["fair.check.playedYou"], words["fair.check.played"].replace("{name}", "Bob")]), played
+        # Bob leaves the table after the result: alice waits again; the result stays, the status says so
+        _feed(page, [{"kind": "lobby", "state": "queued", "room": "points"}])
+        queued = words["status.queued"].split("{room}")[0]
+        page.wait_for_function("w => document.querySelector('[data-status]').textContent.startsWith(w)", arg=queued)
+        assert page.is_visible("[data-settlement] [data-score='alice']")
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 def test_trusteeship_is_a_badge_its_notices_replace_each_other_and_a_disconnect_is_explained(browser, site) -> None:
     """States are badges on the seat; a newer trusteeship notice replaces the older one; after a
     disconnect the page says why and for how long (to the end of this match, R-13.4)."""

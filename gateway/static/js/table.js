@@ -462,6 +462,7 @@ function renderSeat(prefix, seat, view, { countAttr = "data-opponent-count", isM
     c.removeAttribute("data-seat-count");
     c.setAttribute(countAttr, String(n));
     c.textContent = String(n);
+    c.parentElement.hidden = view.phase === "seating";  // nothing dealt yet: no "0 cards"
     $("#opp-backs").replaceChildren(...backs(n));
   }
 }
@@ -490,7 +491,9 @@ function renderTrickPrev(view) {
   const cards = el("span", "", { class: "prev-cards" });
   cards.append(...sortCards(prev.cards).map((id) => cardElement(id, { attrs: { "data-trick-card": id } })));
   box.dataset.player = prev.player;
-  box.replaceChildren(el("span", t("log.play", { name: nameOf(prev.player), what: readingWords({ ...prev.reading, jokers_as: [] }) }),
+  const what = readingWords({ ...prev.reading, jokers_as: [] });
+  const mine = prev.player === S.me && !S.spectator;
+  box.replaceChildren(el("span", mine ? t("last.prevYou", { what }) : t("log.play", { name: nameOf(prev.player), what }),
     { class: "prev-who" }), cards);
 }
 
@@ -510,7 +513,8 @@ function renderLast(view, from) {
     S.shownPlay = playKey(view);
     return;
   }
-  $("#last-who").textContent = `${t("last.trick", { n: view.trick })} · ${t("last.played", { name: nameOf(lp.player) })}`;
+  const played = lp.player === S.me && !S.spectator ? t("last.playedYou") : t("last.played", { name: nameOf(lp.player) });
+  $("#last-who").textContent = `${t("last.trick", { n: view.trick })} · ${played}`;
   cards.replaceChildren(...sortCards(lp.cards).map((id) => cardElement(id, { attrs: { "data-table-card": id }, small: true })));
   cards.style.setProperty("--n", String(lp.cards.length));  // a long play overlaps more (table.css)
   $("#last-reading").textContent = readingWords(lp.reading);
@@ -600,7 +604,9 @@ function statusFor(view) {
     if (me && me.trustee) return t("status.yourTurnTrustee");
     return view.leading ? t("status.yourLead") : t("status.yourFollow");
   }
-  if (view.phase === "finished" && view.result) return verdictText(view, S.settled[view.match_id]);
+  // the opponent left after the result: the result stays on the sheet, the status says what now
+  const queued = !S.spectator && S.lobby && S.lobby.state === "queued";
+  if (view.phase === "finished" && view.result && !queued) return verdictText(view, S.settled[view.match_id]);
   // a match never dealt (abandoned: the opponent was not ready in time): what the lobby does next
   if (!S.spectator && S.lobby && S.lobby.state === "queued") return t("status.queued", { room: roomWords(S.lobby.room) });
   return "";
@@ -1413,9 +1419,17 @@ function renderFair(view) {
   out.dataset.fair = res ? (res.ok ? "verified" : "failed") : "";
   out.textContent = res ? t(res.ok ? "fair.ok" : "fair.bad") : "";
   $("[data-verify-checks]").replaceChildren(...(res ? res.checks.map((c) => el("li",
-    `${c.ok ? "✔" : "✘"} ${c.key && has(`fair.check.${c.key}`) ? t(`fair.check.${c.key}`, c.params || {}) : c.text}`,
-    { class: c.ok ? "ok" : "bad", "data-check": c.key || "" })) : []));
+    `${c.ok ? "✔" : "✘"} ${checkWords(c, view)}`, { class: c.ok ? "ok" : "bad", "data-check": c.key || "" })) : []));
   renderSheet();
+}
+
+/** A deal check in the page's words; a seat's check names its player ("you" for the player's own). */
+function checkWords(c, view) {
+  if (!c.key || !has(`fair.check.${c.key}`)) return c.text;
+  if (c.key !== "played") return t(`fair.check.${c.key}`, c.params || {});
+  const seat = seatsOf(view)[c.params.seat];
+  if (seat && seat.player === S.me && !S.spectator) return t("fair.check.playedYou");
+  return t("fair.check.played", { name: seat ? nameOf(seat.player) : String(c.params.seat) });
 }
 
 async function verifyThisDeal() {
