@@ -548,6 +548,36 @@ def test_the_page_says_you_for_the_players_own_plays_and_names_each_in_the_deal_
         context.close()
 
 
+def test_a_spectator_sees_no_card_count_before_the_deal(browser, site) -> None:
+    """As a player's page: neither seat shows "0 cards" to a spectator before the deal."""
+    context, page, errors = _open(browser, site, "en-US")
+    try:
+        m = Match()
+        m.seat()
+        state = m.state
+
+        def watched(out_state, events) -> dict:
+            return {"kind": "update", "match": m.mid, "version": out_state.version,
+                    "events": [json.loads(json.dumps(redact_event(e, None, state=out_state))) for e in events],
+                    "view": json.loads(json.dumps(view_for(out_state, None))), "names": {"alice": "小明", "bob": "Bob"}}
+
+        _feed(page, [{"kind": "welcome", "player": "carol", "role": "spectator"},
+                     watched(state, m.svc.store.load(m.mid))])
+        page.wait_for_function("v => document.querySelector('#table').dataset.version === String(v)", arg=state.version)
+        assert page.get_attribute("#table", "data-spectator") == "true"
+        assert page.is_hidden("#opp .count") and page.is_hidden("#mine-count-row")
+        out_a = m.svc.execute(Ready(command_id="c4", match_id=m.mid, player="alice"))
+        out_b = m.svc.execute(Ready(command_id="c5", match_id=m.mid, player="bob"))
+        _feed(page, [watched(out_a.state, out_a.events), watched(out_b.state, out_b.events)])
+        page.wait_for_function("v => document.querySelector('#table').dataset.version === String(v)",
+                               arg=out_b.state.version)
+        assert page.is_visible("#opp .count") and page.is_visible("#mine-count-row")
+        assert page.text_content("#mine-count") == "27"
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 def test_trusteeship_is_a_badge_its_notices_replace_each_other_and_a_disconnect_is_explained(browser, site) -> None:
     """States are badges on the seat; a newer trusteeship notice replaces the older one; after a
     disconnect the page says why and for how long (to the end of this match, R-13.4)."""

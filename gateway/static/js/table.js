@@ -647,7 +647,7 @@ function render() {
     renderSeat("opp", seats[0], view, { countAttr: "data-seat-count" });
     const s1 = seats[1];
     renderSeat("mine", s1, view);
-    $("#mine-count-row").hidden = false;
+    $("#mine-count-row").hidden = view.phase === "seating";  // as the other seat: no "0 cards" before the deal
     const n1 = s1 ? s1.cards_left : 0;
     $("#mine-count").textContent = String(n1);
     $("#mine-count").setAttribute("data-seat-count", String(n1));
