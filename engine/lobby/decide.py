@@ -32,8 +32,8 @@ The queue (``QueueState``):
 
 The leave cooldown: the ``k``-th leave before a deal in a row gives
 ``min(leave_cooldown_seconds · 2^(k-1), leave_cooldown_max_seconds)``; a player whose last
-cooldown ended ``leave_cooldown_max_seconds`` ago starts again at ``k`` = 1 (so the next
-CooldownStarted of the room forgets such cooldowns: ``forget_before``);
+cooldown ended ``leave_cooldown_max_seconds`` ago starts again at ``k`` = 1 (and the room's next
+CooldownStarted forgets the cooldowns that ended :data:`FORGET_COOLDOWN_MS` ago: ``forget_before``);
 ``leave_cooldown_seconds`` = 0 turns it off.
 
 A table (``TableState``): ``OpenTable`` → TableOpened (status ``creating``);
@@ -125,6 +125,12 @@ class LobbyContext:
 
 def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
+
+
+#: how long after its end a leave cooldown is forgotten: past the longest
+#: ``leave_cooldown_max_seconds`` a room may have (a day), with a day's margin for a replica's
+#: clock behind the one that forgot it, so forgetting never changes what a later decide does
+FORGET_COOLDOWN_MS = 2 * 86_400_000
 
 
 def cooldown_ms(cfg: RoomConfig, leaves: int) -> int:
@@ -354,9 +360,10 @@ def _cool(b: _Builder, player: str) -> None:
     prev = b.queue.cooldown_of(player)
     fresh = prev is None or now >= prev.until + _ms(cfg.leave_cooldown_max_seconds)
     leaves = 1 if prev is None or fresh else prev.leaves + 1
-    forget = max(0, now - _ms(cfg.leave_cooldown_max_seconds))  # a cooldown over since: fresh again
+    forget = now - FORGET_COOLDOWN_MS
+    stale = any(c.until <= forget for p, c in b.queue.cooldowns if p != player)
     b.emit(ev.CooldownStarted, player=player, leaves=leaves, until=now + cooldown_ms(cfg, leaves),
-           forget_before=forget)
+           forget_before=forget if stale else None)
 
 
 @_on(_QUEUE_HANDLERS, ReleaseTable)

@@ -14,7 +14,7 @@ True
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -64,6 +64,10 @@ class LobbyEvent(BaseModel):
     ts: int = Field(ge=0, description="milliseconds since the epoch, from the decide context")
     command_id: str
     v: int = SCHEMA_VERSION
+
+    #: fields added after the event type was first stored: left out of the stored form while
+    #: None (:func:`lobby_event_to_dict`), so older builds still read the event
+    omit_if_none: ClassVar[frozenset[str]] = frozenset()
 
 
 # ---- the queue of a room ------------------------------------------------------------
@@ -154,9 +158,11 @@ class LeftWithTable(LobbyEvent):
 class CooldownStarted(LobbyEvent):
     """The player left a table before its deal: the ``leaves``-th such leave in a row; a
     Join is refused until ``until`` (ms).  The queue forgets the other players' cooldowns
-    that ended at or before ``forget_before`` (ms; None: none): their doubling had run out, so
-    remembering them changed nothing, and a busy room's queue stays the size of its recent
-    leavers."""
+    that ended at or before ``forget_before`` (ms; None: none, and then the field is not
+    stored): long past any room's doubling, so remembering them changed nothing, and a busy
+    room's queue stays the size of its recent leavers."""
+
+    omit_if_none: ClassVar[frozenset[str]] = frozenset({"forget_before"})
 
     type: Literal["CooldownStarted"] = "CooldownStarted"
     player: str
@@ -304,7 +310,13 @@ class LobbyEventDecodeError(ValueError):
 
 
 def lobby_event_to_dict(event: LobbyEvent) -> dict[str, Any]:
-    return event.model_dump(mode="python")
+    """The event's fields; a field added since (``omit_if_none``) is left out while None, so
+    an event that does not use it reads in the builds before it."""
+    d = event.model_dump(mode="python")
+    for name in type(event).omit_if_none:
+        if d.get(name, 0) is None:
+            del d[name]
+    return d
 
 
 def lobby_event_from_dict(data: dict[str, Any]) -> LobbyEvent:
