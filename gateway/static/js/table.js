@@ -119,7 +119,6 @@ function el(tag, text = "", attrs = {}) {
 
 function setStatus(text, kind = "", code = null) {
   const s = $("[data-status]");
-  if (kind === "error") $("#notices").replaceChildren();  // a refusal is read whole, never under a notice
   s.textContent = text;
   s.dataset.kind = kind;
   if (code) s.dataset.code = code;
@@ -441,6 +440,12 @@ function showLevelTable(button) {
   panel.hidden = false;
 }
 
+/** Whether the view's match has its hands out (or had: finished); not before the deal, nor a
+ * match abandoned before it. */
+function dealt(view) {
+  return view.phase === "playing" || view.phase === "finished";
+}
+
 function renderSeat(prefix, seat, view, { countAttr = "data-opponent-count", isMine = false } = {}) {
   const nameEl = $(`#${prefix}-name`);
   nameEl.textContent = seat ? nameOf(seat.player) : "—";
@@ -462,7 +467,7 @@ function renderSeat(prefix, seat, view, { countAttr = "data-opponent-count", isM
     c.removeAttribute("data-seat-count");
     c.setAttribute(countAttr, String(n));
     c.textContent = String(n);
-    c.parentElement.hidden = view.phase === "seating";  // nothing dealt yet: no "0 cards"
+    c.parentElement.hidden = !dealt(view);  // nothing dealt (yet, or ever): no "0 cards"
     $("#opp-backs").replaceChildren(...backs(n));
   }
 }
@@ -647,7 +652,7 @@ function render() {
     renderSeat("opp", seats[0], view, { countAttr: "data-seat-count" });
     const s1 = seats[1];
     renderSeat("mine", s1, view);
-    $("#mine-count-row").hidden = view.phase === "seating";  // as the other seat: no "0 cards" before the deal
+    $("#mine-count-row").hidden = !dealt(view);  // as the other seat: no "0 cards" before the deal
     const n1 = s1 ? s1.cards_left : 0;
     $("#mine-count").textContent = String(n1);
     $("#mine-count").setAttribute("data-seat-count", String(n1));
@@ -1811,6 +1816,7 @@ function onRejected(msg) {
   // the owner's private table waits for the friend: the way out is to cancel it (private.js)
   const words = msg.code === "already_placed" && !$("[data-private-created]").hidden
     ? t("refusal.ownTableOpen") : refusalText(msg.code);
+  $("#notices").replaceChildren();  // a refusal is read whole, never under a notice
   setStatus(words, "error", msg.code || "rejected");
 }
 
