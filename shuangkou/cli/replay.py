@@ -253,8 +253,9 @@ def players_line(client: Any, event_lists: Iterable[list[Any]]) -> str | None:
 
     if client is None:
         return None
+    named = ("player", "owner")  # a seat's, a queue's, a series' owner (never ``by``: a move's source)
     players = sorted({p for evs in event_lists for e in evs
-                      for p in ([getattr(e, "player", None)] + list(getattr(e, "players", None) or ()))
+                      for p in [getattr(e, k, None) for k in named] + list(getattr(e, "players", None) or ())
                       if isinstance(p, str) and p})
     try:
         names = display_names(client, set(players))
