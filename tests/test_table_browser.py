@@ -549,7 +549,10 @@ def test_the_page_says_you_for_the_players_own_plays_and_names_each_in_the_deal_
 
 
 def test_a_spectator_sees_no_card_count_before_the_deal(browser, site) -> None:
-    """As a player's page: neither seat shows "0 cards" to a spectator before the deal."""
+    """As a player's page: neither seat shows "0 cards" to a spectator before the deal, nor in a
+    match abandoned before it (the ready clock ran out)."""
+    from engine.match.commands import ReadyTimeout
+
     context, page, errors = _open(browser, site, "en-US")
     try:
         m = Match()
@@ -573,6 +576,13 @@ def test_a_spectator_sees_no_card_count_before_the_deal(browser, site) -> None:
                                arg=out_b.state.version)
         assert page.is_visible("#opp .count") and page.is_visible("#mine-count-row")
         assert page.text_content("#mine-count") == "27"
+        m = Match("page-2")
+        m.seat()
+        out = m.svc.execute(ReadyTimeout(command_id="rt", match_id=m.mid, version=m.state.version))
+        assert out.rejection is None and out.state.phase == "abandoned"
+        _feed(page, [watched(out.state, m.svc.store.load(m.mid))])
+        page.wait_for_function("m => document.querySelector('#table').dataset.match === m", arg=m.mid)
+        assert page.is_hidden("#opp .count") and page.is_hidden("#mine-count-row")
         assert not errors, errors
     finally:
         context.close()
