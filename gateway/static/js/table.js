@@ -89,6 +89,11 @@ function nameOf(p) {
   return p;
 }
 
+/** Whether ``p`` is the player this page plays for (never on a spectator's page). */
+function isMe(p) {
+  return !S.spectator && p === S.me;
+}
+
 function refusalText(code) {
   const c = String(code || "").split(":")[0];
   return has(`refusal.${c}`) ? t(`refusal.${c}`) : t("refusal.other");
@@ -449,7 +454,7 @@ function dealt(view) {
 function renderSeat(prefix, seat, view, { countAttr = "data-opponent-count", isMine = false } = {}) {
   const nameEl = $(`#${prefix}-name`);
   nameEl.textContent = seat ? nameOf(seat.player) : "—";
-  if (isMine && seat && seat.player === S.me && !S.spectator) nameEl.append(el("small", ` (${t("seat.you")})`, { class: "you" }));
+  if (isMine && seat && isMe(seat.player)) nameEl.append(el("small", ` (${t("seat.you")})`, { class: "you" }));
   if (prefix === "opp") nameEl.dataset.player = seat ? seat.player : "";
   renderAvatar(prefix, seat);
   renderLevel(prefix, seat, view);
@@ -497,7 +502,7 @@ function renderTrickPrev(view) {
   cards.append(...sortCards(prev.cards).map((id) => cardElement(id, { attrs: { "data-trick-card": id } })));
   box.dataset.player = prev.player;
   const what = readingWords({ ...prev.reading, jokers_as: [] });
-  const mine = prev.player === S.me && !S.spectator;
+  const mine = isMe(prev.player);
   box.replaceChildren(el("span", mine ? t("last.prevYou", { what }) : t("log.play", { name: nameOf(prev.player), what }),
     { class: "prev-who" }), cards);
 }
@@ -509,7 +514,7 @@ function renderLast(view, from) {
   const last = $("#last");
   if (!lp) {
     let lead = "";
-    if (view.phase === "playing") lead = view.turn === S.me && !S.spectator ? t("last.youLead") : t("last.leads", { name: nameOf(view.turn) });
+    if (view.phase === "playing") lead = isMe(view.turn) ? t("last.youLead") : t("last.leads", { name: nameOf(view.turn) });
     $("#last-who").textContent = view.phase === "playing" ? t("last.newTrick", { n: view.trick }) : "";
     cards.replaceChildren();
     $("#last-reading").textContent = lead;
@@ -518,7 +523,7 @@ function renderLast(view, from) {
     S.shownPlay = playKey(view);
     return;
   }
-  const played = lp.player === S.me && !S.spectator ? t("last.playedYou") : t("last.played", { name: nameOf(lp.player) });
+  const played = isMe(lp.player) ? t("last.playedYou") : t("last.played", { name: nameOf(lp.player) });
   $("#last-who").textContent = `${t("last.trick", { n: view.trick })} · ${played}`;
   cards.replaceChildren(...sortCards(lp.cards).map((id) => cardElement(id, { attrs: { "data-table-card": id }, small: true })));
   cards.style.setProperty("--n", String(lp.cards.length));  // a long play overlaps more (table.css)
@@ -613,7 +618,7 @@ function statusFor(view) {
   const queued = !S.spectator && S.lobby && S.lobby.state === "queued";
   if (view.phase === "finished" && view.result && !queued) return verdictText(view, S.settled[view.match_id]);
   // a match never dealt (abandoned: the opponent was not ready in time): what the lobby does next
-  if (!S.spectator && S.lobby && S.lobby.state === "queued") return t("status.queued", { room: roomWords(S.lobby.room) });
+  if (queued) return t("status.queued", { room: roomWords(S.lobby.room) });
   return "";
 }
 
@@ -685,7 +690,7 @@ function render() {
     if (S.linkState === "refused") for (const b of document.querySelectorAll("#play-actions button")) b.disabled = true;
   }
   $("#turn-who").textContent = view.phase === "playing" && view.turn
-    ? `${t("turn.label")} ${view.turn === S.me && !S.spectator ? t("turn.you") : nameOf(view.turn)}` : "";
+    ? `${t("turn.label")} ${isMe(view.turn) ? t("turn.you") : nameOf(view.turn)}` : "";
   renderLast(view, S.flyFrom);
   S.flyFrom = null;
   renderLog(view.match_id);
@@ -1076,7 +1081,7 @@ function noteEvents(match, events, view) {
       const off = e.ts - Date.now();
       if (S.offset === null || off > S.offset) S.offset = off;  // ts <= the server's now: a lower bound
     }
-    const you = e.player === S.me && !S.spectator;
+    const you = isMe(e.player);
     const name = () => nameOf(e.player);
     switch (e.type) {
       case "HandDealt":
@@ -1316,7 +1321,7 @@ function flySource(view, events) {
   // where the cards of this update's play come from: my hand, or the opponent's seat
   const playedBy = [...(events || [])].reverse().find((e) => e.type === "CardsPlayed");
   if (!playedBy || !view) return null;
-  if (playedBy.player === S.me && !S.spectator) {
+  if (isMe(playedBy.player)) {
     const mine = [...document.querySelectorAll("#hand [data-card]")].filter((c) => playedBy.cards.includes(Number(c.dataset.card)));
     const rects = mine.map((c) => c.getBoundingClientRect());
     if (rects.length) {
@@ -1433,7 +1438,7 @@ function checkWords(c, view) {
   if (!c.key || !has(`fair.check.${c.key}`)) return c.text;
   if (c.key !== "played") return t(`fair.check.${c.key}`, c.params || {});
   const seat = seatsOf(view)[c.params.seat];
-  if (seat && seat.player === S.me && !S.spectator) return t("fair.check.playedYou");
+  if (seat && isMe(seat.player)) return t("fair.check.playedYou");
   return t("fair.check.played", { name: seat ? nameOf(seat.player) : String(c.params.seat) });
 }
 
