@@ -17,7 +17,8 @@ from engine.lobby import events as ev
 from engine.lobby.decide import BotPolicy
 from engine.lobby.replay import check_lobby_stream, replay_queue, replay_table
 from engine.match import commands as mc
-from engine.service.lobby import LobbyEngine
+from engine.lobby.state import decode_queue, encode_queue
+from engine.service.lobby import LobbyEngine, Snapshots
 from engine.service.lobby_feed import LobbyFeedManager
 from engine.service.lobby_notes import OutboxNotes, messages_of
 from engine.match.events import MatchFinished, PlayerEscaped, PlayerRemoved
@@ -28,6 +29,9 @@ from projections.ledger import RedisLedger
 from projections.runner import ProjectionRunner, RedisFeed
 
 BOT_AFTER_MS = 3_000
+#: the queue saved every 3 events, so a crash's new engine starts from a snapshot (check():
+#: the state it loads is the whole stream's replay)
+QUEUE_SNAPSHOTS_OFTEN = Snapshots(encode_queue, decode_queue, 3)
 
 
 def room_config(name: str = "points", **changes: Any) -> RoomConfig:
@@ -71,7 +75,8 @@ class StackWorld:
                            balances=self.ledger, settlements=self.ledger,
                            bots=BotPolicy(BOT_AFTER_MS, "normal") if self.bots else None,
                            table_ids=self._table_id, bot_ids=lambda: self._next("bot-"), on_event=self._watch,
-                           follow_appends=not self.feed_mode, notes=self._note)
+                           follow_appends=not self.feed_mode, notes=self._note,
+                           queue_snapshots=QUEUE_SNAPSHOTS_OFTEN)
 
     def _manager(self) -> LobbyFeedManager | None:
         if not self.feed_mode:

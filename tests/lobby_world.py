@@ -286,8 +286,10 @@ class World:
                 placed = self.queue.place_of(person)
                 assert placed is not None and placed.table == t.table, f"the bot of {t.table} sits alone"
         from engine.lobby.replay import check_lobby_stream, replay_queue, replay_table
+        from engine.lobby.state import decode_queue, encode_queue
 
         assert replay_queue(self.room, self.queue_events) == self.queue
+        assert decode_queue(encode_queue(self.queue)) == self.queue, "the queue's snapshot reads back otherwise"
         assert not self.queue_events or check_lobby_stream(self.queue_events) == []
         for tid, events in self.table_events.items():
             assert replay_table(tid, events) == self.tables[tid]

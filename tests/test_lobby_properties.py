@@ -9,7 +9,8 @@ aggregates (tests/lobby_world.py):
   without a new Join;
 * every match belongs to a table (``<table>-<n>``, n up to the table's count);
 * a bot never sits alone, never waits in the queue;
-* replaying each queue and table stream equals its live state;
+* replaying each queue and table stream equals its live state, and the queue's snapshot
+  (engine.lobby.state.encode_queue) reads back equal;
 * every table ends: everyone leaves and the world is driven until nothing is open.
 
 And the churn property: one player who joins and leaves as fast as the room allows cannot

@@ -8,7 +8,8 @@ that recovers from the streams:
 
 * a player is in at most one place; a player who left is never seated again without a new
   Join; every match belongs to a table; a bot never sits alone; each stored queue and table
-  stream replays to the live state; every table ends.
+  stream replays to the live state (a crashed process's new engine starts from the queue's
+  latest snapshot, saved every 3 events here); every table ends.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from hypothesis.stateful import initialize, invariant, rule
 
 from engine.lobby.events import PlayerQueued, TableOpened
 from engine.store import keys
-from engine.store.base import WrongVersion
+from engine.store.base import Snapshot, WrongVersion
 from engine.store.lobby_store import InMemoryLobbyStore, RedisLobbyStore
 from tests.lobby_stack import StackWorld
 from tests.lobby_world import player_rules
@@ -98,6 +99,84 @@ def test_tables_are_listed_and_deleted(lobby_store):
     assert sorted(s.table_ids()) == ["t1", "t2"]
     s.delete_table("t1")
     assert sorted(s.table_ids()) == ["t2"] and s.load("table:t1") == []
+
+
+def test_a_snapshot_is_kept_per_aggregate_and_goes_with_its_table(lobby_store):
+    s = lobby_store
+    assert s.load_snapshot("queue:points") is None
+    s.save_snapshot("queue:points", Snapshot(3, b"q3"))
+    s.save_snapshot("queue:points", Snapshot(6, b"q6"))
+    s.save_snapshot("table:t1", Snapshot(1, b"t1"))
+    assert s.load_snapshot("queue:points") == Snapshot(6, b"q6")
+    assert s.load_snapshot("queue:wealth") is None
+    s.append("table:t1", 0, "open", [_opened("t1")])
+    s.delete_table("t1")
+    assert s.load_snapshot("table:t1") is None and s.load_snapshot("queue:points") == Snapshot(6, b"q6")
+    with pytest.raises(ValueError):
+        s.save_snapshot("lobby", Snapshot(1, b""))
+
+
+class _Counting(InMemoryLobbyStore):
+    """Counts the events each load returns."""
+
+    loaded = 0
+
+    def load(self, aggregate: str, after: int = 0) -> list[Any]:
+        out = super().load(aggregate, after)
+        self.loaded += len(out)
+        return out
+
+
+def _queue_engine(store: Any, every: int) -> Any:
+    from engine.lobby.state import decode_queue, encode_queue
+    from engine.service.lobby import LobbyEngine, Snapshots
+
+    from tests.lobby_stack import room_config
+
+    return LobbyEngine(store, matches=None, clock=lambda: 1_000_000,  # type: ignore[arg-type]
+                       rooms={"points": room_config()}, follow_appends=False, queue_snapshots=Snapshots(encode_queue, decode_queue, every))
+
+
+def _join_and_leave(engine: Any, joins: int) -> None:
+    from engine.lobby import commands as lc
+
+    for i in range(joins):  # one player joins and leaves: two events a round
+        for c in (lc.Join(command_id=f"j{i}", room="points", player="a"),
+                  lc.Leave(command_id=f"l{i}", room="points", player="a")):
+            assert engine.submit(c).committed
+
+
+def test_a_new_engine_folds_only_the_queue_events_after_its_latest_snapshot():
+    from engine.lobby.replay import replay_queue
+    from engine.lobby.state import encode_queue
+
+    store = _Counting()
+    _join_and_leave(_queue_engine(store, every=10), joins=26)  # 52 events: snapshots at 10, 20, … 50
+    assert store.load_snapshot("queue:points").version == 50  # type: ignore[union-attr]
+    store.loaded = 0
+    q = _queue_engine(store, every=10).queue("points")
+    assert store.loaded == 2 and q.version == 52
+    assert q == replay_queue("points", store.load("queue:points"))
+    store.save_snapshot("queue:points", Snapshot(50, b"\x00not msgpack"))  # unreadable: the whole stream
+    store.loaded = 0
+    assert _queue_engine(store, every=10).queue("points") == q and store.loaded == 52
+    # a snapshot whose state is not at its version is not used either
+    store.save_snapshot("queue:points", Snapshot(50, encode_queue(replay_queue("points", store.load("queue:points")[:40]))))
+    assert _queue_engine(store, every=10).queue("points") == q
+
+
+@pytest.mark.redis
+def test_the_queue_snapshot_sits_in_the_rooms_slot_and_is_read_back_from_redis(real_redis):
+    from redis.crc import key_slot
+
+    from engine.lobby.replay import replay_queue
+
+    assert key_slot(keys.lobby_snapshot_key("queue:points").encode()) == key_slot(keys.queue_keys("points")[0].encode())
+    store = RedisLobbyStore(real_redis)
+    _join_and_leave(_queue_engine(store, every=4), joins=5)
+    assert store.load_snapshot("queue:points").version == 8  # type: ignore[union-attr]
+    fresh = _queue_engine(store, every=4)
+    assert fresh.queue("points") == replay_queue("points", store.load("queue:points"))
 
 
 @pytest.mark.redis

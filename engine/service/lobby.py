@@ -32,11 +32,12 @@ from engine.lobby import managers
 from engine.lobby.decide import BotPolicy, LobbyContext, decide_and_apply
 from engine.lobby.evolve import apply as lobby_apply
 from engine.lobby.replay import replay_queue, replay_table
-from engine.lobby.state import QueueState, TableState
+from engine.lobby.state import QueueState, TableState, decode_queue, encode_queue
 from engine.match import commands as mc
 from engine.match.errors import Rejected
 from engine.service.command_service import CommandService, DictCache, Outcome
 from engine.service.service import BalanceSource, RoomSource
+from engine.store.base import Snapshot
 from engine.store.lobby_store import AppendResult, LobbyStore
 
 _log = logging.getLogger(__name__)
@@ -60,11 +61,35 @@ Bots = BotPolicy | Callable[[str], BotPolicy | None] | None
 Places = Callable[[str, str], str | None]
 
 
-class LobbyStreams:
-    """A :class:`LobbyStore` as the command service's :class:`Streams`."""
+#: a room's queue is saved every this many events, so whoever runs it next (a restart, a
+#: new owner of its bucket) folds at most this many after the snapshot, not the room's life
+QUEUE_SNAPSHOT_EVERY = 500
 
-    def __init__(self, store: LobbyStore):
+
+@dataclass(frozen=True)
+class Snapshots:
+    """How an aggregate kind's states are saved: the codec, and every how many events."""
+
+    encode: Callable[[Any], bytes]
+    decode: Callable[[bytes], Any]
+    every: int
+
+    def __post_init__(self) -> None:
+        if self.every < 1:
+            raise ValueError(f"snapshots every {self.every} events: needs at least 1")
+
+
+QUEUE_SNAPSHOTS = Snapshots(encode_queue, decode_queue, QUEUE_SNAPSHOT_EVERY)
+
+
+class LobbyStreams:
+    """A :class:`LobbyStore` as the command service's :class:`Streams`; with ``snapshots``,
+    the aggregate's state is saved each time an append reaches a multiple of
+    ``snapshots.every`` and loads start from the newest one (:meth:`base`)."""
+
+    def __init__(self, store: LobbyStore, snapshots: Snapshots | None = None):
         self.store = store
+        self.snapshots = snapshots
 
     def load(self, ident: str, after: int = 0) -> list[Any]:
         return list(self.store.load(ident, after))
@@ -72,9 +97,32 @@ class LobbyStreams:
     def version(self, ident: str) -> int:
         return self.store.version(ident)
 
+    def base(self, ident: str) -> Any | None:
+        """The saved state to fold the rest of the stream on (None: none saved, or one this
+        build cannot read: the whole stream is folded)."""
+        if self.snapshots is None:
+            return None
+        snap = self.store.load_snapshot(ident)
+        if snap is None:
+            return None
+        try:
+            state = self.snapshots.decode(snap.state)
+        except Exception:
+            _log.warning("the snapshot of %s at v%d is unreadable: folding its whole stream", ident, snap.version)
+            return None
+        return state if getattr(state, "version", None) == snap.version else None
+
     def append(self, ident: str, expected_version: int, command_id: str, events: Sequence[Any],
                state: Any) -> AppendResult:
-        return self.store.append(ident, expected_version, command_id, events)
+        result = self.store.append(ident, expected_version, command_id, events)
+        snaps = self.snapshots
+        if (snaps is not None and not result.duplicate and getattr(state, "version", None) == result.version
+                and result.version // snaps.every > expected_version // snaps.every):
+            try:
+                self.store.save_snapshot(ident, Snapshot(result.version, snaps.encode(state)))
+            except Exception:  # the next multiple saves one; a load folds a longer tail
+                _log.exception("could not save the snapshot of %s at v%d", ident, result.version)
+        return result
 
     def command_events(self, ident: str, command_id: str) -> list[Any]:
         return list(self.store.command_events(ident, command_id))
@@ -199,7 +247,8 @@ class LobbyEngine:
                  table_ids: Callable[[], str] = new_table_id, bot_ids: Callable[[], str] | None = None,
                  places: Places | None = None, ratings: Callable[[str, str], float | None] | None = None,
                  on_event: Callable[[ev.LobbyEvent], None] | None = None, follow_appends: bool = True,
-                 notes: Callable[[ev.LobbyEvent, TableState | None], None] | None = None):
+                 notes: Callable[[ev.LobbyEvent, TableState | None], None] | None = None,
+                 queue_snapshots: Snapshots | None = QUEUE_SNAPSHOTS):
         self.store = store
         #: derive the managers' commands from each append this engine makes (True), or leave
         #: that to :class:`engine.service.lobby_feed.LobbyFeedManager` reading the feeds (False)
@@ -207,8 +256,8 @@ class LobbyEngine:
         self.matches = matches
         self.settlements = settlements
         self.queues: CommandService[QueueState, lc.LobbyCommand] = CommandService(
-            QueueAggregate(clock, rooms, balances, table_ids, bots, bot_ids, places, ratings), LobbyStreams(store),
-            cache=DictCache())
+            QueueAggregate(clock, rooms, balances, table_ids, bots, bot_ids, places, ratings),
+            LobbyStreams(store, queue_snapshots), cache=DictCache())
         self.tables: CommandService[TableState, lc.LobbyCommand] = CommandService(
             TableAggregate(clock, rooms), LobbyStreams(store), cache=DictCache())
         self.pending: dict[Target, deque[Any]] = {}

@@ -18,6 +18,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import msgpack
+
 from engine.match.deadline import Deadline
 from engine.match.events import EventBase
 
@@ -106,8 +108,24 @@ class FeedEntry:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
+    """An aggregate's state at ``version``, in its state module's codec
+    (engine.match.state.encode_state, engine.lobby.state.encode_queue).
+
+    >>> Snapshot.unpack(Snapshot(3, b"s").pack())
+    Snapshot(version=3, state=b's')
+    """
+
     version: int
-    state: bytes  # codec of the state module (engine.match.state.encode_state)
+    state: bytes
+
+    def pack(self) -> bytes:
+        """The stored form: msgpack ``[version, state bytes]``."""
+        return msgpack.packb([self.version, self.state], use_bin_type=True)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def unpack(raw: bytes) -> Snapshot:
+        version, state = msgpack.unpackb(raw, raw=False)
+        return Snapshot(version=int(version), state=bytes(state))
 
 
 def check_append(match_id: str, expected_version: int, command_id: str,

@@ -44,6 +44,9 @@ key                                         type    holds
 ``sk:{r:<room>}:q:events``                  stream  a room's queue's events, under the room's own tag
                                                     (:func:`queue_keys`)
 ``sk:{r:<room>}:q:cmds``                    hash    the queue's command ids
+``sk:{r:<room>}:q:snap``                    string  msgpack ``[version, state bytes]``: the queue
+                                                    every ``engine.service.lobby.QUEUE_SNAPSHOT_EVERY``
+                                                    events (:func:`lobby_snapshot_key`)
 ``sk:{r:<room>}:feed``                      stream  the room's feed (one entry per queue append)
 ``sk:{r:<room>}:lobby:deadlines``           zset    the queue's timer (``gateway --bots``)
 ``sk:{r:<room>}:lobby:deadline_info``       hash    its details
@@ -401,6 +404,16 @@ def lobby_keys(aggregate: str, buckets: int = DEFAULT_BUCKETS) -> tuple[str, str
     if kind == "series":
         return series_keys(ident, buckets)
     raise ValueError(f"not a lobby aggregate id: {aggregate!r}")
+
+
+def lobby_snapshot_key(aggregate: str, buckets: int = DEFAULT_BUCKETS) -> str:
+    """Where a lobby aggregate's snapshot is kept: beside its events, in their slot.
+
+    >>> lobby_snapshot_key("queue:points")
+    'sk:{r:points}:q:snap'
+    """
+    events = lobby_keys(aggregate, buckets)[0]
+    return events[: -len("events")] + "snap"
 
 
 # ---- display names (gateway/names.py) and who hides theirs from the leaderboards ----------------

@@ -32,7 +32,7 @@ from typing import Any
 from engine.lobby.events import LobbyEvent, encode_lobby_event
 from engine.lobby.series_events import decode_stored_event
 from engine.store import keys, scripts
-from engine.store.base import WrongVersion
+from engine.store.base import Snapshot, WrongVersion
 
 PAGE = 500
 
@@ -100,6 +100,15 @@ class LobbyStore(ABC):
         """The seqs ``(first, last)`` a command id appended (``first > last``: none), or None."""
 
     @abstractmethod
+    def save_snapshot(self, aggregate: str, snapshot: Snapshot) -> None:
+        """Keep ``snapshot`` as the aggregate's state at its version (replaces the one before;
+        a room's queue, engine/service/lobby.py)."""
+
+    @abstractmethod
+    def load_snapshot(self, aggregate: str) -> Snapshot | None:
+        """The aggregate's latest snapshot; its events after ``snapshot.version`` follow it."""
+
+    @abstractmethod
     def table_ids(self) -> Iterator[str]:
         """Every table the store holds (the ids, without ``table:``)."""
 
@@ -159,6 +168,7 @@ class InMemoryLobbyStore(LobbyStore):
         self._commands: dict[str, dict[str, tuple[int, int]]] = {}
         self._codes: dict[str, str] = {}
         self._deadlines: dict[str, tuple[str, int, int]] = {}  # aggregate -> (kind, at_ms, version)
+        self._snapshots: dict[str, Snapshot] = {}
 
     def append(self, aggregate: str, expected_version: int, command_id: str,
                events: Sequence[LobbyEvent], deadline: tuple[str, int] | None = None) -> AppendResult:
@@ -192,6 +202,15 @@ class InMemoryLobbyStore(LobbyStore):
         with self._lock:
             return self._commands.get(aggregate, {}).get(command_id)
 
+    def save_snapshot(self, aggregate: str, snapshot: Snapshot) -> None:
+        keys.lobby_keys(aggregate)
+        with self._lock:
+            self._snapshots[aggregate] = snapshot
+
+    def load_snapshot(self, aggregate: str) -> Snapshot | None:
+        with self._lock:
+            return self._snapshots.get(aggregate)
+
     def table_ids(self) -> Iterator[str]:
         with self._lock:
             ids = [a[len("table:"):] for a, evs in self._events.items() if a.startswith("table:") and evs]
@@ -199,8 +218,8 @@ class InMemoryLobbyStore(LobbyStore):
 
     def delete_table(self, table: str) -> None:
         with self._lock:
-            self._events.pop(f"table:{table}", None)
-            self._commands.pop(f"table:{table}", None)
+            for part in (self._events, self._commands, self._snapshots):
+                part.pop(f"table:{table}", None)
 
     def series_ids(self) -> Iterator[str]:
         with self._lock:
@@ -209,8 +228,8 @@ class InMemoryLobbyStore(LobbyStore):
 
     def delete_series(self, series: str, code: str | None = None) -> None:
         with self._lock:
-            self._events.pop(f"series:{series}", None)
-            self._commands.pop(f"series:{series}", None)
+            for part in (self._events, self._commands, self._snapshots):
+                part.pop(f"series:{series}", None)
             if code is not None:
                 self.release_code(code, series)
 
@@ -311,6 +330,13 @@ class RedisLobbyStore(LobbyStore):
             return []
         return self._range(aggregate, seqs[0], seqs[1])
 
+    def save_snapshot(self, aggregate: str, snapshot: Snapshot) -> None:
+        self.client.set(keys.lobby_snapshot_key(aggregate, self.buckets), snapshot.pack())
+
+    def load_snapshot(self, aggregate: str) -> Snapshot | None:
+        raw = self.client.get(keys.lobby_snapshot_key(aggregate, self.buckets))
+        return None if raw is None else Snapshot.unpack(raw)
+
     def table_ids(self) -> Iterator[str]:
         for b in range(self.buckets):
             for member in self.client.sscan_iter(keys.tables_key(b), count=500):
@@ -319,7 +345,8 @@ class RedisLobbyStore(LobbyStore):
     def delete_table(self, table: str) -> None:
         ks = keys.table_keys(table, self.buckets)
         pipe = self.client.pipeline(transaction=True)  # one slot: the table's bucket
-        pipe.delete(ks[0], ks[1], keys.table_info_key(table, self.buckets))
+        pipe.delete(ks[0], ks[1], keys.table_info_key(table, self.buckets),
+                    keys.lobby_snapshot_key(f"table:{table}", self.buckets))
         pipe.srem(ks[5], f"table:{table}")
         pipe.execute()
 
@@ -344,7 +371,7 @@ class RedisLobbyStore(LobbyStore):
     def delete_series(self, series: str, code: str | None = None) -> None:
         ks = keys.series_keys(series, self.buckets)
         pipe = self.client.pipeline(transaction=True)  # one slot: the series' bucket
-        pipe.delete(ks[0], ks[1])
+        pipe.delete(ks[0], ks[1], keys.lobby_snapshot_key(f"series:{series}", self.buckets))
         pipe.srem(ks[5], f"series:{series}")
         pipe.execute()
         if code is not None:

@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-import msgpack
 import redis
 from redis.exceptions import AskError, MovedError, NoScriptError, SlotNotCoveredError
 
@@ -547,16 +546,12 @@ class RedisEventStore(EventStore):
 
     def save_snapshot(self, match_id: str, snapshot: Snapshot) -> None:
         b = self.bucket_of(match_id)
-        self.client.set(keys.snapshot_key(match_id, b),
-                        msgpack.packb([snapshot.version, snapshot.state], use_bin_type=True))
+        self.client.set(keys.snapshot_key(match_id, b), snapshot.pack())
 
     def load_snapshot(self, match_id: str) -> Snapshot | None:
         b = self.bucket_of(match_id)
         raw = self.client.get(keys.snapshot_key(match_id, b))
-        if raw is None:
-            return None
-        version, state = msgpack.unpackb(raw, raw=False)
-        return Snapshot(version=int(version), state=bytes(state))
+        return None if raw is None else Snapshot.unpack(raw)
 
     def read_feed(self, bucket: int, after: str = "0-0", count: int = 1000) -> list[FeedEntry]:
         # exclusive start "(id" needs Redis >= 6.2; XREAD is exclusive on every version
