@@ -150,3 +150,46 @@ def test_archive_takes_a_closed_table_with_its_matches(redis_server, real_redis,
     assert main(["replay", "--events", str(path)]) == 2
     assert "replay --table ID --archive DIR" in capsys.readouterr().err
     assert main(["replay", "--table", "nope", "--archive", str(tmp_path)]) == 1
+
+
+def test_archive_takes_a_rooms_old_queue_events_and_replay_reads_them_back(lived, real_redis, tmp_path,
+                                                                          capsys) -> None:
+    """A room's queue keeps every match it paired: ``shuangkou archive`` moves the events
+    older than the cut-off (up to the queue's snapshot) to a ``queue-`` file, the live queue
+    goes on from the snapshot, and a table's replay reads its queue part back from the file."""
+    from engine.lobby import commands as lc
+    from engine.lobby.replay import replay_queue
+    from engine.service.rooms import RedisRooms
+    from engine.tools.archive import read_queue_archive
+
+    url, table, w = lived
+    RedisRooms(real_redis).add("points", w.cfg)
+    assert main(["replay", "--table", table, "--redis", url]) == 0
+    before = capsys.readouterr().out
+    version = w.lobby_store.version("queue:points")
+    snap = w.lobby_store.load_snapshot("queue:points")
+    assert snap is not None and 1 < snap.version < version + 3  # saved every 3 events (tests/lobby_stack.py)
+    assert main(["archive", "--older-than", "0", "--to", str(tmp_path), "--redis", url, "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    archived = read_queue_archive(tmp_path, "points")
+    assert rep["queue_events_archived"] == {"points": len(archived)} and archived
+    assert [e.seq for e in archived] == list(range(1, len(archived) + 1)) and archived[-1].seq <= snap.version
+    assert w.lobby_store.first_kept("queue:points") == len(archived) + 1
+    assert w.lobby_store.version("queue:points") == version
+    assert main(["replay", "--table", table, "--archive", str(tmp_path), "--redis", url]) == 0
+    assert capsys.readouterr().out == before  # the table's life is whole again, from the file and the store
+    # the live queue goes on from its snapshot
+    w.crash()
+    assert w.engine.submit(lc.Join(command_id="c-again", room="points", player="a")).committed
+    assert w.engine.queue("points") == replay_queue("points", archived + w.lobby_store.load("queue:points"))
+    # a second run takes what is old by now, in a file of its own: nothing twice, nothing lost
+    w.now += 1_000
+    for p in ("b", "a"):
+        w.leave(p)
+    w.engine.drain()
+    assert main(["archive", "--older-than", "0", "--to", str(tmp_path), "--redis", url, "--json"]) == 0
+    more = json.loads(capsys.readouterr().out)["queue_events_archived"]["points"]
+    again = read_queue_archive(tmp_path, "points")
+    assert more > 0 and len(list(tmp_path.glob("queue-*.jsonl"))) == 2 and again[:len(archived)] == archived
+    assert [e.seq for e in again + w.lobby_store.load("queue:points")] == list(range(1, w.lobby_store.version(
+        "queue:points") + 1))

@@ -104,8 +104,9 @@ def test_tables_are_listed_and_deleted(lobby_store):
 def test_a_snapshot_is_kept_per_aggregate_and_goes_with_its_table(lobby_store):
     s = lobby_store
     assert s.load_snapshot("queue:points") is None
-    s.save_snapshot("queue:points", Snapshot(3, b"q3"))
-    s.save_snapshot("queue:points", Snapshot(6, b"q6"))
+    assert s.save_snapshot("queue:points", Snapshot(3, b"q3"))
+    assert s.save_snapshot("queue:points", Snapshot(6, b"q6"))
+    assert not s.save_snapshot("queue:points", Snapshot(5, b"q5")) and not s.save_snapshot("queue:points", Snapshot(6, b"x"))
     s.save_snapshot("table:t1", Snapshot(1, b"t1"))
     assert s.load_snapshot("queue:points") == Snapshot(6, b"q6")
     assert s.load_snapshot("queue:wealth") is None
@@ -127,14 +128,15 @@ class _Counting(InMemoryLobbyStore):
         return out
 
 
-def _queue_engine(store: Any, every: int) -> Any:
+def _queue_engine(store: Any, every: int | None) -> Any:
     from engine.lobby.state import decode_queue, encode_queue
     from engine.service.lobby import LobbyEngine, Snapshots
 
     from tests.lobby_stack import room_config
 
     return LobbyEngine(store, matches=None, clock=lambda: 1_000_000,  # type: ignore[arg-type]
-                       rooms={"points": room_config()}, follow_appends=False, queue_snapshots=Snapshots(encode_queue, decode_queue, every))
+                       rooms={"points": room_config()}, follow_appends=False,
+                       queue_snapshots=None if every is None else Snapshots(encode_queue, decode_queue, every))
 
 
 def _join_and_leave(engine: Any, joins: int) -> None:
@@ -157,12 +159,51 @@ def test_a_new_engine_folds_only_the_queue_events_after_its_latest_snapshot():
     q = _queue_engine(store, every=10).queue("points")
     assert store.loaded == 2 and q.version == 52
     assert q == replay_queue("points", store.load("queue:points"))
-    store.save_snapshot("queue:points", Snapshot(50, b"\x00not msgpack"))  # unreadable: the whole stream
+    assert not store.save_snapshot("queue:points", Snapshot(40, b"late"))  # a late save never goes back
+    assert store.save_snapshot("queue:points", Snapshot(51, b"\x00not msgpack"))  # unreadable: the whole stream
     store.loaded = 0
     assert _queue_engine(store, every=10).queue("points") == q and store.loaded == 52
     # a snapshot whose state is not at its version is not used either
-    store.save_snapshot("queue:points", Snapshot(50, encode_queue(replay_queue("points", store.load("queue:points")[:40]))))
-    assert _queue_engine(store, every=10).queue("points") == q
+    store.save_snapshot("queue:points", Snapshot(52, encode_queue(replay_queue("points", store.load("queue:points")[:40]))))
+    store.loaded = 0
+    assert _queue_engine(store, every=10).queue("points") == q and store.loaded == 52
+
+
+def test_a_trimmed_queue_keeps_its_version_its_recent_command_ids_and_its_state(lobby_store):
+    from engine.lobby.replay import replay_queue
+    from engine.lobby import commands as lc
+
+    s = lobby_store
+    _join_and_leave(_queue_engine(s, every=4), joins=6)  # 12 events, snapshots at 4, 8, 12
+    before = replay_queue("points", s.load("queue:points"))
+    assert s.trim("queue:points", through=10) == 10
+    assert s.version("queue:points") == 12 and s.first_kept("queue:points") == 11
+    assert [e.seq for e in s.load("queue:points")] == [11, 12]
+    assert s.command_range("queue:points", "j0") is None  # archived with its events
+    dup = s.append("queue:points", 0, "l5", [])  # the last Leave's id is kept: still a duplicate
+    assert dup.duplicate and [e.seq for e in dup.events] == [12]
+    # a stale writer whose expected version equals the shorter stream's length is refused, typed
+    with pytest.raises(WrongVersion) as stale:
+        s.append("queue:points", 2, "x", [_queued(3, "z", "x")])
+    assert stale.value.actual == 12 and s.version("queue:points") == 12
+    engine = _queue_engine(s, every=4)
+    assert engine.queue("points") == before  # from the snapshot at 12
+    assert engine.submit(lc.Join(command_id="again", room="points", player="a")).state.version == 13
+    assert s.trim("queue:points", through=99) == 2  # never past the snapshot (at 12) nor the last event
+
+
+def test_a_trim_never_passes_the_snapshot_and_a_load_never_folds_across_a_gap(lobby_store):
+    from engine.store.lobby_store import StreamTrimmed
+
+    s = lobby_store
+    _join_and_leave(_queue_engine(s, every=8), joins=6)  # 12 events, a snapshot at 8
+    assert s.trim("queue:points", through=11) == 8 and s.first_kept("queue:points") == 9
+    with pytest.raises(StreamTrimmed) as gap:  # no snapshot to start from: no partial fold
+        _queue_engine(s, every=None).queue("points")
+    assert gap.value.first == 9
+    assert _queue_engine(s, every=8).queue("points").version == 12
+    fresh = InMemoryLobbyStore() if isinstance(s, InMemoryLobbyStore) else RedisLobbyStore(s.client, buckets=s.buckets)
+    assert fresh.trim("queue:nowhere", through=5) == 0
 
 
 @pytest.mark.redis
@@ -214,6 +255,11 @@ def test_the_lobby_store_works_on_a_cluster(cluster_client):
         s.append(f"queue:room{i}", 0, "c", [_queued(1, "a", room=f"room{i}")])
     assert sorted(s.table_ids()) == [f"t{i}" for i in range(6)]
     assert s.append("table:t3", 0, "open", [_opened("t3")]).duplicate
+    _join_and_leave(_queue_engine(s, every=4), joins=3)  # a trimmed queue on a Cluster: 6 events, snapshot at 4
+    assert s.trim("queue:points", through=5) == 4 and s.version("queue:points") == 6
+    with pytest.raises(WrongVersion):
+        s.append("queue:points", 2, "x", [_queued(3, "z", "x")])
+    assert _queue_engine(s, every=4).queue("points").version == 6
 
 
 # ---- the properties on the stack ----------------------------------------------------------------

@@ -44,8 +44,8 @@ key                                         type    holds
 ``sk:{r:<room>}:q:events``                  stream  a room's queue's events, under the room's own tag
                                                     (:func:`queue_keys`)
 ``sk:{r:<room>}:q:cmds``                    hash    the queue's command ids
-``sk:{r:<room>}:q:snap``                    string  msgpack ``[version, state bytes]``: the queue
-                                                    every ``engine.service.lobby.QUEUE_SNAPSHOT_EVERY``
+``sk:{r:<room>}:q:snap``                    hash    ``v`` version, ``s`` state bytes: the queue every
+                                                    ``engine.service.lobby.QUEUE_SNAPSHOT_EVERY``
                                                     events (:func:`lobby_snapshot_key`)
 ``sk:{r:<room>}:feed``                      stream  the room's feed (one entry per queue append)
 ``sk:{r:<room>}:lobby:deadlines``           zset    the queue's timer (``gateway --bots``)

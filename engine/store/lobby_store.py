@@ -9,7 +9,9 @@ the feed of the aggregate's tag -- a table's bucket feed ``sk:{b<N>}:feed``, a q
 feed ``sk:{r:<room>}:feed`` -- and the aggregate in the member set of its tag, all in one
 slot (keys: :func:`engine.store.keys.table_keys`, :func:`engine.store.keys.queue_keys`).
 A feed entry's ``match`` field holds the aggregate id and ``fin`` is ``0``: the projections
-skip it.
+skip it.  A room's queue also keeps a snapshot (:meth:`LobbyStore.save_snapshot`, never over
+a later one), and its events up to it may be archived and trimmed (:meth:`LobbyStore.trim`):
+a stream's version is its last event's seq.
 
 Two implementations behind one contract (tests/test_lobby_store.py runs both): in memory
 and on Redis (a plain Redis, fakeredis with Lua, or a Redis Cluster).
@@ -59,6 +61,16 @@ class Due:
     version: int
 
 
+class StreamTrimmed(LookupError):
+    """The events asked for start after the stream's oldest kept one: those before it were
+    archived (:meth:`LobbyStore.trim`); a state is folded from a snapshot at or after
+    ``first - 1``."""
+
+    def __init__(self, aggregate: str, after: int, first: int):
+        super().__init__(f"{aggregate}: the events after {after} were archived up to {first - 1}")
+        self.aggregate, self.after, self.first = aggregate, after, first
+
+
 def check_lobby_append(aggregate: str, expected_version: int, command_id: str,
                        events: Sequence[LobbyEvent]) -> None:
     """Argument checks of every implementation (a caller bug: ValueError)."""
@@ -100,13 +112,27 @@ class LobbyStore(ABC):
         """The seqs ``(first, last)`` a command id appended (``first > last``: none), or None."""
 
     @abstractmethod
-    def save_snapshot(self, aggregate: str, snapshot: Snapshot) -> None:
-        """Keep ``snapshot`` as the aggregate's state at its version (replaces the one before;
-        a room's queue, engine/service/lobby.py)."""
+    def save_snapshot(self, aggregate: str, snapshot: Snapshot) -> bool:
+        """Keep ``snapshot`` as the aggregate's state at its version, unless the kept one is
+        at that version or a later one (False: a late save, dropped); a room's queue,
+        engine/service/lobby.py."""
 
     @abstractmethod
     def load_snapshot(self, aggregate: str) -> Snapshot | None:
         """The aggregate's latest snapshot; its events after ``snapshot.version`` follow it."""
+
+    @abstractmethod
+    def trim(self, aggregate: str, through: int) -> int:
+        """Drop the events with seq ≤ ``through`` and the command ids that appended only
+        those, once archived (``shuangkou archive``), but never beyond the kept snapshot's
+        version nor the last event (the version stays readable); the events dropped.  A
+        retry of a dropped command id is a new command."""
+
+    def first_kept(self, aggregate: str) -> int:
+        """The seq of the oldest event the stream keeps (1 when none was trimmed; the
+        version + 1 of an empty stream)."""
+        events = self.load(aggregate)
+        return events[0].seq if events else self.version(aggregate) + 1
 
     @abstractmethod
     def table_ids(self) -> Iterator[str]:
@@ -120,6 +146,12 @@ class LobbyStore(ABC):
     def version(self, aggregate: str) -> int:
         events = self.load(aggregate)
         return events[-1].seq if events else 0
+
+    def trim_point(self, aggregate: str, through: int) -> int:
+        """How far :meth:`trim` may go: ``through``, the kept snapshot's version and the seq
+        before the last event, whichever is lowest (0: nothing)."""
+        snap = self.load_snapshot(aggregate)
+        return max(0, min(through, snap.version if snap is not None else 0, self.version(aggregate) - 1))
 
     @abstractmethod
     def due(self, now_ms: int, limit: int = 1000) -> list[Due]:
@@ -164,7 +196,7 @@ class InMemoryLobbyStore(LobbyStore):
     def __init__(self, buckets: int = keys.DEFAULT_BUCKETS):
         self.buckets = buckets
         self._lock = threading.RLock()
-        self._events: dict[str, list[LobbyEvent]] = {}
+        self._events: dict[str, list[LobbyEvent | None]] = {}  # index seq - 1; None: trimmed
         self._commands: dict[str, dict[str, tuple[int, int]]] = {}
         self._codes: dict[str, str] = {}
         self._deadlines: dict[str, tuple[str, int, int]] = {}  # aggregate -> (kind, at_ms, version)
@@ -178,7 +210,8 @@ class InMemoryLobbyStore(LobbyStore):
             cmds = self._commands.setdefault(aggregate, {})
             seen = cmds.get(command_id)
             if seen is not None:
-                return AppendResult(version=seen[1], duplicate=True, events=tuple(stream[seen[0] - 1:seen[1]]))
+                return AppendResult(version=seen[1], duplicate=True,
+                                    events=tuple(e for e in stream[seen[0] - 1:seen[1]] if e is not None))
             if len(stream) != expected_version:
                 raise WrongVersion(aggregate, expected_version, len(stream))
             stream.extend(events)
@@ -196,16 +229,35 @@ class InMemoryLobbyStore(LobbyStore):
 
     def load(self, aggregate: str, after: int = 0) -> list[LobbyEvent]:
         with self._lock:
-            return list(self._events.get(aggregate, ())[max(after, 0):])
+            return [e for e in self._events.get(aggregate, ())[max(after, 0):] if e is not None]
+
+    def version(self, aggregate: str) -> int:
+        with self._lock:
+            return len(self._events.get(aggregate, ()))
+
+    def trim(self, aggregate: str, through: int) -> int:
+        with self._lock:
+            upto = self.trim_point(aggregate, through)
+            stream = self._events.get(aggregate, [])
+            dropped = sum(1 for e in stream[:upto] if e is not None)
+            stream[:upto] = [None] * upto
+            cmds = self._commands.get(aggregate, {})
+            for cid in [c for c, (_first, last) in cmds.items() if last <= upto]:
+                del cmds[cid]
+            return dropped
 
     def command_range(self, aggregate: str, command_id: str) -> tuple[int, int] | None:
         with self._lock:
             return self._commands.get(aggregate, {}).get(command_id)
 
-    def save_snapshot(self, aggregate: str, snapshot: Snapshot) -> None:
+    def save_snapshot(self, aggregate: str, snapshot: Snapshot) -> bool:
         keys.lobby_keys(aggregate)
         with self._lock:
+            kept = self._snapshots.get(aggregate)
+            if kept is not None and kept.version >= snapshot.version:
+                return False
             self._snapshots[aggregate] = snapshot
+            return True
 
     def load_snapshot(self, aggregate: str) -> Snapshot | None:
         with self._lock:
@@ -263,6 +315,7 @@ class RedisLobbyStore(LobbyStore):
         self.buckets = buckets
         self.page = page
         self._append = client.register_script(scripts.load("append.lua"))
+        self._save_snapshot = client.register_script(scripts.load("lobby_snapshot.lua"))
 
     def check_layout(self) -> None:
         """Record the bucket count, or refuse another recorded one (as the match store: a
@@ -315,7 +368,8 @@ class RedisLobbyStore(LobbyStore):
         return self._range(aggregate, after + 1, None)
 
     def version(self, aggregate: str) -> int:
-        return int(self.client.xlen(self._keys(aggregate)[0]))
+        last = self.client.xrevrange(self._keys(aggregate)[0], count=1)
+        return keys.seq_of(last[0][0]) if last else 0
 
     def command_range(self, aggregate: str, command_id: str) -> tuple[int, int] | None:
         raw = self.client.hget(self._keys(aggregate)[1], command_id)
@@ -330,12 +384,30 @@ class RedisLobbyStore(LobbyStore):
             return []
         return self._range(aggregate, seqs[0], seqs[1])
 
-    def save_snapshot(self, aggregate: str, snapshot: Snapshot) -> None:
-        self.client.set(keys.lobby_snapshot_key(aggregate, self.buckets), snapshot.pack())
+    def save_snapshot(self, aggregate: str, snapshot: Snapshot) -> bool:
+        key = keys.lobby_snapshot_key(aggregate, self.buckets)
+        return bool(self._save_snapshot(keys=[key], args=[snapshot.version, snapshot.state]))
 
     def load_snapshot(self, aggregate: str) -> Snapshot | None:
-        raw = self.client.get(keys.lobby_snapshot_key(aggregate, self.buckets))
-        return None if raw is None else Snapshot.unpack(raw)
+        version, state = self.client.hmget(keys.lobby_snapshot_key(aggregate, self.buckets), ["v", "s"])
+        return None if version is None or state is None else Snapshot(int(version), bytes(state))
+
+    def trim(self, aggregate: str, through: int) -> int:
+        upto = self.trim_point(aggregate, through)
+        stream, cmds = self._keys(aggregate)[:2]
+        dropped = 0
+        while True:  # the oldest first, a page at a time (XDEL by id: XTRIM MINID is Redis ≥ 6.2 only)
+            ids = [i for i, _f in self.client.xrange(stream, min="-", max=keys.entry_id(upto), count=self.page)]
+            if not ids:
+                break
+            dropped += int(self.client.xdel(stream, *ids))
+        gone = []
+        for cid, seqs in self.client.hscan_iter(cmds, count=self.page):
+            if int(_s(seqs).partition("-")[2]) <= upto:
+                gone.append(cid)
+        for i in range(0, len(gone), self.page):
+            self.client.hdel(cmds, *gone[i:i + self.page])
+        return dropped
 
     def table_ids(self) -> Iterator[str]:
         for b in range(self.buckets):

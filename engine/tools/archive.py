@@ -28,7 +28,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 from urllib.parse import quote
 
 from engine.match.events import MatchAbandoned, MatchFinished
@@ -69,11 +69,14 @@ class ArchiveReport:
     tables: tuple[str, ...] = ()
     #: finished series archived with their hands (:func:`archive_series`)
     series: tuple[str, ...] = ()
+    #: the queue events archived, by room (:func:`archive_queues`)
+    queue_events: tuple[tuple[str, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"checked": self.checked, "archived": list(self.archived),
                 "skipped_unsettled": list(self.skipped_unsettled), "bytes_written": self.bytes_written,
-                "tables_archived": list(self.tables), "series_archived": list(self.series)}
+                "tables_archived": list(self.tables), "series_archived": list(self.series),
+                "queue_events_archived": dict(self.queue_events)}
 
 
 TABLE_FORMAT = "shuangkou-table/1"
@@ -177,6 +180,74 @@ def archive_series(lobby: Any, store: Any, to_dir: str | Path, older_than_ms: in
     return done, written
 
 
+QUEUE_FORMAT = "shuangkou-queue/1"
+
+
+def queue_file_name(room: str, first: int) -> str:
+    """The archive file of a room queue's events from seq ``first`` on: ``queue-``, the seq
+    (12 digits: the files of a room sort in order) and the match file name rule."""
+    return f"queue-{first:012d}-" + archive_file_name(room)
+
+
+def archive_queues(lobby: Any, rooms: Sequence[str], to_dir: str | Path, older_than_ms: int,
+                   now_ms: int) -> tuple[list[tuple[str, int]], int]:
+    """Archive the oldest events of each room's queue: those older than the cut-off, up to
+    the queue's kept snapshot (a queue's state is folded from there on, engine/service/lobby.py)
+    and never a command's events apart, to one JSON Lines file per run and room (a header
+    ``{"format", "room", "first", "last", "archived_at_ms"}``, then each event as a dict),
+    read back, then trimmed from the stream with the command ids that appended only them
+    (:meth:`engine.store.lobby_store.LobbyStore.trim`).  The rooms with the events archived,
+    and the bytes written."""
+    from engine.lobby.events import lobby_event_from_dict, lobby_event_to_dict, queue_aggregate
+
+    out_dir = Path(to_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cutoff = now_ms - older_than_ms
+    done: list[tuple[str, int]] = []
+    written = 0
+    for room in rooms:
+        agg = queue_aggregate(room)
+        events = lobby.load(agg)
+        n = 0
+        while n < len(events) and events[n].ts <= cutoff:
+            n += 1
+        upto = lobby.trim_point(agg, events[n - 1].seq if n else 0)  # the snapshot, the last event
+        n = sum(1 for e in events[:n] if e.seq <= upto)
+        while 0 < n < len(events) and events[n].command_id == events[n - 1].command_id:
+            n -= 1  # a command's events stay together
+        if n == 0:
+            continue
+        part = events[:n]
+        head = {"format": QUEUE_FORMAT, "room": room, "first": part[0].seq, "last": part[-1].seq,
+                "archived_at_ms": now_ms}
+        lines = [json.dumps(head, ensure_ascii=False)]
+        lines += [json.dumps(lobby_event_to_dict(e), ensure_ascii=False) for e in part]
+        text = "\n".join(lines) + "\n"
+        path = out_dir / queue_file_name(room, part[0].seq)
+        _write_atomic(path, text)
+        back = [lobby_event_from_dict(json.loads(x)) for x in path.read_text(encoding="utf-8").splitlines()[1:]]
+        if back != part:
+            raise RuntimeError(f"archive of the queue of {room} at {path} does not read back: nothing trimmed")
+        lobby.trim(agg, part[-1].seq)
+        written += len(text.encode("utf-8"))
+        done.append((room, len(part)))
+    return done, written
+
+
+def read_queue_archive(path: str | Path, room: str) -> list[Any]:
+    """The archived events of a room's queue under the folder ``path`` (every one of the
+    room's :func:`queue_file_name` files, in order; none: ``[]``)."""
+    from engine.lobby.events import lobby_event_from_dict
+
+    out: list[Any] = []
+    root = Path(path)
+    for f in sorted(root.glob("queue-*-" + archive_file_name(room))) if root.is_dir() else []:
+        head, events = _read_lobby_file(f, QUEUE_FORMAT, lobby_event_from_dict)
+        if head.get("room") == room:
+            out += [e for e in events if not out or e.seq > out[-1].seq]
+    return out
+
+
 def read_series_archive(path: str | Path) -> tuple[dict[str, Any], list[Any]]:
     """A series' archive file: its header and its events."""
     from engine.lobby.series_events import stored_event_from_dict
@@ -192,7 +263,7 @@ def read_table_archive(path: str | Path) -> tuple[dict[str, Any], list[Any]]:
 
 
 #: the kind of lobby aggregate each archive format holds
-LOBBY_FORMATS = {TABLE_FORMAT: "table", SERIES_FORMAT: "series"}
+LOBBY_FORMATS = {TABLE_FORMAT: "table", SERIES_FORMAT: "series", QUEUE_FORMAT: "queue"}
 
 
 def _read_lobby_file(path: str | Path, fmt: str, decode: Any) -> tuple[dict[str, Any], list[Any]]:
@@ -295,12 +366,13 @@ def archive_kind(text: str) -> str | None:
 
 def read_archive(path: str | Path) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
     """Events and stored settlement forms of every match's archive file under ``path`` (a file
-    or a folder, whose tables' and series' files, ``table-*`` and ``series-*``, are not
+    or a folder, whose tables', series' and queues' files, ``table-*``, ``series-*`` and
+    ``queue-*``, are not
     matches'): ``{match_id: {"settlement": ..., "settlement_record": ...}}`` as
     :meth:`engine.tools.export.ParsedEvents.stored_forms` gives them, for
     :func:`engine.tools.export.settlement_differences`."""
     root = Path(path)
-    files = sorted(f for f in root.rglob("*.jsonl") if not f.name.startswith(("table-", "series-"))) \
+    files = sorted(f for f in root.rglob("*.jsonl") if not f.name.startswith(("table-", "series-", "queue-"))) \
         if root.is_dir() else [root]
     events: dict[str, list[Any]] = {}
     stored: dict[str, dict[str, Any]] = {}

@@ -7,13 +7,16 @@ match from Redis (:mod:`engine.tools.archive`).  Then each closed table whose cl
 than DAYS and none of whose matches is left in Redis (the lobby's table streams) goes to a
 ``table-….jsonl`` file in DIR the same way (:func:`engine.tools.archive.archive_tables`), and each
 finished private-table series whose hands are all archived to a ``series-….jsonl`` file, its
-code freed (:func:`engine.tools.archive.archive_series`).  ``shuangkou replay --events
-FILE`` and ``shuangkou replay --all --archive DIR`` read the files.
+code freed (:func:`engine.tools.archive.archive_series`).  Last, each registered room's queue
+events older than DAYS, up to its latest snapshot, go to a ``queue-….jsonl`` file and leave
+its stream (:func:`engine.tools.archive.archive_queues`).  ``shuangkou replay --events
+FILE``, ``shuangkou replay --all --archive DIR`` and ``shuangkou replay --table ID --archive
+DIR`` read the files.
 
 Example::
 
     $ shuangkou archive --older-than 30 --to /var/lib/shuangkou/archive
-    archived 1200 of 1500 matches (3.1 MB written); 0 finished but not settled yet; 590 closed table(s) archived with their matches; 12 finished series archived with their hands
+    archived 1200 of 1500 matches (3.1 MB written); 0 finished but not settled yet; 590 closed table(s) archived with their matches; 12 finished series archived with their hands; 3540 queue event(s) of 2 room(s) archived
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ def run(args: argparse.Namespace) -> int:
     from shuangkou.cli.serve import connect_redis
     from engine.store.redis_store import RedisEventStore
     from engine.store.lobby_store import RedisLobbyStore
-    from engine.tools.archive import DAY_MS, ArchiveReport, archive_matches, archive_series, archive_tables
+    from engine.service.rooms import RedisRooms
+    from engine.tools.archive import (DAY_MS, ArchiveReport, archive_matches, archive_queues, archive_series,
+                                      archive_tables)
     from projections.ledger import RedisLedger
 
     if not args.redis:
@@ -54,8 +59,11 @@ def run(args: argparse.Namespace) -> int:
         lobby = RedisLobbyStore(client, buckets=store.buckets)
         tables, more = archive_tables(lobby, store, args.to, int(args.older_than * DAY_MS), now)
         series, more_series = archive_series(lobby, store, args.to, int(args.older_than * DAY_MS), now)
+        queues, more_queues = archive_queues(lobby, RedisRooms(client).names(), args.to,
+                                             int(args.older_than * DAY_MS), now)
         report = ArchiveReport(report.checked, report.archived, report.skipped_unsettled,
-                               report.bytes_written + more + more_series, tuple(tables), tuple(series))
+                               report.bytes_written + more + more_series + more_queues, tuple(tables), tuple(series),
+                               tuple(queues))
     except OSError as exc:
         raise CliError(f"cannot write to {args.to}: {exc.strerror or exc}") from None
     except Exception as exc:
@@ -67,5 +75,6 @@ def run(args: argparse.Namespace) -> int:
               f"({report.bytes_written / 1e6:.1f} MB written); "
               f"{len(report.skipped_unsettled)} finished but not settled yet; "
               f"{len(report.tables)} closed table(s) archived with their matches; "
-              f"{len(report.series)} finished series archived with their hands")
+              f"{len(report.series)} finished series archived with their hands; "
+              f"{sum(n for _r, n in report.queue_events)} queue event(s) of {len(report.queue_events)} room(s) archived")
     return 0

@@ -307,6 +307,17 @@ def run_table(args: argparse.Namespace) -> int:
             queue = lobby.load(queue_aggregate(room))
         except Exception as exc:
             raise CliError(f"cannot load from {url}: {exc}") from None
+    if room and args.archive:  # the queue's oldest events, archived (shuangkou archive)
+        from pathlib import Path
+
+        from engine.tools.archive import read_queue_archive
+
+        root = Path(args.archive) if Path(args.archive).is_dir() else Path(args.archive).parent
+        try:
+            older = read_queue_archive(root, room)
+        except (OSError, ValueError) as exc:
+            raise CliError(f"cannot read the archive {args.archive}: {exc}") from None
+        queue = [e for e in older if not queue or e.seq < queue[0].seq] + list(queue)
     matches = {mid: replay_match(evs, match_id=mid) for mid, evs in match_events.items()}
     report = table_life(args.table, events, queue, matches)
     if args.json:
