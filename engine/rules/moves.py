@@ -21,6 +21,7 @@ variants take a 15-entry rank-count vector instead.  Every function takes the
 room's R-2.2 setting as the keyword ``chain_bomb_twos`` (default on: chain
 bombs may run up to 2); the caches key on it.
 
+>>> from engine.rules.cards import counts_of, parse_cards
 >>> hand = parse_cards("3 4 6 7 5 5 5 5 BJ")
 >>> prev = Combo("single", 11, 1, counts_of(parse_cards("A")))
 >>> [format_counts(c.counts) for c in legal_plays(hand, prev)]
@@ -65,6 +66,7 @@ _PER = {"straight": 1, "pair_run": 2, "triple_run": 3}
 def format_counts(counts: Sequence[int]) -> str:
     """A count vector as ranks, low to high, then the jokers (for docs/tests).
 
+    >>> from engine.rules.cards import counts_of, parse_cards
     >>> format_counts(counts_of(parse_cards("BJ 3 3 SJ")))
     '3 3 SJ BJ'
     """
@@ -389,6 +391,7 @@ def legal_plays(hand: Iterable[Card], prev: Combo | None = None,
     (R-5, R-4.6): per multiset the largest reading that beats ``prev``.
     Each Combo's ``counts`` is a sub-multiset of the hand.
 
+    >>> from engine.rules.cards import counts_of, parse_cards
     >>> hand = parse_cards("3 4 5 6 7 BJ")
     >>> prev = Combo("straight", 4, 5, counts_of(parse_cards("3 4 5 6 7")))
     >>> [format_counts(c.counts) + " to " + c.rank for c in legal_plays(hand, prev)]
@@ -468,6 +471,7 @@ def can_beat(hand: Iterable[Card], prev: Combo | None, heavenly: HeavenlyPositio
 
     Equal to ``bool(legal_plays(hand, prev))``, without generating the plays.
 
+    >>> from engine.rules.cards import counts_of, parse_cards
     >>> prev = Combo("pair", 12, 2, counts_of(parse_cards("2 2")))
     >>> can_beat(parse_cards("A A 3 SJ"), prev), can_beat(parse_cards("SJ SJ"), prev)
     (False, True)
@@ -486,6 +490,7 @@ class Play:
 def pick_cards(hand_cards: Iterable[Card], counts: Sequence[int]) -> tuple[int, ...]:
     """Concrete card ids from the hand realising a count vector, lowest ids first.
 
+    >>> from engine.rules.cards import counts_of, parse_cards
     >>> pick_cards(parse_cards("3 3 3 BJ BJ"), counts_of(parse_cards("3 3 BJ")))
     (0, 1, 53)
     """
@@ -512,6 +517,7 @@ def _breaks_group(h: Sequence[int], counts: Sequence[int]) -> bool:
 def trustee_lead(hand_cards: Sequence[Card]) -> Play:
     """Leading under trusteeship: the lowest single card (R-13.3).
 
+    >>> from engine.rules.cards import counts_of, parse_cards
     >>> trustee_lead(parse_cards("SJ 4 3H 3S")).cards
     (0,)
     """
@@ -530,6 +536,7 @@ def smallest_beating(hand_cards: Sequence[Card], prev: Combo | None,
     breaking a group of 4+ natural cards of one rank, then the lowest ids.
     With ``prev`` None this is :func:`trustee_lead`.
 
+    >>> from engine.rules.cards import counts_of, parse_cards
     >>> prev = Combo("single", 5, 1, counts_of(parse_cards("8")))
     >>> smallest_beating(parse_cards("9 9 9 9 10 BJ"), prev).combo.rank   # strength first
     '9'
@@ -574,6 +581,7 @@ def trustee_choice(hand_cards: Sequence[Card], prev: Combo | None,
     """What trusteeship plays (R-13.3): lead the lowest single, or follow with
     :func:`smallest_beating` (None = pass).
 
+    >>> from engine.rules.cards import counts_of, parse_cards
     >>> prev = Combo("bomb", 12, 6, counts_of(parse_cards("2 2 2 2 2 2")), xiang=6)
     >>> hand = parse_cards("K K K K A A A A 2 2 2 2 3")
     >>> trustee_choice(hand, prev).combo.describe()          # R-2.2: a chain to 2

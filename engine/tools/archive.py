@@ -42,7 +42,7 @@ DAY_MS = 86_400_000
 def archive_file_name(match_id: str) -> str:
     """A safe, unique file name for a match id (any characters, up to 200 of them).
 
-    >>> archive_file_name("m 1/x")[-14:]
+    >>> archive_file_name("m 1/x")[-16:]
     '-m%201%2Fx.jsonl'
     """
     digest = hashlib.sha256(match_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]

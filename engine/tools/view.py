@@ -10,8 +10,7 @@ cards (R-1.3) are never in it, so a bot built on it cannot peek.
 opponent); :class:`ViewFolder` builds the same view from the redacted events a player's
 socket receives (the gateway's bots, which never read a match stream).
 
->>> from engine.match.events import Reading
-from engine.match.state import MatchState
+>>> from engine.match.state import MatchState
 >>> view_of(MatchState(match_id="m"), "a") is None
 True
 """
