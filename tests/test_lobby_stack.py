@@ -101,18 +101,14 @@ def test_tables_are_listed_and_deleted(lobby_store):
     assert sorted(s.table_ids()) == ["t2"] and s.load("table:t1") == []
 
 
-def test_a_snapshot_is_kept_per_aggregate_and_goes_with_its_table(lobby_store):
+def test_a_snapshot_is_kept_per_aggregate_and_never_goes_back(lobby_store):
     s = lobby_store
     assert s.load_snapshot("queue:points") is None
     assert s.save_snapshot("queue:points", Snapshot(3, b"q3"))
     assert s.save_snapshot("queue:points", Snapshot(6, b"q6"))
     assert not s.save_snapshot("queue:points", Snapshot(5, b"q5")) and not s.save_snapshot("queue:points", Snapshot(6, b"x"))
-    s.save_snapshot("table:t1", Snapshot(1, b"t1"))
     assert s.load_snapshot("queue:points") == Snapshot(6, b"q6")
     assert s.load_snapshot("queue:wealth") is None
-    s.append("table:t1", 0, "open", [_opened("t1")])
-    s.delete_table("t1")
-    assert s.load_snapshot("table:t1") is None and s.load_snapshot("queue:points") == Snapshot(6, b"q6")
     with pytest.raises(ValueError):
         s.save_snapshot("lobby", Snapshot(1, b""))
 
@@ -139,12 +135,12 @@ def _queue_engine(store: Any, every: int | None) -> Any:
                        queue_snapshots=None if every is None else Snapshots(encode_queue, decode_queue, every))
 
 
-def _join_and_leave(engine: Any, joins: int) -> None:
+def _join_and_leave(engine: Any, joins: int, prefix: str = "") -> None:
     from engine.lobby import commands as lc
 
     for i in range(joins):  # one player joins and leaves: two events a round
-        for c in (lc.Join(command_id=f"j{i}", room="points", player="a"),
-                  lc.Leave(command_id=f"l{i}", room="points", player="a")):
+        for c in (lc.Join(command_id=f"{prefix}j{i}", room="points", player="a"),
+                  lc.Leave(command_id=f"{prefix}l{i}", room="points", player="a")):
             assert engine.submit(c).committed
 
 
@@ -193,7 +189,7 @@ def test_a_trimmed_queue_keeps_its_version_its_recent_command_ids_and_its_state(
 
 
 def test_a_trim_never_passes_the_snapshot_and_a_load_never_folds_across_a_gap(lobby_store):
-    from engine.store.lobby_store import StreamTrimmed
+    from engine.store.base import StreamTrimmed
 
     s = lobby_store
     _join_and_leave(_queue_engine(s, every=8), joins=6)  # 12 events, a snapshot at 8
@@ -204,6 +200,54 @@ def test_a_trim_never_passes_the_snapshot_and_a_load_never_folds_across_a_gap(lo
     assert _queue_engine(s, every=8).queue("points").version == 12
     fresh = InMemoryLobbyStore() if isinstance(s, InMemoryLobbyStore) else RedisLobbyStore(s.client, buckets=s.buckets)
     assert fresh.trim("queue:nowhere", through=5) == 0
+
+
+def test_an_engine_whose_cached_queue_predates_a_trim_goes_on_from_the_snapshot(lobby_store):
+    """A replica that ran the room before (its cache holds an old state) and runs it again
+    after an archive: the events after its cached state are gone, so it starts over from
+    the store's snapshot instead of failing every command of the room."""
+    from engine.lobby import commands as lc
+
+    s = lobby_store
+    old = _queue_engine(s, every=4)
+    _join_and_leave(old, joins=1)  # cached at 2
+    other = _queue_engine(s, every=4)  # another replica pairs b and c, then a comes and goes
+    for p in ("b", "c"):
+        assert other.submit(lc.Join(command_id=f"j-{p}", room="points", player=p)).committed
+    _join_and_leave(other, joins=4, prefix="other-")
+    assert s.trim("queue:points", through=99) > 4  # the pairing is archived
+    truth = _queue_engine(s, every=4).queue("points")
+    assert truth.tables == 1 and len(truth.placed) == 2
+    assert old.queue("points") == truth  # a read (the notes', the timers'), from the snapshot
+    assert old.submit(lc.Join(command_id="back", room="points", player="a")).committed
+    assert old.queue("points") == _queue_engine(s, every=4).queue("points")
+
+
+def test_a_trim_keeps_a_commands_events_together_and_bounds_by_an_unread_feed_entry(lobby_store):
+    from engine.lobby import commands as lc
+
+    s = lobby_store
+    engine = _queue_engine(s, every=4)
+    for p in ("a", "b"):  # the second Join pairs them: a command of several events
+        assert engine.submit(lc.Join(command_id=f"j-{p}", room="points", player=p)).committed
+    last = s.command_range("queue:points", "j-b")
+    assert last is not None and last[1] > last[0] and last[1] == s.version("queue:points")
+    s.save_snapshot("queue:points", Snapshot(last[1], b"the state at the last event"))
+    assert s.trim_point("queue:points", through=99) == last[0] - 1  # not into the last command
+    if isinstance(s, RedisLobbyStore):  # the lobby's feed follower has read nothing yet: nothing goes
+        feed = keys.queue_keys("points")[2]
+        s.client.xgroup_create(feed, keys.LOBBY_GROUP, id="0")
+        assert s.followed_through("queue:points") == 0 and s.trim_point("queue:points", through=99) == 0
+        s.client.xreadgroup(keys.LOBBY_GROUP, "c", {feed: ">"}, count=1)  # read, not acknowledged
+        assert s.trim_point("queue:points", through=99) == 0
+        (entry,) = s.client.xpending_range(feed, keys.LOBBY_GROUP, min="-", max="+", count=1)
+        s.client.xack(feed, keys.LOBBY_GROUP, entry["message_id"])
+        assert s.followed_through("queue:points") == 1  # the second entry (the pairing) is unread
+        s.client.xreadgroup(keys.LOBBY_GROUP, "c", {feed: ">"})
+        s.client.xack(feed, keys.LOBBY_GROUP, *[e["message_id"] for e in s.client.xpending_range(
+            feed, keys.LOBBY_GROUP, min="-", max="+", count=10)])
+        assert s.followed_through("queue:points") == last[1]
+    assert s.trim("queue:points", through=99) == last[0] - 1
 
 
 @pytest.mark.redis

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from engine.match.errors import Rejected
-from engine.store.base import WrongVersion
+from engine.store.base import StreamTrimmed, WrongVersion
 
 _log = logging.getLogger(__name__)
 
@@ -173,18 +173,26 @@ class CommandService(Generic[S, C]):
     # -- loading ------------------------------------------------------------------------------
     def load(self, ident: str, fresh: bool = False) -> S:
         """The aggregate's state: the cached state (``fresh``: ignored) or the store's saved
-        base (a snapshot), and the stream after it; cached."""
+        base (a snapshot), and the stream after it; cached.  When the events after a base
+        were archived, once more from the store's base; then :class:`StreamTrimmed`."""
         agg = self.aggregate
-        base = None if fresh or self.cache is None else self.cache.get(ident)
-        if base is None:
-            saved = getattr(self.streams, "base", None)
-            base = saved(ident) if saved is not None else None
-        if base is None:
-            base = agg.empty(ident)
-        state = agg.replay(self.streams.load(ident, after=agg.version(base)), base)
-        if self.cache is not None:
-            self.cache.put(ident, state)
-        return state
+        for again in (False, True):
+            base = None if fresh or again or self.cache is None else self.cache.get(ident)
+            if base is None:
+                saved = getattr(self.streams, "base", None)
+                base = saved(ident) if saved is not None else None
+            if base is None:
+                base = agg.empty(ident)
+            after = agg.version(base)
+            events = self.streams.load(ident, after=after)
+            if not events or events[0].seq == after + 1:
+                state = agg.replay(events, base)
+                if self.cache is not None:
+                    self.cache.put(ident, state)
+                return state
+            # the events after the base were archived (a queue's trim): once more from the
+            # store's newest snapshot, then never a fold across the gap
+        raise StreamTrimmed(ident, after, events[0].seq)
 
     def catch_up(self, ident: str, state: S, actual: int | None = None) -> S:
         """The stream's state, from ``state`` that may be stale (``actual``: the stream's

@@ -38,7 +38,7 @@ from engine.store import keys
 
 _log = logging.getLogger(__name__)
 
-GROUP = "sk-lobby"
+GROUP = keys.LOBBY_GROUP
 
 #: ``notes(event, table state after it or None, the queue's waiting count or None)``
 Notes = Callable[[ev.LobbyEvent, "TableState | None", "int | None"], None]

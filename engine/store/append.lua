@@ -65,21 +65,26 @@ end
 -- Seqs run 1, 2, 3… with no gap, so an untrimmed stream's length is its version
 -- (XLEN is O(1); XREVRANGE costs several times more).  A stream whose oldest
 -- entries were archived (a room's queue, engine/store/lobby_store.py trim) is
--- shorter than its version: its last entry's seq is the version.  Should XLEN
--- match a stale expected version of such a stream, the first XADD's explicit id
--- is at or below the last entry and is refused, before anything is written: that
--- is a wrong version too.
-local function last_seq()
-  local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
-  if not last then return 0 end
-  return tonumber(string.sub(last[1], 1, string.find(last[1], '-', 1, true) - 1))
+-- shorter than its version: its version is its last entry's seq, accepted only
+-- when the entries kept run on without a hole (first seq = last seq - XLEN + 1;
+-- a stream with a hole, tampered with by XDEL, is refused at its length as
+-- before).  Should XLEN match a stale expected version of a trimmed stream, the
+-- first XADD's explicit id is at or below the last entry and is refused, before
+-- anything is written: that is a wrong version too.
+local function seq_at(range)
+  local entry = range[1]
+  if not entry then return 0 end
+  return tonumber(string.sub(entry[1], 1, string.find(entry[1], '-', 1, true) - 1))
 end
 
 local expected = tonumber(ARGV[2])
 local actual = redis.call('XLEN', KEYS[1])
 if actual ~= expected then
-  actual = last_seq()
-  if actual ~= expected then
+  local last = seq_at(redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1))
+  if last ~= expected then
+    return {'status', 'wrong_version', 'actual', last}
+  end
+  if seq_at(redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)) ~= last - actual + 1 then
     return {'status', 'wrong_version', 'actual', actual}
   end
 end
@@ -88,8 +93,9 @@ local n = tonumber(ARGV[7])
 for i = 1, n do
   local added = redis.pcall('XADD', KEYS[1], (expected + i) .. '-1', 'e', ARGV[7 + i])
   if type(added) == 'table' and added['err'] then
-    if i == 1 and last_seq() > expected then
-      return {'status', 'wrong_version', 'actual', last_seq()}
+    local last = i == 1 and seq_at(redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)) or 0
+    if last > expected then
+      return {'status', 'wrong_version', 'actual', last}
     end
     return added
   end

@@ -23,6 +23,16 @@ import msgpack
 from engine.match.deadline import Deadline
 from engine.match.events import EventBase
 
+class StreamTrimmed(LookupError):
+    """The events after ``after`` start at ``first``: those before were archived (a room's
+    queue, engine/store/lobby_store.py ``trim``); a state is folded only from a snapshot at or
+    after ``first - 1`` (engine/service/command_service.py ``load``)."""
+
+    def __init__(self, aggregate: str, after: int, first: int):
+        super().__init__(f"{aggregate}: the events after {after} were archived up to {first - 1}")
+        self.aggregate, self.after, self.first = aggregate, after, first
+
+
 class WrongVersion(Exception):
     """Optimistic concurrency: the match moved on since it was loaded (reload, decide again)."""
 

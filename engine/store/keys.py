@@ -305,6 +305,8 @@ def stream_pos(entry: bytes | str) -> tuple[int, int]:
 
 #: the aggregate kinds whose streams go through the same append script as a match's
 LOBBY_KINDS = ("table", "queue", "series")
+#: the consumer group of the lobby's feed follower (engine/service/lobby_feed.py)
+LOBBY_GROUP = "sk-lobby"
 
 
 def room_tag(room: str) -> str:

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+
+import redis
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -59,16 +61,6 @@ class Due:
     kind: str
     at_ms: int
     version: int
-
-
-class StreamTrimmed(LookupError):
-    """The events asked for start after the stream's oldest kept one: those before it were
-    archived (:meth:`LobbyStore.trim`); a state is folded from a snapshot at or after
-    ``first - 1``."""
-
-    def __init__(self, aggregate: str, after: int, first: int):
-        super().__init__(f"{aggregate}: the events after {after} were archived up to {first - 1}")
-        self.aggregate, self.after, self.first = aggregate, after, first
 
 
 def check_lobby_append(aggregate: str, expected_version: int, command_id: str,
@@ -128,11 +120,10 @@ class LobbyStore(ABC):
         version nor the last event (the version stays readable); the events dropped.  A
         retry of a dropped command id is a new command."""
 
+    @abstractmethod
     def first_kept(self, aggregate: str) -> int:
-        """The seq of the oldest event the stream keeps (1 when none was trimmed; the
-        version + 1 of an empty stream)."""
-        events = self.load(aggregate)
-        return events[0].seq if events else self.version(aggregate) + 1
+        """The seq of the oldest event the stream keeps (1 when none was trimmed; 1 for an
+        empty stream)."""
 
     @abstractmethod
     def table_ids(self) -> Iterator[str]:
@@ -148,10 +139,30 @@ class LobbyStore(ABC):
         return events[-1].seq if events else 0
 
     def trim_point(self, aggregate: str, through: int) -> int:
-        """How far :meth:`trim` may go: ``through``, the kept snapshot's version and the seq
-        before the last event, whichever is lowest (0: nothing)."""
+        """How far :meth:`trim` may go: ``through``, the kept snapshot's version, the seq
+        before the last event and what the lobby's feed follower has handled
+        (:meth:`followed_through`), whichever is lowest, and back to the end of a command
+        (a command's events stay together); 0: nothing."""
         snap = self.load_snapshot(aggregate)
-        return max(0, min(through, snap.version if snap is not None else 0, self.version(aggregate) - 1))
+        followed = self.followed_through(aggregate)
+        upto = max(0, min(through, snap.version if snap is not None else 0, self.version(aggregate) - 1,
+                          followed if followed is not None else through))
+        while upto > 0:
+            pair = self._between(aggregate, upto, upto + 1)
+            if len(pair) < 2 or pair[0].command_id != pair[1].command_id:
+                break
+            upto -= 1
+        return upto
+
+    def followed_through(self, aggregate: str) -> int | None:
+        """The last seq of the aggregate whose feed entries the lobby's feed follower
+        (engine/service/lobby_feed.py, group ``sk-lobby``) has handled; None: no follower
+        (events are followed as they are appended)."""
+        return None
+
+    @abstractmethod
+    def _between(self, aggregate: str, first: int, last: int) -> list[LobbyEvent]:
+        """The kept events with ``first`` ≤ seq ≤ ``last``."""
 
     @abstractmethod
     def due(self, now_ms: int, limit: int = 1000) -> list[Due]:
@@ -235,6 +246,15 @@ class InMemoryLobbyStore(LobbyStore):
         with self._lock:
             return len(self._events.get(aggregate, ()))
 
+    def first_kept(self, aggregate: str) -> int:
+        with self._lock:
+            stream = self._events.get(aggregate, [])
+            return next((i + 1 for i, e in enumerate(stream) if e is not None), 1)
+
+    def _between(self, aggregate: str, first: int, last: int) -> list[LobbyEvent]:
+        with self._lock:
+            return [e for e in self._events.get(aggregate, [])[max(first, 1) - 1:last] if e is not None]
+
     def trim(self, aggregate: str, through: int) -> int:
         with self._lock:
             upto = self.trim_point(aggregate, through)
@@ -270,7 +290,7 @@ class InMemoryLobbyStore(LobbyStore):
 
     def delete_table(self, table: str) -> None:
         with self._lock:
-            for part in (self._events, self._commands, self._snapshots):
+            for part in (self._events, self._commands):
                 part.pop(f"table:{table}", None)
 
     def series_ids(self) -> Iterator[str]:
@@ -280,7 +300,7 @@ class InMemoryLobbyStore(LobbyStore):
 
     def delete_series(self, series: str, code: str | None = None) -> None:
         with self._lock:
-            for part in (self._events, self._commands, self._snapshots):
+            for part in (self._events, self._commands):
                 part.pop(f"series:{series}", None)
             if code is not None:
                 self.release_code(code, series)
@@ -392,6 +412,33 @@ class RedisLobbyStore(LobbyStore):
         version, state = self.client.hmget(keys.lobby_snapshot_key(aggregate, self.buckets), ["v", "s"])
         return None if version is None or state is None else Snapshot(int(version), bytes(state))
 
+    def first_kept(self, aggregate: str) -> int:
+        first = self.client.xrange(self._keys(aggregate)[0], count=1)
+        return keys.seq_of(first[0][0]) if first else 1
+
+    def _between(self, aggregate: str, first: int, last: int) -> list[LobbyEvent]:
+        return self._range(aggregate, first, last)
+
+    def followed_through(self, aggregate: str) -> int | None:
+        """From the room feed's ``sk-lobby`` group: the seq before the ``from`` of its oldest
+        pending entry, or of the first entry it has not read (the stream's version when
+        neither); None without the group."""
+        feed = self._keys(aggregate)[2]
+        try:
+            group = next((g for g in self.client.xinfo_groups(feed) if _s(g["name"]) == keys.LOBBY_GROUP), None)
+        except redis.ResponseError:  # no feed yet
+            return None
+        if group is None:
+            return None
+        froms = []
+        pending = self.client.xpending_range(feed, keys.LOBBY_GROUP, min="-", max="+", count=1)
+        if pending:
+            entry = self.client.xrange(feed, min=pending[0]["message_id"], max=pending[0]["message_id"])
+            froms += [int(fields[b"from"]) for _id, fields in entry]
+        unread = self.client.xread({feed: group["last-delivered-id"]}, count=1)  # exclusive of the id
+        froms += [int(fields[b"from"]) for _s_, entries in unread for _id, fields in entries]
+        return min(froms) - 1 if froms else self.version(aggregate)
+
     def trim(self, aggregate: str, through: int) -> int:
         upto = self.trim_point(aggregate, through)
         stream, cmds = self._keys(aggregate)[:2]
@@ -417,8 +464,7 @@ class RedisLobbyStore(LobbyStore):
     def delete_table(self, table: str) -> None:
         ks = keys.table_keys(table, self.buckets)
         pipe = self.client.pipeline(transaction=True)  # one slot: the table's bucket
-        pipe.delete(ks[0], ks[1], keys.table_info_key(table, self.buckets),
-                    keys.lobby_snapshot_key(f"table:{table}", self.buckets))
+        pipe.delete(ks[0], ks[1], keys.table_info_key(table, self.buckets))
         pipe.srem(ks[5], f"table:{table}")
         pipe.execute()
 
@@ -443,7 +489,7 @@ class RedisLobbyStore(LobbyStore):
     def delete_series(self, series: str, code: str | None = None) -> None:
         ks = keys.series_keys(series, self.buckets)
         pipe = self.client.pipeline(transaction=True)  # one slot: the series' bucket
-        pipe.delete(ks[0], ks[1], keys.lobby_snapshot_key(f"series:{series}", self.buckets))
+        pipe.delete(ks[0], ks[1])
         pipe.srem(ks[5], f"series:{series}")
         pipe.execute()
         if code is not None:

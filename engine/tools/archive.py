@@ -183,22 +183,25 @@ def archive_series(lobby: Any, store: Any, to_dir: str | Path, older_than_ms: in
 QUEUE_FORMAT = "shuangkou-queue/1"
 
 
-def queue_file_name(room: str, first: int) -> str:
-    """The archive file of a room queue's events from seq ``first`` on: ``queue-``, the seq
-    (12 digits: the files of a room sort in order) and the match file name rule."""
-    return f"queue-{first:012d}-" + archive_file_name(room)
+def queue_file_name(room: str, first: int, last: int) -> str:
+    """The archive file of a room queue's events ``first`` … ``last``: ``queue-``, the seqs
+    (12 digits each: the files of a room sort in order) and the match file name rule."""
+    return f"queue-{first:012d}-{last:012d}-" + archive_file_name(room)
 
 
 def archive_queues(lobby: Any, rooms: Sequence[str], to_dir: str | Path, older_than_ms: int,
                    now_ms: int) -> tuple[list[tuple[str, int]], int]:
     """Archive the oldest events of each room's queue: those older than the cut-off, up to
-    the queue's kept snapshot (a queue's state is folded from there on, engine/service/lobby.py)
-    and never a command's events apart, to one JSON Lines file per run and room (a header
-    ``{"format", "room", "first", "last", "archived_at_ms"}``, then each event as a dict),
-    read back, then trimmed from the stream with the command ids that appended only them
-    (:meth:`engine.store.lobby_store.LobbyStore.trim`).  The rooms with the events archived,
-    and the bytes written."""
+    the queue's kept snapshot (a queue's state is folded from there on, engine/service/lobby.py;
+    a snapshot this build cannot read, or not at its version, archives nothing), never one the
+    lobby's feed follower has still to handle and never a command's events apart
+    (:meth:`~engine.store.lobby_store.LobbyStore.trim_point`), to one JSON Lines file per
+    room and range (a header ``{"format", "room", "first", "last", "archived_at_ms"}``, then
+    each event as a dict), read back, then trimmed from the stream with the command ids that
+    appended only them (:meth:`~engine.store.lobby_store.LobbyStore.trim`).  The rooms with
+    the events archived, and the bytes written."""
     from engine.lobby.events import lobby_event_from_dict, lobby_event_to_dict, queue_aggregate
+    from engine.service.lobby import QUEUE_SNAPSHOTS
 
     out_dir = Path(to_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -207,23 +210,27 @@ def archive_queues(lobby: Any, rooms: Sequence[str], to_dir: str | Path, older_t
     written = 0
     for room in rooms:
         agg = queue_aggregate(room)
+        snap = lobby.load_snapshot(agg)
+        try:
+            usable = snap is not None and QUEUE_SNAPSHOTS.decode(snap.state).version == snap.version
+        except Exception:
+            usable = False
+        if not usable:  # the lobby would fold the whole stream: every event stays
+            continue
         events = lobby.load(agg)
         n = 0
         while n < len(events) and events[n].ts <= cutoff:
             n += 1
-        upto = lobby.trim_point(agg, events[n - 1].seq if n else 0)  # the snapshot, the last event
-        n = sum(1 for e in events[:n] if e.seq <= upto)
-        while 0 < n < len(events) and events[n].command_id == events[n - 1].command_id:
-            n -= 1  # a command's events stay together
-        if n == 0:
+        upto = lobby.trim_point(agg, min(events[n - 1].seq, snap.version) if n else 0)
+        part = [e for e in events[:n] if e.seq <= upto]
+        if not part:
             continue
-        part = events[:n]
         head = {"format": QUEUE_FORMAT, "room": room, "first": part[0].seq, "last": part[-1].seq,
                 "archived_at_ms": now_ms}
         lines = [json.dumps(head, ensure_ascii=False)]
         lines += [json.dumps(lobby_event_to_dict(e), ensure_ascii=False) for e in part]
         text = "\n".join(lines) + "\n"
-        path = out_dir / queue_file_name(room, part[0].seq)
+        path = out_dir / queue_file_name(room, part[0].seq, part[-1].seq)
         _write_atomic(path, text)
         back = [lobby_event_from_dict(json.loads(x)) for x in path.read_text(encoding="utf-8").splitlines()[1:]]
         if back != part:
@@ -241,7 +248,8 @@ def read_queue_archive(path: str | Path, room: str) -> list[Any]:
 
     out: list[Any] = []
     root = Path(path)
-    for f in sorted(root.glob("queue-*-" + archive_file_name(room))) if root.is_dir() else []:
+    files = [f for f in root.rglob("queue-*-" + archive_file_name(room)) if f.is_file()] if root.is_dir() else []
+    for f in sorted(files, key=lambda f: f.name):
         head, events = _read_lobby_file(f, QUEUE_FORMAT, lobby_event_from_dict)
         if head.get("room") == room:
             out += [e for e in events if not out or e.seq > out[-1].seq]

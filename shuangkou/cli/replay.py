@@ -318,6 +318,10 @@ def run_table(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             raise CliError(f"cannot read the archive {args.archive}: {exc}") from None
         queue = [e for e in older if not queue or e.seq < queue[0].seq] + list(queue)
+    if queue and [e.seq for e in queue] != list(range(1, len(queue) + 1)):  # archived, and not all given
+        i = next(i for i, e in enumerate(queue) if e.seq != i + 1)
+        print(f"note: the queue of room {room} lacks its events {i + 1}-{queue[i].seq - 1}, archived: the "
+              f"table's queue part may be short" + ("" if args.archive else "; add --archive DIR"), file=sys.stderr)
     matches = {mid: replay_match(evs, match_id=mid) for mid, evs in match_events.items()}
     report = table_life(args.table, events, queue, matches)
     if args.json:
