@@ -62,7 +62,9 @@ Measured per run, printed as medians over the runs (JSON keys):
   (:func:`is_lobby_command`).
 
 The machine's other load changes the figures: compare ``cps`` with ``single_node_cps`` of the
-same run, not across machines.
+same run, not across machines.  The processes' logs go to a ``sk-bench-cluster-*`` folder under
+the temporary directory, removed after a run that ends well and kept (its path on stderr)
+after one that fails.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -509,12 +512,17 @@ def main() -> int:
     import tempfile
 
     tmp = Path(tempfile.mkdtemp(prefix="sk-bench-cluster-"))
-    runs = [run_once(args, k, tmp) for k in range(args.runs)]
-    med = median_of(runs)
-    med["cpu_ratio_per_run"] = [r["cpu_ratio_to_single_node"] for r in runs]
-    if args.slot_shares:
-        med["slot_shares"] = watched_run(args, tmp)
-        med["lobby_commands_per_match"] = med["slot_shares"]["per_match"]["lobby_keys"]
+    try:
+        runs = [run_once(args, k, tmp) for k in range(args.runs)]
+        med = median_of(runs)
+        med["cpu_ratio_per_run"] = [r["cpu_ratio_to_single_node"] for r in runs]
+        if args.slot_shares:
+            med["slot_shares"] = watched_run(args, tmp)
+            med["lobby_commands_per_match"] = med["slot_shares"]["per_match"]["lobby_keys"]
+    except BaseException:
+        print(f"the processes' logs are kept in {tmp}", file=sys.stderr)
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)  # a clean run's logs: nothing to look at
     med = {"masters": args.masters, "serve_replicas": args.serve, "replicas_per_master": args.replicas,
            "replica_acks": args.replica_acks, "runs": args.runs, **med}
     med["cps_ratio_to_single_node"] = round(med["cps"] / med["single_node_cps"], 3) if med["single_node_cps"] else None
