@@ -500,7 +500,12 @@ def test_the_lobby_streams_under_the_shipped_users(acl_redis, tmp_path, capsys):
                 r.xadd(key, {"e": b"forged"})
         with pytest.raises(redis.exceptions.NoPermissionError):
             r.hset(tkeys[1], "cmd", "1-1")
+        with pytest.raises(redis.exceptions.NoPermissionError):  # a forged queue state to fold from
+            r.hset(keys.lobby_snapshot_key("queue:points"), mapping={"v": 99, "s": b"forged"})
         r.close()
+    from engine.store.base import Snapshot
+
+    assert svc.save_snapshot("queue:points", Snapshot(1, b"state"))  # the service's own
 
 
 @pytest.mark.redis

@@ -251,6 +251,36 @@ def test_a_trim_keeps_a_commands_events_together_and_bounds_by_an_unread_feed_en
 
 
 @pytest.mark.redis
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_the_feed_followers_bound_holds_on_both_protocols_and_past_a_lost_entry(redis_server, real_redis,
+                                                                                protocol):
+    """The trim stops at the room feed's first entry the lobby's group has not acknowledged,
+    on RESP2 and RESP3 clients, also when its oldest pending entry is gone from the feed; and
+    the feed entries of the events trimmed leave with them."""
+    from engine.lobby import commands as lc
+    from engine.store.redis_store import stream_replies
+
+    s = RedisLobbyStore(redis_server.client(protocol=protocol))
+    engine = _queue_engine(s, every=2)
+    feed = keys.queue_keys("points")[2]
+    s.client.xgroup_create(feed, keys.LOBBY_GROUP, id="0", mkstream=True)
+    _join_and_leave(engine, joins=5)  # 10 events, 10 feed entries, snapshots every 2
+    assert s.followed_through("queue:points") == 0  # nothing read
+    read = stream_replies(s.client.xreadgroup(keys.LOBBY_GROUP, "c", {feed: ">"}, count=4))
+    ids = [i for _stream, entries in read for i, _f in entries]
+    assert len(ids) == 4
+    s.client.xack(feed, keys.LOBBY_GROUP, ids[0], ids[1])
+    assert s.followed_through("queue:points") == 2 and s.trim_point("queue:points", 99) == 2
+    s.client.xdel(feed, ids[2])  # the oldest pending entry is lost: the next one still bounds
+    assert s.followed_through("queue:points") == 3
+    s.client.xack(feed, keys.LOBBY_GROUP, ids[2], ids[3])
+    assert s.followed_through("queue:points") == 4  # the fifth entry is unread
+    assert s.trim("queue:points", through=99) == 4
+    assert [int(f[b"to"]) for _i, f in s.client.xrange(feed)] == list(range(5, 11))
+    assert engine.submit(lc.Join(command_id="more", room="points", player="a")).committed
+
+
+@pytest.mark.redis
 def test_the_queue_snapshot_sits_in_the_rooms_slot_and_is_read_back_from_redis(real_redis):
     from redis.crc import key_slot
 

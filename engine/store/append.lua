@@ -77,15 +77,22 @@ local function seq_at(range)
   return tonumber(string.sub(entry[1], 1, string.find(entry[1], '-', 1, true) - 1))
 end
 
+-- The last entry's seq, when the kept entries run on from the first without a hole (a
+-- stream whose oldest entries were archived); nil for a stream with a hole.
+local function trimmed_version(len)
+  local last = seq_at(redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1))
+  if seq_at(redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)) ~= last - len + 1 then
+    return nil
+  end
+  return last
+end
+
 local expected = tonumber(ARGV[2])
 local actual = redis.call('XLEN', KEYS[1])
 if actual ~= expected then
-  local last = seq_at(redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1))
-  if last ~= expected then
-    return {'status', 'wrong_version', 'actual', last}
-  end
-  if seq_at(redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)) ~= last - actual + 1 then
-    return {'status', 'wrong_version', 'actual', actual}
+  local version = trimmed_version(actual) or actual
+  if version ~= expected then
+    return {'status', 'wrong_version', 'actual', version}
   end
 end
 
@@ -93,9 +100,9 @@ local n = tonumber(ARGV[7])
 for i = 1, n do
   local added = redis.pcall('XADD', KEYS[1], (expected + i) .. '-1', 'e', ARGV[7 + i])
   if type(added) == 'table' and added['err'] then
-    local last = i == 1 and seq_at(redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)) or 0
-    if last > expected then
-      return {'status', 'wrong_version', 'actual', last}
+    local version = i == 1 and trimmed_version(actual)
+    if version and version > expected then
+      return {'status', 'wrong_version', 'actual', version}
     end
     return added
   end

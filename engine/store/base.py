@@ -23,10 +23,12 @@ import msgpack
 from engine.match.deadline import Deadline
 from engine.match.events import EventBase
 
+
 class StreamTrimmed(LookupError):
     """The events after ``after`` start at ``first``: those before were archived (a room's
-    queue, engine/store/lobby_store.py ``trim``); a state is folded only from a snapshot at or
-    after ``first - 1`` (engine/service/command_service.py ``load``)."""
+    queue, engine/store/lobby_store.py ``trim``) or deleted (a stream tampered with); a state
+    is folded only from a snapshot at or after ``first - 1`` (engine/service/command_service.py
+    ``load``)."""
 
     def __init__(self, aggregate: str, after: int, first: int):
         super().__init__(f"{aggregate}: the events after {after} were archived up to {first - 1}")

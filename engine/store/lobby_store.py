@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-
-import redis
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -115,10 +113,10 @@ class LobbyStore(ABC):
 
     @abstractmethod
     def trim(self, aggregate: str, through: int) -> int:
-        """Drop the events with seq ≤ ``through`` and the command ids that appended only
-        those, once archived (``shuangkou archive``), but never beyond the kept snapshot's
-        version nor the last event (the version stays readable); the events dropped.  A
-        retry of a dropped command id is a new command."""
+        """Drop the events with seq ≤ ``through``, the command ids that appended only those
+        and (a room's queue) the room feed's entries of them, once archived (``shuangkou
+        archive``), but never past :meth:`trim_point`; the events dropped.  A retry of a
+        dropped command id is a new command."""
 
     @abstractmethod
     def first_kept(self, aggregate: str) -> int:
@@ -420,23 +418,26 @@ class RedisLobbyStore(LobbyStore):
         return self._range(aggregate, first, last)
 
     def followed_through(self, aggregate: str) -> int | None:
-        """From the room feed's ``sk-lobby`` group: the seq before the ``from`` of its oldest
-        pending entry, or of the first entry it has not read (the stream's version when
-        neither); None without the group."""
+        """From the room feed's ``sk-lobby`` group: the seq before the ``from`` of the oldest
+        entry it has not acknowledged (the first kept at or after its oldest pending one, or
+        the first after what it has read); the stream's version when there is none; None
+        without the feed or the group."""
+        from engine.store.redis_store import entry_pairs, stream_replies
+
         feed = self._keys(aggregate)[2]
-        try:
-            group = next((g for g in self.client.xinfo_groups(feed) if _s(g["name"]) == keys.LOBBY_GROUP), None)
-        except redis.ResponseError:  # no feed yet
+        if not self.client.exists(feed):
             return None
+        rows = [{_s(k): v for k, v in g.items()} for g in self.client.xinfo_groups(feed)]
+        group = next((g for g in rows if _s(g["name"]) == keys.LOBBY_GROUP), None)
         if group is None:
             return None
-        froms = []
-        pending = self.client.xpending_range(feed, keys.LOBBY_GROUP, min="-", max="+", count=1)
-        if pending:
-            entry = self.client.xrange(feed, min=pending[0]["message_id"], max=pending[0]["message_id"])
-            froms += [int(fields[b"from"]) for _id, fields in entry]
-        unread = self.client.xread({feed: group["last-delivered-id"]}, count=1)  # exclusive of the id
-        froms += [int(fields[b"from"]) for _s_, entries in unread for _id, fields in entries]
+        firsts = []
+        oldest = self.client.xpending(feed, keys.LOBBY_GROUP).get("min")
+        if oldest is not None:
+            firsts += self.client.xrange(feed, min=oldest, max="+", count=1)
+        unread = stream_replies(self.client.xread({feed: group["last-delivered-id"]}, count=1))  # after the id
+        firsts += [entry for _stream, entries in unread for entry in entries]
+        froms = [int(dict(entry_pairs(fields))[b"from"]) for _id, fields in firsts]
         return min(froms) - 1 if froms else self.version(aggregate)
 
     def trim(self, aggregate: str, through: int) -> int:
@@ -454,7 +455,26 @@ class RedisLobbyStore(LobbyStore):
                 gone.append(cid)
         for i in range(0, len(gone), self.page):
             self.client.hdel(cmds, *gone[i:i + self.page])
+        if aggregate.startswith("queue:") and upto > 0:
+            self._trim_room_feed(self._keys(aggregate)[2], upto)
         return dropped
+
+    def _trim_room_feed(self, feed: str, upto: int) -> None:
+        """Drop a room feed's entries of events at or below ``upto``: the lobby's feed
+        follower handled them (:meth:`trim_point` stops before what it has not)."""
+        from engine.store.redis_store import entry_pairs
+
+        while True:
+            page = self.client.xrange(feed, min="-", max="+", count=self.page)
+            done = []
+            for entry_id, fields in page:
+                if int(dict(entry_pairs(fields))[b"to"]) > upto:
+                    break
+                done.append(entry_id)
+            if done:
+                self.client.xdel(feed, *done)
+            if len(done) < self.page:
+                return
 
     def table_ids(self) -> Iterator[str]:
         for b in range(self.buckets):

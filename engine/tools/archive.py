@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -221,7 +222,9 @@ def archive_queues(lobby: Any, rooms: Sequence[str], to_dir: str | Path, older_t
         n = 0
         while n < len(events) and events[n].ts <= cutoff:
             n += 1
-        upto = lobby.trim_point(agg, min(events[n - 1].seq, snap.version) if n else 0)
+        if n == 0:
+            continue
+        upto = lobby.trim_point(agg, min(events[n - 1].seq, snap.version))
         part = [e for e in events[:n] if e.seq <= upto]
         if not part:
             continue
@@ -235,9 +238,10 @@ def archive_queues(lobby: Any, rooms: Sequence[str], to_dir: str | Path, older_t
         back = [lobby_event_from_dict(json.loads(x)) for x in path.read_text(encoding="utf-8").splitlines()[1:]]
         if back != part:
             raise RuntimeError(f"archive of the queue of {room} at {path} does not read back: nothing trimmed")
-        lobby.trim(agg, part[-1].seq)
         written += len(text.encode("utf-8"))
-        done.append((room, len(part)))
+        trimmed = lobby.trim(agg, part[-1].seq)  # 0: another run took them first
+        if trimmed:
+            done.append((room, trimmed))
     return done, written
 
 
@@ -285,12 +289,18 @@ def _read_lobby_file(path: str | Path, fmt: str, decode: Any) -> tuple[dict[str,
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """``text`` to ``path`` through a temporary file of its own (two runs at once never share
+    one), flushed to disk, then renamed over it."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def archive_matches(store: Any, ledger: Ledger, to_dir: str | Path, older_than_ms: int, now_ms: int,
