@@ -16,8 +16,9 @@ so a snapshot is saved every ``QUEUE_SNAPSHOT_EVERY`` events.  Then, ``--runs`` 
 
 Printed per count, medians of the runs and their spread: ``events``, ``tail_events``, ``snapshot_ms``,
 ``whole_ms``, ``ratio`` (``whole_ms / snapshot_ms``, each run's own, median), and
-``queue_bytes_per_match``: ``MEMORY USAGE`` of the queue's stream, command ids and snapshot
-over the matches (what the room keeps for each match it ever paired).  It measures; it
+``queue_bytes_per_match``: ``MEMORY USAGE`` of the queue's stream, command ids, room feed and
+snapshot over the matches (what the room keeps for each match it ever paired, until
+``shuangkou archive`` takes the old ones).  It measures; it
 asserts nothing.
 """
 
@@ -110,7 +111,7 @@ def measure(client: Any, matches: int, runs: int) -> dict[str, Any]:
         whole.append(w)
         ratios.append(w / s)
     ks = keys.queue_keys(room)
-    used = sum(client.memory_usage(k) or 0 for k in (ks[0], ks[1], keys.lobby_snapshot_key(f"queue:{room}")))
+    used = sum(client.memory_usage(k) or 0 for k in (ks[0], ks[1], ks[2], keys.lobby_snapshot_key(f"queue:{room}")))
     from engine.service.lobby import QUEUE_SNAPSHOT_EVERY
 
     return {"matches": matches, "events": len(events), "tail_events": len(events) % QUEUE_SNAPSHOT_EVERY,
