@@ -95,7 +95,7 @@ def archive_tables(lobby: Any, store: Any, to_dir: str | Path, older_than_ms: in
     created): one JSON Lines file (a header ``{"format", "table", "room", "players",
     "matches", "close_reason", "archived_at_ms"}``, then each event as a dict), read back,
     then the table's keys deleted.  The archived tables and the bytes written."""
-    from engine.lobby.events import lobby_event_from_dict, lobby_event_to_dict, match_of, table_aggregate
+    from engine.lobby.events import match_of, table_aggregate
     from engine.lobby.replay import replay_table
 
     out_dir = Path(to_dir)
@@ -115,16 +115,9 @@ def archive_tables(lobby: Any, store: Any, to_dir: str | Path, older_than_ms: in
             continue
         head = {"format": TABLE_FORMAT, "table": tid, "room": t.room, "players": list(t.players), "bot": t.bot,
                 "matches": matches, "close_reason": t.close_reason, "archived_at_ms": now_ms}
-        lines = [json.dumps(head, ensure_ascii=False)]
-        lines += [json.dumps(lobby_event_to_dict(e), ensure_ascii=False) for e in events]
-        text = "\n".join(lines) + "\n"
-        path = out_dir / table_file_name(tid)
-        _write_atomic(path, text)
-        back = [lobby_event_from_dict(json.loads(x)) for x in path.read_text(encoding="utf-8").splitlines()[1:]]
-        if back != list(events):
-            raise RuntimeError(f"archive of table {tid} at {path} does not read back: nothing deleted")
+        written += _write_lobby_file(out_dir / table_file_name(tid), head, events, TABLE_FORMAT,
+                                     f"table {tid}", "deleted")
         lobby.delete_table(tid)
-        written += len(text.encode("utf-8"))
         done.append(tid)
     return done, written
 
@@ -146,8 +139,7 @@ def archive_series(lobby: Any, store: Any, to_dir: str | Path, older_than_ms: in
     each event as a dict), read back, then the series' keys and its code deleted.  The
     archived series and the bytes written."""
     from engine.lobby.series import replay_series
-    from engine.lobby.series_events import series_aggregate, stored_event_from_dict
-    from engine.lobby.events import lobby_event_to_dict
+    from engine.lobby.series_events import series_aggregate
 
     out_dir = Path(to_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -167,16 +159,9 @@ def archive_series(lobby: Any, store: Any, to_dir: str | Path, older_than_ms: in
         head = {"format": SERIES_FORMAT, "series": sid, "room": s.room, "owner": s.owner, "players": list(s.players),
                 "bot": s.bot, "hands": s.hands, "matches": matches, "reason": s.reason,
                 "standings": s.final.to_json() if s.final is not None else None, "archived_at_ms": now_ms}
-        lines = [json.dumps(head, ensure_ascii=False)]
-        lines += [json.dumps(lobby_event_to_dict(e), ensure_ascii=False) for e in events]
-        text = "\n".join(lines) + "\n"
-        path = out_dir / series_file_name(sid)
-        _write_atomic(path, text)
-        back = [stored_event_from_dict(json.loads(x)) for x in path.read_text(encoding="utf-8").splitlines()[1:]]
-        if back != list(events):
-            raise RuntimeError(f"archive of series {sid} at {path} does not read back: nothing deleted")
+        written += _write_lobby_file(out_dir / series_file_name(sid), head, events, SERIES_FORMAT,
+                                     f"series {sid}", "deleted")
         lobby.delete_series(sid, s.code or None)
-        written += len(text.encode("utf-8"))
         done.append(sid)
     return done, written
 
@@ -201,8 +186,8 @@ def archive_queues(lobby: Any, rooms: Sequence[str], to_dir: str | Path, older_t
     each event as a dict), read back, then trimmed from the stream with the command ids that
     appended only them (:meth:`~engine.store.lobby_store.LobbyStore.trim`).  The rooms with
     the events archived, and the bytes written."""
-    from engine.lobby.events import lobby_event_from_dict, lobby_event_to_dict, queue_aggregate
-    from engine.service.lobby import QUEUE_SNAPSHOTS
+    from engine.lobby.events import queue_aggregate
+    from engine.service.lobby import QUEUE_SNAPSHOTS, LobbyStreams
 
     out_dir = Path(to_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -211,12 +196,8 @@ def archive_queues(lobby: Any, rooms: Sequence[str], to_dir: str | Path, older_t
     written = 0
     for room in rooms:
         agg = queue_aggregate(room)
-        snap = lobby.load_snapshot(agg)
-        try:
-            usable = snap is not None and QUEUE_SNAPSHOTS.decode(snap.state).version == snap.version
-        except Exception:
-            usable = False
-        if not usable:  # the lobby would fold the whole stream: every event stays
+        base = LobbyStreams(lobby, QUEUE_SNAPSHOTS).base(agg)
+        if base is None:  # none, or unreadable: the lobby would fold the whole stream, every event stays
             continue
         events = lobby.load(agg)
         n = 0
@@ -224,21 +205,14 @@ def archive_queues(lobby: Any, rooms: Sequence[str], to_dir: str | Path, older_t
             n += 1
         if n == 0:
             continue
-        upto = lobby.trim_point(agg, min(events[n - 1].seq, snap.version))
+        upto = lobby.trim_point(agg, min(events[n - 1].seq, base.version))
         part = [e for e in events[:n] if e.seq <= upto]
         if not part:
             continue
         head = {"format": QUEUE_FORMAT, "room": room, "first": part[0].seq, "last": part[-1].seq,
                 "archived_at_ms": now_ms}
-        lines = [json.dumps(head, ensure_ascii=False)]
-        lines += [json.dumps(lobby_event_to_dict(e), ensure_ascii=False) for e in part]
-        text = "\n".join(lines) + "\n"
-        path = out_dir / queue_file_name(room, part[0].seq, part[-1].seq)
-        _write_atomic(path, text)
-        back = [lobby_event_from_dict(json.loads(x)) for x in path.read_text(encoding="utf-8").splitlines()[1:]]
-        if back != part:
-            raise RuntimeError(f"archive of the queue of {room} at {path} does not read back: nothing trimmed")
-        written += len(text.encode("utf-8"))
+        written += _write_lobby_file(out_dir / queue_file_name(room, part[0].seq, part[-1].seq), head, part,
+                                     QUEUE_FORMAT, f"the queue of {room}", "trimmed")
         trimmed = lobby.trim(agg, part[-1].seq)  # 0: another run took them first
         if trimmed:
             done.append((room, trimmed))
@@ -286,6 +260,23 @@ def _read_lobby_file(path: str | Path, fmt: str, decode: Any) -> tuple[dict[str,
     if head.get("format") != fmt:
         raise ValueError(f"{path} is not a {LOBBY_FORMATS[fmt]} archive ({head.get('format')!r})")
     return head, [decode(json.loads(x)) for x in lines[1:] if x.strip()]
+
+
+def _write_lobby_file(path: Path, head: dict[str, Any], events: Sequence[Any], fmt: str, what: str,
+                      undone: str) -> int:
+    """Write a table's, a series' or a queue's archive file (``head``, then each event as a
+    dict) and read it back (:func:`_read_lobby_file`); RuntimeError when it reads back
+    otherwise, before anything is ``undone``.  The bytes written."""
+    from engine.lobby.events import lobby_event_to_dict
+    from engine.lobby.series_events import stored_event_from_dict
+
+    lines = [json.dumps(head, ensure_ascii=False)]
+    lines += [json.dumps(lobby_event_to_dict(e), ensure_ascii=False) for e in events]
+    text = "\n".join(lines) + "\n"
+    _write_atomic(path, text)
+    if _read_lobby_file(path, fmt, stored_event_from_dict)[1] != list(events):
+        raise RuntimeError(f"archive of {what} at {path} does not read back: nothing {undone}")
+    return len(text.encode("utf-8"))
 
 
 def _write_atomic(path: Path, text: str) -> None:
