@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 
-from engine.match.events import decode_event, encode_event
+import msgpack
+
+from engine.match.events import decode_event, encode_event, event_to_dict
 from engine.match.replay import check_stream, replay
 from engine.match.state import decode_state, encode_state
 from tests.strategies import MatchSpec, Step, match_specs, play_match
@@ -31,6 +33,10 @@ def _step_invariants(step: Step) -> None:
     assert s.version == step.store_version_before + len(out.events)
     for e in out.events:
         assert decode_event(encode_event(e)) == e
+        # the copied fields are pydantic's dump: the same keys in the same order, the same bytes
+        dumped = e.model_dump(mode="python")
+        assert list(event_to_dict(e).items()) == list(dumped.items())
+        assert encode_event(e) == msgpack.packb(dumped, use_bin_type=True)
         # one decision, one clock reading; time never runs backwards in a stream
         assert e.ts == out.events[0].ts >= step.before.last_ts
         assert e.command_id == step.command.command_id and e.match_id == step.command.match_id
