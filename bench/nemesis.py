@@ -2,7 +2,7 @@
 checker finds in what the clients were told.
 
     python bench/nemesis.py [--minutes N | --rounds 1] [--kinds kill_master,...] [--replica-acks K]
-                            [--replicas 2] [--json]
+                            [--replicas 2] [--logs DIR] [--json]
 
 It makes a private network namespace (``ip netns add``; root or CAP_NET_ADMIN), runs itself
 inside it (``ip netns exec``), and removes it at the end.  Inside: the stack and the clients of
@@ -22,6 +22,8 @@ the final store; ``others_throughput`` for each partition of a master the comman
 on the other masters' matches during it and in the 30 s before it (clipped at the previous
 fault's heal), and ``others_throughput_ratio`` the lowest ratio of the two (issue 35's target:
 ≥ 0.8; also in ``kinds.partition_master``).  ``--replica-acks`` unset runs the product's defaults.
+``logs``: the folder of the run's process logs and history (``--logs``, created if need be;
+without it a new ``sk-nemesis-*`` under the system's temporary folder), kept after the run.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--settle", type=float, default=6.0, help="seconds of load between two faults")
     ap.add_argument("--baseline", type=float, default=30.0, help="seconds of load before a partition of a "
                     "master (the other masters' throughput is compared with it)")
+    ap.add_argument("--logs", help="the folder for the run's logs and history (default: a new "
+                    "sk-nemesis-* under the system's temporary folder); kept after the run")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--inside", help=argparse.SUPPRESS)  # the namespace this process already runs in
     return ap.parse_args(argv)
@@ -81,7 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Config(replica_acks=args.replica_acks, masters=args.masters, replicas=args.replicas,
                  inbox_clients=args.inbox_clients, ws_pairs=args.ws_pairs, kinds=kinds, rounds=args.rounds,
                  minutes=args.minutes, settle_s=args.settle, baseline_s=args.baseline)
-    tmp = Path(tempfile.mkdtemp(prefix="sk-nemesis-"))
+    if args.logs:
+        tmp = Path(args.logs).resolve()
+        tmp.mkdir(parents=True, exist_ok=True)
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="sk-nemesis-"))
     result = run_inside(cfg, tmp)
     result["logs"] = str(tmp)
     if args.json:

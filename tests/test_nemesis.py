@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -58,10 +59,11 @@ ORDER_SEEN: dict[str, str] = {}
 CHARGED: dict[str, str] = {}
 
 
-def _run() -> dict[str, Any]:
+def _run(logs: Path) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "SK_REDIS_URL", "SK_REPLICA_ACKS")}
     env["PYTHONPATH"] = str(ROOT)
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "nemesis.py"), "--rounds", "1", "--json"],
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "nemesis.py"), "--rounds", "1", "--json",
+                          "--logs", str(logs)],
                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
     return json.loads(out.stdout)
@@ -70,7 +72,8 @@ def _run() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def nemesis(tmp_path_factory) -> dict[str, Any]:
     """One run for the whole session: pytest-xdist workers share it through a file under the
-    session's common temporary folder, the first one to take its lock runs it."""
+    session's common temporary folder, the first one to take its lock runs it.  Its logs go
+    beside that file, so pytest's own clean-up of old temporary folders removes them."""
     import fcntl
 
     reason = netns.unavailable()
@@ -86,7 +89,7 @@ def nemesis(tmp_path_factory) -> dict[str, Any]:
         try:
             if shared.exists():
                 return json.loads(shared.read_text())
-            result = _run()
+            result = _run(shared.with_name(shared.stem + "-logs"))
             shared.write_text(json.dumps(result))
             return result
         finally:
@@ -157,3 +160,5 @@ def test_a_fault_skips_no_version_and_charges_no_timeout(nemesis, kind, request)
 def test_the_run_met_every_fault_kind_and_settled_its_matches(nemesis):
     assert sorted(nemesis["kinds"]) == sorted(KINDS)
     assert nemesis["finished"] > 0 and nemesis["booked"] > 0
+    logs = Path(nemesis["logs"])  # under pytest's temporary folder, which pytest cleans up
+    assert logs.is_dir() and logs.name.startswith("nemesis") and logs.name.endswith("-logs"), logs
