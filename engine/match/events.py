@@ -295,15 +295,24 @@ def _plain(annotation: Any) -> bool:
     return False
 
 
-def _plain_fields(cls: type[BaseModel]) -> bool:
-    return all(_plain(f.annotation) for f in cls.model_fields.values())
+def _nested_models(cls: type[BaseModel]) -> tuple[str, ...] | None:
+    """How an instance of ``cls`` is copied without the serializer: the names of its fields
+    that hold a model whose own fields are all plain (each copied the same way), every other
+    field plain (:func:`_plain`); None when a field is neither (the dump builds its dict)."""
+    nested: list[str] = []
+    for name, f in cls.model_fields.items():
+        kind = f.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel) and _nested_models(kind) == ():
+            nested.append(name)
+        elif not _plain(kind):
+            return None
+    return tuple(nested)
 
 
-#: the event types whose fields are all plain (:func:`_plain`): their fields are their dict,
-#: copied without the serializer; a CardsPlayed's too, its reading's copied the same way
-_PLAIN_TYPES: frozenset[type[EventBase]] = frozenset(cls for cls in EVENT_TYPES if _plain_fields(cls))
-_PLAIN_PLAY = _plain_fields(Reading) and all(_plain(f.annotation) for name, f in CardsPlayed.model_fields.items()
-                                             if name != "reading")
+#: per event type copied without the serializer (:func:`_nested_models`): its fields that hold
+#: a model; a type not here (a dict or a list among its fields) goes through the dump
+_COPIED: dict[type[EventBase], tuple[str, ...]] = {
+    cls: nested for cls in EVENT_TYPES if (nested := _nested_models(cls)) is not None}
 
 
 def event_to_dict(event: EventBase) -> dict[str, Any]:
@@ -315,12 +324,11 @@ def event_to_dict(event: EventBase) -> dict[str, Any]:
     >>> event_to_dict(e) == e.model_dump() and event_to_dict(e)["reading"]["top"]
     5
     """
-    cls = type(event)
-    if cls in _PLAIN_TYPES:
-        return dict(event.__dict__)
-    if cls is CardsPlayed and _PLAIN_PLAY:
+    nested = _COPIED.get(type(event))
+    if nested is not None:
         data = dict(event.__dict__)
-        data["reading"] = dict(data["reading"].__dict__)
+        for name in nested:
+            data[name] = dict(data[name].__dict__)
         return data
     return event.model_dump(mode="python")
 
