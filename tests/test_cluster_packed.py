@@ -251,8 +251,8 @@ def _shape(replies: list[Any]) -> list[Any]:
 def test_the_publisher_writes_each_nodes_updates_packed_with_the_same_replies(
         cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every update, entry and reply of one write goes packed: every node's commands written,
-    then their replies read (one round trip per node, side by side); the updates by EVAL of
-    the fence script.  The replies are those of redis-py's Cluster pipeline (the path of a
+    then their replies read (one round trip per node, side by side); the updates by EVALSHA of
+    the fence script, the one that a rejection follows on its stream by EVAL.  The replies are those of redis-py's Cluster pipeline (the path of a
     client the module cannot serve): entry ids, Stale for an update below the stream's version,
     a re-publication written."""
     pub = Publisher(cluster, consumer="s1")
@@ -270,7 +270,7 @@ def test_the_publisher_writes_each_nodes_updates_packed_with_the_same_replies(
     packed_players, packed_rounds = batch("pw")
     redis_py_players, redis_py_rounds = batch("rp")
     with monkeypatch.context() as m:
-        m.setattr(wire, "by_node", lambda *_a: None)  # redis-py's Cluster pipeline, EVAL
+        m.setattr(wire, "by_node", lambda *_a: None)  # redis-py's Cluster pipeline
         expected = [_shape(pub.write(w, raise_on_error=False)) for w in redis_py_rounds]
     trips = Trips(monkeypatch)
     got = [_shape(pub.write(w, raise_on_error=False)) for w in packed_rounds]
@@ -279,7 +279,7 @@ def test_the_publisher_writes_each_nodes_updates_packed_with_the_same_replies(
     assert trips.batches == [3, 3, len({port_of(cluster, keys.outbox_key(p)) for p in packed_players[:3]})]
     assert trips.cluster_calls == []
     names = [n for _p, ns in trips.trips for n in ns]
-    assert "EVALSHA" not in names and names.count("EVAL") == 9 + 9 + 3
+    assert names.count("EVAL") == 1 and names.count("EVALSHA") == 8 + 9 + 3
     for tag, players in (("pw", packed_players), ("rp", redis_py_players)):
         first = [f for _i, f in cluster.xrange(keys.outbox_key(players[0]))]
         assert [(f[b"kind"], f.get(b"version")) for f in first] == [
@@ -291,9 +291,11 @@ def test_the_publisher_writes_each_nodes_updates_packed_with_the_same_replies(
 def test_a_node_without_scripts_takes_the_updates_in_order(cluster: Any, local_cluster: Any,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """After SCRIPT FLUSH on every master (a restarted or promoted node knows no script) the
-    publisher's updates are written in one packed round trip per node, in the order given (an
-    update, then the rejection after it, on the same stream): the script goes as EVAL, so no
-    NOSCRIPT sends an update again after what followed it; the store's appends load theirs."""
+    publisher's updates are written in the order given (an update, then the rejection after it,
+    on the same stream): that update goes by EVAL, which loads the script on its node, and the
+    other nodes answer NOSCRIPT to their EVALSHAs, which ran nothing and go again by EVAL, one
+    packed round trip per node; then every node has the script.  The store's appends load
+    theirs."""
     pub = Publisher(cluster, consumer="s1")
     store = RedisEventStore(cluster)
     players = [f"ns{i}" for i in range(9)]
@@ -304,10 +306,18 @@ def test_a_node_without_scripts_takes_the_updates_in_order(cluster: Any, local_c
         trips = Trips(m)  # redis-py's pipelines refused: nothing goes a second way
         replies = pub.write([*_updates(pub, players, 4),
                              pub._delivery(keys.outbox_key(players[0]), {"kind": "rejected", "code": "x"})])
-        assert trips.batches == [3] and len(trips.trips) == 3 and trips.cluster_calls == []
+        assert trips.batches == [3, 2] and trips.cluster_calls == []
+        home = port_of(cluster, keys.outbox_key(players[0]))
+        first = {port: names for port, names in trips.trips[:3]}
+        assert first[home][0] == "EVAL" and set(first[home][1:]) == {"EVALSHA", "XADD", "EXPIRE", "SPUBLISH"}
+        away = sorted(port_of(cluster, keys.outbox_key(p)) for p in players if port_of(cluster, keys.outbox_key(p)) != home)
+        assert sorted(port for port, _n in trips.trips[3:]) == sorted(set(away))
+        assert sorted(n for _port, names in trips.trips[3:] for n in names) == ["EVAL"] * len(away)
+        assert all(isinstance(r, bytes) for r in pub.write(_updates(pub, players, 5)))
+        assert trips.batches[2:] == [3] and all(set(names) == {"EVALSHA"} for _p, names in trips.trips[5:])
     assert all(isinstance(r, bytes) for r in replies)
-    assert [f[b"kind"] for _i, f in cluster.xrange(keys.outbox_key(players[0]))] == [b"update", b"rejected"]
-    assert all(cluster.xlen(keys.outbox_key(p)) == 1 for p in players[1:])
+    assert [f[b"kind"] for _i, f in cluster.xrange(keys.outbox_key(players[0]))] == [b"update", b"rejected", b"update"]
+    assert all(cluster.xlen(keys.outbox_key(p)) == 2 for p in players[1:])
     mids = [f"nsm{k}" for k in range(40) if store.bucket_of(f"nsm{k}") == 3][:2]
     results = store.append_many([request(m) for m in mids])
     assert [r.version for r in results] == [1, 1]  # type: ignore[union-attr]
@@ -318,7 +328,8 @@ def test_a_publication_to_a_moved_slot_reaches_its_new_node(cluster: Any, local_
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """A player's stream whose slot was handed to another master: that node answers MOVED, the
     slots are asked again and those writes go through the Cluster client's pipeline (the
-    script as EVAL: the new node may lack it); the other nodes' writes stand as written."""
+    update by EVAL: the rejection follows it on its stream); the other nodes' writes stand as
+    written."""
     pub = Publisher(cluster, consumer="s1")
     players = [f"mp{i}" for i in range(9)]
     moving = players[0]
@@ -329,7 +340,7 @@ def test_a_publication_to_a_moved_slot_reaches_its_new_node(cluster: Any, local_
     trips = Trips(monkeypatch, allow_cluster=True)
     replies = pub.write(_updates(pub, players, 5) + [pub._delivery(keys.outbox_key(moving), {"kind": "rejected"})])
     assert all(isinstance(r, bytes) for r in replies)
-    assert trips.batches == [3] and "XADD" in dict(trips.trips)[was]  # sent to the slot's old node first
+    assert trips.batches[0] == 3 and "XADD" in dict(trips.trips[:3])[was]  # sent to the slot's old node first
     assert int(cluster.nodes_manager.slots_cache[slot][0].port) == to
     assert [f[b"kind"] for _i, f in cluster.xrange(keys.outbox_key(moving))] == [b"update", b"rejected"]
     assert all(cluster.xlen(keys.outbox_key(p)) == 1 for p in players[1:])
@@ -355,8 +366,11 @@ def test_round_trips_gives_each_client_its_replies_or_its_failure(cluster: Any) 
 
 def test_on_one_node_the_publisher_goes_packed_in_order(redis_server: RedisServer,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A plain client: one packed round trip, the updates by EVAL; after SCRIPT FLUSH (a
-    restarted server) an update and the sync after it on the same stream stay in that order."""
+    """A plain client: one packed round trip; a stream's last update of the round by EVALSHA,
+    an update that another write of its stream follows by EVAL.  After SCRIPT FLUSH (a
+    restarted server) each stream keeps the order of the writes: the EVALs run (and load the
+    script), and the EVALSHAs, each its stream's last, come back NOSCRIPT, ran nothing and go
+    again by EVAL in a round trip of their own."""
     client = redis_server.client()
     client.flushdb()
     pub = Publisher(client, consumer="s1")
@@ -366,9 +380,25 @@ def test_on_one_node_the_publisher_goes_packed_in_order(redis_server: RedisServe
     replies = pub.write([*_updates(pub, players, 3), pub._delivery(keys.outbox_key("a"), {"kind": "sync"}),
                          pub._delivery(keys.REPLY_PREFIX + "g", {"kind": "accepted"})])
     assert all(isinstance(r, bytes) for r in replies)
-    assert [n for _p, n in trips.trips] == [["EVAL", "EVAL", "XADD", "EXPIRE", "SPUBLISH", "XADD", "EXPIRE"]]
+    assert [n for _p, n in trips.trips] == [["EVAL", "EVALSHA", "XADD", "EXPIRE", "SPUBLISH", "XADD", "EXPIRE"]]
     assert [f[b"kind"] for _i, f in client.xrange(keys.outbox_key("a"))] == [b"update", b"sync"]
     assert pub.write(_updates(pub, players, 2), raise_on_error=False) == [Stale(3), Stale(3)]
+    for versions in ([4, 5], [6], [7, 8]):
+        client.script_flush()
+        del trips.trips[:]
+        rounds = [u for v in versions for u in _updates(pub, players, v)]
+        if versions == [7, 8]:  # b's rejection between its two updates, and between a's
+            rounds.insert(2, pub._delivery(keys.outbox_key("b"), {"kind": "rejected"}))
+        assert all(isinstance(r, bytes) for r in pub.write(rounds))
+        if versions == [6]:  # each stream's only update: NOSCRIPT, then EVAL
+            assert [n for _p, n in trips.trips] == [["EVALSHA"] * 2, ["EVAL"] * 2]
+        else:  # the EVALs first in the round load the script for the EVALSHAs after them
+            assert len(trips.trips) == 1 and trips.trips[0][1].count("EVALSHA") == 2
+    assert [f.get(b"version") for _i, f in client.xrange(keys.outbox_key("a"))] == [
+        b"3", None, b"4", b"5", b"6", b"7", b"8"]
+    assert [f.get(b"version") for _i, f in client.xrange(keys.outbox_key("b"))][1:] == [
+        b"4", b"5", b"6", b"7", None, b"8"]
+    assert pub.write(_updates(pub, players, 9)) and trips.trips[-1][1] == ["EVALSHA"] * 2
     client.close()
 
 
@@ -522,7 +552,7 @@ def test_the_next_read_rides_on_the_publications_to_the_buckets_node(cluster: An
     assert reads == 1 + len(sent)
     alone = [names for port, names in trips.trips if port == node and "XREADGROUP" in names]
     assert alone == [["XREADGROUP"]]  # ... and only the first had a round trip of its own
-    assert len(trips.rides) == len(sent) and all(set(names) == {"EVAL"} for names in trips.rides)  # the updates
+    assert len(trips.rides) == len(sent) and all(set(names) == {"EVALSHA"} for names in trips.rides)  # the updates
     assert svc.state_cache.get(mid).phase == "playing"  # type: ignore[union-attr]  # both Ready: dealt
     assert consumer.stats.accepted == 2
     consumer.flush_acks()

@@ -16,6 +16,7 @@ from engine.service.client import GatewayClient, OutMessage
 from engine.match.commands import MAX_COMMAND_BYTES, CreateMatch, Pass, Play, Sync, encode_command
 from engine.config import load_config
 from engine.service.inbox import INTERNAL_ERROR, InboxConsumer
+from engine.service.publish import PUBLISH_LUA
 from engine.service.service import MatchService
 from engine.store import keys, wire
 from engine.store.base import WrongVersion
@@ -481,6 +482,9 @@ def test_the_loop_survives_an_unexpected_error(rig, monkeypatch):
 # -- one write pipeline and one XACK per read -----------------------------------------------------
 def test_a_read_is_published_in_order_then_acknowledged_once(rig, monkeypatch):
     r, service, gw, client = rig
+    # a server that took one publication holds publish.lua; on a fresh one the first round's
+    # updates come back NOSCRIPT and go again by EVAL (tests/test_cluster_packed.py)
+    r.script_load(PUBLISH_LUA)
     sent = [client.create_match("m1", CONFIG), client.sit("m1", "alice"), client.sit("m1", "bob"),
             client.sit("m1", "carol")]  # the last one is refused: the match is full
     calls: list[str] = []

@@ -22,6 +22,7 @@ from typing import Any
 
 import msgpack
 import redis
+from redis.exceptions import NoScriptError
 
 from engine.match.commands import MAX_COMMAND_BYTES, CommandBase
 from engine.match.errors import BadCommand
@@ -80,6 +81,25 @@ class Stale:
     last: int
 
 
+def _followed(writes: Sequence[Write]) -> set[int]:
+    """The indexes of the updates (:attr:`Write.version` set) that another write of the same
+    stream follows in ``writes``.
+
+    >>> w = [Write("s", {}, 9, version=1), Write("t", {}, 9, version=1), Write("s", {}, 9, version=2),
+    ...      Write("u", {}, 9, version=1), Write("u", {}, 9)]
+    >>> sorted(_followed(w))
+    [0, 3]
+    """
+    later: set[str] = set()
+    out: set[int] = set()
+    for k in range(len(writes) - 1, -1, -1):
+        w = writes[k]
+        if w.version is not None and w.stream in later:
+            out.add(k)
+        later.add(w.stream)
+    return out
+
+
 def _fenced_reply(reply: Any) -> Any:
     """publish.lua's reply (field/value pairs) as the entry id written, or :class:`Stale`."""
     if isinstance(reply, Exception):
@@ -91,8 +111,10 @@ def _fenced_reply(reply: Any) -> Any:
 
 
 #: engine/store/publish.lua (its comment lines left empty): a player's update, refused when
-#: it would take the match back; sent whole by EVAL (:meth:`Publisher.write`)
+#: it would take the match back; called by EVALSHA of :data:`PUBLISH_SHA` or sent whole by
+#: EVAL (:meth:`Publisher.write`)
 PUBLISH_LUA = scripts.sent_by_eval("publish.lua")
+PUBLISH_SHA = scripts.sha(PUBLISH_LUA)
 
 
 #: events after which every recipient's update carries the full view: a seating, the deal,
@@ -525,14 +547,19 @@ class Publisher:
         through the Cluster client's pipeline, which follows and retries); for a client that
         module cannot serve, redis-py's pipeline (on a Cluster, split by node).
 
-        A player's update (:attr:`Write.version` set) goes through engine/store/publish.lua
-        (EVAL: no node can lack it, so no NOSCRIPT can put an update after the writes that
-        followed it in the round -- a sync, a rejection's view): it is not written when the
-        stream already holds the update of its version of its match, or any entry of a higher
-        one -- a delayed write, or one of a replica that lost its bucket's lease, never takes a
-        player back, and a round sent again after its reply was lost writes each update once.  Its reply is then
-        :class:`Stale` (counted in :attr:`GatewayStats.fenced`; not an error: the newer
-        writer published what the player needs).
+        A player's update (:attr:`Write.version` set) goes through engine/store/publish.lua: it
+        is not written when the stream already holds the update of its version of its match, or
+        any entry of a higher one -- a delayed write, or one of a replica that lost its bucket's
+        lease, never takes a player back, and a round sent again after its reply was lost writes
+        each update once.  Its reply is then :class:`Stale` (counted in
+        :attr:`GatewayStats.fenced`; not an error: the newer writer published what the player
+        needs).
+
+        The script is called by EVALSHA for a stream's last write in ``writes``, by EVAL for an
+        update that another write of its stream follows (a later update, a rejection, a sync).
+        A node without the script (restarted, promoted, flushed) answers NOSCRIPT and runs
+        nothing; those updates go again by EVAL after the round.  Nothing of their streams came
+        after them in the round, so each stream keeps the order of ``writes``.
 
         ``rider`` (:class:`engine.store.wire.Rider`): taken by the round trip of the node it
         names, after that node's writes (the inbox's next read, :func:`engine.store.wire.by_node`)."""
@@ -540,10 +567,12 @@ class Publisher:
             return []
         commands: list[tuple[Any, ...]] = []
         routes: list[str] = []
-        for w in writes:
+        followed = _followed(writes)
+        for k, w in enumerate(writes):
             flat = [x for kv in w.fields.items() for x in kv]
             if w.version is not None:
-                commands.append(("EVAL", PUBLISH_LUA, 2, w.stream, keys.stream_fence_key(w.stream),
+                call = ("EVAL", PUBLISH_LUA) if k in followed else ("EVALSHA", PUBLISH_SHA)
+                commands.append((*call, 2, w.stream, keys.stream_fence_key(w.stream),
                                  w.fields.get("match", ""), int(w.version), "1" if w.duplicate else "0", w.maxlen,
                                  "" if w.ttl is None else int(w.ttl), "1" if w.notice else "0", *flat))
                 routes.append(w.stream)
@@ -558,13 +587,13 @@ class Publisher:
             if w.notice:
                 commands.append(("SPUBLISH", w.stream, ""))  # the notice: a reader's wake-up (keys.py "Notices")
                 routes.append(w.stream)
-        # packed, one round trip per node (engine/store/wire.py); else redis-py's pipeline
-        replies = wire.by_node(self.redis, commands, routes, rider)
-        if replies is None:
-            pipe = self.redis.pipeline(transaction=False)
-            for c in commands:
-                pipe.execute_command(*c)
-            replies = pipe.execute(raise_on_error=False)
+        replies = self._send(commands, routes, rider)
+        lost = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+        if lost:  # a node without the script: it ran none of them
+            log.info("publish.lua: NOSCRIPT for %d update(s), sent again by EVAL", len(lost))
+            again = self._send([("EVAL", PUBLISH_LUA, *commands[i][2:]) for i in lost], [routes[i] for i in lost])
+            for i, reply in zip(lost, again):
+                replies[i] = reply
         out: list[Any] = []
         at = 0
         for w in writes:  # one reply per write: the XADD's, or the error of its XADD or EXPIRE
@@ -589,6 +618,16 @@ class Publisher:
                 if isinstance(r, Exception):
                     raise r
         return out
+
+    def _send(self, commands: list[tuple[Any, ...]], routes: list[str], rider: wire.Rider | None = None) -> list[Any]:
+        """Packed, one round trip per node (engine/store/wire.py); else redis-py's pipeline."""
+        replies = wire.by_node(self.redis, commands, routes, rider)
+        if replies is None:
+            pipe = self.redis.pipeline(transaction=False)
+            for c in commands:
+                pipe.execute_command(*c)
+            replies = pipe.execute(raise_on_error=False)
+        return replies
 
     def publish(self, command: CommandBase, outcome: OutcomeLike, reply_to: str | None = None,
                 msg_id: Any = None) -> None:

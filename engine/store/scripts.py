@@ -1,13 +1,14 @@
 """The engine's Lua scripts (engine/store/*.lua), read from the package.
 
 :func:`load` gives a script's text (for ``register_script``: EVALSHA after its first call);
-:func:`sent_by_eval` gives it as a script sent whole by EVAL on every call (a fenced write in a
-pipeline, where a Redis Cluster's pipeline has no EVALSHA at hand): its comment-only lines
-left empty (:func:`without_comment_lines`).
+:func:`sent_by_eval` gives it as a script sent whole by EVAL (a fenced write in a pipeline, which
+a node that lacks the script still runs): its comment-only lines left empty
+(:func:`without_comment_lines`); :func:`sha` names such a text for EVALSHA.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
 
 
@@ -19,6 +20,15 @@ def load(name: str) -> str:
 def sent_by_eval(name: str) -> str:
     """``engine/store/<name>`` as an EVAL sends it: :func:`without_comment_lines`."""
     return without_comment_lines(load(name))
+
+
+def sha(script: str) -> str:
+    """The SHA1 that EVALSHA names ``script`` by.
+
+    >>> sha("return 1")
+    'e0e1f9fabfc9d4800c877a703b823ac0578ff8db'
+    """
+    return hashlib.sha1(script.encode("utf-8")).hexdigest()
 
 
 def without_comment_lines(script: str) -> str:

@@ -343,8 +343,9 @@ def by_node(client: Any, commands: Sequence[tuple[Any, ...]], routes: Sequence[A
     None, and nothing sent, when a node's client is not :func:`usable`: the caller keeps
     redis-py's path.
 
-    * A script goes as EVAL, never EVALSHA: a NOSCRIPT reply could only be answered by sending
-      the command again, after the round's later commands had run (out of order).
+    * A NOSCRIPT reply to an EVALSHA is left in its place: the caller may send that script
+      again (by EVAL), after the round's later commands had run; a caller to whom that order
+      matters sends EVAL (engine.service.publish.Publisher.write).
     * On a Cluster, the commands of a node that answered MOVED, ASK or TRYAGAIN or whose round
       trip failed (:data:`~engine.store.connect.CLUSTER_RETRIED`): the slots are asked again
       (:func:`~engine.store.connect.refresh_slots`) and those commands go through the Cluster
