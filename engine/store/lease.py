@@ -60,7 +60,7 @@ class LeaseScripts:
         from redis.cluster import RedisCluster
 
         out: list[Any] = [None] * len(lease_keys)
-        if isinstance(self.client, RedisCluster):  # a plain pipeline per node (the Cluster pipeline refuses EVALSHA)
+        if isinstance(self.client, RedisCluster):  # a plain pipeline per node (the Cluster pipeline refuses a registered script)
             groups: dict[str, tuple[Any, list[int]]] = {}
             for i, key in enumerate(lease_keys):
                 node = self.client.get_node_from_key(key)

@@ -303,7 +303,7 @@ class RedisEventStore(EventStore):
     def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult | Exception]:
         """Every request's append script in one pipeline per node (one round trip; on a
         Redis Cluster one plain pipeline to each node holding some of the matches, sent
-        side by side: never redis-py's Cluster pipeline, which refuses EVALSHA).  With
+        side by side: never redis-py's Cluster pipeline, which refuses a registered script).  With
         :attr:`replica_acks` each node's pipeline ends with its own ``INCR`` + ``WAIT``:
         a node whose replicas fall short turns its requests' results into a transient
         ``NOREPLICAS`` error, and only its own (issue 35 §3).
