@@ -31,12 +31,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.store import server_cpu  # noqa: E402
 from tests.conftest import start_redis_server, stop_redis_server  # noqa: E402
-
-
-def _server_cpu(r: Any) -> float:
-    info = r.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def one(pub: Any, updates: int, streams: int, tag: str) -> dict[str, float]:
@@ -48,10 +44,10 @@ def one(pub: Any, updates: int, streams: int, tag: str) -> dict[str, float]:
                             {"kind": "update", "match": tag, "command_id": f"c{i}", "version": 1 + i // streams,
                              "body": b"x" * 120}, 1 + i // streams)
               for i in range(updates)]
-    server0, client0 = _server_cpu(pub.redis), time.process_time()
+    server0, client0 = server_cpu(pub.redis), time.process_time()
     for at in range(0, updates, streams):  # a round: one update of each stream
         pub.write(writes[at:at + streams])
-    server1, client1 = _server_cpu(pub.redis), time.process_time()
+    server1, client1 = server_cpu(pub.redis), time.process_time()
     return {"server_us": (server1 - server0) * 1e6 / updates, "client_us": (client1 - client0) * 1e6 / updates}
 
 
