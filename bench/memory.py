@@ -9,8 +9,10 @@ default settings, waits until every finished match is settled and serve has
 trimmed the acknowledged feed entries (about a second after it caught up), and then sums
 ``MEMORY USAGE`` of every key by kind.  It prints, as medians of the runs:
 
-* durable bytes per finished match: every key but the command channels
-  (``sk:inbox``, ``sk:ops``) and the delivery streams (``sk:out:*``, ``sk:reply:*``);
+* durable bytes per finished match: every key but the command channels (``sk:inbox``,
+  ``sk:ops`` and each bucket's ``sk:{b<N>}:inbox``, ``:ops`` and ``:lobby``, which serve trims
+  once every group has handled them, every minute: longer than a run) and the delivery
+  streams (``sk:out:*``, their fences ``sk:outv:*``, ``sk:reply:*``, which expire when idle);
   target ≤ 20 KB;
 * outbox bytes per entry: ``MEMORY USAGE`` of the ``sk:out:*`` streams over their
   entries; target ≤ 700 B (every update carries its brief, docs/PROTOCOL.md §8: ≤ 250 B of it).
@@ -52,11 +54,12 @@ KINDS = [  # (kind, pattern) — first match wins
     ("ledger settlements", re.compile(r"^sk:\{ledger\}:settled$")),
     ("ledger other", re.compile(r"^sk:\{ledger\}:")),
     ("outbox", re.compile(r"^sk:out:")),
+    ("outbox fences", re.compile(r"^sk:outv:")),
     ("reply", re.compile(r"^sk:reply:")),
-    ("command channels", re.compile(r"^sk:(inbox|ops)$")),
+    ("command channels", re.compile(r"^sk:(\{b\d+\}:)?(inbox|ops|lobby)$")),
     ("dead letters", re.compile(r"^sk:dead$")),
 ]
-NOT_DURABLE = {"outbox", "reply", "command channels"}
+NOT_DURABLE = {"outbox", "outbox fences", "reply", "command channels"}
 
 
 def kind_of(key: str) -> str:
