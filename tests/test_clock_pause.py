@@ -173,7 +173,7 @@ def test_the_ready_clock_pauses_for_an_unready_player_told_late(timers, publishe
     t.lose_pending_timers()
     s = m.state()
     d = s.deadline()
-    published[("b", s.version)] = s.last_ts + 9_000  # b, not ready yet, saw the table 9 s late
+    published[("b", s.table_version)] = s.last_ts + 9_000  # b, not ready yet, saw their seat 9 s late
     clock.set(d.at_ms)
     assert rt_mod.fire("m1", d.version, "ready", t.runtime) == "extended"
     assert m.state().deadline().at_ms == d.at_ms + 9_000
@@ -408,6 +408,47 @@ def test_the_ready_clock_pauses_while_no_gateway_delivers_the_table(timers, publ
     [ext] = m.events(after=s.version)
     assert (ext.kind, ext.reason) == ("ready", "undelivered")
     assert not any(isinstance(e, PlayerRemoved) for e in m.events())
+
+
+def test_the_ready_clock_counts_from_the_seat_through_the_other_players_late_ready(timers, published):
+    """Both seated, no gateway can hand b the table, and a's Ready is decided only after b's
+    ready deadline (an outage held it): the clock b was never shown pauses from its start,
+    not from a's Ready, and b is not removed."""
+    t, clock = timers
+    m = Match(t, cfg(ready_seconds=20))
+    m.seat_players(ready=())
+    seated = m.state()
+    published[("b", seated.table_version)] = seated.last_ts  # in b's stream at once
+    _receipt(t, "b", "open", seated.last_ts - 60_000, 9, "the-match-before")
+    clock.set(seated.deadline().at_ms + 5_000)
+    m.ok(Ready, player="a")
+    t.lose_pending_timers()
+    s = m.state()
+    assert s.deadline().at_ms == seated.deadline().at_ms  # the ready clock ran on
+    assert rt_mod.fire("m1", s.version, "ready", t.runtime) == "extended"
+    [ext] = m.events(after=s.version)
+    assert (ext.kind, ext.reason, ext.by_ms) == ("ready", "undelivered", clock() - seated.last_ts)
+    assert not any(isinstance(e, PlayerRemoved) for e in m.events())
+
+
+def test_the_other_players_ready_buys_no_pause(timers, published):
+    """b was handed the table and then a's Ready before the deadline: b saw their seat in
+    time, so a's later update moves nothing and the clock runs out."""
+    t, clock = timers
+    m = Match(t, cfg(ready_seconds=20))
+    m.seat_players(ready=())
+    seated = m.state()
+    published[("b", seated.table_version)] = seated.last_ts
+    clock.set(seated.last_ts + 9_000)
+    m.ok(Ready, player="a")
+    s = m.state()
+    published.prompt(s)
+    _receipt(t, "b", "open", s.last_ts + 50, s.version)  # a's Ready handed to b at once
+    t.lose_pending_timers()
+    clock.set(s.deadline().at_ms)
+    assert rt_mod.fire("m1", s.version, "ready", t.runtime) == "committed"
+    assert not any(isinstance(e, ClockExtended) for e in m.events())
+    assert any(isinstance(e, PlayerRemoved) and e.player == "b" for e in m.events())
 
 
 def _fire_until_charged(t, m, clock, published, before=None) -> int:

@@ -440,11 +440,14 @@ def clock_pause(rt: Runtime, state: Any, version: int, kind: str) -> tuple[int, 
       bucket's inbox, added by the deadline and not handled by the command service
       (:func:`unhandled_in_time`): they get a fresh clock, ``unhandled``, so that the command
       is decided first; bounded like the publication pauses in a row.
-    * The update of ``version`` (or a later one) must be in the stream of each player the
-      clock runs for (the one on turn; the seated who are not ready), published in time:
-      the clock is moved by how late it was published (never published yet: until now),
-      when that is more than :attr:`Runtime.clock_pause_min_ms` and the moved deadline is
-      still ahead (``unpublished``).
+    * The update that started the clock must be in the stream of each player the clock runs
+      for, published in time: the clock is moved by how late it was published (never
+      published yet: until now), when that is more than :attr:`Runtime.clock_pause_min_ms`
+      and the moved deadline is still ahead (``unpublished``).  A player whose socket a
+      gateway holds must also have been handed it (``undelivered``).  A turn clock starts
+      with ``version``; the ready clock with the last seat change (``table_version``), and
+      runs on through the other player's Ready: it counts from its start, and a handing of a
+      later update by the deadline shows the player the table in time.
     """
     if state is None or state.version != version or state.deadline_kind != kind or state.deadline_at is None:
         return None  # stale or moved on: execute says so
@@ -479,16 +482,22 @@ def clock_pause(rt: Runtime, state: Any, version: int, kind: str) -> tuple[int, 
     if rt.publish is None:
         return None  # nobody here publishes: no publication to wait for
     connected = {s.player for s in state.seats if s is not None and s.connected}
+    started, since, started_at = version, int(state.last_ts or 0), int(state.last_ts or 0)
+    if kind == "ready":  # set by the last seat change, moved by the pauses since
+        started, started_at = state.table_version, state.deadline_at - length
+        first = rt.store.load(state.match_id, after=max(0, started - 1))
+        since = int(first[0].ts) if first and first[0].seq == started else started_at
     delay, reason = 0, "unpublished"
     for player in players:
-        published = published_at(client, player, state.match_id, version, int(state.last_ts or 0))
+        published = published_at(client, player, state.match_id, started, since)
         at, why = (now, "unpublished") if published is None else (published, "unpublished")
         if published is not None and player in connected:
-            through_gateway, delivered = delivered_at(client, player, state.match_id, version, now)
-            if through_gateway and (delivered is None or delivered > published):
+            through_gateway, delivered = delivered_at(client, player, state.match_id, started, now)
+            in_time = kind == "ready" and delivered is not None and delivered <= state.deadline_at
+            if through_gateway and (delivered is None or delivered > published) and not in_time:
                 at, why = (now if delivered is None else delivered), "undelivered"
-        if at - int(state.last_ts or 0) > delay:
-            delay, reason = at - int(state.last_ts or 0), why
+        if at - started_at > delay:
+            delay, reason = at - started_at, why
     if delay > rt.clock_pause_min_ms and now < state.deadline_at + delay:
         if paused_in_a_row(rt.store, state.match_id, version) >= max(length, _grace_ms(cfg)):
             # the updates carrying the paused clock did not reach the player either (publishing
