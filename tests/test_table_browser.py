@@ -1044,6 +1044,40 @@ def test_a_paused_clock_is_shown_and_the_deadline_moves(browser, site) -> None:
         context.close()
 
 
+def test_a_running_clock_repaints_a_few_times_a_second_never_every_frame(browser, site) -> None:
+    """A page at a table while its clock runs: the clock starts no transition or animation (one
+    would repaint every frame for as long as the player sits there), and its words are written
+    again only when they change, once a second."""
+    context, page, errors = _open(browser, site, "en-US")  # motion as the player's device has it
+    try:
+        m = Match()
+        _seat(page, m)
+        page.wait_for_function("() => /\\d+/.test(document.querySelector('#clock-n').textContent)")
+        assert int(re.search(r"\d+", page.text_content("#clock-n")).group()) > 3  # running, not run out
+        seen = page.evaluate("""() => new Promise((done) => {
+            const words = document.querySelector('#clock-n');
+            let writes = 0, looks = 0;
+            const moving = new Set();
+            const watch = new MutationObserver((ms) => { writes += ms.length; });
+            watch.observe(words, { childList: true, characterData: true, subtree: true });
+            const look = () => {
+              for (const a of document.getAnimations()) {
+                const el = a.effect && a.effect.target;
+                if (a.playState === 'running' && el && el.closest('#clock')) moving.add(el.id || el.tagName);
+              }
+              if (++looks < 20) return setTimeout(look, 100);
+              watch.disconnect();
+              done({ writes, moving: [...moving] });
+            };
+            look();
+        })""")
+        assert seen["moving"] == [], seen  # looked at 20 times over 2 s
+        assert 1 <= seen["writes"] <= 3, seen  # 2 s of a clock that ticks four times a second
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 def _overlap(a: dict, b: dict) -> bool:
     return a["left"] < b["right"] - 1 and b["left"] < a["right"] - 1 and a["top"] < b["bottom"] - 1 and b["top"] < a["bottom"] - 1
 

@@ -589,10 +589,14 @@ function tickClock() {
   const id = `${view.match_id}/${d.version}/${d.at_ms}`;
   if (S.clock.version !== id) S.clock = { version: id, total: Math.max(left, 1000) };
   const secs = Math.ceil(left / 1000);
-  $("#clock-n").textContent = t(d.kind === "trustee" ? "clock.trustee" : d.kind === "ready" ? "clock.ready" : "clock.turn", { s: secs });
-  $("#clock-bar").style.width = `${Math.round((100 * left) / S.clock.total)}%`;
+  // each write only on a change, and the bar steps without a transition: a page at a table
+  // repaints at most four times a second, never every frame
+  const label = t(d.kind === "trustee" ? "clock.trustee" : d.kind === "ready" ? "clock.ready" : "clock.turn", { s: secs });
+  if ($("#clock-n").textContent !== label) $("#clock-n").textContent = label;
+  const width = `${Math.round((100 * left) / S.clock.total)}%`;
+  if ($("#clock-bar").style.width !== width) $("#clock-bar").style.width = width;
   const urgent = left < 5000;
-  clock.dataset.urgent = urgent ? "true" : "false";
+  if (clock.dataset.urgent !== String(urgent)) clock.dataset.urgent = String(urgent);
   if (urgent && left > 0 && d.kind === "turn" && view.your_turn && !S.spectator && S.warned !== id) {
     S.warned = id;
     sound("warn");
