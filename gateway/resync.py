@@ -288,7 +288,10 @@ class Resync:
         if e.version is None:
             return
         if e.match != conn.match:
+            before = conn.match
             if e.match and await (conn.adopt(e.match) if conn.is_player else conn.follow(e.match)):
+                if before is not None and before != conn.match:
+                    await self.left(before)
                 await self._forward(e)  # after the view asked for: held, or dropped as known
             return
         if conn.is_player:
@@ -311,6 +314,32 @@ class Resync:
             return
         await self._send_update(e)
         await self._flush(e.match)
+
+    async def left(self, match: str) -> None:
+        """The socket moved on from ``match`` (to the table's next match: a spectator following
+        it, a player's seated note or update of it) while updates of ``match`` waited behind a
+        gap: their view would now be dropped as no longer current, so the newest view of
+        ``match`` in the stream goes out at once, then the held updates that follow it.  The
+        client never misses the end of the match it was shown.  Nothing held: nothing sent."""
+        if not self._held.get(match):
+            return
+        self._awaiting.pop(match, None)  # its answer, later, is dropped (no longer current)
+        try:
+            latest = await outbox.latest_update(self.conn.hub.redis, self._stream_owner, match)
+        except Exception as exc:  # Redis away: the held updates still go out, from the first
+            log.warning("no view of %s in the stream: %s", match, exc)
+            latest = None
+        if latest is not None:
+            await self._apply_view(match, int(latest.version or 0), latest.view, None)
+        held = self._held.pop(match, {})
+        for first in sorted(held):
+            last = self.versions.get(match)
+            e = held[first]
+            if last is not None and int(e.version or 0) <= last:
+                continue
+            if last is not None and first > last + 1:
+                break  # a gap no view closed: what follows it is not sent out of order
+            await self._send_update(e)
 
     async def _answer_dropped(self, e: outbox.OutEntry) -> None:
         """An update not sent (the client has its version: a redelivery, or a view covered it)

@@ -734,9 +734,12 @@ class Connection:
                         note = {**note, "match": table.match, "bot_level": table.bot_level}
                         if table.match == self._announced and note["command_id"] is None:
                             return
-                self.match = self._announced = note.get("match")
+                left, self.match = self.match, note.get("match")
+                self._announced = self.match
                 if table is not None and table.match == note.get("match"):
                     self._know(Place("table", table.room, table), self._notes_seen)
+                if left is not None and left != self.match:
+                    await self.resync.left(left)  # the end of the match before goes out first
         await self.send(note, table)
         if note.get("kind") == "lobby" and note.get("state") == "seated" and self.match \
                 and not self.resync.has(self.match):

@@ -424,3 +424,58 @@ def test_a_held_update_a_view_covers_answers_its_command():
         return [(m["kind"], m.get("version", m["command_id"])) for m in conn.sent]
 
     assert asyncio.run(main()) == [("update", 6), ("ack", "r1")]
+
+
+class _Spectator(_Conn):
+    """A spectator's socket reading ann's stream, watching ``t1-1``; it follows the table to
+    ``t1-2`` at that match's first update (gateway/session.py ``follow``: the table moved on)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.match, self.source = "t1-1", "ann"
+
+    @property
+    def is_player(self) -> bool:
+        return False
+
+    async def follow(self, match: str) -> bool:
+        if match != "t1-2":
+            return False
+        self.match = match
+        return True
+
+
+def _of(match: str, version: int, phase: str = "playing", view: bool = True) -> OutEntry:
+    body: dict[str, Any] = {"events": [{"seq": version, "type": "CardsPlayed", "cards": [version]}]}
+    if view:
+        body["view"] = {"match_id": match, "version": version, "phase": phase, "seats": [], "hand": None}
+    return OutEntry(f"{version}-{match[-1]}", "update", match, "", version, body=body)
+
+
+@pytest.mark.parametrize("end_view", [True, False], ids=["the-end-with-its-view", "the-end-without-a-view"])
+def test_a_spectator_that_follows_the_table_is_shown_the_end_of_the_match_behind_a_gap(end_view):
+    """t1-1's update 16 never reached ann's stream (its publication was fenced out: 17 and 18
+    were written first); 17 and 18, the finish, wait behind the gap.  t1-2's first update comes
+    before the gap's wait ends and the spectator follows the table: t1-1's newest view in the
+    stream goes out first, then what of t1-1 follows it, then t1-2.  Before, the held updates
+    and the Sync's answer were dropped as no longer current: the spectator never saw t1-1 end."""
+
+    async def main() -> list[tuple[str, int, str | None]]:
+        conn = _Spectator()
+        written = (_of("t1-1", 15), _of("t1-1", 17), _of("t1-1", 18, "finished", view=end_view))
+        for e in written:
+            await conn.hub.redis.xadd(keys.outbox_key("ann"), {
+                "kind": "update", "match": e.match, "command_id": "", "version": str(e.version),
+                "body": msgpack.packb(e.body)})
+        r = Resync(conn, gap_wait_s=5)
+        for e in written:
+            await r.on_entry(e)
+        await r.on_entry(_of("t1-2", 1, "seating"))
+        r.cancel()
+        return [(m["match"], m["version"], (m["view"] or {}).get("phase")) for m in conn.sent
+                if m["kind"] == "update"]
+
+    sent = asyncio.run(main())
+    shown = [("t1-1", 15, "playing"), ("t1-1", 18, "finished")] if end_view else \
+        [("t1-1", 15, "playing"), ("t1-1", 17, "playing"), ("t1-1", 18, None)]  # 17's view, then 18
+    assert sent == shown + [("t1-2", 1, "seating")], sent

@@ -863,6 +863,30 @@ def test_a_spectator_follows_the_table_to_its_next_match_and_nowhere_else(aredis
                                    role="spectator"))
 
 
+def test_a_player_seated_at_the_next_match_gets_the_end_of_the_one_before_from_behind_a_gap_first(aredis):
+    """alice has t1-1's view at 3.  Its update 4 never reaches her stream (its publication was
+    fenced out: 5 and 6 were written first), so 5 and 6, the finish with its view, wait behind
+    the gap; the lobby's seated note of t1-2 comes before the gap's wait ends.  The end of t1-1
+    reaches her before that note.  Before, the socket moved on to t1-2 and dropped what it held
+    of t1-1 and the view it asked for: she never got the end of the match she played."""
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        r = conn.hub.redis
+        await ws.expect(_view_update("t1-1"), "the view of t1-1")
+        await _publish_update(r, "alice", "t1-1", 5, {"type": "Passed", "seq": 5, "player": "bob"})
+        end = {"events": [{"type": "MatchFinished", "seq": 6}],
+               "view": {"match_id": "t1-1", "you": "alice", "phase": "finished", "version": 6, "hand": []}}
+        await r.xadd(keys.outbox_key("alice"), {"kind": "update", "match": "t1-1", "command_id": "engine-6",
+                                                "version": 6, "body": msgpack.packb(end)})
+        await _table(r, "seated", "t1", "t1-2")
+        await _note(r, "alice", "seated", table="t1", match="t1-2")
+        got: list[dict[str, Any]] = []
+        await ws.expect(lambda m: got.append(m) or (m["kind"] == "lobby" and m["match"] == "t1-2"), "seated at t1-2")
+        assert [(m["match"], m["version"], m["view"]["phase"]) for m in got if m["kind"] == "update"] == [
+            ("t1-1", 6, "finished")], got
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3, "t1-2": 2}, body))
+
+
 def test_a_spectator_never_gets_the_lobby_messages_of_the_player_whose_stream_it_reads(aredis):
     async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
         r = conn.hub.redis
