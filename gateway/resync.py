@@ -288,9 +288,9 @@ class Resync:
         if e.version is None:
             return
         if e.match != conn.match:
-            before = conn.match
+            before = conn.match  # a player's adopt leaves it itself, before its seated note
             if e.match and await (conn.adopt(e.match) if conn.is_player else conn.follow(e.match)):
-                if before is not None and before != conn.match:
+                if not conn.is_player and before is not None and before != conn.match:
                     await self.left(before)
                 await self._forward(e)  # after the view asked for: held, or dropped as known
             return
@@ -316,17 +316,18 @@ class Resync:
         await self._flush(e.match)
 
     async def left(self, match: str) -> None:
-        """The socket moved on from ``match`` (to the table's next match: a spectator following
-        it, a player's seated note or update of it) while updates of ``match`` waited behind a
-        gap: their view would now be dropped as no longer current, so the newest view of
-        ``match`` in the stream goes out at once, then the held updates that follow it.  The
-        client never misses the end of the match it was shown.  Nothing held: nothing sent."""
+        """The socket moves on from ``match`` (to the table's next match: a spectator following
+        it, a player's seated note or update of it, before anything of the next goes out) while
+        updates of ``match`` wait behind a gap: their view would be dropped as no longer
+        current, so the newest view of ``match`` in the stream goes out now, then the held
+        updates that follow it.  The client never misses the end of the match it was shown.
+        Nothing held: nothing sent."""
         if not self._held.get(match):
             return
         self._awaiting.pop(match, None)  # its answer, later, is dropped (no longer current)
         try:
             latest = await outbox.latest_update(self.conn.hub.redis, self._stream_owner, match)
-        except Exception as exc:  # Redis away: the held updates still go out, from the first
+        except Exception as exc:  # Redis away: only what follows the client's version goes out
             log.warning("no view of %s in the stream: %s", match, exc)
             latest = None
         if latest is not None:

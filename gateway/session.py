@@ -493,10 +493,13 @@ class Connection:
             return False  # the table's read model is not there yet (being created): a later update asks again
         if self.match == match:  # a note came meanwhile
             return True
-        self.match = self._announced = match
+        left, self.match = self.match, match
+        self._announced = match
         self._notes_seen += 1  # HOT commands look the place up again
         self._know(Place("table", table.room, table), self._notes_seen)
         log.debug("%s: an update of %s before any seated note: the table is there, announced", self.player, match)
+        if left is not None:
+            await self.resync.left(left)  # the end of the match before goes out first
         await self.send(protocol.lobby("seated", table.room, table.id, match, bot_level=table.bot_level), table)
         await self.resync.catch_up(match, None)
         return True

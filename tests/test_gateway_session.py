@@ -863,12 +863,14 @@ def test_a_spectator_follows_the_table_to_its_next_match_and_nowhere_else(aredis
                                    role="spectator"))
 
 
-def test_a_player_seated_at_the_next_match_gets_the_end_of_the_one_before_from_behind_a_gap_first(aredis):
+@pytest.mark.parametrize("moved_by", ["seated_note", "update"])
+def test_a_player_moved_to_the_next_match_gets_the_end_of_the_one_before_from_behind_a_gap_first(aredis, moved_by):
     """alice has t1-1's view at 3.  Its update 4 never reaches her stream (its publication was
     fenced out: 5 and 6 were written first), so 5 and 6, the finish with its view, wait behind
-    the gap; the lobby's seated note of t1-2 comes before the gap's wait ends.  The end of t1-1
-    reaches her before that note.  Before, the socket moved on to t1-2 and dropped what it held
-    of t1-1 and the view it asked for: she never got the end of the match she played."""
+    the gap; t1-2's seated note (or, the note lost, t1-2's first update) comes before the gap's
+    wait ends.  The end of t1-1 reaches her before she is told she is seated at t1-2.  Before,
+    the socket moved on and dropped what it held of t1-1 and the view it asked for: she never
+    got the end of the match she played."""
     async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
         r = conn.hub.redis
         await ws.expect(_view_update("t1-1"), "the view of t1-1")
@@ -878,7 +880,10 @@ def test_a_player_seated_at_the_next_match_gets_the_end_of_the_one_before_from_b
         await r.xadd(keys.outbox_key("alice"), {"kind": "update", "match": "t1-1", "command_id": "engine-6",
                                                 "version": 6, "body": msgpack.packb(end)})
         await _table(r, "seated", "t1", "t1-2")
-        await _note(r, "alice", "seated", table="t1", match="t1-2")
+        if moved_by == "seated_note":
+            await _note(r, "alice", "seated", table="t1", match="t1-2")
+        else:
+            await _publish_update(r, "alice", "t1-2", 1, {"type": "MatchCreated", "seq": 1})
         got: list[dict[str, Any]] = []
         await ws.expect(lambda m: got.append(m) or (m["kind"] == "lobby" and m["match"] == "t1-2"), "seated at t1-2")
         assert [(m["match"], m["version"], m["view"]["phase"]) for m in got if m["kind"] == "update"] == [
