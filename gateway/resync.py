@@ -332,15 +332,8 @@ class Resync:
             latest = None
         if latest is not None:
             await self._apply_view(match, int(latest.version or 0), latest.view, None)
-        held = self._held.pop(match, {})
-        for first in sorted(held):
-            last = self.versions.get(match)
-            e = held[first]
-            if last is not None and int(e.version or 0) <= last:
-                continue
-            if last is not None and first > last + 1:
-                break  # a gap no view closed: what follows it is not sent out of order
-            await self._send_update(e)
+        await self._flush(match)
+        self._held.pop(match, None)  # behind a gap no view closed: never sent out of order
 
     async def _answer_dropped(self, e: outbox.OutEntry) -> None:
         """An update not sent (the client has its version: a redelivery, or a view covered it)

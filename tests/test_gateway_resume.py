@@ -479,3 +479,31 @@ def test_a_spectator_that_follows_the_table_is_shown_the_end_of_the_match_behind
     shown = [("t1-1", 15, "playing"), ("t1-1", 18, "finished")] if end_view else \
         [("t1-1", 15, "playing"), ("t1-1", 17, "playing"), ("t1-1", 18, None)]  # 17's view, then 18
     assert sent == shown + [("t1-2", 1, "seating")], sent
+
+
+def test_a_player_moved_on_behind_a_gap_is_answered_for_the_command_the_view_covers():
+    """ann played at t1-1 up to 15; 16 was fenced out, and 17 (her own play, r1) and 18, the
+    finish, wait behind the gap when she is moved on to t1-2 (``left``).  The newest view, 18,
+    goes out; 17 is not sent after it, but r1 is answered: an ack.  Before, ``left`` dropped 17
+    and left r1 unanswered."""
+    from gateway import channels
+
+    async def main() -> list[tuple[str, Any]]:
+        conn = _Conn()
+        conn.match = "t1-1"
+        mine = _of("t1-1", 17)
+        mine = OutEntry(mine.id, mine.kind, mine.match, channels.engine_command_id("ann", "r1"), 17, body=mine.body)
+        written = (_of("t1-1", 15), mine, _of("t1-1", 18, "finished"))
+        for e in written:
+            await conn.hub.redis.xadd(keys.outbox_key("ann"), {
+                "kind": "update", "match": e.match, "command_id": e.command_id, "version": str(e.version),
+                "body": msgpack.packb(e.body)})
+        r = Resync(conn, gap_wait_s=5)
+        for e in written:
+            await r.on_entry(e)
+        conn.match = "t1-2"
+        await r.left("t1-1")
+        r.cancel()
+        return [(m["kind"], m.get("version", m.get("command_id"))) for m in conn.sent]
+
+    assert asyncio.run(main()) == [("update", 15), ("update", 18), ("ack", "r1")]
