@@ -493,16 +493,21 @@ class Connection:
             return False  # the table's read model is not there yet (being created): a later update asks again
         if self.match == match:  # a note came meanwhile
             return True
-        left, self.match = self.match, match
-        self._announced = match
         self._notes_seen += 1  # HOT commands look the place up again
         self._know(Place("table", table.room, table), self._notes_seen)
         log.debug("%s: an update of %s before any seated note: the table is there, announced", self.player, match)
-        if left is not None:
-            await self.resync.left(left)  # the end of the match before goes out first
+        await self._move_to(match)
         await self.send(protocol.lobby("seated", table.room, table.id, match, bot_level=table.bot_level), table)
         await self.resync.catch_up(match, None)
         return True
+
+    async def _move_to(self, match: str | None) -> None:
+        """The socket shows ``match`` from now on, as the ``seated`` its caller sends next tells
+        the client; the end of the match before goes out first (``Resync.left``)."""
+        left, self.match = self.match, match
+        self._announced = match
+        if left is not None and left != match:
+            await self.resync.left(left)
 
     async def follow(self, match: str) -> bool:
         """A spectator's: an update of ``match`` on the seated player's stream it reads.  True once
@@ -737,12 +742,9 @@ class Connection:
                         note = {**note, "match": table.match, "bot_level": table.bot_level}
                         if table.match == self._announced and note["command_id"] is None:
                             return
-                left, self.match = self.match, note.get("match")
-                self._announced = self.match
                 if table is not None and table.match == note.get("match"):
                     self._know(Place("table", table.room, table), self._notes_seen)
-                if left is not None and left != self.match:
-                    await self.resync.left(left)  # the end of the match before goes out first
+                await self._move_to(note.get("match"))
         await self.send(note, table)
         if note.get("kind") == "lobby" and note.get("state") == "seated" and self.match \
                 and not self.resync.has(self.match):
