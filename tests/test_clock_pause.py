@@ -451,6 +451,40 @@ def test_the_other_players_ready_buys_no_pause(timers, published):
     assert any(isinstance(e, PlayerRemoved) and e.player == "b" for e in m.events())
 
 
+@pytest.mark.parametrize("receipt", ["open", "closed"], ids=["their-gateway-died", "they-closed-their-socket"])
+def test_the_ready_clock_of_players_away_since_the_seat_pauses_only_for_a_dead_gateway(timers, published, receipt):
+    """Both seated while the gateway holding their sockets was dead (CI's nemesis, kill_process:
+    the table's next match created 4 s into a 14.6 s outage); the room's reconnect grace ran out
+    before the ready deadline, so the engine knew both disconnected when the clock ran out.
+    Their receipts still name the match before on the dead gateway: the clock pauses
+    (``undelivered``) and nobody is removed.  A player who closed their own socket on a live
+    gateway (``closed``) is charged as before."""
+    from engine.match.commands import Disconnect
+
+    t, clock = timers
+    m = Match(t, cfg(ready_seconds=10, reconnect_grace_seconds=10))
+    m.seat_players(ready=())
+    seated = m.state()
+    for p in ("a", "b"):
+        published[(p, seated.table_version)] = seated.last_ts  # in their streams at once
+        _receipt(t, p, receipt, seated.last_ts - 4_000, 9, "the-match-before")
+    clock.set(seated.last_ts + 9_600)
+    m.ok(Disconnect, player="a")
+    m.ok(Disconnect, player="b")
+    t.lose_pending_timers()
+    s = m.state()
+    assert not any(seat.connected for seat in s.seats)
+    clock.set(s.deadline().at_ms + 100)
+    if receipt == "closed":
+        assert rt_mod.fire("m1", s.version, "ready", t.runtime) == "committed"
+        assert {e.player for e in m.events() if isinstance(e, PlayerRemoved)} == {"a", "b"}
+        return
+    assert rt_mod.fire("m1", s.version, "ready", t.runtime) == "extended"
+    [ext] = m.events(after=s.version)
+    assert (ext.kind, ext.reason, ext.by_ms) == ("ready", "undelivered", clock() - seated.last_ts)
+    assert not any(isinstance(e, PlayerRemoved) for e in m.events())
+
+
 def _fire_until_charged(t, m, clock, published, before=None) -> int:
     """Publish each turn's update (``before(state)`` first, if given), let its clock run out
     until a timeout is charged (at most 10 rounds); the milliseconds paused on the way."""

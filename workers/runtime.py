@@ -41,7 +41,7 @@ import redis.exceptions as redis_errors
 from engine.match.commands import CommandBase, ExtendClock, ReadyTimeout, TrusteeAct, TurnTimeout
 from engine.match.errors import Rejected, StaleCommand
 from engine.match.deadline import DeadlineKind
-from engine.match.events import ClockExtended
+from engine.match.events import ClockExtended, PlayerDisconnected
 from engine.store import keys
 from engine.store.base import EventStore, WrongVersion
 from engine.store.transient import Backoff, is_transient
@@ -444,7 +444,8 @@ def clock_pause(rt: Runtime, state: Any, version: int, kind: str) -> tuple[int, 
       for, published in time: the clock is moved by how late it was published (never
       published yet: until now), when that is more than :attr:`Runtime.clock_pause_min_ms`
       and the moved deadline is still ahead (``unpublished``).  A player whose socket a
-      gateway holds must also have been handed it (``undelivered``).  A turn clock starts
+      gateway holds, connected when the clock started, must also have been handed it
+      (``undelivered``).  A turn clock starts
       with ``version``; the ready clock with the last seat change (``table_version``), and
       runs on through the other player's Ready: it counts from its start, and a handing of a
       later update by the deadline shows the player the table in time.
@@ -487,6 +488,8 @@ def clock_pause(rt: Runtime, state: Any, version: int, kind: str) -> tuple[int, 
         started, started_at = state.table_version, state.deadline_at - length
         first = rt.store.load(state.match_id, after=max(0, started - 1))
         since = int(first[0].ts) if first and first[0].seq == started else started_at
+        # connected when the clock started: away since (their gateway died, say), the receipt tells
+        connected |= {e.player for e in first if isinstance(e, PlayerDisconnected) and e.seq > started}
     delay, reason = 0, "unpublished"
     for player in players:
         published = published_at(client, player, state.match_id, started, since)
