@@ -332,8 +332,14 @@ class Resync:
             latest = None
         if latest is not None:
             await self._apply_view(match, int(latest.version or 0), latest.view, None)
+        held = self._held[match]
+        if match not in self.versions:  # no view at all: what was held goes out, in order
+            self.versions[match] = min(held) - 1
         await self._flush(match)
         self._held.pop(match, None)  # behind a gap no view closed: never sent out of order
+        timer = self._gap_timers.pop(match, None)
+        if timer is not None:
+            timer.cancel()
 
     async def _answer_dropped(self, e: outbox.OutEntry) -> None:
         """An update not sent (the client has its version: a redelivery, or a view covered it)

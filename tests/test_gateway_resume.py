@@ -507,3 +507,24 @@ def test_a_player_moved_on_behind_a_gap_is_answered_for_the_command_the_view_cov
         return [(m["kind"], m.get("version", m.get("command_id"))) for m in conn.sent]
 
     assert asyncio.run(main()) == [("update", 15), ("update", 18), ("ack", "r1")]
+
+
+def test_a_player_moved_on_before_any_view_gets_what_was_held_in_order():
+    """ann's socket asked for t1-1's view (no version of it yet) and holds 5 to 7, the finish,
+    for it; she is moved on to t1-2 before the view comes, and the stream has none of t1-1's
+    updates left to show: 5, 6 and 7 go out in order, as they came."""
+
+    async def main() -> list[tuple[str, Any]]:
+        conn = _Conn()
+        conn.match = "t1-1"
+        r = Resync(conn, gap_wait_s=5)
+        await r.catch_up("t1-1", None)
+        for v in (5, 6, 7):
+            await r.on_entry(_of("t1-1", v, "finished" if v == 7 else "playing"))
+        sent_before = len(conn.sent)
+        conn.match = "t1-2"
+        await r.left("t1-1")
+        r.cancel()
+        return [(m["match"], m["version"]) for m in conn.sent[sent_before:]]
+
+    assert asyncio.run(main()) == [("t1-1", 5), ("t1-1", 6), ("t1-1", 7)]
