@@ -485,6 +485,22 @@ def test_the_ready_clock_of_players_away_since_the_seat_pauses_only_for_a_dead_g
     assert not any(isinstance(e, PlayerRemoved) for e in m.events())
 
 
+@pytest.mark.parametrize("changes, now, expected", [
+    ([], {"a"}, {"a"}),                                      # no change since: as now
+    ([("off", "b", 4)], {"a"}, {"a", "b"}),                  # away since the start
+    ([("off", "b", 3)], {"a"}, {"a"}),                       # away at the start itself
+    ([("on", "b", 4)], {"a", "b"}, {"a"}),                   # back since: away at the start
+    ([("on", "b", 4), ("off", "b", 5)], {"a"}, {"a"}),       # away at the start, back, away again
+    ([("off", "b", 4), ("on", "b", 5)], {"a", "b"}, {"a", "b"}),
+], ids=["none", "away-since", "away-at-start", "back-since", "back-then-away", "away-then-back"])
+def test_who_was_connected_when_the_clock_started(changes, now, expected):
+    from engine.match.events import PlayerDisconnected, PlayerReconnected
+
+    kinds = {"off": PlayerDisconnected, "on": PlayerReconnected}
+    events = [kinds[k](match_id="m1", seq=seq, ts=seq, command_id=f"c{seq}", player=p) for k, p, seq in changes]
+    assert rt_mod.connected_at_start(events, 3, now) == expected
+
+
 def _fire_until_charged(t, m, clock, published, before=None) -> int:
     """Publish each turn's update (``before(state)`` first, if given), let its clock run out
     until a timeout is charged (at most 10 rounds); the milliseconds paused on the way."""

@@ -41,7 +41,7 @@ import redis.exceptions as redis_errors
 from engine.match.commands import CommandBase, ExtendClock, ReadyTimeout, TrusteeAct, TurnTimeout
 from engine.match.errors import Rejected, StaleCommand
 from engine.match.deadline import DeadlineKind
-from engine.match.events import ClockExtended, PlayerDisconnected
+from engine.match.events import ClockExtended, PlayerDisconnected, PlayerReconnected
 from engine.store import keys
 from engine.store.base import EventStore, WrongVersion
 from engine.store.transient import Backoff, is_transient
@@ -488,8 +488,7 @@ def clock_pause(rt: Runtime, state: Any, version: int, kind: str) -> tuple[int, 
         started, started_at = state.table_version, state.deadline_at - length
         first = rt.store.load(state.match_id, after=max(0, started - 1))
         since = int(first[0].ts) if first and first[0].seq == started else started_at
-        # connected when the clock started: away since (their gateway died, say), the receipt tells
-        connected |= {e.player for e in first if isinstance(e, PlayerDisconnected) and e.seq > started}
+        connected = connected_at_start(first, started, connected)
     delay, reason = 0, "unpublished"
     for player in players:
         published = published_at(client, player, state.match_id, started, since)
@@ -510,6 +509,24 @@ def clock_pause(rt: Runtime, state: Any, version: int, kind: str) -> tuple[int, 
             return None
         return delay, reason
     return None
+
+
+def connected_at_start(events: Any, started: int, now: set[str]) -> set[str]:
+    """The players connected when the clock of version ``started`` began, from those connected
+    ``now`` and the match's ``events`` since: a player's first PlayerDisconnected or
+    PlayerReconnected after ``started`` tells their state before it.  One away since (their
+    gateway died, say) is checked by their receipt like one connected."""
+    at_start = set(now)
+    told: set[str] = set()
+    for e in events:
+        if e.seq <= started or not isinstance(e, (PlayerDisconnected, PlayerReconnected)) or e.player in told:
+            continue
+        told.add(e.player)
+        if isinstance(e, PlayerDisconnected):
+            at_start.add(e.player)
+        else:
+            at_start.discard(e.player)
+    return at_start
 
 
 #: inbox entries read per round trip, and at most in all, to find a player's command added
