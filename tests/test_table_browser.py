@@ -1110,6 +1110,31 @@ def test_ready_is_a_wide_button_clear_of_the_players_seat(browser, site, locale:
         context.close()
 
 
+@pytest.mark.parametrize("reason, noticed", [("left", False), ("not_ready", True)])
+def test_a_removal_the_player_did_not_ask_for_is_also_a_notice(browser, site, reason: str, noticed: bool) -> None:
+    """The lobby's ``removed`` is said in the status line; a removal the player did not ask for
+    (not ready in time) is also a notice, their own Leave only the status line (said once)."""
+    cat = CATALOGUES["en"]
+    context, page, errors = _open(browser, site, "en-US", reduced_motion="reduce")
+    try:
+        m = Match(f"removed-{reason}")
+        _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
+                     {"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m.mid,
+                      "names": {"alice": "小明", "bob": "Bob"}}] + m.seat())
+        page.wait_for_selector("[data-action=ready]:visible")
+        _feed(page, [{"kind": "lobby", "state": "removed", "room": "points", "table": "t1", "match": m.mid,
+                      "reason": reason}])
+        page.wait_for_selector("#lobby:visible")
+        words = cat["status.left"] if reason == "left" else \
+            cat["status.removed"].replace("{why}", cat["removed.not_ready"])
+        assert page.locator("[data-status]").inner_text() == words
+        shown = page.locator("[data-notice=removed]")
+        assert (shown.count(), shown.all_inner_texts()) == ((1, [words]) if noticed else (0, []))
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 @pytest.mark.parametrize("locale", ["zh-CN", "en-US"])
 def test_a_player_stops_waiting_or_leaves_the_table_before_the_deal_never_during_a_hand(
         browser, site, locale: str) -> None:
@@ -1134,6 +1159,7 @@ def test_a_player_stops_waiting_or_leaves_the_table_before_the_deal_never_during
                       "reason": "left"}])
         page.wait_for_selector("#lobby:visible")
         assert page.locator("[data-status]").inner_text() == cat["status.leftQueue"] and leave.is_hidden()
+        assert page.locator("[data-notice=removed]").count() == 0  # said once, in the status line
 
         m = Match(f"leave-{locale}")
         # seated, the match's view not here yet (a reload mid-hand looks the same): no Leave, which
@@ -1212,6 +1238,7 @@ def test_leaving_from_a_result_goes_back_to_the_lobby_and_a_cooldown_says_its_wa
         page.wait_for_selector("#lobby:visible")
         page.wait_for_selector("[data-settlement]", state="hidden")
         assert page.locator("[data-status]").inner_text() == cat["status.left"]
+        assert page.locator("[data-notice=removed]").count() == 0  # said once, in the status line
         assert page.locator("#log li").count() == 0  # the history of the match left goes too
         page.click("[data-action=join]", timeout=5_000)  # nothing lies over it
         assert [x["type"] for x in page.evaluate("window.__sent")].count("Join") == 1

@@ -1770,7 +1770,7 @@ function onMessage(msg) {
           S.hold = null;
           S.match = null;
         }
-        notice(words, "warn", "removed");
+        if (!isLeave(msg.reason)) notice(words, "warn", "removed");  // the player's own Leave: the status says it
         setStatus(words);
         loadLobbyRooms();
         dropClosedSeries();
