@@ -75,11 +75,29 @@ class FakeSocket:
             pytest.fail(f"never got {what}; got {seen}")
 
 
-class FakeEngine:
+class StreamFake:
+    """A fake of the engine's that reads streams in a loop until :meth:`stop`, which ends it
+    at its next read (200 ms at most).  It is stopped, never cancelled: on Python 3.11 a
+    cancellation that lands as a redis-py command completes can be lost (``asyncio.wait_for``
+    returns the result), and a cancelled loop that reads Redis then never ends."""
+
+    def __init__(self) -> None:
+        self._stopping = asyncio.Event()
+
+    def running(self) -> bool:
+        return not self._stopping.is_set()
+
+    async def stop(self, task: asyncio.Task) -> None:
+        self._stopping.set()
+        await asyncio.wait_for(task, WAIT_S)
+
+
+class FakeEngine(StreamFake):
     """Answers each Sync on ``sk:inbox`` like the engine: a ``sync`` entry with the view, or,
     with ``refuse``, a rejection (with the view when the match exists, as the engine does)."""
 
     def __init__(self, redis: Any, versions: dict[str, int], refuse: bool = False) -> None:
+        super().__init__()
         self.redis = redis
         self.versions = versions  # match -> its current version (0: no such match)
         self.refuse = refuse
@@ -91,7 +109,7 @@ class FakeEngine:
 
     async def run(self) -> None:
         positions = {s: "0-0" for s in PLAYER.streams()}  # every bucket's inbox (issue 24 §2)
-        while True:
+        while self.running():
             reply = await self.redis.xread(dict(positions), block=200)
             for stream, entries in reply or ():
                 for entry_id, fields in entries:
@@ -158,10 +176,9 @@ async def _with_connection(aredis, engine_versions: dict[str, int], body: Callab
     finally:
         await ws.close()
         await asyncio.wait_for(run, WAIT_S)
-        engine_task.cancel()
-        await asyncio.gather(engine_task, return_exceptions=True)
+        await engine.stop(engine_task)
         await asyncio.wait_for(hub.fanout.aclose(), WAIT_S)  # as the gateway's shutdown does
-        await r.aclose()
+        await asyncio.wait_for(r.aclose(), WAIT_S)
 
 
 async def _place(r: Any, player: str, state: str | None, room: str = "points", table: str = "",
@@ -378,10 +395,11 @@ def test_the_engines_ack_of_a_ready_reaches_the_client_as_ack_with_its_command_i
 
 
 # -- the lobby's rooms: registered, then named (issue 12 "Rooms are registered, not sent") ------
-class FakeOps:
+class FakeOps(StreamFake):
     """Accepts every command on ``sk:ops`` like the engine (AddRoom stored in ``sk:rooms``)."""
 
     def __init__(self, redis: Any, before_reply: Callable[[Any], Awaitable[None]] | None = None) -> None:
+        super().__init__()
         self.redis = redis
         self.commands: list[Any] = []
         self.before_reply = before_reply  # what happens meanwhile, before the engine answers
@@ -390,7 +408,7 @@ class FakeOps:
         from engine.service.rooms import ROOMS_KEY, named
 
         positions = {s: "0-0" for s in OPS.streams()}  # sk:ops and every bucket's sk:{b<N>}:ops
-        while True:
+        while self.running():
             reply = await self.redis.xread(dict(positions), block=200)
             for stream, entries in reply or ():
                 for entry_id, fields in entries:
@@ -425,9 +443,10 @@ def test_the_lobby_registers_its_file_rooms_once_and_offers_the_registrys(aredis
             await _eventually(lambda: rooms.registered("quick"), "quick registered")
             assert await lobby.register_rooms() == []  # again: nothing to do
         finally:
-            stop.set()
-            tasks[0].cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            stop.set()  # the lobby's own loops end on it (a cancellation only hurries them)
+            await ops.stop(tasks[0])
+            tasks[1].cancel()
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), WAIT_S)
             await r.aclose()
         types = [c.type for c in ops.commands]
         assert types == ["AddRoom"] and ops.commands[0].name == "quick" and ops.commands[0].replace
@@ -927,10 +946,10 @@ def test_a_join_of_a_file_room_not_registered_yet_registers_it_first(aredis, tmp
             await lobby.join("bob", "quick", "j2")
             assert len(ops.commands) == 1  # registered once
         finally:
-            stop.set()
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            stop.set()  # the lobby's own loops end on it (a cancellation only hurries them)
+            await ops.stop(tasks[0])
+            tasks[1].cancel()
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), WAIT_S)
             await r.aclose()
 
     asyncio.run(main())
