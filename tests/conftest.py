@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.gateway_support import DEPLOYMENTS
+from tests.timeouts import pytest_timeout_set_timer  # noqa: F401 (a test that hangs shows its tasks)
 
 
 # -- stores ---------------------------------------------------------------------------------
