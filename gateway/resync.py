@@ -77,12 +77,14 @@ class Receiver(Protocol):
 
     async def adopt(self, match: str) -> bool:
         """An update of ``match`` no ``seated`` announced: True once the socket shows it (the
-        player's table is there), False to drop it."""
+        player's table is there; the match it showed before left with :meth:`Resync.left`),
+        False to drop it."""
         ...
 
     async def follow(self, match: str) -> bool:
         """A spectator's update of ``match``, not the watched one: True once the socket watches
-        it (the watched table moved on to it), False to drop it."""
+        it (the watched table moved on to it; the match watched before left with
+        :meth:`Resync.left`), False to drop it."""
         ...
 
 
@@ -287,11 +289,8 @@ class Resync:
         conn = self.conn
         if e.version is None:
             return
-        if e.match != conn.match:
-            before = conn.match  # a player's adopt leaves it itself, before its seated note
+        if e.match != conn.match:  # adopt and follow send the end of the match they leave first
             if e.match and await (conn.adopt(e.match) if conn.is_player else conn.follow(e.match)):
-                if not conn.is_player and before is not None and before != conn.match:
-                    await self.left(before)
                 await self._forward(e)  # after the view asked for: held, or dropped as known
             return
         if conn.is_player:

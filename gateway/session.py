@@ -521,6 +521,7 @@ class Connection:
         if table is None or table.match != match or not table.moved_past(watched):
             return False
         self.watching = self.match = match
+        await self.resync.left(watched)  # the end of the match before goes out first
         await self.resync.request_view(match, None)
         return True
 

@@ -428,20 +428,23 @@ def test_a_held_update_a_view_covers_answers_its_command():
 
 class _Spectator(_Conn):
     """A spectator's socket reading ann's stream, watching ``t1-1``; it follows the table to
-    ``t1-2`` at that match's first update (gateway/session.py ``follow``: the table moved on)."""
+    ``t1-2`` at that match's first update, leaving ``t1-1`` as gateway/session.py ``follow``
+    does (the table moved on)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.match, self.source = "t1-1", "ann"
+        self.resync: Resync | None = None
 
     @property
     def is_player(self) -> bool:
         return False
 
     async def follow(self, match: str) -> bool:
-        if match != "t1-2":
+        if match != "t1-2" or self.resync is None:
             return False
-        self.match = match
+        before, self.match = self.match, match
+        await self.resync.left(before)
         return True
 
 
@@ -467,7 +470,7 @@ def test_a_spectator_that_follows_the_table_is_shown_the_end_of_the_match_behind
             await conn.hub.redis.xadd(keys.outbox_key("ann"), {
                 "kind": "update", "match": e.match, "command_id": "", "version": str(e.version),
                 "body": msgpack.packb(e.body)})
-        r = Resync(conn, gap_wait_s=5)
+        r = conn.resync = Resync(conn, gap_wait_s=5)
         for e in written:
             await r.on_entry(e)
         await r.on_entry(_of("t1-2", 1, "seating"))

@@ -882,6 +882,17 @@ def test_a_spectator_follows_the_table_to_its_next_match_and_nowhere_else(aredis
                                    role="spectator"))
 
 
+async def _t1_1_ends_behind_a_gap(r: Any) -> None:
+    """t1-1's update 4 never reaches alice's stream (fenced out); 5 and 6, the finish with its
+    view, do; then the table's read model moves on to t1-2."""
+    await _publish_update(r, "alice", "t1-1", 5, {"type": "Passed", "seq": 5, "player": "bob"})
+    end = {"events": [{"type": "MatchFinished", "seq": 6}],
+           "view": {"match_id": "t1-1", "you": "alice", "phase": "finished", "version": 6, "hand": []}}
+    await r.xadd(keys.outbox_key("alice"), {"kind": "update", "match": "t1-1", "command_id": "engine-6",
+                                            "version": 6, "body": msgpack.packb(end)})
+    await _table(r, "seated", "t1", "t1-2")
+
+
 @pytest.mark.parametrize("moved_by", ["seated_note", "update"])
 def test_a_player_moved_to_the_next_match_gets_the_end_of_the_one_before_from_behind_a_gap_first(aredis, moved_by):
     """alice has t1-1's view at 3.  Its update 4 never reaches her stream (its publication was
@@ -893,12 +904,7 @@ def test_a_player_moved_to_the_next_match_gets_the_end_of_the_one_before_from_be
     async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
         r = conn.hub.redis
         await ws.expect(_view_update("t1-1"), "the view of t1-1")
-        await _publish_update(r, "alice", "t1-1", 5, {"type": "Passed", "seq": 5, "player": "bob"})
-        end = {"events": [{"type": "MatchFinished", "seq": 6}],
-               "view": {"match_id": "t1-1", "you": "alice", "phase": "finished", "version": 6, "hand": []}}
-        await r.xadd(keys.outbox_key("alice"), {"kind": "update", "match": "t1-1", "command_id": "engine-6",
-                                                "version": 6, "body": msgpack.packb(end)})
-        await _table(r, "seated", "t1", "t1-2")
+        await _t1_1_ends_behind_a_gap(r)
         if moved_by == "seated_note":
             await _note(r, "alice", "seated", table="t1", match="t1-2")
         else:
@@ -909,6 +915,25 @@ def test_a_player_moved_to_the_next_match_gets_the_end_of_the_one_before_from_be
             ("t1-1", 6, "finished")], got
 
     asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3, "t1-2": 2}, body))
+
+
+def test_a_spectator_following_the_table_gets_the_end_of_the_match_before_from_behind_a_gap_first(aredis):
+    """The spectator's case of the test above: watching t1-1 (its view at 3), t1-1's 5 and 6, the
+    finish, wait behind the gap when t1-2's first update reaches the stream it reads and the
+    socket follows the table (``follow``).  The end of t1-1 goes out before anything of t1-2."""
+    async def body(ws: FakeSocket, conn: session.Connection, engine: FakeEngine) -> None:
+        r = conn.hub.redis
+        await ws.inbox.put(json.dumps({"type": "Watch", "match": "t1-1", "command_id": "w1"}))
+        await ws.expect(_view_update("t1-1"), "the spectator view of t1-1")
+        await _t1_1_ends_behind_a_gap(r)
+        await _publish_update(r, "alice", "t1-2", 1, {"type": "MatchCreated", "seq": 1})
+        got: list[dict[str, Any]] = []
+        await ws.expect(lambda m: got.append(m) or (m["kind"] == "update" and m["match"] == "t1-2"), "t1-2")
+        ends = [(m["match"], m["version"], m["view"]["phase"], m["view"]["you"]) for m in got[:-1] if m["kind"] == "update"]
+        assert ends == [("t1-1", 6, "finished", None)], got
+        assert conn.watching == "t1-2"
+
+    asyncio.run(_at_a_seated_table(aredis, {"t1-1": 3, "t1-2": 2}, body, player="watcher", role="spectator"))
 
 
 def test_a_spectator_never_gets_the_lobby_messages_of_the_player_whose_stream_it_reads(aredis):
