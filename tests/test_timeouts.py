@@ -29,17 +29,28 @@ def test_passes():
 '''
 
 
+def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A pytest of its own on :data:`HANGS` in ``folder`` (its rootdir: not this suite's conftest),
+    with this plugin."""
+    (folder / "test_hangs.py").write_text(HANGS)
+    (folder / "pytest.ini").write_text("[pytest]\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.timeouts", "-p", "no:cacheprovider", *args,
+                           str(folder)], cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+
+
 @pytest.mark.parametrize("xdist", [[], ["-n", "1"]], ids=["alone", "xdist"])
 def test_a_test_that_hangs_reports_the_stacks_of_its_tasks(tmp_path, xdist):
-    (tmp_path / "test_hangs.py").write_text(HANGS)
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    got = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.timeouts", "--timeout", "2", *xdist,
-                          "-p", "no:cacheprovider", str(tmp_path)],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    got = _pytest(tmp_path, "--timeout", "2", *xdist)
     out = got.stdout
     assert got.returncode == 1, out + got.stderr
     assert "1 failed, 1 passed" in out and "Timeout (>2.0s)" in out, out
     report = out[out.index(SECTION):]
     assert "waits-for-good" in report and "in wait" in report, out  # the task, at Event.wait
     assert "in main" in report  # asyncio.run's own task, awaiting it
+
+
+def test_a_run_without_pytest_timeout_still_loads_the_plugin(tmp_path):
+    """``-p no:timeout`` (a debugging session): the hook is optional, nothing fails."""
+    got = _pytest(tmp_path, "-p", "no:timeout", "-k", "passes")
+    assert got.returncode == 0 and "1 passed" in got.stdout, got.stdout + got.stderr

@@ -20,16 +20,19 @@ import pytest
 SECTION = "stacks at the timeout"
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(wrapper=True, optionalhook=True)
 def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> Any:
-    """pytest-timeout's timer, its SIGALRM handler preceded by :func:`stacks`."""
+    """pytest-timeout's timer, its SIGALRM handler preceded by :func:`stacks` (without
+    pytest-timeout, ``-p no:timeout``, nothing)."""
     armed = yield
     if settings.method == "signal" and threading.current_thread() is threading.main_thread():
         fail = signal.getsignal(signal.SIGALRM)
         if callable(fail):
             def report_then_fail(signum: int, frame: Any) -> None:
-                item.add_report_section("call", SECTION, stacks())
-                fail(signum, frame)
+                try:
+                    item.add_report_section("call", SECTION, stacks())
+                finally:  # the timeout's own failure, whatever the report did
+                    fail(signum, frame)
             signal.signal(signal.SIGALRM, report_then_fail)
     return armed
 
