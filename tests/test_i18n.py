@@ -74,6 +74,13 @@ def test_chinese_catalogues_hold_no_english_words(lang: str) -> None:
         assert not words, (key, text, words)
 
 
+def test_a_seats_badge_never_addresses_the_reader() -> None:
+    """A badge shows on every seat (the opponent's, and both on a spectator's page), so none says
+    "you": a spectator read "auto-play (your choice)" on both players' seats."""
+    words = {k: v for k, v in CATALOGUES["en"].items() if k.startswith("badge.")}
+    assert words and not [k for k, v in words.items() if re.search(r"\byour?\b", v, re.I)], words
+
+
 def test_english_holds_chinese_only_in_the_glossary() -> None:
     for key, text in CATALOGUES["en"].items():
         assert key.startswith("glossary.") or not CJK.search(text), (key, text)
