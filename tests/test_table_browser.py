@@ -1019,6 +1019,70 @@ def test_every_card_of_the_fan_takes_a_tap(browser, site, size: tuple[int, int])
         context.close()
 
 
+#: page.evaluate(_WATCH): from now on window.__writes lists each change of the page's nodes as
+#: [the nearest id, nodes added, nodes removed] (a text written again is one removed and one added)
+_WATCH = """() => {
+  window.__writes = [];
+  if (window.__watch) window.__watch.disconnect();
+  window.__watch = new MutationObserver((rs) => { for (const r of rs) {
+    let e = r.target.nodeType === 1 ? r.target : r.target.parentElement;
+    while (e && !e.id) e = e.parentElement;
+    window.__writes.push([e ? e.id : '', r.addedNodes.length, r.removedNodes.length]);
+  } });
+  window.__watch.observe(document.body, { subtree: true, childList: true, characterData: true });
+}"""
+
+
+def test_an_update_redraws_only_what_it_changes(browser, site) -> None:
+    """Each node an update writes costs the page a layout, on a phone a visible one. The
+    opponent's move writes none of the player's cards, no name and nothing of the top bar, and
+    takes from the opponent's seat only the backs of the cards played; the player's own play
+    redraws the hand. A page that meets the match dealt (a reload) fans the hand over the hand's
+    own width, though the match was hidden until that update."""
+    context, page, errors = _open(browser, site, "en-US")  # a desktop: one row, as wide as the hand
+    try:
+        m = Match("writes-1")
+        dealt = m.start()[-1]  # the view after the deal, the first the page hears of the match
+        _feed(page, [{"kind": "welcome", "player": "alice", "role": "player", "name": "小明"},
+                     {"kind": "lobby", "state": "seated", "room": "points", "table": "t1", "match": m.mid,
+                      "names": {"alice": "小明", "bob": "Bob"}}, dealt])
+        page.wait_for_selector("#hand [data-card]")
+        fan = page.evaluate("""() => {
+            const h = document.querySelector('#hand').getBoundingClientRect();
+            const r = [...document.querySelectorAll('#hand [data-card]')].map((c) => c.getBoundingClientRect());
+            return [h.left, h.right, Math.min(...r.map((x) => x.left)), Math.max(...r.map((x) => x.right))];
+        }""")
+        assert fan[0] - 1 <= fan[2] and fan[3] <= fan[1] + 1, fan  # the fan within the hand's box
+        seen = {"bob": 0, "alice": 0}
+        for _ in range(80):
+            s = m.state
+            if s.phase != "playing" or min(seen.values()) >= 3:
+                break
+            mover = s.seats[s.turn].player
+            before = {x.player: len(x.hand) for x in s.seats}
+            page.evaluate(_WATCH)
+            page.evaluate("(ms) => { for (const m of ms) window.__feed(m); }", m.step(1))
+            writes = page.evaluate("() => window.__writes")
+            where = {w[0] for w in writes}
+            assert not {"me-name", "me-balance", "opp-name", "mine-name"} & where, writes
+            after = {x.player: len(x.hand) for x in m.state.seats}
+            if m.state.phase != "playing":
+                break
+            if mover == "bob":
+                assert "hand" not in where, writes  # alice's cards as they were
+                backs = [w for w in writes if w[0] == "opp-backs"]
+                played = min(before["bob"], 27) - min(after["bob"], 27)
+                assert (sum(w[1] for w in backs), sum(w[2] for w in backs)) == (0, played), writes
+                seen["bob"] += 1
+            elif after["alice"] < before["alice"]:
+                assert "hand" in where, writes  # her cards played leave the fan
+                seen["alice"] += 1
+        assert min(seen.values()) >= 3, seen
+        assert not errors, errors
+    finally:
+        context.close()
+
+
 def test_a_paused_clock_is_shown_and_the_deadline_moves(browser, site) -> None:
     """Issue 35 §4: a ClockExtended update shows the paused-clock notice and the turn clock
     counts down to the moved deadline (the view's and the brief's)."""

@@ -76,8 +76,11 @@ export function sound(name) {
 export function flyIn(target, from) {
   if (!from || reducedMotion() || !target.animate) return;
   const cards = [...target.children];
+  // every card's place is read before the first animation starts: a read after one would
+  // compute the page's style again, once per card
+  const places = cards.map((el) => el.getBoundingClientRect());
   cards.forEach((el, i) => {
-    const to = el.getBoundingClientRect();
+    const to = places[i];
     const dx = from.left + from.width / 2 - (to.left + to.width / 2);
     const dy = from.top + from.height / 2 - (to.top + to.height / 2);
     el.animate([{ transform: `translate(${dx}px, ${dy}px) scale(0.8)`, opacity: 0.4 },

@@ -11,7 +11,7 @@
 // outcome, a lasting line in the series tally until the next vote opens or the series ends; empty
 // and hidden when there is none; data-answered-by: who answered, data-timed-out: nobody did).
 import { onLang, t } from "./i18n.js";
-import { signed } from "./words.js";
+import { setText, signed } from "./words.js";
 
 const P = { link: null, me: () => null, name: (p) => p, room: () => null, closed: () => {}, shown: () => null,
   laidOut: () => {}, created: null, series: null,
@@ -197,8 +197,8 @@ function drawTally() {
   tally.dataset.hand = String(P.series.hand);
   tally.dataset.hands = String(P.series.hands);
   const parts = others(P.series.totals).map((p) => `${P.name(p)} ${signed(P.series.totals[p])}`);
-  tally.querySelector("[data-tally-text]").textContent =
-    [t("series.tally", { hand: handShown(), hands: P.series.hands }), ...parts].join(" · ");
+  setText(tally.querySelector("[data-tally-text]"),
+    [t("series.tally", { hand: handShown(), hands: P.series.hands }), ...parts].join(" · "));
   renderResult();
 }
 
@@ -209,7 +209,7 @@ function renderResult() {
   line.hidden = !r;
   line.dataset.voteResult = r ? (r.passed ? "passed" : "refused") : "";
   if (!r) {
-    line.textContent = "";
+    setText(line, "");
     delete line.dataset.answeredBy;
     delete line.dataset.timedOut;
     return;
@@ -220,7 +220,7 @@ function renderResult() {
   let key = r.passed ? "series.votePassed" : "series.voteRefused";
   if (r.passed && r.timed_out) key = "series.votePassedTimeout";
   else if (mine) key += "You";
-  line.textContent = t(key, { name: P.name(r.by) });
+  setText(line, t(key, { name: P.name(r.by) }));
 }
 
 function renderVote() {

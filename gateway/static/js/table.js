@@ -16,7 +16,7 @@ import { api, claims, clientConfig, devToken, forgetToken, storedToken, tokenFro
 import { cardElement, sortCards } from "./cards.js";
 import { Client } from "./client.js";
 import { fairDeal, randomClientSeed, verifyDeal } from "./fair.js";
-import { BOMB_KINDS, byWords, eventReading, isBot, kouWords, modeWords, namedFormula, readingWords, receivedWords, signed } from "./words.js";
+import { BOMB_KINDS, byWords, eventReading, isBot, kouWords, modeWords, namedFormula, readingWords, receivedWords, setText, signed } from "./words.js";
 import { currentLang, cycleLang, has, onLang, startLang, t } from "./i18n.js";
 import { boom, flyIn, muted, setMuted, sound, unlockAudio } from "./fx.js";
 import { avatarSvg } from "./avatar.js";
@@ -58,7 +58,7 @@ const S = {
   selected: new Set(), readings: [], reading: 0, readingsSeq: 0, readingsKey: null, readingsAsked: null, sent: null,
   settled: {}, ratings: {}, tiers: {}, tierAsked: {}, balance: null, clock: { version: null, total: null }, offset: null,
   rooms: [], lobbyRooms: null, names: {}, learned: {}, pendingSeed: null, refusal: null,
-  warned: null, wasMyTurn: null, shownPlay: null, finishSounded: null, readyFor: null, flyFrom: null,
+  warned: null, wasMyTurn: null, shownPlay: null, finishSounded: null, readyFor: null, flyFrom: null, cardW: null,
   leaving: false,  // a Leave sent, not answered yet
   cooldownUntil: 0,  // the leave cooldown's end (Date.now() ms): Join waits until then
   arrange: storedArrange(), groups: { key: null, groups: null }, arrangeSeq: 0, arrangeAsked: null,
@@ -124,7 +124,7 @@ function el(tag, text = "", attrs = {}) {
 
 function setStatus(text, kind = "", code = null) {
   const s = $("[data-status]");
-  s.textContent = text;
+  setText(s, text);
   s.dataset.kind = kind;
   if (code) s.dataset.code = code;
   else delete s.dataset.code;
@@ -225,6 +225,13 @@ function backs(n) {
   return Array.from({ length: Math.min(n, 27) }, () => el("i", "", { class: "back" }));
 }
 
+/** A seat's ``n`` card backs (27 at most) in ``box``: only the difference is added or taken away. */
+function showBacks(box, n) {
+  const want = Math.min(n, 27);
+  while (box.childElementCount > want) box.lastElementChild.remove();
+  if (box.childElementCount < want) box.append(...backs(want - box.childElementCount));
+}
+
 // ---- the hand: a fan of large overlapping cards, in rank order or grouped (理牌) ------------
 
 /** The rows of the fan for `groups` (lists of ids) in a box `width` wide with cards `cardW` wide:
@@ -270,14 +277,19 @@ function fanLayout(groups, width, cardW, maxRows = 4) {
   return { rows: best.rows, step: Math.max(best.step, 8), gap };
 }
 
+/** A card's width in the hand: a probe's, measured again only when the viewport changes (the
+ * card's size follows the viewport alone: table.css --card-h), so a render reads no layout for it. */
 function cardWidth(box) {
+  const key = `${window.innerWidth}x${window.innerHeight}`;
+  if (S.cardW && S.cardW.key === key) return S.cardW.width;
   const probe = el("span", "", { class: "card", "aria-hidden": "true" });
   probe.style.visibility = "hidden";
   probe.style.position = "absolute";
   box.append(probe);
-  const w = probe.getBoundingClientRect().width || 48;
+  const width = probe.getBoundingClientRect().width;
   probe.remove();
-  return w;
+  if (width) S.cardW = { key, width };
+  return width || 48;
 }
 
 function handGroups(ids) {
@@ -330,7 +342,8 @@ function renderArrange() {
   b.title = t(S.arrange ? "arrange.on" : "arrange.off");
 }
 
-function renderHand(view) {
+/** The player's hand, fanned over ``laid`` px (the hand's width as laid out: read now unless given). */
+function renderHand(view, laid = $("#hand").clientWidth) {
   const hand = $("#hand");
   const ids = view.hand ? sortCards(view.hand.ids) : [];
   for (const id of [...S.selected]) if (!ids.includes(id)) S.selected.delete(id);
@@ -344,9 +357,13 @@ function renderHand(view) {
     return;
   }
   const cardW = cardWidth(hand);
-  const width = hand.clientWidth || window.innerWidth - 16;
+  const width = laid || window.innerWidth - 16;
   // one row on a wide screen (a phone in landscape, a desktop), up to four on a tall one
   const maxRows = window.innerHeight <= window.innerWidth ? 1 : 4;
+  // the same fan as the one shown (an update that leaves the hand as it was): nothing to draw
+  const fan = JSON.stringify([document.documentElement.lang, groups.map((g) => [g.kind, g.cards]),
+    [...S.selected].sort((a, b) => a - b), canAct, width, cardW, maxRows]);
+  if (hand.firstElementChild && hand.firstElementChild.fan === fan) return;
   const { rows, step, gap } = fanLayout(groups.map((g) => g.cards), width, cardW, maxRows);
   hand.style.setProperty("--step", `${step.toFixed(1)}px`);
   hand.style.setProperty("--group-gap", `${gap.toFixed(1)}px`);
@@ -377,6 +394,7 @@ function renderHand(view) {
     return r;
   });
   hand.replaceChildren(...out);
+  out[0].fan = fan;
 }
 
 function renderAvatar(prefix, seat) {
@@ -412,7 +430,7 @@ function renderLevel(prefix, seat, view) {
   b.hidden = false;
   b.dataset.level = String(seat.level);
   b.dataset.levelMode = mode;
-  b.textContent = t(mode === "wealth" ? "level.wealth" : "level.points", { level: seat.level });
+  setText(b, t(mode === "wealth" ? "level.wealth" : "level.points", { level: seat.level }));
   const unit = t(mode === "wealth" ? "unit.coins" : "unit.points");
   b.title = [t("level.why", { unit }), ...(table || []).map((l) => `${l.level}: ${l.need} → ${l.base}`)].join("\n");
 }
@@ -453,13 +471,17 @@ function dealt(view) {
 
 function renderSeat(prefix, seat, view, { countAttr = "data-opponent-count", isMine = false } = {}) {
   const nameEl = $(`#${prefix}-name`);
-  nameEl.textContent = seat ? nameOf(seat.player) : "—";
-  if (isMine && seat && isMe(seat.player)) nameEl.append(el("small", ` (${t("seat.you")})`, { class: "you" }));
+  const name = seat ? nameOf(seat.player) : "—";
+  const you = isMine && seat && isMe(seat.player) ? ` (${t("seat.you")})` : "";
+  if (nameEl.textContent !== name + you) {  // written again only when it changes
+    nameEl.textContent = name;
+    if (you) nameEl.append(el("small", you, { class: "you" }));
+  }
   if (prefix === "opp") nameEl.dataset.player = seat ? seat.player : "";
   renderAvatar(prefix, seat);
   renderLevel(prefix, seat, view);
   badges($(`#${prefix}-badges`), seat, view);
-  $(`#${prefix}-contrib`).textContent = seat && view.phase === "playing" ? contribText(view, seat.player) : "";
+  setText($(`#${prefix}-contrib`), seat && view.phase === "playing" ? contribText(view, seat.player) : "");
   $(`#${prefix}`).classList.toggle("on-turn", !!(view.phase === "playing" && seat && view.turn === seat.player));
   if (prefix === "opp") {
     // a bot opponent's level (the lobby's bot_level; nameOf shows it in the page's language)
@@ -471,9 +493,9 @@ function renderSeat(prefix, seat, view, { countAttr = "data-opponent-count", isM
     c.removeAttribute("data-opponent-count");
     c.removeAttribute("data-seat-count");
     c.setAttribute(countAttr, String(n));
-    c.textContent = String(n);
+    setText(c, String(n));
     c.parentElement.hidden = !dealt(view);  // nothing dealt (yet, or ever): no "0 cards"
-    $("#opp-backs").replaceChildren(...backs(n));
+    showBacks($("#opp-backs"), n);
   }
 }
 
@@ -515,24 +537,25 @@ function renderLast(view, from) {
   if (!lp) {
     let lead = "";
     if (view.phase === "playing") lead = isMe(view.turn) ? t("last.youLead") : t("last.leads", { name: nameOf(view.turn) });
-    $("#last-who").textContent = view.phase === "playing" ? t("last.newTrick", { n: view.trick }) : "";
+    setText($("#last-who"), view.phase === "playing" ? t("last.newTrick", { n: view.trick }) : "");
     cards.replaceChildren();
-    $("#last-reading").textContent = lead;
+    setText($("#last-reading"), lead);
     last.dataset.lastKind = "";
     last.dataset.lastRank = "";
     S.shownPlay = playKey(view);
     return;
   }
   const played = isMe(lp.player) ? t("last.playedYou") : t("last.played", { name: nameOf(lp.player) });
-  $("#last-who").textContent = `${t("last.trick", { n: view.trick })} · ${played}`;
+  setText($("#last-who"), `${t("last.trick", { n: view.trick })} · ${played}`);
   cards.replaceChildren(...sortCards(lp.cards).map((id) => cardElement(id, { attrs: { "data-table-card": id }, small: true })));
   cards.style.setProperty("--n", String(lp.cards.length));  // a long play overlaps more (table.css)
-  $("#last-reading").textContent = readingWords(lp.reading);
+  setText($("#last-reading"), readingWords(lp.reading));
   last.dataset.lastKind = lp.reading.kind;
   last.dataset.lastRank = lp.reading.rank;
   const key = playKey(view);
+  let fly = null;
   if (S.shownPlay !== null && key !== S.shownPlay && from) {
-    flyIn(cards, from);
+    fly = () => flyIn(cards, from);
     if (BOMB_KINDS.has(lp.reading.kind)) {
       boom(last);
       sound("bomb");
@@ -541,6 +564,7 @@ function renderLast(view, from) {
     }
   }
   S.shownPlay = key;
+  return fly;
 }
 
 /** The history drawer ([data-history]): every play of the match so far, the newest first,
@@ -592,7 +616,7 @@ function tickClock() {
   // each write only on a change, and the bar steps without a transition: a page at a table
   // repaints at most four times a second, never every frame
   const label = t(d.kind === "trustee" ? "clock.trustee" : d.kind === "ready" ? "clock.ready" : "clock.turn", { s: secs });
-  if ($("#clock-n").textContent !== label) $("#clock-n").textContent = label;
+  setText($("#clock-n"), label);
   const width = `${Math.round((100 * left) / S.clock.total)}%`;
   if ($("#clock-bar").style.width !== width) $("#clock-bar").style.width = width;
   const urgent = left < 5000;
@@ -626,7 +650,30 @@ function statusFor(view) {
   return "";
 }
 
+/** The page drawn from the state. Geometry is read before the drawing's writes (the layout the
+ * last frame left: free) and then once after them (a play's flight, then ``laidOut``), so an
+ * update forces one layout, not one per read. */
 function render() {
+  const width = $("#hand").clientWidth;
+  const fly = draw(width);
+  if (fly) fly();
+  laidOut(width);
+}
+
+/** What depends on the layout the drawing made: the result sheet's edges, and the hand again
+ * when its width is not the one it was fanned over (the match was just shown, a bar wrapped). */
+function laidOut(width) {
+  renderTally();
+  sheetTop();
+  readyHeight();
+  const view = shown();
+  if (view && !S.spectator) {
+    const now = $("#hand").clientWidth;
+    if (now !== width) renderHand(view, now);
+  }
+}
+
+function draw(handWidth) {
   const view = shown();
   const inMatch = !!view;
   show("#match", inMatch);
@@ -637,14 +684,11 @@ function render() {
   root.dataset.spectator = S.spectator ? "true" : "false";
   root.dataset.match = view ? view.match_id : (S.lobby && S.lobby.match) || "";
   root.dataset.version = view ? String(view.version) : "";
-  $("#me-name").textContent = S.me ? (S.spectator ? t("status.watchingAs", { name: nameOf(S.me) }) : nameOf(S.me)) : "";
+  setText($("#me-name"), S.me ? (S.spectator ? t("status.watchingAs", { name: nameOf(S.me) }) : nameOf(S.me)) : "");
   const mode = (view && view.mode) || roomCfg().mode || "points";
-  $("#me-balance").textContent = S.balance !== null && !S.spectator ? `${t(mode === "wealth" ? "unit.coins" : "unit.points")} ${S.balance}` : "";
+  setText($("#me-balance"), S.balance !== null && !S.spectator ? `${t(mode === "wealth" ? "unit.coins" : "unit.points")} ${S.balance}` : "");
   renderReady(view);
   renderLeave();
-  readyHeight();
-  renderTally();
-  sheetTop();
   loadTiers(view);
   renderFinished(view);
   renderSay({ canSay: !S.spectator && !!view && (view.phase === "seating" || view.phase === "playing")
@@ -654,7 +698,7 @@ function render() {
     else if (S.lobby && S.lobby.state === "seated") setStatus(t("status.seatedPressReady"));
     renderFair(null);
     $("#log").replaceChildren();  // no match on the page: the history of the one left goes with it
-    return;
+    return null;
   }
   const seats = seatsOf(view);
   if (S.spectator) {
@@ -663,9 +707,9 @@ function render() {
     renderSeat("mine", s1, view);
     $("#mine-count-row").hidden = !dealt(view);  // as the other seat: no "0 cards" before the deal
     const n1 = s1 ? s1.cards_left : 0;
-    $("#mine-count").textContent = String(n1);
+    setText($("#mine-count"), String(n1));
     $("#mine-count").setAttribute("data-seat-count", String(n1));
-    $("#mine-backs").replaceChildren(...backs(n1));
+    showBacks($("#mine-backs"), n1);
     $("#hand").replaceChildren();
     $("#hand").hidden = true;
     $("#play-actions").hidden = true;
@@ -676,7 +720,7 @@ function render() {
     const opp = seats.find((s) => s.player !== S.me);
     renderSeat("opp", opp, view);
     renderSeat("mine", mine, view, { isMine: true });
-    renderHand(view);
+    renderHand(view, handWidth);
     const myTurn = canActNow(view);
     $("[data-action=pass]").disabled = !myTurn || view.leading || awaitingAnswer(view);
     $("[data-action=hint]").disabled = !myTurn;
@@ -693,9 +737,9 @@ function render() {
     // a socket closed for good (another tab took the seat, the token was refused) sends nothing
     if (S.linkState === "refused") for (const b of document.querySelectorAll("#play-actions button")) b.disabled = true;
   }
-  $("#turn-who").textContent = view.phase === "playing" && view.turn
-    ? `${t("turn.label")} ${isMe(view.turn) ? t("turn.you") : nameOf(view.turn)}` : "";
-  renderLast(view, S.flyFrom);
+  setText($("#turn-who"), view.phase === "playing" && view.turn
+    ? `${t("turn.label")} ${isMe(view.turn) ? t("turn.you") : nameOf(view.turn)}` : "");
+  const fly = renderLast(view, S.flyFrom);
   S.flyFrom = null;
   renderLog(view.match_id);
   renderReadings();
@@ -707,6 +751,7 @@ function render() {
   const myTurn = !!(view.your_turn && !S.spectator && view.phase === "playing");
   if (myTurn && S.wasMyTurn !== view.match_id) sound("turn");
   S.wasMyTurn = myTurn ? view.match_id : null;
+  return fly;
 }
 
 function renderReady(view) {
@@ -748,7 +793,7 @@ function renderLeave() {
   }
   b.hidden = !kind;
   b.dataset.leave = kind;
-  if (kind) b.textContent = t(kind === "queue" ? "btn.leaveQueue" : "btn.leaveTable");
+  if (kind) setText(b, t(kind === "queue" ? "btn.leaveQueue" : "btn.leaveTable"));
 }
 
 function leave() {
@@ -766,7 +811,7 @@ function renderExplain(view, mine, room, reclaim) {
   } else if (view.phase === "playing" && mine && mine.trustee === "timeouts") {
     text = t("explain.timeouts", { limit: trusteeLimit() });
   }
-  box.textContent = text;
+  setText(box, text);
   box.hidden = !text;
   box.dataset.explain = text ? mine.trustee : "";
 }
@@ -817,7 +862,7 @@ function renderPlayButton(view) {
     ok = true;
   }
   btn.disabled = !ok;
-  why.textContent = reason;
+  setText(why, reason);
   why.dataset.reason = ok ? "" : (reason ? "blocked" : "");
   if (reason) btn.setAttribute("aria-describedby", "play-why");
   else btn.removeAttribute("aria-describedby");
@@ -1424,14 +1469,14 @@ function renderFair(view) {
     renderSheet();
     return;
   }
-  $("[data-commitment]").textContent = fair.commitment;  // the shown match's own commitment
+  setText($("[data-commitment]"), fair.commitment);  // the shown match's own commitment
   const revealed = view.phase === "finished" && !!fair.server_seed;
   show("[data-verify]", revealed);
   const res = revealed ? per(view.match_id).fair.result : null;
   const out = $("[data-verify-result]");
   out.dataset.verifyResult = res ? (res.ok ? "ok" : "mismatch") : "";
   out.dataset.fair = res ? (res.ok ? "verified" : "failed") : "";
-  out.textContent = res ? t(res.ok ? "fair.ok" : "fair.bad") : "";
+  setText(out, res ? t(res.ok ? "fair.ok" : "fair.bad") : "");
   $("[data-verify-checks]").replaceChildren(...(res ? res.checks.map((c) => el("li",
     `${c.ok ? "✔" : "✘"} ${checkWords(c, view)}`, { class: c.ok ? "ok" : "bad", "data-check": c.key || "" })) : []));
   renderSheet();

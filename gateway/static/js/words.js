@@ -5,6 +5,12 @@ import { t } from "./i18n.js";
 export const BOMB_KINDS = new Set(["bomb", "chain_bomb", "three_jokers", "four_jokers"]);
 const RANK_LABELS = ["3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K", "A", "2", "SJ", "BJ"];
 
+/** ``node``'s text, written only when it differs: the same text written again still costs the
+ * page a layout (the table page draws itself again on every update). */
+export function setText(node, text) {
+  if (node.textContent !== text) node.textContent = text;
+}
+
 /** A score or a total as every page writes it: "+5", "0", "-5" (ASCII, so the text of a
  * [data-score] reads back as a number). */
 export function signed(n) {
