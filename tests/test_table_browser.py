@@ -368,6 +368,12 @@ def test_a_refusal_shows_the_catalogue_words_and_keeps_the_code(browser, site) -
         assert not re.search(r"\bR-\d", visible), visible
         assert not re.search(r"\b[a-z]+_[a-z_]+\b", visible), visible
         assert reason not in visible
+        # the same refusal again is written again (the status line is aria-live: it is said again)
+        page.evaluate("""() => { window.__said = 0; new MutationObserver(() => { window.__said += 1; })
+            .observe(document.querySelector('[data-status]'), { childList: true, characterData: true, subtree: true }); }""")
+        _feed(page, [{"kind": "rejected", "command_id": "x2", "code": code, "reason": reason, "view": None,
+                      "match": m.mid}])
+        assert page.evaluate("() => window.__said") > 0  # not left as it was
         assert not errors, errors
     finally:
         context.close()
@@ -1078,6 +1084,33 @@ def test_an_update_redraws_only_what_it_changes(browser, site) -> None:
                 assert "hand" in where, writes  # her cards played leave the fan
                 seen["alice"] += 1
         assert min(seen.values()) >= 3, seen
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+def test_the_cards_raised_are_the_ones_play_sends_after_taps_and_a_hint(browser, site) -> None:
+    """The fan is kept while it shows the same cards, and which of them are raised is the
+    selection's: a card tapped down and another tapped up, then Hint choosing what it chose
+    before, raise the hint's cards, and Play sends exactly the cards raised."""
+    context, page, errors = _open(browser, site, "en-US")
+    try:
+        _at_alices_turn(page)
+        raised = "() => [...document.querySelectorAll('#hand [data-card][aria-pressed=true]')].map((c) => +c.dataset.card)"
+        page.click("[data-action=hint]")
+        page.wait_for_function(f"() => ({raised})().length > 0")
+        chosen = sorted(page.evaluate(raised))
+        other = next(c for c in _hand_order(page) if c not in chosen)
+        page.click(f"#hand [data-card='{chosen[0]}']")
+        page.click(f"#hand [data-card='{other}']")
+        assert sorted(page.evaluate(raised)) == sorted([*chosen[1:], other])
+        page.click("[data-action=hint]")  # the same hand, the same play in front: the same choice
+        page.wait_for_function(f"(want) => JSON.stringify(({raised})().sort((a, b) => a - b)) === JSON.stringify(want)",
+                               arg=chosen, timeout=5_000)
+        page.wait_for_selector("[data-action=play]:not([disabled])")
+        page.click("[data-action=play]")
+        plays = [x for x in page.evaluate("window.__sent") if x["type"] == "Play"]
+        assert [sorted(p["cards"]) for p in plays] == [chosen]
         assert not errors, errors
     finally:
         context.close()

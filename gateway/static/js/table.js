@@ -124,7 +124,10 @@ function el(tag, text = "", attrs = {}) {
 
 function setStatus(text, kind = "", code = null) {
   const s = $("[data-status]");
-  setText(s, text);
+  // a refusal is written again even when its words are the same (a screen reader says it again);
+  // the status of each update only when it changes
+  if (code) s.textContent = text;
+  else setText(s, text);
   s.dataset.kind = kind;
   if (code) s.dataset.code = code;
   else delete s.dataset.code;
@@ -360,10 +363,16 @@ function renderHand(view, laid = $("#hand").clientWidth) {
   const width = laid || window.innerWidth - 16;
   // one row on a wide screen (a phone in landscape, a desktop), up to four on a tall one
   const maxRows = window.innerHeight <= window.innerWidth ? 1 : 4;
-  // the same fan as the one shown (an update that leaves the hand as it was): nothing to draw
-  const fan = JSON.stringify([document.documentElement.lang, groups.map((g) => [g.kind, g.cards]),
-    [...S.selected].sort((a, b) => a - b), canAct, width, cardW, maxRows]);
-  if (hand.firstElementChild && hand.firstElementChild.fan === fan) return;
+  // the same fan as the one shown (an update that leaves the hand as it was) is kept; which of
+  // its cards are raised is the selection's (a tap or a hint changes it without a new fan)
+  const fan = JSON.stringify([document.documentElement.lang, groups.map((g) => [g.kind, g.cards]), canAct,
+    width, cardW, maxRows]);
+  if (hand.firstElementChild && hand.firstElementChild.fan === fan) {
+    for (const slot of hand.querySelectorAll("[data-card]")) {
+      slot.setAttribute("aria-pressed", S.selected.has(Number(slot.dataset.card)) ? "true" : "false");
+    }
+    return;
+  }
   const { rows, step, gap } = fanLayout(groups.map((g) => g.cards), width, cardW, maxRows);
   hand.style.setProperty("--step", `${step.toFixed(1)}px`);
   hand.style.setProperty("--group-gap", `${gap.toFixed(1)}px`);
@@ -651,8 +660,8 @@ function statusFor(view) {
 }
 
 /** The page drawn from the state. Geometry is read before the drawing's writes (the layout the
- * last frame left: free) and then once after them (a play's flight, then ``laidOut``), so an
- * update forces one layout, not one per read. */
+ * last frame left: free) and then after them all (a play's flight, then ``laidOut``), so an update
+ * forces one layout (two when the sheet's edges move), not one per read. */
 function render() {
   const width = $("#hand").clientWidth;
   const fly = draw(width);
